@@ -1,0 +1,7 @@
+"""Placeholder: this command group is being written."""
+
+import click
+
+
+def register(cli: click.Group) -> None:
+    del cli

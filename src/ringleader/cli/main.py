@@ -1,0 +1,52 @@
+"""Entry point: one click group; each command group lives in its own module with `register`."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from ringleader import __version__
+from ringleader.cli import bench, cluster, jobs, model, sim
+from ringleader.errors import RingleaderError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.version_option(__version__, prog_name="ringleader")
+def cli() -> None:
+    """ringleader: topology-aware gang scheduling, a local runtime and benchmarks for
+    distributed deep-learning training.
+
+    State lives in SQLite under ~/.ringleader (set RINGLEADER_HOME to move it).
+    """
+
+
+for _module in (jobs, cluster, bench, model, sim):
+    _module.register(cli)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; a RingleaderError becomes one line on stderr and its exit code."""
+    try:
+        cli.main(args=argv, prog_name="ringleader", standalone_mode=False)
+    except RingleaderError as exc:
+        if os.environ.get("RINGLEADER_DEBUG") == "1":
+            raise
+        click.echo(f"error: {exc.one_line()}", err=True)
+        return exc.exit_code
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        return 130
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except BrokenPipeError:
+        return 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

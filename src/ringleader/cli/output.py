@@ -1,0 +1,64 @@
+"""Rendering shared by every command group: -o json|yaml, rich tables, durations."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import click
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+OUTPUT_CHOICES = click.Choice(["table", "json", "yaml", "wide"])
+
+
+def output_option(*choices: str):  # type: ignore[no-untyped-def]
+    """`-o/--output` with the given formats (table is always the default)."""
+    allowed = ("table", *choices)
+    return click.option(
+        "-o", "--output", type=click.Choice(allowed), default="table", show_default=True,
+        help="Output format.",
+    )  # fmt: skip
+
+
+def emit_data(data: Any, fmt: str) -> None:
+    """Write ``data`` as JSON or YAML to stdout."""
+    if fmt == "json":
+        click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
+    elif fmt == "yaml":
+        click.echo(yaml.safe_dump(data, sort_keys=False), nl=False)
+    else:
+        raise ValueError(fmt)
+
+
+def console() -> Console:
+    # Wide enough for tables when stdout is a pipe (tests, logs), real width on a terminal.
+    return Console(width=None if sys.stdout.isatty() else 160, highlight=False, soft_wrap=False)
+
+
+def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None) -> Table:
+    """A plain table in the style of arena's (no boxes, upper-case headers)."""
+    t = Table(title=title, box=None, show_edge=False, pad_edge=False, header_style="bold")
+    for col in columns:
+        t.add_column(col, no_wrap=True)
+    for row in rows:
+        t.add_row(*("" if v is None else str(v) for v in row))
+    return t
+
+
+def duration(seconds: float | None) -> str:
+    """Kubernetes-style short duration: 9s, 2m, 1h5m, 3d."""
+    if seconds is None:
+        return "N/A"
+    s = int(max(seconds, 0))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m"
+    if s < 86400:
+        h, m = divmod(s // 60, 60)
+        return f"{h}h{m}m" if m else f"{h}h"
+    return f"{s // 86400}d"

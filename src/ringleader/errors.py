@@ -1,0 +1,53 @@
+"""The one errors module: every failure a user can act on carries the problem and the fix.
+
+The CLI prints ``error: <message>`` and ``To fix: <fix>`` on one line each and exits with the
+error's ``exit_code``; a traceback is shown only when RINGLEADER_DEBUG=1.
+"""
+
+from __future__ import annotations
+
+
+class RingleaderError(Exception):
+    """Base class. ``fix`` says what the user should do; ``exit_code`` is what the CLI returns."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, fix: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.fix = fix
+
+    def one_line(self) -> str:
+        return f"{self.message}. To fix: {self.fix}" if self.fix else self.message
+
+
+class UsageError(RingleaderError):
+    """Bad input from the user: nothing was changed. Exit code 2 like click's own usage errors."""
+
+    exit_code = 2
+
+
+class NotFoundError(UsageError):
+    """A named job, node or preset does not exist."""
+
+
+class ConflictError(UsageError):
+    """The request clashes with existing state (a duplicate job name, say)."""
+
+
+class UnschedulableError(UsageError):
+    """The job could never run on the declared cluster, however long it waited."""
+
+
+class TopologyError(UsageError):
+    """A topology text, matrix or preset is malformed or unknown."""
+
+
+class StateError(RingleaderError):
+    """The state database is corrupted or from a newer ringleader."""
+
+    exit_code = 2
+
+
+class DependencyError(UsageError):
+    """A tool or package the command needs (mpirun, mpi4py, torch, CUDA) is missing."""

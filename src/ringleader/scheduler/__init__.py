@@ -1,0 +1,53 @@
+"""The placement engine: pure functions from (cluster state, job) to a placement and its reasons.
+
+    from ringleader.scheduler import ClusterState, JobRequest, place
+    decision = place(state, JobRequest("vgg", workers=4, gpus_per_worker=1, topology_aware=True))
+
+No I/O, no clock, no globals beyond memoised pure searches: the CLI, the runtime, the simulator
+and a Kubernetes scheduler extender all call the same functions.
+"""
+
+from ringleader.scheduler.framework import (
+    Policy,
+    get_policy,
+    place,
+    placement_metrics,
+    policy_names,
+    register,
+    unresolvable,
+)
+from ringleader.scheduler.queue import QueuedJob, schedule_queue
+from ringleader.scheduler.types import (
+    Bottleneck,
+    Candidate,
+    ClusterState,
+    Code,
+    Decision,
+    JobRequest,
+    Metrics,
+    NodeState,
+    Placement,
+    WorkerSlot,
+)
+
+__all__ = [
+    "Bottleneck",
+    "Candidate",
+    "ClusterState",
+    "Code",
+    "Decision",
+    "JobRequest",
+    "Metrics",
+    "NodeState",
+    "Placement",
+    "Policy",
+    "QueuedJob",
+    "WorkerSlot",
+    "get_policy",
+    "place",
+    "placement_metrics",
+    "policy_names",
+    "register",
+    "schedule_queue",
+    "unresolvable",
+]

@@ -1,0 +1,207 @@
+"""The placement framework: filter nodes, let one policy choose, explain with numbers.
+
+A policy is a small plug-in (one module under ``policies/``) with two phases, as in the
+Kubernetes scheduling framework: ``filter`` says why a node cannot host any worker of the job,
+``choose`` picks a gang placement among the nodes that passed and returns its best candidate and
+the runner-up. Policies register by name in one registry that rejects duplicates.
+"""
+
+from __future__ import annotations
+
+import itertools
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from typing import ClassVar
+
+from ringleader.errors import NotFoundError
+from ringleader.scheduler.gpuset import INF, bits, search_for
+from ringleader.scheduler.types import (
+    Bottleneck,
+    Candidate,
+    ClusterState,
+    Code,
+    Decision,
+    JobRequest,
+    Metrics,
+    NodeState,
+    Placement,
+    WorkerSlot,
+)
+from ringleader.topology.cluster import SCHEDULE_LABEL
+
+
+class Policy(ABC):
+    """One placement policy. Subclasses set ``name`` and implement ``choose``."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    #: Which nodes serve this policy's jobs under the gpu-schedule label: jobs asked for with
+    #: --gputopology go to topology-mode (or unlabelled) nodes, the others to default-mode ones.
+    serves_topology_jobs: ClassVar[bool] = True
+
+    def filter(self, node: NodeState, job: JobRequest) -> str | None:
+        """Why ``node`` cannot host even one worker of ``job`` (None if it can)."""
+        mode = node.spec.schedule_mode
+        if job.topology_aware and mode == "default":
+            return f"{SCHEDULE_LABEL}=default (serves only jobs without --gputopology)"
+        if not job.topology_aware and mode == "topology":
+            return f"{SCHEDULE_LABEL}=topology (serves only --gputopology jobs)"
+        if node.n_free < job.gpus_per_worker:
+            return f"{node.n_free} free GPU(s) < {job.gpus_per_worker} per worker"
+        return None
+
+    @abstractmethod
+    def choose(self, nodes: Sequence[NodeState], job: JobRequest) -> list[Candidate]:
+        """Candidate placements for the whole gang on ``nodes`` (all passed filter), best
+        first; at most two are needed (chosen and runner-up). Empty if the gang does not fit."""
+
+
+_REGISTRY: dict[str, Policy] = {}
+
+
+def register(policy: Policy) -> Policy:
+    if policy.name in _REGISTRY:
+        raise ValueError(f"policy {policy.name!r} registered twice")
+    _REGISTRY[policy.name] = policy
+    return policy
+
+
+def get_policy(name: str) -> Policy:
+    _load_builtin_policies()
+    if name not in _REGISTRY:
+        raise NotFoundError(f"unknown policy {name!r}", f"use one of {', '.join(policy_names())}")
+    return _REGISTRY[name]
+
+
+def policy_names() -> list[str]:
+    _load_builtin_policies()
+    return sorted(_REGISTRY)
+
+
+def _load_builtin_policies() -> None:
+    import ringleader.scheduler.policies  # noqa: F401  (registers on import)
+
+
+# -- metrics shared by every policy -------------------------------------------------------------
+
+
+def placement_metrics(nodes: Mapping[str, NodeState], placement: Placement) -> Metrics:
+    """Bottleneck link, summed pair bandwidth and stranded share of the used nodes.
+
+    ``nodes`` maps at least the placement's node names to their state (``ClusterState.by_name``).
+    """
+    bottleneck = Bottleneck("none", INF, "")
+    total = 0.0
+    stranded = free_after = 0
+    for node_name in placement.nodes:
+        ns = nodes[node_name]
+        topo = ns.spec.topology
+        gpus = placement.gpus_on(node_name)
+        for a, b in itertools.combinations(gpus, 2):
+            v = topo.bandwidth_gbs[a][b]
+            total += v
+            if v < bottleneck.gbs:
+                bottleneck = Bottleneck(str(topo.links[a][b]), v, f"{node_name} GPU{a}-GPU{b}")
+        left = ns.free_mask & ~sum(1 << g for g in gpus)
+        free_after += left.bit_count()
+        if left:
+            # GPUs that cannot join even a pair over better than the slowest link are stranded.
+            search = search_for(topo)
+            stranded += left.bit_count() - (search.capacity(left, search.levels[0]) if search.levels else 0)
+    used = placement.nodes
+    if len(used) > 1:
+        specs = [nodes[n].spec for n in used]
+        slowest = min(specs, key=lambda s: s.network_gbs)
+        if slowest.network_gbs < bottleneck.gbs:
+            where = f"{' <-> '.join(used)} over {slowest.network_gbps:g} Gb/s"
+            bottleneck = Bottleneck("network", slowest.network_gbs, where)
+    if bottleneck.gbs == INF:
+        bottleneck = Bottleneck("none", 0.0, "")
+    frag = stranded / free_after if free_after else 0.0
+    return Metrics(len(used), bottleneck, total, frag)
+
+
+def make_candidate(
+    nodes: Sequence[NodeState],
+    job: JobRequest,
+    slots: Sequence[tuple[str, tuple[int, ...]]],
+    objective: tuple[float, ...],
+    objective_names: tuple[str, ...],
+) -> Candidate:
+    placement = Placement(job.name, tuple(WorkerSlot(i, n, g) for i, (n, g) in enumerate(slots)))
+    used = {n for n, _ in slots}
+    lookup = {ns.name: ns for ns in nodes if ns.name in used}
+    return Candidate(placement, placement_metrics(lookup, placement), objective, objective_names)
+
+
+# -- the entry point ----------------------------------------------------------------------------
+
+
+def place(state: ClusterState, job: JobRequest, policy: str | None = None) -> Decision:
+    """Decide where the whole gang ``job`` goes on ``state``. Pure: no I/O, no clock."""
+    chosen_policy = get_policy(policy or job.policy_name)
+    if job.workers < 1 or job.gpus_per_worker < 0:
+        return Decision(job, chosen_policy.name, Code.UNRESOLVABLE, reasons=("workers must be >= 1 and gpus >= 0",))
+    node_reasons: dict[str, str] = {}
+    eligible: list[NodeState] = []
+    for ns in state.nodes:
+        reason = chosen_policy.filter(ns, job)
+        if reason is None:
+            eligible.append(ns)
+        else:
+            node_reasons[ns.name] = reason
+    candidates = chosen_policy.choose(eligible, job) if eligible else []
+    if candidates:
+        return Decision(
+            job, chosen_policy.name, Code.SUCCESS, candidates[0],
+            candidates[1] if len(candidates) > 1 else None,
+            reasons=_why_chosen(candidates), node_reasons=node_reasons,
+            candidates_considered=len(eligible),
+        )  # fmt: skip
+    code = Code.UNRESOLVABLE if unresolvable(state, job, chosen_policy) else Code.UNSCHEDULABLE
+    return Decision(
+        job, chosen_policy.name, code, reasons=(pending_reason(state, job, chosen_policy, eligible),),
+        node_reasons=node_reasons, candidates_considered=len(eligible),
+    )  # fmt: skip
+
+
+def _why_chosen(candidates: Sequence[Candidate]) -> tuple[str, ...]:
+    best = candidates[0]
+    lines = [f"objective {best.objective_dict()}"]
+    if len(candidates) > 1:
+        runner = candidates[1]
+        diff = next(
+            (name for name, a, b in zip(best.objective_names, best.objective, runner.objective, strict=True) if a != b),
+            None,
+        )
+        lines.append(
+            f"runner-up {runner.placement.describe()} lost on {diff}" if diff else
+            f"runner-up {runner.placement.describe()} tied; first in node order kept"
+        )
+    return tuple(lines)
+
+
+def unresolvable(state: ClusterState, job: JobRequest, policy: Policy) -> bool:
+    """True if the job could not be placed even with every GPU of the cluster free."""
+    empty = ClusterState(tuple(NodeState(ns.spec) for ns in state.nodes))
+    eligible = [ns for ns in empty.nodes if policy.filter(ns, job) is None]
+    return not eligible or not policy.choose(eligible, job)
+
+
+def pending_reason(state: ClusterState, job: JobRequest, policy: Policy, eligible: Sequence[NodeState]) -> str:
+    """One line with numbers: what the gang needs and the most any node or the cluster offers."""
+    need = f"needs {job.workers} worker(s) x {job.gpus_per_worker} GPU(s)"
+    kind = "nodes serving --gputopology jobs" if job.topology_aware else "nodes serving non-topology jobs"
+    serving = [ns for ns in state.nodes if policy.filter(ns, JobRequest(job.name, 1, 0, job.topology_aware)) is None]
+    if not serving:
+        return f"{need}; no {kind} exist (label one with `ringleader node label`)"
+    most = max(serving, key=lambda ns: ns.n_free)
+    slots = sum(ns.n_free // job.gpus_per_worker for ns in serving) if job.gpus_per_worker else job.workers
+    return (
+        f"{need} = {job.total_gpus} GPUs on {kind}; most free on any such node: "
+        f"{most.n_free} ({most.name}); worker slots free over {len(serving)} such node(s): {slots}"
+    )
+
+
+def free_ids(ns: NodeState) -> tuple[int, ...]:
+    return bits(ns.free_mask)

@@ -1,0 +1,241 @@
+"""Inputs and outputs of the placement engine: small immutable values, no I/O.
+
+A ``ClusterState`` snapshot and a ``JobRequest`` go in; a ``Decision`` comes out. "Does not fit"
+is a value (``Code.UNSCHEDULABLE`` / ``Code.UNRESOLVABLE`` with reasons), never an exception.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+
+from ringleader.topology.cluster import NodeSpec
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """A gang: ``workers`` workers of ``gpus_per_worker`` GPUs each, placed all at once or not."""
+
+    name: str
+    workers: int
+    gpus_per_worker: int
+    topology_aware: bool = False
+    priority: int = 0
+    model: str | None = None  # optional hint (e.g. "vgg16") for throughput predictions
+
+    @property
+    def total_gpus(self) -> int:
+        return self.workers * self.gpus_per_worker
+
+    @property
+    def policy_name(self) -> str:
+        return "topology" if self.topology_aware else "default"
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """A node and which of its GPUs are allocated (to which job)."""
+
+    spec: NodeSpec
+    allocated: tuple[tuple[int, str], ...] = ()  # (gpu id, job name), sorted by gpu id
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @cached_property
+    def used_mask(self) -> int:
+        mask = 0
+        for gpu, _ in self.allocated:
+            mask |= 1 << gpu
+        return mask
+
+    @property
+    def free_mask(self) -> int:
+        return self.spec.topology.all_mask & ~self.used_mask
+
+    @property
+    def free_gpus(self) -> tuple[int, ...]:
+        return tuple(i for i in range(self.spec.topology.n_gpus) if self.free_mask >> i & 1)
+
+    @property
+    def n_free(self) -> int:
+        return self.free_mask.bit_count()
+
+    def owner(self, gpu: int) -> str | None:
+        return dict(self.allocated).get(gpu)
+
+
+@dataclass(frozen=True)
+class WorkerSlot:
+    """Where worker ``index`` runs: a node and its GPU ids, in the order local ranks use them."""
+
+    index: int
+    node: str
+    gpus: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Placement:
+    job: str
+    slots: tuple[WorkerSlot, ...]
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        seen: dict[str, None] = {}
+        for slot in self.slots:
+            seen.setdefault(slot.node)
+        return tuple(seen)
+
+    def gpus_on(self, node: str) -> tuple[int, ...]:
+        return tuple(g for s in self.slots if s.node == node for g in s.gpus)
+
+    def describe(self) -> str:
+        parts = []
+        for node in self.nodes:
+            gpus = self.gpus_on(node)
+            workers = sum(1 for s in self.slots if s.node == node)
+            parts.append(f"{node}[{workers}w: GPU {','.join(map(str, gpus)) or '-'}]")
+        return " + ".join(parts)
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    """A frozen snapshot of every node and its allocations."""
+
+    nodes: tuple[NodeState, ...]
+
+    @staticmethod
+    def empty(specs: Iterable[NodeSpec]) -> ClusterState:
+        return ClusterState(tuple(NodeState(s) for s in specs))
+
+    @cached_property
+    def by_name(self) -> Mapping[str, NodeState]:
+        return {n.name: n for n in self.nodes}
+
+    def node(self, name: str) -> NodeState:
+        return self.by_name[name]
+
+    def with_placement(self, placement: Placement) -> ClusterState:
+        """The state after committing ``placement`` (raises if a GPU is already taken)."""
+        added: dict[str, list[int]] = {}
+        for slot in placement.slots:
+            added.setdefault(slot.node, []).extend(slot.gpus)
+        nodes = []
+        for ns in self.nodes:
+            gpus = added.get(ns.name)
+            if not gpus:
+                nodes.append(ns)
+                continue
+            taken = {g for g, _ in ns.allocated}
+            clash = taken.intersection(gpus)
+            if clash:
+                raise ValueError(f"GPU {sorted(clash)} on {ns.name} already allocated")
+            allocated = tuple(sorted([*ns.allocated, *((g, placement.job) for g in gpus)]))
+            nodes.append(replace(ns, allocated=allocated))
+        return ClusterState(tuple(nodes))
+
+    def without_job(self, job: str) -> ClusterState:
+        nodes = tuple(
+            replace(ns, allocated=tuple(a for a in ns.allocated if a[1] != job))
+            if any(a[1] == job for a in ns.allocated)
+            else ns
+            for ns in self.nodes
+        )
+        return ClusterState(nodes)
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(n.spec.topology.n_gpus for n in self.nodes)
+
+    @property
+    def free_gpus(self) -> int:
+        return sum(n.n_free for n in self.nodes)
+
+
+class Code(enum.Enum):
+    """Outcome of a placement attempt (the shape of a Kubernetes framework Status)."""
+
+    SUCCESS = "Success"
+    UNSCHEDULABLE = "Unschedulable"  # does not fit now; may fit when other jobs end
+    UNRESOLVABLE = "UnschedulableAndUnresolvable"  # can never fit on this cluster
+
+
+@dataclass(frozen=True)
+class Bottleneck:
+    """The slowest link a job's allreduce crosses."""
+
+    kind: str  # "NV2", "SYS", ..., "network", or "none" (single GPU)
+    gbs: float
+    where: str  # "node-a GPU1-GPU2" or "node-a <-> node-b"
+
+    def describe(self) -> str:
+        if self.kind == "none":
+            return "no GPU-to-GPU traffic (one GPU)"
+        return f"{self.kind} {self.gbs:g} GB/s ({self.where})"
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """Numbers that describe a placement, whichever policy chose it."""
+
+    nodes_used: int
+    bottleneck: Bottleneck
+    sum_pair_gbs: float  # summed GB/s over GPU pairs inside each node
+    fragmentation_after: float  # share of the used nodes' free GPUs left stranded, 0..1
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "nodes_used": self.nodes_used,
+            "bottleneck_link": self.bottleneck.kind,
+            "bottleneck_gbs": self.bottleneck.gbs,
+            "bottleneck_where": self.bottleneck.where,
+            "sum_pair_gbs": round(self.sum_pair_gbs, 3),
+            "fragmentation_after": round(self.fragmentation_after, 4),
+        }
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A placement a policy considered, with its metrics and the policy's objective value."""
+
+    placement: Placement
+    metrics: Metrics
+    objective: tuple[float, ...]
+    objective_names: tuple[str, ...]
+
+    def objective_dict(self) -> dict[str, float]:
+        return dict(zip(self.objective_names, self.objective, strict=True))
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the engine decided for one job, with everything needed to explain it."""
+
+    job: JobRequest
+    policy: str
+    code: Code
+    chosen: Candidate | None = None
+    runner_up: Candidate | None = None
+    reasons: tuple[str, ...] = ()  # why not (pending) or why this one (success)
+    node_reasons: Mapping[str, str] = field(default_factory=dict)  # node -> why it was filtered
+    candidates_considered: int = 0
+
+    @property
+    def placement(self) -> Placement | None:
+        return self.chosen.placement if self.chosen else None
+
+    @property
+    def ok(self) -> bool:
+        return self.code is Code.SUCCESS
+
+    def summary(self) -> str:
+        if self.chosen is None:
+            return "; ".join(self.reasons)
+        m = self.chosen.metrics
+        return (
+            f"{self.policy}: {self.chosen.placement.describe()}; {m.nodes_used} node(s), "
+            f"bottleneck {m.bottleneck.describe()}"
+        )

@@ -1,0 +1,187 @@
+"""Declared clusters: nodes with a topology, labels and an inter-node network, from YAML.
+
+A cluster file looks like::
+
+    nodes:
+      - name: node-a            # DNS-1123 label
+        preset: dgx1v           # or matrix_file: topo.txt | matrix: "<topo -m text>"
+        bandwidth_file: bw.txt  # optional measured GB/s matrix
+        network_gbps: 25        # inter-node network (Gb/s)
+        emulated: true          # workers run as processes on this host, GPU ids are virtual
+        labels: {gpu-schedule: topology}
+        count: 4                # optional: node-a-0 .. node-a-3
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ringleader.errors import RingleaderError, TopologyError, UsageError
+from ringleader.reference import reference
+from ringleader.topology.node import NodeTopology
+from ringleader.topology.presets import preset
+from ringleader.topology.smi import parse_bandwidth_text, parse_topo_text
+
+NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+SCHEDULE_LABEL = "gpu-schedule"
+SCHEDULE_MODES = ("topology", "default")
+
+
+def check_name(name: str, what: str) -> str:
+    """Kubernetes DNS-1123 label: what job and node names must be."""
+    if not isinstance(name, str) or len(name) > 63 or not NAME_RE.match(name):
+        raise UsageError(
+            f"invalid {what} name {name!r}",
+            "use at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit",
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One node of the cluster as the scheduler sees it."""
+
+    name: str
+    topology: NodeTopology
+    network_gbps: float = field(default_factory=lambda: float(reference()["network"]["default_gbps"]))
+    labels: tuple[tuple[str, str], ...] = ()
+    emulated: bool = False
+
+    @property
+    def schedule_mode(self) -> str | None:
+        """'topology', 'default', or None (unlabelled: serves both kinds of job)."""
+        return dict(self.labels).get(SCHEDULE_LABEL)
+
+    @property
+    def network_gbs(self) -> float:
+        return self.network_gbps / 8.0
+
+    def with_labels(self, labels: Mapping[str, str]) -> NodeSpec:
+        return NodeSpec(self.name, self.topology, self.network_gbps, tuple(sorted(labels.items())), self.emulated)
+
+
+class _LineLoader(yaml.SafeLoader):
+    """Remembers the line of every mapping so errors can say where."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        mapping = super().construct_mapping(node, deep=deep)
+        mapping["__line__"] = node.start_mark.line + 1
+        return mapping
+
+
+_NODE_KEYS = {
+    "name", "preset", "matrix", "matrix_file", "bandwidth", "bandwidth_file", "network_gbps",
+    "labels", "emulated", "count", "gpu_model",
+}  # fmt: skip
+
+
+def load_cluster_text(text: str, base_dir: Path, origin: str = "cluster file") -> list[NodeSpec]:
+    try:
+        doc = yaml.load(text, Loader=_LineLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise UsageError(f"{origin}{where}: not valid YAML ({getattr(exc, 'problem', exc)})", "fix the YAML syntax") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("nodes"), list) or not doc["nodes"]:
+        raise UsageError(f"{origin}: no `nodes:` list", "give a `nodes:` list with at least one node")
+    specs: list[NodeSpec] = []
+    for item in doc["nodes"]:
+        if not isinstance(item, dict):
+            raise UsageError(f"{origin}: each entry of `nodes:` must be a mapping", "write `- name: ...`")
+        specs.extend(_node_specs(item, base_dir, origin))
+    names = [s.name for s in specs]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise UsageError(f"{origin}: node name {dupes[0]!r} declared twice", "give every node its own name")
+    return specs
+
+
+def load_cluster_file(path: str | Path) -> list[NodeSpec]:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise UsageError(f"cannot read cluster file {str(p)!r}: {exc.strerror}", "check the path") from None
+    return load_cluster_text(text, p.parent, origin=str(p))
+
+
+def _node_specs(item: dict[str, Any], base_dir: Path, origin: str) -> list[NodeSpec]:
+    line = item.get("__line__", "?")
+    where = f"{origin} line {line}"
+    unknown = sorted(set(item) - _NODE_KEYS - {"__line__"})
+    if unknown:
+        raise UsageError(f"{where}: unknown key {unknown[0]!r}", f"use only {', '.join(sorted(_NODE_KEYS))}")
+    try:
+        name = check_name(str(item.get("name", "")), "node")
+        topology = _topology(item, base_dir)
+        network = float(item.get("network_gbps", reference()["network"]["default_gbps"]))
+        if network <= 0:
+            raise UsageError(f"network_gbps must be > 0, got {network}", "give the link speed in Gb/s")
+        labels = {str(k): str(v) for k, v in (item.get("labels") or {}).items() if k != "__line__"}
+        mode = labels.get(SCHEDULE_LABEL)
+        if mode is not None and mode not in SCHEDULE_MODES:
+            raise UsageError(f"label {SCHEDULE_LABEL}={mode!r} is not a mode", "use topology or default")
+        count = int(item.get("count", 1))
+        if count < 1:
+            raise UsageError(f"count must be >= 1, got {count}", "give how many such nodes to declare")
+    except RingleaderError as exc:
+        raise type(exc)(f"{where}: {exc.message}", exc.fix) from None
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"{where}: {exc}", "check the value types of this node") from None
+    emulated = bool(item.get("emulated", False))
+    names = [name] if count == 1 else [check_name(f"{name}-{i}", "node") for i in range(count)]
+    return [NodeSpec(n, topology, network, tuple(sorted(labels.items())), emulated) for n in names]
+
+
+def _topology(item: dict[str, Any], base_dir: Path) -> NodeTopology:
+    sources = [k for k in ("preset", "matrix", "matrix_file") if k in item]
+    if len(sources) != 1:
+        raise TopologyError(
+            "a node needs exactly one of preset, matrix, matrix_file",
+            "name a preset (see `ringleader topo --presets`) or give `nvidia-smi topo -m` text",
+        )
+    gpu_model = str(item.get("gpu_model", ""))
+    if "preset" in item:
+        topo = preset(str(item["preset"]))
+    else:
+        text = item["matrix"] if "matrix" in item else _read(base_dir, item["matrix_file"])
+        if isinstance(text, list):
+            text = _rows_to_text(text)
+        topo = parse_topo_text(str(text), gpu_model=gpu_model)
+    measured = None
+    if "bandwidth" in item or "bandwidth_file" in item:
+        raw = item.get("bandwidth")
+        if raw is None:
+            measured = parse_bandwidth_text(_read(base_dir, item["bandwidth_file"]))
+        elif isinstance(raw, list):
+            measured = tuple(tuple(float(v) for v in row) for row in raw)
+        else:
+            measured = parse_bandwidth_text(str(raw))
+    if measured is None and not gpu_model:
+        return topo
+    return NodeTopology(
+        links=topo.links, gpu_model=gpu_model or topo.gpu_model, numa=topo.numa,
+        cpu_affinity=topo.cpu_affinity, measured_gbs=measured, nics=topo.nics,
+        nic_links=topo.nic_links, source=topo.source,
+    )  # fmt: skip
+
+
+def _rows_to_text(rows: list[Any]) -> str:
+    n = len(rows)
+    header = "\t" + "\t".join(f"GPU{i}" for i in range(n))
+    return header + "\n" + "\n".join(f"GPU{i}\t" + "\t".join(map(str, r)) for i, r in enumerate(rows))
+
+
+def _read(base_dir: Path, name: Any) -> str:
+    path = Path(str(name))
+    path = path if path.is_absolute() else base_dir / path
+    try:
+        return path.read_text()
+    except OSError as exc:
+        raise UsageError(f"cannot read {str(path)!r}: {exc.strerror}", "check the path") from None

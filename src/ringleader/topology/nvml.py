@@ -1,0 +1,103 @@
+"""Discover the local GPUs and their links through NVML (package nvidia-ml-py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ringleader.topology.links import SELF, Link
+from ringleader.topology.node import EMPTY, NodeTopology
+
+# nvmlDeviceGetTopologyCommonAncestor levels -> `nvidia-smi topo -m` kinds.
+_LEVEL_TO_KIND = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """What NVML found: a topology (possibly empty) and, when empty, why."""
+
+    topology: NodeTopology
+    gpu_uuids: tuple[str, ...]
+    reason: str = ""
+
+
+def discover() -> Discovery:
+    """Local GPUs, or an empty topology and a message saying why there are none."""
+    try:
+        import pynvml  # type: ignore[import-not-found]
+    except ImportError:
+        return Discovery(EMPTY, (), "NVML not available (pip install 'ringleader[nvml]'); no GPUs used")
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        return Discovery(EMPTY, (), f"no NVIDIA driver found ({exc}); running CPU jobs only")
+    try:
+        return _read(pynvml)
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _read(nvml: Any) -> Discovery:
+    count = nvml.nvmlDeviceGetCount()
+    if count == 0:
+        return Discovery(EMPTY, (), "NVML reports 0 GPUs; running CPU jobs only")
+    handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+    bus_ids = [_bus_id(nvml.nvmlDeviceGetPciInfo(h)) for h in handles]
+    nvlinks = _nvlink_counts(nvml, handles, bus_ids)
+    rows = []
+    for i in range(count):
+        row = []
+        for j in range(count):
+            if i == j:
+                row.append(SELF)
+            elif nvlinks.get((min(i, j), max(i, j))):
+                row.append(Link("NV", nvlinks[(min(i, j), max(i, j))]))
+            else:
+                level = nvml.nvmlDeviceGetTopologyCommonAncestor(handles[i], handles[j])
+                row.append(Link(_LEVEL_TO_KIND.get(int(level), "SYS")))
+        rows.append(tuple(row))
+    name = nvml.nvmlDeviceGetName(handles[0])
+    name = name.decode() if isinstance(name, bytes) else str(name)
+    uuids = []
+    for h in handles:
+        uuid = nvml.nvmlDeviceGetUUID(h)
+        uuids.append(uuid.decode() if isinstance(uuid, bytes) else str(uuid))
+    return Discovery(NodeTopology(links=tuple(rows), gpu_model=_short_model(name), source="nvml"), tuple(uuids))
+
+
+def _bus_id(pci: Any) -> str:
+    raw = pci.busId
+    return (raw.decode() if isinstance(raw, bytes) else str(raw)).lower()
+
+
+def _nvlink_counts(nvml: Any, handles: list[Any], bus_ids: list[str]) -> dict[tuple[int, int], int]:
+    """NVLinks per GPU pair. A link whose far end is not a GPU goes to an NVSwitch: every two
+    GPUs on the switch fabric then share min(their switch links)."""
+    index = {b[-12:]: i for i, b in enumerate(bus_ids)}
+    direct: dict[tuple[int, int], int] = {}
+    to_switch = [0] * len(handles)
+    for i, h in enumerate(handles):
+        for link in range(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18)):
+            try:
+                if nvml.nvmlDeviceGetNvLinkState(h, link) != 1:
+                    continue
+                remote = _bus_id(nvml.nvmlDeviceGetNvLinkRemotePciInfo(h, link))[-12:]
+            except Exception:
+                break
+            j = index.get(remote)
+            if j is None:
+                to_switch[i] += 1
+            elif i < j:
+                direct[(i, j)] = direct.get((i, j), 0) + 1
+    for i in range(len(handles)):
+        for j in range(i + 1, len(handles)):
+            if to_switch[i] and to_switch[j]:
+                direct[(i, j)] = direct.get((i, j), 0) + min(to_switch[i], to_switch[j])
+    return direct
+
+
+def _short_model(name: str) -> str:
+    for model in ("H200", "H100", "A100", "V100", "A10", "L40", "T4"):
+        if model in name:
+            return model
+    return name
