@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import click
 import yaml
 from rich.console import Console
 from rich.table import Table
 
-OUTPUT_CHOICES = click.Choice(["table", "json", "yaml", "wide"])
+F = TypeVar("F", bound=Callable[..., Any])
 
 
-def output_option(*choices: str):  # type: ignore[no-untyped-def]
+def output_option(*choices: str) -> Callable[[F], F]:
     """`-o/--output` with the given formats (table is always the default)."""
     allowed = ("table", *choices)
     return click.option(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ringleader.topology.node import NodeTopology
@@ -85,10 +86,14 @@ class NodeSearch:
         return best
 
     def capacity(self, mask: int, level: float) -> int:
-        """How many GPUs of ``mask`` can be taken with a bottleneck of at least ``level``."""
+        """How many GPUs of ``mask`` can be taken with a bottleneck of at least ``level``
+        (any level, also one this topology does not have)."""
         if mask.bit_count() <= 1:
             return mask.bit_count()
-        return self.max_clique(mask, level)
+        own = [lv for lv in self.levels if lv >= level]
+        if not own:
+            return 1  # no pair is that fast: one GPU alone has no bottleneck
+        return self.max_clique(mask, own[-1])
 
     def bottleneck_level(self, mask: int, k: int) -> float:
         """Best achievable bottleneck for k GPUs out of ``mask`` (INF for k <= 1)."""
@@ -145,10 +150,10 @@ class NodeSearch:
         return best
 
     @staticmethod
-    def _cliques(free_mask: int, k: int, adj: tuple[int, ...]):  # type: ignore[no-untyped-def]
+    def _cliques(free_mask: int, k: int, adj: tuple[int, ...]) -> Iterator[int]:
         """Every k-subset of ``free_mask`` whose pairs are all adjacent."""
 
-        def walk(chosen: int, cand: int, need: int):  # type: ignore[no-untyped-def]
+        def walk(chosen: int, cand: int, need: int) -> Iterator[int]:
             if need == 0:
                 yield chosen
                 return

@@ -83,11 +83,12 @@ _NODE_KEYS = {
 
 def load_cluster_text(text: str, base_dir: Path, origin: str = "cluster file") -> list[NodeSpec]:
     try:
-        doc = yaml.load(text, Loader=_LineLoader)  # noqa: S506 - a SafeLoader subclass
+        doc = yaml.load(text, Loader=_LineLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
-        raise UsageError(f"{origin}{where}: not valid YAML ({getattr(exc, 'problem', exc)})", "fix the YAML syntax") from None
+        problem = getattr(exc, "problem", exc)
+        raise UsageError(f"{origin}{where}: not valid YAML ({problem})", "fix the YAML syntax") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("nodes"), list) or not doc["nodes"]:
         raise UsageError(f"{origin}: no `nodes:` list", "give a `nodes:` list with at least one node")
     specs: list[NodeSpec] = []

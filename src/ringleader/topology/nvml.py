@@ -24,7 +24,7 @@ class Discovery:
 def discover() -> Discovery:
     """Local GPUs, or an empty topology and a message saying why there are none."""
     try:
-        import pynvml  # type: ignore[import-not-found]
+        import pynvml
     except ImportError:
         return Discovery(EMPTY, (), "NVML not available (pip install 'ringleader[nvml]'); no GPUs used")
     try:

@@ -28,7 +28,8 @@ def parse_topo_text(text: str, *, gpu_model: str = "", source: str = "") -> Node
     for idx, line in enumerate(lines):
         if line.lstrip().startswith("#"):
             continue
-        if "GPU0" in line.split():
+        tokens = line.split()
+        if "GPU0" in tokens and "X" not in tokens:  # the header row names devices; rows hold X
             header_at = idx
             break
     if header_at is None:

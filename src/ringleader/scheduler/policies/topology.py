@@ -70,7 +70,7 @@ class TopologyPolicy(Policy):
     # -- one node -----------------------------------------------------------------------------
     def _single_node(self, groups: list[_Group], job: JobRequest) -> list[Candidate]:
         need = job.total_gpus
-        scored: list[tuple[tuple[float, ...], _Group, GpuSet]] = []
+        scored: list[tuple[tuple[float, float, float, float, float], _Group, GpuSet]] = []
         for group in groups:
             if group.free_mask.bit_count() < need:
                 continue
@@ -83,7 +83,7 @@ class TopologyPolicy(Policy):
             return []
         # Stable sort keeps node order among equals (first declared node wins a tie).
         scored.sort(key=lambda item: (item[0], -item[1].members[0].spec.topology.n_gpus), reverse=True)
-        picks: list[tuple[tuple[float, ...], NodeState, _Group, GpuSet]] = []
+        picks: list[tuple[tuple[float, float, float, float, float], NodeState, _Group, GpuSet]] = []
         objective, group, best = scored[0]
         picks.append((objective, group.members[0], group, best))
         if len(group.members) > 1:

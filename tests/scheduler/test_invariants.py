@@ -1,0 +1,123 @@
+"""Placement invariants over random clusters and jobs (hypothesis), checked against brute force."""
+
+from __future__ import annotations
+
+import itertools
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from builders import job, node
+from ringleader.scheduler import ClusterState, Code, JobRequest, QueuedJob, place, schedule_queue
+
+PRESETS = ["dgx1v", "pcie-8gpu-2socket", "pcie-4gpu-workstation", "dgx-a100"]
+
+
+@st.composite
+def clusters(draw: st.DrawFn) -> ClusterState:
+    count = draw(st.integers(1, 4))
+    nodes = []
+    for i in range(count):
+        kind = draw(st.sampled_from(PRESETS))
+        n = {"pcie-4gpu-workstation": 4}.get(kind, 8)
+        busy = draw(st.sets(st.integers(0, n - 1), max_size=n))
+        nodes.append(node(f"n{i}", kind, busy=tuple(sorted(busy))))
+    return ClusterState(tuple(nodes))
+
+
+jobs = st.builds(
+    lambda w, g, topo: job(w, g, topo=topo), st.integers(1, 10), st.integers(0, 4), st.booleans()
+)
+
+
+def worker_slots_free(state: ClusterState, request: JobRequest) -> int:
+    return sum(ns.n_free // request.gpus_per_worker for ns in state.nodes) if request.gpus_per_worker else 10**9
+
+
+def min_nodes(state: ClusterState, request: JobRequest) -> int:
+    caps = sorted((ns.n_free // request.gpus_per_worker for ns in state.nodes), reverse=True)
+    total = 0
+    for used, cap in enumerate(caps, start=1):
+        total += cap
+        if total >= request.workers:
+            return used
+    raise AssertionError("infeasible")
+
+
+@settings(max_examples=300, deadline=None)
+@given(clusters(), jobs)
+def test_a_placement_is_a_whole_gang_on_free_gpus(state: ClusterState, request: JobRequest) -> None:
+    decision = place(state, request)
+    if not decision.ok:
+        assert decision.placement is None and decision.reasons
+        return
+    placement = decision.placement
+    assert placement is not None
+    assert len(placement.slots) == request.workers
+    seen = set()
+    for slot in placement.slots:
+        assert len(slot.gpus) == request.gpus_per_worker
+        ns = state.node(slot.node)
+        for gpu in slot.gpus:
+            assert ns.free_mask >> gpu & 1, "placed on a busy GPU"
+            assert (slot.node, gpu) not in seen, "GPU handed out twice"
+            seen.add((slot.node, gpu))
+    state.with_placement(placement)  # commits without a clash
+
+
+@settings(max_examples=300, deadline=None)
+@given(clusters(), jobs)
+def test_gang_fails_only_when_no_placement_exists(state: ClusterState, request: JobRequest) -> None:
+    decision = place(state, request)
+    fits = worker_slots_free(state, request) >= request.workers
+    assert decision.ok == fits
+    if not fits:
+        assert decision.code in (Code.UNSCHEDULABLE, Code.UNRESOLVABLE)
+
+
+@settings(max_examples=300, deadline=None)
+@given(clusters(), st.integers(1, 10), st.integers(1, 4))
+def test_topology_policy_uses_the_fewest_nodes(state: ClusterState, workers: int, gpus: int) -> None:
+    request = job(workers, gpus)
+    decision = place(state, request)
+    if decision.placement is not None:
+        assert len(decision.placement.nodes) == min_nodes(state, request)
+
+
+def brute_force_best(state: ClusterState, k: int) -> tuple[float, float]:
+    """Max bottleneck, then max summed bandwidth, over every k-subset of every node's free GPUs."""
+    best = (-1.0, -1.0)
+    for ns in state.nodes:
+        bw = ns.spec.topology.bandwidth_gbs
+        for subset in itertools.combinations(ns.free_gpus, k):
+            pairs = [bw[a][b] for a, b in itertools.combinations(subset, 2)]
+            best = max(best, (min(pairs), sum(pairs)))
+    return best
+
+
+@settings(max_examples=300, deadline=None)
+@given(clusters(), st.integers(2, 8))
+def test_single_node_choice_equals_the_exhaustive_optimum(state: ClusterState, k: int) -> None:
+    decision = place(state, job(k))
+    if decision.placement is None or len(decision.placement.nodes) != 1:
+        return
+    assert decision.chosen is not None
+    metrics = decision.chosen.metrics
+    assert (metrics.bottleneck.gbs, metrics.sum_pair_gbs) == brute_force_best(state, k)
+
+
+@settings(max_examples=150, deadline=None)
+@given(clusters(), st.lists(jobs, min_size=1, max_size=8))
+def test_a_queue_pass_never_double_allocates(state: ClusterState, requests: list[JobRequest]) -> None:
+    pending = [
+        QueuedJob(JobRequest(f"j{i}", r.workers, r.gpus_per_worker, r.topology_aware), i)
+        for i, r in enumerate(requests)
+    ]
+    after, decisions = schedule_queue(state, pending)
+    placed = [d for d in decisions if d.ok]
+    used_before = sum(ns.used_mask.bit_count() for ns in state.nodes)
+    used_after = sum(ns.used_mask.bit_count() for ns in after.nodes)
+    assert used_after - used_before == sum(d.job.total_gpus for d in placed)
+    for d in placed:
+        after = after.without_job(d.job.name)
+    assert after == state
