@@ -1,0 +1,49 @@
+"""Step-time and throughput model of data-parallel training, and its calibration.
+
+    from ringleader.model import predict_placement, compare_policies
+    pred = predict_placement(state.by_name, placement, model="vgg16", batch_size=64, precision="fp32")
+    pred.images_per_s, pred.step_time_s, pred.bound, pred.scaling_efficiency
+
+Pure functions over small frozen values; the formulas and constants are in docs/model.md and
+data/reference.toml. No torch, no I/O except reading/writing calibration and bench JSON files.
+"""
+
+from ringleader.model.calibration import (
+    Calibration,
+    ComputeFit,
+    LinkFit,
+    load_calibration,
+    save_calibration,
+)
+from ringleader.model.comm import AllreduceCost, Hop, allreduce_cost, allreduce_time_s
+from ringleader.model.compute import ComputeRate, compute_rate
+from ringleader.model.predict import Prediction, compare_policies, predict_placement
+from ringleader.model.tables import grad_bytes, known_models
+
+
+def known_gpu_types(calibration: Calibration | None = None) -> list[str]:
+    """GPU types with a published (or, given a calibration, a measured) single-GPU rate."""
+    from ringleader.model.compute import gpu_types
+
+    return gpu_types(calibration)
+
+
+__all__ = [
+    "AllreduceCost",
+    "Calibration",
+    "ComputeFit",
+    "ComputeRate",
+    "Hop",
+    "LinkFit",
+    "Prediction",
+    "allreduce_cost",
+    "allreduce_time_s",
+    "compare_policies",
+    "compute_rate",
+    "grad_bytes",
+    "known_gpu_types",
+    "known_models",
+    "load_calibration",
+    "predict_placement",
+    "save_calibration",
+]

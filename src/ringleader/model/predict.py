@@ -1,0 +1,169 @@
+"""Throughput of a data-parallel job on a placement: the API the scheduler-facing code calls.
+
+    from ringleader.model import predict_placement
+    pred = predict_placement(state.by_name, decision.placement, model="vgg16", batch_size=64)
+    print(f"predicted {pred.images_per_s:.0f} images/s ({pred.bound}-bound)")
+
+Step time (docs/model.md): t = t_compute + t_allreduce - overlap x min(t_allreduce, t_backward),
+images/s = ranks x batch / t, capped by the input pipeline when its rate is given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ringleader.errors import UsageError
+from ringleader.model.calibration import Calibration
+from ringleader.model.comm import AllreduceCost, allreduce_cost, n_ranks
+from ringleader.model.compute import ComputeRate, compute_rate, gpu_types
+from ringleader.model.tables import check_model, check_precision, grad_bytes, model_constant
+from ringleader.scheduler.framework import place, policy_names
+from ringleader.scheduler.types import ClusterState, JobRequest, NodeState, Placement
+
+BOUNDS = ("compute", "communication", "data")
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Predicted step time and throughput of one job on one placement."""
+
+    model: str
+    gpu_type: str
+    precision: str
+    batch_size: int  # per GPU (per rank)
+    ranks: int
+    nodes: int
+    placement: str
+    images_per_s: float
+    step_time_s: float
+    compute_s: float
+    comm_s: float  # the whole allreduce
+    comm_exposed_s: float  # the part not hidden behind backward
+    overlap: float
+    bound: str  # "compute" | "communication" | "data"
+    scaling_efficiency: float  # images_per_s / (ranks x single-GPU images/s at this batch)
+    single_gpu_images_per_s: float
+    grad_bytes: float
+    allreduce: AllreduceCost
+    compute_source: str
+    data_ceiling_images_per_s: float | None = None
+
+    def summary(self) -> str:
+        return f"predicted {self.images_per_s:.0f} images/s ({self.bound}-bound)"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model, "gpu_type": self.gpu_type, "precision": self.precision,
+            "batch_size": self.batch_size, "ranks": self.ranks, "nodes": self.nodes,
+            "placement": self.placement, "images_per_s": round(self.images_per_s, 2),
+            "step_time_s": round(self.step_time_s, 6), "compute_s": round(self.compute_s, 6),
+            "comm_s": round(self.comm_s, 6), "comm_exposed_s": round(self.comm_exposed_s, 6),
+            "overlap": self.overlap, "bound": self.bound,
+            "scaling_efficiency": round(self.scaling_efficiency, 4),
+            "single_gpu_images_per_s": round(self.single_gpu_images_per_s, 2),
+            "grad_bytes": int(self.grad_bytes), "allreduce": self.allreduce.as_dict(),
+            "compute_source": self.compute_source,
+            "data_ceiling_images_per_s": self.data_ceiling_images_per_s,
+        }  # fmt: skip
+
+
+def _gpu_types_of(nodes: Mapping[str, NodeState], placement: Placement, calibration: Calibration | None) -> list[str]:
+    found = []
+    for name in placement.nodes:
+        model = nodes[name].spec.topology.gpu_model if name in nodes else ""
+        if not model:
+            raise UsageError(
+                f"node {name!r} declares no GPU model",
+                f"pass a GPU type (one of {', '.join(gpu_types(calibration))}) or set gpu_model in the cluster file",
+            )
+        found.append(model)
+    return sorted(set(found))
+
+
+def _slowest(rates: Iterable[ComputeRate]) -> ComputeRate:
+    return max(rates, key=lambda r: r.step_s)
+
+
+def predict_placement(
+    nodes: Mapping[str, NodeState],
+    placement: Placement,
+    model: str,
+    batch_size: int,
+    precision: str = "fp32",
+    gpu_type: str | None = None,
+    calibration: Calibration | None = None,
+    *,
+    backend: str | None = None,
+    algorithm: str = "auto",
+    ring_order: str | None = None,
+    overlap: float | None = None,
+    network_efficiency: float | None = None,
+    data_images_per_s: float | None = None,
+) -> Prediction:
+    """Predict a synchronous data-parallel job of ``batch_size`` images per GPU on ``placement``.
+
+    ``nodes`` maps node names to their state (``ClusterState.by_name``). ``gpu_type`` None uses
+    each node's GPU model (the slowest GPU sets the step). ``data_images_per_s`` is what one
+    worker's input pipeline delivers (None: unlimited).
+    """
+    model = check_model(model)
+    precision = check_precision(precision)
+    types = [gpu_type] if gpu_type else _gpu_types_of(nodes, placement, calibration)
+    rate = _slowest(compute_rate(model, t, precision, batch_size, calibration) for t in types)
+    nbytes = grad_bytes(model, precision)
+    cost = allreduce_cost(
+        nodes, placement, nbytes, algorithm=algorithm, backend=backend, ring_order=ring_order,
+        calibration=calibration, network_efficiency=network_efficiency,
+    )  # fmt: skip
+    phi = overlap if overlap is not None else (
+        calibration.overlap if calibration and calibration.overlap is not None else model_constant("overlap")
+    )  # fmt: skip
+    if not 0.0 <= phi <= 1.0:
+        raise UsageError(f"overlap must be within 0..1, got {phi}", "give the share of backward that hides allreduce")
+    hidden = phi * min(cost.time_s, rate.backward_s)
+    exposed = cost.time_s - hidden
+    step = rate.step_s + exposed
+    ranks = n_ranks(placement)
+    images = ranks * batch_size / step
+    bound = "communication" if cost.time_s > rate.step_s else "compute"
+    ceiling = None
+    if data_images_per_s is not None:
+        if data_images_per_s <= 0:
+            raise UsageError(f"data pipeline rate must be > 0, got {data_images_per_s}", "give images/s per worker")
+        ceiling = data_images_per_s * len(placement.slots)
+        if ceiling < images:
+            images, bound = ceiling, "data"
+            step = ranks * batch_size / images
+    return Prediction(
+        model, rate.gpu_type, precision, batch_size, ranks, len(placement.nodes), placement.describe(),
+        images, step, rate.step_s, cost.time_s, exposed, phi, bound,
+        images / (ranks * rate.images_per_s), rate.images_per_s, nbytes, cost, rate.source, ceiling,
+    )  # fmt: skip
+
+
+def compare_policies(
+    state: ClusterState,
+    job: JobRequest,
+    *,
+    model: str,
+    batch_size: int,
+    precision: str = "fp32",
+    gpu_type: str | None = None,
+    calibration: Calibration | None = None,
+    policies: Iterable[str] | None = None,
+    **options: Any,
+) -> dict[str, Prediction | None]:
+    """For every policy (default: all registered), the prediction on the placement it picks
+    for ``job`` on ``state``; None where that policy cannot place the job."""
+    out: dict[str, Prediction | None] = {}
+    for name in policies if policies is not None else policy_names():
+        decision = place(state, job, policy=name)
+        if decision.placement is None:
+            out[name] = None
+            continue
+        out[name] = predict_placement(
+            state.by_name, decision.placement, model, batch_size, precision, gpu_type, calibration, **options
+        )
+    return out
