@@ -93,7 +93,7 @@ class Calibration:
                     "rel_rmse": round(v.rel_rmse, 4),
                 }
                 for k, v in sorted(self.links.items())
-            },  # fmt: skip
+            },
             "compute": [
                 {
                     "model": c.model,
@@ -105,7 +105,7 @@ class Calibration:
                     "points": c.points,
                 }
                 for c in self.compute
-            ],  # fmt: skip
+            ],
             "overlap": self.overlap,
         }
 
