@@ -1,7 +1,89 @@
-"""Placeholder: this command group is being written."""
+"""`ringleader simulate`: compare placement policies on a job trace; `simulate gen-trace`."""
+
+from __future__ import annotations
+
+from typing import Any
 
 import click
 
+from ringleader.cli.output import console, emit_data, output_option, table
+
+
+class _DefaultRunGroup(click.Group):
+    """A group whose options, given without a subcommand, go to ``run``."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("-h", "--help"):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group("simulate", cls=_DefaultRunGroup)
+def simulate_group() -> None:
+    """Simulate a job trace on a declared cluster under several placement policies.
+
+    `ringleader simulate --cluster C --trace T` is `ringleader simulate run ...`.
+    """
+
+
+@simulate_group.command("run")
+@click.option("--cluster", "cluster_file", required=True, type=click.Path(dir_okay=False), help="Cluster YAML file.")
+@click.option("--trace", "trace_file", required=True, type=click.Path(dir_okay=False), help="Job trace CSV.")
+@click.option(
+    "--policies", default="topology,default,besteffort,ack", show_default=True,
+    help="Comma-separated policy names to compare.",
+)  # fmt: skip
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write results.json, CSVs and PNG plots here.")
+@click.option(
+    "--max-failures", default=32, show_default=True, type=click.IntRange(min=1),
+    help="Failed placement attempts allowed per scheduling pass.",
+)  # fmt: skip
+@output_option("json")
+def run_cmd(
+    cluster_file: str, trace_file: str, policies: str, out_dir: str | None, max_failures: int, output: str
+) -> None:
+    """Run the trace under each policy; print JCT, queueing, makespan, utilization, throughput."""
+    from ringleader.sim import compare_policies, load_trace, parse_policies, write_outputs
+    from ringleader.sim.compare import table_rows
+    from ringleader.topology import load_cluster_file
+
+    names = parse_policies(policies)
+    specs = load_cluster_file(cluster_file)
+    jobs = load_trace(trace_file)
+    result = compare_policies(specs, jobs, names, max_failures=max_failures)
+    written = write_outputs(result, out_dir, title=f"{len(jobs)} jobs, {len(specs)} nodes") if out_dir else []
+    if output == "json":
+        data: dict[str, Any] = result.as_dict()
+        data["files"] = [str(p) for p in written]
+        emit_data(data, "json")
+        return
+    headers, rows = table_rows(result)
+    con = console()
+    con.print(table(headers, rows))
+    for item in result.rejected():
+        con.print(f"rejected ({item['policy']}): {item['job']}: {item['reason']}")
+    for path in written:
+        con.print(f"wrote {path}")
+
+
+@simulate_group.command("gen-trace")
+@click.option("--jobs", "n_jobs", required=True, type=int, help="Number of jobs.")
+@click.option("--seed", default=0, show_default=True, type=int, help="Random seed (same seed, same trace).")
+@click.option("--arrival-rate", required=True, type=float, help="Poisson arrivals, jobs per hour.")
+@click.option("--cluster-gpus", type=int, help="Largest gang to generate (GPUs); default 16.")
+@click.option("--out", "out_file", required=True, type=click.Path(dir_okay=False), help="Trace CSV to write.")
+def gen_trace_cmd(n_jobs: int, seed: int, arrival_rate: float, cluster_gpus: int | None, out_file: str) -> None:
+    """Write a seeded trace: Poisson arrivals, gangs of 1-16 GPUs, CNN models."""
+    from ringleader.errors import UsageError
+    from ringleader.sim import generate_trace, write_trace
+
+    jobs = generate_trace(n_jobs, seed, arrival_rate, cluster_gpus)
+    try:
+        write_trace(jobs, out_file)
+    except OSError as exc:
+        raise UsageError(f"cannot write {out_file!r}: {exc.strerror}", "give a writable --out path") from None
+    click.echo(f"wrote {len(jobs)} jobs to {out_file} (last arrival {jobs[-1].arrival_s / 3600:.2f} h)")
+
 
 def register(cli: click.Group) -> None:
-    del cli
+    cli.add_command(simulate_group)

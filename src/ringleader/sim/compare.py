@@ -1,0 +1,146 @@
+"""Run one trace on one cluster under several policies and write the results.
+
+from ringleader.sim import compare_policies, load_trace
+from ringleader.topology import load_cluster_file
+result = compare_policies(load_cluster_file("c.yaml"), load_trace("t.csv"), ["topology", "default"])
+result.summaries  # one dict per policy (see ringleader.sim.summary)
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ringleader.errors import UsageError
+from ringleader.scheduler import get_policy
+from ringleader.sim.engine import DEFAULT_MAX_FAILURES, SimRun, simulate
+from ringleader.sim.steptime import Memoised, StepTimeFn, model_step_time
+from ringleader.sim.summary import job_rows, summarise
+from ringleader.sim.trace import TraceJob
+from ringleader.topology.cluster import NodeSpec
+
+SUMMARY_COLUMNS = (
+    ("policy", "POLICY", "{}"),
+    ("completed", "DONE", "{}"),
+    ("rejected", "REJECTED", "{}"),
+    ("avg_jct_s", "AVG JCT (h)", "h"),
+    ("p95_jct_s", "P95 JCT (h)", "h"),
+    ("avg_queue_s", "AVG QUEUE (h)", "h"),
+    ("makespan_s", "MAKESPAN (h)", "h"),
+    ("gpu_utilization", "GPU UTIL", "{:.1%}"),
+    ("jobs_per_hour", "JOBS/H", "{:.2f}"),
+    ("images_per_s", "IMAGES/S", "{:.0f}"),
+    ("frag_stranded", "FRAG STRANDED", "{:.1%}"),
+    ("frag_blocked", "FRAG BLOCKED", "{:.1%}"),
+    ("multi_node_share", "MULTI-NODE", "{:.1%}"),
+    ("wall_s", "WALL (s)", "{:.2f}"),
+)
+
+
+@dataclass
+class Comparison:
+    runs: list[SimRun]
+    summaries: list[dict[str, Any]]
+
+    def rejected(self) -> list[dict[str, str]]:
+        """Jobs that can never fit, per policy, with the reason."""
+        return [
+            {"policy": run.policy, "job": r.job.name, "reason": r.rejected}
+            for run in self.runs
+            for r in run.records
+            if r.rejected is not None
+        ]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"policies": [_clean(s) for s in self.summaries], "rejected": self.rejected()}
+
+
+def parse_policies(text: str) -> list[str]:
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    if not names:
+        raise UsageError("--policies is empty", "give policy names separated by commas, e.g. topology,default")
+    for name in names:
+        get_policy(name)  # raises NotFoundError listing the known policies
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise UsageError(f"policy {dupes[0]!r} given twice", "name each policy once")
+    return names
+
+
+def compare_policies(
+    specs: list[NodeSpec],
+    jobs: Sequence[TraceJob],
+    policies: Sequence[str],
+    step_time: StepTimeFn | None = None,
+    max_failures: int = DEFAULT_MAX_FAILURES,
+) -> Comparison:
+    """Simulate ``jobs`` under each policy; one step-time cache is shared (the model is pure)."""
+    for policy in policies:
+        get_policy(policy)
+    memo = Memoised(step_time if step_time is not None else model_step_time())
+    runs, summaries = [], []
+    for policy in policies:
+        started = time.perf_counter()
+        run = simulate(list(specs), list(jobs), policy, memo, max_failures)
+        wall = time.perf_counter() - started
+        summary = summarise(run)
+        summary["wall_s"] = wall
+        runs.append(run)
+        summaries.append(summary)
+    return Comparison(runs, summaries)
+
+
+def _clean(summary: dict[str, Any]) -> dict[str, Any]:
+    return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in summary.items()}
+
+
+def table_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
+    headers = [h for _, h, _ in SUMMARY_COLUMNS]
+    rows = []
+    for s in comparison.summaries:
+        row = []
+        for key, _, fmt in SUMMARY_COLUMNS:
+            v = s.get(key)
+            if v is None or (isinstance(v, float) and math.isnan(v)):
+                row.append("-")
+            elif fmt == "h":
+                row.append(f"{v / 3600.0:.2f}")
+            else:
+                row.append(fmt.format(v))
+        rows.append(row)
+    return headers, rows
+
+
+def write_outputs(comparison: Comparison, out_dir: str | Path, title: str = "") -> list[Path]:
+    """results.json, summary.csv, jobs-<policy>.csv, jct_cdf.png and utilization.png."""
+    from ringleader.sim.plots import plot_jct_cdf, plot_utilization
+
+    out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create {str(out)!r}: {exc.strerror}", "give a writable --out folder") from None
+    written = [out / "results.json", out / "summary.csv"]
+    written[0].write_text(json.dumps(comparison.as_dict(), indent=2) + "\n")
+    headers, rows = table_rows(comparison)
+    with written[1].open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(headers)
+        writer.writerows(rows)
+    for run in comparison.runs:
+        path = out / f"jobs-{run.policy}.csv"
+        job_table = job_rows(run)
+        with path.open("w", newline="") as fh:
+            writer2 = csv.DictWriter(fh, fieldnames=list(job_table[0]) if job_table else ["name"])
+            writer2.writeheader()
+            writer2.writerows(job_table)
+        written.append(path)
+    written.append(plot_jct_cdf(comparison.runs, out / "jct_cdf.png", title and f"JCT CDF: {title}"))
+    written.append(plot_utilization(comparison.runs, out / "utilization.png", title and f"GPU utilization: {title}"))
+    return written

@@ -1,0 +1,278 @@
+"""Discrete-event simulation of a job trace on a declared cluster, over the real scheduler.
+
+Events are arrivals and completions; after all events of one instant (completions first) one
+scheduling pass runs over the queue in the runtime's order (priority, then FIFO), each job placed
+by ``ringleader.scheduler.place`` under the policy being compared and committed with
+``ClusterState.with_placement``; a completion releases GPUs with ``ClusterState.without_job``.
+A job runs ``iterations x step time`` of its placement (a ``StepTimeFn``, memoised by shape).
+
+The pass gives the same decisions as ``schedule_queue`` over the whole queue, but skips the
+``place`` calls that cannot succeed, which is what makes 10,000 jobs on 1,000 nodes fast:
+
+* a job whose gang cannot fit the free worker slots at all (sum over nodes of free // gpus <
+  workers) is not tried: every policy needs that many slots (a necessary condition, exact);
+* jobs wait in buckets of one shape (priority, workers, gpus); placement is a pure function of
+  (state, shape), so when a bucket's head fails every job behind it fails too: the bucket is
+  *blocked* until a completion frees GPUs. An arrival alone only adds a job, so the next pass
+  tries just the buckets not blocked (a policy that fails on some free GPUs also fails on fewer);
+* ``place`` sees only the nodes with a free GPU (a full node fails every policy's filter, so
+  the choice is the same), and commits touch only the nodes of the placement;
+* at most ``max_failures`` failed ``place`` calls per pass (default 32; counted in the stats).
+Nodes are simulated unlabelled so every job runs under the compared policy.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import deque
+from dataclasses import dataclass, field
+
+from ringleader.scheduler import ClusterState, JobRequest, NodeState, Placement, get_policy, place
+from ringleader.sim.steptime import Memoised, StepTime, StepTimeFn
+from ringleader.sim.trace import TraceJob
+from ringleader.topology.cluster import NodeSpec
+
+COMPLETION, ARRIVAL = 0, 1
+DEFAULT_MAX_FAILURES = 32
+
+_Shape = tuple[int, int, int]  # (priority, workers, gpus per worker)
+
+
+@dataclass
+class JobRecord:
+    """What happened to one job."""
+
+    job: TraceJob
+    start_s: float | None = None
+    finish_s: float | None = None
+    placement: Placement | None = None
+    step: StepTime | None = None
+    nodes_used: int = 0
+    bottleneck: str = ""
+    fragmentation_after: float = 0.0
+    rejected: str | None = None  # why the job can never run on this cluster
+
+    @property
+    def jct_s(self) -> float | None:
+        return None if self.finish_s is None else self.finish_s - self.job.arrival_s
+
+    @property
+    def queue_s(self) -> float | None:
+        return None if self.start_s is None else self.start_s - self.job.arrival_s
+
+    @property
+    def images(self) -> float:
+        if self.step is None:
+            return 0.0
+        return self.job.iterations * self.step.step_time_s * self.step.images_per_s
+
+
+@dataclass
+class Timeline:
+    """Piecewise-constant cluster state after each instant with events."""
+
+    times: list[float] = field(default_factory=list)
+    busy_gpus: list[int] = field(default_factory=list)
+    queued: list[int] = field(default_factory=list)
+    stranded_share: list[float | None] = field(default_factory=list)  # None: no queue or no free GPU
+    head_blocked: list[bool] = field(default_factory=list)  # enough free GPUs, head still waits
+
+
+@dataclass
+class SimStats:
+    events: int = 0
+    passes: int = 0
+    place_calls: int = 0
+    failed_places: int = 0
+    capped_passes: int = 0
+    step_time_hits: int = 0
+    step_time_misses: int = 0
+
+
+@dataclass
+class SimRun:
+    policy: str
+    total_gpus: int
+    records: list[JobRecord]
+    timeline: Timeline
+    stats: SimStats
+
+
+class Simulation:
+    """One policy on one cluster and trace. ``run()`` returns a ``SimRun``."""
+
+    def __init__(
+        self,
+        specs: list[NodeSpec],
+        jobs: list[TraceJob],
+        policy: str,
+        step_time: StepTimeFn | Memoised,
+        max_failures: int = DEFAULT_MAX_FAILURES,
+    ) -> None:
+        self.policy = get_policy(policy).name  # unknown names fail here, listing the known ones
+        self.specs = [s.with_labels({}) for s in specs]
+        self.nodes: list[NodeState] = [NodeState(s) for s in self.specs]
+        self.index = {ns.name: i for i, ns in enumerate(self.nodes)}
+        self.free = [ns.n_free for ns in self.nodes]
+        self.total_gpus = sum(self.free)
+        self.hist = [0] * (max(self.free, default=0) + 1)  # nodes per free-GPU count
+        for f in self.free:
+            self.hist[f] += 1
+        self.step_time = step_time if isinstance(step_time, Memoised) else Memoised(step_time)
+        self.max_failures = max_failures
+        self.jobs = sorted(jobs, key=lambda j: j.arrival_s)
+        self.records = {j.name: JobRecord(j) for j in self.jobs}
+        self.buckets: dict[_Shape, deque[tuple[int, TraceJob]]] = {}
+        self.blocked: set[_Shape] = set()
+        self.events: list[tuple[float, int, int, str]] = []
+        self.seq = itertools.count()
+        self.busy = 0
+        self.stats = SimStats()
+        self.timeline = Timeline()
+
+    # -- never fitting ---------------------------------------------------------------------------
+    def _reject_never_fitting(self) -> None:
+        empty = ClusterState(tuple(self.nodes))
+        verdict: dict[tuple[int, int], str | None] = {}
+        for job in self.jobs:
+            key = (job.workers, job.gpus)
+            if key not in verdict:
+                decision = place(empty, JobRequest(job.name, job.workers, job.gpus), self.policy)
+                verdict[key] = None if decision.ok else "; ".join(decision.reasons) or decision.code.value
+            reason = verdict[key]
+            if reason is not None:
+                self.records[job.name].rejected = f"never fits this cluster: {reason}"
+
+    # -- the loop --------------------------------------------------------------------------------
+    def run(self) -> SimRun:
+        self._reject_never_fitting()
+        for order, job in enumerate(self.jobs):
+            if self.records[job.name].rejected is None:
+                heapq.heappush(self.events, (job.arrival_s, ARRIVAL, order, job.name))
+        while self.events:
+            now = self.events[0][0]
+            while self.events and self.events[0][0] == now:
+                _, kind, order, name = heapq.heappop(self.events)
+                self.stats.events += 1
+                if kind == COMPLETION:
+                    self._complete(name, now)
+                else:
+                    job = self.records[name].job
+                    shape = (job.priority, job.workers, job.gpus)
+                    self.buckets.setdefault(shape, deque()).append((order, job))
+            self._pass(now)
+            self._sample(now)
+        if isinstance(self.step_time, Memoised):
+            self.stats.step_time_hits = self.step_time.hits
+            self.stats.step_time_misses = self.step_time.misses
+        records = [self.records[j.name] for j in self.jobs]
+        return SimRun(self.policy, self.total_gpus, records, self.timeline, self.stats)
+
+    def _slots(self, gpus: int) -> int:
+        return sum(count * (f // gpus) for f, count in enumerate(self.hist) if count and f >= gpus)
+
+    def _head(self) -> tuple[_Shape, TraceJob] | None:
+        best: tuple[_Shape, TraceJob] | None = None
+        best_order: tuple[int, int] | None = None
+        for shape, queue in self.buckets.items():
+            order = (-shape[0], queue[0][0])
+            if best_order is None or order < best_order:
+                best, best_order = (shape, queue[0][1]), order
+        return best
+
+    def _pass(self, now: float) -> None:
+        self.stats.passes += 1
+        failures = 0
+        while True:
+            pick: _Shape | None = None
+            pick_order: tuple[int, int] | None = None
+            for shape, queue in self.buckets.items():
+                if shape in self.blocked:
+                    continue
+                if self._slots(shape[2]) < shape[1]:
+                    self.blocked.add(shape)
+                    continue
+                order = (-shape[0], queue[0][0])
+                if pick_order is None or order < pick_order:
+                    pick, pick_order = shape, order
+            if pick is None:
+                return
+            job = self.buckets[pick][0][1]
+            if self._try(job, now):
+                self.buckets[pick].popleft()
+                if not self.buckets[pick]:
+                    del self.buckets[pick]
+                continue
+            self.blocked.add(pick)
+            failures += 1
+            if failures >= self.max_failures:
+                self.stats.capped_passes += 1
+                return
+
+    def _try(self, job: TraceJob, now: float) -> bool:
+        view = ClusterState(tuple(itertools.compress(self.nodes, self.free)))
+        request = JobRequest(job.name, job.workers, job.gpus, priority=job.priority, model=job.model)
+        self.stats.place_calls += 1
+        decision = place(view, request, self.policy)
+        if decision.chosen is None:
+            self.stats.failed_places += 1
+            return False
+        placement = decision.chosen.placement
+        used = {name: self.nodes[self.index[name]] for name in placement.nodes}
+        step = self.step_time(used, placement, job)
+        self._commit(ClusterState(tuple(used.values())).with_placement(placement))
+        record = self.records[job.name]
+        record.start_s, record.placement, record.step = now, placement, step
+        metrics = decision.chosen.metrics
+        record.nodes_used = metrics.nodes_used
+        record.bottleneck = metrics.bottleneck.kind
+        record.fragmentation_after = metrics.fragmentation_after
+        self.busy += job.total_gpus
+        finish = now + job.iterations * step.step_time_s
+        heapq.heappush(self.events, (finish, COMPLETION, next(self.seq), job.name))
+        return True
+
+    def _commit(self, changed: ClusterState) -> None:
+        for ns in changed.nodes:
+            i = self.index[ns.name]
+            old, new = self.free[i], ns.n_free
+            self.hist[old] -= 1
+            self.hist[new] += 1
+            self.nodes[i], self.free[i] = ns, new
+
+    def _complete(self, name: str, now: float) -> None:
+        record = self.records[name]
+        assert record.placement is not None
+        record.finish_s = now
+        hosts = ClusterState(tuple(self.nodes[self.index[n]] for n in record.placement.nodes))
+        self._commit(hosts.without_job(name))
+        self.busy -= record.job.total_gpus
+        self.blocked.clear()
+
+    def _sample(self, now: float) -> None:
+        tl = self.timeline
+        tl.times.append(now)
+        tl.busy_gpus.append(self.busy)
+        head = self._head()
+        free = self.total_gpus - self.busy
+        tl.queued.append(sum(len(q) for q in self.buckets.values()))
+        if head is None or free == 0:
+            tl.stranded_share.append(None)
+            tl.head_blocked.append(False)
+            return
+        g = head[1].gpus
+        stranded = sum(count * (f % g) for f, count in enumerate(self.hist) if count)
+        tl.stranded_share.append(stranded / free)
+        tl.head_blocked.append(free >= head[1].total_gpus)
+
+
+def simulate(
+    specs: list[NodeSpec],
+    jobs: list[TraceJob],
+    policy: str,
+    step_time: StepTimeFn | Memoised,
+    max_failures: int = DEFAULT_MAX_FAILURES,
+) -> SimRun:
+    """Simulate ``jobs`` on ``specs`` under ``policy``."""
+    return Simulation(specs, jobs, policy, step_time, max_failures).run()

@@ -1,0 +1,104 @@
+"""Step time of a job on a placement: the throughput model behind a small callable, memoised.
+
+The simulator takes any ``StepTimeFn``; the default one calls ``ringleader.model.
+predict_placement``. The model is pure, so its answer depends only on the model name, the batch
+and the placement's *shape*: per node its topology, network and the GPU ids of each worker. Node
+names do not matter, so a 1,000-node cluster of one machine type needs few distinct predictions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ringleader.errors import DependencyError, UsageError
+from ringleader.scheduler.types import NodeState, Placement
+from ringleader.sim.trace import TraceJob
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """Seconds per training step of the whole gang and the images/s it trains at."""
+
+    step_time_s: float
+    images_per_s: float
+    bound: str = ""
+
+
+StepTimeFn = Callable[[Mapping[str, NodeState], Placement, TraceJob], StepTime]
+
+ShapeKey = tuple[str, int, tuple[tuple[str, float, tuple[tuple[int, ...], ...]], ...]]
+
+
+def shape_key(nodes: Mapping[str, NodeState], placement: Placement, job: TraceJob) -> ShapeKey:
+    """What a pure model's answer can depend on: model, batch, and per node (sorted) the
+    topology fingerprint, the network and the GPU ids of each worker there."""
+    per_node = []
+    for name in placement.nodes:
+        spec = nodes[name].spec
+        workers = tuple(slot.gpus for slot in placement.slots if slot.node == name)
+        per_node.append((spec.topology.fingerprint, spec.network_gbs, workers))
+    return (job.model, job.batch_size, tuple(sorted(per_node)))
+
+
+class Memoised:
+    """Wraps a StepTimeFn with a cache keyed by ``shape_key``; counts hits and misses."""
+
+    def __init__(self, fn: StepTimeFn) -> None:
+        self.fn = fn
+        self.cache: dict[ShapeKey, StepTime] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def __call__(self, nodes: Mapping[str, NodeState], placement: Placement, job: TraceJob) -> StepTime:
+        key = shape_key(nodes, placement, job)
+        found = self.cache.get(key)
+        if found is not None:
+            self.hits += 1
+            return found
+        self.misses += 1
+        found = self.cache[key] = self.fn(nodes, placement, job)
+        if not (found.step_time_s > 0 and found.images_per_s >= 0):
+            raise ValueError(f"step-time function gave {found} for {job.name}")
+        return found
+
+
+def model_step_time(precision: str = "fp32", calibration: Any = None) -> StepTimeFn:
+    """The default StepTimeFn: ``ringleader.model.predict_placement`` for each job."""
+    try:
+        from ringleader.model import known_models, predict_placement
+    except ImportError as exc:
+        raise DependencyError(
+            f"the throughput model (ringleader.model.predict_placement) is not available: {exc}",
+            "install a ringleader that ships ringleader.model",
+        ) from None
+
+    known = set(known_models())
+
+    def step(nodes: Mapping[str, NodeState], placement: Placement, job: TraceJob) -> StepTime:
+        if job.model not in known:
+            raise UsageError(f"job {job.name}: unknown model {job.model!r}", f"use one of {', '.join(sorted(known))}")
+        used = {name: nodes[name] for name in placement.nodes}
+        pred = predict_placement(
+            used, placement, model=job.model, batch_size=job.batch_size, precision=precision,
+            gpu_type=None, calibration=calibration,
+        )  # fmt: skip
+        return StepTime(float(pred.step_time_s), float(pred.images_per_s), str(getattr(pred, "bound", "")))
+
+    return step
+
+
+def linear_step_time(per_gpu_images_per_s: float = 100.0, network_penalty: float = 2.0) -> StepTimeFn:
+    """A simple deterministic StepTimeFn for tests and examples: a step takes
+    ``batch / per_gpu_images_per_s`` seconds on one node, ``network_penalty`` times that on several."""
+
+    def step(nodes: Mapping[str, NodeState], placement: Placement, job: TraceJob) -> StepTime:
+        del nodes
+        seconds = job.batch_size / per_gpu_images_per_s
+        if len(placement.nodes) > 1:
+            seconds *= network_penalty
+        gpus = sum(len(s.gpus) for s in placement.slots)
+        return StepTime(seconds, job.batch_size * gpus / seconds, "network" if len(placement.nodes) > 1 else "compute")
+
+    return step

@@ -1,0 +1,119 @@
+"""Numbers that summarise a simulated run (every one defined here, and in docs/sim.md).
+
+* ``avg_jct_s`` / ``p95_jct_s``: job completion time, finish - arrival, over completed jobs
+  (p95 by linear interpolation between order statistics, as numpy's default);
+* ``avg_queue_s`` / ``p95_queue_s``: queueing delay, start - arrival;
+* ``makespan_s``: last completion - first arrival;
+* ``gpu_utilization``: GPU-seconds allocated to jobs / (cluster GPUs x makespan);
+* ``jobs_per_hour``: completed jobs / makespan; ``images_per_s``: images all jobs trained
+  (iterations x images per step of their placement) / makespan;
+* ``frag_stranded``: time average, over the time some job waits and some GPU is free, of the
+  share of free GPUs that cannot host one worker of the queue head (sum over nodes of
+  free mod gpus_per_worker, over all free GPUs);
+* ``frag_blocked``: share of the time some job waits during which enough GPUs are free in total
+  for the queue head, yet it cannot be placed (its gang does not fit the way GPUs are spread);
+* ``placement_frag_after``: mean over placements of the scheduler's
+  ``Metrics.fragmentation_after`` (share of the used nodes' free GPUs left stranded);
+* ``multi_node_share``: share of started jobs placed on more than one node.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from ringleader.sim.engine import SimRun
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100), linear interpolation; NaN for no values."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else math.nan
+
+
+def summarise(run: SimRun) -> dict[str, Any]:
+    done = [r for r in run.records if r.finish_s is not None]
+    started = [r for r in run.records if r.start_s is not None]
+    rejected = [r for r in run.records if r.rejected is not None]
+    jcts = [r.jct_s for r in done if r.jct_s is not None]
+    queues = [r.queue_s for r in started if r.queue_s is not None]
+    if done:
+        first = min(r.job.arrival_s for r in done)
+        makespan = max(r.finish_s for r in done if r.finish_s is not None) - first
+    else:
+        makespan = 0.0
+    gpu_seconds = sum(
+        r.job.total_gpus * (r.finish_s - r.start_s) for r in done if r.start_s is not None and r.finish_s is not None
+    )
+    images = sum(r.images for r in done)
+    frag_stranded, frag_blocked = _fragmentation(run)
+    return {
+        "policy": run.policy,
+        "jobs": len(run.records),
+        "completed": len(done),
+        "rejected": len(rejected),
+        "avg_jct_s": _mean(jcts),
+        "p95_jct_s": percentile(jcts, 95),
+        "avg_queue_s": _mean(queues),
+        "p95_queue_s": percentile(queues, 95),
+        "makespan_s": makespan,
+        "gpu_utilization": gpu_seconds / (run.total_gpus * makespan) if makespan > 0 else math.nan,
+        "jobs_per_hour": len(done) / makespan * 3600.0 if makespan > 0 else math.nan,
+        "images_per_s": images / makespan if makespan > 0 else math.nan,
+        "frag_stranded": frag_stranded,
+        "frag_blocked": frag_blocked,
+        "placement_frag_after": _mean([r.fragmentation_after for r in started]),
+        "multi_node_share": _mean([1.0 if r.nodes_used > 1 else 0.0 for r in started]),
+    }
+
+
+def _fragmentation(run: SimRun) -> tuple[float, float]:
+    tl = run.timeline
+    stranded_time = stranded_sum = queued_time = blocked_time = 0.0
+    for i in range(len(tl.times) - 1):
+        dt = tl.times[i + 1] - tl.times[i]
+        if tl.queued[i]:
+            queued_time += dt
+            blocked_time += dt if tl.head_blocked[i] else 0.0
+        share = tl.stranded_share[i]
+        if share is not None:
+            stranded_time += dt
+            stranded_sum += share * dt
+    return (
+        stranded_sum / stranded_time if stranded_time else 0.0,
+        blocked_time / queued_time if queued_time else 0.0,
+    )
+
+
+def job_rows(run: SimRun) -> list[dict[str, Any]]:
+    """One row per job: times, placement and step time (for CSV/JSON output)."""
+    rows = []
+    for r in run.records:
+        rows.append({
+            "name": r.job.name,
+            "arrival_s": r.job.arrival_s,
+            "workers": r.job.workers,
+            "gpus": r.job.gpus,
+            "model": r.job.model,
+            "start_s": r.start_s,
+            "finish_s": r.finish_s,
+            "jct_s": r.jct_s,
+            "queue_s": r.queue_s,
+            "nodes_used": r.nodes_used,
+            "bottleneck": r.bottleneck,
+            "step_time_s": r.step.step_time_s if r.step else None,
+            "images_per_s": r.step.images_per_s if r.step else None,
+            "placement": r.placement.describe() if r.placement else None,
+            "rejected": r.rejected,
+        })  # fmt: skip
+    return rows
