@@ -1,7 +1,151 @@
-"""Placeholder: this command group is being written."""
+"""`ringleader predict` and `ringleader calibrate`: parse, call ringleader.model, render."""
+
+from __future__ import annotations
+
+from typing import Any
 
 import click
 
+from ringleader.cli.output import console, emit_data, output_option, table
+from ringleader.errors import UsageError
+from ringleader.model import Prediction, compare_policies, known_models, load_calibration, predict_placement
+from ringleader.model.calibration import Calibration, save_calibration
+from ringleader.model.checks import check_point
+from ringleader.model.comm import ALGORITHMS
+from ringleader.model.fidelity import seeds_cluster
+from ringleader.model.fit import calibrate_files
+from ringleader.scheduler import ClusterState, JobRequest, Placement, WorkerSlot, policy_names
+from ringleader.topology import load_cluster_file
+
+
+def parse_placement(spec: str, state: ClusterState, gpus_per_worker: int, job: str = "predict") -> Placement:
+    """``node-a:0,1,2,3`` or ``node-a:0,1+node-b:0,1``: GPU ids per node, split into workers
+    of ``gpus_per_worker`` GPUs in the order given."""
+    slots: list[WorkerSlot] = []
+    fix = "write NODE:GPU,GPU,...[+NODE:GPU,...], e.g. node-a:0,1+node-b:0,1"
+    for part in spec.split("+"):
+        name, sep, ids = part.strip().partition(":")
+        if not sep or not name:
+            raise UsageError(f"placement part {part!r} has no NODE:GPUS", fix)
+        if name not in state.by_name:
+            raise UsageError(f"placement names unknown node {name!r}", f"use one of {', '.join(state.by_name)}")
+        try:
+            gpus = [int(g) for g in ids.split(",") if g.strip()]
+        except ValueError:
+            raise UsageError(f"placement part {part!r}: GPU ids must be integers", fix) from None
+        n = state.by_name[name].spec.topology.n_gpus
+        bad = [g for g in gpus if not 0 <= g < n]
+        if bad or len(set(gpus)) != len(gpus) or not gpus:
+            raise UsageError(f"placement part {part!r}: GPU ids must be distinct, in 0..{n - 1}", fix)
+        per = max(gpus_per_worker, 1)
+        if len(gpus) % per:
+            raise UsageError(f"{len(gpus)} GPU(s) on {name} do not split into workers of {per}", fix)
+        for i in range(0, len(gpus), per):
+            slots.append(WorkerSlot(len(slots), name, tuple(gpus[i : i + per])))
+    return Placement(job, tuple(slots))
+
+
+def _state(cluster: str | None) -> ClusterState:
+    return ClusterState.empty(load_cluster_file(cluster)) if cluster else seeds_cluster()
+
+
+def _row(name: str, pred: Prediction | None) -> list[Any]:
+    if pred is None:
+        return [name, "does not fit", "-", "-", "-", "-", "-", "-", "-"]
+    ar = pred.allreduce
+    neck = f"{ar.bottleneck.kind} {ar.bottleneck.gbs:.3g} GB/s" if ar.bottleneck else "none"
+    return [
+        name, pred.placement, f"{pred.images_per_s:.1f}", f"{pred.step_time_s * 1e3:.1f}",
+        f"{pred.compute_s * 1e3:.1f}", f"{pred.comm_s * 1e3:.1f} ({ar.algorithm})", neck, pred.bound,
+        f"{pred.scaling_efficiency:.0%}",
+    ]  # fmt: skip
+
+
+@click.command("predict")
+@click.option("--model", "model", required=True, help=f"Model ({', '.join(known_models())}).")
+@click.option("--batch-size", type=int, default=64, show_default=True, help="Images per GPU per step.")
+@click.option("--precision", default="fp32", show_default=True, help="fp32, tf32, fp16 (amp) or bf16.")
+@click.option("--workers", type=int, default=None, help="Workers of the gang (required without --placement).")
+@click.option("--gpus", "gpus", type=int, default=1, show_default=True, help="GPUs per worker.")
+@click.option("--gpu-type", default=None, help="GPU type (default: each node's GPU model).")
+@click.option("--cluster", type=click.Path(dir_okay=False), default=None,
+              help="Cluster YAML (default: the reference study's 2 x dgx1v on 25 Gb/s).")  # fmt: skip
+@click.option("--policy", "policies", multiple=True, help="Policy to predict (repeatable; default: all).")
+@click.option("--placement", "placement_spec", default=None, help="Predict this placement: node-a:0,1+node-b:0,1.")
+@click.option("--calibration", type=click.Path(dir_okay=False), default=None, help="Calibration JSON.")
+@click.option("--backend", default=None, help="Communication backend (nccl, gloo, mpi) for calibrated links.")
+@click.option("--algorithm", type=click.Choice(ALGORITHMS), default="auto", show_default=True)
+@click.option("--overlap", type=float, default=None, help="Share of backward that hides allreduce (0..1).")
+@click.option("--data-rate", type=float, default=None, help="Input pipeline images/s per worker (ceiling).")
+@output_option("json", "yaml")
+def predict_cmd(model: str, batch_size: int, precision: str, workers: int | None, gpus: int,
+                gpu_type: str | None, cluster: str | None, policies: tuple[str, ...],
+                placement_spec: str | None, calibration: str | None, backend: str | None,
+                algorithm: str, overlap: float | None, data_rate: float | None, output: str) -> None:  # fmt: skip
+    """Predict images/s of a data-parallel job for the placement each policy picks (or one given)."""
+    state = _state(cluster)
+    cal: Calibration | None = load_calibration(calibration) if calibration else None
+    opts: dict[str, Any] = {"backend": backend, "algorithm": algorithm, "overlap": overlap,
+                            "data_images_per_s": data_rate}  # fmt: skip
+    if placement_spec:
+        placement = parse_placement(placement_spec, state, gpus)
+        if workers is not None and workers != len(placement.slots):
+            raise UsageError(f"--workers {workers} but the placement has {len(placement.slots)}", "drop --workers")
+        preds: dict[str, Prediction | None] = {
+            "given": predict_placement(state.by_name, placement, model, batch_size, precision, gpu_type, cal, **opts)
+        }
+    else:
+        if workers is None or workers < 1:
+            raise UsageError("--workers is required (>= 1) without --placement", "pass --workers N")
+        job = JobRequest("predict", workers, gpus)
+        known = policy_names()
+        for p in policies:
+            if p not in known:
+                raise UsageError(f"unknown policy {p!r}", f"use one of {', '.join(known)}")
+        preds = compare_policies(
+            state, job, model=model, batch_size=batch_size, precision=precision, gpu_type=gpu_type,
+            calibration=cal, policies=policies or None, **opts,
+        )  # fmt: skip
+    if output in ("json", "yaml"):
+        emit_data({"predictions": [{"policy": k, **(v.as_dict() if v else {"fits": False})}
+                                   for k, v in preds.items()]}, output)  # fmt: skip
+        return
+    cols = ["POLICY", "PLACEMENT", "IMAGES/S", "STEP ms", "COMPUTE ms", "ALLREDUCE ms", "BOTTLENECK", "BOUND",
+            "SCALING"]  # fmt: skip
+    console().print(table(cols, [_row(k, v) for k, v in preds.items()]))
+
+
+@click.command("calibrate")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--out", "out", type=click.Path(dir_okay=False), default=None, help="Write the calibration JSON here.")
+@output_option("json")
+def calibrate_cmd(files: tuple[str, ...], out: str | None, output: str) -> None:
+    """Fit link bandwidths, latencies and compute rates from `bench allreduce|train -o json` files."""
+    cal, multi = calibrate_files(files)
+    checks = [check_point(p, cal) for p in multi]
+    if out:
+        save_calibration(cal, out)
+    if output == "json":
+        emit_data({**cal.as_dict(), "checks": [c.as_dict() for c in checks]}, "json")
+        return
+    rows: list[list[Any]] = [
+        [f"link {k}", f"{v.gbs:.4g} GB/s", f"{v.latency_us:.3g} us", v.points, f"{v.rel_rmse:.1%}"]
+        for k, v in sorted(cal.links.items())
+    ]
+    rows += [
+        [f"compute {c.model}/{c.gpu_type}/{c.precision}", f"{c.images_per_s:.4g} images/s @ {c.batch_size}",
+         f"t0 {c.step_overhead_s * 1e3:.3g} ms", c.points, ""]
+        for c in cal.compute
+    ]  # fmt: skip
+    console().print(table(["FIT", "VALUE", "LATENCY/OVERHEAD", "POINTS", "REL RMSE"], rows))
+    if checks:
+        crow = [[f"{c.point.model} x{c.point.world_size} {c.point.backend}", f"{c.measured:.3g}",
+                 f"{c.prediction.images_per_s:.3g}", f"{c.error:+.1%}"] for c in checks]  # fmt: skip
+        console().print(table(["CHECK", "MEASURED IMAGES/S", "PREDICTED", "ERROR"], crow))
+    if out:
+        click.echo(f"wrote {out}")
+
 
 def register(cli: click.Group) -> None:
-    del cli
+    cli.add_command(predict_cmd)
+    cli.add_command(calibrate_cmd)

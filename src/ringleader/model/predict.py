@@ -82,6 +82,15 @@ def _gpu_types_of(nodes: Mapping[str, NodeState], placement: Placement, calibrat
     return sorted(set(found))
 
 
+def cpu_host_share(placement: Placement) -> int:
+    """CPU workers split their host's cores (the bench gives each rank cores / ranks threads):
+    a calibrated one-worker CPU rate is shared by the ranks on the busiest host."""
+    per_node: dict[str, int] = {}
+    for slot in placement.slots:
+        per_node[slot.node] = per_node.get(slot.node, 0) + max(1, len(slot.gpus))
+    return max(per_node.values(), default=1)
+
+
 def _slowest(rates: Iterable[ComputeRate]) -> ComputeRate:
     return max(rates, key=lambda r: r.step_s)
 
@@ -122,12 +131,14 @@ def predict_placement(
     )  # fmt: skip
     if not 0.0 <= phi <= 1.0:
         raise UsageError(f"overlap must be within 0..1, got {phi}", "give the share of backward that hides allreduce")
-    hidden = phi * min(cost.time_s, rate.backward_s)
+    share = cpu_host_share(placement) if rate.gpu_type.lower() == "cpu" else 1
+    compute_s, backward_s = rate.step_s * share, rate.backward_s * share
+    hidden = phi * min(cost.time_s, backward_s)
     exposed = cost.time_s - hidden
-    step = rate.step_s + exposed
+    step = compute_s + exposed
     ranks = n_ranks(placement)
     images = ranks * batch_size / step
-    bound = "communication" if cost.time_s > rate.step_s else "compute"
+    bound = "communication" if cost.time_s > compute_s else "compute"
     ceiling = None
     if data_images_per_s is not None:
         if data_images_per_s <= 0:
@@ -138,7 +149,7 @@ def predict_placement(
             step = ranks * batch_size / images
     return Prediction(
         model, rate.gpu_type, precision, batch_size, ranks, len(placement.nodes), placement.describe(),
-        images, step, rate.step_s, cost.time_s, exposed, phi, bound,
+        images, step, compute_s, cost.time_s, exposed, phi, bound,
         images / (ranks * rate.images_per_s), rate.images_per_s, nbytes, cost, rate.source, ceiling,
     )  # fmt: skip
 

@@ -1,0 +1,209 @@
+"""Fit a Calibration from `ringleader bench allreduce|train -o json` results, by least squares.
+
+Allreduce results of one hop kind (``network`` when the run spans nodes, ``local`` for gloo/MPI
+processes on one host, ``intra`` for a single-node GPU run, or the file's own ``link`` field),
+pooled over files and world sizes, fit the ring cost
+    t = 2(n-1) a + 2(n-1)/n S / B
+for the per-step latency a and bandwidth B, minimising the relative error (weights 1/t).
+Single-worker train results fit the compute time t(b) = t0 + b / peak per (model, device,
+precision); one batch size gives the rate at that batch with t0 = 0.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ringleader.errors import UsageError
+from ringleader.model.calibration import Calibration, ComputeFit, LinkFit
+from ringleader.model.tables import check_model, check_precision, normalize_gpu_type
+
+FIX = "pass JSON written by `ringleader bench allreduce -o json` or `ringleader bench train -o json`"
+
+
+@dataclass(frozen=True)
+class AllreducePoint:
+    link: str  # "gloo/local", "nccl/network", ...
+    ranks: int
+    size_bytes: float
+    time_s: float
+
+
+@dataclass(frozen=True)
+class TrainPoint:
+    model: str
+    gpu_type: str
+    precision: str
+    backend: str
+    batch_size: int
+    world_size: int
+    nodes: int
+    images_per_s: float  # whole job
+    source: str
+
+
+def _nodes_count(value: Any) -> int:
+    if isinstance(value, list | tuple):
+        return max(1, len(value))
+    return max(1, int(value if value is not None else 1))
+
+
+def _link_key(doc: Mapping[str, Any], nodes: int) -> str:
+    backend = str(doc["backend"]).lower()
+    kind = doc.get("link")
+    if not kind:
+        kind = "network" if nodes > 1 else ("local" if backend in ("gloo", "mpi") else "intra")
+    return f"{backend}/{kind}"
+
+
+def _allreduce_points(doc: Mapping[str, Any]) -> list[AllreducePoint]:
+    if doc.get("collective", "allreduce") != "allreduce":
+        raise ValueError(f"collective is {doc.get('collective')!r}; only allreduce results calibrate links")
+    n = int(doc["world_size"])
+    key = _link_key(doc, _nodes_count(doc.get("nodes", 1)))
+    rows = doc["results"]
+    if not isinstance(rows, list):
+        raise ValueError('"results" must be a list')
+    points = []
+    for i, row in enumerate(rows):
+        size = float(row["size_bytes"])
+        for part in ("oop", "ip"):
+            cell = row.get(part)
+            if not cell:
+                continue
+            t = float(cell["time_us"]) * 1e-6
+            if not math.isfinite(t) or t <= 0:
+                raise ValueError(f"results[{i}].{part}.time_us must be > 0, got {cell['time_us']!r}")
+            if size > 0 and n > 1:
+                points.append(AllreducePoint(key, n, size, t))
+    return points
+
+
+def _train_point(doc: Mapping[str, Any], source: str) -> TrainPoint:
+    world = int(doc["world_size"])
+    batch = int(doc["batch_size"])
+    if world < 1 or batch < 1:
+        raise ValueError("world_size and batch_size must be >= 1")
+    total = doc.get("images_per_sec_total")
+    rate = float(total) if total is not None else float(doc["images_per_sec_per_worker"]) * world
+    if not math.isfinite(rate) or rate <= 0:
+        raise ValueError(f"images_per_sec_total must be > 0, got {rate!r}")
+    device = str(doc.get("gpu_name") or doc.get("device") or "cpu")
+    return TrainPoint(
+        check_model(str(doc["model"])), normalize_gpu_type(device), check_precision(str(doc.get("precision", "fp32"))),
+        str(doc.get("backend", "")).lower(), batch, world, _nodes_count(doc.get("nodes", 1)), rate, source,
+    )  # fmt: skip
+
+
+def read_bench_files(paths: Sequence[str | Path]) -> tuple[list[AllreducePoint], list[TrainPoint]]:
+    """Parse bench result files; a malformed one is a UsageError naming it and the problem."""
+    if not paths:
+        raise UsageError("no bench result files given", FIX)
+    allreduce: list[AllreducePoint] = []
+    train: list[TrainPoint] = []
+    for path in paths:
+        p = Path(path)
+        try:
+            doc = json.loads(p.read_text())
+        except OSError as exc:
+            raise UsageError(f"cannot read {str(p)!r}: {exc.strerror}", "check the path") from None
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{str(p)!r} is not JSON (line {exc.lineno}: {exc.msg})", FIX) from None
+        docs = doc if isinstance(doc, list) else [doc]
+        for d in docs:
+            try:
+                if not isinstance(d, dict):
+                    raise ValueError("a result must be a JSON object")
+                kind = d.get("kind")
+                if kind == "allreduce":
+                    allreduce.extend(_allreduce_points(d))
+                elif kind == "train":
+                    train.append(_train_point(d, str(p)))
+                else:
+                    raise ValueError(f'"kind" is {kind!r}, not "allreduce" or "train"')
+            except KeyError as exc:
+                raise UsageError(f"{str(p)!r} is malformed: missing key {exc}", FIX) from None
+            except (TypeError, ValueError, UsageError) as exc:
+                msg = exc.message if isinstance(exc, UsageError) else str(exc)
+                raise UsageError(f"{str(p)!r} is malformed: {msg}", FIX) from None
+    return allreduce, train
+
+
+def weighted_lstsq2(x1: Sequence[float], x2: Sequence[float], y: Sequence[float],
+                    w: Sequence[float]) -> tuple[float, float]:  # fmt: skip
+    """(a, b) minimising sum w^2 (a x1 + b x2 - y)^2, with a >= 0 (refit with a = 0 otherwise)."""
+    s11 = sum((wi * u) ** 2 for wi, u in zip(w, x1, strict=True))
+    s22 = sum((wi * v) ** 2 for wi, v in zip(w, x2, strict=True))
+    s12 = sum(wi * wi * u * v for wi, u, v in zip(w, x1, x2, strict=True))
+    s1y = sum(wi * wi * u * t for wi, u, t in zip(w, x1, y, strict=True))
+    s2y = sum(wi * wi * v * t for wi, v, t in zip(w, x2, y, strict=True))
+    det = s11 * s22 - s12 * s12
+    if abs(det) > 1e-300 * max(1.0, s11 * s22):
+        a = (s1y * s22 - s2y * s12) / det
+        b = (s2y * s11 - s1y * s12) / det
+        if a >= 0 and b > 0:
+            return a, b
+    if s22 > 0:
+        return 0.0, s2y / s22
+    return s1y / s11 if s11 > 0 else 0.0, 0.0
+
+
+def fit_link(points: Sequence[AllreducePoint]) -> LinkFit:
+    x1 = [2.0 * (p.ranks - 1) for p in points]
+    x2 = [2.0 * (p.ranks - 1) / p.ranks * p.size_bytes for p in points]
+    y = [p.time_s for p in points]
+    alpha, beta = weighted_lstsq2(x1, x2, y, [1.0 / t for t in y])
+    if beta <= 0:
+        raise UsageError(
+            f"cannot fit a bandwidth for {points[0].link}: times do not grow with size",
+            "include message sizes of at least a few MiB (`bench allreduce --max-bytes 64M`)",
+        )
+    pred = [alpha * u + beta * v for u, v in zip(x1, x2, strict=True)]
+    rmse = math.sqrt(sum((q / t - 1) ** 2 for q, t in zip(pred, y, strict=True)) / len(y))
+    return LinkFit(1.0 / beta / 1e9, alpha * 1e6, len(points), rmse)
+
+
+def fit_compute(points: Sequence[TrainPoint]) -> ComputeFit:
+    """t(b) = t0 + b x per_image over one (model, device, precision) at one worker."""
+    batches = [p.batch_size for p in points]
+    steps = [p.batch_size / p.images_per_s for p in points]
+    first = points[0]
+    top = max(batches)
+    if len(set(batches)) > 1:
+        t0, per_image = weighted_lstsq2([1.0] * len(steps), [float(b) for b in batches], steps,
+                                        [1.0 / s for s in steps])  # fmt: skip
+    else:
+        t0, per_image = 0.0, sum(steps) / len(steps) / top
+    rate = top / (t0 + top * per_image)
+    return ComputeFit(first.model, first.gpu_type, first.precision, top, rate, t0, len(points))
+
+
+def fit_calibration(allreduce: Iterable[AllreducePoint], train: Iterable[TrainPoint],
+                    sources: Sequence[str] = ()) -> Calibration:  # fmt: skip
+    by_link: dict[str, list[AllreducePoint]] = defaultdict(list)
+    for p in allreduce:
+        by_link[p.link].append(p)
+    by_compute: dict[tuple[str, str, str], list[TrainPoint]] = defaultdict(list)
+    for t in train:
+        if t.world_size == 1:
+            by_compute[(t.model, t.gpu_type, t.precision)].append(t)
+    links = {k: fit_link(v) for k, v in sorted(by_link.items())}
+    compute = tuple(fit_compute(v) for _, v in sorted(by_compute.items()))
+    if not links and not compute:
+        raise UsageError(
+            "nothing to calibrate: no allreduce result with 2+ ranks and no 1-worker train result",
+            "run `ringleader bench allreduce` with 2+ ranks or `ringleader bench train` with 1 worker",
+        )
+    return Calibration(links, compute, None, tuple(sources))
+
+
+def calibrate_files(paths: Sequence[str | Path]) -> tuple[Calibration, list[TrainPoint]]:
+    """The calibration fitted from ``paths`` and the multi-worker train results to check it on."""
+    allreduce, train = read_bench_files(paths)
+    cal = fit_calibration(allreduce, train, [str(p) for p in paths])
+    return cal, [t for t in train if t.world_size > 1]
