@@ -1,0 +1,297 @@
+"""The Python API of the local runtime; the CLI only parses and renders around it.
+
+    from ringleader.runtime.api import JobSpec, Runtime
+    rt = Runtime.open()                       # ~/.ringleader, or RINGLEADER_HOME, or a path
+    rt.apply_cluster("examples/seeds-cluster.yaml")
+    rt.submit(JobSpec("vgg", workers=4, gpus_per_worker=1, command=["python", "train.py"],
+                      topology_aware=True))
+    rt.wait("vgg")
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from ringleader.errors import ConflictError, DependencyError, NotFoundError, UnschedulableError, UsageError
+from ringleader.runtime import store
+from ringleader.runtime.codec import decision_to_dict
+from ringleader.runtime.launchers import check_mpirun, log_path
+from ringleader.runtime.lifecycle import schedule_pass, schedule_pass_decisions, spawn_supervisors
+from ringleader.runtime.nodes import LOCAL, label_node, local_node, merge_declared, shrinking
+from ringleader.runtime.procs import grace_seconds, stop_all
+from ringleader.runtime.reconcile import reconcile
+from ringleader.runtime.spec import JobSpec
+from ringleader.runtime.states import JobStatus
+from ringleader.runtime.supervisor import read_state
+from ringleader.runtime.views import JobView, SubmitResult, job_view
+from ringleader.scheduler import ClusterState, Code, Decision, place
+from ringleader.topology import load_cluster_file
+
+__all__ = ["JobSpec", "JobView", "Runtime", "SubmitResult"]
+
+
+class Runtime:
+    """The local runtime over ``<home>/state.db``. Reads never create the database."""
+
+    def __init__(self, home: Path, db: store.Store) -> None:
+        self.home = home
+        self.db = db
+        self.notes: list[str] = []  # one-line notes for the user (e.g. "no GPUs found")
+
+    @classmethod
+    def open(cls, home: str | Path | None = None) -> Runtime:
+        path = Path(home) if home is not None else store.default_home()
+        db, _ = store.Store.open(path, create=False)
+        rt = cls(path, db)
+        rt._init_cluster()
+        if not db.ephemeral:
+            reconcile(db)
+        return rt
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- state file -----------------------------------------------------------------------------
+    def _init_cluster(self) -> None:
+        """The embedded default cluster: this machine as node `local` (its GPUs from NVML)."""
+        with self.db.read() as conn:
+            done = store.get_meta(conn, "cluster") is not None
+        if done:
+            return
+        spec, note = local_node()
+        with self.db.write() as conn:
+            if store.get_meta(conn, "cluster") is None:
+                store.replace_nodes(conn, [spec])
+                store.set_meta(conn, "cluster", "local")
+                store.set_meta(conn, "local_note", note)
+        if note:
+            self.notes.append(f"note: node {LOCAL}: {note}")
+
+    def _writable(self) -> store.Store:
+        """Create the database on first write (reads before that use an in-memory copy)."""
+        if self.db.ephemeral:
+            self.db.close()
+            self.db, _ = store.Store.open(self.home, create=True)
+            self.notes.clear()
+            self._init_cluster()
+        return self.db
+
+    # -- cluster --------------------------------------------------------------------------------
+    def apply_cluster(self, path: str | Path) -> ClusterState:
+        """Replace the declared cluster; refused if a node holding running jobs' GPUs would
+        disappear or shrink."""
+        declared = load_cluster_file(path)
+        db = self._writable()
+        now = time.time()
+        with db.write() as conn:
+            nodes = merge_declared(store.get_nodes(conn), declared)
+            problem = shrinking(store.cluster_state(conn), nodes)
+            if problem:
+                raise ConflictError(problem, "wait for or delete the jobs on that node, then apply again")
+            store.replace_nodes(conn, nodes)
+            store.set_meta(conn, "cluster", str(Path(path).resolve()))
+            placed = schedule_pass(conn, now)
+        spawn_supervisors(self.home, placed)
+        return self.nodes()
+
+    def label_node(self, node: str, key: str, value: str | None, overwrite: bool = False) -> None:
+        """Set (or with value None remove) a node label; changing a value needs ``overwrite``."""
+        db = self._writable()
+        with db.write() as conn:
+            nodes = label_node(store.get_nodes(conn), node, key, value, overwrite)
+            store.replace_nodes(conn, nodes)
+            placed = schedule_pass(conn, time.time())
+        spawn_supervisors(self.home, placed)
+
+    def nodes(self) -> ClusterState:
+        with self.db.read() as conn:
+            return store.cluster_state(conn)
+
+    def local_note(self) -> str:
+        with self.db.read() as conn:
+            return store.get_meta(conn, "local_note") or ""
+
+    # -- jobs -----------------------------------------------------------------------------------
+    def submit(self, spec: JobSpec, dry_run: bool = False) -> SubmitResult:
+        """Queue a job (placed now if it fits), or with ``dry_run`` only show the plan."""
+        spec.validate()
+        if spec.workdir is None:
+            spec = dataclasses.replace(spec, workdir=os.getcwd())
+        _check_command(spec)
+        if dry_run:
+            with self.db.read() as conn:
+                if store.job_row(conn, spec.name) is not None:
+                    raise _duplicate(spec.name)
+                decision = place(store.cluster_state(conn), spec.request())
+            _refuse_unresolvable(decision)
+            return SubmitResult(decision, decision_to_dict(decision), dry_run=True)
+        db = self._writable()
+        now = time.time()
+        with db.write() as conn:
+            if store.job_row(conn, spec.name) is not None:
+                raise _duplicate(spec.name)
+            _refuse_unresolvable(place(store.cluster_state(conn), spec.request()))
+            store.insert_job(conn, spec.to_dict(), spec.priority, now)
+            store.add_event(conn, spec.name, "Submitted", _describe(spec), now)
+            decisions = schedule_pass_decisions(conn, now)
+        spawn_supervisors(self.home, [d.job.name for d in decisions if d.ok])
+        mine = next(d for d in decisions if d.job.name == spec.name)
+        return SubmitResult(mine, decision_to_dict(mine), dry_run=False, job=self.get(spec.name))
+
+    def get(self, name: str) -> JobView:
+        with self.db.read() as conn:
+            row = store.job_row(conn, name)
+            if row is None:
+                raise NotFoundError(f"job {name!r} not found", "see `ringleader list`")
+            return job_view(conn, row)
+
+    def list_jobs(self) -> list[JobView]:
+        with self.db.read() as conn:
+            return [job_view(conn, r, with_events=False) for r in store.job_rows(conn)]
+
+    def wait(self, name: str, timeout: float | None = None) -> JobView:
+        """Block until the job is SUCCEEDED or FAILED; TimeoutError after ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        last_check = time.monotonic()
+        while True:
+            view = self.get(name)
+            if view.status.is_terminal():
+                return view
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"job {name} still {view.status.value} after {timeout} s")
+            if time.monotonic() - last_check > 2.0:
+                reconcile(self.db)  # a supervisor that died must not make us wait forever
+                last_check = time.monotonic()
+            time.sleep(0.2)
+
+    # -- logs -----------------------------------------------------------------------------------
+    def log_file(self, name: str, instance: str | None = None) -> Path:
+        view = self.get(name)
+        names = [i.name for i in view.instances]
+        if instance is None:
+            chief = next((i.name for i in view.instances if i.is_chief), None)
+            if chief is None:
+                raise NotFoundError(f"job {name} has no instances yet ({view.status.value})", "wait until it runs")
+            instance = chief
+        elif instance not in names:
+            short = f"{name}-{instance}"
+            if short not in names:
+                raise NotFoundError(f"job {name} has no instance {instance!r}", f"use one of {', '.join(names)}")
+            instance = short
+        return log_path(self.home, name, instance)
+
+    def logs(self, name: str, instance: str | None = None, tail: int | None = None, timestamps: bool = False) -> str:
+        """An instance's log (the chief's by default), its last ``tail`` lines."""
+        path = self.log_file(name, instance)
+        lines = path.read_bytes().decode(errors="replace").splitlines(keepends=True) if path.exists() else []
+        if tail is not None:
+            lines = lines[-tail:] if tail > 0 else []
+        return "".join(line if timestamps else _strip_stamp(line) for line in lines)
+
+    def follow(self, name: str, instance: str | None = None, tail: int | None = None,
+               timestamps: bool = False) -> Iterator[str]:  # fmt: skip
+        """Yield the log, then new lines as they come, until the job ends."""
+        path = self.log_file(name, instance)
+        first = self.logs(name, instance, tail, timestamps)
+        offset = path.stat().st_size if path.exists() else 0
+        if first:
+            yield first
+        while True:
+            done = self.get(name).status.is_terminal()
+            if path.exists() and path.stat().st_size > offset:
+                with open(path, "rb") as fh:
+                    fh.seek(offset)
+                    chunk = fh.read()
+                cut = chunk.rfind(b"\n") + 1 if not done else len(chunk)
+                offset += cut
+                text = chunk[:cut].decode(errors="replace")
+                yield "".join(ln if timestamps else _strip_stamp(ln) for ln in text.splitlines(keepends=True))
+            if done:
+                return
+            time.sleep(0.3)
+
+    # -- removal --------------------------------------------------------------------------------
+    def delete(self, names: Sequence[str]) -> list[str]:
+        """Stop each job's processes, free its GPUs, remove its state and logs."""
+        with self.db.read() as conn:
+            missing = [n for n in names if store.job_row(conn, n) is None]
+        if missing:
+            raise NotFoundError(f"job {missing[0]!r} not found", "see `ringleader list`")
+        for name in names:
+            self._stop(name)
+        db = self._writable()
+        with db.write() as conn:
+            for name in names:
+                store.delete_job(conn, name)
+            placed = schedule_pass(conn, time.time())
+        for name in names:
+            shutil.rmtree(self.home / "logs" / name, ignore_errors=True)
+            shutil.rmtree(self.home / "run" / name, ignore_errors=True)
+        spawn_supervisors(self.home, placed)
+        return list(names)
+
+    def _stop(self, name: str) -> None:
+        with self.db.read() as conn:
+            row = store.job_row(conn, name)
+            insts = store.instances(conn, name)
+        if row is None or JobStatus(row["status"]).is_terminal():
+            return
+        # The supervisor goes first (SIGKILL: it must not record a failure or start anything).
+        stop_all([(row["supervisor_pid"], row["supervisor_start"])] if row["supervisor_pid"] else [], 0)
+        targets = [(i["pid"], i["pid_start"]) for i in insts if i["pid"]]
+        for inst in insts:
+            st = read_state(self.home / "run" / name / f"{inst['name']}.json") or {}
+            pairs = (("pid", "pid_start"), ("child_pid", "child_start"))
+            targets += [(st[p], st.get(s)) for p, s in pairs if st.get(p)]
+        stop_all(targets, grace_seconds())
+
+    def prune(self, since_seconds: float) -> list[str]:
+        """Delete finished jobs that ended more than ``since_seconds`` ago."""
+        cutoff = time.time() - since_seconds
+        old = [v.name for v in self.list_jobs() if v.status.is_terminal() and (v.ended_at or 0) < cutoff]
+        return self.delete(old) if old else []
+
+    def reconcile(self) -> list[str]:
+        return [] if self.db.ephemeral else reconcile(self.db)
+
+
+def _strip_stamp(line: str) -> str:
+    head, sep, rest = line.partition(" ")
+    return rest if sep and head.endswith("Z") and head[:4].isdigit() else line
+
+
+def _duplicate(name: str) -> ConflictError:
+    return ConflictError(f"job {name!r} already exists", f"pick another --name or `ringleader delete {name}`")
+
+
+def _refuse_unresolvable(decision: Decision) -> None:
+    if decision.code is Code.UNRESOLVABLE:
+        why = "; ".join(decision.reasons)
+        raise UnschedulableError(
+            f"job {decision.job.name} can never run on this cluster: {why}",
+            "ask for fewer GPUs per worker or fewer workers, or declare bigger nodes (`ringleader cluster apply`)",
+        )
+
+
+def _check_command(spec: JobSpec) -> None:
+    if spec.is_mpirun:
+        check_mpirun(spec.command, spec.workers)
+    program = spec.command[0]
+    if "/" in program:
+        if not (Path(spec.workdir or ".") / program).exists():
+            raise UsageError(f"program {program!r} does not exist", "check the path")
+    elif shutil.which(program) is None:
+        err = DependencyError if spec.is_mpirun else UsageError
+        raise err(f"program {program!r} not found on PATH", "install it or give its full path")
+
+
+def _describe(spec: JobSpec) -> str:
+    kind = "--gputopology" if spec.topology_aware else "default scheduling"
+    extra = "".join(f", {k} {v}" for k, v in (("image", spec.image), ("model", spec.model)) if v)
+    return f"{spec.workers} worker(s) x {spec.gpus_per_worker} GPU(s), {kind}, priority {spec.priority}{extra}"
+

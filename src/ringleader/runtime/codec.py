@@ -1,0 +1,93 @@
+"""JSON forms of nodes and scheduler decisions, as stored in SQLite and printed by -o json."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ringleader.scheduler import Candidate, Decision, Placement, WorkerSlot
+from ringleader.topology import Link, NodeSpec, NodeTopology
+
+
+def node_to_dict(spec: NodeSpec) -> dict[str, Any]:
+    topo = spec.topology
+    return {
+        "name": spec.name,
+        "network_gbps": spec.network_gbps,
+        "labels": dict(spec.labels),
+        "emulated": spec.emulated,
+        "topology": {
+            "links": [[str(link) for link in row] for row in topo.links],
+            "gpu_model": topo.gpu_model,
+            "numa": list(topo.numa),
+            "cpu_affinity": list(topo.cpu_affinity),
+            "measured_gbs": [list(r) for r in topo.measured_gbs] if topo.measured_gbs else None,
+            "nics": list(topo.nics),
+            "nic_links": [[str(link) for link in row] for row in topo.nic_links],
+            "source": topo.source,
+        },
+    }
+
+
+def node_from_dict(data: dict[str, Any]) -> NodeSpec:
+    t = data["topology"]
+    measured = t.get("measured_gbs")
+    topo = NodeTopology(
+        links=tuple(tuple(Link.parse(c) for c in row) for row in t["links"]),
+        gpu_model=t.get("gpu_model", ""),
+        numa=tuple(t.get("numa") or ()),
+        cpu_affinity=tuple(t.get("cpu_affinity") or ()),
+        measured_gbs=tuple(tuple(float(v) for v in r) for r in measured) if measured else None,
+        nics=tuple(t.get("nics") or ()),
+        nic_links=tuple(tuple(Link.parse(c) for c in row) for row in t.get("nic_links") or ()),
+        source=t.get("source", ""),
+    )
+    labels = tuple(sorted((str(k), str(v)) for k, v in (data.get("labels") or {}).items()))
+    return NodeSpec(data["name"], topo, float(data["network_gbps"]), labels, bool(data.get("emulated")))
+
+
+def placement_to_dict(placement: Placement) -> dict[str, Any]:
+    return {
+        "nodes": list(placement.nodes),
+        "workers": [{"index": s.index, "node": s.node, "gpus": list(s.gpus)} for s in placement.slots],
+        "describe": placement.describe(),
+    }
+
+
+def placement_from_dict(job: str, data: dict[str, Any]) -> Placement:
+    slots = tuple(WorkerSlot(int(w["index"]), str(w["node"]), tuple(w["gpus"])) for w in data["workers"])
+    return Placement(job, slots)
+
+
+def _candidate(c: Candidate | None) -> dict[str, Any] | None:
+    if c is None:
+        return None
+    return {
+        **placement_to_dict(c.placement),
+        "objective": c.objective_dict(),
+        "metrics": c.metrics.as_dict(),
+        "bottleneck": c.metrics.bottleneck.describe(),
+    }
+
+
+def decision_to_dict(decision: Decision) -> dict[str, Any]:
+    """Everything a plan shows: nodes, GPU ids per worker, objective, bottleneck, runner-up,
+    or the pending reason and why each node was filtered out."""
+    job = decision.job
+    return {
+        "job": job.name,
+        "request": {
+            "workers": job.workers,
+            "gpus_per_worker": job.gpus_per_worker,
+            "topology_aware": job.topology_aware,
+            "priority": job.priority,
+            "model": job.model,
+        },
+        "policy": decision.policy,
+        "code": decision.code.value,
+        "summary": decision.summary(),
+        "chosen": _candidate(decision.chosen),
+        "runner_up": _candidate(decision.runner_up),
+        "reasons": list(decision.reasons),
+        "node_reasons": dict(decision.node_reasons),
+        "candidates_considered": decision.candidates_considered,
+    }

@@ -1,0 +1,164 @@
+"""Turn a placed job into processes: the per-rank plan, and the mpirun line rewritten onto it.
+
+Two command forms run: an Open MPI ``mpirun ... program`` line (ringleader owns -np and the
+host options and wraps the program with the rank wrapper) and a plain program started once per
+worker with torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, ...).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ringleader.errors import UsageError
+from ringleader.scheduler import Placement
+from ringleader.topology import NodeSpec
+
+MPI_LAUNCHERS = ("mpirun", "mpiexec", "orterun")
+# Open MPI options that take one value (all others are taken as flags); --mca takes two.
+_TWO_VALUES = {"mca", "gmca"}
+_ONE_VALUE = {
+    "np", "n", "c", "x", "map-by", "bind-to", "rank-by", "wdir", "wd", "path", "prefix",
+    "output-filename", "npernode", "npersocket", "cpus-per-proc", "cpus-per-rank", "cpu-set",
+    "tune", "am", "launch-agent", "report-bindings-file", "timeout", "stdin", "display-map-file",
+    "N", "ppr", "max-vm-size", "merge-stderr-to-stdout-file", "app", "preload-files",
+    "set-cwd-to-session-dir", "tmpdir", "report-uri", "report-pid", "xml-file", "debugger",
+    "H", "host", "hostfile", "machinefile", "default-hostfile",
+}  # fmt: skip
+_OWNED = {"np", "n", "c", "H", "host", "hostfile", "machinefile", "default-hostfile"}
+_NP = {"np", "n", "c"}
+
+
+def is_mpirun(argv: Sequence[str]) -> bool:
+    return bool(argv) and Path(argv[0]).name in MPI_LAUNCHERS
+
+
+def rank_wrapper(plan: Path, launcher: bool = False, rank: int | None = None) -> list[str]:
+    """The argv prefix that runs a program under ringleader's rank wrapper."""
+    cmd = [sys.executable, "-m", "ringleader.runtime.rank", str(plan)]
+    if launcher:
+        cmd.append("--launcher")
+    if rank is not None:
+        cmd += ["--rank", str(rank)]
+    return [*cmd, "--"]
+
+
+def _split_option(token: str) -> tuple[str, str | None]:
+    name = token.lstrip("-")
+    if "=" in name and token.startswith("--"):
+        key, value = name.split("=", 1)
+        return key, value
+    return name, None
+
+
+def parse_mpirun(argv: Sequence[str]) -> tuple[list[str], str | None, list[str]]:
+    """Split an mpirun line into (kept options, the user's -np or None, program argv)."""
+    kept: list[str] = []
+    np_value: str | None = None
+    i = 1
+    while i < len(argv):
+        token = argv[i]
+        if not token.startswith("-") or token == "-":
+            break
+        name, inline = _split_option(token)
+        nvalues = 2 if name in _TWO_VALUES else 1 if name in _ONE_VALUE else 0
+        values = [inline] if inline is not None else list(argv[i + 1 : i + 1 + nvalues])
+        if inline is None and len(values) < nvalues:
+            raise UsageError(f"mpirun option {token} lacks its value", "complete the mpirun line")
+        i += 1 + (0 if inline is not None else nvalues)
+        if name in _NP:
+            np_value = values[0]
+        elif name not in _OWNED:
+            kept += [token, *([] if inline is not None else values)]
+    program = list(argv[i:])
+    if not program:
+        raise UsageError("the mpirun line names no program", "end it with the program to run, e.g. python train.py")
+    if ":" in program:
+        raise UsageError("MPMD mpirun lines (with ':') are not supported", "run one program per job")
+    return kept, np_value, program
+
+
+def check_mpirun(argv: Sequence[str], workers: int) -> None:
+    """Refuse (exit 2) an mpirun line whose -np disagrees with --workers."""
+    _, np_value, _ = parse_mpirun(argv)
+    if np_value is None:
+        return
+    try:
+        np_int = int(np_value)
+    except ValueError:
+        raise UsageError(f"mpirun -np {np_value!r} is not a number", "write -np <workers>") from None
+    if np_int != workers:
+        raise UsageError(
+            f"mpirun -np {np_int} disagrees with --workers {workers}",
+            f"use -np {workers} or drop -np (ringleader sets it)",
+        )
+
+
+def rewrite_mpirun(argv: Sequence[str], workers: int, emulated: bool, plan: Path) -> list[str]:
+    """The mpirun line that starts ``workers`` ranks on this host, each under the rank wrapper."""
+    kept, _, program = parse_mpirun(argv)
+    names = {_split_option(t)[0] for t in kept if t.startswith("-")}
+    extra: list[str] = []
+    if os.geteuid() == 0 and "allow-run-as-root" not in names:
+        extra.append("--allow-run-as-root")
+    crowded = workers > (os.cpu_count() or 1)
+    if (emulated or crowded) and "oversubscribe" not in names:
+        extra.append("--oversubscribe")
+    if emulated and "bind-to" not in names:
+        extra += ["--bind-to", "none"]
+    # Every node is a process group on this host, so all ranks go to localhost.
+    head = [argv[0], "-np", str(workers), "--host", f"localhost:{workers}"]
+    return [*head, *extra, *kept, *rank_wrapper(plan), *program]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def build_plan(
+    job: str, placement: Placement, nodes: dict[str, NodeSpec], env: dict[str, str], home: Path
+) -> dict[str, Any]:
+    """Per rank: node, its GPUs, local rank, log and state file; what the rank wrapper reads.
+
+    Every rank sees exactly its job's GPUs on its node, in placement order, so local rank i
+    uses the i-th assigned GPU (torchrun's and Horovod's convention)."""
+    ranks = []
+    by_node: dict[str, list[int]] = {}
+    for slot in placement.slots:
+        by_node.setdefault(slot.node, []).append(slot.index)
+    node_order = list(placement.nodes)
+    for slot in placement.slots:
+        peers = by_node[slot.node]
+        instance = f"{job}-worker-{slot.index}"
+        ranks.append({
+            "rank": slot.index, "instance": instance, "node": slot.node,
+            "node_rank": node_order.index(slot.node), "gpus": list(slot.gpus),
+            "node_gpus": list(placement.gpus_on(slot.node)), "local_rank": peers.index(slot.index),
+            "local_world_size": len(peers), "emulated": nodes[slot.node].emulated,
+            "log": str(log_path(home, job, instance)), "state": str(state_path(home, job, instance)),
+        })  # fmt: skip
+    launcher = f"{job}-launcher"
+    return {
+        "job": job, "world_size": len(placement.slots), "master_addr": "127.0.0.1",
+        "master_port": free_port(), "env": dict(env), "ranks": ranks, "nnodes": len(node_order),
+        "launcher": {"instance": launcher, "log": str(log_path(home, job, launcher)),
+                     "state": str(state_path(home, job, launcher))},
+    }  # fmt: skip
+
+
+def log_path(home: Path, job: str, instance: str) -> Path:
+    return home / "logs" / job / f"{instance}.log"
+
+
+def state_path(home: Path, job: str, instance: str) -> Path:
+    return home / "run" / job / f"{instance}.json"
+
+
+def plan_path(home: Path, job: str) -> Path:
+    return home / "run" / job / "plan.json"

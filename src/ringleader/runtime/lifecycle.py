@@ -1,0 +1,98 @@
+"""Moves of a job through its states inside one write transaction: the scheduling pass, placing,
+pending, finishing; and starting a detached supervisor once the transaction has committed."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+from ringleader.runtime import store
+from ringleader.runtime.codec import decision_to_dict, placement_to_dict
+from ringleader.runtime.spec import JobSpec
+from ringleader.runtime.states import InstanceStatus, JobStatus
+from ringleader.scheduler import Decision, QueuedJob, schedule_queue
+
+
+def schedule_pass(conn: sqlite3.Connection, now: float) -> list[str]:
+    """Place every waiting job that fits now (priority, then FIFO; gangs all or nothing).
+
+    Returns the names of the jobs placed; the caller starts their supervisors after COMMIT."""
+    return [d.job.name for d in schedule_pass_decisions(conn, now) if d.ok]
+
+
+def schedule_pass_decisions(conn: sqlite3.Connection, now: float) -> list[Decision]:
+    """The scheduling pass, returning every decision it made (placed or pending)."""
+    rows = store.job_rows(conn, [JobStatus.QUEUING, JobStatus.PENDING])
+    if not rows:
+        return []
+    specs = {r["name"]: JobSpec.from_dict(json.loads(r["spec"])) for r in rows}
+    queued = [QueuedJob(specs[r["name"]].request(), int(r["seq"])) for r in rows]
+    _, decisions = schedule_queue(store.cluster_state(conn), queued)
+    for decision in decisions:
+        spec = specs[decision.job.name]
+        if decision.placement is not None:
+            place_job(conn, spec, decision, now)
+        else:
+            pend_job(conn, spec.name, decision, now)
+    return decisions
+
+
+def place_job(conn: sqlite3.Connection, spec: JobSpec, decision: Decision, now: float) -> None:
+    placement = decision.placement
+    assert placement is not None
+    store.allocate(conn, placement)
+    store.update_job(
+        conn, spec.name, status=JobStatus.RUNNING, started_at=now, reason=None,
+        decision=json.dumps(decision_to_dict(decision)), placement=json.dumps(placement_to_dict(placement)),
+    )  # fmt: skip
+    pending = InstanceStatus.PENDING.value
+    if spec.is_mpirun:
+        store.insert_instance(
+            conn, spec.name, f"{spec.name}-launcher", 0, "launcher", status=pending,
+            node=placement.slots[0].node, gpus="[]", gpu_requested=0, is_chief=1,
+        )  # fmt: skip
+    for slot in placement.slots:
+        store.insert_instance(
+            conn, spec.name, f"{spec.name}-worker-{slot.index}", slot.index, "worker", status=pending,
+            node=slot.node, gpus=json.dumps(list(slot.gpus)), gpu_requested=spec.gpus_per_worker,
+            is_chief=int(slot.index == 0 and not spec.is_mpirun),
+        )  # fmt: skip
+    store.add_event(conn, spec.name, "Scheduled", decision.summary(), now)
+
+
+def pend_job(conn: sqlite3.Connection, name: str, decision: Decision, now: float) -> None:
+    reason = "; ".join(decision.reasons) or decision.code.value
+    if decision.node_reasons:
+        reason += " (" + "; ".join(f"{n}: {r}" for n, r in decision.node_reasons.items()) + ")"
+    store.update_job(conn, name, status=JobStatus.PENDING, reason=reason)
+    # One event per distinct reason, so a pass that changes nothing writes nothing.
+    if store.last_event(conn, name, "Pending") != reason:
+        store.add_event(conn, name, "Pending", reason, now)
+
+
+def finish_job(conn: sqlite3.Connection, name: str, status: JobStatus, reason: str, now: float) -> None:
+    """Terminal status, end time, GPUs freed, still-open instances closed."""
+    store.update_job(conn, name, status=status, ended_at=now, reason=reason or None)
+    freed = store.free(conn, name)
+    for inst in store.instances(conn, name):
+        if not InstanceStatus(inst["status"]).is_terminal():
+            store.update_instance(conn, name, inst["name"], status=InstanceStatus.STOPPED.value, ended_at=now)
+    kind = "Succeeded" if status is JobStatus.SUCCEEDED else "Failed"
+    store.add_event(conn, name, kind, f"{reason}; {freed} GPU(s) freed" if reason else f"{freed} GPU(s) freed", now)
+
+
+def spawn_supervisors(home: Path, jobs: Iterable[str]) -> None:
+    """Start one detached supervisor per job: it outlives the command that started it."""
+    for job in jobs:
+        run_dir = home / "run" / job
+        run_dir.mkdir(parents=True, exist_ok=True)
+        with open(run_dir / "supervisor.log", "ab") as out:
+            subprocess.Popen(
+                [sys.executable, "-m", "ringleader.runtime.supervisor", str(home), job],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True, close_fds=True,
+            )  # fmt: skip

@@ -1,0 +1,80 @@
+"""The runtime's view of the cluster: node `local` (this machine), declared nodes, labels."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ringleader.errors import ConflictError, NotFoundError, UsageError
+from ringleader.scheduler import ClusterState
+from ringleader.topology import NodeSpec
+from ringleader.topology.cluster import NAME_RE, SCHEDULE_LABEL, SCHEDULE_MODES
+from ringleader.topology.nvml import discover
+
+LOCAL = "local"
+# ACK's label name, accepted as a spelling of ours.
+LABEL_ALIASES = {"ack.node.gpu.schedule": SCHEDULE_LABEL}
+
+
+def local_node() -> tuple[NodeSpec, str]:
+    """This machine with the GPUs NVML reports; (spec, note) with a note when it has none."""
+    found = discover()
+    note = found.reason if found.topology.n_gpus == 0 else ""
+    return NodeSpec(LOCAL, found.topology), note
+
+
+def merge_declared(current: Sequence[NodeSpec], declared: Sequence[NodeSpec]) -> list[NodeSpec]:
+    """The cluster after `cluster apply`: node `local` (kept unless the file declares it) plus
+    the declared nodes. Only `local` is real: every other node must be emulated."""
+    for spec in declared:
+        if spec.name != LOCAL and not spec.emulated:
+            raise UsageError(
+                f"node {spec.name!r} is not emulated, but only node {LOCAL!r} is a real machine here",
+                f"set `emulated: true` on it, or name it {LOCAL!r} to describe this machine",
+            )
+    if any(s.name == LOCAL for s in declared):
+        return list(declared)
+    local = next((s for s in current if s.name == LOCAL), None) or local_node()[0]
+    return [local, *declared]
+
+
+def shrinking(state: ClusterState, new_nodes: Sequence[NodeSpec]) -> str | None:
+    """Why applying ``new_nodes`` would pull GPUs from under running jobs (None if it would not)."""
+    new = {s.name: s for s in new_nodes}
+    for ns in state.nodes:
+        if not ns.allocated:
+            continue
+        jobs = sorted({job for _, job in ns.allocated})
+        spec = new.get(ns.name)
+        if spec is None:
+            return f"node {ns.name} holds GPUs of running job(s) {', '.join(jobs)} and would disappear"
+        if spec.topology.n_gpus < ns.spec.topology.n_gpus:
+            return (
+                f"node {ns.name} holds GPUs of running job(s) {', '.join(jobs)} and would shrink "
+                f"from {ns.spec.topology.n_gpus} to {spec.topology.n_gpus} GPUs"
+            )
+    return None
+
+
+def label_node(
+    nodes: Sequence[NodeSpec], node: str, key: str, value: str | None, overwrite: bool
+) -> list[NodeSpec]:
+    """Nodes with ``node``'s label ``key`` set to ``value`` (removed if None); kubectl rules."""
+    key = LABEL_ALIASES.get(key, key)
+    if not key or not all(NAME_RE.match(part) for part in key.replace("_", "-").lower().split(".")):
+        raise UsageError(f"invalid label key {key!r}", "use a name like gpu-schedule")
+    if key == SCHEDULE_LABEL and value is not None and value not in SCHEDULE_MODES:
+        raise UsageError(f"label {SCHEDULE_LABEL}={value!r} is not a mode", "use topology or default")
+    target = next((s for s in nodes if s.name == node), None)
+    if target is None:
+        raise NotFoundError(f"node {node!r} not found", f"use one of {', '.join(s.name for s in nodes)}")
+    labels = dict(target.labels)
+    old = labels.get(key)
+    if value is not None and old is not None and old != value and not overwrite:
+        raise ConflictError(
+            f"node {node} already has label {key}={old}", f"add --overwrite to change it to {value}"
+        )
+    if value is None:
+        labels.pop(key, None)
+    else:
+        labels[key] = value
+    return [s.with_labels(labels) if s.name == node else s for s in nodes]

@@ -1,0 +1,63 @@
+"""Processes by (pid, start time), so a reused PID is never mistaken for ours; stopping them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterable
+
+
+def start_time(pid: int) -> int | None:
+    """Start time (clock ticks since boot, /proc/<pid>/stat field 22); None if gone or a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read().decode(errors="replace")
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may itself contain spaces or ')'.
+    fields = data[data.rfind(")") + 2 :].split()
+    if len(fields) < 20 or fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
+
+
+def alive(pid: int | None, started: int | None) -> bool:
+    """True if ``pid`` runs and is the same process that started at ``started``."""
+    if not pid:
+        return False
+    now = start_time(pid)
+    return now is not None and (started is None or now == started)
+
+
+def signal_proc(pid: int, started: int | None, sig: int) -> None:
+    """Send ``sig`` to the process (and to its process group when it leads one)."""
+    if not alive(pid, started):
+        return
+    try:
+        if os.getpgid(pid) == pid and pid != os.getpgrp():
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def stop_all(procs: Iterable[tuple[int, int | None]], grace_s: float) -> None:
+    """SIGTERM every process, wait up to ``grace_s`` for them to go, then SIGKILL the rest."""
+    targets = [(pid, st) for pid, st in procs if alive(pid, st)]
+    for pid, st in targets:
+        signal_proc(pid, st, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(alive(p, s) for p, s in targets):
+        time.sleep(0.05)
+    for pid, st in targets:
+        signal_proc(pid, st, signal.SIGKILL)
+
+
+def grace_seconds() -> float:
+    """How long stopped processes get between SIGTERM and SIGKILL (RINGLEADER_GRACE_S)."""
+    try:
+        return float(os.environ.get("RINGLEADER_GRACE_S", "5"))
+    except ValueError:
+        return 5.0

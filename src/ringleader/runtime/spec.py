@@ -1,0 +1,70 @@
+"""What a user asks to run: the job spec, validated before anything is written."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ringleader.errors import UsageError
+from ringleader.scheduler import JobRequest
+from ringleader.topology.cluster import check_name
+
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A gang of ``workers`` processes with ``gpus_per_worker`` GPUs each, running ``command``.
+
+    ``command`` is an argv list: either an Open MPI ``mpirun ... program`` line (ringleader
+    rewrites its host options) or a plain program started once per worker, torchrun-style.
+    ``image`` and ``model`` are recorded (the model is a hint for throughput predictions).
+    """
+
+    name: str
+    workers: int
+    gpus_per_worker: int
+    command: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    topology_aware: bool = False
+    priority: int = 0
+    image: str | None = None
+    model: str | None = None
+    workdir: str | None = None  # where the processes start; submit records the caller's cwd
+
+    def validate(self) -> JobSpec:
+        check_name(self.name, "job")
+        if not isinstance(self.workers, int) or self.workers < 1:
+            raise UsageError(f"--workers must be >= 1, got {self.workers}", "give at least one worker")
+        if not isinstance(self.gpus_per_worker, int) or self.gpus_per_worker < 0:
+            raise UsageError(f"--gpus must be >= 0, got {self.gpus_per_worker}", "give 0 for a CPU job")
+        if not self.command or not all(isinstance(a, str) for a in self.command):
+            raise UsageError("no command given", "give the command as one quoted string or after --")
+        for key in self.env:
+            if not _ENV_KEY.match(key):
+                raise UsageError(f"invalid environment variable name {key!r}", "use -e NAME=VALUE")
+        return self
+
+    def request(self) -> JobRequest:
+        return JobRequest(
+            self.name, self.workers, self.gpus_per_worker, self.topology_aware, self.priority, self.model
+        )
+
+    @property
+    def is_mpirun(self) -> bool:
+        from ringleader.runtime.launchers import is_mpirun
+
+        return is_mpirun(self.command)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> JobSpec:
+        return JobSpec(
+            name=data["name"], workers=int(data["workers"]), gpus_per_worker=int(data["gpus_per_worker"]),
+            command=list(data["command"]), env=dict(data.get("env") or {}),
+            topology_aware=bool(data.get("topology_aware")), priority=int(data.get("priority", 0)),
+            image=data.get("image"), model=data.get("model"), workdir=data.get("workdir"),
+        )  # fmt: skip

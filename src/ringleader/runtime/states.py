@@ -1,0 +1,66 @@
+"""Job and instance states, and the one table of allowed job transitions."""
+
+from __future__ import annotations
+
+import enum
+
+
+class JobStatus(enum.Enum):
+    """Lifecycle of a job. GPUs are allocated to a job exactly while it is RUNNING."""
+
+    QUEUING = "QUEUING"
+    """Recorded, not yet looked at by a scheduling pass (submit runs one in the same transaction,
+    so this is seen only while a pass is deferred)."""
+
+    PENDING = "PENDING"
+    """Waiting for GPUs: the last scheduling pass could not place the whole gang; the reason,
+    with numbers, is the job's latest event."""
+
+    RUNNING = "RUNNING"
+    """Placed: its GPUs are allocated and its supervisor starts or watches its processes."""
+
+    SUCCEEDED = "SUCCEEDED"
+    """Every instance exited with code 0; its GPUs are free."""
+
+    FAILED = "FAILED"
+    """An instance failed (the earliest failure is the root cause), its siblings were stopped,
+    or its processes were lost; its GPUs are free."""
+
+    def is_terminal(self) -> bool:
+        return self in (JobStatus.SUCCEEDED, JobStatus.FAILED)
+
+
+# The only moves a job may make; store.set_job_status refuses anything else.
+TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
+    JobStatus.QUEUING: frozenset({JobStatus.PENDING, JobStatus.RUNNING, JobStatus.FAILED}),
+    JobStatus.PENDING: frozenset({JobStatus.QUEUING, JobStatus.RUNNING, JobStatus.FAILED}),
+    JobStatus.RUNNING: frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED}),
+    JobStatus.SUCCEEDED: frozenset(),
+    JobStatus.FAILED: frozenset(),
+}
+
+
+def can_move(old: JobStatus, new: JobStatus) -> bool:
+    return old == new or new in TRANSITIONS[old]
+
+
+class InstanceStatus(enum.Enum):
+    """One process of a job (the mpirun launcher or a worker)."""
+
+    PENDING = "Pending"
+    """Placed, process not started yet."""
+
+    RUNNING = "Running"
+    """Its process is alive."""
+
+    SUCCEEDED = "Succeeded"
+    """Exited with code 0."""
+
+    FAILED = "Failed"
+    """Exited with a non-zero code, or was lost."""
+
+    STOPPED = "Stopped"
+    """Stopped by ringleader because a sibling failed or the job was deleted."""
+
+    def is_terminal(self) -> bool:
+        return self not in (InstanceStatus.PENDING, InstanceStatus.RUNNING)

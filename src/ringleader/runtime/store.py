@@ -1,0 +1,288 @@
+"""The one module that owns SQLite: schema and its version, WAL, transactions, rows <-> values.
+
+Every read-decide-write runs inside ``Store.write()`` (``BEGIN IMMEDIATE``), so two processes
+never decide on the same snapshot; ``allocations`` has (node, gpu) as its primary key, so even a
+bug could not give one GPU to two jobs. Values are stored as JSON, never pickled.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ringleader.errors import StateError
+from ringleader.runtime.codec import node_from_dict, node_to_dict
+from ringleader.runtime.states import JobStatus, can_move
+from ringleader.scheduler import ClusterState, NodeState, Placement
+from ringleader.topology import NodeSpec
+
+APP_ID = "ringleader"
+SCHEMA_VERSION = 1
+DB_NAME = "state.db"
+
+# Migrations by target version; each list runs in one transaction. Never edit a released one.
+MIGRATIONS: dict[int, list[str]] = {
+    1: [
+        "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        "CREATE TABLE nodes (name TEXT PRIMARY KEY, ord INTEGER NOT NULL, spec TEXT NOT NULL)",
+        """CREATE TABLE jobs (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL UNIQUE,
+            status TEXT NOT NULL, priority INTEGER NOT NULL, spec TEXT NOT NULL,
+            created_at REAL NOT NULL, started_at REAL, ended_at REAL, reason TEXT,
+            decision TEXT, placement TEXT, supervisor_pid INTEGER, supervisor_start INTEGER,
+            launched_at REAL)""",
+        """CREATE TABLE instances (
+            job TEXT NOT NULL, name TEXT NOT NULL, idx INTEGER NOT NULL, role TEXT NOT NULL,
+            status TEXT NOT NULL, node TEXT, gpus TEXT NOT NULL, gpu_requested INTEGER NOT NULL,
+            is_chief INTEGER NOT NULL, pid INTEGER, pid_start INTEGER, exit_code INTEGER,
+            started_at REAL, ended_at REAL, PRIMARY KEY (job, name))""",
+        """CREATE TABLE allocations (
+            node TEXT NOT NULL, gpu INTEGER NOT NULL, job TEXT NOT NULL, PRIMARY KEY (node, gpu))""",
+        """CREATE TABLE events (
+            id INTEGER PRIMARY KEY AUTOINCREMENT, job TEXT NOT NULL, at REAL NOT NULL,
+            kind TEXT NOT NULL, message TEXT NOT NULL)""",
+        "CREATE INDEX events_job ON events (job, id)",
+    ],
+}
+
+
+def default_home() -> Path:
+    return Path(os.environ.get("RINGLEADER_HOME") or Path.home() / ".ringleader")
+
+
+@dataclass
+class Store:
+    """A connection to ``<home>/state.db``; ``ephemeral`` when the file did not exist and the
+    caller only reads (nothing is written to disk until something needs writing)."""
+
+    home: Path
+    conn: sqlite3.Connection
+    ephemeral: bool = False
+
+    @property
+    def path(self) -> Path:
+        return self.home / DB_NAME
+
+    @staticmethod
+    def open(home: Path, create: bool) -> tuple[Store, bool]:
+        """Open (and with ``create`` make) the database; returns (store, created_now)."""
+        path = home / DB_NAME
+        exists = path.exists()
+        if not exists and not create:
+            conn = _connect(":memory:")
+            _migrate(conn, str(path))
+            return Store(home, conn, ephemeral=True), False
+        home.mkdir(parents=True, exist_ok=True)
+        conn = _connect(str(path))
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            _migrate(conn, str(path))
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise _not_ours(path, str(exc)) from None
+        return Store(home, conn), not exists
+
+    def close(self) -> None:
+        self.conn.close()
+
+    @contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """One read-decide-write transaction, holding the write lock from its first statement."""
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.conn
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    @contextmanager
+    def read(self) -> Iterator[sqlite3.Connection]:
+        """A consistent snapshot for reading."""
+        self.conn.execute("BEGIN")
+        try:
+            yield self.conn
+        finally:
+            self.conn.execute("ROLLBACK")
+
+
+def _connect(target: str) -> sqlite3.Connection:
+    # isolation_level=None: we issue BEGIN/COMMIT ourselves; 60 s busy wait covers 20 racing CLIs.
+    conn = sqlite3.connect(target, timeout=60.0, isolation_level=None)
+    conn.row_factory = sqlite3.Row
+    conn.execute("PRAGMA busy_timeout = 60000")
+    conn.execute("PRAGMA foreign_keys = ON")
+    return conn
+
+
+def _not_ours(path: Path, detail: str) -> StateError:
+    return StateError(
+        f"state database {path} is not a ringleader database or is corrupted ({detail})",
+        f"move it away (mv {path} {path}.bad) or set RINGLEADER_HOME to another folder",
+    )
+
+
+def _migrate(conn: sqlite3.Connection, where: str) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        version = _version(conn, Path(where))
+        if version > SCHEMA_VERSION:
+            raise StateError(
+                f"state database {where} has schema version {version}, newer than this "
+                f"ringleader's {SCHEMA_VERSION}",
+                "upgrade ringleader, or set RINGLEADER_HOME to another folder",
+            )
+        for target in range(version + 1, SCHEMA_VERSION + 1):
+            for stmt in MIGRATIONS[target]:
+                conn.execute(stmt)
+            if target == 1:
+                conn.execute("INSERT INTO meta VALUES ('app', ?)", (APP_ID,))
+                conn.execute("INSERT INTO meta VALUES ('schema_version', '1')")
+            else:
+                conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(target),))
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def _version(conn: sqlite3.Connection, path: Path) -> int:
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if not tables:
+        return 0
+    if "meta" not in tables:
+        raise _not_ours(path, "no meta table")
+    meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    if meta.get("app") != APP_ID or not str(meta.get("schema_version", "")).isdigit():
+        raise _not_ours(path, "meta table does not name ringleader")
+    return int(meta["schema_version"])
+
+
+# -- nodes ------------------------------------------------------------------------------------
+
+
+def get_nodes(conn: sqlite3.Connection) -> list[NodeSpec]:
+    rows = conn.execute("SELECT spec FROM nodes ORDER BY ord").fetchall()
+    return [node_from_dict(json.loads(r["spec"])) for r in rows]
+
+
+def replace_nodes(conn: sqlite3.Connection, specs: Sequence[NodeSpec]) -> None:
+    conn.execute("DELETE FROM nodes")
+    conn.executemany(
+        "INSERT INTO nodes (name, ord, spec) VALUES (?, ?, ?)",
+        [(s.name, i, json.dumps(node_to_dict(s))) for i, s in enumerate(specs)],
+    )
+
+
+def get_meta(conn: sqlite3.Connection, key: str) -> str | None:
+    row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def set_meta(conn: sqlite3.Connection, key: str, value: str) -> None:
+    conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+
+
+def cluster_state(conn: sqlite3.Connection) -> ClusterState:
+    alloc: dict[str, list[tuple[int, str]]] = {}
+    for r in conn.execute("SELECT node, gpu, job FROM allocations ORDER BY node, gpu"):
+        alloc.setdefault(r["node"], []).append((int(r["gpu"]), str(r["job"])))
+    return ClusterState(tuple(NodeState(s, tuple(alloc.get(s.name, ()))) for s in get_nodes(conn)))
+
+
+# -- jobs -------------------------------------------------------------------------------------
+
+
+def job_row(conn: sqlite3.Connection, name: str) -> sqlite3.Row | None:
+    return conn.execute("SELECT * FROM jobs WHERE name = ?", (name,)).fetchone()
+
+
+def job_rows(conn: sqlite3.Connection, statuses: Sequence[JobStatus] = ()) -> list[sqlite3.Row]:
+    if not statuses:
+        return conn.execute("SELECT * FROM jobs ORDER BY seq").fetchall()
+    marks = ",".join("?" * len(statuses))
+    return conn.execute(
+        f"SELECT * FROM jobs WHERE status IN ({marks}) ORDER BY seq", [s.value for s in statuses]
+    ).fetchall()
+
+
+def insert_job(conn: sqlite3.Connection, spec: dict[str, Any], priority: int, now: float) -> None:
+    conn.execute(
+        "INSERT INTO jobs (name, status, priority, spec, created_at) VALUES (?, ?, ?, ?, ?)",
+        (spec["name"], JobStatus.QUEUING.value, priority, json.dumps(spec), now),
+    )
+
+
+def update_job(conn: sqlite3.Connection, name: str, **fields: Any) -> None:
+    """Set columns of a job; a status change must be in the transition table."""
+    if "status" in fields:
+        new = JobStatus(fields["status"].value if isinstance(fields["status"], JobStatus) else fields["status"])
+        row = job_row(conn, name)
+        old = JobStatus(row["status"]) if row else None
+        if old is not None and not can_move(old, new):
+            raise RuntimeError(f"job {name}: {old.value} -> {new.value} is not an allowed transition")
+        fields["status"] = new.value
+    cols = ", ".join(f"{k} = ?" for k in fields)
+    conn.execute(f"UPDATE jobs SET {cols} WHERE name = ?", [*fields.values(), name])
+
+
+def delete_job(conn: sqlite3.Connection, name: str) -> None:
+    for table in ("events", "instances", "allocations"):
+        conn.execute(f"DELETE FROM {table} WHERE job = ?", (name,))
+    conn.execute("DELETE FROM jobs WHERE name = ?", (name,))
+
+
+def add_event(conn: sqlite3.Connection, job: str, kind: str, message: str, now: float) -> None:
+    conn.execute("INSERT INTO events (job, at, kind, message) VALUES (?, ?, ?, ?)", (job, now, kind, message))
+
+
+def last_event(conn: sqlite3.Connection, job: str, kind: str) -> str | None:
+    row = conn.execute(
+        "SELECT message FROM events WHERE job = ? AND kind = ? ORDER BY id DESC LIMIT 1", (job, kind)
+    ).fetchone()
+    return None if row is None else str(row[0])
+
+
+def events(conn: sqlite3.Connection, job: str) -> list[sqlite3.Row]:
+    return conn.execute("SELECT * FROM events WHERE job = ? ORDER BY id", (job,)).fetchall()
+
+
+# -- allocations and instances ------------------------------------------------------------------
+
+
+def allocate(conn: sqlite3.Connection, placement: Placement) -> None:
+    conn.executemany(
+        "INSERT INTO allocations (node, gpu, job) VALUES (?, ?, ?)",
+        [(s.node, g, placement.job) for s in placement.slots for g in s.gpus],
+    )
+
+
+def free(conn: sqlite3.Connection, job: str) -> int:
+    return conn.execute("DELETE FROM allocations WHERE job = ?", (job,)).rowcount
+
+
+def allocations(conn: sqlite3.Connection) -> list[sqlite3.Row]:
+    return conn.execute("SELECT * FROM allocations ORDER BY node, gpu").fetchall()
+
+
+def instances(conn: sqlite3.Connection, job: str) -> list[sqlite3.Row]:
+    return conn.execute(
+        "SELECT * FROM instances WHERE job = ? ORDER BY role = 'worker', idx", (job,)
+    ).fetchall()
+
+
+def insert_instance(conn: sqlite3.Connection, job: str, name: str, idx: int, role: str, **fields: Any) -> None:
+    cols = ["job", "name", "idx", "role", *fields]
+    vals = [job, name, idx, role, *fields.values()]
+    conn.execute(f"INSERT INTO instances ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})", vals)
+
+
+def update_instance(conn: sqlite3.Connection, job: str, name: str, **fields: Any) -> None:
+    cols = ", ".join(f"{k} = ?" for k in fields)
+    conn.execute(f"UPDATE instances SET {cols} WHERE job = ? AND name = ?", [*fields.values(), job, name])

@@ -1,0 +1,133 @@
+"""Read models the API returns and the CLI renders: jobs, instances, events, submit results."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ringleader.runtime import store
+from ringleader.runtime.spec import JobSpec
+from ringleader.runtime.states import JobStatus
+from ringleader.scheduler import Decision
+
+TRAINER = "MPIJOB"
+
+
+@dataclass(frozen=True)
+class InstanceView:
+    name: str
+    role: str  # "launcher" or "worker"
+    status: str
+    exit_code: int | None
+    node: str | None
+    gpus: tuple[int, ...]
+    gpu_requested: int
+    is_chief: bool
+    pid: int | None
+    started_at: float | None
+    ended_at: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "gpus": list(self.gpus)}
+
+
+@dataclass(frozen=True)
+class EventView:
+    at: float
+    kind: str
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class JobView:
+    """One job as `get` shows it; ``placement`` is the scheduler's decision (JSON form)."""
+
+    name: str
+    status: JobStatus
+    priority: int
+    trainer: str
+    created_at: float
+    started_at: float | None
+    ended_at: float | None
+    spec: JobSpec
+    reason: str | None = None
+    placement: dict[str, Any] | None = None
+    instances: tuple[InstanceView, ...] = ()
+    events: tuple[EventView, ...] = ()
+
+    @property
+    def duration(self) -> float | None:
+        """Running time so far (or in all, once ended); None before it starts."""
+        if self.started_at is None:
+            return None
+        return (self.ended_at or time.time()) - self.started_at
+
+    @property
+    def bottleneck(self) -> str | None:
+        chosen = (self.placement or {}).get("chosen")
+        return chosen["bottleneck"] if chosen else None
+
+    @property
+    def nodes(self) -> list[str]:
+        chosen = (self.placement or {}).get("chosen")
+        return list(chosen["nodes"]) if chosen else []
+
+    @property
+    def gpus_allocated(self) -> int:
+        return sum(len(i.gpus) for i in self.instances) if self.status is JobStatus.RUNNING else 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "status": self.status.value, "priority": self.priority,
+            "trainer": self.trainer, "created_at": self.created_at, "started_at": self.started_at,
+            "ended_at": self.ended_at, "duration_s": self.duration, "reason": self.reason,
+            "workers": self.spec.workers, "gpus_per_worker": self.spec.gpus_per_worker,
+            "topology_aware": self.spec.topology_aware, "command": self.spec.command,
+            "image": self.spec.image, "model": self.spec.model,
+            "bottleneck": self.bottleneck, "placement": self.placement,
+            "instances": [i.to_dict() for i in self.instances],
+            "events": [e.to_dict() for e in self.events],
+        }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    """The decision for a submitted job, its plan in JSON form, and (unless a dry run) the job."""
+
+    decision: Decision
+    plan: dict[str, Any]
+    dry_run: bool
+    job: JobView | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"dry_run": self.dry_run, "plan": self.plan, **self.extra}
+        if self.job is not None:
+            out["job"] = self.job.to_dict()
+        return out
+
+
+def job_view(conn: sqlite3.Connection, row: sqlite3.Row, with_events: bool = True) -> JobView:
+    instances = tuple(
+        InstanceView(
+            name=i["name"], role=i["role"], status=i["status"], exit_code=i["exit_code"], node=i["node"],
+            gpus=tuple(json.loads(i["gpus"])), gpu_requested=i["gpu_requested"], is_chief=bool(i["is_chief"]),
+            pid=i["pid"], started_at=i["started_at"], ended_at=i["ended_at"],
+        )
+        for i in store.instances(conn, row["name"])
+    )
+    rows = store.events(conn, row["name"]) if with_events else []
+    events = tuple(EventView(e["at"], e["kind"], e["message"]) for e in rows)
+    return JobView(
+        name=row["name"], status=JobStatus(row["status"]), priority=row["priority"], trainer=TRAINER,
+        created_at=row["created_at"], started_at=row["started_at"], ended_at=row["ended_at"],
+        spec=JobSpec.from_dict(json.loads(row["spec"])), reason=row["reason"],
+        placement=json.loads(row["decision"]) if row["decision"] else None,
+        instances=instances, events=events,
+    )  # fmt: skip
