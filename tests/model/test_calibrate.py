@@ -1,0 +1,101 @@
+"""Calibration round trip: bench JSON generated from known parameters, fitted, recovered."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ringleader.cli.main import main
+from ringleader.model import load_calibration, predict_placement
+from ringleader.model.checks import emulated_job
+from ringleader.model.fit import TrainPoint, calibrate_files
+
+SIZES = [2**k for k in range(10, 29, 2)]  # 1 KiB .. 256 MiB
+
+
+def allreduce_doc(backend: str, n: int, nodes: int, gbs: float, lat_us: float) -> dict:
+    rows = []
+    for s in SIZES:
+        t = 2 * (n - 1) * lat_us * 1e-6 + 2 * (n - 1) / n * s / (gbs * 1e9)
+        cell = {"time_us": t * 1e6, "algbw_gbs": s / t / 1e9, "busbw_gbs": 0.0, "wrong": 0}
+        rows.append({"size_bytes": s, "count": s // 4, "type": "float32", "redop": "sum", "oop": cell, "ip": cell})
+    return {"kind": "allreduce", "collective": "allreduce", "backend": backend, "world_size": n, "nodes": nodes,
+            "dtype": "float32", "op": "sum", "results": rows, "avg_busbw_gbs": 0.0}  # fmt: skip
+
+
+def train_doc(batch: int, rate: float, world: int = 1, backend: str = "gloo") -> dict:
+    return {"kind": "train", "model": "resnet50", "batch_size": batch, "precision": "fp32", "backend": backend,
+            "world_size": world, "nodes": 1, "device": "cpu", "images_per_sec_total": rate,
+            "images_per_sec_per_worker": rate / world, "step_time_s": batch * world / rate}  # fmt: skip
+
+
+def write(tmp: Path, name: str, doc: object) -> str:
+    path = tmp / name
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+def test_links_and_compute_are_recovered(tmp_path):
+    files = [
+        write(tmp_path, "g2.json", allreduce_doc("gloo", 2, 1, 1.4, 40.0)),
+        write(tmp_path, "g4.json", allreduce_doc("gloo", 4, 1, 1.4, 40.0)),
+        write(tmp_path, "net.json", allreduce_doc("nccl", 4, 2, 0.8, 60.0)),
+        # t(b) = 0.05 + b / 20 -> rates at batch 8 and 32
+        write(tmp_path, "t8.json", train_doc(8, 8 / (0.05 + 8 / 20))),
+        write(tmp_path, "t32.json", train_doc(32, 32 / (0.05 + 32 / 20))),
+    ]
+    cal, multi = calibrate_files(files)
+    assert multi == []
+    assert cal.links["gloo/local"].gbs == pytest.approx(1.4, rel=1e-6)
+    assert cal.links["gloo/local"].latency_us == pytest.approx(40.0, rel=1e-4)
+    assert cal.links["nccl/network"].gbs == pytest.approx(0.8, rel=1e-6)
+    assert cal.links["nccl/network"].latency_us == pytest.approx(60.0, rel=1e-4)
+    (fit,) = cal.compute
+    assert (fit.model, fit.gpu_type, fit.batch_size) == ("resnet50", "cpu", 32)
+    assert fit.step_overhead_s == pytest.approx(0.05, rel=1e-6)
+    assert fit.images_per_s == pytest.approx(32 / (0.05 + 32 / 20), rel=1e-6)
+
+
+def test_calibrate_cli_writes_a_file_predict_reads_and_checks_multiworker_runs(tmp_path, capsys):
+    # a 2-worker run measured exactly as the model says: the check error must be ~0
+    point = TrainPoint("resnet50", "cpu", "fp32", "gloo", 16, 2, 1, 1.0, "x")
+    files = [write(tmp_path, "g2.json", allreduce_doc("gloo", 2, 1, 1.5, 30.0)),
+             write(tmp_path, "t1.json", train_doc(16, 4.0))]  # fmt: skip
+    cal, _ = calibrate_files(files)
+    state, placement = emulated_job(point)
+    expected = predict_placement(state.by_name, placement, "resnet50", 16, "fp32", "cpu", cal, backend="gloo")
+    # two workers on one 2-core host share the cores: compute per step doubles
+    assert expected.compute_s == pytest.approx(2 * 16 / 4.0)
+    files.append(write(tmp_path, "t2.json", train_doc(16, expected.images_per_s, world=2)))
+    out = tmp_path / "cal.json"
+    assert main(["calibrate", *files, "--out", str(out), "-o", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (check,) = doc["checks"]
+    assert check["error"] == pytest.approx(0.0, abs=1e-3)
+    assert load_calibration(out).links["gloo/local"].gbs == pytest.approx(1.5, rel=1e-6)
+    assert main(["predict", "--model", "resnet50", "--placement", "node-a:0,1", "--gpu-type", "cpu",
+                 "--calibration", str(out), "--batch-size", "16", "-o", "json"]) == 0  # fmt: skip
+    pred = json.loads(capsys.readouterr().out)["predictions"][0]
+    assert pred["gpu_type"] == "cpu" and pred["compute_source"].startswith("calibrated")
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        ("{oops", "is not JSON"),
+        ('{"kind": "allreduce", "backend": "gloo", "world_size": 2}', "missing key 'results'"),
+        ('{"kind": "nope"}', "not \\\"allreduce\\\" or \\\"train\\\""),
+        ('{"kind": "train", "model": "resnet50", "batch_size": 8, "world_size": 1, "images_per_sec_total": -3}',
+         "images_per_sec_total must be > 0"),
+        ('{"kind": "train", "model": "lenet", "batch_size": 8, "world_size": 1, "images_per_sec_total": 3}',
+         "unknown model 'lenet'"),
+    ],
+)
+def test_malformed_bench_json_names_the_file(tmp_path, capsys, content, needle):
+    path = write(tmp_path, "bad.json", None)
+    Path(path).write_text(content)
+    assert main(["calibrate", path]) == 2
+    err = capsys.readouterr().err
+    assert path in err and needle.replace("\\", "") in err
