@@ -23,6 +23,7 @@ from ringleader.scheduler.types import (
     Decision,
     JobRequest,
     Metrics,
+    NodeGroup,
     NodeState,
     Placement,
     WorkerSlot,
@@ -54,6 +55,13 @@ class Policy(ABC):
     def choose(self, nodes: Sequence[NodeState], job: JobRequest) -> list[Candidate]:
         """Candidate placements for the whole gang on ``nodes`` (all passed filter), best
         first; at most two are needed (chosen and runner-up). Empty if the gang does not fit."""
+
+    def choose_groups(self, groups: Sequence[NodeGroup], job: JobRequest) -> list[Candidate]:
+        """Same as ``choose`` but over groups of equivalent nodes. Policies that can reason
+        per group override this to stay fast on large clusters; the default expands them."""
+        positions = sorted(p for g in groups for p in g.positions)
+        nodes = groups[0].all_nodes if groups else ()
+        return self.choose([nodes[p] for p in positions], job)
 
 
 _REGISTRY: dict[str, Policy] = {}
@@ -143,25 +151,25 @@ def place(state: ClusterState, job: JobRequest, policy: str | None = None) -> De
     if job.workers < 1 or job.gpus_per_worker < 0:
         return Decision(job, chosen_policy.name, Code.UNRESOLVABLE, reasons=("workers must be >= 1 and gpus >= 0",))
     node_reasons: dict[str, str] = {}
-    eligible: list[NodeState] = []
-    for ns in state.nodes:
-        reason = chosen_policy.filter(ns, job)
+    eligible: list[NodeGroup] = []
+    for group in state.groups:  # a filter sees only what makes nodes equivalent: once per group
+        reason = chosen_policy.filter(group.first, job)
         if reason is None:
-            eligible.append(ns)
+            eligible.append(group)
         else:
-            node_reasons[ns.name] = reason
-    candidates = chosen_policy.choose(eligible, job) if eligible else []
+            node_reasons.update(dict.fromkeys((ns.name for ns in group.members()), reason))
+    candidates = chosen_policy.choose_groups(eligible, job) if eligible else []
     if candidates:
         return Decision(
             job, chosen_policy.name, Code.SUCCESS, candidates[0],
             candidates[1] if len(candidates) > 1 else None,
             reasons=_why_chosen(candidates), node_reasons=node_reasons,
-            candidates_considered=len(eligible),
+            candidates_considered=sum(g.size for g in eligible),
         )  # fmt: skip
     code = Code.UNRESOLVABLE if unresolvable(state, job, chosen_policy) else Code.UNSCHEDULABLE
     return Decision(
-        job, chosen_policy.name, code, reasons=(pending_reason(state, job, chosen_policy, eligible),),
-        node_reasons=node_reasons, candidates_considered=len(eligible),
+        job, chosen_policy.name, code, reasons=(pending_reason(state, job, chosen_policy),),
+        node_reasons=node_reasons, candidates_considered=sum(g.size for g in eligible),
     )  # fmt: skip
 
 
@@ -184,11 +192,11 @@ def _why_chosen(candidates: Sequence[Candidate]) -> tuple[str, ...]:
 def unresolvable(state: ClusterState, job: JobRequest, policy: Policy) -> bool:
     """True if the job could not be placed even with every GPU of the cluster free."""
     empty = ClusterState(tuple(NodeState(ns.spec) for ns in state.nodes))
-    eligible = [ns for ns in empty.nodes if policy.filter(ns, job) is None]
-    return not eligible or not policy.choose(eligible, job)
+    eligible = [g for g in empty.groups if policy.filter(g.first, job) is None]
+    return not eligible or not policy.choose_groups(eligible, job)
 
 
-def pending_reason(state: ClusterState, job: JobRequest, policy: Policy, eligible: Sequence[NodeState]) -> str:
+def pending_reason(state: ClusterState, job: JobRequest, policy: Policy) -> str:
     """One line with numbers: what the gang needs and the most any node or the cluster offers."""
     need = f"needs {job.workers} worker(s) x {job.gpus_per_worker} GPU(s)"
     kind = "nodes serving --gputopology jobs" if job.topology_aware else "nodes serving non-topology jobs"

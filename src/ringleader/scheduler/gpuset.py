@@ -59,6 +59,7 @@ class NodeSearch:
             for level in self.levels
         }
         self._clique = functools.lru_cache(maxsize=65536)(self._max_clique)
+        self._capacity: dict[tuple[int, float], int] = {}
         self._best = functools.lru_cache(maxsize=65536)(self._best_set)
 
     # -- cliques: sets whose every pair has at least a given bandwidth ----------------------
@@ -88,12 +89,17 @@ class NodeSearch:
     def capacity(self, mask: int, level: float) -> int:
         """How many GPUs of ``mask`` can be taken with a bottleneck of at least ``level``
         (any level, also one this topology does not have)."""
-        if mask.bit_count() <= 1:
-            return mask.bit_count()
-        own = [lv for lv in self.levels if lv >= level]
-        if not own:
-            return 1  # no pair is that fast: one GPU alone has no bottleneck
-        return self.max_clique(mask, own[-1])
+        found = self._capacity.get((mask, level))
+        if found is None:
+            own = [lv for lv in self.levels if lv >= level]
+            if mask.bit_count() <= 1:
+                found = mask.bit_count()
+            elif not own:
+                found = 1  # no pair is that fast: one GPU alone has no bottleneck
+            else:
+                found = self.max_clique(mask, own[-1])
+            self._capacity[(mask, level)] = found
+        return found
 
     def bottleneck_level(self, mask: int, k: int) -> float:
         """Best achievable bottleneck for k GPUs out of ``mask`` (INF for k <= 1)."""

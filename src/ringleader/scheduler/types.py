@@ -6,8 +6,9 @@ is a value (``Code.UNSCHEDULABLE`` / ``Code.UNRESOLVABLE`` with reasons), never 
 
 from __future__ import annotations
 
+import bisect
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
@@ -52,7 +53,7 @@ class NodeState:
             mask |= 1 << gpu
         return mask
 
-    @property
+    @cached_property
     def free_mask(self) -> int:
         return self.spec.topology.all_mask & ~self.used_mask
 
@@ -60,7 +61,7 @@ class NodeState:
     def free_gpus(self) -> tuple[int, ...]:
         return tuple(i for i in range(self.spec.topology.n_gpus) if self.free_mask >> i & 1)
 
-    @property
+    @cached_property
     def n_free(self) -> int:
         return self.free_mask.bit_count()
 
@@ -101,50 +102,157 @@ class Placement:
         return " + ".join(parts)
 
 
+GroupKey = tuple[str, int, float, tuple[tuple[str, str], ...]]
+
+
+def group_key(ns: NodeState) -> GroupKey:
+    """Nodes with equal keys are interchangeable for placement: same topology, free GPUs,
+    network and labels. Filters and searches run once per group, not once per node."""
+    spec = ns.spec
+    return (spec.topology.fingerprint, ns.free_mask, spec.network_gbps, spec.labels)
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    """Equivalent nodes (see ``group_key``), in cluster order; members are materialised lazily
+    because a group on a 10,000-node cluster can hold thousands of nodes."""
+
+    key: GroupKey
+    positions: tuple[int, ...]
+    all_nodes: tuple[NodeState, ...] = field(repr=False, compare=False)
+
+    @property
+    def first(self) -> NodeState:
+        return self.all_nodes[self.positions[0]]
+
+    @property
+    def size(self) -> int:
+        return len(self.positions)
+
+    def members(self) -> Iterator[NodeState]:
+        return (self.all_nodes[i] for i in self.positions)
+
+    @property
+    def free_mask(self) -> int:
+        return self.key[1]
+
+
+class _ByName(Mapping[str, NodeState]):
+    def __init__(self, nodes: tuple[NodeState, ...], positions: Mapping[str, int]) -> None:
+        self._nodes, self._positions = nodes, positions
+
+    def __getitem__(self, name: str) -> NodeState:
+        return self._nodes[self._positions[name]]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._positions)
+
+    def __len__(self) -> int:
+        return len(self._positions)
+
+
 @dataclass(frozen=True)
 class ClusterState:
-    """A frozen snapshot of every node and its allocations."""
+    """A frozen snapshot of every node and its allocations.
+
+    The group index is derived data: built on first use, then carried to the states that
+    ``with_placement``/``without_placement`` return and updated there for the changed nodes
+    only, as a scheduler's snapshot is maintained incrementally.
+    """
 
     nodes: tuple[NodeState, ...]
+    carried_index: Mapping[GroupKey, tuple[int, ...]] | None = field(default=None, compare=False, repr=False)
+    carried_positions: Mapping[str, int] | None = field(default=None, compare=False, repr=False)
 
     @staticmethod
     def empty(specs: Iterable[NodeSpec]) -> ClusterState:
         return ClusterState(tuple(NodeState(s) for s in specs))
 
     @cached_property
+    def positions(self) -> Mapping[str, int]:
+        if self.carried_positions is not None:
+            return self.carried_positions
+        return {n.name: i for i, n in enumerate(self.nodes)}
+
+    @cached_property
     def by_name(self) -> Mapping[str, NodeState]:
-        return {n.name: n for n in self.nodes}
+        return _ByName(self.nodes, self.positions)
 
     def node(self, name: str) -> NodeState:
-        return self.by_name[name]
+        return self.nodes[self.positions[name]]
+
+    @cached_property
+    def index(self) -> Mapping[GroupKey, tuple[int, ...]]:
+        if self.carried_index is not None:
+            return self.carried_index
+        built: dict[GroupKey, list[int]] = {}
+        for i, ns in enumerate(self.nodes):
+            built.setdefault(group_key(ns), []).append(i)
+        return {k: tuple(v) for k, v in built.items()}
+
+    @cached_property
+    def groups(self) -> list[NodeGroup]:
+        """Groups of equivalent nodes, ordered by their first node's position."""
+        items = sorted(self.index.items(), key=lambda kv: kv[1][0])
+        return [NodeGroup(key, positions, self.nodes) for key, positions in items]
+
+    def _replaced(self, changed: Mapping[int, NodeState]) -> ClusterState:
+        nodes = list(self.nodes)
+        index: dict[GroupKey, tuple[int, ...]] | None = None
+        if "index" in self.__dict__:  # only maintain an index that was already built
+            index = dict(self.index)
+        for pos, new in changed.items():
+            old = nodes[pos]
+            nodes[pos] = new
+            if index is None:
+                continue
+            old_key, new_key = group_key(old), group_key(new)
+            if old_key == new_key:
+                continue
+            left = tuple(p for p in index[old_key] if p != pos)
+            if left:
+                index[old_key] = left
+            else:
+                del index[old_key]
+            bucket = list(index.get(new_key, ()))
+            bisect.insort(bucket, pos)
+            index[new_key] = tuple(bucket)
+        return ClusterState(tuple(nodes), index, self.positions)
 
     def with_placement(self, placement: Placement) -> ClusterState:
         """The state after committing ``placement`` (raises if a GPU is already taken)."""
         added: dict[str, list[int]] = {}
         for slot in placement.slots:
             added.setdefault(slot.node, []).extend(slot.gpus)
-        nodes = []
-        for ns in self.nodes:
-            gpus = added.get(ns.name)
+        changed: dict[int, NodeState] = {}
+        for name, gpus in added.items():
             if not gpus:
-                nodes.append(ns)
                 continue
-            taken = {g for g, _ in ns.allocated}
-            clash = taken.intersection(gpus)
-            if clash:
-                raise ValueError(f"GPU {sorted(clash)} on {ns.name} already allocated")
-            allocated = tuple(sorted([*ns.allocated, *((g, placement.job) for g in gpus)]))
-            nodes.append(replace(ns, allocated=allocated))
-        return ClusterState(tuple(nodes))
+            pos = self.positions[name]
+            ns = self.nodes[pos]
+            clash = {g for g, _ in ns.allocated}.intersection(gpus)
+            if clash or len(set(gpus)) != len(gpus):
+                raise ValueError(f"GPU {sorted(clash or gpus)} on {name} already allocated")
+            changed[pos] = replace(ns, allocated=tuple(sorted([*ns.allocated, *((g, placement.job) for g in gpus)])))
+        return self._replaced(changed)
+
+    def without_placement(self, placement: Placement) -> ClusterState:
+        """The state after ``placement``'s job ends (only its nodes are touched)."""
+        return self._release(placement.job, placement.nodes)
 
     def without_job(self, job: str) -> ClusterState:
-        nodes = tuple(
-            replace(ns, allocated=tuple(a for a in ns.allocated if a[1] != job))
-            if any(a[1] == job for a in ns.allocated)
-            else ns
-            for ns in self.nodes
-        )
-        return ClusterState(nodes)
+        """The state after ``job`` ends, wherever it held GPUs (scans every node)."""
+        return self._release(job, [ns.name for ns in self.nodes if any(a[1] == job for a in ns.allocated)])
+
+    def _release(self, job: str, node_names: Iterable[str]) -> ClusterState:
+        changed: dict[int, NodeState] = {}
+        for name in node_names:
+            pos = self.positions[name]
+            ns = self.nodes[pos]
+            kept = tuple(a for a in ns.allocated if a[1] != job)
+            if kept != ns.allocated:
+                changed[pos] = replace(ns, allocated=kept)
+        return self._replaced(changed) if changed else self
 
     @property
     def total_gpus(self) -> int:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,7 @@ class NodeSpec:
     labels: tuple[tuple[str, str], ...] = ()
     emulated: bool = False
 
-    @property
+    @cached_property
     def schedule_mode(self) -> str | None:
         """'topology', 'default', or None (unlabelled: serves both kinds of job)."""
         return dict(self.labels).get(SCHEDULE_LABEL)

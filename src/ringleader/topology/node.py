@@ -89,7 +89,7 @@ class NodeTopology:
         text = repr((self.bandwidth_gbs, tuple(tuple(str(x) for x in r) for r in self.links)))
         return hashlib.sha1(text.encode()).hexdigest()[:16]
 
-    @property
+    @cached_property
     def all_mask(self) -> int:
         return (1 << self.n_gpus) - 1
 

@@ -7,16 +7,33 @@ device plugin hands out the first free devices). Gang semantics still apply: all
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections.abc import Sequence
 
 from ringleader.scheduler.framework import Policy, free_ids, make_candidate, register
-from ringleader.scheduler.types import Candidate, JobRequest, NodeState
+from ringleader.scheduler.types import Candidate, JobRequest, NodeGroup, NodeState
 
 
 class DefaultPolicy(Policy):
     name = "default"
     description = "spread workers over the least-allocated nodes, first free GPU ids (Kubernetes default)"
     serves_topology_jobs = False
+
+    def choose_groups(self, groups: Sequence[NodeGroup], job: JobRequest) -> list[Candidate]:
+        """Only the ``workers`` least-allocated nodes can receive a worker (each one taken lowers
+        its own rank), so only those are expanded out of their groups."""
+        by_free: dict[int, list[NodeGroup]] = {}
+        for group in groups:
+            by_free.setdefault(group.free_mask.bit_count(), []).append(group)
+        top: list[NodeState] = []
+        for free in sorted(by_free, reverse=True):
+            same = by_free[free]
+            merged = heapq.merge(*(g.positions for g in same))
+            nodes = same[0].all_nodes
+            top.extend(nodes[p] for p in itertools.islice(merged, job.workers - len(top)))
+            if len(top) >= job.workers:
+                break
+        return self.choose(top, job)
 
     def choose(self, nodes: Sequence[NodeState], job: JobRequest) -> list[Candidate]:
         g = job.gpus_per_worker

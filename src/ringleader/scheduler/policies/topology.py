@@ -14,36 +14,24 @@ bandwidth levels and the few distinct (topology, free mask) groups, never single
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from ringleader.scheduler.framework import Policy, make_candidate, register
 from ringleader.scheduler.gpuset import INF, GpuSet, NodeSearch, search_for
-from ringleader.scheduler.types import Candidate, JobRequest, NodeState
+from ringleader.scheduler.types import Candidate, ClusterState, GroupKey, JobRequest, NodeGroup, NodeState, group_key
 
 OBJECTIVE = ("-nodes", "bottleneck_gbs", "sum_pair_gbs", "-free_after", "leftover_score")
 
 
-@dataclass
-class _Group:
-    """Nodes that place identically: same topology, same free GPUs, same network."""
-
-    search: NodeSearch
-    free_mask: int
-    network_gbs: float
-    members: list[NodeState]
+def _search(group: NodeGroup) -> NodeSearch:
+    return search_for(group.all_nodes[group.positions[0]].spec.topology)
 
 
-def _groups(nodes: Sequence[NodeState]) -> list[_Group]:
-    groups: dict[tuple[str, int, float], _Group] = {}
-    for ns in nodes:
-        topo = ns.spec.topology
-        key = (topo.fingerprint, ns.free_mask, ns.spec.network_gbs)
-        group = groups.get(key)
-        if group is None:
-            group = groups[key] = _Group(search_for(topo), ns.free_mask, ns.spec.network_gbs, [])
-        group.members.append(ns)
-    return list(groups.values())
+def _network(group: NodeGroup) -> float:
+    return group.first.spec.network_gbs
 
 
 def _finite(x: float) -> float:
@@ -55,122 +43,200 @@ class TopologyPolicy(Policy):
     description = "fewest nodes, then max bottleneck bandwidth, then max summed bandwidth, best fit"
 
     def choose(self, nodes: Sequence[NodeState], job: JobRequest) -> list[Candidate]:
+        return self.choose_groups(ClusterState(tuple(nodes)).groups, job)
+
+    def choose_groups(self, groups: Sequence[NodeGroup], job: JobRequest) -> list[Candidate]:
         if job.gpus_per_worker == 0:
             # CPU-only gang: all workers on the first node that serves it.
-            return [
-                make_candidate(nodes, job, [(ns.name, ())] * job.workers, (-1.0,), ("-nodes",))
-                for ns in nodes[:2]
-            ]
-        groups = _groups(nodes)
+            firsts = list(itertools.islice(itertools.chain.from_iterable(g.members() for g in groups), 2))
+            return [make_candidate([ns], job, [(ns.name, ())] * job.workers, (-1.0,), ("-nodes",)) for ns in firsts]
         single = self._single_node(groups, job)
         if single:
             return single
-        return self._multi_node(nodes, groups, job)
+        return self._multi_node(groups, job)
 
     # -- one node -----------------------------------------------------------------------------
-    def _single_node(self, groups: list[_Group], job: JobRequest) -> list[Candidate]:
+    def _single_node(self, groups: Sequence[NodeGroup], job: JobRequest) -> list[Candidate]:
         need = job.total_gpus
-        scored: list[tuple[tuple[float, float, float, float, float], _Group, GpuSet]] = []
+        scored: list[tuple[tuple[float, float, float, float, float], NodeGroup, GpuSet]] = []
         for group in groups:
             if group.free_mask.bit_count() < need:
                 continue
-            best = group.search.best(group.free_mask, need)
+            best = _search(group).best(group.free_mask, need)
             assert best is not None
             free_after = group.free_mask.bit_count() - need
             objective = (-1.0, _finite(best.bottleneck_gbs), best.sum_gbs, -float(free_after), best.leftover_score)
             scored.append((objective, group, best))
         if not scored:
             return []
-        # Stable sort keeps node order among equals (first declared node wins a tie).
-        scored.sort(key=lambda item: (item[0], -item[1].members[0].spec.topology.n_gpus), reverse=True)
-        picks: list[tuple[tuple[float, float, float, float, float], NodeState, _Group, GpuSet]] = []
+        # Among equals the node declared first wins (groups come in node order; sort is stable).
+        scored.sort(key=lambda item: item[0], reverse=True)
+        picks: list[tuple[tuple[float, float, float, float, float], NodeState, NodeGroup, GpuSet]] = []
         objective, group, best = scored[0]
-        picks.append((objective, group.members[0], group, best))
-        if len(group.members) > 1:
-            picks.append((objective, group.members[1], group, best))
+        members = group.members()
+        picks.append((objective, next(members), group, best))
+        second = next(members, None)
+        if second is not None:
+            picks.append((objective, second, group, best))
         elif len(scored) > 1:
             objective2, group2, best2 = scored[1]
-            picks.append((objective2, group2.members[0], group2, best2))
+            picks.append((objective2, group2.first, group2, best2))
         return [
             make_candidate(
-                [ns], job, [(ns.name, gpus) for gpus in grp.search.split(gset.mask, job.gpus_per_worker)],
+                [ns], job, [(ns.name, gpus) for gpus in _search(grp).split(gset.mask, job.gpus_per_worker)],
                 obj, OBJECTIVE,
             )
             for obj, ns, grp, gset in picks
         ]  # fmt: skip
 
     # -- several nodes --------------------------------------------------------------------------
-    def _multi_node(self, nodes: Sequence[NodeState], groups: list[_Group], job: JobRequest) -> list[Candidate]:
-        best = self._plan(groups, job, exclude=frozenset())
+    def _multi_node(self, groups: Sequence[NodeGroup], job: JobRequest) -> list[Candidate]:
+        ranked_at: dict[float, list[tuple[int, NodeGroup]]] = {}
+
+        def ranked(level: float) -> list[tuple[int, NodeGroup]]:
+            if level not in ranked_at:
+                ranked_at[level] = self._ranked(groups, job, level)
+            return ranked_at[level]
+
+        histograms: dict[float, tuple[dict[int, int], dict[GroupKey, int]]] = {}
+        infos = [(_search(g), g.free_mask, g.size, g.key) for g in groups]
+
+        def count(level: float, exclude: _Exclusion) -> int | None:
+            if level not in histograms:
+                histograms[level] = _capacity_histogram(infos, job, level)
+            return _count_nodes(*histograms[level], job.workers, exclude)
+
+        searches = {info[0] for info in infos}
+        levels = sorted({lv for search in searches for lv in search.levels} | {0.0}, reverse=True)
+        best = self._plan(levels, ranked, count, job, exclude=NOTHING)
         if best is None:
             return []
-        candidates = [best]
-        runner = self._plan(groups, job, exclude=frozenset({best.placement.nodes[0]}))
-        if runner is not None:
-            candidates.append(runner)
-        return candidates
+        runner = self._plan(levels, ranked, count, job, exclude=_Exclusion(best[1][:1]))
+        return [best[0]] if runner is None else [best[0], runner[0]]
 
-    def _plan(self, groups: list[_Group], job: JobRequest, exclude: frozenset[str]) -> Candidate | None:
-        g = job.gpus_per_worker
-        levels = sorted({lv for grp in groups for lv in grp.search.levels} | {0.0}, reverse=True)
-        fewest = self._nodes_needed(groups, job, 0.0, exclude)
+    def _plan(
+        self,
+        levels: list[float],
+        ranked: Callable[[float], list[tuple[int, NodeGroup]]],
+        count: Callable[[float, _Exclusion], int | None],
+        job: JobRequest,
+        exclude: _Exclusion,
+    ) -> tuple[Candidate, tuple[NodeState, ...]] | None:
+        """Fewest nodes first; among plans with that many nodes, the highest bandwidth level at
+        which every node's share is a clique (all its pairs at least that fast)."""
+        fewest = count(0.0, exclude)
         if fewest is None:
             return None
-        for level in levels:
-            picked = self._pick(groups, job, level, exclude)
-            if picked is None or len(picked) != fewest:
-                continue
-            slots: list[tuple[str, tuple[int, ...]]] = []
-            chosen_nodes: list[NodeState] = []
-            sum_gbs = 0.0
-            bottleneck = INF
-            free_after = 0
-            leftover = 0.0
-            for ns, grp, workers in picked:
-                gset = grp.search.best(grp.free_mask, workers * g)
-                assert gset is not None
-                slots.extend((ns.name, gpus) for gpus in grp.search.split(gset.mask, g))
-                chosen_nodes.append(ns)
-                sum_gbs += gset.sum_gbs
-                bottleneck = min(bottleneck, gset.bottleneck_gbs, grp.network_gbs)
-                free_after += grp.free_mask.bit_count() - workers * g
-                leftover += gset.leftover_score
-            objective = (-float(len(picked)), _finite(bottleneck), sum_gbs, -float(free_after), leftover)
-            return make_candidate(chosen_nodes, job, slots, objective, OBJECTIVE)
-        return None
+        level = next(lv for lv in levels if count(lv, exclude) == fewest)
+        picked = _pick(ranked(level), job.workers, exclude)
+        g = job.gpus_per_worker
+        slots: list[tuple[str, tuple[int, ...]]] = []
+        chosen_nodes: list[NodeState] = []
+        sum_gbs = leftover = 0.0
+        bottleneck = INF
+        free_after = 0
+        for ns, grp, workers in picked:
+            search = _search(grp)
+            gset = search.best(grp.free_mask, workers * g)
+            assert gset is not None
+            slots.extend((ns.name, gpus) for gpus in search.split(gset.mask, g))
+            chosen_nodes.append(ns)
+            sum_gbs += gset.sum_gbs
+            bottleneck = min(bottleneck, gset.bottleneck_gbs, _network(grp))
+            free_after += grp.free_mask.bit_count() - workers * g
+            leftover += gset.leftover_score
+        objective = (-float(len(picked)), _finite(bottleneck), sum_gbs, -float(free_after), leftover)
+        return make_candidate(chosen_nodes, job, slots, objective, OBJECTIVE), tuple(chosen_nodes)
 
     @staticmethod
-    def _capacity(grp: _Group, level: float, per_worker: int) -> int:
-        gpus = grp.search.capacity(grp.free_mask, level) if level > 0 else grp.free_mask.bit_count()
-        return gpus // per_worker
+    def _ranked(groups: Sequence[NodeGroup], job: JobRequest, level: float) -> list[tuple[int, NodeGroup]]:
+        """Groups by workers each node can take at ``level``: most first (fewest nodes), then the
+        fullest node (best fit)."""
+        keyed = []
+        per_worker = job.gpus_per_worker
+        for order, grp in enumerate(groups):
+            free = grp.free_mask
+            gpus = _search(grp).capacity(free, level) if level > 0 else free.bit_count()
+            if gpus >= per_worker:
+                keyed.append((-(gpus // per_worker), free.bit_count(), order, grp))
+        keyed.sort(key=lambda item: item[:3])
+        return [(-neg_cap, grp) for neg_cap, _, _, grp in keyed]
 
-    def _ranked(self, groups: list[_Group], job: JobRequest, level: float) -> list[tuple[int, _Group]]:
-        ranked = [(self._capacity(grp, level, job.gpus_per_worker), grp) for grp in groups]
-        # Most workers first (fewest nodes); among equals the fullest node (best fit).
-        ranked = [(c, grp) for c, grp in ranked if c > 0]
-        ranked.sort(key=lambda cg: (-cg[0], cg[1].free_mask.bit_count()))
-        return ranked
 
-    def _pick(
-        self, groups: list[_Group], job: JobRequest, level: float, exclude: frozenset[str]
-    ) -> list[tuple[NodeState, _Group, int]] | None:
-        """Nodes and workers per node at bandwidth ``level``: most capacity first."""
-        remaining = job.workers
-        picked: list[tuple[NodeState, _Group, int]] = []
-        for cap, grp in self._ranked(groups, job, level):
-            for ns in grp.members:
-                if ns.name in exclude:
-                    continue
-                take = min(cap, remaining)
-                picked.append((ns, grp, take))
-                remaining -= take
-                if remaining == 0:
-                    return picked
-        return None
+@dataclass(frozen=True)
+class _Exclusion:
+    """Nodes a plan may not use (the best plan's first node, to find a runner-up)."""
 
-    def _nodes_needed(self, groups: list[_Group], job: JobRequest, level: float, exclude: frozenset[str]) -> int | None:
-        picked = self._pick(groups, job, level, exclude)
-        return None if picked is None else len(picked)
+    nodes: tuple[NodeState, ...] = ()
+
+    @property
+    def names(self) -> frozenset[str]:
+        return frozenset(ns.name for ns in self.nodes)
+
+    @cached_property
+    def per_group(self) -> dict[GroupKey, int]:
+        counts: dict[GroupKey, int] = {}
+        for ns in self.nodes:
+            counts[group_key(ns)] = counts.get(group_key(ns), 0) + 1
+        return counts
+
+
+NOTHING = _Exclusion()
+
+
+def _capacity_histogram(
+    groups: Sequence[tuple[NodeSearch, int, int, GroupKey]], job: JobRequest, level: float
+) -> tuple[dict[int, int], dict[GroupKey, int]]:
+    """Nodes per worker capacity at ``level``, and each group's capacity. ``groups`` holds
+    (search, free mask, size, key) per group; capacities are small integers, so no sort."""
+    nodes_with: dict[int, int] = {}
+    cap_of: dict[GroupKey, int] = {}
+    per_worker = job.gpus_per_worker
+    for search, free, size, key in groups:
+        gpus = search.capacity(free, level) if level > 0 else free.bit_count()
+        cap = cap_of[key] = gpus // per_worker
+        if cap:
+            nodes_with[cap] = nodes_with.get(cap, 0) + size
+    return nodes_with, cap_of
+
+
+def _count_nodes(
+    nodes_with: dict[int, int], cap_of: dict[GroupKey, int], workers: int, exclude: _Exclusion
+) -> int | None:
+    """How many nodes the gang needs, most capacity first (None: it does not fit)."""
+    available = dict(nodes_with)
+    for key, n in exclude.per_group.items():
+        cap = cap_of.get(key, 0)
+        if cap:
+            available[cap] -= n
+    nodes = 0
+    remaining = workers
+    for cap in sorted(available, reverse=True):
+        take = min(available[cap], -(-remaining // cap))
+        nodes += take
+        remaining -= take * cap
+        if remaining <= 0:
+            return nodes
+    return None
+
+
+def _pick(
+    ranked: list[tuple[int, NodeGroup]], workers: int, exclude: _Exclusion
+) -> list[tuple[NodeState, NodeGroup, int]]:
+    """The nodes and workers per node of the plan ``_count_nodes`` counted."""
+    remaining = workers
+    picked: list[tuple[NodeState, NodeGroup, int]] = []
+    names = exclude.names
+    for cap, grp in ranked:
+        for ns in grp.members():
+            if ns.name in names:
+                continue
+            take = min(cap, remaining)
+            picked.append((ns, grp, take))
+            remaining -= take
+            if remaining == 0:
+                return picked
+    raise AssertionError("_pick called on a plan that does not fit")
 
 
 register(TopologyPolicy())
