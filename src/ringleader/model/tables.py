@@ -46,7 +46,14 @@ def model_params() -> dict[str, float]:
 
 
 def known_models() -> list[str]:
-    """Models whose gradient size is known (their parameter count is in reference.toml)."""
+    """Models the model can predict without a calibration: a parameter count (gradient size)
+    and at least one published single-GPU rate in reference.toml."""
+    rated = {m for m, _, _ in published_rates()}
+    return sorted(m for m in model_params() if m in rated)
+
+
+def gradient_models() -> list[str]:
+    """Models whose gradient size is known; a calibration can supply their compute rate."""
     return sorted(model_params())
 
 
@@ -55,7 +62,7 @@ def check_model(model: str) -> str:
     aliases = {"inceptionv3": "inception3", "resnet": "resnet50", "vgg": "vgg16"}
     name = aliases.get(name, name)
     if name not in model_params():
-        raise UsageError(f"unknown model {model!r}", f"use one of {', '.join(known_models())}")
+        raise UsageError(f"unknown model {model!r}", f"use one of {', '.join(gradient_models())}")
     return name
 
 
