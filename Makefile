@@ -1,0 +1,47 @@
+# ringleader: `make demo` sets everything up and runs the main scenario; `make test` runs the checks.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PYTHON ?= python3
+
+.PHONY: setup demo test lint typecheck unit bench clean
+
+setup: $(STAMP)
+
+# Open MPI from Debian (mpirun + mpicc for building mpi4py against it), then a virtual env with
+# the CPU build of torch, mpi4py compiled for that MPI, and ringleader with its extras.
+$(STAMP): pyproject.toml
+	@if ! command -v mpirun >/dev/null || ! command -v mpicc >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openmpi-bin libopenmpi-dev; \
+	  else \
+	    echo "Open MPI is missing: run 'sudo apt-get install openmpi-bin libopenmpi-dev' and retry" >&2; exit 2; \
+	  fi; \
+	fi
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	MPICC=mpicc $(PY) -m pip install -q --no-binary mpi4py mpi4py
+	$(PY) -m pip install -q -e '.[bench,sim,dev]'
+	@touch $(STAMP)
+
+demo: setup
+	PATH="$(abspath $(VENV))/bin:$$PATH" bash scripts/demo.sh
+
+lint: setup
+	$(VENV)/bin/ruff check src tests benchmarks
+
+typecheck: setup
+	$(VENV)/bin/mypy
+
+unit: setup
+	$(PY) -m pytest -q
+
+test: lint typecheck unit
+
+bench: setup
+	$(PY) benchmarks/placement.py
+
+clean:
+	rm -rf $(VENV) .demo
