@@ -99,3 +99,16 @@ def test_malformed_bench_json_names_the_file(tmp_path, capsys, content, needle):
     assert main(["calibrate", path]) == 2
     err = capsys.readouterr().err
     assert path in err and needle.replace("\\", "") in err
+
+
+def test_a_calibrated_small_model_becomes_known(tmp_path):
+    from ringleader.model import known_models
+
+    doc = dict(train_doc(64, 900.0), model="mnist")
+    cal, _ = calibrate_files([write(tmp_path, "m.json", doc)])
+    assert "mnist" not in known_models()
+    assert "mnist" in known_models(cal)
+    state, placement = emulated_job(TrainPoint("mnist", "cpu", "fp32", "gloo", 64, 1, 1, 1.0, "x"))
+    pred = predict_placement(state.by_name, placement, "mnist", 64, "fp32", "cpu", cal)
+    assert pred.images_per_s == pytest.approx(900.0)
+    assert pred.grad_bytes == 21840 * 4

@@ -18,7 +18,16 @@ from ringleader.model.calibration import (
 from ringleader.model.comm import AllreduceCost, Hop, allreduce_cost, allreduce_time_s
 from ringleader.model.compute import ComputeRate, compute_rate
 from ringleader.model.predict import Prediction, compare_policies, predict_placement
-from ringleader.model.tables import grad_bytes, known_models
+from ringleader.model.tables import grad_bytes
+
+
+def known_models(calibration: Calibration | None = None) -> list[str]:
+    """Models with a gradient size and a published (or, given a calibration, a measured) rate."""
+    from ringleader.model.tables import gradient_models
+    from ringleader.model.tables import known_models as published
+
+    calibrated = {c.model for c in calibration.compute} if calibration else set()
+    return sorted({*published(), *(m for m in gradient_models() if m in calibrated)})
 
 
 def known_gpu_types(calibration: Calibration | None = None) -> list[str]:

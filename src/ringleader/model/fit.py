@@ -93,7 +93,7 @@ def _train_point(doc: Mapping[str, Any], source: str) -> TrainPoint:
     rate = float(total) if total is not None else float(doc["images_per_sec_per_worker"]) * world
     if not math.isfinite(rate) or rate <= 0:
         raise ValueError(f"images_per_sec_total must be > 0, got {rate!r}")
-    device = str(doc.get("gpu_name") or doc.get("device") or "cpu")
+    device = str(doc.get("device_name") or doc.get("gpu_name") or doc.get("device") or "cpu")
     return TrainPoint(
         check_model(str(doc["model"])), normalize_gpu_type(device), check_precision(str(doc.get("precision", "fp32"))),
         str(doc.get("backend", "")).lower(), batch, world, _nodes_count(doc.get("nodes", 1)), rate, source,

@@ -41,8 +41,8 @@ def _ref() -> Mapping[str, Any]:
 @functools.cache
 def model_params() -> dict[str, float]:
     """Parameter count (not millions) per known model name."""
-    table = _ref()["models"]
-    return {k: float(v) * 1e6 for k, v in table.items() if not k.endswith("source")}
+    tables = (_ref()["models"], _ref().get("models_small", {}))
+    return {k: float(v) * 1e6 for t in tables for k, v in t.items() if not k.endswith("source")}
 
 
 def known_models() -> list[str]:
