@@ -1,7 +1,197 @@
-"""Placeholder: this command group is being written."""
+"""Cluster commands: cluster apply / get, node label, top node, topo.
+
+Parse and render only: every command calls ``ringleader.runtime.api.Runtime``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
 
 import click
 
+from ringleader.cli.jobs import open_runtime, top_group
+from ringleader.cli.output import console, emit_data, output_option, table
+from ringleader.errors import NotFoundError, UsageError
+from ringleader.runtime.codec import node_to_dict
+from ringleader.scheduler import ClusterState, NodeState
+from ringleader.topology import PRESETS, NodeTopology, preset, render_topo_text
+
+RULE = "-" * 90
+
+
+def mode(ns: NodeState) -> str:
+    """Which jobs a node serves: topology, default, or both (unlabelled)."""
+    return ns.spec.schedule_mode or "both"
+
+
+def node_rows(state: ClusterState) -> list[list[Any]]:
+    rows = []
+    for ns in state.nodes:
+        topo = ns.spec.topology
+        labels = ",".join(f"{k}={v}" for k, v in ns.spec.labels) or "<none>"
+        rows.append([ns.name, topo.n_gpus, len(ns.allocated), topo.gpu_model or "-", mode(ns),
+                     str(ns.spec.emulated).lower(), f"{ns.spec.network_gbps:g}", labels])  # fmt: skip
+    return rows
+
+
+def node_dict(ns: NodeState) -> dict[str, Any]:
+    return {**node_to_dict(ns.spec), "mode": mode(ns), "gpus_total": ns.spec.topology.n_gpus,
+            "allocated": [{"gpu": g, "job": j} for g, j in ns.allocated]}  # fmt: skip
+
+
+def show_nodes(state: ClusterState, output: str) -> None:
+    if output != "table":
+        emit_data([node_dict(ns) for ns in state.nodes], output)
+        return
+    cols = ["NAME", "GPUS", "ALLOCATED", "MODEL", "MODE", "EMULATED", "NETWORK(Gb/s)", "LABELS"]
+    console().print(table(cols, node_rows(state)))
+
+
+@click.group("cluster")
+def cluster() -> None:
+    """Declare and show the cluster (this machine is node `local`)."""
+
+
+@cluster.command("apply")
+@click.option("-f", "--file", "path", required=True, type=click.Path(dir_okay=False), help="Cluster YAML.")
+@output_option("json", "yaml")
+def cluster_apply(path: str, output: str) -> None:
+    """Replace the declared cluster with the nodes of a YAML file (preset, matrix file or
+    inline matrix per node; labels; network_gbps; emulated; count)."""
+    state = open_runtime().apply_cluster(path)
+    if output == "table":
+        click.echo(f"cluster applied from {path}: {len(state.nodes)} node(s), {state.total_gpus} GPU(s)")
+    show_nodes(state, output)
+
+
+@cluster.command("get")
+@output_option("json", "yaml")
+def cluster_get(output: str) -> None:
+    """Show the nodes, their GPUs, scheduling mode and labels."""
+    rt = open_runtime()
+    show_nodes(rt.nodes(), output)
+    note = rt.local_note()
+    if note and output == "table":
+        click.echo(f"\nnote: node local: {note}", err=True)
+
+
+@click.group("node")
+def node() -> None:
+    """Node commands."""
+
+
+@node.command("label")
+@click.argument("name")
+@click.argument("labels", nargs=-1, required=True, metavar="KEY=VALUE|KEY-...")
+@click.option("--overwrite", is_flag=True, help="Allow changing an existing value (as kubectl).")
+def node_label(name: str, labels: tuple[str, ...], overwrite: bool) -> None:
+    """Label a node, e.g. `gpu-schedule=topology` (only --gputopology jobs) or
+    `gpu-schedule=default` (only the others); unlabelled nodes serve both. `KEY-` removes."""
+    rt = open_runtime()
+    for item in labels:
+        key, sep, value = item.partition("=")
+        if not sep and item.endswith("-"):
+            rt.label_node(name, item[:-1], None, overwrite)
+        elif sep and key:
+            rt.label_node(name, key, value, overwrite)
+        else:
+            raise UsageError(f"label {item!r} is not KEY=VALUE or KEY-", "write e.g. gpu-schedule=topology")
+    click.echo(f"node/{name} labeled")
+
+
+# -- top node / topo ------------------------------------------------------------------------------
+
+
+def bandwidth_text(topo: NodeTopology) -> str:
+    n = topo.n_gpus
+    bw = topo.bandwidth_gbs
+    head = "\t" + "\t".join(f"GPU{j}" for j in range(n))
+    rows = [f"GPU{i}\t" + "\t".join("X" if i == j else f"{bw[i][j]:g}" for j in range(n)) for i in range(n)]
+    return "\n".join([head, *rows])
+
+
+def node_detail(ns: NodeState) -> None:
+    topo = ns.spec.topology
+    kind = "GPUTopology" if mode(ns) != "default" else "GPUExclusive"
+    for key, value in (("Name", ns.name), ("Type", kind), ("Mode", mode(ns)),
+                       ("Emulated", str(ns.spec.emulated).lower()), ("Network", f"{ns.spec.network_gbps:g} Gb/s"),
+                       ("GPU Model", topo.gpu_model or "N/A")):  # fmt: skip
+        click.echo(f"{key + ':':<11}{value}")
+    click.echo(RULE)
+    click.echo("GPUs:")
+    rows = [[g, "used" if ns.owner(g) else "idle", ns.owner(g) or "-"] for g in range(topo.n_gpus)]
+    console().print(table(["INDEX", "STATUS", "ALLOCATED_JOB"], rows))
+    if topo.n_gpus:
+        click.echo(RULE)
+        click.echo("GPU Topology:")
+        click.echo(render_topo_text(topo).split("\nLegend:")[0].rstrip())
+        click.echo(RULE)
+        click.echo("Bandwidth Matrix (GB/s, one direction):")
+        click.echo(bandwidth_text(topo))
+    click.echo(RULE)
+    used, total = len(ns.allocated), topo.n_gpus
+    click.echo(f"Allocated/Total GPUs of node {ns.name}: {used}/{total} ({_pct(used, total)})")
+    click.echo("")
+
+
+def _pct(used: int, total: int) -> str:
+    return f"{100.0 * used / total:.1f}%" if total else "0.0%"
+
+
+@click.command("node")
+@click.option("-d", "--details", is_flag=True, help="Per node: link and bandwidth matrices, each GPU's job.")
+@output_option("json", "yaml")
+def top_node(details: bool, output: str) -> None:
+    """GPUs per node: total, allocated, scheduling mode (arena top node)."""
+    state = open_runtime().nodes()
+    if output != "table":
+        emit_data([node_dict(ns) for ns in state.nodes], output)
+        return
+    if details:
+        for ns in state.nodes:
+            node_detail(ns)
+    else:
+        rows = [[ns.name, ns.spec.topology.n_gpus, len(ns.allocated), mode(ns)] for ns in state.nodes]
+        console().print(table(["NAME", "GPU(Total)", "GPU(Allocated)", "MODE"], rows))
+    used = sum(len(ns.allocated) for ns in state.nodes)
+    click.echo(RULE)
+    click.echo(f"Allocated/Total GPUs In Cluster: {used}/{state.total_gpus} ({_pct(used, state.total_gpus)})")
+
+
+@click.command("topo")
+@click.argument("name", required=False)
+@click.option("--presets", is_flag=True, help="List the presets (or, with NAME, show that preset).")
+@output_option("json", "yaml")
+def topo(name: str | None, presets: bool, output: str) -> None:
+    """Print node topologies as `nvidia-smi topo -m` does."""
+    if presets and name is None:
+        rows = [[p.name, len(p.build().links), p.build().gpu_model or "-", p.description] for p in PRESETS.values()]
+        if output != "table":
+            emit_data([dict(zip(("name", "gpus", "model", "description"), r, strict=True)) for r in rows], output)
+            return
+        console().print(table(["NAME", "GPUS", "MODEL", "DESCRIPTION"], rows))
+        return
+    if presets:
+        topologies = {str(name): preset(str(name))}
+    else:
+        state = open_runtime().nodes()
+        if name is not None and name not in state.by_name:
+            raise NotFoundError(f"node {name!r} not found", f"use one of {', '.join(state.by_name)}, or --presets NAME")
+        topologies = {ns.name: ns.spec.topology for ns in state.nodes if name in (None, ns.name)}
+    if output != "table":
+        emit_data({n: {"links": [[str(c) for c in row] for row in t.links], "bandwidth_gbs": t.bandwidth_gbs,
+                       "gpu_model": t.gpu_model} for n, t in topologies.items()}, output)  # fmt: skip
+        return
+    for node_name, t in topologies.items():
+        if len(topologies) > 1:
+            click.echo(f"# {node_name}")
+        click.echo(render_topo_text(t) if t.n_gpus else f"node {node_name} has no GPUs\n", nl=False)
+        if len(topologies) > 1:
+            click.echo("")
+
 
 def register(cli: click.Group) -> None:
-    del cli
+    cli.add_command(cluster)
+    cli.add_command(node)
+    cli.add_command(topo)
+    top_group(cli).add_command(top_node)

@@ -1,7 +1,343 @@
-"""Placeholder: this command group is being written."""
+"""Job commands, arena's names and layouts: submit mpi, get, list, logs, delete, prune, top job.
+
+Parse and render only: every command calls ``ringleader.runtime.api.Runtime``.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import time
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
 
 import click
 
+from ringleader.cli.output import console, duration, emit_data, output_option, table
+from ringleader.errors import UsageError
+from ringleader.runtime.api import JobSpec, JobView, Runtime, SubmitResult
+from ringleader.runtime.states import JobStatus
+
+
+def open_runtime() -> Runtime:
+    """The runtime at RINGLEADER_HOME (or ~/.ringleader); one-line notes go to stderr."""
+    rt = Runtime.open()
+    for note in rt.notes:
+        click.echo(note, err=True)
+    return rt
+
+
+def complete_jobs(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
+    """Shell completion of job names (through click's _RINGLEADER_COMPLETE)."""
+    del ctx, param
+    try:
+        return [v.name for v in Runtime.open().list_jobs() if v.name.startswith(incomplete)]
+    except Exception:  # completion must never print a traceback into the shell
+        return []
+
+
+def when(ts: float | None) -> str:
+    return datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S") if ts else "N/A"
+
+
+def prediction_line(model: str | None, plan: dict[str, Any] | None) -> str | None:
+    """The "Prediction:" line of `get` and `submit --dry-run` when --model was given.
+
+    Placeholder: throughput predictions from ``ringleader.model`` plug in here; until then
+    nothing is printed."""
+    del model, plan
+    return None
+
+
+# -- submit ---------------------------------------------------------------------------------------
+
+
+class ArenaCommand(click.Command):
+    """Also accepts arena's ``--gputopology=true|false`` and ``--gang=true|false`` spellings."""
+
+    BOOL_FLAGS = ("--gputopology", "--gang")
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        out = []
+        for i, arg in enumerate(args):
+            if arg == "--":
+                out += args[i:]
+                break
+            flag, sep, value = arg.partition("=")
+            if sep and flag in self.BOOL_FLAGS:
+                truth = value.strip().lower()
+                if truth not in ("true", "false", "1", "0", "yes", "no"):
+                    raise click.BadParameter(f"{value!r} is not true or false", param_hint=flag)
+                arg = flag if truth in ("true", "1", "yes") else "--no-" + flag[2:]
+            out.append(arg)
+        return super().parse_args(ctx, out)
+
+
+def parse_env(pairs: Sequence[str]) -> dict[str, str]:
+    env = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"-e {pair!r} is not NAME=VALUE", "write -e NAME=VALUE")
+        env[key] = value
+    return env
+
+
+def parse_command(words: Sequence[str]) -> list[str]:
+    """One quoted string (split like a shell would, but never run by one) or the words after --."""
+    if len(words) == 1:
+        try:
+            argv = shlex.split(words[0])
+        except ValueError as exc:
+            raise UsageError(f"cannot split the command: {exc}", "check its quotes") from None
+    else:
+        argv = list(words)
+    if not argv:
+        raise UsageError("no command given", "give the command as one quoted string or after --")
+    return argv
+
+
+@click.group("submit")
+def submit() -> None:
+    """Submit a training job (arena submit)."""
+
+
+@submit.command("mpi", cls=ArenaCommand, context_settings={"allow_interspersed_args": False})
+@click.option("--name", required=True, help="Job name (DNS-1123 label).")
+@click.option("--workers", type=int, default=1, show_default=True, help="Number of workers (ranks).")
+@click.option("--gpus", type=int, default=0, show_default=True, help="GPUs per worker.")
+@click.option("--gputopology/--no-gputopology", default=False, help="Topology-aware placement (also =true|false).")
+@click.option("--gang/--no-gang", default=True, help="Accepted for compatibility: MPI jobs are always gang-scheduled.")
+@click.option("--priority", type=int, default=0, show_default=True, help="Higher runs first; FIFO among equals.")
+@click.option("-e", "--env", "env", multiple=True, metavar="NAME=VALUE", help="Environment variable (repeatable).")
+@click.option("--image", default=None, help="Container image (recorded).")
+@click.option("--model", default=None, help="Model name (recorded; a hint for throughput predictions).")
+@click.option("--dry-run", is_flag=True, help="Print the placement plan; start and write nothing.")
+@output_option("json", "yaml")
+@click.argument("command", nargs=-1, required=True)
+def submit_mpi(
+    name: str, workers: int, gpus: int, gputopology: bool, gang: bool, priority: int, env: tuple[str, ...],
+    image: str | None, model: str | None, dry_run: bool, output: str, command: tuple[str, ...],
+) -> None:  # fmt: skip
+    """Submit an MPI job: COMMAND is one quoted string (an `mpirun ... program` line or a plain
+    program started once per worker, torchrun-style) or the words after `--`.
+
+    \b
+    ringleader submit mpi --name vgg --workers 4 --gpus 1 --gputopology=true \\
+        "mpirun -np 4 -bind-to none -map-by slot python train.py"
+    """
+    del gang
+    spec = JobSpec(
+        name=name, workers=workers, gpus_per_worker=gpus, command=parse_command(command),
+        env=parse_env(env), topology_aware=gputopology, priority=priority, image=image, model=model,
+    )  # fmt: skip
+    result = open_runtime().submit(spec, dry_run=dry_run)
+    if output != "table":
+        emit_data(result.to_dict(), output)
+    elif dry_run:
+        render_plan(result)
+    else:
+        render_submitted(result)
+
+
+def render_plan(result: SubmitResult) -> None:
+    plan = result.plan
+    req = plan["request"]
+    click.echo(f"Plan for job {plan['job']} (dry run: nothing was started or written)")
+    click.echo(f"Request:     {req['workers']} worker(s) x {req['gpus_per_worker']} GPU(s), policy {plan['policy']}")
+    click.echo(f"Result:      {plan['code']}")
+    chosen = plan["chosen"]
+    if chosen is None:
+        click.echo(f"Pending:     {'; '.join(plan['reasons'])}")
+        for node, why in plan["node_reasons"].items():
+            click.echo(f"  {node}: {why}")
+        return
+    click.echo(f"Nodes:       {', '.join(chosen['nodes'])}")
+    click.echo(f"Objective:   {_objective(chosen['objective'])}")
+    click.echo(f"Bottleneck:  {chosen['bottleneck']}")
+    runner = plan["runner_up"]
+    if runner:
+        click.echo(f"Runner-up:   {runner['describe']} (objective {_objective(runner['objective'])})")
+    line = prediction_line(req.get("model"), plan)
+    if line:
+        click.echo(f"Prediction:  {line}")
+    rows = [[w["index"], w["node"], ",".join(map(str, w["gpus"])) or "-"] for w in chosen["workers"]]
+    console().print(table(["WORKER", "NODE", "GPU_IDS"], rows))
+
+
+def _objective(obj: dict[str, float]) -> str:
+    return ", ".join(f"{k}={v:g}" for k, v in obj.items())
+
+
+def render_submitted(result: SubmitResult) -> None:
+    job = result.job
+    assert job is not None
+    if job.status is JobStatus.RUNNING:
+        click.echo(f"job {job.name!r} submitted: RUNNING on {result.decision.placement.describe()}")  # type: ignore[union-attr]
+        click.echo(f"bottleneck link: {job.bottleneck}")
+    else:
+        click.echo(f"job {job.name!r} submitted: {job.status.value} ({job.reason})")
+    click.echo(f"Run `ringleader get {job.name}` to check the job status, `ringleader logs {job.name}` for its logs")
+
+
+# -- get / list / top job -------------------------------------------------------------------------
+
+
+@click.command("get")
+@click.argument("name", shell_complete=complete_jobs)
+@output_option("json", "yaml", "wide")
+@click.option("-e", "--events", "show_events", is_flag=True, help="Show the job's events.")
+@click.option("--type", "job_type", default=None, hidden=True, help="Accepted for arena compatibility.")
+def get(name: str, output: str, show_events: bool, job_type: str | None) -> None:
+    """Show a job: status, placement and its instances (arena get)."""
+    del job_type
+    job = open_runtime().get(name)
+    if output in ("json", "yaml"):
+        emit_data(job.to_dict(), output)
+        return
+    render_job(job, wide=output == "wide", events=show_events)
+
+
+def render_job(job: JobView, wide: bool, events: bool) -> None:
+    lines = [
+        ("Name", job.name), ("Status", job.status.value), ("Priority", str(job.priority)),
+        ("Trainer", job.trainer), ("Duration", duration(job.duration)),
+        ("CreateTime", when(job.created_at)), ("EndTime", when(job.ended_at)),
+    ]  # fmt: skip
+    if job.placement and job.placement.get("chosen"):
+        lines.append(("Placement", job.placement["chosen"]["describe"]))
+        lines.append(("Bottleneck", job.bottleneck or "N/A"))
+    if job.reason:
+        lines.append(("Reason", job.reason))
+    line = prediction_line(job.spec.model, job.placement)
+    if line:
+        lines.append(("Prediction", line))
+    for key, value in lines:
+        click.echo(f"{key + ':':<12}{value}")
+    click.echo("\nInstances:")
+    cols = ["NAME", "STATUS", "AGE", "IS_CHIEF", "GPU(Requested)", "NODE", "GPU_IDS"]
+    if wide:
+        cols += ["PID", "EXIT_CODE"]
+    rows: list[list[Any]] = [["-" * len(c) for c in cols]]
+    for inst in job.instances:
+        age = (inst.ended_at or time.time()) - inst.started_at if inst.started_at else None
+        row = [inst.name, inst.status, duration(age), str(inst.is_chief).lower(), inst.gpu_requested,
+               inst.node or "N/A", ",".join(map(str, inst.gpus)) or "-"]  # fmt: skip
+        if wide:
+            row += [inst.pid or "-", "-" if inst.exit_code is None else inst.exit_code]
+        rows.append(row)
+    console().print(table(cols, rows), style=None)
+    if events:
+        click.echo("\nEvents:")
+        # Plain lines, not a table: messages are long and must never be cut.
+        click.echo(f"{'TIME':<20} {'TYPE':<15} MESSAGE")
+        for e in job.events:
+            click.echo(f"{when(e.at):<20} {e.kind:<15} {e.message}")
+
+
+def _gpus_requested(job: JobView) -> int:
+    return job.spec.workers * job.spec.gpus_per_worker
+
+
+@click.command("list")
+@output_option("json", "yaml")
+def list_jobs(output: str) -> None:
+    """List jobs (arena list)."""
+    jobs = open_runtime().list_jobs()
+    if output != "table":
+        emit_data([j.to_dict() for j in jobs], output)
+        return
+    rows = [[j.name, j.status.value, j.trainer, duration(j.duration), _gpus_requested(j), ",".join(j.nodes) or "N/A"]
+            for j in jobs]  # fmt: skip
+    console().print(table(["NAME", "STATUS", "TRAINER", "DURATION", "GPU(Requested)", "NODE"], rows))
+
+
+@click.command("job")
+@output_option("json", "yaml")
+def top_job(output: str) -> None:
+    """Running jobs with their GPUs and nodes (arena top job)."""
+    jobs = [j for j in open_runtime().list_jobs() if j.status is JobStatus.RUNNING]
+    if output != "table":
+        emit_data([j.to_dict() for j in jobs], output)
+        return
+    rows = []
+    for j in jobs:
+        ids = " ".join(f"{i.node}:{','.join(map(str, i.gpus))}" for i in j.instances if i.gpus)
+        rows.append([j.name, _gpus_requested(j), j.gpus_allocated, j.status.value, j.trainer,
+                     duration(j.duration), ",".join(j.nodes), ids or "-"])  # fmt: skip
+    cols = ["NAME", "GPU(Requested)", "GPU(Allocated)", "STATUS", "TRAINER", "AGE", "NODE", "GPU_IDS"]
+    console().print(table(cols, rows))
+    total = sum(j.gpus_allocated for j in jobs)
+    click.echo(f"\nTotal Allocated GPUs of Running Jobs: {total}")
+
+
+# -- logs / delete / prune ------------------------------------------------------------------------
+
+
+@click.command("logs")
+@click.argument("name", shell_complete=complete_jobs)
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until the job ends.")
+@click.option("--tail", type=int, default=None, help="Only the last N lines.")
+@click.option("-i", "--instance", default=None, help="Instance name (default: the chief).")
+@click.option("--timestamps", is_flag=True, help="Prefix each line with its time (RFC 3339, UTC).")
+def logs(name: str, follow: bool, tail: int | None, instance: str | None, timestamps: bool) -> None:
+    """Print a job instance's log (arena logs)."""
+    if tail is not None and tail < 0:
+        raise UsageError(f"--tail must be >= 0, got {tail}", "give a number of lines")
+    rt = open_runtime()
+    if not follow:
+        click.echo(rt.logs(name, instance, tail, timestamps), nl=False)
+        return
+    for chunk in rt.follow(name, instance, tail, timestamps):
+        click.echo(chunk, nl=False)
+
+
+@click.command("delete")
+@click.argument("names", nargs=-1, required=True, shell_complete=complete_jobs)
+def delete(names: tuple[str, ...]) -> None:
+    """Stop jobs, free their GPUs, remove their state and logs (arena delete)."""
+    for name in open_runtime().delete(list(dict.fromkeys(names))):
+        click.echo(f"job {name!r} deleted")
+
+
+_SPAN = re.compile(r"(\d+)([smhdw])")
+_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_span(text: str) -> float:
+    """'90s', '10m', '1h30m', '2d' -> seconds."""
+    parts = _SPAN.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text.strip():
+        raise UsageError(f"--since {text!r} is not a duration", "write e.g. 30m, 1h, 2d or 1h30m")
+    return float(sum(int(n) * _UNIT[u] for n, u in parts))
+
+
+@click.command("prune")
+@click.option("--since", required=True, help="Delete finished jobs that ended longer ago than this (1h, 2d).")
+def prune(since: str) -> None:
+    """Delete finished jobs older than --since (arena prune)."""
+    gone = open_runtime().prune(parse_span(since))
+    for name in gone:
+        click.echo(f"job {name!r} deleted")
+    if not gone:
+        click.echo("no finished jobs to prune")
+
+
+def top_group(cli: click.Group) -> click.Group:
+    """The `top` group shared by `top job` and `top node`."""
+    existing = cli.commands.get("top")
+    if isinstance(existing, click.Group):
+        return existing
+
+    @cli.group("top")
+    def top() -> None:
+        """Show what runs where (arena top)."""
+
+    return top
+
 
 def register(cli: click.Group) -> None:
-    del cli
+    for command in (submit, get, list_jobs, logs, delete, prune):
+        cli.add_command(command)
+    top_group(cli).add_command(top_job)
