@@ -112,3 +112,12 @@ def test_a_calibrated_small_model_becomes_known(tmp_path):
     pred = predict_placement(state.by_name, placement, "mnist", 64, "fp32", "cpu", cal)
     assert pred.images_per_s == pytest.approx(900.0)
     assert pred.grad_bytes == 21840 * 4
+
+
+def test_one_outlier_in_a_sweep_is_dropped(tmp_path):
+    doc = allreduce_doc("gloo", 2, 1, 1.2, 50.0)
+    doc["results"][5]["oop"] = dict(doc["results"][5]["oop"], time_us=doc["results"][5]["oop"]["time_us"] * 5)
+    cal, _ = calibrate_files([write(tmp_path, "a.json", doc)])
+    fit = cal.links["gloo/local"]
+    assert fit.gbs == pytest.approx(1.2, rel=1e-6) and fit.latency_us == pytest.approx(50.0, rel=1e-4)
+    assert fit.points == 2 * len(SIZES) - 1

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -153,18 +154,31 @@ def weighted_lstsq2(x1: Sequence[float], x2: Sequence[float], y: Sequence[float]
     return s1y / s11 if s11 > 0 else 0.0, 0.0
 
 
-def fit_link(points: Sequence[AllreducePoint]) -> LinkFit:
+def _fit_ab(points: Sequence[AllreducePoint]) -> tuple[float, float, list[float]]:
     x1 = [2.0 * (p.ranks - 1) for p in points]
     x2 = [2.0 * (p.ranks - 1) / p.ranks * p.size_bytes for p in points]
     y = [p.time_s for p in points]
     alpha, beta = weighted_lstsq2(x1, x2, y, [1.0 / t for t in y])
+    resid = [(alpha * u + beta * v) / t - 1 for u, v, t in zip(x1, x2, y, strict=True)]
+    return alpha, beta, resid
+
+
+def fit_link(points: Sequence[AllreducePoint]) -> LinkFit:
+    """Least squares on relative error; then once more without the outliers (relative residual
+    above 3x the median and above 10%) that a busy machine leaves in a sweep."""
+    alpha, beta, resid = _fit_ab(points)
+    if len(points) >= 6:
+        cut = max(3 * statistics.median(abs(r) for r in resid), 0.10)
+        kept = [p for p, r in zip(points, resid, strict=True) if abs(r) <= cut]
+        if len(kept) >= 4 and len(kept) < len(points):
+            points = kept
+            alpha, beta, resid = _fit_ab(points)
     if beta <= 0:
         raise UsageError(
             f"cannot fit a bandwidth for {points[0].link}: times do not grow with size",
-            "include message sizes of at least a few MiB (`bench allreduce --max-bytes 64M`)",
+            "include message sizes of at least a few MiB (`bench allreduce -e 64M`)",
         )
-    pred = [alpha * u + beta * v for u, v in zip(x1, x2, strict=True)]
-    rmse = math.sqrt(sum((q / t - 1) ** 2 for q, t in zip(pred, y, strict=True)) / len(y))
+    rmse = math.sqrt(sum(r * r for r in resid) / len(resid))
     return LinkFit(1.0 / beta / 1e9, alpha * 1e6, len(points), rmse)
 
 
