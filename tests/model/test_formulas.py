@@ -136,3 +136,22 @@ def test_more_gpus_on_a_faster_ring_never_predict_less_per_gpu():
     spread = predict_placement(state.by_name, placement(("node-a", (0,)), ("node-a", (5,))), "vgg16", 64)
     assert quad.scaling_efficiency > spread.scaling_efficiency
     assert math.isfinite(quad.images_per_s)
+
+
+def test_allreduce_time_is_monotone_in_bytes_and_network():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    state = two_dgx1v()
+    p = placement(("node-a", (0,)), ("node-a", (1,)), ("node-b", (0,)))
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.floats(1e3, 1e9), st.floats(1e3, 1e9), st.floats(0.01, 1.0), st.floats(0.01, 1.0))
+    def check(b1, b2, e1, e2):
+        lo_b, hi_b = sorted((b1, b2))
+        lo_e, hi_e = sorted((e1, e2))
+        t = lambda nbytes, eff: allreduce_time_s(state.by_name, p, nbytes, network_efficiency=eff)  # noqa: E731
+        assert t(lo_b, lo_e) <= t(hi_b, lo_e)
+        assert t(lo_b, hi_e) <= t(lo_b, lo_e)
+
+    check()

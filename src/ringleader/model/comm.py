@@ -25,7 +25,7 @@ from ringleader.errors import UsageError
 from ringleader.model.calibration import Calibration
 from ringleader.reference import reference
 from ringleader.scheduler.types import NodeState, Placement
-from ringleader.topology.links import latency_us
+from ringleader.topology.links import Link, latency_us
 from ringleader.topology.node import NodeTopology
 
 ALGORITHMS = ("auto", "ring", "tree")
@@ -151,11 +151,9 @@ def _per_link(cal: Calibration | None, backend: str | None) -> float:
     return fit.gbs if fit else float(reference()["links"]["nvlink_per_link_gbs"])
 
 
-def _latency(link: object, cal: Calibration | None, backend: str | None) -> float:
+def _latency(link: Link, cal: Calibration | None, backend: str | None) -> float:
     fit = cal.link(str(link), backend) if cal else None
-    if fit is not None:
-        return fit.latency_us
-    return latency_us(link)  # type: ignore[arg-type]
+    return fit.latency_us if fit is not None else latency_us(link)
 
 
 # -- the network --------------------------------------------------------------------------------

@@ -72,7 +72,7 @@ class Prediction:
 def _gpu_types_of(nodes: Mapping[str, NodeState], placement: Placement, calibration: Calibration | None) -> list[str]:
     found = []
     for name in placement.nodes:
-        model = nodes[name].spec.topology.gpu_model if name in nodes else ""
+        model = nodes[name].spec.topology.gpu_model
         if not model:
             raise UsageError(
                 f"node {name!r} declares no GPU model",
@@ -119,6 +119,9 @@ def predict_placement(
     """
     model = check_model(model)
     precision = check_precision(precision)
+    missing = [n for n in placement.nodes if n not in nodes]
+    if missing:
+        raise UsageError(f"placement names unknown node {missing[0]!r}", f"use one of {', '.join(nodes)}")
     types = [gpu_type] if gpu_type else _gpu_types_of(nodes, placement, calibration)
     rate = _slowest(compute_rate(model, t, precision, batch_size, calibration) for t in types)
     nbytes = grad_bytes(model, precision)
