@@ -1,0 +1,66 @@
+"""Crash safety: kill -9 a supervisor; the next command frees the GPUs or adopts the job."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+from ringleader.runtime import store
+from ringleader.runtime.api import Runtime
+from ringleader.runtime.procs import alive, start_time
+from ringleader.runtime.states import JobStatus
+
+
+def supervisor_of(rt: Runtime, job: str) -> tuple[int, int]:
+    with rt.db.read() as conn:
+        row = store.job_row(conn, job)
+        assert row is not None
+        return row["supervisor_pid"], row["supervisor_start"]
+
+
+def started(rt: Runtime, job: str, text: str) -> bool:
+    return all(text in rt.logs(job, i.name) for i in rt.get(job).instances)
+
+
+def test_pid_reuse_is_detected() -> None:
+    me = os.getpid()
+    assert alive(me, start_time(me))
+    assert not alive(me, (start_time(me) or 0) + 1)  # same pid, another start time: not ours
+
+
+def test_killed_supervisor_is_replaced_and_the_job_adopted(small: Runtime, h) -> None:  # type: ignore[no-untyped-def]
+    small.submit(h.spec("adopt", h.py("import time; print('up', flush=True); time.sleep(2.5)"), workers=2))
+    h.wait_for(lambda: started(small, "adopt", "up"), what="both workers to start")
+    pid, st = supervisor_of(small, "adopt")
+    os.kill(pid, signal.SIGKILL)
+    h.wait_for(lambda: not alive(pid, st), what="the supervisor to die")
+    rt = Runtime.open(small.home)  # any command reconciles
+    h.wait_for(lambda: supervisor_of(rt, "adopt")[0] != pid, what="a new supervisor to claim the job")
+    assert rt.get("adopt").status is JobStatus.RUNNING
+    view = rt.wait("adopt", 90)
+    assert view.status is JobStatus.SUCCEEDED
+    assert [e.kind for e in view.events].count("Adopted") == 1
+    assert all(ns.allocated == () for ns in rt.nodes().nodes)
+
+
+def test_dead_supervisor_and_processes_fail_the_job_and_free_gpus(small: Runtime, h) -> None:  # type: ignore[no-untyped-def]
+    code = "import os, time; print('up', flush=True); os.environ['RANK'] == '1' and time.sleep(300)"
+    small.submit(h.spec("lost", h.py(code), workers=2))
+    h.wait_for(lambda: small.get("lost").instances[0].status == "Succeeded", what="worker 0 to finish")
+    h.wait_for(lambda: started(small, "lost", "up"), what="worker 1 to start")
+    pid, st = supervisor_of(small, "lost")
+    os.kill(pid, signal.SIGKILL)
+    h.wait_for(lambda: not alive(pid, st), what="the supervisor to die")
+    state = json.loads((small.home / "run" / "lost" / "lost-worker-1.json").read_text())
+    for key in ("child_pid", "pid"):
+        os.kill(state[key], signal.SIGKILL)
+    h.wait_for(lambda: not alive(state["pid"], state["pid_start"]), what="worker 1 to die")
+    rt = Runtime.open(small.home)
+    view = rt.get("lost")
+    assert view.status is JobStatus.FAILED
+    assert view.reason is not None and f"supervisor pid {pid} died" in view.reason
+    by_name = {i.name: i for i in view.instances}
+    assert by_name["lost-worker-0"].exit_code == 0  # taken from the rank wrapper's file
+    assert by_name["lost-worker-1"].status == "Failed"
+    assert all(ns.allocated == () for ns in rt.nodes().nodes)
