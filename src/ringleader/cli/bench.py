@@ -1,7 +1,253 @@
-"""Placeholder: this command group is being written."""
+"""`ringleader bench ...`, `ringleader data synth` and `ringleader env`: parse and render;
+the work lives in ringleader.bench."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from typing import Any
 
 import click
 
+from ringleader.cli.output import console, emit_data, output_option, table
+
+NP_HELP = ("Launch N local ranks (mpirun for mpi, processes for gloo/nccl); ignored when this "
+           "process already is a rank of a job (mpirun, ringleader's runtime, RANK/WORLD_SIZE).")  # fmt: skip
+
+
+def _exit(rc: int) -> None:
+    if rc:
+        raise click.exceptions.Exit(rc)
+
+
+def _train_options(f: Any) -> Any:
+    opts = [
+        click.option("--model", default="trivial", show_default=True,
+                     help="trivial, mnist, alexnet, googlenet, resnet50, resnet152 or vgg16."),
+        click.option("--batch-size", default=32, show_default=True, help="Images per worker."),
+        click.option("--num-batches", default=100, show_default=True, help="Timed steps."),
+        click.option("--num-warmup-batches", default=10, show_default=True,
+                     help="Untimed steps first."),
+        click.option("--precision", default="fp32", show_default=True, help="fp32, fp16, bf16."),
+        click.option("--data", default="synthetic", show_default=True,
+                     help="'synthetic' or a folder of class subfolders of JPEGs."),
+        click.option("--backend", default="gloo", show_default=True, help="gloo, mpi or nccl."),
+        click.option("--image-size", default=224, show_default=True, help="Input side, pixels."),
+        click.option("--augment", default="standard", show_default=True,
+                     help="simple, standard or complex (real data)."),
+        click.option("--loader-workers", default=2, show_default=True,
+                     help="Loader processes (real data)."),
+        click.option("--display-every", default=10, show_default=True,
+                     help="Print a progress line every N steps."),
+        click.option("--seed", default=0, show_default=True, help="Random seed."),
+    ]  # fmt: skip
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def _train_config(kw: dict[str, Any], output: str) -> Any:
+    from ringleader.bench.train import TrainConfig
+
+    cfg = TrainConfig(
+        model=kw["model"], batch_size=kw["batch_size"], num_batches=kw["num_batches"],
+        num_warmup_batches=kw["num_warmup_batches"], precision=kw["precision"], data=kw["data"],
+        backend=kw["backend"], image_size=kw["image_size"], augment=kw["augment"],
+        loader_workers=kw["loader_workers"], display_every=kw["display_every"], seed=kw["seed"],
+        output=output,
+    )  # fmt: skip
+    cfg.validate()
+    return cfg
+
+
+@click.group("bench")
+def bench_group() -> None:
+    """Benchmarks: collectives (nccl-tests style), training throughput (tf_cnn_benchmarks
+    style), the input pipeline and multi-process scaling."""
+
+
+@bench_group.command("allreduce")
+@click.option("-b", "--minbytes", default="8", show_default=True, help="Smallest size (8, 64K, 1M).")
+@click.option("-e", "--maxbytes", default="128M", show_default=True, help="Largest size.")
+@click.option("-f", "--stepfactor", default=2, show_default=True, help="Size multiplier per step.")
+@click.option("-n", "--iters", default=20, show_default=True, help="Timed iterations per size.")
+@click.option("-w", "--warmup-iters", default=5, show_default=True, help="Untimed iterations.")
+@click.option("-c", "--check", default=1, show_default=True, help="Verify results (1) or not (0).")
+@click.option("-d", "--datatype", default="float", show_default=True, help="float, half, bfloat16.")
+@click.option("--op", default="sum", show_default=True, help="sum or avg.")
+@click.option("--collective", default="allreduce", show_default=True,
+              help="allreduce, allgather, broadcast or reducescatter.")
+@click.option("--root", default=0, show_default=True, help="Root rank (broadcast).")
+@click.option("--backend", default="gloo", show_default=True, help="gloo, mpi or nccl.")
+@click.option("-np", "--np", "np_", type=int, default=None, help=NP_HELP)
+@output_option("json")
+def allreduce_cmd(minbytes: str, maxbytes: str, stepfactor: int, iters: int, warmup_iters: int,
+                  check: int, datatype: str, op: str, collective: str, root: int, backend: str,
+                  np_: int | None, output: str) -> None:  # fmt: skip
+    """Collective bandwidth with nccl-tests' columns, busbw and #wrong checks."""
+    from ringleader.bench.allreduce import AllreduceConfig, parse_size
+    from ringleader.bench.launch import dispatch
+    from ringleader.bench.ranks import check_backend
+    from ringleader.errors import UsageError
+
+    if op not in ("sum", "avg"):
+        raise UsageError(f"unknown reduction {op!r}", "use --op sum or --op avg")
+    check_backend(backend)
+    cfg = AllreduceConfig(parse_size(minbytes), parse_size(maxbytes), stepfactor, iters,
+                          warmup_iters, check, datatype, op, collective, root, backend, output)  # fmt: skip
+    cfg.validate()
+    _exit(dispatch("allreduce", asdict(cfg), backend, np_))
+
+
+@bench_group.command("train")
+@_train_options
+@click.option("-np", "--np", "np_", type=int, default=None, help=NP_HELP)
+@output_option("json")
+def train_cmd(np_: int | None, output: str, **kw: Any) -> None:
+    """Data-parallel training throughput (DDP for gloo/nccl, fused allreduce for mpi)."""
+    from ringleader.bench.launch import dispatch
+
+    cfg = _train_config(kw, output)
+    _exit(dispatch("train", asdict(cfg), cfg.backend, np_))
+
+
+@bench_group.command("pipeline")
+@_train_options
+@click.option("-np", "--np", "np_", type=int, default=1, show_default=True, help="Ranks per run.")
+@click.option("--launcher", type=click.Choice(["auto", "local", "runtime"]), default="auto",
+              show_default=True, help="Run each point locally or as a ringleader job.")
+@output_option("json")
+def pipeline_cmd(np_: int, launcher: str, output: str, **kw: Any) -> None:
+    """Loader alone, training on synthetic and on real data; degradation = real / synthetic."""
+    from ringleader.bench.launchers import default_launcher
+    from ringleader.bench.pipeline import run_pipeline
+    from ringleader.bench.ranks import check_available, check_np
+    from ringleader.errors import UsageError
+
+    if kw["data"] == "synthetic":
+        raise UsageError("bench pipeline needs real files", "pass --data DIR (see `data synth`)")
+    cfg = _train_config(kw, "json")
+    check_np(cfg.backend, np_)
+    check_available(cfg.backend, need_mpirun=cfg.backend == "mpi")
+    res = run_pipeline(cfg, default_launcher(launcher), np_)
+    if output == "json":
+        emit_data(res, "json")
+        return
+    rows = [("loader only (decode + augment)", f"{res['loader_images_per_sec']:.1f}"),
+            ("training, synthetic data", f"{res['synthetic_images_per_sec']:.1f}"),
+            ("training, real data", f"{res['real_images_per_sec']:.1f}"),
+            ("degradation (real / synthetic)", f"{res['degradation']:.3f}"),
+            ("skipped (corrupt) files", str(res["skipped_images"]))]  # fmt: skip
+    console().print(table(["MEASURE", "IMAGES/S"], rows,
+                          title=f"{cfg.model}, {np_} x {cfg.backend}, augment {cfg.augment}"))
+
+
+def _int_list(text: str) -> list[int]:
+    from ringleader.errors import UsageError
+
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError as exc:
+        raise UsageError(f"bad worker list {text!r}", "pass e.g. --workers 1,2,4") from exc
+
+
+@bench_group.command("scaling")
+@_train_options
+@click.option("--backends", default="gloo,mpi", show_default=True, help="Comma-separated.")
+@click.option("--workers", default="1,2", show_default=True, help="Worker counts, comma-separated.")
+@click.option("--out", "out_dir", required=True, help="Folder for the table, CSV, JSON and PNGs.")
+@click.option("--busbw/--no-busbw", default=True, show_default=True,
+              help="Also sweep allreduce busbw per backend.")
+@click.option("--busbw-max", default="16M", show_default=True, help="Largest busbw size.")
+@click.option("--pipeline-results", multiple=True,
+              help="`bench pipeline -o json` files for the GPU-only vs pipeline plots.")
+@click.option("--launcher", type=click.Choice(["auto", "local", "runtime"]), default="auto",
+              show_default=True, help="Run each point locally or as a ringleader job.")
+@output_option("json")
+def scaling_cmd(backends: str, workers: str, out_dir: str, busbw: bool, busbw_max: str,
+                pipeline_results: tuple[str, ...], launcher: str, output: str, **kw: Any) -> None:  # fmt: skip
+    """Lab 7's scaling table (one real multi-process run per point) and plots."""
+    from rich.progress import Progress
+
+    from ringleader.bench.allreduce import parse_size
+    from ringleader.bench.launchers import default_launcher
+    from ringleader.bench.scaling import HEADERS, ScalingConfig, run_scaling
+
+    cfg = ScalingConfig(
+        backends=[b.strip() for b in backends.split(",") if b.strip()], workers=_int_list(workers),
+        out=out_dir, train=_train_config(kw, "json"), busbw=busbw,
+        busbw_max=parse_size(busbw_max), pipeline=list(pipeline_results),
+    )  # fmt: skip
+    cfg.validate()
+    steps = len(cfg.backends) * (len(cfg.workers) + (1 if busbw else 0)) + 1
+    run_with = default_launcher(launcher)
+    with Progress(console=console(), transient=True, disable=output == "json") as prog:
+        task = prog.add_task("scaling", total=steps)
+
+        def tick(msg: str) -> None:
+            prog.update(task, advance=0 if msg.startswith(("train", "allreduce")) else 1,
+                        description=msg)  # fmt: skip
+            if msg.startswith(("train", "allreduce")):
+                prog.advance(task)
+
+        res = run_scaling(cfg, run_with, tick)
+    if output == "json":
+        emit_data({k: v for k, v in res.items() if k != "points"}, "json")
+        return
+    rows = [(r["backend"], r["servers"], r["gpus_per_server"], f"{r['avg_step_time_s']:.4f}",
+             f"{r['avg_throughput']:.1f}", f"{r['speedup']:.2f}", f"{r['scaling_efficiency']:.0%}")
+            for r in res["rows"]]  # fmt: skip
+    console().print(table([h.upper() for h in HEADERS], rows, title=res["title"]))
+    click.echo("wrote: " + ", ".join(res["files"]))
+
+
+def _data_group(cli: click.Group) -> click.Group:
+    existing = cli.commands.get("data")
+    if isinstance(existing, click.Group):
+        return existing
+
+    @cli.group("data")
+    def data_group() -> None:
+        """Datasets for the benches."""
+
+    return data_group
+
 
 def register(cli: click.Group) -> None:
-    del cli
+    cli.add_command(bench_group)
+    data_group = _data_group(cli)
+
+    @data_group.command("synth")
+    @click.option("--out", "out_dir", required=True, help="Folder to write class_NNN/*.jpg into.")
+    @click.option("--images", default=256, show_default=True, help="Number of JPEG files.")
+    @click.option("--size", default=352, show_default=True, help="Side in pixels.")
+    @click.option("--classes", default=8, show_default=True, help="Class subfolders.")
+    @click.option("--seed", default=0, show_default=True, help="Random seed.")
+    @output_option("json")
+    def synth_cmd(out_dir: str, images: int, size: int, classes: int, seed: int,
+                  output: str) -> None:  # fmt: skip
+        """Write a dataset of real JPEG files (one subfolder per class)."""
+        from ringleader.bench.data import synth
+
+        res = synth(out_dir, images, size, classes, seed)
+        if output == "json":
+            emit_data(res, "json")
+        else:
+            click.echo(f"wrote {res['images']} JPEGs ({res['size']}x{res['size']}, "
+                       f"{res['classes']} classes, {res['bytes'] / 1e6:.1f} MB) to {res['out']}")
+
+    @cli.command("env")
+    @output_option("json")
+    def env_cmd(output: str) -> None:
+        """The experiment-environment table: servers, NICs, GPUs and links, OS, driver,
+        CUDA, NCCL, MPI, framework and package versions."""
+        from ringleader.bench.envinfo import collect, rows
+
+        info = collect()
+        if output == "json":
+            click.echo(json.dumps(info, indent=2))
+            return
+        from rich.markup import escape
+
+        body = [(item, escape(value)) for _section, item, value in rows(info)]
+        console().print(table(["ITEM", "VALUE"], body, title="Experiment environment"))

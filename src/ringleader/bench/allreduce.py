@@ -1,0 +1,236 @@
+"""`bench allreduce`: nccl-tests' measurement and table over the communication layer.
+
+Conventions follow NVIDIA/nccl-tests doc/PERFORMANCE.md: algbw = bytes / time (GB = 1e9 B);
+busbw = algbw x 2(n-1)/n (allreduce), (n-1)/n (allgather, reducescatter), 1 (broadcast).
+Each size runs ``warmup`` untimed and ``iters`` timed operations back to back; the time is the
+mean per operation, averaged over ranks. With ``check`` the inputs are small integers (exact in
+fp16 and bf16 for any sum over <= 64 ranks), so every expected element is computed exactly and
+#wrong counts real mismatches, summed over ranks.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ringleader.bench.comm import DTYPES, Comm, torch_dtype
+from ringleader.errors import UsageError
+
+COLLECTIVES = ("allreduce", "allgather", "broadcast", "reducescatter")
+CORRUPT_ENV = "RINGLEADER_BENCH_CORRUPT"  # "RANK[:INDEX]": testing hook, plants one wrong value
+ENV_PREFIXES = ("NCCL_", "GLOO_", "OMPI_MCA_", "UCX_", "TORCH_", "OMP_NUM_THREADS",
+                "CUDA_VISIBLE_DEVICES", "MASTER_ADDR", "MASTER_PORT")  # fmt: skip
+
+
+@dataclass
+class AllreduceConfig:
+    minbytes: int = 8
+    maxbytes: int = 128 * 1024 * 1024
+    factor: int = 2
+    iters: int = 20
+    warmup: int = 5
+    check: int = 1
+    dtype: str = "float"
+    op: str = "sum"
+    collective: str = "allreduce"
+    root: int = 0
+    backend: str = "gloo"
+    output: str = "table"
+
+    def validate(self) -> None:
+        if self.minbytes < 1 or self.maxbytes < 1:
+            raise UsageError("-b and -e must be positive sizes", "pass e.g. -b 8 -e 128M")
+        if self.minbytes > self.maxbytes:
+            raise UsageError(f"-b {self.minbytes} is larger than -e {self.maxbytes}",
+                             "pass a minimum size (-b) no larger than the maximum (-e)")
+        if self.factor < 2:
+            raise UsageError(f"-f {self.factor} would never reach -e", "pass -f 2 or more")
+        if self.iters < 1 or self.warmup < 0:
+            raise UsageError("-n must be >= 1 and -w >= 0", "pass e.g. -n 20 -w 5")
+        if self.dtype not in DTYPES:
+            raise UsageError(f"unknown data type {self.dtype!r}", "use float, half or bfloat16")
+        if self.collective not in COLLECTIVES:
+            raise UsageError(f"unknown collective {self.collective!r}",
+                             f"use one of: {', '.join(COLLECTIVES)}")
+
+
+def parse_size(text: str) -> int:
+    """nccl-tests sizes: a number with an optional K, M or G suffix (powers of 1024)."""
+    m = re.fullmatch(r"\s*(\d+)\s*([kKmMgG]?)[bB]?\s*", str(text))
+    if not m:
+        raise UsageError(f"bad size {text!r}", "use a byte count like 8, 64K, 128M or 1G")
+    mult = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}[m.group(2).lower()]
+    return int(m.group(1)) * mult
+
+
+def bus_factor(collective: str, n: int) -> float:
+    if collective == "allreduce":
+        return 2.0 * (n - 1) / n
+    if collective in ("allgather", "reducescatter"):
+        return (n - 1) / n
+    return 1.0
+
+
+def sizes(cfg: AllreduceConfig, world: int, elem: int) -> list[tuple[int, int]]:
+    """(bytes, elements) per step; sizes round down to whole elements (per rank for
+    allgather / reducescatter, whose size is the full buffer) and zero sizes are skipped."""
+    out: list[tuple[int, int]] = []
+    size = cfg.minbytes
+    while size <= cfg.maxbytes:
+        unit = elem * (world if cfg.collective in ("allgather", "reducescatter") else 1)
+        count = (size // unit) * unit // elem
+        if count and (not out or out[-1][1] != count):
+            out.append((count * elem, count))
+        size *= cfg.factor
+    return out
+
+
+def _values(torch: Any, start: int, count: int, rank: int, dtype: Any, device: Any) -> Any:
+    """Small integers in [-2, 2], different per rank and element: sums stay exact."""
+    idx = torch.arange(start, start + count, dtype=torch.int64, device=device)
+    return ((idx + 3 * rank) % 5 - 2).to(dtype)
+
+
+class Case:
+    """Buffers and the expected result of one collective at one size on this rank."""
+
+    def __init__(self, cfg: AllreduceConfig, comm: Comm, count: int) -> None:
+        import torch
+
+        self.cfg, self.comm, self.count, self.torch = cfg, comm, count, torch
+        self.dtype = torch_dtype(cfg.dtype)
+        n, dev = comm.world_size, comm.device
+        per = count // n
+        self.in_count = per if cfg.collective == "allgather" else count
+        self.out_count = per if cfg.collective == "reducescatter" else count
+        self.send = torch.empty(self.in_count, dtype=self.dtype, device=dev)
+        self.recv = torch.empty(self.out_count, dtype=self.dtype, device=dev)
+        self.inplace = torch.empty(max(self.in_count, self.out_count), dtype=self.dtype, device=dev)
+
+    def fill(self) -> None:
+        torch, r, dev = self.torch, self.comm.rank, self.comm.device
+        self.send.copy_(_values(torch, 0, self.in_count, r, self.dtype, dev))
+        self.recv.zero_()
+        if self.cfg.collective == "allgather":
+            self.inplace.zero_()
+            self._ip_in().copy_(self.send)
+        else:
+            self.inplace.copy_(_values(torch, 0, self.inplace.numel(), r, self.dtype, dev))
+
+    def _ip_in(self) -> Any:
+        per = self.count // self.comm.world_size
+        if self.cfg.collective == "allgather":
+            return self.inplace[self.comm.rank * per:(self.comm.rank + 1) * per]
+        return self.inplace
+
+    def _ip_out(self) -> Any:
+        per = self.count // self.comm.world_size
+        if self.cfg.collective == "reducescatter":
+            return self.inplace[self.comm.rank * per:(self.comm.rank + 1) * per]
+        return self.inplace
+
+    def run(self, inplace: bool) -> Any:
+        c, cfg = self.comm, self.cfg
+        src, dst = (self._ip_in(), self._ip_out()) if inplace else (self.send, self.recv)
+        if cfg.collective == "allreduce":
+            return c.allreduce(src, dst, cfg.op)
+        if cfg.collective == "broadcast":
+            return c.broadcast(dst, cfg.root, None if inplace else src)
+        if cfg.collective == "allgather":
+            return c.allgather(dst, src)
+        return c.reduce_scatter(dst, src, cfg.op)
+
+    def expected(self) -> Any:
+        torch, n, dev, cfg = self.torch, self.comm.world_size, self.comm.device, self.cfg
+        per = self.count // n
+        if cfg.collective == "broadcast":
+            return _values(torch, 0, self.count, cfg.root, self.dtype, dev)
+        if cfg.collective == "allgather":
+            return torch.cat([_values(torch, 0, per, r, self.dtype, dev) for r in range(n)])
+        start = self.comm.rank * per if cfg.collective == "reducescatter" else 0
+        total = sum(_values(torch, start, self.out_count, r, torch.int64, dev) for r in range(n))
+        exp = total.to(self.dtype)
+        return exp.div_(n) if cfg.op == "avg" else exp
+
+
+def count_wrong(result: Any, expected: Any) -> int:
+    """Elements of ``result`` that differ from ``expected`` (NaN counts as wrong)."""
+    return int((result != expected).sum().item())
+
+
+def _corrupt(result: Any, rank: int) -> None:
+    spec = os.environ.get(CORRUPT_ENV, "")
+    if not spec:
+        return
+    r, _, idx = spec.partition(":")
+    if int(r) == rank and result.numel():
+        result[int(idx or 0) % result.numel()] += 1
+
+
+def _time_op(case: Case, inplace: bool) -> float:
+    cfg, comm = case.cfg, case.comm
+    for _ in range(cfg.warmup):
+        case.run(inplace)
+    comm.barrier()
+    sync = case.torch.cuda.synchronize if comm.device.type == "cuda" else None
+    t0 = time.perf_counter()
+    for _ in range(cfg.iters):
+        case.run(inplace)
+    if sync:
+        sync()
+    return (time.perf_counter() - t0) / cfg.iters
+
+
+def _check(case: Case, inplace: bool) -> int:
+    case.fill()
+    result = case.run(inplace)
+    if case.comm.device.type == "cuda":
+        case.torch.cuda.synchronize()
+    if not inplace:
+        _corrupt(result, case.comm.rank)
+    return int(case.comm.sum_scalar(count_wrong(result, case.expected())))
+
+
+def measure(cfg: AllreduceConfig, comm: Comm,
+            on_row: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Run the sweep; ``on_row`` sees each size's row as soon as it is measured (rank 0 prints)."""
+    import torch
+
+    cfg.validate()
+    n = comm.world_size
+    if cfg.collective == "broadcast" and not 0 <= cfg.root < n:
+        raise UsageError(f"root {cfg.root} is not a rank of {n}", f"pass a root in 0..{n - 1}")
+    elem = torch.empty(0, dtype=torch_dtype(cfg.dtype)).element_size()
+    rows = []
+    for size, count in sizes(cfg, n, elem):
+        case = Case(cfg, comm, count)
+        row: dict[str, Any] = {
+            "size_bytes": size, "count": count, "type": cfg.dtype,
+            "redop": cfg.op if cfg.collective in ("allreduce", "reducescatter") else "none",
+            "root": cfg.root if cfg.collective == "broadcast" else -1,
+        }  # fmt: skip
+        for key, inplace in (("oop", False), ("ip", True)):
+            case.fill()
+            t = comm.sum_scalar(_time_op(case, inplace)) / n
+            algbw = size / t / 1e9
+            wrong = _check(case, inplace) if cfg.check else None
+            row[key] = {"time_us": t * 1e6, "algbw_gbs": algbw,
+                        "busbw_gbs": algbw * bus_factor(cfg.collective, n), "wrong": wrong}
+        rows.append(row)
+        if on_row:
+            on_row(row)
+        del case
+    wrong_total = sum((r[k]["wrong"] or 0) for r in rows for k in ("oop", "ip"))
+    busbws = [r[k]["busbw_gbs"] for r in rows for k in ("oop", "ip")]
+    return {
+        "kind": "allreduce", "collective": cfg.collective, "backend": comm.backend,
+        "world_size": n, "nodes": 1, "dtype": cfg.dtype, "op": cfg.op,
+        "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)},
+        "config": asdict(cfg), "results": rows,
+        "avg_busbw_gbs": sum(busbws) / len(busbws) if busbws else 0.0,
+        "out_of_bounds": wrong_total,
+    }  # fmt: skip

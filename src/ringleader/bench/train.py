@@ -1,0 +1,223 @@
+"""`bench train`: data-parallel training throughput in tf_cnn_benchmarks' format.
+
+gloo and nccl use torch DDP (bucketed allreduce overlapped with backward); mpi broadcasts the
+initial weights from rank 0 and averages gradients with the comm layer's fused allreduce
+(Horovod-style 64 MiB fusion buffers) after backward.
+
+Precision: fp32; bf16 = autocast to bfloat16 (CPU and CUDA); fp16 = autocast to float16 with a
+GradScaler. On CUDA fp16 is the usual AMP. On CPU, torch's autocast runs float16 kernels in
+software (no fp16 units): it is correct but slow, and is reported as such, not refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ringleader.bench import models
+from ringleader.bench.comm import Comm, init
+from ringleader.bench.data import AUGMENTS, Augment, ImageFolder, LoaderStats, batches
+from ringleader.bench.ranks import check_backend, discover
+from ringleader.errors import UsageError
+
+PRECISIONS = ("fp32", "fp16", "bf16")
+
+
+@dataclass
+class TrainConfig:
+    model: str = "trivial"
+    batch_size: int = 32
+    num_batches: int = 100
+    num_warmup_batches: int = 10
+    precision: str = "fp32"
+    data: str = "synthetic"
+    backend: str = "gloo"
+    image_size: int = 224
+    augment: str = "standard"
+    loader_workers: int = 2
+    prefetch: int = 2
+    display_every: int = 10
+    learning_rate: float = 0.01
+    seed: int = 0
+    output: str = "table"
+
+    def validate(self) -> None:
+        models.spec(self.model)
+        check_backend(self.backend)
+        if self.precision not in PRECISIONS:
+            raise UsageError(f"unknown precision {self.precision!r}",
+                             f"use one of: {', '.join(PRECISIONS)}")
+        if self.augment not in AUGMENTS:
+            raise UsageError(f"unknown augment level {self.augment!r}",
+                             f"use one of: {', '.join(AUGMENTS)}")
+        if self.batch_size < 1 or self.num_batches < 1 or self.num_warmup_batches < 0:
+            raise UsageError("batch size and number of batches must be positive",
+                             "pass e.g. --batch-size 32 --num-batches 100")
+        if self.image_size < 8 or self.loader_workers < 0:
+            raise UsageError("--image-size must be >= 8 and --loader-workers >= 0",
+                             "pass e.g. --image-size 224 --loader-workers 2")
+        if self.data != "synthetic":
+            from ringleader.bench.data import scan
+
+            scan(self.data)
+
+
+def _emit(comm: Comm, cfg: TrainConfig, text: str) -> None:
+    if comm.rank == 0 and cfg.output == "table":
+        print(text, flush=True)
+
+
+class Step:
+    """Model, optimizer, precision and gradient exchange: one call = one training step."""
+
+    def __init__(self, cfg: TrainConfig, comm: Comm) -> None:
+        import torch
+
+        self.torch, self.comm, self.cfg = torch, comm, cfg
+        dev = comm.device
+        if comm.backend == "mpi" and torch.cuda.is_available():
+            dev = torch.device("cuda", comm.local_rank % torch.cuda.device_count())
+        self.device = dev
+        torch.manual_seed(cfg.seed)
+        spec = models.spec(cfg.model)
+        model = models.build(cfg.model, spec.fixed_size or cfg.image_size).to(dev)
+        if comm.backend == "mpi":
+            for p in model.state_dict().values():
+                comm.broadcast(p.data if p.device.type == "cpu" else p.data.cpu(), 0)
+            self.net = model
+        else:
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            ids = [dev.index] if dev.type == "cuda" else None
+            self.net = DDP(model, device_ids=ids)
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.opt = torch.optim.SGD(self.params, lr=cfg.learning_rate, momentum=0.9)
+        self.loss_fn = torch.nn.NLLLoss() if cfg.model == "mnist" else torch.nn.CrossEntropyLoss()
+        amp = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(cfg.precision)
+        self.amp = amp
+        self.scaler = torch.amp.GradScaler(dev.type) if cfg.precision == "fp16" else None
+
+    def __call__(self, images: Any, labels: Any) -> Any:
+        torch = self.torch
+        ctx = (torch.autocast(self.device.type, dtype=self.amp) if self.amp is not None
+               else contextlib.nullcontext())  # fmt: skip
+        self.opt.zero_grad(set_to_none=False)
+        with ctx:
+            loss = self.loss_fn(self.net(images), labels)
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+        else:
+            loss.backward()
+        if self.comm.backend == "mpi" and self.comm.world_size > 1:
+            self.comm.allreduce_fused([p.grad for p in self.params], "avg")
+        if self.scaler is not None:
+            self.scaler.step(self.opt)
+            self.scaler.update()
+        else:
+            self.opt.step()
+        return loss
+
+
+def _inputs(cfg: TrainConfig, comm: Comm, device: Any) -> tuple[Any, LoaderStats | None]:
+    """An iterator of (images, labels) on ``device``: one fixed random batch for synthetic
+    data (as tf_cnn_benchmarks), else the real-file loader."""
+    import torch
+
+    spec = models.spec(cfg.model)
+    size = spec.fixed_size or cfg.image_size
+    if cfg.data == "synthetic":
+        g = torch.Generator().manual_seed(cfg.seed + comm.rank)
+        images = torch.randn(cfg.batch_size, spec.channels, size, size, generator=g).to(device)
+        labels = torch.randint(0, spec.num_classes, (cfg.batch_size,), generator=g).to(device)
+
+        def forever() -> Any:
+            while True:
+                yield images, labels
+
+        return forever(), None
+    stats = LoaderStats()
+    ds = ImageFolder(cfg.data, Augment(size, cfg.augment, spec.channels), comm.rank,
+                     comm.world_size, cfg.seed)  # fmt: skip
+    it = batches(ds, cfg.batch_size, cfg.loader_workers, prefetch=cfg.prefetch,
+                 pin=device.type == "cuda", stats=stats)  # fmt: skip
+
+    def moved() -> Any:
+        for images, labels in it:
+            yield (images.to(device, non_blocking=True),
+                   (labels % spec.num_classes).to(device, non_blocking=True))
+
+    return moved(), stats
+
+
+def _device_name(device: Any) -> str:
+    """The GPU's marketing name (what calibration keys on), or "cpu"."""
+    if device.type == "cuda":
+        import torch
+
+        return str(torch.cuda.get_device_name(device))
+    return "cpu"
+
+
+def train(cfg: TrainConfig, comm: Comm) -> dict[str, Any]:
+    """Warm up, then time ``num_batches`` steps on this rank; rank 0 prints progress."""
+    from ringleader.bench import report
+
+    cfg.validate()
+    step = Step(cfg, comm)
+    data, stats = _inputs(cfg, comm, step.device)
+    sync = step.torch.cuda.synchronize if step.device.type == "cuda" else (lambda: None)
+    device_name = str(step.device)
+    for line in report.train_header(cfg, comm.world_size, device_name):
+        _emit(comm, cfg, line)
+    if cfg.precision == "fp16" and step.device.type == "cpu" and comm.rank == 0:
+        print("note: fp16 on CPU runs in software (no fp16 units); expect it to be slow",
+              file=sys.stderr)  # fmt: skip
+    for _ in range(cfg.num_warmup_batches):
+        step(*next(data))
+    sync()
+    comm.barrier()
+    times: list[float] = []
+    images_seen = 0
+    start = time.perf_counter()
+    for i in range(cfg.num_batches):
+        t0 = time.perf_counter()
+        images, labels = next(data)
+        loss = step(images, labels)
+        sync()
+        times.append(time.perf_counter() - t0)
+        images_seen += len(labels)
+        if (i + 1) % cfg.display_every == 0 or i + 1 == cfg.num_batches:
+            _emit(comm, cfg, report.train_step_line(i + 1, cfg.batch_size, times, float(loss.detach())))
+    elapsed = time.perf_counter() - start
+    total = comm.world_size * images_seen / elapsed
+    for line in report.train_footer(total):
+        _emit(comm, cfg, line)
+    return {
+        "kind": "train", "model": cfg.model, "batch_size": cfg.batch_size,
+        "precision": cfg.precision, "backend": comm.backend, "world_size": comm.world_size,
+        "nodes": 1, "device": device_name, "device_name": _device_name(step.device),
+        "image_size": models.spec(cfg.model).fixed_size or cfg.image_size,
+        "num_batches": cfg.num_batches,
+        "images_per_sec_total": total, "images_per_sec_per_worker": total / comm.world_size,
+        "step_time_s": elapsed / cfg.num_batches, "step_times_s": times,
+        "data": "synthetic" if cfg.data == "synthetic" else cfg.data,
+        "skipped_images": stats.skipped if stats else 0, "config": asdict(cfg),
+    }  # fmt: skip
+
+
+def run(cfg: TrainConfig) -> dict[str, Any]:
+    """Train as this process's rank (from the launcher's environment) and print on rank 0."""
+    import json
+
+    cfg.validate()
+    comm = init(cfg.backend, discover())
+    try:
+        result = train(cfg, comm)
+    finally:
+        comm.close()
+    if comm.rank == 0 and cfg.output == "json":
+        print(json.dumps(result, indent=2), flush=True)
+    return result
