@@ -121,3 +121,16 @@ def test_one_outlier_in_a_sweep_is_dropped(tmp_path):
     fit = cal.links["gloo/local"]
     assert fit.gbs == pytest.approx(1.2, rel=1e-6) and fit.latency_us == pytest.approx(50.0, rel=1e-4)
     assert fit.points == 2 * len(SIZES) - 1
+
+
+def test_cpu_workers_use_the_rate_measured_at_their_thread_count(tmp_path):
+    two = dict(train_doc(16, 10.0), threads=2)
+    one = dict(train_doc(16, 7.0), threads=1)
+    point = TrainPoint("resnet50", "cpu", "fp32", "gloo", 16, 2, 1, 1.0, "x")
+    state, placement = emulated_job(point)
+    both, _ = calibrate_files([write(tmp_path, "a.json", two), write(tmp_path, "b.json", one)])
+    pred = predict_placement(state.by_name, placement, "resnet50", 16, "fp32", "cpu", both)
+    assert pred.compute_s == pytest.approx(16 / 7.0)  # each of 2 ranks gets 1 of 2 cores
+    only_two, _ = calibrate_files([write(tmp_path, "a.json", two)])
+    pred = predict_placement(state.by_name, placement, "resnet50", 16, "fp32", "cpu", only_two)
+    assert pred.compute_s == pytest.approx(2 * 16 / 10.0)  # linear thread scaling from 2 to 1

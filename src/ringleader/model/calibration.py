@@ -49,6 +49,8 @@ class ComputeFit:
     images_per_s: float
     step_overhead_s: float = 0.0
     points: int = 1
+    image_size: int = 224  # input side the rate was measured at (bench train --image-size)
+    threads: int | None = None  # CPU threads of the measured worker, when known
 
 
 @dataclass(frozen=True)
@@ -71,11 +73,22 @@ class Calibration:
                 return matches[0]
         return None
 
-    def compute_for(self, model: str, gpu_type: str, precision: str) -> ComputeFit | None:
-        for fit in self.compute:
-            if (fit.model, fit.gpu_type.lower(), fit.precision) == (model, gpu_type.lower(), precision):
-                return fit
-        return None
+    def compute_fits(self, model: str, gpu_type: str, precision: str) -> list[ComputeFit]:
+        return [
+            fit for fit in self.compute
+            if (fit.model, fit.gpu_type.lower(), fit.precision) == (model, gpu_type.lower(), precision)
+        ]  # fmt: skip
+
+    def compute_for(
+        self, model: str, gpu_type: str, precision: str, threads: int | None = None
+    ) -> ComputeFit | None:
+        """The fit for (model, device, precision): at 224 px when several image sizes were run;
+        with ``threads`` the fit measured at that many threads, else the one with the most."""
+        found = self.compute_fits(model, gpu_type, precision)
+        if threads is not None:
+            exact = [f for f in found if f.threads == threads]
+            found = exact or found
+        return min(found, key=lambda f: (f.image_size != 224, -(f.threads or 0)), default=None)
 
     def gpu_types(self) -> list[str]:
         return sorted({c.gpu_type for c in self.compute})
@@ -103,6 +116,8 @@ class Calibration:
                     "images_per_s": round(c.images_per_s, 4),
                     "step_overhead_s": round(c.step_overhead_s, 6),
                     "points": c.points,
+                    "image_size": c.image_size,
+                    "threads": c.threads,
                 }
                 for c in self.compute
             ],
@@ -176,6 +191,8 @@ def calibration_from_dict(doc: Any) -> Calibration:
             str(c["model"]), str(c["gpu_type"]), str(c["precision"]), int(c["batch_size"]),
             _positive(c["images_per_s"], f"compute[{i}].images_per_s"),
             _nonneg(c.get("step_overhead_s", 0.0), f"compute[{i}].step_overhead_s"), int(c.get("points", 1)),
+            int(c.get("image_size", 224)),
+            int(c["threads"]) if c.get("threads") is not None else None,
         )
         for i, c in enumerate(compute_doc)
     )  # fmt: skip

@@ -8,7 +8,7 @@ job as ranks spread block-wise over ``nodes`` emulated hosts and predicts it wit
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ringleader.model.calibration import Calibration
 from ringleader.model.fit import TrainPoint
@@ -57,6 +57,9 @@ def emulated_job(point: TrainPoint) -> tuple[ClusterState, Placement]:
 
 
 def check_point(point: TrainPoint, calibration: Calibration) -> Check:
+    """Predict ``point`` with the compute fits of its own image size."""
+    same = tuple(c for c in calibration.compute if c.image_size == point.image_size)
+    calibration = replace(calibration, compute=same)
     state, placement = emulated_job(point)
     pred = predict_placement(
         state.by_name, placement, point.model, point.batch_size, point.precision, point.gpu_type,

@@ -35,6 +35,7 @@ class ComputeRate:
     overhead_s: float  # t0
     per_image_s: float  # 1 / peak
     source: str
+    threads: int | None = None  # CPU threads of the calibrated worker (None: unknown / a GPU)
 
     @property
     def step_s(self) -> float:
@@ -64,20 +65,22 @@ def check_gpu_type(gpu_type: str, calibration: Calibration | None = None) -> str
 
 
 def compute_rate(
-    model: str, gpu_type: str, precision: str, batch_size: int, calibration: Calibration | None = None
+    model: str, gpu_type: str, precision: str, batch_size: int, calibration: Calibration | None = None,
+    threads: int | None = None,
 ) -> ComputeRate:
-    """The step compute time of ``model`` on one ``gpu_type`` at ``batch_size`` per GPU."""
+    """The step compute time of ``model`` on one ``gpu_type`` at ``batch_size`` per GPU
+    (``threads``: prefer a CPU calibration measured with that many threads)."""
     if batch_size < 1:
         raise UsageError(f"batch size must be >= 1, got {batch_size}", "give the per-GPU batch size")
     model = check_model(model)
     precision = check_precision(precision)
     gpu = check_gpu_type(gpu_type, calibration)
-    fit = calibration.compute_for(model, gpu, precision) if calibration else None
+    fit = calibration.compute_for(model, gpu, precision, threads) if calibration else None
     if fit is not None:
         t0 = fit.step_overhead_s
         per_image = (fit.batch_size / fit.images_per_s - t0) / fit.batch_size
         source = f"calibrated: {fit.images_per_s:.4g} images/s at batch {fit.batch_size}"
-        return ComputeRate(model, gpu, precision, batch_size, t0, max(per_image, 0.0), source)
+        return ComputeRate(model, gpu, precision, batch_size, t0, max(per_image, 0.0), source, fit.threads)
     pub = published_rates().get((model, gpu, PRECISION_TABLE[precision]))
     if pub is None:
         have = sorted(m for m, g, p in published_rates() if g == gpu and p == PRECISION_TABLE[precision])

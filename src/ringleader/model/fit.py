@@ -46,6 +46,8 @@ class TrainPoint:
     nodes: int
     images_per_s: float  # whole job
     source: str
+    image_size: int = 224
+    threads: int | None = None
 
 
 def _nodes_count(value: Any) -> int:
@@ -94,10 +96,18 @@ def _train_point(doc: Mapping[str, Any], source: str) -> TrainPoint:
     rate = float(total) if total is not None else float(doc["images_per_sec_per_worker"]) * world
     if not math.isfinite(rate) or rate <= 0:
         raise ValueError(f"images_per_sec_total must be > 0, got {rate!r}")
+    raw = doc.get("config")
+    config: Mapping[str, Any] = raw if isinstance(raw, dict) else {}
+    image_size = int(doc.get("image_size") or config.get("image_size") or 224)
+    raw_env = doc.get("env")
+    env: Mapping[str, Any] = raw_env if isinstance(raw_env, dict) else {}
+    threads_raw = doc.get("threads") or config.get("threads") or env.get("OMP_NUM_THREADS")
+    threads = int(threads_raw) if threads_raw else None
     device = str(doc.get("device_name") or doc.get("gpu_name") or doc.get("device") or "cpu")
     return TrainPoint(
         check_model(str(doc["model"])), normalize_gpu_type(device), check_precision(str(doc.get("precision", "fp32"))),
         str(doc.get("backend", "")).lower(), batch, world, _nodes_count(doc.get("nodes", 1)), rate, source,
+        image_size, threads,
     )  # fmt: skip
 
 
@@ -194,7 +204,9 @@ def fit_compute(points: Sequence[TrainPoint]) -> ComputeFit:
     else:
         t0, per_image = 0.0, sum(steps) / len(steps) / top
     rate = top / (t0 + top * per_image)
-    return ComputeFit(first.model, first.gpu_type, first.precision, top, rate, t0, len(points))
+    return ComputeFit(
+        first.model, first.gpu_type, first.precision, top, rate, t0, len(points), first.image_size, first.threads
+    )
 
 
 def fit_calibration(allreduce: Iterable[AllreducePoint], train: Iterable[TrainPoint],
@@ -202,10 +214,10 @@ def fit_calibration(allreduce: Iterable[AllreducePoint], train: Iterable[TrainPo
     by_link: dict[str, list[AllreducePoint]] = defaultdict(list)
     for p in allreduce:
         by_link[p.link].append(p)
-    by_compute: dict[tuple[str, str, str], list[TrainPoint]] = defaultdict(list)
+    by_compute: dict[tuple[str, str, str, int, int], list[TrainPoint]] = defaultdict(list)
     for t in train:
         if t.world_size == 1:
-            by_compute[(t.model, t.gpu_type, t.precision)].append(t)
+            by_compute[(t.model, t.gpu_type, t.precision, t.image_size, t.threads or 0)].append(t)
     links = {k: fit_link(v) for k, v in sorted(by_link.items())}
     compute = tuple(fit_compute(v) for _, v in sorted(by_compute.items()))
     if not links and not compute:

@@ -83,12 +83,28 @@ def _gpu_types_of(nodes: Mapping[str, NodeState], placement: Placement, calibrat
 
 
 def cpu_host_share(placement: Placement) -> int:
-    """CPU workers split their host's cores (the bench gives each rank cores / ranks threads):
-    a calibrated one-worker CPU rate is shared by the ranks on the busiest host."""
+    """Ranks on the busiest host of the placement."""
     per_node: dict[str, int] = {}
     for slot in placement.slots:
         per_node[slot.node] = per_node.get(slot.node, 0) + max(1, len(slot.gpus))
     return max(per_node.values(), default=1)
+
+
+def cpu_rate(
+    rate: ComputeRate, placement: Placement, calibration: Calibration | None
+) -> tuple[ComputeRate, float]:
+    """CPU workers split their host's cores: the bench gives each of k ranks cores // k threads.
+    Use a calibration measured at that thread count when there is one (factor 1); otherwise scale
+    the rate measured with the most threads by threads / (cores // k) (linear thread scaling; with
+    the thread count unknown, the measured worker is taken to have had all cores: factor k)."""
+    k = cpu_host_share(placement)
+    fits = calibration.compute_fits(rate.model, rate.gpu_type, rate.precision) if calibration else []
+    cores = max((f.threads or 0 for f in fits), default=0)
+    if not cores:
+        return rate, float(k)
+    per_rank = max(1, cores // k)
+    better = compute_rate(rate.model, rate.gpu_type, rate.precision, rate.batch_size, calibration, per_rank)
+    return better, (better.threads or cores) / per_rank
 
 
 def _slowest(rates: Iterable[ComputeRate]) -> ComputeRate:
@@ -134,7 +150,9 @@ def predict_placement(
     )  # fmt: skip
     if not 0.0 <= phi <= 1.0:
         raise UsageError(f"overlap must be within 0..1, got {phi}", "give the share of backward that hides allreduce")
-    share = cpu_host_share(placement) if rate.gpu_type.lower() == "cpu" else 1
+    share = 1.0
+    if rate.gpu_type.lower() == "cpu":
+        rate, share = cpu_rate(rate, placement, calibration)
     compute_s, backward_s = rate.step_s * share, rate.backward_s * share
     hidden = phi * min(cost.time_s, backward_s)
     exposed = cost.time_s - hidden
