@@ -1,0 +1,75 @@
+"""Fixtures for CLI tests: the real `ringleader` command in a subprocess, a fresh home each."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"
+
+
+class Cli:
+    """Runs `python -m ringleader.cli.main ARGS` with RINGLEADER_HOME set to ``home``."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.env = {**os.environ, "RINGLEADER_HOME": str(home), "RINGLEADER_GRACE_S": "2"}
+        self.env.pop("RINGLEADER_DEBUG", None)
+
+    def argv(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "ringleader.cli.main", *args]
+
+    def __call__(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(self.argv(*args), env=self.env, capture_output=True, text=True,
+                              timeout=timeout, cwd=REPO)  # fmt: skip
+
+    def ok(self, *args: str) -> str:
+        out = self(*args)
+        assert out.returncode == 0, f"{args}: rc={out.returncode}\n{out.stdout}\n{out.stderr}"
+        return out.stdout
+
+    def dump(self) -> list[str]:
+        db = self.home / "state.db"
+        if not db.exists():
+            return []
+        conn = sqlite3.connect(db)
+        try:
+            return list(conn.iterdump())
+        finally:
+            conn.close()
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> Iterator[Cli]:
+    runner = Cli(tmp_path / "rl-home")
+    yield runner
+    if (runner.home / "state.db").exists():
+        from ringleader.runtime.api import Runtime
+
+        rt = Runtime.open(runner.home)
+        live = [j.name for j in rt.list_jobs() if not j.status.is_terminal()]
+        if live:
+            rt.delete(live)
+
+
+@pytest.fixture
+def seeds_cli(cli: Cli) -> Cli:
+    cli.ok("cluster", "apply", "-f", str(EXAMPLES / "seeds-cluster.yaml"))
+    return cli
+
+
+@pytest.fixture
+def write(tmp_path: Path) -> Callable[[str, str], Path]:
+    def _write(name: str, text: str) -> Path:
+        path = tmp_path / name
+        path.write_text(text)
+        return path
+
+    return _write

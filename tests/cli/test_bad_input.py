@@ -1,0 +1,114 @@
+"""Bad input: one line on stderr, exit code 2, the state database unchanged."""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+
+import pytest
+
+from ringleader.cli.main import main
+from ringleader.runtime.api import Runtime
+
+PY = sys.executable
+MATRIX_BAD = (
+    "nodes:\n  - name: m\n    emulated: true\n    matrix: |\n      \tGPU0\tGPU1\n      GPU0\tX\tNV1\n"
+    "      GPU1\tPIX\tX\n"
+)
+
+CASES = {
+    "invalid-name": ["submit", "mpi", "--name", "Bad_Name", "--", PY, "-c", "pass"],
+    "name-too-long": ["submit", "mpi", "--name", "a" * 64, "--", PY, "-c", "pass"],
+    "duplicate-name": ["submit", "mpi", "--name", "dup", "--", PY, "-c", "pass"],
+    "zero-workers": ["submit", "mpi", "--name", "w0", "--workers", "0", "--", PY, "-c", "pass"],
+    "negative-gpus": ["submit", "mpi", "--name", "g", "--gpus=-1", "--", PY, "-c", "pass"],
+    "gpus-beyond-any-node": ["submit", "mpi", "--name", "g9", "--gpus", "9", "--", PY, "-c", "pass"],
+    "never-fits": ["submit", "mpi", "--name", "g17", "--workers", "17", "--gpus", "1", "--", PY, "-c", "pass"],
+    "np-disagrees": ["submit", "mpi", "--name", "np", "--workers", "2", f"mpirun -np 3 {PY} -c pass"],
+    "bad-env": ["submit", "mpi", "--name", "env", "-e", "NOEQUALS", "--", PY, "-c", "pass"],
+    "missing-program": ["submit", "mpi", "--name", "miss", "--", "no-such-program-xyz"],
+    "bad-gputopology": ["submit", "mpi", "--name", "bt", "--gputopology=maybe", "--", PY, "-c", "pass"],
+    "dry-run-never-fits": ["submit", "mpi", "--name", "d", "--gpus", "9", "--dry-run", "-o", "json", "--", "true"],
+    "unknown-job": ["get", "no-such-job"],
+    "unknown-job-logs": ["logs", "no-such-job"],
+    "unknown-job-delete": ["delete", "dup", "no-such-job"],
+    "unknown-node-label": ["node", "label", "nope", "gpu-schedule=topology"],
+    "bad-label-value": ["node", "label", "cn-shanghai-172", "gpu-schedule=sometimes"],
+    "label-without-overwrite": ["node", "label", "cn-shanghai-173", "gpu-schedule=topology"],
+    "bad-label-syntax": ["node", "label", "cn-shanghai-172", "gpu-schedule"],
+    "unknown-node-topo": ["topo", "nope"],
+    "unknown-preset-topo": ["topo", "--presets", "nope"],
+    "bad-prune-span": ["prune", "--since", "soon"],
+    "missing-cluster-file": ["cluster", "apply", "-f", "/nonexistent/cluster.yaml"],
+}
+FILES = {
+    "unknown-preset": "nodes:\n  - name: a\n    preset: dgx9000\n    emulated: true\n",
+    "malformed-yaml": "nodes:\n  - name: a\n    preset: [dgx1v\n",
+    "malformed-matrix": MATRIX_BAD,
+    "bad-node-name": "nodes:\n  - name: Node_A\n    preset: dgx1v\n    emulated: true\n",
+    "real-remote-node": "nodes:\n  - name: far\n    preset: dgx1v\n",
+    "no-nodes": "cluster: {}\n",
+}
+
+
+def _prepare(cli) -> None:  # type: ignore[no-untyped-def]
+    cli.ok("node", "label", "cn-shanghai-173", "gpu-schedule=default")
+    cli.ok("submit", "mpi", "--name", "dup", "--", PY, "-c", "pass")
+    assert Runtime.open(cli.home).wait("dup", 60).status.value == "SUCCEEDED"
+
+
+# These also run as separate `ringleader` processes; the rest call the same entry point in-process.
+IN_SUBPROCESS = {"invalid-name", "duplicate-name", "np-disagrees", "malformed-yaml"}
+
+
+def _check_refused(cli, args: list[str], capsys, separate: bool) -> None:  # type: ignore[no-untyped-def]
+    before = cli.dump()
+    if separate:
+        out = cli(*args)
+        code, stderr = out.returncode, out.stderr
+    else:
+        capsys.readouterr()
+        code = main(args)
+        stderr = capsys.readouterr().err
+    assert code == 2, f"{args}: rc={code}\n{stderr}"
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(("error:", "Error:")), stderr
+    assert cli.dump() == before
+
+
+def test_bad_input_is_refused_with_one_line_and_nothing_written(seeds_cli, write, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    _prepare(seeds_cli)
+    monkeypatch.setenv("RINGLEADER_HOME", str(seeds_cli.home))
+    monkeypatch.chdir(seeds_cli.home)
+    for name, args in CASES.items():
+        _check_refused(seeds_cli, args, capsys, name in IN_SUBPROCESS)
+    for name, text in FILES.items():
+        args = ["cluster", "apply", "-f", str(write(f"{name}.yaml", text))]
+        _check_refused(seeds_cli, args, capsys, name in IN_SUBPROCESS)
+
+
+@pytest.mark.parametrize("newer", [True, False])
+def test_unusable_state_database_gives_one_line_naming_the_file(cli, newer: bool) -> None:  # type: ignore[no-untyped-def]
+    db = cli.home / "state.db"
+    if newer:
+        cli.ok("node", "label", "local", "team=a")  # creates the database
+        conn = sqlite3.connect(db)
+        conn.execute("UPDATE meta SET value = '7' WHERE key = 'schema_version'")
+        conn.commit()
+        conn.close()
+    else:
+        cli.home.mkdir(parents=True)
+        db.write_bytes(b"garbage" * 1000)
+    before = db.read_bytes()
+    out = cli("list")
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(db) in lines[0] and "To fix:" in lines[0]
+    assert db.read_bytes() == before
+    if newer:  # let the fixture's cleanup open it
+        conn = sqlite3.connect(db)
+        conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+        conn.commit()
+        conn.close()
+    else:
+        db.unlink()

@@ -1,0 +1,112 @@
+"""Every command: help text, arena layouts, -o json, logs -f, delete, completion."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from ringleader.cli.main import cli as root
+from ringleader.topology import preset, render_topo_text
+
+MINE = [
+    ["submit"], ["submit", "mpi"], ["get"], ["list"], ["logs"], ["delete"], ["prune"], ["top"],
+    ["top", "job"], ["top", "node"], ["cluster"], ["cluster", "apply"], ["cluster", "get"],
+    ["node"], ["node", "label"], ["topo"],
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("path", MINE, ids=" ".join)
+def test_every_command_has_help(path: list[str], tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("RINGLEADER_HOME", str(tmp_path))
+    result = CliRunner().invoke(root, [*path, "--help"])
+    assert result.exit_code == 0, result.output
+    assert "Usage:" in result.output and len(result.output.splitlines()) > 3
+
+
+def test_presets_and_topo_print_the_matrix_as_nvidia_smi(seeds_cli) -> None:  # type: ignore[no-untyped-def]
+    listing = seeds_cli.ok("topo", "--presets")
+    assert "dgx1v" in listing and "pcie-4gpu-workstation" in listing
+    assert seeds_cli.ok("topo", "cn-shanghai-172") == render_topo_text(preset("dgx1v"))
+    assert seeds_cli.ok("topo", "--presets", "dgx1v") == render_topo_text(preset("dgx1v"))
+    data = json.loads(seeds_cli.ok("topo", "cn-shanghai-173", "-o", "json"))
+    assert data["cn-shanghai-173"]["links"][0][3] == "NV2"
+
+
+def test_cluster_get_and_top_node(seeds_cli) -> None:  # type: ignore[no-untyped-def]
+    nodes = json.loads(seeds_cli.ok("cluster", "get", "-o", "json"))
+    assert [n["name"] for n in nodes] == ["local", "cn-shanghai-172", "cn-shanghai-173"]
+    assert nodes[1]["emulated"] and nodes[1]["network_gbps"] == 25
+    table = seeds_cli.ok("top", "node")
+    assert table.splitlines()[0].split() == ["NAME", "GPU(Total)", "GPU(Allocated)", "MODE"]
+    assert "Allocated/Total GPUs In Cluster: 0/16" in table
+
+
+@pytest.mark.slow
+def test_submit_get_top_logs_follow_delete(seeds_cli) -> None:  # type: ignore[no-untyped-def]
+    code = "import os, time; print('step', os.environ['RANK'], flush=True); time.sleep(1.5); print('done', flush=True)"
+    out = seeds_cli.ok("submit", "mpi", "--name", "vgg", "--workers", "4", "--gpus", "1",
+                       "--gputopology=true", "--image", "img:1", "--model", "vgg16", "--", sys.executable, "-c", code)
+    assert "RUNNING" in out and "bottleneck link: NV" in out
+    got = json.loads(seeds_cli.ok("get", "vgg", "-o", "json"))
+    assert got["image"] == "img:1" and got["model"] == "vgg16" and got["topology_aware"]
+    assert len({i["node"] for i in got["instances"]}) == 1
+    detail = seeds_cli.ok("top", "node", "-d")
+    for part in ("GPU Topology:", "Bandwidth Matrix", "ALLOCATED_JOB", "vgg", "NV2"):
+        assert part in detail
+    top = seeds_cli.ok("top", "job")
+    assert "vgg" in top or json.loads(seeds_cli.ok("get", "vgg", "-o", "json"))["status"] == "SUCCEEDED"
+    followed = seeds_cli.ok("logs", "-f", "vgg")  # returns once the job ends
+    assert "step 0" in followed and "done" in followed
+    assert seeds_cli.ok("logs", "vgg", "-i", "worker-3", "--tail", "1").strip() == "done"
+    text = seeds_cli.ok("get", "vgg", "-e")
+    header = [line.split(":")[0] for line in text.splitlines()[:7]]
+    assert header == ["Name", "Status", "Priority", "Trainer", "Duration", "CreateTime", "EndTime"]
+    assert "Bottleneck:" in text and "Instances:" in text and "Scheduled" in text
+    cols = text.split("Instances:")[1].splitlines()[1].split()
+    assert cols[:6] == ["NAME", "STATUS", "AGE", "IS_CHIEF", "GPU(Requested)", "NODE"]
+    listing = seeds_cli.ok("list").splitlines()
+    assert listing[0].split() == ["NAME", "STATUS", "TRAINER", "DURATION", "GPU(Requested)", "NODE"]
+    assert listing[1].split()[:3] == ["vgg", "SUCCEEDED", "MPIJOB"]
+    assert "deleted" in seeds_cli.ok("delete", "vgg")
+    assert json.loads(seeds_cli.ok("list", "-o", "json")) == []
+
+
+def test_dry_run_prints_the_plan_and_writes_nothing(seeds_cli) -> None:  # type: ignore[no-untyped-def]
+    before = seeds_cli.dump()
+    plan = json.loads(seeds_cli.ok("submit", "mpi", "--name", "plan", "--workers", "4", "--gpus", "1",
+                                   "--dry-run", "-o", "json", "mpirun -np 4 python train.py"))["plan"]  # fmt: skip
+    assert plan["code"] == "Success" and len(plan["chosen"]["nodes"]) == 2
+    assert plan["chosen"]["bottleneck"].startswith("network")
+    assert set(plan["chosen"]["objective"]) and "runner_up" in plan
+    text = seeds_cli.ok("submit", "mpi", "--name", "plan", "--workers", "4", "--gpus", "1", "--gputopology",
+                        "--dry-run", "--", "python", "train.py")  # fmt: skip
+    assert "Bottleneck:  NV" in text and "Runner-up:" in text
+    assert seeds_cli.dump() == before
+
+
+def test_shell_completion_of_job_names(seeds_cli) -> None:  # type: ignore[no-untyped-def]
+    seeds_cli.ok("submit", "mpi", "--name", "alpha", "--", sys.executable, "-c", "pass")
+    env = {**seeds_cli.env, "_RINGLEADER_COMPLETE": "bash_complete", "COMP_WORDS": "ringleader get al",
+           "COMP_CWORD": "2"}  # fmt: skip
+    out = subprocess.run(seeds_cli.argv(), env=env, capture_output=True, text=True, timeout=60)
+    assert "alpha" in out.stdout
+    env["_RINGLEADER_COMPLETE"] = "bash_source"
+    script = subprocess.run(seeds_cli.argv(), env=env, capture_output=True, text=True, timeout=60)
+    assert "_RINGLEADER_COMPLETE" in script.stdout
+    deadline = time.monotonic() + 60
+    while json.loads(seeds_cli.ok("get", "alpha", "-o", "json"))["status"] != "SUCCEEDED":
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+
+
+def test_no_gpu_note_is_one_line_on_stderr(cli) -> None:  # type: ignore[no-untyped-def]
+    out = cli("list", "-o", "json")
+    assert out.returncode == 0 and json.loads(out.stdout) == []
+    if not os.path.exists("/dev/nvidia0"):
+        assert out.stderr.count("\n") == 1 and "local" in out.stderr

@@ -1,0 +1,56 @@
+"""20 `ringleader submit` processes at once on a cluster with room for 4 jobs at a time."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ringleader.runtime.api import Runtime
+
+JOBS = 20
+
+
+@pytest.mark.slow
+def test_concurrent_submits_never_share_a_gpu(cli, write) -> None:  # type: ignore[no-untyped-def]
+    one_node = "nodes:\n  - name: box\n    preset: dgx1v\n    emulated: true\n"
+    cli.ok("cluster", "apply", "-f", str(write("one.yaml", one_node)))
+    cmd = f"{sys.executable} -c 'import time; time.sleep(1)'"
+    procs = [
+        subprocess.Popen(
+            cli.argv("submit", "mpi", "--name", f"job-{i}", "--gpus", "2", cmd),
+            env=cli.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        for i in range(JOBS)
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=180)
+        assert p.returncode == 0, err
+    deadline = time.monotonic() + 240
+    while True:  # polled in-process: a CLI per poll would only load the 2 cores further
+        jobs = [v.to_dict() for v in Runtime.open(cli.home).list_jobs()]
+        running = [j for j in jobs if j["status"] == "RUNNING"]
+        gpus = [(i["node"], g) for j in running for i in j["instances"] for g in i["gpus"]]
+        assert len(gpus) == len(set(gpus)) <= 8  # never a GPU allocated twice, at any moment
+        if all(j["status"] == "SUCCEEDED" for j in jobs):
+            break
+        assert time.monotonic() < deadline, [j["status"] for j in jobs]
+        time.sleep(0.5)
+    assert len(jobs) == JOBS
+    views = [Runtime.open(cli.home).get(j["name"]).to_dict() for j in jobs]
+    assert json.loads(cli.ok("get", "job-0", "-o", "json"))["status"] == "SUCCEEDED"
+    waited = [v for v in views if any(e["kind"] == "Pending" for e in v["events"])]
+    assert waited, "with room for 4 jobs some of the 20 must have waited"
+    # Over the whole run: two jobs that held the same GPU never held it at the same time.
+    held = {}
+    for v in views:
+        for inst in v["instances"]:
+            for g in inst["gpus"]:
+                held.setdefault((inst["node"], g), []).append((v["started_at"], v["ended_at"], v["name"]))
+    for spans in held.values():
+        for (_, e1, n1), (s2, _, n2) in itertools.combinations(sorted(spans), 2):
+            assert e1 <= s2, f"{n1} and {n2} overlap on one GPU"
