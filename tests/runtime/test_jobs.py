@@ -116,3 +116,19 @@ def test_plain_program_env_and_log_paths(small: Runtime, h) -> None:  # type: ig
     assert small.logs("envy", "envy-worker-1").strip() == "hello world 2 True"
     stamped = small.logs("envy", "worker-1", timestamps=True)
     assert stamped.startswith("20") and stamped.rstrip().endswith("hello world 2 True")
+
+
+@pytest.mark.slow
+def test_failing_mpi_rank_is_the_root_cause(small: Runtime, h, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    script = tmp_path / "crash.py"
+    script.write_text(
+        "import os, time\nfrom mpi4py import MPI\n"
+        "if MPI.COMM_WORLD.Get_rank() == 1:\n    time.sleep(0.5)\n    os._exit(3)\ntime.sleep(120)\n"
+    )
+    small.submit(h.spec("mpicrash", ["mpirun", "-np", "2", h.PY, str(script)], workers=2))
+    view = small.wait("mpicrash", 120)
+    assert view.status is JobStatus.FAILED
+    assert view.reason is not None and "mpicrash-worker-1" in view.reason and "exit code 3" in view.reason
+    statuses = {i.name: i.status for i in view.instances}
+    assert statuses == {"mpicrash-launcher": "Stopped", "mpicrash-worker-0": "Stopped", "mpicrash-worker-1": "Failed"}
+    assert allocated(small) == []

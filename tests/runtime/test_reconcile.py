@@ -29,8 +29,10 @@ def test_pid_reuse_is_detected() -> None:
     assert not alive(me, (start_time(me) or 0) + 1)  # same pid, another start time: not ours
 
 
-def test_killed_supervisor_is_replaced_and_the_job_adopted(small: Runtime, h) -> None:  # type: ignore[no-untyped-def]
-    small.submit(h.spec("adopt", h.py("import time; print('up', flush=True); time.sleep(2.5)"), workers=2))
+def test_killed_supervisor_is_replaced_and_the_job_adopted(small: Runtime, h, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    release = tmp_path / "release"  # the workers run until the test creates it
+    code = f"import os, time\nprint('up', flush=True)\nwhile not os.path.exists({str(release)!r}): time.sleep(0.1)"
+    small.submit(h.spec("adopt", h.py(code), workers=2))
     h.wait_for(lambda: started(small, "adopt", "up"), what="both workers to start")
     pid, st = supervisor_of(small, "adopt")
     os.kill(pid, signal.SIGKILL)
@@ -38,6 +40,7 @@ def test_killed_supervisor_is_replaced_and_the_job_adopted(small: Runtime, h) ->
     rt = Runtime.open(small.home)  # any command reconciles
     h.wait_for(lambda: supervisor_of(rt, "adopt")[0] != pid, what="a new supervisor to claim the job")
     assert rt.get("adopt").status is JobStatus.RUNNING
+    release.touch()
     view = rt.wait("adopt", 90)
     assert view.status is JobStatus.SUCCEEDED
     assert [e.kind for e in view.events].count("Adopted") == 1

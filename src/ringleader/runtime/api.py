@@ -195,7 +195,10 @@ class Runtime:
 
     def follow(self, name: str, instance: str | None = None, tail: int | None = None,
                timestamps: bool = False) -> Iterator[str]:  # fmt: skip
-        """Yield the log, then new lines as they come, until the job ends."""
+        """Yield the log, then new lines as they come, until the job ends (a pending job's
+        log is waited for)."""
+        while not self.get(name).instances and not self.get(name).status.is_terminal():
+            time.sleep(0.3)
         path = self.log_file(name, instance)
         first = self.logs(name, instance, tail, timestamps)
         offset = path.stat().st_size if path.exists() else 0
