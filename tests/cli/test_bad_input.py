@@ -51,7 +51,7 @@ FILES = {
 }
 
 
-def _prepare(cli) -> None:  # type: ignore[no-untyped-def]
+def _prepare(cli) -> None:
     cli.ok("node", "label", "cn-shanghai-173", "gpu-schedule=default")
     cli.ok("submit", "mpi", "--name", "dup", "--", PY, "-c", "pass")
     assert Runtime.open(cli.home).wait("dup", 60).status.value == "SUCCEEDED"
@@ -61,7 +61,7 @@ def _prepare(cli) -> None:  # type: ignore[no-untyped-def]
 IN_SUBPROCESS = {"invalid-name", "duplicate-name", "np-disagrees", "malformed-yaml"}
 
 
-def _check_refused(cli, args: list[str], capsys, separate: bool) -> None:  # type: ignore[no-untyped-def]
+def _check_refused(cli, args: list[str], capsys, separate: bool) -> None:
     before = cli.dump()
     if separate:
         out = cli(*args)
@@ -76,7 +76,7 @@ def _check_refused(cli, args: list[str], capsys, separate: bool) -> None:  # typ
     assert cli.dump() == before
 
 
-def test_bad_input_is_refused_with_one_line_and_nothing_written(seeds_cli, write, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_bad_input_is_refused_with_one_line_and_nothing_written(seeds_cli, write, capsys, monkeypatch) -> None:
     _prepare(seeds_cli)
     monkeypatch.setenv("RINGLEADER_HOME", str(seeds_cli.home))
     monkeypatch.chdir(seeds_cli.home)
@@ -88,7 +88,7 @@ def test_bad_input_is_refused_with_one_line_and_nothing_written(seeds_cli, write
 
 
 @pytest.mark.parametrize("newer", [True, False])
-def test_unusable_state_database_gives_one_line_naming_the_file(cli, newer: bool) -> None:  # type: ignore[no-untyped-def]
+def test_unusable_state_database_gives_one_line_naming_the_file(cli, newer: bool) -> None:
     db = cli.home / "state.db"
     if newer:
         cli.ok("node", "label", "local", "team=a")  # creates the database

@@ -22,14 +22,14 @@ MINE = [
 
 
 @pytest.mark.parametrize("path", MINE, ids=" ".join)
-def test_every_command_has_help(path: list[str], tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_every_command_has_help(path: list[str], tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("RINGLEADER_HOME", str(tmp_path))
     result = CliRunner().invoke(root, [*path, "--help"])
     assert result.exit_code == 0, result.output
     assert "Usage:" in result.output and len(result.output.splitlines()) > 3
 
 
-def test_presets_and_topo_print_the_matrix_as_nvidia_smi(seeds_cli) -> None:  # type: ignore[no-untyped-def]
+def test_presets_and_topo_print_the_matrix_as_nvidia_smi(seeds_cli) -> None:
     listing = seeds_cli.ok("topo", "--presets")
     assert "dgx1v" in listing and "pcie-4gpu-workstation" in listing
     assert seeds_cli.ok("topo", "cn-shanghai-172") == render_topo_text(preset("dgx1v"))
@@ -38,7 +38,7 @@ def test_presets_and_topo_print_the_matrix_as_nvidia_smi(seeds_cli) -> None:  # 
     assert data["cn-shanghai-173"]["links"][0][3] == "NV2"
 
 
-def test_cluster_get_and_top_node(seeds_cli) -> None:  # type: ignore[no-untyped-def]
+def test_cluster_get_and_top_node(seeds_cli) -> None:
     nodes = json.loads(seeds_cli.ok("cluster", "get", "-o", "json"))
     assert [n["name"] for n in nodes] == ["local", "cn-shanghai-172", "cn-shanghai-173"]
     assert nodes[1]["emulated"] and nodes[1]["network_gbps"] == 25
@@ -48,7 +48,7 @@ def test_cluster_get_and_top_node(seeds_cli) -> None:  # type: ignore[no-untyped
 
 
 @pytest.mark.slow
-def test_submit_get_top_logs_follow_delete(seeds_cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_submit_get_top_logs_follow_delete(seeds_cli, tmp_path) -> None:
     release = tmp_path / "release"  # the workers run until the test creates it
     code = (
         "import os, time\nprint('step', os.environ['RANK'], flush=True)\n"
@@ -81,7 +81,7 @@ def test_submit_get_top_logs_follow_delete(seeds_cli, tmp_path) -> None:  # type
     assert json.loads(seeds_cli.ok("list", "-o", "json")) == []
 
 
-def test_dry_run_prints_the_plan_and_writes_nothing(seeds_cli) -> None:  # type: ignore[no-untyped-def]
+def test_dry_run_prints_the_plan_and_writes_nothing(seeds_cli) -> None:
     before = seeds_cli.dump()
     plan = json.loads(seeds_cli.ok("submit", "mpi", "--name", "plan", "--workers", "4", "--gpus", "1",
                                    "--dry-run", "-o", "json", "mpirun -np 4 python train.py"))["plan"]  # fmt: skip
@@ -94,7 +94,7 @@ def test_dry_run_prints_the_plan_and_writes_nothing(seeds_cli) -> None:  # type:
     assert seeds_cli.dump() == before
 
 
-def test_shell_completion_of_job_names(seeds_cli) -> None:  # type: ignore[no-untyped-def]
+def test_shell_completion_of_job_names(seeds_cli) -> None:
     seeds_cli.ok("submit", "mpi", "--name", "alpha", "--", sys.executable, "-c", "pass")
     env = {**seeds_cli.env, "_RINGLEADER_COMPLETE": "bash_complete", "COMP_WORDS": "ringleader get al",
            "COMP_CWORD": "2"}  # fmt: skip
@@ -109,7 +109,7 @@ def test_shell_completion_of_job_names(seeds_cli) -> None:  # type: ignore[no-un
         time.sleep(0.2)
 
 
-def test_no_gpu_note_is_one_line_on_stderr(cli) -> None:  # type: ignore[no-untyped-def]
+def test_no_gpu_note_is_one_line_on_stderr(cli) -> None:
     out = cli("list", "-o", "json")
     assert out.returncode == 0 and json.loads(out.stdout) == []
     if not os.path.exists("/dev/nvidia0"):

@@ -15,7 +15,7 @@ JOBS = 20
 
 
 @pytest.mark.slow
-def test_concurrent_submits_never_share_a_gpu(cli, write) -> None:  # type: ignore[no-untyped-def]
+def test_concurrent_submits_never_share_a_gpu(cli, write) -> None:
     one_node = "nodes:\n  - name: box\n    preset: dgx1v\n    emulated: true\n"
     cli.ok("cluster", "apply", "-f", str(write("one.yaml", one_node)))
     cmd = "sleep 1"
@@ -45,7 +45,7 @@ def test_concurrent_submits_never_share_a_gpu(cli, write) -> None:  # type: igno
     waited = [v for v in views if any(e["kind"] == "Pending" for e in v["events"])]
     assert waited, "with room for 8 jobs some of the 20 must have waited"
     # Over the whole run: two jobs that held the same GPU never held it at the same time.
-    held = {}
+    held: dict[tuple[str, int], list[tuple[float, float, str]]] = {}
     for v in views:
         for inst in v["instances"]:
             for g in inst["gpus"]:

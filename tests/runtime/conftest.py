@@ -72,7 +72,7 @@ def py(code: str) -> list[str]:
 
 
 def spec(name: str, command: list[str], workers: int = 1, gpus: int = 1, **kw: object) -> JobSpec:
-    return JobSpec(name=name, workers=workers, gpus_per_worker=gpus, command=command, **kw)  # type: ignore[arg-type]
+    return JobSpec(name=name, workers=workers, gpus_per_worker=gpus, command=command, **kw)
 
 
 def wait_for(check: Callable[[], bool], timeout: float = 90.0, what: str = "condition") -> None:

@@ -14,7 +14,7 @@ from ringleader.runtime.states import JobStatus
 QUADS = ({0, 1, 2, 3}, {4, 5, 6, 7})
 
 
-def test_seeds_topology_job_lands_on_one_fully_nvlinked_quad(seeds: Runtime, h) -> None:  # type: ignore[no-untyped-def]
+def test_seeds_topology_job_lands_on_one_fully_nvlinked_quad(seeds: Runtime, h) -> None:
     plan = seeds.submit(h.spec("topo-4", h.py("pass"), workers=4, topology_aware=True), dry_run=True)
     chosen = plan.plan["chosen"]
     assert len(chosen["nodes"]) == 1
@@ -24,14 +24,14 @@ def test_seeds_topology_job_lands_on_one_fully_nvlinked_quad(seeds: Runtime, h) 
     assert seeds.list_jobs() == []  # a dry run writes nothing
 
 
-def test_seeds_default_job_spreads_two_and_two(seeds: Runtime, h) -> None:  # type: ignore[no-untyped-def]
+def test_seeds_default_job_spreads_two_and_two(seeds: Runtime, h) -> None:
     plan = seeds.submit(h.spec("plain-4", h.py("pass"), workers=4), dry_run=True).plan["chosen"]
     per_node = [sum(1 for w in plan["workers"] if w["node"] == n) for n in plan["nodes"]]
     assert sorted(per_node) == [2, 2]
     assert plan["metrics"]["bottleneck_link"] == "network"
 
 
-def test_seeds_real_short_topology_job(seeds: Runtime, h) -> None:  # type: ignore[no-untyped-def]
+def test_seeds_real_short_topology_job(seeds: Runtime, h) -> None:
     code = "import os; print(os.environ['RINGLEADER_NODE'], os.environ['RINGLEADER_VIRTUAL_GPUS'])"
     seeds.submit(h.spec("topo-run", h.py(code), workers=4, topology_aware=True))
     view = seeds.wait("topo-run", 90)
@@ -42,7 +42,7 @@ def test_seeds_real_short_topology_job(seeds: Runtime, h) -> None:  # type: igno
     assert {int(g) for g in ids.split(",")} == gpus and node == view.instances[0].node
 
 
-def test_unresolvable_request_is_refused_and_nothing_written(seeds: Runtime, h) -> None:  # type: ignore[no-untyped-def]
+def test_unresolvable_request_is_refused_and_nothing_written(seeds: Runtime, h) -> None:
     before = h.dump_db(seeds.home)
     with pytest.raises(UnschedulableError, match="can never run"):
         seeds.submit(h.spec("huge", h.py("pass"), workers=1, gpus=9))
@@ -51,7 +51,7 @@ def test_unresolvable_request_is_refused_and_nothing_written(seeds: Runtime, h) 
     assert h.dump_db(seeds.home) == before
 
 
-def test_labels_follow_kubectl_rules_and_steer_jobs(seeds: Runtime, h) -> None:  # type: ignore[no-untyped-def]
+def test_labels_follow_kubectl_rules_and_steer_jobs(seeds: Runtime, h) -> None:
     seeds.label_node("cn-shanghai-172", "gpu-schedule", "topology", overwrite=False)
     with pytest.raises(ConflictError, match="already has label gpu-schedule=topology"):
         seeds.label_node("cn-shanghai-172", "gpu-schedule", "default", overwrite=False)
@@ -70,7 +70,7 @@ def test_labels_follow_kubectl_rules_and_steer_jobs(seeds: Runtime, h) -> None: 
 
 
 def test_apply_refuses_to_pull_gpus_from_running_jobs(
-    small: Runtime, h, cluster_file: Callable[[str], Path]  # type: ignore[no-untyped-def]
+    small: Runtime, h, cluster_file: Callable[[str], Path]
 ) -> None:
     small.submit(h.spec("hold", h.py("import time; time.sleep(60)"), gpus=2))
     before = h.dump_db(small.home)
@@ -89,7 +89,7 @@ def test_only_local_may_be_a_real_node(rt: Runtime, cluster_file: Callable[[str]
         rt.apply_cluster(cluster_file("nodes:\n  - name: far\n    preset: dgx1v\n"))
 
 
-def test_cpu_job_runs_on_a_machine_without_gpus(rt: Runtime, h) -> None:  # type: ignore[no-untyped-def]
+def test_cpu_job_runs_on_a_machine_without_gpus(rt: Runtime, h) -> None:
     if rt.nodes().total_gpus:
         pytest.skip("this machine has GPUs")
     rt.submit(h.spec("cpu", h.py("print('ok')"), workers=2, gpus=0))

@@ -18,7 +18,7 @@ def allocated(rt: Runtime) -> list[tuple[str, int, str]]:
 
 
 @pytest.mark.slow
-def test_mpirun_two_ranks_land_on_their_slots(seeds: Runtime, h) -> None:  # type: ignore[no-untyped-def]
+def test_mpirun_two_ranks_land_on_their_slots(seeds: Runtime, h) -> None:
     line = f"mpirun -np 2 -map-by slot -x PATH --mca btl ^openib {h.PY} {h.EXAMPLES}/jobs/mpi_hello.py"
     result = seeds.submit(h.spec("hello", shlex.split(line), workers=2, gpus=2, topology_aware=True))
     slots = result.decision.placement.slots
@@ -39,7 +39,7 @@ def test_mpirun_two_ranks_land_on_their_slots(seeds: Runtime, h) -> None:  # typ
 
 
 @pytest.mark.slow
-def test_torch_gloo_job_sees_torchrun_variables_and_its_gpus(rt: Runtime, h) -> None:  # type: ignore[no-untyped-def]
+def test_torch_gloo_job_sees_torchrun_variables_and_its_gpus(rt: Runtime, h) -> None:
     rt.apply_cluster(h.EXAMPLES / "local-gpus.yaml")  # node `local` is real: real GPU ids
     result = rt.submit(h.spec("gloo", [h.PY, str(h.EXAMPLES / "jobs" / "torch_gloo.py")], workers=2))
     view = rt.wait("gloo", 180)
@@ -54,7 +54,7 @@ def test_torch_gloo_job_sees_torchrun_variables_and_its_gpus(rt: Runtime, h) -> 
         assert seen["allreduce_sum"] == 1.0
 
 
-def test_crashing_worker_fails_the_job_and_stops_its_siblings(small: Runtime, h) -> None:  # type: ignore[no-untyped-def]
+def test_crashing_worker_fails_the_job_and_stops_its_siblings(small: Runtime, h) -> None:
     code = "import os, sys, time\nif os.environ['RANK'] == '1':\n    time.sleep(0.5); sys.exit(3)\ntime.sleep(120)"
     small.submit(h.spec("crash", h.py(code), workers=3))
     view = small.wait("crash", 90)
@@ -68,7 +68,7 @@ def test_crashing_worker_fails_the_job_and_stops_its_siblings(small: Runtime, h)
     assert allocated(small) == []
 
 
-def test_pending_job_starts_when_the_running_one_ends(small: Runtime, h) -> None:  # type: ignore[no-untyped-def]
+def test_pending_job_starts_when_the_running_one_ends(small: Runtime, h) -> None:
     small.submit(h.spec("first", h.py("import time; time.sleep(1.5)"), gpus=4))
     second = small.submit(h.spec("second", h.py("pass"), gpus=4))
     assert second.job is not None and second.job.status is JobStatus.PENDING
@@ -81,7 +81,7 @@ def test_pending_job_starts_when_the_running_one_ends(small: Runtime, h) -> None
     assert kinds.index("Pending") < kinds.index("Scheduled") < kinds.index("Succeeded")
 
 
-def test_higher_priority_goes_first(small: Runtime, h) -> None:  # type: ignore[no-untyped-def]
+def test_higher_priority_goes_first(small: Runtime, h) -> None:
     small.submit(h.spec("blocker", h.py("import time; time.sleep(1.5)"), gpus=4))
     small.submit(h.spec("low", h.py("pass"), gpus=4))
     small.submit(h.spec("high", h.py("pass"), gpus=4, priority=5))
@@ -89,7 +89,7 @@ def test_higher_priority_goes_first(small: Runtime, h) -> None:  # type: ignore[
     assert high.started_at is not None and low.started_at is not None and high.started_at <= low.started_at
 
 
-def test_delete_stops_processes_frees_gpus_and_removes_logs(small: Runtime, h) -> None:  # type: ignore[no-untyped-def]
+def test_delete_stops_processes_frees_gpus_and_removes_logs(small: Runtime, h) -> None:
     small.submit(h.spec("sleepy", h.py("import time; print('up', flush=True); time.sleep(120)"), workers=2))
     h.wait_for(lambda: "up" in small.logs("sleepy"), what="the job to print")
     pids = [i.pid for i in small.get("sleepy").instances]
@@ -99,7 +99,7 @@ def test_delete_stops_processes_frees_gpus_and_removes_logs(small: Runtime, h) -
     assert not (small.home / "logs" / "sleepy").exists()
 
 
-def test_prune_deletes_only_old_finished_jobs(small: Runtime, h) -> None:  # type: ignore[no-untyped-def]
+def test_prune_deletes_only_old_finished_jobs(small: Runtime, h) -> None:
     small.submit(h.spec("done", h.py("pass"), gpus=0))
     small.wait("done", 60)
     assert small.prune(3600) == []
@@ -107,7 +107,7 @@ def test_prune_deletes_only_old_finished_jobs(small: Runtime, h) -> None:  # typ
     assert small.list_jobs() == []
 
 
-def test_plain_program_env_and_log_paths(small: Runtime, h) -> None:  # type: ignore[no-untyped-def]
+def test_plain_program_env_and_log_paths(small: Runtime, h) -> None:
     code = "import os; print(os.environ['MYVAR'], os.environ['WORLD_SIZE'], os.environ['MASTER_PORT'].isdigit())"
     small.submit(h.spec("envy", h.py(code), workers=2, gpus=1, env={"MYVAR": "hello world"}))
     small.wait("envy", 60)
@@ -119,7 +119,7 @@ def test_plain_program_env_and_log_paths(small: Runtime, h) -> None:  # type: ig
 
 
 @pytest.mark.slow
-def test_failing_mpi_rank_is_the_root_cause(small: Runtime, h, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_failing_mpi_rank_is_the_root_cause(small: Runtime, h, tmp_path: Path) -> None:
     script = tmp_path / "crash.py"
     script.write_text(
         "import os, time\nfrom mpi4py import MPI\n"

@@ -29,7 +29,7 @@ def test_pid_reuse_is_detected() -> None:
     assert not alive(me, (start_time(me) or 0) + 1)  # same pid, another start time: not ours
 
 
-def test_killed_supervisor_is_replaced_and_the_job_adopted(small: Runtime, h, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_killed_supervisor_is_replaced_and_the_job_adopted(small: Runtime, h, tmp_path) -> None:
     release = tmp_path / "release"  # the workers run until the test creates it
     code = f"import os, time\nprint('up', flush=True)\nwhile not os.path.exists({str(release)!r}): time.sleep(0.1)"
     small.submit(h.spec("adopt", h.py(code), workers=2))
@@ -47,7 +47,7 @@ def test_killed_supervisor_is_replaced_and_the_job_adopted(small: Runtime, h, tm
     assert all(ns.allocated == () for ns in rt.nodes().nodes)
 
 
-def test_dead_supervisor_and_processes_fail_the_job_and_free_gpus(small: Runtime, h) -> None:  # type: ignore[no-untyped-def]
+def test_dead_supervisor_and_processes_fail_the_job_and_free_gpus(small: Runtime, h) -> None:
     code = "import os, time; print('up', flush=True); os.environ['RANK'] == '1' and time.sleep(300)"
     small.submit(h.spec("lost", h.py(code), workers=2))
     h.wait_for(lambda: small.get("lost").instances[0].status == "Succeeded", what="worker 0 to finish")

@@ -30,14 +30,14 @@ def test_reads_do_not_create_the_database(home: Path) -> None:
     assert not (home / "state.db").exists()
 
 
-def test_illegal_transition_is_refused(rt: Runtime, h) -> None:  # type: ignore[no-untyped-def]
+def test_illegal_transition_is_refused(rt: Runtime, h) -> None:
     rt.submit(h.spec("cpu", h.py("pass"), gpus=0))
     rt.wait("cpu", 60)
     with pytest.raises(RuntimeError, match="not an allowed transition"), rt.db.write() as conn:
         store.update_job(conn, "cpu", status=JobStatus.RUNNING)
 
 
-def test_newer_schema_is_refused_with_the_file_and_the_fix(rt: Runtime, h) -> None:  # type: ignore[no-untyped-def]
+def test_newer_schema_is_refused_with_the_file_and_the_fix(rt: Runtime, h) -> None:
     rt.submit(h.spec("cpu", h.py("pass"), gpus=0))
     rt.wait("cpu", 60)
     db = rt.home / "state.db"

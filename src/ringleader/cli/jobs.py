@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 import click
+from rich.padding import Padding
 
 from ringleader.cli.output import console, duration, emit_data, output_option, table
 from ringleader.errors import UsageError
@@ -201,7 +202,7 @@ def get(name: str, output: str, show_events: bool, job_type: str | None) -> None
 
 def render_job(job: JobView, wide: bool, events: bool) -> None:
     lines = [
-        ("Name", job.name), ("Status", job.status.value), ("Priority", str(job.priority)),
+        ("Name", job.name), ("Status", job.status.value), ("Priority", str(job.priority) if job.priority else "N/A"),
         ("Trainer", job.trainer), ("Duration", duration(job.duration)),
         ("CreateTime", when(job.created_at)), ("EndTime", when(job.ended_at)),
     ]  # fmt: skip
@@ -227,7 +228,7 @@ def render_job(job: JobView, wide: bool, events: bool) -> None:
         if wide:
             row += [inst.pid or "-", "-" if inst.exit_code is None else inst.exit_code]
         rows.append(row)
-    console().print(table(cols, rows), style=None)
+    console().print(Padding(table(cols, rows), (0, 0, 0, 2), expand=False))  # indented like arena
     if events:
         click.echo("\nEvents:")
         # Plain lines, not a table: messages are long and must never be cut.

@@ -45,7 +45,8 @@ class Runtime:
 
     @classmethod
     def open(cls, home: str | Path | None = None) -> Runtime:
-        path = Path(home) if home is not None else store.default_home()
+        # Absolute: supervisors and ranks start in the job's own working directory.
+        path = (Path(home) if home is not None else store.default_home()).absolute()
         db, _ = store.Store.open(path, create=False)
         rt = cls(path, db)
         rt._init_cluster()
