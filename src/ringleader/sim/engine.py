@@ -3,7 +3,8 @@
 Events are arrivals and completions; after all events of one instant (completions first) one
 scheduling pass runs over the queue in the runtime's order (priority, then FIFO), each job placed
 by ``ringleader.scheduler.place`` under the policy being compared and committed with
-``ClusterState.with_placement``; a completion releases GPUs with ``ClusterState.without_job``.
+``ClusterState.with_placement``; a completion releases GPUs with ``ClusterState.without_placement``
+(``without_job`` restricted to the job's nodes).
 A job runs ``iterations x step time`` of its placement (a ``StepTimeFn``, memoised by shape).
 
 The pass gives the same decisions as ``schedule_queue`` over the whole queue, but skips the
@@ -15,8 +16,8 @@ The pass gives the same decisions as ``schedule_queue`` over the whole queue, bu
   (state, shape), so when a bucket's head fails every job behind it fails too: the bucket is
   *blocked* until a completion frees GPUs. An arrival alone only adds a job, so the next pass
   tries just the buckets not blocked (a policy that fails on some free GPUs also fails on fewer);
-* ``place`` sees only the nodes with a free GPU (a full node fails every policy's filter, so
-  the choice is the same), and commits touch only the nodes of the placement;
+* one ``ClusterState`` is carried through the run: its group index (equivalent nodes) is built
+  once and updated by ``with_placement`` / ``without_placement`` for the touched nodes only;
 * at most ``max_failures`` failed ``place`` calls per pass (default 32; counted in the stats).
 Nodes are simulated unlabelled so every job runs under the compared policy.
 """
@@ -28,7 +29,7 @@ import itertools
 from collections import deque
 from dataclasses import dataclass, field
 
-from ringleader.scheduler import ClusterState, JobRequest, NodeState, Placement, get_policy, place
+from ringleader.scheduler import ClusterState, JobRequest, Placement, get_policy, place
 from ringleader.sim.steptime import Memoised, StepTime, StepTimeFn
 from ringleader.sim.trace import TraceJob
 from ringleader.topology.cluster import NodeSpec
@@ -112,9 +113,9 @@ class Simulation:
     ) -> None:
         self.policy = get_policy(policy).name  # unknown names fail here, listing the known ones
         self.specs = [s.with_labels({}) for s in specs]
-        self.nodes: list[NodeState] = [NodeState(s) for s in self.specs]
-        self.index = {ns.name: i for i, ns in enumerate(self.nodes)}
-        self.free = [ns.n_free for ns in self.nodes]
+        self.state = ClusterState.empty(self.specs)
+        _ = self.state.index  # built once, then carried and updated by with/without_placement
+        self.free = [ns.n_free for ns in self.state.nodes]
         self.total_gpus = sum(self.free)
         self.hist = [0] * (max(self.free, default=0) + 1)  # nodes per free-GPU count
         for f in self.free:
@@ -133,7 +134,7 @@ class Simulation:
 
     # -- never fitting ---------------------------------------------------------------------------
     def _reject_never_fitting(self) -> None:
-        empty = ClusterState(tuple(self.nodes))
+        empty = self.state
         verdict: dict[tuple[int, int], str | None] = {}
         for job in self.jobs:
             key = (job.workers, job.gpus)
@@ -146,6 +147,7 @@ class Simulation:
 
     # -- the loop --------------------------------------------------------------------------------
     def run(self) -> SimRun:
+        hits0, misses0 = self.step_time.hits, self.step_time.misses  # the cache may be shared
         self._reject_never_fitting()
         for order, job in enumerate(self.jobs):
             if self.records[job.name].rejected is None:
@@ -163,9 +165,8 @@ class Simulation:
                     self.buckets.setdefault(shape, deque()).append((order, job))
             self._pass(now)
             self._sample(now)
-        if isinstance(self.step_time, Memoised):
-            self.stats.step_time_hits = self.step_time.hits
-            self.stats.step_time_misses = self.step_time.misses
+        self.stats.step_time_hits = self.step_time.hits - hits0
+        self.stats.step_time_misses = self.step_time.misses - misses0
         records = [self.records[j.name] for j in self.jobs]
         return SimRun(self.policy, self.total_gpus, records, self.timeline, self.stats)
 
@@ -211,17 +212,16 @@ class Simulation:
                 return
 
     def _try(self, job: TraceJob, now: float) -> bool:
-        view = ClusterState(tuple(itertools.compress(self.nodes, self.free)))
         request = JobRequest(job.name, job.workers, job.gpus, priority=job.priority, model=job.model)
         self.stats.place_calls += 1
-        decision = place(view, request, self.policy)
+        decision = place(self.state, request, self.policy)
         if decision.chosen is None:
             self.stats.failed_places += 1
             return False
         placement = decision.chosen.placement
-        used = {name: self.nodes[self.index[name]] for name in placement.nodes}
+        used = {name: self.state.node(name) for name in placement.nodes}
         step = self.step_time(used, placement, job)
-        self._commit(ClusterState(tuple(used.values())).with_placement(placement))
+        self._commit(self.state.with_placement(placement), placement)
         record = self.records[job.name]
         record.start_s, record.placement, record.step = now, placement, step
         metrics = decision.chosen.metrics
@@ -233,20 +233,23 @@ class Simulation:
         heapq.heappush(self.events, (finish, COMPLETION, next(self.seq), job.name))
         return True
 
-    def _commit(self, changed: ClusterState) -> None:
-        for ns in changed.nodes:
-            i = self.index[ns.name]
-            old, new = self.free[i], ns.n_free
+    def _commit(self, state: ClusterState, placement: Placement) -> None:
+        # Touch the index so the next with/without_placement carries it (it updates only an
+        # index already built; two commits in a row would otherwise drop it and rebuild O(nodes)).
+        _ = state.index
+        self.state = state
+        for name in placement.nodes:
+            i = state.positions[name]
+            old, new = self.free[i], state.nodes[i].n_free
             self.hist[old] -= 1
             self.hist[new] += 1
-            self.nodes[i], self.free[i] = ns, new
+            self.free[i] = new
 
     def _complete(self, name: str, now: float) -> None:
         record = self.records[name]
         assert record.placement is not None
         record.finish_s = now
-        hosts = ClusterState(tuple(self.nodes[self.index[n]] for n in record.placement.nodes))
-        self._commit(hosts.without_job(name))
+        self._commit(self.state.without_placement(record.placement), record.placement)
         self.busy -= record.job.total_gpus
         self.blocked.clear()
 

@@ -42,19 +42,35 @@ def plot_jct_cdf(runs: Sequence[SimRun], path: Path, title: str = "") -> Path:
     return path
 
 
+def binned_utilization(run: SimRun, bins: int = 120) -> tuple[list[float], list[float]]:
+    """Mean share of GPUs allocated in ``bins`` equal time bins (hours since the first event):
+    the step function of the timeline integrated per bin, so short spikes do not hide trends."""
+    tl = run.timeline
+    if len(tl.times) < 2 or run.total_gpus == 0:
+        return [], []
+    t0, t1 = tl.times[0], tl.times[-1]
+    width = (t1 - t0) / bins or 1.0
+    area = [0.0] * bins
+    for i in range(len(tl.times) - 1):
+        a, b, level = tl.times[i] - t0, tl.times[i + 1] - t0, tl.busy_gpus[i]
+        first, last = min(int(a / width), bins - 1), min(int(b / width), bins - 1)
+        for k in range(first, last + 1):
+            lo, hi = max(a, k * width), b if k == bins - 1 else min(b, (k + 1) * width)
+            if hi > lo:
+                area[k] += level * (hi - lo)
+    xs = [(k + 0.5) * width / 3600.0 for k in range(bins)]
+    return xs, [v / (width * run.total_gpus) for v in area]
+
+
 def plot_utilization(runs: Sequence[SimRun], path: Path, title: str = "") -> Path:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for run in runs:
-        tl = run.timeline
-        if not tl.times:
-            continue
-        t0 = tl.times[0]
-        xs = [(t - t0) / 3600.0 for t in tl.times]
-        ys = [b / run.total_gpus for b in tl.busy_gpus]
-        ax.step(xs, ys, where="post", label=run.policy, linewidth=0.9)
+        xs, ys = binned_utilization(run)
+        if xs:
+            ax.plot(xs, ys, label=run.policy, linewidth=1.2)
     ax.set_xlabel("time since first arrival (hours)")
-    ax.set_ylabel("share of GPUs allocated")
+    ax.set_ylabel("share of GPUs allocated (mean per bin)")
     ax.set_ylim(0, 1.05)
     ax.set_title(title or "GPU utilization over time")
     ax.grid(True, alpha=0.3)

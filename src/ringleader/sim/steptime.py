@@ -28,18 +28,20 @@ class StepTime:
 
 StepTimeFn = Callable[[Mapping[str, NodeState], Placement, TraceJob], StepTime]
 
-ShapeKey = tuple[str, int, tuple[tuple[str, float, tuple[tuple[int, ...], ...]], ...]]
+ShapeKey = tuple[str, int, tuple[tuple[str, str, float], ...], tuple[tuple[int, tuple[int, ...]], ...]]
 
 
 def shape_key(nodes: Mapping[str, NodeState], placement: Placement, job: TraceJob) -> ShapeKey:
-    """What a pure model's answer can depend on: model, batch, and per node (sorted) the
-    topology fingerprint, the network and the GPU ids of each worker there."""
-    per_node = []
-    for name in placement.nodes:
-        spec = nodes[name].spec
-        workers = tuple(slot.gpus for slot in placement.slots if slot.node == name)
-        per_node.append((spec.topology.fingerprint, spec.network_gbs, workers))
-    return (job.model, job.batch_size, tuple(sorted(per_node)))
+    """What a pure model's answer can depend on: model, batch, each used node's topology
+    fingerprint, GPU model and network (nodes numbered by first use), and the workers in rank
+    order with their node number and GPU ids. Node names are left out."""
+    number = {name: i for i, name in enumerate(placement.nodes)}
+    used = tuple(
+        (spec.topology.fingerprint, spec.topology.gpu_model, spec.network_gbs)
+        for spec in (nodes[name].spec for name in placement.nodes)
+    )
+    slots = tuple((number[slot.node], slot.gpus) for slot in placement.slots)
+    return (job.model, job.batch_size, used, slots)
 
 
 class Memoised:

@@ -13,12 +13,14 @@ network caps the bottleneck whatever the GPUs, so the node choice has no bandwid
 from __future__ import annotations
 
 import functools
+import heapq
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import overload
 
 from ringleader.scheduler.framework import Policy, free_ids, make_candidate, register
 from ringleader.scheduler.gpuset import INF, search_for
-from ringleader.scheduler.types import Candidate, JobRequest, NodeState
+from ringleader.scheduler.types import Candidate, JobRequest, NodeGroup, NodeState
 from ringleader.topology.node import NodeTopology
 
 OBJECTIVE = ("-nodes", "bottleneck_gbs")
@@ -50,56 +52,91 @@ def _finite(x: float) -> float:
     return 1e9 if x == INF else x
 
 
+_Group = tuple[tuple[int, ...], Sequence[NodeState]]  # node positions and the nodes there
+
+
 class AckPolicy(Policy):
     name = "ack"
     description = "Alibaba ACK gputopology: fewest nodes, then max bottleneck link; lowest ids on ties"
 
     def choose(self, nodes: Sequence[NodeState], job: JobRequest) -> list[Candidate]:
-        g = job.gpus_per_worker
-        if g == 0:
-            return [
-                make_candidate(nodes, job, [(ns.name, ())] * job.workers, (-1.0, 1e9), OBJECTIVE) for ns in nodes[:2]
-            ]
-        single = self._single(nodes, job)
-        if single:
-            return single
-        return self._multi(nodes, job)
+        return self._choose([((i,), (ns,)) for i, ns in enumerate(nodes)], job)
 
-    def _single(self, nodes: Sequence[NodeState], job: JobRequest) -> list[Candidate]:
+    def choose_groups(self, groups: Sequence[NodeGroup], job: JobRequest) -> list[Candidate]:
+        """Equivalent nodes place identically: one set search per group, members expanded only
+        as far as the gang needs."""
+        return self._choose([(g.positions, _Members(g)) for g in groups], job)
+
+    def _choose(self, groups: list[_Group], job: JobRequest) -> list[Candidate]:
+        if job.gpus_per_worker == 0:
+            first = [ns for _, ns in itertools.islice(_in_order(groups), 2)]
+            return [make_candidate([ns], job, [(ns.name, ())] * job.workers, (-1.0, 1e9), OBJECTIVE) for ns in first]
+        return self._single(groups, job) or self._multi(groups, job)
+
+    def _single(self, groups: list[_Group], job: JobRequest) -> list[Candidate]:
         need = job.total_gpus
         scored: list[tuple[float, int, NodeState, tuple[int, ...]]] = []
-        for order, ns in enumerate(nodes):
+        for positions, members in groups:
+            ns = members[0]
             if ns.n_free < need:
                 continue
             gpus, level = max_bottleneck_set(ns.spec.topology, free_ids(ns), need)
-            scored.append((_finite(level), -order, ns, gpus))
+            # The group's second node may be the runner-up.
+            scored.extend((_finite(level), -positions[k], members[k], gpus) for k in range(min(2, len(positions))))
         scored.sort(key=lambda item: (item[0], item[1]), reverse=True)
         return [
             make_candidate([ns], job, _split(ns.name, gpus, job.gpus_per_worker), (-1.0, level), OBJECTIVE)
             for level, _, ns, gpus in scored[:2]
         ]
 
-    def _multi(self, nodes: Sequence[NodeState], job: JobRequest) -> list[Candidate]:
+    def _multi(self, groups: list[_Group], job: JobRequest) -> list[Candidate]:
         g = job.gpus_per_worker
-        ranked = sorted(
-            ((ns.n_free // g, order, ns) for order, ns in enumerate(nodes) if ns.n_free >= g),
-            key=lambda item: (-item[0], item[1]),
-        )
+        by_slots: dict[int, list[_Group]] = {}
+        for group in groups:
+            cap = group[1][0].n_free // g
+            if cap > 0:
+                by_slots.setdefault(cap, []).append(group)
         remaining = job.workers
         slots: list[tuple[str, tuple[int, ...]]] = []
         bottleneck = INF
         used: list[NodeState] = []
-        for slots_free, _, ns in ranked:
-            take = min(slots_free, remaining)
-            gpus, level = max_bottleneck_set(ns.spec.topology, free_ids(ns), take * g)
-            slots.extend(_split(ns.name, gpus, g))
-            bottleneck = min(bottleneck, level, ns.spec.network_gbs)
-            used.append(ns)
-            remaining -= take
-            if remaining == 0:
-                objective = (-float(len(used)), _finite(bottleneck))
-                return [make_candidate(used, job, slots, objective, OBJECTIVE)]
+        # Most worker slots first (fewest nodes); node order among equals.
+        for cap in sorted(by_slots, reverse=True):
+            for _, ns in _in_order(by_slots[cap]):
+                take = min(cap, remaining)
+                gpus, level = max_bottleneck_set(ns.spec.topology, free_ids(ns), take * g)
+                slots.extend(_split(ns.name, gpus, g))
+                bottleneck = min(bottleneck, level, ns.spec.network_gbs)
+                used.append(ns)
+                remaining -= take
+                if remaining == 0:
+                    objective = (-float(len(used)), _finite(bottleneck))
+                    return [make_candidate(used, job, slots, objective, OBJECTIVE)]
         return []
+
+
+def _in_order(groups: list[_Group]) -> Iterator[tuple[int, NodeState]]:
+    """The groups' nodes merged into node order, lazily."""
+    return heapq.merge(*(zip(positions, members, strict=False) for positions, members in groups), key=lambda x: x[0])
+
+
+class _Members(Sequence[NodeState]):
+    """A group's nodes, in node order, materialised on access."""
+
+    def __init__(self, group: NodeGroup) -> None:
+        self.group = group
+
+    def __len__(self) -> int:
+        return self.group.size
+
+    @overload
+    def __getitem__(self, i: int) -> NodeState: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[NodeState]: ...
+    def __getitem__(self, i: int | slice) -> NodeState | Sequence[NodeState]:
+        if isinstance(i, slice):
+            return [self.group.all_nodes[p] for p in self.group.positions[i]]
+        return self.group.all_nodes[self.group.positions[i]]
 
 
 def _split(node: str, gpus: tuple[int, ...], per_worker: int) -> list[tuple[str, tuple[int, ...]]]:

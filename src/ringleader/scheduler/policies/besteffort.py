@@ -11,7 +11,8 @@ the NVIDIA device plugin's GetPreferredAllocation:
   ties). Padded sets are never returned (the Go code could in a corner case; its intent is not).
 
 BestEffort has no notion of several nodes: it runs inside one node for one pod. So node choice is
-the Kubernetes default's (``default`` policy: spread workers over the least-allocated nodes) and
+the Kubernetes default's (the ``default`` policy, subclassed here: spread workers over the
+least-allocated nodes) and
 each worker (one pod of ``gpus_per_worker`` GPUs) gets its GPUs from BestEffort in worker order,
 as the device plugin would serve the pods one by one. Workers of one GPU get the first free GPU,
 exactly as BestEffort does for ``size == 1``.
@@ -28,7 +29,7 @@ import functools
 import itertools
 from collections.abc import Iterator, Sequence
 
-from ringleader.scheduler.framework import Policy, free_ids, make_candidate, register
+from ringleader.scheduler.framework import free_ids, make_candidate, register
 from ringleader.scheduler.policies.default import DefaultPolicy
 from ringleader.scheduler.types import Candidate, JobRequest, NodeState
 from ringleader.topology.node import NodeTopology
@@ -121,7 +122,7 @@ def _allocate(scores: tuple[tuple[int, ...], ...], free: tuple[int, ...], size: 
     return tuple(sorted(g for g in chosen if g is not None))
 
 
-class BestEffortPolicy(Policy):
+class BestEffortPolicy(DefaultPolicy):
     name = "besteffort"
     description = (
         "NVIDIA go-gpuallocator BestEffort per pod (pair scores, best partition) on the "
@@ -130,7 +131,7 @@ class BestEffortPolicy(Policy):
     serves_topology_jobs = False
 
     def choose(self, nodes: Sequence[NodeState], job: JobRequest) -> list[Candidate]:
-        spread = DefaultPolicy().choose(nodes, job)
+        spread = super().choose(nodes, job)
         if not spread:
             return []
         by_name = {ns.name: ns for ns in nodes}
