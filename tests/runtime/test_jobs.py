@@ -132,3 +132,12 @@ def test_failing_mpi_rank_is_the_root_cause(small: Runtime, h, tmp_path: Path) -
     statuses = {i.name: i.status for i in view.instances}
     assert statuses == {"mpicrash-launcher": "Stopped", "mpicrash-worker-0": "Stopped", "mpicrash-worker-1": "Failed"}
     assert allocated(small) == []
+
+
+def test_a_job_keeps_its_submit_environment(small: Runtime, h, monkeypatch: pytest.MonkeyPatch) -> None:
+    small.submit(h.spec("holder", h.py("import time; time.sleep(1)"), gpus=4))
+    monkeypatch.setenv("NCCL_ALGO", "Ring")  # set after the holder's supervisor started
+    small.submit(h.spec("later", h.py("import os; print(os.environ.get('NCCL_ALGO'))"), gpus=4))
+    assert small.get("later").status is JobStatus.PENDING
+    assert small.wait("later", 90).status is JobStatus.SUCCEEDED  # started by the holder's supervisor
+    assert small.logs("later").strip() == "Ring"

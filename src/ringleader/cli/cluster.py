@@ -12,11 +12,21 @@ import click
 from ringleader.cli.jobs import open_runtime, top_group
 from ringleader.cli.output import console, emit_data, output_option, table
 from ringleader.errors import NotFoundError, UsageError
+from ringleader.runtime.api import Runtime
 from ringleader.runtime.codec import node_to_dict
 from ringleader.scheduler import ClusterState, NodeState
 from ringleader.topology import PRESETS, NodeTopology, preset, render_topo_text
 
 RULE = "-" * 90
+
+
+def complete_nodes(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
+    """Shell completion of node names (through click's _RINGLEADER_COMPLETE)."""
+    del ctx, param
+    try:
+        return [ns.name for ns in Runtime.open().nodes().nodes if ns.name.startswith(incomplete)]
+    except Exception:  # completion must never print a traceback into the shell
+        return []
 
 
 def mode(ns: NodeState) -> str:
@@ -81,7 +91,7 @@ def node() -> None:
 
 
 @node.command("label")
-@click.argument("name")
+@click.argument("name", shell_complete=complete_nodes)
 @click.argument("labels", nargs=-1, required=True, metavar="KEY=VALUE|KEY-...")
 @click.option("--overwrite", is_flag=True, help="Allow changing an existing value (as kubectl).")
 def node_label(name: str, labels: tuple[str, ...], overwrite: bool) -> None:
@@ -159,7 +169,7 @@ def top_node(details: bool, output: str) -> None:
 
 
 @click.command("topo")
-@click.argument("name", required=False)
+@click.argument("name", required=False, shell_complete=complete_nodes)
 @click.option("--presets", is_flag=True, help="List the presets (or, with NAME, show that preset).")
 @output_option("json", "yaml")
 def topo(name: str | None, presets: bool, output: str) -> None:

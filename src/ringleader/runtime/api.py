@@ -25,7 +25,7 @@ from ringleader.runtime.lifecycle import schedule_pass, schedule_pass_decisions,
 from ringleader.runtime.nodes import LOCAL, label_node, local_node, merge_declared, shrinking
 from ringleader.runtime.procs import grace_seconds, stop_all
 from ringleader.runtime.reconcile import reconcile
-from ringleader.runtime.spec import JobSpec
+from ringleader.runtime.spec import JobSpec, submit_env
 from ringleader.runtime.states import JobStatus
 from ringleader.runtime.supervisor import read_state
 from ringleader.runtime.views import JobView, SubmitResult, job_view
@@ -123,6 +123,8 @@ class Runtime:
         spec.validate()
         if spec.workdir is None:
             spec = dataclasses.replace(spec, workdir=os.getcwd())
+        if spec.submit_env is None:
+            spec = dataclasses.replace(spec, submit_env=submit_env(dict(os.environ)))
         _check_command(spec)
         if dry_run:
             with self.db.read() as conn:
@@ -289,7 +291,7 @@ def _check_command(spec: JobSpec) -> None:
     if "/" in program:
         if not (Path(spec.workdir or ".") / program).exists():
             raise UsageError(f"program {program!r} does not exist", "check the path")
-    elif shutil.which(program) is None:
+    elif shutil.which(program, path=(spec.submit_env or {}).get("PATH", os.environ.get("PATH"))) is None:
         err = DependencyError if spec.is_mpirun else UsageError
         raise err(f"program {program!r} not found on PATH", "install it or give its full path")
 

@@ -11,6 +11,19 @@ from ringleader.scheduler import JobRequest
 from ringleader.topology.cluster import check_name
 
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# What a job takes from the shell it was submitted from, whichever process later starts it: the
+# search paths and the Python, CUDA and communication-library settings (not the whole env, so
+# tokens and passwords are never stored).
+SUBMIT_ENV_KEYS = (
+    "PATH", "PYTHONPATH", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "LD_LIBRARY_PATH",
+    "CUDA_HOME", "HOME", "USER", "LANG", "LC_ALL", "TMPDIR", "OMP_NUM_THREADS",
+)  # fmt: skip
+SUBMIT_ENV_PREFIXES = ("NCCL_", "OMPI_MCA_", "PMIX_MCA_", "GLOO_", "TORCH_", "MKL_")
+
+
+def submit_env(environ: dict[str, str]) -> dict[str, str]:
+    """The part of the submitting environment a job keeps (see SUBMIT_ENV_KEYS)."""
+    return {k: v for k, v in environ.items() if k in SUBMIT_ENV_KEYS or k.startswith(SUBMIT_ENV_PREFIXES)}
 
 
 @dataclass(frozen=True)
@@ -32,6 +45,7 @@ class JobSpec:
     image: str | None = None
     model: str | None = None
     workdir: str | None = None  # where the processes start; submit records the caller's cwd
+    submit_env: dict[str, str] | None = None  # submit records the caller's (see submit_env())
 
     def validate(self) -> JobSpec:
         check_name(self.name, "job")
@@ -67,4 +81,5 @@ class JobSpec:
             command=list(data["command"]), env=dict(data.get("env") or {}),
             topology_aware=bool(data.get("topology_aware")), priority=int(data.get("priority", 0)),
             image=data.get("image"), model=data.get("model"), workdir=data.get("workdir"),
+            submit_env=data.get("submit_env"),
         )  # fmt: skip

@@ -111,20 +111,21 @@ class Supervisor:
         if spec.is_mpirun:
             emulated = any(nodes[n].emulated for n in placement.nodes)
             argv = rewrite_mpirun(spec.command, spec.workers, emulated, pfile)
-            self._start(f"{spec.name}-launcher", [*rank_wrapper(pfile, launcher=True), *argv], spec.workdir)
+            self._start(f"{spec.name}-launcher", [*rank_wrapper(pfile, launcher=True), *argv], spec)
             detail = " ".join(argv)
         else:
             for slot in placement.slots:
                 argv = [*rank_wrapper(pfile, rank=slot.index), *spec.command]
-                self._start(f"{spec.name}-worker-{slot.index}", argv, spec.workdir)
+                self._start(f"{spec.name}-worker-{slot.index}", argv, spec)
             detail = " ".join(spec.command)
         self.persist(event=("Started", f"{len(placement.slots)} worker(s): {detail}"))
 
-    def _start(self, instance: str, argv: list[str], workdir: str | None) -> None:
+    def _start(self, instance: str, argv: list[str], spec: JobSpec) -> None:
         w = next(w for w in self.watched if w.name == instance)
+        env = {**os.environ, **(spec.submit_env or {})}
         w.popen = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True, close_fds=True, cwd=workdir,
+            start_new_session=True, close_fds=True, cwd=spec.workdir, env=env,
         )  # fmt: skip
         w.pid, w.pid_start = w.popen.pid, start_time(w.popen.pid)
         w.status, w.dirty = InstanceStatus.RUNNING, True
