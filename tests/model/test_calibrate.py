@@ -123,14 +123,29 @@ def test_one_outlier_in_a_sweep_is_dropped(tmp_path):
     assert fit.points == 2 * len(SIZES) - 1
 
 
-def test_cpu_workers_use_the_rate_measured_at_their_thread_count(tmp_path):
-    two = dict(train_doc(16, 10.0), threads=2)
-    one = dict(train_doc(16, 7.0), threads=1)
+def test_cpu_ranks_share_the_host(tmp_path):
+    # k ranks on one host: together no faster than the best one-worker run, each no faster than
+    # a worker measured with its share of the threads (cores // k)
     point = TrainPoint("resnet50", "cpu", "fp32", "gloo", 16, 2, 1, 1.0, "x")
     state, placement = emulated_job(point)
-    both, _ = calibrate_files([write(tmp_path, "a.json", two), write(tmp_path, "b.json", one)])
-    pred = predict_placement(state.by_name, placement, "resnet50", 16, "fp32", "cpu", both)
-    assert pred.compute_s == pytest.approx(16 / 7.0)  # each of 2 ranks gets 1 of 2 cores
-    only_two, _ = calibrate_files([write(tmp_path, "a.json", two)])
-    pred = predict_placement(state.by_name, placement, "resnet50", 16, "fp32", "cpu", only_two)
-    assert pred.compute_s == pytest.approx(2 * 16 / 10.0)  # linear thread scaling from 2 to 1
+
+    def compute_s(*rates: tuple[int, float]) -> float:
+        docs = [dict(train_doc(16, r), threads=t) for t, r in rates]
+        cal, _ = calibrate_files([write(tmp_path, f"{i}.json", d) for i, d in enumerate(docs)])
+        return predict_placement(state.by_name, placement, "resnet50", 16, "fp32", "cpu", cal).compute_s
+
+    assert compute_s((2, 10.0)) == pytest.approx(2 * 16 / 10.0)  # host share: 2 x the 2-thread step
+    assert compute_s((2, 10.0), (1, 7.0)) == pytest.approx(2 * 16 / 10.0)  # the share binds
+    assert compute_s((2, 10.0), (1, 4.0)) == pytest.approx(16 / 4.0)  # one thread binds
+    assert compute_s((2, 3.0), (1, 9.0)) == pytest.approx(2 * 16 / 9.0)  # best run: 1 thread
+
+
+def test_bandwidth_comes_from_gradient_sized_messages(tmp_path):
+    # cache-resident mid sizes run at 3 GB/s, 1 MiB and up at 1 GB/s: the fit must say 1 GB/s
+    doc = allreduce_doc("mpi", 2, 1, 1.0, 20.0)
+    for row in doc["results"]:
+        if row["size_bytes"] < 1 << 20:
+            t = (2 * 20.0 + row["size_bytes"] / 3e9 * 1e6)
+            row["oop"] = row["ip"] = dict(row["oop"], time_us=t)
+    cal, _ = calibrate_files([write(tmp_path, "m.json", doc)])
+    assert cal.links["mpi/local"].gbs == pytest.approx(1.0, rel=0.02)

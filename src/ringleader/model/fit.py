@@ -173,9 +173,15 @@ def _fit_ab(points: Sequence[AllreducePoint]) -> tuple[float, float, list[float]
     return alpha, beta, resid
 
 
+LARGE_BYTES = 1 << 20
+
+
 def fit_link(points: Sequence[AllreducePoint]) -> LinkFit:
-    """Least squares on relative error; then once more without the outliers (relative residual
-    above 3x the median and above 10%) that a busy machine leaves in a sweep."""
+    """Least squares on relative error, once more without the outliers (relative residual above
+    3x the median and above 10%) that a busy machine leaves in a sweep; then the bandwidth again,
+    latency kept, by least squares on the absolute time of messages of 1 MiB and more: the sizes
+    gradients have. (A sweep re-sends one buffer, which stays in CPU caches up to a few MiB;
+    gradients of a training step do not, so mid-size bandwidth would be too optimistic.)"""
     alpha, beta, resid = _fit_ab(points)
     if len(points) >= 6:
         cut = max(3 * statistics.median(abs(r) for r in resid), 0.10)
@@ -183,6 +189,17 @@ def fit_link(points: Sequence[AllreducePoint]) -> LinkFit:
         if len(kept) >= 4 and len(kept) < len(points):
             points = kept
             alpha, beta, resid = _fit_ab(points)
+    large = [p for p in points if p.size_bytes >= LARGE_BYTES]
+    if len({p.size_bytes for p in large}) >= 2:
+        x2 = [2.0 * (p.ranks - 1) / p.ranks * p.size_bytes for p in large]
+        rest = [p.time_s - alpha * 2.0 * (p.ranks - 1) for p in large]
+        beta_large = sum(v * r for v, r in zip(x2, rest, strict=True)) / sum(v * v for v in x2)
+        if beta_large > 0:
+            beta = beta_large
+            resid = [
+                (alpha * 2.0 * (p.ranks - 1) + beta * 2.0 * (p.ranks - 1) / p.ranks * p.size_bytes) / p.time_s - 1
+                for p in points
+            ]
     if beta <= 0:
         raise UsageError(
             f"cannot fit a bandwidth for {points[0].link}: times do not grow with size",

@@ -90,21 +90,18 @@ def cpu_host_share(placement: Placement) -> int:
     return max(per_node.values(), default=1)
 
 
-def cpu_rate(
-    rate: ComputeRate, placement: Placement, calibration: Calibration | None
-) -> tuple[ComputeRate, float]:
-    """CPU workers split their host's cores: the bench gives each of k ranks cores // k threads.
-    Use a calibration measured at that thread count when there is one (factor 1); otherwise scale
-    the rate measured with the most threads by threads / (cores // k) (linear thread scaling; with
-    the thread count unknown, the measured worker is taken to have had all cores: factor k)."""
+def cpu_compute_s(rate: ComputeRate, placement: Placement, calibration: Calibration | None) -> float:
+    """Compute time per step of one CPU rank when k ranks share a host: each rank gets cores // k
+    threads (the bench's rule) and the k ranks together cannot beat the host's best single-worker
+    rate. So t = max(k x best step, step measured at cores // k threads when calibrated); with
+    no thread counts known, k x the calibrated step."""
     k = cpu_host_share(placement)
     fits = calibration.compute_fits(rate.model, rate.gpu_type, rate.precision) if calibration else []
-    cores = max((f.threads or 0 for f in fits), default=0)
-    if not cores:
-        return rate, float(k)
-    per_rank = max(1, cores // k)
-    better = compute_rate(rate.model, rate.gpu_type, rate.precision, rate.batch_size, calibration, per_rank)
-    return better, (better.threads or cores) / per_rank
+    counts = sorted({f.threads for f in fits if f.threads})
+    rates = [compute_rate(rate.model, rate.gpu_type, rate.precision, rate.batch_size, calibration, t) for t in counts]
+    best = min((r.step_s for r in rates), default=rate.step_s)
+    matched = [r.step_s for r in rates if r.threads == max(1, max(counts, default=1) // k)]
+    return max([k * best, *matched])
 
 
 def _slowest(rates: Iterable[ComputeRate]) -> ComputeRate:
@@ -150,10 +147,8 @@ def predict_placement(
     )  # fmt: skip
     if not 0.0 <= phi <= 1.0:
         raise UsageError(f"overlap must be within 0..1, got {phi}", "give the share of backward that hides allreduce")
-    share = 1.0
-    if rate.gpu_type.lower() == "cpu":
-        rate, share = cpu_rate(rate, placement, calibration)
-    compute_s, backward_s = rate.step_s * share, rate.backward_s * share
+    compute_s = cpu_compute_s(rate, placement, calibration) if rate.gpu_type.lower() == "cpu" else rate.step_s
+    backward_s = rate.backward_s * compute_s / rate.step_s
     hidden = phi * min(cost.time_s, backward_s)
     exposed = cost.time_s - hidden
     step = compute_s + exposed

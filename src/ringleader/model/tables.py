@@ -8,6 +8,7 @@ types and precisions (with the one-line errors a user can act on).
 from __future__ import annotations
 
 import functools
+import re
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -106,14 +107,21 @@ def known_gpu_types() -> list[str]:
     return sorted({gpu for _, gpu, _ in published_rates()})
 
 
+_GPU_NAME_RE = re.compile(r"\b([A-Z]{1,2}\d{1,3}[A-Z]?)\b")
+
+
 def normalize_gpu_type(name: str) -> str:
-    """'Tesla V100-SXM2-32GB' -> 'V100'; 'cpu' stays 'cpu'; unknown names stay as given."""
+    """'Tesla V100-SXM2-32GB' -> 'V100', 'NVIDIA H100 80GB HBM3' -> 'H100', 'cpu' -> 'cpu';
+    names without a GPU model token stay as given."""
     text = name.strip()
     upper = text.upper()
     for known in known_gpu_types():
         if known.upper() in upper:
             return known
-    return "cpu" if upper.startswith("CPU") else text
+    if upper.startswith("CPU"):
+        return "cpu"
+    match = _GPU_NAME_RE.search(upper.replace("NVIDIA", " ").replace("TESLA", " "))
+    return match.group(1) if match else text
 
 
 @functools.cache
