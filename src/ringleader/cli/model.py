@@ -133,7 +133,9 @@ def calibrate_cmd(files: tuple[str, ...], out: str | None, output: str) -> None:
         for k, v in sorted(cal.links.items())
     ]
     rows += [
-        [f"compute {c.model}/{c.gpu_type}/{c.precision}", f"{c.images_per_s:.4g} images/s @ {c.batch_size}",
+        [f"compute {c.model}/{c.gpu_type}/{c.precision} {c.image_size}px"
+         + (f" {c.threads} threads" if c.threads and c.gpu_type == "cpu" else ""),
+         f"{c.images_per_s:.4g} images/s @ {c.batch_size}",
          f"t0 {c.step_overhead_s * 1e3:.3g} ms", c.points, ""]
         for c in cal.compute
     ]  # fmt: skip
