@@ -19,7 +19,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from ringleader.bench.ranks import INSTALL_MPI, free_port
-from ringleader.errors import DependencyError
+from ringleader.errors import DependencyError, RingleaderError
+
+
+class BenchFailed(RingleaderError):
+    """A bench ran but failed (wrong values, a rank that died); carries the exit code."""
+
+    def __init__(self, message: str, fix: str = "", exit_code: int = 1) -> None:
+        super().__init__(message, fix)
+        self.exit_code = exit_code
 
 PASS_PREFIXES = ("NCCL_", "GLOO_", "OMP_", "CUDA_", "TORCH_", "RINGLEADER_", "PYTHON", "UCX_")
 
@@ -120,9 +128,13 @@ def dispatch(kind: str, cfg: dict[str, Any], backend: str, np_: int | None) -> i
 
     info = discover()
     if np_ is not None and not info.in_job:
-        check_np(backend, np_)
         check_available(backend, need_mpirun=backend == "mpi")
-        return launch(kind, cfg, backend, np_).returncode
+        check_np(backend, np_)
+        rc = launch(kind, cfg, backend, np_).returncode
+        if rc and kind != "allreduce":
+            raise BenchFailed(f"{np_} {backend} ranks of bench {kind}: a rank exited with code {rc}",
+                              "see the rank's error above", rc)
+        return rc
     if np_ is not None and np_ != info.world_size and info.rank == 0:
         print(f"note: -np {np_} ignored: already rank {info.rank} of a {info.world_size}-rank job",
               file=sys.stderr)  # fmt: skip

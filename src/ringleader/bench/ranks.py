@@ -6,6 +6,7 @@ Inside ``mpirun`` the OMPI_COMM_WORLD_* variables say who we are; under a plain 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import socket
@@ -83,20 +84,16 @@ def check_np(backend: str, np_: int) -> None:
 def check_available(backend: str, *, need_mpirun: bool) -> None:
     """Refuse early, with the fix, when the backend cannot run here."""
     check_backend(backend)
-    try:
-        import torch  # noqa: F401
-    except ImportError as exc:
-        raise DependencyError("torch is not installed", "pip install 'ringleader[bench]'") from exc
+    if importlib.util.find_spec("torch") is None:  # found, not imported: keeps the launcher light
+        raise DependencyError("torch is not installed", "pip install 'ringleader[bench]'")
     if backend == "nccl" and cuda_count() == 0:
         raise DependencyError(
             "the nccl backend needs CUDA GPUs and none is visible here",
             "use --backend gloo or mpi on CPU, or run on a machine with NVIDIA GPUs",
         )
     if backend == "mpi":
-        try:
-            import mpi4py  # noqa: F401
-        except ImportError as exc:
-            raise DependencyError("the mpi backend needs mpi4py", INSTALL_MPI) from exc
+        if importlib.util.find_spec("mpi4py") is None:
+            raise DependencyError("the mpi backend needs mpi4py", INSTALL_MPI)
         if need_mpirun and shutil.which("mpirun") is None:
             raise DependencyError("the mpi backend needs mpirun (Open MPI)", INSTALL_MPI)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ringleader.bench.launchers import Launcher
-from ringleader.bench.ranks import check_backend, check_np
+from ringleader.bench.ranks import check_available, check_backend, check_np
 from ringleader.bench.train import TrainConfig
 from ringleader.errors import UsageError
 
@@ -46,6 +46,7 @@ class ScalingConfig:
                              "pass e.g. --backends gloo,mpi --workers 1,2")
         for b in self.backends:
             check_backend(b)
+            check_available(b, need_mpirun=b == "mpi")
             for w in self.workers:
                 check_np(b, w)
         self.train.validate()

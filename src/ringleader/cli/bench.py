@@ -16,8 +16,11 @@ NP_HELP = ("Launch N local ranks (mpirun for mpi, processes for gloo/nccl); igno
 
 
 def _exit(rc: int) -> None:
+    """A failed check (out-of-bounds values) exits 1, as nccl-tests does."""
     if rc:
-        raise click.exceptions.Exit(rc)
+        from ringleader.bench.launch import BenchFailed
+
+        raise BenchFailed("results out of bounds (see #wrong above)", "", rc)
 
 
 def _train_options(f: Any) -> Any:
@@ -127,8 +130,8 @@ def pipeline_cmd(np_: int, launcher: str, output: str, **kw: Any) -> None:
     if kw["data"] == "synthetic":
         raise UsageError("bench pipeline needs real files", "pass --data DIR (see `data synth`)")
     cfg = _train_config(kw, "json")
-    check_np(cfg.backend, np_)
     check_available(cfg.backend, need_mpirun=cfg.backend == "mpi")
+    check_np(cfg.backend, np_)
     res = run_pipeline(cfg, default_launcher(launcher), np_)
     if output == "json":
         emit_data(res, "json")

@@ -1,0 +1,80 @@
+"""bench train / pipeline / scaling on tiny real multi-process runs."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from .conftest import cli, cli_json
+
+TINY = ("--batch-size", "8", "--num-batches", "4", "--num-warmup-batches", "1",
+        "--image-size", "16", "--display-every", "2")  # fmt: skip
+TRAIN_KEYS = {"kind", "model", "batch_size", "precision", "backend", "world_size", "nodes",
+              "device", "num_batches", "images_per_sec_total", "images_per_sec_per_worker",
+              "step_time_s", "step_times_s", "data"}  # fmt: skip
+
+
+def test_gloo_mnist_prints_tf_cnn_benchmarks_lines() -> None:
+    proc = cli("bench", "train", "--model", "mnist", "--backend", "gloo", "-np", "2", *TINY,
+               "--precision", "bf16")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    steps = [ln for ln in lines if re.match(r"^\d+\timages/sec: [\d.]+ \+/- [\d.]+ \(jitter = "
+                                             r"[\d.]+\)\t[\d.]+$", ln)]  # fmt: skip
+    assert [s.split("\t")[0] for s in steps] == ["2", "4"]
+    i = lines.index(next(ln for ln in lines if ln.startswith("total images/sec: ")))
+    assert lines[i - 1] == lines[i + 1] == "-" * 64
+    assert float(lines[i].split(": ")[1]) > 0
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs Open MPI")
+def test_mpi_trivial_json_contract() -> None:
+    res = cli_json("bench", "train", "--model", "trivial", "--backend", "mpi", "-np", "2", *TINY)
+    assert res.keys() >= TRAIN_KEYS
+    assert (res["kind"], res["model"], res["backend"], res["world_size"]) == (
+        "train", "trivial", "mpi", 2)
+    assert res["data"] == "synthetic" and res["device"] == "cpu" and res["nodes"] == 1
+    assert len(res["step_times_s"]) == 4 and res["step_time_s"] > 0
+    assert res["images_per_sec_per_worker"] == pytest.approx(res["images_per_sec_total"] / 2)
+
+
+@pytest.fixture(scope="module")
+def pipeline_json(jpeg_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    res = cli_json("bench", "pipeline", "--model", "trivial", "--data", str(jpeg_dir),
+                   "--launcher", "local", "--loader-workers", "1", *TINY)  # fmt: skip
+    path = tmp_path_factory.mktemp("pipe") / "pipeline.json"
+    path.write_text(json.dumps(res))
+    return path
+
+
+def test_pipeline_reports_degradation(pipeline_json: Path) -> None:
+    res = json.loads(pipeline_json.read_text())
+    assert res["kind"] == "pipeline" and res["loader_images_per_sec"] > 0
+    assert res["degradation"] == pytest.approx(
+        res["real_images_per_sec"] / res["synthetic_images_per_sec"])
+    assert res["skipped_images"] >= 1  # the corrupt file
+    assert res["real"]["data"] != "synthetic" and res["synthetic"]["data"] == "synthetic"
+
+
+def test_scaling_through_the_runtime_writes_table_and_plots(
+        tmp_path: Path, pipeline_json: Path) -> None:  # fmt: skip
+    out = tmp_path / "scaling"
+    env = {"RINGLEADER_HOME": str(tmp_path / "home")}
+    proc = cli("bench", "scaling", "--backends", "gloo", "--workers", "1,2", "--model", "mnist",
+               *TINY, "--busbw-max", "4K", "--out", str(out), "--pipeline-results",
+               str(pipeline_json), "-o", "json", env=env, timeout=240)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = json.loads(proc.stdout)
+    assert res["launcher"] == "runtime"
+    assert [(r["backend"], r["gpus_per_server"]) for r in res["rows"]] == [("gloo", 1), ("gloo", 2)]
+    assert res["rows"][0]["speedup"] == pytest.approx(1.0)
+    md = (out / "scaling.md").read_text()
+    assert "| Backend | Servers | GPUs per server | Avg step time (s) |" in md
+    assert (out / "scaling.csv").read_text().startswith("backend,servers,gpus_per_server,")
+    assert json.loads((out / "scaling.json").read_text())["rows"] == res["rows"]
+    for png in ("speedup.png", "busbw.png", "pipeline_scatter.png", "pipeline_ratio.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
