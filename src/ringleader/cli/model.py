@@ -74,7 +74,8 @@ def _row(name: str, pred: Prediction | None) -> list[Any]:
 @click.option("--placement", "placement_spec", default=None, help="Predict this placement: node-a:0,1+node-b:0,1.")
 @click.option("--calibration", type=click.Path(dir_okay=False), default=None, help="Calibration JSON.")
 @click.option("--backend", default=None, help="Communication backend (nccl, gloo, mpi) for calibrated links.")
-@click.option("--algorithm", type=click.Choice(ALGORITHMS), default="auto", show_default=True)
+@click.option("--algorithm", type=click.Choice(ALGORITHMS), default="auto", show_default=True,
+              help="Allreduce algorithm (auto: the faster of ring and tree).")
 @click.option("--overlap", type=float, default=None, help="Share of backward that hides allreduce (0..1).")
 @click.option("--data-rate", type=float, default=None, help="Input pipeline images/s per worker (ceiling).")
 @output_option("json", "yaml")
