@@ -132,3 +132,12 @@ def test_fast_pass_matches_schedule_queue_over_whole_queue(policy: str) -> None:
     run = simulate(nodes(2), trace, policy, one_second_steps, max_failures=10**6)
     assert times(run) == naive(nodes(2), trace, policy)
     assert run.stats.place_calls == len(trace)  # no hopeless place() calls
+
+
+def test_binned_utilization_integrates_the_timeline() -> None:
+    from ringleader.sim.plots import binned_utilization
+
+    run = simulate(nodes(1), [job("a", 0, 1, 8, 100), job("b", 100, 1, 4, 100)], "topology", one_second_steps)
+    xs, ys = binned_utilization(run, bins=4)
+    assert [round(x * 3600) for x in xs] == [25, 75, 125, 175]
+    assert ys == pytest.approx([1.0, 1.0, 0.5, 0.5])

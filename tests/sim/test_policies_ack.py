@@ -70,3 +70,22 @@ def test_bottleneck_reported() -> None:
     assert decision.chosen is not None
     assert decision.chosen.metrics.bottleneck.kind == "NV1"
     assert decision.chosen.objective_dict() == {"-nodes": -1.0, "bottleneck_gbs": 25.0}
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_grouped_choice_equals_per_node_choice(seed: int) -> None:
+    """choose_groups (what place() calls) must pick what choose over single nodes picks."""
+    import random
+
+    from ringleader.scheduler import get_policy
+
+    rng = random.Random(seed)
+    busy = [tuple(sorted(rng.sample(range(8), rng.choice([0, 0, 2, 4, 6, 8])))) for _ in range(12)]
+    state = cluster(*((f"n{i}", "dgx1v", b) for i, b in enumerate(busy)))
+    policy = get_policy("ack")
+    for workers, gpus in [(1, 1), (1, 2), (3, 1), (1, 4), (2, 4), (12, 1), (3, 8)]:
+        job = JobRequest("j", workers, gpus)
+        grouped = place(state, job, "ack")
+        nodes = [ns for ns in state.nodes if policy.filter(ns, job) is None]
+        direct = policy.choose(nodes, job)
+        assert (grouped.placement, grouped.ok) == ((direct[0].placement, True) if direct else (None, False))

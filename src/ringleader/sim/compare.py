@@ -20,7 +20,7 @@ from typing import Any
 from ringleader.errors import UsageError
 from ringleader.scheduler import get_policy
 from ringleader.sim.engine import DEFAULT_MAX_FAILURES, SimRun, simulate
-from ringleader.sim.steptime import Memoised, StepTimeFn, model_step_time
+from ringleader.sim.steptime import Memoised, StepTimeFn, check_models, model_step_time
 from ringleader.sim.summary import job_rows, summarise
 from ringleader.sim.trace import TraceJob
 from ringleader.topology.cluster import NodeSpec
@@ -83,6 +83,8 @@ def compare_policies(
     """Simulate ``jobs`` under each policy; one step-time cache is shared (the model is pure)."""
     for policy in policies:
         get_policy(policy)
+    if step_time is None:
+        check_models(jobs)
     memo = Memoised(step_time if step_time is not None else model_step_time())
     runs, summaries = [], []
     for policy in policies:

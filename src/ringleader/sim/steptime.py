@@ -8,7 +8,7 @@ names do not matter, so a 1,000-node cluster of one machine type needs few disti
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,6 +89,16 @@ def model_step_time(precision: str = "fp32", calibration: Any = None) -> StepTim
         return StepTime(float(pred.step_time_s), float(pred.images_per_s), str(getattr(pred, "bound", "")))
 
     return step
+
+
+def check_models(jobs: Sequence[TraceJob]) -> None:
+    """Fail before simulating if a job names a model the throughput model does not know."""
+    from ringleader.model import known_models
+
+    known = set(known_models())
+    for job in jobs:
+        if job.model not in known:
+            raise UsageError(f"job {job.name}: unknown model {job.model!r}", f"use one of {', '.join(sorted(known))}")
 
 
 def linear_step_time(per_gpu_images_per_s: float = 100.0, network_penalty: float = 2.0) -> StepTimeFn:

@@ -1,0 +1,141 @@
+"""`ringleader simulate` and `simulate gen-trace` end to end on a tiny case (real model)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ringleader.cli.main import main
+
+CLUSTER = """nodes:
+  - name: v100
+    preset: dgx1v
+    network_gbps: 25
+    count: 2
+"""
+TRACE = """name,arrival_s,workers,gpus,model,batch_size,iterations,priority
+a,0,4,1,vgg16,64,200,0
+b,10,1,2,resnet50,64,300,0
+c,20,2,4,alexnet,256,100,1
+d,30,8,1,resnet50,64,100,0
+"""
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> tuple[Path, Path]:
+    cluster, trace = tmp_path / "c.yaml", tmp_path / "t.csv"
+    cluster.write_text(CLUSTER)
+    trace.write_text(TRACE)
+    return cluster, trace
+
+
+def test_table_json_and_pngs(files: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cluster, trace = files
+    out = tmp_path / "out"
+    assert main(["simulate", "--cluster", str(cluster), "--trace", str(trace), "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "AVG JCT (h)" in text and "IMAGES/S" in text
+    for policy in ("topology", "default", "besteffort", "ack"):
+        assert f"\n{policy} " in "\n" + text
+    for name in ("jct_cdf.png", "utilization.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / "summary.csv").read_text().startswith("POLICY,DONE,REJECTED")
+    assert len((out / "jobs-topology.csv").read_text().splitlines()) == 5
+
+    assert (
+        main(
+            [
+                "simulate",
+                "run",
+                "--cluster",
+                str(cluster),
+                "--trace",
+                str(trace),
+                "--policies",
+                "topology,default",
+                "-o",
+                "json",
+            ]
+        )
+        == 0
+    )
+    data = json.loads(capsys.readouterr().out)
+    by = {p["policy"]: p for p in data["policies"]}
+    assert set(by) == {"topology", "default"}
+    assert by["topology"]["completed"] == 4 and data["rejected"] == []
+    # 4 single-GPU vgg16 workers: packed on one node beats spread 2+2 over the network.
+    assert by["topology"]["avg_jct_s"] < by["default"]["avg_jct_s"]
+    assert by["topology"]["images_per_s"] > by["default"]["images_per_s"]
+
+
+def test_never_fitting_job_listed(files: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    cluster, trace = files
+    trace.write_text(TRACE + "huge,40,4,8,vgg16,64,10,0\n")
+    assert main(["simulate", "--cluster", str(cluster), "--trace", str(trace), "--policies", "ack", "-o", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["policies"][0]["rejected"] == 1 and data["policies"][0]["completed"] == 4
+    [item] = data["rejected"]
+    assert item["job"] == "huge" and item["reason"].startswith("never fits this cluster")
+    assert main(["simulate", "--cluster", str(cluster), "--trace", str(trace), "--policies", "ack"]) == 0
+    assert "rejected (ack): huge: never fits this cluster" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (
+            ["--policies", "topology,magic"],
+            "unknown policy 'magic'. To fix: use one of ack, besteffort, default, topology",
+        ),
+        (["--policies", ""], "--policies is empty"),
+    ],
+)
+def test_bad_policies(
+    files: tuple[Path, Path], capsys: pytest.CaptureFixture[str], args: list[str], expected: str
+) -> None:
+    cluster, trace = files
+    assert main(["simulate", "--cluster", str(cluster), "--trace", str(trace), *args]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and len(err.strip().splitlines()) == 1
+
+
+def test_malformed_trace_names_the_line(files: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    cluster, trace = files
+    trace.write_text(TRACE + "e,50,two,1,vgg16,64,10,0\n")
+    assert main(["simulate", "--cluster", str(cluster), "--trace", str(trace)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {trace} line 6: workers='two' is not an integer")
+    assert len(err.splitlines()) == 1
+
+
+def test_unknown_model_is_a_usage_error(files: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    cluster, trace = files
+    trace.write_text(TRACE + "e,50,1,1,gpt5,64,10,0\n")
+    assert main(["simulate", "--cluster", str(cluster), "--trace", str(trace), "--policies", "topology"]) == 2
+    assert "unknown model 'gpt5'" in capsys.readouterr().err
+
+
+def test_gen_trace_is_deterministic(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = tmp_path / "a.csv", tmp_path / "b.csv"
+    for path in (a, b):
+        args = ["simulate", "gen-trace", "--jobs", "50", "--seed", "3", "--arrival-rate", "6", "--out", str(path)]
+        assert main(args) == 0
+    assert a.read_bytes() == b.read_bytes()
+    assert "wrote 50 jobs" in capsys.readouterr().out
+    assert main(["simulate", "gen-trace", "--jobs", "0", "--arrival-rate", "6", "--out", str(a)]) == 2
+
+
+def test_every_simulate_command_has_help_and_docs() -> None:
+    from ringleader.cli.sim import simulate_group
+
+    docs = (Path(__file__).parents[2] / "docs" / "sim.md").read_text()
+    assert "ringleader simulate " in docs
+    for name, command in simulate_group.commands.items():
+        assert command.help and command.help.strip()
+        assert f"simulate {name}" in docs or (name == "run" and "simulate run" in docs), name
+        for param in command.params:
+            if param.name not in ("help",) and getattr(param, "opts", None):
+                opt = max(param.opts, key=len)
+                assert opt in docs or opt == "--output", opt  # -o json is documented
