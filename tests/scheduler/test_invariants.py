@@ -121,3 +121,20 @@ def test_a_queue_pass_never_double_allocates(state: ClusterState, requests: list
     for d in placed:
         after = after.without_job(d.job.name)
     assert after == state
+
+
+@settings(max_examples=100, deadline=None)
+@given(clusters(), st.lists(jobs, min_size=1, max_size=6))
+def test_the_carried_index_equals_a_rebuilt_one(state: ClusterState, requests: list[JobRequest]) -> None:
+    _ = state.index  # built once, then maintained commit by commit
+    placements = []
+    for i, r in enumerate(requests):
+        decision = place(state, JobRequest(f"j{i}", r.workers, r.gpus_per_worker, r.topology_aware))
+        if decision.placement is not None:
+            state = state.with_placement(decision.placement)
+            placements.append(decision.placement)
+            assert state.carried_index is not None
+            assert dict(state.index) == dict(ClusterState(state.nodes).index)
+    for placement in placements:
+        state = state.without_placement(placement)
+        assert dict(state.index) == dict(ClusterState(state.nodes).index)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import ClassVar
 
 from ringleader.errors import NotFoundError
@@ -150,14 +150,15 @@ def place(state: ClusterState, job: JobRequest, policy: str | None = None) -> De
     chosen_policy = get_policy(policy or job.policy_name)
     if job.workers < 1 or job.gpus_per_worker < 0:
         return Decision(job, chosen_policy.name, Code.UNRESOLVABLE, reasons=("workers must be >= 1 and gpus >= 0",))
-    node_reasons: dict[str, str] = {}
+    filtered: list[tuple[NodeGroup, str]] = []
     eligible: list[NodeGroup] = []
     for group in state.groups:  # a filter sees only what makes nodes equivalent: once per group
         reason = chosen_policy.filter(group.first, job)
         if reason is None:
             eligible.append(group)
         else:
-            node_reasons.update(dict.fromkeys((ns.name for ns in group.members()), reason))
+            filtered.append((group, reason))
+    node_reasons = NodeReasons(filtered)
     candidates = chosen_policy.choose_groups(eligible, job) if eligible else []
     if candidates:
         return Decision(
@@ -171,6 +172,29 @@ def place(state: ClusterState, job: JobRequest, policy: str | None = None) -> De
         job, chosen_policy.name, code, reasons=(pending_reason(state, job, chosen_policy),),
         node_reasons=node_reasons, candidates_considered=sum(g.size for g in eligible),
     )  # fmt: skip
+
+
+class NodeReasons(Mapping[str, str]):
+    """node name -> why the filter rejected it, expanded from groups only when read (a decision
+    on a 10,000-node cluster should not build 10,000 strings nobody looks at)."""
+
+    def __init__(self, filtered: Sequence[tuple[NodeGroup, str]]) -> None:
+        self._filtered = filtered
+        self._expanded: dict[str, str] | None = None
+
+    def _all(self) -> dict[str, str]:
+        if self._expanded is None:
+            self._expanded = {ns.name: reason for group, reason in self._filtered for ns in group.members()}
+        return self._expanded
+
+    def __getitem__(self, name: str) -> str:
+        return self._all()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return sum(group.size for group, _ in self._filtered)
 
 
 def _why_chosen(candidates: Sequence[Candidate]) -> tuple[str, ...]:

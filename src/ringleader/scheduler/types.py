@@ -199,7 +199,7 @@ class ClusterState:
     def _replaced(self, changed: Mapping[int, NodeState]) -> ClusterState:
         nodes = list(self.nodes)
         index: dict[GroupKey, tuple[int, ...]] | None = None
-        if "index" in self.__dict__:  # only maintain an index that was already built
+        if self.carried_index is not None or "index" in self.__dict__:  # maintain a built index
             index = dict(self.index)
         for pos, new in changed.items():
             old = nodes[pos]
