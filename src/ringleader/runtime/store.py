@@ -129,6 +129,14 @@ def _not_ours(path: Path, detail: str) -> StateError:
 
 
 def _migrate(conn: sqlite3.Connection, where: str) -> None:
+    # The common case (already current) only reads, so racing commands do not queue for the lock.
+    conn.execute("BEGIN")
+    try:
+        current = _version(conn, Path(where)) == SCHEMA_VERSION
+    finally:
+        conn.execute("ROLLBACK")
+    if current:
+        return
     conn.execute("BEGIN IMMEDIATE")
     try:
         version = _version(conn, Path(where))

@@ -53,6 +53,7 @@ class Watched:
     note: str = ""
     dirty: bool = False
     stopping: bool = False
+    started_at: float | None = None
 
     @property
     def done(self) -> bool:
@@ -97,6 +98,7 @@ class Supervisor:
                 self.watched.append(Watched(
                     inst["name"], inst["role"], state_path(self.home, self.job, inst["name"]),
                     InstanceStatus(inst["status"]), inst["pid"], inst["pid_start"], exit_code=inst["exit_code"],
+                    started_at=inst["started_at"],
                 ))  # fmt: skip
             return JobSpec.from_dict(json.loads(row["spec"])), json.loads(row["placement"]), launched
 
@@ -127,7 +129,7 @@ class Supervisor:
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True, close_fds=True, cwd=spec.workdir, env=env,
         )  # fmt: skip
-        w.pid, w.pid_start = w.popen.pid, start_time(w.popen.pid)
+        w.pid, w.pid_start, w.started_at = w.popen.pid, start_time(w.popen.pid), time.time()
         w.status, w.dirty = InstanceStatus.RUNNING, True
 
     # -- watching ---------------------------------------------------------------------------------
@@ -140,7 +142,7 @@ class Supervisor:
                 continue
             st = read_state(w.state_file)
             if st and w.pid is None:
-                w.pid, w.pid_start = int(st["pid"]), st.get("pid_start")
+                w.pid, w.pid_start, w.started_at = int(st["pid"]), st.get("pid_start"), now
                 w.status, w.dirty = InstanceStatus.RUNNING, True
             exited = w.popen is not None and w.popen.poll() is not None
             gone = w.pid is not None and (exited or not alive(w.pid, w.pid_start))
@@ -192,11 +194,10 @@ class Supervisor:
             if row is None or row["supervisor_pid"] != self.me:
                 return False
             for w in dirty:
-                fields: dict[str, Any] = {"status": w.status.value, "pid": w.pid, "pid_start": w.pid_start,
-                                          "exit_code": w.exit_code, "ended_at": w.ended_at}  # fmt: skip
-                if w.status is InstanceStatus.RUNNING:
-                    fields["started_at"] = now
-                store.update_instance(conn, self.job, w.name, **fields)
+                store.update_instance(
+                    conn, self.job, w.name, status=w.status.value, pid=w.pid, pid_start=w.pid_start,
+                    exit_code=w.exit_code, started_at=w.started_at, ended_at=w.ended_at,
+                )  # fmt: skip
                 if w.done:
                     code = "none" if w.exit_code is None else str(w.exit_code)
                     msg = f"{w.name} {w.status.value.lower()} (exit code {code})" + (f": {w.note}" if w.note else "")
@@ -211,7 +212,8 @@ class Supervisor:
         for w in self.watched:
             if not w.done:
                 w.note, w.stopping = why, True
-        stop_all([t for w in self.watched if not w.done for t in w.targets()], grace_seconds())
+        # Every instance's processes, finished ones too: a lost wrapper may leave its program behind.
+        stop_all([t for w in self.watched for t in w.targets()], grace_seconds())
         self.observe()
         for w in self.watched:
             if not w.done and not any(alive(p, s) for p, s in w.targets()):
