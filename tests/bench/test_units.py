@@ -72,3 +72,22 @@ def test_rank_discovery_prefers_mpirun() -> None:
     assert discover(env) == RankInfo(1, 4, 1, "mpirun")
     assert discover({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}) == RankInfo(1, 2, 1, "env")
     assert not discover({}).in_job
+
+
+def test_nodes_from_ranks_per_machine() -> None:
+    from ringleader.bench.ranks import nodes
+
+    assert nodes(8, {"OMPI_COMM_WORLD_LOCAL_SIZE": "4"}) == 2
+    assert nodes(2, {"LOCAL_WORLD_SIZE": "2"}) == 1
+    assert nodes(2, {}) == 1
+
+
+def test_speedup_and_efficiency_rows() -> None:
+    from ringleader.bench.scaling import markdown, table_rows
+
+    pts = [{"backend": "gloo", "world_size": w, "images_per_sec_total": thr, "step_time_s": 0.1,
+            "step_times_s": [0.1, 0.3], "nodes": 1} for w, thr in ((1, 100.0), (2, 150.0))]
+    rows = table_rows(pts)
+    assert [r["speedup"] for r in rows] == [1.0, 1.5]
+    assert rows[1]["scaling_efficiency"] == 0.75 and rows[1]["avg_step_time_s"] == 0.2
+    assert "| gloo | 1 | 2 | 0.2000 | 150.0 | 1.50 | 75% |" in markdown(rows, "t")

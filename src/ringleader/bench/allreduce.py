@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ringleader.bench.comm import DTYPES, Comm, torch_dtype
+from ringleader.bench.ranks import nodes
 from ringleader.errors import UsageError
 
 COLLECTIVES = ("allreduce", "allgather", "broadcast", "reducescatter")
@@ -228,7 +229,7 @@ def measure(cfg: AllreduceConfig, comm: Comm,
     busbws = [r[k]["busbw_gbs"] for r in rows for k in ("oop", "ip")]
     return {
         "kind": "allreduce", "collective": cfg.collective, "backend": comm.backend,
-        "world_size": n, "nodes": 1, "dtype": cfg.dtype, "op": cfg.op,
+        "world_size": n, "nodes": nodes(n), "dtype": cfg.dtype, "op": cfg.op,
         "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)},
         "config": asdict(cfg), "results": rows,
         "avg_busbw_gbs": sum(busbws) / len(busbws) if busbws else 0.0,

@@ -79,7 +79,8 @@ class Comm:
         import torch
 
         for bucket in fusion_buckets(tensors, threshold_bytes):
-            flat = torch.cat([t.detach().reshape(-1) for t in bucket])
+            # On the comm's device: CUDA gradients are staged through host memory for mpi.
+            flat = torch.cat([t.detach().reshape(-1) for t in bucket]).to(self.device)
             self.allreduce(flat, flat, op)
             offset = 0
             for t in bucket:

@@ -49,6 +49,16 @@ def discover(env: dict[str, str] | None = None) -> RankInfo:
     return RankInfo(0, 1, 0, "none")
 
 
+def nodes(world_size: int, env: dict[str, str] | None = None) -> int:
+    """Machines in the job: world size over ranks per machine (1 when unknown)."""
+    e = os.environ if env is None else env
+    local = e.get("OMPI_COMM_WORLD_LOCAL_SIZE") or e.get("LOCAL_WORLD_SIZE")
+    try:
+        return max(1, world_size // int(local)) if local else 1
+    except ValueError:
+        return 1
+
+
 def check_backend(backend: str) -> None:
     if backend not in BACKENDS:
         raise UsageError(f"unknown backend {backend!r}", f"use one of: {', '.join(BACKENDS)}")

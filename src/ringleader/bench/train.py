@@ -20,7 +20,7 @@ from typing import Any
 from ringleader.bench import models
 from ringleader.bench.comm import Comm, init
 from ringleader.bench.data import AUGMENTS, Augment, ImageFolder, LoaderStats, batches
-from ringleader.bench.ranks import check_backend, discover
+from ringleader.bench.ranks import check_backend, discover, nodes
 from ringleader.errors import UsageError
 
 PRECISIONS = ("fp32", "fp16", "bf16")
@@ -86,7 +86,10 @@ class Step:
         model = models.build(cfg.model, spec.fixed_size or cfg.image_size).to(dev)
         if comm.backend == "mpi":
             for p in model.state_dict().values():
-                comm.broadcast(p.data if p.device.type == "cpu" else p.data.cpu(), 0)
+                host = p.data if p.device.type == "cpu" else p.data.cpu()
+                comm.broadcast(host, 0)
+                if host is not p.data:
+                    p.data.copy_(host)
             self.net = model
         else:
             from torch.nn.parallel import DistributedDataParallel as DDP
@@ -198,7 +201,7 @@ def train(cfg: TrainConfig, comm: Comm) -> dict[str, Any]:
     return {
         "kind": "train", "model": cfg.model, "batch_size": cfg.batch_size,
         "precision": cfg.precision, "backend": comm.backend, "world_size": comm.world_size,
-        "nodes": 1, "device": device_name, "device_name": _device_name(step.device),
+        "nodes": nodes(comm.world_size), "device": device_name, "device_name": _device_name(step.device),
         "image_size": models.spec(cfg.model).fixed_size or cfg.image_size,
         "num_batches": cfg.num_batches,
         "images_per_sec_total": total, "images_per_sec_per_worker": total / comm.world_size,
