@@ -88,8 +88,8 @@ class Runtime:
         disappear or shrink."""
         declared = load_cluster_file(path)
         db = self._writable()
-        now = time.time()
         with db.write() as conn:
+            now = time.time()  # taken under the lock: the wait for it may be long
             nodes = merge_declared(store.get_nodes(conn), declared)
             problem = shrinking(store.cluster_state(conn), nodes)
             if problem:
@@ -134,8 +134,8 @@ class Runtime:
             _refuse_unresolvable(decision)
             return SubmitResult(decision, decision_to_dict(decision), dry_run=True)
         db = self._writable()
-        now = time.time()
         with db.write() as conn:
+            now = time.time()  # taken under the lock: the wait for it may be long
             if store.job_row(conn, spec.name) is not None:
                 raise _duplicate(spec.name)
             _refuse_unresolvable(place(store.cluster_state(conn), spec.request()))

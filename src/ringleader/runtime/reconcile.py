@@ -68,6 +68,7 @@ def reconcile(db: store.Store) -> list[str]:
         return []
     adopt, placed = [], []
     with db.write() as conn:
+        now = time.time()  # taken under the lock: the wait for it may be long
         for name in suspects:
             row = store.job_row(conn, name)
             if row is None or row["status"] != JobStatus.RUNNING.value or not _orphaned(row, now):

@@ -188,8 +188,8 @@ class Supervisor:
         dirty = [w for w in self.watched if w.dirty]
         if not dirty and event is None:
             return True
-        now = time.time()
         with self.db.write() as conn:
+            now = time.time()  # taken under the lock: the wait for it may be long
             row = store.job_row(conn, self.job)
             if row is None or row["supervisor_pid"] != self.me:
                 return False
@@ -238,8 +238,8 @@ class Supervisor:
             time.sleep(POLL_S)
 
     def finalize(self) -> None:
-        now = time.time()
         with self.db.write() as conn:
+            now = time.time()  # taken under the lock: the wait for it may be long
             row = store.job_row(conn, self.job)
             if row is None or row["supervisor_pid"] != self.me or row["status"] != JobStatus.RUNNING.value:
                 return
