@@ -73,3 +73,28 @@ def write(tmp_path: Path) -> Callable[[str, str], Path]:
         return path
 
     return _write
+
+
+class InProcess:
+    """The same click commands called in this process (for rendering checks: no start-up cost)."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+
+    def ok(self, *args: str) -> str:
+        from click.testing import CliRunner
+
+        from ringleader.cli.main import cli as root
+
+        result = CliRunner().invoke(root, list(args), env={"RINGLEADER_HOME": str(self.home)})
+        assert result.exit_code == 0, f"{args}: {result.output}\n{result.exception!r}"
+        return result.stdout
+
+
+@pytest.fixture
+def seeds_inproc(tmp_path: Path) -> InProcess:
+    from ringleader.runtime.api import Runtime
+
+    home = tmp_path / "rl-home-inproc"
+    Runtime.open(home).apply_cluster(EXAMPLES / "seeds-cluster.yaml")
+    return InProcess(home)

@@ -29,20 +29,20 @@ def test_every_command_has_help(path: list[str], tmp_path, monkeypatch) -> None:
     assert "Usage:" in result.output and len(result.output.splitlines()) > 3
 
 
-def test_presets_and_topo_print_the_matrix_as_nvidia_smi(seeds_cli) -> None:
-    listing = seeds_cli.ok("topo", "--presets")
+def test_presets_and_topo_print_the_matrix_as_nvidia_smi(seeds_inproc) -> None:
+    listing = seeds_inproc.ok("topo", "--presets")
     assert "dgx1v" in listing and "pcie-4gpu-workstation" in listing
-    assert seeds_cli.ok("topo", "cn-shanghai-172") == render_topo_text(preset("dgx1v"))
-    assert seeds_cli.ok("topo", "--presets", "dgx1v") == render_topo_text(preset("dgx1v"))
-    data = json.loads(seeds_cli.ok("topo", "cn-shanghai-173", "-o", "json"))
+    assert seeds_inproc.ok("topo", "cn-shanghai-172") == render_topo_text(preset("dgx1v"))
+    assert seeds_inproc.ok("topo", "--presets", "dgx1v") == render_topo_text(preset("dgx1v"))
+    data = json.loads(seeds_inproc.ok("topo", "cn-shanghai-173", "-o", "json"))
     assert data["cn-shanghai-173"]["links"][0][3] == "NV2"
 
 
-def test_cluster_get_and_top_node(seeds_cli) -> None:
-    nodes = json.loads(seeds_cli.ok("cluster", "get", "-o", "json"))
+def test_cluster_get_and_top_node(seeds_inproc) -> None:
+    nodes = json.loads(seeds_inproc.ok("cluster", "get", "-o", "json"))
     assert [n["name"] for n in nodes] == ["local", "cn-shanghai-172", "cn-shanghai-173"]
     assert nodes[1]["emulated"] and nodes[1]["network_gbps"] == 25
-    table = seeds_cli.ok("top", "node")
+    table = seeds_inproc.ok("top", "node")
     assert table.splitlines()[0].split() == ["NAME", "GPU(Total)", "GPU(Allocated)", "MODE"]
     assert "Allocated/Total GPUs In Cluster: 0/16" in table
 
