@@ -57,6 +57,12 @@ class Runtime:
     def close(self) -> None:
         self.db.close()
 
+    def __enter__(self) -> Runtime:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     # -- state file -----------------------------------------------------------------------------
     def _init_cluster(self) -> None:
         """The embedded default cluster: this machine as node `local` (its GPUs from NVML)."""

@@ -69,6 +69,11 @@ class JobView:
         return (self.ended_at or time.time()) - self.started_at
 
     @property
+    def summary(self) -> str | None:
+        """The scheduler's one-line decision: policy, nodes and GPU ids, bottleneck."""
+        return (self.placement or {}).get("summary")
+
+    @property
     def bottleneck(self) -> str | None:
         chosen = (self.placement or {}).get("chosen")
         return chosen["bottleneck"] if chosen else None
