@@ -87,7 +87,7 @@ def cluster_get(output: str) -> None:
 
 @click.group("node")
 def node() -> None:
-    """Node commands."""
+    """Label nodes (kubectl's rules: changing a value needs --overwrite)."""
 
 
 @node.command("label")

@@ -124,6 +124,11 @@ def submit_mpi(
     """Submit an MPI job: COMMAND is one quoted string (an `mpirun ... program` line or a plain
     program started once per worker, torchrun-style) or the words after `--`.
 
+    Each worker sees its job's GPUs on its node in CUDA_VISIBLE_DEVICES (on emulated nodes:
+    RINGLEADER_VIRTUAL_GPUS, and no real GPU), plus RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and
+    MASTER_PORT. The job starts in the current directory and keeps running after this command
+    exits; a job that does not fit yet waits (PENDING) and starts when GPUs free up.
+
     \b
     ringleader submit mpi --name vgg --workers 4 --gpus 1 --gputopology=true \\
         "mpirun -np 4 -bind-to none -map-by slot python train.py"
