@@ -33,8 +33,10 @@ def merge_declared(current: Sequence[NodeSpec], declared: Sequence[NodeSpec]) ->
             )
     if any(s.name == LOCAL for s in declared):
         return list(declared)
-    local = next((s for s in current if s.name == LOCAL), None) or local_node()[0]
-    return [local, *declared]
+    # This machine is looked at again (a driver may have come since), keeping its labels.
+    local = local_node()[0]
+    old = next((s for s in current if s.name == LOCAL), None)
+    return [local.with_labels(dict(old.labels)) if old else local, *declared]
 
 
 def shrinking(state: ClusterState, new_nodes: Sequence[NodeSpec]) -> str | None:
