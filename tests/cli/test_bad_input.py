@@ -112,3 +112,18 @@ def test_unusable_state_database_gives_one_line_naming_the_file(cli, newer: bool
         conn.close()
     else:
         db.unlink()
+
+
+def test_bad_input_on_a_fresh_home_creates_no_database(cli, write, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("RINGLEADER_HOME", str(cli.home))
+    bad_file = write("bad.yaml", "nodes:\n  - name: far\n    preset: dgx1v\n")
+    for args in (
+        ["submit", "mpi", "--name", "g", "--gpus", "99", "--", PY, "-c", "pass"],
+        ["node", "label", "nope", "gpu-schedule=topology"],
+        ["node", "label", "local", "gpu-schedule=sometimes"],
+        ["cluster", "apply", "-f", str(bad_file)],
+        ["delete", "nothing"],
+    ):
+        assert main(args) == 2, args
+        assert not (cli.home / "state.db").exists(), args
+    capsys.readouterr()

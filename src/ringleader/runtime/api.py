@@ -22,7 +22,7 @@ from ringleader.runtime import store
 from ringleader.runtime.codec import decision_to_dict
 from ringleader.runtime.launchers import check_mpirun, log_path
 from ringleader.runtime.lifecycle import schedule_pass, schedule_pass_decisions, spawn_supervisors
-from ringleader.runtime.nodes import LOCAL, label_node, local_node, merge_declared, shrinking
+from ringleader.runtime.nodes import LOCAL, check_declared, label_node, local_node, merge_declared, shrinking
 from ringleader.runtime.procs import grace_seconds, stop_all
 from ringleader.runtime.reconcile import reconcile
 from ringleader.runtime.spec import JobSpec, submit_env
@@ -93,6 +93,7 @@ class Runtime:
         """Replace the declared cluster; refused if a node holding running jobs' GPUs would
         disappear or shrink."""
         declared = load_cluster_file(path)
+        check_declared(declared)  # bad input must not even create the database
         db = self._writable()
         with db.write() as conn:
             now = time.time()  # taken under the lock: the wait for it may be long
@@ -108,6 +109,7 @@ class Runtime:
 
     def label_node(self, node: str, key: str, value: str | None, overwrite: bool = False) -> None:
         """Set (or with value None remove) a node label; changing a value needs ``overwrite``."""
+        label_node([ns.spec for ns in self.nodes().nodes], node, key, value, overwrite)  # check first
         db = self._writable()
         with db.write() as conn:
             nodes = label_node(store.get_nodes(conn), node, key, value, overwrite)
@@ -132,12 +134,12 @@ class Runtime:
         if spec.submit_env is None:
             spec = dataclasses.replace(spec, submit_env=submit_env(dict(os.environ)))
         _check_command(spec)
+        with self.db.read() as conn:  # checked before anything is written (or created)
+            if store.job_row(conn, spec.name) is not None:
+                raise _duplicate(spec.name)
+            decision = place(store.cluster_state(conn), spec.request())
+        _refuse_unresolvable(decision)
         if dry_run:
-            with self.db.read() as conn:
-                if store.job_row(conn, spec.name) is not None:
-                    raise _duplicate(spec.name)
-                decision = place(store.cluster_state(conn), spec.request())
-            _refuse_unresolvable(decision)
             return SubmitResult(decision, decision_to_dict(decision), dry_run=True)
         db = self._writable()
         with db.write() as conn:

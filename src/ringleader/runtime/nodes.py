@@ -22,15 +22,20 @@ def local_node() -> tuple[NodeSpec, str]:
     return NodeSpec(LOCAL, found.topology), note
 
 
-def merge_declared(current: Sequence[NodeSpec], declared: Sequence[NodeSpec]) -> list[NodeSpec]:
-    """The cluster after `cluster apply`: node `local` (kept unless the file declares it) plus
-    the declared nodes. Only `local` is real: every other node must be emulated."""
+def check_declared(declared: Sequence[NodeSpec]) -> None:
+    """Only `local` is a real machine: every other declared node must be emulated."""
     for spec in declared:
         if spec.name != LOCAL and not spec.emulated:
             raise UsageError(
                 f"node {spec.name!r} is not emulated, but only node {LOCAL!r} is a real machine here",
                 f"set `emulated: true` on it, or name it {LOCAL!r} to describe this machine",
             )
+
+
+def merge_declared(current: Sequence[NodeSpec], declared: Sequence[NodeSpec]) -> list[NodeSpec]:
+    """The cluster after `cluster apply`: node `local` (unless the file declares it) plus the
+    declared nodes."""
+    check_declared(declared)
     if any(s.name == LOCAL for s in declared):
         return list(declared)
     # This machine is looked at again (a driver may have come since), keeping its labels.
