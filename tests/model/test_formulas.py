@@ -155,3 +155,19 @@ def test_allreduce_time_is_monotone_in_bytes_and_network():
         assert t(lo_b, hi_e) <= t(lo_b, lo_e)
 
     check()
+
+
+def test_compare_policies_on_a_labelled_cluster_and_a_job_too_big():
+    from ringleader.model import compare_policies
+    from ringleader.scheduler import JobRequest
+
+    labels = {"node-a": "topology", "node-b": "default"}
+    state = ClusterState.empty(
+        [NodeSpec(n, preset("dgx1v"), 25.0, (("gpu-schedule", m),)) for n, m in labels.items()]
+    )
+    job = JobRequest("j", 4, 1)
+    preds = compare_policies(state, job, model="vgg16", batch_size=64, policies=["topology", "default"])
+    assert preds["topology"] is not None and preds["topology"].placement.startswith("node-a")
+    assert preds["default"] is not None and preds["default"].placement.startswith("node-b")
+    big = compare_policies(state, JobRequest("j", 20, 1), model="vgg16", batch_size=64)
+    assert set(big.values()) == {None}

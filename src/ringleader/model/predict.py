@@ -11,7 +11,7 @@ images/s = ranks x batch / t, capped by the input pipeline when its rate is give
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ringleader.errors import UsageError
@@ -19,7 +19,7 @@ from ringleader.model.calibration import Calibration
 from ringleader.model.comm import AllreduceCost, allreduce_cost, n_ranks
 from ringleader.model.compute import ComputeRate, compute_rate, gpu_types
 from ringleader.model.tables import check_model, check_precision, grad_bytes, model_constant
-from ringleader.scheduler.framework import place, policy_names
+from ringleader.scheduler.framework import get_policy, place, policy_names
 from ringleader.scheduler.types import ClusterState, JobRequest, NodeState, Placement
 
 BOUNDS = ("compute", "communication", "data")
@@ -183,10 +183,12 @@ def compare_policies(
     **options: Any,
 ) -> dict[str, Prediction | None]:
     """For every policy (default: all registered), the prediction on the placement it picks
-    for ``job`` on ``state``; None where that policy cannot place the job."""
+    for ``job`` on ``state``; None where that policy cannot place the job. The job is submitted
+    as each policy's own kind (with or without --gputopology), so labelled nodes serve it."""
     out: dict[str, Prediction | None] = {}
     for name in policies if policies is not None else policy_names():
-        decision = place(state, job, policy=name)
+        as_kind = replace(job, topology_aware=get_policy(name).serves_topology_jobs)
+        decision = place(state, as_kind, policy=name)
         if decision.placement is None:
             out[name] = None
             continue
