@@ -42,13 +42,11 @@ def when(ts: float | None) -> str:
     return datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S") if ts else "N/A"
 
 
-def prediction_line(model: str | None, plan: dict[str, Any] | None) -> str | None:
-    """The "Prediction:" line of `get` and `submit --dry-run` when --model was given.
-
-    Placeholder: throughput predictions from ``ringleader.model`` plug in here; until then
-    nothing is printed."""
-    del model, plan
-    return None
+def prediction_line(prediction: dict[str, Any] | None) -> str | None:
+    """The "Prediction:" line of `get` and `submit --dry-run` when --model was given."""
+    if not prediction:
+        return None
+    return prediction.get("summary") or f"unavailable: {prediction.get('error')}"
 
 
 # -- submit ---------------------------------------------------------------------------------------
@@ -165,7 +163,7 @@ def render_plan(result: SubmitResult) -> None:
     runner = plan["runner_up"]
     if runner:
         click.echo(f"Runner-up:   {runner['describe']} (objective {_objective(runner['objective'])})")
-    line = prediction_line(req.get("model"), plan)
+    line = prediction_line(result.extra.get("prediction"))
     if line:
         click.echo(f"Prediction:  {line}")
     rows = [[w["index"], w["node"], ",".join(map(str, w["gpus"])) or "-"] for w in chosen["workers"]]
@@ -198,14 +196,16 @@ def render_submitted(result: SubmitResult) -> None:
 def get(name: str, output: str, show_events: bool, job_type: str | None) -> None:
     """Show a job: status, placement and its instances (arena get)."""
     del job_type
-    job = open_runtime().get(name)
+    runtime = open_runtime()
+    job = runtime.get(name)
+    prediction = runtime.prediction(name) if job.spec.model else None
     if output in ("json", "yaml"):
-        emit_data(job.to_dict(), output)
+        emit_data({**job.to_dict(), "prediction": prediction}, output)
         return
-    render_job(job, wide=output == "wide", events=show_events)
+    render_job(job, wide=output == "wide", events=show_events, prediction=prediction)
 
 
-def render_job(job: JobView, wide: bool, events: bool) -> None:
+def render_job(job: JobView, wide: bool, events: bool, prediction: dict[str, Any] | None = None) -> None:
     lines = [
         ("Name", job.name), ("Status", job.status.value), ("Priority", str(job.priority) if job.priority else "N/A"),
         ("Trainer", job.trainer), ("Duration", duration(job.duration)),
@@ -216,7 +216,7 @@ def render_job(job: JobView, wide: bool, events: bool) -> None:
         lines.append(("Bottleneck", job.bottleneck or "N/A"))
     if job.reason:
         lines.append(("Reason", job.reason))
-    line = prediction_line(job.spec.model, job.placement)
+    line = prediction_line(prediction)
     if line:
         lines.append(("Prediction", line))
     for key, value in lines:

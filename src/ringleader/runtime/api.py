@@ -16,6 +16,7 @@ import shutil
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from ringleader.errors import ConflictError, DependencyError, NotFoundError, UnschedulableError, UsageError
 from ringleader.runtime import store
@@ -23,6 +24,7 @@ from ringleader.runtime.codec import decision_to_dict
 from ringleader.runtime.launchers import check_mpirun, log_path
 from ringleader.runtime.lifecycle import schedule_pass, schedule_pass_decisions, spawn_supervisors
 from ringleader.runtime.nodes import LOCAL, check_declared, label_node, local_node, merge_declared, shrinking
+from ringleader.runtime.prediction import placement_from_plan, predict_job
 from ringleader.runtime.procs import grace_seconds, stop_all
 from ringleader.runtime.reconcile import reconcile
 from ringleader.runtime.spec import JobSpec, submit_env
@@ -137,10 +139,12 @@ class Runtime:
         with self.db.read() as conn:  # checked before anything is written (or created)
             if store.job_row(conn, spec.name) is not None:
                 raise _duplicate(spec.name)
-            decision = place(store.cluster_state(conn), spec.request())
+            state = store.cluster_state(conn)
+            decision = place(state, spec.request())
         _refuse_unresolvable(decision)
         if dry_run:
-            return SubmitResult(decision, decision_to_dict(decision), dry_run=True)
+            prediction = predict_job(state, spec, decision.placement) if decision.placement else None
+            return SubmitResult(decision, decision_to_dict(decision), dry_run=True, extra={"prediction": prediction})
         db = self._writable()
         with db.write() as conn:
             now = time.time()  # taken under the lock: the wait for it may be long
@@ -160,6 +164,17 @@ class Runtime:
             if row is None:
                 raise NotFoundError(f"job {name!r} not found", "see `ringleader list`")
             return job_view(conn, row)
+
+    def prediction(self, name: str) -> dict[str, Any] | None:
+        """Predicted images/s of the job's placement and of the other policy's placement on the
+        cluster as it is now without this job; None if the job has no --model hint or no placement."""
+        job = self.get(name)
+        placement = placement_from_plan(name, job.placement)
+        if placement is None or not job.spec.model:
+            return None
+        with self.db.read() as conn:
+            state = store.cluster_state(conn).without_job(name)
+        return predict_job(state, job.spec, placement)
 
     def list_jobs(self) -> list[JobView]:
         with self.db.read() as conn:

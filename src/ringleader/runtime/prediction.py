@@ -1,0 +1,89 @@
+"""Throughput predictions for a job's placement, shown by `get` and `submit --dry-run`.
+
+A job submitted with ``--model`` gets "predicted N images/s; <other policy> placement would give
+M" from ``ringleader.model``. The per-GPU batch and precision are read from the job's own command
+line (tf_cnn_benchmarks' ``--batch_size=64``/``--use_fp16``, ``--batch-size``/``--precision``),
+else the reference study's batch of 64 in fp32.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ringleader.errors import RingleaderError
+from ringleader.runtime.spec import JobSpec
+from ringleader.scheduler import ClusterState, Placement, WorkerSlot, place
+
+DEFAULT_BATCH = 64
+_BATCH_FLAGS = ("--batch_size", "--batch-size")
+_PRECISION_FLAGS = ("--precision",)
+
+
+def workload_hints(command: Sequence[str]) -> tuple[int, str]:
+    """(per-GPU batch, precision) named on the command line, else (64, fp32)."""
+    batch, precision = DEFAULT_BATCH, "fp32"
+    words = list(command)
+    for i, word in enumerate(words):
+        key, _, value = word.partition("=")
+        if not value and i + 1 < len(words) and key in (*_BATCH_FLAGS, *_PRECISION_FLAGS):
+            value = words[i + 1]
+        if key in _BATCH_FLAGS and value.isdigit() and int(value) > 0:
+            batch = int(value)
+        elif key in _PRECISION_FLAGS and value in ("fp32", "fp16", "bf16"):
+            precision = value
+        elif key == "--use_fp16" and value.lower() in ("", "true", "1"):
+            precision = "fp16"
+    return batch, precision
+
+
+def placement_from_plan(name: str, plan: dict[str, Any] | None) -> Placement | None:
+    """The Placement stored with a job's decision (None while it has none)."""
+    chosen = (plan or {}).get("chosen")
+    if not chosen:
+        return None
+    slots = tuple(
+        WorkerSlot(int(w["index"]), str(w["node"]), tuple(int(g) for g in w["gpus"])) for w in chosen["workers"]
+    )
+    return Placement(name, slots)
+
+
+def predict_job(state: ClusterState, spec: JobSpec, placement: Placement) -> dict[str, Any] | None:
+    """Prediction for ``placement`` and for the placement the other policy would pick on
+    ``state`` (the cluster without this job). None when the job gave no model hint."""
+    if not spec.model:
+        return None
+    batch, precision = workload_hints(spec.command)
+    out: dict[str, Any] = {"model": spec.model, "batch_size": batch, "precision": precision}
+    if spec.gpus_per_worker == 0:
+        return {**out, "error": "a CPU-only job: the model predicts GPU training"}
+    from ringleader.model import predict_placement
+
+    request = spec.request()
+    other = "default" if spec.topology_aware else "topology"
+    try:
+        own = predict_placement(state.by_name, placement, spec.model, batch, precision)
+        alternative = place(state, request, policy=other)
+        alt = (
+            predict_placement(state.by_name, alternative.placement, spec.model, batch, precision)
+            if alternative.placement is not None
+            else None
+        )
+    except RingleaderError as exc:
+        return {**out, "error": exc.one_line()}
+    out.update(
+        images_per_s=round(own.images_per_s, 1), step_time_s=own.step_time_s, bound=own.bound,
+        scaling_efficiency=own.scaling_efficiency, gpu_type=own.gpu_type,
+        alternative={
+            "policy": other,
+            "placement": alternative.placement.describe() if alternative.placement else None,
+            "images_per_s": round(alt.images_per_s, 1) if alt else None,
+        },
+    )  # fmt: skip
+    workload = f"{spec.model}, batch {batch}/GPU, {precision}"
+    summary = f"predicted {own.images_per_s:.0f} images/s ({own.bound}-bound; {workload})"
+    if alt is not None:
+        ratio = own.images_per_s / alt.images_per_s
+        summary += f"; {other} placement would give {alt.images_per_s:.0f} ({ratio:.2f}x)"
+    out["summary"] = summary
+    return out

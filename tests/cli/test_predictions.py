@@ -1,0 +1,48 @@
+"""`submit --dry-run` and `get` with a --model hint say what the placement buys, in images/s."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ringleader.runtime.prediction import workload_hints
+
+Cli = Any  # the `seeds_cli` fixture of tests/cli/conftest.py
+
+
+def test_workload_hints_read_tf_cnn_benchmarks_and_ringleader_flags() -> None:
+    assert workload_hints(["python", "tf_cnn_benchmarks.py", "--batch_size=128", "--use_fp16"]) == (128, "fp16")
+    assert workload_hints(["ringleader", "bench", "train", "--batch-size", "32", "--precision", "bf16"]) == (32, "bf16")
+    assert workload_hints(["python", "train.py"]) == (64, "fp32")
+
+
+def test_dry_run_compares_the_seed_placements(seeds_cli: Cli) -> None:
+    plans = {}
+    for flag in ("--gputopology", "--no-gputopology"):
+        out = seeds_cli.ok(
+            "submit", "mpi", "--name", "vgg", "--workers", "4", "--gpus", "1", flag, "--model", "vgg16",
+            "--dry-run", "-o", "json", "--", "python", "tf_cnn_benchmarks.py", "--batch_size=64",
+        )
+        plans[flag] = json.loads(out)["prediction"]
+    topo, default = plans["--gputopology"], plans["--no-gputopology"]
+    # The reference study measured 991.92 (one node's NVLinked quad) vs 200.47 (2+2 over 25 GbE TCP).
+    assert topo["bound"] == "compute" and default["bound"] == "communication"
+    assert topo["images_per_s"] > 3 * default["images_per_s"]
+    assert topo["alternative"]["images_per_s"] == default["images_per_s"]
+    text = seeds_cli.ok("submit", "mpi", "--name", "vgg", "--workers", "4", "--gpus", "1", "--gputopology",
+                        "--model", "vgg16", "--dry-run", "--", "python", "train.py")  # fmt: skip
+    assert "Prediction:  predicted" in text and "default placement would give" in text
+
+
+def test_get_shows_the_prediction_of_a_running_job(seeds_cli: Cli) -> None:
+    seeds_cli.ok("submit", "mpi", "--name", "r50", "--workers", "2", "--gpus", "1", "--model", "resnet50",
+                 "--", "python", "-c", "pass")  # fmt: skip
+    job = json.loads(seeds_cli.ok("get", "r50", "-o", "json"))
+    assert job["prediction"]["model"] == "resnet50"
+    assert job["prediction"]["alternative"]["policy"] == "topology"
+
+
+def test_unknown_model_hint_is_reported_not_fatal(seeds_cli: Cli) -> None:
+    out = json.loads(seeds_cli.ok("submit", "mpi", "--name", "x", "--workers", "2", "--gpus", "1", "--model", "gpt9",
+                                  "--dry-run", "-o", "json", "--", "python", "t.py"))  # fmt: skip
+    assert "unknown model 'gpt9'" in out["prediction"]["error"]
