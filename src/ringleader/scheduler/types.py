@@ -281,7 +281,7 @@ class Bottleneck:
 
     def describe(self) -> str:
         if self.kind == "none":
-            return "no GPU-to-GPU traffic (one GPU)"
+            return "no GPU-to-GPU traffic (at most one GPU)"
         return f"{self.kind} {self.gbs:g} GB/s ({self.where})"
 
 
