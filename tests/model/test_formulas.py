@@ -171,3 +171,13 @@ def test_compare_policies_on_a_labelled_cluster_and_a_job_too_big():
     assert preds["default"] is not None and preds["default"].placement.startswith("node-b")
     big = compare_policies(state, JobRequest("j", 20, 1), model="vgg16", batch_size=64)
     assert set(big.values()) == {None}
+
+
+def test_comparison_line_for_the_scheduler():
+    from ringleader.model import compare_policies, comparison_line
+    from ringleader.scheduler import JobRequest
+
+    preds = compare_policies(two_dgx1v(), JobRequest("j", 4, 1), model="vgg16", batch_size=64)
+    line = comparison_line(preds, "topology")
+    assert line.startswith("predicted 900 images/s (compute-bound); default placement would give 200 (4.5x)")
+    assert comparison_line({"topology": None}, "topology") == "topology cannot place the job"

@@ -17,7 +17,7 @@ from ringleader.model.calibration import (
 )
 from ringleader.model.comm import AllreduceCost, Hop, allreduce_cost, allreduce_time_s
 from ringleader.model.compute import ComputeRate, compute_rate
-from ringleader.model.predict import Prediction, compare_policies, predict_placement
+from ringleader.model.predict import Prediction, compare_policies, comparison_line, predict_placement
 from ringleader.model.tables import grad_bytes
 
 
@@ -48,6 +48,7 @@ __all__ = [
     "allreduce_cost",
     "allreduce_time_s",
     "compare_policies",
+    "comparison_line",
     "compute_rate",
     "grad_bytes",
     "known_gpu_types",
