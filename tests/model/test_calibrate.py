@@ -149,3 +149,11 @@ def test_bandwidth_comes_from_gradient_sized_messages(tmp_path):
             row["oop"] = row["ip"] = dict(row["oop"], time_us=t)
     cal, _ = calibrate_files([write(tmp_path, "m.json", doc)])
     assert cal.links["mpi/local"].gbs == pytest.approx(1.0, rel=0.02)
+
+
+def test_bench_fields_device_name_threads_and_image_size(tmp_path):
+    doc = dict(train_doc(16, 50.0), device="cuda:0", device_name="NVIDIA H100 80GB HBM3",
+               config={"image_size": 128}, env={"OMP_NUM_THREADS": "4"})  # fmt: skip
+    cal, _ = calibrate_files([write(tmp_path, "g.json", doc)])
+    (fit,) = cal.compute
+    assert (fit.gpu_type, fit.image_size, fit.threads) == ("H100", 128, 4)
