@@ -209,14 +209,17 @@ class ClusterState:
             old_key, new_key = group_key(old), group_key(new)
             if old_key == new_key:
                 continue
-            left = tuple(p for p in index[old_key] if p != pos)
+            # Buckets are sorted position tuples: bisect and slice (copies in C, not per element).
+            old_bucket = index[old_key]
+            at = bisect.bisect_left(old_bucket, pos)
+            left = old_bucket[:at] + old_bucket[at + 1 :]
             if left:
                 index[old_key] = left
             else:
                 del index[old_key]
-            bucket = list(index.get(new_key, ()))
-            bisect.insort(bucket, pos)
-            index[new_key] = tuple(bucket)
+            new_bucket = index.get(new_key, ())
+            at = bisect.bisect_left(new_bucket, pos)
+            index[new_key] = (*new_bucket[:at], pos, *new_bucket[at:])
         return ClusterState(tuple(nodes), index, self.positions)
 
     def with_placement(self, placement: Placement) -> ClusterState:
