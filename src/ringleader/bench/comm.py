@@ -213,20 +213,31 @@ class MpiComm(Comm):
         self._comm = MPI.COMM_WORLD
         self.rank = self._comm.Get_rank()
         self.world_size = self._comm.Get_size()
-        self._ops = {"float16": MPI.Op.Create(_sum_f16, commute=True),
-                     "bfloat16": MPI.Op.Create(_sum_bf16, commute=True)}  # fmt: skip
+        self._ops = {torch.float16: MPI.Op.Create(_sum_f16, commute=True),
+                     torch.bfloat16: MPI.Op.Create(_sum_bf16, commute=True)}  # fmt: skip
+        self._bufs: dict[tuple[int, int, Any], list[Any]] = {}
 
     def _buf(self, t: Any) -> list[Any]:
-        """[numpy view, MPI datatype] of a contiguous CPU tensor."""
-        import torch
+        """[numpy view, MPI datatype] of a contiguous CPU tensor, cached for the last few
+        buffers (a timed loop calls this twice per operation; the view keeps its tensor alive,
+        so a cached address cannot be reused by another tensor while cached)."""
+        key = (t.data_ptr(), t.numel(), t.dtype)
+        spec = self._bufs.get(key)
+        if spec is None:
+            import torch
 
-        if t.dtype in (torch.float16, torch.bfloat16):
-            return [t.view(torch.int16).numpy(), self._mpi.SHORT]
-        return [t.numpy(), self._mpi._typedict[t.numpy().dtype.char]]
+            if t.dtype in (torch.float16, torch.bfloat16):
+                spec = [t.view(torch.int16).numpy(), self._mpi.SHORT]
+            else:
+                arr = t.numpy()
+                spec = [arr, self._mpi._typedict[arr.dtype.char]]
+            if len(self._bufs) >= 4:
+                self._bufs.pop(next(iter(self._bufs)))
+            self._bufs[key] = spec
+        return spec
 
     def _op(self, t: Any) -> Any:
-        name = str(t.dtype).removeprefix("torch.")
-        return self._ops.get(name, self._mpi.SUM)
+        return self._ops.get(t.dtype, self._mpi.SUM)
 
     def _div(self, t: Any, op: str) -> None:
         if op == "avg":
@@ -278,6 +289,7 @@ class MpiComm(Comm):
             if op != self._mpi.OP_NULL:
                 op.Free()
         self._ops = {}
+        self._bufs.clear()
 
 
 def init(backend: str, info: RankInfo | None = None) -> Comm:
