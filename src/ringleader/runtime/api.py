@@ -21,15 +21,14 @@ from typing import Any
 from ringleader.errors import ConflictError, DependencyError, NotFoundError, UnschedulableError, UsageError
 from ringleader.runtime import store
 from ringleader.runtime.codec import decision_to_dict
-from ringleader.runtime.launchers import check_mpirun, log_path
+from ringleader.runtime.launchers import RANK_MODULE, check_mpirun, instance_targets, log_path, plan_path
 from ringleader.runtime.lifecycle import schedule_pass, schedule_pass_decisions, spawn_supervisors
 from ringleader.runtime.nodes import LOCAL, check_declared, label_node, local_node, merge_declared, shrinking
 from ringleader.runtime.prediction import placement_from_plan, predict_job
-from ringleader.runtime.procs import grace_seconds, stop_all
+from ringleader.runtime.procs import find_by_args, grace_seconds, stop_all
 from ringleader.runtime.reconcile import reconcile
 from ringleader.runtime.spec import JobSpec, submit_env
 from ringleader.runtime.states import JobStatus
-from ringleader.runtime.supervisor import read_state
 from ringleader.runtime.views import JobView, SubmitResult, job_view
 from ringleader.scheduler import ClusterState, Code, Decision, place
 from ringleader.topology import load_cluster_file
@@ -272,12 +271,10 @@ class Runtime:
             return
         # The supervisor goes first (SIGKILL: it must not record a failure or start anything).
         stop_all([(row["supervisor_pid"], row["supervisor_start"])] if row["supervisor_pid"] else [], 0)
-        targets = [(i["pid"], i["pid_start"]) for i in insts if i["pid"]]
-        for inst in insts:
-            st = read_state(self.home / "run" / name / f"{inst['name']}.json") or {}
-            pairs = (("pid", "pid_start"), ("child_pid", "child_start"))
-            targets += [(st[p], st.get(s)) for p, s in pairs if st.get(p)]
-        stop_all(targets, grace_seconds())
+        targets = [t for i in insts for t in instance_targets(self.home, name, i["name"], i["pid"], i["pid_start"])]
+        # A wrapper the supervisor started but had not recorded yet: found by its plan file.
+        targets += find_by_args(RANK_MODULE, str(plan_path(self.home, name)))
+        stop_all(list(dict.fromkeys(targets)), grace_seconds())
 
     def prune(self, since_seconds: float) -> list[str]:
         """Delete finished jobs that ended more than ``since_seconds`` ago."""

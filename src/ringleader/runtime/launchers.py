@@ -7,10 +7,11 @@ worker with torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, ...
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ _ONE_VALUE = {
 }  # fmt: skip
 _OWNED = {"np", "n", "c", "H", "host", "hostfile", "machinefile", "default-hostfile"}
 _NP = {"np", "n", "c"}
+RANK_MODULE = "ringleader.runtime.rank"
 
 
 def is_mpirun(argv: Sequence[str]) -> bool:
@@ -39,7 +41,7 @@ def is_mpirun(argv: Sequence[str]) -> bool:
 
 def rank_wrapper(plan: Path, launcher: bool = False, rank: int | None = None) -> list[str]:
     """The argv prefix that runs a program under ringleader's rank wrapper."""
-    cmd = [sys.executable, "-m", "ringleader.runtime.rank", str(plan)]
+    cmd = [sys.executable, "-m", RANK_MODULE, str(plan)]
     if launcher:
         cmd.append("--launcher")
     if rank is not None:
@@ -162,3 +164,59 @@ def state_path(home: Path, job: str, instance: str) -> Path:
 
 def plan_path(home: Path, job: str) -> Path:
     return home / "run" / job / "plan.json"
+
+
+def read_state(path: Path) -> dict[str, Any] | None:
+    """The rank wrapper's state file (pid, start times, child, exit code), if written yet."""
+    try:
+        return dict(json.loads(path.read_text()))
+    except (OSError, ValueError):
+        return None
+
+
+def instance_targets(home: Path, job: str, instance: str, pid: int | None,
+                     pid_start: int | None) -> list[tuple[int, int]]:  # fmt: skip
+    """The processes of one instance that may be signalled: its wrapper (as recorded, or from
+    its state file) and the wrapper's program.
+
+    A process whose start time is unknown is never a target (its pid may belong to anyone by
+    now), and neither is an instance whose state file already holds an exit code (it is over)."""
+    st = read_state(state_path(home, job, instance)) or {}
+    if "exit_code" in st:
+        return []
+    pairs = [(pid, pid_start), (st.get("pid"), st.get("pid_start")), (st.get("child_pid"), st.get("child_start"))]
+    out: list[tuple[int, int]] = []
+    for p, start in pairs:
+        if p and start is not None and (int(p), int(start)) not in out:
+            out.append((int(p), int(start)))
+    return out
+
+
+def job_env(submit_env: Mapping[str, str] | None) -> dict[str, str]:
+    """The environment a job's wrappers start with: what the job recorded at submit, plus what
+    the wrapper needs to import ringleader. Never the environment of whichever process happens
+    to start the job (another job's supervisor may start a pending one)."""
+    env = dict(submit_env or {})
+    env.setdefault("PATH", os.defpath)
+    extra = _import_path()
+    if extra:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), extra) if p)
+    return env
+
+
+def supervisor_env() -> dict[str, str]:
+    """The minimal environment of a supervisor: a PATH, ringleader importable, and the
+    runtime's own settings (RINGLEADER_*), nothing of the starting command's shell."""
+    env = {"PATH": os.defpath}
+    env.update({k: v for k, v in os.environ.items() if k.startswith("RINGLEADER_")})
+    extra = _import_path()
+    if extra:
+        env["PYTHONPATH"] = extra
+    return env
+
+
+def _import_path() -> str | None:
+    """The folder ringleader was imported from, if only PYTHONPATH made it importable."""
+    root = str(Path(__file__).resolve().parents[2])
+    entries = [str(Path(p).resolve()) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return root if root in entries else None

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ringleader.runtime import store
 from ringleader.runtime.codec import decision_to_dict, placement_to_dict
+from ringleader.runtime.launchers import supervisor_env
 from ringleader.runtime.spec import JobSpec
 from ringleader.runtime.states import InstanceStatus, JobStatus
 from ringleader.scheduler import Decision, QueuedJob, schedule_queue
@@ -86,7 +87,8 @@ def finish_job(conn: sqlite3.Connection, name: str, status: JobStatus, reason: s
 
 
 def spawn_supervisors(home: Path, jobs: Iterable[str]) -> None:
-    """Start one detached supervisor per job: it outlives the command that started it."""
+    """Start one detached supervisor per job: it outlives the command that started it. Its
+    environment is minimal (see supervisor_env): a job's processes get only the job's own."""
     for job in jobs:
         run_dir = home / "run" / job
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -94,5 +96,5 @@ def spawn_supervisors(home: Path, jobs: Iterable[str]) -> None:
             subprocess.Popen(
                 [sys.executable, "-m", "ringleader.runtime.supervisor", str(home), job],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True, close_fds=True,
+                start_new_session=True, close_fds=True, env=supervisor_env(),
             )  # fmt: skip

@@ -31,8 +31,9 @@ def alive(pid: int | None, started: int | None) -> bool:
 
 
 def signal_proc(pid: int, started: int | None, sig: int) -> None:
-    """Send ``sig`` to the process (and to its process group when it leads one)."""
-    if not alive(pid, started):
+    """Send ``sig`` to the process (and to its process group when it leads one); never to a
+    process whose start time is unknown (its pid may have been reused by anyone)."""
+    if started is None or not alive(pid, started):
         return
     try:
         if os.getpgid(pid) == pid and pid != os.getpgrp():
@@ -45,7 +46,7 @@ def signal_proc(pid: int, started: int | None, sig: int) -> None:
 
 def stop_all(procs: Iterable[tuple[int, int | None]], grace_s: float) -> None:
     """SIGTERM every process, wait up to ``grace_s`` for them to go, then SIGKILL the rest."""
-    targets = [(pid, st) for pid, st in procs if alive(pid, st)]
+    targets = [(pid, st) for pid, st in procs if st is not None and alive(pid, st)]
     for pid, st in targets:
         signal_proc(pid, st, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
@@ -53,6 +54,24 @@ def stop_all(procs: Iterable[tuple[int, int | None]], grace_s: float) -> None:
         time.sleep(0.05)
     for pid, st in targets:
         signal_proc(pid, st, signal.SIGKILL)
+
+
+def find_by_args(*needles: str) -> list[tuple[int, int]]:
+    """(pid, start time) of every process whose argv holds all of ``needles`` as arguments."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                args = fh.read().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if all(n in args for n in needles):
+            started = start_time(int(entry))
+            if started is not None:
+                found.append((int(entry), started))
+    return found
 
 
 def grace_seconds() -> float:

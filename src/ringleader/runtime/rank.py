@@ -24,6 +24,13 @@ from ringleader.runtime.procs import start_time
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
 
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
 def stamp() -> bytes:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ ").encode()
 
@@ -88,7 +95,10 @@ def main(argv: list[str]) -> int:
     state_file, log_file = Path(entry["state"]), Path(entry["log"])
     state_file.parent.mkdir(parents=True, exist_ok=True)
     log_file.parent.mkdir(parents=True, exist_ok=True)
-    state: dict[str, Any] = {"pid": os.getpid(), "pid_start": start_time(os.getpid()), "instance": entry["instance"]}
+    state: dict[str, Any] = {
+        "pid": os.getpid(), "pid_start": start_time(os.getpid()), "instance": entry["instance"],
+        "started_at": time.time(),
+    }  # fmt: skip
     _write_state(state_file, state)
     with open(log_file, "ab") as log:
         try:
@@ -100,14 +110,19 @@ def main(argv: list[str]) -> int:
             return 127
         for sig in FORWARDED:
             signal.signal(sig, lambda s, _f: child.send_signal(s))
-        _write_state(state_file, {**state, "child_pid": child.pid, "child_start": start_time(child.pid)})
+        state.update(child_pid=child.pid, child_start=start_time(child.pid))
+        _write_state(state_file, state)
         assert child.stdout is not None
         pump = threading.Thread(target=_pump, args=(child.stdout, log, tee), daemon=True)
         pump.start()
         code = child.wait()
         pump.join(timeout=5)
-    _write_state(state_file, {**state, "child_pid": child.pid, "exit_code": code, "ended_at": time.time()})
-    return code if code >= 0 else 128 - code
+    # Killed by a signal: 128 + its number, as shells, Kubernetes and arena show it.
+    final: dict[str, Any] = {**state, "exit_code": code if code >= 0 else 128 - code, "ended_at": time.time()}
+    if code < 0:
+        final["signal"] = signal_name(-code)
+    _write_state(state_file, final)
+    return int(final["exit_code"])
 
 
 if __name__ == "__main__":

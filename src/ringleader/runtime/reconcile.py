@@ -1,4 +1,5 @@
-"""Crash recovery, run at the start of every command: no GPU stays allocated to a dead process.
+"""Crash recovery, run at the start of every command and by every supervisor when its job
+ends: no GPU stays allocated to a dead process.
 
 For each RUNNING job whose supervisor is gone (checked by pid and start time, so a reused PID is
 not mistaken for it): if any of its processes still lives, a new supervisor adopts the job;
@@ -12,11 +13,10 @@ import time
 from pathlib import Path
 
 from ringleader.runtime import store
-from ringleader.runtime.launchers import state_path
+from ringleader.runtime.launchers import instance_targets, read_state, state_path
 from ringleader.runtime.lifecycle import finish_job, schedule_pass, spawn_supervisors
 from ringleader.runtime.procs import alive
 from ringleader.runtime.states import InstanceStatus, JobStatus
-from ringleader.runtime.supervisor import read_state
 
 # A job placed this recently may still be waiting for its supervisor to start and claim it.
 LAUNCH_GRACE_S = 30.0
@@ -30,15 +30,11 @@ def _orphaned(row: sqlite3.Row, now: float) -> bool:
 
 
 def _live(home: Path, conn: sqlite3.Connection, job: str) -> bool:
-    for inst in store.instances(conn, job):
-        if alive(inst["pid"], inst["pid_start"]):
-            return True
-        st = read_state(state_path(home, job, inst["name"])) or {}
-        if "exit_code" in st:
-            continue
-        if alive(st.get("pid"), st.get("pid_start")) or alive(st.get("child_pid"), st.get("child_start")):
-            return True
-    return False
+    return any(
+        alive(pid, started)
+        for inst in store.instances(conn, job)
+        for pid, started in instance_targets(home, job, inst["name"], inst["pid"], inst["pid_start"])
+    )
 
 
 def _close_instances(home: Path, conn: sqlite3.Connection, job: str, now: float) -> tuple[bool, str]:

@@ -2,14 +2,17 @@
 
 It claims the job (one live supervisor per job), starts the job's instances (or adopts them
 after a crash), watches them, fails the job on the first failure (earliest failure = root
-cause; siblings get SIGTERM, then SIGKILL after a grace period), frees the GPUs and runs a
-scheduling pass so pending jobs start without anyone acting.
+cause; siblings get SIGTERM, then SIGKILL after a grace period), frees the GPUs, runs a
+scheduling pass so pending jobs start without anyone acting, and reconciles (so a peer job
+whose supervisor was lost is noticed without a user command). If its job disappears (deleted)
+it stops every process it started.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -20,21 +23,28 @@ from typing import Any
 
 from ringleader.runtime import store
 from ringleader.runtime.codec import placement_from_dict
-from ringleader.runtime.launchers import build_plan, plan_path, rank_wrapper, rewrite_mpirun, state_path
+from ringleader.runtime.launchers import (
+    build_plan,
+    instance_targets,
+    job_env,
+    plan_path,
+    rank_wrapper,
+    read_state,
+    rewrite_mpirun,
+    state_path,
+)  # fmt: skip
 from ringleader.runtime.lifecycle import finish_job, schedule_pass, spawn_supervisors
 from ringleader.runtime.procs import alive, grace_seconds, start_time, stop_all
+from ringleader.runtime.rank import signal_name
+from ringleader.runtime.reconcile import reconcile
 from ringleader.runtime.spec import JobSpec
 from ringleader.runtime.states import InstanceStatus, JobStatus
 
 POLL_S = 0.25
-
-
-def read_state(path: Path) -> dict[str, Any] | None:
-    """The rank wrapper's state file (pid, start time, child, exit code), if written yet."""
-    try:
-        return dict(json.loads(path.read_text()))
-    except (OSError, ValueError):
-        return None
+# After adoption: how long an instance with neither a pid nor a state file may still be a
+# wrapper that the lost supervisor started and that has not written its state file yet.
+START_GRACE_S = 5.0
+NEVER_STARTED = "never started: supervisor died during launch"
 
 
 @dataclass
@@ -54,18 +64,11 @@ class Watched:
     dirty: bool = False
     stopping: bool = False
     started_at: float | None = None
+    signal: str | None = None
 
     @property
     def done(self) -> bool:
         return self.status.is_terminal()
-
-    def targets(self) -> list[tuple[int, int | None]]:
-        """This instance's processes: the wrapper and, from its state file, its program."""
-        out: list[tuple[int, int | None]] = [(self.pid, self.pid_start)] if self.pid else []
-        st = read_state(self.state_file) or {}
-        if st.get("child_pid"):
-            out.append((int(st["child_pid"]), st.get("child_start")))
-        return out
 
 
 class Supervisor:
@@ -76,6 +79,9 @@ class Supervisor:
         self.watched: list[Watched] = []
         self.root: Watched | None = None
         self.interrupted = False
+        self.adopted_at: float | None = None
+        self.checked_at = 0.0  # when still_mine() last read the job
+        self.starting: Watched | None = None  # the instance being started, if Popen raises
 
     # -- claim, launch, adopt -------------------------------------------------------------------
     def claim(self) -> tuple[JobSpec, dict[str, Any], bool] | None:
@@ -93,7 +99,8 @@ class Supervisor:
                 fields["launched_at"] = time.time()  # the intent, before any process exists
             store.update_job(conn, self.job, **fields)
             if launched:
-                store.add_event(conn, self.job, "Adopted", f"supervisor pid {self.me} watches the job", time.time())
+                self.adopted_at = time.time()
+                store.add_event(conn, self.job, "Adopted", f"supervisor pid {self.me} watches the job", self.adopted_at)
             for inst in store.instances(conn, self.job):
                 self.watched.append(Watched(
                     inst["name"], inst["role"], state_path(self.home, self.job, inst["name"]),
@@ -102,7 +109,11 @@ class Supervisor:
                 ))  # fmt: skip
             return JobSpec.from_dict(json.loads(row["spec"])), json.loads(row["placement"]), launched
 
-    def launch(self, spec: JobSpec, placement_data: dict[str, Any]) -> None:
+    def targets(self, w: Watched) -> list[tuple[int, int]]:
+        return instance_targets(self.home, self.job, w.name, w.pid, w.pid_start)
+
+    def launch(self, spec: JobSpec, placement_data: dict[str, Any]) -> bool:
+        """Start every instance; False if the job was deleted meanwhile (then all is stopped)."""
         with self.db.read() as conn:
             nodes = {n.name: n for n in store.get_nodes(conn)}
         placement = placement_from_dict(spec.name, placement_data)
@@ -114,23 +125,30 @@ class Supervisor:
             emulated = any(nodes[n].emulated for n in placement.nodes)
             argv = rewrite_mpirun(spec.command, spec.workers, emulated, pfile)
             self._start(f"{spec.name}-launcher", [*rank_wrapper(pfile, launcher=True), *argv], spec)
-            detail = " ".join(argv)
+            detail = shlex.join(argv)
         else:
             for slot in placement.slots:
                 argv = [*rank_wrapper(pfile, rank=slot.index), *spec.command]
                 self._start(f"{spec.name}-worker-{slot.index}", argv, spec)
-            detail = " ".join(spec.command)
-        self.persist(event=("Started", f"{len(placement.slots)} worker(s): {detail}"))
+            detail = shlex.join(spec.command)
+        if not self.persist(event=("Started", f"{len(placement.slots)} worker(s): {detail}")):
+            self.abandon()
+            return False
+        return True
 
     def _start(self, instance: str, argv: list[str], spec: JobSpec) -> None:
         w = next(w for w in self.watched if w.name == instance)
-        env = {**os.environ, **(spec.submit_env or {})}
+        self.starting = w
+        # The job's own recorded environment, never this supervisor's (see job_env).
+        env = job_env(spec.submit_env)
+        # Its own session (process group led by the wrapper), so stopping it reaches its program.
         w.popen = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True, close_fds=True, cwd=spec.workdir, env=env,
         )  # fmt: skip
         w.pid, w.pid_start, w.started_at = w.popen.pid, start_time(w.popen.pid), time.time()
         w.status, w.dirty = InstanceStatus.RUNNING, True
+        self.starting = None
 
     # -- watching ---------------------------------------------------------------------------------
     def observe(self) -> None:
@@ -142,21 +160,27 @@ class Supervisor:
                 continue
             st = read_state(w.state_file)
             if st and w.pid is None:
-                w.pid, w.pid_start, w.started_at = int(st["pid"]), st.get("pid_start"), now
+                w.pid, w.pid_start = int(st["pid"]), st.get("pid_start")
+                w.started_at = float(st.get("started_at", now))  # an mpirun rank's own start
                 w.status, w.dirty = InstanceStatus.RUNNING, True
             exited = w.popen is not None and w.popen.poll() is not None
             gone = w.pid is not None and (exited or not alive(w.pid, w.pid_start))
             if gone:
                 st = read_state(w.state_file)  # the wrapper writes its exit code just before it exits
             if st and "exit_code" in st:
+                w.signal = st.get("signal")
                 self._end(w, int(st["exit_code"]), float(st.get("ended_at", now)), "")
             elif gone:
                 code = w.popen.returncode if exited and w.popen else None
                 self._end(w, code, now, "process lost (no exit code recorded)")
             elif w.pid is None and has_launcher and launcher_done:
                 self._end(w, None, now, "never started")
+            elif w.pid is None and not has_launcher and self.adopted_at and now - self.adopted_at > START_GRACE_S:
+                self._end(w, None, now, NEVER_STARTED)
 
     def _end(self, w: Watched, code: int | None, ended: float, note: str) -> None:
+        if code is not None and code < 0:  # killed by a signal: 128 + its number, as Kubernetes shows
+            w.signal, code = signal_name(-code), 128 - code
         w.exit_code, w.ended_at, w.note, w.dirty = code, ended, note or w.note, True
         if code == 0:
             w.status = InstanceStatus.SUCCEEDED
@@ -187,7 +211,7 @@ class Supervisor:
         """Write changed instances; False if the job was deleted or taken over meanwhile."""
         dirty = [w for w in self.watched if w.dirty]
         if not dirty and event is None:
-            return True
+            return self.still_mine()
         with self.db.write() as conn:
             now = time.time()  # taken under the lock: the wait for it may be long
             row = store.job_row(conn, self.job)
@@ -200,6 +224,7 @@ class Supervisor:
                 )  # fmt: skip
                 if w.done:
                     code = "none" if w.exit_code is None else str(w.exit_code)
+                    code += f", {w.signal}" if w.signal else ""
                     msg = f"{w.name} {w.status.value.lower()} (exit code {code})" + (f": {w.note}" if w.note else "")
                     store.add_event(conn, self.job, "InstanceExited", msg, w.ended_at or now)
                 w.dirty = False
@@ -207,17 +232,36 @@ class Supervisor:
                 store.add_event(conn, self.job, event[0], event[1], now)
         return True
 
+    def still_mine(self) -> bool:
+        """A read (no lock): is the job still there and still ours? At most once a second."""
+        now = time.monotonic()
+        if now - self.checked_at < 1.0:
+            return True
+        self.checked_at = now
+        with self.db.read() as conn:
+            row = store.job_row(conn, self.job)
+        return row is not None and row["supervisor_pid"] == self.me
+
     def stop_others(self, why: str) -> None:
         """SIGTERM, grace, SIGKILL every instance still running; they end as STOPPED."""
         for w in self.watched:
             if not w.done:
                 w.note, w.stopping = why, True
         # Every instance's processes, finished ones too: a lost wrapper may leave its program behind.
-        stop_all([t for w in self.watched for t in w.targets()], grace_seconds())
+        stop_all([t for w in self.watched for t in self.targets(w)], grace_seconds())
         self.observe()
         for w in self.watched:
-            if not w.done and not any(alive(p, s) for p, s in w.targets()):
+            if not w.done and not any(alive(p, s) for p, s in self.targets(w)):
                 self._end(w, w.popen.poll() if w.popen else None, time.time(), why)
+
+    def abandon(self) -> None:
+        """The job is gone (deleted) or no longer ours: stop every process this supervisor
+        started or adopted, recording nothing."""
+        stop_all([t for w in self.watched for t in self.targets(w)], grace_seconds())
+        for w in self.watched:  # reap our own children
+            if w.popen is not None and w.popen.poll() is None:
+                w.popen.kill()
+                w.popen.wait()
 
     def watch(self) -> bool:
         stopping = False
@@ -229,9 +273,11 @@ class Supervisor:
                 stopping = True
                 why = f"stopped: {self.root.name} failed" if self.root else "stopped: supervisor was signalled"
                 if not self.persist():
+                    self.abandon()
                     return False
                 self.stop_others(why)
             if not self.persist():
+                self.abandon()
                 return False
             if all(w.done for w in self.watched):
                 return True
@@ -264,12 +310,19 @@ class Supervisor:
         spec, placement, launched = claimed
         if not launched:
             try:
-                self.launch(spec, placement)
+                ok = self.launch(spec, placement)
             except OSError as exc:
-                self.root = next(w for w in self.watched)
+                # The instance whose start raised is the root cause, not merely the first one.
+                self.root = self.starting or self.watched[0]
                 self._end(self.root, None, time.time(), f"cannot start: {exc}")
+                ok = True
+            if not ok:
+                return 0
         if self.watch():
             self.finalize()
+        # Every supervisor reconciles when its job ends, so a peer whose supervisor was lost is
+        # noticed (GPUs freed or the job adopted) without anyone running a command.
+        reconcile(self.db)
         return 0
 
 

@@ -1,0 +1,148 @@
+"""Process safety: a job's environment is its own, pids are never signalled blindly, a deleted
+job's processes stop, an adopted half-launched job fails, supervisors reconcile their peers."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from ringleader.runtime import store
+from ringleader.runtime.api import Runtime
+from ringleader.runtime.launchers import RANK_MODULE, instance_targets, plan_path, state_path
+from ringleader.runtime.procs import alive, start_time
+from ringleader.runtime.states import JobStatus
+
+WAIT = "import os, sys, time\nprint('up', flush=True)\nwhile not os.path.exists(sys.argv[1]): time.sleep(0.1)"
+
+
+def waiter(release: Path) -> list[str]:
+    """A program that prints 'up' and runs until ``release`` exists."""
+    return [sys.executable, "-c", WAIT, str(release)]
+
+
+def started(rt: Runtime, job: str) -> bool:
+    return all("up" in rt.logs(job, i.name) for i in rt.get(job).instances)
+
+
+def state(home: Path, job: str, instance: str) -> dict:
+    return dict(json.loads(state_path(home, job, instance).read_text()))
+
+
+def supervisor_of(rt: Runtime, job: str) -> tuple[int, int]:
+    with rt.db.read() as conn:
+        row = store.job_row(conn, job)
+        assert row is not None
+        return row["supervisor_pid"], row["supervisor_start"]
+
+
+def kill_instance(home: Path, job: str, instance: str) -> dict:
+    st = state(home, job, instance)
+    for key in ("child_pid", "pid"):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(st[key], signal.SIGKILL)
+    return st
+
+
+def kill_supervisor(rt: Runtime, job: str, h) -> None:
+    pid, st = supervisor_of(rt, job)
+    os.kill(pid, signal.SIGKILL)
+    h.wait_for(lambda: not alive(pid, st), what="the supervisor to die")
+
+
+def test_a_job_gets_its_recorded_environment_not_the_starters(small: Runtime, h, monkeypatch) -> None:
+    monkeypatch.setenv("RL_LEAK", "from-the-starting-process")
+    code = "import os; print('leak=' + os.environ.get('RL_LEAK', 'absent'), 'omp=' + os.environ['OMP_NUM_THREADS'])"
+    env = {"PATH": os.environ["PATH"], "OMP_NUM_THREADS": "3"}
+    small.submit(h.spec("envjob", h.py(code), gpus=0, submit_env=env))
+    assert small.wait("envjob", 90).status is JobStatus.SUCCEEDED
+    assert "leak=absent omp=3" in small.logs("envjob")
+
+
+def test_final_state_keeps_start_times_and_finished_pids_are_never_signalled(small: Runtime, h, tmp_path) -> None:
+    release = tmp_path / "release"
+    up = "print('up', flush=True)\n"
+    code = WAIT.replace(up, up + "os.environ['RANK'] == '0' and sys.exit(0)\n")
+    small.submit(h.spec("reuse", [*h.py(code), str(release)], workers=2))
+    h.wait_for(lambda: small.get("reuse").instances[0].status == "Succeeded", what="worker 0 to finish")
+    h.wait_for(lambda: "up" in small.logs("reuse", "reuse-worker-1"), what="worker 1 to start")
+    done = state(small.home, "reuse", "reuse-worker-0")
+    assert done["exit_code"] == 0 and done["child_start"] is not None
+    assert instance_targets(small.home, "reuse", "reuse-worker-0", done["pid"], done["pid_start"]) == []
+    # An unrelated process now holds the finished program's pid (as after PID reuse), start unknown.
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+    try:
+        path = state_path(small.home, "reuse", "reuse-worker-0")
+        reused = {k: v for k, v in done.items() if k != "exit_code"}  # and even were it not over
+        path.write_text(json.dumps({**reused, "child_pid": other.pid, "child_start": None}))
+        small.delete(["reuse"])
+        assert other.poll() is None, "delete killed a process that was not the job's"
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_adopted_job_whose_worker_never_started_fails_and_frees_gpus(small: Runtime, h, tmp_path) -> None:
+    release = tmp_path / "release"
+    small.submit(h.spec("half", waiter(release), workers=2))
+    h.wait_for(lambda: started(small, "half"), what="both workers to start")
+    kill_supervisor(small, "half", h)
+    # As if the supervisor had died in its launch loop before starting worker 1.
+    st = kill_instance(small.home, "half", "half-worker-1")
+    h.wait_for(lambda: not alive(st["pid"], st["pid_start"]), what="worker 1 to die")
+    state_path(small.home, "half", "half-worker-1").unlink()
+    with small.db.write() as conn:
+        store.update_instance(conn, "half", "half-worker-1", status="Pending", pid=None, pid_start=None,
+                              started_at=None)  # fmt: skip
+    w0 = state(small.home, "half", "half-worker-0")
+    rt = Runtime.open(small.home)  # reconciles: worker 0 lives, so a new supervisor adopts the job
+    h.wait_for(lambda: rt.get("half").status.is_terminal(), what="the adopted job to end")
+    view = rt.get("half")
+    assert view.status is JobStatus.FAILED
+    assert view.reason is not None and "half-worker-1" in view.reason and "never started" in view.reason
+    assert {i.name: i.status for i in view.instances} == {"half-worker-0": "Stopped", "half-worker-1": "Failed"}
+    assert not alive(w0["child_pid"], w0["child_start"])
+    assert all(ns.allocated == () for ns in rt.nodes().nodes)
+    rt.close()
+
+
+def test_supervisor_stops_its_processes_when_its_job_disappears(small: Runtime, h, tmp_path) -> None:
+    small.submit(h.spec("vanish", waiter(tmp_path / "release")))
+    h.wait_for(lambda: started(small, "vanish"), what="the worker to start")
+    st = state(small.home, "vanish", "vanish-worker-0")
+    with small.db.write() as conn:  # gone behind the supervisor's back
+        store.delete_job(conn, "vanish")
+    h.wait_for(lambda: not alive(st["child_pid"], st["child_start"]) and not alive(st["pid"], st["pid_start"]),
+               what="the supervisor to stop the job's processes")  # fmt: skip
+
+
+def test_delete_stops_a_wrapper_not_yet_recorded(small: Runtime, h, tmp_path) -> None:
+    small.submit(h.spec("race", waiter(tmp_path / "release")))
+    h.wait_for(lambda: started(small, "race"), what="the worker to start")
+    # A wrapper started for this job whose pid nobody recorded yet (found by its plan file).
+    stray = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "-m", RANK_MODULE,
+                              str(plan_path(small.home, "race"))], start_new_session=True)  # fmt: skip
+    try:
+        h.wait_for(lambda: start_time(stray.pid) is not None, what="the stray to start")
+        small.delete(["race"])
+        h.wait_for(lambda: stray.poll() is not None, what="delete to stop the unrecorded wrapper")
+    finally:
+        if stray.poll() is None:
+            stray.kill()
+        stray.wait()
+
+
+def test_a_supervisor_reconciles_its_peers_when_its_job_ends(small: Runtime, h, tmp_path) -> None:
+    small.submit(h.spec("victim", waiter(tmp_path / "never")))
+    small.submit(h.spec("peer", waiter(tmp_path / "go")))
+    h.wait_for(lambda: started(small, "victim") and started(small, "peer"), what="both jobs to start")
+    kill_supervisor(small, "victim", h)
+    st = kill_instance(small.home, "victim", "victim-worker-0")
+    h.wait_for(lambda: not alive(st["pid"], st["pid_start"]), what="the victim's worker to die")
+    (tmp_path / "go").touch()  # the peer ends; no command runs (get does not reconcile)
+    h.wait_for(lambda: small.get("victim").status is JobStatus.FAILED, what="the peer's supervisor to reconcile")
+    assert all("victim" not in (j for _, j in ns.allocated) for ns in small.nodes().nodes)
