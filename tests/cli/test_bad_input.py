@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import sys
 
@@ -27,6 +28,8 @@ CASES = {
     "np-disagrees": ["submit", "mpi", "--name", "np", "--workers", "2", f"mpirun -np 3 {PY} -c pass"],
     "bad-env": ["submit", "mpi", "--name", "env", "-e", "NOEQUALS", "--", PY, "-c", "pass"],
     "missing-program": ["submit", "mpi", "--name", "miss", "--", "no-such-program-xyz"],
+    "mpirun-missing-program": ["submit", "mpi", "--name", "mmiss", "mpirun -np 1 no-such-program-xyz"],
+    "too-many-processes": ["submit", "mpi", "--name", "huge", "--workers", "100000", "--", PY, "-c", "pass"],
     "bad-gputopology": ["submit", "mpi", "--name", "bt", "--gputopology=maybe", "--", PY, "-c", "pass"],
     "dry-run-never-fits": ["submit", "mpi", "--name", "d", "--gpus", "9", "--dry-run", "-o", "json", "--", "true"],
     "unknown-job": ["get", "no-such-job"],
@@ -112,6 +115,39 @@ def test_unusable_state_database_gives_one_line_naming_the_file(cli, newer: bool
         conn.close()
     else:
         db.unlink()
+
+
+def test_process_limit_names_itself_and_its_override(cli, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("RINGLEADER_HOME", str(cli.home))
+    monkeypatch.setenv("RINGLEADER_MAX_PROCS", "2")
+    capsys.readouterr()
+    assert main(["submit", "mpi", "--name", "three", "--workers", "3", "--", PY, "-c", "pass"]) == 2
+    err = capsys.readouterr().err
+    assert "limit of 2" in err and "RINGLEADER_MAX_PROCS" in err and len(err.splitlines()) == 1
+    # mpirun's own process counts too
+    assert main(["submit", "mpi", "--name", "two", "--workers", "2", f"mpirun -np 2 {PY} -c pass"]) == 2
+    assert not (cli.home / "state.db").exists()
+
+
+@pytest.mark.parametrize("kind", ["file", "read-only"])
+def test_unusable_home_is_one_line_not_a_traceback(cli, kind: str, tmp_path) -> None:
+    if kind == "file":
+        cli.home.write_text("not a folder")
+    else:
+        if os.geteuid() == 0:
+            pytest.skip("root writes anywhere")
+        cli.home.mkdir()
+        cli.home.chmod(0o500)
+    try:
+        out = cli("submit", "mpi", "--name", "x", "--", PY, "-c", "pass")
+    finally:
+        if kind != "file":
+            cli.home.chmod(0o700)
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and "RINGLEADER_HOME" in lines[0], out.stderr
+    if kind == "file":
+        cli.home.unlink()
 
 
 def test_bad_input_on_a_fresh_home_creates_no_database(cli, write, capsys, monkeypatch) -> None:

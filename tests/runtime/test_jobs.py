@@ -64,7 +64,12 @@ def test_crashing_worker_fails_the_job_and_stops_its_siblings(small: Runtime, h)
     assert by_name["crash-worker-1"].status == "Failed" and by_name["crash-worker-1"].exit_code == 3
     for sibling in ("crash-worker-0", "crash-worker-2"):
         assert by_name[sibling].status == "Stopped"
+        assert by_name[sibling].exit_code == 143  # SIGTERM: 128 + 15, as Kubernetes and arena show it
         assert not alive(by_name[sibling].pid, None)
+    exits = [e.message for e in view.events if e.kind == "InstanceExited" and "worker-0" in e.message]
+    assert exits and "(exit code 143, SIGTERM)" in exits[0]
+    started = next(e.message for e in view.events if e.kind == "Started")
+    assert "import os, sys, time" in started and "'" in started  # shell-quoted (shlex.join)
     assert allocated(small) == []
 
 

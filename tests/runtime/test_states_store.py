@@ -33,7 +33,7 @@ def test_reads_do_not_create_the_database(home: Path) -> None:
 def test_illegal_transition_is_refused(rt: Runtime, h) -> None:
     rt.submit(h.spec("cpu", h.py("pass"), gpus=0))
     rt.wait("cpu", 60)
-    with pytest.raises(RuntimeError, match="not an allowed transition"), rt.db.write() as conn:
+    with pytest.raises(StateError, match="not an allowed transition"), rt.db.write() as conn:
         store.update_job(conn, "cpu", status=JobStatus.RUNNING)
 
 

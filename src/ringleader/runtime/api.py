@@ -21,7 +21,14 @@ from typing import Any
 from ringleader.errors import ConflictError, DependencyError, NotFoundError, UnschedulableError, UsageError
 from ringleader.runtime import store
 from ringleader.runtime.codec import decision_to_dict
-from ringleader.runtime.launchers import RANK_MODULE, check_mpirun, instance_targets, log_path, plan_path
+from ringleader.runtime.launchers import (
+    RANK_MODULE,
+    check_mpirun,
+    instance_targets,
+    log_path,
+    parse_mpirun,
+    plan_path,
+)  # fmt: skip
 from ringleader.runtime.lifecycle import schedule_pass, schedule_pass_decisions, spawn_supervisors
 from ringleader.runtime.nodes import LOCAL, check_declared, label_node, local_node, merge_declared, shrinking
 from ringleader.runtime.prediction import placement_from_plan, predict_job
@@ -45,11 +52,15 @@ class Runtime:
         self.notes: list[str] = []  # one-line notes for the user (e.g. "no GPUs found")
 
     @classmethod
-    def open(cls, home: str | Path | None = None) -> Runtime:
+    def open(cls, home: str | Path | None = None, readonly: bool = False) -> Runtime:
+        """Open the state (reconciling crashed jobs first); ``readonly`` (shell completion) has
+        no side effect at all: no reconcile, no supervisor started, no GPU discovery."""
         # Absolute: supervisors and ranks start in the job's own working directory.
         path = (Path(home) if home is not None else store.default_home()).absolute()
         db, _ = store.Store.open(path, create=False)
         rt = cls(path, db)
+        if readonly:
+            return rt
         rt._init_cluster()
         if not db.ephemeral:
             reconcile(db)
@@ -77,7 +88,7 @@ class Runtime:
                 store.replace_nodes(conn, [spec])
                 store.set_meta(conn, "cluster", "local")
                 store.set_meta(conn, "local_note", note)
-        if note:
+        if note and not self.db.ephemeral:  # once: when the database is created
             self.notes.append(f"note: node {LOCAL}: {note}")
 
     def _writable(self) -> store.Store:
@@ -130,6 +141,7 @@ class Runtime:
     def submit(self, spec: JobSpec, dry_run: bool = False) -> SubmitResult:
         """Queue a job (placed now if it fits), or with ``dry_run`` only show the plan."""
         spec.validate()
+        _check_size(spec)
         if spec.workdir is None:
             spec = dataclasses.replace(spec, workdir=os.getcwd())
         if spec.submit_env is None:
@@ -149,12 +161,13 @@ class Runtime:
             now = time.time()  # taken under the lock: the wait for it may be long
             if store.job_row(conn, spec.name) is not None:
                 raise _duplicate(spec.name)
-            _refuse_unresolvable(place(store.cluster_state(conn), spec.request()))
             store.insert_job(conn, spec.to_dict(), spec.priority, now)
             store.add_event(conn, spec.name, "Submitted", _describe(spec), now)
             decisions = schedule_pass_decisions(conn, now)
+            mine = next(d for d in decisions if d.job.name == spec.name)
+            # The cluster may have changed since the check above: refused here, nothing commits.
+            _refuse_unresolvable(mine)
         spawn_supervisors(self.home, [d.job.name for d in decisions if d.ok])
-        mine = next(d for d in decisions if d.job.name == spec.name)
         return SubmitResult(mine, decision_to_dict(mine), dry_run=False, job=self.get(spec.name))
 
     def get(self, name: str) -> JobView:
@@ -175,9 +188,12 @@ class Runtime:
             state = store.cluster_state(conn).without_job(name)
         return predict_job(state, job.spec, placement)
 
-    def list_jobs(self) -> list[JobView]:
+    def list_jobs(self, statuses: Sequence[JobStatus] | None = None, with_instances: bool = False) -> list[JobView]:
+        """Jobs in submission order, only those in ``statuses`` if given; their instances are
+        read only with ``with_instances`` (a list of many big jobs stays quick)."""
         with self.db.read() as conn:
-            return [job_view(conn, r, with_events=False) for r in store.job_rows(conn)]
+            return [job_view(conn, r, with_events=False, with_instances=with_instances)
+                    for r in store.job_rows(conn, statuses)]  # fmt: skip
 
     def wait(self, name: str, timeout: float | None = None) -> JobView:
         """Block until the job is SUCCEEDED or FAILED; TimeoutError after ``timeout`` seconds."""
@@ -304,15 +320,40 @@ def _refuse_unresolvable(decision: Decision) -> None:
         )
 
 
+def max_procs() -> int:
+    """How many processes one job may run: all of them run on this host, emulated nodes too.
+    max(64, 8 x CPU cores), or RINGLEADER_MAX_PROCS."""
+    try:
+        return max(1, int(os.environ["RINGLEADER_MAX_PROCS"]))
+    except (KeyError, ValueError):
+        return max(64, 8 * (os.cpu_count() or 1))
+
+
+def _check_size(spec: JobSpec) -> None:
+    procs = spec.workers + (1 if spec.is_mpirun else 0)
+    limit = max_procs()
+    if procs > limit:
+        raise UsageError(
+            f"job {spec.name} would run {procs} processes on this host, more than the limit of {limit} "
+            "(every worker runs here, on emulated nodes too)",
+            "ask for fewer --workers, or raise the limit with RINGLEADER_MAX_PROCS",
+        )
+
+
 def _check_command(spec: JobSpec) -> None:
     if spec.is_mpirun:
         check_mpirun(spec.command, spec.workers)
-    program = spec.command[0]
+        _check_program(spec, spec.command[0], DependencyError)
+        _check_program(spec, parse_mpirun(spec.command)[2][0], UsageError)  # what mpirun runs
+    else:
+        _check_program(spec, spec.command[0], UsageError)
+
+
+def _check_program(spec: JobSpec, program: str, err: type[UsageError]) -> None:
     if "/" in program:
         if not (Path(spec.workdir or ".") / program).exists():
             raise UsageError(f"program {program!r} does not exist", "check the path")
     elif shutil.which(program, path=(spec.submit_env or {}).get("PATH", os.environ.get("PATH"))) is None:
-        err = DependencyError if spec.is_mpirun else UsageError
         raise err(f"program {program!r} not found on PATH", "install it or give its full path")
 
 

@@ -30,10 +30,11 @@ class JobStatus(enum.Enum):
         return self in (JobStatus.SUCCEEDED, JobStatus.FAILED)
 
 
-# The only moves a job may make; store.set_job_status refuses anything else.
+# The only moves a job may make; store.update_job refuses anything else. A queuing or pending
+# job only ever moves to RUNNING (or PENDING again): `delete` removes it, it never "fails".
 TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
-    JobStatus.QUEUING: frozenset({JobStatus.PENDING, JobStatus.RUNNING, JobStatus.FAILED}),
-    JobStatus.PENDING: frozenset({JobStatus.QUEUING, JobStatus.RUNNING, JobStatus.FAILED}),
+    JobStatus.QUEUING: frozenset({JobStatus.PENDING, JobStatus.RUNNING}),
+    JobStatus.PENDING: frozenset({JobStatus.RUNNING}),
     JobStatus.RUNNING: frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED}),
     JobStatus.SUCCEEDED: frozenset(),
     JobStatus.FAILED: frozenset(),

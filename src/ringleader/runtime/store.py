@@ -78,11 +78,17 @@ class Store:
             conn = _connect(":memory:")
             _migrate(conn, str(path))
             return Store(home, conn, ephemeral=True), False
-        home.mkdir(parents=True, exist_ok=True)
-        conn = _connect(str(path))
+        try:
+            home.mkdir(parents=True, exist_ok=True)
+            conn = _connect(str(path))
+        except (OSError, sqlite3.OperationalError) as exc:
+            raise _unusable(home, exc) from None
         try:
             conn.execute("PRAGMA journal_mode=WAL")
             _migrate(conn, str(path))
+        except sqlite3.OperationalError as exc:  # read-only, full disk, no permission
+            conn.close()
+            raise _unusable(home, exc) from None
         except sqlite3.DatabaseError as exc:
             conn.close()
             raise _not_ours(path, str(exc)) from None
@@ -119,6 +125,14 @@ def _connect(target: str) -> sqlite3.Connection:
     conn.execute("PRAGMA busy_timeout = 60000")
     conn.execute("PRAGMA foreign_keys = ON")
     return conn
+
+
+def _unusable(home: Path, exc: Exception) -> StateError:
+    detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return StateError(
+        f"cannot write the state folder {home} ({detail})",
+        "set RINGLEADER_HOME to a folder you can write (it is created if missing)",
+    )
 
 
 def _not_ours(path: Path, detail: str) -> StateError:
@@ -211,7 +225,7 @@ def job_row(conn: sqlite3.Connection, name: str) -> sqlite3.Row | None:
     return conn.execute("SELECT * FROM jobs WHERE name = ?", (name,)).fetchone()
 
 
-def job_rows(conn: sqlite3.Connection, statuses: Sequence[JobStatus] = ()) -> list[sqlite3.Row]:
+def job_rows(conn: sqlite3.Connection, statuses: Sequence[JobStatus] | None = ()) -> list[sqlite3.Row]:
     if not statuses:
         return conn.execute("SELECT * FROM jobs ORDER BY seq").fetchall()
     marks = ",".join("?" * len(statuses))
@@ -234,7 +248,10 @@ def update_job(conn: sqlite3.Connection, name: str, **fields: Any) -> None:
         row = job_row(conn, name)
         old = JobStatus(row["status"]) if row else None
         if old is not None and not can_move(old, new):
-            raise RuntimeError(f"job {name}: {old.value} -> {new.value} is not an allowed transition")
+            raise StateError(
+                f"job {name}: {old.value} -> {new.value} is not an allowed transition",
+                "this is a ringleader bug; please report it with `ringleader get NAME -e -o json`",
+            )
         fields["status"] = new.value
     cols = ", ".join(f"{k} = ?" for k in fields)
     conn.execute(f"UPDATE jobs SET {cols} WHERE name = ?", [*fields.values(), name])

@@ -60,6 +60,7 @@ class JobView:
     placement: dict[str, Any] | None = None
     instances: tuple[InstanceView, ...] = ()
     events: tuple[EventView, ...] = ()
+    has_instances: bool = True  # False when listed without them (list_jobs)
 
     @property
     def duration(self) -> float | None:
@@ -84,8 +85,16 @@ class JobView:
         return list(chosen["nodes"]) if chosen else []
 
     @property
+    def gpus_requested(self) -> int:
+        return self.spec.workers * self.spec.gpus_per_worker
+
+    @property
     def gpus_allocated(self) -> int:
-        return sum(len(i.gpus) for i in self.instances) if self.status is JobStatus.RUNNING else 0
+        """GPUs held now: the placement's while RUNNING (read from the decision, no instances)."""
+        chosen = (self.placement or {}).get("chosen")
+        if self.status is not JobStatus.RUNNING or not chosen:
+            return 0
+        return sum(len(w["gpus"]) for w in chosen["workers"])
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -96,7 +105,8 @@ class JobView:
             "topology_aware": self.spec.topology_aware, "command": self.spec.command,
             "image": self.spec.image, "model": self.spec.model,
             "bottleneck": self.bottleneck, "placement": self.placement,
-            "instances": [i.to_dict() for i in self.instances],
+            "gpus_requested": self.gpus_requested, "gpus_allocated": self.gpus_allocated,
+            **({"instances": [i.to_dict() for i in self.instances]} if self.has_instances else {}),
             "events": [e.to_dict() for e in self.events],
         }  # fmt: skip
 
@@ -118,21 +128,25 @@ class SubmitResult:
         return out
 
 
-def job_view(conn: sqlite3.Connection, row: sqlite3.Row, with_events: bool = True) -> JobView:
+def job_view(
+    conn: sqlite3.Connection, row: sqlite3.Row, with_events: bool = True, with_instances: bool = True
+) -> JobView:
+    rows = store.instances(conn, row["name"]) if with_instances else []
     instances = tuple(
         InstanceView(
             name=i["name"], role=i["role"], status=i["status"], exit_code=i["exit_code"], node=i["node"],
             gpus=tuple(json.loads(i["gpus"])), gpu_requested=i["gpu_requested"], is_chief=bool(i["is_chief"]),
             pid=i["pid"], started_at=i["started_at"], ended_at=i["ended_at"],
         )
-        for i in store.instances(conn, row["name"])
+        for i in rows
     )
-    rows = store.events(conn, row["name"]) if with_events else []
-    events = tuple(EventView(e["at"], e["kind"], e["message"]) for e in rows)
+    events = tuple(
+        EventView(e["at"], e["kind"], e["message"]) for e in (store.events(conn, row["name"]) if with_events else [])
+    )
     return JobView(
         name=row["name"], status=JobStatus(row["status"]), priority=row["priority"], trainer=TRAINER,
         created_at=row["created_at"], started_at=row["started_at"], ended_at=row["ended_at"],
         spec=JobSpec.from_dict(json.loads(row["spec"])), reason=row["reason"],
         placement=json.loads(row["decision"]) if row["decision"] else None,
-        instances=instances, events=events,
+        instances=instances, events=events, has_instances=with_instances,
     )  # fmt: skip
