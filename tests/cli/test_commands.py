@@ -44,7 +44,10 @@ def test_cluster_get_and_top_node(seeds_inproc) -> None:
     assert nodes[1]["emulated"] and nodes[1]["network_gbps"] == 25
     table = seeds_inproc.ok("top", "node")
     assert table.splitlines()[0].split() == ["NAME", "GPU(Total)", "GPU(Allocated)", "MODE"]
-    assert "Allocated/Total GPUs In Cluster: 0/16" in table
+    assert "Allocated/Total GPUs In Cluster:\n0/16 (0.0%)\n" in table  # as arena: the numbers on the next line
+    assert all(line == line.rstrip() for line in table.splitlines())  # no padding after the last column
+    one = seeds_inproc.ok("top", "node", "cn-shanghai-173")
+    assert [ln.split()[0] for ln in one.splitlines()[1:2]] == ["cn-shanghai-173"] and "\n0/8 (0.0%)" in one
 
 
 @pytest.mark.slow
@@ -109,8 +112,69 @@ def test_shell_completion_of_job_names(seeds_cli) -> None:
         time.sleep(0.2)
 
 
-def test_no_gpu_note_is_one_line_on_stderr(cli) -> None:
-    out = cli("list", "-o", "json")
-    assert out.returncode == 0 and json.loads(out.stdout) == []
+def test_no_gpu_note_only_once_when_the_database_is_created(cli) -> None:
+    out = cli("list", "-o", "json")  # reads create nothing, so they note nothing
+    assert out.returncode == 0 and json.loads(out.stdout) == [] and out.stderr == ""
+    refused = cli("submit", "mpi", "--name", "w0", "--workers", "0", "--", "true")
+    assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1  # the error line only
+    assert refused.stderr.startswith("error:")
+    created = cli("node", "label", "local", "team=a")
+    assert created.returncode == 0
     if not os.path.exists("/dev/nvidia0"):
-        assert out.stderr.count("\n") == 1 and "local" in out.stderr
+        assert created.stderr.count("\n") == 1 and "note: node local" in created.stderr
+    assert cli("node", "label", "local", "team=a").stderr == ""
+
+
+def test_get_and_top_job_layouts_as_arena(seeds_inproc, tmp_path) -> None:
+    from ringleader.runtime.api import JobSpec, Runtime
+
+    release = tmp_path / "release"
+    code = f"import os, time\nwhile not os.path.exists({str(release)!r}): time.sleep(0.1)"
+    with Runtime.open(seeds_inproc.home) as rt:
+        rt.submit(JobSpec("run4", 4, 1, [sys.executable, "-c", code], topology_aware=True))
+        rt.submit(JobSpec("wait9", 2, 8, [sys.executable, "-c", "pass"], priority=0))  # pending
+    try:
+        text = seeds_inproc.ok("get", "run4")
+        assert text.startswith("Name:      run4\nStatus:    RUNNING\nPriority:  0\nTrainer:   MPIJOB\n")
+        inst = text.split("Instances:\n")[1].splitlines()
+        assert inst[0].startswith("  NAME") and inst[1].startswith("  ----") and inst[2].startswith("  run4-worker-0")
+        assert all(line == line.rstrip() for line in text.splitlines())
+        assert "Priority:  0" in seeds_inproc.ok("get", "wait9")
+        top = seeds_inproc.ok("top", "job").splitlines()
+        assert top[0].split() == ["NAME", "STATUS", "TRAINER", "AGE", "GPU(Requested)", "GPU(Allocated)", "NODE"]
+        assert top[1].split()[:2] == ["run4", "RUNNING"] and top[1].split()[4:6] == ["4", "4"]
+        assert top[2].split()[:2] == ["wait9", "PENDING"] and top[2].split()[4:7] == ["16", "0", "N/A"]
+        assert top[-1] == "Total Allocated/Requested GPUs of Training Jobs: 4/20"
+        one = seeds_inproc.ok("top", "job", "run4")
+        assert one.startswith("Name:      run4\n") and "GPU(Allocated): 4" in one and "  run4-worker-3" in one
+    finally:
+        release.touch()
+        with Runtime.open(seeds_inproc.home) as rt:
+            rt.delete(["run4", "wait9"])
+
+
+def test_shell_completion_changes_nothing(cli) -> None:
+    from ringleader.runtime import store
+    from ringleader.runtime.api import JobSpec, Runtime
+    from ringleader.runtime.procs import alive
+
+    def supervisor() -> tuple[int | None, int | None]:
+        with Runtime.open(cli.home, readonly=True) as rt, rt.db.read() as conn:
+            row = store.job_row(conn, "orphan")
+            return row["supervisor_pid"], row["supervisor_start"]
+
+    with Runtime.open(cli.home) as rt:
+        rt.submit(JobSpec("orphan", 1, 0, [sys.executable, "-c", "import time; time.sleep(120)"]))
+    deadline = time.monotonic() + 60
+    while supervisor()[0] is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    pid, started = supervisor()
+    assert pid is not None
+    os.kill(pid, 9)  # a lost supervisor: any ordinary command would reconcile (and adopt the job)
+    while alive(pid, started) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    before = cli.dump()
+    env = {**cli.env, "_RINGLEADER_COMPLETE": "bash_complete", "COMP_WORDS": "ringleader get or", "COMP_CWORD": "2"}
+    out = subprocess.run(cli.argv(), env=env, capture_output=True, text=True, timeout=60)
+    assert "orphan" in out.stdout
+    assert cli.dump() == before  # no reconcile, no adoption, no supervisor started

@@ -31,7 +31,7 @@ def test_concurrent_submits_never_share_a_gpu(cli, write) -> None:
         assert p.returncode == 0, err
     deadline = time.monotonic() + 240
     while True:  # polled in-process: a CLI per poll would only load the 2 cores further
-        jobs = [v.to_dict() for v in Runtime.open(cli.home).list_jobs()]
+        jobs = [v.to_dict() for v in Runtime.open(cli.home).list_jobs(with_instances=True)]
         running = [j for j in jobs if j["status"] == "RUNNING"]
         gpus = [(i["node"], g) for j in running for i in j["instances"] for g in i["gpus"]]
         assert len(gpus) == len(set(gpus)) <= 8  # never a GPU allocated twice, at any moment

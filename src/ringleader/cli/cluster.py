@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from ringleader.cli.jobs import open_runtime, top_group
-from ringleader.cli.output import console, emit_data, output_option, table
+from ringleader.cli.output import INDENT, console, emit_data, key_values, output_option, table
 from ringleader.errors import NotFoundError, UsageError
 from ringleader.runtime.api import Runtime
 from ringleader.runtime.codec import node_to_dict
@@ -21,10 +21,11 @@ RULE = "-" * 90
 
 
 def complete_nodes(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
-    """Shell completion of node names (through click's _RINGLEADER_COMPLETE)."""
+    """Shell completion of node names (through click's _RINGLEADER_COMPLETE): read only."""
     del ctx, param
     try:
-        return [ns.name for ns in Runtime.open().nodes().nodes if ns.name.startswith(incomplete)]
+        with Runtime.open(readonly=True) as rt:
+            return [ns.name for ns in rt.nodes().nodes if ns.name.startswith(incomplete)]
     except Exception:  # completion must never print a traceback into the shell
         return []
 
@@ -68,7 +69,8 @@ def cluster() -> None:
 def cluster_apply(path: str, output: str) -> None:
     """Replace the declared cluster with the nodes of a YAML file (preset, matrix file or
     inline matrix per node; labels; network_gbps; emulated; count)."""
-    state = open_runtime().apply_cluster(path)
+    with open_runtime() as rt:
+        state = rt.apply_cluster(path)
     if output == "table":
         click.echo(f"cluster applied from {path}: {len(state.nodes)} node(s), {state.total_gpus} GPU(s)")
     show_nodes(state, output)
@@ -78,9 +80,9 @@ def cluster_apply(path: str, output: str) -> None:
 @output_option("json", "yaml")
 def cluster_get(output: str) -> None:
     """Show the nodes, their GPUs, scheduling mode and labels."""
-    rt = open_runtime()
-    show_nodes(rt.nodes(), output)
-    note = rt.local_note()
+    with open_runtime() as rt:
+        state, note = rt.nodes(), rt.local_note()
+    show_nodes(state, output)
     if note and output == "table":
         click.echo(f"\nnote: node local: {note}", err=True)
 
@@ -97,15 +99,15 @@ def node() -> None:
 def node_label(name: str, labels: tuple[str, ...], overwrite: bool) -> None:
     """Label a node, e.g. `gpu-schedule=topology` (only --gputopology jobs) or
     `gpu-schedule=default` (only the others); unlabelled nodes serve both. `KEY-` removes."""
-    rt = open_runtime()
-    for item in labels:
-        key, sep, value = item.partition("=")
-        if not sep and item.endswith("-"):
-            rt.label_node(name, item[:-1], None, overwrite)
-        elif sep and key:
-            rt.label_node(name, key, value, overwrite)
-        else:
-            raise UsageError(f"label {item!r} is not KEY=VALUE or KEY-", "write e.g. gpu-schedule=topology")
+    with open_runtime() as rt:
+        for item in labels:
+            key, sep, value = item.partition("=")
+            if not sep and item.endswith("-"):
+                rt.label_node(name, item[:-1], None, overwrite)
+            elif sep and key:
+                rt.label_node(name, key, value, overwrite)
+            else:
+                raise UsageError(f"label {item!r} is not KEY=VALUE or KEY-", "write e.g. gpu-schedule=topology")
     click.echo(f"node/{name} labeled")
 
 
@@ -123,14 +125,12 @@ def bandwidth_text(topo: NodeTopology) -> str:
 def node_detail(ns: NodeState) -> None:
     topo = ns.spec.topology
     kind = "GPUTopology" if mode(ns) != "default" else "GPUExclusive"
-    for key, value in (("Name", ns.name), ("Type", kind), ("Mode", mode(ns)),
-                       ("Emulated", str(ns.spec.emulated).lower()), ("Network", f"{ns.spec.network_gbps:g} Gb/s"),
-                       ("GPU Model", topo.gpu_model or "N/A")):  # fmt: skip
-        click.echo(f"{key + ':':<11}{value}")
+    key_values([("Name", ns.name), ("Type", kind), ("Mode", mode(ns)), ("Emulated", str(ns.spec.emulated).lower()),
+                ("Network", f"{ns.spec.network_gbps:g} Gb/s"), ("GPU Model", topo.gpu_model or "N/A")])  # fmt: skip
     click.echo(RULE)
     click.echo("GPUs:")
     rows = [[g, "used" if ns.owner(g) else "idle", ns.owner(g) or "-"] for g in range(topo.n_gpus)]
-    console().print(table(["INDEX", "STATUS", "ALLOCATED_JOB"], rows))
+    console().print(table(["INDEX", "STATUS", "ALLOCATED_JOB"], rows, indent=INDENT))
     if topo.n_gpus:
         click.echo(RULE)
         click.echo("GPU Topology:")
@@ -149,23 +149,31 @@ def _pct(used: int, total: int) -> str:
 
 
 @click.command("node")
+@click.argument("names", nargs=-1, shell_complete=complete_nodes)
 @click.option("-d", "--details", is_flag=True, help="Per node: link and bandwidth matrices, each GPU's job.")
 @output_option("json", "yaml")
-def top_node(details: bool, output: str) -> None:
-    """GPUs per node: total, allocated, scheduling mode (arena top node)."""
-    state = open_runtime().nodes()
+def top_node(names: tuple[str, ...], details: bool, output: str) -> None:
+    """GPUs per node: total, allocated, scheduling mode (arena top node); NAMES picks nodes."""
+    with open_runtime() as rt:
+        state = rt.nodes()
+    unknown = [n for n in names if n not in state.by_name]
+    if unknown:
+        raise NotFoundError(f"node {unknown[0]!r} not found", f"use one of {', '.join(state.by_name)}")
+    shown = [ns for ns in state.nodes if not names or ns.name in names]
     if output != "table":
-        emit_data([node_dict(ns) for ns in state.nodes], output)
+        emit_data([node_dict(ns) for ns in shown], output)
         return
     if details:
-        for ns in state.nodes:
+        for ns in shown:
             node_detail(ns)
     else:
-        rows = [[ns.name, ns.spec.topology.n_gpus, len(ns.allocated), mode(ns)] for ns in state.nodes]
+        rows = [[ns.name, ns.spec.topology.n_gpus, len(ns.allocated), mode(ns)] for ns in shown]
         console().print(table(["NAME", "GPU(Total)", "GPU(Allocated)", "MODE"], rows))
-    used = sum(len(ns.allocated) for ns in state.nodes)
+    used = sum(len(ns.allocated) for ns in shown)
+    total = sum(ns.spec.topology.n_gpus for ns in shown)
     click.echo(RULE)
-    click.echo(f"Allocated/Total GPUs In Cluster: {used}/{state.total_gpus} ({_pct(used, state.total_gpus)})")
+    click.echo("Allocated/Total GPUs In Cluster:")
+    click.echo(f"{used}/{total} ({_pct(used, total)})")
 
 
 @click.command("topo")
@@ -184,7 +192,8 @@ def topo(name: str | None, presets: bool, output: str) -> None:
     if presets:
         topologies = {str(name): preset(str(name))}
     else:
-        state = open_runtime().nodes()
+        with open_runtime() as rt:
+            state = rt.nodes()
         if name is not None and name not in state.by_name:
             raise NotFoundError(f"node {name!r} not found", f"use one of {', '.join(state.by_name)}, or --presets NAME")
         topologies = {ns.name: ns.spec.topology for ns in state.nodes if name in (None, ns.name)}

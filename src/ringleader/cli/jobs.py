@@ -8,32 +8,40 @@ from __future__ import annotations
 import re
 import shlex
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
 import click
-from rich.padding import Padding
 
-from ringleader.cli.output import console, duration, emit_data, output_option, table
+from ringleader.cli.output import INDENT, console, duration, emit_data, key_values, output_option, table
 from ringleader.errors import UsageError
 from ringleader.runtime.api import JobSpec, JobView, Runtime, SubmitResult
 from ringleader.runtime.states import JobStatus
 
 
-def open_runtime() -> Runtime:
-    """The runtime at RINGLEADER_HOME (or ~/.ringleader); one-line notes go to stderr."""
+@contextmanager
+def open_runtime() -> Iterator[Runtime]:
+    """The runtime at RINGLEADER_HOME (or ~/.ringleader), closed after the command. Its notes
+    (e.g. "no GPUs found", once, when the database is created) go to stderr only when the
+    command succeeded, so a refused command prints exactly one line."""
     rt = Runtime.open()
+    try:
+        yield rt
+    finally:
+        rt.close()
     for note in rt.notes:
         click.echo(note, err=True)
-    return rt
 
 
 def complete_jobs(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
-    """Shell completion of job names (through click's _RINGLEADER_COMPLETE)."""
+    """Shell completion of job names (through click's _RINGLEADER_COMPLETE): read only, no
+    reconcile, no supervisor started."""
     del ctx, param
     try:
-        return [v.name for v in Runtime.open().list_jobs() if v.name.startswith(incomplete)]
+        with Runtime.open(readonly=True) as rt:
+            return [v.name for v in rt.list_jobs() if v.name.startswith(incomplete)]
     except Exception:  # completion must never print a traceback into the shell
         return []
 
@@ -136,7 +144,8 @@ def submit_mpi(
         name=name, workers=workers, gpus_per_worker=gpus, command=parse_command(command),
         env=parse_env(env), topology_aware=gputopology, priority=priority, image=image, model=model,
     )  # fmt: skip
-    result = open_runtime().submit(spec, dry_run=dry_run)
+    with open_runtime() as rt:
+        result = rt.submit(spec, dry_run=dry_run)
     if output != "table":
         emit_data(result.to_dict(), output)
     elif dry_run:
@@ -175,10 +184,10 @@ def _objective(obj: dict[str, float]) -> str:
 
 
 def render_submitted(result: SubmitResult) -> None:
-    job = result.job
+    job, placement = result.job, result.decision.placement
     assert job is not None
-    if job.status is JobStatus.RUNNING:
-        click.echo(f"job {job.name!r} submitted: RUNNING on {result.decision.placement.describe()}")  # type: ignore[union-attr]
+    if job.status is JobStatus.RUNNING and placement is not None:
+        click.echo(f"job {job.name!r} submitted: RUNNING on {placement.describe()}")
         click.echo(f"bottleneck link: {job.bottleneck}")
     else:
         click.echo(f"job {job.name!r} submitted: {job.status.value} ({job.reason})")
@@ -196,9 +205,9 @@ def render_submitted(result: SubmitResult) -> None:
 def get(name: str, output: str, show_events: bool, job_type: str | None) -> None:
     """Show a job: status, placement and its instances (arena get)."""
     del job_type
-    runtime = open_runtime()
-    job = runtime.get(name)
-    prediction = runtime.prediction(name) if job.spec.model else None
+    with open_runtime() as runtime:
+        job = runtime.get(name)
+        prediction = runtime.prediction(name) if job.spec.model else None
     if output in ("json", "yaml"):
         emit_data({**job.to_dict(), "prediction": prediction}, output)
         return
@@ -206,8 +215,8 @@ def get(name: str, output: str, show_events: bool, job_type: str | None) -> None
 
 
 def render_job(job: JobView, wide: bool, events: bool, prediction: dict[str, Any] | None = None) -> None:
-    lines = [
-        ("Name", job.name), ("Status", job.status.value), ("Priority", str(job.priority) if job.priority else "N/A"),
+    lines: list[tuple[str, Any]] = [
+        ("Name", job.name), ("Status", job.status.value), ("Priority", job.priority),
         ("Trainer", job.trainer), ("Duration", duration(job.duration)),
         ("CreateTime", when(job.created_at)), ("EndTime", when(job.ended_at)),
     ]  # fmt: skip
@@ -219,8 +228,7 @@ def render_job(job: JobView, wide: bool, events: bool, prediction: dict[str, Any
     line = prediction_line(prediction)
     if line:
         lines.append(("Prediction", line))
-    for key, value in lines:
-        click.echo(f"{key + ':':<12}{value}")
+    key_values(lines)
     click.echo("\nInstances:")
     cols = ["NAME", "STATUS", "AGE", "IS_CHIEF", "GPU(Requested)", "NODE", "GPU_IDS"]
     if wide:
@@ -233,7 +241,7 @@ def render_job(job: JobView, wide: bool, events: bool, prediction: dict[str, Any
         if wide:
             row += [inst.pid or "-", "-" if inst.exit_code is None else inst.exit_code]
         rows.append(row)
-    console().print(Padding(table(cols, rows), (0, 0, 0, 2), expand=False))  # indented like arena
+    console().print(table(cols, rows, indent=INDENT))  # indented like arena
     if events:
         click.echo("\nEvents:")
         # Plain lines, not a table: messages are long and must never be cut.
@@ -242,40 +250,54 @@ def render_job(job: JobView, wide: bool, events: bool, prediction: dict[str, Any
             click.echo(f"{when(e.at):<20} {e.kind:<15} {e.message}")
 
 
-def _gpus_requested(job: JobView) -> int:
-    return job.spec.workers * job.spec.gpus_per_worker
-
-
 @click.command("list")
 @output_option("json", "yaml")
 def list_jobs(output: str) -> None:
     """List jobs (arena list)."""
-    jobs = open_runtime().list_jobs()
+    with open_runtime() as rt:
+        jobs = rt.list_jobs()
     if output != "table":
         emit_data([j.to_dict() for j in jobs], output)
         return
-    rows = [[j.name, j.status.value, j.trainer, duration(j.duration), _gpus_requested(j), ",".join(j.nodes) or "N/A"]
+    rows = [[j.name, j.status.value, j.trainer, duration(j.duration), j.gpus_requested, ",".join(j.nodes) or "N/A"]
             for j in jobs]  # fmt: skip
     console().print(table(["NAME", "STATUS", "TRAINER", "DURATION", "GPU(Requested)", "NODE"], rows))
 
 
 @click.command("job")
+@click.argument("name", required=False, shell_complete=complete_jobs)
 @output_option("json", "yaml")
-def top_job(output: str) -> None:
-    """Running jobs with their GPUs and nodes (arena top job)."""
-    jobs = [j for j in open_runtime().list_jobs() if j.status is JobStatus.RUNNING]
+def top_job(name: str | None, output: str) -> None:
+    """Jobs with their GPUs and nodes, or one job's instances and GPU ids (arena top job).
+
+    The footer counts GPUs held by running jobs / GPUs asked for by running and waiting jobs."""
+    with open_runtime() as rt:
+        jobs = [rt.get(name)] if name else rt.list_jobs()
     if output != "table":
         emit_data([j.to_dict() for j in jobs], output)
         return
-    rows = []
-    for j in jobs:
-        ids = " ".join(f"{i.node}:{','.join(map(str, i.gpus))}" for i in j.instances if i.gpus)
-        rows.append([j.name, _gpus_requested(j), j.gpus_allocated, j.status.value, j.trainer,
-                     duration(j.duration), ",".join(j.nodes), ids or "-"])  # fmt: skip
-    cols = ["NAME", "GPU(Requested)", "GPU(Allocated)", "STATUS", "TRAINER", "AGE", "NODE", "GPU_IDS"]
+    if name:
+        render_top_job(jobs[0])
+        return
+    rows = [[j.name, j.status.value, j.trainer, duration(j.duration), j.gpus_requested, j.gpus_allocated,
+             ",".join(j.nodes) or "N/A"] for j in jobs]  # fmt: skip
+    cols = ["NAME", "STATUS", "TRAINER", "AGE", "GPU(Requested)", "GPU(Allocated)", "NODE"]
     console().print(table(cols, rows))
-    total = sum(j.gpus_allocated for j in jobs)
-    click.echo(f"\nTotal Allocated GPUs of Running Jobs: {total}")
+    allocated = sum(j.gpus_allocated for j in jobs)
+    requested = sum(j.gpus_requested for j in jobs if not j.status.is_terminal())
+    click.echo(f"\nTotal Allocated/Requested GPUs of Training Jobs: {allocated}/{requested}")
+
+
+def render_top_job(job: JobView) -> None:
+    key_values([
+        ("Name", job.name), ("Status", job.status.value), ("Trainer", job.trainer), ("Age", duration(job.duration)),
+        ("GPU(Requested)", job.gpus_requested), ("GPU(Allocated)", job.gpus_allocated),
+        ("Node", ",".join(job.nodes) or "N/A"),
+    ])  # fmt: skip
+    click.echo("\nInstances:")
+    rows: list[list[Any]] = [["----", "------", "----", "--------------", "-------"]]
+    rows += [[i.name, i.status, i.node or "N/A", len(i.gpus), ",".join(map(str, i.gpus)) or "-"] for i in job.instances]
+    console().print(table(["NAME", "STATUS", "NODE", "GPU(Allocated)", "GPU_IDS"], rows, indent=INDENT))
 
 
 # -- logs / delete / prune ------------------------------------------------------------------------
@@ -291,19 +313,21 @@ def logs(name: str, follow: bool, tail: int | None, instance: str | None, timest
     """Print a job instance's log (arena logs)."""
     if tail is not None and tail < 0:
         raise UsageError(f"--tail must be >= 0, got {tail}", "give a number of lines")
-    rt = open_runtime()
-    if not follow:
-        click.echo(rt.logs(name, instance, tail, timestamps), nl=False)
-        return
-    for chunk in rt.follow(name, instance, tail, timestamps):
-        click.echo(chunk, nl=False)
+    with open_runtime() as rt:
+        if not follow:
+            click.echo(rt.logs(name, instance, tail, timestamps), nl=False)
+            return
+        for chunk in rt.follow(name, instance, tail, timestamps):
+            click.echo(chunk, nl=False)
 
 
 @click.command("delete")
 @click.argument("names", nargs=-1, required=True, shell_complete=complete_jobs)
 def delete(names: tuple[str, ...]) -> None:
     """Stop jobs, free their GPUs, remove their state and logs (arena delete)."""
-    for name in open_runtime().delete(list(dict.fromkeys(names))):
+    with open_runtime() as rt:
+        gone = rt.delete(list(dict.fromkeys(names)))
+    for name in gone:
         click.echo(f"job {name!r} deleted")
 
 
@@ -323,7 +347,8 @@ def parse_span(text: str) -> float:
 @click.option("--since", required=True, help="Delete finished jobs that ended longer ago than this (1h, 2d).")
 def prune(since: str) -> None:
     """Delete finished jobs older than --since (arena prune)."""
-    gone = open_runtime().prune(parse_span(since))
+    with open_runtime() as rt:
+        gone = rt.prune(parse_span(since))
     for name in gone:
         click.echo(f"job {name!r} deleted")
     if not gone:

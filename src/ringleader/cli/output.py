@@ -1,4 +1,5 @@
-"""Rendering shared by every command group: -o json|yaml, rich tables, durations."""
+"""Rendering shared by every command group: -o json|yaml, rich tables, arena's key/value
+layout, durations."""
 
 from __future__ import annotations
 
@@ -9,8 +10,14 @@ from typing import Any, TypeVar
 
 import click
 import yaml
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.segment import Segment
 from rich.table import Table
+
+# arena's key/value layout: "Name:      x" (the key and its colon padded to 11 columns).
+KEY_WIDTH = 11
+# Sub-tables under a key/value block ("Instances:") are indented like arena's.
+INDENT = 2
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -39,14 +46,49 @@ def console() -> Console:
     return Console(width=None if sys.stdout.isatty() else 160, highlight=False, soft_wrap=False)
 
 
-def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None) -> Table:
+class PlainTable:
+    """A table in the style of arena's (no boxes, upper-case headers), optionally indented,
+    with no trailing spaces (rich pads the last column to its width)."""
+
+    def __init__(self, inner: Table, indent: int = 0) -> None:
+        self.inner, self.indent = inner, indent
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        width = max(1, options.max_width - self.indent)
+        for line in console.render_lines(self.inner, options.update(width=width), pad=False):
+            if self.indent:
+                yield Segment(" " * self.indent)
+            yield from _rstrip(line)
+            yield Segment.line()
+
+
+def _rstrip(line: list[Segment]) -> list[Segment]:
+    out = list(line)
+    while out and not out[-1].control:
+        text = out[-1].text.rstrip()
+        if text:
+            out[-1] = Segment(text, out[-1].style)
+            break
+        out.pop()
+    return out
+
+
+def table(
+    columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None, indent: int = 0
+) -> PlainTable:
     """A plain table in the style of arena's (no boxes, upper-case headers)."""
     t = Table(title=title, box=None, show_edge=False, pad_edge=False, header_style="bold")
     for col in columns:
         t.add_column(col, no_wrap=True)
     for row in rows:
         t.add_row(*("" if v is None else str(v) for v in row))
-    return t
+    return PlainTable(t, indent)
+
+
+def key_values(pairs: Sequence[tuple[str, Any]]) -> None:
+    """arena's key/value lines: "Name:      x", "Status:    RUNNING"."""
+    for key, value in pairs:
+        click.echo(f"{key + ':':<{KEY_WIDTH - 1}} {value}")
 
 
 def duration(seconds: float | None) -> str:

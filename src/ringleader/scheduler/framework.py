@@ -229,9 +229,11 @@ def pending_reason(state: ClusterState, job: JobRequest, policy: Policy) -> str:
         return f"{need}; no {kind} exist (label one with `ringleader node label`)"
     most = max(serving, key=lambda ns: ns.n_free)
     slots = sum(ns.n_free // job.gpus_per_worker for ns in serving) if job.gpus_per_worker else job.workers
+    # A node is named only when it has a free GPU to offer.
+    where = f" ({most.name})" if most.n_free else ""
     return (
         f"{need} = {job.total_gpus} GPUs on {kind}; most free on any such node: "
-        f"{most.n_free} ({most.name}); worker slots free over {len(serving)} such node(s): {slots}"
+        f"{most.n_free}{where}; worker slots free over {len(serving)} such node(s): {slots}"
     )
 
 
