@@ -78,6 +78,7 @@ def test_pending_job_starts_when_the_running_one_ends(small: Runtime, h) -> None
     second = small.submit(h.spec("second", h.py("pass"), gpus=4))
     assert second.job is not None and second.job.status is JobStatus.PENDING
     assert "needs 1 worker(s) x 4 GPU(s)" in (second.job.reason or "")
+    assert "most free on any such node: 0;" in (second.job.reason or "")  # no node named for 0 GPUs
     done = small.wait("second", 90)  # nobody acts: the first job's supervisor starts it
     first = small.get("first")
     assert done.status is JobStatus.SUCCEEDED and first.status is JobStatus.SUCCEEDED

@@ -58,7 +58,8 @@ def test_dead_supervisor_and_processes_fail_the_job_and_free_gpus(small: Runtime
     state = json.loads((small.home / "run" / "lost" / "lost-worker-1.json").read_text())
     for key in ("child_pid", "pid"):
         os.kill(state[key], signal.SIGKILL)
-    h.wait_for(lambda: not alive(state["pid"], state["pid_start"]), what="worker 1 to die")
+    gone = lambda: not any(alive(state[p], state[s]) for p, s in (("pid", "pid_start"), ("child_pid", "child_start")))  # noqa: E731
+    h.wait_for(gone, what="worker 1 (wrapper and program) to die")
     rt = Runtime.open(small.home)
     view = rt.get("lost")
     assert view.status is JobStatus.FAILED

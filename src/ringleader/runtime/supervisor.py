@@ -175,8 +175,13 @@ class Supervisor:
                 self._end(w, code, now, "process lost (no exit code recorded)")
             elif w.pid is None and has_launcher and launcher_done:
                 self._end(w, None, now, "never started")
-            elif w.pid is None and not has_launcher and self.adopted_at and now - self.adopted_at > START_GRACE_S:
-                self._end(w, None, now, NEVER_STARTED)
+            elif w.pid is None and (w.role == "launcher" or not has_launcher) and self._launch_lost(now):
+                self._end(w, None, now, NEVER_STARTED)  # (an mpirun job's ranks follow its launcher)
+
+    def _launch_lost(self, now: float) -> bool:
+        """Adopted, and long enough ago that a wrapper the lost supervisor started would have
+        written its state file by now."""
+        return self.adopted_at is not None and now - self.adopted_at > START_GRACE_S
 
     def _end(self, w: Watched, code: int | None, ended: float, note: str) -> None:
         if code is not None and code < 0:  # killed by a signal: 128 + its number, as Kubernetes shows
