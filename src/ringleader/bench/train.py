@@ -107,7 +107,7 @@ class Step:
         torch = self.torch
         ctx = (torch.autocast(self.device.type, dtype=self.amp) if self.amp is not None
                else contextlib.nullcontext())  # fmt: skip
-        self.opt.zero_grad(set_to_none=False)
+        self.opt.zero_grad(set_to_none=True)
         with ctx:
             loss = self.loss_fn(self.net(images), labels)
         if self.scaler is not None:
