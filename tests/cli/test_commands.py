@@ -135,18 +135,21 @@ def test_get_and_top_job_layouts_as_arena(seeds_inproc, tmp_path) -> None:
         rt.submit(JobSpec("wait9", 2, 8, [sys.executable, "-c", "pass"], priority=0))  # pending
     try:
         text = seeds_inproc.ok("get", "run4")
-        assert text.startswith("Name:      run4\nStatus:    RUNNING\nPriority:  0\nTrainer:   MPIJOB\n")
+        # Values line up in one column, as arena's tabwriter keeps them ("CreateTime:" is the longest key).
+        assert text.startswith("Name:       run4\nStatus:     RUNNING\nPriority:   0\nTrainer:    MPIJOB\n")
+        assert "\nCreateTime: " in text and "\nEndTime:    N/A" in text
         inst = text.split("Instances:\n")[1].splitlines()
         assert inst[0].startswith("  NAME") and inst[1].startswith("  ----") and inst[2].startswith("  run4-worker-0")
         assert all(line == line.rstrip() for line in text.splitlines())
-        assert "Priority:  0" in seeds_inproc.ok("get", "wait9")
+        assert "Priority:   0" in seeds_inproc.ok("get", "wait9")
         top = seeds_inproc.ok("top", "job").splitlines()
         assert top[0].split() == ["NAME", "STATUS", "TRAINER", "AGE", "GPU(Requested)", "GPU(Allocated)", "NODE"]
         assert top[1].split()[:2] == ["run4", "RUNNING"] and top[1].split()[4:6] == ["4", "4"]
         assert top[2].split()[:2] == ["wait9", "PENDING"] and top[2].split()[4:7] == ["16", "0", "N/A"]
         assert top[-1] == "Total Allocated/Requested GPUs of Training Jobs: 4/20"
         one = seeds_inproc.ok("top", "job", "run4")
-        assert one.startswith("Name:      run4\n") and "GPU(Allocated): 4" in one and "  run4-worker-3" in one
+        assert one.startswith("Name:           run4\nStatus:         RUNNING\n")
+        assert "GPU(Allocated): 4" in one and "  run4-worker-3" in one
     finally:
         release.touch()
         with Runtime.open(seeds_inproc.home) as rt:

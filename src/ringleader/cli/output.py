@@ -86,9 +86,11 @@ def table(
 
 
 def key_values(pairs: Sequence[tuple[str, Any]]) -> None:
-    """arena's key/value lines: "Name:      x", "Status:    RUNNING"."""
+    """arena's key/value lines: "Name:      x", "Status:    RUNNING"; values stay in one
+    column when a key is longer than arena's ("CreateTime:"), as its tabwriter keeps them."""
+    width = max([KEY_WIDTH - 1, *(len(key) + 1 for key, _ in pairs)])
     for key, value in pairs:
-        click.echo(f"{key + ':':<{KEY_WIDTH - 1}} {value}")
+        click.echo(f"{key + ':':<{width}} {value}")
 
 
 def duration(seconds: float | None) -> str:
