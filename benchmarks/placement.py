@@ -54,7 +54,22 @@ def exhaustive_single_node(nodes: tuple[NodeState, ...], k: int) -> tuple[float,
     return best
 
 
-def measure(size: int, decisions: int, seed: int) -> list[dict[str, object]]:
+def optimality(size: int, k: int, clusters: int, rng: random.Random) -> tuple[int, int]:
+    """(optimal, checked) single-node decisions for a k-GPU job over fresh random clusters."""
+    optimal = checked = 0
+    request = JobRequest(f"job-{k}", k, 1, topology_aware=True)
+    for _ in range(clusters):
+        nodes = synthetic_cluster(size, rng)
+        decision = place(ClusterState(nodes), request)
+        if decision.chosen is None or decision.chosen.metrics.nodes_used != 1:
+            continue
+        checked += 1
+        m = decision.chosen.metrics
+        optimal += (m.bottleneck.gbs, m.sum_pair_gbs) == exhaustive_single_node(nodes, k)
+    return optimal, checked
+
+
+def measure(size: int, decisions: int, seed: int, check_clusters: int) -> list[dict[str, object]]:
     rng = random.Random(seed)
     clusters = [synthetic_cluster(size, rng) for _ in range(4)]
     build_times = []
@@ -71,10 +86,8 @@ def measure(size: int, decisions: int, seed: int) -> list[dict[str, object]]:
         place(states[0], request)  # warm the per-topology memo
         times = []
         commit_times = []
-        optimal = single = 0
         for i in range(decisions):
             state = states[i % len(states)]
-            nodes = clusters[i % len(states)]
             start = time.perf_counter()
             decision = place(state, request)
             times.append(time.perf_counter() - start)
@@ -82,11 +95,7 @@ def measure(size: int, decisions: int, seed: int) -> list[dict[str, object]]:
                 start = time.perf_counter()
                 state.with_placement(decision.placement)
                 commit_times.append(time.perf_counter() - start)
-            if k > 1 and decision.placement is not None and len(decision.placement.nodes) == 1 and i < len(states):
-                single += 1
-                assert decision.chosen is not None
-                m = decision.chosen.metrics
-                optimal += (m.bottleneck.gbs, m.sum_pair_gbs) == exhaustive_single_node(nodes, k)
+        optimal, single = optimality(size, k, check_clusters, rng) if k > 1 else (0, 0)
         times.sort()
         rows.append({
             "nodes": size,
@@ -107,12 +116,16 @@ def main() -> None:
     parser.add_argument("--sizes", default="100,1000,10000")
     parser.add_argument("--decisions", type=int, default=200)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--check-clusters", type=int, default=20, help="fresh clusters per cell, optimality check")
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args()
     rows = []
     for size in (int(s) for s in args.sizes.split(",")):
-        rows.extend(measure(size, args.decisions, args.seed))
-    print(f"# python {platform.python_version()} on {platform.machine()}; decisions per cell: {args.decisions}")
+        rows.extend(measure(size, args.decisions, args.seed, args.check_clusters))
+    print(
+        f"# python {platform.python_version()} on {platform.machine()}; decisions per cell: {args.decisions}; "
+        f"optimality checked on {args.check_clusters} fresh clusters per cell"
+    )
     print(
         f"{'nodes':>6} {'gpus':>4} {'median ms':>10} {'p99 ms':>8} {'commit ms':>9} {'index build ms':>14} "
         f"{'nodes used':>10} {'optimal (single-node)':>22}"

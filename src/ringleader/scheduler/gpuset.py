@@ -59,7 +59,7 @@ class NodeSearch:
             for level in self.levels
         }
         self._clique = functools.lru_cache(maxsize=65536)(self._max_clique)
-        self._capacity: dict[tuple[int, float], int] = {}
+        self._capacity: dict[float, dict[int, int]] = {}
         self._best = functools.lru_cache(maxsize=65536)(self._best_set)
 
     # -- cliques: sets whose every pair has at least a given bandwidth ----------------------
@@ -89,17 +89,27 @@ class NodeSearch:
     def capacity(self, mask: int, level: float) -> int:
         """How many GPUs of ``mask`` can be taken with a bottleneck of at least ``level``
         (any level, also one this topology does not have)."""
-        found = self._capacity.get((mask, level))
+        table = self.capacity_table(level)
+        found = table.get(mask)
         if found is None:
-            own = [lv for lv in self.levels if lv >= level]
-            if mask.bit_count() <= 1:
-                found = mask.bit_count()
-            elif not own:
-                found = 1  # no pair is that fast: one GPU alone has no bottleneck
-            else:
-                found = self.max_clique(mask, own[-1])
-            self._capacity[(mask, level)] = found
+            found = table[mask] = self._compute_capacity(mask, level)
         return found
+
+    def capacity_table(self, level: float) -> dict[int, int]:
+        """The memo of ``capacity`` at one level (mask -> GPUs); callers that scan many groups
+        read it directly and fill misses with ``capacity``."""
+        table = self._capacity.get(level)
+        if table is None:
+            table = self._capacity[level] = {}
+        return table
+
+    def _compute_capacity(self, mask: int, level: float) -> int:
+        own = [lv for lv in self.levels if lv >= level]
+        if mask.bit_count() <= 1:
+            return mask.bit_count()
+        if not own:
+            return 1  # no pair is that fast: one GPU alone has no bottleneck
+        return self.max_clique(mask, own[-1])
 
     def bottleneck_level(self, mask: int, k: int) -> float:
         """Best achievable bottleneck for k GPUs out of ``mask`` (INF for k <= 1)."""

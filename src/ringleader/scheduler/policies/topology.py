@@ -93,18 +93,26 @@ class TopologyPolicy(Policy):
     def _multi_node(self, groups: Sequence[NodeGroup], job: JobRequest) -> list[Candidate]:
         ranked_at: dict[float, list[tuple[int, NodeGroup]]] = {}
 
-        def ranked(level: float) -> list[tuple[int, NodeGroup]]:
-            if level not in ranked_at:
-                ranked_at[level] = self._ranked(groups, job, level)
-            return ranked_at[level]
-
         histograms: dict[float, tuple[dict[int, int], dict[GroupKey, int]]] = {}
-        infos = [(_search(g), g.free_mask, g.size, g.key) for g in groups]
+        by_fingerprint: dict[str, NodeSearch] = {}
+        infos = []
+        for g in groups:
+            key = g.key
+            search = by_fingerprint.get(key[0]) or by_fingerprint.setdefault(key[0], _search(g))
+            infos.append((search, key[1], len(g.positions), key))
 
-        def count(level: float, exclude: _Exclusion) -> int | None:
+        def histogram(level: float) -> tuple[dict[int, int], dict[GroupKey, int]]:
             if level not in histograms:
                 histograms[level] = _capacity_histogram(infos, job, level)
-            return _count_nodes(*histograms[level], job.workers, exclude)
+            return histograms[level]
+
+        def count(level: float, exclude: _Exclusion) -> int | None:
+            return _count_nodes(*histogram(level), job.workers, exclude)
+
+        def ranked(level: float) -> list[tuple[int, NodeGroup]]:
+            if level not in ranked_at:
+                ranked_at[level] = _ranked(groups, histogram(level)[1])
+            return ranked_at[level]
 
         searches = {info[0] for info in infos}
         levels = sorted({lv for search in searches for lv in search.levels} | {0.0}, reverse=True)
@@ -148,19 +156,6 @@ class TopologyPolicy(Policy):
         objective = (-float(len(picked)), _finite(bottleneck), sum_gbs, -float(free_after), leftover)
         return make_candidate(chosen_nodes, job, slots, objective, OBJECTIVE), tuple(chosen_nodes)
 
-    @staticmethod
-    def _ranked(groups: Sequence[NodeGroup], job: JobRequest, level: float) -> list[tuple[int, NodeGroup]]:
-        """Groups by workers each node can take at ``level``: most first (fewest nodes), then the
-        fullest node (best fit)."""
-        keyed = []
-        per_worker = job.gpus_per_worker
-        for order, grp in enumerate(groups):
-            free = grp.free_mask
-            gpus = _search(grp).capacity(free, level) if level > 0 else free.bit_count()
-            if gpus >= per_worker:
-                keyed.append((-(gpus // per_worker), free.bit_count(), order, grp))
-        keyed.sort(key=lambda item: item[:3])
-        return [(-neg_cap, grp) for neg_cap, _, _, grp in keyed]
 
 
 @dataclass(frozen=True)
@@ -184,6 +179,14 @@ class _Exclusion:
 NOTHING = _Exclusion()
 
 
+def _ranked(groups: Sequence[NodeGroup], cap_of: dict[GroupKey, int]) -> list[tuple[int, NodeGroup]]:
+    """Groups by workers each node can take (``cap_of``, from the level's histogram): most
+    first (fewest nodes), then the fullest node (best fit), then node order."""
+    keyed = [(-cap_of[g.key], g.key[1].bit_count(), order, g) for order, g in enumerate(groups) if cap_of[g.key] > 0]
+    keyed.sort(key=lambda item: item[:3])
+    return [(-neg_cap, grp) for neg_cap, _, _, grp in keyed]
+
+
 def _capacity_histogram(
     groups: Sequence[tuple[NodeSearch, int, int, GroupKey]], job: JobRequest, level: float
 ) -> tuple[dict[int, int], dict[GroupKey, int]]:
@@ -192,8 +195,17 @@ def _capacity_histogram(
     nodes_with: dict[int, int] = {}
     cap_of: dict[GroupKey, int] = {}
     per_worker = job.gpus_per_worker
+    tables: dict[NodeSearch, dict[int, int]] = {}
     for search, free, size, key in groups:
-        gpus = search.capacity(free, level) if level > 0 else free.bit_count()
+        if level > 0:
+            table = tables.get(search)
+            if table is None:
+                table = tables[search] = search.capacity_table(level)
+            gpus = table.get(free)
+            if gpus is None:
+                gpus = search.capacity(free, level)
+        else:
+            gpus = free.bit_count()
         cap = cap_of[key] = gpus // per_worker
         if cap:
             nodes_with[cap] = nodes_with.get(cap, 0) + size
