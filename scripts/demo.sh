@@ -38,6 +38,8 @@ run ringleader get tensorflow-4-vgg16
 run ringleader get tensorflow-topo-4-vgg16
 
 section "Follow both to the end"
+echo "(The emulated nodes share this host's cores, so both runs measure the same here; the"
+echo " Prediction lines above say what each placement buys on the real 2 x 8 V100 cluster.)"
 run ringleader logs -f --tail 6 tensorflow-4-vgg16
 run ringleader logs -f --tail 6 tensorflow-topo-4-vgg16
 run ringleader list
