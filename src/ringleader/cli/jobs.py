@@ -245,9 +245,10 @@ def render_job(job: JobView, wide: bool, events: bool, prediction: dict[str, Any
     if events:
         click.echo("\nEvents:")
         # Plain lines, not a table: messages are long and must never be cut.
-        click.echo(f"{'TIME':<20} {'TYPE':<15} MESSAGE")
+        pad = " " * INDENT  # indented like the Instances table above
+        click.echo(f"{pad}{'TIME':<20} {'TYPE':<15} MESSAGE")
         for e in job.events:
-            click.echo(f"{when(e.at):<20} {e.kind:<15} {e.message}")
+            click.echo(f"{pad}{when(e.at):<20} {e.kind:<15} {e.message}")
 
 
 @click.command("list")
