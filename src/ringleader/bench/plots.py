@@ -16,6 +16,22 @@ def _plt() -> Any:
     return plt
 
 
+def _save(plt: Any, fig: Any, path: Path) -> str:
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return str(path)
+
+
+def _line_plot(plt: Any, fig: Any, ax: Any, path: Path, xlabel: str, ylabel: str, title: str) -> str:
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend()
+    ax.grid(alpha=0.3)
+    return _save(plt, fig, path)
+
+
 def speedup(rows: list[dict[str, Any]], path: Path) -> str:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -25,15 +41,7 @@ def speedup(rows: list[dict[str, Any]], path: Path) -> str:
         pts = [(int(r["gpus_per_server"]) * int(r["servers"]), r["speedup"])
                for r in rows if r["backend"] == b]  # fmt: skip
         ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=b)
-    ax.set_xlabel("workers")
-    ax.set_ylabel("speedup")
-    ax.set_title("Speedup vs workers")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return str(path)
+    return _line_plot(plt, fig, ax, path, "workers", "speedup", "Speedup vs workers")
 
 
 def busbw(sweeps: dict[str, dict[str, Any]], path: Path) -> str:
@@ -44,15 +52,7 @@ def busbw(sweeps: dict[str, dict[str, Any]], path: Path) -> str:
         ax.plot([r["size_bytes"] for r in res], [r["oop"]["busbw_gbs"] for r in res], "o-",
                 label=f"{b} ({sweep.get('world_size')} ranks)")  # fmt: skip
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("message size (bytes)")
-    ax.set_ylabel("busbw (GB/s)")
-    ax.set_title("allreduce bus bandwidth")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return str(path)
+    return _line_plot(plt, fig, ax, path, "message size (bytes)", "busbw (GB/s)", "allreduce bus bandwidth")
 
 
 def pipeline(results: list[dict[str, Any]], scatter_path: Path, ratio_path: Path) -> list[str]:
@@ -68,17 +68,12 @@ def pipeline(results: list[dict[str, Any]], scatter_path: Path, ratio_path: Path
     ax.set_ylabel("real data (full pipeline), images/s")
     ax.axis("equal")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(scatter_path, dpi=100)
-    plt.close(fig)
+    scatter = _save(plt, fig, scatter_path)
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.bar([r["model"] for r in results], [r["degradation"] for r in results])
     ax.set_ylabel("real / synthetic")
     ax.set_title("pipeline / GPU-only throughput")
-    fig.tight_layout()
-    fig.savefig(ratio_path, dpi=100)
-    plt.close(fig)
-    return [str(scatter_path), str(ratio_path)]
+    return [scatter, _save(plt, fig, ratio_path)]
 
 
 def all_plots(out: Path, rows: list[dict[str, Any]], sweeps: dict[str, Any],
