@@ -117,3 +117,20 @@ def test_plain_per_rank_program_prints_the_same_table() -> None:
     assert outs[1][0] == ""  # only rank 0 prints
     assert _shape(outs[0][0]) == EXPECTED_SHAPE  # -np inside a job: runs as that rank
     assert re.search(r"# Avg bus bandwidth    : [\d.e+-]+", outs[0][0])
+
+
+@pytest.mark.parametrize("world", range(2, 17))
+def test_a_collective_that_writes_nothing_or_mixes_ranks_is_caught(world: int) -> None:
+    """The verification's inputs: a receive buffer left as filled never equals the expected
+    sum (at any world size, 5 and 10 included), and no two ranks send the same pattern."""
+    import torch
+
+    from ringleader.bench.allreduce import _sentinel, _values
+
+    sent = [_values(torch, 0, 2048, r, torch.int64, "cpu") for r in range(world)]
+    expected_sum = sum(sent)
+    untouched = torch.full((2048,), _sentinel(world), dtype=torch.int64)
+    assert int((untouched != expected_sum).sum()) == 2048
+    assert int((untouched != expected_sum / world).sum()) == 2048  # avg
+    assert len({tuple(v.tolist()) for v in sent}) == world
+    assert all(int(v.abs().max()) <= 2 for v in sent)  # sums stay exact in fp16 and bf16

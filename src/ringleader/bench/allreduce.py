@@ -91,9 +91,21 @@ def sizes(cfg: AllreduceConfig, world: int, elem: int) -> list[tuple[int, int]]:
 
 
 def _values(torch: Any, start: int, count: int, rank: int, dtype: Any, device: Any) -> Any:
-    """Small integers in [-2, 2], different per rank and element: sums stay exact."""
+    """Small integers in [-2, 2] from a hash of (element, rank): sums stay exact in fp16/bf16,
+    the sum over ranks is not zero everywhere for any world size, and no two ranks send the
+    same pattern (so a collective that mixes up ranks' blocks is caught). Masks keep every
+    product inside int64."""
     idx = torch.arange(start, start + count, dtype=torch.int64, device=device)
-    return ((idx + 3 * rank) % 5 - 2).to(dtype)
+    h = (idx * 40503 + (rank + 1) * 2654435761) & 0x7FFFFFFF
+    h = ((h ^ (h >> 13)) * 40503) & 0x7FFFFFFF
+    h = h ^ (h >> 16)
+    return (h % 5 - 2).to(dtype)
+
+
+def _sentinel(world_size: int) -> int:
+    """A value no collective result can take (sums lie in [-2n, 2n]): receive buffers start
+    with it, so a collective that writes nothing is counted wrong."""
+    return -(2 * world_size + 3)
 
 
 class Case:
@@ -115,9 +127,9 @@ class Case:
     def fill(self) -> None:
         torch, r, dev = self.torch, self.comm.rank, self.comm.device
         self.send.copy_(_values(torch, 0, self.in_count, r, self.dtype, dev))
-        self.recv.zero_()
+        self.recv.fill_(_sentinel(self.comm.world_size))
         if self.cfg.collective == "allgather":
-            self.inplace.zero_()
+            self.inplace.fill_(_sentinel(self.comm.world_size))
             self._ip_in().copy_(self.send)
         else:
             self.inplace.copy_(_values(torch, 0, self.inplace.numel(), r, self.dtype, dev))

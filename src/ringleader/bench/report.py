@@ -22,6 +22,12 @@ def allreduce_header(cfg: Any, backend: str, world: int, device: str) -> list[st
         "#",
         "# Using devices",
         f"#  Rank  0 Pid {os.getpid():6d} on {socket.gethostname():>10s} device {device}",
+        *(
+            [f"# note: {backend} out-of-place = a copy of the input + the in-place collective "
+             "(torch.distributed has no out-of-place allreduce/reduce-scatter)"]
+            if backend in ("gloo", "nccl") and cfg.collective in ("allreduce", "reducescatter")
+            else []
+        ),
         "#",
         f"# {'':>56s}out-of-place{'':>25s}in-place",
         f"# {'size':>10s}  {'count':>12s}  {'type':>8s}  {'redop':>6s}  {'root':>6s}  "
