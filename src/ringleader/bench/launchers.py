@@ -50,9 +50,15 @@ class LocalLauncher:
             tail = (res.stderr.strip().splitlines() or ["(no output)"])[-1]
             raise PointError(f"{kind} point {backend} x{workers} failed ({res.returncode}): {tail}")
         try:
-            return parse_json(res.stdout)
+            result = parse_json(res.stdout)
         except (ValueError, json.JSONDecodeError) as exc:
             raise PointError(f"{kind} point {backend} x{workers} printed no JSON result") from exc
+        if result.get("out_of_bounds"):
+            raise PointError(
+                f"{kind} point {backend} x{workers}: {result['out_of_bounds']} wrong values",
+                "a failed verification is not a bandwidth: check the backend",
+            )
+        return result
 
 
 class RuntimeLauncher:

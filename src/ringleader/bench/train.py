@@ -246,7 +246,7 @@ def train(cfg: TrainConfig, comm: Comm) -> dict[str, Any]:
         "precision": cfg.precision, "backend": comm.backend, "world_size": comm.world_size,
         "nodes": nodes(comm.world_size), "device": device_name, "device_name": _device_name(step.device),
         "image_size": models.spec(cfg.model).fixed_size or cfg.image_size,
-        "num_batches": cfg.num_batches,
+        "num_batches": cfg.num_batches, "threads": step.torch.get_num_threads(),
         "images_per_sec_total": total, "images_per_sec_per_worker": total / comm.world_size,
         "step_time_s": elapsed / cfg.num_batches, "step_times_s": times,
         "data": "synthetic" if cfg.data == "synthetic" else cfg.data,
