@@ -26,6 +26,10 @@ def loader_throughput(cfg: TrainConfig) -> dict[str, Any]:
     it = batches(ds, cfg.batch_size, cfg.loader_workers, prefetch=cfg.prefetch, stats=stats)
     for _ in range(max(1, cfg.num_warmup_batches)):
         next(it)
+    # The loader processes filled their prefetch queues during the warmup: take those batches
+    # off before the clock starts, so the rate is what the workers produce, not a backlog.
+    for _ in range(max(1, cfg.loader_workers) * cfg.prefetch):
+        next(it)
     first = stats.images
     t0 = time.perf_counter()
     for _ in range(cfg.num_batches):
