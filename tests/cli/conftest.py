@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
-import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+from statedb import dump_db
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -36,14 +37,7 @@ class Cli:
         return out.stdout
 
     def dump(self) -> list[str]:
-        db = self.home / "state.db"
-        if not db.exists():
-            return []
-        conn = sqlite3.connect(db)
-        try:
-            return list(conn.iterdump())
-        finally:
-            conn.close()
+        return dump_db(self.home)
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ processes stopped) so no test leaves processes behind.
 
 from __future__ import annotations
 
-import sqlite3
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from ringleader.runtime.api import JobSpec, Runtime
+from statedb import dump_db
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -85,16 +85,7 @@ def wait_for(check: Callable[[], bool], timeout: float = 90.0, what: str = "cond
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
-def dump_db(home: Path) -> list[str]:
-    """Every row of the state database (empty list if it does not exist)."""
-    db = home / "state.db"
-    if not db.exists():
-        return []
-    conn = sqlite3.connect(db)
-    try:
-        return list(conn.iterdump())
-    finally:
-        conn.close()
+
 
 
 class Helpers:

@@ -175,6 +175,13 @@ class TorchComm(Comm):
 
     def close(self) -> None:
         if self._owned and self._dist.is_initialized():
+            # Every rank done with the group, and DDP's reducer (which holds it and its worker
+            # threads) gone, before it is destroyed: otherwise gloo can abort at exit
+            # ("terminate called without an active exception").
+            import gc
+
+            gc.collect()
+            self.barrier()
             self._dist.destroy_process_group()
             self._owned = False
 

@@ -129,18 +129,21 @@ def save_calibration(cal: Calibration, path: str | Path) -> None:
     Path(path).write_text(json.dumps(cal.as_dict(), indent=2) + "\n")
 
 
+def read_json(path: str | Path, what: str, fix: str) -> Any:
+    """The JSON document in ``path``; unreadable or not JSON is a UsageError naming the file."""
+    p = Path(path)
+    try:
+        return json.loads(p.read_text())
+    except OSError as exc:
+        raise UsageError(f"cannot read {what} {str(p)!r}: {exc.strerror}", "check the path") from None
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{what} {str(p)!r} is not JSON (line {exc.lineno}: {exc.msg})", fix) from None
+
+
 def load_calibration(path: str | Path) -> Calibration:
     """Read a calibration file; a malformed one is a UsageError naming the file and the problem."""
     p = Path(path)
-    try:
-        doc = json.loads(p.read_text())
-    except OSError as exc:
-        raise UsageError(f"cannot read calibration file {str(p)!r}: {exc.strerror}", "check the path") from None
-    except json.JSONDecodeError as exc:
-        raise UsageError(
-            f"calibration file {str(p)!r} is not JSON (line {exc.lineno}: {exc.msg})",
-            "pass a file written by `ringleader calibrate --out`",
-        ) from None
+    doc = read_json(p, "calibration file", "pass a file written by `ringleader calibrate --out`")
     try:
         return calibration_from_dict(doc)
     except (KeyError, TypeError, ValueError) as exc:

@@ -11,7 +11,6 @@ precision); one batch size gives the rate at that batch with t0 = 0.
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from collections import defaultdict
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ringleader.errors import UsageError
-from ringleader.model.calibration import Calibration, ComputeFit, LinkFit
+from ringleader.model.calibration import Calibration, ComputeFit, LinkFit, read_json
 from ringleader.model.tables import check_model, check_precision, normalize_gpu_type
 
 FIX = "pass JSON written by `ringleader bench allreduce -o json` or `ringleader bench train -o json`"
@@ -119,12 +118,7 @@ def read_bench_files(paths: Sequence[str | Path]) -> tuple[list[AllreducePoint],
     train: list[TrainPoint] = []
     for path in paths:
         p = Path(path)
-        try:
-            doc = json.loads(p.read_text())
-        except OSError as exc:
-            raise UsageError(f"cannot read {str(p)!r}: {exc.strerror}", "check the path") from None
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"{str(p)!r} is not JSON (line {exc.lineno}: {exc.msg})", FIX) from None
+        doc = read_json(p, "bench result", FIX)
         docs = doc if isinstance(doc, list) else [doc]
         for d in docs:
             try:
