@@ -31,9 +31,14 @@ def plot_jct_cdf(runs: Sequence[SimRun], path: Path, title: str = "") -> Path:
         ys = [(i + 1) / len(jcts) for i in range(len(jcts))]
         ax.step(jcts, ys, where="post", label=run.policy)
     ax.set_xscale("log")
-    ax.set_xlabel("job completion time (hours, log scale)")
-    ax.set_ylabel("fraction of jobs")
-    ax.set_title(title or "JCT CDF per policy")
+    return _finish(plt, fig, ax, path, "job completion time (hours, log scale)", "fraction of jobs",
+                   title or "JCT CDF per policy")  # fmt: skip
+
+
+def _finish(plt: Any, fig: Any, ax: Any, path: Path, xlabel: str, ylabel: str, title: str) -> Path:
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
     ax.grid(True, alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -69,13 +74,6 @@ def plot_utilization(runs: Sequence[SimRun], path: Path, title: str = "") -> Pat
         xs, ys = binned_utilization(run)
         if xs:
             ax.plot(xs, ys, label=run.policy, linewidth=1.2)
-    ax.set_xlabel("time since first arrival (hours)")
-    ax.set_ylabel("share of GPUs allocated (mean per bin)")
     ax.set_ylim(0, 1.05)
-    ax.set_title(title or "GPU utilization over time")
-    ax.grid(True, alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _finish(plt, fig, ax, path, "time since first arrival (hours)", "share of GPUs allocated (mean per bin)",
+                   title or "GPU utilization over time")  # fmt: skip
