@@ -5,6 +5,9 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+from ringleader.runtime import store
+from ringleader.runtime.api import Runtime
+
 
 def dump_db(home: Path) -> list[str]:
     """Every row of the state database (empty list if it does not exist)."""
@@ -16,3 +19,11 @@ def dump_db(home: Path) -> list[str]:
         return list(conn.iterdump())
     finally:
         conn.close()
+
+
+def supervisor_of(rt: Runtime, job: str) -> tuple[int, int]:
+    """The (pid, start time) recorded for a job's supervisor."""
+    with rt.db.read() as conn:
+        row = store.job_row(conn, job)
+        assert row is not None
+        return row["supervisor_pid"], row["supervisor_start"]

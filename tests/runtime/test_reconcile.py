@@ -6,17 +6,10 @@ import json
 import os
 import signal
 
-from ringleader.runtime import store
 from ringleader.runtime.api import Runtime
 from ringleader.runtime.procs import alive, start_time
 from ringleader.runtime.states import JobStatus
-
-
-def supervisor_of(rt: Runtime, job: str) -> tuple[int, int]:
-    with rt.db.read() as conn:
-        row = store.job_row(conn, job)
-        assert row is not None
-        return row["supervisor_pid"], row["supervisor_start"]
+from statedb import supervisor_of
 
 
 def started(rt: Runtime, job: str, text: str) -> bool:

@@ -16,6 +16,7 @@ from ringleader.runtime.api import Runtime
 from ringleader.runtime.launchers import RANK_MODULE, instance_targets, plan_path, state_path
 from ringleader.runtime.procs import alive, start_time
 from ringleader.runtime.states import JobStatus
+from statedb import supervisor_of
 
 WAIT = "import os, sys, time\nprint('up', flush=True)\nwhile not os.path.exists(sys.argv[1]): time.sleep(0.1)"
 
@@ -31,13 +32,6 @@ def started(rt: Runtime, job: str) -> bool:
 
 def state(home: Path, job: str, instance: str) -> dict:
     return dict(json.loads(state_path(home, job, instance).read_text()))
-
-
-def supervisor_of(rt: Runtime, job: str) -> tuple[int, int]:
-    with rt.db.read() as conn:
-        row = store.job_row(conn, job)
-        assert row is not None
-        return row["supervisor_pid"], row["supervisor_start"]
 
 
 def kill_instance(home: Path, job: str, instance: str) -> dict:

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from ringleader.cli.output import console, emit_data, output_option, table
+from ringleader.cli.output import console, emit_data, output_option, shared_group, table
 
 NP_HELP = ("Launch N local ranks (mpirun for mpi, processes for gloo/nccl); ignored when this "
            "process already is a rank of a job (mpirun, ringleader's runtime, RANK/WORLD_SIZE).")  # fmt: skip
@@ -204,21 +204,11 @@ def scaling_cmd(backends: str, workers: str, out_dir: str, busbw: bool, busbw_ma
     click.echo("wrote: " + ", ".join(res["files"]))
 
 
-def _data_group(cli: click.Group) -> click.Group:
-    existing = cli.commands.get("data")
-    if isinstance(existing, click.Group):
-        return existing
-
-    @cli.group("data")
-    def data_group() -> None:
-        """Datasets for the benches."""
-
-    return data_group
 
 
 def register(cli: click.Group) -> None:
     cli.add_command(bench_group)
-    data_group = _data_group(cli)
+    data_group = shared_group(cli, "data", "Datasets for the benches.")
 
     @data_group.command("synth")
     @click.option("--out", "out_dir", required=True, help="Folder to write class_NNN/*.jpg into.")

@@ -15,7 +15,16 @@ from typing import Any
 
 import click
 
-from ringleader.cli.output import INDENT, console, duration, emit_data, key_values, output_option, table
+from ringleader.cli.output import (
+    INDENT,
+    console,
+    duration,
+    emit_data,
+    key_values,
+    output_option,
+    shared_group,
+    table,
+)
 from ringleader.errors import UsageError
 from ringleader.runtime.api import JobSpec, JobView, Runtime, SubmitResult
 from ringleader.runtime.states import JobStatus
@@ -358,15 +367,7 @@ def prune(since: str) -> None:
 
 def top_group(cli: click.Group) -> click.Group:
     """The `top` group shared by `top job` and `top node`."""
-    existing = cli.commands.get("top")
-    if isinstance(existing, click.Group):
-        return existing
-
-    @cli.group("top")
-    def top() -> None:
-        """Show what runs where (arena top)."""
-
-    return top
+    return shared_group(cli, "top", "Show what runs where (arena top).")
 
 
 def register(cli: click.Group) -> None:

@@ -106,3 +106,14 @@ def duration(seconds: float | None) -> str:
         h, m = divmod(s // 60, 60)
         return f"{h}h{m}m" if m else f"{h}h"
     return f"{s // 86400}d"
+
+
+def shared_group(cli: click.Group, name: str, help_text: str) -> click.Group:
+    """The subgroup ``name`` of ``cli``, created on first use: command modules that each add
+    commands to one group (`top job`, `top node`) share it whatever their import order."""
+    existing = cli.commands.get(name)
+    if isinstance(existing, click.Group):
+        return existing
+    group = click.Group(name, help=help_text)
+    cli.add_command(group)
+    return group
