@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from ringleader.cli.jobs import open_runtime, top_group
+from ringleader.cli.jobs import engine_option, open_runtime, top_group, using_engine
 from ringleader.cli.output import INDENT, console, emit_data, key_values, output_option, table
 from ringleader.errors import NotFoundError, UsageError
 from ringleader.runtime.api import Runtime
@@ -152,9 +152,10 @@ def _pct(used: int, total: int) -> str:
 @click.argument("names", nargs=-1, shell_complete=complete_nodes)
 @click.option("-d", "--details", is_flag=True, help="Per node: link and bandwidth matrices, each GPU's job.")
 @output_option("json", "yaml")
-def top_node(names: tuple[str, ...], details: bool, output: str) -> None:
+@engine_option
+def top_node(names: tuple[str, ...], details: bool, output: str, engine: str | None) -> None:
     """GPUs per node: total, allocated, scheduling mode (arena top node); NAMES picks nodes."""
-    with open_runtime() as rt:
+    with using_engine(engine) as rt:
         state = rt.nodes()
     unknown = [n for n in names if n not in state.by_name]
     if unknown:

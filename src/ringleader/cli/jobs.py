@@ -8,10 +8,10 @@ from __future__ import annotations
 import re
 import shlex
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -25,23 +25,46 @@ from ringleader.cli.output import (
     shared_group,
     table,
 )
+from ringleader.engines import ENGINES, Engine, chosen_engine, open_engine
 from ringleader.errors import UsageError
 from ringleader.runtime.api import JobSpec, JobView, Runtime, SubmitResult
 from ringleader.runtime.states import JobStatus
+from ringleader.runtime.store import default_home
+
+F = TypeVar("F", bound=Callable[..., Any])
+E = TypeVar("E", bound=Engine)
+
+
+def engine_option(f: F) -> F:
+    """`--engine`: which engine runs the command (default: RINGLEADER_ENGINE, else the one set
+    with `ringleader engine use`, else embedded)."""
+    return click.option(
+        "--engine", default=None, metavar="NAME", help=f"Where jobs run: {', '.join(sorted(ENGINES))}."
+    )(f)
 
 
 @contextmanager
-def open_runtime() -> Iterator[Runtime]:
-    """The runtime at RINGLEADER_HOME (or ~/.ringleader), closed after the command. Its notes
-    (e.g. "no GPUs found", once, when the database is created) go to stderr only when the
-    command succeeded, so a refused command prints exactly one line."""
-    rt = Runtime.open()
+def _opened(engine: E) -> Iterator[E]:
+    """``engine`` closed after the command. Its notes (e.g. "no GPUs found", once, when the
+    database is created) go to stderr only when the command succeeded, so a refused command
+    prints exactly one line."""
     try:
-        yield rt
+        yield engine
     finally:
-        rt.close()
-    for note in rt.notes:
+        engine.close()
+    for note in engine.notes:
         click.echo(note, err=True)
+
+
+def open_runtime() -> AbstractContextManager[Runtime]:
+    """The embedded engine at RINGLEADER_HOME (or ~/.ringleader): cluster apply, labels, prune."""
+    return _opened(Runtime.open())
+
+
+def using_engine(engine: str | None) -> AbstractContextManager[Engine]:
+    """The engine a job command runs on: --engine, RINGLEADER_ENGINE, or the default."""
+    home = default_home()
+    return _opened(open_engine(chosen_engine(home, engine), home))
 
 
 def complete_jobs(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
@@ -132,9 +155,11 @@ def submit() -> None:
 @click.option("--dry-run", is_flag=True, help="Print the placement plan; start and write nothing.")
 @output_option("json", "yaml")
 @click.argument("command", nargs=-1, required=True)
+@engine_option
 def submit_mpi(
     name: str, workers: int, gpus: int, gputopology: bool, gang: bool, priority: int, env: tuple[str, ...],
     image: str | None, model: str | None, dry_run: bool, output: str, command: tuple[str, ...],
+    engine: str | None,
 ) -> None:  # fmt: skip
     """Submit an MPI job: COMMAND is one quoted string (an `mpirun ... program` line or a plain
     program started once per worker, torchrun-style) or the words after `--`.
@@ -153,7 +178,7 @@ def submit_mpi(
         name=name, workers=workers, gpus_per_worker=gpus, command=parse_command(command),
         env=parse_env(env), topology_aware=gputopology, priority=priority, image=image, model=model,
     )  # fmt: skip
-    with open_runtime() as rt:
+    with using_engine(engine) as rt:
         result = rt.submit(spec, dry_run=dry_run)
     if output != "table":
         emit_data(result.to_dict(), output)
@@ -211,10 +236,11 @@ def render_submitted(result: SubmitResult) -> None:
 @output_option("json", "yaml", "wide")
 @click.option("-e", "--events", "show_events", is_flag=True, help="Show the job's events.")
 @click.option("--type", "job_type", default=None, hidden=True, help="Accepted for arena compatibility.")
-def get(name: str, output: str, show_events: bool, job_type: str | None) -> None:
+@engine_option
+def get(name: str, output: str, show_events: bool, job_type: str | None, engine: str | None) -> None:
     """Show a job: status, placement and its instances (arena get)."""
     del job_type
-    with open_runtime() as runtime:
+    with using_engine(engine) as runtime:
         job = runtime.get(name)
         prediction = runtime.prediction(name) if job.spec.model else None
     if output in ("json", "yaml"):
@@ -262,9 +288,10 @@ def render_job(job: JobView, wide: bool, events: bool, prediction: dict[str, Any
 
 @click.command("list")
 @output_option("json", "yaml")
-def list_jobs(output: str) -> None:
+@engine_option
+def list_jobs(output: str, engine: str | None) -> None:
     """List jobs (arena list)."""
-    with open_runtime() as rt:
+    with using_engine(engine) as rt:
         jobs = rt.list_jobs()
     if output != "table":
         emit_data([j.to_dict() for j in jobs], output)
@@ -277,11 +304,12 @@ def list_jobs(output: str) -> None:
 @click.command("job")
 @click.argument("name", required=False, shell_complete=complete_jobs)
 @output_option("json", "yaml")
-def top_job(name: str | None, output: str) -> None:
+@engine_option
+def top_job(name: str | None, output: str, engine: str | None) -> None:
     """Jobs with their GPUs and nodes, or one job's instances and GPU ids (arena top job).
 
     The footer counts GPUs held by running jobs / GPUs asked for by running and waiting jobs."""
-    with open_runtime() as rt:
+    with using_engine(engine) as rt:
         jobs = [rt.get(name)] if name else rt.list_jobs()
     if output != "table":
         emit_data([j.to_dict() for j in jobs], output)
@@ -319,11 +347,14 @@ def render_top_job(job: JobView) -> None:
 @click.option("--tail", type=int, default=None, help="Only the last N lines.")
 @click.option("-i", "--instance", default=None, help="Instance name (default: the chief).")
 @click.option("--timestamps", is_flag=True, help="Prefix each line with its time (RFC 3339, UTC).")
-def logs(name: str, follow: bool, tail: int | None, instance: str | None, timestamps: bool) -> None:
+@engine_option
+def logs(
+    name: str, follow: bool, tail: int | None, instance: str | None, timestamps: bool, engine: str | None
+) -> None:
     """Print a job instance's log (arena logs)."""
     if tail is not None and tail < 0:
         raise UsageError(f"--tail must be >= 0, got {tail}", "give a number of lines")
-    with open_runtime() as rt:
+    with using_engine(engine) as rt:
         if not follow:
             click.echo(rt.logs(name, instance, tail, timestamps), nl=False)
             return
@@ -333,9 +364,10 @@ def logs(name: str, follow: bool, tail: int | None, instance: str | None, timest
 
 @click.command("delete")
 @click.argument("names", nargs=-1, required=True, shell_complete=complete_jobs)
-def delete(names: tuple[str, ...]) -> None:
+@engine_option
+def delete(names: tuple[str, ...], engine: str | None) -> None:
     """Stop jobs, free their GPUs, remove their state and logs (arena delete)."""
-    with open_runtime() as rt:
+    with using_engine(engine) as rt:
         gone = rt.delete(list(dict.fromkeys(names)))
     for name in gone:
         click.echo(f"job {name!r} deleted")

@@ -40,7 +40,7 @@ from ringleader.runtime.views import JobView, SubmitResult, job_view
 from ringleader.scheduler import ClusterState, Code, Decision, place
 from ringleader.topology import load_cluster_file
 
-__all__ = ["JobSpec", "JobView", "Runtime", "SubmitResult"]
+__all__ = ["JobSpec", "JobView", "Runtime", "SubmitResult", "open_embedded"]
 
 
 class Runtime:
@@ -300,6 +300,11 @@ class Runtime:
 
     def reconcile(self) -> list[str]:
         return [] if self.db.ephemeral else reconcile(self.db)
+
+
+def open_embedded(home: Path, readonly: bool = False) -> Runtime:
+    """The embedded engine (see ``ringleader.engines``): this runtime."""
+    return Runtime.open(home, readonly=readonly)
 
 
 def _strip_stamp(line: str) -> str:
