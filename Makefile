@@ -9,14 +9,17 @@ PYTHON ?= python3
 
 setup: $(STAMP)
 
-# Open MPI from Debian (mpirun + mpicc for building mpi4py against it), then a virtual env with
-# the CPU build of torch, mpi4py compiled for that MPI, and ringleader with its extras.
+# Open MPI from Debian (mpirun + mpicc for building mpi4py against it), ssh and iproute2 (ssh hosts
+# and the emulated cluster of `cluster up`), then a virtual env with the CPU build of torch, mpi4py
+# compiled for that MPI, and ringleader with its extras.
+DEBS := openmpi-bin libopenmpi-dev openssh-client openssh-server iproute2
 $(STAMP): pyproject.toml
-	@if ! command -v mpirun >/dev/null || ! command -v mpicc >/dev/null; then \
+	@if ! command -v mpirun >/dev/null || ! command -v mpicc >/dev/null || ! command -v ssh >/dev/null \
+	    || ! test -x /usr/sbin/sshd || ! command -v tc >/dev/null; then \
 	  if [ "$$(id -u)" = 0 ]; then \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openmpi-bin libopenmpi-dev; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DEBS); \
 	  else \
-	    echo "Open MPI is missing: run 'sudo apt-get install openmpi-bin libopenmpi-dev' and retry" >&2; exit 2; \
+	    echo "Open MPI, ssh or iproute2 is missing: run 'sudo apt-get install $(DEBS)' and retry" >&2; exit 2; \
 	  fi; \
 	fi
 	$(PYTHON) -m venv $(VENV)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -84,9 +85,36 @@ def test_apply_refuses_to_pull_gpus_from_running_jobs(
     assert small.apply_cluster(cluster_file(grow)).total_gpus == 8
 
 
-def test_only_local_may_be_a_real_node(rt: Runtime, cluster_file: Callable[[str], Path]) -> None:
-    with pytest.raises(UsageError, match="not emulated"):
+def test_a_real_node_other_than_local_needs_an_ssh_address(rt: Runtime, cluster_file: Callable[[str], Path]) -> None:
+    with pytest.raises(UsageError, match="neither emulated nor an ssh host"):
         rt.apply_cluster(cluster_file("nodes:\n  - name: far\n    preset: dgx1v\n"))
+
+
+@pytest.mark.parametrize(
+    ("extra", "problem"),
+    [
+        ("address: 'a b'", "not a host name"),
+        ("address: '-oProxyCommand=x'", "not a host name"),
+        ("address: h\n    port: 70000", "not a TCP port"),
+        ("address: h\n    user: 'root;rm'", "not a user name"),
+        ("user: root", "'user' without `address`"),
+        ("address: h\n    count: 2", "`count` and `address`"),
+    ],
+)
+def test_bad_ssh_addresses_are_refused_before_any_connection(
+    rt: Runtime, cluster_file: Callable[[str], Path], extra: str, problem: str
+) -> None:
+    with pytest.raises(UsageError, match=problem):
+        rt.apply_cluster(cluster_file(f"nodes:\n  - name: far\n    preset: dgx1v\n    {extra}\n"))
+
+
+def test_unreachable_host_is_one_line_naming_it(rt: Runtime, cluster_file: Callable[[str], Path]) -> None:
+    from ringleader.engines.hosts.ssh import HostError
+
+    # Nothing listens on port 1: ssh is refused at once.
+    text = "nodes:\n  - name: far\n    preset: dgx1v\n    address: 127.0.0.1\n    port: 1\n"
+    with pytest.raises(HostError, match=re.escape("host far (127.0.0.1:1) is unreachable over ssh")):
+        rt.apply_cluster(cluster_file(text))
 
 
 def test_cpu_job_runs_on_a_machine_without_gpus(rt: Runtime, h) -> None:

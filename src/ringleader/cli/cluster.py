@@ -41,7 +41,8 @@ def node_rows(state: ClusterState) -> list[list[Any]]:
         topo = ns.spec.topology
         labels = ",".join(f"{k}={v}" for k, v in ns.spec.labels) or "<none>"
         rows.append([ns.name, topo.n_gpus, len(ns.allocated), topo.gpu_model or "-", mode(ns),
-                     str(ns.spec.emulated).lower(), f"{ns.spec.network_gbps:g}", labels])  # fmt: skip
+                     str(ns.spec.emulated).lower(), f"{ns.spec.network_gbps:g}", str(ns.spec.address or "-"),
+                     labels])  # fmt: skip
     return rows
 
 
@@ -54,7 +55,7 @@ def show_nodes(state: ClusterState, output: str) -> None:
     if output != "table":
         emit_data([node_dict(ns) for ns in state.nodes], output)
         return
-    cols = ["NAME", "GPUS", "ALLOCATED", "MODEL", "MODE", "EMULATED", "NETWORK(Gb/s)", "LABELS"]
+    cols = ["NAME", "GPUS", "ALLOCATED", "MODEL", "MODE", "EMULATED", "NETWORK(Gb/s)", "ADDRESS", "LABELS"]
     console().print(table(cols, node_rows(state)))
 
 
@@ -74,6 +75,31 @@ def cluster_apply(path: str, output: str) -> None:
     if output == "table":
         click.echo(f"cluster applied from {path}: {len(state.nodes)} node(s), {state.total_gpus} GPU(s)")
     show_nodes(state, output)
+
+
+@cluster.command("up")
+@click.option("-f", "--file", "path", required=True, type=click.Path(dir_okay=False), help="Cluster YAML.")
+@click.option("--scale", type=float, default=0.02, show_default=True,
+              help="Each node's link is shaped to network_gbps x SCALE (a small box computes slowly).")
+def cluster_up(path: str, scale: float) -> None:
+    """Emulate the cluster on this box (root): per node a network namespace with its own sshd
+    and hostname, joined by a bridge, its link shaped with tc to its network_gbps x --scale.
+    Jobs then run on the nodes over ssh, exactly as on real hosts."""
+    with open_runtime() as rt:
+        created, state = rt.cluster_up(path, scale)
+    emulated = [ns for ns in state.nodes if ns.spec.address is not None]
+    click.echo(f"cluster up: {len(emulated)} node(s) in network namespaces, links at network_gbps x {scale:g}")
+    click.echo(f"declared from {created}")
+    show_nodes(state, "table")
+
+
+@cluster.command("down")
+def cluster_down() -> None:
+    """Remove the emulated cluster: every namespace, bridge, sshd, key and hosts entry that
+    `cluster up` made (also after a crash). Safe to run twice."""
+    with open_runtime() as rt:
+        removed = rt.cluster_down()
+    click.echo(f"cluster down: removed {len(removed)} object(s)" if removed else "cluster down: nothing to remove")
 
 
 @cluster.command("get")

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 import time
@@ -29,8 +30,16 @@ from ringleader.runtime.launchers import (
     parse_mpirun,
     plan_path,
 )  # fmt: skip
-from ringleader.runtime.lifecycle import schedule_pass, schedule_pass_decisions, spawn_supervisors
-from ringleader.runtime.nodes import LOCAL, check_declared, label_node, local_node, merge_declared, shrinking
+from ringleader.runtime.lifecycle import HOSTS_SETTINGS, schedule_pass, schedule_pass_decisions, spawn_supervisors
+from ringleader.runtime.nodes import (
+    LOCAL,
+    check_declared,
+    discover_hosts,
+    label_node,
+    local_node,
+    merge_declared,
+    shrinking,
+)
 from ringleader.runtime.prediction import placement_from_plan, predict_job
 from ringleader.runtime.procs import find_by_args, grace_seconds, stop_all
 from ringleader.runtime.reconcile import reconcile
@@ -106,6 +115,7 @@ class Runtime:
         disappear or shrink."""
         declared = load_cluster_file(path)
         check_declared(declared)  # bad input must not even create the database
+        declared = discover_hosts(declared)
         db = self._writable()
         with db.write() as conn:
             now = time.time()  # taken under the lock: the wait for it may be long
@@ -118,6 +128,33 @@ class Runtime:
             placed = schedule_pass(conn, now)
         spawn_supervisors(self.home, placed)
         return self.nodes()
+
+    def cluster_up(self, path: str | Path, scale: float) -> tuple[Path, ClusterState]:
+        """Emulate the declared cluster on this box (root): a network namespace with sshd and a
+        shaped link per node (see engines.hosts.netns), then apply it with their ssh addresses."""
+        from ringleader.engines.hosts import netns
+
+        declared = load_cluster_file(path)  # every node but `local` becomes an emulated ssh host
+        created = netns.up(self.home, declared, scale)
+        try:
+            state = self.apply_cluster(created)
+            with self.db.write() as conn:
+                store.set_meta(conn, HOSTS_SETTINGS, json.dumps(netns.settings(self.home)))
+        except BaseException:
+            netns.down(self.home)
+            raise
+        return created, state
+
+    def cluster_down(self) -> list[str]:
+        """Remove the emulated cluster: every namespace, bridge, process, key and hosts entry
+        `cluster up` made (also after a crash); its nodes stay declared until the next apply."""
+        from ringleader.engines.hosts import netns
+
+        removed = netns.down(self.home)
+        if not self.db.ephemeral:
+            with self.db.write() as conn:
+                store.delete_meta(conn, HOSTS_SETTINGS)
+        return removed
 
     def label_node(self, node: str, key: str, value: str | None, overwrite: bool = False) -> None:
         """Set (or with value None remove) a node label; changing a value needs ``overwrite``."""

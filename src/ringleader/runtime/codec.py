@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from ringleader.scheduler import Candidate, Decision, Placement, WorkerSlot
-from ringleader.topology import Link, NodeSpec, NodeTopology
+from ringleader.topology import Link, NodeSpec, NodeTopology, SshAddress
 
 
 def node_to_dict(spec: NodeSpec) -> dict[str, Any]:
@@ -15,6 +16,7 @@ def node_to_dict(spec: NodeSpec) -> dict[str, Any]:
         "network_gbps": spec.network_gbps,
         "labels": dict(spec.labels),
         "emulated": spec.emulated,
+        "address": dataclasses.asdict(spec.address) if spec.address else None,
         "topology": {
             "links": [[str(link) for link in row] for row in topo.links],
             "gpu_model": topo.gpu_model,
@@ -42,7 +44,8 @@ def node_from_dict(data: dict[str, Any]) -> NodeSpec:
         source=t.get("source", ""),
     )
     labels = tuple(sorted((str(k), str(v)) for k, v in (data.get("labels") or {}).items()))
-    return NodeSpec(data["name"], topo, float(data["network_gbps"]), labels, bool(data.get("emulated")))
+    address = SshAddress(**data["address"]) if data.get("address") else None
+    return NodeSpec(data["name"], topo, float(data["network_gbps"]), labels, bool(data.get("emulated")), address)
 
 
 def placement_to_dict(placement: Placement) -> dict[str, Any]:

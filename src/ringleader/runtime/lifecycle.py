@@ -15,7 +15,11 @@ from ringleader.runtime.codec import decision_to_dict, placement_to_dict
 from ringleader.runtime.launchers import supervisor_env
 from ringleader.runtime.spec import JobSpec
 from ringleader.runtime.states import InstanceStatus, JobStatus
-from ringleader.scheduler import Decision, QueuedJob, schedule_queue
+from ringleader.scheduler import ClusterState, Decision, QueuedJob, schedule_queue
+
+# meta key: how jobs on ssh hosts launch here (extra MCA parameters, rank env, the head's
+# address), written by `cluster up` for an emulated cluster; absent for real hosts.
+HOSTS_SETTINGS = "hosts_settings"
 
 
 def schedule_pass(conn: sqlite3.Connection, now: float) -> list[str]:
@@ -32,17 +36,26 @@ def schedule_pass_decisions(conn: sqlite3.Connection, now: float) -> list[Decisi
         return []
     specs = {r["name"]: JobSpec.from_dict(json.loads(r["spec"])) for r in rows}
     queued = [QueuedJob(specs[r["name"]].request(), int(r["seq"])) for r in rows]
-    _, decisions = schedule_queue(store.cluster_state(conn), queued)
+    state = store.cluster_state(conn)
+    _, decisions = schedule_queue(state, queued)
     for decision in decisions:
         spec = specs[decision.job.name]
         if decision.placement is not None:
-            place_job(conn, spec, decision, now)
+            place_job(conn, spec, decision, now, has_launcher(spec, decision, state))
         else:
             pend_job(conn, spec.name, decision, now)
     return decisions
 
 
-def place_job(conn: sqlite3.Connection, spec: JobSpec, decision: Decision, now: float) -> None:
+def has_launcher(spec: JobSpec, decision: Decision, state: ClusterState) -> bool:
+    """An mpirun line has its launcher; so has every job with ranks on ssh hosts (mpirun starts
+    them there)."""
+    placement = decision.placement
+    remote = placement is not None and any(state.node(n).spec.address is not None for n in placement.nodes)
+    return spec.is_mpirun or remote
+
+
+def place_job(conn: sqlite3.Connection, spec: JobSpec, decision: Decision, now: float, launcher: bool) -> None:
     placement = decision.placement
     assert placement is not None
     store.allocate(conn, placement)
@@ -51,7 +64,7 @@ def place_job(conn: sqlite3.Connection, spec: JobSpec, decision: Decision, now: 
         decision=json.dumps(decision_to_dict(decision)), placement=json.dumps(placement_to_dict(placement)),
     )  # fmt: skip
     pending = InstanceStatus.PENDING.value
-    if spec.is_mpirun:
+    if launcher:
         store.insert_instance(
             conn, spec.name, f"{spec.name}-launcher", 0, "launcher", status=pending,
             node=placement.slots[0].node, gpus="[]", gpu_requested=0, is_chief=1,
@@ -60,7 +73,7 @@ def place_job(conn: sqlite3.Connection, spec: JobSpec, decision: Decision, now: 
         store.insert_instance(
             conn, spec.name, f"{spec.name}-worker-{slot.index}", slot.index, "worker", status=pending,
             node=slot.node, gpus=json.dumps(list(slot.gpus)), gpu_requested=spec.gpus_per_worker,
-            is_chief=int(slot.index == 0 and not spec.is_mpirun),
+            is_chief=int(slot.index == 0 and not launcher),
         )  # fmt: skip
     store.add_event(conn, spec.name, "Scheduled", decision.summary(), now)
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
 
 from ringleader.errors import ConflictError, NotFoundError, UsageError
 from ringleader.scheduler import ClusterState
 from ringleader.topology import NodeSpec
-from ringleader.topology.cluster import NAME_RE, SCHEDULE_LABEL, SCHEDULE_MODES
+from ringleader.topology.cluster import DISCOVER, NAME_RE, SCHEDULE_LABEL, SCHEDULE_MODES
 from ringleader.topology.nvml import discover
 
 LOCAL = "local"
@@ -23,13 +25,40 @@ def local_node() -> tuple[NodeSpec, str]:
 
 
 def check_declared(declared: Sequence[NodeSpec]) -> None:
-    """Only `local` is a real machine: every other declared node must be emulated."""
+    """A declared node is this machine (`local`), an ssh host (it has an `address`), or
+    emulated (virtual GPUs; its ranks run here unless it has an address too)."""
     for spec in declared:
-        if spec.name != LOCAL and not spec.emulated:
+        if spec.name != LOCAL and not spec.emulated and spec.address is None:
             raise UsageError(
-                f"node {spec.name!r} is not emulated, but only node {LOCAL!r} is a real machine here",
-                f"set `emulated: true` on it, or name it {LOCAL!r} to describe this machine",
+                f"node {spec.name!r} is neither emulated nor an ssh host, and only node {LOCAL!r} is this machine",
+                f"give it an `address` (ssh host), set `emulated: true`, or name it {LOCAL!r}",
             )
+        if spec.name == LOCAL and spec.address is not None:
+            raise UsageError(f"node {LOCAL!r} is this machine and has no ssh address", "drop its `address`")
+
+
+def discover_hosts(declared: Sequence[NodeSpec]) -> list[NodeSpec]:
+    """Declared nodes with the topology of every ssh host declared without one read over ssh
+    (`nvidia-smi topo -m`, else NVML); every ssh host is checked reachable. One line naming the
+    host when one is not."""
+    import tempfile
+
+    from ringleader.engines.hosts.ssh import check_reachable, discover, write_config
+    from ringleader.runtime.store import default_home
+
+    hosts = [s for s in declared if s.address is not None]
+    if not hosts:
+        return list(declared)
+    with tempfile.TemporaryDirectory(prefix="ringleader-ssh-") as tmp:
+        config = write_config(Path(tmp) / "ssh_config", hosts, default_home())
+        found = {}
+        for spec in hosts:
+            if spec.topology.source == DISCOVER:
+                topology, how = discover(config, spec)
+                found[spec.name] = replace(spec, topology=replace(topology, source=how))
+            else:
+                check_reachable(config, spec)
+    return [found.get(s.name, s) for s in declared]
 
 
 def merge_declared(current: Sequence[NodeSpec], declared: Sequence[NodeSpec]) -> list[NodeSpec]:

@@ -7,19 +7,9 @@ import signal
 import time
 from collections.abc import Iterable
 
+from ringleader.runtime.rank import start_time
 
-def start_time(pid: int) -> int | None:
-    """Start time (clock ticks since boot, /proc/<pid>/stat field 22); None if gone or a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            data = fh.read().decode(errors="replace")
-    except OSError:
-        return None
-    # The command name (field 2) is in parentheses and may itself contain spaces or ')'.
-    fields = data[data.rfind(")") + 2 :].split()
-    if len(fields) < 20 or fields[0] in ("Z", "X"):
-        return None
-    return int(fields[19])
+__all__ = ["alive", "find_by_args", "grace_seconds", "signal_proc", "start_time", "stop_all"]
 
 
 def alive(pid: int | None, started: int | None) -> bool:

@@ -2,8 +2,15 @@
 
 Runs one instance's program with that rank's environment (GPUs, torchrun variables), writes its
 output with timestamps to the instance's log (and, under mpirun, to stdout too), records its pid,
-start time and exit code in a state file, and forwards signals. Standard library only: it starts
-once per rank.
+start time and exit code in a state file, and forwards signals.
+
+On an ssh host (``--stream TABLE``, TABLE the plan's rank table as JSON) there is no file of the
+head to write: the wrapper prints every line of its program prefixed with ``O``, its state as
+``S{json}`` lines and a heartbeat ``H`` every HEARTBEAT_S seconds to its stdout, which mpirun
+carries back to the head (see ringleader.engines.hosts.demux).
+
+Standard library only and importing nothing of ringleader's: it starts once per rank, and the
+head sends this file's source to ssh hosts as ``python3 -c SOURCE`` (nothing to install there).
 """
 
 from __future__ import annotations
@@ -19,9 +26,23 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from ringleader.runtime.procs import start_time
-
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+HEARTBEAT_S = 2.0
+STREAM_OUTPUT, STREAM_STATE, STREAM_HEARTBEAT = b"O", b"S", b"H"
+
+
+def start_time(pid: int) -> int | None:
+    """Start time (clock ticks since boot, /proc/<pid>/stat field 22); None if gone or a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read().decode(errors="replace")
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may itself contain spaces or ')'.
+    fields = data[data.rfind(")") + 2 :].split()
+    if len(fields) < 20 or fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
 
 
 def signal_name(number: int) -> str:
@@ -35,8 +56,10 @@ def stamp() -> bytes:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ ").encode()
 
 
-def rank_env(plan: dict[str, Any], entry: dict[str, Any]) -> dict[str, str]:
-    """The variables one rank sees: its GPUs (real or virtual) and torchrun's set."""
+def rank_env(plan: dict[str, Any], entry: dict[str, Any], under_mpirun: bool) -> dict[str, str]:
+    """The variables one rank sees: its GPUs (real or virtual) and torchrun's set; under mpirun
+    also Open MPI's local rank and size as the placement has them (Horovod's local_rank() reads
+    them; on emulated nodes mpirun sees one host and would count every rank as local)."""
     gpus = ",".join(str(g) for g in entry["node_gpus"])
     env = {
         "RANK": str(entry["rank"]), "WORLD_SIZE": str(plan["world_size"]),
@@ -47,6 +70,10 @@ def rank_env(plan: dict[str, Any], entry: dict[str, Any]) -> dict[str, str]:
         "RINGLEADER_NODE": entry["node"],
         "RINGLEADER_WORKER_GPUS": ",".join(str(g) for g in entry["gpus"]),
     }  # fmt: skip
+    if under_mpirun:
+        env["OMPI_COMM_WORLD_LOCAL_RANK"] = str(entry["local_rank"])
+        env["OMPI_COMM_WORLD_LOCAL_SIZE"] = str(entry["local_world_size"])
+        env["OMPI_COMM_WORLD_NODE_RANK"] = str(entry["node_rank"])
     if entry["emulated"]:
         # Virtual GPU ids: never hand a real GPU to a process of an emulated node.
         env["CUDA_VISIBLE_DEVICES"] = ""
@@ -57,21 +84,26 @@ def rank_env(plan: dict[str, Any], entry: dict[str, Any]) -> dict[str, str]:
     return env
 
 
+def _mpi_rank() -> int | None:
+    value = os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMIX_RANK"))
+    return int(value) if value is not None else None
+
+
 def _entry(plan: dict[str, Any], args: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
     if "--launcher" in args:
         # mpirun itself uses no GPU; the ranks it starts set their own.
         return plan["launcher"], {"CUDA_VISIBLE_DEVICES": "", "RINGLEADER_JOB": plan["job"]}
-    if "--rank" in args:
-        rank = int(args[args.index("--rank") + 1])
-    else:
-        rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMIX_RANK", "0")))
+    mpi_rank = _mpi_rank()
+    rank = int(args[args.index("--rank") + 1]) if "--rank" in args else (mpi_rank or 0)
     entry = plan["ranks"][rank]
-    return entry, rank_env(plan, entry)
+    return entry, rank_env(plan, entry, under_mpirun=mpi_rank is not None)
 
 
 def _write_state(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(json.dumps(data))
     os.replace(tmp, path)
 
 
@@ -84,43 +116,118 @@ def _pump(src: BinaryIO, log: BinaryIO, tee: bool) -> None:
             sys.stdout.buffer.flush()
 
 
+class _Stream:
+    """The ssh-host side: program lines, state records and heartbeats on one stdout."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.out = sys.stdout.buffer
+
+    def write(self, kind: bytes, payload: bytes = b"") -> None:
+        with self.lock:
+            self.out.write(kind + payload.rstrip(b"\n") + b"\n")
+            self.out.flush()
+
+    def state(self, data: dict[str, Any]) -> None:
+        self.write(STREAM_STATE, json.dumps(data).encode())
+
+    def pump(self, src: BinaryIO) -> None:
+        for line in iter(src.readline, b""):
+            self.write(STREAM_OUTPUT, line)
+
+    def beat(self, done: threading.Event) -> None:
+        while not done.wait(HEARTBEAT_S):
+            self.write(STREAM_HEARTBEAT)
+
+
+def _start(program: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    child = subprocess.Popen(program, env=env, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+    for sig in FORWARDED:
+        signal.signal(sig, lambda s, _f: child.send_signal(s))
+    return child
+
+
+def _final(state: dict[str, Any], code: int) -> dict[str, Any]:
+    # Killed by a signal: 128 + its number, as shells, Kubernetes and arena show it.
+    final: dict[str, Any] = {**state, "exit_code": code if code >= 0 else 128 - code, "ended_at": time.time()}
+    if code < 0:
+        final["signal"] = signal_name(-code)
+    return final
+
+
+def stream_main(table: dict[str, Any], program: list[str]) -> int:
+    """One rank on an ssh host: everything goes back through mpirun's stdout."""
+    out = _Stream()
+    rank = _mpi_rank() or 0
+    entry = table["ranks"][rank]
+    env = {**os.environ, **rank_env(table, entry, under_mpirun=True)}
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    state: dict[str, Any] = {"pid": os.getpid(), "started_at": time.time(), "host": os.uname().nodename}
+    out.state(state)
+    try:
+        child = _start(program, env)
+    except OSError as exc:
+        out.write(STREAM_OUTPUT, f"ringleader: cannot start {program[0]!r}: {exc.strerror}".encode())
+        out.state({**state, "exit_code": 127, "ended_at": time.time()})
+        return 127
+    state["child_pid"] = child.pid
+    out.state(state)
+    done = threading.Event()
+    threading.Thread(target=out.beat, args=(done,), daemon=True).start()
+    assert child.stdout is not None
+    pump = threading.Thread(target=out.pump, args=(child.stdout,), daemon=True)
+    pump.start()
+    code = child.wait()
+    pump.join(timeout=5)
+    done.set()
+    final = _final(state, code)
+    out.state(final)
+    return int(final["exit_code"])
+
+
 def main(argv: list[str]) -> int:
     split = argv.index("--")
     own, program = argv[:split], argv[split + 1 :]
+    if own and own[0] == "--stream":
+        return stream_main(json.loads(own[1]), program)
     plan = json.loads(Path(own[0]).read_text())
     entry, env = _entry(plan, own[1:])
-    tee = "--launcher" not in own and "OMPI_COMM_WORLD_RANK" in os.environ
+    launcher = "--launcher" in own
+    tee = not launcher and "OMPI_COMM_WORLD_RANK" in os.environ
     env = {**os.environ, **plan["env"], **env}
     env.setdefault("PYTHONUNBUFFERED", "1")
     state_file, log_file = Path(entry["state"]), Path(entry["log"])
-    state_file.parent.mkdir(parents=True, exist_ok=True)
-    log_file.parent.mkdir(parents=True, exist_ok=True)
+    state_file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    log_file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     state: dict[str, Any] = {
         "pid": os.getpid(), "pid_start": start_time(os.getpid()), "instance": entry["instance"],
         "started_at": time.time(),
     }  # fmt: skip
     _write_state(state_file, state)
-    with open(log_file, "ab") as log:
+    fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    with os.fdopen(fd, "ab") as log:
         try:
-            child = subprocess.Popen(program, env=env, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+            child = _start(program, env)
         except OSError as exc:
             log.write(stamp() + f"ringleader: cannot start {program[0]!r}: {exc.strerror}\n".encode())
             _write_state(state_file, {**state, "exit_code": 127, "ended_at": time.time()})
             return 127
-        for sig in FORWARDED:
-            signal.signal(sig, lambda s, _f: child.send_signal(s))
         state.update(child_pid=child.pid, child_start=start_time(child.pid))
         _write_state(state_file, state)
         assert child.stdout is not None
-        pump = threading.Thread(target=_pump, args=(child.stdout, log, tee), daemon=True)
+        if launcher and plan.get("hosts"):
+            # mpirun over ssh hosts: its tagged output carries every remote rank's lines and states.
+            from ringleader.engines.hosts.demux import Demux
+
+            demux = Demux(plan, log, child)
+            pump = threading.Thread(target=demux.run, args=(child.stdout,), daemon=True)
+        else:
+            pump = threading.Thread(target=_pump, args=(child.stdout, log, tee), daemon=True)
         pump.start()
         code = child.wait()
         pump.join(timeout=5)
-    # Killed by a signal: 128 + its number, as shells, Kubernetes and arena show it.
-    final: dict[str, Any] = {**state, "exit_code": code if code >= 0 else 128 - code, "ended_at": time.time()}
-    if code < 0:
-        final["signal"] = signal_name(-code)
+    final = _final(state, code)
     _write_state(state_file, final)
     return int(final["exit_code"])
 

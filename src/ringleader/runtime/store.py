@@ -211,6 +211,10 @@ def set_meta(conn: sqlite3.Connection, key: str, value: str) -> None:
     conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
 
 
+def delete_meta(conn: sqlite3.Connection, key: str) -> None:
+    conn.execute("DELETE FROM meta WHERE key = ?", (key,))
+
+
 def cluster_state(conn: sqlite3.Connection) -> ClusterState:
     alloc: dict[str, list[tuple[int, str]]] = {}
     for r in conn.execute("SELECT node, gpu, job FROM allocations ORDER BY node, gpu"):

@@ -33,7 +33,7 @@ from ringleader.runtime.launchers import (
     rewrite_mpirun,
     state_path,
 )  # fmt: skip
-from ringleader.runtime.lifecycle import finish_job, schedule_pass, spawn_supervisors
+from ringleader.runtime.lifecycle import HOSTS_SETTINGS, finish_job, schedule_pass, spawn_supervisors
 from ringleader.runtime.procs import alive, grace_seconds, start_time, stop_all
 from ringleader.runtime.rank import signal_name
 from ringleader.runtime.reconcile import reconcile
@@ -116,17 +116,28 @@ class Supervisor:
         """Start every instance; False if the job was deleted meanwhile (then all is stopped)."""
         with self.db.read() as conn:
             nodes = {n.name: n for n in store.get_nodes(conn)}
+            settings = json.loads(store.get_meta(conn, HOSTS_SETTINGS) or "{}")
         placement = placement_from_dict(spec.name, placement_data)
         plan = build_plan(spec.name, placement, nodes, spec.env, self.home)
         pfile = plan_path(self.home, spec.name)
-        pfile.parent.mkdir(parents=True, exist_ok=True)
-        pfile.write_text(json.dumps(plan, indent=1))
-        if spec.is_mpirun:
+        pfile.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if any(nodes[n].address is not None for n in placement.nodes):
+            # Ranks on ssh hosts: one mpirun on this machine starts them all (see engines.hosts).
+            from ringleader.engines.hosts.launch import hosts_command, master_address
+
+            plan.update(hosts=True, master_addr=master_address(placement, nodes, settings))
+            plan["env"] = {**settings.get("env", {}), **plan["env"]}
+            _write_private(pfile, json.dumps(plan, indent=1))
+            argv, detail = hosts_command(spec, plan, pfile, nodes, self.home, settings)
+            self._start(f"{spec.name}-launcher", [*rank_wrapper(pfile, launcher=True), *argv], spec)
+        elif spec.is_mpirun:
+            _write_private(pfile, json.dumps(plan, indent=1))
             emulated = any(nodes[n].emulated for n in placement.nodes)
             argv = rewrite_mpirun(spec.command, spec.workers, emulated, pfile)
             self._start(f"{spec.name}-launcher", [*rank_wrapper(pfile, launcher=True), *argv], spec)
             detail = shlex.join(argv)
         else:
+            _write_private(pfile, json.dumps(plan, indent=1))
             for slot in placement.slots:
                 argv = [*rank_wrapper(pfile, rank=slot.index), *spec.command]
                 self._start(f"{spec.name}-worker-{slot.index}", argv, spec)
@@ -159,6 +170,9 @@ class Supervisor:
             if w.done:
                 continue
             st = read_state(w.state_file)
+            if st and st.get("remote"):
+                self._observe_remote(w, st, now, launcher_done)
+                continue
             if st and w.pid is None:
                 w.pid, w.pid_start = int(st["pid"]), st.get("pid_start")
                 w.started_at = float(st.get("started_at", now))  # an mpirun rank's own start
@@ -177,6 +191,20 @@ class Supervisor:
                 self._end(w, None, now, "never started")
             elif w.pid is None and (w.role == "launcher" or not has_launcher) and self._launch_lost(now):
                 self._end(w, None, now, NEVER_STARTED)  # (an mpirun job's ranks follow its launcher)
+
+    def _observe_remote(self, w: Watched, st: dict[str, Any], now: float, launcher_done: bool) -> None:
+        """A rank on an ssh host, as the launcher's demultiplexer recorded it: never a local
+        pid (a remote pid means nothing here); over when an exit code or a loss is recorded, or
+        when mpirun ended without either."""
+        if w.status is InstanceStatus.PENDING and st.get("started_at"):
+            w.started_at, w.status, w.dirty = float(st["started_at"]), InstanceStatus.RUNNING, True
+        if "exit_code" in st:
+            w.signal = st.get("signal")
+            self._end(w, int(st["exit_code"]), float(st.get("ended_at", now)), "")
+        elif "lost" in st:
+            self._end(w, None, float(st.get("ended_at", now)), str(st["lost"]))
+        elif launcher_done:
+            self._end(w, None, now, f"no exit code came back from host {st.get('host')} (see the launcher's log)")
 
     def _launch_lost(self, now: float) -> bool:
         """Adopted, and long enough ago that a wrapper the lost supervisor started would have
@@ -329,6 +357,12 @@ class Supervisor:
         # noticed (GPUs freed or the job adopted) without anyone running a command.
         reconcile(self.db)
         return 0
+
+
+def _write_private(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
 
 
 def main(argv: list[str]) -> int:

@@ -1,6 +1,6 @@
 """Node topologies: link kinds, `nvidia-smi topo -m` text, presets, NVML discovery, cluster files."""
 
-from ringleader.topology.cluster import NodeSpec, load_cluster_file, load_cluster_text
+from ringleader.topology.cluster import NodeSpec, SshAddress, load_cluster_file, load_cluster_text
 from ringleader.topology.links import Link
 from ringleader.topology.node import NodeTopology
 from ringleader.topology.presets import PRESETS, preset
@@ -11,6 +11,7 @@ __all__ = [
     "Link",
     "NodeSpec",
     "NodeTopology",
+    "SshAddress",
     "load_cluster_file",
     "load_cluster_text",
     "parse_bandwidth_text",

@@ -7,16 +7,22 @@ A cluster file looks like::
         preset: dgx1v           # or matrix_file: topo.txt | matrix: "<topo -m text>"
         bandwidth_file: bw.txt  # optional measured GB/s matrix
         network_gbps: 25        # inter-node network (Gb/s)
-        emulated: true          # workers run as processes on this host, GPU ids are virtual
+        emulated: true          # GPU ids are virtual: no real GPU is handed to its workers
         labels: {gpu-schedule: topology}
         count: 4                # optional: node-a-0 .. node-a-3
+      - name: server1
+        address: 10.0.0.5       # an ssh host: its ranks run there, started by mpirun's ssh launcher
+        user: train             # optional ssh user, port and identity file
+        port: 22
+        identity_file: ~/.ssh/id_ed25519
+        # no preset/matrix: the topology is read from the host over ssh when the file is applied
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -32,6 +38,10 @@ from ringleader.topology.smi import parse_bandwidth_text, parse_topo_text
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 SCHEDULE_LABEL = "gpu-schedule"
 SCHEDULE_MODES = ("topology", "default")
+# The topology source of an ssh host declared without one: read over ssh at `cluster apply`.
+DISCOVER = "discover over ssh"
+_HOST_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9.:]*[A-Za-z0-9])?$")
+_USER_RE = re.compile(r"^[a-z_][a-z0-9_.-]*$")
 
 
 def check_name(name: str, what: str) -> str:
@@ -45,6 +55,20 @@ def check_name(name: str, what: str) -> str:
 
 
 @dataclass(frozen=True)
+class SshAddress:
+    """How to reach a node over ssh (None fields: ssh's own defaults and ~/.ssh/config)."""
+
+    host: str
+    user: str | None = None
+    port: int | None = None
+    identity_file: str | None = None
+
+    def __str__(self) -> str:
+        text = f"{self.user}@{self.host}" if self.user else self.host
+        return f"{text}:{self.port}" if self.port else text
+
+
+@dataclass(frozen=True)
 class NodeSpec:
     """One node of the cluster as the scheduler sees it."""
 
@@ -53,6 +77,7 @@ class NodeSpec:
     network_gbps: float = field(default_factory=lambda: float(reference()["network"]["default_gbps"]))
     labels: tuple[tuple[str, str], ...] = ()
     emulated: bool = False
+    address: SshAddress | None = None  # an ssh host; None: ranks run on this machine
 
     @cached_property
     def schedule_mode(self) -> str | None:
@@ -64,7 +89,7 @@ class NodeSpec:
         return self.network_gbps / 8.0
 
     def with_labels(self, labels: Mapping[str, str]) -> NodeSpec:
-        return NodeSpec(self.name, self.topology, self.network_gbps, tuple(sorted(labels.items())), self.emulated)
+        return replace(self, labels=tuple(sorted(labels.items())))
 
 
 class _LineLoader(yaml.SafeLoader):
@@ -78,7 +103,7 @@ class _LineLoader(yaml.SafeLoader):
 
 _NODE_KEYS = {
     "name", "preset", "matrix", "matrix_file", "bandwidth", "bandwidth_file", "network_gbps",
-    "labels", "emulated", "count", "gpu_model",
+    "labels", "emulated", "count", "gpu_model", "address", "user", "port", "identity_file",
 }  # fmt: skip
 
 
@@ -138,11 +163,35 @@ def _node_specs(item: dict[str, Any], base_dir: Path, origin: str) -> list[NodeS
         raise UsageError(f"{where}: {exc}", "check the value types of this node") from None
     emulated = bool(item.get("emulated", False))
     names = [name] if count == 1 else [check_name(f"{name}-{i}", "node") for i in range(count)]
-    return [NodeSpec(n, topology, network, tuple(sorted(labels.items())), emulated) for n in names]
+    address = _address(item, where)
+    if address is not None and count != 1:
+        raise UsageError(f"{where}: `count` and `address` together", "declare each ssh host as its own node")
+    return [NodeSpec(n, topology, network, tuple(sorted(labels.items())), emulated, address) for n in names]
+
+
+def _address(item: dict[str, Any], where: str) -> SshAddress | None:
+    """The node's ssh address, checked strictly: it ends up on ssh's and mpirun's command lines."""
+    if "address" not in item:
+        extra = sorted({"user", "port", "identity_file"} & set(item))
+        if extra:
+            raise UsageError(f"{where}: {extra[0]!r} without `address`", "add the host's `address` or drop it")
+        return None
+    host, user, port, key = item["address"], item.get("user"), item.get("port"), item.get("identity_file")
+    if not isinstance(host, str) or not _HOST_RE.match(host) or len(host) > 253:
+        raise UsageError(f"{where}: address {host!r} is not a host name or IP address", "write e.g. 10.0.0.5")
+    if user is not None and (not isinstance(user, str) or not _USER_RE.match(user)):
+        raise UsageError(f"{where}: user {user!r} is not a user name", "write e.g. user: train")
+    if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536):
+        raise UsageError(f"{where}: port {port!r} is not a TCP port", "give a number from 1 to 65535")
+    if key is not None and (not isinstance(key, str) or not key or "\n" in key):
+        raise UsageError(f"{where}: identity_file {key!r} is not a path", "give the private key's path")
+    return SshAddress(host, user, port, key)
 
 
 def _topology(item: dict[str, Any], base_dir: Path) -> NodeTopology:
     sources = [k for k in ("preset", "matrix", "matrix_file") if k in item]
+    if not sources and "address" in item:
+        return NodeTopology(links=(), source=DISCOVER)
     if len(sources) != 1:
         raise TopologyError(
             "a node needs exactly one of preset, matrix, matrix_file",

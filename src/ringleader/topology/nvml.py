@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,3 +102,20 @@ def _short_model(name: str) -> str:
         if model in name:
             return model
     return name
+
+
+def main() -> int:
+    """`python -m ringleader.topology.nvml`: this machine's GPUs as `nvidia-smi topo -m` text
+    (how the head reads a host's topology over ssh when nvidia-smi is absent there)."""
+    from ringleader.topology.smi import render_topo_text
+
+    found = discover()
+    if found.topology.n_gpus == 0:
+        print(found.reason, file=sys.stderr)
+        return 3
+    print(render_topo_text(found.topology))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""The head's side of a job on ssh hosts: mpirun's tagged output, split back into ranks.
+
+mpirun runs with ``--tag-output``, so every line a rank prints reaches the head as
+``[JOB,RANK]<stdout>:PAYLOAD``; the remote rank wrapper (``rank.py --stream``) prefixes its
+program's lines with ``O``, its state with ``S`` and heartbeats with ``H``. Here each rank gets its
+log (timestamped, as on this host) and a state file the supervisor reads like a local one, except
+that it holds no local pid: a remote pid must never be signalled here.
+
+A host that goes silent (no line, no heartbeat) for HOST_SILENCE_S while it still has running ranks
+is cut off: its ranks are recorded as lost, naming the host, and mpirun is stopped, so the job
+fails in bounded time instead of hanging in a collective. mpirun's own "lost communication with
+a remote daemon ... on node X" message does the same at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from ringleader.runtime.rank import HEARTBEAT_S, STREAM_HEARTBEAT, STREAM_OUTPUT, STREAM_STATE, stamp
+
+# Longer than a heartbeat period plus ssh's own keepalive budget (see hosts.ssh).
+HOST_SILENCE_S = 5 * HEARTBEAT_S
+HOST_START_S = 60.0  # before a host's first line: ssh connect + interpreter start-up
+_TAG = re.compile(rb"^\[\d+,(\d+)\]<(?:stdout|stderr)>:(.*)$", re.DOTALL)
+_LOST_DAEMON = re.compile(rb"Remote daemon:\s*\S+ on node (\S+)")
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(json.dumps(data))
+    os.replace(tmp, path)
+
+
+class _Rank:
+    def __init__(self, entry: dict[str, Any]) -> None:
+        self.entry = entry
+        self.node: str = entry["node"]
+        self.state_file = Path(entry["state"])
+        self.state: dict[str, Any] = {"remote": True, "host": self.node, "instance": entry["instance"]}
+        fd = os.open(entry["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self.log = os.fdopen(fd, "ab")
+
+    @property
+    def over(self) -> bool:
+        return "exit_code" in self.state or "lost" in self.state
+
+    def record(self, update: dict[str, Any]) -> None:
+        self.state.update(update)
+        _write_json(self.state_file, self.state)
+
+
+class Demux:
+    """Reads mpirun's stdout (``run``) and watches for silent hosts (a thread of its own)."""
+
+    def __init__(self, plan: dict[str, Any], launcher_log: BinaryIO, mpirun: subprocess.Popen[bytes]) -> None:
+        self.log, self.mpirun = launcher_log, mpirun
+        Path(plan["ranks"][0]["state"]).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        Path(plan["ranks"][0]["log"]).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.ranks = [_Rank(e) for e in plan["ranks"]]
+        self.lock = threading.Lock()
+        started = time.monotonic()
+        self.heard: dict[str, float] = {}
+        self.deadline = {r.node: started + HOST_START_S for r in self.ranks}
+        self.finished = threading.Event()
+
+    def run(self, src: BinaryIO) -> None:
+        watch = threading.Thread(target=self._watch, daemon=True)
+        watch.start()
+        try:
+            for line in iter(src.readline, b""):
+                self._line(line.rstrip(b"\n"))
+        finally:
+            self.finished.set()
+            for r in self.ranks:
+                r.log.close()
+
+    def _line(self, line: bytes) -> None:
+        m = _TAG.match(line)
+        if m is None or int(m.group(1)) >= len(self.ranks):
+            self._launcher_line(line)
+            return
+        rank, payload = self.ranks[int(m.group(1))], m.group(2)
+        with self.lock:
+            self.heard[rank.node] = time.monotonic()
+            kind, body = payload[:1], payload[1:]
+            if kind == STREAM_OUTPUT:
+                # As plain mpirun: the launcher's log shows every rank's lines too.
+                for log in (rank.log, self.log):
+                    log.write(stamp() + body + b"\n")
+                    log.flush()
+            elif kind == STREAM_STATE:
+                data = json.loads(body)
+                update = {"remote_pid": data.get("pid"), "remote_host": data.get("host"),
+                          "started_at": data.get("started_at")}  # fmt: skip
+                for key in ("exit_code", "ended_at", "signal"):
+                    if key in data:
+                        update[key] = data[key]
+                if not rank.over:
+                    rank.record(update)
+            elif kind != STREAM_HEARTBEAT:
+                # Not from our wrapper (e.g. the remote interpreter failed before it ran): keep it.
+                rank.log.write(stamp() + payload + b"\n")
+                rank.log.flush()
+
+    def _launcher_line(self, line: bytes) -> None:
+        self.log.write(stamp() + line + b"\n")
+        self.log.flush()
+        m = _LOST_DAEMON.search(line)
+        if m is not None:
+            node = m.group(1).decode(errors="replace")
+            self._lose(node, f"host {node} lost: mpirun lost communication with its daemon (down or cut off)")
+
+    def _lose(self, node: str, why: str) -> bool:
+        """Record the node's unfinished ranks as lost; True if there were any."""
+        with self.lock:
+            victims = [r for r in self.ranks if r.node == node and not r.over]
+            now = time.time()
+            for r in victims:
+                r.record({"lost": why, "ended_at": now})
+        return bool(victims)
+
+    def _watch(self) -> None:
+        while not self.finished.wait(HEARTBEAT_S / 2):
+            now = time.monotonic()
+            for node in sorted({r.node for r in self.ranks}):
+                heard = self.heard.get(node)
+                limit = heard + HOST_SILENCE_S if heard is not None else self.deadline[node]
+                if now <= limit:
+                    continue
+                silent = now - (heard if heard is not None else now - HOST_START_S)
+                if self._lose(node, f"host {node} lost: silent for {silent:.0f} s (down or cut off)"):
+                    self.log.write(stamp() + f"ringleader: host {node} silent, stopping mpirun\n".encode())
+                    self.log.flush()
+                    self.mpirun.send_signal(signal.SIGTERM)

@@ -1,0 +1,130 @@
+"""The mpirun line that starts a placed gang on ssh hosts, with Open MPI's own ssh launcher.
+
+Rank i runs on the i-th line of a hostfile (Open MPI's sequential mapper), so every rank lands
+exactly where the placement put it whatever the order of its slots. Each rank runs under the
+rank wrapper sent as source (``python3 -c``) in stream mode; mpirun carries its lines back with
+``--tag-output`` (see demux.py). Open MPI is told to launch every daemon from the head (no tree
+spawn: the hosts need neither our ssh configuration nor our key) and to notice a lost daemon
+within seconds (TCP keepalive), not minutes.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shlex
+import socket
+import zlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ringleader.engines.hosts.ssh import write_config
+from ringleader.runtime import rank as rank_module
+from ringleader.runtime.launchers import _split_option, parse_mpirun
+from ringleader.runtime.spec import JobSpec
+from ringleader.scheduler import Placement
+from ringleader.topology import NodeSpec
+
+LOCALHOST = "localhost"
+# Passed to the ranks on every host when the job has them (as `mpirun -x` users do by hand).
+FORWARDED_KEYS = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV", "OMP_NUM_THREADS", "CUDA_HOME")
+FORWARDED_PREFIXES = ("NCCL_", "GLOO_", "TORCH_", "MKL_")
+# Placement decides where ranks go: these options of a user's line would contradict it.
+_MAPPING_OPTIONS = {"map-by", "rank-by", "npernode", "npersocket", "ppr", "N", "oversubscribe", "bind-to"}
+# A lost daemon is noticed by Open MPI in about 5 + 2 x 3 s (its default is 5 minutes).
+KEEPALIVE_MCA = {"oob_tcp_keepalive_time": "5", "oob_tcp_keepalive_intvl": "2", "oob_tcp_keepalive_probes": "3"}
+
+
+def host_alias(node: NodeSpec) -> str:
+    """How mpirun and ssh name the node: its own name (our ssh config maps it to its address)."""
+    return node.name if node.address is not None else LOCALHOST
+
+
+def master_address(placement: Placement, nodes: Mapping[str, NodeSpec], settings: Mapping[str, Any]) -> str:
+    """MASTER_ADDR for torchrun-style programs: rank 0's host, as the other hosts reach it."""
+    first = nodes[placement.slots[0].node]
+    if first.address is not None:
+        return first.address.host
+    return str(settings.get("head_address") or socket.getfqdn())
+
+
+def rank_table(plan: Mapping[str, Any]) -> dict[str, Any]:
+    """What a remote rank wrapper needs: the plan without paths of the head or the job's env."""
+    keep = ("rank", "instance", "node", "gpus", "node_gpus", "local_rank", "local_world_size", "node_rank", "emulated")
+    return {
+        "job": plan["job"], "world_size": plan["world_size"], "master_addr": plan["master_addr"],
+        "master_port": plan["master_port"], "ranks": [{k: r[k] for k in keep} for r in plan["ranks"]],
+    }  # fmt: skip
+
+
+def forwarded_names(spec: JobSpec, plan: Mapping[str, Any]) -> list[str]:
+    """Variables mpirun passes to every rank (-x NAME): the search paths and communication
+    settings the job was submitted with, and its -e pairs. (OMPI_MCA_* reach mpirun itself.)"""
+    env = spec.submit_env or {}
+    names = [k for k in env if k in FORWARDED_KEYS or k.startswith(FORWARDED_PREFIXES)]
+    return list(dict.fromkeys([*names, *plan["env"]]))
+
+
+def hosts_command(
+    spec: JobSpec, plan: Mapping[str, Any], plan_file: Path, nodes: Mapping[str, NodeSpec], home: Path,
+    settings: Mapping[str, Any],
+) -> tuple[list[str], str]:  # fmt: skip
+    """The whole mpirun argv for ``spec`` placed as ``plan`` and how to show it (the wrapper's
+    source elided); writes the job's ssh configuration and hostfile beside the plan file."""
+    run_dir = plan_file.parent
+    placed = [nodes[n] for n in dict.fromkeys(r["node"] for r in plan["ranks"])]
+    config = write_config(run_dir / "ssh_config", placed, home)
+    hostfile = run_dir / "hostfile"
+    fd = os.open(hostfile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write("".join(host_alias(nodes[r["node"]]) + "\n" for r in plan["ranks"]))
+    if spec.is_mpirun:
+        kept, _, program = parse_mpirun(spec.command)
+        mpirun = spec.command[0]
+    else:
+        kept, program, mpirun = [], list(spec.command), "mpirun"
+    kept = _without(kept, _MAPPING_OPTIONS)
+    argv = [mpirun, "-np", str(len(plan["ranks"])), "--hostfile", str(hostfile), "--mca", "rmaps", "seq"]
+    if os.geteuid() == 0 and "allow-run-as-root" not in _names(kept):
+        argv.append("--allow-run-as-root")
+    argv += ["--bind-to", "none", "--tag-output"]
+    if any(n.emulated for n in placed):
+        argv.append("--oversubscribe")  # emulated nodes share this box's cores
+    mca = {"plm_rsh_agent": f"ssh -F {config}", "plm_rsh_no_tree_spawn": "1", **KEEPALIVE_MCA,
+           **settings.get("mca", {})}  # fmt: skip
+    for key, value in mca.items():
+        argv += ["--mca", key, str(value)]
+    for name in forwarded_names(spec, plan):
+        argv += ["-x", name]
+    wrapper = ["python3", "-c", wrapper_bootstrap(), "--stream", json.dumps(rank_table(plan)), "--"]
+    shown = shlex.join([*argv, *kept]) + " python3 -c <rank wrapper> " + shlex.join(program)
+    return [*argv, *kept, *wrapper, *program], shown
+
+
+def wrapper_bootstrap() -> str:
+    """A short `python3 -c` program carrying the rank wrapper's source (compressed): the hosts
+    need nothing of ringleader installed."""
+    packed = base64.b64encode(zlib.compress(Path(rank_module.__file__).read_bytes(), 9)).decode()
+    return f"import base64,zlib;exec(zlib.decompress(base64.b64decode('{packed}')))"
+
+
+def _names(options: list[str]) -> set[str]:
+    return {_split_option(t)[0] for t in options if t.startswith("-")}
+
+
+def _without(options: list[str], names: set[str]) -> list[str]:
+    """``options`` minus the named ones and their values (as parse_mpirun split them)."""
+    from ringleader.runtime.launchers import _ONE_VALUE, _TWO_VALUES
+
+    out: list[str] = []
+    i = 0
+    while i < len(options):
+        token = options[i]
+        name, inline = _split_option(token)
+        width = 0 if inline is not None else 2 if name in _TWO_VALUES else 1 if name in _ONE_VALUE else 0
+        if name not in names:
+            out += options[i : i + 1 + width]
+        i += 1 + width
+    return out

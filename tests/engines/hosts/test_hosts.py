@@ -1,0 +1,110 @@
+"""Jobs on ssh hosts: real sshd per network namespace, real mpirun over ssh, real gloo and MPI."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from ringleader.engines.hosts.netns import Names
+from ringleader.runtime.api import Runtime
+from ringleader.runtime.states import JobStatus
+
+pytestmark = pytest.mark.slow
+
+RANK_ENV = (
+    "import json, os, socket; print(json.dumps({k: os.environ.get(k) for k in ("
+    "'RANK', 'LOCAL_RANK', 'OMPI_COMM_WORLD_RANK', 'OMPI_COMM_WORLD_LOCAL_RANK', 'RINGLEADER_NODE', "
+    "'RINGLEADER_VIRTUAL_GPUS', 'MASTER_ADDR')} | {'host': socket.gethostname()}), flush=True)"
+)
+
+
+def rank_lines(rt: Runtime, job: str, workers: int) -> list[dict[str, str]]:
+    return [json.loads(rt.logs(job, f"worker-{i}").strip().splitlines()[-1]) for i in range(workers)]
+
+
+def test_mpi_job_runs_on_both_hosts_with_local_ranks_of_the_placement(hosts: Runtime, h) -> None:
+    hosts.submit(h.job("spread", h.py(RANK_ENV), workers=8))  # 8 GPUs: both 4-GPU nodes
+    view = hosts.wait("spread", timeout=120)
+    assert view.status is JobStatus.SUCCEEDED, view.reason
+    seen = rank_lines(hosts, "spread", 8)
+    by_host: dict[str, list[dict[str, str]]] = {}
+    for rank in seen:
+        by_host.setdefault(rank["host"], []).append(rank)
+        assert rank["host"] == rank["RINGLEADER_NODE"]  # it ran inside that node's namespace
+        assert rank["OMPI_COMM_WORLD_LOCAL_RANK"] == rank["LOCAL_RANK"]  # what hvd.local_rank() reads
+        assert rank["OMPI_COMM_WORLD_RANK"] == rank["RANK"]
+    assert sorted(by_host) == ["node-a", "node-b"]
+    assert all(sorted(int(r["LOCAL_RANK"]) for r in group) == [0, 1, 2, 3] for group in by_host.values())
+    launcher = hosts.logs("spread")  # as plain mpirun: every rank's lines in the launcher's output
+    assert launcher.count('"RANK"') == 8
+
+
+def test_torch_gloo_program_across_hosts(hosts: Runtime, h) -> None:
+    hosts.submit(h.job("gloo", ["python3", "examples/jobs/torch_gloo.py"], workers=8))
+    view = hosts.wait("gloo", timeout=180)
+    assert view.status is JobStatus.SUCCEEDED, view.reason
+    for i in range(8):
+        out = json.loads(hosts.logs("gloo", f"worker-{i}").strip().splitlines()[-1])
+        assert out["allreduce_sum"] == sum(range(8)) and out["world_size"] == 8
+
+
+def test_remote_crash_fails_the_job_with_that_rank_as_root_cause(hosts: Runtime, h) -> None:
+    code = "import os, sys, time; r = int(os.environ['RANK']); time.sleep(0 if r == 5 else 60); sys.exit(3)"
+    hosts.submit(h.job("crash", h.py(code), workers=8))
+    view = hosts.wait("crash", timeout=120)
+    assert view.status is JobStatus.FAILED
+    assert "root cause: crash-worker-5 failed (exit code 3)" in (view.reason or "")
+    assert hosts.nodes().free_gpus == hosts.nodes().total_gpus  # GPUs freed
+
+
+def test_delete_leaves_no_rank_on_any_host(hosts: Runtime, h) -> None:
+    marker = f"ringleader-delete-marker-{os.getpid()}"
+    hosts.submit(h.job("doomed", h.py(f"import time; time.sleep(300)  # {marker}"), workers=8))
+    h.wait_for(lambda: len(h.processes_with(marker)) >= 8, 60, "8 ranks running")
+    hosts.delete(["doomed"])
+    h.wait_for(lambda: not h.processes_with(marker), 20, "no rank left on any host")
+    assert hosts.nodes().free_gpus == hosts.nodes().total_gpus
+
+
+def test_host_cut_off_mid_job_fails_it_naming_the_host_in_bounded_time(hosts: Runtime, h, hosts_home: Path) -> None:
+    marker = f"ringleader-cut-marker-{os.getpid()}"
+    hosts.submit(h.job("cut", h.py(f"import time; time.sleep(300)  # {marker}"), workers=8))
+    h.wait_for(lambda: len(h.processes_with(marker)) >= 8, 60, "8 ranks running")
+    veth = Names.for_home(hosts_home).veth(1)  # node-b's link to the bridge
+    subprocess.run(["ip", "link", "set", veth, "down"], check=True)
+    try:
+        started = time.monotonic()
+        view = hosts.wait("cut", timeout=60)
+        took = time.monotonic() - started
+    finally:
+        subprocess.run(["ip", "link", "set", veth, "up"], check=True)
+    assert view.status is JobStatus.FAILED
+    assert "node-b" in (view.reason or "") and "lost" in (view.reason or ""), view.reason
+    assert took < 40
+    assert hosts.nodes().free_gpus == hosts.nodes().total_gpus
+    h.wait_for(lambda: not h.processes_with(marker), 30, "the cut-off ranks to end")
+
+
+def test_supervisor_killed_mid_job_is_reconciled(hosts: Runtime, h) -> None:
+    hosts.submit(h.job("orphan", h.py("import time; time.sleep(6)"), workers=4))
+    h.wait_for(lambda: all(i.status == "Running" for i in hosts.get("orphan").instances), 60, "ranks running")
+    row = hosts.get("orphan")
+    pid = json.loads(Path(os.environ["RINGLEADER_HOME"], "run", "orphan", "plan.json").read_text())["job"]
+    assert pid == "orphan"
+    sup = _supervisor_pid(hosts, "orphan")
+    os.kill(sup, signal.SIGKILL)
+    view = Runtime.open(os.environ["RINGLEADER_HOME"]).wait("orphan", timeout=90)
+    assert view.status is JobStatus.SUCCEEDED, view.reason
+    assert any(e.kind == "Adopted" for e in hosts.get("orphan").events), row
+
+
+def _supervisor_pid(rt: Runtime, job: str) -> int:
+    with rt.db.read() as conn:
+        row = conn.execute("SELECT supervisor_pid FROM jobs WHERE name = ?", (job,)).fetchone()
+    return int(row[0])
