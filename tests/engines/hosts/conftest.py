@@ -39,6 +39,14 @@ def missing() -> str | None:
     return None
 
 
+@pytest.fixture
+def hosts_tools() -> None:
+    """Skips (with the reason) where namespaces, sshd or mpirun cannot be had."""
+    reason = missing()
+    if reason:
+        pytest.skip(reason)
+
+
 @pytest.fixture(scope="module")
 def hosts_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     reason = missing()
