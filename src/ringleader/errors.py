@@ -51,3 +51,7 @@ class StateError(RingleaderError):
 
 class DependencyError(UsageError):
     """A tool or package the command needs (mpirun, mpi4py, torch, CUDA) is missing."""
+
+
+class BusyError(RingleaderError):
+    """Another process held the state's write lock for longer than the lock timeout."""

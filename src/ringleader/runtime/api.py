@@ -125,8 +125,10 @@ class Runtime:
                 raise ConflictError(problem, "wait for or delete the jobs on that node, then apply again")
             store.replace_nodes(conn, nodes)
             store.set_meta(conn, "cluster", str(Path(path).resolve()))
-            placed = schedule_pass(conn, now)
-        spawn_supervisors(self.home, placed)
+            decisions = schedule_pass_decisions(conn, now)
+        spawn_supervisors(self.home, [d.job.name for d in decisions if d.ok])
+        self.notes += [f"note: waiting job {d.job.name} can never run on this cluster now: {'; '.join(d.reasons)}"
+                       for d in decisions if d.code is Code.UNRESOLVABLE]  # fmt: skip
         return self.nodes()
 
     def cluster_up(self, path: str | Path, scale: float) -> tuple[Path, ClusterState]:
@@ -180,7 +182,7 @@ class Runtime:
         spec.validate()
         _check_size(spec)
         if spec.workdir is None:
-            spec = dataclasses.replace(spec, workdir=os.getcwd())
+            spec = dataclasses.replace(spec, workdir=_working_directory())
         if spec.submit_env is None:
             spec = dataclasses.replace(spec, submit_env=submit_env(dict(os.environ)))
         _check_command(spec)
@@ -347,6 +349,13 @@ def open_embedded(home: Path, readonly: bool = False) -> Runtime:
 def _strip_stamp(line: str) -> str:
     head, sep, rest = line.partition(" ")
     return rest if sep and head.endswith("Z") and head[:4].isdigit() else line
+
+
+def _working_directory() -> str:
+    try:
+        return os.getcwd()
+    except FileNotFoundError:
+        raise UsageError("the current working directory was deleted", "cd to an existing folder and retry") from None
 
 
 def _duplicate(name: str) -> ConflictError:

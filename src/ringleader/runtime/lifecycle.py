@@ -4,6 +4,7 @@ pending, finishing; and starting a detached supervisor once the transaction has 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from ringleader.runtime.codec import decision_to_dict, placement_to_dict
 from ringleader.runtime.launchers import supervisor_env
 from ringleader.runtime.spec import JobSpec
 from ringleader.runtime.states import InstanceStatus, JobStatus
-from ringleader.scheduler import ClusterState, Decision, QueuedJob, schedule_queue
+from ringleader.scheduler import ClusterState, Code, Decision, QueuedJob, schedule_queue
 
 # meta key: how jobs on ssh hosts launch here (extra MCA parameters, rank env, the head's
 # address), written by `cluster up` for an emulated cluster; absent for real hosts.
@@ -80,6 +81,8 @@ def place_job(conn: sqlite3.Connection, spec: JobSpec, decision: Decision, now: 
 
 def pend_job(conn: sqlite3.Connection, name: str, decision: Decision, now: float) -> None:
     reason = "; ".join(decision.reasons) or decision.code.value
+    if decision.code is Code.UNRESOLVABLE:  # the cluster shrank under it (cluster apply)
+        reason = f"can never run on the cluster as declared now: {reason}; delete it, or apply a cluster with room"
     if decision.node_reasons:
         reason += " (" + "; ".join(f"{n}: {r}" for n, r in decision.node_reasons.items()) + ")"
     store.update_job(conn, name, status=JobStatus.PENDING, reason=reason)
@@ -104,8 +107,9 @@ def spawn_supervisors(home: Path, jobs: Iterable[str]) -> None:
     environment is minimal (see supervisor_env): a job's processes get only the job's own."""
     for job in jobs:
         run_dir = home / "run" / job
-        run_dir.mkdir(parents=True, exist_ok=True)
-        with open(run_dir / "supervisor.log", "ab") as out:
+        run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(run_dir / "supervisor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "ab") as out:
             subprocess.Popen(
                 [sys.executable, "-m", "ringleader.runtime.supervisor", str(home), job],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,

@@ -96,7 +96,7 @@ def label_node(
 ) -> list[NodeSpec]:
     """Nodes with ``node``'s label ``key`` set to ``value`` (removed if None); kubectl rules."""
     key = LABEL_ALIASES.get(key, key)
-    if not key or not all(NAME_RE.match(part) for part in key.replace("_", "-").lower().split(".")):
+    if not key or not all(NAME_RE.fullmatch(part) for part in key.replace("_", "-").lower().split(".")):
         raise UsageError(f"invalid label key {key!r}", "use a name like gpu-schedule")
     if key == SCHEDULE_LABEL and value is not None and value not in SCHEDULE_MODES:
         raise UsageError(f"label {SCHEDULE_LABEL}={value!r} is not a mode", "use topology or default")

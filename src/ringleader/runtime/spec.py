@@ -55,6 +55,9 @@ class JobSpec:
             raise UsageError(f"--gpus must be >= 0, got {self.gpus_per_worker}", "give 0 for a CPU job")
         if not self.command or not all(isinstance(a, str) for a in self.command):
             raise UsageError("no command given", "give the command as one quoted string or after --")
+        priority = self.priority
+        if isinstance(priority, bool) or not isinstance(priority, int) or not -(2**31) <= priority < 2**31:
+            raise UsageError(f"--priority must be a 32-bit integer, got {priority}", "give -2147483648 to 2147483647")
         for key in self.env:
             if not _ENV_KEY.match(key):
                 raise UsageError(f"invalid environment variable name {key!r}", "use -e NAME=VALUE")

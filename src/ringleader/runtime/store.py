@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ringleader.errors import StateError
+from ringleader.errors import BusyError, StateError
 from ringleader.runtime.codec import node_from_dict, node_to_dict
 from ringleader.runtime.states import JobStatus, can_move
 from ringleader.scheduler import ClusterState, NodeState, Placement
@@ -78,8 +78,16 @@ class Store:
             conn = _connect(":memory:")
             _migrate(conn, str(path))
             return Store(home, conn, ephemeral=True), False
+        if exists and path.stat().st_size == 0:
+            raise StateError(
+                f"state database {path} is empty (0 bytes): its jobs and cluster are lost, and it is not "
+                "re-created over them",
+                f"restore it from a copy, or move it away (mv {path} {path}.empty) to start afresh",
+            )
         try:
-            home.mkdir(parents=True, exist_ok=True)
+            make_private_home(home)
+            if not exists:  # created private: SQLite gives its -wal and -shm files the same mode
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
             conn = _connect(str(path))
         except (OSError, sqlite3.OperationalError) as exc:
             raise _unusable(home, exc) from None
@@ -100,7 +108,7 @@ class Store:
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
         """One read-decide-write transaction, holding the write lock from its first statement."""
-        self.conn.execute("BEGIN IMMEDIATE")
+        _begin_immediate(self.conn, self.path)
         try:
             yield self.conn
         except BaseException:
@@ -118,11 +126,46 @@ class Store:
             self.conn.execute("ROLLBACK")
 
 
+PRIVATE_DIRS = ("logs", "run")
+
+
+def make_private_home(home: Path) -> None:
+    """The state folder and its job folders, 0700 whatever the umask (they hold job
+    environments, logs and pid files that ringleader later signals)."""
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(home, 0o700)
+    for name in PRIVATE_DIRS:
+        (home / name).mkdir(mode=0o700, exist_ok=True)
+        os.chmod(home / name, 0o700)
+
+
+def lock_timeout_s() -> float:
+    """How long a write waits for the lock (RINGLEADER_LOCK_TIMEOUT_S, default 30 s: enough for
+    dozens of racing commands, whose transactions take milliseconds)."""
+    try:
+        return max(0.1, float(os.environ.get("RINGLEADER_LOCK_TIMEOUT_S", "30")))
+    except ValueError:
+        return 30.0
+
+
+def _begin_immediate(conn: sqlite3.Connection, path: Path) -> None:
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError as exc:
+        if "locked" not in str(exc) and "busy" not in str(exc):
+            raise
+        raise BusyError(
+            f"the state {path} is busy: another process held its write lock for {lock_timeout_s():g} s",
+            "retry; if it stays busy, look for a stuck ringleader process (or raise RINGLEADER_LOCK_TIMEOUT_S)",
+        ) from None
+
+
 def _connect(target: str) -> sqlite3.Connection:
-    # isolation_level=None: we issue BEGIN/COMMIT ourselves; 60 s busy wait covers 20 racing CLIs.
-    conn = sqlite3.connect(target, timeout=60.0, isolation_level=None)
+    # isolation_level=None: we issue BEGIN/COMMIT ourselves.
+    timeout = lock_timeout_s()
+    conn = sqlite3.connect(target, timeout=timeout, isolation_level=None)
     conn.row_factory = sqlite3.Row
-    conn.execute("PRAGMA busy_timeout = 60000")
+    conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
     conn.execute("PRAGMA foreign_keys = ON")
     return conn
 
@@ -151,7 +194,7 @@ def _migrate(conn: sqlite3.Connection, where: str) -> None:
         conn.execute("ROLLBACK")
     if current:
         return
-    conn.execute("BEGIN IMMEDIATE")
+    _begin_immediate(conn, Path(where))
     try:
         version = _version(conn, Path(where))
         if version > SCHEMA_VERSION:

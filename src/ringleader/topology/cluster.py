@@ -20,6 +20,7 @@ A cluster file looks like::
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -38,6 +39,10 @@ from ringleader.topology.smi import parse_bandwidth_text, parse_topo_text
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 SCHEDULE_LABEL = "gpu-schedule"
 SCHEDULE_MODES = ("topology", "default")
+# Bounds checked before anything is built: a cluster file or matrix file is read up to
+# MAX_FILE_BYTES, and a cluster has at most MAX_NODES nodes (`count` included).
+MAX_FILE_BYTES = 16 << 20
+MAX_NODES = 10_000
 # The topology source of an ssh host declared without one: read over ssh at `cluster apply`.
 DISCOVER = "discover over ssh"
 _HOST_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9.:]*[A-Za-z0-9])?$")
@@ -46,7 +51,7 @@ _USER_RE = re.compile(r"^[a-z_][a-z0-9_.-]*$")
 
 def check_name(name: str, what: str) -> str:
     """Kubernetes DNS-1123 label: what job and node names must be."""
-    if not isinstance(name, str) or len(name) > 63 or not NAME_RE.match(name):
+    if not isinstance(name, str) or len(name) > 63 or not NAME_RE.fullmatch(name):
         raise UsageError(
             f"invalid {what} name {name!r}",
             "use at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit",
@@ -121,7 +126,7 @@ def load_cluster_text(text: str, base_dir: Path, origin: str = "cluster file") -
     for item in doc["nodes"]:
         if not isinstance(item, dict):
             raise UsageError(f"{origin}: each entry of `nodes:` must be a mapping", "write `- name: ...`")
-        specs.extend(_node_specs(item, base_dir, origin))
+        specs.extend(_node_specs(item, base_dir, origin, MAX_NODES - len(specs)))
     names = [s.name for s in specs]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
@@ -131,14 +136,28 @@ def load_cluster_text(text: str, base_dir: Path, origin: str = "cluster file") -
 
 def load_cluster_file(path: str | Path) -> list[NodeSpec]:
     p = Path(path)
+    return load_cluster_text(read_bounded(p, "cluster file"), p.parent, origin=str(p))
+
+
+def read_bounded(path: Path, what: str, limit: int = MAX_FILE_BYTES) -> str:
+    """A text file's content, refused in one line when it is bigger than ``limit`` (checked while
+    reading: /dev/zero or a FIFO has no size) or not UTF-8."""
     try:
-        text = p.read_text()
+        with open(path, "rb") as fh:
+            data = fh.read(limit + 1)
     except OSError as exc:
-        raise UsageError(f"cannot read cluster file {str(p)!r}: {exc.strerror}", "check the path") from None
-    return load_cluster_text(text, p.parent, origin=str(p))
+        raise UsageError(f"cannot read {what} {str(path)!r}: {exc.strerror}", "check the path") from None
+    if len(data) > limit:
+        raise UsageError(f"{what} {str(path)!r} is too big (over {limit >> 20} MiB)", "give the real file")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"{what} {str(path)!r} is not UTF-8 text (byte {exc.start})", "give a text file saved as UTF-8"
+        ) from None
 
 
-def _node_specs(item: dict[str, Any], base_dir: Path, origin: str) -> list[NodeSpec]:
+def _node_specs(item: dict[str, Any], base_dir: Path, origin: str, room: int) -> list[NodeSpec]:
     line = item.get("__line__", "?")
     where = f"{origin} line {line}"
     unknown = sorted(set(item) - _NODE_KEYS - {"__line__"})
@@ -147,16 +166,22 @@ def _node_specs(item: dict[str, Any], base_dir: Path, origin: str) -> list[NodeS
     try:
         name = check_name(str(item.get("name", "")), "node")
         topology = _topology(item, base_dir)
-        network = float(item.get("network_gbps", reference()["network"]["default_gbps"]))
-        if network <= 0:
-            raise UsageError(f"network_gbps must be > 0, got {network}", "give the link speed in Gb/s")
-        labels = {str(k): str(v) for k, v in (item.get("labels") or {}).items() if k != "__line__"}
+        network = item.get("network_gbps", reference()["network"]["default_gbps"])
+        if isinstance(network, bool) or not isinstance(network, int | float) or not 0 < network < math.inf:
+            raise UsageError(f"network_gbps must be a number > 0, got {network!r}", "give the link speed in Gb/s")
+        network = float(network)
+        labels = _labels(item.get("labels"))
         mode = labels.get(SCHEDULE_LABEL)
         if mode is not None and mode not in SCHEDULE_MODES:
             raise UsageError(f"label {SCHEDULE_LABEL}={mode!r} is not a mode", "use topology or default")
-        count = int(item.get("count", 1))
-        if count < 1:
-            raise UsageError(f"count must be >= 1, got {count}", "give how many such nodes to declare")
+        count = item.get("count", 1)
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= room:
+            raise UsageError(
+                f"count must be a whole number from 1 to {room}, got {count!r}",
+                f"a cluster has at most {MAX_NODES} nodes",
+            )
+        if not isinstance(item.get("emulated", False), bool):
+            raise UsageError(f"emulated must be true or false, got {item['emulated']!r}", "write emulated: true")
     except RingleaderError as exc:
         raise type(exc)(f"{where}: {exc.message}", exc.fix) from None
     except (TypeError, ValueError) as exc:
@@ -167,6 +192,21 @@ def _node_specs(item: dict[str, Any], base_dir: Path, origin: str) -> list[NodeS
     if address is not None and count != 1:
         raise UsageError(f"{where}: `count` and `address` together", "declare each ssh host as its own node")
     return [NodeSpec(n, topology, network, tuple(sorted(labels.items())), emulated, address) for n in names]
+
+
+def _labels(raw: Any) -> dict[str, str]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise UsageError(f"labels must be a mapping, got {raw!r}", "write labels: {gpu-schedule: topology}")
+    labels = {}
+    for key, value in raw.items():
+        if key == "__line__":
+            continue
+        if not isinstance(key, str) or not isinstance(value, str | int | float | bool):
+            raise UsageError(f"label {key!r}: {value!r} is not a key and a plain value", "write key: value")
+        labels[key] = str(value)
+    return labels
 
 
 def _address(item: dict[str, Any], where: str) -> SshAddress | None:
@@ -231,8 +271,4 @@ def _rows_to_text(rows: list[Any]) -> str:
 
 def _read(base_dir: Path, name: Any) -> str:
     path = Path(str(name))
-    path = path if path.is_absolute() else base_dir / path
-    try:
-        return path.read_text()
-    except OSError as exc:
-        raise UsageError(f"cannot read {str(path)!r}: {exc.strerror}", "check the path") from None
+    return read_bounded(path if path.is_absolute() else base_dir / path, "file")

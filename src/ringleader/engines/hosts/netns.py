@@ -165,6 +165,7 @@ def up(home: Path, nodes: Sequence[NodeSpec], scale: float = DEFAULT_SCALE) -> P
         rec.add("files", str(key))
         rec.add("files", str(key) + ".pub")
         _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "ringleader-emulation", "-f", str(key)])
+        os.chmod(str(key) + ".pub", 0o600)
     authorized = edir / "authorized_keys"
     authorized.write_text(Path(str(client_key) + ".pub").read_text())
     authorized.chmod(0o600)
@@ -233,7 +234,7 @@ def _start_sshd(rec: Record, edir: Path, ns: str, node: str, ip: str, host_key: 
         "UsePAM no", "StrictModes no", "PidFile none", "MaxStartups 100:30:200", "MaxSessions 100",
     ]) + "\n")  # fmt: skip
     conf.chmod(0o600)
-    log = open(edir / f"sshd-{node}.log", "ab")  # noqa: SIM115 - handed to the detached sshd
+    log = os.fdopen(os.open(edir / f"sshd-{node}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
     rec.add("files", str(edir / f"sshd-{node}.log"))
     argv = ["ip", "netns", "exec", ns, "unshare", "--uts", "--", sys.executable, "-m", __name__, "exec-as", node,
             "--", SSHD, "-D", "-e", "-f", str(conf)]  # fmt: skip

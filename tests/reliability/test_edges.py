@@ -1,0 +1,172 @@
+"""Reliability at the edges: private state whatever the umask, damaged state refused (never
+re-created over), bounded and strictly typed inputs, one line instead of a traceback."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def cli(home: Path, *args: str, umask: int | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "RINGLEADER_HOME": str(home), "RINGLEADER_GRACE_S": "1"}
+    pre = (lambda: os.umask(umask)) if umask is not None else None
+    return subprocess.run([sys.executable, "-m", "ringleader.cli.main", *args], env=env, capture_output=True,
+                          text=True, timeout=120, preexec_fn=pre, cwd=cwd or REPO)  # fmt: skip
+
+
+def one_line_error(done: subprocess.CompletedProcess[str], code: int = 2) -> str:
+    assert done.returncode == code, (done.returncode, done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: "), done.stderr
+    return done.stderr
+
+
+def modes(root: Path) -> dict[str, int]:
+    return {str(p.relative_to(root)): stat.S_IMODE(p.stat().st_mode) for p in [root, *root.rglob("*")]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("umask", [0o000, 0o022])
+def test_state_is_private_whatever_the_umask(tmp_path: Path, umask: int) -> None:
+    home = tmp_path / "home"
+    done = cli(home, "submit", "mpi", "--name", "secret", "-e", "SECRET_TOKEN=abc", "--", sys.executable, "-c",
+               "print('hi')", umask=umask)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert cli(home, "logs", "-f", "secret").returncode == 0
+    found = modes(home)
+    assert found.pop(".") == 0o700
+    assert found, "the job left files"
+    for name, mode in found.items():
+        assert mode & 0o077 == 0, f"{name} is {oct(mode)}"
+
+
+def test_empty_state_database_is_refused_not_recreated(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    assert cli(home, "cluster", "apply", "-f", str(REPO / "examples" / "seeds-cluster.yaml")).returncode == 0
+    (home / "state.db").write_bytes(b"")
+    for wal in home.glob("state.db-*"):
+        wal.unlink()
+    err = one_line_error(cli(home, "list"))
+    assert "is empty" in err and "state.db" in err
+    assert (home / "state.db").stat().st_size == 0  # left as it was, for the user to look at
+
+
+def test_garbage_state_database_is_one_line(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "state.db").write_bytes(b"this is not sqlite" * 100)
+    assert "not a ringleader database" in one_line_error(cli(home, "list"))
+
+
+def test_write_lock_held_elsewhere_is_a_bounded_busy_error(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    assert cli(home, "cluster", "apply", "-f", str(REPO / "examples" / "seeds-cluster.yaml")).returncode == 0
+    holder = sqlite3.connect(home / "state.db", isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        env_busy = {"RINGLEADER_LOCK_TIMEOUT_S": "1"}
+        os.environ.update(env_busy)
+        done = cli(home, "submit", "mpi", "--name", "waits", "--", sys.executable, "-c", "pass")
+    finally:
+        os.environ.pop("RINGLEADER_LOCK_TIMEOUT_S", None)
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert "busy" in one_line_error(done, code=1)
+    assert "waits" not in cli(home, "list").stdout
+
+
+@pytest.mark.parametrize(
+    ("node_extra", "problem"),
+    [
+        ("network_gbps: .nan", "network_gbps"),
+        ("network_gbps: .inf", "network_gbps"),
+        ("network_gbps: '25'", "network_gbps"),
+        ("labels: [a, b]", "labels"),
+        ("count: 100000000", "count"),
+        ("count: true", "count"),
+        ("emulated: 'yes'", "emulated"),
+    ],
+)
+def test_bad_cluster_values_are_one_line(tmp_path: Path, node_extra: str, problem: str) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(f"nodes:\n  - name: n\n    preset: dgx1v\n    emulated: true\n    {node_extra}\n".replace(
+        "emulated: true\n    emulated", "emulated"))  # fmt: skip
+    home = tmp_path / "home"
+    assert problem in one_line_error(cli(home, "cluster", "apply", "-f", str(path)))
+    assert not home.exists()
+
+
+@pytest.mark.parametrize("content", [b"\xff\xfe\x00garbage", b"nodes:\n  - name: \xe9t\xe9\n"])
+def test_non_utf8_cluster_file_is_one_line_naming_it(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_bytes(content)
+    err = one_line_error(cli(tmp_path / "home", "cluster", "apply", "-f", str(path)))
+    assert str(path) in err and "UTF-8" in err
+
+
+def test_huge_inputs_are_refused_before_reading_them_all(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("nodes:\n  - name: n\n    matrix_file: /dev/zero\n    emulated: true\n")
+    assert "too big" in one_line_error(cli(tmp_path / "home", "cluster", "apply", "-f", str(path)))
+    big = tmp_path / "big.yaml"
+    big.write_text("nodes:\n" + "#" * (40 << 20) + "\n")
+    assert "too big" in one_line_error(cli(tmp_path / "home", "cluster", "apply", "-f", str(big)))
+
+
+@pytest.mark.parametrize("name", ["ok\n", "ok\n\n", "\nok"])
+def test_names_with_newlines_are_refused(tmp_path: Path, name: str) -> None:
+    home = tmp_path / "home"
+    one_line_error(cli(home, "submit", "mpi", "--name", name, "--", sys.executable, "-c", "pass"))
+    assert not (home / "logs").exists()
+
+
+def test_priority_beyond_its_range_is_one_line(tmp_path: Path) -> None:
+    done = cli(tmp_path / "home", "submit", "mpi", "--name", "p", "--priority", str(2**70), "--", sys.executable,
+               "-c", "pass")  # fmt: skip
+    assert "priority" in one_line_error(done)
+
+
+def test_deleted_working_directory_is_one_line(tmp_path: Path) -> None:
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    code = (
+        "import os, sys, subprocess; os.chdir(sys.argv[1]); os.rmdir(sys.argv[1]); "
+        "r = subprocess.run([sys.executable, '-m', 'ringleader.cli.main', 'submit', 'mpi', '--name', 'w', '--', "
+        "sys.executable, '-c', 'pass']); sys.exit(r.returncode)"
+    )
+    env = {**os.environ, "RINGLEADER_HOME": str(tmp_path / "home")}
+    done = subprocess.run([sys.executable, "-c", code, str(gone)], env=env, capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert "working directory" in one_line_error(done)
+
+
+def test_waiting_job_that_a_smaller_cluster_makes_impossible_is_told_so(tmp_path: Path) -> None:
+    from ringleader.runtime.api import JobSpec, Runtime
+
+    def cluster(n: int) -> Path:
+        path = tmp_path / f"c{n}.yaml"
+        node = "  - name: n{}\n    preset: dgx1v\n    emulated: true\n"
+        path.write_text("nodes:\n" + "".join(node.format(i) for i in range(n)))
+        return path
+
+    rt = Runtime.open(tmp_path / "home")
+    try:
+        rt.apply_cluster(cluster(3))
+        hold = JobSpec("hold", 1, 8, [sys.executable, "-c", "import time; time.sleep(60)"])
+        rt.submit(hold)
+        rt.submit(JobSpec("waiter", 3, 8, [sys.executable, "-c", "pass"]))  # 24 GPUs: n0 is held
+        rt.apply_cluster(cluster(1))  # n1 and n2 are free, so they may go
+        assert any("waiter can never run on this cluster now" in n for n in rt.notes)
+        waiter = rt.get("waiter")
+        assert waiter.reason and waiter.reason.startswith("can never run on the cluster as declared now")
+    finally:
+        rt.delete([j.name for j in rt.list_jobs()])
+        rt.close()
