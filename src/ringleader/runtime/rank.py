@@ -99,21 +99,54 @@ def _entry(plan: dict[str, Any], args: list[str]) -> tuple[dict[str, Any], dict[
     return entry, rank_env(plan, entry, under_mpirun=mpi_rank is not None)
 
 
-def _write_state(path: Path, data: dict[str, Any]) -> None:
+# A state file that cannot be written (disk full) is retried this long: the supervisor reads it.
+STATE_RETRY_S = 120.0
+
+
+def _write_state(path: Path, data: dict[str, Any], retry_s: float = 0.0) -> None:
+    """Atomically, privately; on a full disk retried for ``retry_s`` seconds, then given up (the
+    supervisor then records the exit code it sees itself, or the instance as lost)."""
+    deadline = time.monotonic() + retry_s
     tmp = path.with_suffix(f".tmp{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(json.dumps(data))
-    os.replace(tmp, path)
+    while True:
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(json.dumps(data))
+            os.replace(tmp, path)
+            return
+        except OSError:
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(1.0)
 
 
 def _pump(src: BinaryIO, log: BinaryIO, tee: bool) -> None:
+    """Copy the program's output to its log until it closes it. A log that cannot be written
+    (disk full) never blocks the program: from then on its lines are dropped (so the log does not
+    eat space freed for the state), and one last line says how many, if it can."""
+    dropped = 0
     for line in iter(src.readline, b""):
-        log.write(stamp() + (line if line.endswith(b"\n") else line + b"\n"))
-        log.flush()
+        if not dropped:
+            try:
+                log.write(stamp() + (line if line.endswith(b"\n") else line + b"\n"))
+                log.flush()
+            except OSError:
+                dropped = 1
+        else:
+            dropped += 1
         if tee:
-            sys.stdout.buffer.write(line)
-            sys.stdout.buffer.flush()
+            try:
+                sys.stdout.buffer.write(line)
+                sys.stdout.buffer.flush()
+            except OSError:
+                tee = False
+    if dropped:
+        try:
+            log.write(stamp() + f"ringleader: {dropped} line(s) dropped: the log could not be written\n".encode())
+            log.flush()
+        except OSError:
+            pass
 
 
 class _Stream:
@@ -204,8 +237,11 @@ def main(argv: list[str]) -> int:
         "pid": os.getpid(), "pid_start": start_time(os.getpid()), "instance": entry["instance"],
         "started_at": time.time(),
     }  # fmt: skip
-    _write_state(state_file, state)
-    fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    _write_state(state_file, state, retry_s=STATE_RETRY_S)
+    try:
+        fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    except OSError:  # a full disk cannot create the log: the program still runs
+        fd = os.open(os.devnull, os.O_WRONLY)
     with os.fdopen(fd, "ab") as log:
         try:
             child = _start(program, env)
@@ -228,7 +264,7 @@ def main(argv: list[str]) -> int:
         code = child.wait()
         pump.join(timeout=5)
     final = _final(state, code)
-    _write_state(state_file, final)
+    _write_state(state_file, final, retry_s=STATE_RETRY_S)
     return int(final["exit_code"])
 
 

@@ -7,14 +7,16 @@ bug could not give one GPU to two jobs. Values are stored as JSON, never pickled
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sqlite3
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ringleader.errors import BusyError, StateError
 from ringleader.runtime.codec import node_from_dict, node_to_dict
@@ -22,6 +24,7 @@ from ringleader.runtime.states import JobStatus, can_move
 from ringleader.scheduler import ClusterState, NodeState, Placement
 from ringleader.topology import NodeSpec
 
+T = TypeVar("T")
 APP_ID = "ringleader"
 SCHEMA_VERSION = 1
 DB_NAME = "state.db"
@@ -85,22 +88,15 @@ class Store:
                 f"restore it from a copy, or move it away (mv {path} {path}.empty) to start afresh",
             )
         try:
-            make_private_home(home)
-            if not exists:  # created private: SQLite gives its -wal and -shm files the same mode
-                os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
-            conn = _connect(str(path))
+            return _open_file(home, path, exists)
+        except (OSError, sqlite3.OperationalError) as exc:
+            if not (_disk_full(exc) and give_back_reserve(home)):
+                raise _unusable(home, exc) from None
+        try:  # once more, with the reserve's room
+            return _open_file(home, path, exists)
         except (OSError, sqlite3.OperationalError) as exc:
             raise _unusable(home, exc) from None
-        try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            _migrate(conn, str(path))
-        except sqlite3.OperationalError as exc:  # read-only, full disk, no permission
-            conn.close()
-            raise _unusable(home, exc) from None
-        except sqlite3.DatabaseError as exc:
-            conn.close()
-            raise _not_ours(path, str(exc)) from None
-        return Store(home, conn), not exists
+
 
     def close(self) -> None:
         self.conn.close()
@@ -124,6 +120,76 @@ class Store:
             yield self.conn
         finally:
             self.conn.execute("ROLLBACK")
+
+
+# A reserve file, made with the database and given back when the disk is full, so that SQLite
+# (its -shm and -wal files) and the supervisors can still record what happened: a job must
+# never stay RUNNING with its GPUs held because its end could not be written.
+RESERVE = ".reserve"
+RESERVE_BYTES = 64 << 10
+
+
+def _disk_full(exc: BaseException) -> bool:
+    if isinstance(exc, sqlite3.OperationalError):
+        return "full" in str(exc) or "disk I/O" in str(exc)
+    return isinstance(exc, OSError) and exc.errno == errno.ENOSPC
+
+
+def keep_reserve(home: Path) -> None:
+    """(Re)create the reserve when there is room; silently not when there is none."""
+    path = home / RESERVE
+    if path.exists():
+        return
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError:
+        return
+    try:
+        os.posix_fallocate(fd, 0, RESERVE_BYTES)
+    except OSError:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+        return
+    os.close(fd)
+
+
+def give_back_reserve(home: Path) -> bool:
+    try:
+        (home / RESERVE).unlink()
+        return True
+    except OSError:
+        return False
+
+
+def while_disk_full(home: Path, fn: Callable[[], T], wait_s: float = 1.0) -> T:
+    """``fn()``, retried for as long as the disk is full (the reserve given back first): a
+    supervisor must record what it saw, never give up and leave a job RUNNING."""
+    while True:
+        try:
+            return fn()
+        except (sqlite3.OperationalError, OSError) as exc:
+            if not _disk_full(exc):
+                raise
+        if not give_back_reserve(home):
+            time.sleep(wait_s)
+
+
+def _open_file(home: Path, path: Path, exists: bool) -> tuple[Store, bool]:
+    make_private_home(home)
+    if not exists:  # created private: SQLite gives its -wal and -shm files the same mode
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+    conn = _connect(str(path))
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        _migrate(conn, str(path))
+    except sqlite3.OperationalError:  # read-only, full disk, no permission
+        conn.close()
+        raise
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        raise _not_ours(path, str(exc)) from None
+    keep_reserve(home)
+    return Store(home, conn), not exists
 
 
 PRIVATE_DIRS = ("logs", "run")

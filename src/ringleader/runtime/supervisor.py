@@ -241,7 +241,11 @@ class Supervisor:
         return self.root
 
     def persist(self, event: tuple[str, str] | None = None) -> bool:
-        """Write changed instances; False if the job was deleted or taken over meanwhile."""
+        """Write changed instances; False if the job was deleted or taken over meanwhile. On a
+        full disk it waits for space (the job's processes keep running meanwhile)."""
+        return store.while_disk_full(self.home, lambda: self._persist(event))
+
+    def _persist(self, event: tuple[str, str] | None) -> bool:
         dirty = [w for w in self.watched if w.dirty]
         if not dirty and event is None:
             return self.still_mine()
@@ -317,6 +321,9 @@ class Supervisor:
             time.sleep(POLL_S)
 
     def finalize(self) -> None:
+        store.while_disk_full(self.home, self._finalize)
+
+    def _finalize(self) -> None:
         with self.db.write() as conn:
             now = time.time()  # taken under the lock: the wait for it may be long
             row = store.job_row(conn, self.job)
