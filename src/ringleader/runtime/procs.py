@@ -7,7 +7,7 @@ import signal
 import time
 from collections.abc import Iterable
 
-from ringleader.runtime.rank import start_time
+from ringleader.runtime.rank import descendants, start_time
 
 __all__ = ["alive", "find_by_args", "grace_seconds", "signal_proc", "start_time", "stop_all"]
 
@@ -35,8 +35,11 @@ def signal_proc(pid: int, started: int | None, sig: int) -> None:
 
 
 def stop_all(procs: Iterable[tuple[int, int | None]], grace_s: float) -> None:
-    """SIGTERM every process, wait up to ``grace_s`` for them to go, then SIGKILL the rest."""
+    """SIGTERM every process, wait up to ``grace_s`` for them to go, then SIGKILL the rest, and
+    every descendant of theirs found before the first signal (one that left the process group
+    with setsid too: the rank wrapper is a subreaper, so its program's orphans stay its own)."""
     targets = [(pid, st) for pid, st in procs if st is not None and alive(pid, st)]
+    targets += [d for d in descendants(*(pid for pid, _ in targets)) if d not in targets]
     for pid, st in targets:
         signal_proc(pid, st, signal.SIGTERM)
     deadline = time.monotonic() + grace_s

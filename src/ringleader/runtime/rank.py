@@ -15,6 +15,7 @@ head sends this file's source to ssh hosts as ``python3 -c SOURCE`` (nothing to 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -33,16 +34,75 @@ STREAM_OUTPUT, STREAM_STATE, STREAM_HEARTBEAT = b"O", b"S", b"H"
 
 def start_time(pid: int) -> int | None:
     """Start time (clock ticks since boot, /proc/<pid>/stat field 22); None if gone or a zombie."""
+    # The command name (field 2) is in parentheses and may itself contain spaces or ')'.
+    fields = _stat_fields(pid)
+    if fields is None or len(fields) < 20 or fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
+
+
+def _stat_fields(pid: int) -> list[str] | None:
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             data = fh.read().decode(errors="replace")
     except OSError:
         return None
-    # The command name (field 2) is in parentheses and may itself contain spaces or ')'.
-    fields = data[data.rfind(")") + 2 :].split()
-    if len(fields) < 20 or fields[0] in ("Z", "X"):
-        return None
-    return int(fields[19])
+    return data[data.rfind(")") + 2 :].split()
+
+
+def descendants(*roots: int) -> list[tuple[int, int]]:
+    """(pid, start time) of every live descendant of ``roots``, parents before children."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = _stat_fields(int(entry))
+            if fields and len(fields) > 19 and fields[0] not in ("Z", "X"):
+                children.setdefault(int(fields[1]), []).append(int(entry))
+    found: list[tuple[int, int]] = []
+    todo = list(roots)
+    while todo:
+        for child in children.get(todo.pop(0), []):
+            started = start_time(child)
+            if started is not None:
+                found.append((child, started))
+                todo.append(child)
+    return found
+
+
+def become_subreaper() -> None:
+    """Orphans of the program (a daemon, a `setsid` child) become our children, not init's, so
+    they can be found and stopped with the instance (Linux PR_SET_CHILD_SUBREAPER)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def end_leftovers(grace_s: float = 2.0) -> None:
+    """After the program: stop every process it left behind (SIGTERM, then SIGKILL) and reap them."""
+    left = descendants(os.getpid())
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid, started in left:
+            if start_time(pid) == started:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, sig)
+        deadline = time.monotonic() + grace_s
+        while sig == signal.SIGTERM and time.monotonic() < deadline and any(start_time(p) == s for p, s in left):
+            _reap()
+            time.sleep(0.05)
+    _reap()
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
 
 
 def signal_name(number: int) -> str:
@@ -191,6 +251,7 @@ def _final(state: dict[str, Any], code: int) -> dict[str, Any]:
 
 def stream_main(table: dict[str, Any], program: list[str]) -> int:
     """One rank on an ssh host: everything goes back through mpirun's stdout."""
+    become_subreaper()
     out = _Stream()
     rank = _mpi_rank() or 0
     entry = table["ranks"][rank]
@@ -212,6 +273,7 @@ def stream_main(table: dict[str, Any], program: list[str]) -> int:
     pump = threading.Thread(target=out.pump, args=(child.stdout,), daemon=True)
     pump.start()
     code = child.wait()
+    end_leftovers()
     pump.join(timeout=5)
     done.set()
     final = _final(state, code)
@@ -224,6 +286,7 @@ def main(argv: list[str]) -> int:
     own, program = argv[:split], argv[split + 1 :]
     if own and own[0] == "--stream":
         return stream_main(json.loads(own[1]), program)
+    become_subreaper()
     plan = json.loads(Path(own[0]).read_text())
     entry, env = _entry(plan, own[1:])
     launcher = "--launcher" in own
@@ -262,6 +325,7 @@ def main(argv: list[str]) -> int:
             pump = threading.Thread(target=_pump, args=(child.stdout, log, tee), daemon=True)
         pump.start()
         code = child.wait()
+        end_leftovers()
         pump.join(timeout=5)
     final = _final(state, code)
     _write_state(state_file, final, retry_s=STATE_RETRY_S)

@@ -102,7 +102,7 @@ def wait_for(check: Callable[[], bool], timeout: float = 90.0, what: str = "cond
 def processes_with(marker: str) -> list[str]:
     """Command lines of live processes (in any namespace: they share this PID namespace) that
     carry ``marker``."""
-    out = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
+    out = subprocess.run(["ps", "-ww", "-eo", "pid=,args="], capture_output=True, text=True).stdout
     return [ln for ln in out.splitlines() if marker in ln and "ps -eo" not in ln]
 
 

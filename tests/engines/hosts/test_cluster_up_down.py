@@ -28,7 +28,7 @@ def leftovers(home: Path) -> list[str]:
              if ln.startswith(f"rl-{names.tag}-")]  # fmt: skip
     if subprocess.run(["ip", "link", "show", names.bridge], capture_output=True).returncode == 0:
         found.append(f"bridge {names.bridge}")
-    ps = subprocess.run(["ps", "-eo", "args="], capture_output=True, text=True).stdout
+    ps = subprocess.run(["ps", "-ww", "-eo", "args="], capture_output=True, text=True).stdout
     found += [ln for ln in ps.splitlines() if str(home / "emulation") in ln]
     found += [ln for ln in HOSTS_FILE.read_text().splitlines() if f"cluster {names.tag}" in ln]
     return found

@@ -1,0 +1,52 @@
+"""Every process of a job, even one that left its process group (setsid) or was orphaned, is
+ended by `delete` and when the job ends: the rank wrapper is a child subreaper, and stopping an
+instance stops all its descendants."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ringleader.runtime.api import JobSpec, Runtime
+
+ESCAPE = (
+    "import subprocess, sys, time\n"
+    "subprocess.Popen(['setsid', sys.executable, '-c', 'import time; time.sleep(300)', sys.argv[1]])\n"
+    "print('up', flush=True)\n"
+    "time.sleep({sleep})\n"
+)
+
+
+def running(marker: str) -> list[str]:
+    out = subprocess.run(["ps", "-ww", "-eo", "pid=,args="], capture_output=True, text=True).stdout
+    return [ln for ln in out.splitlines() if marker in ln]
+
+
+def wait_for(check, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ending", ["delete", "job ends"])
+def test_a_setsid_escapee_does_not_outlive_its_job(tmp_path, monkeypatch, ending: str) -> None:
+    monkeypatch.setenv("RINGLEADER_GRACE_S", "1")
+    rt = Runtime.open(tmp_path / "home")
+    marker = f"escapee-{os.getpid()}-{ending.replace(' ', '-')}"
+    sleep = 300 if ending == "delete" else 1
+    rt.submit(JobSpec("esc", 1, 0, [sys.executable, "-c", ESCAPE.format(sleep=sleep), marker]))
+    wait_for(lambda: bool(running(marker)), 60, f"the escapee to start: {rt.get('esc')}")
+    if ending == "delete":
+        rt.delete(["esc"])
+    else:
+        rt.wait("esc", timeout=60)
+    wait_for(lambda: not running(marker), 15, "the escapee to be stopped")
+    rt.close()
