@@ -8,7 +8,7 @@ import sys
 import click
 
 from ringleader import __version__
-from ringleader.cli import bench, cluster, engine, jobs, model, sim
+from ringleader.cli import bench, cluster, engine, jobs, model, sim, state
 from ringleader.errors import RingleaderError
 
 
@@ -22,7 +22,7 @@ def cli() -> None:
     """
 
 
-for _module in (jobs, cluster, engine, bench, model, sim):
+for _module in (jobs, cluster, engine, bench, model, sim, state):
     _module.register(cli)
 
 

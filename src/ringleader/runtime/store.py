@@ -85,7 +85,8 @@ class Store:
             raise StateError(
                 f"state database {path} is empty (0 bytes): its jobs and cluster are lost, and it is not "
                 "re-created over them",
-                f"restore it from a copy, or move it away (mv {path} {path}.empty) to start afresh",
+                f"restore a copy (`ringleader state import FILE`), or move it away (mv {path} {path}.empty) "
+                "to start afresh",
             )
         try:
             return _open_file(home, path, exists)
