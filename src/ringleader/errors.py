@@ -18,7 +18,9 @@ class RingleaderError(Exception):
         self.fix = fix
 
     def one_line(self) -> str:
-        return f"{self.message}. To fix: {self.fix}" if self.fix else self.message
+        text = f"{self.message}. To fix: {self.fix}" if self.fix else self.message
+        # Messages may quote what went wrong (a YAML parser's report, a name): never more than a line.
+        return " ".join(text.split())
 
 
 class UsageError(RingleaderError):
