@@ -170,3 +170,40 @@ def test_waiting_job_that_a_smaller_cluster_makes_impossible_is_told_so(tmp_path
     finally:
         rt.delete([j.name for j in rt.list_jobs()])
         rt.close()
+
+
+@pytest.mark.parametrize(
+    ("damage", "commands"),
+    [
+        ("UPDATE jobs SET spec = '{not json'", (["list"], ["get", "j"])),
+        ("UPDATE jobs SET status = 'BOGUS'", (["list"], ["get", "j"])),
+        ("DROP TABLE instances", (["get", "j"], ["delete", "j"])),
+        ("UPDATE nodes SET spec = '{}'", (["top", "node"], ["submit", "mpi", "--name", "k", "--", "true"])),
+    ],
+)
+def test_damaged_state_rows_are_one_line(tmp_path: Path, damage: str, commands: tuple[list[str], ...]) -> None:
+    home = tmp_path / "home"
+    assert cli(home, "cluster", "apply", "-f", str(REPO / "examples" / "seeds-cluster.yaml")).returncode == 0
+    assert cli(home, "submit", "mpi", "--name", "j", "--", sys.executable, "-c", "pass").returncode == 0
+    cli(home, "list")
+    conn = sqlite3.connect(home / "state.db", isolation_level=None)
+    conn.execute(damage)
+    conn.close()
+    for args in commands:
+        err = one_line_error(cli(home, *args))
+        assert "damaged" in err and "state import" in err
+    if "jobs SET" in damage:  # a damaged job row is cleared with delete
+        assert cli(home, "delete", "j").returncode == 0
+        assert cli(home, "list").returncode == 0
+
+
+def test_damaged_page_is_one_line(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    assert cli(home, "cluster", "apply", "-f", str(REPO / "examples" / "seeds-cluster.yaml")).returncode == 0
+    assert cli(home, "list").returncode == 0  # checkpointed and closed
+    db = home / "state.db"
+    data = bytearray(db.read_bytes())
+    data[4096 + 8 : 4096 + 4000] = b"\xa5" * (4000 - 8)  # the second page's cells
+    db.write_bytes(bytes(data))
+    done = cli(home, "top", "node")
+    assert done.returncode in (1, 2) and "Traceback" not in done.stderr and done.stderr.count("\n") == 1

@@ -322,7 +322,9 @@ class Runtime:
         with self.db.read() as conn:
             row = store.job_row(conn, name)
             insts = store.instances(conn, name)
-        if row is None or JobStatus(row["status"]).is_terminal():
+        # A status this version does not know (a damaged row) is stopped like a live job: delete
+        # is how a user clears it.
+        if row is None or row["status"] in {s.value for s in JobStatus if s.is_terminal()}:
             return
         # The supervisor goes first (SIGKILL: it must not record a failure or start anything).
         stop_all([(row["supervisor_pid"], row["supervisor_start"])] if row["supervisor_pid"] else [], 0)

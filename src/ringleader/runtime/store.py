@@ -7,6 +7,7 @@ bug could not give one GPU to two jobs. Values are stored as JSON, never pickled
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ringleader.errors import BusyError, StateError
+from ringleader.errors import BusyError, RingleaderError, StateError
 from ringleader.runtime.codec import node_from_dict, node_to_dict
 from ringleader.runtime.states import JobStatus, can_move
 from ringleader.scheduler import ClusterState, NodeState, Placement
@@ -107,9 +108,11 @@ class Store:
         """One read-decide-write transaction, holding the write lock from its first statement."""
         _begin_immediate(self.conn, self.path)
         try:
-            yield self.conn
+            with self._damage_named():
+                yield self.conn
         except BaseException:
-            self.conn.execute("ROLLBACK")
+            with contextlib.suppress(sqlite3.Error):
+                self.conn.execute("ROLLBACK")
             raise
         self.conn.execute("COMMIT")
 
@@ -118,9 +121,26 @@ class Store:
         """A consistent snapshot for reading."""
         self.conn.execute("BEGIN")
         try:
-            yield self.conn
+            with self._damage_named():
+                yield self.conn
         finally:
-            self.conn.execute("ROLLBACK")
+            with contextlib.suppress(sqlite3.Error):
+                self.conn.execute("ROLLBACK")
+
+    @contextmanager
+    def _damage_named(self) -> Iterator[None]:
+        """What the database holds that ringleader cannot read (a damaged page, a dropped table,
+        a row that is not JSON or names no known status) is one line naming the repair."""
+        try:
+            yield
+        except sqlite3.OperationalError as exc:
+            if _disk_full(exc) or "locked" in str(exc) or "busy" in str(exc):
+                raise
+            raise _damaged(self.path, str(exc)) from None
+        except (sqlite3.DatabaseError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            if isinstance(exc, RingleaderError):
+                raise
+            raise _damaged(self.path, f"{type(exc).__name__}: {exc}") from None
 
 
 # A reserve file, made with the database and given back when the disk is full, so that SQLite
@@ -242,6 +262,13 @@ def _unusable(home: Path, exc: Exception) -> StateError:
     return StateError(
         f"cannot write the state folder {home} ({detail})",
         "set RINGLEADER_HOME to a folder you can write (it is created if missing)",
+    )
+
+
+def _damaged(path: Path, detail: str) -> StateError:
+    return StateError(
+        f"state database {path} is damaged ({detail})",
+        "restore a copy with `ringleader state import FILE`, or move it away to start afresh",
     )
 
 
