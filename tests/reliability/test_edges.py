@@ -8,6 +8,7 @@ import sqlite3
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -207,3 +208,31 @@ def test_damaged_page_is_one_line(tmp_path: Path) -> None:
     db.write_bytes(bytes(data))
     done = cli(home, "top", "node")
     assert done.returncode in (1, 2) and "Traceback" not in done.stderr and done.stderr.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_read_only_home_refuses_submit_and_delete_and_stops_nothing(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a read-only file system")
+    home, view = tmp_path / "home", tmp_path / "read-only-view"
+    assert cli(home, "cluster", "apply", "-f", str(REPO / "examples" / "seeds-cluster.yaml")).returncode == 0
+    view.mkdir()
+    # The same state seen through a read-only bind mount (the running job's files stay open).
+    subprocess.run(["mount", "--bind", str(home), str(view)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(view)], check=True)
+        marker = f"ro-marker-{os.getpid()}"
+        assert cli(home, "submit", "mpi", "--name", "live", "--", sys.executable, "-c",
+                   "import time; time.sleep(60)", marker).returncode == 0  # fmt: skip
+        deadline = time.monotonic() + 30
+        while marker not in subprocess.run(["ps", "-ww", "-eo", "args="], capture_output=True, text=True).stdout:
+            assert time.monotonic() < deadline, "the job did not start"
+            time.sleep(0.2)
+        assert "read-only file system" in one_line_error(cli(view, "delete", "live"), code=2).lower()
+        assert marker in subprocess.run(["ps", "-ww", "-eo", "args="], capture_output=True, text=True).stdout
+        refused = one_line_error(cli(view, "submit", "mpi", "--name", "new", "--", "true"), code=2)
+        assert "read-only file system" in refused.lower()
+        assert cli(view, "list").returncode == 0  # reads still work
+    finally:
+        subprocess.run(["umount", "-l", str(view)], check=False)
+    assert cli(home, "delete", "live").returncode == 0

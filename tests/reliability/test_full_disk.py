@@ -31,6 +31,8 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     try:
         yield mount
     finally:
+        # Nothing of the test may outlive it, whatever failed: stop every process started there.
+        subprocess.run(["pkill", "-KILL", "-f", str(mount)], check=False)
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 

@@ -70,6 +70,8 @@ class Runtime:
         rt = cls(path, db)
         if readonly:
             return rt
+        if db.read_only:  # a read-only file system: show what is there, change nothing
+            return rt
         rt._init_cluster()
         if not db.ephemeral:
             reconcile(db)
@@ -305,6 +307,7 @@ class Runtime:
             missing = [n for n in names if store.job_row(conn, n) is None]
         if missing:
             raise NotFoundError(f"job {missing[0]!r} not found", "see `ringleader list`")
+        self._writable().check_writable()  # stopping processes cannot be undone: refuse first
         for name in names:
             self._stop(name)
         db = self._writable()

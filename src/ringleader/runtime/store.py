@@ -68,6 +68,7 @@ class Store:
     home: Path
     conn: sqlite3.Connection
     ephemeral: bool = False
+    read_only: bool = False  # on a read-only file system: reads only
 
     @property
     def path(self) -> Path:
@@ -116,6 +117,12 @@ class Store:
             raise
         self.conn.execute("COMMIT")
 
+    def check_writable(self) -> None:
+        """Refuse now, before anything irreversible (stopping processes), if the state cannot
+        be written: a read-only file system, a lock held too long."""
+        with self.write() as conn:  # a read-only connection refuses only an actual write
+            conn.execute("UPDATE meta SET value = value WHERE key = 'app'")
+
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
         """A consistent snapshot for reading."""
@@ -136,6 +143,8 @@ class Store:
         except sqlite3.OperationalError as exc:
             if _disk_full(exc) or "locked" in str(exc) or "busy" in str(exc):
                 raise
+            if "readonly" in str(exc):
+                raise _read_only(self.path) from None
             raise _damaged(self.path, str(exc)) from None
         except (sqlite3.DatabaseError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, RingleaderError):
@@ -196,7 +205,12 @@ def while_disk_full(home: Path, fn: Callable[[], T], wait_s: float = 1.0) -> T:
 
 
 def _open_file(home: Path, path: Path, exists: bool) -> tuple[Store, bool]:
-    make_private_home(home)
+    try:
+        make_private_home(home)
+    except OSError as exc:
+        if not exists or exc.errno != errno.EROFS:
+            raise
+        return _open_read_only(home, path), False  # a read-only file system: reads still work
     if not exists:  # created private: SQLite gives its -wal and -shm files the same mode
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
     conn = _connect(str(path))
@@ -211,6 +225,16 @@ def _open_file(home: Path, path: Path, exists: bool) -> tuple[Store, bool]:
         raise _not_ours(path, str(exc)) from None
     keep_reserve(home)
     return Store(home, conn), not exists
+
+
+def _open_read_only(home: Path, path: Path) -> Store:
+    conn = _connect(f"file:{path}?mode=ro")
+    try:
+        _version(conn, path)
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        raise _not_ours(path, str(exc)) from None
+    return Store(home, conn, read_only=True)
 
 
 PRIVATE_DIRS = ("logs", "run")
@@ -239,6 +263,8 @@ def _begin_immediate(conn: sqlite3.Connection, path: Path) -> None:
     try:
         conn.execute("BEGIN IMMEDIATE")
     except sqlite3.OperationalError as exc:
+        if "readonly" in str(exc):
+            raise _read_only(path) from None
         if "locked" not in str(exc) and "busy" not in str(exc):
             raise
         raise BusyError(
@@ -250,7 +276,7 @@ def _begin_immediate(conn: sqlite3.Connection, path: Path) -> None:
 def _connect(target: str) -> sqlite3.Connection:
     # isolation_level=None: we issue BEGIN/COMMIT ourselves.
     timeout = lock_timeout_s()
-    conn = sqlite3.connect(target, timeout=timeout, isolation_level=None)
+    conn = sqlite3.connect(target, timeout=timeout, isolation_level=None, uri=target.startswith("file:"))
     conn.row_factory = sqlite3.Row
     conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
     conn.execute("PRAGMA foreign_keys = ON")
@@ -262,6 +288,12 @@ def _unusable(home: Path, exc: Exception) -> StateError:
     return StateError(
         f"cannot write the state folder {home} ({detail})",
         "set RINGLEADER_HOME to a folder you can write (it is created if missing)",
+    )
+
+
+def _read_only(path: Path) -> StateError:
+    return StateError(
+        f"cannot write the state {path}: read-only file system", "remount it read-write, or use another folder"
     )
 
 
