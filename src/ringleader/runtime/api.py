@@ -22,6 +22,7 @@ from typing import Any
 from ringleader.errors import ConflictError, DependencyError, NotFoundError, UnschedulableError, UsageError
 from ringleader.runtime import store
 from ringleader.runtime.codec import decision_to_dict
+from ringleader.runtime.faults import crash_point
 from ringleader.runtime.launchers import (
     RANK_MODULE,
     check_mpirun,
@@ -202,12 +203,14 @@ class Runtime:
             now = time.time()  # taken under the lock: the wait for it may be long
             if store.job_row(conn, spec.name) is not None:
                 raise _duplicate(spec.name)
+            self._remove_folders(spec.name)  # left by a delete that was killed: not this job's
             store.insert_job(conn, spec.to_dict(), spec.priority, now)
             store.add_event(conn, spec.name, "Submitted", _describe(spec), now)
             decisions = schedule_pass_decisions(conn, now)
             mine = next(d for d in decisions if d.job.name == spec.name)
             # The cluster may have changed since the check above: refused here, nothing commits.
             _refuse_unresolvable(mine)
+        crash_point("submit-committed")  # killed here: reconciliation starts the supervisor
         spawn_supervisors(self.home, [d.job.name for d in decisions if d.ok])
         return SubmitResult(mine, decision_to_dict(mine), dry_run=False, job=self.get(spec.name))
 
@@ -310,16 +313,21 @@ class Runtime:
         self._writable().check_writable()  # stopping processes cannot be undone: refuse first
         for name in names:
             self._stop(name)
+        crash_point("delete-stopped")  # killed here: reconciliation fails the job, frees its GPUs
         db = self._writable()
         with db.write() as conn:
             for name in names:
                 store.delete_job(conn, name)
             placed = schedule_pass(conn, time.time())
+        crash_point("delete-forgotten")  # killed here: the next job of that name clears the folders
         for name in names:
-            shutil.rmtree(self.home / "logs" / name, ignore_errors=True)
-            shutil.rmtree(self.home / "run" / name, ignore_errors=True)
+            self._remove_folders(name)
         spawn_supervisors(self.home, placed)
         return list(names)
+
+    def _remove_folders(self, name: str) -> None:
+        shutil.rmtree(self.home / "logs" / name, ignore_errors=True)
+        shutil.rmtree(self.home / "run" / name, ignore_errors=True)
 
     def _stop(self, name: str) -> None:
         with self.db.read() as conn:

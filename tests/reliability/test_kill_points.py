@@ -1,0 +1,81 @@
+"""kill -9 at every step of submit and delete (RINGLEADER_CRASH_AT): the state stays truthful —
+no GPU held by a job without processes, no job lost, no process left, and the next commands
+finish what was interrupted."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ringleader.runtime.api import Runtime
+from ringleader.runtime.faults import POINTS
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+def cli(home: Path, *args: str, crash_at: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "RINGLEADER_HOME": str(home), "RINGLEADER_GRACE_S": "1"}
+    if crash_at:
+        env["RINGLEADER_CRASH_AT"] = crash_at
+    return subprocess.run([sys.executable, "-m", "ringleader.cli.main", *args], env=env, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+
+
+def processes_with(marker: str) -> list[str]:
+    out = subprocess.run(["ps", "-ww", "-eo", "args="], capture_output=True, text=True).stdout
+    return [ln for ln in out.splitlines() if marker in ln]
+
+
+def wait_until(check, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"timed out: {what}")
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_kill_at_each_step_leaves_state_truthful(tmp_path: Path, point: str) -> None:
+    home = tmp_path / "home"
+    assert cli(home, "cluster", "apply", "-f", str(REPO / "examples" / "seeds-cluster.yaml")).returncode == 0
+    marker = f"killpoint-{point}-{os.getpid()}"
+    program = [sys.executable, "-c", "import time; time.sleep(120)", marker]
+    submit_crash = point if point.startswith("submit") else None
+    done = cli(home, "submit", "mpi", "--name", "j", "--workers", "2", "--gpus", "1", "--", *program,
+               crash_at=submit_crash)  # fmt: skip
+    assert done.returncode == (-9 if submit_crash else 0), done.stderr
+    # The job was committed: the next command's reconciliation starts it, none is lost.
+    wait_until(lambda: cli(home, "list").returncode == 0 and len(processes_with(marker)) >= 2, 60,
+               "the job's ranks to run")  # fmt: skip
+    if point.startswith("delete"):
+        assert cli(home, "delete", "j", crash_at=point).returncode == -9
+        wait_until(lambda: not processes_with(marker), 20, "the ranks to be stopped")
+        rt = Runtime.open(home)  # reconciles
+        jobs = {j.name: j for j in rt.list_jobs()}
+        if point == "delete-stopped":
+            assert jobs["j"].status.is_terminal()  # its processes are gone: not RUNNING any more
+        else:
+            assert "j" not in jobs
+        assert rt.nodes().free_gpus == rt.nodes().total_gpus
+        rt.close()
+        if "j" in jobs:
+            assert cli(home, "delete", "j").returncode == 0
+        # The name is free again, and a new job of that name does not inherit old logs.
+        assert cli(home, "submit", "mpi", "--name", "j", "--", sys.executable, "-c", "print('fresh')").returncode == 0
+        rt = Runtime.open(home)
+        rt.wait("j", timeout=60)
+        assert rt.logs("j").strip() == "fresh"
+        rt.close()
+    else:
+        rt = Runtime.open(home)
+        assert rt.get("j").status.value == "RUNNING"
+        rt.close()
+    assert cli(home, "delete", "j").returncode == 0
+    wait_until(lambda: not processes_with(marker), 20, "no process left")
