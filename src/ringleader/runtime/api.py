@@ -314,14 +314,14 @@ class Runtime:
         for name in names:
             self._stop(name)
         crash_point("delete-stopped")  # killed here: reconciliation fails the job, frees its GPUs
+        for name in names:  # first: on a full disk, the logs are what frees the room to record
+            self._remove_folders(name)
         db = self._writable()
         with db.write() as conn:
             for name in names:
                 store.delete_job(conn, name)
             placed = schedule_pass(conn, time.time())
-        crash_point("delete-forgotten")  # killed here: the next job of that name clears the folders
-        for name in names:
-            self._remove_folders(name)
+        crash_point("delete-forgotten")
         spawn_supervisors(self.home, placed)
         return list(names)
 
