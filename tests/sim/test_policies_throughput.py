@@ -30,15 +30,16 @@ def test_registered_and_plugged_into_the_model():
 
 
 def test_contract_with_a_fake_estimator_it_takes_what_the_estimate_prefers():
-    # contract test: a fake estimator that likes GPUs 4-7 of a node whose GPU 0 is busy (an
-    # estimate may depend on the node's shape, not its name); the policy must follow it
+    # contract test: a fake estimator that likes GPUs 4-7 of a PCIe node (an estimate may depend
+    # on the node's shape, not its name); the policy must follow it
     def likes_b_upper(nodes: Mapping[str, NodeState], placement: Placement, job: JobRequest) -> float:
         del job
         (name,) = placement.nodes
         gpus = {g for s in placement.slots for g in s.gpus}
-        return 100.0 if nodes[name].owner(0) is not None and gpus == {4, 5, 6, 7} else 1.0
+        pcie = not nodes[name].spec.topology.links[0][1].is_nvlink
+        return 100.0 if pcie and gpus == {4, 5, 6, 7} else 1.0
 
-    state = cluster(("a", "dgx1v", ()), ("b", "dgx1v", (0,)))
+    state = cluster(("a", "dgx1v", ()), ("b", "pcie-8gpu-2socket", ()))
     cands = ThroughputPolicy(likes_b_upper).choose(list(state.nodes), JobRequest("j", 4, 1))
     assert [(s.node, s.gpus) for s in cands[0].placement.slots] == [("b", (4,)), ("b", (5,)), ("b", (6,)), ("b", (7,))]
     assert cands[0].objective_names[:2] == ("-nodes", "images_per_s")

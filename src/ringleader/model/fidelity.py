@@ -281,3 +281,66 @@ def seeds_cluster(network_gbps: float | None = None) -> ClusterState:
 def seed_results(scaling: Scaling | None = None) -> list[FidelityResult]:
     """The seeds' four runs (VGG16 and ResNet-50, topology and default placement)."""
     return fidelity_table(scaling, [r for r in fidelity_rows() if r.workers is not None])
+
+
+def load_rows(path: str) -> list[FidelityRow]:
+    """Rows of the same form as reference.toml's ``[[fidelity.rows]]`` from a TOML file of
+    ``[[rows]]`` tables (a hold-out set is checked the same way as the shipped table)."""
+    import tomllib
+
+    from ringleader.errors import UsageError
+
+    try:
+        with open(path, "rb") as fh:
+            doc = tomllib.load(fh)
+    except OSError as exc:
+        raise UsageError(f"cannot read {path!r}: {exc.strerror}", "check the path") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path!r} is not TOML: {exc}", "write [[rows]] tables as in reference.toml") from None
+    names = set(FidelityRow.__dataclass_fields__)
+    try:
+        return [FidelityRow(**{k: v for k, v in row.items() if k in names}) for row in doc.get("rows", [])]
+    except TypeError as exc:
+        raise UsageError(f"{path!r}: {exc}", "give every row the fields of reference.toml's [[fidelity.rows]]") from None
+
+
+def short_source(source: str) -> str:
+    for needle, name in (("DLPerf", "DLPerf"), ("DeepLearningExamples", "NVIDIA DLE"), ("horovod", "Horovod"),
+                         ("seeds", "seeds (ACK)")):  # fmt: skip
+        if needle in source:
+            return name
+    return source.split(" ", 1)[0]
+
+
+def markdown(results: Sequence[FidelityResult]) -> str:
+    """The fidelity table as docs/model.md shows it, then the summary line."""
+    lines = [
+        "| # | source | table | framework | GPU | model | prec. | batch | GPUs (nodes) | fabric | measured | predicted "
+        "| error | eff. measured | eff. predicted |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for i, r in enumerate(results, 1):
+        row = r.row
+        src = short_source(row.source)
+        where = f"{row.ranks} ({row.nodes})" if row.workers is None else f"{row.ranks} ({row.policy})"
+        lines.append(
+            f"| {i} | {src} | {row.table} | {row.framework} | {row.gpu} | {row.model} | {row.precision} | "
+            f"{row.batch} | {where} | {row.fabric} | {r.measured:,.1f} | {r.prediction.images_per_s:,.1f} | "
+            f"{r.error:+.1%} | {r.measured_efficiency:.1%} | {r.predicted_efficiency:.1%} |"
+        )
+    s = summarise(results)
+    lines.append("")
+    lines.append(
+        f"{s.expressible} of {s.rows} rows expressible ({s.expressible_share:.0%}); median |error| "
+        f"{s.median_abs_error:.1%}; within-node scaling efficiency: median |difference| "
+        f"{s.median_within_node_points:.1f} points over {len(s.within_node_points)} one-node rows, "
+        f"{sum(p <= 3 for p in s.within_node_points)} of them within 3 points"
+    )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # python -m ringleader.model.fidelity [rows.toml]
+    import sys
+
+    chosen = load_rows(sys.argv[1]) if len(sys.argv) > 1 else None
+    print(markdown(fidelity_table(rows=chosen)))

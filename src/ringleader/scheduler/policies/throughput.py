@@ -83,11 +83,14 @@ class ThroughputPolicy(Policy):
         return self._multi_node(groups, job)
 
     def _estimate(self, ns: NodeState, mask: int, job: JobRequest) -> float:
-        """images/s of the job on GPUs ``mask`` of ``ns``; an estimate may depend on the node's
-        shape (topology, GPU model, network, NICs, free GPUs), not on its name."""
+        """images/s of the job on GPUs ``mask`` of ``ns``. An estimator must depend only on the
+        node's shape (topology, GPU model, network, NICs) and the GPUs chosen, not on the node's
+        name or its other GPUs (jobs run alone on their GPUs, as in the model): the estimate is
+        memoised on exactly that, which keeps a 64-node trace within a few times the topology
+        policy's time."""
         spec = ns.spec
         key = (id(self.estimator), spec.topology.fingerprint, spec.topology.gpu_model, spec.topology.nics,
-               spec.network_gbps, ns.free_mask, mask, job.gpus_per_worker, job.model)  # fmt: skip
+               spec.network_gbps, mask, job.gpus_per_worker, job.model)  # fmt: skip
         found = self._memo.get(key)
         if found is None:
             search = search_for(spec.topology)
