@@ -103,6 +103,9 @@ def published_rates() -> dict[tuple[str, str, str], PublishedRate]:
             for model, rate in row["images_per_s"].items():
                 if model in batches:
                     out[(model, gpu, prec)] = PublishedRate(model, gpu, prec, float(rate), int(batches[model]), cite)
+    for row in _ref().get("throughput_rows", []):
+        key = (str(row["model"]), str(row["gpu"]), str(row["precision"]))
+        out[key] = PublishedRate(*key, float(row["images_per_s"]), int(row["batch"]), str(row["source"]))
     return out
 
 
