@@ -301,7 +301,8 @@ def load_rows(path: str) -> list[FidelityRow]:
     try:
         return [FidelityRow(**{k: v for k, v in row.items() if k in names}) for row in doc.get("rows", [])]
     except TypeError as exc:
-        raise UsageError(f"{path!r}: {exc}", "give every row the fields of reference.toml's [[fidelity.rows]]") from None
+        fix = "give every row the fields of reference.toml's [[fidelity.rows]]"
+        raise UsageError(f"{path!r}: {exc}", fix) from None
 
 
 def short_source(source: str) -> str:
