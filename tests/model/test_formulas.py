@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -218,3 +219,53 @@ def test_comparison_line_for_the_scheduler():
                     f"{default.images_per_s:.0f} ({top.images_per_s / default.images_per_s:.1f}x)")
     assert top.images_per_s > 4 * default.images_per_s
     assert comparison_line({"topology": None}, "topology") == "topology cannot place the job"
+
+
+SHARED_TOPOLOGIES = Path(__file__).resolve().parents[2] / ".." / "shared" / "reference" / "topologies"
+
+
+def shared_topology(name: str, gpu_model: str):
+    from ringleader.topology.smi import parse_topo_text
+
+    path = SHARED_TOPOLOGIES / name
+    if not path.exists():
+        pytest.skip(f"{path} is absent (the shared reference topologies are not checked out here)")
+    return parse_topo_text(path.read_text(), gpu_model=gpu_model)
+
+
+def test_nvswitch_nodes_give_each_gpu_its_links_not_a_sum_over_peers():
+    from ringleader.model.comm import nvswitch_gbs
+
+    assert nvswitch_gbs(preset("dgx-a100")) == pytest.approx(300.0)
+    assert nvswitch_gbs(preset("dgx-h100")) == pytest.approx(450.0)
+    assert nvswitch_gbs(preset("dgx2")) == pytest.approx(150.0)
+    assert nvswitch_gbs(preset("dgx1v")) is None
+    ns = NodeState(NodeSpec("a", preset("dgx-a100")))
+    for gpus in ((0, 1), (0, 1, 2, 3), tuple(range(8))):
+        hop = intra_node_hop(ns, gpus)
+        assert (hop.kind, hop.gbs) == ("NVSwitch", pytest.approx(300.0))
+    # a DGX-1V quad is still its NVLinks (4 x 25), within the V100's own 150 GB/s
+    assert intra_node_hop(NodeState(NodeSpec("v", preset("dgx1v"))), (0, 1, 2, 3)).gbs == pytest.approx(100.0)
+
+
+def test_fabric_and_nics_come_from_the_topology():
+    from ringleader.model.comm import fabric_of, nics_near
+
+    a100 = shared_topology("a100_sxm_8gpu_nv12_17nics.txt", "A100-80GB")
+    assert fabric_of(a100) == "infiniband"
+    assert nics_near(a100, (0,)) == 1  # one GPU uses one NIC, however many sit beside it
+    assert nics_near(a100, tuple(range(8))) == 8
+    assert fabric_of(preset("dgx1v")) == "tcp" and nics_near(preset("dgx1v"), (0, 1)) == 1
+    dgx1 = shared_topology("v100_dgx1_8gpu_4ib_unsorted_nics_old_legend.txt", "V100")
+    assert fabric_of(dgx1) == "infiniband" and nics_near(dgx1, tuple(range(8))) == 4
+
+
+def test_more_nics_near_the_job_make_the_network_faster():
+    a100 = shared_topology("a100_sxm_8gpu_nv12_17nics.txt", "A100-80GB")
+    state = ClusterState.empty([NodeSpec(n, a100, 200.0) for n in ("x", "y")])
+    one = placement(("x", (0,)), ("y", (0,)))
+    eight = placement(*((n, (g,)) for n in ("x", "y") for g in range(8)))
+    t1 = allreduce_time_s(state.by_name, one, 100 * MB, algorithm="ring")
+    t8 = allreduce_time_s(state.by_name, eight, 100 * MB, algorithm="hierarchical")
+    # 8 NICs x 200 Gb/s x 0.9 against 1 NIC: the 16-GPU allreduce is not 8x slower per byte
+    assert t8 < t1

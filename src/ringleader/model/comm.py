@@ -101,11 +101,12 @@ _NEAR = ("PIX", "PXB", "PHB")
 
 def nics_near(topo: NodeTopology, gpus: Sequence[int]) -> int:
     """Network adapters NCCL would use for these GPUs: those behind the same PCIe switch or
-    host bridge as one of them (PIX/PXB/PHB); at least one."""
+    host bridge as one of them (PIX/PXB/PHB), at most one per GPU (NCCL gives each GPU its
+    nearest NIC; a storage or second port beside it adds nothing); at least one."""
     if not topo.nics or not topo.nic_links:
         return 1
     near = {k for g in gpus for k, link in enumerate(topo.nic_links[g]) if str(link) in _NEAR}
-    return max(1, len(near))
+    return max(1, min(len(near), len(gpus)))
 
 
 def net_latency_us() -> float:
