@@ -105,3 +105,16 @@ def test_on_an_empty_dgx1v_it_never_predicts_less_than_topology(gpus):
     assert placement_images_per_s(state.by_name, mine.placement, job) >= (
         placement_images_per_s(state.by_name, theirs.placement, job) * (1 - 2 * TOLERANCE)
     )
+
+
+def test_the_simulator_compares_it_with_the_model_plugged_in():
+    from ringleader.sim import compare_policies
+    from ringleader.sim.steptime import linear_step_time
+    from ringleader.sim.trace import TraceJob
+
+    specs = [NodeSpec(n, preset("dgx1v")) for n in ("a", "b")]
+    jobs = [TraceJob(f"j{i}", float(i), 4, 1, "vgg16", 64, 100) for i in range(6)]
+    result = compare_policies(specs, jobs, ["throughput", "topology"], step_time=linear_step_time())
+    by = {s["policy"]: s for s in result.summaries}
+    assert by["throughput"]["completed"] == by["topology"]["completed"] == 6
+    assert ThroughputPolicy.installed is placement_images_per_s
