@@ -120,6 +120,7 @@ class GpuSpec:
     mem_gbs: float
     nvlink_gbs: float  # per GPU, one direction; 0: no NVLink
     names: tuple[str, ...]
+    nvlink_gen: int = 0  # 0: no NVLink
 
     def peak_tflops(self, table_precision: str) -> float:
         """The rate a training run of that precision uses: TF32 for "fp32" where it exists."""
@@ -135,7 +136,7 @@ def gpu_specs() -> dict[str, GpuSpec]:
         if isinstance(row, dict):
             out[name] = GpuSpec(
                 name, float(row["fp32"]), float(row["tf32"]), float(row["fp16"]), float(row["mem_gbs"]),
-                float(row["nvlink_gbs"]), tuple(str(n).upper() for n in row["names"]),
+                float(row["nvlink_gbs"]), tuple(str(n).upper() for n in row["names"]), int(row["nvlink_gen"]),
             )  # fmt: skip
     return out
 
