@@ -134,6 +134,15 @@ def fidelity_rows() -> list[FidelityRow]:
     return [FidelityRow(**{k: v for k, v in row.items() if k in names}) for row in reference()["fidelity"]["rows"]]
 
 
+AFTER_THE_FIT = "added after the fit"
+
+
+def fitted_rows() -> list[FidelityRow]:
+    """The rows the shipped [scaling] constants were fitted on (rows added later are an
+    out-of-sample check and say so in their source)."""
+    return [r for r in fidelity_rows() if AFTER_THE_FIT not in r.source]
+
+
 def not_expressible() -> list[str]:
     return [str(s) for s in reference()["fidelity"].get("not_expressible", [])]
 
@@ -245,7 +254,7 @@ def fit_scaling(
 ) -> Scaling:  # fmt: skip
     """Fit the efficiency of ``fabrics`` (the others keep their sourced values), overlap and the
     sync terms by coordinate descent on the summed absolute log error."""
-    rows = list(fidelity_rows() if rows is None else rows)
+    rows = list(fitted_rows() if rows is None else rows)
     current = start or Scaling.shipped()
 
     def with_value(sc: Scaling, name: str, value: float) -> Scaling:
