@@ -157,3 +157,78 @@ def test_bench_fields_device_name_threads_and_image_size(tmp_path):
     cal, _ = calibrate_files([write(tmp_path, "g.json", doc)])
     (fit,) = cal.compute
     assert (fit.gpu_type, fit.image_size, fit.threads) == ("H100", 128, 4)
+
+
+# -- multi-GPU throughput rows (CSV, or bench train on GPUs) ------------------------------------
+
+DLPERF_CSV = """model,gpu_type,batch_size,nodes,gpus_per_node,images_per_s,node,network_gbps,fabric,precision
+resnet50,Tesla V100-SXM2-16GB,128,1,1,384.85,dgx1v,100,infiniband,fp32
+resnet50,V100,128,1,8,2969.45,dgx1v,100,infiniband,fp32
+resnet50,V100,128,2,8,5906.55,dgx1v,100,infiniband,fp32
+resnet50,V100,128,4,8,11711.18,dgx1v,100,infiniband,fp32
+"""
+
+
+def test_a_throughput_csv_fits_scaling_and_predicts_its_rows(tmp_path):
+    # OneFlow's ResNet-50 rows of the DLPerf report: 96.4% on one node, 95.9% on 2, 95.1% on 4
+    path = tmp_path / "runs.csv"
+    path.write_text(DLPERF_CSV)
+    cal, multi = calibrate_files([str(path)])
+    assert multi == []
+    assert cal.sync is not None and cal.overlap is not None
+    (fit,) = cal.compute
+    assert (fit.gpu_type, fit.batch_size, fit.images_per_s) == ("V100", 128, 384.85)
+    assert "network" in cal.links  # the rows span nodes on one fabric: a network link is fitted
+    from ringleader.model.fit import fit_calibration_rows
+
+    _, _, rows = fit_calibration_rows([str(path)])
+    assert len(rows) == 3 and all(abs(r.error) < 0.03 for r in rows)
+    # the file round-trips and predict uses it
+    out = tmp_path / "cal.json"
+    assert main(["calibrate", str(path), "--out", str(out), "-o", "json"]) == 0
+    again = load_calibration(out)
+    assert again.sync == pytest.approx(cal.sync, rel=1e-3)
+
+
+def test_the_fitted_sync_term_follows_the_rows(tmp_path):
+    # the same rows from a framework that loses 17% more on every multi-GPU run: a larger per-rank cost
+    worse = DLPERF_CSV
+    for rate in ("2969.45", "5906.55", "11711.18"):
+        worse = worse.replace(rate, str(round(0.83 * float(rate), 2)))
+    a, b = tmp_path / "a.csv", tmp_path / "b.csv"
+    a.write_text(DLPERF_CSV)
+    b.write_text(worse)
+    good, _ = calibrate_files([str(a)])
+    bad, _ = calibrate_files([str(b)])
+    assert good.sync is not None and bad.sync is not None
+    assert bad.sync[0] > 2 * good.sync[0]
+
+
+def test_bench_train_runs_on_gpus_fit_the_scaling_too(tmp_path):
+    one = {**train_doc(64, 2470.0), "device": "cuda", "device_name": "NVIDIA A100-SXM4-80GB", "precision": "fp16"}
+    eight = {**train_doc(64, 16621.0, world=8, backend="nccl"), "device": "cuda",
+             "device_name": "NVIDIA A100-SXM4-80GB", "precision": "fp16"}  # fmt: skip
+    from ringleader.model.fit import fit_calibration_rows
+
+    cal, _, rows = fit_calibration_rows([write(tmp_path, "1.json", one), write(tmp_path, "8.json", eight)])
+    assert cal.sync is not None and cal.sync[0] > 0
+    (row,) = rows
+    assert row.row.gpu == "A100-80GB" and abs(row.error) < 0.02
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("model,gpu_type\nresnet50,V100\n", "has no column 'batch_size'"),
+        (DLPERF_CSV.replace("2969.45", "fast"), "line 3: could not convert string to float: 'fast'"),
+        (DLPERF_CSV.replace("5906.55,dgx1v", "5906.55,dgx9"), "unknown preset 'dgx9'"),
+        (DLPERF_CSV.replace("infiniband", "smoke"), "unknown fabric 'smoke'"),
+    ],
+)
+def test_a_bad_csv_is_one_line_and_exit_2(tmp_path, capsys, text, needle):
+    path = tmp_path / "bad.csv"
+    path.write_text(text)
+    code = main(["calibrate", str(path)])
+    _, err = capsys.readouterr()
+    assert code == 2
+    assert needle in err and str(path) in err and len(err.strip().splitlines()) == 1

@@ -9,6 +9,12 @@ import pytest
 from ringleader.cli.main import main
 
 
+@pytest.fixture(autouse=True)
+def private_home(tmp_path, monkeypatch):
+    """predict reads the applied cluster: each test gets its own (empty) state."""
+    monkeypatch.setenv("RINGLEADER_HOME", str(tmp_path / "home"))
+
+
 def run(capsys, *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
     out, err = capsys.readouterr()
@@ -55,7 +61,9 @@ def test_predict_with_a_cluster_file(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("argv", "needle"),
     [
-        (["--model", "bert", "--workers", "4"], "unknown model 'bert'"),
+        (["--model", "lenet", "--workers", "4"], "unknown model 'lenet'"),
+        (["--model", "vgg16", "--workers", "4", "--fabric", "carrier-pigeon"], "unknown fabric 'carrier-pigeon'"),
+        (["--model", "vgg16", "--workers", "4", "--network-efficiency", "1.5"], "--network-efficiency must be"),
         (["--model", "vgg16", "--workers", "4", "--gpu-type", "TPU"], "unknown GPU type 'TPU'"),
         (["--model", "vgg16"], "--workers is required"),
         (["--model", "vgg16", "--placement", "node-z:0"], "unknown node 'node-z'"),
@@ -79,3 +87,38 @@ def test_predict_with_a_malformed_calibration(tmp_path, capsys):
     bad.write_text("{not json")
     code, _, err = run(capsys, "predict", "--model", "vgg16", "--workers", "4", "--calibration", str(bad))
     assert code == 2 and "is not JSON" in err
+
+
+def test_predict_uses_the_applied_cluster_and_names_the_bottleneck_as_submit_does(tmp_path, capsys):
+    f = tmp_path / "c.yaml"
+    f.write_text("nodes:\n  - name: big\n    preset: dgx-a100\n    count: 2\n    network_gbps: 200\n"
+                 "    emulated: true\n")
+    assert run(capsys, "cluster", "apply", "-f", str(f))[0] == 0
+    code, out, _ = run(capsys, "predict", "--model", "resnet50", "--workers", "4", "--policy", "topology", "-o", "json")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["cluster"].startswith("applied cluster")
+    (pred,) = doc["predictions"]
+    assert pred["placement"].startswith("big-") and pred["gpu_type"] == "A100"
+    code, out, _ = run(capsys, "submit", "mpi", "--name", "j", "--workers", "4", "--gpus", "1", "--gputopology",
+                       "--model", "resnet50", "--dry-run", "-o", "json", "--", "python", "t.py")  # fmt: skip
+    assert code == 0
+    plan = json.loads(out)
+    # one vocabulary: the same link, in the same words, from submit, its prediction and predict
+    assert plan["plan"]["chosen"]["bottleneck"] == pred["bottleneck"] == plan["prediction"]["bottleneck"]
+    assert pred["bottleneck"].startswith("NV12 300 GB/s")
+
+
+def test_fabric_and_network_efficiency_change_a_multi_node_prediction(tmp_path, capsys):
+    f = tmp_path / "c.yaml"
+    f.write_text("nodes:\n  - name: h\n    preset: dgx1v\n    count: 2\n    network_gbps: 100\n")
+    base = ["predict", "--model", "vgg16", "--workers", "16", "--policy", "topology", "-o", "json", "--cluster", str(f)]
+
+    def rate(*extra: str) -> float:
+        code, out, _ = run(capsys, *base, *extra)
+        assert code == 0
+        return json.loads(out)["predictions"][0]["images_per_s"]
+
+    tcp, ib = rate(), rate("--fabric", "infiniband")
+    assert ib > 1.5 * tcp  # NCCL over sockets gets a fraction of what RDMA gets of 100 Gb/s
+    assert rate("--fabric", "infiniband", "--network-efficiency", "0.2") < ib

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
 from ringleader.errors import UsageError
 from ringleader.model import allreduce_time_s, compute_rate, known_gpu_types, known_models, predict_placement
 from ringleader.model.comm import best_ring_gbs, intra_node_hop, nic_flows, ring_time_s, tree_time_s
-from ringleader.model.tables import grad_bytes, step_overhead_s
+from ringleader.model.predict import sync_time_s
+from ringleader.model.tables import derived_rate, grad_bytes, half_batch
 from ringleader.scheduler import ClusterState, NodeState, Placement, WorkerSlot
 from ringleader.topology import NodeSpec, preset
 
@@ -72,16 +74,31 @@ def test_allreduce_time_on_two_nodes_is_the_network_ring():
 
 
 def test_compute_rate_follows_t0_plus_b_over_peak():
-    # resnet50 t0 from the P100 pair (batch 64: 219/s, batch 32: 195/s)
+    # resnet50's half batch from the P100 pair (batch 64: 219/s, batch 32: 195/s)
     t64, t32 = 64 / 219, 32 / 195
-    t0 = t64 - 64 * (t64 - t32) / 32
-    assert step_overhead_s("resnet50") == pytest.approx(t0)
-    # V100 fp32 published 432 images/s at batch 192
-    per_image = (192 / 432 - t0) / 192
+    per_p100 = (t64 - t32) / 32
+    h = (t64 - 64 * per_p100) / per_p100
+    assert half_batch("resnet50") == pytest.approx(h)
+    # V100 fp32 published 432 images/s at batch 192: peak = 432 (192 + h) / 192, t0 = h / peak
+    peak = 432 * (192 + h) / 192
     rate = compute_rate("resnet50", "V100", "fp32", 64)
-    assert rate.step_s == pytest.approx(t0 + 64 * per_image)
+    assert rate.step_s == pytest.approx(h / peak + 64 / peak)
+    assert rate.images_per_s == pytest.approx(peak * 64 / (64 + h))
     assert compute_rate("resnet50", "V100", "fp32", 192).images_per_s == pytest.approx(432)
-    assert rate.backward_s == pytest.approx(0.6667 * 64 * per_image)
+    assert rate.backward_s == pytest.approx(0.6667 * 64 / peak)
+
+
+def test_rates_for_gpus_and_models_without_published_numbers_are_derived():
+    # H100 from the nearest published GPU (A100) by peak and memory ratios
+    h100 = derived_rate("resnet50", "H100", "fp16")
+    a100 = 2075.0
+    factor = (989.4 / 312) ** 0.17 * (3350 / 1555) ** 0.83
+    assert h100 is not None and h100.images_per_s == pytest.approx(a100 * factor)
+    assert "derived from A100" in h100.source
+    # a model published on no GPU: ResNet-50's achieved MACs/s over the model's MACs
+    gpt2 = derived_rate("gpt2", "V100", "fp32")
+    assert gpt2 is not None and gpt2.images_per_s == pytest.approx(432 * 4.09 / 126.98)
+    assert compute_rate("bert-base", "T4", "fp16", 32).images_per_s > 0
 
 
 def test_step_time_combines_compute_exposed_comm_and_overlap():
@@ -92,12 +109,25 @@ def test_step_time_combines_compute_exposed_comm_and_overlap():
     assert nbytes == pytest.approx(138.36e6 * 4)
     comm = allreduce_time_s(state.by_name, p, nbytes, network_efficiency=1.0)
     for phi in (0.0, 0.5, 1.0):
-        pred = predict_placement(state.by_name, p, "vgg16", 32, overlap=phi, network_efficiency=1.0)
+        pred = predict_placement(state.by_name, p, "vgg16", 32, overlap=phi, network_efficiency=1.0, sync=(0.0, 0.0))
         step = rate.step_s + comm - phi * min(comm, rate.backward_s)
         assert pred.step_time_s == pytest.approx(step)
         assert pred.images_per_s == pytest.approx(2 * 32 / step)
         assert pred.scaling_efficiency == pytest.approx(rate.step_s / step)
         assert pred.bound == "communication"
+
+
+def test_the_sync_term_grows_with_ranks_per_node_and_with_nodes():
+    quad = placement(*(("node-a", (g,)) for g in range(4)))
+    two_nodes = placement(("node-a", (0,)), ("node-b", (0,)))
+    # 3 extra ranks on one host x 64 images x 20 us; 2 nodes: 0.01 x 0.5 s x sqrt(2 ln 2)
+    assert sync_time_s(quad, 64, 0.5, 20.0, 0.01) == pytest.approx(3 * 64 * 20e-6)
+    assert sync_time_s(two_nodes, 64, 0.5, 20.0, 0.01) == pytest.approx(0.01 * 0.5 * math.sqrt(2 * math.log(2)))
+    assert sync_time_s(placement(("node-a", (0,))), 64, 0.5, 20.0, 0.01) == 0.0
+    state = two_dgx1v()
+    one = predict_placement(state.by_name, placement(("node-a", (0,))), "resnet50", 64)
+    four = predict_placement(state.by_name, quad, "resnet50", 64)
+    assert four.sync_s > 0 and 0.9 < four.scaling_efficiency < 0.99 and one.sync_s == 0
 
 
 def test_one_gpu_is_compute_bound_and_data_caps():
@@ -118,13 +148,17 @@ def test_gpu_type_from_the_node_and_unknown_names():
     assert a100.gpu_type == "A100" and a100.images_per_s > 0
     with pytest.raises(UsageError, match="unknown GPU type 'TPU'") as err:
         predict_placement(state.by_name, p, "vgg16", 64, gpu_type="TPU")
-    assert "A100, V100" in err.value.one_line()
-    with pytest.raises(UsageError, match="unknown model 'bert'") as err:
-        predict_placement(state.by_name, p, "bert", 64)
+    assert "H100" in err.value.one_line() and "K80" in err.value.one_line()
+    with pytest.raises(UsageError, match="unknown model 'lenet'") as err:
+        predict_placement(state.by_name, p, "lenet", 64)
     assert "resnet50" in err.value.one_line()
-    with pytest.raises(UsageError, match="no single-V100 fp32 training rate for googlenet"):
-        predict_placement(state.by_name, p, "googlenet", 64)
-    assert "V100" in known_gpu_types() and "vgg16" in known_models()
+    assert "derived" in predict_placement(state.by_name, p, "googlenet", 64).compute_source
+    gpus = ("K80", "P100", "V100", "T4", "A10", "L4", "L40S", "A100", "A100-80GB", "H100", "H100-PCIe", "H200", "GH200")
+    for gpu in gpus:
+        assert gpu in known_gpu_types()
+    for model in ("resnet18", "resnet101", "vgg19", "inception4", "mobilenetv2", "efficientnetb0", "bertbase",
+                  "bertlarge", "gpt2", "gpt2medium", "transformerbig"):
+        assert model in known_models()
     pcie = ClusterState.empty([NodeSpec("w", preset("pcie-4gpu-workstation"))])
     with pytest.raises(UsageError, match="declares no GPU model"):
         predict_placement(pcie.by_name, placement(("w", (0,))), "vgg16", 64)
@@ -179,5 +213,59 @@ def test_comparison_line_for_the_scheduler():
 
     preds = compare_policies(two_dgx1v(), JobRequest("j", 4, 1), model="vgg16", batch_size=64)
     line = comparison_line(preds, "topology")
-    assert line.startswith("predicted 900 images/s (compute-bound); default placement would give 200 (4.5x)")
+    top, default = preds["topology"], preds["default"]
+    assert top is not None and default is not None
+    assert line == (f"predicted {top.images_per_s:.0f} images/s (compute-bound); default placement would give "
+                    f"{default.images_per_s:.0f} ({top.images_per_s / default.images_per_s:.1f}x)")
+    assert top.images_per_s > 4 * default.images_per_s
     assert comparison_line({"topology": None}, "topology") == "topology cannot place the job"
+
+
+SHARED_TOPOLOGIES = Path(__file__).resolve().parents[2] / ".." / "shared" / "reference" / "topologies"
+
+
+def shared_topology(name: str, gpu_model: str):
+    from ringleader.topology.smi import parse_topo_text
+
+    path = SHARED_TOPOLOGIES / name
+    if not path.exists():
+        pytest.skip(f"{path} is absent (the shared reference topologies are not checked out here)")
+    return parse_topo_text(path.read_text(), gpu_model=gpu_model)
+
+
+def test_nvswitch_nodes_give_each_gpu_its_links_not_a_sum_over_peers():
+    from ringleader.model.comm import nvswitch_gbs
+
+    assert nvswitch_gbs(preset("dgx-a100")) == pytest.approx(300.0)
+    assert nvswitch_gbs(preset("dgx-h100")) == pytest.approx(450.0)
+    assert nvswitch_gbs(preset("dgx2")) == pytest.approx(150.0)
+    assert nvswitch_gbs(preset("dgx1v")) is None
+    ns = NodeState(NodeSpec("a", preset("dgx-a100")))
+    for gpus in ((0, 1), (0, 1, 2, 3), tuple(range(8))):
+        hop = intra_node_hop(ns, gpus)
+        assert (hop.kind, hop.gbs) == ("NVSwitch", pytest.approx(300.0))
+    # a DGX-1V quad is still its NVLinks (4 x 25), within the V100's own 150 GB/s
+    assert intra_node_hop(NodeState(NodeSpec("v", preset("dgx1v"))), (0, 1, 2, 3)).gbs == pytest.approx(100.0)
+
+
+def test_fabric_and_nics_come_from_the_topology():
+    from ringleader.model.comm import fabric_of, nics_near
+
+    a100 = shared_topology("a100_sxm_8gpu_nv12_17nics.txt", "A100-80GB")
+    assert fabric_of(a100) == "infiniband"
+    assert nics_near(a100, (0,)) == 1  # one GPU uses one NIC, however many sit beside it
+    assert nics_near(a100, tuple(range(8))) == 8
+    assert fabric_of(preset("dgx1v")) == "tcp" and nics_near(preset("dgx1v"), (0, 1)) == 1
+    dgx1 = shared_topology("v100_dgx1_8gpu_4ib_unsorted_nics_old_legend.txt", "V100")
+    assert fabric_of(dgx1) == "infiniband" and nics_near(dgx1, tuple(range(8))) == 4
+
+
+def test_more_nics_near_the_job_make_the_network_faster():
+    a100 = shared_topology("a100_sxm_8gpu_nv12_17nics.txt", "A100-80GB")
+    state = ClusterState.empty([NodeSpec(n, a100, 200.0) for n in ("x", "y")])
+    one = placement(("x", (0,)), ("y", (0,)))
+    eight = placement(*((n, (g,)) for n in ("x", "y") for g in range(8)))
+    t1 = allreduce_time_s(state.by_name, one, 100 * MB, algorithm="ring")
+    t8 = allreduce_time_s(state.by_name, eight, 100 * MB, algorithm="hierarchical")
+    # 8 NICs x 200 Gb/s x 0.9 against 1 NIC: the 16-GPU allreduce is not 8x slower per byte
+    assert t8 < t1

@@ -87,7 +87,7 @@ def test_never_fitting_job_listed(files: tuple[Path, Path], capsys: pytest.Captu
     [
         (
             ["--policies", "topology,magic"],
-            "unknown policy 'magic'. To fix: use one of ack, besteffort, default, topology",
+            "unknown policy 'magic'. To fix: use one of ack, besteffort, default, throughput, topology",
         ),
         (["--policies", ""], "--policies is empty"),
     ],

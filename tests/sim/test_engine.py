@@ -86,7 +86,7 @@ def test_never_fitting_job_is_reported_not_dropped() -> None:
 def test_unknown_policy_lists_known_ones() -> None:
     with pytest.raises(NotFoundError) as info:
         simulate(nodes(1), [job("a", 0, 1, 1, 1)], "fastest", one_second_steps)
-    assert "use one of ack, besteffort, default, topology" in info.value.one_line()
+    assert "use one of ack, besteffort, default, throughput, topology" in info.value.one_line()
 
 
 def test_empty_trace() -> None:

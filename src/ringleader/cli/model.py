@@ -11,9 +11,9 @@ from ringleader.errors import UsageError
 from ringleader.model import Prediction, compare_policies, known_models, load_calibration, predict_placement
 from ringleader.model.calibration import Calibration, save_calibration
 from ringleader.model.checks import check_point
-from ringleader.model.comm import ALGORITHMS
+from ringleader.model.comm import ALGORITHMS, FABRICS, check_fabric
 from ringleader.model.fidelity import seeds_cluster
-from ringleader.model.fit import calibrate_files
+from ringleader.model.fit import fit_calibration_rows
 from ringleader.scheduler import ClusterState, JobRequest, Placement, WorkerSlot, policy_names
 from ringleader.topology import load_cluster_file
 
@@ -45,19 +45,28 @@ def parse_placement(spec: str, state: ClusterState, gpus_per_worker: int, job: s
     return Placement(job, tuple(slots))
 
 
-def _state(cluster: str | None) -> ClusterState:
-    return ClusterState.empty(load_cluster_file(cluster)) if cluster else seeds_cluster()
+def _state(cluster: str | None) -> tuple[ClusterState, str]:
+    """The cluster to predict on and where it came from: ``--cluster FILE``, else the applied
+    cluster as `submit` sees it now (its running jobs' GPUs taken), else the reference study's."""
+    if cluster:
+        return ClusterState.empty(load_cluster_file(cluster)), f"cluster file {cluster}"
+    from ringleader.runtime.api import Runtime
+
+    with Runtime.open(readonly=True) as rt:
+        state = rt.nodes()
+    if state.total_gpus:
+        return state, f"applied cluster ({len(state.nodes)} node(s), {state.free_gpus} of {state.total_gpus} GPUs free)"
+    return seeds_cluster(), "no cluster with GPUs applied: the reference study's 2 x dgx1v on 25 Gb/s"
 
 
 def _row(name: str, pred: Prediction | None) -> list[Any]:
     if pred is None:
-        return [name, "does not fit", "-", "-", "-", "-", "-", "-", "-"]
-    ar = pred.allreduce
-    neck = f"{ar.bottleneck.kind} {ar.bottleneck.gbs:.3g} GB/s" if ar.bottleneck else "none"
+        return [name, "does not fit", "-", "-", "-", "-", "-", "-"]
+    # the slowest link in submit's words ("NV1 25 GB/s"), without the where (in -o json)
+    link = pred.bottleneck.split(" (", 1)[0] if pred.bottleneck else "-"
     return [
         name, pred.placement, f"{pred.images_per_s:.1f}", f"{pred.step_time_s * 1e3:.1f}",
-        f"{pred.compute_s * 1e3:.1f}", f"{pred.comm_s * 1e3:.1f} ({ar.algorithm})", neck, pred.bound,
-        f"{pred.scaling_efficiency:.0%}",
+        f"{pred.comm_s * 1e3:.1f} {pred.allreduce.algorithm}", link, pred.bound, f"{pred.scaling_efficiency:.0%}",
     ]  # fmt: skip
 
 
@@ -69,7 +78,7 @@ def _row(name: str, pred: Prediction | None) -> list[Any]:
 @click.option("--gpus", "gpus", type=int, default=1, show_default=True, help="GPUs per worker.")
 @click.option("--gpu-type", default=None, help="GPU type (default: each node's GPU model).")
 @click.option("--cluster", type=click.Path(dir_okay=False), default=None,
-              help="Cluster YAML (default: the reference study's 2 x dgx1v on 25 Gb/s).")  # fmt: skip
+              help="Cluster YAML (default: the applied cluster, as submit sees it now).")  # fmt: skip
 @click.option("--policy", "policies", multiple=True, help="Policy to predict (repeatable; default: all).")
 @click.option("--placement", "placement_spec", default=None, help="Predict this placement: node-a:0,1+node-b:0,1.")
 @click.option("--calibration", type=click.Path(dir_okay=False), default=None, help="Calibration JSON.")
@@ -77,17 +86,28 @@ def _row(name: str, pred: Prediction | None) -> list[Any]:
 @click.option("--algorithm", type=click.Choice(ALGORITHMS), default="auto", show_default=True,
               help="Allreduce algorithm (auto: the faster of ring and tree).")
 @click.option("--overlap", type=float, default=None, help="Share of backward that hides allreduce (0..1).")
+@click.option("--fabric", default=None,
+              help=f"Inter-node fabric: {', '.join(FABRICS)} (default: from the nodes' NIC names; none listed: tcp).")
+@click.option("--network-efficiency", type=float, default=None,
+              help="Share of the line rate the inter-node hop gets (default: the fabric's).")
 @click.option("--data-rate", type=float, default=None, help="Input pipeline images/s per worker (ceiling).")
 @output_option("json", "yaml")
 def predict_cmd(model: str, batch_size: int, precision: str, workers: int | None, gpus: int,
                 gpu_type: str | None, cluster: str | None, policies: tuple[str, ...],
                 placement_spec: str | None, calibration: str | None, backend: str | None,
-                algorithm: str, overlap: float | None, data_rate: float | None, output: str) -> None:  # fmt: skip
+                algorithm: str, overlap: float | None, fabric: str | None, network_efficiency: float | None,
+                data_rate: float | None, output: str) -> None:  # fmt: skip
     """Predict images/s of a data-parallel job for the placement each policy picks (or one given)."""
-    state = _state(cluster)
+    if network_efficiency is not None and not 0.0 < network_efficiency <= 1.0:
+        raise UsageError(f"--network-efficiency must be within (0, 1], got {network_efficiency}",
+                         "give the share of the line rate, e.g. 0.9")  # fmt: skip
+    if fabric is not None:
+        fabric = check_fabric(fabric)
+    state, origin = _state(cluster)
     cal: Calibration | None = load_calibration(calibration) if calibration else None
     opts: dict[str, Any] = {"backend": backend, "algorithm": algorithm, "overlap": overlap,
-                            "data_images_per_s": data_rate}  # fmt: skip
+                            "data_images_per_s": data_rate, "fabric": fabric,
+                            "network_efficiency": network_efficiency}  # fmt: skip
     if placement_spec:
         placement = parse_placement(placement_spec, state, gpus)
         if workers is not None and workers != len(placement.slots):
@@ -108,11 +128,11 @@ def predict_cmd(model: str, batch_size: int, precision: str, workers: int | None
             calibration=cal, policies=policies or None, **opts,
         )  # fmt: skip
     if output in ("json", "yaml"):
-        emit_data({"predictions": [{"policy": k, **(v.as_dict() if v else {"fits": False})}
-                                   for k, v in preds.items()]}, output)  # fmt: skip
+        emit_data({"cluster": origin, "predictions": [{"policy": k, **(v.as_dict() if v else {"fits": False})}
+                                                      for k, v in preds.items()]}, output)  # fmt: skip
         return
-    cols = ["POLICY", "PLACEMENT", "IMAGES/S", "STEP ms", "COMPUTE ms", "ALLREDUCE ms", "BOTTLENECK", "BOUND",
-            "SCALING"]  # fmt: skip
+    click.echo(f"cluster: {origin}")
+    cols = ["POLICY", "PLACEMENT", "IMAGES/S", "STEP ms", "ALLREDUCE ms", "BOTTLENECK", "BOUND", "SCALING"]
     console().print(table(cols, [_row(k, v) for k, v in preds.items()]))
 
 
@@ -121,13 +141,15 @@ def predict_cmd(model: str, batch_size: int, precision: str, workers: int | None
 @click.option("--out", "out", type=click.Path(dir_okay=False), default=None, help="Write the calibration JSON here.")
 @output_option("json")
 def calibrate_cmd(files: tuple[str, ...], out: str | None, output: str) -> None:
-    """Fit link bandwidths, latencies and compute rates from `bench allreduce|train -o json` files."""
-    cal, multi = calibrate_files(files)
-    checks = [check_point(p, cal) for p in multi]
+    """Fit links, compute rates and scaling from `bench allreduce|train -o json` files and
+    throughput CSVs (one multi-GPU run per line: docs/model.md)."""
+    cal, multi, fitted = fit_calibration_rows(files)
+    checks = [check_point(p, cal) for p in multi if p.gpu_type.lower() == "cpu"]
     if out:
         save_calibration(cal, out)
     if output == "json":
-        emit_data({**cal.as_dict(), "checks": [c.as_dict() for c in checks]}, "json")
+        emit_data({**cal.as_dict(), "checks": [c.as_dict() for c in checks],
+                   "rows": [r.as_dict() for r in fitted]}, "json")  # fmt: skip
         return
     rows: list[list[Any]] = [
         [f"link {k}", f"{v.gbs:.4g} GB/s", f"{v.latency_us:.3g} us", v.points, f"{v.rel_rmse:.1%}"]
@@ -140,7 +162,17 @@ def calibrate_cmd(files: tuple[str, ...], out: str | None, output: str) -> None:
          f"t0 {c.step_overhead_s * 1e3:.3g} ms", c.points, ""]
         for c in cal.compute
     ]  # fmt: skip
+    if cal.sync is not None:
+        rows.append(["scaling", f"overlap {cal.overlap or 0:.2f}", f"host {cal.sync[0]:.3g} us/image",
+                     len(fitted), f"node jitter {cal.sync[1]:.3g}"])  # fmt: skip
     console().print(table(["FIT", "VALUE", "LATENCY/OVERHEAD", "POINTS", "REL RMSE"], rows))
+    if fitted:
+        frow = [
+            [f"{r.row.model} {r.row.gpu} {r.row.ranks} GPU(s) on {r.row.nodes} node(s) ({r.row.table})",
+             f"{r.measured:.4g}", f"{r.prediction.images_per_s:.4g}", f"{r.error:+.1%}"]
+            for r in fitted
+        ]  # fmt: skip
+        console().print(table(["ROW", "MEASURED IMAGES/S", "PREDICTED", "ERROR"], frow))
     if checks:
         crow = [[f"{c.point.model} x{c.point.world_size} {c.point.backend}", f"{c.measured:.3g}",
                  f"{c.prediction.images_per_s:.3g}", f"{c.error:+.1%}"] for c in checks]  # fmt: skip

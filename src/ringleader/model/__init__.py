@@ -17,8 +17,19 @@ from ringleader.model.calibration import (
 )
 from ringleader.model.comm import AllreduceCost, Hop, allreduce_cost, allreduce_time_s
 from ringleader.model.compute import ComputeRate, compute_rate
-from ringleader.model.predict import Prediction, compare_policies, comparison_line, predict_placement
+from ringleader.model.predict import (
+    Prediction,
+    compare_policies,
+    comparison_line,
+    placement_images_per_s,
+    predict_placement,
+)
 from ringleader.model.tables import grad_bytes
+from ringleader.scheduler.policies.throughput import install_estimator
+
+# The scheduler cannot import the model (docs/architecture.md); the model plugs its estimate
+# into the `throughput` policy instead.
+install_estimator(placement_images_per_s)
 
 
 def known_models(calibration: Calibration | None = None) -> list[str]:
@@ -54,6 +65,7 @@ __all__ = [
     "known_gpu_types",
     "known_models",
     "load_calibration",
+    "placement_images_per_s",
     "predict_placement",
     "save_calibration",
 ]

@@ -7,7 +7,7 @@ A calibration file is what `ringleader calibrate` writes and `predict --calibrat
                "gloo/local": {...}},
      "compute": [{"model": "resnet50", "gpu_type": "cpu", "precision": "fp32",
                   "batch_size": 32, "images_per_s": 11.2, "step_overhead_s": 0.0, "points": 1}],
-     "overlap": null}
+     "overlap": null, "sync": {"host_us_per_image": 12.0, "node_jitter": 0.01}}
 
 Link keys are a hop kind (``network``, ``local`` for processes sharing one host, ``intra`` for a
 whole single-node GPU ring, or a `nvidia-smi topo -m` kind such as ``NV1`` / ``SYS``), optionally
@@ -59,6 +59,7 @@ class Calibration:
     compute: tuple[ComputeFit, ...] = ()
     overlap: float | None = None
     sources: tuple[str, ...] = ()
+    sync: tuple[float, float] | None = None  # (host us per image, node jitter), fitted from multi-GPU rows
 
     def link(self, kind: str, backend: str | None = None) -> LinkFit | None:
         """The fit for a hop kind: ``backend/kind`` first, then plain ``kind``; a key for
@@ -122,7 +123,9 @@ class Calibration:
                 for c in self.compute
             ],
             "overlap": self.overlap,
-        }
+            "sync": None if self.sync is None else {
+                "host_us_per_image": round(self.sync[0], 4), "node_jitter": round(self.sync[1], 5)},
+        }  # fmt: skip
 
 
 def save_calibration(cal: Calibration, path: str | Path) -> None:
@@ -204,4 +207,11 @@ def calibration_from_dict(doc: Any) -> Calibration:
         overlap = float(overlap)
         if not 0.0 <= overlap <= 1.0:
             raise ValueError(f"overlap must be within 0..1, got {overlap}")
-    return Calibration(links, compute, overlap, tuple(str(s) for s in doc.get("sources", [])))
+    sync_doc = doc.get("sync")
+    sync = None
+    if sync_doc is not None:
+        if not isinstance(sync_doc, dict):
+            raise ValueError('"sync" must be an object')
+        sync = (_nonneg(sync_doc["host_us_per_image"], "sync.host_us_per_image"),
+                _nonneg(sync_doc["node_jitter"], "sync.node_jitter"))  # fmt: skip
+    return Calibration(links, compute, overlap, tuple(str(s) for s in doc.get("sources", [])), sync)

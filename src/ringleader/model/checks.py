@@ -11,12 +11,10 @@ import math
 from dataclasses import dataclass, replace
 
 from ringleader.model.calibration import Calibration
+from ringleader.model.fidelity import emulated_host
 from ringleader.model.fit import TrainPoint
 from ringleader.model.predict import Prediction, predict_placement
 from ringleader.scheduler.types import ClusterState, Placement, WorkerSlot
-from ringleader.topology.cluster import NodeSpec
-from ringleader.topology.links import SELF, Link
-from ringleader.topology.node import NodeTopology
 
 
 @dataclass(frozen=True)
@@ -43,15 +41,10 @@ class Check:
         }  # fmt: skip
 
 
-def _host(name: str, slots: int, gpu_type: str) -> NodeSpec:
-    links = tuple(tuple(SELF if i == j else Link("PHB") for j in range(slots)) for i in range(slots))
-    return NodeSpec(name, NodeTopology(links=links, gpu_model=gpu_type), emulated=True)
-
-
 def emulated_job(point: TrainPoint) -> tuple[ClusterState, Placement]:
     """``world_size`` ranks over ``nodes`` emulated hosts, node-major (ranks 0..k-1 on host 0)."""
     per = math.ceil(point.world_size / point.nodes)
-    specs = [_host(f"host-{i}", per, point.gpu_type) for i in range(point.nodes)]
+    specs = [emulated_host(f"host-{i}", per, point.gpu_type) for i in range(point.nodes)]
     slots = tuple(WorkerSlot(r, f"host-{r // per}", (r % per,)) for r in range(point.world_size))
     return ClusterState.empty(specs), Placement("check", slots)
 

@@ -1,16 +1,21 @@
-"""Allreduce time on a placement: ring and tree alpha-beta costs on the slowest hop.
+"""Allreduce time on a placement: ring, tree and hierarchical alpha-beta costs.
 
 Hops of a data-parallel job's allreduce:
   * inside a node, the GPUs of the job form a ring. Its bandwidth is the best Hamiltonian ring's
     slowest link (NV2 > NV1 > PIX > ... > SYS, or a measured matrix), or, when every GPU of the
     set is NVLinked into a ring, the NVLink bandwidth each GPU has to the others of the set
-    (NCCL runs several rings/channels over all NVLinks; min over GPUs of the summed links);
-  * across nodes, the network: the node's Gb/s x the network efficiency, divided by the number
-    of ring flows that share one NIC in the same direction (1 when the ring visits each node's
-    GPUs together, as NCCL orders it; k when ranks alternate between nodes and the library
-    follows rank order, as gloo and MPI rings do).
+    (NCCL runs several rings/channels over all NVLinks; min over GPUs of the summed links),
+    never more than the GPU's own NVLink bandwidth. On an NVSwitch node (every pair shows the
+    same NV# count, more links than one GPU has to spare for each peer) each GPU gets its
+    NV# x 25 GB/s through the switch, whatever the set;
+  * across nodes, the network: per NIC Gb/s x the fabric's efficiency x the NICs near the job's
+    GPUs, divided by the number of ring flows that share them in one direction (1 when the ring
+    visits each node's GPUs together, as NCCL orders it; k when ranks alternate between nodes
+    and the library follows rank order, as gloo and MPI rings do).
 Ring: T = 2(n-1) a + 2(n-1)/n S/B; tree: T = 2 ceil(log2 n) a + 2 S/B, with B the slowest
-hop's GB/s and a the largest per-step latency among the hops (docs/model.md).
+hop's GB/s and a the largest per-step latency among the hops. Hierarchical (NCCL only: inside
+each node, then across): T = 2(k-1)/k S/B_intra + 2(m-1)/m S/B_net plus their latencies, for k
+GPUs on the busiest node and m nodes (docs/model.md).
 """
 
 from __future__ import annotations
@@ -28,7 +33,8 @@ from ringleader.scheduler.types import NodeState, Placement
 from ringleader.topology.links import Link, latency_us
 from ringleader.topology.node import NodeTopology
 
-ALGORITHMS = ("auto", "ring", "tree")
+ALGORITHMS = ("auto", "ring", "tree", "hierarchical")
+FABRICS = ("tcp", "roce", "infiniband", "efa")
 RING_ORDERS = ("nodes", "ranks")
 RANK_ORDER_BACKENDS = ("gloo", "mpi")
 _EXACT_RING_LIMIT = 10
@@ -67,8 +73,40 @@ class AllreduceCost:
         }
 
 
-def network_efficiency() -> float:
-    return float(reference()["model"].get("network_efficiency", 1.0))
+def network_efficiency(fabric: str = "tcp") -> float:
+    """Share of the line rate NCCL's inter-node hop gets on ``fabric`` (reference.toml [fabrics])."""
+    return float(reference()["fabrics"][check_fabric(fabric)])
+
+
+def check_fabric(fabric: str) -> str:
+    name = fabric.strip().lower().replace("-", "").replace("_", "")
+    name = {"ib": "infiniband", "ethernet": "tcp", "socket": "tcp"}.get(name, name)
+    if name not in FABRICS:
+        raise UsageError(f"unknown fabric {fabric!r}", f"use one of {', '.join(FABRICS)}")
+    return name
+
+
+def fabric_of(topo: NodeTopology) -> str:
+    """The fabric a node's NIC names suggest: mlx5_* InfiniBand, efa* EFA, else TCP."""
+    names = [n.lower() for n in topo.nics]
+    if any(n.startswith("efa") or "efa" in n.split("_") for n in names):
+        return "efa"
+    if any(n.startswith("mlx") for n in names):
+        return "infiniband"
+    return "tcp"
+
+
+_NEAR = ("PIX", "PXB", "PHB")
+
+
+def nics_near(topo: NodeTopology, gpus: Sequence[int]) -> int:
+    """Network adapters NCCL would use for these GPUs: those behind the same PCIe switch or
+    host bridge as one of them (PIX/PXB/PHB), at most one per GPU (NCCL gives each GPU its
+    nearest NIC; a storage or second port beside it adds nothing); at least one."""
+    if not topo.nics or not topo.nic_links:
+        return 1
+    near = {k for g in gpus for k, link in enumerate(topo.nic_links[g]) if str(link) in _NEAR}
+    return max(1, min(len(near), len(gpus)))
 
 
 def net_latency_us() -> float:
@@ -138,12 +176,44 @@ def intra_node_hop(
     kind = str(topo.links[a0][b0])
     nv = tuple(tuple(bw[i][j] if topo.links[a][b].is_nvlink else 0.0 for j, b in enumerate(ids))
                for i, a in enumerate(ids))  # fmt: skip
+    lat = max(_latency(topo.links[a][b], cal, backend) for a, b in itertools.combinations(ids, 2))
+    where = f"{name} GPU{','.join(map(str, ids))}"
+    switch = nvswitch_gbs(topo, cal, backend)
+    if switch is not None:
+        return Hop("NVSwitch", switch, lat, where)
     if best_ring_gbs(nv) > 0:
-        aggregate = min(sum(row) for row in nv)
+        aggregate = min(min(sum(row) for row in nv), nvlink_cap_gbs(topo))
         if aggregate > ring:
             ring, kind = aggregate, f"NVLink x{round(aggregate / _per_link(cal, backend), 1):g}"
-    lat = max(_latency(topo.links[a][b], cal, backend) for a, b in itertools.combinations(ids, 2))
-    return Hop(kind, ring, lat, f"{name} GPU{','.join(map(str, ids))}")
+    return Hop(kind, ring, lat, where)
+
+
+def nvlink_cap_gbs(topo: NodeTopology) -> float:
+    """A GPU's own NVLink bandwidth (one direction) from its datasheet; inf when unknown."""
+    from ringleader.model.tables import gpu_specs, normalize_gpu_type
+
+    spec = gpu_specs().get(normalize_gpu_type(topo.gpu_model)) if topo.gpu_model else None
+    return spec.nvlink_gbs if spec is not None and spec.nvlink_gbs > 0 else math.inf
+
+
+def nvswitch_gbs(topo: NodeTopology, cal: Calibration | None = None, backend: str | None = None) -> float | None:
+    """Per-GPU GB/s through NVSwitches, or None when the node has none: every pair shows the
+    same NV# count c on 4+ GPUs and c links to each of the n-1 peers is more than a GPU has
+    (18, NVLink 4) or its datasheet allows. Each GPU then gets c x 25 GB/s, whatever the set."""
+    n = topo.n_gpus
+    if n < 4:
+        return None
+    pairs = itertools.combinations(range(n), 2)
+    counts = {topo.links[a][b].nvlinks if topo.links[a][b].is_nvlink else 0 for a, b in pairs}
+    if len(counts) != 1 or 0 in counts:
+        return None
+    c = counts.pop()
+    per_link = _per_link(cal, backend)
+    cap = nvlink_cap_gbs(topo)
+    most = cap if math.isfinite(cap) else 18 * per_link
+    if c * (n - 1) * per_link <= most:
+        return None  # a direct all-to-all mesh
+    return min(c * per_link, cap)
 
 
 def _per_link(cal: Calibration | None, backend: str | None) -> float:
@@ -177,7 +247,9 @@ def nic_flows(placement: Placement, ring_order: str) -> int:
 def network_hop(
     nodes: Mapping[str, NodeState], placement: Placement, ring_order: str,
     cal: Calibration | None = None, backend: str | None = None, efficiency: float | None = None,
+    fabric: str | None = None,
 ) -> Hop | None:  # fmt: skip
+    """The inter-node hop: the slowest node's usable NIC bandwidth, shared by the ring's flows."""
     used = placement.nodes
     if len(used) < 2:
         return None
@@ -186,9 +258,15 @@ def network_hop(
     if fit is not None:
         gbs, lat, what = fit.gbs, fit.latency_us, "calibrated"
     else:
-        slowest = min((nodes[n].spec for n in used), key=lambda s: s.network_gbs)
-        eff = network_efficiency() if efficiency is None else efficiency
-        gbs, lat, what = slowest.network_gbs * eff, net_latency_us(), f"{slowest.network_gbps:g} Gb/s x {eff:.3g}"
+        def usable(name: str) -> tuple[float, int, str]:
+            spec = nodes[name].spec
+            nics = nics_near(spec.topology, placement.gpus_on(name))
+            kind = check_fabric(fabric) if fabric else fabric_of(spec.topology)
+            eff = network_efficiency(kind) if efficiency is None else efficiency
+            return spec.network_gbs * nics * eff, nics, f"{spec.network_gbps:g} Gb/s x {nics} NIC x {eff:.3g} {kind}"
+
+        gbs, _, what = min((usable(n) for n in used), key=lambda u: u[0])
+        lat = net_latency_us()
     where = f"{' <-> '.join(used)} ({what}, {flows} flow(s) per NIC)"
     return Hop("network", gbs / flows, lat, where)
 
@@ -213,7 +291,7 @@ def tree_time_s(n: int, nbytes: float, gbs: float, lat_us: float) -> float:
 def placement_hops(
     nodes: Mapping[str, NodeState], placement: Placement, *, backend: str | None = None,
     ring_order: str | None = None, calibration: Calibration | None = None,
-    network_efficiency: float | None = None,
+    network_efficiency: float | None = None, fabric: str | None = None,
 ) -> list[Hop]:  # fmt: skip
     order = ring_order or ("ranks" if backend in RANK_ORDER_BACKENDS else "nodes")
     if order not in RING_ORDERS:
@@ -226,7 +304,7 @@ def placement_hops(
         hop = intra_node_hop(nodes[name], placement.gpus_on(name), calibration, backend)
         if hop is not None:
             hops.append(hop)
-    net = network_hop(nodes, placement, order, calibration, backend, network_efficiency)
+    net = network_hop(nodes, placement, order, calibration, backend, network_efficiency, fabric)
     if net is not None:
         hops.append(net)
     return hops
@@ -237,22 +315,43 @@ def n_ranks(placement: Placement) -> int:
     return sum(max(1, len(s.gpus)) for s in placement.slots)
 
 
+def hierarchical_time_s(placement: Placement, nbytes: float, hops: Sequence[Hop]) -> float:
+    """Reduce-scatter and all-gather inside each node, a ring allreduce across the nodes (each
+    GPU carries 1/k of the buffer over its node's NICs, so the node moves S per direction)."""
+    intra = [h for h in hops if h.kind != "network"]
+    net = next((h for h in hops if h.kind == "network"), None)
+    k = max(len(placement.gpus_on(n)) or 1 for n in placement.nodes)
+    m = len(placement.nodes)
+    t = 0.0
+    if intra and k > 1:
+        slow = min(intra, key=lambda h: h.gbs)
+        t += ring_time_s(k, nbytes, slow.gbs, max(h.latency_us for h in intra))
+    if net is not None and m > 1:
+        t += ring_time_s(m, nbytes, net.gbs, net.latency_us)
+    return t
+
+
 def allreduce_cost(
     nodes: Mapping[str, NodeState], placement: Placement, nbytes: float, *,
     algorithm: str = "auto", backend: str | None = None, ring_order: str | None = None,
     calibration: Calibration | None = None, network_efficiency: float | None = None,
+    fabric: str | None = None,
 ) -> AllreduceCost:  # fmt: skip
     """Allreduce of ``nbytes`` over every rank of ``placement`` (see the module docstring)."""
     if algorithm not in ALGORITHMS:
         raise UsageError(f"unknown allreduce algorithm {algorithm!r}", f"use one of {', '.join(ALGORITHMS)}")
     n = n_ranks(placement)
-    hops = placement_hops(nodes, placement, backend=backend, ring_order=ring_order,
-                          calibration=calibration, network_efficiency=network_efficiency)  # fmt: skip
+    hops = placement_hops(nodes, placement, backend=backend, ring_order=ring_order, calibration=calibration,
+                          network_efficiency=network_efficiency, fabric=fabric)  # fmt: skip
     if n < 2 or not hops:
         return AllreduceCost("none", 0.0, n, nbytes, None, 0.0)
     slow = min(hops, key=lambda h: h.gbs)
     lat = max(h.latency_us for h in hops)
     costs = {"ring": ring_time_s(n, nbytes, slow.gbs, lat), "tree": tree_time_s(n, nbytes, slow.gbs, lat)}
+    if backend not in RANK_ORDER_BACKENDS and len(placement.nodes) > 1:
+        costs["hierarchical"] = hierarchical_time_s(placement, nbytes, hops)
+    if algorithm not in ("auto", *costs):
+        raise UsageError(f"{algorithm} allreduce needs NCCL over several nodes", "use ring or tree")
     algo = min(costs, key=lambda a: costs[a]) if algorithm == "auto" else algorithm
     return AllreduceCost(algo, costs[algo], n, nbytes, slow, lat)
 
@@ -261,10 +360,11 @@ def allreduce_time_s(
     nodes: Mapping[str, NodeState], placement: Placement, nbytes: float, *,
     algorithm: str = "auto", backend: str | None = None, ring_order: str | None = None,
     calibration: Calibration | None = None, network_efficiency: float | None = None,
+    fabric: str | None = None,
 ) -> float:  # fmt: skip
     """Seconds for one allreduce of ``nbytes`` on ``placement``: a pure function of the cluster
     snapshot, usable as a placement policy's objective (lower is better)."""
     return allreduce_cost(
         nodes, placement, nbytes, algorithm=algorithm, backend=backend, ring_order=ring_order,
-        calibration=calibration, network_efficiency=network_efficiency,
+        calibration=calibration, network_efficiency=network_efficiency, fabric=fabric,
     ).time_s  # fmt: skip

@@ -1,10 +1,11 @@
 """Per-GPU compute time of one training step: t(b) = t0 + b / peak.
 
 ``t0`` is a fixed time per step (kernel launches, optimizer update, framework bookkeeping) and
-``1/peak`` the time per image once the GPU is busy. ``peak`` follows from one published point
-(``images_per_s`` at batch ``b_pub``) and ``t0``: 1/peak = (b_pub/images_per_s - t0) / b_pub.
-``t0`` per model comes from a published pair of batch sizes on one GPU (tables.step_overheads),
-assumed the same on every GPU type. A calibration entry (measured) replaces both.
+``1/peak`` the time per image once the GPU is busy. With the model's half batch ``h`` (the batch
+at which a GPU runs at half its peak, tables.half_batches, the same on every GPU type) one rate
+``R`` at batch ``B`` fixes both: peak = R (B + h) / B and t0 = h / peak. The rate is a
+calibration entry (measured), a published one, or one derived from the nearest published GPU
+(tables.derived_rate), in that order.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from ringleader.model.tables import (
     PRECISION_TABLE,
     check_model,
     check_precision,
+    derived_rate,
+    half_batch,
     known_gpu_types,
     model_constant,
     published_rates,
-    step_overhead_s,
 )
 
 
@@ -78,19 +80,30 @@ def compute_rate(
     fit = calibration.compute_for(model, gpu, precision, threads) if calibration else None
     if fit is not None:
         t0 = fit.step_overhead_s
+        if fit.points == 1 and t0 == 0.0 and gpu.lower() != "cpu":
+            # one measured batch on a GPU: the model's half batch supplies the fixed part
+            t0 = fit.batch_size / fit.images_per_s * _fixed_share(model, fit.batch_size)
         per_image = (fit.batch_size / fit.images_per_s - t0) / fit.batch_size
         source = f"calibrated: {fit.images_per_s:.4g} images/s at batch {fit.batch_size}"
         return ComputeRate(model, gpu, precision, batch_size, t0, max(per_image, 0.0), source, fit.threads)
-    pub = published_rates().get((model, gpu, PRECISION_TABLE[precision]))
+    table = PRECISION_TABLE[precision]
+    pub = published_rates().get((model, gpu, table)) or derived_rate(model, gpu, table)
     if pub is None:
-        have = sorted(m for m, g, p in published_rates() if g == gpu and p == PRECISION_TABLE[precision])
+        have = sorted(m for m, g, p in published_rates() if g == gpu and p == table)
         raise UsageError(
             f"no single-{gpu} {precision} training rate for {model}",
             f"use one of {', '.join(have) or '(none)'} or measure it with `ringleader bench train` "
             "and pass `--calibration`",
         )
     t_pub = pub.batch / pub.images_per_s
-    t0 = min(step_overhead_s(model), 0.5 * t_pub)  # never more than half the published step
+    t0 = t_pub * _fixed_share(model, pub.batch)
     per_image = (t_pub - t0) / pub.batch
-    source = f"published: {pub.images_per_s:g} images/s at batch {pub.batch} ({pub.source.split(',')[0]})"
+    kind = "derived" if pub.source.startswith("derived") else "published"
+    source = f"{kind}: {pub.images_per_s:.4g} images/s at batch {pub.batch} ({pub.source.split(',')[0]})"
     return ComputeRate(model, gpu, precision, batch_size, t0, per_image, source)
+
+
+def _fixed_share(model: str, batch: int) -> float:
+    """t0 / t(batch) = h / (batch + h), never more than half the step."""
+    h = half_batch(model)
+    return min(h / (batch + h), 0.5)

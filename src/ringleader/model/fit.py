@@ -117,6 +117,8 @@ def read_bench_files(paths: Sequence[str | Path]) -> tuple[list[AllreducePoint],
     allreduce: list[AllreducePoint] = []
     train: list[TrainPoint] = []
     for path in paths:
+        if str(path).lower().endswith(".csv"):
+            continue  # throughput rows: ringleader.model.rows
         p = Path(path)
         doc = read_json(p, "bench result", FIX)
         docs = doc if isinstance(doc, list) else [doc]
@@ -240,7 +242,39 @@ def fit_calibration(allreduce: Iterable[AllreducePoint], train: Iterable[TrainPo
 
 
 def calibrate_files(paths: Sequence[str | Path]) -> tuple[Calibration, list[TrainPoint]]:
-    """The calibration fitted from ``paths`` and the multi-worker train results to check it on."""
-    allreduce, train = read_bench_files(paths)
-    cal = fit_calibration(allreduce, train, [str(p) for p in paths])
-    return cal, [t for t in train if t.world_size > 1]
+    """The calibration fitted from ``paths`` (bench JSON, throughput CSV) and the multi-worker
+    train results to check it on. Multi-GPU throughput rows (CSV lines, or bench train runs on
+    GPUs) also fit overlap, the sync terms and the network (``fit_calibration_rows``)."""
+    cal, multi, _ = fit_calibration_rows(paths)
+    return cal, multi
+
+
+def fit_calibration_rows(paths: Sequence[str | Path]) -> tuple[Calibration, list[TrainPoint], list[Any]]:
+    """As ``calibrate_files``, plus the fitted rows' predictions (``fidelity.FidelityResult``)."""
+    from ringleader.model.rows import fit_rows, read_throughput_csv, rows_from_train
+
+    if not paths:
+        raise UsageError("no bench result files given", FIX)
+    json_paths = [p for p in paths if not str(p).lower().endswith(".csv")]
+    rows, singles = [], []
+    for p in paths:
+        if str(p).lower().endswith(".csv"):
+            more, one = read_throughput_csv(p)
+            rows.extend(more)
+            singles.extend(one)
+    allreduce, train = read_bench_files(json_paths) if json_paths else ([], [])
+    multi = [t for t in train if t.world_size > 1]
+    if not allreduce and not any(t.world_size == 1 for t in train) and not singles and not rows:
+        raise UsageError(
+            "nothing to calibrate: no allreduce result with 2+ ranks, no 1-worker train result and no "
+            "multi-GPU throughput row",
+            "run `ringleader bench allreduce` with 2+ ranks or `ringleader bench train`, or pass a throughput CSV",
+        )
+    if allreduce or any(t.world_size == 1 for t in train):
+        cal = fit_calibration(allreduce, train, [str(p) for p in paths])
+    else:
+        cal = Calibration(sources=tuple(str(p) for p in paths))
+    cal = Calibration(cal.links, (*cal.compute, *singles), cal.overlap, cal.sources, cal.sync)
+    gpu_rows = [r for r in rows_from_train(multi, cal) if r.gpu.lower() != "cpu"]
+    cal, results = fit_rows(cal, [*rows, *gpu_rows])
+    return cal, multi, results

@@ -4,12 +4,14 @@
     pred = predict_placement(state.by_name, decision.placement, model="vgg16", batch_size=64)
     print(f"predicted {pred.images_per_s:.0f} images/s ({pred.bound}-bound)")
 
-Step time (docs/model.md): t = t_compute + t_allreduce - overlap x min(t_allreduce, t_backward),
-images/s = ranks x batch / t, capped by the input pipeline when its rate is given.
+Step time (docs/model.md): t = t_compute + t_allreduce - overlap x min(t_allreduce, t_backward)
++ t_sync, with t_sync the per-step cost of keeping k ranks per node and m nodes in step (grows
+with both); images/s = ranks x batch / t, capped by the input pipeline when its rate is given.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -18,8 +20,9 @@ from ringleader.errors import UsageError
 from ringleader.model.calibration import Calibration
 from ringleader.model.comm import AllreduceCost, allreduce_cost, n_ranks
 from ringleader.model.compute import ComputeRate, compute_rate, gpu_types
-from ringleader.model.tables import check_model, check_precision, grad_bytes, model_constant
-from ringleader.scheduler.framework import get_policy, place, policy_names
+from ringleader.model.tables import check_model, check_precision, grad_bytes
+from ringleader.reference import reference
+from ringleader.scheduler.framework import get_policy, place, placement_metrics, policy_names
 from ringleader.scheduler.types import ClusterState, JobRequest, NodeState, Placement
 
 BOUNDS = ("compute", "communication", "data")
@@ -49,6 +52,8 @@ class Prediction:
     allreduce: AllreduceCost
     compute_source: str
     data_ceiling_images_per_s: float | None = None
+    sync_s: float = 0.0  # per-step cost of keeping ranks and nodes in step
+    bottleneck: str = ""  # the placement's slowest link, worded as `submit` and `get` word it
 
     def summary(self) -> str:
         return f"predicted {self.images_per_s:.0f} images/s ({self.bound}-bound)"
@@ -66,6 +71,7 @@ class Prediction:
             "grad_bytes": int(self.grad_bytes), "allreduce": self.allreduce.as_dict(),
             "compute_source": self.compute_source,
             "data_ceiling_images_per_s": self.data_ceiling_images_per_s,
+            "sync_s": round(self.sync_s, 6), "bottleneck": self.bottleneck,
         }  # fmt: skip
 
 
@@ -104,6 +110,28 @@ def cpu_compute_s(rate: ComputeRate, placement: Placement, calibration: Calibrat
     return max([k * best, *matched])
 
 
+def scaling_constant(name: str) -> float:
+    return float(reference()["scaling"][name])
+
+
+def sync_time_s(placement: Placement, batch_size: int, compute_s: float,
+                host_us_per_image: float | None = None, node_jitter: float | None = None) -> float:  # fmt: skip
+    """Per-step cost of synchronous data parallelism beyond the allreduce's bytes: each extra
+    rank on a host adds host work per image (input pipeline, launches, PCIe and CPU shared by
+    the node's ranks), and the slowest of m nodes sets the pace: if a node's step varies by a
+    share ``jitter`` of the compute time, the expected maximum of m such steps exceeds their mean
+    by jitter x t_compute x sqrt(2 ln m) (the Gaussian extreme-value bound).
+    t = host x (k - 1) x b + jitter x t_compute x sqrt(2 ln m)."""
+    per_node: dict[str, int] = {}
+    for slot in placement.slots:
+        per_node[slot.node] = per_node.get(slot.node, 0) + max(1, len(slot.gpus))
+    k = max(per_node.values(), default=1)
+    m = len(per_node)
+    host = scaling_constant("host_us_per_image") if host_us_per_image is None else host_us_per_image
+    jitter = scaling_constant("node_jitter") if node_jitter is None else node_jitter
+    return host * 1e-6 * (k - 1) * batch_size + jitter * compute_s * math.sqrt(2 * math.log(max(m, 1)))
+
+
 def _slowest(rates: Iterable[ComputeRate]) -> ComputeRate:
     return max(rates, key=lambda r: r.step_s)
 
@@ -122,13 +150,17 @@ def predict_placement(
     ring_order: str | None = None,
     overlap: float | None = None,
     network_efficiency: float | None = None,
+    fabric: str | None = None,
     data_images_per_s: float | None = None,
+    sync: tuple[float, float] | None = None,
 ) -> Prediction:
     """Predict a synchronous data-parallel job of ``batch_size`` images per GPU on ``placement``.
 
     ``nodes`` maps node names to their state (``ClusterState.by_name``). ``gpu_type`` None uses
     each node's GPU model (the slowest GPU sets the step). ``data_images_per_s`` is what one
-    worker's input pipeline delivers (None: unlimited).
+    worker's input pipeline delivers (None: unlimited). ``fabric`` (tcp, roce, infiniband, efa)
+    overrides what the nodes' NIC names suggest; ``network_efficiency`` overrides the fabric's
+    share of the line rate; ``sync`` overrides (host us per image, node jitter).
     """
     model = check_model(model)
     precision = check_precision(precision)
@@ -140,10 +172,10 @@ def predict_placement(
     nbytes = grad_bytes(model, precision)
     cost = allreduce_cost(
         nodes, placement, nbytes, algorithm=algorithm, backend=backend, ring_order=ring_order,
-        calibration=calibration, network_efficiency=network_efficiency,
+        calibration=calibration, network_efficiency=network_efficiency, fabric=fabric,
     )  # fmt: skip
     phi = overlap if overlap is not None else (
-        calibration.overlap if calibration and calibration.overlap is not None else model_constant("overlap")
+        calibration.overlap if calibration and calibration.overlap is not None else scaling_constant("overlap")
     )  # fmt: skip
     if not 0.0 <= phi <= 1.0:
         raise UsageError(f"overlap must be within 0..1, got {phi}", "give the share of backward that hides allreduce")
@@ -151,7 +183,10 @@ def predict_placement(
     backward_s = rate.backward_s * compute_s / rate.step_s
     hidden = phi * min(cost.time_s, backward_s)
     exposed = cost.time_s - hidden
-    step = compute_s + exposed
+    if sync is None and calibration is not None and calibration.sync is not None:
+        sync = calibration.sync
+    sync_s = sync_time_s(placement, batch_size, compute_s, *(sync or (None, None)))
+    step = compute_s + exposed + sync_s
     ranks = n_ranks(placement)
     images = ranks * batch_size / step
     bound = "communication" if cost.time_s > compute_s else "compute"
@@ -167,6 +202,7 @@ def predict_placement(
         model, rate.gpu_type, precision, batch_size, ranks, len(placement.nodes), placement.describe(),
         images, step, compute_s, cost.time_s, exposed, phi, bound,
         images / (ranks * rate.images_per_s), rate.images_per_s, nbytes, cost, rate.source, ceiling,
+        sync_s, placement_metrics(nodes, placement).bottleneck.describe(),
     )  # fmt: skip
 
 
@@ -210,3 +246,23 @@ def comparison_line(preds: Mapping[str, Prediction | None], chosen: str, baselin
         return f"{line}; {baseline} cannot place it"
     ratio = mine.images_per_s / other.images_per_s if other.images_per_s else float("inf")
     return f"{line}; {baseline} placement would give {other.images_per_s:.0f} ({ratio:.1f}x)"
+
+
+ESTIMATE_MODEL = "resnet50"
+ESTIMATE_BATCH = 64
+ESTIMATE_GPU = "V100"
+
+
+def placement_images_per_s(nodes: Mapping[str, NodeState], placement: Placement, job: JobRequest) -> float:
+    """The throughput policy's estimator: predicted images/s of ``job`` on ``placement``, for its
+    model hint at batch 64 in fp32 (ResNet-50 without a known hint). Nodes without a known GPU
+    model are estimated as the reference V100: the ranking of placements needs the ratio of
+    communication to compute, not the exact rate."""
+    try:
+        model = check_model(job.model) if job.model else ESTIMATE_MODEL
+    except UsageError:
+        model = ESTIMATE_MODEL
+    try:
+        return predict_placement(nodes, placement, model, ESTIMATE_BATCH).images_per_s
+    except UsageError:
+        return predict_placement(nodes, placement, model, ESTIMATE_BATCH, gpu_type=ESTIMATE_GPU).images_per_s

@@ -8,6 +8,7 @@ types and precisions (with the one-line errors a user can act on).
 from __future__ import annotations
 
 import functools
+import math
 import re
 import statistics
 from collections.abc import Mapping
@@ -48,8 +49,8 @@ def model_params() -> dict[str, float]:
 
 def known_models() -> list[str]:
     """Models the model can predict without a calibration: a parameter count (gradient size)
-    and at least one published single-GPU rate in reference.toml."""
-    rated = {m for m, _, _ in published_rates()}
+    and a published single-GPU rate or a MAC count to derive one from (reference.toml)."""
+    rated = {m for m, _, _ in published_rates()} | set(model_macs())
     return sorted(m for m in model_params() if m in rated)
 
 
@@ -60,7 +61,9 @@ def gradient_models() -> list[str]:
 
 def check_model(model: str) -> str:
     name = model.strip().lower().replace("-", "").replace("_", "")
-    aliases = {"inceptionv3": "inception3", "resnet": "resnet50", "vgg": "vgg16"}
+    aliases = {"inceptionv3": "inception3", "inceptionv4": "inception4", "resnet": "resnet50", "vgg": "vgg16",
+               "bert": "bertbase", "gpt2small": "gpt2", "mobilenet": "mobilenetv2", "efficientnet": "efficientnetb0",
+               "transformer": "transformerbig"}  # fmt: skip
     name = aliases.get(name, name)
     if name not in model_params():
         raise UsageError(f"unknown model {model!r}", f"use one of {', '.join(gradient_models())}")
@@ -96,28 +99,67 @@ def published_rates() -> dict[tuple[str, str, str], PublishedRate]:
             continue
         for prec, row in rows.items():
             batches = row.get("batch") or table.get("V100", {}).get(prec, {}).get("batch", {})
+            cite = str(row.get("source", source))
             for model, rate in row["images_per_s"].items():
                 if model in batches:
-                    out[(model, gpu, prec)] = PublishedRate(model, gpu, prec, float(rate), int(batches[model]), source)
+                    out[(model, gpu, prec)] = PublishedRate(model, gpu, prec, float(rate), int(batches[model]), cite)
+    for row in _ref().get("throughput_rows", []):
+        key = (str(row["model"]), str(row["gpu"]), str(row["precision"]))
+        out[key] = PublishedRate(*key, float(row["images_per_s"]), int(row["batch"]), str(row["source"]))
+    return out
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """Datasheet numbers of one GPU type (reference.toml [gpus])."""
+
+    name: str
+    fp32_tflops: float
+    tf32_tflops: float  # 0: no TF32 tensor cores
+    fp16_tflops: float  # 0: no faster half precision
+    mem_gbs: float
+    nvlink_gbs: float  # per GPU, one direction; 0: no NVLink
+    names: tuple[str, ...]
+    nvlink_gen: int = 0  # 0: no NVLink
+
+    def peak_tflops(self, table_precision: str) -> float:
+        """The rate a training run of that precision uses: TF32 for "fp32" where it exists."""
+        if table_precision == "fp16":
+            return self.fp16_tflops or self.fp32_tflops
+        return self.tf32_tflops or self.fp32_tflops
+
+
+@functools.cache
+def gpu_specs() -> dict[str, GpuSpec]:
+    out = {}
+    for name, row in _ref()["gpus"].items():
+        if isinstance(row, dict):
+            out[name] = GpuSpec(
+                name, float(row["fp32"]), float(row["tf32"]), float(row["fp16"]), float(row["mem_gbs"]),
+                float(row["nvlink_gbs"]), tuple(str(n).upper() for n in row["names"]), int(row["nvlink_gen"]),
+            )  # fmt: skip
     return out
 
 
 def known_gpu_types() -> list[str]:
-    """GPU types with at least one published single-GPU rate."""
-    return sorted({gpu for _, gpu, _ in published_rates()})
+    """GPU types with a published single-GPU rate or datasheet numbers to derive one from."""
+    return sorted({gpu for _, gpu, _ in published_rates()} | set(gpu_specs()))
 
 
 _GPU_NAME_RE = re.compile(r"\b([A-Z]{1,2}\d{1,3}[A-Z]?)\b")
 
 
 def normalize_gpu_type(name: str) -> str:
-    """'Tesla V100-SXM2-32GB' -> 'V100', 'NVIDIA H100 80GB HBM3' -> 'H100', 'cpu' -> 'cpu';
-    names without a GPU model token stay as given."""
+    """'Tesla V100-SXM2-32GB' -> 'V100', 'NVIDIA H100 80GB HBM3' -> 'H100', 'NVIDIA A100-SXM4-80GB'
+    -> 'A100-80GB', 'cpu' -> 'cpu'; names without a known GPU token stay as given."""
     text = name.strip()
     upper = text.upper()
     for known in known_gpu_types():
-        if known.upper() in upper:
+        if known.upper() == upper:
             return known
+    for spec in gpu_specs().values():  # most specific first, as reference.toml lists them
+        if any(re.search(re.escape(n) + r"(?![0-9])", upper) for n in spec.names):
+            return spec.name
     if upper.startswith("CPU"):
         return "cpu"
     match = _GPU_NAME_RE.search(upper.replace("NVIDIA", " ").replace("TESLA", " "))
@@ -125,9 +167,56 @@ def normalize_gpu_type(name: str) -> str:
 
 
 @functools.cache
-def step_overheads() -> dict[str, float]:
-    """Per-model fixed time per step t0 (s), from two batch sizes of one GPU: with
-    t(b) = t0 + b/peak, t0 = t(b_hi) - b_hi (t(b_hi) - t(b_lo)) / (b_hi - b_lo)."""
+def model_macs() -> dict[str, float]:
+    """Forward multiply-accumulates per sample (GMACs) of the models that have them."""
+    return {k: float(v) for k, v in _ref()["model_flops"].items() if not k.endswith("source")}
+
+
+def derived_rate(model: str, gpu: str, table_precision: str) -> PublishedRate | None:
+    """A single-GPU rate where none is published (docs/model.md, "Derived rates"): the same
+    model on the nearest published GPU, scaled by peak and memory bandwidth; or, for a model
+    published on no GPU, ResNet-50's achieved MACs/s on this GPU over the model's MACs."""
+    specs = gpu_specs()
+    rates = published_rates()
+    if (model, gpu, table_precision) in rates:
+        return rates[(model, gpu, table_precision)]
+    target = specs.get(gpu)
+    if target is None:
+        return None
+    weight = float(_ref()["derivation"]["compute_weight"])
+    candidates = [r for (m, g, p), r in rates.items() if m == model and p == table_precision and g in specs]
+    if candidates:
+        def distance(r: PublishedRate) -> float:
+            s = specs[r.gpu_type]
+            return abs(math.log(s.peak_tflops(table_precision) / target.peak_tflops(table_precision))) + abs(
+                math.log(s.mem_gbs / target.mem_gbs))
+
+        ref = min(candidates, key=lambda r: (distance(r), r.gpu_type))
+        s = specs[ref.gpu_type]
+        factor = (target.peak_tflops(table_precision) / s.peak_tflops(table_precision)) ** weight * (
+            target.mem_gbs / s.mem_gbs) ** (1 - weight)  # fmt: skip
+        return PublishedRate(
+            model, gpu, table_precision, ref.images_per_s * factor, ref.batch,
+            f"derived from {ref.gpu_type} {ref.images_per_s:g} images/s x {factor:.3g} (peak and memory ratio)",
+        )  # fmt: skip
+    macs = model_macs()
+    if model == "resnet50" or model not in macs:
+        return None
+    base = derived_rate("resnet50", gpu, table_precision)
+    if base is None:
+        return None
+    rate = base.images_per_s * macs["resnet50"] / macs[model]
+    return PublishedRate(
+        model, gpu, table_precision, rate, base.batch,
+        f"derived: ResNet-50's achieved MACs/s on {gpu} / {macs[model]:g} GMACs per sample",
+    )  # fmt: skip
+
+
+@functools.cache
+def half_batches() -> dict[str, float]:
+    """Per-model batch at which a GPU runs at half its peak rate, from two batch sizes of one GPU:
+    with t(b) = t0 + b/peak, t0 = t(b_hi) - b_hi (t(b_hi) - t(b_lo)) / (b_hi - b_lo), and the
+    half batch is t0 x peak (images' worth of fixed time; the same on every GPU type)."""
     bs = _ref()["batch_scaling"]
     hi, lo = int(bs["batch_high"]), int(bs["batch_low"])
     out = {}
@@ -135,13 +224,13 @@ def step_overheads() -> dict[str, float]:
         rate_lo = float(bs["images_per_s_low"][model])
         t_hi, t_lo = hi / float(rate_hi), lo / rate_lo
         per_image = (t_hi - t_lo) / (hi - lo)
-        out[model] = max(0.0, t_hi - hi * per_image)
+        out[model] = max(0.0, t_hi - hi * per_image) / per_image
     return out
 
 
-def step_overhead_s(model: str) -> float:
-    """t0 of ``model``; models without batch-scaling data get the median of those with it."""
-    table = step_overheads()
+def half_batch(model: str) -> float:
+    """The half batch of ``model``; models without batch-scaling data get the median."""
+    table = half_batches()
     return table.get(model, statistics.median(table.values()))
 
 

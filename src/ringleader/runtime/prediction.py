@@ -73,11 +73,12 @@ def predict_job(state: ClusterState, spec: JobSpec, placement: Placement) -> dic
         return {**out, "error": exc.one_line()}
     out.update(
         images_per_s=round(own.images_per_s, 1), step_time_s=own.step_time_s, bound=own.bound,
-        scaling_efficiency=own.scaling_efficiency, gpu_type=own.gpu_type,
+        scaling_efficiency=own.scaling_efficiency, gpu_type=own.gpu_type, bottleneck=own.bottleneck,
         alternative={
             "policy": other,
             "placement": alternative.placement.describe() if alternative.placement else None,
             "images_per_s": round(alt.images_per_s, 1) if alt else None,
+            "bottleneck": alt.bottleneck if alt else None,
         },
     )  # fmt: skip
     workload = f"{spec.model}, batch {batch}/GPU, {precision}"

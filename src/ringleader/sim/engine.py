@@ -226,7 +226,7 @@ class Simulation:
         record.start_s, record.placement, record.step = now, placement, step
         metrics = decision.chosen.metrics
         record.nodes_used = metrics.nodes_used
-        record.bottleneck = metrics.bottleneck.kind
+        record.bottleneck = metrics.bottleneck.describe()  # submit's and predict's words
         record.fragmentation_after = metrics.fragmentation_after
         self.busy += job.total_gpus
         finish = now + job.iterations * step.step_time_s

@@ -28,16 +28,19 @@ class StepTime:
 
 StepTimeFn = Callable[[Mapping[str, NodeState], Placement, TraceJob], StepTime]
 
-ShapeKey = tuple[str, int, tuple[tuple[str, str, float], ...], tuple[tuple[int, tuple[int, ...]], ...]]
+ShapeKey = tuple[
+    str, int, tuple[tuple[str, str, float, tuple[str, ...]], ...], tuple[tuple[int, tuple[int, ...]], ...]
+]
 
 
 def shape_key(nodes: Mapping[str, NodeState], placement: Placement, job: TraceJob) -> ShapeKey:
     """What a pure model's answer can depend on: model, batch, each used node's topology
-    fingerprint, GPU model and network (nodes numbered by first use), and the workers in rank
-    order with their node number and GPU ids. Node names are left out."""
+    fingerprint, GPU model, network and NICs (which set the fabric and the NICs a job can use;
+    nodes numbered by first use), and the workers in rank order with their node number and GPU
+    ids. Node names are left out."""
     number = {name: i for i, name in enumerate(placement.nodes)}
     used = tuple(
-        (spec.topology.fingerprint, spec.topology.gpu_model, spec.network_gbs)
+        (spec.topology.fingerprint, spec.topology.gpu_model, spec.network_gbs, spec.topology.nics)
         for spec in (nodes[name].spec for name in placement.nodes)
     )
     slots = tuple((number[slot.node], slot.gpus) for slot in placement.slots)

@@ -1,0 +1,126 @@
+"""Calibration from multi-GPU throughput rows: `bench train` results with several workers, or a
+plain CSV a user writes from their own training logs.
+
+A CSV has one run per line::
+
+    model,gpu_type,batch_size,nodes,gpus_per_node,images_per_s,node,network_gbps,fabric,single_gpu_images_per_s,precision
+    resnet50,V100,128,1,8,2969.45,dgx1v,100,infiniband,384.85,fp32
+    resnet50,V100,128,2,8,5906.55,dgx1v,100,infiniband,384.85,fp32
+
+Required: model, gpu_type, batch_size (per GPU), nodes, gpus_per_node, images_per_s (the whole
+job), node (a topology preset). Optional: network_gbps (per NIC, default 25), nics (1), fabric
+(tcp), precision (fp32), single_gpu_images_per_s (the same software's 1-GPU rate at that batch;
+a line with 1 node x 1 GPU gives it too). The rows are predicted with the same placement the
+topology policy gives such a job, and the scaling constants (overlap, the sync terms and, when
+rows span nodes without a calibrated network link, the fabric's efficiency) are fitted to them
+as ``fidelity.fit_scaling`` fits the shipped ones.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from ringleader.errors import UsageError
+from ringleader.model.calibration import Calibration, ComputeFit
+from ringleader.model.comm import check_fabric
+from ringleader.model.fidelity import EMULATED, FidelityResult, FidelityRow, Scaling, fidelity_table, fit_scaling
+from ringleader.model.fit import TrainPoint
+from ringleader.model.tables import check_model, check_precision, normalize_gpu_type
+from ringleader.topology.presets import preset
+
+REQUIRED = ("model", "gpu_type", "batch_size", "nodes", "gpus_per_node", "images_per_s", "node")
+CSV_FIX = f"give a header with {', '.join(REQUIRED)} (see docs/model.md, 'Calibration from throughput rows')"
+
+
+def _positive(text: str, what: str) -> float:
+    value = float(text)
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{what} must be > 0, got {text!r}")
+    return value
+
+
+def read_throughput_csv(path: str | Path) -> tuple[list[FidelityRow], list[ComputeFit]]:
+    """Multi-GPU rows and the 1-GPU rates of a throughput CSV; bad input is a UsageError naming
+    the file, the line and the problem."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise UsageError(f"cannot read {str(p)!r}: {exc.strerror}", "check the path") from None
+    reader = csv.DictReader(text.splitlines())
+    missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
+    if missing:
+        raise UsageError(f"{str(p)!r} has no column {missing[0]!r}", CSV_FIX)
+    rows: list[FidelityRow] = []
+    singles: list[ComputeFit] = []
+    for line, rec in enumerate(reader, start=2):
+        try:
+            model = check_model(rec["model"])
+            gpu = normalize_gpu_type(rec["gpu_type"])
+            precision = check_precision(rec.get("precision") or "fp32")
+            batch = int(_positive(rec["batch_size"], "batch_size"))
+            nodes = int(_positive(rec["nodes"], "nodes"))
+            per_node = int(_positive(rec["gpus_per_node"], "gpus_per_node"))
+            rate = _positive(rec["images_per_s"], "images_per_s")
+            preset(rec["node"])  # unknown preset: NotFoundError listing them
+            single_text = rec.get("single_gpu_images_per_s") or ""
+            single = _positive(single_text, "single_gpu_images_per_s") if single_text else None
+            fabric = check_fabric(rec.get("fabric") or "tcp")
+            gbps = _positive(rec.get("network_gbps") or "25", "network_gbps")
+            nics = int(_positive(rec.get("nics") or "1", "nics"))
+        except (ValueError, UsageError) as exc:
+            msg = exc.one_line() if isinstance(exc, UsageError) else str(exc)
+            raise UsageError(f"{str(p)!r} line {line}: {msg}", CSV_FIX) from None
+        if nodes * per_node == 1:
+            singles.append(ComputeFit(model, gpu, precision, batch, rate))
+            continue
+        rows.append(FidelityRow(
+            str(p), f"line {line}", "", gpu, rec["node"], nodes, per_node, gbps, nics, fabric, model, precision,
+            batch, measured=rate, single_gpu=single,
+        ))  # fmt: skip
+    return rows, singles
+
+
+def rows_from_train(points: Sequence[TrainPoint], cal: Calibration) -> list[FidelityRow]:
+    """`bench train` results with several workers, as rows on emulated hosts (the run's own
+    nodes), predicted with the compute and link fits of the same calibration."""
+    rows = []
+    for p in points:
+        if p.world_size < 2 or not cal.compute_fits(p.model, p.gpu_type, p.precision):
+            continue
+        per = math.ceil(p.world_size / p.nodes)
+        if per * p.nodes != p.world_size:
+            continue  # uneven spreads are checked (model.checks), not fitted
+        same = tuple(c for c in cal.compute if c.image_size == p.image_size)
+        rows.append(FidelityRow(
+            p.source, "bench train", p.backend, p.gpu_type, EMULATED, p.nodes, per, 25.0, 1, "tcp", p.model,
+            p.precision, p.batch_size, measured=p.images_per_s, compute=same, links=tuple(sorted(cal.links.items())),
+            backend=p.backend or None,
+        ))  # fmt: skip
+    return rows
+
+
+def fit_rows(cal: Calibration, rows: Sequence[FidelityRow]) -> tuple[Calibration, list[FidelityResult]]:
+    """``cal`` with overlap, sync terms and (rows across nodes, no calibrated network) a network
+    link fitted to ``rows``; and the rows as predicted with it."""
+    if not rows:
+        return cal, []
+    compute = tuple(cal.compute)
+    rows = [replace(r, compute=r.compute or compute) for r in rows]
+    spanning = [r for r in rows if r.nodes > 1 and r.node != EMULATED]
+    fabrics = sorted({r.fabric for r in spanning}) if cal.link("network") is None else []
+    fitted = fit_scaling(rows, sweeps=2, fabrics=fabrics, start=Scaling.shipped())
+    links = dict(cal.links)
+    if len(fabrics) == 1 and len({(r.network_gbps, r.nics) for r in spanning}) == 1:
+        from ringleader.model.calibration import LinkFit
+        from ringleader.model.comm import net_latency_us
+
+        r = spanning[0]
+        gbs = r.network_gbps / 8 * r.nics * fitted.fabrics[fabrics[0]]
+        links["network"] = LinkFit(gbs, net_latency_us(), len(spanning))
+    out = replace(cal, links=links, overlap=fitted.overlap, sync=(fitted.host_us_per_image, fitted.node_jitter))
+    return out, fidelity_table(fitted, rows)
