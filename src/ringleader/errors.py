@@ -57,3 +57,7 @@ class DependencyError(UsageError):
 
 class BusyError(RingleaderError):
     """Another process held the state's write lock for longer than the lock timeout."""
+
+
+class DiskFullError(RingleaderError):
+    """No space is left where the state lives (exit code 1): free some and retry."""

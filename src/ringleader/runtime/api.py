@@ -14,12 +14,20 @@ import dataclasses
 import json
 import os
 import shutil
+import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ringleader.errors import ConflictError, DependencyError, NotFoundError, UnschedulableError, UsageError
+from ringleader.errors import (
+    ConflictError,
+    DependencyError,
+    DiskFullError,
+    NotFoundError,
+    UnschedulableError,
+    UsageError,
+)
 from ringleader.runtime import store
 from ringleader.runtime.codec import decision_to_dict
 from ringleader.runtime.faults import crash_point
@@ -310,17 +318,25 @@ class Runtime:
             missing = [n for n in names if store.job_row(conn, n) is None]
         if missing:
             raise NotFoundError(f"job {missing[0]!r} not found", "see `ringleader list`")
-        self._writable().check_writable()  # stopping processes cannot be undone: refuse first
+        try:
+            self._writable().check_writable()  # stopping processes cannot be undone: refuse first
+        except (sqlite3.OperationalError, OSError, DiskFullError) as exc:
+            if not store.disk_full(exc):  # a full disk: deleting the job's logs is what frees it
+                raise
         for name in names:
             self._stop(name)
         crash_point("delete-stopped")  # killed here: reconciliation fails the job, frees its GPUs
         for name in names:  # first: on a full disk, the logs are what frees the room to record
             self._remove_folders(name)
         db = self._writable()
-        with db.write() as conn:
-            for name in names:
-                store.delete_job(conn, name)
-            placed = schedule_pass(conn, time.time())
+
+        def forget() -> list[str]:
+            with db.write() as conn:
+                for name in names:
+                    store.delete_job(conn, name)
+                return schedule_pass(conn, time.time())
+
+        placed = store.while_disk_full(self.home, forget, attempts=10)
         crash_point("delete-forgotten")
         spawn_supervisors(self.home, placed)
         return list(names)

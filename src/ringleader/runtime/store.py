@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ringleader.errors import BusyError, RingleaderError, StateError
+from ringleader.errors import BusyError, DiskFullError, RingleaderError, StateError
 from ringleader.runtime.codec import node_from_dict, node_to_dict
 from ringleader.runtime.states import JobStatus, can_move
 from ringleader.scheduler import ClusterState, NodeState, Placement
@@ -93,7 +93,7 @@ class Store:
         try:
             return _open_file(home, path, exists)
         except (OSError, sqlite3.OperationalError) as exc:
-            if not (_disk_full(exc) and give_back_reserve(home)):
+            if not (disk_full(exc) and give_back_reserve(home)):
                 raise _unusable(home, exc) from None
         try:  # once more, with the reserve's room
             return _open_file(home, path, exists)
@@ -141,7 +141,11 @@ class Store:
         try:
             yield
         except sqlite3.OperationalError as exc:
-            if _disk_full(exc) or "locked" in str(exc) or "busy" in str(exc):
+            if disk_full(exc):
+                raise DiskFullError(
+                    f"no space left on the file system of the state {self.path}", "free some space and retry"
+                ) from None
+            if "locked" in str(exc) or "busy" in str(exc):
                 raise
             if "readonly" in str(exc):
                 raise _read_only(self.path) from None
@@ -159,7 +163,9 @@ RESERVE = ".reserve"
 RESERVE_BYTES = 64 << 10
 
 
-def _disk_full(exc: BaseException) -> bool:
+def disk_full(exc: BaseException) -> bool:
+    if isinstance(exc, DiskFullError):
+        return True
     if isinstance(exc, sqlite3.OperationalError):
         return "full" in str(exc) or "disk I/O" in str(exc)
     return isinstance(exc, OSError) and exc.errno == errno.ENOSPC
@@ -191,14 +197,17 @@ def give_back_reserve(home: Path) -> bool:
         return False
 
 
-def while_disk_full(home: Path, fn: Callable[[], T], wait_s: float = 1.0) -> T:
-    """``fn()``, retried for as long as the disk is full (the reserve given back first): a
-    supervisor must record what it saw, never give up and leave a job RUNNING."""
+def while_disk_full(home: Path, fn: Callable[[], T], wait_s: float = 1.0, attempts: int | None = None) -> T:
+    """``fn()``, retried while the disk is full (the reserve given back first), for ever by
+    default: a supervisor must record what it saw, never give up and leave a job RUNNING. A
+    command gives up after ``attempts`` with the disk-full error."""
+    tried = 0
     while True:
         try:
             return fn()
-        except (sqlite3.OperationalError, OSError) as exc:
-            if not _disk_full(exc):
+        except (sqlite3.OperationalError, OSError, DiskFullError) as exc:
+            tried += 1
+            if not disk_full(exc) or (attempts is not None and tried >= attempts):
                 raise
         if not give_back_reserve(home):
             time.sleep(wait_s)
