@@ -53,15 +53,18 @@ class SlurmEngine:
 
     # -- the cluster ----------------------------------------------------------------------------
     def _snapshot(self) -> tuple[ClusterState, dict[str, state.SlurmNode], list[dict[str, str]]]:
+        known = self.records.all()  # read before Slurm's job list, so every submitted one is in it
         nodes = [n for n in state.read_nodes() if not self.partition or self.partition in n.partitions]
         jobs = slurmcli.show("job")
         declared = state.declared_nodes(self.home)
         links = state.links_from_gres_conf(state.gres_conf_path())
         specs = {n.name: state.node_spec(n, declared, links) for n in nodes}
-        names = {r["slurm_id"]: r["name"] for r in self.records.all() if r.get("slurm_id")}
+        # Records brought up to date first: a stale PENDING one would hold GPUs it no longer waits for.
+        records = [self._refresh(r, jobs) for r in known]
+        names = {r["slurm_id"]: r["name"] for r in records if r.get("slurm_id")}
         holders = {names.get(k, f"slurm-{k}"): v for k, v in state.job_gpus(jobs).items()}
         reserved: dict[str, dict[str, list[int]]] = {}
-        for record in self.records.all():
+        for record in records:
             if record.get("slurm_id") and record["status"] == JobStatus.PENDING.value:
                 chosen = (record.get("plan") or {}).get("chosen") or {}
                 for w in chosen.get("workers", []):
@@ -78,18 +81,19 @@ class SlurmEngine:
             spec = dataclasses.replace(spec, workdir=os.getcwd())
         if spec.submit_env is None:
             spec = dataclasses.replace(spec, submit_env=submit_env(dict(os.environ)))
+        # Checked before anything is written: a refused or dry-run submit leaves no trace.
+        self._check_new(spec.name)
+        snapshot, nodes, _ = self._snapshot()
+        decision = place(snapshot, spec.request())
+        _refuse_unresolvable(decision)
+        if decision.ok and spec.gpus_per_worker:
+            _require_typed(decision, nodes)
+        if dry_run:
+            prediction = predict_job(snapshot, spec, decision.placement) if decision.placement else None
+            return SubmitResult(decision, decision_to_dict(decision), True, extra={"prediction": prediction})
+        private_dir(self.home)
         with self.records.locked():
-            if self.records.load(spec.name) is not None:
-                fix = f"pick another --name or `ringleader delete {spec.name} --engine slurm`"
-                raise ConflictError(f"job {spec.name!r} already exists", fix)
-            snapshot, nodes, _ = self._snapshot()
-            decision = place(snapshot, spec.request())
-            _refuse_unresolvable(decision)
-            if decision.ok and spec.gpus_per_worker:
-                _require_typed(decision, nodes)
-            if dry_run:
-                prediction = predict_job(snapshot, spec, decision.placement) if decision.placement else None
-                return SubmitResult(decision, decision_to_dict(decision), True, extra={"prediction": prediction})
+            self._check_new(spec.name)
             record: dict[str, Any] = {
                 "name": spec.name, "spec": spec.to_dict(), "created_at": time.time(), "priority": spec.priority,
                 "status": JobStatus.PENDING.value, "reason": None, "plan": decision_to_dict(decision),
@@ -99,6 +103,12 @@ class SlurmEngine:
                                            f"{decision.policy} policy, priority {spec.priority}")  # fmt: skip
             self.records.save(record)
             mine = self._schedule_locked().get(spec.name, decision)
+            refused = self.records.load(spec.name) or {}
+            if refused.get("status") == JobStatus.FAILED.value and not refused.get("slurm_id"):
+                self.records.remove(spec.name)  # sbatch refused it: nothing stays behind
+                shutil.rmtree(self.root / "run" / spec.name, ignore_errors=True)
+                shutil.rmtree(self.root / "logs" / spec.name, ignore_errors=True)
+                raise slurmcli.SlurmError(refused["reason"], "see Slurm's message; fix the cluster or the request")
         if not mine.ok:
             self._start_watcher()
         return SubmitResult(mine, decision_to_dict(mine), dry_run=False, job=self._first_look(spec.name))
@@ -112,6 +122,11 @@ class SlurmEngine:
             time.sleep(0.2)
             view = self.get(name)
         return view
+
+    def _check_new(self, name: str) -> None:
+        if self.records.load(name) is not None:
+            fix = f"pick another --name or `ringleader delete {name} --engine slurm`"
+            raise ConflictError(f"job {name!r} already exists", fix)
 
     def schedule(self) -> int:
         """One pass over ringleader's queue; how many jobs still wait in it."""
@@ -135,7 +150,11 @@ class SlurmEngine:
             record = next(r for r in queued if r["name"] == decision.job.name)
             record["plan"] = decision_to_dict(decision)
             if decision.ok:
-                self._launch(record, specs[record["name"]], decision, snapshot, nodes)
+                try:
+                    self._launch(record, specs[record["name"]], decision, snapshot, nodes)
+                except slurmcli.SlurmError as exc:  # never retried blindly: the job fails with Slurm's words
+                    record.update(status=JobStatus.FAILED.value, reason=exc.message, ended_at=time.time())
+                    add_event(record, "Failed", exc.message)
             else:
                 reason = "; ".join(decision.reasons)
                 if record.get("reason") != reason:
@@ -180,17 +199,16 @@ class SlurmEngine:
         if not record.get("slurm_id") or JobStatus(record["status"]).is_terminal():
             return record
         ident = record["slurm_id"]
-        if jobs is None:
+        components = [j for j in jobs or [] if (j.get("HetJobId") or j.get("JobId")) == ident]
+        if not components:  # not in the list (or none given): ask for it by id before concluding
             components = slurmcli.show("job", ident)
-        else:
-            components = [j for j in jobs if (j.get("HetJobId") or j.get("JobId")) == ident]
         before = dict(record)
         status, reason, started, ended = slurm_status(components, self.root, record)
         if status is not JobStatus(record["status"]):
             add_event(record, status.value.capitalize(), reason or f"Slurm job {ident}")
         record.update(status=status.value, reason=reason, started_at=started or record.get("started_at"),
                       ended_at=ended)  # fmt: skip
-        if record != before:
+        if record != before and not self.readonly:
             self.records.save(record)
         return record
 
@@ -202,8 +220,9 @@ class SlurmEngine:
     def list_jobs(self, statuses: Sequence[JobStatus] | None = None, with_instances: bool = False) -> list[JobView]:
         if not self.readonly:
             self.schedule()
-        jobs = slurmcli.show("job") if any(r.get("slurm_id") for r in self.records.all()) else []
-        views = [job_view(self._refresh(r, jobs), self.root, with_instances) for r in self.records.all()]
+        records = self.records.all()  # before Slurm's job list: every submitted one is in it
+        jobs = slurmcli.show("job") if any(r.get("slurm_id") for r in records) else []
+        views = [job_view(self._refresh(r, jobs), self.root, with_instances) for r in records]
         return [v for v in views if statuses is None or v.status in statuses]
 
     def wait(self, name: str, timeout: float | None = None) -> JobView:

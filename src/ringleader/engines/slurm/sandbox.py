@@ -13,6 +13,7 @@ name exact GPU ids (see ``ringleader.engines.slurm.gres``). Root only.
 from __future__ import annotations
 
 import ipaddress
+import itertools
 import os
 import shutil
 import signal
@@ -28,6 +29,7 @@ from ringleader.engines.slurm.gres import gres_conf_lines, node_gres
 from ringleader.errors import DependencyError
 from ringleader.topology.node import NodeTopology
 
+_SERIAL = itertools.count()  # several sandboxes in one process get distinct interface names
 DAEMONS = ("slurmctld", "slurmd", "sbatch", "scontrol", "squeue", "scancel")
 NVIDIA_MAJOR = 195
 
@@ -66,7 +68,8 @@ def _free_port() -> int:
 class Sandbox:
     root: Path
     topologies: Mapping[str, NodeTopology]
-    tag: str = field(default_factory=lambda: f"rl{os.getpid() % 100000}")
+    typed: bool = True  # one GRES type per GPU (False: plain `Gres=gpu:N`, Slurm's usual setup)
+    tag: str = field(default_factory=lambda: f"rl{os.getpid() % 100000}{chr(97 + next(_SERIAL) % 26)}")
     conf: Path = field(init=False)
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     namespaces: list[str] = field(default_factory=list)
@@ -76,11 +79,13 @@ class Sandbox:
         self.conf = self.root / "etc" / "slurm.conf"
 
     @classmethod
-    def start(cls, root: Path, topologies: Mapping[str, NodeTopology], timeout: float = 60.0) -> Sandbox:
+    def start(
+        cls, root: Path, topologies: Mapping[str, NodeTopology], typed: bool = True, timeout: float = 60.0
+    ) -> Sandbox:
         why = missing()
         if why:
             raise DependencyError(f"cannot start a Slurm sandbox: {why}", "run as root after `make slurm`")
-        box = cls(root, topologies)
+        box = cls(root, topologies, typed)
         try:
             box._start(timeout)
         except BaseException:
@@ -183,14 +188,14 @@ class Sandbox:
             cpus = max(2, 2 * topo.n_gpus)
             lines.append(
                 f"NodeName={name} NodeAddr={addrs[name]} CPUs={cpus} RealMemory=4000 "
-                f"Gres={node_gres(topo.n_gpus)} State=UNKNOWN"
+                f"Gres={node_gres(topo.n_gpus) if self.typed else f'gpu:{topo.n_gpus}'} State=UNKNOWN"
             )
         lines.append("PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO")
         (r / "etc" / "slurm.conf").write_text("\n".join(lines) + "\n")
         gres = []
         for name, topo in self.topologies.items():
             files = [str(r / "dev" / f"nvidia{i}") for i in range(topo.n_gpus)]
-            gres += gres_conf_lines(name, topo, files)
+            gres += gres_conf_lines(name, topo, files, typed=self.typed)
         (r / "etc" / "gres.conf").write_text("\n".join(gres) + "\n")
         (r / "etc" / "cgroup.conf").write_text("CgroupPlugin=cgroup/v1\nConstrainDevices=no\n")
 
