@@ -2,8 +2,8 @@
 pinned with ``--nodelist`` and per-GPU GRES types, so Slurm starts all of it at once on exactly
 the chosen nodes and GPU ids (or keeps all of it waiting).
 
-The batch script is ringleader's own Python entry (``task.py``); it runs one ``srun`` step over
-every component, and each task runs the program under the rank wrapper.
+The batch script runs ringleader's ``task.py``; it runs one ``srun`` step over every component,
+and each task runs the program under the rank wrapper.
 """
 
 from __future__ import annotations
@@ -17,12 +17,11 @@ from typing import Any
 
 from ringleader.engines.slurm.gres import request_gres
 from ringleader.engines.slurm.records import private_dir
+from ringleader.engines.slurm.task import TASK_FILE
 from ringleader.runtime.launchers import build_plan, job_env, parse_mpirun
 from ringleader.runtime.spec import JobSpec
 from ringleader.scheduler import Placement, WorkerSlot
 from ringleader.topology import NodeSpec
-
-TASK_MODULE = "ringleader.engines.slurm.task"
 
 
 def by_node(placement: Placement) -> Placement:
@@ -79,8 +78,8 @@ def write_launch(
     plan_file.write_text(json.dumps(plan))
     script = run / "batch.py"
     script.write_text(
-        f"#!{sys.executable}\n# ringleader: the batch step of job {spec.name}\nimport sys\n"
-        f"from {TASK_MODULE} import batch\nsys.exit(batch({str(plan_file)!r}))\n"
+        f"#!{sys.executable}\n# ringleader: the batch step of job {spec.name}\nimport runpy, sys\n"
+        f"sys.argv = [{TASK_FILE!r}, 'batch', {str(plan_file)!r}]\nrunpy.run_path(sys.argv[0], run_name='__main__')\n"
     )
     script.chmod(0o700)
     return script, plan

@@ -1,5 +1,7 @@
 """What runs inside the Slurm allocation: the batch step (on the first node) and one rank
-wrapper per task. Standard library and ringleader's rank wrapper only.
+wrapper per task. Standard library and ringleader's rank wrapper only, and run by file path
+(``python .../task.py rank PLAN -- PROGRAM``), not as ``-m``: importing the package around it
+would load the whole engine into every rank and double its start time.
 
 The batch step picks the rendezvous port on the first node and runs one ``srun`` step over all
 components (``--mpi=pmix`` for an mpirun line, so Open MPI ranks are started by Slurm and their
@@ -22,7 +24,7 @@ from typing import Any
 
 from ringleader.runtime import rank as rank_wrapper
 
-MODULE = "ringleader.engines.slurm.task"
+TASK_FILE = str(Path(__file__).resolve())
 WRONG_GPUS = 3  # exit code of a task whose node got other GPUs than placed
 
 
@@ -46,7 +48,7 @@ def srun_argv(plan: dict[str, Any], plan_file: str) -> list[str]:
     if len(plan["components"]) > 1:
         argv.append("--het-group=" + ",".join(str(k) for k in range(len(plan["components"]))))
     argv.append("--mpi=pmix" if plan["mpi"] else "--mpi=none")
-    return [*argv, sys.executable, "-m", MODULE, "rank", plan_file, "--", *plan["program"]]
+    return [*argv, sys.executable, TASK_FILE, "rank", plan_file, "--", *plan["program"]]
 
 
 def batch(plan_file: str) -> int:
@@ -114,7 +116,9 @@ def main(argv: list[str]) -> int:
     split = argv.index("--") if "--" in argv else len(argv)
     if argv[:1] == ["rank"] and split >= 2:
         return rank(argv[1], argv[split + 1 :])
-    print(f"usage: python -m {MODULE} rank PLAN -- PROGRAM", file=sys.stderr)
+    if argv[:1] == ["batch"] and len(argv) == 2:
+        return batch(argv[1])
+    print(f"usage: python {TASK_FILE} batch PLAN | rank PLAN -- PROGRAM", file=sys.stderr)
     return 2
 
 
