@@ -97,8 +97,10 @@ def picks(engine: SlurmEngine, script: Path) -> list[dict[str, Any]]:
     rows = []
     for k, (blocked, n) in enumerate(SCENARIOS):
         blockers = [sbatch(f"--nodelist={node}", f"--gres=gpu:{count}", str(script)) for node, count in blocked.items()]
+        busy: dict[str, list[int]] = {}
         for ident in blockers:
-            granted(ident)
+            for node, ids in granted(ident).items():
+                busy[node] = sorted(busy.get(node, []) + ids)
         state = engine.nodes()
         slurm_job = sbatch(f"--gpus={n}", f"--ntasks={n}", str(script))
         slurm_gpus = granted(slurm_job)
@@ -111,7 +113,7 @@ def picks(engine: SlurmEngine, script: Path) -> list[dict[str, Any]]:
         rl_gpus = granted(ident)
         placed = {node: sorted(decision.placement.gpus_on(node)) for node in decision.placement.nodes}
         row: dict[str, Any] = {
-            "busy": {k2.removeprefix("cn-shanghai-"): v for k2, v in blocked.items()}, "gpus": n,
+            "busy": describe(busy) or "-", "gpus": n,
             "slurm": describe(slurm_gpus), "ringleader": describe(rl_gpus), "granted_as_placed": rl_gpus == placed,
         }  # fmt: skip
         for model, batch in MODELS:

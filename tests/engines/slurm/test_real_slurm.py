@@ -100,7 +100,7 @@ def test_plain_sbatch_jobs_are_respected_and_a_gang_waits_for_whole_gpus(
     outside.cancel(all_b)  # the watcher submits it once node-b is free
     view = engine.wait("big", timeout=60)
     assert view.status is JobStatus.SUCCEEDED and view.nodes == ["node-b"]
-    assert engine.logs("big") == "big ran\n"
+    assert engine.logs("big") == "big ran\n" == "".join(engine.follow("big"))
     assert any(e.kind == "Pending" for e in view.events) and any(e.kind == "Placed" for e in view.events)
 
 
