@@ -1,6 +1,6 @@
 """A real Slurm for the engine's tests: slurmctld and two slurmd (node-a, node-b), each node in
 its own network and UTS namespace, four fake GPUs each (an NVLink quad, as GPUs 0-3 of a DGX-1V),
-one GRES type per GPU. One cluster per test session; root only, skipped elsewhere."""
+one GRES type per GPU. One cluster for all the real-Slurm tests; root only, skipped elsewhere."""
 
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ def quad() -> NodeTopology:
     return NodeTopology(links=tuple(row[:4] for row in full.links[:4]), gpu_model="V100")
 
 
-@pytest.fixture(scope="session")
+# Module scope: one cluster for the real-Slurm module, stopped before the rest of the suite runs.
+@pytest.fixture(scope="module")
 def slurm_box() -> Iterator[Sandbox]:
     why = missing()
     if why:

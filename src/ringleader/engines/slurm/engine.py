@@ -88,6 +88,10 @@ class SlurmEngine:
         _refuse_unresolvable(decision)
         if decision.ok and spec.gpus_per_worker:
             _require_typed(decision, nodes)
+        blind = [ns.name for ns in snapshot.nodes if ns.spec.topology.source.startswith("unknown")]
+        if blind and spec.topology_aware:
+            how = "add Links= to gres.conf with `ringleader slurm gres-conf`, or a cluster file"
+            self.notes.append(f"note: no GPU links known for {', '.join(blind)}: every pair taken as SYS ({how})")
         if dry_run:
             prediction = predict_job(snapshot, spec, decision.placement) if decision.placement else None
             return SubmitResult(decision, decision_to_dict(decision), True, extra={"prediction": prediction})
