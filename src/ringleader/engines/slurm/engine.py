@@ -134,6 +134,8 @@ class SlurmEngine:
 
     def schedule(self) -> int:
         """One pass over ringleader's queue; how many jobs still wait in it."""
+        if not self._queued():  # nothing waits: no lock taken, nothing created (reads stay reads)
+            return 0
         with self.records.locked():
             self._schedule_locked()
         return len(self._queued())
