@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -98,3 +99,44 @@ def test_gres_conf_bad_input_is_one_line_exit_2(args: list[str]) -> None:
     argv = [sys.executable, "-m", "ringleader.cli.main", "slurm", "gres-conf", *args]
     done = subprocess.run(argv, capture_output=True, text=True)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+
+
+def _record(name: str = "j") -> dict[str, object]:
+    chosen = {"describe": "node-a[1w: GPU 1,2]", "workers": [{"index": 0, "node": "node-a", "gpus": [1, 2]}]}
+    return {"name": name, "slurm_id": "7", "plan": {"chosen": chosen}, "started_at": 100.0}
+
+
+def test_job_states_join_slurm_and_ringleader_reasons(tmp_path: Path) -> None:
+    from ringleader.engines.slurm.views import NOT_YET, slurm_status
+    from ringleader.runtime.states import JobStatus
+
+    waiting = slurm_status([{"JobState": "PENDING", "Reason": "Resources"}], tmp_path, _record())
+    assert waiting[:2] == (JobStatus.PENDING, "Slurm: Resources; waiting for exactly node-a[1w: GPU 1,2]")
+    assert slurm_status([{"JobState": "PENDING", "Reason": "None"}], tmp_path, _record())[1] == NOT_YET
+    both = [{"JobState": "RUNNING", "StartTime": "2026-11-23T13:50:06"}, {"JobState": "COMPLETING"}]
+    assert slurm_status(both, tmp_path, _record())[0] is JobStatus.RUNNING
+    out = tmp_path / "logs" / "j" / "slurm-7.out"
+    out.parent.mkdir(parents=True)
+    out.write_text("srun: error: task 0 launch failed: Unspecified error\n\n")
+    failed = slurm_status([{"JobState": "FAILED", "ExitCode": "1:0", "Reason": "NonZeroExitCode"}], tmp_path, _record())
+    assert failed[0] is JobStatus.FAILED
+    assert failed[1] == ("Slurm: FAILED (exit code 1:0, reason NonZeroExitCode); "
+                         "batch output: srun: error: task 0 launch failed: Unspecified error")  # fmt: skip
+
+
+def test_a_job_slurm_forgot_is_judged_by_its_ranks_exit_codes(tmp_path: Path) -> None:
+    import json
+
+    from ringleader.engines.slurm.views import slurm_status
+    from ringleader.runtime.states import JobStatus
+
+    run = tmp_path / "run" / "j"
+    run.mkdir(parents=True)
+    ranks = [{"instance": f"j-worker-{r}", "node": "node-a", "state": str(run / f"{r}.json")} for r in (0, 1)]
+    (run / "plan.json").write_text(json.dumps({"ranks": ranks}))
+    (run / "0.json").write_text(json.dumps({"exit_code": 0, "ended_at": 5.0}))
+    (run / "1.json").write_text(json.dumps({"exit_code": 0, "ended_at": 6.0}))
+    assert slurm_status([], tmp_path, _record())[:2] == (JobStatus.SUCCEEDED, None)
+    (run / "1.json").write_text(json.dumps({"exit_code": 137, "signal": "SIGKILL", "ended_at": 6.0}))
+    lost = slurm_status([], tmp_path, _record())
+    assert lost[:2] == (JobStatus.FAILED, "j-worker-1 on node-a failed (killed by SIGKILL)")

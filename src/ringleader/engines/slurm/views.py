@@ -70,7 +70,21 @@ def slurm_status(
         return JobStatus.SUCCEEDED, None, started, ended
     bad = next((c for c in components if c.get("JobState") != "COMPLETED"), components[0])
     slurm_why = f"Slurm: {bad.get('JobState')} (exit code {bad.get('ExitCode', '?')}, reason {bad.get('Reason')})"
-    return JobStatus.FAILED, f"{failure}; {slurm_why}" if failure else slurm_why, started, ended
+    if failure:
+        return JobStatus.FAILED, f"{failure}; {slurm_why}", started, ended
+    # No rank said why (they never started, or were killed): the batch step's output may.
+    last = batch_output_tail(root, record)
+    return JobStatus.FAILED, f"{slurm_why}; batch output: {last}" if last else slurm_why, started, ended
+
+
+def batch_output_tail(root: Path, record: dict[str, Any]) -> str | None:
+    """The last line the batch step (srun) wrote to Slurm's output file."""
+    path = root / "logs" / record["name"] / f"slurm-{record['slurm_id']}.out"
+    try:
+        lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return None
+    return lines[-1][:300] if lines else None
 
 
 def _instance(entry: dict[str, Any], st: dict[str, Any], job: JobStatus) -> InstanceView:
