@@ -169,3 +169,19 @@ def test_cli_jobs_commands_on_the_slurm_engine(slurm_box: object, tmp_path: Path
     too_big = cli("submit", "mpi", "--name", "huge", "--workers", "1", "--gpus", "5", "--", PY, "-c", "pass")
     assert too_big.returncode == 2 and too_big.stderr.count("\n") == 1 and "can never run" in too_big.stderr
     assert not (tmp_path / "home" / "slurm").exists()  # refused: nothing written
+
+
+def test_torch_gloo_rendezvous_across_two_nodes_from_the_rank_environment(engine: SlurmEngine) -> None:
+    pytest.importorskip("torch")
+    code = ("import os, torch, torch.distributed as dist; dist.init_process_group('gloo'); "
+            "t = torch.ones(1) * (dist.get_rank() + 1); dist.all_reduce(t); "
+            "print(dist.get_world_size(), int(t.item()), os.environ['MASTER_ADDR']); "
+            "dist.destroy_process_group()")  # fmt: skip
+    # The sandbox's node names are in no resolver: gloo is told the interface, as on sites
+    # where the host name resolves to the wrong network.
+    engine.submit(job("gloo", 2, 4, [PY, "-c", code], env={"GLOO_SOCKET_IFNAME": "eth0"}))  # one rank per node
+    view = engine.wait("gloo", timeout=180)
+    assert view.status is JobStatus.SUCCEEDED, view.reason
+    assert sorted(i.node for i in view.instances) == ["node-a", "node-b"]
+    world, total, master = engine.logs("gloo").splitlines()[-1].split()  # after torch's own warnings
+    assert (world, total) == ("2", "3") and master.startswith("10.213.")
