@@ -115,7 +115,7 @@ def test_job_states_join_slurm_and_ringleader_reasons(tmp_path: Path) -> None:
     assert slurm_status([{"JobState": "PENDING", "Reason": "None"}], tmp_path, _record())[1] == NOT_YET
     both = [{"JobState": "RUNNING", "StartTime": "2026-11-23T13:50:06"}, {"JobState": "COMPLETING"}]
     assert slurm_status(both, tmp_path, _record())[0] is JobStatus.RUNNING
-    out = tmp_path / "logs" / "j" / "slurm-7.out"
+    out = tmp_path / "logs" / "j" / "batch.log"
     out.parent.mkdir(parents=True)
     out.write_text("srun: error: task 0 launch failed: Unspecified error\n\n")
     failed = slurm_status([{"JobState": "FAILED", "ExitCode": "1:0", "Reason": "NonZeroExitCode"}], tmp_path, _record())

@@ -70,6 +70,8 @@ def test_gang_over_two_nodes_starts_together_on_exactly_the_placed_gpus(engine: 
     assert first.node == placement.nodes[0] and seen[0]["host"] == first.node
     assert {inst.node for inst in view.instances} == set(placement.nodes)
     assert view.started_at is not None and view.ended_at is not None
+    for path in [engine.root, *engine.root.rglob("*")]:  # state, plans, logs: the owner's only
+        assert path.stat().st_mode & 0o077 == 0, path
 
 
 def test_plain_sbatch_jobs_are_respected_and_a_gang_waits_for_whole_gpus(
@@ -102,6 +104,7 @@ def test_plain_sbatch_jobs_are_respected_and_a_gang_waits_for_whole_gpus(
     assert view.status is JobStatus.SUCCEEDED and view.nodes == ["node-b"]
     assert engine.logs("big") == "big ran\n" == "".join(engine.follow("big"))
     assert any(e.kind == "Pending" for e in view.events) and any(e.kind == "Placed" for e in view.events)
+    assert (engine.root / "watcher.log").stat().st_mode & 0o077 == 0
 
 
 def test_a_crashing_rank_fails_the_job_and_frees_its_gpus(engine: SlurmEngine) -> None:

@@ -189,7 +189,8 @@ class SlurmEngine:
         env["PATH"] = os.environ.get("PATH", os.defpath)
         if os.environ.get("PYTHONPATH"):
             env["PYTHONPATH"] = os.environ["PYTHONPATH"]
-        with open(self.root / "watcher.log", "ab") as log:
+        fd = os.open(self.root / "watcher.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "ab") as log:
             subprocess.Popen([sys.executable, "-m", "ringleader.engines.slurm.watch", str(self.home)], env=env,
                              stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)  # fmt: skip
 

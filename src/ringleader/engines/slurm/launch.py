@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ringleader.engines.slurm.gres import request_gres
-from ringleader.engines.slurm.records import private_dir
+from ringleader.engines.slurm.records import private_dir, write_private
 from ringleader.engines.slurm.task import TASK_FILE
 from ringleader.runtime.launchers import build_plan, job_env, parse_mpirun
 from ringleader.runtime.spec import JobSpec
@@ -75,20 +75,26 @@ def write_launch(
     run = private_dir(root / "run" / spec.name)
     private_dir(root / "logs" / spec.name)
     plan_file = run / "plan.json"
-    plan_file.write_text(json.dumps(plan))
+    write_private(plan_file, json.dumps(plan))
     script = run / "batch.py"
-    script.write_text(
+    write_private(script, (
         f"#!{sys.executable}\n# ringleader: the batch step of job {spec.name}\nimport runpy, sys\n"
         f"sys.argv = [{TASK_FILE!r}, 'batch', {str(plan_file)!r}]\nrunpy.run_path(sys.argv[0], run_name='__main__')\n"
-    )
-    script.chmod(0o700)
+    ), mode=0o700)  # fmt: skip
     return script, plan
 
 
+def batch_log(root: Path, name: str) -> Path:
+    """The batch step's own output (srun's messages), as Slurm's --output."""
+    return root / "logs" / name / "batch.log"
+
+
 def sbatch_argv(spec: JobSpec, plan: dict[str, Any], script: Path, root: Path, partition: str | None) -> list[str]:
-    output = root / "logs" / spec.name / "slurm-%j.out"
+    # Made here, private, and appended to: Slurm would create it with the job's umask.
+    output = batch_log(root, spec.name)
+    os.close(os.open(output, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
     argv = ["sbatch", "--parsable", f"--job-name={spec.name}", "--comment=ringleader", f"--output={output}",
-            f"--chdir={spec.workdir or os.getcwd()}"]  # fmt: skip
+            "--open-mode=append", f"--chdir={spec.workdir or os.getcwd()}"]  # fmt: skip
     for k, comp in enumerate(plan["components"]):
         if k:
             argv.append(":")

@@ -16,8 +16,22 @@ from typing import Any
 
 
 def private_dir(path: Path) -> Path:
+    """``path`` and every folder made on the way, 0700 whatever the umask."""
+    missing = [p for p in (path, *path.parents) if not p.exists()]
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for made in missing:
+        os.chmod(made, 0o700)
     return path
+
+
+def write_private(path: Path, text: str, mode: int = 0o600) -> None:
+    """Atomically, readable by the owner only."""
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
 
 
 class Records:
@@ -50,12 +64,7 @@ class Records:
 
     def save(self, record: dict[str, Any]) -> None:
         private_dir(self.jobs_dir)
-        path = self.path(record["name"])
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            json.dump(record, fh)
-        os.replace(tmp, path)
+        write_private(self.path(record["name"]), json.dumps(record))
 
     def remove(self, name: str) -> None:
         self.path(name).unlink(missing_ok=True)

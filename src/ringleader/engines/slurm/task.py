@@ -37,6 +37,14 @@ def _indices(text: str) -> list[int]:
     return out
 
 
+def _write_private(path: Path, text: str) -> None:
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("", 0))
@@ -55,9 +63,7 @@ def batch(plan_file: str) -> int:
     path = Path(plan_file)
     plan = json.loads(path.read_text())
     plan["master_port"] = _free_port()
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(plan))
-    os.replace(tmp, path)
+    _write_private(path, json.dumps(plan))
     child = subprocess.Popen(srun_argv(plan, plan_file), stdin=subprocess.DEVNULL)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(sig, lambda s, _f: child.send_signal(s))
@@ -66,13 +72,14 @@ def batch(plan_file: str) -> int:
 
 
 def _fail(entry: dict[str, Any], message: str, code: int) -> int:
-    Path(entry["log"]).parent.mkdir(parents=True, exist_ok=True)
-    with open(entry["log"], "ab") as log:
+    Path(entry["log"]).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(entry["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    with os.fdopen(fd, "ab") as log:
         log.write(rank_wrapper.stamp() + f"ringleader: {message}\n".encode())
-    Path(entry["state"]).parent.mkdir(parents=True, exist_ok=True)
+    Path(entry["state"]).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     now = time.time()
-    Path(entry["state"]).write_text(json.dumps({"pid": os.getpid(), "started_at": now, "exit_code": code,
-                                                "ended_at": now, "error": message}))  # fmt: skip
+    state = {"pid": os.getpid(), "started_at": now, "exit_code": code, "ended_at": now, "error": message}
+    _write_private(Path(entry["state"]), json.dumps(state))
     print(f"ringleader: {entry['instance']}: {message}", file=sys.stderr)
     return code
 
@@ -99,7 +106,7 @@ def rank(plan_file: str, program: list[str]) -> int:
         # What mpirun would have told each rank; Horovod-style programs pick GPUs by them.
         plan["env"] = {**plan["env"], **ompi_env(plan, entry)}
     own = Path(plan_file).with_name(f"plan.rank{task}.json")
-    own.write_text(json.dumps(plan))
+    _write_private(own, json.dumps(plan))
     return rank_wrapper.main([str(own), "--rank", str(task), "--", *program])
 
 

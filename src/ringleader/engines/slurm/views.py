@@ -79,7 +79,7 @@ def slurm_status(
 
 def batch_output_tail(root: Path, record: dict[str, Any]) -> str | None:
     """The last line the batch step (srun) wrote to Slurm's output file."""
-    path = root / "logs" / record["name"] / f"slurm-{record['slurm_id']}.out"
+    path = root / "logs" / record["name"] / "batch.log"
     try:
         lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
     except OSError:
