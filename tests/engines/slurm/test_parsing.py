@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from ringleader.engines.slurm.gres import gres_conf_lines, node_gres, request_gres, topology_from_links, type_index
@@ -140,3 +140,13 @@ def test_a_job_slurm_forgot_is_judged_by_its_ranks_exit_codes(tmp_path: Path) ->
     (run / "1.json").write_text(json.dumps({"exit_code": 137, "signal": "SIGKILL", "ended_at": 6.0}))
     lost = slurm_status([], tmp_path, _record())
     assert lost[:2] == (JobStatus.FAILED, "j-worker-1 on node-a failed (killed by SIGKILL)")
+
+
+@given(st.text(max_size=300))
+@example("gpu:1(IDX:1-x),gpu:g1:1(IDX:0-)")
+def test_any_scontrol_text_parses_without_error(text: str) -> None:
+    for item in parse_gres(text):
+        assert item.count >= 0 and all(i >= 0 for i in item.indices)
+    for rec in parse_records(text):
+        assert "_line" in rec
+    job_node_gres(text)

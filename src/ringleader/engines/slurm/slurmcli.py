@@ -66,7 +66,8 @@ def expand_indices(text: str) -> list[int]:
         if not part or not part[0].isdigit():
             continue
         lo, _, hi = part.partition("-")
-        out.extend(range(int(lo), int(hi or lo) + 1))
+        if lo.isdigit() and (hi or lo).isdigit():  # anything else is not an index list
+            out.extend(range(int(lo), int(hi or lo) + 1))
     return out
 
 
