@@ -22,6 +22,7 @@ from ringleader.errors import UsageError
 # name -> "module:factory"; a factory takes the ringleader home folder and returns an Engine.
 ENGINES: dict[str, str] = {
     "embedded": "ringleader.runtime.api:open_embedded",
+    "slurm": "ringleader.engines.slurm:open_slurm",
 }
 DEFAULT = "embedded"
 CONFIG = "config.json"

@@ -1,0 +1,354 @@
+"""The Slurm engine: ringleader places, Slurm runs exactly the chosen nodes and GPUs.
+
+    from ringleader.engines.slurm import SlurmEngine
+    engine = SlurmEngine(Path("~/.ringleader").expanduser())
+    engine.submit(JobSpec("vgg", workers=4, gpus_per_worker=2, command=[...], topology_aware=True))
+
+Every decision is ``place()`` on a snapshot read from Slurm at that moment (`scontrol -d show
+node` and `show job`), so jobs submitted with plain sbatch are respected. A gang that fits is
+submitted as one heterogeneous job pinned to its nodes and GPU ids (``launch.py``); one that
+does not fit waits in ringleader's queue (``<home>/slurm/jobs``) and a small watcher process
+submits it when it fits, in priority then FIFO order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from ringleader.engines.slurm import slurmcli, state
+from ringleader.engines.slurm.launch import sbatch_argv, write_launch
+from ringleader.engines.slurm.records import Records, add_event, private_dir
+from ringleader.engines.slurm.views import NOT_YET, job_view, slurm_status
+from ringleader.errors import ConflictError, NotFoundError, UnschedulableError, UsageError
+from ringleader.runtime.codec import decision_to_dict
+from ringleader.runtime.prediction import placement_from_plan, predict_job
+from ringleader.runtime.spec import JobSpec, submit_env
+from ringleader.runtime.states import JobStatus
+from ringleader.runtime.views import JobView, SubmitResult
+from ringleader.scheduler import ClusterState, Code, Decision, QueuedJob, place, schedule_queue
+
+DELETE_WAIT_S = 60.0
+FIRST_LOOK_S = 3.0
+
+
+class SlurmEngine:
+    def __init__(self, home: Path, readonly: bool = False) -> None:
+        self.home = home.absolute()
+        self.root = self.home / "slurm"
+        self.records = Records(self.root)
+        self.readonly = readonly
+        self.partition = os.environ.get("RINGLEADER_SLURM_PARTITION") or None
+        self.notes: list[str] = []
+
+    def close(self) -> None:
+        pass
+
+    # -- the cluster ----------------------------------------------------------------------------
+    def _snapshot(self) -> tuple[ClusterState, dict[str, state.SlurmNode], list[dict[str, str]]]:
+        known = self.records.all()  # read before Slurm's job list, so every submitted one is in it
+        nodes = [n for n in state.read_nodes() if not self.partition or self.partition in n.partitions]
+        jobs = slurmcli.show("job")
+        declared = state.declared_nodes(self.home)
+        links = state.links_from_gres_conf(state.gres_conf_path())
+        specs = {n.name: state.node_spec(n, declared, links) for n in nodes}
+        # Records brought up to date first: a stale PENDING one would hold GPUs it no longer waits for.
+        records = [self._refresh(r, jobs) for r in known]
+        names = {r["slurm_id"]: r["name"] for r in records if r.get("slurm_id")}
+        holders = {names.get(k, f"slurm-{k}"): v for k, v in state.job_gpus(jobs).items()}
+        reserved: dict[str, dict[str, list[int]]] = {}
+        for record in records:
+            if record.get("slurm_id") and record["status"] == JobStatus.PENDING.value:
+                chosen = (record.get("plan") or {}).get("chosen") or {}
+                for w in chosen.get("workers", []):
+                    reserved.setdefault(record["name"], {}).setdefault(w["node"], []).extend(w["gpus"])
+        return state.cluster_state(nodes, specs, holders, reserved), {n.name: n for n in nodes}, jobs
+
+    def nodes(self) -> ClusterState:
+        return self._snapshot()[0]
+
+    # -- submit and the queue -------------------------------------------------------------------
+    def submit(self, spec: JobSpec, dry_run: bool = False) -> SubmitResult:
+        spec.validate()
+        if spec.workdir is None:
+            spec = dataclasses.replace(spec, workdir=os.getcwd())
+        if spec.submit_env is None:
+            spec = dataclasses.replace(spec, submit_env=submit_env(dict(os.environ)))
+        # Checked before anything is written: a refused or dry-run submit leaves no trace.
+        self._check_new(spec.name)
+        snapshot, nodes, _ = self._snapshot()
+        decision = place(snapshot, spec.request())
+        _refuse_unresolvable(decision)
+        if decision.ok and spec.gpus_per_worker:
+            _require_typed(decision, nodes)
+        blind = [ns.name for ns in snapshot.nodes if ns.spec.topology.source.startswith("unknown")]
+        if blind and spec.topology_aware:
+            how = "add Links= to gres.conf with `ringleader slurm gres-conf`, or a cluster file"
+            self.notes.append(f"note: no GPU links known for {', '.join(blind)}: every pair taken as SYS ({how})")
+        if dry_run:
+            prediction = predict_job(snapshot, spec, decision.placement) if decision.placement else None
+            return SubmitResult(decision, decision_to_dict(decision), True, extra={"prediction": prediction})
+        private_dir(self.home)
+        with self.records.locked():
+            self._check_new(spec.name)
+            record: dict[str, Any] = {
+                "name": spec.name, "spec": spec.to_dict(), "created_at": time.time(), "priority": spec.priority,
+                "status": JobStatus.PENDING.value, "reason": None, "plan": decision_to_dict(decision),
+                "slurm_id": None, "started_at": None, "ended_at": None, "events": [],
+            }  # fmt: skip
+            add_event(record, "Submitted", f"{spec.workers} worker(s) x {spec.gpus_per_worker} GPU(s), "
+                                           f"{decision.policy} policy, priority {spec.priority}")  # fmt: skip
+            self.records.save(record)
+            mine = self._schedule_locked().get(spec.name, decision)
+            refused = self.records.load(spec.name) or {}
+            if refused.get("status") == JobStatus.FAILED.value and not refused.get("slurm_id"):
+                self.records.remove(spec.name)  # sbatch refused it: nothing stays behind
+                shutil.rmtree(self.root / "run" / spec.name, ignore_errors=True)
+                shutil.rmtree(self.root / "logs" / spec.name, ignore_errors=True)
+                raise slurmcli.SlurmError(refused["reason"], "see Slurm's message; fix the cluster or the request")
+        if not mine.ok:
+            self._start_watcher()
+        return SubmitResult(mine, decision_to_dict(mine), dry_run=False, job=self._first_look(spec.name))
+
+    def _first_look(self, name: str) -> JobView:
+        """The job once Slurm has considered it (a moment after sbatch), so submit reports
+        RUNNING or Slurm's own reason rather than "not looked at yet"."""
+        deadline = time.monotonic() + FIRST_LOOK_S
+        view = self.get(name)
+        while view.status is JobStatus.PENDING and view.reason == NOT_YET and time.monotonic() < deadline:
+            time.sleep(0.2)
+            view = self.get(name)
+        return view
+
+    def _check_new(self, name: str) -> None:
+        if self.records.load(name) is not None:
+            fix = f"pick another --name or `ringleader delete {name} --engine slurm`"
+            raise ConflictError(f"job {name!r} already exists", fix)
+
+    def schedule(self) -> int:
+        """One pass over ringleader's queue; how many jobs still wait in it."""
+        if not self._queued():  # nothing waits: no lock taken, nothing created (reads stay reads)
+            return 0
+        with self.records.locked():
+            self._schedule_locked()
+        return len(self._queued())
+
+    def _queued(self) -> list[dict[str, Any]]:
+        return [r for r in self.records.all() if r["status"] == JobStatus.PENDING.value and not r.get("slurm_id")]
+
+    def _schedule_locked(self) -> dict[str, Decision]:
+        queued = self._queued()
+        if not queued:
+            return {}
+        snapshot, nodes, _ = self._snapshot()
+        specs = {r["name"]: JobSpec.from_dict(r["spec"]) for r in queued}
+        order = [QueuedJob(specs[r["name"]].request(), i) for i, r in enumerate(queued)]
+        _, decisions = schedule_queue(snapshot, order)
+        out = {}
+        for decision in decisions:
+            record = next(r for r in queued if r["name"] == decision.job.name)
+            record["plan"] = decision_to_dict(decision)
+            if decision.ok:
+                try:
+                    self._launch(record, specs[record["name"]], decision, snapshot, nodes)
+                except slurmcli.SlurmError as exc:  # never retried blindly: the job fails with Slurm's words
+                    record.update(status=JobStatus.FAILED.value, reason=exc.message, ended_at=time.time())
+                    add_event(record, "Failed", exc.message)
+            else:
+                reason = "; ".join(decision.reasons)
+                if record.get("reason") != reason:
+                    add_event(record, "Pending", reason)
+                record["reason"] = reason
+            self.records.save(record)
+            out[decision.job.name] = decision
+        return out
+
+    def _launch(self, record: dict[str, Any], spec: JobSpec, decision: Decision, snapshot: ClusterState,
+                nodes: dict[str, state.SlurmNode]) -> None:  # fmt: skip
+        assert decision.placement is not None
+        specs = {ns.name: ns.spec for ns in snapshot.nodes}
+        addresses = {name: n.address for name, n in nodes.items()}
+        script, plan = write_launch(self.root, spec, decision.placement, specs, addresses)
+        done = slurmcli.run(sbatch_argv(spec, plan, script, self.root, self.partition))
+        record["slurm_id"] = done.stdout.strip().split(";")[0]
+        record["reason"] = None
+        add_event(record, "Placed", decision.summary())
+        add_event(record, "SlurmSubmitted", f"Slurm job {record['slurm_id']}: "
+                                            f"{len(plan['components'])} component(s), exact GPU ids")  # fmt: skip
+
+    def _start_watcher(self) -> None:
+        private_dir(self.root)
+        env = {k: v for k, v in os.environ.items() if k.startswith(("SLURM_", "RINGLEADER_"))}
+        env["PATH"] = os.environ.get("PATH", os.defpath)
+        if os.environ.get("PYTHONPATH"):
+            env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+        fd = os.open(self.root / "watcher.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "ab") as log:
+            subprocess.Popen([sys.executable, "-m", "ringleader.engines.slurm.watch", str(self.home)], env=env,
+                             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)  # fmt: skip
+
+    # -- reading --------------------------------------------------------------------------------
+    def _record(self, name: str) -> dict[str, Any]:
+        record = self.records.load(name)
+        if record is None:
+            raise NotFoundError(f"job {name!r} not found", "see `ringleader list --engine slurm`")
+        return record
+
+    def _refresh(self, record: dict[str, Any], jobs: list[dict[str, str]] | None = None) -> dict[str, Any]:
+        """The record updated from Slurm (and the rank state files); saved when it changed."""
+        if not record.get("slurm_id") or JobStatus(record["status"]).is_terminal():
+            return record
+        ident = record["slurm_id"]
+        components = [j for j in jobs or [] if (j.get("HetJobId") or j.get("JobId")) == ident]
+        if not components:  # not in the list (or none given): ask for it by id before concluding
+            components = slurmcli.show("job", ident)
+        before = dict(record)
+        status, reason, started, ended = slurm_status(components, self.root, record)
+        if status is not JobStatus(record["status"]):
+            add_event(record, status.value.capitalize(), reason or f"Slurm job {ident}")
+        record.update(status=status.value, reason=reason, started_at=started or record.get("started_at"),
+                      ended_at=ended)  # fmt: skip
+        if record != before and not self.readonly:
+            self.records.save(record)
+        return record
+
+    def get(self, name: str) -> JobView:
+        if not self.readonly:
+            self.schedule()
+        return job_view(self._refresh(self._record(name)), self.root)
+
+    def list_jobs(self, statuses: Sequence[JobStatus] | None = None, with_instances: bool = False) -> list[JobView]:
+        if not self.readonly:
+            self.schedule()
+        records = self.records.all()  # before Slurm's job list: every submitted one is in it
+        jobs = slurmcli.show("job") if any(r.get("slurm_id") for r in records) else []
+        views = [job_view(self._refresh(r, jobs), self.root, with_instances) for r in records]
+        return [v for v in views if statuses is None or v.status in statuses]
+
+    def wait(self, name: str, timeout: float | None = None) -> JobView:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            view = self.get(name)
+            if view.status.is_terminal():
+                return view
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"job {name} still {view.status.value} after {timeout} s")
+            time.sleep(0.3)
+
+    def prediction(self, name: str) -> dict[str, Any] | None:
+        job = self.get(name)
+        placement = placement_from_plan(name, job.placement)
+        if placement is None or not job.spec.model:
+            return None
+        return predict_job(self.nodes().without_job(name), job.spec, placement)
+
+    # -- logs -----------------------------------------------------------------------------------
+    def _log_file(self, name: str, instance: str | None) -> Path:
+        view = self.get(name)
+        names = [i.name for i in view.instances]
+        if not names:
+            raise NotFoundError(f"job {name} has no instances yet ({view.status.value})", "wait until it runs")
+        if instance is None:
+            instance = next(i.name for i in view.instances if i.is_chief)
+        elif instance not in names:
+            if f"{name}-{instance}" not in names:
+                raise NotFoundError(f"job {name} has no instance {instance!r}", f"use one of {', '.join(names)}")
+            instance = f"{name}-{instance}"
+        return self.root / "logs" / name / f"{instance}.log"
+
+    def logs(self, name: str, instance: str | None = None, tail: int | None = None, timestamps: bool = False) -> str:
+        path = self._log_file(name, instance)
+        lines = path.read_bytes().decode(errors="replace").splitlines(keepends=True) if path.exists() else []
+        if tail is not None:
+            lines = lines[-tail:] if tail > 0 else []
+        return "".join(line if timestamps else _strip_stamp(line) for line in lines)
+
+    def follow(self, name: str, instance: str | None = None, tail: int | None = None,
+               timestamps: bool = False) -> Iterator[str]:  # fmt: skip
+        while not self.get(name).instances and not self.get(name).status.is_terminal():
+            time.sleep(0.5)
+        path = self._log_file(name, instance)
+        first = self.logs(name, instance, tail, timestamps)
+        offset = path.stat().st_size if path.exists() else 0
+        if first:
+            yield first
+        while True:
+            done = self.get(name).status.is_terminal()
+            if path.exists() and path.stat().st_size > offset:
+                with open(path, "rb") as fh:
+                    fh.seek(offset)
+                    chunk = fh.read()
+                cut = len(chunk) if done else chunk.rfind(b"\n") + 1
+                offset += cut
+                text = chunk[:cut].decode(errors="replace")
+                yield "".join(ln if timestamps else _strip_stamp(ln) for ln in text.splitlines(keepends=True))
+            if done:
+                return
+            time.sleep(0.5)
+
+    # -- removal --------------------------------------------------------------------------------
+    def delete(self, names: Sequence[str]) -> list[str]:
+        """scancel each job (every component), wait until Slurm has freed its GPUs, forget it."""
+        missing = [n for n in names if self.records.load(n) is None]
+        if missing:
+            raise NotFoundError(f"job {missing[0]!r} not found", "see `ringleader list --engine slurm`")
+        with self.records.locked():
+            records = [self._record(n) for n in names]
+            for record in records:
+                if record.get("slurm_id"):
+                    slurmcli.run(["scancel", record["slurm_id"]], check=False)
+            for record in records:
+                if record.get("slurm_id"):
+                    self._wait_gone(record["slurm_id"])
+                self.records.remove(record["name"])
+                for sub in ("run", "logs"):
+                    shutil.rmtree(self.root / sub / record["name"], ignore_errors=True)
+        if not self.readonly:
+            self.schedule()
+        return list(names)
+
+    def _wait_gone(self, ident: str) -> None:
+        deadline = time.monotonic() + DELETE_WAIT_S
+        while time.monotonic() < deadline:
+            live = [j for j in slurmcli.show("job", ident) if j.get("JobState") in state.RUNNING_STATES]
+            if not live:
+                return
+            time.sleep(0.3)
+        self.notes.append(f"note: Slurm job {ident} was cancelled but still holds its nodes after "
+                          f"{DELETE_WAIT_S:.0f} s; Slurm frees them when its processes end")  # fmt: skip
+
+
+def open_slurm(home: Path, readonly: bool = False) -> SlurmEngine:
+    """The `slurm` engine (see ``ringleader.engines``)."""
+    return SlurmEngine(home, readonly)
+
+
+def _strip_stamp(line: str) -> str:
+    head, sep, rest = line.partition(" ")
+    return rest if sep and head.endswith("Z") and head[:4].isdigit() else line
+
+
+def _refuse_unresolvable(decision: Decision) -> None:
+    if decision.code is Code.UNRESOLVABLE:
+        raise UnschedulableError(
+            f"job {decision.job.name} can never run on this Slurm cluster: {'; '.join(decision.reasons)}",
+            "ask for fewer GPUs per worker or fewer workers",
+        )
+
+
+def _require_typed(decision: Decision, nodes: dict[str, state.SlurmNode]) -> None:
+    assert decision.placement is not None
+    for node in decision.placement.nodes:
+        if not nodes[node].typed:
+            raise UsageError(
+                f"node {node} declares its GPUs without one GRES type per GPU, so Slurm cannot be asked "
+                "for exact GPU ids there",
+                "declare them with `ringleader slurm gres-conf` (gres.conf and the node's Gres=) and reconfigure",
+            )

@@ -1,0 +1,106 @@
+"""A placed gang as one Slurm job: a heterogeneous job with one component per chosen node, each
+pinned with ``--nodelist`` and per-GPU GRES types, so Slurm starts all of it at once on exactly
+the chosen nodes and GPU ids (or keeps all of it waiting).
+
+The batch script runs ringleader's ``task.py``; it runs one ``srun`` step over every component,
+and each task runs the program under the rank wrapper.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ringleader.engines.slurm.gres import request_gres
+from ringleader.engines.slurm.records import private_dir, write_private
+from ringleader.engines.slurm.task import TASK_FILE
+from ringleader.runtime.launchers import build_plan, job_env, parse_mpirun
+from ringleader.runtime.spec import JobSpec
+from ringleader.scheduler import Placement, WorkerSlot
+from ringleader.topology import NodeSpec
+
+
+def by_node(placement: Placement) -> Placement:
+    """Workers renumbered node by node (in the placement's node order): Slurm numbers the tasks
+    of a heterogeneous step component after component, and rank i must be task i."""
+    slots = [s for node in placement.nodes for s in placement.slots if s.node == node]
+    return Placement(placement.job, tuple(WorkerSlot(i, s.node, s.gpus) for i, s in enumerate(slots)))
+
+
+def mpi_program(command: list[str]) -> tuple[list[str], dict[str, str]]:
+    """An mpirun line as a direct launch: its program, and its -x / --mca options as the
+    environment Open MPI would have given the ranks (srun --mpi=pmix starts them itself)."""
+    kept, _, program = parse_mpirun(command)
+    env: dict[str, str] = {}
+    i = 0
+    while i < len(kept):
+        name = kept[i].lstrip("-")
+        if name in ("x",) and i + 1 < len(kept):
+            key, sep, value = kept[i + 1].partition("=")
+            if sep:
+                env[key] = value
+            elif key in os.environ:
+                env[key] = os.environ[key]
+            i += 2
+        elif name in ("mca", "gmca") and i + 2 < len(kept):
+            env[f"OMPI_MCA_{kept[i + 1]}"] = kept[i + 2]
+            i += 3
+        else:
+            i += 1
+    return program, env
+
+
+def write_launch(
+    root: Path, spec: JobSpec, placement: Placement, specs: Mapping[str, NodeSpec], addresses: Mapping[str, str]
+) -> tuple[Path, dict[str, Any]]:
+    """The rank plan (``<root>/run/<job>/plan.json``) and the batch script next to it."""
+    placement = by_node(placement)
+    env = job_env(spec.submit_env)
+    if spec.is_mpirun:
+        program, mpi_env = mpi_program(spec.command)
+        env.update(mpi_env)
+    else:
+        program = list(spec.command)
+    env.update(spec.env)
+    plan = build_plan(spec.name, placement, dict(specs), env, root)
+    plan.update(
+        master_addr=addresses[placement.nodes[0]], master_port=0, program=program, mpi=spec.is_mpirun,
+        components=[{"node": n, "ntasks": sum(1 for s in placement.slots if s.node == n),
+                     "gpus": list(placement.gpus_on(n))} for n in placement.nodes],
+    )  # fmt: skip
+    run = private_dir(root / "run" / spec.name)
+    private_dir(root / "logs" / spec.name)
+    plan_file = run / "plan.json"
+    write_private(plan_file, json.dumps(plan))
+    script = run / "batch.py"
+    write_private(script, (
+        f"#!{sys.executable}\n# ringleader: the batch step of job {spec.name}\nimport runpy, sys\n"
+        f"sys.argv = [{TASK_FILE!r}, 'batch', {str(plan_file)!r}]\nrunpy.run_path(sys.argv[0], run_name='__main__')\n"
+    ), mode=0o700)  # fmt: skip
+    return script, plan
+
+
+def batch_log(root: Path, name: str) -> Path:
+    """The batch step's own output (srun's messages), as Slurm's --output."""
+    return root / "logs" / name / "batch.log"
+
+
+def sbatch_argv(spec: JobSpec, plan: dict[str, Any], script: Path, root: Path, partition: str | None) -> list[str]:
+    # Made here, private, and appended to: Slurm would create it with the job's umask.
+    output = batch_log(root, spec.name)
+    os.close(os.open(output, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+    argv = ["sbatch", "--parsable", f"--job-name={spec.name}", "--comment=ringleader", f"--output={output}",
+            "--open-mode=append", f"--chdir={spec.workdir or os.getcwd()}"]  # fmt: skip
+    for k, comp in enumerate(plan["components"]):
+        if k:
+            argv.append(":")
+        argv += [f"--nodelist={comp['node']}", "--nodes=1", f"--ntasks={comp['ntasks']}"]
+        if partition:
+            argv.append(f"--partition={partition}")
+        if comp["gpus"]:
+            argv.append(f"--gres={request_gres(comp['gpus'])}")
+    return [*argv, str(script)]

@@ -1,0 +1,164 @@
+"""The cluster as Slurm sees it now, in the placement engine's terms.
+
+GPUs in use come from `scontrol -d show node` (GresUsed with indices, whoever submitted the
+job) and are attributed to jobs through `scontrol -d show job`; GPUs that ringleader's own
+submitted-but-not-started jobs are waiting for count as taken too, so two gangs never wait for
+the same GPU. Topologies come from ringleader's cluster file when one is given, else from
+gres.conf ``Links=``, else every pair is taken as the slowest PCIe link.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from ringleader.engines.slurm import slurmcli
+from ringleader.engines.slurm.gres import NO_NVLINK, topology_from_links, type_index
+from ringleader.errors import UsageError
+from ringleader.scheduler import ClusterState, NodeState
+from ringleader.topology import NodeSpec, NodeTopology, load_cluster_file
+from ringleader.topology.links import SELF
+
+# Node states whose GPUs cannot be handed out (a base state, or a flag after '+').
+UNUSABLE = {"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "FUTURE", "NOT_RESPONDING",
+            "POWERED_DOWN", "POWERING_DOWN", "REBOOT_REQUESTED", "MAINTENANCE", "UNKNOWN", "INVAL"}  # fmt: skip
+RUNNING_STATES = {"RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING", "STOPPED", "SIGNALING", "STAGE_OUT"}
+
+
+@dataclass(frozen=True)
+class SlurmNode:
+    name: str
+    address: str
+    state: str
+    partitions: tuple[str, ...]
+    gpus: int
+    typed: bool  # every GPU has its own ``g<index>`` type (exact ids can be requested)
+    used: tuple[int, ...]
+
+    @property
+    def usable(self) -> bool:
+        return not {s for s in re.split(r"[+*~#!%$@^-]", self.state.upper()) if s} & UNUSABLE
+
+
+def read_nodes() -> list[SlurmNode]:
+    nodes = []
+    for rec in slurmcli.show("node"):
+        items = [i for i in slurmcli.parse_gres(rec.get("Gres", "")) if i.name == "gpu"]
+        used_items = [i for i in slurmcli.parse_gres(rec.get("GresUsed", "")) if i.name == "gpu"]
+        count = sum(i.count for i in items)
+        typed = bool(items) and all(i.count == 1 and type_index(i.type) is not None for i in items)
+        used = sorted({g for i in used_items for g in i.indices})
+        nodes.append(SlurmNode(
+            name=rec["NodeName"], address=rec.get("NodeAddr", rec["NodeName"]), state=rec.get("State", "UNKNOWN"),
+            partitions=tuple(p for p in rec.get("Partitions", "").split(",") if p), gpus=count, typed=typed,
+            used=tuple(used),
+        ))  # fmt: skip
+    return nodes
+
+
+def job_gpus(records: Iterable[Mapping[str, str]]) -> dict[str, dict[str, list[int]]]:
+    """Slurm job id -> node -> GPU indices held, for running jobs (from `show job -d`)."""
+    out: dict[str, dict[str, list[int]]] = {}
+    for rec in records:
+        if rec.get("JobState") not in RUNNING_STATES:
+            continue
+        ident = rec.get("HetJobId") or rec["JobId"]
+        for nodelist, gpus in slurmcli.job_node_gres(rec["_line"]):
+            for node in slurmcli.hostnames(nodelist):
+                out.setdefault(ident, {}).setdefault(node, []).extend(gpus)
+    return out
+
+
+# -- topologies -----------------------------------------------------------------------------------
+
+
+def gres_conf_path() -> Path:
+    conf = Path(os.environ.get("SLURM_CONF", "/etc/slurm/slurm.conf"))
+    return conf.parent / "gres.conf"
+
+
+def links_from_gres_conf(path: Path) -> dict[str, list[tuple[int, list[int]]]]:
+    """node -> [(gpu index, Links= row)] from gres.conf lines with ``NodeName=`` and ``Links=``."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return {}
+    out: dict[str, list[tuple[int, list[int]]]] = {}
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        fields = dict(w.split("=", 1) for w in line.split() if "=" in w)
+        if fields.get("Name") != "gpu" or "Links" not in fields or "NodeName" not in fields:
+            continue
+        index = type_index(fields.get("Type"))
+        if index is None:
+            match = re.search(r"(\d+)$", fields.get("File", ""))
+            if match is None:
+                continue
+            index = int(match.group(1))
+        try:
+            row = [int(v) for v in fields["Links"].split(",")]
+        except ValueError:
+            continue
+        for node in slurmcli.hostnames(fields["NodeName"]):
+            out.setdefault(node, []).append((index, row))
+    return out
+
+
+def declared_nodes(home: Path) -> dict[str, NodeSpec]:
+    """ringleader's cluster file for this Slurm cluster: RINGLEADER_SLURM_CLUSTER, else
+    ``<home>/slurm/cluster.yaml`` when present."""
+    path = os.environ.get("RINGLEADER_SLURM_CLUSTER") or str(home / "slurm" / "cluster.yaml")
+    if not os.environ.get("RINGLEADER_SLURM_CLUSTER") and not Path(path).exists():
+        return {}
+    return {spec.name: spec for spec in load_cluster_file(path)}
+
+
+def unknown_topology(n: int) -> NodeTopology:
+    rows = tuple(tuple(SELF if i == j else NO_NVLINK for j in range(n)) for i in range(n))
+    return NodeTopology(links=rows, source="unknown (no Links= and no cluster file)")
+
+
+def node_spec(node: SlurmNode, declared: Mapping[str, NodeSpec],
+              links: Mapping[str, list[tuple[int, list[int]]]]) -> NodeSpec:  # fmt: skip
+    spec = declared.get(node.name)
+    if spec is not None:
+        if spec.topology.n_gpus != node.gpus:
+            raise UsageError(
+                f"the cluster file gives node {node.name} {spec.topology.n_gpus} GPUs but Slurm has {node.gpus}",
+                "make the cluster file match slurm.conf's Gres= for that node",
+            )
+        return NodeSpec(spec.name, spec.topology, spec.network_gbps, spec.labels, emulated=False)
+    rows = dict(links.get(node.name, []))
+    if node.gpus and sorted(rows) == list(range(node.gpus)):
+        topo = topology_from_links([rows[i] for i in range(node.gpus)])
+    else:
+        topo = unknown_topology(node.gpus)
+    return NodeSpec(node.name, topo)
+
+
+def cluster_state(
+    nodes: Iterable[SlurmNode],
+    specs: Mapping[str, NodeSpec],
+    holders: Mapping[str, Mapping[str, list[int]]],
+    reserved: Mapping[str, Mapping[str, list[int]]],
+) -> ClusterState:
+    """``holders``: owner -> node -> GPUs Slurm has handed out; ``reserved``: ringleader job ->
+    node -> GPUs it waits for in Slurm's queue. Used GPUs with no known job are 'slurm'."""
+    out = []
+    for node in nodes:
+        owner: dict[int, str] = {}
+        for table in (reserved, holders):
+            for job, per_node in table.items():
+                for gpu in per_node.get(node.name, []):
+                    owner.setdefault(gpu, job)
+        for gpu in node.used:
+            owner.setdefault(gpu, "slurm")
+        if not node.usable:
+            for gpu in range(node.gpus):
+                owner.setdefault(gpu, f"node {node.state.lower()}")
+        allocated = tuple(sorted((g, j) for g, j in owner.items() if g < node.gpus))
+        out.append(NodeState(specs[node.name], allocated))
+    return ClusterState(tuple(out))

@@ -1,0 +1,190 @@
+"""The Slurm engine against a real Slurm (see conftest): gangs start together on exactly the
+placed nodes and GPU ids, jobs from plain sbatch are respected, crashes fail the job, delete
+cancels it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from engines.slurm.helpers import PY, Outside, node_gpus_used, wait_for
+from ringleader.engines.slurm import SlurmEngine
+from ringleader.errors import NotFoundError
+from ringleader.runtime.spec import JobSpec
+from ringleader.runtime.states import JobStatus
+
+pytestmark = pytest.mark.slow
+
+# Each rank writes what it was given, then waits for every other rank of the gang: a gang that
+# did not start together times out and fails.
+RECORD_AND_MEET = """
+import json, os, socket, sys, time
+out = sys.argv[1]
+keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT",
+        "CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_PROCID", "SLURM_LOCALID", "RINGLEADER_NODE")
+mine = {k: os.environ.get(k) for k in keys}
+mine["host"] = socket.gethostname()
+with open(os.path.join(out, "rank-%s.json" % mine["RANK"]), "w") as fh:
+    json.dump(mine, fh)
+deadline = time.time() + float(sys.argv[2])
+while len([f for f in os.listdir(out) if f.startswith("rank-")]) < int(mine["WORLD_SIZE"]):
+    if time.time() > deadline:
+        sys.exit("not all ranks started together")
+    time.sleep(0.1)
+"""
+
+
+def job(name: str, workers: int, gpus: int, command: list[str], **kw: object) -> JobSpec:
+    return JobSpec(name=name, workers=workers, gpus_per_worker=gpus, command=command, **kw)  # type: ignore[arg-type]
+
+
+def ranks(out: Path) -> list[dict[str, str]]:
+    return [json.loads((out / f"rank-{r}.json").read_text()) for r in range(len(list(out.glob("rank-*"))))]
+
+
+def test_gang_over_two_nodes_starts_together_on_exactly_the_placed_gpus(engine: SlurmEngine, tmp_path: Path) -> None:
+    out = tmp_path / "ranks"
+    out.mkdir()
+    result = engine.submit(job("gang", 6, 1, [PY, "-c", RECORD_AND_MEET, str(out), "30"], topology_aware=True))
+    placement = result.decision.placement
+    assert placement is not None and len(placement.nodes) == 2
+    view = engine.wait("gang", timeout=90)
+    assert view.status is JobStatus.SUCCEEDED, view.reason
+    seen = ranks(out)
+    assert len(seen) == 6
+    first = next(i for i in view.instances if i.is_chief)
+    for inst, env in zip(view.instances, seen, strict=True):
+        node_gpus = [g for i in view.instances if i.node == inst.node for g in i.gpus]
+        # Slurm itself handed this node exactly the placed GPU ids...
+        assert sorted(int(g) for g in env["SLURM_STEP_GPUS"].split(",")) == sorted(node_gpus)
+        # ...and the rank sees them in placement order, runs where it was placed, with
+        # torchrun's variables matching Slurm's task numbering.
+        assert env["CUDA_VISIBLE_DEVICES"] == ",".join(map(str, node_gpus))
+        assert env["host"] == env["RINGLEADER_NODE"] == inst.node
+        assert env["RANK"] == env["SLURM_PROCID"] and env["LOCAL_RANK"] == env["SLURM_LOCALID"]
+        assert env["WORLD_SIZE"] == "6" and env["MASTER_ADDR"] == seen[0]["MASTER_ADDR"]
+    assert first.node == placement.nodes[0] and seen[0]["host"] == first.node
+    assert {inst.node for inst in view.instances} == set(placement.nodes)
+    assert view.started_at is not None and view.ended_at is not None
+    for path in [engine.root, *engine.root.rglob("*")]:  # state, plans, logs: the owner's only
+        assert path.stat().st_mode & 0o077 == 0, path
+
+
+def test_plain_sbatch_jobs_are_respected_and_a_gang_waits_for_whole_gpus(
+    engine: SlurmEngine, outside: Outside, tmp_path: Path
+) -> None:
+    one = outside.sbatch("--nodelist=node-a", "--gres=gpu:1")
+    all_b = outside.sbatch("--nodelist=node-b", "--gres=gpu:4")
+    wait_for(lambda: len(node_gpus_used().get("node-a", [])) == 1 and len(node_gpus_used().get("node-b", [])) == 4,
+             60, "the outside jobs to hold their GPUs")  # fmt: skip
+    (busy,) = node_gpus_used()["node-a"]
+    snapshot = engine.nodes()
+    assert snapshot.node("node-a").owner(busy) == f"slurm-{one}"
+    assert snapshot.node("node-b").n_free == 0
+
+    out = tmp_path / "pair"
+    out.mkdir()
+    pair = engine.submit(job("pair", 1, 2, [PY, "-c", RECORD_AND_MEET, str(out), "5"], topology_aware=True))
+    assert pair.decision.placement is not None
+    gpus = set(pair.decision.placement.gpus_on("node-a"))
+    assert busy not in gpus and len(gpus) == 2
+    assert pair.decision.chosen is not None and pair.decision.chosen.metrics.bottleneck.kind == "NV2"
+    assert engine.wait("pair", timeout=60).status is JobStatus.SUCCEEDED
+    assert {int(g) for g in ranks(out)[0]["SLURM_STEP_GPUS"].split(",")} == gpus
+
+    big = engine.submit(job("big", 1, 4, [PY, "-c", "print('big ran')"]))
+    assert big.job is not None and big.job.status is JobStatus.PENDING and big.job.reason
+    assert not big.job.instances  # nothing is handed to Slurm while it cannot start whole
+    outside.cancel(all_b)  # the watcher submits it once node-b is free
+    view = engine.wait("big", timeout=60)
+    assert view.status is JobStatus.SUCCEEDED and view.nodes == ["node-b"]
+    assert engine.logs("big") == "big ran\n" == "".join(engine.follow("big"))
+    assert any(e.kind == "Pending" for e in view.events) and any(e.kind == "Placed" for e in view.events)
+    assert (engine.root / "watcher.log").stat().st_mode & 0o077 == 0
+
+
+def test_a_crashing_rank_fails_the_job_and_frees_its_gpus(engine: SlurmEngine) -> None:
+    code = "import os, sys, time; sys.exit(3) if os.environ['RANK'] == '1' else time.sleep(120)"
+    engine.submit(job("crash", 2, 1, [PY, "-c", code]))
+    view = engine.wait("crash", timeout=90)
+    assert view.status is JobStatus.FAILED
+    assert view.reason is not None and "crash-worker-1" in view.reason and "exit code 3" in view.reason
+    by_name = {i.name: i for i in view.instances}
+    assert by_name["crash-worker-1"].status == "Failed" and by_name["crash-worker-1"].exit_code == 3
+    assert by_name["crash-worker-0"].status == "Stopped"
+    wait_for(lambda: all(a[1] != "crash" for ns in engine.nodes().nodes for a in ns.allocated), 30, "GPUs freed")
+
+
+def test_delete_cancels_every_rank_in_slurm(engine: SlurmEngine) -> None:
+    engine.submit(job("long", 2, 2, [PY, "-c", "import time; time.sleep(300)"]))
+    wait_for(lambda: all(i.pid for i in engine.get("long").instances), 60, "both ranks running")
+    pids = [i.pid for i in engine.get("long").instances]
+    ident = engine.records.load("long")["slurm_id"]  # type: ignore[index]
+    assert engine.delete(["long"]) == ["long"]
+    state = subprocess.run(["scontrol", "-o", "show", "job", ident], capture_output=True, text=True).stdout
+    assert "JobState=CANCELLED" in state or not state.strip()
+    with pytest.raises(NotFoundError):
+        engine.get("long")
+    wait_for(lambda: not any(_alive(p) for p in pids if p), 30, "rank processes gone")
+    assert all(not ns.allocated for ns in engine.nodes().nodes)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_mpirun_line_runs_as_one_mpi_world_with_local_ranks_as_slurm_gives_them(engine: SlurmEngine) -> None:
+    pytest.importorskip("mpi4py")
+    code = ("from mpi4py import MPI; import os; c = MPI.COMM_WORLD; "
+            "assert c.Get_rank() == int(os.environ['RANK']) and c.Get_size() == 4; "
+            "e = os.environ; assert e['OMPI_COMM_WORLD_LOCAL_RANK'] == e['LOCAL_RANK'] == e['SLURM_LOCALID']; "
+            "print('sum', c.allreduce(c.Get_rank()), os.environ['FROM_X'])")  # fmt: skip
+    engine.submit(job("mpi", 4, 2, ["mpirun", "-np", "4", "-x", "FROM_X=yes", PY, "-c", code]))
+    view = engine.wait("mpi", timeout=120)
+    assert view.status is JobStatus.SUCCEEDED, view.reason
+    assert len(view.nodes) == 2  # 4 x 2 GPUs need both 4-GPU nodes
+    assert engine.logs("mpi") == "sum 6 yes\n"
+
+
+def test_cli_jobs_commands_on_the_slurm_engine(slurm_box: object, tmp_path: Path) -> None:
+    env = {**os.environ, "RINGLEADER_HOME": str(tmp_path / "home")}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([PY, "-m", "ringleader.cli.main", *args], env=env, capture_output=True, text=True)
+
+    assert cli("engine", "use", "slurm").returncode == 0
+    plan = cli("submit", "mpi", "--name", "dry", "--workers", "2", "--gpus", "2", "--gputopology=true",
+               "--dry-run", "--", PY, "-c", "pass")  # fmt: skip
+    assert plan.returncode == 0 and "Bottleneck:  NV" in plan.stdout
+    assert "WORKER  NODE    GPU_IDS\n0       node-a" in plan.stdout
+    top = cli("top", "node")
+    assert top.returncode == 0 and "node-a" in top.stdout and "node-b" in top.stdout
+    missing = cli("get", "nope")
+    assert missing.returncode == 2 and missing.stderr.startswith("error: job 'nope' not found")
+    too_big = cli("submit", "mpi", "--name", "huge", "--workers", "1", "--gpus", "5", "--", PY, "-c", "pass")
+    assert too_big.returncode == 2 and too_big.stderr.count("\n") == 1 and "can never run" in too_big.stderr
+    assert not (tmp_path / "home" / "slurm").exists()  # refused: nothing written
+
+
+def test_torch_gloo_rendezvous_across_two_nodes_from_the_rank_environment(engine: SlurmEngine) -> None:
+    pytest.importorskip("torch")
+    code = ("import os, torch, torch.distributed as dist; dist.init_process_group('gloo'); "
+            "t = torch.ones(1) * (dist.get_rank() + 1); dist.all_reduce(t); "
+            "print(dist.get_world_size(), int(t.item()), os.environ['MASTER_ADDR']); "
+            "dist.destroy_process_group()")  # fmt: skip
+    # The sandbox's node names are in no resolver: gloo is told the interface, as on sites
+    # where the host name resolves to the wrong network.
+    engine.submit(job("gloo", 2, 4, [PY, "-c", code], env={"GLOO_SOCKET_IFNAME": "eth0"}))  # one rank per node
+    view = engine.wait("gloo", timeout=180)
+    assert view.status is JobStatus.SUCCEEDED, view.reason
+    assert sorted(i.node for i in view.instances) == ["node-a", "node-b"]
+    world, total, master = engine.logs("gloo").splitlines()[-1].split()  # after torch's own warnings
+    assert (world, total) == ("2", "3") and master.startswith("10.213.")
