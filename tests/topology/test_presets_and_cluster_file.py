@@ -6,9 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from refdata import reference_file
-from ringleader.errors import NotFoundError, TopologyError, UsageError
-from ringleader.topology import PRESETS, load_cluster_text, parse_bandwidth_text, preset
+from ringleader.errors import NotFoundError, UsageError
+from ringleader.topology import PRESETS, load_cluster_text, preset
 
 
 def test_hybrid_cube_mesh_has_two_fully_nvlinked_quads() -> None:
@@ -50,22 +49,6 @@ def test_cluster_file_expands_count_and_keeps_labels(tmp_path: Path) -> None:
     assert [s.name for s in specs] == ["v100-0", "v100-1", "v100-2"]
     assert specs[0].schedule_mode == "topology"
     assert specs[0].network_gbs == 12.5
-
-
-def test_cluster_file_with_measured_bandwidth(tmp_path: Path) -> None:
-    bw = reference_file("bandwidth/koordinator_8gpu_v100_bandwidth.txt")
-    (tmp_path / "bw.txt").write_text(bw.read_text())
-    (spec,) = load_cluster_text("nodes:\n  - name: k\n    preset: dgx1v\n    bandwidth_file: bw.txt\n", tmp_path)
-    # An asymmetric measurement counts its slower direction.
-    assert spec.topology.bandwidth_gbs[1][4] == pytest.approx(4.64)
-    assert spec.topology.bandwidth_gbs[0][3] == pytest.approx(96.25)
-
-
-def test_arena_bandwidth_sample_with_a_missing_cell_is_rejected() -> None:
-    text = reference_file("bandwidth/arena_4gpu_nvlink_linktype_and_bandwidth.txt").read_text()
-    section = text.split("BandwidthMatrix:")[1]
-    with pytest.raises(TopologyError, match="not square"):
-        parse_bandwidth_text(section)
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ def node_to_dict(spec: NodeSpec) -> dict[str, Any]:
         "labels": dict(spec.labels),
         "emulated": spec.emulated,
         "address": dataclasses.asdict(spec.address) if spec.address else None,
+        "nvlink_domain": spec.nvlink_domain,
         "topology": {
             "links": [[str(link) for link in row] for row in topo.links],
             "gpu_model": topo.gpu_model,
@@ -25,6 +26,8 @@ def node_to_dict(spec: NodeSpec) -> dict[str, Any]:
             "measured_gbs": [list(r) for r in topo.measured_gbs] if topo.measured_gbs else None,
             "nics": list(topo.nics),
             "nic_links": [[str(link) for link in row] for row in topo.nic_links],
+            "numa_affinity": [list(nodes) for nodes in topo.numa_affinity],
+            "gpu_numa_id": list(topo.gpu_numa_id),
             "source": topo.source,
         },
     }
@@ -41,11 +44,14 @@ def node_from_dict(data: dict[str, Any]) -> NodeSpec:
         measured_gbs=tuple(tuple(float(v) for v in r) for r in measured) if measured else None,
         nics=tuple(t.get("nics") or ()),
         nic_links=tuple(tuple(Link.parse(c) for c in row) for row in t.get("nic_links") or ()),
+        numa_affinity=tuple(tuple(int(v) for v in nodes) for nodes in t.get("numa_affinity") or ()),
+        gpu_numa_id=tuple(t.get("gpu_numa_id") or ()),
         source=t.get("source", ""),
     )
     labels = tuple(sorted((str(k), str(v)) for k, v in (data.get("labels") or {}).items()))
     address = SshAddress(**data["address"]) if data.get("address") else None
-    return NodeSpec(data["name"], topo, float(data["network_gbps"]), labels, bool(data.get("emulated")), address)
+    return NodeSpec(data["name"], topo, float(data["network_gbps"]), labels, bool(data.get("emulated")), address,
+                    str(data.get("nvlink_domain") or ""))
 
 
 def placement_to_dict(placement: Placement) -> dict[str, Any]:

@@ -5,7 +5,9 @@ A cluster file looks like::
     nodes:
       - name: node-a            # DNS-1123 label
         preset: dgx1v           # or matrix_file: topo.txt | matrix: "<topo -m text>"
-        bandwidth_file: bw.txt  # optional measured GB/s matrix
+        bandwidth_file: bw.txt  # optional measured GB/s matrix (or a whole p2pBandwidthLatencyTest output)
+        bandwidth_matrix: unidirectional-p2p   # which matrix of that output (bidirectional-* are halved)
+        nvlink_domain: nvl72-a  # optional: nodes sharing an NVLink fabric (GB200/GB300 NVL72 clique id)
         network_gbps: 25        # inter-node network (Gb/s)
         emulated: true          # GPU ids are virtual: no real GPU is handed to its workers
         labels: {gpu-schedule: topology}
@@ -32,9 +34,10 @@ import yaml
 
 from ringleader.errors import RingleaderError, TopologyError, UsageError
 from ringleader.reference import reference
+from ringleader.topology.bandwidth import parse_bandwidth_text
 from ringleader.topology.node import NodeTopology
 from ringleader.topology.presets import preset
-from ringleader.topology.smi import parse_bandwidth_text, parse_topo_text
+from ringleader.topology.smi import decode_text, parse_topo_text
 
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 SCHEDULE_LABEL = "gpu-schedule"
@@ -83,6 +86,7 @@ class NodeSpec:
     labels: tuple[tuple[str, str], ...] = ()
     emulated: bool = False
     address: SshAddress | None = None  # an ssh host; None: ranks run on this machine
+    nvlink_domain: str = ""  # nodes with the same id share one NVLink fabric (NVL72 clique)
 
     @cached_property
     def schedule_mode(self) -> str | None:
@@ -109,6 +113,7 @@ class _LineLoader(yaml.SafeLoader):
 _NODE_KEYS = {
     "name", "preset", "matrix", "matrix_file", "bandwidth", "bandwidth_file", "network_gbps",
     "labels", "emulated", "count", "gpu_model", "address", "user", "port", "identity_file",
+    "bandwidth_matrix", "nvlink_domain",
 }  # fmt: skip
 
 
@@ -149,12 +154,7 @@ def read_bounded(path: Path, what: str, limit: int = MAX_FILE_BYTES) -> str:
         raise UsageError(f"cannot read {what} {str(path)!r}: {exc.strerror}", "check the path") from None
     if len(data) > limit:
         raise UsageError(f"{what} {str(path)!r} is too big (over {limit >> 20} MiB)", "give the real file")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise UsageError(
-            f"{what} {str(path)!r} is not UTF-8 text (byte {exc.start})", "give a text file saved as UTF-8"
-        ) from None
+    return decode_text(data, f"{what} {str(path)!r}")  # binary or non-UTF-8: one line with its line number
 
 
 def _node_specs(item: dict[str, Any], base_dir: Path, origin: str, room: int) -> list[NodeSpec]:
@@ -187,11 +187,13 @@ def _node_specs(item: dict[str, Any], base_dir: Path, origin: str, room: int) ->
     except (TypeError, ValueError) as exc:
         raise UsageError(f"{where}: {exc}", "check the value types of this node") from None
     emulated = bool(item.get("emulated", False))
+    domain = str(item.get("nvlink_domain") or "")
     names = [name] if count == 1 else [check_name(f"{name}-{i}", "node") for i in range(count)]
     address = _address(item, where)
     if address is not None and count != 1:
         raise UsageError(f"{where}: `count` and `address` together", "declare each ssh host as its own node")
-    return [NodeSpec(n, topology, network, tuple(sorted(labels.items())), emulated, address) for n in names]
+    return [NodeSpec(n, topology, network, tuple(sorted(labels.items())), emulated, address, domain)
+            for n in names]
 
 
 def _labels(raw: Any) -> dict[str, str]:
@@ -248,18 +250,21 @@ def _topology(item: dict[str, Any], base_dir: Path) -> NodeTopology:
     measured = None
     if "bandwidth" in item or "bandwidth_file" in item:
         raw = item.get("bandwidth")
+        choice = item.get("bandwidth_matrix")
+        choice = None if choice is None else str(choice)
         if raw is None:
-            measured = parse_bandwidth_text(_read(base_dir, item["bandwidth_file"]))
+            measured = parse_bandwidth_text(_read(base_dir, item["bandwidth_file"]), choice)
         elif isinstance(raw, list):
             measured = tuple(tuple(float(v) for v in row) for row in raw)
         else:
-            measured = parse_bandwidth_text(str(raw))
+            measured = parse_bandwidth_text(str(raw), choice)
     if measured is None and not gpu_model:
         return topo
     return NodeTopology(
         links=topo.links, gpu_model=gpu_model or topo.gpu_model, numa=topo.numa,
         cpu_affinity=topo.cpu_affinity, measured_gbs=measured, nics=topo.nics,
-        nic_links=topo.nic_links, source=topo.source,
+        nic_links=topo.nic_links, numa_affinity=topo.numa_affinity, gpu_numa_id=topo.gpu_numa_id,
+        source=topo.source,
     )  # fmt: skip
 
 
