@@ -12,7 +12,9 @@ from ringleader.topology import Link, NodeSpec, NodeTopology, parse_topo_text
 from ringleader.topology.links import SELF
 
 
-def topology(n: int, kind: object, *, numa: tuple[int, ...] = (), nics: dict[int, tuple[int, ...]] | None = None) -> NodeTopology:
+def topology(
+    n: int, kind: object, *, numa: tuple[int, ...] = (), nics: dict[int, tuple[int, ...]] | None = None
+) -> NodeTopology:
     """n GPUs where ``kind(i, j)`` names each pair's link; ``nics[k]`` the GPUs beside NIC k (PIX)."""
     links = tuple(tuple(SELF if i == j else Link.parse(kind(i, j)) for j in range(n)) for i in range(n))  # type: ignore[operator]
     nics = nics or {}

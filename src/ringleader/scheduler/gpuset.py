@@ -25,6 +25,8 @@ from ringleader.topology.node import NodeTopology
 
 EXACT_LIMIT = 16
 INF = float("inf")
+# A greedy growth order: GPUs in the order added, the set's bottleneck and summed GB/s after each.
+_Order = tuple[tuple[int, ...], tuple[float, ...], tuple[float, ...]]
 _NEAR_NIC = (Link("PIX").rank, Link("PXB").rank)
 
 
@@ -84,6 +86,7 @@ class NodeSearch:
         self._clique = functools.lru_cache(maxsize=65536)(self._max_clique)
         self._capacity: dict[float, dict[int, int]] = {}
         self._best = functools.lru_cache(maxsize=65536)(self._best_set)
+        self._orders = functools.lru_cache(maxsize=4096)(self._compute_orders)
 
     # -- cliques: sets whose every pair has at least a given bandwidth ----------------------
     def max_clique(self, mask: int, level: float) -> int:
@@ -181,7 +184,7 @@ class NodeSearch:
     def _best_set(self, free_mask: int, k: int, spans_nodes: bool) -> GpuSet:
         if k == 0:
             return GpuSet(0, INF, 0.0, self.leftover_score(free_mask))
-        candidates = self._greedy(free_mask, k, spans_nodes) if self.n > EXACT_LIMIT else (
+        candidates = self._greedy(free_mask, k, spans_nodes) if self.n > EXACT_LIMIT and k > 1 else (
             self._primary(chosen, spans_nodes) for chosen in self._exact_candidates(free_mask, k)
         )  # fmt: skip
         top: list[GpuSet] = []
@@ -206,28 +209,62 @@ class NodeSearch:
         return _cliques(free_mask, k, adj)
 
     def _greedy(self, free_mask: int, k: int, spans_nodes: bool) -> Iterator[GpuSet]:
-        """For nodes beyond EXACT_LIMIT GPUs: from each start GPU, grow by the GPU whose weakest
-        link to the set is strongest (ties: larger summed bandwidth, same NUMA node as the
-        start, lower id). O(n^2 k) per start with running min/sum arrays, never exponential."""
+        """For nodes beyond EXACT_LIMIT GPUs: the first k GPUs of each greedy growth order (see
+        ``_compute_orders``), scored from the orders' running bottleneck and sum."""
+        seen: set[int] = set()
+        length = min(free_mask.bit_count(), 1 << (k - 1).bit_length())  # orders memoised per power of two
+        for order, weakest, summed in self._orders(free_mask, length):
+            chosen = sum(1 << g for g in order[:k])
+            if chosen in seen:
+                continue
+            seen.add(chosen)
+            ids = order[:k]
+            numa = len({self.numa_group[g] for g in ids})
+            near = load = 0
+            if spans_nodes:
+                near = sum(1 for g in ids if self.near_nic[g])
+                load = _rail_load(tuple(sorted(ids)), self.nearest_nics, len(self.topology.nics))
+            yield GpuSet(chosen, weakest[k - 1], summed[k - 1], 0.0, numa, near, load)
+
+    def _compute_orders(self, free_mask: int, length: int) -> tuple[_Order, ...]:
+        """From each start GPU, the free GPUs in the order a greedy growth adds them (the GPU
+        whose weakest link to the set is strongest; ties: larger summed bandwidth, same NUMA
+        node as the start, lower id), with the set's bottleneck and summed bandwidth after each
+        step. The first k of an order is the greedy k-set, so one pass serves every k: O(n^2)
+        per start with running min/sum arrays, never exponential."""
         bw = self.bw
         free = bits(free_mask)
+        out = []
         for start in self._greedy_starts(free):
-            chosen = 1 << start
+            order, weakest_after, summed_after = [start], [INF], [0.0]
             weakest = {g: bw[g][start] for g in free if g != start}
             summed = dict(weakest)
             home = self.numa_group[start]
-            for _ in range(k - 1):
-                nxt = max(weakest, key=lambda g: (weakest[g], summed[g], self.numa_group[g] == home, -g))
-                chosen |= 1 << nxt
+            while weakest and len(order) < length:
+                nxt = self._next_gpu(weakest, summed, home)
+                order.append(nxt)
+                weakest_after.append(min(weakest_after[-1], weakest[nxt]))
+                summed_after.append(summed_after[-1] + summed[nxt])
                 del weakest[nxt], summed[nxt]
                 for g in weakest:
                     v = bw[g][nxt]
                     summed[g] += v
                     if v < weakest[g]:
                         weakest[g] = v
-            yield self._primary(chosen, spans_nodes)
+            out.append((tuple(order), tuple(weakest_after), tuple(summed_after)))
+        return tuple(out)
 
-    def _greedy_starts(self, free: tuple[int, ...], per_numa: int = 2, best_connected: int = 4) -> list[int]:
+    def _next_gpu(self, weakest: dict[int, float], summed: dict[int, float], home: int) -> int:
+        top = max(weakest.values())
+        ties = [g for g, v in weakest.items() if v == top]
+        if len(ties) > 1:
+            most = max(summed[g] for g in ties)
+            ties = [g for g in ties if summed[g] == most]
+        if len(ties) > 1:
+            ties = [g for g in ties if self.numa_group[g] == home] or ties
+        return min(ties)
+
+    def _greedy_starts(self, free: tuple[int, ...], per_numa: int = 2, best_connected: int = 2) -> list[int]:
         """Where the greedy search starts: the first free GPUs of each NUMA node and the GPUs
         best connected to the other free ones (a bounded number, whatever the node's size)."""
         firsts: dict[int, list[int]] = {}
@@ -235,7 +272,9 @@ class NodeSearch:
             firsts.setdefault(self.numa_group[g], [])
             if len(firsts[self.numa_group[g]]) < per_numa:
                 firsts[self.numa_group[g]].append(g)
-        connected = sorted(free, key=lambda g: (-sum(self.bw[g][h] for h in free), g))[:best_connected]
+        free_mask = sum(1 << g for g in free)
+        top = self.adjacency[self.levels[0]] if self.levels else (0,) * self.n
+        connected = sorted(free, key=lambda g: (-(free_mask & top[g]).bit_count(), g))[:best_connected]
         return sorted({*connected, *(g for gs in firsts.values() for g in gs)})
 
     def split(self, mask: int, per_worker: int) -> tuple[tuple[int, ...], ...]:
@@ -269,22 +308,15 @@ def _cliques(free_mask: int, k: int, adj: tuple[int, ...]) -> Iterator[int]:
         stack.extend(reversed(pushes))
 
 
-def _greedy_clique(mask: int, adj: tuple[int, ...], starts: int = 2) -> int:
-    """A large clique grown greedily (most connected candidate first) from the few best
-    connected GPUs of ``mask``: a lower bound of the maximum, O(starts n^2)."""
-    ids = bits(mask)
-    if not ids:
-        return 0
-    ranked = sorted(ids, key=lambda g: -(mask & adj[g]).bit_count())[:starts]
-    best = 0
-    for start in ranked:
-        cand, size = mask & adj[start], 1
-        while cand:
-            v = max(bits(cand), key=lambda g: (cand & adj[g]).bit_count())
+def _greedy_clique(mask: int, adj: tuple[int, ...]) -> int:
+    """A large clique: GPUs taken most-connected first when joined to all taken so far (a lower
+    bound of the maximum, O(n) bit operations)."""
+    chosen = size = 0
+    for g in sorted(bits(mask), key=lambda g: -(mask & adj[g]).bit_count()):
+        if chosen & ~adj[g] == 0:
+            chosen |= 1 << g
             size += 1
-            cand &= adj[v]
-        best = max(best, size)
-    return best
+    return size
 
 
 def _nic_affinity(topology: NodeTopology) -> tuple[tuple[tuple[int, ...], ...], tuple[bool, ...]]:
