@@ -51,6 +51,9 @@ FILES = {
     "bad-node-name": "nodes:\n  - name: Node_A\n    preset: dgx1v\n    emulated: true\n",
     "real-remote-node": "nodes:\n  - name: far\n    preset: dgx1v\n",
     "no-nodes": "cluster: {}\n",
+    "node-over-gpu-limit": "nodes:\n  - name: a\n    emulated: true\n    matrix: "
+    + str([["X" if i == j else "NV18" for j in range(65)] for i in range(65)]).replace("'", "")
+    + "\n",
 }
 
 

@@ -136,3 +136,13 @@ def test_big_nodes_place_without_recursion_and_keep_numa(n: int) -> None:
     topo = topology(n, lambda i, j: "NV18", numa=tuple(0 if i < n // 2 else 1 for i in range(n)))
     decision = place(ClusterState((node("big", topo, busy=(0,)),)), job(n // 2))
     assert gpus(decision, "big") <= set(range(n // 2, n))  # all on the socket GPU0 leaves whole
+
+
+def test_the_allreduce_model_sends_a_domain_gang_over_nvlink_not_the_network() -> None:
+    from ringleader.model.comm import placement_hops
+
+    state = ClusterState(tuple(node(f"t{i}", nvl_tray(), domain="d") for i in range(3)))
+    decision = place(state, job(8))
+    assert decision.placement is not None and len(decision.placement.nodes) == 2
+    kinds = [hop.kind for hop in placement_hops(state.by_name, decision.placement)]
+    assert "nvlink-domain" in kinds and "network" not in kinds

@@ -74,6 +74,9 @@ def cluster_apply(path: str, output: str) -> None:
         state = rt.apply_cluster(path)
     if output == "table":
         click.echo(f"cluster applied from {path}: {len(state.nodes)} node(s), {state.total_gpus} GPU(s)")
+    for ns in state.nodes:
+        for warning in ns.spec.topology.warnings:
+            click.echo(f"warning: node {ns.name}: {warning}", err=True)
     show_nodes(state, output)
 
 

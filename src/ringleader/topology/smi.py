@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ringleader.errors import TopologyError, UsageError
 from ringleader.topology.links import Link
-from ringleader.topology.node import NodeTopology
+from ringleader.topology.node import MAX_GPUS_PER_NODE, NodeTopology
 
 _GPU_RE = re.compile(r"^GPU(\d+)$")
 _NIC_LEGEND_RE = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
@@ -146,6 +146,9 @@ def parse_topo_text(text: str, *, gpu_model: str = "", source: str = "") -> Node
     devices = head.devices
     gpu_columns = [d for d in devices if _GPU_RE.match(d)]
     n = len(gpu_columns)
+    if n > MAX_GPUS_PER_NODE:  # refuse before reading a huge matrix
+        raise _fail(head.line_no, f"a node has {n} GPUs, more than the {MAX_GPUS_PER_NODE} a node may have",
+                    "declare a bigger NVLink fabric as several nodes sharing an nvlink_domain")  # fmt: skip
     if gpu_columns != [f"GPU{i}" for i in range(n)]:
         raise _fail(head.line_no, f"GPU columns are {gpu_columns}", "columns must be GPU0..GPU<n-1> in order")
 
