@@ -24,7 +24,7 @@ def topology(
 
 
 def node(name: str, topo: NodeTopology, busy: tuple[int, ...] = (), domain: str = "", gbps: float = 25.0) -> NodeState:
-    return NodeState(NodeSpec(name, topo, gbps, (), True, domain), tuple((g, "other") for g in busy))
+    return NodeState(NodeSpec(name, topo, gbps, (), True, nvlink_domain=domain), tuple((g, "other") for g in busy))
 
 
 def gpus(decision: object, name: str) -> set[int]:

@@ -87,6 +87,7 @@ class NodeSearch:
         self._capacity: dict[float, dict[int, int]] = {}
         self._best = functools.lru_cache(maxsize=65536)(self._best_set)
         self._orders = functools.lru_cache(maxsize=4096)(self._compute_orders)
+        self._at_least = functools.lru_cache(maxsize=65536)(self._best_at_least)
 
     # -- cliques: sets whose every pair has at least a given bandwidth ----------------------
     def max_clique(self, mask: int, level: float) -> int:
@@ -187,21 +188,42 @@ class NodeSearch:
         candidates = self._greedy(free_mask, k, spans_nodes) if self.n > EXACT_LIMIT and k > 1 else (
             self._primary(chosen, spans_nodes) for chosen in self._exact_candidates(free_mask, k)
         )  # fmt: skip
+        return self._top(candidates, free_mask, first=0)
+
+    def best_at_least(self, free_mask: int, k: int, min_gbs: float, spans_nodes: bool = False) -> GpuSet | None:
+        """Like ``best``, but among the k-sets whose bottleneck is at least ``min_gbs`` the one
+        ranked best by the rest of the ranking (a node's share in a split whose bottleneck and
+        in-node phase are already set by other nodes). Exact up to EXACT_LIMIT GPUs; beyond,
+        the best set if it qualifies."""
+        best = self.best(free_mask, k, spans_nodes)
+        if best is None or best.bottleneck_gbs < min_gbs:
+            return None
+        if k <= 2 or self.n > EXACT_LIMIT:
+            return best  # one pair, or the greedy search: nothing else to rank
+        return self._at_least(free_mask, k, min_gbs, spans_nodes and bool(self.topology.nics))
+
+    def _best_at_least(self, free_mask: int, k: int, min_gbs: float, spans_nodes: bool) -> GpuSet:
+        level = min(lv for lv in self.levels if lv >= min_gbs)  # the loosest level that qualifies
+        candidates = (self._primary(c, spans_nodes) for c in _cliques(free_mask, k, self.adjacency[level]))
+        return self._top(candidates, free_mask, first=1)
+
+    def _top(self, candidates: Iterator[GpuSet], free_mask: int, first: int) -> GpuSet:
+        """The best candidate by ``GpuSet.key()[first:]``; leftover scores only for the ties."""
         top: list[GpuSet] = []
         top_key: tuple[float, ...] = ()
         for scored in candidates:
-            key = scored.key()[:-2]
+            key = scored.key()[first:-2]
             if not top or key > top_key:
                 top, top_key = [scored], key
             elif key == top_key:
                 top.append(scored)
-        assert top  # bottleneck_level guarantees a clique of size k exists
+        assert top  # callers make sure a qualifying set exists
         with_leftover = [
             GpuSet(s.mask, s.bottleneck_gbs, s.sum_gbs, self.leftover_score(free_mask & ~s.mask), s.numa_nodes,
                    s.nic_near, s.rail_load)
             for s in top
         ]  # fmt: skip
-        return max(with_leftover, key=GpuSet.key)
+        return max(with_leftover, key=lambda s: s.key()[first:])
 
     def _exact_candidates(self, free_mask: int, k: int) -> Iterator[int]:
         level = self.bottleneck_level(free_mask, k)

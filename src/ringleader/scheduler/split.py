@@ -12,7 +12,9 @@ multi-node NVLink domain), then each node broadcasts. The split is therefore ran
      beside a NIC, rail load, GPUs left free, leftover connectivity), as ``gpuset`` ranks sets.
 
 The search is exact: thresholds for 1 and 2 are found by feasibility scans over the few
-distinct values, then a small dynamic programme over (nodes used, workers placed) picks the
+distinct values; each node's share is then the set ranked best by 3 among those meeting both
+thresholds (once another node sets the split's bottleneck, a share need not have its node's best
+one: a pair of NV2 links plus a SYS hop can beat an NV1 triangle); then a small dynamic programme over (nodes used, workers placed) picks the
 shares. Only the best ``m`` nodes for each share size can be in an optimal split (any other is
 swapped for an unused one of them without loss), so the programme sees a bounded candidate set;
 past ``DP_BUDGET`` steps (huge gangs) it falls back to filling the best nodes fullest first.
@@ -119,10 +121,32 @@ def best_split(pools: Sequence[Pool], workers: int, per_worker: int, nodes: int,
     for level in (lv for lv in levels if feasible(allowed(lv, INF))):
         phases = sorted({ph for row in table for _, b, ph in row.values() if b >= level})
         for phase in (ph for ph in phases if feasible(allowed(level, ph))):
-            shares = _choose(pools, table, allowed(level, phase), workers, per_worker, nodes)
+            ok = allowed(level, phase)
+            loose = _loosened(pools, table, ok, level, phase, per_worker)
+            shares = _choose(pools, loose, ok, workers, per_worker, nodes)
             if shares is not None:  # None: the caps fit but no exact sum (a non-monotone greedy share)
                 return Split(tuple(shares), level, phase)
     raise AssertionError("best_split called on a gang that does not fit")
+
+
+def _loosened(
+    pools: Sequence[Pool], table: list[dict[int, tuple[GpuSet, float, float]]], ok: list[list[int]],
+    level: float, phase: float, per_worker: int,
+) -> list[dict[int, tuple[GpuSet, float, float]]]:  # fmt: skip
+    """Each allowed share re-chosen as the best set that still meets the split's bottleneck and
+    phase (its own best bottleneck no longer counts once another node sets the split's)."""
+    out = []
+    for pool, row, ws in zip(pools, table, ok, strict=True):
+        new = dict(row)
+        for w in ws:
+            k = w * per_worker
+            # The bandwidth that keeps this share's phase within the split's (less a rounding hair).
+            need = max(level, (k - 1) / (k * phase) * (1 - 1e-9) if phase > 0 and k > 1 else 0.0)
+            found = pool.search.best_at_least(pool.group.free_mask, k, need, pool.spans_nodes)
+            if found is not None:
+                new[w] = (found, row[w][1], row[w][2])
+        out.append(new)
+    return out
 
 
 def _choose(
