@@ -24,9 +24,8 @@ from ringleader.topology.links import Link
 from ringleader.topology.node import NodeTopology
 
 EXACT_LIMIT = 16
+GREEDY_TIES = 2
 INF = float("inf")
-# A greedy growth order: GPUs in the order added, the set's bottleneck and summed GB/s after each.
-_Order = tuple[tuple[int, ...], tuple[float, ...], tuple[float, ...]]
 _NEAR_NIC = (Link("PIX").rank, Link("PXB").rank)
 
 
@@ -86,7 +85,7 @@ class NodeSearch:
         self._clique = functools.lru_cache(maxsize=65536)(self._max_clique)
         self._capacity: dict[float, dict[int, int]] = {}
         self._best = functools.lru_cache(maxsize=65536)(self._best_set)
-        self._orders = functools.lru_cache(maxsize=4096)(self._compute_orders)
+        self._growths: dict[int, list[_Growth]] = {}
         self._at_least = functools.lru_cache(maxsize=65536)(self._best_at_least)
 
     # -- cliques: sets whose every pair has at least a given bandwidth ----------------------
@@ -218,6 +217,8 @@ class NodeSearch:
             elif key == top_key:
                 top.append(scored)
         assert top  # callers make sure a qualifying set exists
+        if self.n > EXACT_LIMIT:
+            top = top[:GREEDY_TIES]  # big nodes: leftover (itself greedy there) breaks a bounded number of ties
         with_leftover = [
             GpuSet(s.mask, s.bottleneck_gbs, s.sum_gbs, self.leftover_score(free_mask & ~s.mask), s.numa_nodes,
                    s.nic_near, s.rail_load)
@@ -232,49 +233,28 @@ class NodeSearch:
 
     def _greedy(self, free_mask: int, k: int, spans_nodes: bool) -> Iterator[GpuSet]:
         """For nodes beyond EXACT_LIMIT GPUs: the first k GPUs of each greedy growth order (see
-        ``_compute_orders``), scored from the orders' running bottleneck and sum."""
+        ``_Growth``), scored from the orders' running bottleneck and sum."""
         seen: set[int] = set()
-        length = min(free_mask.bit_count(), 1 << (k - 1).bit_length())  # orders memoised per power of two
-        for order, weakest, summed in self._orders(free_mask, length):
-            chosen = sum(1 << g for g in order[:k])
+        growths = self._growths.get(free_mask)
+        if growths is None:
+            if len(self._growths) > 4096:
+                self._growths.clear()
+            growths = self._growths[free_mask] = [
+                _Growth(self, start, bits(free_mask)) for start in self._greedy_starts(bits(free_mask))
+            ]
+        for growth in growths:
+            growth.extend(k)
+            ids = growth.order[:k]
+            chosen = growth.mask_after[k - 1]
             if chosen in seen:
                 continue
             seen.add(chosen)
-            ids = order[:k]
             numa = len({self.numa_group[g] for g in ids})
             near = load = 0
             if spans_nodes:
                 near = sum(1 for g in ids if self.near_nic[g])
                 load = _rail_load(tuple(sorted(ids)), self.nearest_nics, len(self.topology.nics))
-            yield GpuSet(chosen, weakest[k - 1], summed[k - 1], 0.0, numa, near, load)
-
-    def _compute_orders(self, free_mask: int, length: int) -> tuple[_Order, ...]:
-        """From each start GPU, the free GPUs in the order a greedy growth adds them (the GPU
-        whose weakest link to the set is strongest; ties: larger summed bandwidth, same NUMA
-        node as the start, lower id), with the set's bottleneck and summed bandwidth after each
-        step. The first k of an order is the greedy k-set, so one pass serves every k: O(n^2)
-        per start with running min/sum arrays, never exponential."""
-        bw = self.bw
-        free = bits(free_mask)
-        out = []
-        for start in self._greedy_starts(free):
-            order, weakest_after, summed_after = [start], [INF], [0.0]
-            weakest = {g: bw[g][start] for g in free if g != start}
-            summed = dict(weakest)
-            home = self.numa_group[start]
-            while weakest and len(order) < length:
-                nxt = self._next_gpu(weakest, summed, home)
-                order.append(nxt)
-                weakest_after.append(min(weakest_after[-1], weakest[nxt]))
-                summed_after.append(summed_after[-1] + summed[nxt])
-                del weakest[nxt], summed[nxt]
-                for g in weakest:
-                    v = bw[g][nxt]
-                    summed[g] += v
-                    if v < weakest[g]:
-                        weakest[g] = v
-            out.append((tuple(order), tuple(weakest_after), tuple(summed_after)))
-        return tuple(out)
+            yield GpuSet(chosen, growth.weakest_after[k - 1], growth.summed_after[k - 1], 0.0, numa, near, load)
 
     def _next_gpu(self, weakest: dict[int, float], summed: dict[int, float], home: int) -> int:
         top = max(weakest.values())
@@ -311,6 +291,37 @@ class NodeSearch:
             groups.append(part.gpus)
             remaining &= ~part.mask
         return tuple(groups)
+
+
+class _Growth:
+    """From one start GPU, the free GPUs in the order a greedy growth adds them (the GPU whose
+    weakest link to the set is strongest; ties: larger summed bandwidth, same NUMA node as the
+    start, lower id), with the set's bottleneck and summed bandwidth after each step. The first
+    k of the order is the greedy k-set, so one growth, extended on demand, serves every k: O(n)
+    per step with running min/sum maps, never exponential."""
+
+    def __init__(self, search: NodeSearch, start: int, free: tuple[int, ...]) -> None:
+        self.search = search
+        self.order, self.weakest_after, self.summed_after, self.mask_after = [start], [INF], [0.0], [1 << start]
+        self.weakest = {g: search.bw[g][start] for g in free if g != start}
+        self.summed = dict(self.weakest)
+        self.home = search.numa_group[start]
+
+    def extend(self, length: int) -> None:
+        bw = self.search.bw
+        weakest, summed = self.weakest, self.summed
+        while weakest and len(self.order) < length:
+            nxt = self.search._next_gpu(weakest, summed, self.home)
+            self.order.append(nxt)
+            self.weakest_after.append(min(self.weakest_after[-1], weakest[nxt]))
+            self.summed_after.append(self.summed_after[-1] + summed[nxt])
+            self.mask_after.append(self.mask_after[-1] | 1 << nxt)
+            del weakest[nxt], summed[nxt]
+            for g in weakest:
+                v = bw[g][nxt]
+                summed[g] += v
+                if v < weakest[g]:
+                    weakest[g] = v
 
 
 def _cliques(free_mask: int, k: int, adj: tuple[int, ...]) -> Iterator[int]:
