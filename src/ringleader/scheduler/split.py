@@ -15,9 +15,10 @@ The search is exact: thresholds for 1 and 2 are found by feasibility scans over 
 distinct values; each node's share is then the set ranked best by 3 among those meeting both
 thresholds (once another node sets the split's bottleneck, a share need not have its node's best
 one: a pair of NV2 links plus a SYS hop can beat an NV1 triangle); then a small dynamic
-programme over (nodes used, workers placed) picks the shares. Only the best ``m`` nodes for each share size can be in an optimal split (any other is
-swapped for an unused one of them without loss), so the programme sees a bounded candidate set;
-past ``DP_BUDGET`` steps (gangs over many big nodes) it falls back to filling the best nodes fullest first.
+programme over (nodes used, workers placed) picks the shares. Only the best ``m`` nodes for each
+share size can be in an optimal split (any other is swapped for an unused one of them without
+loss), so the programme sees a bounded candidate set; past ``DP_BUDGET`` steps (gangs over many
+big nodes) it falls back to filling the best nodes fullest first.
 """
 
 from __future__ import annotations
