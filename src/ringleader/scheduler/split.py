@@ -23,7 +23,9 @@ big nodes) it falls back to filling the best nodes fullest first.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+import heapq
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ringleader.scheduler.gpuset import INF, GpuSet, NodeSearch
@@ -90,23 +92,40 @@ def fewest_nodes(pools: Sequence[Pool], workers: int, per_worker: int) -> int | 
     return None
 
 
-def best_split(pools: Sequence[Pool], workers: int, per_worker: int, nodes: int, one_island: bool = False) -> Split:
+Row = dict[int, tuple[GpuSet, float, float]]  # workers on a node -> (share, its bottleneck, its phase)
+
+
+def best_split(
+    pools: Sequence[Pool], workers: int, per_worker: int, nodes: int, one_island: bool = False,
+    rows: dict[object, Row] | None = None,
+) -> Split:  # fmt: skip
     """The best split of ``workers`` over exactly ``nodes`` nodes of ``pools`` (which must fit:
     see ``fewest_nodes``). ``one_island``: the nodes share one NVLink fabric, so the in-node
     phase is not a separate step (the gang is one ring at the bottleneck)."""
     cap_all = max(p.capacity(per_worker) for p in pools)
     w_lo = max(1, workers - (nodes - 1) * cap_all)
     w_hi = workers - (nodes - 1)
-    table: list[dict[int, tuple[GpuSet, float, float]]] = []
+    rows = {} if rows is None else rows  # shares per pool, kept by the caller across plans
+    table: list[Row] = []
     for p in pools:
-        row = {}
+        full = rows.get(p.group.key)
+        if full is None:
+            full = rows[p.group.key] = {}
         for w in range(w_lo, min(p.capacity(per_worker), w_hi) + 1):
-            gset = p.share(w, per_worker)
-            row[w] = (gset, min(gset.bottleneck_gbs, p.link_gbs), 0.0 if one_island else node_phase(gset))
-        table.append(row)
+            if w not in full:
+                gset = p.share(w, per_worker)
+                full[w] = (gset, min(gset.bottleneck_gbs, p.link_gbs), 0.0 if one_island else node_phase(gset))
+        table.append({w: full[w] for w in sorted(full) if w_lo <= w <= w_hi})  # ascending w
 
-    def feasible(ok: list[list[int]]) -> bool:
-        caps = sorted(((max(ws), p.available) for ws, p in zip(ok, pools, strict=True) if ws), reverse=True)
+    def feasible(level: float, phase: float) -> bool:
+        """Can `nodes` nodes take every worker with shares meeting both thresholds? (Each pool's
+        largest such share: shares only get slower as they grow.)"""
+        caps = []
+        for row, p in zip(table, pools, strict=True):
+            cap = next((w for w in reversed(row) if row[w][1] >= level and row[w][2] <= phase), 0)
+            if cap:
+                caps.append((cap, p.available))
+        caps.sort(reverse=True)
         used = total = 0
         for cap, count in caps:
             take = min(count, nodes - used)
@@ -119,9 +138,9 @@ def best_split(pools: Sequence[Pool], workers: int, per_worker: int, nodes: int,
         return [[w for w, (_, b, ph) in row.items() if b >= level and ph <= phase] for row in table]
 
     levels = sorted({b for row in table for _, b, _ in row.values()}, reverse=True)
-    for level in (lv for lv in levels if feasible(allowed(lv, INF))):
+    for level in levels[_first(levels, lambda lv: feasible(lv, INF)) :]:
         phases = sorted({ph for row in table for _, b, ph in row.values() if b >= level})
-        for phase in (ph for ph in phases if feasible(allowed(level, ph))):
+        for phase in phases[_first(phases, functools.partial(feasible, level)) :]:
             ok = allowed(level, phase)
             loose = _loosened(pools, table, ok, level, phase, per_worker)
             shares = _choose(pools, loose, ok, workers, per_worker, nodes)
@@ -130,10 +149,22 @@ def best_split(pools: Sequence[Pool], workers: int, per_worker: int, nodes: int,
     raise AssertionError("best_split called on a gang that does not fit")
 
 
+def _first(values: list[float], ok: Callable[[float], bool]) -> int:
+    """Index of the first value that is ``ok`` when ok is monotone (False...False True...True)."""
+    lo, hi = 0, len(values)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if ok(values[mid]):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
 def _loosened(
-    pools: Sequence[Pool], table: list[dict[int, tuple[GpuSet, float, float]]], ok: list[list[int]],
+    pools: Sequence[Pool], table: list[Row], ok: list[list[int]],
     level: float, phase: float, per_worker: int,
-) -> list[dict[int, tuple[GpuSet, float, float]]]:  # fmt: skip
+) -> list[Row]:  # fmt: skip
     """Each allowed share re-chosen as the best set that still meets the split's bottleneck and
     phase (its own best bottleneck no longer counts once another node sets the split's)."""
     out = []
@@ -151,17 +182,23 @@ def _loosened(
 
 
 def _choose(
-    pools: Sequence[Pool], table: list[dict[int, tuple[GpuSet, float, float]]], ok: list[list[int]],
+    pools: Sequence[Pool], table: list[Row], ok: list[list[int]],
     workers: int, per_worker: int, nodes: int,
 ) -> list[tuple[int, int, GpuSet]] | None:  # fmt: skip
+    values: dict[tuple[int, int], tuple[float, ...]] = {}
+
     def value(i: int, w: int) -> tuple[float, ...]:
-        gset = table[i][w][0]
-        return additive(gset, pools[i].group.free_mask.bit_count() - w * per_worker)
+        found = values.get((i, w))
+        if found is None:
+            gset = table[i][w][0]
+            found = values[(i, w)] = additive(gset, pools[i].group.free_mask.bit_count() - w * per_worker)
+        return found
 
     # Candidates: for each share size, the best `nodes` nodes (pool order breaks ties).
     chosen: dict[int, int] = {}
     for w in sorted({w for ws in ok for w in ws}):
-        ranked = sorted((i for i, ws in enumerate(ok) if w in ws), key=lambda i: (value(i, w), -i), reverse=True)
+        able = (i for i, ws in enumerate(ok) if w in ws)
+        ranked = heapq.nlargest(nodes, able, key=lambda i: (value(i, w), -i))
         left = nodes
         for i in ranked:
             take = min(left, pools[i].available)
@@ -193,7 +230,7 @@ def _choose(
 
 
 def _fill(
-    pools: Sequence[Pool], table: list[dict[int, tuple[GpuSet, float, float]]], ok: list[list[int]],
+    pools: Sequence[Pool], table: list[Row], ok: list[list[int]],
     workers: int, nodes: int,
 ) -> list[tuple[int, int, GpuSet]] | None:  # fmt: skip
     """Beyond the budget: the largest allowed shares first, keeping one worker per node left."""

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 from ringleader.scheduler.framework import Policy, fabric_gbs, make_candidate, register
 from ringleader.scheduler.gpuset import INF, GpuSet, NodeSearch, search_for
-from ringleader.scheduler.split import Pool, additive, best_split, fewest_nodes, node_phase
+from ringleader.scheduler.split import Pool, Row, additive, best_split, fewest_nodes, node_phase
 from ringleader.scheduler.types import Candidate, ClusterState, JobRequest, NodeGroup, NodeState, group_key
 
 OBJECTIVE = (
@@ -64,8 +64,8 @@ class TopologyPolicy(Policy):
             firsts = list(itertools.islice(itertools.chain.from_iterable(g.members() for g in groups), 2))
             return [make_candidate([ns], job, [(ns.name, ())] * job.workers, (-1.0,), ("-islands",)) for ns in firsts]
         found = self._single_node(groups, job)
-        for domain in sorted({g.first.spec.nvlink_domain for g in groups} - {""}):
-            members = [g for g in groups if g.first.spec.nvlink_domain == domain]
+        for domain in sorted({g.key[4] for g in groups} - {""}):
+            members = [g for g in groups if g.key[4] == domain]
             found.extend(self._across_nodes(members, job, one_island=True))
         if len(found) < 2:  # no fit in one island, or a runner-up is still wanted
             found.extend(self._across_nodes(groups, job, one_island=False))
@@ -75,18 +75,25 @@ class TopologyPolicy(Policy):
     # -- one node -----------------------------------------------------------------------------
     def _single_node(self, groups: Sequence[NodeGroup], job: JobRequest) -> list[Candidate]:
         need = job.total_gpus
-        scored: list[tuple[tuple[float, ...], NodeGroup, GpuSet]] = []
+        searches: dict[str, NodeSearch] = {}
+        scored: list[tuple[tuple[float, ...], NodeGroup, GpuSet]] = []  # the best two, best first
         for group in groups:
-            if group.free_mask.bit_count() < need:
+            free = group.free_mask.bit_count()
+            if free < need:
                 continue
-            best = group_search(group).best(group.free_mask, need)
+            search = searches.get(group.key[0]) or searches.setdefault(group.key[0], group_search(group))
+            best = search.best(group.free_mask, need)
             assert best is not None
-            free_after = group.free_mask.bit_count() - need
-            scored.append((objective(1, best.bottleneck_gbs, node_phase(best), 1, [additive(best, free_after)]),
-                           group, best))  # fmt: skip
+            obj: tuple[float, ...] = (
+                -1.0, _finite(best.bottleneck_gbs), -node_phase(best), -1.0, best.sum_gbs, -float(best.numa_nodes),
+                0.0, 0.0, -float(free - need), best.leftover_score,
+            )  # fmt: skip
+            if len(scored) < 2 or obj > scored[1][0]:  # ties keep the earlier group (node order)
+                scored.append((obj, group, best))
+                scored.sort(key=lambda item: item[0], reverse=True)
+                del scored[2:]
         if not scored:
             return []
-        scored.sort(key=lambda item: item[0], reverse=True)
         picks: list[tuple[tuple[float, ...], NodeState, NodeGroup, GpuSet]] = []
         obj, group, best = scored[0]
         members = group.members()
@@ -105,15 +112,17 @@ class TopologyPolicy(Policy):
 
     # -- several nodes --------------------------------------------------------------------------
     def _across_nodes(self, groups: Sequence[NodeGroup], job: JobRequest, one_island: bool) -> list[Candidate]:
-        planned = self._plan(groups, job, one_island, excluded=None)
+        rows: dict[object, Row] = {}  # shares searched once for the plan and its runner-up
+        planned = self._plan(groups, job, one_island, None, rows)
         if planned is None:
             return []
         best, first = planned
-        runner = self._plan(groups, job, one_island, excluded=first)
+        runner = self._plan(groups, job, one_island, first, rows)
         return [best] if runner is None else [best, runner[0]]
 
     def _plan(
-        self, groups: Sequence[NodeGroup], job: JobRequest, one_island: bool, excluded: NodeState | None
+        self, groups: Sequence[NodeGroup], job: JobRequest, one_island: bool, excluded: NodeState | None,
+        rows: dict[object, Row],
     ) -> tuple[Candidate, NodeState] | None:
         """The best plan over two or more nodes, and its first node (None: it needs one node
         or does not fit). ``excluded``: a node the plan may not use (to find a runner-up)."""
@@ -127,7 +136,7 @@ class TopologyPolicy(Policy):
         nodes = fewest_nodes(pools, job.workers, job.gpus_per_worker)
         if nodes is None or nodes < 2:
             return None  # no fit, or one node (the single-node search covers it)
-        split = best_split(pools, job.workers, job.gpus_per_worker, nodes, one_island)
+        split = best_split(pools, job.workers, job.gpus_per_worker, nodes, one_island, rows)
         taken: dict[int, int] = {}
         slots: list[tuple[str, tuple[int, ...]]] = []
         chosen: list[NodeState] = []
