@@ -154,7 +154,8 @@ def read_bounded(path: Path, what: str, limit: int = MAX_FILE_BYTES) -> str:
         raise UsageError(f"cannot read {what} {str(path)!r}: {exc.strerror}", "check the path") from None
     if len(data) > limit:
         raise UsageError(f"{what} {str(path)!r} is too big (over {limit >> 20} MiB)", "give the real file")
-    return decode_text(data, f"{what} {str(path)!r}")  # binary or non-UTF-8: one line with its line number
+    fix = "give the text the tool printed, saved as UTF-8" if what == "file" else "give a YAML text file saved as UTF-8"
+    return decode_text(data, f"{what} {str(path)!r}", fix)
 
 
 def _node_specs(item: dict[str, Any], base_dir: Path, origin: str, room: int) -> list[NodeSpec]:

@@ -41,8 +41,9 @@ def read_text_file(path: str | Path, what: str = "topology file") -> str:
     return decode_text(data, f"{what} {str(p)!r}")
 
 
-def decode_text(data: bytes, origin: str) -> str:
-    fix = "give the text output of the tool (e.g. `nvidia-smi topo -m > topo.txt`), saved as UTF-8"
+def decode_text(data: bytes, origin: str, fix: str = "give the text the tool printed, saved as UTF-8") -> str:
+    """``data`` as text; binary data or bytes that are not UTF-8 fail in one line naming
+    ``origin`` and the line."""
     if b"\x00" in data:
         line = data[: data.index(b"\x00")].count(b"\n") + 1
         raise TopologyError(f"{origin} line {line}: binary data (a NUL byte), not text", fix)
