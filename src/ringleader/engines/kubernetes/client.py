@@ -1,0 +1,206 @@
+"""The few API calls ringleader makes, through the official ``kubernetes`` client (imported only
+here, only when used), with JSON dicts in and out.
+
+Responses are read raw (``_preload_content=False``) and parsed with ``json``: the scheduler
+needs a handful of fields, not the client's model objects (whose Binding response cannot even be
+deserialised), and a watch is read line by line so a 410 Gone is seen as itself.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ringleader.engines.kubernetes import names
+from ringleader.errors import DependencyError, RingleaderError, UsageError
+
+KINDS = ("nodes", "pods", "podgroups")
+
+
+class Gone(Exception):
+    """The watch's resourceVersion is too old (HTTP 410): relist."""
+
+
+class ApiError(RingleaderError):
+    """The API server refused or failed a request (``status`` is its HTTP code, 0 if none came)."""
+
+    def __init__(self, message: str, status: int = 0, fix: str = "") -> None:
+        super().__init__(message, fix)
+        self.status = status
+
+
+def load_client(context: str | None = None, host: str | None = None) -> Any:
+    """An ``ApiClient``: for ``host`` (tests, a proxy), else in-cluster when running in a pod,
+    else the kubeconfig kubectl uses (KUBECONFIG, ~/.kube/config) and its current context."""
+    try:
+        from kubernetes import client, config
+    except ImportError:
+        raise DependencyError(
+            "the kubernetes client is not installed", "pip install 'ringleader[kube]'"
+        ) from None
+    if host is not None:
+        configuration = client.Configuration()
+        configuration.host = host
+        return client.ApiClient(configuration)
+    try:
+        config.load_incluster_config()
+        return client.ApiClient()
+    except config.ConfigException:
+        pass
+    try:
+        return config.new_client_from_config(context=context)
+    except (config.ConfigException, OSError, TypeError) as exc:
+        raise UsageError(
+            f"no Kubernetes cluster configured ({exc})",
+            "point KUBECONFIG at a kubeconfig file (or run `kubectl config use-context NAME`)",
+        ) from None
+
+
+def current_namespace(context: str | None = None) -> str:
+    """The namespace kubectl would use: in a pod its own, else the context's, else default."""
+    try:
+        with open("/var/run/secrets/kubernetes.io/serviceaccount/namespace") as fh:
+            return fh.read().strip() or "default"
+    except OSError:
+        pass
+    try:
+        from kubernetes import config
+
+        _, active = config.list_kube_config_contexts()
+        if context:
+            contexts, _ = config.list_kube_config_contexts()
+            active = next((c for c in contexts if c["name"] == context), active)
+        return str((active or {}).get("context", {}).get("namespace") or "default")
+    except Exception:  # no kubeconfig at all: kubectl's default
+        return "default"
+
+
+@dataclass
+class Api:
+    """The calls, as JSON. ``api`` is a kubernetes ``ApiClient``."""
+
+    api: Any
+
+    def __post_init__(self) -> None:
+        from kubernetes import client
+
+        self.core = client.CoreV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+        self.coordination = client.CoordinationV1Api(self.api)
+        self._exc = client.ApiException
+
+    def _json(self, call: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            resp = call(*args, _preload_content=False, **kwargs)
+        except self._exc as exc:
+            raise _api_error(exc) from None
+        except OSError as exc:  # connection refused, DNS, TLS (urllib3 errors are OSErrors)
+            raise ApiError(f"cannot reach the API server: {exc}", 0, "check the kubeconfig and the network") from None
+        data = resp.data
+        return json.loads(data) if data else {}
+
+    # -- list + watch ---------------------------------------------------------------------------------
+    def _lister(self, kind: str) -> tuple[Any, tuple[Any, ...]]:
+        if kind == "nodes":
+            return self.core.list_node, ()
+        if kind == "pods":
+            return self.core.list_pod_for_all_namespaces, ()
+        group = (names.PODGROUP_GROUP, names.PODGROUP_VERSION, names.PODGROUP_PLURAL)
+        return self.custom.list_cluster_custom_object, group
+
+    def list(self, kind: str) -> tuple[list[dict[str, Any]], str]:
+        call, args = self._lister(kind)
+        body = self._json(call, *args)
+        return list(body.get("items") or []), str((body.get("metadata") or {}).get("resourceVersion") or "")
+
+    def watch(self, kind: str, resource_version: str, timeout: int) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Events after ``resource_version`` until the server ends the watch (``timeout``
+        seconds); raises Gone when that version is too old."""
+        from kubernetes.watch.watch import iter_resp_lines
+
+        call, args = self._lister(kind)
+        try:
+            resp = call(*args, watch=True, resource_version=resource_version, timeout_seconds=timeout,
+                        allow_watch_bookmarks=True, _preload_content=False)  # fmt: skip
+        except self._exc as exc:
+            if exc.status == 410:
+                raise Gone() from None
+            raise _api_error(exc) from None
+        except OSError as exc:
+            raise ApiError(f"cannot reach the API server: {exc}") from None
+        try:
+            for line in iter_resp_lines(resp):
+                if not line:
+                    continue
+                event = json.loads(line)
+                obj = event.get("object") or {}
+                if event.get("type") == "ERROR":
+                    if obj.get("code") == 410:
+                        raise Gone()
+                    raise ApiError(f"watch {kind}: {obj.get('message', obj)}", int(obj.get("code") or 0))
+                yield str(event.get("type")), obj
+        finally:
+            resp.release_conn()
+
+    # -- pods -----------------------------------------------------------------------------------------
+    def annotate_pod(self, namespace: str, name: str, annotations: Mapping[str, str]) -> None:
+        self._json(self.core.patch_namespaced_pod, name, namespace, {"metadata": {"annotations": dict(annotations)}})
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        body = {
+            "apiVersion": "v1", "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }  # fmt: skip
+        self._json(self.core.create_namespaced_pod_binding, name, namespace, body)
+
+    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
+        try:
+            self._json(self.core.delete_namespaced_pod, name, namespace, body=body)
+        except ApiError as exc:
+            if exc.status != 404:  # already gone is what we wanted
+                raise
+
+    def create_event(self, namespace: str, event: Mapping[str, Any]) -> None:
+        self._json(self.core.create_namespaced_event, namespace, dict(event))
+
+    # -- podgroups ------------------------------------------------------------------------------------
+    def podgroup_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        group = (names.PODGROUP_GROUP, names.PODGROUP_VERSION, namespace, names.PODGROUP_PLURAL, name)
+        self._json(self.custom.patch_namespaced_custom_object_status, *group, {"status": dict(status)})
+
+    def podgroup_annotate(self, namespace: str, name: str, annotations: Mapping[str, str]) -> None:
+        group = (names.PODGROUP_GROUP, names.PODGROUP_VERSION, namespace, names.PODGROUP_PLURAL, name)
+        self._json(self.custom.patch_namespaced_custom_object, *group, {"metadata": {"annotations": dict(annotations)}})
+
+    # -- leases ---------------------------------------------------------------------------------------
+    def read_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            body: dict[str, Any] = self._json(self.coordination.read_namespaced_lease, name, namespace)
+            return body
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def create_lease(self, namespace: str, lease: Mapping[str, Any]) -> dict[str, Any]:
+        body: dict[str, Any] = self._json(self.coordination.create_namespaced_lease, namespace, dict(lease))
+        return body
+
+    def replace_lease(self, namespace: str, name: str, lease: Mapping[str, Any]) -> dict[str, Any]:
+        body: dict[str, Any] = self._json(self.coordination.replace_namespaced_lease, name, namespace, dict(lease))
+        return body
+
+
+def _api_error(exc: Any) -> ApiError:
+    status = int(getattr(exc, "status", 0) or 0)
+    message = getattr(exc, "reason", "") or str(exc)
+    try:
+        message = json.loads(exc.body).get("message") or message
+    except (TypeError, ValueError, AttributeError):
+        pass
+    fix = "check the scheduler's RBAC (`ringleader kube manifests`)" if status == 403 else ""
+    return ApiError(f"API server: {status} {message}", status, fix)
