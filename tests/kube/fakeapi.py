@@ -154,7 +154,8 @@ class FakeApiServer:
                 request = Request(method, url.path, query, body)
                 with fake.lock:
                     fake.requests.append(request)
-                    injected = fake.fail.pop((request.verb, (_PATH.match(url.path) or _EMPTY).group("name") or ""), None)
+                    target = (_PATH.match(url.path) or _EMPTY).group("name") or ""
+                    injected = fake.fail.pop((request.verb, target), None)
                 if injected:
                     self._status(injected, f"injected failure {injected}", "InternalError")
                     return
@@ -237,7 +238,8 @@ class FakeApiServer:
 
         with self.lock:
             if req.verb != "watch":
-                items = [copy.deepcopy(o) for (p, o_ns, _), o in self.objects.items() if p == plural and visible(o_ns, o)]
+                items = [copy.deepcopy(o) for (p, o_ns, _), o in self.objects.items()
+                         if p == plural and visible(o_ns, o)]  # fmt: skip
                 return h._send(200, {"kind": "List", "apiVersion": "v1", "items": items,
                                      "metadata": {"resourceVersion": str(self.version)}})  # fmt: skip
             since = int(req.query.get("resourceVersion") or 0)

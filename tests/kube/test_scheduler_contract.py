@@ -114,11 +114,12 @@ def test_contract_410_gone_relists(fake: FakeApiServer) -> None:
     lists = [r for r in fake.calls("list") if r.path == "/api/v1/nodes"]
     assert len(lists) == 2
     assert set(s.cache.nodes) == {"gpu-0", "gpu-1"}
+    relisted_at = s.informers["nodes"].resource_version
     assert [r.ok for r in s.cycle()] == [True]
-    # Watches resume from the version the relist returned.
+    # Watches resume from the version the relist returned, not from the expired one.
     s.sync()
     watch = [r for r in fake.calls("watch") if r.path == "/api/v1/nodes"][-1]
-    assert watch.query["resourceVersion"] == s.informers["nodes"].resource_version or int(watch.query["resourceVersion"]) > 0
+    assert watch.query["resourceVersion"] == relisted_at
 
 
 def test_contract_no_bind_without_the_lease_and_handover(fake: FakeApiServer) -> None:

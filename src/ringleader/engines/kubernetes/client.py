@@ -8,6 +8,7 @@ deserialised), and a watch is read line by line so a 410 Gone is seen as itself.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -198,9 +199,7 @@ class Api:
 def _api_error(exc: Any) -> ApiError:
     status = int(getattr(exc, "status", 0) or 0)
     message = getattr(exc, "reason", "") or str(exc)
-    try:
+    with contextlib.suppress(TypeError, ValueError, AttributeError):
         message = json.loads(exc.body).get("message") or message
-    except (TypeError, ValueError, AttributeError):
-        pass
     fix = "check the scheduler's RBAC (`ringleader kube manifests`)" if status == 403 else ""
     return ApiError(f"API server: {status} {message}", status, fix)

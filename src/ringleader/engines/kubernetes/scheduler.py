@@ -29,6 +29,7 @@ from ringleader.engines.kubernetes.objects import PodInfo
 from ringleader.scheduler import Code
 
 log = logging.getLogger("ringleader.kube.scheduler")
+RESULTS = {Code.SUCCESS: "scheduled", Code.UNSCHEDULABLE: "unschedulable", Code.UNRESOLVABLE: "unresolvable"}
 
 
 class LostLease(Exception):
@@ -51,10 +52,10 @@ class Informer:
         """One list (when there is no version to resume from) or one watch until the server
         ends it. Raises ApiError when the server fails; the caller backs off."""
         if not self.resource_version:
-            items, version = self.api.list(self.kind)
+            items, listed = self.api.list(self.kind)
             with self.lock:
                 self.cache.replace(self.kind, items)
-            self.resource_version = version
+            self.resource_version = listed
             self.changed.set()
             return
         try:
@@ -112,8 +113,7 @@ class Scheduler:
                 outcome = decide(self.cache, gang)
                 if outcome.ok:
                     self.cache.assume_gang((a.pod, a.node, a.gpus) for a in outcome.assignments)
-                result = {Code.SUCCESS: "scheduled", Code.UNSCHEDULABLE: "unschedulable"}.get(outcome.code, "unresolvable")
-                self.metrics.decided(result, time.perf_counter() - started)
+                self.metrics.decided(RESULTS[outcome.code], time.perf_counter() - started)
                 outcomes.append(outcome)
             self.metrics.pending_gangs = sum(1 for o in outcomes if not o.ok)
         return outcomes
