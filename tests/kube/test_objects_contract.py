@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 import yaml
+
 from kube.fakeapi import FakeApiServer, merge
 from kube.kubeobjs import node, pod, podgroup
-
 from ringleader.engines.kubernetes import manifests
 from ringleader.engines.kubernetes.client import Api, load_client
 from ringleader.engines.kubernetes.scheduler import Scheduler

@@ -70,7 +70,8 @@ def mpijob(spec: JobSpec, namespace: str, image: str | None = None) -> dict[str,
         "env": [*_env(spec), {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}],
         "resources": {"requests": dict(LAUNCHER_REQUESTS)},
     }  # fmt: skip
-    worker = {"name": "worker", "image": image, "command": list(WORKER_SSHD), "env": [*_env(spec), *_gpu_env()]}
+    worker: dict[str, Any] = {"name": "worker", "image": image, "command": list(WORKER_SSHD),
+                              "env": [*_env(spec), *_gpu_env()]}  # fmt: skip
     if worker_resources:
         worker["resources"] = worker_resources
     if spec.workdir and spec.workdir.startswith("/"):
@@ -133,6 +134,7 @@ def install(image: str = DEFAULT_IMAGE, replicas: int = 2, lease_seconds: int = 
     sched, agent = "ringleader-scheduler", "ringleader-agent"
     config = {"leaseSeconds": lease_seconds, "metricsPort": METRICS_PORT, "namespace": ns}
     labels_s, labels_a = {"app.kubernetes.io/name": sched}, {"app.kubernetes.io/name": agent}
+    in_ns = {"name": sched, "namespace": ns}
     probe = {"httpGet": {"path": "/healthz", "port": METRICS_PORT}, "periodSeconds": 10}
     return [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
@@ -150,7 +152,7 @@ def install(image: str = DEFAULT_IMAGE, replicas: int = 2, lease_seconds: int = 
              {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "update"],
               "resourceNames": [names.LEASE_NAME]},
          ]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": sched, "namespace": ns},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": dict(in_ns),
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": sched},
          "subjects": [{"kind": "ServiceAccount", "name": sched, "namespace": ns}]},
         # The agent writes its own node's topology annotation and GPU capacity: nothing else.
@@ -164,7 +166,7 @@ def install(image: str = DEFAULT_IMAGE, replicas: int = 2, lease_seconds: int = 
          "subjects": [{"kind": "ServiceAccount", "name": agent, "namespace": ns}]},
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": sched, "namespace": ns},
          "data": {"scheduler.yaml": yaml.safe_dump(config, sort_keys=True)}},
-        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": sched, "namespace": ns, "labels": labels_s},
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {**in_ns, "labels": labels_s},
          "spec": {"replicas": replicas, "selector": {"matchLabels": labels_s}, "template": {
              "metadata": {"labels": labels_s},
              "spec": {"serviceAccountName": sched, "containers": [{
