@@ -180,7 +180,9 @@ def submit_mpi(
     )  # fmt: skip
     with using_engine(engine) as rt:
         result = rt.submit(spec, dry_run=dry_run)
-    if output != "table":
+    if dry_run and output == "yaml" and "manifests" in result.extra:
+        click.echo(result.extra["manifests"], nl=False)  # what `kubectl apply -f -` takes
+    elif output != "table":
         emit_data(result.to_dict(), output)
     elif dry_run:
         render_plan(result)

@@ -8,7 +8,7 @@ import sys
 import click
 
 from ringleader import __version__
-from ringleader.cli import bench, cluster, engine, jobs, model, sim, slurm, state
+from ringleader.cli import bench, cluster, engine, jobs, kube, model, sim, slurm, state
 from ringleader.errors import RingleaderError
 
 
@@ -22,7 +22,7 @@ def cli() -> None:
     """
 
 
-for _module in (jobs, cluster, engine, bench, model, sim, state, slurm):
+for _module in (jobs, cluster, engine, kube, bench, model, sim, state, slurm):
     _module.register(cli)
 
 

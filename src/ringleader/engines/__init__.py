@@ -23,6 +23,7 @@ from ringleader.errors import UsageError
 ENGINES: dict[str, str] = {
     "embedded": "ringleader.runtime.api:open_embedded",
     "slurm": "ringleader.engines.slurm:open_slurm",
+    "kubernetes": "ringleader.engines.kubernetes.engine:open_kubernetes",
 }
 DEFAULT = "embedded"
 CONFIG = "config.json"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -85,8 +86,11 @@ class Api:
     api: Any
 
     def __post_init__(self) -> None:
+        import urllib3
         from kubernetes import client
 
+        # Connection failures are OSErrors or, after the client's retries, urllib3's own.
+        self._down: tuple[type[BaseException], ...] = (OSError, urllib3.exceptions.HTTPError)
         self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
         self.coordination = client.CoordinationV1Api(self.api)
@@ -97,7 +101,7 @@ class Api:
             resp = call(*args, _preload_content=False, **kwargs)
         except self._exc as exc:
             raise _api_error(exc) from None
-        except OSError as exc:  # connection refused, DNS, TLS (urllib3 errors are OSErrors)
+        except self._down as exc:  # connection refused, DNS, TLS
             raise ApiError(f"cannot reach the API server: {exc}", 0, "check the kubeconfig and the network") from None
         data = resp.data
         return json.loads(data) if data else {}
@@ -129,7 +133,7 @@ class Api:
             if exc.status == 410:
                 raise Gone() from None
             raise _api_error(exc) from None
-        except OSError as exc:
+        except self._down as exc:
             raise ApiError(f"cannot reach the API server: {exc}") from None
         try:
             for line in iter_resp_lines(resp):
@@ -168,6 +172,18 @@ class Api:
     def create_event(self, namespace: str, event: Mapping[str, Any]) -> None:
         self._json(self.core.create_namespaced_event, namespace, dict(event))
 
+    # -- nodes (the agent) ---------------------------------------------------------------------------------
+    def get_node(self, name: str) -> dict[str, Any]:
+        body: dict[str, Any] = self._json(self.core.read_node, name)
+        return body
+
+    def annotate_node(self, name: str, annotations: Mapping[str, str | None]) -> None:
+        self._json(self.core.patch_node, name, {"metadata": {"annotations": dict(annotations)}})
+
+    def node_capacity(self, name: str, resources: Mapping[str, str]) -> None:
+        """Advertise node-level extended resources (kubelet copies capacity to allocatable)."""
+        self._json(self.core.patch_node_status, name, {"status": {"capacity": dict(resources)}})
+
     # -- podgroups ------------------------------------------------------------------------------------
     def podgroup_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         group = (names.PODGROUP_GROUP, names.PODGROUP_VERSION, namespace, names.PODGROUP_PLURAL, name)
@@ -194,6 +210,91 @@ class Api:
     def replace_lease(self, namespace: str, name: str, lease: Mapping[str, Any]) -> dict[str, Any]:
         body: dict[str, Any] = self._json(self.coordination.replace_namespaced_lease, name, namespace, dict(lease))
         return body
+
+
+class JobsApi(Api):
+    """What the engine (submit/get/list/logs/delete) adds: MPIJobs, a job's pods, events, logs."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        # A command prints one line when the cluster is down, not urllib3's retry warnings.
+        logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
+
+    def _mpijobs(self, namespace: str) -> tuple[str, str, str, str]:
+        return (names.MPIJOB_GROUP, names.MPIJOB_VERSION, namespace, names.MPIJOB_PLURAL)
+
+    def create_mpijob(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        created: dict[str, Any] = self._json(self.custom.create_namespaced_custom_object,
+                                             *self._mpijobs(namespace), dict(body))  # fmt: skip
+        return created
+
+    def get_mpijob(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            found: dict[str, Any] = self._json(self.custom.get_namespaced_custom_object,
+                                               *self._mpijobs(namespace), name)  # fmt: skip
+            return found
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def list_mpijobs(self, namespace: str) -> list[dict[str, Any]]:
+        body = self._json(self.custom.list_namespaced_custom_object, *self._mpijobs(namespace))
+        return list(body.get("items") or [])
+
+    def delete_mpijob(self, namespace: str, name: str) -> None:
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Foreground"}
+        self._json(self.custom.delete_namespaced_custom_object, *self._mpijobs(namespace), name, body=body)
+
+    def create_podgroup(self, namespace: str, body: Mapping[str, Any]) -> None:
+        group = (names.PODGROUP_GROUP, names.PODGROUP_VERSION, namespace, names.PODGROUP_PLURAL)
+        self._json(self.custom.create_namespaced_custom_object, *group, dict(body))
+
+    def get_podgroup(self, namespace: str, name: str) -> dict[str, Any] | None:
+        group = (names.PODGROUP_GROUP, names.PODGROUP_VERSION, namespace, names.PODGROUP_PLURAL)
+        try:
+            found: dict[str, Any] = self._json(self.custom.get_namespaced_custom_object, *group, name)
+            return found
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        body = self._json(self.core.list_namespaced_pod, namespace, label_selector=selector)
+        return list(body.get("items") or [])
+
+    def events(self, namespace: str) -> list[dict[str, Any]]:
+        body = self._json(self.core.list_namespaced_event, namespace)
+        return list(body.get("items") or [])
+
+    def pod_log(self, namespace: str, name: str, tail: int | None, timestamps: bool) -> str:
+        try:
+            resp: Any = self.core.read_namespaced_pod_log(
+                name, namespace, tail_lines=tail, timestamps=timestamps, _preload_content=False
+            )
+        except self._exc as exc:
+            raise _api_error(exc) from None
+        except self._down as exc:
+            raise ApiError(f"cannot reach the API server: {exc}") from None
+        return bytes(resp.data).decode(errors="replace")
+
+    def follow_log(self, namespace: str, name: str, tail: int | None, timestamps: bool) -> Iterator[str]:
+        """The pod's log, then new lines until its container ends (the API closes the stream)."""
+        from kubernetes.watch.watch import iter_resp_lines
+
+        try:
+            resp: Any = self.core.read_namespaced_pod_log(name, namespace, tail_lines=tail, timestamps=timestamps,
+                                                          follow=True, _preload_content=False)  # fmt: skip
+        except self._exc as exc:
+            raise _api_error(exc) from None
+        except self._down as exc:
+            raise ApiError(f"cannot reach the API server: {exc}") from None
+        try:
+            for line in iter_resp_lines(resp):
+                yield line + "\n"
+        finally:
+            resp.release_conn()
 
 
 def _api_error(exc: Any) -> ApiError:

@@ -197,6 +197,13 @@ def install(image: str = DEFAULT_IMAGE, replicas: int = 2, lease_seconds: int = 
     ]  # fmt: skip
 
 
+class _PlainDumper(yaml.SafeDumper):
+    """No anchors and aliases: every object spelled out, as kubectl prints them."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
 def dump_all(objects: list[dict[str, Any]]) -> str:
     """Multi-document YAML for `kubectl apply -f -`."""
-    return yaml.safe_dump_all(objects, sort_keys=False)
+    return yaml.dump_all(objects, Dumper=_PlainDumper, sort_keys=False)
