@@ -122,3 +122,7 @@ def test_property_no_gpu_twice_gangs_whole_cpu_never_oversubscribed(jobs: list[t
         assert cache.usage(name).cpu <= 6
         state_used = 8 - cache.state.node(name).n_free
         assert state_used == sum(1 for (n, _g) in held if n == name)
+    # The snapshot maintained gang by gang equals one built from scratch.
+    incremental = {ns.name: ns.free_mask for ns in cache.state.nodes}
+    cache._state = None
+    assert {ns.name: ns.free_mask for ns in cache.state.nodes} == incremental

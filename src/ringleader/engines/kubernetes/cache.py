@@ -16,7 +16,7 @@ from typing import Any
 
 from ringleader.engines.kubernetes.names import SCHEDULER_NAME
 from ringleader.engines.kubernetes.objects import NodeInfo, PodInfo, node_info, pod_info, static_misfit
-from ringleader.scheduler import ClusterState, Placement, WorkerSlot
+from ringleader.scheduler import ClusterState, NodeState, Placement, WorkerSlot
 
 
 @dataclass(frozen=True)
@@ -244,14 +244,22 @@ class Cache:
     def state(self) -> ClusterState:
         """The placement snapshot: every node's topology and the GPUs pods hold or are assumed to."""
         if self._state is None:
-            state = ClusterState.empty(info.spec for info in self.nodes.values())
-            _ = state.index  # built once here, then maintained by with/without_placement
-            by_gang: dict[str, list[WorkerSlot]] = {}
+            # Built in one pass (every node's allocations at once, then the group index), then
+            # maintained by with/without_placement as pods come and go.
+            allocated: dict[str, dict[int, str]] = {}
             for key, holding in self._held.items():
-                if holding.gpus and holding.node in state.positions:
-                    by_gang.setdefault(self._gang_of(key), []).append(WorkerSlot(0, holding.node, holding.gpus))
-            for gang, slots in by_gang.items():
-                state = self._commit(state, gang, slots)
+                info = self.nodes.get(holding.node)
+                if info is None:
+                    continue
+                taken = allocated.setdefault(holding.node, {})
+                for gpu in holding.gpus:  # ids outside the topology or given twice: not counted twice
+                    if 0 <= gpu < info.spec.topology.n_gpus and gpu not in taken:
+                        taken[gpu] = self._gang_of(key)
+            state = ClusterState(tuple(
+                NodeState(info.spec, tuple(sorted(allocated.get(name, {}).items())))
+                for name, info in self.nodes.items()
+            ))  # fmt: skip
+            _ = state.index
             self._state = state
         return self._state
 
