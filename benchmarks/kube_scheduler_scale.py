@@ -96,7 +96,7 @@ def bench_decisions(n_nodes: int, n_gangs: int, size: int, half_busy: bool, seed
         failed += not outcome.ok
     total = time.perf_counter() - started
     latencies.sort()
-    single_node = sum(1 for g in queue if len({cache.assumed[p.key].node for p in g.pending if p.key in cache.assumed}) == 1)
+    single_node = sum(1 for g in queue if len({cache.assumed[p.key].node for p in g.pending}) == 1)
     return {
         "cluster": "half the GPUs busy (random)" if half_busy else "all GPUs free",
         "nodes": n_nodes, "gangs": len(queue), "pods_placed": placed, "gangs_failed": failed,
@@ -109,7 +109,6 @@ def bench_decisions(n_nodes: int, n_gangs: int, size: int, half_busy: bool, seed
 def bench_end_to_end(n_nodes: int, n_gangs: int, size: int, events: bool) -> dict[str, Any]:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from kube.fakeapi import FakeApiServer
-
     from ringleader.engines.kubernetes.client import Api, load_client
     from ringleader.engines.kubernetes.scheduler import Scheduler
 
