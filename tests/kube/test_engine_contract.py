@@ -92,6 +92,11 @@ def test_contract_submit_get_list_logs_delete(run, fake: FakeApiServer) -> None:
     assert code == 0 and out == "step 1\nstep 2\n"  # the fake ignores tailLines; the request carries it
     log_call = [r for r in fake.requests if r.path.endswith("/log")][-1]
     assert log_call.query["tailLines"] == "1"
+    code, out = run("logs", "--engine", "kubernetes", "-f", "vgg")
+    assert code == 0 and out == "step 1\nstep 2\n"
+    assert [r for r in fake.requests if r.path.endswith("/log")][-1].query["follow"] == "true"
+    code, out = run("top", "job", "--engine", "kubernetes", "vgg")
+    assert code == 0 and "vgg-worker-0" in out
     code, out = run("top", "node", "--engine", "kubernetes")
     assert code == 0 and "gpu-0" in out
     code, out = run("delete", "--engine", "kubernetes", "vgg")

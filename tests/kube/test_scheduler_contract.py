@@ -3,6 +3,8 @@ client. They assert the exact requests a real API server would receive."""
 
 from __future__ import annotations
 
+import time
+
 from kube.fakeapi import FakeApiServer
 from kube.kubeobjs import node, pod, podgroup
 from ringleader.engines.kubernetes import names
@@ -170,3 +172,38 @@ def test_contract_lease_race_one_winner(fake: FakeApiServer) -> None:
     except ApiError as exc:
         assert exc.status == 409
     assert fake.get("leases", names.LEASE_NAME, names.SYSTEM_NAMESPACE)["spec"]["holderIdentity"] == "sched-b"
+
+
+def test_contract_daemon_binds_and_serves_metrics(fake: FakeApiServer) -> None:
+    """The scheduler as `ringleader kube scheduler` runs it: informer and lease threads, the
+    cycle woken by watch events, /metrics and /healthz over HTTP."""
+    import threading
+    import urllib.request
+
+    from ringleader.engines.kubernetes.metrics import serve
+
+    fake.put("nodes", node("gpu-0"))
+    s = Scheduler(Api(load_client(host=fake.url)), "daemon")
+    server = serve(s.metrics, lambda: s.synced, "127.0.0.1", 0)
+    thread = threading.Thread(target=s.run, kwargs={"watch_timeout": 1, "retry_seconds": 0.2}, daemon=True)
+    thread.start()
+    try:
+        gang(fake, "live", 2)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(fake.calls("bind")) < 2:
+            time.sleep(0.05)
+        assert len(fake.calls("bind")) == 2
+        base = f"http://127.0.0.1:{server.server_port}"
+        with urllib.request.urlopen(f"{base}/healthz") as resp:
+            assert resp.status == 200
+        with urllib.request.urlopen(f"{base}/metrics") as resp:
+            text = resp.read().decode()
+        assert 'ringleader_binds_total{result="ok"} 2' in text
+        assert 'ringleader_gang_decisions_total{result="scheduled"} 1' in text
+        assert "ringleader_leader 1" in text
+    finally:
+        s.stop()
+        thread.join(10)
+        server.shutdown()
+    # Stopping gives the lease up, so a standby takes over at once.
+    assert fake.get("leases", names.LEASE_NAME, names.SYSTEM_NAMESPACE)["spec"]["holderIdentity"] == ""
