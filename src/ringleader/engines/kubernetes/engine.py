@@ -186,7 +186,9 @@ def _status(job: dict[str, Any], pods: Sequence[dict[str, Any]]) -> JobStatus:
         return JobStatus.FAILED
     if conditions.get("Succeeded") == "True":
         return JobStatus.SUCCEEDED
-    if conditions.get("Running") == "True":
+    launcher_up = any((p.get("metadata") or {}).get("labels", {}).get(names.JOB_ROLE_LABEL) == "launcher"
+                      and (p.get("status") or {}).get("phase") == "Running" for p in pods)  # fmt: skip
+    if conditions.get("Running") == "True" or launcher_up:
         return JobStatus.RUNNING
     return JobStatus.PENDING if pods else JobStatus.QUEUING
 
@@ -258,8 +260,13 @@ def job_view(job: dict[str, Any], pods: Sequence[dict[str, Any]], group: dict[st
                                                     "bottleneck": bottleneck}}  # fmt: skip
     status = (job.get("status") or {})
     reason = ((group or {}).get("metadata") or {}).get("annotations", {}).get(names.PENDING_ANNOTATION) or None
+    state = _status(job, pods)
+    if state is JobStatus.QUEUING:
+        reason = "no pods yet: mpi-operator creates them from the MPIJob"
+    elif state is JobStatus.PENDING and reason is None and not workers:
+        reason = "pods wait for `ringleader kube scheduler` (is it running?)"
     return JobView(
-        name=meta.get("name", ""), status=_status(job, pods), priority=spec.priority, trainer=TRAINER,
+        name=meta.get("name", ""), status=state, priority=spec.priority, trainer=TRAINER,
         created_at=_ts(meta.get("creationTimestamp")) or 0.0, started_at=_ts(status.get("startTime")),
         ended_at=_ts(status.get("completionTime")), spec=spec, reason=reason, placement=placement,
         instances=tuple(instances) if with_instances else (), events=events, has_instances=with_instances,
