@@ -207,3 +207,24 @@ def test_contract_daemon_binds_and_serves_metrics(fake: FakeApiServer) -> None:
         server.shutdown()
     # Stopping gives the lease up, so a standby takes over at once.
     assert fake.get("leases", names.LEASE_NAME, names.SYSTEM_NAMESPACE)["spec"]["holderIdentity"] == ""
+
+
+def test_contract_parallel_writers_keep_each_gangs_order(fake: FakeApiServer) -> None:
+    """Gangs are written on several threads; each gang's own annotations still all precede its
+    bindings, and a failed gang is undone alone."""
+    for i in range(4):
+        fake.put("nodes", node(f"gpu-{i}"))
+    for g in range(6):
+        gang(fake, f"g{g}", 4)
+    fake.fail[("bind", "g3-worker-1")] = 500
+    s = Scheduler(Api(load_client(host=fake.url)), "sched-p", writers=4)
+    s.sync()
+    assert s.elector.try_acquire_or_renew()
+    results = {r.gang: r.ok for r in s.cycle()}
+    assert results == {f"default/g{g}": g != 3 for g in range(6)}
+    for g in range(6):
+        mine = [(verb, p) for verb, p in writes(fake) if p.startswith(f"g{g}-")]
+        verbs = [verb for verb, _ in mine]
+        expected = ["patch"] * 4 + ["bind"] * (2 if g == 3 else 4) + (["delete"] if g == 3 else [])
+        assert verbs == expected, (g, mine)
+    assert s.metrics.rollbacks == 1 and s.metrics.binds == {"ok": 21, "error": 1}

@@ -17,7 +17,7 @@ import yaml
 
 from ringleader.errors import UsageError
 
-CONFIG_KEYS = {"leaseSeconds", "metricsPort", "namespace"}
+CONFIG_KEYS = {"leaseSeconds", "metricsPort", "namespace", "bindThreads"}
 
 
 def _logging() -> None:
@@ -39,7 +39,7 @@ def read_config(path: str | None) -> dict[str, Any]:
     unknown = sorted(set(data) - CONFIG_KEYS)
     if unknown:
         raise UsageError(f"config {path!r}: unknown key {unknown[0]!r}", f"use {', '.join(sorted(CONFIG_KEYS))}")
-    for key in ("leaseSeconds", "metricsPort"):
+    for key in ("leaseSeconds", "metricsPort", "bindThreads"):
         if key in data and (not isinstance(data[key], int) or data[key] < 0):
             raise UsageError(f"config {path!r}: {key} must be a whole number >= 0", f"fix {key}")
     return data
@@ -51,7 +51,8 @@ def kube() -> None:
 
 
 @kube.command("scheduler")
-@click.option("--config", "config_path", default=None, help="Config file (leaseSeconds, metricsPort, namespace).")
+@click.option("--config", "config_path", default=None,
+              help="Config file (leaseSeconds, metricsPort, namespace, bindThreads).")
 @click.option("--identity", default=None, help="This replica's name in the Lease (default: $POD_NAME, else host).")
 @click.option("--metrics-port", type=int, default=None, help="Port of /metrics and /healthz (default 10259).")
 @click.option("--server", default=None, help="API server URL (e.g. `kubectl proxy`'s); default: kubeconfig.")
@@ -71,7 +72,8 @@ def scheduler(config_path: str | None, identity: str | None, metrics_port: int |
     _logging()
     sched = Scheduler(Api(load_client(context=context, host=server)), me,
                       namespace=str(config.get("namespace", names.SYSTEM_NAMESPACE)),
-                      lease_seconds=int(config.get("leaseSeconds", 15)))  # fmt: skip
+                      lease_seconds=int(config.get("leaseSeconds", 15)),
+                      writers=int(config.get("bindThreads", 8)))  # fmt: skip
     try:
         serve(sched.metrics, lambda: sched.synced, "0.0.0.0", port)
     except OSError as exc:

@@ -132,7 +132,7 @@ def _role_rules_scheduler() -> list[dict[str, Any]]:
 def install(image: str = DEFAULT_IMAGE, replicas: int = 2, lease_seconds: int = 15) -> list[dict[str, Any]]:
     ns = names.SYSTEM_NAMESPACE
     sched, agent = "ringleader-scheduler", "ringleader-agent"
-    config = {"leaseSeconds": lease_seconds, "metricsPort": METRICS_PORT, "namespace": ns}
+    config = {"leaseSeconds": lease_seconds, "metricsPort": METRICS_PORT, "namespace": ns, "bindThreads": 8}
     labels_s, labels_a = {"app.kubernetes.io/name": sched}, {"app.kubernetes.io/name": agent}
     in_ns = {"name": sched, "namespace": ns}
     probe = {"httpGet": {"path": "/healthz", "port": METRICS_PORT}, "periodSeconds": 10}

@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,8 +83,11 @@ class BindResult:
 
 class Scheduler:
     def __init__(self, api: Api, identity: str, namespace: str = names.SYSTEM_NAMESPACE, lease_seconds: int = 15,
-                 events: bool = True, clock: Callable[[], float] = time.time) -> None:  # fmt: skip
+                 events: bool = True, clock: Callable[[], float] = time.time, writers: int = 1) -> None:  # fmt: skip
         self.api, self.identity, self.events = api, identity, events
+        # Gangs' writes go out on this many threads at once (each gang's own writes stay in
+        # order: annotations, then bindings); decisions never wait for them.
+        self.writers = max(1, writers)
         self.cache = Cache()
         self.lock = threading.Lock()
         self.metrics = Metrics()
@@ -123,13 +127,15 @@ class Scheduler:
         Nothing at all without the lease."""
         if not self.synced or not self.elector.leading:
             return []
-        results = []
-        for outcome in self.decide_all():
-            if outcome.ok:
-                results.append(self._bind(outcome))
-            else:
+        outcomes = self.decide_all()
+        for outcome in outcomes:
+            if not outcome.ok:
                 self._report_pending(outcome)
-        return results
+        placed = [o for o in outcomes if o.ok]
+        if self.writers == 1 or len(placed) < 2:
+            return [self._bind(o) for o in placed]
+        with ThreadPoolExecutor(max_workers=self.writers, thread_name_prefix="bind") as pool:
+            return list(pool.map(self._bind, placed))
 
     def _bind(self, outcome: Outcome) -> BindResult:
         gang, members = outcome.gang.key, outcome.assignments
