@@ -12,6 +12,7 @@ import copy
 import json
 import re
 import socket
+import sys
 import threading
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -66,7 +67,7 @@ class FakeApiServer:
         self.requests: list[Request] = []
         self.fail: dict[tuple[str, str], int] = {}  # (verb, name) -> HTTP status to answer once
         self.pod_logs: dict[str, str] = {}
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server = _QuietServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
@@ -260,6 +261,13 @@ class FakeApiServer:
         # timeoutSeconds): tests step the informers deterministically.
         text = "".join(json.dumps(line) + "\n" for line in lines)
         h._send(200, text)
+
+
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that closes a kept-alive connection is normal, not a traceback."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 _EMPTY = re.compile("(?P<name>)").match("")

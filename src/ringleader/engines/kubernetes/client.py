@@ -103,7 +103,10 @@ class Api:
             raise _api_error(exc) from None
         except self._down as exc:  # connection refused, DNS, TLS
             raise ApiError(f"cannot reach the API server: {exc}", 0, "check the kubeconfig and the network") from None
-        data = resp.data
+        try:
+            data = resp.data
+        finally:
+            resp.release_conn()  # back to the pool for the next request, not left to the GC
         return json.loads(data) if data else {}
 
     # -- list + watch ---------------------------------------------------------------------------------
