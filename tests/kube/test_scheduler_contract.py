@@ -75,6 +75,9 @@ def test_contract_rollback_after_injected_bind_failure(fake: FakeApiServer) -> N
     deletes = [r for r in fake.calls("delete") if "/pods/" in r.path]
     assert deletes[0].body["preconditions"] == {"uid": "uid-rn-worker-0"}
     assert s.metrics.rollbacks == 1
+    # Before the watch has shown the deletions, the two unbound members are no gang of their own.
+    assert s.cycle() == []
+    assert len(fake.calls("bind")) == 3
     # The controller recreates the deleted members; the next cycle places the whole gang again.
     for i in (0, 1):
         fake.put("pods", pod(f"rn-worker-{i}", gang="rn"))

@@ -10,7 +10,7 @@ forgets it.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
@@ -169,6 +169,15 @@ class Cache:
             changes.append((pod.key, holding))
         self._hold_many(changes)
 
+    def doomed(self, key: str) -> None:
+        """We deleted this pod (a gang's rollback): until the watch says so, it counts as going,
+        not as a placed member that would let the rest of its gang start without it."""
+        pod = self.pods.get(key)
+        if pod is not None:
+            self.pods[key] = replace(pod, deleting=True)
+        # No longer a member in flight; what it holds stays held until the watch says it is gone.
+        self.assumed.pop(key, None)
+
     def forget(self, key: str) -> None:
         """Undo ``assume`` (the bind failed); the pod is pending again if it still exists."""
         if self.assumed.pop(key, None) is not None:
@@ -306,7 +315,7 @@ class Cache:
                 gang.group_missing = pod.grouped and pod.gang_key not in self.groups
             if pod.pending and pod.key not in self.assumed:
                 gang.pending.append(pod)
-            elif pod.key in self.assumed or pod.node is not None:
+            elif pod.key in self.assumed or (pod.node is not None and not pod.deleting):
                 gang.placed += 1
         found = [g for g in by_key.values() if g.pending]
         found.sort(key=lambda g: min(p.created for p in g.pending))

@@ -172,8 +172,9 @@ class Scheduler:
         with self.lock:
             for a in outcome.assignments:
                 if a in bound:
-                    continue  # deleted: its controller makes a new pod, which the watch brings
-                self.cache.forget(a.pod.key)
+                    self.cache.doomed(a.pod.key)  # deleted: its controller makes a new pod
+                else:
+                    self.cache.forget(a.pod.key)
         self.metrics.rolled_back()
         reason = f"gang bind failed and was undone ({len(bound)} bound member(s) deleted): {why}"
         for a in outcome.assignments:
