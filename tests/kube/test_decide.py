@@ -52,6 +52,26 @@ def test_cordoned_node_and_node_selector() -> None:
     assert "1 node(s) cordoned" in out.reason and "2 node(s) didn't match the pod's nodeSelector" in out.reason
 
 
+def test_required_node_affinity() -> None:
+    nodes = [node("a", labels={"gpu": "v100"}), node("b", labels={"gpu": "a100", "rack": "3"}), node("c")]
+    term = {"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["a100", "h100"]},
+                                 {"key": "rack", "operator": "Gt", "values": ["2"]}]}  # fmt: skip
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+    cache = cache_with(nodes, [pod("w", gpus=1, affinity=affinity)])
+    out = decide(cache, only_gang(cache))
+    assert out.ok and out.assignments[0].node == "b"
+    by_name = {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["a", "b"]}]}
+    affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] = [by_name]
+    cache = cache_with(nodes, [pod("w", gpus=1, affinity=affinity)])
+    out = decide(cache, only_gang(cache))
+    assert out.ok and out.assignments[0].node == "c"
+    nowhere = {"matchExpressions": [{"key": "gpu", "operator": "DoesNotExist"}, {"key": "x", "operator": "Exists"}]}
+    affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] = [nowhere]
+    cache = cache_with(nodes, [pod("w", gpus=1, affinity=affinity)])
+    out = decide(cache, only_gang(cache))
+    assert not out.ok and "3 node(s) didn't match the pod's node affinity" in out.reason
+
+
 def test_schedule_mode_labels_as_the_local_runtime() -> None:
     nodes = [node("topo", mode="topology"), node("dflt", mode="default")]
     cache = cache_with(nodes, [pod("t", gpus=1, topology=True), pod("d", gpus=1, topology=False)])

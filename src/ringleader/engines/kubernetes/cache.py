@@ -290,7 +290,8 @@ class Cache:
         """Node position -> why it can never host ``pod`` (cordon, taints, selector), memoised
         per kind of pod until a node changes: one scan of the nodes, not one per gang."""
         signature = (
-            repr(sorted(map(repr, pod.tolerations))), tuple(sorted(pod.node_selector.items())), pod.gpus > 0
+            repr(sorted(map(repr, pod.tolerations))), tuple(sorted(pod.node_selector.items())), pod.gpus > 0,
+            repr(pod.affinity),
         )  # fmt: skip
         found = self._misfits.get(signature)
         if found is None:

@@ -96,6 +96,8 @@ class PodInfo:
     created: str
     role: str  # "launcher", "worker", or "" for pods outside an MPIJob
     deleting: bool = False
+    # requiredDuringSchedulingIgnoredDuringExecution nodeSelectorTerms (any one must match)
+    affinity: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def key(self) -> str:
@@ -216,6 +218,12 @@ def _requests(containers: Sequence[Mapping[str, Any]], key: str) -> Decimal:
     return total
 
 
+def _required_terms(spec: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...]:
+    node_affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    return tuple(required.get("nodeSelectorTerms") or ())
+
+
 def pod_info(obj: Mapping[str, Any]) -> PodInfo:
     """A pod's scheduling facts. Init containers run before the others, so a pod needs the
     larger of their biggest request and the sum of its containers' (as kube-scheduler counts)."""
@@ -248,6 +256,7 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo:
         tolerations=tuple(spec.get("tolerations") or ()), node_selector=dict(spec.get("nodeSelector") or {}),
         created=meta.get("creationTimestamp") or "", role=labels.get(names.JOB_ROLE_LABEL, ""),
         deleting=bool(meta.get("deletionTimestamp")),
+        affinity=_required_terms(spec),
     )  # fmt: skip
 
 
@@ -266,6 +275,38 @@ def tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Taint) -> bool:
     return False
 
 
+def _requirement(req: Mapping[str, Any], value: str | None) -> bool:
+    """One nodeSelectorRequirement against a label value (None: the label is absent)."""
+    op, values = req.get("operator"), [str(v) for v in req.get("values") or ()]
+    if op == "In":
+        return value is not None and value in values
+    if op == "NotIn":
+        return value is None or value not in values
+    if op == "Exists":
+        return value is not None
+    if op == "DoesNotExist":
+        return value is None
+    if op in ("Gt", "Lt") and value is not None and len(values) == 1:
+        try:
+            a, b = int(value), int(values[0])
+        except ValueError:
+            return False
+        return a > b if op == "Gt" else a < b
+    return False
+
+
+def _term_matches(term: Mapping[str, Any], node: NodeInfo) -> bool:
+    """A nodeSelectorTerm: all its expressions on labels and fields (only metadata.name
+    exists). An empty term matches nothing, as in kube-scheduler."""
+    exprs = term.get("matchExpressions") or ()
+    fields = term.get("matchFields") or ()
+    if not exprs and not fields:
+        return False
+    return all(_requirement(r, node.labels.get(r.get("key", ""))) for r in exprs) and all(
+        _requirement(r, node.name if r.get("key") == "metadata.name" else None) for r in fields
+    )
+
+
 def static_misfit(node: NodeInfo, pod: PodInfo) -> str | None:
     """Why ``node`` can never host ``pod`` as it stands (cordon, taints, selector, readiness),
     whatever else runs there; None if it can. Worded to be counted: "N node(s) <reason>"."""
@@ -279,6 +320,8 @@ def static_misfit(node: NodeInfo, pod: PodInfo) -> str | None:
     for key, value in pod.node_selector.items():
         if node.labels.get(key) != value:
             return "didn't match the pod's nodeSelector"
+    if pod.affinity and not any(_term_matches(term, node) for term in pod.affinity):
+        return "didn't match the pod's node affinity"
     if pod.gpus and node.problem:
         return node.problem
     return None
