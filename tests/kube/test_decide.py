@@ -100,6 +100,17 @@ def test_cpu_room_moves_the_gang_and_launcher_joins_its_workers() -> None:
     assert sorted(g for a in workers for g in a.gpus) in ([0, 1, 2, 3], [4, 5, 6, 7])
 
 
+def test_higher_priority_gangs_first_then_oldest() -> None:
+    old = pod("old", gpus=1)
+    old["metadata"]["creationTimestamp"] = "2026-11-23T09:00:00Z"
+    new = pod("new", gpus=1)
+    new["metadata"]["creationTimestamp"] = "2026-11-23T10:00:00Z"
+    urgent = pod("urgent", gpus=1, priority=1000)
+    urgent["metadata"]["creationTimestamp"] = "2026-11-23T11:00:00Z"
+    cache = cache_with([node("a")], [new, urgent, old])
+    assert [g.key for g in cache.gangs()] == ["default/urgent", "default/old", "default/new"]
+
+
 def test_incomplete_gang_waits_and_podgroup_missing_waits() -> None:
     cache = cache_with([node("a")], [pod(f"g-{i}", gang="g") for i in range(3)], [podgroup("g", 4)])
     assert not only_gang(cache).ready

@@ -319,5 +319,5 @@ class Cache:
             elif pod.key in self.assumed or (pod.node is not None and not pod.deleting):
                 gang.placed += 1
         found = [g for g in by_key.values() if g.pending]
-        found.sort(key=lambda g: min(p.created for p in g.pending))
+        found.sort(key=lambda g: (-max(p.priority for p in g.pending), min(p.created for p in g.pending)))
         return found

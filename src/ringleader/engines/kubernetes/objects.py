@@ -98,6 +98,7 @@ class PodInfo:
     deleting: bool = False
     # requiredDuringSchedulingIgnoredDuringExecution nodeSelectorTerms (any one must match)
     affinity: tuple[Mapping[str, Any], ...] = ()
+    priority: int = 0  # spec.priority (from its PriorityClass): higher gangs are decided first
 
     @property
     def key(self) -> str:
@@ -256,7 +257,7 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo:
         tolerations=tuple(spec.get("tolerations") or ()), node_selector=dict(spec.get("nodeSelector") or {}),
         created=meta.get("creationTimestamp") or "", role=labels.get(names.JOB_ROLE_LABEL, ""),
         deleting=bool(meta.get("deletionTimestamp")),
-        affinity=_required_terms(spec),
+        affinity=_required_terms(spec), priority=int(spec.get("priority") or 0),
     )  # fmt: skip
 
 
