@@ -100,11 +100,18 @@ def test_contract_pending_reason_with_numbers_event_and_podgroup(fake: FakeApiSe
     assert "12 worker(s) x 1 GPU(s) = 12 GPUs" in reason and "1 node(s) cordoned" in reason
     events = [o for (p, _, _), o in fake.objects.items() if p == "events"]
     assert len(events) == 12 and {e["reason"] for e in events} == {"FailedScheduling"}
-    # Said once per change of reason, not every cycle.
+    # Said once per change of reason, not every cycle; and not even decided again while nothing
+    # was freed.
+    decided = sum(s.metrics.decisions.values())
     s.cycle()
+    assert sum(s.metrics.decisions.values()) == decided
     assert len([o for (p, _, _), o in fake.objects.items() if p == "events"]) == 12
     assert s.metrics.pending_gangs == 1
     assert 'ringleader_pending_gangs 1' in s.metrics.render()
+    # The cordoned node comes back: decided again, and it fits now (8 + 8 GPUs for 12 workers).
+    fake.put("nodes", node("gpu-1"))
+    s.sync()
+    assert [r.ok for r in s.cycle()] == [True]
 
 
 def test_contract_410_gone_relists(fake: FakeApiServer) -> None:

@@ -65,6 +65,9 @@ class Cache:
         self._usage: dict[str, Usage] = {}
         self._state: ClusterState | None = None
         self._misfits: dict[Any, dict[int, str]] = {}  # pod signature -> node position -> why
+        # Bumped whenever room may have appeared (a pod let go of a node, a node changed): a gang
+        # that did not fit is decided again only after that.
+        self.freed = 0
 
     # -- events -----------------------------------------------------------------------------------
     def replace(self, kind: str, objects: Iterable[Mapping[str, Any]]) -> None:
@@ -114,6 +117,7 @@ class Cache:
             self._node_set_changed()
         else:
             self._misfits.clear()
+            self.freed += 1
 
     def apply_group(self, event_type: str, obj: Mapping[str, Any]) -> None:
         meta = obj.get("metadata") or {}
@@ -126,6 +130,7 @@ class Cache:
     def _node_set_changed(self) -> None:
         self._state = None
         self._misfits.clear()
+        self.freed += 1
 
     def _put_pod(self, pod: PodInfo) -> None:
         self.pods[pod.key] = pod
@@ -198,6 +203,7 @@ class Cache:
                 continue
             gang = self._gang_of(key)
             if old is not None:
+                self.freed += 1
                 usage = self._usage.setdefault(old.node, Usage())
                 usage.cpu -= old.cpu
                 usage.memory -= old.memory

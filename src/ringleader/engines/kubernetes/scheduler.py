@@ -94,6 +94,7 @@ class Scheduler:
         self.informers = {kind: Informer(api, kind, self.cache, self.lock, self.metrics) for kind in KINDS}
         self.elector = LeaderElector(api, namespace, names.LEASE_NAME, identity, lease_seconds, clock)
         self._told: dict[str, str] = {}  # gang -> the pending reason last reported
+        self._waiting: dict[str, tuple[int, int]] = {}  # gang -> (cache.freed, pending) when it did not fit
         self._stop = threading.Event()
 
     @property
@@ -110,16 +111,23 @@ class Scheduler:
         """Decide every complete gang over the cache and assume the placed ones (no API call)."""
         outcomes = []
         with self.lock:
+            waiting = 0
             for gang in self.cache.gangs():
                 if not gang.ready:
+                    continue
+                if self._waiting.get(gang.key) == (self.cache.freed, len(gang.pending)):
+                    waiting += 1  # nothing was freed since it last did not fit: same answer
                     continue
                 started = time.perf_counter()
                 outcome = decide(self.cache, gang)
                 if outcome.ok:
                     self.cache.assume_gang((a.pod, a.node, a.gpus) for a in outcome.assignments)
+                    self._waiting.pop(gang.key, None)
+                else:
+                    self._waiting[gang.key] = (self.cache.freed, len(gang.pending))
                 self.metrics.decided(RESULTS[outcome.code], time.perf_counter() - started)
                 outcomes.append(outcome)
-            self.metrics.pending_gangs = sum(1 for o in outcomes if not o.ok)
+            self.metrics.pending_gangs = waiting + sum(1 for o in outcomes if not o.ok)
         return outcomes
 
     def cycle(self) -> list[BindResult]:
