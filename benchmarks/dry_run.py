@@ -43,8 +43,10 @@ def cluster_yaml(nodes: int) -> str:
 def ringleader(home: Path, args: list[str]) -> float:
     """CPU seconds (user + system) of one `ringleader ARGS` process."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run([sys.executable, "-m", "ringleader.cli.main", *args], check=True,
-                   env=dict(os.environ, RINGLEADER_HOME=str(home)), stdout=subprocess.DEVNULL)  # fmt: skip
+    env = dict(os.environ, RINGLEADER_HOME=str(home))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # as installed: modules load from .pyc files
+    subprocess.run([sys.executable, "-m", "ringleader.cli.main", *args], check=True, env=env,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
 

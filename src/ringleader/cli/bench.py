@@ -184,7 +184,7 @@ def scaling_cmd(backends: str, workers: str, out_dir: str, busbw: bool, busbw_ma
     cfg.validate()
     steps = len(cfg.backends) * (len(cfg.workers) + (1 if busbw else 0)) + 1
     run_with = default_launcher(launcher)
-    with Progress(console=console(), transient=True, disable=output == "json") as prog:
+    with Progress(console=console().rich, transient=True, disable=output == "json") as prog:
         task = prog.add_task("scaling", total=steps)
 
         def tick(msg: str) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import time
 from collections.abc import Iterable
 
@@ -38,6 +37,8 @@ def stop_all(procs: Iterable[tuple[int, int | None]], grace_s: float) -> None:
     """SIGTERM every process, wait up to ``grace_s`` for them to go, then SIGKILL the rest, and
     every descendant of theirs found before the first signal (one that left the process group
     with setsid too: the rank wrapper is a subreaper, so its program's orphans stay its own)."""
+    import signal  # here, not at the top: commands that only read start quicker
+
     targets = [(pid, st) for pid, st in procs if st is not None and alive(pid, st)]
     targets += [d for d in descendants(*(pid for pid, _ in targets)) if d not in targets]
     for pid, st in targets:

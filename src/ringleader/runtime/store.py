@@ -17,19 +17,14 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ringleader.errors import BusyError, DiskFullError, RingleaderError, StateError
-from ringleader.runtime.codec import (
-    address_from_dict,
-    address_to_dict,
-    labels_from_dict,
-    topology_from_dict,
-    topology_to_dict,
-)
 from ringleader.runtime.states import JobStatus, can_move
-from ringleader.scheduler import ClusterState, NodeState, Placement
-from ringleader.topology import NodeSpec
+
+if TYPE_CHECKING:  # node decoding imports the scheduler's types: commands that list jobs do not
+    from ringleader.scheduler import ClusterState, Placement
+    from ringleader.topology import NodeSpec
 
 T = TypeVar("T")
 APP_ID = "ringleader"
@@ -393,6 +388,9 @@ def _version(conn: sqlite3.Connection, path: Path) -> int:
 def get_nodes(conn: sqlite3.Connection) -> list[NodeSpec]:
     """The declared nodes in order; nodes with equal topologies (or labels) share one decoded
     object, so the scheduler fingerprints each distinct topology once."""
+    from ringleader.runtime.codec import labels_from_dict, topology_from_dict
+    from ringleader.topology import NodeSpec
+
     topologies = {
         r[0]: topology_from_dict(json.loads(r[1])) for r in conn.execute("SELECT id, spec FROM topologies")
     }
@@ -409,6 +407,8 @@ def get_nodes(conn: sqlite3.Connection) -> list[NodeSpec]:
 
 
 def replace_nodes(conn: sqlite3.Connection, specs: Sequence[NodeSpec]) -> None:
+    from ringleader.runtime.codec import topology_to_dict
+
     conn.execute("DELETE FROM nodes")
     ids: dict[int, int] = {}  # id(topology object) -> row id: declared clusters share objects
     rows = []
@@ -441,6 +441,8 @@ def delete_meta(conn: sqlite3.Connection, key: str) -> None:
 
 
 def cluster_state(conn: sqlite3.Connection) -> ClusterState:
+    from ringleader.scheduler import ClusterState, NodeState
+
     alloc: dict[str, list[tuple[int, str]]] = {}
     for r in conn.execute("SELECT node, gpu, job FROM allocations ORDER BY node, gpu"):
         alloc.setdefault(r["node"], []).append((int(r["gpu"]), str(r["job"])))
