@@ -6,7 +6,6 @@ computed independently with one allgather per parameter. Rank 0 prints one JSON 
 from __future__ import annotations
 
 import json
-import sys
 
 import torch
 
@@ -46,7 +45,8 @@ def main() -> None:
                 comm.allgather(everyone, g.reshape(-1).contiguous())
                 mean = everyone.view(comm.world_size, -1).float().mean(0).view_as(g)
                 worst = max(worst, float((p.grad.float() - mean).abs().max() / (mean.abs().max() + 1e-6)))
-            name = f"{str(dtype).removeprefix('torch.')}/{'sweep' if cap == 0 else cap}/{'overlap' if overlap else 'after'}"
+            size = "sweep" if cap == 0 else cap
+            name = f"{str(dtype).removeprefix('torch.')}/{size}/{'overlap' if overlap else 'after'}"
             out[name] = [worst, len(grads.buckets), float(all(p.grad.data_ptr() for p in params))]
     comm.close()
     if comm.rank == 0:

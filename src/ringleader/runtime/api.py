@@ -117,6 +117,7 @@ class Runtime:
         """Replace the declared cluster; refused if a node holding running jobs' GPUs would
         disappear or shrink."""
         from ringleader.runtime.nodes import check_declared, discover_hosts, merge_declared, shrinking
+        from ringleader.scheduler import Code
         from ringleader.topology import load_cluster_file
 
         declared = load_cluster_file(path)
@@ -141,6 +142,7 @@ class Runtime:
         """Emulate the declared cluster on this box (root): a network namespace with sshd and a
         shaped link per node (see engines.hosts.netns), then apply it with their ssh addresses."""
         from ringleader.engines.hosts import netns
+        from ringleader.topology import load_cluster_file
 
         declared = load_cluster_file(path)  # every node but `local` becomes an emulated ssh host
         created = netns.up(self.home, declared, scale)

@@ -388,7 +388,7 @@ def _version(conn: sqlite3.Connection, path: Path) -> int:
 def get_nodes(conn: sqlite3.Connection) -> list[NodeSpec]:
     """The declared nodes in order; nodes with equal topologies (or labels) share one decoded
     object, so the scheduler fingerprints each distinct topology once."""
-    from ringleader.runtime.codec import labels_from_dict, topology_from_dict
+    from ringleader.runtime.codec import address_from_dict, labels_from_dict, topology_from_dict
     from ringleader.topology import NodeSpec
 
     topologies = {
@@ -407,7 +407,7 @@ def get_nodes(conn: sqlite3.Connection) -> list[NodeSpec]:
 
 
 def replace_nodes(conn: sqlite3.Connection, specs: Sequence[NodeSpec]) -> None:
-    from ringleader.runtime.codec import topology_to_dict
+    from ringleader.runtime.codec import address_to_dict, topology_to_dict
 
     conn.execute("DELETE FROM nodes")
     ids: dict[int, int] = {}  # id(topology object) -> row id: declared clusters share objects
