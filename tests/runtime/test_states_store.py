@@ -80,9 +80,9 @@ def test_a_version_1_database_keeps_its_nodes_after_the_upgrade(home: Path) -> N
     """Version 1 stored each node's whole topology as JSON; version 2 stores each distinct
     topology once. An old database opens with the same nodes, labels and allocations."""
     from ringleader.runtime.codec import node_to_dict
-    from ringleader.topology import NodeSpec, preset
+    from ringleader.topology import NodeSpec, SshAddress, preset
 
-    nodes = [NodeSpec("a", preset("dgx1v"), 25.0, (("rack", "r1"),), True),
+    nodes = [NodeSpec("a", preset("dgx1v"), 25.0, (("rack", "r1"),), True, SshAddress("10.0.0.5", "ubuntu", 2222)),
              NodeSpec("b", preset("dgx1v"), 25.0, (), True),
              NodeSpec("c", preset("dgx-a100"), 100.0, (("gpu-schedule", "topology"),), True)]  # fmt: skip
     home.mkdir(parents=True)
