@@ -25,16 +25,17 @@ from ringleader.cli.output import (
     shared_group,
     table,
 )
-from ringleader.engines import ENGINES, Engine, chosen_engine, open_engine
+from ringleader.engines import ENGINES, chosen_engine, open_engine
 from ringleader.errors import UsageError
 from ringleader.runtime.states import JobStatus
 from ringleader.runtime.store import default_home
 
 if TYPE_CHECKING:  # the runtime is imported by the commands that use it: `--help` stays quick
+    from ringleader.engines import Engine
     from ringleader.runtime.api import JobView, Runtime, SubmitResult
 
 F = TypeVar("F", bound=Callable[..., Any])
-E = TypeVar("E", bound=Engine)
+E = TypeVar("E", bound="Engine")
 
 
 def engine_option(f: F) -> F:
