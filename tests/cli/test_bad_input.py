@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from ringleader.cli.main import main
+from ringleader.runtime import store
 from ringleader.runtime.api import Runtime
 
 PY = sys.executable
@@ -113,7 +114,7 @@ def test_unusable_state_database_gives_one_line_naming_the_file(cli, newer: bool
     assert db.read_bytes() == before
     if newer:  # let the fixture's cleanup open it
         conn = sqlite3.connect(db)
-        conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(store.SCHEMA_VERSION),))
         conn.commit()
         conn.close()
     else:

@@ -3,16 +3,18 @@ layout, durations."""
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-import yaml
-from rich.console import Console, ConsoleOptions, RenderResult
-from rich.segment import Segment
-from rich.table import Table
+
+if TYPE_CHECKING:  # rich and yaml are imported when something is rendered: start-up stays quick
+    from rich.console import Console, ConsoleOptions, RenderResult
+    from rich.segment import Segment
 
 # arena's key/value layout: "Name:      x" (the key and its colon padded to 11 columns).
 KEY_WIDTH = 11
@@ -36,26 +38,109 @@ def emit_data(data: Any, fmt: str) -> None:
     if fmt == "json":
         click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
     elif fmt == "yaml":
+        import yaml
+
         click.echo(yaml.safe_dump(data, sort_keys=False), nl=False)
     else:
         raise ValueError(fmt)
 
 
-def console() -> Console:
-    # Wide enough for tables when stdout is a pipe (tests, logs), real width on a terminal.
-    return Console(width=None if sys.stdout.isatty() else 160, highlight=False, soft_wrap=False)
+def console() -> Printer:
+    return Printer()
+
+
+class Printer:
+    """What commands print through. Tables of plain cells are written as text directly, in the
+    layout rich gives them, without loading rich (most commands print one table and exit);
+    anything else goes to a rich Console made on first use (also reachable as ``.rich``)."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        if objects and not kwargs and all(isinstance(o, PlainTable) for o in objects) and not _forced_style():
+            tty = sys.stdout.isatty()
+            width = _terminal_width() if tty else WIDTH_WHEN_PIPED
+            bold = tty and os.environ.get("TERM") not in ("dumb", "unknown")
+            texts = [o.plain_text(width, bold) for o in objects]
+            if all(t is not None for t in texts):
+                click.echo("".join(t for t in texts if t is not None), nl=False)
+                return
+        self.rich.print(*objects, **kwargs)
+
+    @functools.cached_property
+    def rich(self) -> Console:
+        from rich.console import Console
+
+        # Wide enough for tables when stdout is a pipe (tests, logs), real width on a terminal.
+        width = None if sys.stdout.isatty() else WIDTH_WHEN_PIPED
+        return Console(width=width, highlight=False, soft_wrap=False)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.rich, name)
+
+
+WIDTH_WHEN_PIPED = 160
+
+
+def _terminal_width() -> int:
+    """As rich measures it: $COLUMNS, else the terminal's width, else 80."""
+    try:
+        return int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        pass
+    try:
+        return os.get_terminal_size(sys.stdout.fileno()).columns
+    except (OSError, ValueError):
+        return 80
+
+
+def _forced_style() -> bool:
+    """Environment that makes rich style a pipe: leave those cases to rich."""
+    return any(os.environ.get(v) for v in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"))
+
+
+def _plain(cell: str) -> bool:
+    """A cell rich would print as is: printable ASCII, no markup, no :emoji: code."""
+    return cell.isascii() and cell.isprintable() and "[" not in cell and cell.count(":") < 2
 
 
 class PlainTable:
     """A table in the style of arena's (no boxes, upper-case headers), optionally indented,
     with no trailing spaces (rich pads the last column to its width)."""
 
-    def __init__(self, inner: Table, indent: int = 0) -> None:
-        self.inner, self.indent = inner, indent
+    def __init__(self, columns: Sequence[str], rows: list[list[str]], title: str | None, indent: int) -> None:
+        self.columns, self.rows, self.title, self.indent = list(columns), rows, title, indent
+
+    def plain_text(self, width: int, bold: bool) -> str | None:
+        """The table as rich renders it (columns two spaces apart, bold header on a terminal),
+        or None where rich's rendering would differ: a title, markup, wide characters, or a
+        table that does not fit ``width`` (rich shrinks its columns)."""
+        n = len(self.columns)
+        if self.title is not None or any(len(r) != n for r in self.rows):
+            return None
+        grid = [self.columns, *self.rows]
+        if not all(_plain(cell) for row in grid for cell in row):
+            return None
+        widths = [max(len(row[i]) for row in grid) for i in range(n)]
+        if n == 0 or sum(widths) + 2 * (n - 1) > width - self.indent:
+            return None
+        lines = []
+        for i, row in enumerate(grid):
+            cells = [c + " " * (w - len(c)) for c, w in zip(row, widths, strict=True)]
+            if i == 0 and bold:
+                cells = [f"\x1b[1m{c}\x1b[0m" + " " * (w - len(c)) for c, w in zip(row, widths, strict=True)]
+            lines.append(" " * self.indent + "  ".join(cells).rstrip())
+        return "\n".join(lines) + "\n"
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        from rich.segment import Segment
+        from rich.table import Table
+
+        inner = Table(title=self.title, box=None, show_edge=False, pad_edge=False, header_style="bold")
+        for col in self.columns:
+            inner.add_column(col, no_wrap=True)
+        for row in self.rows:
+            inner.add_row(*row)
         width = max(1, options.max_width - self.indent)
-        for line in console.render_lines(self.inner, options.update(width=width), pad=False):
+        for line in console.render_lines(inner, options.update(width=width), pad=False):
             if self.indent:
                 yield Segment(" " * self.indent)
             yield from _rstrip(line)
@@ -63,6 +148,8 @@ class PlainTable:
 
 
 def _rstrip(line: list[Segment]) -> list[Segment]:
+    from rich.segment import Segment
+
     out = list(line)
     while out and not out[-1].control:
         text = out[-1].text.rstrip()
@@ -77,12 +164,7 @@ def table(
     columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None, indent: int = 0
 ) -> PlainTable:
     """A plain table in the style of arena's (no boxes, upper-case headers)."""
-    t = Table(title=title, box=None, show_edge=False, pad_edge=False, header_style="bold")
-    for col in columns:
-        t.add_column(col, no_wrap=True)
-    for row in rows:
-        t.add_row(*("" if v is None else str(v) for v in row))
-    return PlainTable(t, indent)
+    return PlainTable(columns, [["" if v is None else str(v) for v in row] for row in rows], title, indent)
 
 
 def key_values(pairs: Sequence[tuple[str, Any]]) -> None:

@@ -6,12 +6,14 @@ import json
 import sqlite3
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ringleader.runtime import store
 from ringleader.runtime.spec import JobSpec
 from ringleader.runtime.states import JobStatus
-from ringleader.scheduler import Decision
+
+if TYPE_CHECKING:
+    from ringleader.scheduler import Decision
 
 TRAINER = "MPIJOB"
 

@@ -22,6 +22,7 @@ A cluster file looks like::
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping
@@ -29,8 +30,6 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from ringleader.errors import RingleaderError, TopologyError, UsageError
 from ringleader.reference import reference
@@ -101,13 +100,19 @@ class NodeSpec:
         return replace(self, labels=tuple(sorted(labels.items())))
 
 
-class _LineLoader(yaml.SafeLoader):
-    """Remembers the line of every mapping so errors can say where."""
+@functools.cache
+def _line_loader() -> type:
+    """A YAML loader that remembers the line of every mapping so errors can say where (yaml is
+    imported here: commands that read no cluster file do not pay for it)."""
+    import yaml
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        mapping = super().construct_mapping(node, deep=deep)
-        mapping["__line__"] = node.start_mark.line + 1
-        return mapping
+    class LineLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+            mapping = super().construct_mapping(node, deep=deep)
+            mapping["__line__"] = node.start_mark.line + 1
+            return mapping
+
+    return LineLoader
 
 
 _NODE_KEYS = {
@@ -119,7 +124,9 @@ _NODE_KEYS = {
 
 def load_cluster_text(text: str, base_dir: Path, origin: str = "cluster file") -> list[NodeSpec]:
     try:
-        doc = yaml.load(text, Loader=_LineLoader)
+        import yaml
+
+        doc = yaml.load(text, Loader=_line_loader())
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
