@@ -109,3 +109,15 @@ def _supervisor_pid(rt: Runtime, job: str) -> int:
     with rt.db.read() as conn:
         row = conn.execute("SELECT supervisor_pid FROM jobs WHERE name = ?", (job,)).fetchone()
     return int(row[0])
+
+
+def test_long_bursts_of_output_reach_each_rank_log_line_for_line(hosts: Runtime, h) -> None:
+    # mpirun tags the chunks it reads, not lines: a line split between two reads must come back whole.
+    code = ("import os, sys; r = os.environ['RANK']; "
+            "sys.stdout.write(''.join(f'{r}:{i:05d}:' + 'x' * 150 + '\\n' for i in range(3000)))")  # fmt: skip
+    hosts.submit(h.job("burst", h.py(code), workers=4))
+    view = hosts.wait("burst", timeout=120)
+    assert view.status is JobStatus.SUCCEEDED, view.reason
+    for rank in range(4):
+        lines = hosts.logs("burst", f"worker-{rank}").splitlines()
+        assert lines == [f"{rank}:{i:05d}:" + "x" * 150 for i in range(3000)]
