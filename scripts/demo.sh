@@ -29,8 +29,8 @@ rm -rf "$RINGLEADER_HOME" "$OUT"
 mkdir -p "$RINGLEADER_HOME" "$OUT"
 
 emulated_demo() {
-  local job=(python3 examples/jobs/vgg16_exchange.py --batch-size 64 --steps 2 --warmup 1)
-  local bench=(ringleader bench allreduce -b 4M -e 32M -f 2 -n 2 -w 1 -c 0 -o json)
+  local job=(python3 examples/jobs/vgg16_exchange.py --batch-size 64 --steps 3 --warmup 1)
+  local bench=(ringleader bench allreduce -b 8M -e 32M -f 2 -n 5 -w 1 -c 0 -o json)
 
   section "The reference study's cluster, emulated: 2 nodes x 8 V100, 25 Gb/s network, links scaled x $SCALE"
   trap 'section "Remove the emulated cluster"; ringleader cluster down' EXIT
@@ -48,19 +48,20 @@ emulated_demo() {
   run ringleader submit mpi --name pytorch-4-vgg16 --gpus 1 --workers 4 --model vgg16 -- "${job[@]}"
   run ringleader get pytorch-4-vgg16
   run ringleader logs -f --tail 1 pytorch-4-vgg16
+  echo "(then the link it crossed, measured: bench allreduce with 1 rank on each node)"
+  run ringleader submit mpi --name bench-network --workers 2 --gpus 8 -- "${bench[@]}"
+  ringleader logs -f bench-network >/dev/null
 
   section "Topology-aware: the 4 workers on one node's NVLinked quad; the allreduce stays inside the node"
   run ringleader submit mpi --name pytorch-topo-4-vgg16 --gpus 1 --workers 4 --gputopology=true --model vgg16 -- "${job[@]}"
   run ringleader top node -d cn-shanghai-172
   run ringleader logs -f --tail 1 pytorch-topo-4-vgg16
-  run ringleader list
-
-  section "Measure the emulated cluster's links: bench allreduce inside the namespaces, then calibrate"
-  echo "(across nodes: 1 rank on each node; inside a node: 4 ranks on one node)"
-  run ringleader submit mpi --name bench-network --workers 2 --gpus 8 -- "${bench[@]}"
-  ringleader logs -f bench-network >/dev/null
+  echo "(then the path it used, measured right after: bench allreduce with 4 ranks on one node)"
   run ringleader submit mpi --name bench-node --workers 4 --gpus 1 --gputopology -- "${bench[@]}"
   ringleader logs -f bench-node >/dev/null
+  run ringleader list
+
+  section "Calibrate the model on the emulated cluster from the two bench runs"
   run python benchmarks/hosts_placement.py extract --out "$OUT" bench-network bench-node
   run ringleader calibrate "$OUT/bench-network.json" "$OUT/bench-node.json" --out "$OUT/calibration.json"
 
