@@ -11,7 +11,8 @@ RINGLEADER_HOME, then alternates, ``--reps`` times each:
     same ssh configuration (ringleader's per-job ssh_config: keys, known hosts) and the same
     interface selection, timed until mpirun exits.
 PROGRAM is a trivial Python program (each rank prints its rank). Reported: median seconds of
-each, the ratio plain/submit (goal >= 0.9), and the load average before and after.
+each, the ratio plain/submit (goal >= 0.9), where submit's time goes (the CLI until the job is
+recorded, until mpirun starts, mpirun until SUCCEEDED), and the load average before and after.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def ringleader(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[s
                           capture_output=True, text=True, check=True)  # fmt: skip
 
 
-def time_submit(name: str, env: dict[str, str]) -> float:
+def time_submit(name: str, env: dict[str, str], phases: list[tuple[float, float, float]] | None = None) -> float:
     from ringleader.runtime.api import Runtime
     from ringleader.runtime.states import JobStatus
 
@@ -44,8 +45,11 @@ def time_submit(name: str, env: dict[str, str]) -> float:
     ringleader("submit", "mpi", "--name", name, "--workers", "4", "--gpus", "1", "--", *PROGRAM, env=env)
     with Runtime.open(env["RINGLEADER_HOME"]) as rt:
         view = rt.wait(name, timeout=120)
-    if view.status is not JobStatus.SUCCEEDED or view.ended_at is None:
+    if view.status is not JobStatus.SUCCEEDED or view.ended_at is None or view.started_at is None:
         raise SystemExit(f"job {name} ended {view.status.value}: {view.reason}")
+    if phases is not None:  # CLI until recorded, recorded until mpirun started, mpirun until SUCCEEDED
+        launched = next(e.at for e in view.events if e.kind == "Started")
+        phases.append((view.created_at - start, launched - view.created_at, view.ended_at - launched))
     return view.ended_at - start
 
 
@@ -91,12 +95,13 @@ def main() -> int:
     ringleader("cluster", "up", "-f", "examples/seeds-cluster.yaml", env=env)
     submit: list[float] = []
     plain: list[float] = []
+    phases: list[tuple[float, float, float]] = []
     try:
         argv = plain_argv(home)
         time_plain(argv, env)  # warm both paths once (page cache, sshd's first connections)
         time_submit("warmup", env)
         for i in range(a.reps):
-            submit.append(time_submit(f"launch-{i}", env))
+            submit.append(time_submit(f"launch-{i}", env, phases))
             plain.append(time_plain(argv, env))
     finally:
         ringleader("cluster", "down", env=env)
@@ -107,6 +112,9 @@ def main() -> int:
         "ratio_plain_over_submit": statistics.median(plain) / statistics.median(submit),
         "load_before": load_before, "load_after": load_after, "cores": os.cpu_count(),
         "plain_command": " ".join(argv),
+        "submit_phases_median_s": {
+            k: statistics.median(ph[i] for ph in phases) for i, k in enumerate(("cli", "to_start", "run_to_succeeded"))
+        },
     }  # fmt: skip
     if a.output == "json":
         print(json.dumps(result, indent=2))
@@ -114,6 +122,9 @@ def main() -> int:
     print(f"{'':34}{'median s':>10}  runs")
     for label, runs in (("ringleader submit -> SUCCEEDED", submit), ("plain mpirun -H", plain)):
         print(f"{label:34}{statistics.median(runs):>10.2f}  " + " ".join(f"{t:.2f}" for t in runs))
+    cli, to_start, run = result["submit_phases_median_s"].values()
+    print(f"submit, median phases: CLI {cli:.2f} s, recorded -> mpirun started {to_start:.2f} s, "
+          f"mpirun started -> SUCCEEDED {run:.2f} s")
     ratio = result["ratio_plain_over_submit"]
     print(f"ratio plain/submit {ratio:.2f} (goal >= {GOAL}: {'met' if ratio >= GOAL else 'NOT met'}); "
           f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after, {os.cpu_count()} cores")  # fmt: skip
