@@ -32,7 +32,9 @@ class JobSpec:
 
     ``command`` is an argv list: either an Open MPI ``mpirun ... program`` line (ringleader
     rewrites its host options) or a plain program started once per worker, torchrun-style.
-    ``image`` and ``model`` are recorded (the model is a hint for throughput predictions).
+    Submit prepares it (``runtime.commands``): a horovodrun or torchrun line is rewritten, the
+    program put in ``image``; ``user_command`` then keeps the line as written. ``model`` is a
+    hint for throughput predictions.
     """
 
     name: str
@@ -46,6 +48,7 @@ class JobSpec:
     model: str | None = None
     workdir: str | None = None  # where the processes start; submit records the caller's cwd
     submit_env: dict[str, str] | None = None  # submit records the caller's (see submit_env())
+    user_command: list[str] | None = None  # the line as written, when submit rewrote it
 
     def validate(self) -> JobSpec:
         check_name(self.name, "job")
@@ -84,5 +87,5 @@ class JobSpec:
             command=list(data["command"]), env=dict(data.get("env") or {}),
             topology_aware=bool(data.get("topology_aware")), priority=int(data.get("priority", 0)),
             image=data.get("image"), model=data.get("model"), workdir=data.get("workdir"),
-            submit_env=data.get("submit_env"),
+            submit_env=data.get("submit_env"), user_command=data.get("user_command"),
         )  # fmt: skip
