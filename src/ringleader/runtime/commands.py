@@ -7,7 +7,8 @@ never dropped silently:
 - ``mpirun``: -np/-n/-c must equal --workers; -H/--host/--hostfile/--machinefile are replaced by
   the placement (a note); mapping options that would put ranks elsewhere than the placement
   are refused; ``-x NAME`` records the submitter's value of NAME in the job (as mpirun passes
-  its own environment's value), ``-x NAME=VALUE`` as given.
+  its own environment's value; an unset NAME is named in a note, as mpirun warns and passes
+  nothing), ``-x NAME=VALUE`` as given.
 - ``horovodrun``: rewritten as the mpirun line horovodrun's MPI mode builds (-np from
   --workers, ``-bind-to none -map-by slot``, its tunables as HOROVOD_* variables, -x of the
   submitter's NCCL_*/HOROVOD_* variables), then taken as an mpirun line.
@@ -138,7 +139,7 @@ def _mpirun(out: Prepared, workers: int, environ: Mapping[str, str], name: str) 
             f"mpirun would start one {inner} per rank, {workers} {inner}s in all",
             f"submit the {inner} line without mpirun (ringleader rewrites it onto the placement)",
         )
-    hosts = []
+    hosts, unset = [], []
     for opt in options:
         value = opt.values[0] if opt.values else _split_option(opt.token)[1] or ""
         if opt.name in _HOSTS:
@@ -150,17 +151,20 @@ def _mpirun(out: Prepared, workers: int, environ: Mapping[str, str], name: str) 
                 f"mpirun {opt.text()} would put ranks elsewhere than the placement",
                 "drop it: ringleader gives each host the slots the placement gives it (map-by slot)",
             )
-        elif opt.name == "x":
-            _export(value, out.env, environ)
+        elif opt.name == "x" and not _export(value, out.env, environ):
+            unset.append(value)
+    if unset:
+        names = ", ".join(unset)
+        out.notes.append(f"note: mpirun -x {' -x '.join(unset)}: {names} not set when submitted, so no rank gets it "
+                         "(mpirun too would pass nothing)")  # fmt: skip
     if hosts:
-        out.notes.append(
-            f"note: mpirun {' '.join(hosts)} replaced by the placement; see `ringleader get {name}`"
-        )
+        out.notes.append(f"note: mpirun {' '.join(hosts)} replaced by the placement; see `ringleader get {name}`")
 
 
-def _export(value: str, env: dict[str, str], environ: Mapping[str, str]) -> None:
+def _export(value: str, env: dict[str, str], environ: Mapping[str, str]) -> bool:
     """``-x NAME`` takes the submitter's value of NAME, ``-x NAME=VALUE`` that value; either
-    lands in the job's environment, which every rank gets."""
+    lands in the job's environment, which every rank gets. False: NAME is set nowhere (mpirun
+    warns and passes nothing; so do the ranks, and the caller says so in a note)."""
     key, sep, given = value.partition("=")
     if not ENV_NAME.match(key):
         raise UsageError(f"mpirun -x {value!r} is not NAME or NAME=VALUE", "write -x NAME or -x NAME=VALUE")
@@ -168,18 +172,12 @@ def _export(value: str, env: dict[str, str], environ: Mapping[str, str]) -> None
         wanted = given
     elif key in environ:
         wanted = environ[key]
-    elif key in env:
-        return  # unset here, but the job's -e gives it: mpirun would pass that value
     else:
-        raise UsageError(
-            f"mpirun -x {key}: {key} is not set in this environment (mpirun would pass nothing)",
-            f"export {key} before submitting, or write -x {key}=VALUE",
-        )
+        return key in env  # unset here; the job's -e gives it, and mpirun would pass that value
     if key in env and env[key] != wanted:
-        raise UsageError(
-            f"-e {key}={env[key]} and mpirun -x {value} give {key} two values", "keep one of them"
-        )
+        raise UsageError(f"-e {key}={env[key]} and mpirun -x {value} give {key} two values", "keep one of them")
     env[key] = wanted
+    return True
 
 
 # -- which launcher -------------------------------------------------------------------------------

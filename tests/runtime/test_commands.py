@@ -1,0 +1,248 @@
+"""Users' command lines at submit: replaced with a note, refused with one line, or run as meant.
+
+Refusals go through the real `ringleader` entry point (exit 2, one line, the state database
+unchanged); the jobs are real: mpirun ranks, a horovodrun line run as mpirun, torchrun lines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+from ringleader.cli.main import main
+from ringleader.errors import DependencyError
+from ringleader.runtime.api import Runtime
+from ringleader.runtime.commands import prepare, prepare_spec
+from ringleader.runtime.containers import find_runtime
+from ringleader.runtime.states import JobStatus
+
+PY = sys.executable
+VENV_BIN = str(Path(PY).parent)
+# Prints what a rank sees: its arguments and the variables under test, as one JSON line.
+NAMES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "FOO", "BAR", "HOROVOD_FUSION_THRESHOLD",
+         "OMP_NUM_THREADS")  # fmt: skip
+SHOW = (
+    "import json, os, sys; "
+    f"print('seen', json.dumps({{'argv': sys.argv[1:], **{{n: os.environ.get(n) for n in {NAMES!r}}}}}), flush=True)"
+)
+
+
+def seen(text: str) -> dict[str, object]:
+    """What the rank printed (its one `seen` line of the log)."""
+    lines = [line for line in text.splitlines() if line.startswith("seen ")]
+    assert len(lines) == 1, text
+    return dict(json.loads(lines[0][5:]))
+
+
+def _no_container_runtime() -> bool:
+    try:
+        find_runtime("probe", os.environ)
+    except DependencyError:
+        return True
+    return False
+
+
+REFUSED = {
+    "np-disagrees": "mpirun -np 3 {py} -c pass",
+    "x-bad-name": "mpirun -x 9LIVES {py} -c pass",
+    "x-and-e-disagree": "mpirun -x RL_TEST_E=2 {py} -c pass",
+    "map-by-node": "mpirun -np 2 --map-by node {py} -c pass",
+    "ppr": "mpirun --map-by ppr:1:node {py} -c pass",
+    "npernode": "mpirun -npernode 1 {py} -c pass",
+    "rankfile": "mpirun --rankfile ranks.txt {py} -c pass",
+    "mpirun-of-torchrun": "mpirun -np 2 torchrun --nproc_per_node 2 train.py",
+    "mpirun-of-horovodrun": "mpirun -np 2 horovodrun -np 2 {py} train.py",
+    "horovodrun-np": "horovodrun -np 4 -H server1:2,server2:2 {py} train.py",
+    "horovodrun-gloo": "horovodrun --gloo -np 2 {py} train.py",
+    "horovodrun-elastic": "horovodrun -np 2 --min-np 1 --host-discovery-script ./d.sh {py} train.py",
+    "horovodrun-config": "horovodrun -np 2 --config-file hvd.yaml {py} train.py",
+    "horovodrun-unknown": "horovodrun -np 2 --no-such-option {py} train.py",
+    "horovodrun-no-program": "horovodrun -np 2",
+    "torchrun-count": "torchrun --nnodes 2 --nproc-per-node 2 train.py",
+    "torchrun-one-by-default": "torchrun --nproc_per_node=1 train.py",
+    "torchrun-elastic": "torchrun --nnodes 1:2 --nproc-per-node 1 train.py",
+    "torchrun-unknown": "torchrun --no-such-option train.py",
+    "torchrun-no-script": "torchrun --nproc-per-node 2",
+    "launch-count": "{py} -m torch.distributed.launch --nproc_per_node 3 train.py",
+}
+
+
+def test_every_refused_line_exits_2_with_one_line_and_changes_nothing(seeds: Runtime, h, capsys, monkeypatch) -> None:
+    cases = {name: shlex.split(line.format(py=PY)) for name, line in REFUSED.items()}
+    cases_args = {name: ["submit", "mpi", "--name", "r", "--workers", "2", "-e", "RL_TEST_E=1", "--", *argv]
+                  for name, argv in cases.items()}  # fmt: skip
+    cases_args["image-bad-reference"] = [
+        "submit",
+        "mpi",
+        "--name",
+        "r",
+        "--image",
+        "-v /:/host",
+        "--",
+        PY,
+        "-c",
+        "pass",
+    ]
+    if _no_container_runtime():
+        for dry in ([], ["--dry-run"]):
+            cases_args[f"image-no-runtime{dry}"] = ["submit", "mpi", "--name", "r", *dry, "--image", "python:3.11",
+                                                    "--", PY, "-c", "pass"]  # fmt: skip
+    before = h.dump_db(seeds.home)
+    for name, args in cases_args.items():
+        capsys.readouterr()
+        code = main(args)
+        err = capsys.readouterr().err
+        lines = err.strip().splitlines()
+        assert code == 2, f"{name}: rc={code}\n{err}"
+        assert len(lines) == 1 and lines[0].startswith("error:") and "To fix:" in lines[0], f"{name}: {err}"
+        assert h.dump_db(seeds.home) == before, name
+
+
+def test_image_is_refused_naming_why_when_no_runtime_answers(tmp_path: Path) -> None:
+    """A docker client without a reachable daemon counts as none (this host's case)."""
+    if not _no_container_runtime():
+        pytest.skip("this host has a working container runtime")
+    with pytest.raises(DependencyError, match="needs a container runtime on this host") as info:
+        find_runtime("python:3.11", os.environ)
+    assert "podman" in info.value.message and "docker" in info.value.message
+
+
+def test_x_name_reaches_every_rank_with_the_submitters_value(seeds: Runtime, h, monkeypatch) -> None:
+    monkeypatch.setenv("FOO", "from the submitting shell")
+    line = f"mpirun -np 2 -H server1:1,server2:1 -x FOO -x BAR=given --mca btl ^openib {PY} -c {shlex.quote(SHOW)}"
+    seeds.submit(h.spec("xfoo", shlex.split(line), workers=2, gpus=1))
+    replaced = "note: mpirun -H server1:1,server2:1 replaced by the placement; see `ringleader get xfoo`"
+    assert seeds.notes[-1:] == [replaced]
+    view = seeds.wait("xfoo", 120)
+    assert view.status is JobStatus.SUCCEEDED, view.events
+    assert view.spec.env == {"FOO": "from the submitting shell", "BAR": "given"}
+    for rank in range(2):
+        got = seen(seeds.logs("xfoo", f"worker-{rank}"))
+        assert (got["RANK"], got["OMPI_COMM_WORLD_SIZE"]) == (str(rank), "2")
+        assert (got["FOO"], got["BAR"]) == ("from the submitting shell", "given")
+    assert any(e.kind == "Rewritten" and "-H server1:1,server2:1" in e.message for e in view.events)
+
+
+def test_replaced_hosts_and_unset_x_names_are_named_on_stderr(seeds: Runtime, capsys, monkeypatch) -> None:
+    monkeypatch.delenv("RL_TEST_UNSET", raising=False)
+    line = f"mpirun -np 2 --hostfile /etc/no-such-hostfile -H server1:1,server2:1 -x RL_TEST_UNSET {PY} -c pass"
+    capsys.readouterr()
+    assert main(["submit", "mpi", "--name", "noted", "--workers", "2", line]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[-2:] == [
+        "note: mpirun -x RL_TEST_UNSET: RL_TEST_UNSET not set when submitted, so no rank gets it "
+        "(mpirun too would pass nothing)",
+        "note: mpirun --hostfile /etc/no-such-hostfile -H server1:1,server2:1 replaced by the placement; "
+        "see `ringleader get noted`",
+    ]
+    assert "RL_TEST_UNSET" not in seeds.get("noted").spec.env
+
+
+def test_horovodrun_line_runs_as_its_mpirun_line_with_np_from_workers(seeds: Runtime, h, monkeypatch) -> None:
+    monkeypatch.setenv("HOROVOD_LOG_LEVEL", "warning")
+    line = f"horovodrun -np 2 -H server1:1,server2:1 --fusion-threshold-mb 32 {PY} -c {shlex.quote(SHOW)} a"
+    seeds.submit(h.spec("hvd", shlex.split(line), workers=2, gpus=1))
+    note = seeds.notes[-1]
+    assert note.startswith("note: horovodrun runs as its MPI mode's line: mpirun --tag-output -np 2 -bind-to none")
+    assert "-H server1:1,server2:1 replaced by the placement" in note
+    view = seeds.wait("hvd", 120)
+    assert view.status is JobStatus.SUCCEEDED, view.events
+    assert view.spec.user_command == shlex.split(line)
+    assert view.spec.command[:4] == ["mpirun", "--tag-output", "-np", "2"]
+    assert view.spec.env["HOROVOD_LOG_LEVEL"] == "warning"  # -x of the submitter's HOROVOD_*
+    started = next(e.message for e in view.events if e.kind == "Started")
+    assert "mpirun -np 2 --host localhost:2" in started and started.count("-np") == 1
+    for rank in range(2):
+        got = seen(seeds.logs("hvd", f"worker-{rank}"))
+        assert (got["argv"], got["RANK"], got["OMPI_COMM_WORLD_SIZE"]) == (["a"], str(rank), "2")
+        assert got["HOROVOD_FUSION_THRESHOLD"] == str(32 * 1024 * 1024)  # in bytes, as horovodrun sets it
+
+
+@pytest.mark.parametrize(
+    ("line", "argv"),
+    [
+        ("torchrun --nproc_per_node 2 --max-restarts 3", ["b"]),
+        (f"{PY} -m torch.distributed.launch --nproc_per_node=2", ["--local-rank={local_rank}", "b"]),
+        (f"{PY} -m torch.distributed.run --nnodes 1 --nproc-per-node 2", ["b"]),
+    ],
+    ids=["torchrun", "launch", "run"],
+)
+def test_torchrun_lines_run_the_script_once_per_worker(small: Runtime, h, tmp_path, monkeypatch, line, argv) -> None:
+    rt = small  # one node: local ranks 0 and 1
+    monkeypatch.setenv("PATH", f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}")  # where torchrun is
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    script = tmp_path / "show.py"
+    script.write_text(SHOW + "\n")
+    rt.submit(h.spec("tr", [*shlex.split(line), str(script), "b"], workers=2, gpus=1))
+    assert "replaced: ringleader starts" in rt.notes[-1] and "once per worker (2 in all)" in rt.notes[-1]
+    if line.startswith("torchrun"):
+        assert rt.notes[-1].endswith("ignored (a failed rank fails the job, logs are per instance): --max-restarts 3")
+    view = rt.wait("tr", 120)
+    assert view.status is JobStatus.SUCCEEDED, view.events
+    assert [i.name for i in view.instances] == ["tr-worker-0", "tr-worker-1"]  # no launcher, no copies
+    for rank in range(2):
+        got = seen(rt.logs("tr", f"worker-{rank}"))
+        assert got["argv"] == [a.format(local_rank=got["LOCAL_RANK"]) for a in argv]
+        assert (got["RANK"], got["LOCAL_RANK"], got["WORLD_SIZE"]) == (str(rank), str(rank), "2")
+        assert got["OMP_NUM_THREADS"] == "1"  # torchrun's default with several processes per node
+
+
+def test_preparing_is_idempotent_and_keeps_the_line_as_written(monkeypatch, h) -> None:
+    monkeypatch.setenv("FOO", "1")
+    spec = h.spec("p", shlex.split(f"horovodrun -np 2 -H a:1,b:1 {PY} t.py"), workers=2, env={"FOO": "1"})
+    once, notes = prepare_spec(spec, os.environ)
+    twice, again = prepare_spec(once, os.environ)
+    assert once == twice and notes == again
+    assert once.user_command == spec.command
+    plain = h.spec("q", [PY, "t.py"], workers=2)
+    assert prepare_spec(plain, os.environ) == (plain, [])
+
+
+def test_horovodrun_options_become_what_horovodrun_would_pass() -> None:
+    line = ("horovodrun -np 4 --hostfile hosts.txt --network-interface eth1 --hierarchical-allreduce "
+            "--mpi-args='--mca btl_tcp_if_exclude lo' --timeline-filename /tmp/t.json --tcp -p 2222 "
+            "python train.py")  # fmt: skip
+    out = prepare(shlex.split(line), 4, {}, {}, "j")
+    cmd = out.command
+    assert cmd[cmd.index("btl_tcp_if_include") + 1] == "eth1"
+    assert cmd[cmd.index("btl_tcp_if_exclude") + 1] == "lo"
+    assert cmd[-2:] == ["python", "train.py"] and "--hostfile" not in cmd and "2222" not in " ".join(cmd)
+    assert out.env == {"NCCL_SOCKET_IFNAME": "eth1", "HOROVOD_HIERARCHICAL_ALLREDUCE": "1",
+                       "HOROVOD_TIMELINE": "/tmp/t.json", "NCCL_IB_DISABLE": "1"}  # fmt: skip
+    assert "--hostfile hosts.txt replaced by the placement" in out.notes[0]
+    assert "ignored (hosts are reached as the cluster file says): -p 2222" in out.notes[0]
+
+
+def test_image_contract_with_a_stand_in_podman(seeds: Runtime, h, tmp_path, monkeypatch) -> None:
+    """Contract test: a stand-in `podman` that answers `info` and, for `run`, starts the program
+    with only the variables named by -e (by name, or by prefix with `*`, as podman does): the
+    ranks' variables, Open MPI's and the job's -x values must be passed into the image."""
+    fake = tmp_path / "bin" / "podman"
+    fake.parent.mkdir()
+    fake.write_text(
+        f"#!{PY}\nimport os, sys\n"
+        "a = sys.argv[1:]\n"
+        "if a[0] == 'info': print('crun'); sys.exit(0)\n"
+        "i = a.index('example.org/train:1'); opts, prog = a[1:i], a[i + 1:]\n"
+        "names = [opts[k + 1] for k, o in enumerate(opts) if o == '-e']\n"
+        "env = {k: v for k, v in os.environ.items() if any(k == n or n.endswith('*') and k.startswith(n[:-1])"
+        " for n in names)}\n"
+        "os.chdir(opts[opts.index('-w') + 1]); os.execve(prog[0], prog, env)\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FOO", "into the image")
+    line = f"mpirun -np 2 -x FOO {PY} -c {shlex.quote(SHOW)}"
+    seeds.submit(h.spec("img", shlex.split(line), workers=2, gpus=1, image="example.org/train:1"))
+    assert seeds.notes[-1] == f"note: each rank runs in image example.org/train:1 through podman ({fake})"
+    view = seeds.wait("img", 120)
+    assert view.status is JobStatus.SUCCEEDED, view.events
+    assert view.spec.command[view.spec.command.index(str(fake)) + 1] == "run"
+    for rank in range(2):
+        got = seen(seeds.logs("img", f"worker-{rank}"))
+        assert (got["RANK"], got["OMPI_COMM_WORLD_SIZE"], got["FOO"]) == (str(rank), "2", "into the image")
