@@ -125,7 +125,7 @@ def test_x_name_reaches_every_rank_with_the_submitters_value(seeds: Runtime, h, 
         got = seen(seeds.logs("xfoo", f"worker-{rank}"))
         assert (got["RANK"], got["OMPI_COMM_WORLD_SIZE"]) == (str(rank), "2")
         assert (got["FOO"], got["BAR"]) == ("from the submitting shell", "given")
-    assert any(e.kind == "Rewritten" and "-H server1:1,server2:1" in e.message for e in view.events)
+    assert any(e.kind == "Command" and "-H server1:1,server2:1" in e.message for e in view.events)
 
 
 def test_replaced_hosts_and_unset_x_names_are_named_on_stderr(seeds: Runtime, capsys, monkeypatch) -> None:

@@ -192,7 +192,6 @@ class Runtime:
     def submit(self, spec: JobSpec, dry_run: bool = False) -> SubmitResult:
         """Queue a job (placed now if it fits), or with ``dry_run`` only show the plan."""
         spec.validate()
-        _check_size(spec)
         if spec.workdir is None:
             spec = dataclasses.replace(spec, workdir=_working_directory())
         # The submitter's environment: -x NAME passes its value (the whole of it, not just the
@@ -201,6 +200,7 @@ class Runtime:
         if spec.submit_env is None:
             spec = dataclasses.replace(spec, submit_env=submit_env(environ))
         spec, notes = prepare_spec(spec, environ)
+        _check_size(spec)  # a horovodrun line has become mpirun's: one more process
         _check_command(spec)
         with self.db.read() as conn:  # checked before anything is written (or created)
             if store.job_row(conn, spec.name) is not None:
@@ -221,7 +221,7 @@ class Runtime:
             store.insert_job(conn, spec.to_dict(), spec.priority, now)
             store.add_event(conn, spec.name, "Submitted", _describe(spec), now)
             for note in notes:
-                store.add_event(conn, spec.name, "Rewritten", note.removeprefix("note: "), now)
+                store.add_event(conn, spec.name, "Command", note.removeprefix("note: "), now)
             decisions = schedule_pass_decisions(conn, now)
             mine = next(d for d in decisions if d.job.name == spec.name)
             # The cluster may have changed since the check above: refused here, nothing commits.
