@@ -9,7 +9,11 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
+import subprocess
 import sys
+import tarfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -39,12 +43,23 @@ def seen(text: str) -> dict[str, object]:
     return dict(json.loads(lines[0][5:]))
 
 
-def _no_container_runtime() -> bool:
+def no_runtime_path(tmp_path: Path) -> str:
+    """A PATH with no podman and, when this host has one, the real docker client: without a
+    reachable daemon (this host's case) it counts as no runtime."""
+    folder = tmp_path / "no-runtime-bin"
+    folder.mkdir(exist_ok=True)
+    docker = shutil.which("docker")
+    if docker and not (folder / "docker").exists():
+        (folder / "docker").symlink_to(docker)
+    return str(folder)
+
+
+def _docker_answers(path: str) -> bool:
     try:
-        find_runtime("probe", os.environ)
+        find_runtime("probe", {"PATH": path})
     except DependencyError:
-        return True
-    return False
+        return False
+    return True
 
 
 REFUSED = {
@@ -72,28 +87,23 @@ REFUSED = {
 }
 
 
-def test_every_refused_line_exits_2_with_one_line_and_changes_nothing(seeds: Runtime, h, capsys, monkeypatch) -> None:
+def test_every_refused_line_exits_2_with_one_line_and_changes_nothing(
+    seeds: Runtime, h, capsys, monkeypatch, tmp_path
+) -> None:
     cases = {name: shlex.split(line.format(py=PY)) for name, line in REFUSED.items()}
     cases_args = {name: ["submit", "mpi", "--name", "r", "--workers", "2", "-e", "RL_TEST_E=1", "--", *argv]
                   for name, argv in cases.items()}  # fmt: skip
-    cases_args["image-bad-reference"] = [
-        "submit",
-        "mpi",
-        "--name",
-        "r",
-        "--image",
-        "-v /:/host",
-        "--",
-        PY,
-        "-c",
-        "pass",
-    ]
-    if _no_container_runtime():
-        for dry in ([], ["--dry-run"]):
-            cases_args[f"image-no-runtime{dry}"] = ["submit", "mpi", "--name", "r", *dry, "--image", "python:3.11",
-                                                    "--", PY, "-c", "pass"]  # fmt: skip
+    image = ["submit", "mpi", "--name", "r", "--image"]
+    cases_args["image-bad-reference"] = [*image, "-v /:/host", "--", PY, "-c", "pass"]
+    cases_args["image-no-runtime"] = [*image, "python:3.11", "--", PY, "-c", "pass"]
+    cases_args["image-no-runtime-dry-run"] = [*image, "python:3.11", "--dry-run", "--", PY, "-c", "pass"]
+    path = no_runtime_path(tmp_path)
+    if _docker_answers(path):
+        pytest.skip("docker's daemon answers here: an image has a runtime")
     before = h.dump_db(seeds.home)
     for name, args in cases_args.items():
+        if name.startswith("image"):
+            monkeypatch.setenv("PATH", path)
         capsys.readouterr()
         code = main(args)
         err = capsys.readouterr().err
@@ -104,12 +114,15 @@ def test_every_refused_line_exits_2_with_one_line_and_changes_nothing(seeds: Run
 
 
 def test_image_is_refused_naming_why_when_no_runtime_answers(tmp_path: Path) -> None:
-    """A docker client without a reachable daemon counts as none (this host's case)."""
-    if not _no_container_runtime():
-        pytest.skip("this host has a working container runtime")
+    """No podman, and docker (when present) without a reachable daemon: this host's case."""
+    path = no_runtime_path(tmp_path)
+    if _docker_answers(path):
+        pytest.skip("docker's daemon answers here")
     with pytest.raises(DependencyError, match="needs a container runtime on this host") as info:
-        find_runtime("python:3.11", os.environ)
-    assert "podman" in info.value.message and "docker" in info.value.message
+        find_runtime("python:3.11", {"PATH": path})
+    assert "no podman on PATH" in info.value.message
+    if shutil.which("docker"):
+        assert "docker at" in info.value.message and "cannot run containers" in info.value.message
 
 
 def test_x_name_reaches_every_rank_with_the_submitters_value(seeds: Runtime, h, monkeypatch) -> None:
@@ -246,3 +259,91 @@ def test_image_contract_with_a_stand_in_podman(seeds: Runtime, h, tmp_path, monk
     for rank in range(2):
         got = seen(seeds.logs("img", f"worker-{rank}"))
         assert (got["RANK"], got["OMPI_COMM_WORLD_SIZE"], got["FOO"]) == (str(rank), "2", "into the image")
+
+
+TOKENS = [
+    "mpirun", "horovodrun", "torchrun", "python", "/usr/bin/python3", "-m", "torch.distributed.run",
+    "torch.distributed.launch", "-mtorch.distributed.run", "-u", "-W", "-X", "-c", "--", "-", "", "=", "'",
+    "-np", "-n", "2", "3", "-H", "a:1,b:1", "--host=a:2", "--hostfile", "-x", "FOO", "FOO=1", "9X", "UNSET_X",
+    "--map-by", "slot", "ppr:1:node", "--map-by=node", "-N", "--mca", "btl", "^openib", "--nproc_per_node",
+    "--nproc-per-node=2", "--nnodes", "1:2", "2:2", "auto", "--use-env", "--no-python", "--module",
+    "--max-restarts", "--rdzv-endpoint=h:1", "--fusion-threshold-mb", "x", "--mpi-args", "--binding-args",
+    "--gloo", "--network-interface", "eth0", "-p", "--tcp", "--hierarchical-allreduce", "train.py",
+]  # fmt: skip
+
+
+def test_any_line_is_prepared_or_refused_and_never_runs_a_launcher_per_rank() -> None:
+    """Fuzzing: every line is either refused with a UsageError or prepared into a line that
+    prepares to itself and never starts one torchrun or horovodrun per worker."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from ringleader.errors import UsageError
+    from ringleader.runtime.commands import _launcher, scan_mpirun
+
+    @settings(max_examples=400, deadline=None)
+    @given(st.lists(st.sampled_from(TOKENS), min_size=1, max_size=10), st.integers(1, 4))
+    def check(argv: list[str], workers: int) -> None:
+        environ = {"FOO": "shell", "PATH": os.defpath}
+        try:
+            out = prepare(argv, workers, {}, environ, "j")
+        except UsageError as exc:
+            assert exc.fix and "\n" not in exc.one_line()
+            return
+        assert out.command and all(isinstance(a, str) for a in out.command)
+        again = prepare(out.command, workers, out.env, environ, "j")
+        assert (again.command, again.env) == (out.command, out.env)
+        launcher = _launcher(out.command)
+        assert launcher in (None, "mpirun")
+        if launcher == "mpirun":
+            assert _launcher(scan_mpirun(out.command)[1]) is None
+
+    check()
+
+
+BUSYBOX_IMAGE = "localhost/ringleader-test-busybox:1"
+# What this test box's podman needs (a docker container on a hybrid-cgroup kernel): runc, and
+# limits no higher than the box's. Hosts that need none of it run it just the same.
+PODMAN_CONF = '[containers]\ndefault_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]\n[engine]\nruntime = "runc"\n'
+
+
+@pytest.fixture
+def busybox_image(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A one-binary image built here (no registry): busybox (static, or the probe fails), with
+    the podman settings file it needs. Skips where podman cannot run a container."""
+    podman, busybox = shutil.which("podman"), shutil.which("busybox")
+    if podman is None or busybox is None:
+        pytest.skip("needs podman and busybox (apt-get install podman runc busybox-static)")
+    conf = tmp_path / "containers.conf"
+    conf.write_text(PODMAN_CONF if shutil.which("runc") else "")
+    env = {**os.environ, "CONTAINERS_CONF": str(conf)}
+    tar = tmp_path / "rootfs.tar"
+    with tarfile.open(tar, "w") as out:
+        out.add(busybox, "bin/busybox")
+        for name in ("sh", "echo", "pwd"):
+            link = tarfile.TarInfo(f"bin/{name}")
+            link.type, link.linkname = tarfile.SYMTYPE, "busybox"
+            out.addfile(link)
+    subprocess.run([podman, "import", str(tar), BUSYBOX_IMAGE], env=env, capture_output=True, check=True)
+    probe = subprocess.run([podman, "run", "--rm", BUSYBOX_IMAGE, "echo", "ok"], env=env, capture_output=True,
+                           text=True, timeout=120)  # fmt: skip
+    if probe.stdout.strip() != "ok":
+        pytest.skip(f"podman cannot run a container on this host: {probe.stderr.strip()[-200:]}")
+    yield BUSYBOX_IMAGE, conf
+    subprocess.run([podman, "rmi", "-f", BUSYBOX_IMAGE], env=env, capture_output=True)
+
+
+def test_ranks_run_in_a_real_image_through_podman(rt: Runtime, h, busybox_image, tmp_path, monkeypatch) -> None:
+    image, conf = busybox_image
+    monkeypatch.chdir(tmp_path)  # the job's working directory, mounted at the same path
+    show = "echo seen $RANK $LOCAL_RANK $WORLD_SIZE $MASTER_PORT $FOO; pwd"
+    rt.submit(h.spec("inimage", ["sh", "-c", show], workers=2, gpus=0, image=image,
+                     env={"FOO": "in-the-image", "CONTAINERS_CONF": str(conf)}))  # fmt: skip
+    assert rt.notes[-1].startswith(f"note: each rank runs in image {image} through podman")
+    view = rt.wait("inimage", 180)
+    assert view.status is JobStatus.SUCCEEDED, (view.events, rt.logs("inimage", "worker-0"))
+    for rank in range(2):
+        lines = rt.logs("inimage", f"worker-{rank}").splitlines()
+        words = lines[0].split()
+        assert words[:4] == ["seen", str(rank), str(rank), "2"] and words[5] == "in-the-image", lines
+        assert lines[1] == str(tmp_path)

@@ -7,7 +7,9 @@ job is refused; an image is never accepted and then ignored.
 Each rank's wrapper runs ``RUNTIME run ... IMAGE PROGRAM`` in place of PROGRAM, on the host's
 network, IPC and PID namespaces (NCCL and Open MPI talk through shared memory and the host's
 interfaces), in the job's working directory mounted at the same path, with the rank's variables
-passed by name. Under mpirun the ranks inside the containers must reach mpirun's daemons on the
+passed by name, and the host's NVIDIA GPUs when the job asks for GPUs (CUDA_VISIBLE_DEVICES,
+passed in, picks the rank's). The host's own settings of the runtime apply (e.g. podman's
+CONTAINERS_CONF, given with -e). Under mpirun the ranks inside the containers must reach mpirun's daemons on the
 host through Open MPI's OMPI_*/PMIX_* variables: podman passes them by prefix; docker cannot
 (no wildcards in ``-e``), so an mpirun job with an image needs podman.
 """
@@ -19,6 +21,7 @@ import shutil
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from ringleader.errors import DependencyError, UsageError
 
@@ -72,6 +75,11 @@ def find_runtime(image: str, environ: Mapping[str, str]) -> ContainerRuntime:
     )
 
 
+def has_nvidia_devices() -> bool:
+    """Whether this host has NVIDIA GPUs to hand into containers (emulated nodes have none)."""
+    return Path("/dev/nvidiactl").exists()
+
+
 def in_image(runtime: ContainerRuntime, image: str, program: Sequence[str], workdir: str,
              env_names: Iterable[str], gpus: bool, mpi: bool) -> list[str]:  # fmt: skip
     """``program`` as run in ``image``: what each rank's wrapper starts in its place."""
@@ -81,13 +89,14 @@ def in_image(runtime: ContainerRuntime, image: str, program: Sequence[str], work
             "variables (OMPI_*, PMIX_*) into the container",
             "install podman, or run the program without mpirun (ringleader starts one per worker)",
         )
-    argv = [runtime.path, "run", "--rm", "--init", "--network=host", "--ipc=host", "--pid=host",
+    # No --init: with the host's PID namespace the program is not PID 1 and gets signals as usual.
+    argv = [runtime.path, "run", "--rm", "--network=host", "--ipc=host", "--pid=host",
             "-v", f"{workdir}:{workdir}", "-w", workdir]  # fmt: skip
     for name in sorted({*RANK_VARIABLES, *env_names}):
         argv += ["-e", name]
     if mpi:
         for prefix in MPI_PREFIXES:
             argv += ["-e", f"{prefix}*"]
-    if gpus:
+    if gpus and has_nvidia_devices():
         argv += ["--device", "nvidia.com/gpu=all"] if runtime.name == "podman" else ["--gpus", "all"]
     return [*argv, image, *program]
