@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -301,10 +301,20 @@ def test_any_line_is_prepared_or_refused_and_never_runs_a_launcher_per_rank() ->
     check()
 
 
-BUSYBOX_IMAGE = "localhost/ringleader-test-busybox:1"
+BUSYBOX_IMAGE = f"localhost/ringleader-test-busybox:{os.getpid()}"
 # What this test box's podman needs (a docker container on a hybrid-cgroup kernel): runc, and
 # limits no higher than the box's. Hosts that need none of it run it just the same.
 PODMAN_CONF = '[containers]\ndefault_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]\n[engine]\nruntime = "runc"\n'
+
+
+def podman_conf(folder: Path, volumes: Sequence[str] = ()) -> Path:
+    """podman's settings for this box (see PODMAN_CONF), with volumes every container gets."""
+    folder.mkdir(exist_ok=True)
+    conf = folder / "containers.conf"
+    text = PODMAN_CONF if shutil.which("runc") else "[containers]\n"
+    mounts = ", ".join(f'"{v}"' for v in volumes)
+    conf.write_text(text.replace("[containers]\n", f"[containers]\nvolumes = [{mounts}]\n") if volumes else text)
+    return conf
 
 
 @pytest.fixture
@@ -314,8 +324,7 @@ def busybox_image(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     podman, busybox = shutil.which("podman"), shutil.which("busybox")
     if podman is None or busybox is None:
         pytest.skip("needs podman and busybox (apt-get install podman runc busybox-static)")
-    conf = tmp_path / "containers.conf"
-    conf.write_text(PODMAN_CONF if shutil.which("runc") else "")
+    conf = podman_conf(tmp_path)
     env = {**os.environ, "CONTAINERS_CONF": str(conf)}
     tar = tmp_path / "rootfs.tar"
     with tarfile.open(tar, "w") as out:
@@ -347,3 +356,22 @@ def test_ranks_run_in_a_real_image_through_podman(rt: Runtime, h, busybox_image,
         words = lines[0].split()
         assert words[:4] == ["seen", str(rank), str(rank), "2"] and words[5] == "in-the-image", lines
         assert lines[1] == str(tmp_path)
+
+
+def test_an_mpirun_job_runs_in_a_real_image_through_podman(seeds: Runtime, h, busybox_image, tmp_path) -> None:
+    """Each rank in its own container joins mpirun's job through the OMPI_*/PMIX_* variables
+    podman passes by prefix. The image is busybox; this host's Python, mpi4py and Open MPI
+    are mounted read-only into it (podman's `volumes` setting), as an image would carry them."""
+    image, _ = busybox_image
+    host = ["/usr", "/lib", "/lib64", "/etc", sys.base_prefix, sys.prefix]
+    conf = podman_conf(tmp_path / "mpi", [*(f"{p}:{p}:ro" for p in dict.fromkeys(host) if os.path.exists(p)),
+                                          "/tmp:/tmp", "/dev/shm:/dev/shm"])  # fmt: skip
+    line = ["mpirun", "-np", "2", "--mca", "btl", "^openib", PY, str(h.EXAMPLES / "jobs" / "mpi_hello.py")]
+    seeds.submit(h.spec("mpimage", line, workers=2, gpus=1, image=image, env={"CONTAINERS_CONF": str(conf)}))
+    view = seeds.wait("mpimage", 180)
+    assert view.status is JobStatus.SUCCEEDED, (view.events, seeds.logs("mpimage", "worker-0"))
+    cmd = view.spec.command
+    assert Path(cmd[cmd.index("run") - 1]).name == "podman" and cmd[cmd.index(image) + 1 :] == line[-2:]
+    assert "allreduce sum of ranks: 1" in seeds.logs("mpimage")
+    for rank in range(2):
+        assert f"rank {rank}/2 node=" in seeds.logs("mpimage", f"worker-{rank}")
