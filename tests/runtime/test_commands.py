@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -329,7 +330,7 @@ def busybox_image(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     tar = tmp_path / "rootfs.tar"
     with tarfile.open(tar, "w") as out:
         out.add(busybox, "bin/busybox")
-        for name in ("sh", "echo", "pwd"):
+        for name in ("sh", "echo", "pwd", "sleep"):
             link = tarfile.TarInfo(f"bin/{name}")
             link.type, link.linkname = tarfile.SYMTYPE, "busybox"
             out.addfile(link)
@@ -372,6 +373,28 @@ def test_an_mpirun_job_runs_in_a_real_image_through_podman(seeds: Runtime, h, bu
     assert view.status is JobStatus.SUCCEEDED, (view.events, seeds.logs("mpimage", "worker-0"))
     cmd = view.spec.command
     assert Path(cmd[cmd.index("run") - 1]).name == "podman" and cmd[cmd.index(image) + 1 :] == line[-2:]
+    assert cmd[cmd.index(PY) + 1 : cmd.index(PY) + 3] == ["-m", "ringleader.runtime.containers"]
     assert "allreduce sum of ranks: 1" in seeds.logs("mpimage")
     for rank in range(2):
         assert f"rank {rank}/2 node=" in seeds.logs("mpimage", f"worker-{rank}")
+
+
+@pytest.mark.parametrize("when", ["containers up", "at once"])
+def test_delete_leaves_no_container_running(rt: Runtime, h, busybox_image, when: str) -> None:
+    """Also when the stop comes before the container's client forwards signals."""
+    image, conf = busybox_image
+    rt.submit(h.spec("sleeper", ["sleep", "300"], workers=2, gpus=0, image=image, env={"CONTAINERS_CONF": str(conf)}))
+    env = {**os.environ, "CONTAINERS_CONF": str(conf)}
+
+    def containers() -> list[str]:
+        ps = ["podman", "ps", "-a", "-q", "--filter", f"ancestor={image}"]
+        return subprocess.run(ps, env=env, capture_output=True, text=True, check=True).stdout.split()
+
+    if when == "at once":
+        h.wait_for(lambda: all(i.pid for i in rt.get("sleeper").instances), 60, "both ranks started")
+    else:
+        h.wait_for(lambda: len(containers()) == 2, 120, "both ranks' containers")
+    rt.delete(["sleeper"])
+    h.wait_for(lambda: not containers(), 30, "no container left")
+    time.sleep(2)  # none comes up late either
+    assert not containers()
