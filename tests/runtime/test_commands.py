@@ -23,7 +23,7 @@ from ringleader.cli.main import main
 from ringleader.errors import DependencyError
 from ringleader.runtime.api import Runtime
 from ringleader.runtime.commands import prepare, prepare_spec
-from ringleader.runtime.containers import find_runtime
+from ringleader.runtime.containers import GUARD, find_runtime
 from ringleader.runtime.states import JobStatus
 
 PY = sys.executable
@@ -256,7 +256,7 @@ def test_image_contract_with_a_stand_in_podman(seeds: Runtime, h, tmp_path, monk
     assert seeds.notes[-1] == f"note: each rank runs in image example.org/train:1 through podman ({fake})"
     view = seeds.wait("img", 120)
     assert view.status is JobStatus.SUCCEEDED, view.events
-    assert view.spec.command[view.spec.command.index(str(fake)) + 1] == "run"
+    assert view.spec.command[view.spec.command.index("podman") + 1] == "run"
     for rank in range(2):
         got = seen(seeds.logs("img", f"worker-{rank}"))
         assert (got["RANK"], got["OMPI_COMM_WORLD_SIZE"], got["FOO"]) == (str(rank), "2", "into the image")
@@ -372,8 +372,8 @@ def test_an_mpirun_job_runs_in_a_real_image_through_podman(seeds: Runtime, h, bu
     view = seeds.wait("mpimage", 180)
     assert view.status is JobStatus.SUCCEEDED, (view.events, seeds.logs("mpimage", "worker-0"))
     cmd = view.spec.command
-    assert Path(cmd[cmd.index("run") - 1]).name == "podman" and cmd[cmd.index(image) + 1 :] == line[-2:]
-    assert cmd[cmd.index(PY) + 1 : cmd.index(PY) + 3] == ["-m", "ringleader.runtime.containers"]
+    assert cmd[cmd.index("run") - 1] == "podman" and cmd[cmd.index(image) + 1 :] == line[-2:]
+    assert cmd[cmd.index("python3") + 1 : cmd.index("python3") + 4] == ["-c", GUARD, "podman"]
     assert "allreduce sum of ranks: 1" in seeds.logs("mpimage")
     for rank in range(2):
         assert f"rank {rank}/2 node=" in seeds.logs("mpimage", f"worker-{rank}")

@@ -25,7 +25,6 @@ import os
 import re
 import shlex
 import shutil
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -43,7 +42,13 @@ _MORE_ONE_VALUE = {"rf", "rankfile"}
 # Mapping and ranking policies that fill hosts in another order than the placement's slots.
 _OFF_PLACEMENT_POLICIES = {"node", "board", "ppr", "seq", "dist", "rankfile"}
 _PER_NODE = {"N", "npernode", "npersocket", "bynode", "rf", "rankfile"}
-COMMAND_MODULE = "ringleader.runtime.commands"
+# torch.distributed.launch passes each rank --local-rank=N right after the script: this program
+# (run by the rank's own interpreter: nothing of ringleader is needed where the rank runs) puts
+# it at position argv[1] of the line that follows and execs that line.
+LOCAL_RANK_ARG = (
+    "import os, sys; line = sys.argv[2:]; line.insert(int(sys.argv[1]), '--local-rank=' + os.environ['LOCAL_RANK']); "
+    "os.execvp(line[0], line)"
+)
 
 
 @dataclass
@@ -399,9 +404,9 @@ def _torchrun(out: Prepared, workers: int, environ: Mapping[str, str], name: str
     replaced = [f"{t} {v}" if v is not None and "=" not in t else t for t, o, v in options if o in _TORCH_REPLACED]
     ignored = [f"{t} {v}" if v is not None and "=" not in t else t for t, o, v in options if o in _TORCH_IGNORED]
     shown, per_rank = shlex.join(run), ""
-    if run[:3] == [sys.executable, "-m", COMMAND_MODULE]:  # shown as the rank runs it
-        shown_argv = run[run.index("--") + 1 :]
-        shown_argv.insert(int(run[4]), "--local-rank=N")
+    if run[1:3] == ["-c", LOCAL_RANK_ARG]:  # shown as the rank runs it
+        shown_argv = run[4:]
+        shown_argv.insert(int(run[3]), "--local-rank=N")
         shown, per_rank = shlex.join(shown_argv), " (N: the rank's LOCAL_RANK)"
     said = (f"note: {what} replaced: ringleader starts `{shown}`{per_rank} once per worker ({workers} in all) "
             "with torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)")  # fmt: skip
@@ -444,9 +449,11 @@ def _torch_program(program: list[str], given: Mapping[str, str | None], environ:
                    python: list[str] | None, local_rank_arg: bool) -> list[str]:  # fmt: skip
     """What torchrun would start per process: ``python -u [-m] SCRIPT ARGS`` or, with
     --no-python, the program itself; launch without --use-env adds --local-rank=N (per rank,
-    through this module's ``main``)."""
+    through LOCAL_RANK_ARG)."""
     script, args = program[0], program[1:]
     if "no-python" in given:
+        if local_rank_arg:  # as torch.distributed.launch refuses it
+            raise UsageError("--no-python needs --use-env (the program cannot take --local-rank)", "add --use-env")
         if "module" in given:
             raise UsageError("--no-python and --module cannot go together", "drop one of them")
         run = [script]
@@ -454,7 +461,7 @@ def _torch_program(program: list[str], given: Mapping[str, str | None], environ:
         interpreter = environ.get("PYTHON_EXEC") or (python[0] if python else _interpreter_of_torchrun(environ))
         run = [interpreter, "-u", *(["-m"] if "module" in given else []), script]
     if local_rank_arg:
-        return [sys.executable, "-m", COMMAND_MODULE, "--local-rank-at", str(len(run)), "--", *run, *args]
+        return [run[0], "-c", LOCAL_RANK_ARG, str(len(run)), *run, *args]
     return [*run, *args]
 
 
@@ -475,19 +482,3 @@ def _interpreter_of_torchrun(environ: Mapping[str, str]) -> str:
         if words and Path(words[0]).name.startswith("python"):
             return words[0]
     return shutil.which("python3", path=path) or shutil.which("python", path=path) or "python3"
-
-
-def main(argv: list[str]) -> int:
-    """``python -m ringleader.runtime.commands --local-rank-at K -- PROGRAM``: run PROGRAM with
-    ``--local-rank=$LOCAL_RANK`` inserted at position K, as torch.distributed.launch passes it
-    (exec: the rank wrapper's child stays this very process)."""
-    if len(argv) < 3 or argv[0] != "--local-rank-at" or argv[2] != "--":
-        print("usage: python -m ringleader.runtime.commands --local-rank-at K -- PROGRAM", file=sys.stderr)
-        return 2
-    at, program = int(argv[1]), argv[3:]
-    program.insert(at, f"--local-rank={os.environ.get('LOCAL_RANK', '0')}")
-    os.execvp(program[0], program)
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -18,10 +18,7 @@ from __future__ import annotations
 
 import re
 import shutil
-import signal
 import subprocess
-import sys
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +26,20 @@ from pathlib import Path
 from ringleader.errors import DependencyError, UsageError
 
 PROBE_SECONDS = 20.0
-CONTAINER_MODULE = "ringleader.runtime.containers"
+# `python3 -c GUARD RUNTIME run ARGS...` runs the container's client and makes sure its container
+# ends with it: a client stopped before it forwards signals (or killed) would leave its container
+# running, so the container's id goes to a file (--cidfile), signals go to the client, and once
+# the client is gone a container still there is removed by force. Standard library only: it runs
+# wherever a rank runs, ringleader installed there or not.
+GUARD = (
+    "import os, shutil, signal, subprocess as sp, sys, tempfile; rt, args = sys.argv[1], sys.argv[3:]; "
+    "d = tempfile.mkdtemp(prefix='ringleader-container-'); f = os.path.join(d, 'cid'); "
+    "c = sp.Popen([rt, 'run', '--cidfile', f, *args], stdin=sp.DEVNULL); "
+    "[signal.signal(s, lambda n, _: c.send_signal(n)) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)]; "
+    "e = c.wait(); cid = open(f).read().strip() if os.path.exists(f) else ''; "
+    "cid and sp.run([rt, 'rm', '-f', cid], stdin=sp.DEVNULL, capture_output=True, timeout=60); "
+    "shutil.rmtree(d, ignore_errors=True); sys.exit(e if e >= 0 else 128 - e)"
+)
 _IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$")
 # What the rank wrapper sets for every rank (see rank.rank_env), passed into the container.
 RANK_VARIABLES = (
@@ -87,7 +97,8 @@ def has_nvidia_devices() -> bool:
 def in_image(runtime: ContainerRuntime, image: str, program: Sequence[str], workdir: str,
              env_names: Iterable[str], gpus: bool, mpi: bool) -> list[str]:  # fmt: skip
     """``program`` as run in ``image``: what each rank's wrapper starts in its place (the
-    container's client under this module's ``main``, which leaves no container behind)."""
+    container's client under GUARD, which leaves no container behind). The runtime is named, not
+    its path here: it is found on the PATH of the host each rank runs on."""
     if mpi and runtime.name != "podman":
         raise DependencyError(
             f"an mpirun job in an image needs podman: {runtime.name} cannot pass Open MPI's per-rank "
@@ -95,7 +106,7 @@ def in_image(runtime: ContainerRuntime, image: str, program: Sequence[str], work
             "install podman, or run the program without mpirun (ringleader starts one per worker)",
         )
     # No --init: with the host's PID namespace the program is not PID 1 and gets signals as usual.
-    argv = [sys.executable, "-m", CONTAINER_MODULE, runtime.path, "run", "--rm", "--network=host", "--ipc=host",
+    argv = ["python3", "-c", GUARD, runtime.name, "run", "--rm", "--network=host", "--ipc=host",
             "--pid=host", "-v", f"{workdir}:{workdir}", "-w", workdir]  # fmt: skip
     for name in sorted({*RANK_VARIABLES, *env_names}):
         argv += ["-e", name]
@@ -105,33 +116,3 @@ def in_image(runtime: ContainerRuntime, image: str, program: Sequence[str], work
     if gpus and has_nvidia_devices():
         argv += ["--device", "nvidia.com/gpu=all"] if runtime.name == "podman" else ["--gpus", "all"]
     return [*argv, image, *program]
-
-
-def main(argv: list[str]) -> int:
-    """``python -m ringleader.runtime.containers RUNTIME run ARGS...``: run the container's
-    client and make sure its container ends with it.
-
-    A client stopped before it forwards signals (or killed) would leave its container running:
-    so the container's id is written to a file (--cidfile), signals go to the client, and once
-    the client is gone a container still there is removed by force."""
-    if len(argv) < 3 or argv[1] != "run":
-        print("usage: python -m ringleader.runtime.containers RUNTIME run ARGS...", file=sys.stderr)
-        return 2
-    runtime = argv[0]
-    folder = Path(tempfile.mkdtemp(prefix="ringleader-container-"))
-    cidfile = folder / "cid"
-    client = subprocess.Popen([runtime, "run", "--cidfile", str(cidfile), *argv[2:]], stdin=subprocess.DEVNULL)
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, lambda number, _frame: client.send_signal(number))
-    try:
-        code = client.wait()
-    finally:
-        cid = cidfile.read_text().strip() if cidfile.exists() else ""
-        if cid:  # gone already after a normal end (--rm): then this is a no-op
-            subprocess.run([runtime, "rm", "-f", cid], stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
-        shutil.rmtree(folder, ignore_errors=True)
-    return code if code >= 0 else 128 - code
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
