@@ -126,6 +126,7 @@ def test_image_is_refused_naming_why_when_no_runtime_answers(tmp_path: Path) -> 
         assert "docker at" in info.value.message and "cannot run containers" in info.value.message
 
 
+@pytest.mark.slow
 def test_x_name_reaches_every_rank_with_the_submitters_value(seeds: Runtime, h, monkeypatch) -> None:
     monkeypatch.setenv("FOO", "from the submitting shell")
     line = f"mpirun -np 2 -H server1:1,server2:1 -x FOO -x BAR=given --mca btl ^openib {PY} -c {shlex.quote(SHOW)}"
@@ -142,6 +143,7 @@ def test_x_name_reaches_every_rank_with_the_submitters_value(seeds: Runtime, h, 
     assert any(e.kind == "Command" and "-H server1:1,server2:1" in e.message for e in view.events)
 
 
+@pytest.mark.slow
 def test_replaced_hosts_and_unset_x_names_are_named_on_stderr(seeds: Runtime, capsys, monkeypatch) -> None:
     monkeypatch.delenv("RL_TEST_UNSET", raising=False)
     line = f"mpirun -np 2 --hostfile /etc/no-such-hostfile -H server1:1,server2:1 -x RL_TEST_UNSET {PY} -c pass"
@@ -157,6 +159,7 @@ def test_replaced_hosts_and_unset_x_names_are_named_on_stderr(seeds: Runtime, ca
     assert "RL_TEST_UNSET" not in seeds.get("noted").spec.env
 
 
+@pytest.mark.slow
 def test_horovodrun_line_runs_as_its_mpirun_line_with_np_from_workers(seeds: Runtime, h, monkeypatch) -> None:
     monkeypatch.setenv("HOROVOD_LOG_LEVEL", "warning")
     line = f"horovodrun -np 2 -H server1:1,server2:1 --fusion-threshold-mb 32 {PY} -c {shlex.quote(SHOW)} a"
@@ -177,6 +180,7 @@ def test_horovodrun_line_runs_as_its_mpirun_line_with_np_from_workers(seeds: Run
         assert got["HOROVOD_FUSION_THRESHOLD"] == str(32 * 1024 * 1024)  # in bytes, as horovodrun sets it
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("line", "argv"),
     [
@@ -232,6 +236,7 @@ def test_horovodrun_options_become_what_horovodrun_would_pass() -> None:
     assert "ignored (hosts are reached as the cluster file says): -p 2222" in out.notes[0]
 
 
+@pytest.mark.slow
 def test_image_contract_with_a_stand_in_podman(seeds: Runtime, h, tmp_path, monkeypatch) -> None:
     """Contract test: a stand-in `podman` that answers `info` and, for `run`, starts the program
     with only the variables named by -e (by name, or by prefix with `*`, as podman does): the
@@ -343,6 +348,7 @@ def busybox_image(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     subprocess.run([podman, "rmi", "-f", BUSYBOX_IMAGE], env=env, capture_output=True)
 
 
+@pytest.mark.slow
 def test_ranks_run_in_a_real_image_through_podman(rt: Runtime, h, busybox_image, tmp_path, monkeypatch) -> None:
     image, conf = busybox_image
     monkeypatch.chdir(tmp_path)  # the job's working directory, mounted at the same path
@@ -359,6 +365,7 @@ def test_ranks_run_in_a_real_image_through_podman(rt: Runtime, h, busybox_image,
         assert lines[1] == str(tmp_path)
 
 
+@pytest.mark.slow
 def test_an_mpirun_job_runs_in_a_real_image_through_podman(seeds: Runtime, h, busybox_image, tmp_path) -> None:
     """Each rank in its own container joins mpirun's job through the OMPI_*/PMIX_* variables
     podman passes by prefix. The image is busybox; this host's Python, mpi4py and Open MPI
@@ -379,6 +386,7 @@ def test_an_mpirun_job_runs_in_a_real_image_through_podman(seeds: Runtime, h, bu
         assert f"rank {rank}/2 node=" in seeds.logs("mpimage", f"worker-{rank}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("when", ["containers up", "at once"])
 def test_delete_leaves_no_container_running(rt: Runtime, h, busybox_image, when: str) -> None:
     """Also when the stop comes before the container's client forwards signals."""
