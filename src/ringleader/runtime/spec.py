@@ -58,6 +58,10 @@ class JobSpec:
             raise UsageError(f"--gpus must be >= 0, got {self.gpus_per_worker}", "give 0 for a CPU job")
         if not self.command or not all(isinstance(a, str) for a in self.command):
             raise UsageError("no command given", "give the command as one quoted string or after --")
+        written = self.user_command
+        well_formed = isinstance(written, list) and bool(written) and all(isinstance(a, str) for a in written)
+        if written is not None and not well_formed:
+            raise UsageError("user_command must be the command line as written, a list of strings", "leave it unset")
         priority = self.priority
         if isinstance(priority, bool) or not isinstance(priority, int) or not -(2**31) <= priority < 2**31:
             raise UsageError(f"--priority must be a 32-bit integer, got {priority}", "give -2147483648 to 2147483647")
