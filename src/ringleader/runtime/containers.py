@@ -16,30 +16,19 @@ host through Open MPI's OMPI_*/PMIX_* variables: podman passes them by prefix; d
 
 from __future__ import annotations
 
+import base64
 import re
 import shutil
 import subprocess
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ringleader.errors import DependencyError, UsageError
+from ringleader.runtime import container_guard
 
 PROBE_SECONDS = 20.0
-# `python3 -c GUARD RUNTIME run ARGS...` runs the container's client and makes sure its container
-# ends with it: a client stopped before it forwards signals (or killed) would leave its container
-# running, so the container's id goes to a file (--cidfile), signals go to the client, and once
-# the client is gone a container still there is removed by force. Standard library only: it runs
-# wherever a rank runs, ringleader installed there or not.
-GUARD = (
-    "import os, shutil, signal, subprocess as sp, sys, tempfile; rt, args = sys.argv[1], sys.argv[3:]; "
-    "d = tempfile.mkdtemp(prefix='ringleader-container-'); f = os.path.join(d, 'cid'); "
-    "c = sp.Popen([rt, 'run', '--cidfile', f, *args], stdin=sp.DEVNULL); "
-    "[signal.signal(s, lambda n, _: c.send_signal(n)) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)]; "
-    "e = c.wait(); cid = open(f).read().strip() if os.path.exists(f) else ''; "
-    "cid and sp.run([rt, 'rm', '-f', cid], stdin=sp.DEVNULL, capture_output=True, timeout=60); "
-    "shutil.rmtree(d, ignore_errors=True); sys.exit(e if e >= 0 else 128 - e)"
-)
 _IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$")
 # What the rank wrapper sets for every rank (see rank.rank_env), passed into the container.
 RANK_VARIABLES = (
@@ -89,6 +78,13 @@ def find_runtime(image: str, environ: Mapping[str, str]) -> ContainerRuntime:
     )
 
 
+def guard_command() -> list[str]:
+    """``python3 -c <container_guard's source>``: it runs wherever a rank runs, ringleader
+    installed there or not."""
+    packed = base64.b64encode(zlib.compress(Path(container_guard.__file__).read_bytes(), 9)).decode()
+    return ["python3", "-c", f"import base64,zlib;exec(zlib.decompress(base64.b64decode('{packed}')))"]
+
+
 def has_nvidia_devices() -> bool:
     """Whether this host has NVIDIA GPUs to hand into containers (emulated nodes have none)."""
     return Path("/dev/nvidiactl").exists()
@@ -97,7 +93,7 @@ def has_nvidia_devices() -> bool:
 def in_image(runtime: ContainerRuntime, image: str, program: Sequence[str], workdir: str,
              env_names: Iterable[str], gpus: bool, mpi: bool) -> list[str]:  # fmt: skip
     """``program`` as run in ``image``: what each rank's wrapper starts in its place (the
-    container's client under GUARD, which leaves no container behind). The runtime is named, not
+    container's client under container_guard, which leaves no container behind). The runtime is named, not
     its path here: it is found on the PATH of the host each rank runs on."""
     if mpi and runtime.name != "podman":
         raise DependencyError(
@@ -106,7 +102,7 @@ def in_image(runtime: ContainerRuntime, image: str, program: Sequence[str], work
             "install podman, or run the program without mpirun (ringleader starts one per worker)",
         )
     # No --init: with the host's PID namespace the program is not PID 1 and gets signals as usual.
-    argv = ["python3", "-c", GUARD, runtime.name, "run", "--rm", "--network=host", "--ipc=host",
+    argv = [*guard_command(), runtime.name, "run", "--rm", "--network=host", "--ipc=host",
             "--pid=host", "-v", f"{workdir}:{workdir}", "-w", workdir]  # fmt: skip
     for name in sorted({*RANK_VARIABLES, *env_names}):
         argv += ["-e", name]
