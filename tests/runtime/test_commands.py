@@ -84,6 +84,7 @@ REFUSED = {
     "torchrun-elastic": "torchrun --nnodes 1:2 --nproc-per-node 1 train.py",
     "torchrun-unknown": "torchrun --no-such-option train.py",
     "torchrun-no-script": "torchrun --nproc-per-node 2",
+    "torchrun-of-horovodrun": "torchrun --no-python horovodrun -np 2 train.py",
     "launch-count": "{py} -m torch.distributed.launch --nproc_per_node 3 train.py",
 }
 

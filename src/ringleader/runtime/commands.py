@@ -73,6 +73,10 @@ def prepare(command: Sequence[str], workers: int, env: Mapping[str, str], enviro
         out.command = _horovodrun(out, workers, environ, name)
     elif launcher == "torchrun":
         out.command = _torchrun(out, workers, environ, name)
+        inner = _launcher(out.command)
+        if inner is not None:  # e.g. torchrun --no-python horovodrun ...
+            raise UsageError(f"torchrun would start one {inner} per worker, {workers} {inner}s in all",
+                             f"submit the {inner} line without torchrun")  # fmt: skip
     if is_mpirun(out.command):
         _mpirun(out, workers, environ, name)
     return out
