@@ -237,3 +237,19 @@ def test_read_only_home_refuses_submit_and_delete_and_stops_nothing(tmp_path: Pa
     finally:
         subprocess.run(["umount", "-l", str(view)], check=False)
     assert cli(home, "delete", "live").returncode == 0
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["predict", "--model", "vgg16", "--batch-size", "64", "--workers", "4", "--gpus", "1", "--calibration", "{f}"],
+        ["simulate", "--cluster", str(REPO / "examples" / "sim" / "cluster-2x8-v100.yaml"), "--trace", "{f}"],
+        ["calibrate", "{f}"],
+        ["predict", "--model", "vgg16", "--batch-size", "64", "--workers", "4", "--gpus", "1", "--cluster", "{f}"],
+    ],
+)
+def test_non_utf8_input_files_of_every_command_are_one_line(tmp_path: Path, args: list[str]) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(b"nodes:\n  - name: \xe9\n")
+    err = one_line_error(cli(tmp_path / "home", *[a.replace("{f}", str(bad)) for a in args]))
+    assert "not UTF-8" in err and str(bad) in err

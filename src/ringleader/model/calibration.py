@@ -135,10 +135,11 @@ def save_calibration(cal: Calibration, path: str | Path) -> None:
 def read_json(path: str | Path, what: str, fix: str) -> Any:
     """The JSON document in ``path``; unreadable or not JSON is a UsageError naming the file."""
     p = Path(path)
+    from ringleader.topology.cluster import read_bounded
+
+    text = read_bounded(p, what, fix=f"{fix} (UTF-8 JSON)")  # bounded, UTF-8, one line naming the file otherwise
     try:
-        return json.loads(p.read_text())
-    except OSError as exc:
-        raise UsageError(f"cannot read {what} {str(p)!r}: {exc.strerror}", "check the path") from None
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise UsageError(f"{what} {str(p)!r} is not JSON (line {exc.lineno}: {exc.msg})", fix) from None
 

@@ -46,12 +46,10 @@ def _positive(text: str, what: str) -> float:
 def read_throughput_csv(path: str | Path) -> tuple[list[FidelityRow], list[ComputeFit]]:
     """Multi-GPU rows and the 1-GPU rates of a throughput CSV; bad input is a UsageError naming
     the file, the line and the problem."""
+    from ringleader.topology.cluster import read_bounded
+
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise UsageError(f"cannot read {str(p)!r}: {exc.strerror}", "check the path") from None
-    reader = csv.DictReader(text.splitlines())
+    reader = csv.DictReader(read_bounded(p, "throughput CSV", fix="give a CSV saved as UTF-8").splitlines())
     missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
     if missing:
         raise UsageError(f"{str(p)!r} has no column {missing[0]!r}", CSV_FIX)

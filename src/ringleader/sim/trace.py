@@ -148,12 +148,10 @@ def _job(values: dict[str, str], origin: str, line: int) -> TraceJob:
 
 
 def load_trace(path: str | Path) -> list[TraceJob]:
+    from ringleader.topology.cluster import read_bounded
+
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise UsageError(f"cannot read trace {str(p)!r}: {exc.strerror}", "check the path") from None
-    return parse_trace(text, origin=str(p))
+    return parse_trace(read_bounded(p, "trace", fix="give a CSV trace saved as UTF-8"), origin=str(p))
 
 
 def format_trace(jobs: Sequence[TraceJob]) -> str:

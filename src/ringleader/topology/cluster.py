@@ -151,9 +151,9 @@ def load_cluster_file(path: str | Path) -> list[NodeSpec]:
     return load_cluster_text(read_bounded(p, "cluster file"), p.parent, origin=str(p))
 
 
-def read_bounded(path: Path, what: str, limit: int = MAX_FILE_BYTES) -> str:
+def read_bounded(path: Path, what: str, limit: int = MAX_FILE_BYTES, fix: str | None = None) -> str:
     """A text file's content, refused in one line when it is bigger than ``limit`` (checked while
-    reading: /dev/zero or a FIFO has no size) or not UTF-8."""
+    reading: /dev/zero or a FIFO has no size) or not UTF-8 (``fix`` says what to give instead)."""
     try:
         with open(path, "rb") as fh:
             data = fh.read(limit + 1)
@@ -161,7 +161,9 @@ def read_bounded(path: Path, what: str, limit: int = MAX_FILE_BYTES) -> str:
         raise UsageError(f"cannot read {what} {str(path)!r}: {exc.strerror}", "check the path") from None
     if len(data) > limit:
         raise UsageError(f"{what} {str(path)!r} is too big (over {limit >> 20} MiB)", "give the real file")
-    fix = "give the text the tool printed, saved as UTF-8" if what == "file" else "give a YAML text file saved as UTF-8"
+    if fix is None:
+        fix = "give the text the tool printed" if what == "file" else "give a YAML text file"
+        fix += ", saved as UTF-8"
     return decode_text(data, f"{what} {str(path)!r}", fix)
 
 
