@@ -9,7 +9,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from ringleader.errors import NotFoundError
+from ringleader.errors import UsageError
 from ringleader.scheduler import ClusterState, JobRequest, NodeState, Placement, QueuedJob, schedule_queue
 from ringleader.sim import StepTime, TraceJob, generate_trace, simulate, summarise
 from ringleader.topology import NodeSpec, preset
@@ -84,7 +84,7 @@ def test_never_fitting_job_is_reported_not_dropped() -> None:
 
 
 def test_unknown_policy_lists_known_ones() -> None:
-    with pytest.raises(NotFoundError) as info:
+    with pytest.raises(UsageError) as info:  # a name typed on the command line: exit 2
         simulate(nodes(1), [job("a", 0, 1, 1, 1)], "fastest", one_second_steps)
     assert "use one of ack, besteffort, default, throughput, topology" in info.value.one_line()
 

@@ -22,6 +22,9 @@ def cli() -> None:
     """
 
 
+# click >= 8.2 raises this for a group given no subcommand (older versions print the help and exit).
+NO_ARGS_IS_HELP: type[click.UsageError] | tuple[()] = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
 for _module in (jobs, cluster, engine, bench, model, sim, state, slurm):
     _module.register(cli)
 
@@ -38,14 +41,27 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         return 130
+    except NO_ARGS_IS_HELP as exc:  # a bare group prints its help, as kubectl's do
+        click.echo(exc.ctx.get_help() if exc.ctx else exc.format_message())
+        return 0
     except click.ClickException as exc:
-        exc.show()
+        click.echo(f"error: {click_one_line(exc)}", err=True)
         return exc.exit_code
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except BrokenPipeError:
         return 0
     return 0
+
+
+def click_one_line(exc: click.ClickException) -> str:
+    """click's own errors (a missing argument, an unknown option, a bad choice) in the one-line
+    form every other error takes, naming the command's --help as the fix."""
+    message = " ".join(exc.format_message().split()).rstrip(".")
+    ctx = getattr(exc, "ctx", None)
+    if isinstance(exc, click.UsageError) and ctx is not None:
+        return f"{message}{' ' if message.endswith('?') else '. '}To fix: see `{ctx.command_path} --help`"
+    return message
 
 
 if __name__ == "__main__":

@@ -4,12 +4,12 @@ layout, durations."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import click
-import yaml
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.segment import Segment
 from rich.table import Table
@@ -36,14 +36,19 @@ def emit_data(data: Any, fmt: str) -> None:
     if fmt == "json":
         click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
     elif fmt == "yaml":
+        import yaml
+
         click.echo(yaml.safe_dump(data, sort_keys=False), nl=False)
     else:
         raise ValueError(fmt)
 
 
 def console() -> Console:
-    # Wide enough for tables when stdout is a pipe (tests, logs), real width on a terminal.
-    return Console(width=None if sys.stdout.isatty() else 160, highlight=False, soft_wrap=False)
+    """The terminal's width on a terminal, COLUMNS when set, else 160 (pipes, logs): tables
+    wider than that wrap their cells rather than cut them."""
+    columns = os.environ.get("COLUMNS", "")
+    width = int(columns) if columns.isdigit() and int(columns) > 0 else None if sys.stdout.isatty() else 160
+    return Console(width=width, highlight=False, soft_wrap=False)
 
 
 class PlainTable:
@@ -76,10 +81,11 @@ def _rstrip(line: list[Segment]) -> list[Segment]:
 def table(
     columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None, indent: int = 0
 ) -> PlainTable:
-    """A plain table in the style of arena's (no boxes, upper-case headers)."""
+    """A plain table in the style of arena's (no boxes, upper-case headers). A cell too wide
+    for the terminal wraps at spaces, or folds, onto more lines: never cut to "…"."""
     t = Table(title=title, box=None, show_edge=False, pad_edge=False, header_style="bold")
     for col in columns:
-        t.add_column(col, no_wrap=True)
+        t.add_column(col, overflow="fold")
     for row in rows:
         t.add_row(*("" if v is None else str(v) for v in row))
     return PlainTable(t, indent)
