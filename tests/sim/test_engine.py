@@ -138,6 +138,8 @@ def test_binned_utilization_integrates_the_timeline() -> None:
     from ringleader.sim.plots import binned_utilization
 
     run = simulate(nodes(1), [job("a", 0, 1, 8, 100), job("b", 100, 1, 4, 100)], "topology", one_second_steps)
-    xs, ys = binned_utilization(run, bins=4)
-    assert [round(x * 3600) for x in xs] == [25, 75, 125, 175]
+    xs, ys = binned_utilization(run, width_s=50)
+    assert [round(x * 3600) for x in xs] == [0, 50, 100, 150]  # bin starts
     assert ys == pytest.approx([1.0, 1.0, 0.5, 0.5])
+    xs, ys = binned_utilization(run, width_s=120)  # the last bin covers only 120..200 s
+    assert ys == pytest.approx([(100 * 8 + 20 * 4) / (120 * 8), 0.5])
