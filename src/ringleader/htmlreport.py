@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -60,9 +61,12 @@ def data_uri(path: Path) -> str:
     return f"data:{mime};base64,{base64.b64encode(path.read_bytes()).decode('ascii')}"
 
 
+NUMERIC = re.compile(r"^[-+]?[\d.,]+(%|x|[-–][\d.,]+)?$")  # 12.5, 75%, 1.5x, 27.3-54.3
+
+
 def _cell(value: Any) -> str:
     text = "-" if value is None else str(value)
-    numeric = text.replace(".", "", 1).replace("-", "", 1).replace("%", "").replace("x", "").isdigit()
+    numeric = bool(NUMERIC.match(text)) or text == "-"
     return f"<td>{html.escape(text)}</td>" if numeric else f'<td class="text">{html.escape(text)}</td>'
 
 

@@ -62,16 +62,19 @@ class LocalLauncher:
 
 
 class RuntimeLauncher:
-    """Each point is a ringleader job: the runtime places it and starts its ranks."""
+    """Each point is a ringleader job: the runtime places it and starts its ranks. A job that
+    succeeded is deleted once its result is read (``keep`` keeps it); a failed one stays, so
+    `ringleader logs` can show why."""
 
     name = "runtime"
 
-    def __init__(self, home: str | None = None, timeout: float | None = 600) -> None:
+    def __init__(self, home: str | None = None, timeout: float | None = 600, keep: bool = False) -> None:
         from ringleader.runtime import api
 
         self.api = api
         self.rt = api.Runtime.open(home=home)
         self.timeout = timeout
+        self.keep = keep
 
     def run(self, kind: str, cfg: dict[str, Any], backend: str, workers: int) -> dict[str, Any]:
         from ringleader.bench.ranks import cuda_count
@@ -92,18 +95,24 @@ class RuntimeLauncher:
         out = self.rt.logs(name)
         if view.status.value != "SUCCEEDED":
             tail = out.strip().splitlines()[-1:] or ["(no output)"]
-            raise PointError(f"{kind} job {name} ended {view.status.value}: {tail[0]}")
+            raise PointError(f"{kind} job {name} ended {view.status.value}: {tail[0]}",
+                             f"see `ringleader logs {name}` (the job is kept)")  # fmt: skip
         try:
-            return parse_json(out)
+            result = parse_json(out)
         except (ValueError, json.JSONDecodeError) as exc:
-            raise PointError(f"{kind} job {name} printed no JSON result") from exc
+            raise PointError(f"{kind} job {name} printed no JSON result",
+                             f"see `ringleader logs {name}` (the job is kept)") from exc  # fmt: skip
+        if not self.keep:
+            self.rt.delete([name])
+        return {**result, "job": name}
 
 
-def default_launcher(kind: str = "auto", home: str | None = None) -> Launcher:
-    """``runtime`` when ringleader.runtime.api is importable (and ``auto``), else ``local``."""
+def default_launcher(kind: str = "auto", home: str | None = None, keep: bool = False) -> Launcher:
+    """``runtime`` when ringleader.runtime.api is importable (and ``auto``), else ``local``;
+    ``keep`` keeps each point's job in the runtime."""
     if kind in ("auto", "runtime"):
         try:
-            return RuntimeLauncher(home=home)
+            return RuntimeLauncher(home=home, keep=keep)
         except (ImportError, AttributeError) as exc:
             if kind == "runtime":
                 raise RingleaderError(f"ringleader's runtime is not available ({exc})",
