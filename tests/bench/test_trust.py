@@ -65,6 +65,7 @@ def test_nccl_tests_flags_and_every_rank_in_using_devices() -> None:
     assert "nThread 1 nGpus 1" in lines[0] and "blocking: 1 time: max" in lines[0]
     ranks = [ln for ln in lines if re.match(r"^#  Rank +\d+ Group +0 Pid +\d+ on +\S+ device cpu$", ln)]
     assert len(ranks) == 2 and len({ln.split()[6] for ln in ranks}) == 2  # two processes
+    assert any(re.match(r"^# Machine: load average [\d.]+ [\d.]+ [\d.]+ on \d+ cores at ", ln) for ln in lines)
     rows = [ln.split() for ln in lines if not ln.startswith("#") and ln.strip()]
     assert [(r[0], r[3]) for r in rows] == [(s, op) for s in ("1024", "2048", "4096") for op in ("sum", "avg")]
     threads = cli("bench", "allreduce", *SMALL, "-t", "2", "-g", "2")
@@ -72,6 +73,7 @@ def test_nccl_tests_flags_and_every_rank_in_using_devices() -> None:
     assert "nranks 4 nThread 2 nGpus 2" in threads.stdout and threads.stdout.count("#  Rank ") == 4
     res = cli_json("bench", "allreduce", *SMALL, "-a", "2", "-np", "2")
     assert res["time_over_ranks"] == "min" and [d["rank"] for d in res["devices"]] == [0, 1]
+    assert res["load"]["cpus"] >= 1 and res["load"]["load_1m"] >= 0
 
 
 def test_bad_nccl_tests_values_are_usage_errors() -> None:

@@ -12,8 +12,10 @@ def _time(us: float) -> str:
     return f"{us:7.2f}" if us < 10000 else f"{us:7.1f}" if us < 100000 else f"{us:7.0f}"
 
 
-def allreduce_header(cfg: Any, backend: str, world: int, devices: list[dict[str, Any]]) -> list[str]:
-    """nccl-tests' header: the run's parameters, then one "Using devices" line per rank."""
+def allreduce_header(cfg: Any, backend: str, world: int, devices: list[dict[str, Any]],
+                     machine: str = "") -> list[str]:  # fmt: skip
+    """nccl-tests' header: the run's parameters, one "Using devices" line per rank, then the
+    machine's load (a busy machine explains odd numbers)."""
     title = f"# ringleader bench {cfg.collective}: backend {backend} nranks {world}"
     split = ([f"# note: -t {cfg.nthreads} -g {cfg.ngpus}: each thread's GPU runs as its own rank "
               "(one process per device)"] if cfg.nthreads * cfg.ngpus > 1 else [])  # fmt: skip
@@ -26,6 +28,7 @@ def allreduce_header(cfg: Any, backend: str, world: int, devices: list[dict[str,
         "# Using devices",
         *(f"#  Rank {d['rank']:2d} Group  0 Pid {d['pid']:6d} on {d['host']:>10s} device {d['device']}"
           for d in devices),
+        *([f"# Machine: {machine}"] if machine else []),
         *(
             [f"# note: {backend} out-of-place = a copy of the input + the in-place collective "
              "(torch.distributed has no out-of-place allreduce/reduce-scatter)"]

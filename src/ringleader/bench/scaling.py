@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ringleader.bench.launchers import Launcher
+from ringleader.bench.machine import machine_load
 from ringleader.bench.ranks import check_available, check_backend, check_np
 from ringleader.bench.train import TrainConfig
 from ringleader.errors import UsageError
@@ -63,19 +64,6 @@ class ScalingConfig:
             if not Path(p).is_file():
                 raise UsageError(f"pipeline result {p!r} not found",
                                  "pass files written by `ringleader bench pipeline -o json`")
-
-
-def machine_load() -> dict[str, Any]:
-    """The load averages and core count beside each figure: a busy machine explains odd ones."""
-    import os
-    from datetime import UTC, datetime
-
-    try:
-        one, five, fifteen = os.getloadavg()
-    except OSError:  # not available on this platform
-        one = five = fifteen = float("nan")
-    at = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-    return {"at": at, "cpus": os.cpu_count() or 1, "load_1m": one, "load_5m": five, "load_15m": fifteen}
 
 
 def row_warnings(efficiency: float, spread: float | None, repeats: int) -> list[str]:

@@ -151,7 +151,8 @@ def pipeline_cmd(np_: int, launcher: str, output: str, **kw: Any) -> None:
     cfg = _train_config(kw, "json")
     check_available(cfg.backend, need_mpirun=cfg.backend == "mpi")
     check_np(cfg.backend, np_)
-    res = run_pipeline(cfg, default_launcher(launcher), np_)
+    with stderr_console().status("bench pipeline") as status:  # drawn only on a terminal
+        res = run_pipeline(cfg, default_launcher(launcher), np_, lambda msg: status.update(f"measuring: {msg}"))
     if output == "json":
         emit_data(res, "json")
         return
