@@ -144,3 +144,16 @@ def test_tables_fold_long_cells_instead_of_cutting_them(monkeypatch, capsys) -> 
     assert "…" not in out and all(len(line) <= 80 for line in out.splitlines())
     assert long in "".join(line.strip().split()[-1] for line in out.splitlines()[1:])
     assert "1234.5" in out and "gloo" in out
+
+
+def test_narrow_tables_keep_short_columns_whole_and_wrap_long_ones(monkeypatch, capsys) -> None:
+    from ringleader.cli.output import console, table
+
+    monkeypatch.setenv("COLUMNS", "60")
+    rows = [["vgg", "SUCCEEDED", "4", "cn-shanghai-172[2w: GPU 1,2] + cn-shanghai-173[2w: GPU 0,3]"]]
+    console().print(table(["NAME", "STATUS", "GPUS", "PLACEMENT"], rows))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["NAME", "STATUS", "GPUS", "PLACEMENT"]
+    assert lines[1].split()[:3] == ["vgg", "SUCCEEDED", "4"] and all(len(ln) <= 60 for ln in lines)
+    placement = " ".join(ln[lines[0].index("PLACEMENT"):].strip() for ln in lines[1:])
+    assert placement == rows[0][3]  # wrapped at spaces, nothing lost

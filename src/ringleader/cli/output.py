@@ -16,6 +16,8 @@ from rich.table import Table
 
 # arena's key/value layout: "Name:      x" (the key and its colon padded to 11 columns).
 KEY_WIDTH = 11
+# A column whose cells are all this short keeps its width when a table must fit a narrow terminal.
+SHORT_WORD = 14
 # Sub-tables under a key/value block ("Instances:") are indented like arena's.
 INDENT = 2
 
@@ -53,13 +55,31 @@ def console() -> Console:
 
 class PlainTable:
     """A table in the style of arena's (no boxes, upper-case headers), optionally indented,
-    with no trailing spaces (rich pads the last column to its width)."""
+    with no trailing spaces (rich pads the last column to its width). Wider than the terminal,
+    it keeps short columns (states, numbers) whole and wraps the long ones (nodes, placements)
+    in the width left, folding a word only when it is longer than its column."""
 
-    def __init__(self, inner: Table, indent: int = 0) -> None:
+    GAP = 2  # rich's padding between columns (box=None)
+
+    def __init__(self, inner: Table, indent: int = 0, natural: Sequence[int] = ()) -> None:
         self.inner, self.indent = inner, indent
+        self.natural = list(natural) or [1] * len(inner.columns)
+
+    def _fit(self, width: int) -> None:
+        room = width - self.GAP * (len(self.natural) - 1)
+        if sum(self.natural) <= room:
+            return  # fits as it is
+        short = [n <= SHORT_WORD for n in self.natural]
+        left = room - sum(n for n, s in zip(self.natural, short, strict=True) if s)
+        long_total = sum(n for n, s in zip(self.natural, short, strict=True) if not s)
+        if not long_total or left < 4 * short.count(False):
+            return  # not even the short columns fit: rich folds every column
+        for column, n, is_short in zip(self.inner.columns, self.natural, short, strict=True):
+            column.width = n if is_short else max(4, left * n // long_total)
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         width = max(1, options.max_width - self.indent)
+        self._fit(width)
         for line in console.render_lines(self.inner, options.update(width=width), pad=False):
             if self.indent:
                 yield Segment(" " * self.indent)
@@ -84,11 +104,13 @@ def table(
     """A plain table in the style of arena's (no boxes, upper-case headers). A cell too wide
     for the terminal wraps at spaces, or folds, onto more lines: never cut to "…"."""
     t = Table(title=title, box=None, show_edge=False, pad_edge=False, header_style="bold")
+    cells = [["" if v is None else str(v) for v in row] for row in rows]
     for col in columns:
         t.add_column(col, overflow="fold")
-    for row in rows:
-        t.add_row(*("" if v is None else str(v) for v in row))
-    return PlainTable(t, indent)
+    for row in cells:
+        t.add_row(*row)
+    natural = [max(len(text) for text in [col, *(r[i] for r in cells if i < len(r))]) for i, col in enumerate(columns)]
+    return PlainTable(t, indent, natural)
 
 
 def key_values(pairs: Sequence[tuple[str, Any]]) -> None:
