@@ -157,3 +157,14 @@ def test_narrow_tables_keep_short_columns_whole_and_wrap_long_ones(monkeypatch, 
     assert lines[1].split()[:3] == ["vgg", "SUCCEEDED", "4"] and all(len(ln) <= 60 for ln in lines)
     placement = " ".join(ln[lines[0].index("PLACEMENT"):].strip() for ln in lines[1:])
     assert placement == rows[0][3]  # wrapped at spaces, nothing lost
+
+
+def test_dry_run_says_whether_the_runner_up_tied_or_what_it_lost_on(seeds_cli) -> None:
+    dry = ["submit", "mpi", "--name", "t", "--workers", "2", "--gpus", "1", "--gputopology", "--dry-run", "--", "true"]
+    runner = next(ln for ln in seeds_cli.ok(*dry).splitlines() if ln.startswith("Runner-up:"))
+    assert runner.endswith("(tied on every objective term; the first in node order was kept)"), runner
+    seeds_cli.ok("submit", "mpi", "--name", "hold", "--workers", "1", "--gpus", "1", "--",
+                 PY, "-c", "import time; time.sleep(30)")  # fmt: skip
+    runner = next(ln for ln in seeds_cli.ok(*dry).splitlines() if ln.startswith("Runner-up:"))
+    assert re.search(r"\(lost on \S+: \S+ vs \S+; objective ", runner), runner
+    seeds_cli.ok("delete", "hold")

@@ -25,8 +25,10 @@ class PointError(RingleaderError):
 class Launcher(Protocol):
     name: str
 
-    def run(self, kind: str, cfg: dict[str, Any], backend: str, workers: int) -> dict[str, Any]:
-        """Run ``workers`` ranks of bench ``kind`` with ``cfg`` and return rank 0's JSON."""
+    def run(self, kind: str, cfg: dict[str, Any], backend: str, workers: int,
+            threads: int | None = None) -> dict[str, Any]:  # fmt: skip
+        """Run ``workers`` ranks of bench ``kind`` with ``cfg`` (``threads`` OpenMP threads each,
+        default: the cores split among them) and return rank 0's JSON."""
         ...
 
 
@@ -43,9 +45,10 @@ class LocalLauncher:
     def __init__(self, timeout: float | None = 600) -> None:
         self.timeout = timeout
 
-    def run(self, kind: str, cfg: dict[str, Any], backend: str, workers: int) -> dict[str, Any]:
+    def run(self, kind: str, cfg: dict[str, Any], backend: str, workers: int,
+            threads: int | None = None) -> dict[str, Any]:  # fmt: skip
         cfg = dict(cfg, output="json", backend=backend)
-        res = launch(kind, cfg, backend, workers, capture=True, timeout=self.timeout)
+        res = launch(kind, cfg, backend, workers, capture=True, timeout=self.timeout, threads=threads)
         if res.returncode != 0 and kind != "allreduce":
             tail = (res.stderr.strip().splitlines() or ["(no output)"])[-1]
             raise PointError(f"{kind} point {backend} x{workers} failed ({res.returncode}): {tail}")
@@ -76,7 +79,8 @@ class RuntimeLauncher:
         self.timeout = timeout
         self.keep = keep
 
-    def run(self, kind: str, cfg: dict[str, Any], backend: str, workers: int) -> dict[str, Any]:
+    def run(self, kind: str, cfg: dict[str, Any], backend: str, workers: int,
+            threads: int | None = None) -> dict[str, Any]:  # fmt: skip
         from ringleader.bench.ranks import cuda_count
 
         cfg = dict(cfg, output="json", backend=backend)
@@ -84,10 +88,10 @@ class RuntimeLauncher:
         command = worker_command(kind, cfg)
         if backend == "mpi":  # the runtime rewrites mpirun's host options for its placement
             command = ["mpirun", "-np", str(workers), "--bind-to", "none", *command]
-        threads = str(max(1, (os.cpu_count() or 1) // workers))
+        per_rank = str(threads or max(1, (os.cpu_count() or 1) // workers))
         spec = self.api.JobSpec(
             name=name, workers=workers, gpus_per_worker=1 if cuda_count() else 0, command=command,
-            env={"OMP_NUM_THREADS": threads, "OMPI_MCA_mpi_yield_when_idle": "1"},
+            env={"OMP_NUM_THREADS": per_rank, "OMPI_MCA_mpi_yield_when_idle": "1"},
             topology_aware=True,
         )  # fmt: skip
         self.rt.submit(spec)

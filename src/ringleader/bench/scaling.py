@@ -47,11 +47,23 @@ class ScalingConfig:
     busbw_iters: int = 5
     pipeline: list[str] = field(default_factory=list)  # bench pipeline -o json files
     repeat: int = 3
+    # OpenMP threads per rank, the same at every point (default: cores / largest worker count),
+    # so a smaller run does not get more threads per rank than a larger one. Measured here: one
+    # rank with 2 threads on 2 busy cores stepped 25-50x slower than with 1, which alone read as
+    # a 1464% scaling efficiency.
+    threads: int | None = None
+
+    def threads_per_rank(self) -> int:
+        import os
+
+        return self.threads or max(1, (os.cpu_count() or 1) // max(self.workers))
 
     def validate(self) -> None:
         if not self.backends or not self.workers:
             raise UsageError("need at least one backend and one worker count",
                              "pass e.g. --backends gloo,mpi --workers 1,2")
+        if self.threads is not None and self.threads < 1:
+            raise UsageError(f"--threads-per-rank {self.threads} is not a thread count", "pass 1 or more")
         if self.repeat < 1:
             raise UsageError(f"--repeat {self.repeat} runs nothing", "pass --repeat 1 or more (3 gives a spread)")
         for b in self.backends:
@@ -146,7 +158,8 @@ def run_scaling(cfg: ScalingConfig, launcher: Launcher,
             for w in cfg.workers:
                 tick(f"train {cfg.train.model} {b} x{w} (run {rep + 1}/{cfg.repeat})")
                 load = machine_load()
-                points.append({**launcher.run("train", train_cfg, b, w), "load": load, "repeat": rep})
+                result = launcher.run("train", train_cfg, b, w, cfg.threads_per_rank())
+                points.append({**result, "load": load, "repeat": rep})
     sweeps: dict[str, dict[str, Any]] = {}
     if cfg.busbw:
         ar = {"minbytes": cfg.busbw_min, "maxbytes": cfg.busbw_max, "factor": 2,
@@ -154,13 +167,17 @@ def run_scaling(cfg: ScalingConfig, launcher: Launcher,
         wmax = max(w for w in cfg.workers)
         for b in cfg.backends:
             tick(f"allreduce {b} x{max(2, wmax)}")
-            sweeps[b] = {**launcher.run("allreduce", ar, b, max(2, wmax)), "load": machine_load()}
+            sweep = launcher.run("allreduce", ar, b, max(2, wmax), cfg.threads_per_rank())
+            sweeps[b] = {**sweep, "load": machine_load()}
     machine["load_end"] = machine_load()
     pipelines = [json.loads(Path(p).read_text()) for p in cfg.pipeline]
     rows = table_rows(points)
+    device = points[0]["device"] if points else "cpu"
     title = (f"Scaling: {cfg.train.model}, batch {cfg.train.batch_size} per worker, "
-             f"{cfg.train.precision}, {points[0]['device'] if points else 'cpu'}")  # fmt: skip
+             f"{cfg.train.precision}, {device}"
+             f"{f', {cfg.threads_per_rank()} thread(s) per rank' if device == 'cpu' else ''}")  # fmt: skip
     doc = {"kind": "scaling", "title": title, "launcher": launcher.name, "repeat": cfg.repeat,
+           "threads_per_rank": cfg.threads_per_rank(),
            "machine": machine, "warnings": [f"{r['backend']} x{r['servers'] * r['gpus_per_server']}: {w}"
                                             for r in rows for w in r["warnings"]],
            "rows": rows, "points": points, "busbw": sweeps, "pipeline": pipelines}  # fmt: skip

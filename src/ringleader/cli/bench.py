@@ -182,6 +182,8 @@ def _int_list(text: str) -> list[int]:
               help="Folder for the table, CSV, JSON, PNGs and report.html.")
 @click.option("--repeat", default=3, show_default=True, type=int,
               help="Runs per point (round robin); the table shows medians, min and max.")
+@click.option("--threads-per-rank", "threads", type=int, default=None,
+              help="OpenMP threads per rank at every point [default: cores / largest worker count].")
 @click.option("--busbw/--no-busbw", default=True, show_default=True,
               help="Also sweep allreduce busbw per backend.")
 @click.option("--busbw-max", default="16M", show_default=True, help="Largest busbw size.")
@@ -192,8 +194,8 @@ def _int_list(text: str) -> list[int]:
 @click.option("--keep", is_flag=True,
               help="Keep each point's ringleader job (deleted once its result is read, by default).")
 @output_option("json")
-def scaling_cmd(backends: str, workers: str, out_dir: str, repeat: int, busbw: bool, busbw_max: str,
-                pipeline_results: tuple[str, ...], launcher: str, keep: bool, output: str,
+def scaling_cmd(backends: str, workers: str, out_dir: str, repeat: int, threads: int | None, busbw: bool,
+                busbw_max: str, pipeline_results: tuple[str, ...], launcher: str, keep: bool, output: str,
                 **kw: Any) -> None:  # fmt: skip
     """Lab 7's scaling table (real multi-process runs, --repeat per point), plots and an HTML
     report. A row whose efficiency exceeds 100% or whose runs spread more than 10% is flagged."""
@@ -206,7 +208,7 @@ def scaling_cmd(backends: str, workers: str, out_dir: str, repeat: int, busbw: b
     cfg = ScalingConfig(
         backends=[b.strip() for b in backends.split(",") if b.strip()], workers=_int_list(workers),
         out=out_dir, train=_train_config(kw, "json"), busbw=busbw,
-        busbw_max=parse_size(busbw_max), pipeline=list(pipeline_results), repeat=repeat,
+        busbw_max=parse_size(busbw_max), pipeline=list(pipeline_results), repeat=repeat, threads=threads,
     )  # fmt: skip
     cfg.validate()
     steps = len(cfg.backends) * (len(cfg.workers) * cfg.repeat + (1 if busbw else 0))

@@ -205,7 +205,7 @@ def render_plan(result: SubmitResult) -> None:
     click.echo(f"Bottleneck:  {chosen['bottleneck']}")
     runner = plan["runner_up"]
     if runner:
-        click.echo(f"Runner-up:   {runner['describe']} (objective {_objective(runner['objective'])})")
+        click.echo(f"Runner-up:   {runner['describe']} ({_versus(chosen['objective'], runner['objective'])})")
     line = prediction_line(result.extra.get("prediction"))
     if line:
         click.echo(f"Prediction:  {line}")
@@ -215,6 +215,15 @@ def render_plan(result: SubmitResult) -> None:
 
 def _objective(obj: dict[str, float]) -> str:
     return ", ".join(f"{k}={v:g}" for k, v in obj.items())
+
+
+def _versus(chosen: dict[str, float], runner: dict[str, float]) -> str:
+    """Why the runner-up lost: the first objective term that differs (they compare in order),
+    or that it tied on every term and the first in node order was kept."""
+    lost = next((k for k in chosen if runner.get(k) != chosen[k]), None)
+    if lost is None:
+        return "tied on every objective term; the first in node order was kept"
+    return f"lost on {lost}: {runner[lost]:g} vs {chosen[lost]:g}; objective {_objective(runner)}"
 
 
 def render_submitted(result: SubmitResult) -> None:
