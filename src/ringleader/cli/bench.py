@@ -138,8 +138,10 @@ def train_cmd(np_: int | None, output: str, **kw: Any) -> None:
 @click.option("-np", "--np", "np_", type=int, default=1, show_default=True, help="Ranks per run.")
 @click.option("--launcher", type=click.Choice(["auto", "local", "runtime"]), default="auto",
               show_default=True, help="Run each point locally or as a ringleader job.")
+@click.option("--keep", is_flag=True,
+              help="Keep each point's ringleader job (deleted once its result is read, by default).")
 @output_option("json")
-def pipeline_cmd(np_: int, launcher: str, output: str, **kw: Any) -> None:
+def pipeline_cmd(np_: int, launcher: str, keep: bool, output: str, **kw: Any) -> None:
     """Loader alone, training on synthetic and on real data; degradation = real / synthetic."""
     from ringleader.bench.launchers import default_launcher
     from ringleader.bench.pipeline import run_pipeline
@@ -152,7 +154,8 @@ def pipeline_cmd(np_: int, launcher: str, output: str, **kw: Any) -> None:
     check_available(cfg.backend, need_mpirun=cfg.backend == "mpi")
     check_np(cfg.backend, np_)
     with stderr_console().status("bench pipeline") as status:  # drawn only on a terminal
-        res = run_pipeline(cfg, default_launcher(launcher), np_, lambda msg: status.update(f"measuring: {msg}"))
+        run_with = default_launcher(launcher, keep=keep)
+        res = run_pipeline(cfg, run_with, np_, lambda msg: status.update(f"measuring: {msg}"))
     if output == "json":
         emit_data(res, "json")
         return
