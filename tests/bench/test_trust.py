@@ -107,3 +107,17 @@ def test_progress_shows_on_a_terminal_and_is_cleared() -> None:
     assert re.search(r"# measuring 16777216 B sum (out-of-place|in-place) \d+/20 \(\d+ s elapsed\)", text), text
     assert text.rstrip(" \r\n").endswith("\x1b[K")  # cleared: nothing left over the table
     assert "measuring" not in out and re.search(r"^\s+16777216\s", out, re.M)
+
+
+@pytest.mark.slow
+def test_runtime_points_are_deleted_unless_kept(tmp_path: Path) -> None:
+    from ringleader.bench.launchers import RuntimeLauncher
+
+    cfg = {"minbytes": 1024, "maxbytes": 1024, "factor": 2, "iters": 2, "warmup": 1, "check": 1}
+    for keep in (False, True):
+        home = tmp_path / f"keep-{keep}"
+        launcher = RuntimeLauncher(home=str(home), keep=keep)
+        result = launcher.run("allreduce", cfg, "gloo", 2, threads=1)
+        assert result["out_of_bounds"] == 0 and result["job"].startswith("bench-allreduce-gloo-2-")
+        listed = [v.name for v in launcher.rt.list_jobs()]
+        assert listed == ([result["job"]] if keep else [])
