@@ -32,7 +32,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
 	MPICC=mpicc $(PY) -m pip install -q --no-binary mpi4py mpi4py
-	$(PY) -m pip install -q -e '.[bench,sim,dev]'
+	$(PY) -m pip install -q -e '.[bench,sim,kube,dev]'
 	@touch $(STAMP)
 
 demo: setup

@@ -1,12 +1,13 @@
 """`ringleader bench train` vs a plain hand-written data-parallel loop, interleaved.
 
-    python benchmarks/train_vs_ddp.py --backend gloo --model resnet50 --image-size 64 \
-        --batch-size 16 --num-batches 20 --reps 3
+    python benchmarks/train_vs_ddp.py --models trivial,resnet50 --backends gloo,mpi --reps 3
 
 The plain loop (this file with --rank) builds the same model definition, one fixed synthetic
 batch, SGD with momentum, and for gloo wraps the model in torch DDP; for mpi it averages each
 gradient with a bare mpi4py Allreduce after backward. Both sides run the same number of warmup
 and timed steps on the same number of ranks; total images/s = ranks x steps x batch / elapsed.
+Every repetition runs each (model, backend) pair in turn, the bench then the plain loop, and
+records the load average beside it.
 """
 
 from __future__ import annotations
@@ -73,6 +74,11 @@ def plain_rank(a: argparse.Namespace) -> None:
         print(json.dumps({"images_per_sec_total": n * a.num_batches * a.batch_size / elapsed}))
 
 
+# Per model: (batch size, timed steps, warmup steps) unless given on the command line. resnet50
+# runs at 64 px so that a step takes about a second on a CPU core.
+MODEL_DEFAULTS = {"trivial": (32, 200, 10), "resnet50": (16, 20, 3)}
+
+
 def common(a: argparse.Namespace) -> list[str]:
     return ["--model", a.model, "--batch-size", str(a.batch_size), "--num-batches",
             str(a.num_batches), "--num-warmup-batches", str(a.num_warmup_batches),
@@ -96,20 +102,36 @@ def run_plain(a: argparse.Namespace) -> float:
     return float(json.loads(out)["images_per_sec_total"])
 
 
-def run_bench(a: argparse.Namespace) -> float:
+def run_bench(a: argparse.Namespace) -> tuple[float, int | None]:
+    """(images/s, mpi bucket size chosen by the bench's sweep)."""
     cmd = [sys.executable, "-m", "ringleader.cli.main", "bench", "train", *common(a),
            "-np", str(a.np), "-o", "json"]  # fmt: skip
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    return float(json.loads(out)["images_per_sec_total"])
+    out = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+    return float(out["images_per_sec_total"]), out.get("bucket_bytes")
+
+
+def pairs(a: argparse.Namespace) -> list[argparse.Namespace]:
+    """One configuration per (model, backend), model defaults filled in."""
+    out = []
+    for model in a.models.split(","):
+        batch, steps, warmup = MODEL_DEFAULTS.get(model, (16, 20, 3))
+        for backend in a.backends.split(","):
+            out.append(argparse.Namespace(**{**vars(a), "model": model, "backend": backend,
+                                             "batch_size": a.batch_size or batch,
+                                             "num_batches": a.num_batches or steps,
+                                             "num_warmup_batches": a.num_warmup_batches or warmup}))  # fmt: skip
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--backend", default="gloo", choices=["gloo", "mpi"])
-    ap.add_argument("--model", default="resnet50")
-    ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument("--num-batches", type=int, default=20)
-    ap.add_argument("--num-warmup-batches", type=int, default=3)
+    ap.add_argument("--backends", default="gloo,mpi", help="comma-separated: gloo, mpi")
+    ap.add_argument("--models", default="trivial,resnet50", help="comma-separated model names")
+    ap.add_argument("--backend", default="gloo", help=argparse.SUPPRESS)  # a rank of the plain loop
+    ap.add_argument("--model", default="resnet50", help=argparse.SUPPRESS)
+    ap.add_argument("--batch-size", type=int, default=0, help="default per model (trivial 32, resnet50 16)")
+    ap.add_argument("--num-batches", type=int, default=0, help="default per model (trivial 200, resnet50 20)")
+    ap.add_argument("--num-warmup-batches", type=int, default=0, help="default per model (10, 3)")
     ap.add_argument("--image-size", type=int, default=64)
     ap.add_argument("-np", type=int, default=2)
     ap.add_argument("--reps", type=int, default=3)
@@ -118,18 +140,36 @@ def main() -> None:
     if a.rank:
         plain_rank(a)
         return
-    bench, plain = [], []
+    configs = pairs(a)
+    results: dict[tuple[str, str], dict[str, list[float]]] = {}
+    buckets: dict[tuple[str, str], set[int | None]] = {}
     for rep in range(a.reps):
-        bench.append(run_bench(a))
-        plain.append(run_plain(a))
-        print(f"# repetition {rep + 1}: bench {bench[-1]:.1f}, plain {plain[-1]:.1f} images/s",
-              file=sys.stderr)  # fmt: skip
-    mb, mp = statistics.median(bench), statistics.median(plain)
-    print(f"{a.model} {a.image_size}px batch {a.batch_size} x {a.np} {a.backend} ranks, "
-          f"{a.num_batches} steps, {a.reps} interleaved reps: bench {mb:.1f} images/s, "
-          f"plain loop {mp:.1f} images/s, ratio {mb / mp:.3f}")
-    print("bench:", ", ".join(f"{x:.1f}" for x in bench))
-    print("plain:", ", ".join(f"{x:.1f}" for x in plain))
+        for c in configs:
+            key = (c.model, c.backend)
+            load = os.getloadavg()[0]
+            bench, bucket = run_bench(c)
+            plain = run_plain(c)
+            r = results.setdefault(key, {"bench": [], "plain": [], "ratio": [], "load": []})
+            r["bench"].append(bench)
+            r["plain"].append(plain)
+            r["ratio"].append(bench / plain)
+            r["load"].append(load)
+            buckets.setdefault(key, set()).add(bucket)
+            print(f"# rep {rep + 1} {c.model} {c.backend}: bench {bench:.1f}, plain {plain:.1f} images/s, "
+                  f"ratio {bench / plain:.3f}, load {load:.2f}", file=sys.stderr, flush=True)  # fmt: skip
+    print(f"{a.np} ranks, {a.image_size} px, {a.reps} interleaved repetitions (bench, then plain loop, per "
+          "configuration); images/s total")  # fmt: skip
+    print("| model, batch, steps | backend | bench median | plain median | ratio of medians | "
+          "per-rep ratio min / median / max | load average (1 min) | mpi bucket |")  # fmt: skip
+    print("|---|---|---:|---:|---:|---|---|---|")
+    for c in configs:
+        r = results[(c.model, c.backend)]
+        mb, mp = statistics.median(r["bench"]), statistics.median(r["plain"])
+        ratios = r["ratio"]
+        bucket = ", ".join(f"{b / 2**20:g} MiB" for b in sorted(b for b in buckets[(c.model, c.backend)] if b)) or "-"
+        print(f"| {c.model}, {c.batch_size}, {c.num_batches} | {c.backend} | {mb:.1f} | {mp:.1f} | **{mb / mp:.3f}** | "
+              f"{min(ratios):.2f} / {statistics.median(ratios):.2f} / {max(ratios):.2f} | "
+              f"{min(r['load']):.1f}-{max(r['load']):.1f} | {bucket} |")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -90,3 +90,23 @@ def test_scaling_through_the_runtime_writes_table_and_plots(
     html = (out / "report.html").read_text()
     assert html.count('src="data:image/png;base64,') == 4 and "Machine load" in html
     check_in_chromium(out / "report.html", images=4, shot="bench-scaling-report.png")
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs Open MPI")
+def test_mpi_gradient_buckets_average_exactly_what_every_rank_computed() -> None:
+    import subprocess
+    import sys
+
+    from ringleader.bench.launch import mpirun_command, rank_env
+
+    env = rank_env(2)
+    cmd = [sys.executable, str(Path(__file__).with_name("rank_gradsync.py"))]
+    proc = subprocess.run(mpirun_command(2, cmd, env), env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = json.loads(proc.stdout)
+    assert len(res) == 8
+    for name, (worst, _, views_kept) in res.items():
+        tolerance = 1e-6 if name.startswith("float32") else 1e-2  # bf16: one rounding of the sum
+        assert worst <= tolerance, name
+        assert views_kept == 1.0, name
+    assert res["float32/1024/after"][1] == 6 and res["float32/67108864/after"][1] == 1

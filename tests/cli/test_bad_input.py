@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from ringleader.cli.main import main
+from ringleader.runtime import store
 from ringleader.runtime.api import Runtime
 
 PY = sys.executable
@@ -52,6 +53,9 @@ FILES = {
     "bad-node-name": "nodes:\n  - name: Node_A\n    preset: dgx1v\n    emulated: true\n",
     "real-remote-node": "nodes:\n  - name: far\n    preset: dgx1v\n",
     "no-nodes": "cluster: {}\n",
+    "node-over-gpu-limit": "nodes:\n  - name: a\n    emulated: true\n    matrix: "
+    + str([["X" if i == j else "NV18" for j in range(65)] for i in range(65)]).replace("'", "")
+    + "\n",
 }
 
 
@@ -114,7 +118,7 @@ def test_unusable_state_database_gives_one_line_naming_the_file(cli, newer: bool
     assert db.read_bytes() == before
     if newer:  # let the fixture's cleanup open it
         conn = sqlite3.connect(db)
-        conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(store.SCHEMA_VERSION),))
         conn.commit()
         conn.close()
     else:

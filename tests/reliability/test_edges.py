@@ -179,7 +179,8 @@ def test_waiting_job_that_a_smaller_cluster_makes_impossible_is_told_so(tmp_path
         ("UPDATE jobs SET spec = '{not json'", (["list"], ["get", "j"])),
         ("UPDATE jobs SET status = 'BOGUS'", (["list"], ["get", "j"])),
         ("DROP TABLE instances", (["get", "j"], ["delete", "j"])),
-        ("UPDATE nodes SET spec = '{}'", (["top", "node"], ["submit", "mpi", "--name", "k", "--", "true"])),
+        ("UPDATE topologies SET spec = '{}' WHERE id = (SELECT topology FROM nodes WHERE name != 'local')",
+         (["top", "node"], ["submit", "mpi", "--name", "k", "--", "true"])),
     ],
 )
 def test_damaged_state_rows_are_one_line(tmp_path: Path, damage: str, commands: tuple[list[str], ...]) -> None:

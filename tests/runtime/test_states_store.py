@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
@@ -50,7 +51,7 @@ def test_newer_schema_is_refused_with_the_file_and_the_fix(rt: Runtime, h) -> No
     assert str(db) in err.value.message and "newer" in err.value.message
     assert "upgrade ringleader" in err.value.fix
     conn = sqlite3.connect(db)  # so the fixture's cleanup can open it again
-    conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(store.SCHEMA_VERSION),))
     conn.commit()
     conn.close()
 
@@ -73,3 +74,42 @@ def test_foreign_sqlite_database_is_refused(home: Path) -> None:
     conn.close()
     with pytest.raises(StateError, match="not a ringleader database"):
         Runtime.open(home)
+
+
+def test_a_version_1_database_keeps_its_nodes_after_the_upgrade(home: Path) -> None:
+    """Version 1 stored each node's whole topology as JSON; version 2 stores each distinct
+    topology once. An old database opens with the same nodes, labels and allocations."""
+    from ringleader.runtime.codec import node_to_dict
+    from ringleader.topology import NodeSpec, SshAddress, preset
+
+    nodes = [NodeSpec("a", preset("dgx1v"), 25.0, (("rack", "r1"),), True, SshAddress("10.0.0.5", "ubuntu", 2222)),
+             NodeSpec("b", preset("dgx1v"), 25.0, (), True),
+             NodeSpec("c", preset("dgx-a100"), 100.0, (("gpu-schedule", "topology"),), True)]  # fmt: skip
+    home.mkdir(parents=True)
+    conn = sqlite3.connect(home / "state.db")
+    for stmt in store.MIGRATIONS[1]:
+        conn.execute(stmt)
+    conn.executemany("INSERT INTO meta VALUES (?, ?)",
+                     [("app", "ringleader"), ("schema_version", "1"), ("cluster", "old.yaml")])  # fmt: skip
+    conn.executemany("INSERT INTO nodes VALUES (?, ?, ?)",
+                     [(n.name, i, json.dumps(node_to_dict(n))) for i, n in enumerate(nodes)])  # fmt: skip
+    conn.execute("INSERT INTO allocations VALUES ('c', 3, 'old-job')")
+    conn.commit()
+    conn.close()
+    state = Runtime.open(home).nodes()
+    assert [ns.spec for ns in state.nodes] == nodes
+    assert state.nodes[0].spec.topology is state.nodes[1].spec.topology  # decoded once
+    assert state.nodes[2].allocated == ((3, "old-job"),)
+    conn = sqlite3.connect(home / "state.db")
+    assert conn.execute("SELECT count(*) FROM topologies").fetchone()[0] == 2
+    conn.close()
+
+
+def test_replacing_nodes_drops_topologies_no_node_uses(rt: Runtime) -> None:
+    from ringleader.topology import NodeSpec, preset
+
+    with rt.db.write() as conn:
+        store.replace_nodes(conn, [NodeSpec(f"n{i}", preset("dgx1v"), 25.0, (), True) for i in range(50)])
+        store.replace_nodes(conn, [NodeSpec("m", preset("dgx-h100"), 25.0, (), True)])
+        assert conn.execute("SELECT count(*) FROM topologies").fetchone()[0] == 1
+        assert [s.topology for s in store.get_nodes(conn)] == [preset("dgx-h100")]

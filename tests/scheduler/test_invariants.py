@@ -138,3 +138,51 @@ def test_the_carried_index_equals_a_rebuilt_one(state: ClusterState, requests: l
     for placement in placements:
         state = state.without_placement(placement)
         assert dict(state.index) == dict(ClusterState(state.nodes).index)
+
+
+def split_value(state: ClusterState, shares: dict[str, tuple[int, ...]]) -> tuple[float, ...]:
+    """(nodes, bottleneck, in-node phase, summed GB/s, NUMA nodes) of a placement, higher is
+    better, from the objective's definition (docs/scheduler.md)."""
+    used = {name: gpus for name, gpus in shares.items() if gpus}
+    bottleneck, phase, total, numa = float("inf"), 0.0, 0.0, 0
+    for name, gpus in used.items():
+        ns = state.node(name)
+        bw = ns.spec.topology.bandwidth_gbs
+        pairs = [bw[a][b] for a, b in itertools.combinations(gpus, 2)]
+        share = min(pairs, default=float("inf"))
+        bottleneck = min(bottleneck, share, ns.spec.network_gbs if len(used) > 1 else float("inf"))
+        phase = max(phase, (len(gpus) - 1) / (len(gpus) * share) if len(gpus) > 1 else 0.0)
+        total += sum(pairs)
+        numa += len({ns.spec.topology.numa_groups[g] for g in gpus})
+    return (-len(used), bottleneck, -phase, total, -numa)
+
+
+@st.composite
+def small_clusters(draw: st.DrawFn) -> ClusterState:
+    """Two or three nodes with at most 5 free GPUs each, so every placement can be enumerated."""
+    nodes = []
+    for i in range(draw(st.integers(2, 3))):
+        kind = draw(st.sampled_from(PRESETS))
+        n = {"pcie-4gpu-workstation": 4}.get(kind, 8)
+        free = draw(st.sets(st.integers(0, n - 1), min_size=1, max_size=5))
+        nodes.append(node(f"n{i}", kind, busy=tuple(g for g in range(n) if g not in free)))
+    return ClusterState(tuple(nodes))
+
+
+@settings(max_examples=150, deadline=None)
+@given(small_clusters(), st.integers(2, 12))
+def test_splits_across_nodes_equal_the_exhaustive_optimum(state: ClusterState, k: int) -> None:
+    decision = place(state, job(k))
+    if decision.placement is None:
+        return
+    placement = decision.placement
+    got = split_value(state, {ns.name: placement.gpus_on(ns.name) for ns in state.nodes})
+    options = [
+        [sub for size in range(k + 1) for sub in itertools.combinations(ns.free_gpus, size)] for ns in state.nodes
+    ]
+    best = max(
+        split_value(state, {ns.name: sub for ns, sub in zip(state.nodes, subs, strict=True)})
+        for subs in itertools.product(*options)
+        if sum(len(s) for s in subs) == k
+    )
+    assert got == best

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
-from refdata import reference_file
 from ringleader.errors import TopologyError, UsageError
-from ringleader.topology import PRESETS, load_cluster_text, parse_bandwidth_text, preset
+from ringleader.topology import MAX_GPUS_PER_NODE, PRESETS, load_cluster_text, preset
 
 
 def test_hybrid_cube_mesh_has_two_fully_nvlinked_quads() -> None:
@@ -52,22 +52,6 @@ def test_cluster_file_expands_count_and_keeps_labels(tmp_path: Path) -> None:
     assert specs[0].network_gbs == 12.5
 
 
-def test_cluster_file_with_measured_bandwidth(tmp_path: Path) -> None:
-    bw = reference_file("bandwidth/koordinator_8gpu_v100_bandwidth.txt")
-    (tmp_path / "bw.txt").write_text(bw.read_text())
-    (spec,) = load_cluster_text("nodes:\n  - name: k\n    preset: dgx1v\n    bandwidth_file: bw.txt\n", tmp_path)
-    # An asymmetric measurement counts its slower direction.
-    assert spec.topology.bandwidth_gbs[1][4] == pytest.approx(4.64)
-    assert spec.topology.bandwidth_gbs[0][3] == pytest.approx(96.25)
-
-
-def test_arena_bandwidth_sample_with_a_missing_cell_is_rejected() -> None:
-    text = reference_file("bandwidth/arena_4gpu_nvlink_linktype_and_bandwidth.txt").read_text()
-    section = text.split("BandwidthMatrix:")[1]
-    with pytest.raises(TopologyError, match="not square"):
-        parse_bandwidth_text(section)
-
-
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
@@ -85,3 +69,33 @@ def test_malformed_cluster_files(tmp_path: Path, text: str, expected: str) -> No
     with pytest.raises(UsageError) as err:
         load_cluster_text(text, tmp_path)
     assert expected in err.value.one_line()
+
+
+def test_a_node_over_the_gpu_limit_is_refused_in_one_line(tmp_path: Path) -> None:
+    n = MAX_GPUS_PER_NODE + 1
+    rows = [["X" if i == j else "NV18" for j in range(n)] for i in range(n)]
+    text = "nodes:\n  - name: ok\n    preset: dgx1v\n  - name: huge\n    matrix: " + json.dumps(rows) + "\n"
+    with pytest.raises(TopologyError) as err:
+        load_cluster_text(text, tmp_path)
+    line = err.value.one_line()
+    assert line.startswith("cluster file line 4: ") and f"{n} GPUs, more than the {MAX_GPUS_PER_NODE}" in line
+
+
+def test_nvlink_domain_and_bandwidth_matrix_keys(tmp_path: Path) -> None:
+    bw = "Bidirectional P2P=Enabled Bandwidth Matrix (GB/s)\n   D\\D 0 1\n 0 900 80\n 1 80 900\n"
+    (tmp_path / "bw.txt").write_text(bw)
+    text = (
+        "nodes:\n  - name: tray\n    matrix: [[X, NV18], [NV18, X]]\n    count: 2\n    nvlink_domain: nvl72-a\n"
+        "    bandwidth_file: bw.txt\n    bandwidth_matrix: bidirectional-p2p\n"
+    )
+    specs = load_cluster_text(text, tmp_path)
+    assert [s.nvlink_domain for s in specs] == ["nvl72-a", "nvl72-a"]
+    assert specs[0].topology.bandwidth_gbs[0][1] == 40.0
+    assert specs[0].topology.warnings == ()
+
+
+def test_binary_matrix_file_is_named(tmp_path: Path) -> None:
+    (tmp_path / "topo.txt").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00")
+    with pytest.raises(TopologyError) as err:
+        load_cluster_text("nodes:\n  - name: a\n    matrix_file: topo.txt\n", tmp_path)
+    assert "topo.txt" in err.value.one_line() and "binary data" in err.value.one_line()

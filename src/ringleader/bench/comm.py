@@ -66,6 +66,17 @@ class Comm:
     def barrier(self) -> None:
         raise NotImplementedError
 
+    # Non-blocking in-place sum (gradient buckets started during backward): a handle to pass
+    # to ``test`` (progress, no wait) and ``wait``.
+    def iallreduce(self, buf: Any) -> Any:
+        raise NotImplementedError
+
+    def test(self, handles: Sequence[Any]) -> None:
+        raise NotImplementedError
+
+    def wait(self, handles: Sequence[Any]) -> None:
+        raise NotImplementedError
+
     def sum_scalar(self, value: float) -> float:
         raise NotImplementedError
 
@@ -165,6 +176,17 @@ class TorchComm(Comm):
             self._dist.barrier(device_ids=[self.device.index])
         else:
             self._dist.barrier()
+
+    def iallreduce(self, buf: Any) -> Any:
+        return self._dist.all_reduce(buf, async_op=True)
+
+    def test(self, handles: Sequence[Any]) -> None:
+        for work in handles:
+            work.is_completed()
+
+    def wait(self, handles: Sequence[Any]) -> None:
+        for work in handles:
+            work.wait()
 
     def sum_scalar(self, value: float) -> float:
         import torch
@@ -287,6 +309,19 @@ class MpiComm(Comm):
 
     def barrier(self) -> None:
         self._comm.Barrier()
+
+    def iallreduce(self, buf: Any) -> Any:
+        if buf.dtype in self._ops:  # Python-level reduction ops: run them now, not in progress calls
+            self._comm.Allreduce(self._mpi.IN_PLACE, self._buf(buf), op=self._op(buf))
+            return self._mpi.REQUEST_NULL
+        # The request holds the numpy view, so the buffer outlives the operation.
+        return self._comm.Iallreduce(self._mpi.IN_PLACE, self._buf(buf), op=self._mpi.SUM)
+
+    def test(self, handles: Sequence[Any]) -> None:
+        self._mpi.Request.Testall(list(handles))
+
+    def wait(self, handles: Sequence[Any]) -> None:
+        self._mpi.Request.Waitall(list(handles))
 
     def sum_scalar(self, value: float) -> float:
         return float(self._comm.allreduce(float(value)))

@@ -1,8 +1,8 @@
 """`bench train`: data-parallel training throughput in tf_cnn_benchmarks' format.
 
 gloo and nccl use torch DDP (bucketed allreduce overlapped with backward); mpi broadcasts the
-initial weights from rank 0 and averages gradients with the comm layer's fused allreduce
-(Horovod-style 64 MiB fusion buffers) after backward.
+initial weights from rank 0 and averages gradients in buckets of preallocated buffers
+(``gradsync``), their size measured at start-up unless ``bucket_mb`` is given.
 
 Precision: fp32; bf16 = autocast to bfloat16 (CPU and CUDA); fp16 = autocast to float16 with a
 GradScaler. On CUDA fp16 is the usual AMP. On CPU, torch's autocast runs float16 kernels in
@@ -20,6 +20,7 @@ from typing import Any
 from ringleader.bench import models
 from ringleader.bench.comm import Comm, init
 from ringleader.bench.data import AUGMENTS, Augment, ImageFolder, LoaderStats, batches
+from ringleader.bench.gradsync import MIB, GradientBuckets
 from ringleader.bench.ranks import check_backend, discover, nodes
 from ringleader.errors import UsageError
 
@@ -43,6 +44,8 @@ class TrainConfig:
     learning_rate: float = 0.01
     seed: int = 0
     output: str = "table"
+    bucket_mb: float = 0.0  # mpi gradient buckets; 0: the fastest of a measured sweep
+    overlap: bool = False  # mpi: start each bucket's allreduce during backward
 
     def validate(self) -> None:
         models.spec(self.model)
@@ -56,6 +59,8 @@ class TrainConfig:
         if self.batch_size < 1 or self.num_batches < 1 or self.num_warmup_batches < 0:
             raise UsageError("batch size and number of batches must be positive",
                              "pass e.g. --batch-size 32 --num-batches 100")
+        if self.bucket_mb < 0:
+            raise UsageError("--bucket-mb must be >= 0", "pass 0 to measure the best size, or e.g. 4")
         if self.image_size < 8 or self.loader_workers < 0:
             raise UsageError("--image-size must be >= 8 and --loader-workers >= 0",
                              "pass e.g. --image-size 224 --loader-workers 2")
@@ -99,6 +104,13 @@ class Step:
             ids = [dev.index] if dev.type == "cuda" else None
             self.net = DDP(model, device_ids=ids)
         self.params = [p for p in model.parameters() if p.requires_grad]
+        self.grads: GradientBuckets | None = None
+        if comm.backend == "mpi" and comm.world_size > 1:
+            self.grads = GradientBuckets(comm, self.params, overlap=cfg.overlap)
+            if cfg.bucket_mb:
+                self.grads.set_cap(int(cfg.bucket_mb * MIB))
+            else:
+                self.grads.sweep()
         self.opt = torch.optim.SGD(self.params, lr=cfg.learning_rate, momentum=0.9)
         self.loss_fn = torch.nn.NLLLoss() if cfg.model == "mnist" else torch.nn.CrossEntropyLoss()
         amp = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(cfg.precision)
@@ -109,15 +121,18 @@ class Step:
         torch = self.torch
         ctx = (torch.autocast(self.device.type, dtype=self.amp) if self.amp is not None
                else contextlib.nullcontext())  # fmt: skip
-        self.opt.zero_grad(set_to_none=True)
+        if self.grads is not None:
+            self.grads.begin()  # zeroes the gradient buffers in place
+        else:
+            self.opt.zero_grad(set_to_none=True)
         with ctx:
             loss = self.loss_fn(self.net(images), labels)
         if self.scaler is not None:
             self.scaler.scale(loss).backward()
         else:
             loss.backward()
-        if self.comm.backend == "mpi" and self.comm.world_size > 1:
-            self.comm.allreduce_fused([p.grad for p in self.params], "avg")
+        if self.grads is not None:
+            self.grads.finish()
         if self.scaler is not None:
             self.scaler.step(self.opt)
             self.scaler.update()
@@ -251,6 +266,8 @@ def train(cfg: TrainConfig, comm: Comm) -> dict[str, Any]:
         "step_time_s": elapsed / cfg.num_batches, "step_times_s": times,
         "data": "synthetic" if cfg.data == "synthetic" else cfg.data,
         "skipped_images": stats.skipped if stats else 0, "config": asdict(cfg),
+        "bucket_bytes": step.grads.cap_bytes if step.grads else None,
+        "bucket_sweep_s": {str(k): v for k, v in step.grads.sweep_s.items()} if step.grads else None,
     }  # fmt: skip
 
 

@@ -43,6 +43,10 @@ def _train_options(f: Any) -> Any:
         click.option("--display-every", default=10, show_default=True,
                      help="Print a progress line every N steps."),
         click.option("--seed", default=0, show_default=True, help="Random seed."),
+        click.option("--bucket-mb", default=0.0, show_default=True,
+                     help="mpi: gradient bucket size in MiB; 0 measures the fastest at start-up."),
+        click.option("--overlap/--no-overlap", default=False, show_default=True,
+                     help="mpi: start each bucket's allreduce during backward."),
     ]  # fmt: skip
     for opt in reversed(opts):
         f = opt(f)
@@ -57,7 +61,7 @@ def _train_config(kw: dict[str, Any], output: str) -> Any:
         num_warmup_batches=kw["num_warmup_batches"], precision=kw["precision"], data=kw["data"],
         backend=kw["backend"], image_size=kw["image_size"], augment=kw["augment"],
         loader_workers=kw["loader_workers"], display_every=kw["display_every"], seed=kw["seed"],
-        output=output,
+        output=output, bucket_mb=kw["bucket_mb"], overlap=kw["overlap"],
     )  # fmt: skip
     cfg.validate()
     return cfg

@@ -5,17 +5,17 @@ Parse and render only: every command calls ``ringleader.runtime.api.Runtime``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ringleader.cli.jobs import engine_option, open_runtime, top_group, using_engine
 from ringleader.cli.output import INDENT, console, emit_data, key_values, output_option, table
 from ringleader.errors import NotFoundError, UsageError
-from ringleader.runtime.api import Runtime
-from ringleader.runtime.codec import node_to_dict
-from ringleader.scheduler import ClusterState, NodeState
-from ringleader.topology import PRESETS, NodeTopology, preset, render_topo_text
+
+if TYPE_CHECKING:  # the runtime and topologies are imported by the commands that use them
+    from ringleader.scheduler import ClusterState, NodeState
+    from ringleader.topology import NodeTopology
 
 RULE = "-" * 90
 
@@ -23,6 +23,8 @@ RULE = "-" * 90
 def complete_nodes(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
     """Shell completion of node names (through click's _RINGLEADER_COMPLETE): read only."""
     del ctx, param
+    from ringleader.runtime.api import Runtime
+
     try:
         with Runtime.open(readonly=True) as rt:
             return [ns.name for ns in rt.nodes().nodes if ns.name.startswith(incomplete)]
@@ -47,6 +49,8 @@ def node_rows(state: ClusterState) -> list[list[Any]]:
 
 
 def node_dict(ns: NodeState) -> dict[str, Any]:
+    from ringleader.runtime.codec import node_to_dict
+
     return {**node_to_dict(ns.spec), "mode": mode(ns), "gpus_total": ns.spec.topology.n_gpus,
             "allocated": [{"gpu": g, "job": j} for g, j in ns.allocated]}  # fmt: skip
 
@@ -74,6 +78,9 @@ def cluster_apply(path: str, output: str) -> None:
         state = rt.apply_cluster(path)
     if output == "table":
         click.echo(f"cluster applied from {path}: {len(state.nodes)} node(s), {state.total_gpus} GPU(s)")
+    for ns in state.nodes:
+        for warning in ns.spec.topology.warnings:
+            click.echo(f"warning: node {ns.name}: {warning}", err=True)
     show_nodes(state, output)
 
 
@@ -149,6 +156,8 @@ def bandwidth_text(topo: NodeTopology) -> str:
 
 
 def node_detail(ns: NodeState) -> None:
+    from ringleader.topology import render_topo_text
+
     topo = ns.spec.topology
     kind = "GPUTopology" if mode(ns) != "default" else "GPUExclusive"
     key_values([("Name", ns.name), ("Type", kind), ("Mode", mode(ns)), ("Emulated", str(ns.spec.emulated).lower()),
@@ -212,6 +221,8 @@ def top_node(names: tuple[str, ...], details: bool, output: str, engine: str | N
 def topo(name: str | None, presets: bool, png: str | None, svg: str | None, output: str) -> None:
     """Print node topologies as `nvidia-smi topo -m` does; --png/--svg draw one node's GPUs,
     NICs, link kinds and the job holding each GPU."""
+    from ringleader.topology import PRESETS, preset, render_topo_text
+
     if (png or svg) and name is None:
         raise UsageError("--png and --svg draw one node", "name it: ringleader topo NODE --png FILE")
     if presets and name is None:

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -25,14 +25,17 @@ from ringleader.cli.output import (
     shared_group,
     table,
 )
-from ringleader.engines import ENGINES, Engine, chosen_engine, open_engine
+from ringleader.engines import ENGINES, chosen_engine, open_engine
 from ringleader.errors import UsageError
-from ringleader.runtime.api import JobSpec, JobView, Runtime, SubmitResult
 from ringleader.runtime.states import JobStatus
 from ringleader.runtime.store import default_home
 
+if TYPE_CHECKING:  # the runtime is imported by the commands that use it: `--help` stays quick
+    from ringleader.engines import Engine
+    from ringleader.runtime.api import JobView, Runtime, SubmitResult
+
 F = TypeVar("F", bound=Callable[..., Any])
-E = TypeVar("E", bound=Engine)
+E = TypeVar("E", bound="Engine")
 
 
 def engine_option(f: F) -> F:
@@ -58,6 +61,8 @@ def _opened(engine: E) -> Iterator[E]:
 
 def open_runtime() -> AbstractContextManager[Runtime]:
     """The embedded engine at RINGLEADER_HOME (or ~/.ringleader): cluster apply, labels, prune."""
+    from ringleader.runtime.api import Runtime
+
     return _opened(Runtime.open())
 
 
@@ -71,6 +76,8 @@ def complete_jobs(ctx: click.Context, param: click.Parameter, incomplete: str) -
     """Shell completion of job names (through click's _RINGLEADER_COMPLETE): read only, no
     reconcile, no supervisor started."""
     del ctx, param
+    from ringleader.runtime.api import Runtime
+
     try:
         with Runtime.open(readonly=True) as rt:
             return [v.name for v in rt.list_jobs() if v.name.startswith(incomplete)]
@@ -174,13 +181,17 @@ def submit_mpi(
         "mpirun -np 4 -bind-to none -map-by slot python train.py"
     """
     del gang
+    from ringleader.runtime.api import JobSpec
+
     spec = JobSpec(
         name=name, workers=workers, gpus_per_worker=gpus, command=parse_command(command),
         env=parse_env(env), topology_aware=gputopology, priority=priority, image=image, model=model,
     )  # fmt: skip
     with using_engine(engine) as rt:
         result = rt.submit(spec, dry_run=dry_run)
-    if output != "table":
+    if dry_run and output == "yaml" and "manifests" in result.extra:
+        click.echo(result.extra["manifests"], nl=False)  # what `kubectl apply -f -` takes
+    elif output != "table":
         emit_data(result.to_dict(), output)
     elif dry_run:
         render_plan(result)

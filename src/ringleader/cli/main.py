@@ -2,17 +2,77 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 
 import click
 
 from ringleader import __version__
-from ringleader.cli import bench, cluster, engine, jobs, model, sim, slurm, state
 from ringleader.errors import RingleaderError
 
+# Every top-level command: the command modules that add it (a shared group such as `top` gets
+# commands from several) and the first paragraph of its help, which `ringleader --help` lists.
+# A module is imported only when one of its commands runs, so `--help` or `list` do not pay
+# for the others; tests/cli/test_startup.py checks this table against the commands themselves.
+COMMANDS: dict[str, tuple[tuple[str, ...], str]] = {
+    "bench": (("bench",), "Benchmarks: collectives (nccl-tests style), training throughput (tf_cnn_benchmarks "
+                          "style), the input pipeline and multi-process scaling."),
+    "calibrate": (("model",), "Fit links, compute rates and scaling from `bench allreduce|train -o json` files "
+                              "and throughput CSVs (one multi-GPU run per line: docs/model.md)."),
+    "cluster": (("cluster",), "Declare and show the cluster (this machine is node `local`)."),
+    "data": (("bench",), "Datasets for the benches."),
+    "delete": (("jobs",), "Stop jobs, free their GPUs, remove their state and logs (arena delete)."),
+    "engine": (("engine",), "Choose where jobs run: the embedded engine (this host and ssh hosts), Slurm or "
+                            "Kubernetes."),
+    "env": (("bench",), "The experiment-environment table: servers, NICs, GPUs and links, OS, driver, CUDA, "
+                        "NCCL, MPI, framework and package versions."),
+    "get": (("jobs",), "Show a job: status, placement and its instances (arena get)."),
+    "kube": (("kube",), "Run ringleader on Kubernetes: its scheduler, its node agent, their install manifests."),
+    "list": (("jobs",), "List jobs (arena list)."),
+    "logs": (("jobs",), "Print a job instance's log (arena logs)."),
+    "node": (("cluster",), "Label nodes (kubectl's rules: changing a value needs --overwrite)."),
+    "predict": (("model",), "Predict images/s of a data-parallel job for the placement each policy picks (or one "
+                            "given)."),
+    "prune": (("jobs",), "Delete finished jobs older than --since (arena prune)."),
+    "simulate": (("sim",), "Simulate a job trace on a declared cluster under several placement policies."),
+    "slurm": (("slurm",), "Slurm helpers (jobs run on Slurm with --engine slurm, or `ringleader engine use "
+                          "slurm`)."),
+    "state": (("state",), "Back up the state (jobs, cluster, events) and restore it."),
+    "submit": (("jobs",), "Submit a training job (arena submit)."),
+    "top": (("jobs", "cluster"), "Show what runs where (arena top)."),
+    "topo": (("cluster",), "Print node topologies as `nvidia-smi topo -m` does; --png/--svg draw one node's GPUs, "
+                           "NICs, link kinds and the job holding each GPU."),
+}  # fmt: skip
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+
+class LazyGroup(click.Group):
+    """The root group: imports a command's module when the command is looked up."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.loaded: set[str] = set()
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*COMMANDS, *self.commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        for module in COMMANDS.get(cmd_name, ((), ""))[0]:
+            if module not in self.loaded:
+                self.loaded.add(module)
+                importlib.import_module(f"ringleader.cli.{module}").register(self)
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list from ``COMMANDS``, shortened as click shortens each command's help."""
+        limit = formatter.width - 6 - max(len(name) for name in COMMANDS)
+        rows = [(name, click.Command(name, help=text).get_short_help_str(limit))
+                for name, (_, text) in sorted(COMMANDS.items())]  # fmt: skip
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.version_option(__version__, prog_name="ringleader")
 def cli() -> None:
     """ringleader: topology-aware gang scheduling, a local runtime and benchmarks for
@@ -24,9 +84,6 @@ def cli() -> None:
 
 # click >= 8.2 raises this for a group given no subcommand (older versions print the help and exit).
 NO_ARGS_IS_HELP: type[click.UsageError] | tuple[()] = getattr(click.exceptions, "NoArgsIsHelpError", ())
-
-for _module in (jobs, cluster, engine, bench, model, sim, state, slurm):
-    _module.register(cli)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,16 +3,18 @@ layout, durations."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-from rich.console import Console, ConsoleOptions, RenderResult
-from rich.segment import Segment
-from rich.table import Table
+
+if TYPE_CHECKING:  # rich and yaml are imported when something is rendered: start-up stays quick
+    from rich.console import Console, ConsoleOptions, RenderResult
+    from rich.segment import Segment
 
 # arena's key/value layout: "Name:      x" (the key and its colon padded to 11 columns).
 KEY_WIDTH = 11
@@ -45,12 +47,68 @@ def emit_data(data: Any, fmt: str) -> None:
         raise ValueError(fmt)
 
 
-def console() -> Console:
-    """The terminal's width on a terminal, COLUMNS when set, else 160 (pipes, logs): tables
-    wider than that wrap their cells rather than cut them."""
+def console() -> Printer:
+    return Printer()
+
+
+class Printer:
+    """What commands print through. Tables of plain cells are written as text directly, in the
+    layout rich gives them, without loading rich (most commands print one table and exit);
+    anything else goes to a rich Console made on first use (also reachable as ``.rich``)."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        if objects and not kwargs and all(isinstance(o, PlainTable) for o in objects) and not _forced_style():
+            tty = sys.stdout.isatty()
+            width = _terminal_width() if tty else _piped_width()
+            bold = tty and os.environ.get("TERM") not in ("dumb", "unknown")
+            texts = [o.plain_text(width, bold) for o in objects]
+            if all(t is not None for t in texts):
+                click.echo("".join(t for t in texts if t is not None), nl=False)
+                return
+        self.rich.print(*objects, **kwargs)
+
+    @functools.cached_property
+    def rich(self) -> Console:
+        from rich.console import Console
+
+        # The terminal's width on a terminal (rich measures it), COLUMNS when set, else wide
+        # enough for tables when stdout is a pipe (tests, logs). Wider tables wrap their cells.
+        width = None if sys.stdout.isatty() else _piped_width()
+        return Console(width=width, highlight=False, soft_wrap=False)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.rich, name)
+
+
+WIDTH_WHEN_PIPED = 160
+
+
+def _piped_width() -> int:
+    """COLUMNS when set, else WIDTH_WHEN_PIPED."""
     columns = os.environ.get("COLUMNS", "")
-    width = int(columns) if columns.isdigit() and int(columns) > 0 else None if sys.stdout.isatty() else 160
-    return Console(width=width, highlight=False, soft_wrap=False)
+    return int(columns) if columns.isdigit() and int(columns) > 0 else WIDTH_WHEN_PIPED
+
+
+def _terminal_width() -> int:
+    """As rich measures it: $COLUMNS, else the terminal's width, else 80."""
+    try:
+        return int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        pass
+    try:
+        return os.get_terminal_size(sys.stdout.fileno()).columns
+    except (OSError, ValueError):
+        return 80
+
+
+def _forced_style() -> bool:
+    """Environment that makes rich style a pipe: leave those cases to rich."""
+    return any(os.environ.get(v) for v in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"))
+
+
+def _plain(cell: str) -> bool:
+    """A cell rich would print as is: printable ASCII, no markup, no :emoji: code."""
+    return cell.isascii() and cell.isprintable() and "[" not in cell and cell.count(":") < 2
 
 
 class PlainTable:
@@ -61,26 +119,57 @@ class PlainTable:
 
     GAP = 2  # rich's padding between columns (box=None)
 
-    def __init__(self, inner: Table, indent: int = 0, natural: Sequence[int] = ()) -> None:
-        self.inner, self.indent = inner, indent
-        self.natural = list(natural) or [1] * len(inner.columns)
+    def __init__(self, columns: Sequence[str], rows: list[list[str]], title: str | None, indent: int) -> None:
+        self.columns, self.rows, self.title, self.indent = list(columns), rows, title, indent
 
-    def _fit(self, width: int) -> None:
-        room = width - self.GAP * (len(self.natural) - 1)
-        if sum(self.natural) <= room:
-            return  # fits as it is
-        short = [n <= SHORT_WORD for n in self.natural]
-        left = room - sum(n for n, s in zip(self.natural, short, strict=True) if s)
-        long_total = sum(n for n, s in zip(self.natural, short, strict=True) if not s)
+    def plain_text(self, width: int, bold: bool) -> str | None:
+        """The table as rich renders it (columns two spaces apart, bold header on a terminal),
+        or None where rich's rendering would differ: a title, markup, wide characters, or a
+        table that does not fit ``width`` (rich wraps its long columns)."""
+        n = len(self.columns)
+        if self.title is not None or any(len(r) != n for r in self.rows):
+            return None
+        grid = [self.columns, *self.rows]
+        if not all(_plain(cell) for row in grid for cell in row):
+            return None
+        widths = [max(len(row[i]) for row in grid) for i in range(n)]
+        if n == 0 or sum(widths) + self.GAP * (n - 1) > width - self.indent:
+            return None
+        lines = []
+        for i, row in enumerate(grid):
+            cells = [c + " " * (w - len(c)) for c, w in zip(row, widths, strict=True)]
+            if i == 0 and bold:
+                cells = [f"\x1b[1m{c}\x1b[0m" + " " * (w - len(c)) for c, w in zip(row, widths, strict=True)]
+            lines.append(" " * self.indent + "  ".join(cells).rstrip())
+        return "\n".join(lines) + "\n"
+
+    def _widths(self, width: int) -> list[int | None]:
+        """Column widths for ``width``: None (rich's own) where the table fits or not even its
+        short columns do; else short columns whole and the long ones sharing what is left."""
+        natural = [max(len(text) for text in [col, *(r[i] for r in self.rows if i < len(r))])
+                   for i, col in enumerate(self.columns)]  # fmt: skip
+        free: list[int | None] = [None] * len(natural)
+        room = width - self.GAP * (len(natural) - 1)
+        if sum(natural) <= room:
+            return free  # fits as it is
+        short = [n <= SHORT_WORD for n in natural]
+        left = room - sum(n for n, s in zip(natural, short, strict=True) if s)
+        long_total = sum(n for n, s in zip(natural, short, strict=True) if not s)
         if not long_total or left < 4 * short.count(False):
-            return  # not even the short columns fit: rich folds every column
-        for column, n, is_short in zip(self.inner.columns, self.natural, short, strict=True):
-            column.width = n if is_short else max(4, left * n // long_total)
+            return free  # not even the short columns fit: rich folds every column
+        return [n if is_short else max(4, left * n // long_total) for n, is_short in zip(natural, short, strict=True)]
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        from rich.segment import Segment
+        from rich.table import Table
+
+        inner = Table(title=self.title, box=None, show_edge=False, pad_edge=False, header_style="bold")
         width = max(1, options.max_width - self.indent)
-        self._fit(width)
-        for line in console.render_lines(self.inner, options.update(width=width), pad=False):
+        for col, col_width in zip(self.columns, self._widths(width), strict=True):
+            inner.add_column(col, overflow="fold", width=col_width)
+        for row in self.rows:
+            inner.add_row(*row)
+        for line in console.render_lines(inner, options.update(width=width), pad=False):
             if self.indent:
                 yield Segment(" " * self.indent)
             yield from _rstrip(line)
@@ -88,6 +177,8 @@ class PlainTable:
 
 
 def _rstrip(line: list[Segment]) -> list[Segment]:
+    from rich.segment import Segment
+
     out = list(line)
     while out and not out[-1].control:
         text = out[-1].text.rstrip()
@@ -103,14 +194,7 @@ def table(
 ) -> PlainTable:
     """A plain table in the style of arena's (no boxes, upper-case headers). A cell too wide
     for the terminal wraps at spaces, or folds, onto more lines: never cut to "…"."""
-    t = Table(title=title, box=None, show_edge=False, pad_edge=False, header_style="bold")
-    cells = [["" if v is None else str(v) for v in row] for row in rows]
-    for col in columns:
-        t.add_column(col, overflow="fold")
-    for row in cells:
-        t.add_row(*row)
-    natural = [max(len(text) for text in [col, *(r[i] for r in cells if i < len(r))]) for i, col in enumerate(columns)]
-    return PlainTable(t, indent, natural)
+    return PlainTable(columns, [["" if v is None else str(v) for v in row] for row in rows], title, indent)
 
 
 def key_values(pairs: Sequence[tuple[str, Any]]) -> None:

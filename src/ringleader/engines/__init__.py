@@ -15,19 +15,32 @@ import importlib
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from ringleader.engines.base import Engine
 from ringleader.errors import UsageError
+
+if TYPE_CHECKING:
+    from ringleader.engines.base import Engine
 
 # name -> "module:factory"; a factory takes the ringleader home folder and returns an Engine.
 ENGINES: dict[str, str] = {
     "embedded": "ringleader.runtime.api:open_embedded",
     "slurm": "ringleader.engines.slurm:open_slurm",
+    "kubernetes": "ringleader.engines.kubernetes.engine:open_kubernetes",
 }
 DEFAULT = "embedded"
 CONFIG = "config.json"
 
 __all__ = ["DEFAULT", "ENGINES", "Engine", "chosen_engine", "open_engine", "set_default_engine"]
+
+
+def __getattr__(name: str) -> Any:
+    """``Engine``, the protocol, loaded on first use: a command that only lists jobs skips it."""
+    if name == "Engine":
+        from ringleader.engines.base import Engine
+
+        return Engine
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def check_engine(name: str) -> str:

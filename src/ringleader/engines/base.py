@@ -9,12 +9,14 @@ always the pure ``ringleader.scheduler.place()`` over the engine's own cluster s
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ringleader.runtime.spec import JobSpec
 from ringleader.runtime.states import JobStatus
 from ringleader.runtime.views import JobView, SubmitResult
-from ringleader.scheduler import ClusterState
+
+if TYPE_CHECKING:  # the scheduler is imported by the calls that place: listing jobs does not need it
+    from ringleader.scheduler import ClusterState
 
 
 @runtime_checkable

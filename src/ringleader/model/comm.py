@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from ringleader.errors import UsageError
 from ringleader.model.calibration import Calibration
 from ringleader.reference import reference
+from ringleader.scheduler.framework import fabric_gbs
 from ringleader.scheduler.types import NodeState, Placement
 from ringleader.topology.links import Link, latency_us
 from ringleader.topology.node import NodeTopology
@@ -253,6 +254,11 @@ def network_hop(
     used = placement.nodes
     if len(used) < 2:
         return None
+    domain = nodes[used[0]].spec.nvlink_domain
+    if domain and all(nodes[n].spec.nvlink_domain == domain for n in used):
+        # One multi-node NVLink domain (NVL72): the trays talk over NVSwitches, not the network.
+        gbs = min(fabric_gbs(nodes[n]) for n in used)
+        return Hop("nvlink-domain", gbs, latency_us(Link("NV", 1)), f"{' <-> '.join(used)} (NVLink domain {domain})")
     flows = nic_flows(placement, ring_order)
     fit = cal.link("network", backend) if cal else None
     if fit is not None:

@@ -13,12 +13,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ringleader.errors import (
     ConflictError,
@@ -29,7 +28,6 @@ from ringleader.errors import (
     UsageError,
 )
 from ringleader.runtime import store
-from ringleader.runtime.codec import decision_to_dict
 from ringleader.runtime.faults import crash_point
 from ringleader.runtime.launchers import (
     RANK_MODULE,
@@ -40,23 +38,15 @@ from ringleader.runtime.launchers import (
     plan_path,
 )  # fmt: skip
 from ringleader.runtime.lifecycle import HOSTS_SETTINGS, schedule_pass, schedule_pass_decisions, spawn_supervisors
-from ringleader.runtime.nodes import (
-    LOCAL,
-    check_declared,
-    discover_hosts,
-    label_node,
-    local_node,
-    merge_declared,
-    shrinking,
-)
 from ringleader.runtime.prediction import placement_from_plan, predict_job
 from ringleader.runtime.procs import find_by_args, grace_seconds, stop_all
 from ringleader.runtime.reconcile import reconcile
 from ringleader.runtime.spec import JobSpec, submit_env
 from ringleader.runtime.states import JobStatus
 from ringleader.runtime.views import JobView, SubmitResult, job_view
-from ringleader.scheduler import ClusterState, Code, Decision, place
-from ringleader.topology import load_cluster_file
+
+if TYPE_CHECKING:  # the scheduler is imported by the calls that place: listing jobs does not need it
+    from ringleader.scheduler import ClusterState, Decision
 
 __all__ = ["JobSpec", "JobView", "Runtime", "SubmitResult", "open_embedded"]
 
@@ -102,6 +92,8 @@ class Runtime:
             done = store.get_meta(conn, "cluster") is not None
         if done:
             return
+        from ringleader.runtime.nodes import LOCAL, local_node  # GPU discovery: first use only
+
         spec, note = local_node()
         with self.db.write() as conn:
             if store.get_meta(conn, "cluster") is None:
@@ -124,6 +116,10 @@ class Runtime:
     def apply_cluster(self, path: str | Path) -> ClusterState:
         """Replace the declared cluster; refused if a node holding running jobs' GPUs would
         disappear or shrink."""
+        from ringleader.runtime.nodes import check_declared, discover_hosts, merge_declared, shrinking
+        from ringleader.scheduler import Code
+        from ringleader.topology import load_cluster_file
+
         declared = load_cluster_file(path)
         check_declared(declared)  # bad input must not even create the database
         declared = discover_hosts(declared)
@@ -146,6 +142,7 @@ class Runtime:
         """Emulate the declared cluster on this box (root): a network namespace with sshd and a
         shaped link per node (see engines.hosts.netns), then apply it with their ssh addresses."""
         from ringleader.engines.hosts import netns
+        from ringleader.topology import load_cluster_file
 
         declared = load_cluster_file(path)  # every node but `local` becomes an emulated ssh host
         created = netns.up(self.home, declared, scale)
@@ -171,6 +168,8 @@ class Runtime:
 
     def label_node(self, node: str, key: str, value: str | None, overwrite: bool = False) -> None:
         """Set (or with value None remove) a node label; changing a value needs ``overwrite``."""
+        from ringleader.runtime.nodes import label_node
+
         label_node([ns.spec for ns in self.nodes().nodes], node, key, value, overwrite)  # check first
         db = self._writable()
         with db.write() as conn:
@@ -197,6 +196,9 @@ class Runtime:
         if spec.submit_env is None:
             spec = dataclasses.replace(spec, submit_env=submit_env(dict(os.environ)))
         _check_command(spec)
+        from ringleader.runtime.codec import decision_to_dict
+        from ringleader.scheduler import place
+
         with self.db.read() as conn:  # checked before anything is written (or created)
             if store.job_row(conn, spec.name) is not None:
                 raise _duplicate(spec.name)
@@ -342,6 +344,8 @@ class Runtime:
         return list(names)
 
     def _remove_folders(self, name: str) -> None:
+        import shutil  # here, not at the top: commands that only read start quicker
+
         shutil.rmtree(self.home / "logs" / name, ignore_errors=True)
         shutil.rmtree(self.home / "run" / name, ignore_errors=True)
 
@@ -392,6 +396,8 @@ def _duplicate(name: str) -> ConflictError:
 
 
 def _refuse_unresolvable(decision: Decision) -> None:
+    from ringleader.scheduler import Code
+
     if decision.code is Code.UNRESOLVABLE:
         why = "; ".join(decision.reasons)
         raise UnschedulableError(
@@ -430,6 +436,8 @@ def _check_command(spec: JobSpec) -> None:
 
 
 def _check_program(spec: JobSpec, program: str, err: type[UsageError]) -> None:
+    import shutil
+
     if "/" in program:
         if not (Path(spec.workdir or ".") / program).exists():
             raise UsageError(f"program {program!r} does not exist", "check the path")

@@ -55,8 +55,8 @@ def check_backup(path: Path) -> None:
         raise UsageError(f"{path} is not a ringleader state database ({exc})", "give an exported state") from None
     except StateError as exc:
         raise UsageError(exc.message, "give a file written by `ringleader state export`") from None
-    if version != store.SCHEMA_VERSION:
-        raise UsageError(f"{path} has schema version {version}, this ringleader reads {store.SCHEMA_VERSION}",
+    if not 1 <= version <= store.SCHEMA_VERSION:  # older ones are upgraded when next opened
+        raise UsageError(f"{path} has schema version {version}, this ringleader reads up to {store.SCHEMA_VERSION}",
                          "restore it with the ringleader version that exported it")  # fmt: skip
     if problems != ["ok"]:
         raise UsageError(f"{path} fails SQLite's integrity check: {problems[0]}", "restore another copy")

@@ -9,31 +9,24 @@ from ringleader.scheduler import Candidate, Decision, Placement, WorkerSlot
 from ringleader.topology import Link, NodeSpec, NodeTopology, SshAddress
 
 
-def node_to_dict(spec: NodeSpec) -> dict[str, Any]:
-    topo = spec.topology
+def topology_to_dict(topo: NodeTopology) -> dict[str, Any]:
     return {
-        "name": spec.name,
-        "network_gbps": spec.network_gbps,
-        "labels": dict(spec.labels),
-        "emulated": spec.emulated,
-        "address": dataclasses.asdict(spec.address) if spec.address else None,
-        "topology": {
-            "links": [[str(link) for link in row] for row in topo.links],
-            "gpu_model": topo.gpu_model,
-            "numa": list(topo.numa),
-            "cpu_affinity": list(topo.cpu_affinity),
-            "measured_gbs": [list(r) for r in topo.measured_gbs] if topo.measured_gbs else None,
-            "nics": list(topo.nics),
-            "nic_links": [[str(link) for link in row] for row in topo.nic_links],
-            "source": topo.source,
-        },
+        "links": [[str(link) for link in row] for row in topo.links],
+        "gpu_model": topo.gpu_model,
+        "numa": list(topo.numa),
+        "cpu_affinity": list(topo.cpu_affinity),
+        "measured_gbs": [list(r) for r in topo.measured_gbs] if topo.measured_gbs else None,
+        "nics": list(topo.nics),
+        "nic_links": [[str(link) for link in row] for row in topo.nic_links],
+        "numa_affinity": [list(nodes) for nodes in topo.numa_affinity],
+        "gpu_numa_id": list(topo.gpu_numa_id),
+        "source": topo.source,
     }
 
 
-def node_from_dict(data: dict[str, Any]) -> NodeSpec:
-    t = data["topology"]
+def topology_from_dict(t: dict[str, Any]) -> NodeTopology:
     measured = t.get("measured_gbs")
-    topo = NodeTopology(
+    return NodeTopology(
         links=tuple(tuple(Link.parse(c) for c in row) for row in t["links"]),
         gpu_model=t.get("gpu_model", ""),
         numa=tuple(t.get("numa") or ()),
@@ -41,11 +34,42 @@ def node_from_dict(data: dict[str, Any]) -> NodeSpec:
         measured_gbs=tuple(tuple(float(v) for v in r) for r in measured) if measured else None,
         nics=tuple(t.get("nics") or ()),
         nic_links=tuple(tuple(Link.parse(c) for c in row) for row in t.get("nic_links") or ()),
+        numa_affinity=tuple(tuple(int(v) for v in nodes) for nodes in t.get("numa_affinity") or ()),
+        gpu_numa_id=tuple(t.get("gpu_numa_id") or ()),
         source=t.get("source", ""),
     )
-    labels = tuple(sorted((str(k), str(v)) for k, v in (data.get("labels") or {}).items()))
-    address = SshAddress(**data["address"]) if data.get("address") else None
-    return NodeSpec(data["name"], topo, float(data["network_gbps"]), labels, bool(data.get("emulated")), address)
+
+
+def labels_from_dict(labels: dict[str, Any] | None) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((str(k), str(v)) for k, v in (labels or {}).items()))
+
+
+def address_to_dict(address: SshAddress | None) -> dict[str, Any] | None:
+    return dataclasses.asdict(address) if address else None
+
+
+def address_from_dict(data: dict[str, Any] | None) -> SshAddress | None:
+    return SshAddress(**data) if data else None
+
+
+def node_to_dict(spec: NodeSpec) -> dict[str, Any]:
+    return {
+        "name": spec.name,
+        "network_gbps": spec.network_gbps,
+        "labels": dict(spec.labels),
+        "emulated": spec.emulated,
+        "address": address_to_dict(spec.address),
+        "nvlink_domain": spec.nvlink_domain,
+        "topology": topology_to_dict(spec.topology),
+    }
+
+
+def node_from_dict(data: dict[str, Any]) -> NodeSpec:
+    topo = topology_from_dict(data["topology"])
+    labels = labels_from_dict(data.get("labels"))
+    address = address_from_dict(data.get("address"))
+    return NodeSpec(data["name"], topo, float(data["network_gbps"]), labels, bool(data.get("emulated")), address,
+                    str(data.get("nvlink_domain") or ""))
 
 
 def placement_to_dict(placement: Placement) -> dict[str, Any]:

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ringleader.errors import UsageError
-from ringleader.scheduler import Placement
-from ringleader.topology import NodeSpec
+
+if TYPE_CHECKING:
+    from ringleader.scheduler import Placement
+    from ringleader.topology import NodeSpec
 
 MPI_LAUNCHERS = ("mpirun", "mpiexec", "orterun")
 # Open MPI options that take one value (all others are taken as flags); --mca takes two.
@@ -118,6 +119,8 @@ def rewrite_mpirun(argv: Sequence[str], workers: int, emulated: bool, plan: Path
 
 
 def free_port() -> int:
+    import socket
+
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])

@@ -6,17 +6,18 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import subprocess
 import sys
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ringleader.runtime import store
-from ringleader.runtime.codec import decision_to_dict, placement_to_dict
 from ringleader.runtime.launchers import supervisor_env
 from ringleader.runtime.spec import JobSpec
 from ringleader.runtime.states import InstanceStatus, JobStatus
-from ringleader.scheduler import ClusterState, Code, Decision, QueuedJob, schedule_queue
+
+if TYPE_CHECKING:
+    from ringleader.scheduler import ClusterState, Decision
 
 # meta key: how jobs on ssh hosts launch here (extra MCA parameters, rank env, the head's
 # address), written by `cluster up` for an emulated cluster; absent for real hosts.
@@ -35,6 +36,8 @@ def schedule_pass_decisions(conn: sqlite3.Connection, now: float) -> list[Decisi
     rows = store.job_rows(conn, [JobStatus.QUEUING, JobStatus.PENDING])
     if not rows:
         return []
+    from ringleader.scheduler import QueuedJob, schedule_queue
+
     specs = {r["name"]: JobSpec.from_dict(json.loads(r["spec"])) for r in rows}
     queued = [QueuedJob(specs[r["name"]].request(), int(r["seq"])) for r in rows]
     state = store.cluster_state(conn)
@@ -57,6 +60,8 @@ def has_launcher(spec: JobSpec, decision: Decision, state: ClusterState) -> bool
 
 
 def place_job(conn: sqlite3.Connection, spec: JobSpec, decision: Decision, now: float, launcher: bool) -> None:
+    from ringleader.runtime.codec import decision_to_dict, placement_to_dict
+
     placement = decision.placement
     assert placement is not None
     store.allocate(conn, placement)
@@ -80,6 +85,8 @@ def place_job(conn: sqlite3.Connection, spec: JobSpec, decision: Decision, now: 
 
 
 def pend_job(conn: sqlite3.Connection, name: str, decision: Decision, now: float) -> None:
+    from ringleader.scheduler import Code
+
     reason = "; ".join(decision.reasons) or decision.code.value
     if decision.code is Code.UNRESOLVABLE:  # the cluster shrank under it (cluster apply)
         reason = f"can never run on the cluster as declared now: {reason}; delete it, or apply a cluster with room"
@@ -105,6 +112,8 @@ def finish_job(conn: sqlite3.Connection, name: str, status: JobStatus, reason: s
 def spawn_supervisors(home: Path, jobs: Iterable[str]) -> None:
     """Start one detached supervisor per job: it outlives the command that started it. Its
     environment is minimal (see supervisor_env): a job's processes get only the job's own."""
+    import subprocess
+
     for job in jobs:
         run_dir = home / "run" / job
         run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ringleader.errors import ConflictError, NotFoundError, UsageError
-from ringleader.scheduler import ClusterState
-from ringleader.topology import NodeSpec
-from ringleader.topology.cluster import DISCOVER, NAME_RE, SCHEDULE_LABEL, SCHEDULE_MODES
-from ringleader.topology.nvml import discover
+from ringleader.topology.cluster import DISCOVER, NAME_RE, SCHEDULE_LABEL, SCHEDULE_MODES, NodeSpec
+
+if TYPE_CHECKING:
+    from ringleader.scheduler import ClusterState
 
 LOCAL = "local"
 # ACK's label name, accepted as a spelling of ours.
@@ -19,6 +20,8 @@ LABEL_ALIASES = {"ack.node.gpu.schedule": SCHEDULE_LABEL}
 
 def local_node() -> tuple[NodeSpec, str]:
     """This machine with the GPUs NVML reports; (spec, note) with a note when it has none."""
+    from ringleader.topology.nvml import discover
+
     found = discover()
     note = found.reason if found.topology.n_gpus == 0 else ""
     return NodeSpec(LOCAL, found.topology), note

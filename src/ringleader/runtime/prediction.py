@@ -9,11 +9,13 @@ else the reference study's batch of 64 in fp32.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ringleader.errors import RingleaderError
 from ringleader.runtime.spec import JobSpec
-from ringleader.scheduler import ClusterState, Placement, WorkerSlot, place
+
+if TYPE_CHECKING:
+    from ringleader.scheduler import ClusterState, Placement
 
 DEFAULT_BATCH = 64
 _BATCH_FLAGS = ("--batch_size", "--batch-size")
@@ -42,6 +44,8 @@ def placement_from_plan(name: str, plan: dict[str, Any] | None) -> Placement | N
     chosen = (plan or {}).get("chosen")
     if not chosen:
         return None
+    from ringleader.scheduler import Placement, WorkerSlot
+
     slots = tuple(
         WorkerSlot(int(w["index"]), str(w["node"]), tuple(int(g) for g in w["gpus"])) for w in chosen["workers"]
     )
@@ -58,6 +62,7 @@ def predict_job(state: ClusterState, spec: JobSpec, placement: Placement) -> dic
     if spec.gpus_per_worker == 0:
         return {**out, "error": "a CPU-only job: the model predicts GPU training"}
     from ringleader.model import predict_placement
+    from ringleader.scheduler import place
 
     request = spec.request()
     other = "default" if spec.topology_aware else "topology"

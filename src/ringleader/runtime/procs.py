@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import os
-import signal
 import time
 from collections.abc import Iterable
 
-from ringleader.runtime.rank import descendants, start_time
-
 __all__ = ["alive", "find_by_args", "grace_seconds", "signal_proc", "start_time", "stop_all"]
+
+
+def start_time(pid: int) -> int | None:
+    """The rank wrapper's reader of a process's start time (imported when first needed: the
+    wrapper module loads subprocess, signal and threading, which commands that only read skip)."""
+    from ringleader.runtime.rank import start_time as read
+
+    return read(pid)
 
 
 def alive(pid: int | None, started: int | None) -> bool:
@@ -38,6 +43,10 @@ def stop_all(procs: Iterable[tuple[int, int | None]], grace_s: float) -> None:
     """SIGTERM every process, wait up to ``grace_s`` for them to go, then SIGKILL the rest, and
     every descendant of theirs found before the first signal (one that left the process group
     with setsid too: the rank wrapper is a subreaper, so its program's orphans stay its own)."""
+    import signal  # here, not at the top: commands that only read start quicker
+
+    from ringleader.runtime.rank import descendants
+
     targets = [(pid, st) for pid, st in procs if st is not None and alive(pid, st)]
     targets += [d for d in descendants(*(pid for pid, _ in targets)) if d not in targets]
     for pid, st in targets:

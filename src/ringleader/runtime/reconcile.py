@@ -14,7 +14,6 @@ from pathlib import Path
 
 from ringleader.runtime import store
 from ringleader.runtime.launchers import instance_targets, read_state, state_path
-from ringleader.runtime.lifecycle import finish_job, schedule_pass, spawn_supervisors
 from ringleader.runtime.procs import alive
 from ringleader.runtime.states import InstanceStatus, JobStatus
 
@@ -62,6 +61,8 @@ def reconcile(db: store.Store) -> list[str]:
         suspects = [r["name"] for r in store.job_rows(conn, [JobStatus.RUNNING]) if _orphaned(r, now)]
     if not suspects:
         return []
+    from ringleader.runtime.lifecycle import finish_job, schedule_pass, spawn_supervisors  # the scheduler
+
     adopt, placed = [], []
     with db.write() as conn:
         now = time.time()  # taken under the lock: the wait for it may be long

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ringleader.errors import UsageError
-from ringleader.scheduler import JobRequest
-from ringleader.topology.cluster import check_name
+
+if TYPE_CHECKING:
+    from ringleader.scheduler import JobRequest
 
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # What a job takes from the shell it was submitted from, whichever process later starts it: the
@@ -48,6 +49,8 @@ class JobSpec:
     submit_env: dict[str, str] | None = None  # submit records the caller's (see submit_env())
 
     def validate(self) -> JobSpec:
+        from ringleader.topology.cluster import check_name
+
         check_name(self.name, "job")
         if not isinstance(self.workers, int) or self.workers < 1:
             raise UsageError(f"--workers must be >= 1, got {self.workers}", "give at least one worker")
@@ -64,6 +67,8 @@ class JobSpec:
         return self
 
     def request(self) -> JobRequest:
+        from ringleader.scheduler import JobRequest
+
         return JobRequest(
             self.name, self.workers, self.gpus_per_worker, self.topology_aware, self.priority, self.model
         )

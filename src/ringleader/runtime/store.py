@@ -17,17 +17,18 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ringleader.errors import BusyError, DiskFullError, RingleaderError, StateError
-from ringleader.runtime.codec import node_from_dict, node_to_dict
 from ringleader.runtime.states import JobStatus, can_move
-from ringleader.scheduler import ClusterState, NodeState, Placement
-from ringleader.topology import NodeSpec
+
+if TYPE_CHECKING:  # node decoding imports the scheduler's types: commands that list jobs do not
+    from ringleader.scheduler import ClusterState, Placement
+    from ringleader.topology import NodeSpec
 
 T = TypeVar("T")
 APP_ID = "ringleader"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DB_NAME = "state.db"
 
 # Migrations by target version; each list runs in one transaction. Never edit a released one.
@@ -52,6 +53,25 @@ MIGRATIONS: dict[int, list[str]] = {
             id INTEGER PRIMARY KEY AUTOINCREMENT, job TEXT NOT NULL, at REAL NOT NULL,
             kind TEXT NOT NULL, message TEXT NOT NULL)""",
         "CREATE INDEX events_job ON events (job, id)",
+    ],
+    # Each distinct node topology stored once and nodes pointing at it, with their other
+    # fields as columns: reading a 10,000-node cluster decodes a handful of topologies, not
+    # 10,000 JSON documents of 64 links each.
+    2: [
+        "CREATE TABLE topologies (id INTEGER PRIMARY KEY, spec TEXT NOT NULL UNIQUE)",
+        "INSERT OR IGNORE INTO topologies (spec) SELECT json_extract(spec, '$.topology') FROM nodes ORDER BY ord",
+        """CREATE TABLE nodes_v2 (
+            name TEXT PRIMARY KEY, ord INTEGER NOT NULL,
+            topology INTEGER NOT NULL REFERENCES topologies (id),
+            network_gbps REAL NOT NULL, labels TEXT NOT NULL, emulated INTEGER NOT NULL, address TEXT,
+            nvlink_domain TEXT NOT NULL DEFAULT '')""",
+        """INSERT INTO nodes_v2 SELECT
+            name, ord, (SELECT id FROM topologies t WHERE t.spec = json_extract(n.spec, '$.topology')),
+            json_extract(spec, '$.network_gbps'), coalesce(json_extract(spec, '$.labels'), '{}'),
+            coalesce(json_extract(spec, '$.emulated'), 0), json_extract(spec, '$.address'),
+            coalesce(json_extract(spec, '$.nvlink_domain'), '') FROM nodes n""",
+        "DROP TABLE nodes",
+        "ALTER TABLE nodes_v2 RENAME TO nodes",
     ],
 }
 
@@ -368,16 +388,49 @@ def _version(conn: sqlite3.Connection, path: Path) -> int:
 
 
 def get_nodes(conn: sqlite3.Connection) -> list[NodeSpec]:
-    rows = conn.execute("SELECT spec FROM nodes ORDER BY ord").fetchall()
-    return [node_from_dict(json.loads(r["spec"])) for r in rows]
+    """The declared nodes in order; nodes with equal topologies (or labels) share one decoded
+    object, so the scheduler fingerprints each distinct topology once."""
+    from ringleader.runtime.codec import address_from_dict, labels_from_dict, topology_from_dict
+    from ringleader.topology import NodeSpec
+
+    topologies = {
+        r[0]: topology_from_dict(json.loads(r[1])) for r in conn.execute("SELECT id, spec FROM topologies")
+    }
+    labels: dict[str, tuple[tuple[str, str], ...]] = {}
+    nodes = []
+    rows = conn.execute(
+        "SELECT name, topology, network_gbps, labels, emulated, address, nvlink_domain FROM nodes ORDER BY ord"
+    )
+    for name, topology, gbps, labels_text, emulated, address, domain in rows:
+        node_labels = labels.get(labels_text)
+        if node_labels is None:
+            node_labels = labels[labels_text] = labels_from_dict(json.loads(labels_text))
+        host = address_from_dict(json.loads(address)) if address else None
+        nodes.append(NodeSpec(name, topologies[topology], float(gbps), node_labels, bool(emulated), host, domain))
+    return nodes
 
 
 def replace_nodes(conn: sqlite3.Connection, specs: Sequence[NodeSpec]) -> None:
+    from ringleader.runtime.codec import address_to_dict, topology_to_dict
+
     conn.execute("DELETE FROM nodes")
+    ids: dict[int, int] = {}  # id(topology object) -> row id: declared clusters share objects
+    rows = []
+    for i, s in enumerate(specs):
+        key = id(s.topology)
+        if key not in ids:
+            text = json.dumps(topology_to_dict(s.topology), separators=(",", ":"))
+            conn.execute("INSERT OR IGNORE INTO topologies (spec) VALUES (?)", (text,))
+            ids[key] = conn.execute("SELECT id FROM topologies WHERE spec = ?", (text,)).fetchone()[0]
+        address = json.dumps(address_to_dict(s.address)) if s.address else None
+        rows.append((s.name, i, ids[key], s.network_gbps, json.dumps(dict(s.labels)), int(s.emulated), address,
+                     s.nvlink_domain))  # fmt: skip
     conn.executemany(
-        "INSERT INTO nodes (name, ord, spec) VALUES (?, ?, ?)",
-        [(s.name, i, json.dumps(node_to_dict(s))) for i, s in enumerate(specs)],
+        "INSERT INTO nodes (name, ord, topology, network_gbps, labels, emulated, address, nvlink_domain)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        rows,
     )
+    conn.execute("DELETE FROM topologies WHERE id NOT IN (SELECT topology FROM nodes)")
 
 
 def get_meta(conn: sqlite3.Connection, key: str) -> str | None:
@@ -394,6 +447,8 @@ def delete_meta(conn: sqlite3.Connection, key: str) -> None:
 
 
 def cluster_state(conn: sqlite3.Connection) -> ClusterState:
+    from ringleader.scheduler import ClusterState, NodeState
+
     alloc: dict[str, list[tuple[int, str]]] = {}
     for r in conn.execute("SELECT node, gpu, job FROM allocations ORDER BY node, gpu"):
         alloc.setdefault(r["node"], []).append((int(r["gpu"]), str(r["job"])))

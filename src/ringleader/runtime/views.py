@@ -7,12 +7,14 @@ import sqlite3
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ringleader.runtime import store
 from ringleader.runtime.spec import JobSpec
 from ringleader.runtime.states import JobStatus
-from ringleader.scheduler import Decision
+
+if TYPE_CHECKING:
+    from ringleader.scheduler import Decision
 
 TRAINER = "MPIJOB"
 

@@ -119,14 +119,29 @@ def placement_metrics(nodes: Mapping[str, NodeState], placement: Placement) -> M
     used = placement.nodes
     if len(used) > 1:
         specs = [nodes[n].spec for n in used]
-        slowest = min(specs, key=lambda s: s.network_gbs)
-        if slowest.network_gbs < bottleneck.gbs:
-            where = f"{' <-> '.join(used)} over {slowest.network_gbps:g} Gb/s"
-            bottleneck = Bottleneck("network", slowest.network_gbs, where)
+        domain = specs[0].nvlink_domain
+        if domain and all(s.nvlink_domain == domain for s in specs):
+            fabric = min(fabric_gbs(nodes[n]) for n in used)
+            if fabric <= bottleneck.gbs:  # equal: name the fabric the gang crosses
+                bottleneck = Bottleneck("nvlink-domain", fabric, f"{' <-> '.join(used)} in NVLink domain {domain}")
+        else:
+            slowest = min(specs, key=lambda s: s.network_gbs)
+            if slowest.network_gbs < bottleneck.gbs:
+                where = f"{' <-> '.join(used)} over {slowest.network_gbps:g} Gb/s"
+                bottleneck = Bottleneck("network", slowest.network_gbs, where)
     if bottleneck.gbs == INF:
         bottleneck = Bottleneck("none", 0.0, "")
     frag = stranded / free_after if free_after else 0.0
     return Metrics(len(used), bottleneck, total, frag)
+
+
+def fabric_gbs(ns: NodeState) -> float:
+    """What a node of a multi-node NVLink domain reaches the domain's other nodes at: its
+    fastest NVLink (the trays of one NVL72 sit on the same NVSwitches), else its network."""
+    topo = ns.spec.topology
+    nvlink = [topo.bandwidth_gbs[i][j] for i in range(topo.n_gpus) for j in range(topo.n_gpus)
+              if i != j and topo.links[i][j].is_nvlink]  # fmt: skip
+    return max(nvlink) if nvlink else ns.spec.network_gbs
 
 
 def make_candidate(

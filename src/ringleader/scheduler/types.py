@@ -102,14 +102,14 @@ class Placement:
         return " + ".join(parts)
 
 
-GroupKey = tuple[str, int, float, tuple[tuple[str, str], ...]]
+GroupKey = tuple[str, int, float, tuple[tuple[str, str], ...], str]
 
 
 def group_key(ns: NodeState) -> GroupKey:
     """Nodes with equal keys are interchangeable for placement: same topology, free GPUs,
-    network and labels. Filters and searches run once per group, not once per node."""
+    network, labels and NVLink domain. Filters and searches run once per group, not per node."""
     spec = ns.spec
-    return (spec.topology.fingerprint, ns.free_mask, spec.network_gbps, spec.labels)
+    return (spec.topology.fingerprint, ns.free_mask, spec.network_gbps, spec.labels, spec.nvlink_domain)
 
 
 @dataclass(frozen=True)

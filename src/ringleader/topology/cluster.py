@@ -5,7 +5,9 @@ A cluster file looks like::
     nodes:
       - name: node-a            # DNS-1123 label
         preset: dgx1v           # or matrix_file: topo.txt | matrix: "<topo -m text>"
-        bandwidth_file: bw.txt  # optional measured GB/s matrix
+        bandwidth_file: bw.txt  # optional measured GB/s matrix (or a whole p2pBandwidthLatencyTest output)
+        bandwidth_matrix: unidirectional-p2p   # which matrix of that output (bidirectional-* are halved)
+        nvlink_domain: nvl72-a  # optional: nodes sharing an NVLink fabric (GB200/GB300 NVL72 clique id)
         network_gbps: 25        # inter-node network (Gb/s)
         emulated: true          # GPU ids are virtual: no real GPU is handed to its workers
         labels: {gpu-schedule: topology}
@@ -20,6 +22,7 @@ A cluster file looks like::
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping
@@ -28,13 +31,12 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ringleader.errors import RingleaderError, TopologyError, UsageError
 from ringleader.reference import reference
+from ringleader.topology.bandwidth import parse_bandwidth_text
 from ringleader.topology.node import NodeTopology
 from ringleader.topology.presets import preset
-from ringleader.topology.smi import parse_bandwidth_text, parse_topo_text
+from ringleader.topology.smi import decode_text, parse_topo_text
 
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 SCHEDULE_LABEL = "gpu-schedule"
@@ -83,6 +85,7 @@ class NodeSpec:
     labels: tuple[tuple[str, str], ...] = ()
     emulated: bool = False
     address: SshAddress | None = None  # an ssh host; None: ranks run on this machine
+    nvlink_domain: str = ""  # nodes with the same id share one NVLink fabric (NVL72 clique)
 
     @cached_property
     def schedule_mode(self) -> str | None:
@@ -97,24 +100,33 @@ class NodeSpec:
         return replace(self, labels=tuple(sorted(labels.items())))
 
 
-class _LineLoader(yaml.SafeLoader):
-    """Remembers the line of every mapping so errors can say where."""
+@functools.cache
+def _line_loader() -> type:
+    """A YAML loader that remembers the line of every mapping so errors can say where (yaml is
+    imported here: commands that read no cluster file do not pay for it)."""
+    import yaml
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        mapping = super().construct_mapping(node, deep=deep)
-        mapping["__line__"] = node.start_mark.line + 1
-        return mapping
+    class LineLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+            mapping = super().construct_mapping(node, deep=deep)
+            mapping["__line__"] = node.start_mark.line + 1
+            return mapping
+
+    return LineLoader
 
 
 _NODE_KEYS = {
     "name", "preset", "matrix", "matrix_file", "bandwidth", "bandwidth_file", "network_gbps",
     "labels", "emulated", "count", "gpu_model", "address", "user", "port", "identity_file",
+    "bandwidth_matrix", "nvlink_domain",
 }  # fmt: skip
 
 
 def load_cluster_text(text: str, base_dir: Path, origin: str = "cluster file") -> list[NodeSpec]:
     try:
-        doc = yaml.load(text, Loader=_LineLoader)
+        import yaml
+
+        doc = yaml.load(text, Loader=_line_loader())
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
@@ -149,12 +161,8 @@ def read_bounded(path: Path, what: str, limit: int = MAX_FILE_BYTES) -> str:
         raise UsageError(f"cannot read {what} {str(path)!r}: {exc.strerror}", "check the path") from None
     if len(data) > limit:
         raise UsageError(f"{what} {str(path)!r} is too big (over {limit >> 20} MiB)", "give the real file")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise UsageError(
-            f"{what} {str(path)!r} is not UTF-8 text (byte {exc.start})", "give a text file saved as UTF-8"
-        ) from None
+    fix = "give the text the tool printed, saved as UTF-8" if what == "file" else "give a YAML text file saved as UTF-8"
+    return decode_text(data, f"{what} {str(path)!r}", fix)
 
 
 def _node_specs(item: dict[str, Any], base_dir: Path, origin: str, room: int) -> list[NodeSpec]:
@@ -187,11 +195,13 @@ def _node_specs(item: dict[str, Any], base_dir: Path, origin: str, room: int) ->
     except (TypeError, ValueError) as exc:
         raise UsageError(f"{where}: {exc}", "check the value types of this node") from None
     emulated = bool(item.get("emulated", False))
+    domain = str(item.get("nvlink_domain") or "")
     names = [name] if count == 1 else [check_name(f"{name}-{i}", "node") for i in range(count)]
     address = _address(item, where)
     if address is not None and count != 1:
         raise UsageError(f"{where}: `count` and `address` together", "declare each ssh host as its own node")
-    return [NodeSpec(n, topology, network, tuple(sorted(labels.items())), emulated, address) for n in names]
+    return [NodeSpec(n, topology, network, tuple(sorted(labels.items())), emulated, address, domain)
+            for n in names]
 
 
 def _labels(raw: Any) -> dict[str, str]:
@@ -248,18 +258,21 @@ def _topology(item: dict[str, Any], base_dir: Path) -> NodeTopology:
     measured = None
     if "bandwidth" in item or "bandwidth_file" in item:
         raw = item.get("bandwidth")
+        choice = item.get("bandwidth_matrix")
+        choice = None if choice is None else str(choice)
         if raw is None:
-            measured = parse_bandwidth_text(_read(base_dir, item["bandwidth_file"]))
+            measured = parse_bandwidth_text(_read(base_dir, item["bandwidth_file"]), choice)
         elif isinstance(raw, list):
             measured = tuple(tuple(float(v) for v in row) for row in raw)
         else:
-            measured = parse_bandwidth_text(str(raw))
+            measured = parse_bandwidth_text(str(raw), choice)
     if measured is None and not gpu_model:
         return topo
     return NodeTopology(
         links=topo.links, gpu_model=gpu_model or topo.gpu_model, numa=topo.numa,
         cpu_affinity=topo.cpu_affinity, measured_gbs=measured, nics=topo.nics,
-        nic_links=topo.nic_links, source=topo.source,
+        nic_links=topo.nic_links, numa_affinity=topo.numa_affinity, gpu_numa_id=topo.gpu_numa_id,
+        source=topo.source,
     )  # fmt: skip
 
 

@@ -8,7 +8,14 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from ringleader.errors import TopologyError
-from ringleader.topology.links import SELF, Link
+from ringleader.reference import reference
+from ringleader.topology.links import SELF, Link, default_bandwidth_gbs
+
+#: The most GPUs one node may have. Placement inside a node is exact up to 16 GPUs and a bounded
+#: greedy search beyond; 64 keeps every decision within the bounds benchmarks/placement.py
+#: records. Larger NVLink fabrics (GB200 NVL72) are declared as several nodes sharing an
+#: ``nvlink_domain`` (one per tray), which placement treats as one NVLink fabric.
+MAX_GPUS_PER_NODE = 64
 
 
 @dataclass(frozen=True)
@@ -19,6 +26,8 @@ class NodeTopology:
     optional measured bandwidth matrix (GB/s, as ACK and Koordinator record one); when given it
     overrides the link kinds' default bandwidths. ``numa[i]`` is GPU i's NUMA node (None if
     unknown). ``nics`` names the network adapters and ``nic_links[i][k]`` GPU i's link to NIC k.
+    ``numa_affinity[i]`` lists every NUMA node of GPU i's affinity (Grace prints lists such as
+    ``0,5-11``) and ``gpu_numa_id[i]`` the NUMA node of the GPU's own memory (Grace Hopper).
     """
 
     links: tuple[tuple[Link, ...], ...]
@@ -28,10 +37,17 @@ class NodeTopology:
     measured_gbs: tuple[tuple[float, ...], ...] | None = None
     nics: tuple[str, ...] = ()
     nic_links: tuple[tuple[Link, ...], ...] = ()
+    numa_affinity: tuple[tuple[int, ...], ...] = ()
+    gpu_numa_id: tuple[int | None, ...] = ()
     source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         n = len(self.links)
+        if n > MAX_GPUS_PER_NODE:
+            raise TopologyError(
+                f"a node has {n} GPUs, more than the {MAX_GPUS_PER_NODE} a node may have",
+                "declare a bigger NVLink fabric as several nodes sharing an nvlink_domain",
+            )
         for i, row in enumerate(self.links):
             if len(row) != n:
                 raise TopologyError(
@@ -59,8 +75,12 @@ class NodeTopology:
                 )
             if any(m[i][j] <= 0 for i in range(n) for j in range(n) if i != j):
                 raise TopologyError("bandwidth matrix has a non-positive entry", "use GB/s > 0")
-        if self.numa and len(self.numa) != n:
-            raise TopologyError(f"NUMA list has {len(self.numa)} entries for {n} GPUs", "one per GPU")
+        for what, values in (("NUMA list", self.numa), ("NUMA affinity list", self.numa_affinity),
+                             ("GPU NUMA ID list", self.gpu_numa_id), ("NIC link list", self.nic_links)):  # fmt: skip
+            if values and len(values) != n:
+                raise TopologyError(f"{what} has {len(values)} entries for {n} GPUs", "give one per GPU")
+        if any(len(row) != len(self.nics) for row in self.nic_links):
+            raise TopologyError(f"NIC links need one entry per NIC ({len(self.nics)})", "give one per NIC")
 
     @property
     def n_gpus(self) -> int:
@@ -83,11 +103,50 @@ class NodeTopology:
             tuple(self.links[i][j].default_bandwidth_gbs() for j in range(n)) for i in range(n)
         )
 
+    def numa_nodes(self, gpu: int) -> tuple[int, ...]:
+        """GPU ``gpu``'s NUMA nodes (its affinity list, else its NUMA node; () if unknown)."""
+        if self.numa_affinity and self.numa_affinity[gpu]:
+            return self.numa_affinity[gpu]
+        if self.numa and self.numa[gpu] is not None:
+            return (self.numa[gpu],)  # type: ignore[return-value]
+        return ()
+
+    @cached_property
+    def numa_groups(self) -> tuple[int, ...]:
+        """Per GPU, a small id shared by GPUs of the same NUMA affinity (-1: unknown)."""
+        ids: dict[tuple[int, ...], int] = {}
+        return tuple(ids.setdefault(nodes, len(ids)) if nodes else -1
+                     for nodes in (self.numa_nodes(i) for i in range(self.n_gpus)))  # fmt: skip
+
     @cached_property
     def fingerprint(self) -> str:
-        """Stable identity of the bandwidth structure: equal fingerprints place identically."""
-        text = repr((self.bandwidth_gbs, tuple(tuple(str(x) for x in r) for r in self.links)))
+        """Stable identity of everything placement reads (bandwidths, link kinds, NUMA groups,
+        NIC links): equal fingerprints place identically."""
+        text = repr((
+            self.bandwidth_gbs, tuple(tuple(str(x) for x in r) for r in self.links),
+            self.numa_groups, tuple(tuple(str(x) for x in r) for r in self.nic_links),
+        ))  # fmt: skip
         return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+    @cached_property
+    def warnings(self) -> tuple[str, ...]:
+        """Measured bandwidths that contradict their link kind: an NVLink pair slower than the
+        fastest PCIe link (P2P off, a failed link, or a mislabelled matrix), or a PCIe pair
+        faster than one NVLink."""
+        if self.measured_gbs is None:
+            return ()
+        bw = self.bandwidth_gbs
+        pcie_best = default_bandwidth_gbs(Link("PIX"))
+        pcie_max = float(reference()["links"]["pcie_max_gbs"])
+        found = []
+        for i in range(self.n_gpus):
+            for j in range(i + 1, self.n_gpus):
+                link, gbs = self.links[i][j], bw[i][j]
+                if link.is_nvlink and gbs < pcie_best:
+                    found.append(f"GPU{i}-GPU{j} is {link} but measured {gbs:g} GB/s, below PCIe ({pcie_best:g})")
+                elif not link.is_nvlink and gbs > pcie_max:
+                    found.append(f"GPU{i}-GPU{j} is {link} but measured {gbs:g} GB/s, above any PCIe ({pcie_max:g})")
+        return tuple(found)
 
     @cached_property
     def all_mask(self) -> int:

@@ -73,6 +73,7 @@ def test_up_then_down_removes_every_object(tmp_path: Path, spec: Path) -> None:
     assert down.returncode == 0 and "removed" in down.stdout
     assert leftovers(home) == []
     assert not (home / "emulation" / "id_ed25519").exists()
+    assert not (home / "emulation" / "authorized_keys").exists()
 
 
 def test_up_without_root_is_one_line_and_changes_nothing(spec: Path) -> None:

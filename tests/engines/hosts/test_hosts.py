@@ -109,3 +109,34 @@ def _supervisor_pid(rt: Runtime, job: str) -> int:
     with rt.db.read() as conn:
         row = conn.execute("SELECT supervisor_pid FROM jobs WHERE name = ?", (job,)).fetchone()
     return int(row[0])
+
+
+def test_long_bursts_of_output_reach_each_rank_log_line_for_line(hosts: Runtime, h) -> None:
+    # mpirun tags the chunks it reads, not lines: a line split between two reads must come back whole.
+    code = ("import os, sys; r = os.environ['RANK']; "
+            "sys.stdout.write(''.join(f'{r}:{i:05d}:' + 'x' * 150 + '\\n' for i in range(3000)))")  # fmt: skip
+    hosts.submit(h.job("burst", h.py(code), workers=4))
+    view = hosts.wait("burst", timeout=120)
+    assert view.status is JobStatus.SUCCEEDED, view.reason
+    for rank in range(4):
+        lines = hosts.logs("burst", f"worker-{rank}").splitlines()
+        assert lines == [f"{rank}:{i:05d}:" + "x" * 150 for i in range(3000)]
+
+
+def test_gradient_exchange_example_across_hosts_reports_what_calibrate_reads(
+    hosts: Runtime, h, tmp_path: Path
+) -> None:
+    from ringleader.model.fit import read_bench_files
+
+    args = ["--model", "mnist", "--steps", "2", "--compute-ms", "5"]  # the demo runs it with VGG16's gradients
+    hosts.submit(h.job("exchange", ["python3", "examples/jobs/vgg16_exchange.py", *args], workers=4))
+    view = hosts.wait("exchange", timeout=180)
+    assert view.status is JobStatus.SUCCEEDED, view.reason
+    line = next(ln for ln in hosts.logs("exchange", "worker-0").splitlines() if ln.startswith('{"kind"'))
+    result = json.loads(line)
+    placed = [i.node for i in sorted(view.instances, key=lambda i: i.name) if "worker" in i.name]
+    assert result["hosts"] == placed and result["nodes"] == ["node-a", "node-b"]
+    assert result["world_size"] == 4 and result["images_per_sec_total"] > 0
+    (tmp_path / "run.json").write_text(line)
+    _, train = read_bench_files([tmp_path / "run.json"])
+    assert [(t.world_size, t.nodes, t.backend) for t in train] == [(4, 2, "gloo")]

@@ -30,6 +30,10 @@ from ringleader.runtime.rank import HEARTBEAT_S, STREAM_HEARTBEAT, STREAM_OUTPUT
 HOST_SILENCE_S = 5 * HEARTBEAT_S
 HOST_START_S = 60.0  # before a host's first line: ssh connect + interpreter start-up
 _TAG = re.compile(rb"^\[\d+,(\d+)\]<(?:stdout|stderr)>:(.*)$", re.DOTALL)
+# mpirun tags each chunk it reads from a rank, not each line: a line split between two reads
+# arrives as "[1,0]<stdout>:first half[1,0]<stdout>:second half" (possibly with another rank's
+# chunks between the halves), so tags inside a line start new chunks.
+_ANY_TAG = re.compile(rb"\[\d+,\d+\]<(?:stdout|stderr)>:")
 _LOST_DAEMON = re.compile(rb"Remote daemon:\s*\S+ on node (\S+)")
 
 
@@ -72,17 +76,37 @@ class Demux:
         self.heard: dict[str, float] = {}
         self.deadline = {r.node: started + HOST_START_S for r in self.ranks}
         self.finished = threading.Event()
+        self.partial: dict[bytes, bytes] = {}  # tag -> the start of a line split between chunks
 
     def run(self, src: BinaryIO) -> None:
         watch = threading.Thread(target=self._watch, daemon=True)
         watch.start()
         try:
             for line in iter(src.readline, b""):
-                self._line(line.rstrip(b"\n"))
+                for whole in self._joined(line.rstrip(b"\n")):
+                    self._line(whole)
         finally:
             self.finished.set()
             for r in self.ranks:
                 r.log.close()
+
+    def _joined(self, line: bytes) -> list[bytes]:
+        """The complete tagged lines in one line of mpirun's output: chunks that a later tag
+        interrupts are kept until the rest of their line comes."""
+        starts = [m.start() for m in _ANY_TAG.finditer(line)]
+        if not starts or starts[0] != 0:
+            return [line]
+        done = []
+        for start, end in zip(starts, [*starts[1:], len(line)], strict=True):
+            chunk = line[start:end]
+            tag = _ANY_TAG.match(chunk)
+            assert tag is not None
+            key, body = tag.group(0), self.partial.pop(tag.group(0), b"") + chunk[tag.end() :]
+            if end == len(line):
+                done.append(key + body)
+            else:
+                self.partial[key] = body
+        return done
 
     def _line(self, line: bytes) -> None:
         m = _TAG.match(line)

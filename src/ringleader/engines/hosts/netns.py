@@ -167,6 +167,7 @@ def up(home: Path, nodes: Sequence[NodeSpec], scale: float = DEFAULT_SCALE) -> P
         _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "ringleader-emulation", "-f", str(key)])
         os.chmod(str(key) + ".pub", 0o600)
     authorized = edir / "authorized_keys"
+    rec.add("files", str(authorized))
     authorized.write_text(Path(str(client_key) + ".pub").read_text())
     authorized.chmod(0o600)
     rec.add("bridges", names.bridge)

@@ -1,0 +1,131 @@
+"""`ringleader kube`: the Kubernetes scheduler, the node agent, and the manifests that install them.
+
+Parse and render only: the work is in ``ringleader.engines.kubernetes``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from ringleader.errors import UsageError
+
+CONFIG_KEYS = {"leaseSeconds", "metricsPort", "namespace", "bindThreads"}
+
+
+def _logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def read_config(path: str | None) -> dict[str, Any]:
+    """The scheduler's config file (the ConfigMap of `kube manifests`); {} when none is given."""
+    if path is None:
+        return {}
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except OSError as exc:
+        raise UsageError(f"cannot read config {path!r}: {exc.strerror}", "check the --config path") from None
+    except yaml.YAMLError as exc:
+        raise UsageError(f"config {path!r} is not valid YAML ({exc})", "fix its syntax") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"config {path!r} is not a mapping", f"use keys {', '.join(sorted(CONFIG_KEYS))}")
+    unknown = sorted(set(data) - CONFIG_KEYS)
+    if unknown:
+        raise UsageError(f"config {path!r}: unknown key {unknown[0]!r}", f"use {', '.join(sorted(CONFIG_KEYS))}")
+    for key in ("leaseSeconds", "metricsPort", "bindThreads"):
+        if key in data and (not isinstance(data[key], int) or data[key] < 0):
+            raise UsageError(f"config {path!r}: {key} must be a whole number >= 0", f"fix {key}")
+    return data
+
+
+@click.group("kube")
+def kube() -> None:
+    """Run ringleader on Kubernetes: its scheduler, its node agent, their install manifests."""
+
+
+@kube.command("scheduler")
+@click.option("--config", "config_path", default=None,
+              help="Config file (leaseSeconds, metricsPort, namespace, bindThreads).")
+@click.option("--identity", default=None, help="This replica's name in the Lease (default: $POD_NAME, else host).")
+@click.option("--metrics-port", type=int, default=None, help="Port of /metrics and /healthz (default 10259).")
+@click.option("--server", default=None, help="API server URL (e.g. `kubectl proxy`'s); default: kubeconfig.")
+@click.option("--context", default=None, help="kubeconfig context (default: the current one).")
+def scheduler(config_path: str | None, identity: str | None, metrics_port: int | None, server: str | None,
+              context: str | None) -> None:  # fmt: skip
+    """Schedule pods with `schedulerName: ringleader`, each gang in one decision."""
+    from ringleader.engines.kubernetes import names
+    from ringleader.engines.kubernetes.client import Api, load_client
+    from ringleader.engines.kubernetes.manifests import METRICS_PORT
+    from ringleader.engines.kubernetes.metrics import serve
+    from ringleader.engines.kubernetes.scheduler import Scheduler
+
+    config = read_config(config_path)
+    port = metrics_port if metrics_port is not None else int(config.get("metricsPort", METRICS_PORT))
+    me = identity or os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+    _logging()
+    sched = Scheduler(Api(load_client(context=context, host=server)), me,
+                      namespace=str(config.get("namespace", names.SYSTEM_NAMESPACE)),
+                      lease_seconds=int(config.get("leaseSeconds", 15)),
+                      writers=int(config.get("bindThreads", 8)))  # fmt: skip
+    try:
+        serve(sched.metrics, lambda: sched.synced, "0.0.0.0", port)
+    except OSError as exc:
+        problem = f"cannot serve metrics on port {port}: {exc.strerror}"
+        raise UsageError(problem, "pick another --metrics-port") from None
+    click.echo(f"ringleader scheduler {me}: metrics on :{port}", err=True)
+    try:
+        sched.run()
+    except KeyboardInterrupt:
+        sched.stop()
+
+
+@kube.command("agent")
+@click.option("--node", default=None, help="This node's name (default: $NODE_NAME).")
+@click.option("--interval", type=float, default=60.0, show_default=True, help="Seconds between looks.")
+@click.option("--once", is_flag=True, help="Publish once and exit.")
+@click.option("--server", default=None, help="API server URL; default: in-cluster, else kubeconfig.")
+@click.option("--context", default=None, help="kubeconfig context (default: the current one).")
+def agent(node: str | None, interval: float, once: bool, server: str | None, context: str | None) -> None:
+    """Publish this node's GPU topology and GPU count for the scheduler."""
+    from ringleader.engines.kubernetes.agent import find_topology, publish, run_agent
+    from ringleader.engines.kubernetes.client import Api, load_client
+
+    name = node or os.environ.get("NODE_NAME")
+    if not name:
+        raise UsageError("no node name", "give --node NAME or set NODE_NAME (the DaemonSet sets it)")
+    if interval <= 0:
+        raise UsageError(f"--interval must be > 0, got {interval}", "give seconds between looks")
+    api = Api(load_client(context=context, host=server))
+    if once:
+        found = find_topology()
+        wrote = publish(api, name, found.topology)
+        done = "published" if wrote else "unchanged"
+        click.echo(f"node {name}: {found.topology.n_gpus} GPU(s) ({found.how}); {done}")
+        return
+    _logging()
+    stop = threading.Event()
+    try:
+        run_agent(api, name, interval, stop=stop)
+    except KeyboardInterrupt:
+        stop.set()
+
+
+@kube.command("manifests")
+@click.option("--image", default=None, help="ringleader's container image for the scheduler and agent.")
+@click.option("--replicas", type=click.IntRange(1, 9), default=2, show_default=True, help="Scheduler replicas.")
+def manifests_cmd(image: str | None, replicas: int) -> None:
+    """Print the install for `kubectl apply -f -`: namespace, RBAC, scheduler, agent."""
+    from ringleader.engines.kubernetes import manifests
+
+    click.echo(manifests.dump_all(manifests.install(image or manifests.DEFAULT_IMAGE, replicas)), nl=False)
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(kube)

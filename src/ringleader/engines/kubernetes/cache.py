@@ -1,0 +1,329 @@
+"""The scheduler's cache: nodes, pods and PodGroups from list+watch, and the ``ClusterState``
+snapshot ``place()`` reads, maintained incrementally.
+
+A gang the scheduler has decided on is *assumed* at once (its GPUs, CPU and memory counted as
+taken) before any API call, like kube-scheduler's assume cache, so the next decision never acts
+on a snapshot from before it; the watch confirms it (the pod shows its node), a failed bind
+forgets it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from decimal import Decimal
+from typing import Any
+
+from ringleader.engines.kubernetes.names import SCHEDULER_NAME
+from ringleader.engines.kubernetes.objects import NodeInfo, PodInfo, node_info, pod_info, static_misfit
+from ringleader.scheduler import ClusterState, NodeState, Placement, WorkerSlot
+
+
+@dataclass(frozen=True)
+class Holding:
+    """What one pod takes on one node."""
+
+    node: str
+    gpus: tuple[int, ...]
+    cpu: Decimal
+    memory: Decimal
+
+
+@dataclass
+class Usage:
+    cpu: Decimal = Decimal(0)
+    memory: Decimal = Decimal(0)
+    pods: int = 0
+
+
+@dataclass
+class Gang:
+    """Pods of one gang as the cache sees them now."""
+
+    key: str  # namespace/name
+    min_member: int
+    pending: list[PodInfo] = field(default_factory=list)
+    placed: int = 0  # members bound or assumed
+    group_missing: bool = False  # pods name a PodGroup the cache has not seen
+
+    @property
+    def ready(self) -> bool:
+        """Enough members exist to start it whole (or it already runs and lost some)."""
+        return not self.group_missing and bool(self.pending) and (
+            self.placed > 0 or len(self.pending) >= self.min_member
+        )
+
+
+class Cache:
+    def __init__(self) -> None:
+        self.nodes: dict[str, NodeInfo] = {}
+        self.pods: dict[str, PodInfo] = {}
+        self.groups: dict[str, int] = {}  # namespace/name -> minMember
+        self.assumed: dict[str, Holding] = {}
+        self._held: dict[str, Holding] = {}
+        self._members: dict[tuple[str, str], set[str]] = {}  # (gang, node) -> pods holding there
+        self._usage: dict[str, Usage] = {}
+        self._state: ClusterState | None = None
+        self._misfits: dict[Any, dict[int, str]] = {}  # pod signature -> node position -> why
+        # Bumped whenever room may have appeared (a pod let go of a node, a node changed): a gang
+        # that did not fit is decided again only after that.
+        self.freed = 0
+
+    # -- events -----------------------------------------------------------------------------------
+    def replace(self, kind: str, objects: Iterable[Mapping[str, Any]]) -> None:
+        """A relist: the whole set of ``kind`` ("nodes", "pods", "podgroups") as it is now."""
+        if kind == "nodes":
+            self.nodes = {}
+            for obj in objects:
+                info = node_info(obj)
+                self.nodes[info.name] = info
+            self._node_set_changed()
+        elif kind == "pods":
+            fresh = {p.key: p for p in map(pod_info, objects)}
+            for key in list(self.pods):
+                if key not in fresh:
+                    self.delete_pod(key)
+            for pod in fresh.values():
+                self._put_pod(pod)
+        else:
+            self.groups = {}
+            for obj in objects:
+                self.apply_group("ADDED", obj)
+
+    def apply(self, kind: str, event_type: str, obj: Mapping[str, Any]) -> None:
+        if kind == "nodes":
+            self.apply_node(event_type, obj)
+        elif kind == "pods":
+            if event_type == "DELETED":
+                meta = obj.get("metadata") or {}
+                self.delete_pod(f"{meta.get('namespace', 'default')}/{meta.get('name', '')}")
+            else:
+                self._put_pod(pod_info(obj))
+        else:
+            self.apply_group(event_type, obj)
+
+    def apply_node(self, event_type: str, obj: Mapping[str, Any]) -> None:
+        info = node_info(obj)
+        old = self.nodes.get(info.name)
+        if event_type == "DELETED":
+            if old is not None:
+                del self.nodes[info.name]
+                self._node_set_changed()
+            return
+        if old == info:
+            return  # a heartbeat: nothing the scheduler reads changed
+        self.nodes[info.name] = info
+        if old is None or old.spec != info.spec:
+            self._node_set_changed()
+        else:
+            self._misfits.clear()
+            self.freed += 1
+
+    def apply_group(self, event_type: str, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        key = f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
+        if event_type == "DELETED":
+            self.groups.pop(key, None)
+        else:
+            self.groups[key] = max(1, int((obj.get("spec") or {}).get("minMember") or 1))
+
+    def _node_set_changed(self) -> None:
+        self._state = None
+        self._misfits.clear()
+        self.freed += 1
+
+    def _put_pod(self, pod: PodInfo) -> None:
+        self.pods[pod.key] = pod
+        if pod.holds_resources:
+            self.assumed.pop(pod.key, None)  # the watch confirms the bind (or someone else's)
+            self._hold(pod.key, self._holding_of(pod))
+        elif pod.terminal or pod.deleting:
+            self.assumed.pop(pod.key, None)
+            self._hold(pod.key, None)
+        elif pod.key in self.assumed:
+            self._hold(pod.key, self.assumed[pod.key])  # a stale event from before our bind
+        else:
+            self._hold(pod.key, None)
+
+    def delete_pod(self, key: str) -> None:
+        self.assumed.pop(key, None)
+        self._hold(key, None)  # while the pod is still known: its gang names the snapshot entry
+        self.pods.pop(key, None)
+
+    def _holding_of(self, pod: PodInfo) -> Holding:
+        assert pod.node is not None
+        gpus = pod.gpu_ids
+        node = self.nodes.get(pod.node)
+        if pod.gpus and len(gpus) != pod.gpus and node is not None:
+            # Bound without our annotation: count the lowest free ids, so its GPUs are not given twice.
+            held = self._held.get(pod.key)
+            free = [g for g in self.state.node(pod.node).free_gpus if not held or g not in held.gpus]
+            gpus = tuple(sorted((*(held.gpus if held else ()), *free)))[: pod.gpus]
+        return Holding(pod.node, gpus, pod.cpu, pod.memory)
+
+    # -- assume / forget ------------------------------------------------------------------------------
+    def assume(self, pod: PodInfo, node: str, gpus: tuple[int, ...]) -> None:
+        self.assume_gang([(pod, node, gpus)])
+
+    def assume_gang(self, members: Iterable[tuple[PodInfo, str, tuple[int, ...]]]) -> None:
+        """Count a decided gang as placed: one snapshot update for all of it."""
+        changes = []
+        for pod, node, gpus in members:
+            holding = Holding(node, gpus, pod.cpu, pod.memory)
+            self.assumed[pod.key] = holding
+            changes.append((pod.key, holding))
+        self._hold_many(changes)
+
+    def doomed(self, key: str) -> None:
+        """We deleted this pod (a gang's rollback): until the watch says so, it counts as going,
+        not as a placed member that would let the rest of its gang start without it."""
+        pod = self.pods.get(key)
+        if pod is not None:
+            self.pods[key] = replace(pod, deleting=True)
+        # No longer a member in flight; what it holds stays held until the watch says it is gone.
+        self.assumed.pop(key, None)
+
+    def forget(self, key: str) -> None:
+        """Undo ``assume`` (the bind failed); the pod is pending again if it still exists."""
+        if self.assumed.pop(key, None) is not None:
+            pod = self.pods.get(key)
+            self._hold(key, self._holding_of(pod) if pod is not None and pod.holds_resources else None)
+
+    def _hold(self, key: str, new: Holding | None) -> None:
+        self._hold_many([(key, new)])
+
+    def _hold_many(self, changes: Iterable[tuple[str, Holding | None]]) -> None:
+        """Move pods' holdings. GPUs are recorded in the snapshot under the pod's gang, so a
+        whole gang commits in one update; a pod leaving re-records its gang's rest on that node."""
+        released: set[tuple[str, str]] = set()
+        added: dict[str, list[WorkerSlot]] = {}
+        for key, new in changes:
+            old = self._held.get(key)
+            if old == new:
+                continue
+            gang = self._gang_of(key)
+            if old is not None:
+                self.freed += 1
+                usage = self._usage.setdefault(old.node, Usage())
+                usage.cpu -= old.cpu
+                usage.memory -= old.memory
+                usage.pods -= 1
+                del self._held[key]
+                self._members.get((gang, old.node), set()).discard(key)
+                if old.gpus:
+                    released.add((gang, old.node))
+            if new is not None:
+                usage = self._usage.setdefault(new.node, Usage())
+                usage.cpu += new.cpu
+                usage.memory += new.memory
+                usage.pods += 1
+                self._held[key] = new
+                self._members.setdefault((gang, new.node), set()).add(key)
+                if new.gpus and (gang, new.node) not in released:
+                    added.setdefault(gang, []).append(WorkerSlot(0, new.node, new.gpus))
+        if self._state is None:
+            return
+        state = self._state
+        for gang, node in released:
+            if node not in state.positions:
+                continue
+            state = state.without_placement(Placement(gang, (WorkerSlot(0, node, ()),)))
+            rest = [self._held[k].gpus for k in self._members.get((gang, node), ()) if self._held[k].gpus]
+            if rest:
+                added.setdefault(gang, []).extend(WorkerSlot(0, node, g) for g in rest)
+        for gang, slots in added.items():
+            state = self._commit(state, gang, [s for s in slots if s.node in state.positions])
+        self._state = state
+
+    def _gang_of(self, key: str) -> str:
+        pod = self.pods.get(key)
+        return pod.gang_key if pod is not None else key
+
+    @staticmethod
+    def _commit(state: ClusterState, gang: str, slots: list[WorkerSlot]) -> ClusterState:
+        if not slots:
+            return state
+        try:
+            return state.with_placement(Placement(gang, tuple(slots)))
+        except (ValueError, IndexError):
+            # ids outside the node's topology or given twice: commit the pods one by one, skipping those
+            for slot in slots:
+                try:
+                    state = state.with_placement(Placement(gang, (slot,)))
+                except (ValueError, IndexError):
+                    continue
+            return state
+
+    # -- reads ----------------------------------------------------------------------------------------
+    @property
+    def state(self) -> ClusterState:
+        """The placement snapshot: every node's topology and the GPUs pods hold or are assumed to."""
+        if self._state is None:
+            # Built in one pass (every node's allocations at once, then the group index), then
+            # maintained by with/without_placement as pods come and go.
+            allocated: dict[str, dict[int, str]] = {}
+            for key, holding in self._held.items():
+                info = self.nodes.get(holding.node)
+                if info is None:
+                    continue
+                taken = allocated.setdefault(holding.node, {})
+                for gpu in holding.gpus:  # ids outside the topology or given twice: not counted twice
+                    if 0 <= gpu < info.spec.topology.n_gpus and gpu not in taken:
+                        taken[gpu] = self._gang_of(key)
+            state = ClusterState(tuple(
+                NodeState(info.spec, tuple(sorted(allocated.get(name, {}).items())))
+                for name, info in self.nodes.items()
+            ))  # fmt: skip
+            _ = state.index
+            self._state = state
+        return self._state
+
+    def usage(self, node: str) -> Usage:
+        return self._usage.get(node) or Usage()
+
+    def room(self, node: NodeInfo, cpu: Decimal, memory: Decimal, pods: int = 1) -> str | None:
+        """Why ``node`` lacks room for ``pods`` more pods of ``cpu``/``memory`` each (None if not)."""
+        used = self.usage(node.name)
+        if used.pods + pods > node.pods:
+            return "too many pods"
+        if cpu and used.cpu + cpu * pods > node.cpu:
+            return "insufficient cpu"
+        if memory and used.memory + memory * pods > node.memory:
+            return "insufficient memory"
+        return None
+
+    def misfits(self, pod: PodInfo) -> Mapping[int, str]:
+        """Node position -> why it can never host ``pod`` (cordon, taints, selector), memoised
+        per kind of pod until a node changes: one scan of the nodes, not one per gang."""
+        signature = (
+            repr(sorted(map(repr, pod.tolerations))), tuple(sorted(pod.node_selector.items())), pod.gpus > 0,
+            repr(pod.affinity),
+        )  # fmt: skip
+        found = self._misfits.get(signature)
+        if found is None:
+            positions = self.state.positions
+            found = {}
+            for info in self.nodes.values():
+                why = static_misfit(info, pod)
+                if why is not None:
+                    found[positions[info.name]] = why
+            self._misfits[signature] = found
+        return found
+
+    def gangs(self) -> list[Gang]:
+        """Gangs with pending members, highest pod priority first, then oldest first."""
+        by_key: dict[str, Gang] = {}
+        for pod in self.pods.values():
+            if pod.scheduler != SCHEDULER_NAME or pod.terminal:
+                continue
+            gang = by_key.get(pod.gang_key)
+            if gang is None:
+                gang = by_key[pod.gang_key] = Gang(pod.gang_key, self.groups.get(pod.gang_key, 1))
+                gang.group_missing = pod.grouped and pod.gang_key not in self.groups
+            if pod.pending and pod.key not in self.assumed:
+                gang.pending.append(pod)
+            elif pod.key in self.assumed or (pod.node is not None and not pod.deleting):
+                gang.placed += 1
+        found = [g for g in by_key.values() if g.pending]
+        found.sort(key=lambda g: (-max(p.priority for p in g.pending), min(p.created for p in g.pending)))
+        return found

@@ -1,0 +1,309 @@
+"""The few API calls ringleader makes, through the official ``kubernetes`` client (imported only
+here, only when used), with JSON dicts in and out.
+
+Responses are read raw (``_preload_content=False``) and parsed with ``json``: the scheduler
+needs a handful of fields, not the client's model objects (whose Binding response cannot even be
+deserialised), and a watch is read line by line so a 410 Gone is seen as itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ringleader.engines.kubernetes import names
+from ringleader.errors import DependencyError, RingleaderError, UsageError
+
+KINDS = ("nodes", "pods", "podgroups")
+
+
+class Gone(Exception):
+    """The watch's resourceVersion is too old (HTTP 410): relist."""
+
+
+class ApiError(RingleaderError):
+    """The API server refused or failed a request (``status`` is its HTTP code, 0 if none came)."""
+
+    def __init__(self, message: str, status: int = 0, fix: str = "") -> None:
+        super().__init__(message, fix)
+        self.status = status
+
+
+def load_client(context: str | None = None, host: str | None = None) -> Any:
+    """An ``ApiClient``: for ``host`` (tests, a proxy), else in-cluster when running in a pod,
+    else the kubeconfig kubectl uses (KUBECONFIG, ~/.kube/config) and its current context."""
+    try:
+        from kubernetes import client, config
+    except ImportError:
+        raise DependencyError(
+            "the kubernetes client is not installed", "pip install 'ringleader[kube]'"
+        ) from None
+    if host is not None:
+        configuration = client.Configuration()
+        configuration.host = host
+        return client.ApiClient(configuration)
+    try:
+        config.load_incluster_config()
+        return client.ApiClient()
+    except config.ConfigException:
+        pass
+    try:
+        return config.new_client_from_config(context=context)
+    except (config.ConfigException, OSError, TypeError) as exc:
+        raise UsageError(
+            f"no Kubernetes cluster configured ({exc})",
+            "point KUBECONFIG at a kubeconfig file (or run `kubectl config use-context NAME`)",
+        ) from None
+
+
+def current_namespace(context: str | None = None) -> str:
+    """The namespace kubectl would use: in a pod its own, else the context's, else default."""
+    try:
+        with open("/var/run/secrets/kubernetes.io/serviceaccount/namespace") as fh:
+            return fh.read().strip() or "default"
+    except OSError:
+        pass
+    try:
+        from kubernetes import config
+
+        _, active = config.list_kube_config_contexts()
+        if context:
+            contexts, _ = config.list_kube_config_contexts()
+            active = next((c for c in contexts if c["name"] == context), active)
+        return str((active or {}).get("context", {}).get("namespace") or "default")
+    except Exception:  # no kubeconfig at all: kubectl's default
+        return "default"
+
+
+@dataclass
+class Api:
+    """The calls, as JSON. ``api`` is a kubernetes ``ApiClient``."""
+
+    api: Any
+
+    def __post_init__(self) -> None:
+        import urllib3
+        from kubernetes import client
+
+        # Connection failures are OSErrors or, after the client's retries, urllib3's own.
+        self._down: tuple[type[BaseException], ...] = (OSError, urllib3.exceptions.HTTPError)
+        self.core = client.CoreV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+        self.coordination = client.CoordinationV1Api(self.api)
+        self._exc = client.ApiException
+
+    def _json(self, call: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            resp = call(*args, _preload_content=False, **kwargs)
+        except self._exc as exc:
+            raise _api_error(exc) from None
+        except self._down as exc:  # connection refused, DNS, TLS
+            raise ApiError(f"cannot reach the API server: {exc}", 0, "check the kubeconfig and the network") from None
+        try:
+            data = resp.data
+        finally:
+            resp.release_conn()  # back to the pool for the next request, not left to the GC
+        return json.loads(data) if data else {}
+
+    # -- list + watch ---------------------------------------------------------------------------------
+    def _lister(self, kind: str) -> tuple[Any, tuple[Any, ...]]:
+        if kind == "nodes":
+            return self.core.list_node, ()
+        if kind == "pods":
+            return self.core.list_pod_for_all_namespaces, ()
+        group = (names.PODGROUP_GROUP, names.PODGROUP_VERSION, names.PODGROUP_PLURAL)
+        return self.custom.list_cluster_custom_object, group
+
+    def list(self, kind: str) -> tuple[list[dict[str, Any]], str]:
+        call, args = self._lister(kind)
+        body = self._json(call, *args)
+        return list(body.get("items") or []), str((body.get("metadata") or {}).get("resourceVersion") or "")
+
+    def watch(self, kind: str, resource_version: str, timeout: int) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Events after ``resource_version`` until the server ends the watch (``timeout``
+        seconds); raises Gone when that version is too old."""
+        from kubernetes.watch.watch import iter_resp_lines
+
+        call, args = self._lister(kind)
+        try:
+            resp = call(*args, watch=True, resource_version=resource_version, timeout_seconds=timeout,
+                        allow_watch_bookmarks=True, _preload_content=False)  # fmt: skip
+        except self._exc as exc:
+            if exc.status == 410:
+                raise Gone() from None
+            raise _api_error(exc) from None
+        except self._down as exc:
+            raise ApiError(f"cannot reach the API server: {exc}") from None
+        try:
+            for line in iter_resp_lines(resp):
+                if not line:
+                    continue
+                event = json.loads(line)
+                obj = event.get("object") or {}
+                if event.get("type") == "ERROR":
+                    if obj.get("code") == 410:
+                        raise Gone()
+                    raise ApiError(f"watch {kind}: {obj.get('message', obj)}", int(obj.get("code") or 0))
+                yield str(event.get("type")), obj
+        finally:
+            resp.release_conn()
+
+    # -- pods -----------------------------------------------------------------------------------------
+    def annotate_pod(self, namespace: str, name: str, annotations: Mapping[str, str]) -> None:
+        self._json(self.core.patch_namespaced_pod, name, namespace, {"metadata": {"annotations": dict(annotations)}})
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        body = {
+            "apiVersion": "v1", "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }  # fmt: skip
+        self._json(self.core.create_namespaced_pod_binding, name, namespace, body)
+
+    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
+        try:
+            self._json(self.core.delete_namespaced_pod, name, namespace, body=body)
+        except ApiError as exc:
+            if exc.status != 404:  # already gone is what we wanted
+                raise
+
+    def create_event(self, namespace: str, event: Mapping[str, Any]) -> None:
+        self._json(self.core.create_namespaced_event, namespace, dict(event))
+
+    # -- nodes (the agent) ---------------------------------------------------------------------------------
+    def get_node(self, name: str) -> dict[str, Any]:
+        body: dict[str, Any] = self._json(self.core.read_node, name)
+        return body
+
+    def annotate_node(self, name: str, annotations: Mapping[str, str | None]) -> None:
+        self._json(self.core.patch_node, name, {"metadata": {"annotations": dict(annotations)}})
+
+    def node_capacity(self, name: str, resources: Mapping[str, str]) -> None:
+        """Advertise node-level extended resources (kubelet copies capacity to allocatable)."""
+        self._json(self.core.patch_node_status, name, {"status": {"capacity": dict(resources)}})
+
+    # -- podgroups ------------------------------------------------------------------------------------
+    def podgroup_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        group = (names.PODGROUP_GROUP, names.PODGROUP_VERSION, namespace, names.PODGROUP_PLURAL, name)
+        self._json(self.custom.patch_namespaced_custom_object_status, *group, {"status": dict(status)})
+
+    def podgroup_annotate(self, namespace: str, name: str, annotations: Mapping[str, str]) -> None:
+        group = (names.PODGROUP_GROUP, names.PODGROUP_VERSION, namespace, names.PODGROUP_PLURAL, name)
+        self._json(self.custom.patch_namespaced_custom_object, *group, {"metadata": {"annotations": dict(annotations)}})
+
+    # -- leases ---------------------------------------------------------------------------------------
+    def read_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            body: dict[str, Any] = self._json(self.coordination.read_namespaced_lease, name, namespace)
+            return body
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def create_lease(self, namespace: str, lease: Mapping[str, Any]) -> dict[str, Any]:
+        body: dict[str, Any] = self._json(self.coordination.create_namespaced_lease, namespace, dict(lease))
+        return body
+
+    def replace_lease(self, namespace: str, name: str, lease: Mapping[str, Any]) -> dict[str, Any]:
+        body: dict[str, Any] = self._json(self.coordination.replace_namespaced_lease, name, namespace, dict(lease))
+        return body
+
+
+class JobsApi(Api):
+    """What the engine (submit/get/list/logs/delete) adds: MPIJobs, a job's pods, events, logs."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        # A command prints one line when the cluster is down, not urllib3's retry warnings.
+        logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
+
+    def _mpijobs(self, namespace: str) -> tuple[str, str, str, str]:
+        return (names.MPIJOB_GROUP, names.MPIJOB_VERSION, namespace, names.MPIJOB_PLURAL)
+
+    def create_mpijob(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        created: dict[str, Any] = self._json(self.custom.create_namespaced_custom_object,
+                                             *self._mpijobs(namespace), dict(body))  # fmt: skip
+        return created
+
+    def get_mpijob(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            found: dict[str, Any] = self._json(self.custom.get_namespaced_custom_object,
+                                               *self._mpijobs(namespace), name)  # fmt: skip
+            return found
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def list_mpijobs(self, namespace: str) -> list[dict[str, Any]]:
+        body = self._json(self.custom.list_namespaced_custom_object, *self._mpijobs(namespace))
+        return list(body.get("items") or [])
+
+    def delete_mpijob(self, namespace: str, name: str) -> None:
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Foreground"}
+        self._json(self.custom.delete_namespaced_custom_object, *self._mpijobs(namespace), name, body=body)
+
+    def create_podgroup(self, namespace: str, body: Mapping[str, Any]) -> None:
+        group = (names.PODGROUP_GROUP, names.PODGROUP_VERSION, namespace, names.PODGROUP_PLURAL)
+        self._json(self.custom.create_namespaced_custom_object, *group, dict(body))
+
+    def get_podgroup(self, namespace: str, name: str) -> dict[str, Any] | None:
+        group = (names.PODGROUP_GROUP, names.PODGROUP_VERSION, namespace, names.PODGROUP_PLURAL)
+        try:
+            found: dict[str, Any] = self._json(self.custom.get_namespaced_custom_object, *group, name)
+            return found
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        body = self._json(self.core.list_namespaced_pod, namespace, label_selector=selector)
+        return list(body.get("items") or [])
+
+    def events(self, namespace: str) -> list[dict[str, Any]]:
+        body = self._json(self.core.list_namespaced_event, namespace)
+        return list(body.get("items") or [])
+
+    def pod_log(self, namespace: str, name: str, tail: int | None, timestamps: bool) -> str:
+        try:
+            resp: Any = self.core.read_namespaced_pod_log(
+                name, namespace, tail_lines=tail, timestamps=timestamps, _preload_content=False
+            )
+        except self._exc as exc:
+            raise _api_error(exc) from None
+        except self._down as exc:
+            raise ApiError(f"cannot reach the API server: {exc}") from None
+        return bytes(resp.data).decode(errors="replace")
+
+    def follow_log(self, namespace: str, name: str, tail: int | None, timestamps: bool) -> Iterator[str]:
+        """The pod's log, then new lines until its container ends (the API closes the stream)."""
+        from kubernetes.watch.watch import iter_resp_lines
+
+        try:
+            resp: Any = self.core.read_namespaced_pod_log(name, namespace, tail_lines=tail, timestamps=timestamps,
+                                                          follow=True, _preload_content=False)  # fmt: skip
+        except self._exc as exc:
+            raise _api_error(exc) from None
+        except self._down as exc:
+            raise ApiError(f"cannot reach the API server: {exc}") from None
+        try:
+            for line in iter_resp_lines(resp):
+                yield line + "\n"
+        finally:
+            resp.release_conn()
+
+
+def _api_error(exc: Any) -> ApiError:
+    status = int(getattr(exc, "status", 0) or 0)
+    message = getattr(exc, "reason", "") or str(exc)
+    with contextlib.suppress(TypeError, ValueError, AttributeError):
+        message = json.loads(exc.body).get("message") or message
+    fix = "check the scheduler's RBAC (`ringleader kube manifests`)" if status == 403 else ""
+    return ApiError(f"API server: {status} {message}", status, fix)

@@ -1,0 +1,178 @@
+"""One decision per gang over the cache: every member's node and GPU ids, or why it waits.
+
+The GPU workers go through the same pure ``place()`` as every other engine. What Kubernetes
+adds is applied around it, without a copy of the cluster per gang: nodes the pods can never use
+(cordoned, untolerated taints, nodeSelector, not Ready) have their free GPUs masked as taken in
+the snapshot handed to ``place()`` (a few incremental updates); CPU, memory and pod-count room is
+checked on the nodes ``place()`` chose, and a node short of it is masked and the gang placed
+again. Members without GPUs (the MPI launcher) then go next to the workers if they fit there.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from ringleader.engines.kubernetes.cache import Cache, Gang, Usage
+from ringleader.engines.kubernetes.objects import PodInfo, static_misfit
+from ringleader.scheduler import ClusterState, Code, JobRequest, Placement, WorkerSlot, place
+
+MASK = "\x00unusable"  # the owner of GPUs masked out of one decision
+MAX_REPLACEMENTS = 4  # nodes short of CPU/memory masked before the gang is called pending
+
+
+@dataclass(frozen=True)
+class Assignment:
+    pod: PodInfo
+    node: str
+    gpus: tuple[int, ...]
+    worker: int | None  # index among the gang's GPU workers (rank order), None for others
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A gang's decision: ``assignments`` for every pending member, or ``reason`` (with numbers)
+    and ``code`` (Unschedulable: may fit later; UnschedulableAndUnresolvable: never)."""
+
+    gang: Gang
+    code: Code
+    assignments: tuple[Assignment, ...] = ()
+    reason: str = ""
+    summary: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.code is Code.SUCCESS
+
+
+def _worker_order(pod: PodInfo) -> tuple[int, str]:
+    """MPIJob workers by replica index (name-0, name-1, ...), others by name."""
+    tail = pod.name.rsplit("-", 1)[-1]
+    return (int(tail) if tail.isdigit() else 1 << 30, pod.name)
+
+
+def decide(cache: Cache, gang: Gang) -> Outcome:
+    """Place every pending member of ``gang`` at once, or none. Pure over the cache: nothing is
+    assumed or written here."""
+    gpu_pods = sorted((p for p in gang.pending if p.gpus), key=_worker_order)
+    other_pods = sorted((p for p in gang.pending if not p.gpus), key=lambda p: p.name)
+    sizes = {p.gpus for p in gpu_pods}
+    if len(sizes) > 1:
+        return Outcome(gang, Code.UNRESOLVABLE, reason=(
+            f"workers ask for different GPU counts ({', '.join(map(str, sorted(sizes)))}); "
+            "a gang's GPU workers must be alike"))  # fmt: skip
+    assignments: list[Assignment] = []
+    summary = ""
+    taken: dict[str, Usage] = {}  # what this gang's members take per node, for the room checks
+    if gpu_pods:
+        placed = _place_workers(cache, gang, gpu_pods)
+        if isinstance(placed, Outcome):
+            return placed
+        placement, summary = placed
+        for slot, pod in zip(placement.slots, gpu_pods, strict=True):
+            assignments.append(Assignment(pod, slot.node, slot.gpus, slot.index))
+            _add(taken, slot.node, pod)
+    preferred = list(dict.fromkeys(a.node for a in assignments))
+    for pod in other_pods:
+        node = _fit_plain(cache, pod, preferred, taken)
+        if node is None:
+            return Outcome(gang, Code.UNSCHEDULABLE, reason=_plain_reason(cache, pod, len(gang.pending)))
+        assignments.append(Assignment(pod, node, (), None))
+        _add(taken, node, pod)
+    return Outcome(gang, Code.SUCCESS, tuple(assignments), summary=summary or f"{len(assignments)} pod(s) placed")
+
+
+def _add(taken: dict[str, Usage], node: str, pod: PodInfo) -> None:
+    usage = taken.setdefault(node, Usage())
+    usage.cpu += pod.cpu
+    usage.memory += pod.memory
+    usage.pods += 1
+
+
+def _place_workers(cache: Cache, gang: Gang, pods: Sequence[PodInfo]) -> tuple[Placement, str] | Outcome:
+    first = pods[0]
+    state = cache.state
+    misfit = cache.misfits(first)
+    masked = _masked(state, misfit)
+    job = JobRequest(gang.key, len(pods), first.gpus, topology_aware=first.topology_aware)
+    short: dict[int, str] = {}
+    for _ in range(MAX_REPLACEMENTS + 1):
+        decision = place(masked, job)
+        if decision.placement is None:
+            code = decision.code
+            if code is Code.UNRESOLVABLE and misfit:
+                code = Code.UNSCHEDULABLE  # masked nodes may come back (uncordon, taint removed)
+            return Outcome(gang, code, reason=_gpu_reason(cache, decision.reasons, misfit, short, len(pods)))
+        per_node = Counter(slot.node for slot in decision.placement.slots)
+        lacking: dict[int, str] = {}
+        for node, count in per_node.items():
+            why = cache.room(cache.nodes[node], first.cpu, first.memory, count)
+            if why is not None:
+                lacking[state.positions[node]] = why
+        if not lacking:
+            return decision.placement, decision.summary()
+        short.update(lacking)
+        masked = _masked(masked, lacking)
+    return Outcome(gang, Code.UNSCHEDULABLE, reason=_gpu_reason(cache, (), misfit, short, len(pods)))
+
+
+def _masked(state: ClusterState, positions: Iterable[int]) -> ClusterState:
+    """``state`` with every free GPU of the nodes at ``positions`` marked taken."""
+    slots: list[WorkerSlot] = []
+    for pos in positions:
+        ns = state.nodes[pos]
+        if ns.n_free:
+            slots.append(WorkerSlot(len(slots), ns.name, ns.free_gpus))
+    return state.with_placement(Placement(MASK, tuple(slots))) if slots else state
+
+
+def _counts(reasons: Mapping[int, str] | Counter[str]) -> str:
+    tally = reasons if isinstance(reasons, Counter) else Counter(reasons.values())
+    return ", ".join(f"{n} node(s) {why}" for why, n in tally.most_common())
+
+
+def _gpu_reason(cache: Cache, reasons: Sequence[str], misfit: Mapping[int, str], short: Mapping[int, str],
+                pods: int) -> str:  # fmt: skip
+    total = len(cache.nodes)
+    parts = [f"0/{total} nodes can take the gang's {pods} GPU worker(s) together"]
+    if reasons:
+        parts.append("; ".join(reasons))
+    excluded = _counts(misfit)
+    if excluded:
+        parts.append(f"not usable: {excluded}")
+    if short:
+        parts.append(f"GPUs fit but room lacked: {_counts(short)}")
+    return "; ".join(parts)
+
+
+def _fit_plain(cache: Cache, pod: PodInfo, preferred: Sequence[str], taken: dict[str, Usage]) -> str | None:
+    """A node for a member without GPUs: one of the gang's workers' nodes if it fits there,
+    else the first node in cache order that does."""
+    for name in [*preferred, *(n for n in cache.nodes if n not in preferred)]:
+        info = cache.nodes[name]
+        if static_misfit(info, pod) is not None:
+            continue
+        used, extra = cache.usage(name), taken.get(name) or Usage()
+        if used.pods + extra.pods + 1 > info.pods:
+            continue
+        if pod.cpu and used.cpu + extra.cpu + pod.cpu > info.cpu:
+            continue
+        if pod.memory and used.memory + extra.memory + pod.memory > info.memory:
+            continue
+        return name
+    return None
+
+
+def _plain_reason(cache: Cache, pod: PodInfo, pods: int) -> str:
+    why: Counter[str] = Counter()
+    for info in cache.nodes.values():
+        reason = static_misfit(info, pod) or cache.room(info, pod.cpu, pod.memory) or "full with this gang's pods"
+        why[reason] += 1
+    return f"0/{len(cache.nodes)} nodes can take pod {pod.name} of a {pods}-pod gang: {_counts(why)}"
+
+
+def describe_pending(outcome: Outcome) -> str:
+    return f"gang {outcome.gang.key} waits: {outcome.reason}"
+
+

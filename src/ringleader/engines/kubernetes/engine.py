@@ -1,0 +1,284 @@
+"""The `kubernetes` engine: jobs are MPIJobs (kubeflow.org/v2beta1) placed by ringleader's
+scheduler; `get`, `list`, `logs`, `delete` and `top` read them back into the same views the
+embedded engine returns, so every command renders alike.
+
+The cluster is the one kubectl uses (KUBECONFIG and its current context, or in-cluster), and
+the namespace is kubectl's (the context's, else default). RINGLEADER_KUBE_SERVER points at an API
+server URL directly (`kubectl proxy`), RINGLEADER_KUBE_CONTEXT and RINGLEADER_KUBE_NAMESPACE
+override the context and namespace.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import time
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from ringleader.engines.kubernetes import manifests, names
+from ringleader.engines.kubernetes.cache import Cache
+from ringleader.engines.kubernetes.client import ApiError, JobsApi, current_namespace, load_client
+from ringleader.errors import ConflictError, NotFoundError, UnschedulableError, UsageError
+from ringleader.runtime.codec import decision_to_dict
+from ringleader.runtime.spec import JobSpec
+from ringleader.runtime.states import JobStatus
+from ringleader.runtime.views import EventView, InstanceView, JobView, SubmitResult
+from ringleader.scheduler import ClusterState, Code, Decision, place
+
+TRAINER = "MPIJOB"
+
+
+def _ts(text: str | None) -> float | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return None
+
+
+class KubernetesEngine:
+    def __init__(self, api: JobsApi | None, namespace: str, connect: Any = None) -> None:
+        self._api, self._connect = api, connect
+        self.namespace = namespace
+        self.notes: list[str] = []
+
+    @property
+    def api(self) -> JobsApi:
+        if self._api is None:
+            self._api = JobsApi(self._connect())
+        return self._api
+
+    # -- the cluster ----------------------------------------------------------------------------------
+    def nodes(self) -> ClusterState:
+        """Nodes with their published topology, GPUs held by pods (any namespace)."""
+        cache = Cache()
+        cache.replace("nodes", self.api.list("nodes")[0])
+        cache.replace("pods", self.api.list("pods")[0])
+        return cache.state
+
+    # -- submit ---------------------------------------------------------------------------------------
+    def submit(self, spec: JobSpec, dry_run: bool = False) -> SubmitResult:
+        """Create the MPIJob and its PodGroup; the plan shown is ``place()`` over the cluster as
+        it is now (the scheduler decides for real when the pods exist). A dry run creates
+        nothing; its -o yaml output is the manifests themselves."""
+        spec = spec.validate()
+        job = manifests.mpijob(spec, self.namespace)
+        extra: dict[str, Any] = {
+            "manifests": manifests.dump_all([job, manifests.podgroup(spec, self.namespace)]),
+            "namespace": self.namespace,
+        }
+        try:
+            if not dry_run and self.api.get_mpijob(self.namespace, spec.name) is not None:
+                raise ConflictError(f"job {spec.name!r} already exists",
+                                    f"pick another --name or `ringleader delete {spec.name}`")  # fmt: skip
+            decision = place(self.nodes(), spec.request())
+        except (ApiError, UsageError) as exc:  # unreachable, or no kubeconfig at all
+            if not dry_run:
+                raise
+            decision = Decision(spec.request(), spec.request().policy_name, Code.UNSCHEDULABLE,
+                                reasons=(f"cluster not read, no plan: {exc.message}",))  # fmt: skip
+        if dry_run:  # the plan says what it says (Unresolvable too): the manifests are wanted anyway
+            return SubmitResult(decision, decision_to_dict(decision), dry_run=True, extra=extra)
+        if decision.code is Code.UNRESOLVABLE:
+            raise UnschedulableError(
+                f"job {spec.name} can never run on this cluster: {'; '.join(decision.reasons)}",
+                "ask for fewer GPUs per worker or fewer workers, or label more nodes for this kind of job",
+            )
+        try:
+            created = self.api.create_mpijob(self.namespace, job)
+        except ApiError as exc:
+            if exc.status == 409:
+                raise ConflictError(f"job {spec.name!r} already exists", "pick another --name") from None
+            raise
+        uid = (created.get("metadata") or {}).get("uid")
+        try:
+            self.api.create_podgroup(self.namespace, manifests.podgroup(spec, self.namespace, uid))
+        except ApiError as exc:
+            if exc.status != 409:  # mpi-operator running with --gang-scheduling made it first
+                raise
+        where = f"{self.namespace}/{spec.name}"
+        self.notes.append(f"note: MPIJob {where} created; `ringleader kube scheduler` places its pods")
+        return SubmitResult(decision, decision_to_dict(decision), dry_run=False, job=self.get(spec.name), extra=extra)
+
+    # -- reads ----------------------------------------------------------------------------------------
+    def get(self, name: str) -> JobView:
+        job = self.api.get_mpijob(self.namespace, name)
+        if job is None:
+            raise NotFoundError(f"job {name!r} not found in namespace {self.namespace}", "see `ringleader list`")
+        pods = self.api.pods(self.namespace, f"{names.JOB_LABEL}={name}")
+        group = self.api.get_podgroup(self.namespace, name)
+        pod_names = {p["metadata"]["name"] for p in pods}
+        mine = [e for e in self.api.events(self.namespace)
+                if (e.get("involvedObject") or {}).get("name") in pod_names | {name}]  # fmt: skip
+        events = tuple(sorted(
+            (EventView(_ts(e.get("lastTimestamp") or e.get("eventTime")) or 0.0, e.get("reason", ""),
+                       e.get("message", "")) for e in mine),
+            key=lambda e: e.at,
+        ))  # fmt: skip
+        return job_view(job, pods, group, events)
+
+    def list_jobs(self, statuses: Sequence[JobStatus] | None = None, with_instances: bool = False) -> list[JobView]:
+        pods_by_job: dict[str, list[dict[str, Any]]] = {}
+        for p in self.api.pods(self.namespace, names.JOB_LABEL):
+            pods_by_job.setdefault(p["metadata"]["labels"][names.JOB_LABEL], []).append(p)
+        views = [job_view(j, pods_by_job.get(j["metadata"]["name"], []), None, (), with_instances)
+                 for j in self.api.list_mpijobs(self.namespace)]  # fmt: skip
+        views.sort(key=lambda v: v.created_at)
+        return [v for v in views if statuses is None or v.status in statuses]
+
+    def _instance(self, name: str, instance: str | None) -> str:
+        view = self.get(name)
+        known = [i.name for i in view.instances]
+        if instance is None:
+            chief = next((i.name for i in view.instances if i.is_chief), None)
+            if chief is None:
+                raise NotFoundError(f"job {name} has no launcher pod yet ({view.status.value})", "wait until it runs")
+            return chief
+        for candidate in (instance, f"{name}-{instance}"):
+            if candidate in known:
+                return candidate
+        choices = ", ".join(known) or "(none yet)"
+        raise NotFoundError(f"job {name} has no instance {instance!r}", f"use one of {choices}")
+
+    def logs(self, name: str, instance: str | None = None, tail: int | None = None, timestamps: bool = False) -> str:
+        return self.api.pod_log(self.namespace, self._instance(name, instance), tail, timestamps)
+
+    def follow(self, name: str, instance: str | None = None, tail: int | None = None,
+               timestamps: bool = False) -> Iterator[str]:  # fmt: skip
+        while not self.get(name).instances and not self.get(name).status.is_terminal():
+            time.sleep(1.0)
+        yield from self.api.follow_log(self.namespace, self._instance(name, instance), tail, timestamps)
+
+    def delete(self, names_: Sequence[str]) -> list[str]:
+        missing = [n for n in names_ if self.api.get_mpijob(self.namespace, n) is None]
+        if missing:
+            raise NotFoundError(f"job {missing[0]!r} not found in namespace {self.namespace}", "see `ringleader list`")
+        for name in names_:
+            self.api.delete_mpijob(self.namespace, name)  # its pods and PodGroup go with it (owner references)
+        return list(names_)
+
+    def wait(self, name: str, timeout: float | None = None) -> JobView:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            view = self.get(name)
+            if view.status.is_terminal():
+                return view
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"job {name} still {view.status.value} after {timeout} s")
+            time.sleep(2.0)
+
+    def prediction(self, name: str) -> dict[str, Any] | None:
+        del name
+        return None
+
+    def close(self) -> None:
+        if self._api is not None:
+            self._api.api.close()
+
+
+def _status(job: dict[str, Any], pods: Sequence[dict[str, Any]]) -> JobStatus:
+    conditions = {c.get("type"): c.get("status") for c in (job.get("status") or {}).get("conditions") or ()}
+    if conditions.get("Failed") == "True":
+        return JobStatus.FAILED
+    if conditions.get("Succeeded") == "True":
+        return JobStatus.SUCCEEDED
+    launcher_up = any((p.get("metadata") or {}).get("labels", {}).get(names.JOB_ROLE_LABEL) == "launcher"
+                      and (p.get("status") or {}).get("phase") == "Running" for p in pods)  # fmt: skip
+    if conditions.get("Running") == "True" or launcher_up:
+        return JobStatus.RUNNING
+    return JobStatus.PENDING if pods else JobStatus.QUEUING
+
+
+def _spec(job: dict[str, Any]) -> JobSpec:
+    meta, spec = job.get("metadata") or {}, job.get("spec") or {}
+    replicas = spec.get("mpiReplicaSpecs") or {}
+    worker = replicas.get("Worker") or {}
+    template = worker.get("template") or {}
+    container = ((template.get("spec") or {}).get("containers") or [{}])[0]
+    limits = (container.get("resources") or {}).get("limits") or {}
+    annotations = meta.get("annotations") or {}
+    labels = (template.get("metadata") or {}).get("labels") or {}
+    try:
+        command = shlex.split(annotations.get("ringleader.io/command", "")) or ["?"]
+    except ValueError:
+        command = ["?"]
+    return JobSpec(
+        name=meta.get("name", ""), workers=int(worker.get("replicas") or 0),
+        gpus_per_worker=int(limits.get(names.GPU_RESOURCE) or 0), command=command,
+        topology_aware=labels.get(names.TOPOLOGY_LABEL) == "true", image=container.get("image"),
+        model=annotations.get("ringleader.io/model"),
+    )  # fmt: skip
+
+
+def _exit_code(pod: dict[str, Any]) -> tuple[int | None, float | None]:
+    for status in (pod.get("status") or {}).get("containerStatuses") or ():
+        done = (status.get("state") or {}).get("terminated")
+        if done:
+            return int(done.get("exitCode", 0)), _ts(done.get("finishedAt"))
+    return None, None
+
+
+def job_view(job: dict[str, Any], pods: Sequence[dict[str, Any]], group: dict[str, Any] | None,
+             events: tuple[EventView, ...], with_instances: bool = True) -> JobView:  # fmt: skip
+    """One MPIJob and its pods as the JobView every engine returns."""
+    meta = job.get("metadata") or {}
+    spec = _spec(job)
+    instances: list[InstanceView] = []
+    workers: list[dict[str, Any]] = []
+    summary: str | None = None
+    for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
+        pmeta, pspec = pod["metadata"], pod.get("spec") or {}
+        notes = pmeta.get("annotations") or {}
+        role = (pmeta.get("labels") or {}).get(names.JOB_ROLE_LABEL, "worker")
+        gpus = tuple(int(g) for g in notes.get(names.GPU_IDS_ANNOTATION, "").split(",") if g.strip().isdigit())
+        code, ended = _exit_code(pod)
+        instances.append(InstanceView(
+            name=pmeta["name"], role=role, status=(pod.get("status") or {}).get("phase", "Pending"), exit_code=code,
+            node=pspec.get("nodeName"), gpus=gpus, gpu_requested=spec.gpus_per_worker if role == "worker" else 0,
+            is_chief=role == "launcher", pid=None, started_at=_ts((pod.get("status") or {}).get("startTime")),
+            ended_at=ended,
+        ))  # fmt: skip
+        if role == "worker" and pspec.get("nodeName"):
+            index = int(notes.get(names.WORKER_INDEX_ANNOTATION) or len(workers))
+            workers.append({"index": index, "node": pspec["nodeName"], "gpus": list(gpus)})
+            summary = summary or notes.get(names.DECISION_ANNOTATION)
+    placement = None
+    if workers and len(workers) == spec.workers:
+        workers.sort(key=lambda w: w["index"])
+        nodes = list(dict.fromkeys(w["node"] for w in workers))
+        describe = " + ".join(
+            f"{n}[{sum(1 for w in workers if w['node'] == n)}w: GPU "
+            f"{','.join(str(g) for w in workers if w['node'] == n for g in w['gpus']) or '-'}]"
+            for n in nodes
+        )
+        bottleneck = (summary or "").partition(", bottleneck ")[2] or "N/A"
+        placement = {"summary": summary, "chosen": {"nodes": nodes, "workers": workers, "describe": describe,
+                                                    "bottleneck": bottleneck}}  # fmt: skip
+    status = (job.get("status") or {})
+    reason = ((group or {}).get("metadata") or {}).get("annotations", {}).get(names.PENDING_ANNOTATION) or None
+    state = _status(job, pods)
+    if state is JobStatus.QUEUING:
+        reason = "no pods yet: mpi-operator creates them from the MPIJob"
+    elif state is JobStatus.PENDING and reason is None and not workers:
+        reason = "pods wait for `ringleader kube scheduler` (is it running?)"
+    return JobView(
+        name=meta.get("name", ""), status=state, priority=spec.priority, trainer=TRAINER,
+        created_at=_ts(meta.get("creationTimestamp")) or 0.0, started_at=_ts(status.get("startTime")),
+        ended_at=_ts(status.get("completionTime")), spec=spec, reason=reason, placement=placement,
+        instances=tuple(instances) if with_instances else (), events=events, has_instances=with_instances,
+    )  # fmt: skip
+
+
+def open_kubernetes(home: Path, readonly: bool = False) -> KubernetesEngine:
+    """The engine factory (see ``ringleader.engines``); nothing connects until a call needs it."""
+    del home, readonly
+    context = os.environ.get("RINGLEADER_KUBE_CONTEXT") or None
+    server = os.environ.get("RINGLEADER_KUBE_SERVER") or None
+    namespace = os.environ.get("RINGLEADER_KUBE_NAMESPACE") or current_namespace(context)
+    return KubernetesEngine(None, namespace, connect=lambda: load_client(context=context, host=server))
+
+

@@ -1,0 +1,105 @@
+"""Leader election on a coordination.k8s.io/v1 Lease, as client-go's leaderelection does it.
+
+A replica leads while its last successful acquire or renew is younger than the lease duration
+less a safety margin (clocks of two replicas need not agree to the second); every write goes
+with the Lease's resourceVersion, so two replicas racing for an expired lease cannot both win:
+the API server answers one of them 409 Conflict.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from ringleader.engines.kubernetes.client import Api, ApiError
+
+
+def micro_time(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_time(text: str | None) -> float | None:
+    if not text:
+        return None
+    try:  # RFC 3339 with or without fraction, "Z" or an offset (clients rewrite it either way)
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
+
+
+@dataclass
+class LeaderElector:
+    api: Api
+    namespace: str
+    name: str
+    identity: str
+    lease_seconds: int = 15
+    clock: Callable[[], float] = time.time
+    _valid_until: float = field(default=0.0, init=False)
+    transitions: int = field(default=0, init=False)
+
+    @property
+    def leading(self) -> bool:
+        """True only while a lease this replica holds is surely still valid."""
+        return self.clock() < self._valid_until
+
+    def try_acquire_or_renew(self) -> bool:
+        """One round: take the lease if free or expired, renew it if ours. Returns leading."""
+        now = self.clock()
+        try:
+            lease = self.api.read_lease(self.namespace, self.name)
+            if lease is None:
+                self.api.create_lease(self.namespace, self._lease(None, now, 0))
+                return self._won(now)
+            spec = lease.get("spec") or {}
+            holder = spec.get("holderIdentity") or ""
+            renewed = parse_time(spec.get("renewTime")) or 0.0
+            duration = int(spec.get("leaseDurationSeconds") or self.lease_seconds)
+            if holder and holder != self.identity and renewed + duration > now:
+                self._valid_until = 0.0
+                return False  # someone else's, still valid
+            transitions = int(spec.get("leaseTransitions") or 0) + (0 if holder == self.identity else 1)
+            acquired = spec.get("acquireTime") if holder == self.identity else None
+            self.api.replace_lease(self.namespace, self.name, self._lease(lease, now, transitions, acquired))
+            return self._won(now)
+        except ApiError:
+            # A conflict (another replica wrote first) or the server unreachable: not leading
+            # until a round succeeds; what was valid stays valid until it expires.
+            return self.leading
+
+    def _won(self, now: float) -> bool:
+        # A margin of a fifth of the duration: stop acting before anyone else may take over.
+        self._valid_until = now + self.lease_seconds * 0.8
+        return True
+
+    def _lease(self, old: dict[str, Any] | None, now: float, transitions: int, acquired: str | None = None) -> dict:
+        metadata: dict[str, Any] = {"name": self.name, "namespace": self.namespace}
+        if old is not None:
+            metadata["resourceVersion"] = (old.get("metadata") or {}).get("resourceVersion")
+        return {
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": metadata,
+            "spec": {
+                "holderIdentity": self.identity, "leaseDurationSeconds": self.lease_seconds,
+                "acquireTime": acquired or micro_time(now), "renewTime": micro_time(now),
+                "leaseTransitions": transitions,
+            },
+        }  # fmt: skip
+
+    def release(self) -> None:
+        """Give the lease up at shutdown so a standby takes over at once."""
+        if not self.leading:
+            return
+        self._valid_until = 0.0
+        try:
+            lease = self.api.read_lease(self.namespace, self.name)
+            if lease and (lease.get("spec") or {}).get("holderIdentity") == self.identity:
+                body = self._lease(lease, self.clock(), int((lease.get("spec") or {}).get("leaseTransitions") or 0))
+                body["spec"]["holderIdentity"] = ""
+                body["spec"]["leaseDurationSeconds"] = 1
+                self.api.replace_lease(self.namespace, self.name, body)
+        except ApiError:
+            pass

@@ -1,0 +1,43 @@
+"""Every name ringleader reads or writes on a cluster: one place, so the scheduler, the agent,
+the manifests and the engine can never disagree about a label or an annotation."""
+
+from __future__ import annotations
+
+SCHEDULER_NAME = "ringleader"  # pods' spec.schedulerName
+SYSTEM_NAMESPACE = "ringleader-system"
+LEASE_NAME = "ringleader-scheduler"
+PREFIX = "ringleader.io"
+
+# Extended resource the agent advertises per node and GPU workers request (a node-level extended
+# resource: kubelet admits against it, no device plugin is involved).
+GPU_RESOURCE = f"{PREFIX}/gpu"
+# Node: the topology the agent found (JSON, see topology_annotation()) and its network speed.
+TOPOLOGY_ANNOTATION = f"{PREFIX}/topology"
+NETWORK_LABEL = f"{PREFIX}/network-gbps"
+# Node: which jobs its GPUs serve. ringleader's own name and ACK's, read alike.
+SCHEDULE_LABELS = (f"{PREFIX}/gpu-schedule", "ack.node.gpu.schedule")
+# Pod: the GPU ids the scheduler chose (comma-separated, as NVIDIA_VISIBLE_DEVICES takes them),
+# written before the Binding so the container's env (downward API) sees them at start.
+GPU_IDS_ANNOTATION = f"{PREFIX}/gpu-ids"
+WORKER_INDEX_ANNOTATION = f"{PREFIX}/worker-index"
+DECISION_ANNOTATION = f"{PREFIX}/decision"  # one-line summary of the gang decision
+PENDING_ANNOTATION = f"{PREFIX}/pending-reason"  # on the PodGroup: why it waits, with numbers
+# Pod (template) label: ask for topology-aware placement (arena's --gputopology=true).
+TOPOLOGY_LABEL = f"{PREFIX}/gputopology"
+JOB_LABEL = f"{PREFIX}/job"
+
+# Gangs: scheduler-plugins' PodGroup, which mpi-operator creates and labels pods with.
+PODGROUP_GROUP = "scheduling.x-k8s.io"
+PODGROUP_VERSION = "v1alpha1"
+PODGROUP_PLURAL = "podgroups"
+PODGROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+
+MPIJOB_GROUP = "kubeflow.org"
+MPIJOB_VERSION = "v2beta1"
+MPIJOB_PLURAL = "mpijobs"
+# mpi-operator's pod labels (training.kubeflow.org/job-role: launcher | worker).
+JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+JOB_ROLE_LABEL = "training.kubeflow.org/job-role"
+REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
+
+UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"

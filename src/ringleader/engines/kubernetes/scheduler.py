@@ -1,0 +1,286 @@
+"""`ringleader kube scheduler`: a secondary scheduler for pods with ``schedulerName: ringleader``.
+
+Informers list and watch nodes, pods and PodGroups into the cache (resuming from the last
+resourceVersion; relisting after 410 Gone). A cycle, run only while this replica holds the
+Lease, takes every gang whose members are all there, decides it in ONE ``decide()`` over the
+cache and assumes it at once; then, per gang, writes every member's GPU ids as annotations and
+only then posts the Bindings. A failed bind undoes the gang: members already bound are deleted
+(their controller recreates them), the others are forgotten, and the gang waits for the next
+cycle. Waiting gangs get a FailedScheduling Event on each pod and their PodGroup's status and
+annotation say why, with numbers, once per change of reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from ringleader.engines.kubernetes import names
+from ringleader.engines.kubernetes.cache import Cache
+from ringleader.engines.kubernetes.client import KINDS, Api, ApiError, Gone
+from ringleader.engines.kubernetes.decide import Assignment, Outcome, decide
+from ringleader.engines.kubernetes.leader import LeaderElector, micro_time
+from ringleader.engines.kubernetes.metrics import Metrics
+from ringleader.engines.kubernetes.objects import PodInfo
+from ringleader.scheduler import Code
+
+log = logging.getLogger("ringleader.kube.scheduler")
+RESULTS = {Code.SUCCESS: "scheduled", Code.UNSCHEDULABLE: "unschedulable", Code.UNRESOLVABLE: "unresolvable"}
+
+
+class LostLease(Exception):
+    """The Lease expired in the middle of a gang: stop writing."""
+
+
+class Informer:
+    """List once, then watch from the last resourceVersion; relist after 410 Gone."""
+
+    def __init__(self, api: Api, kind: str, cache: Cache, lock: threading.Lock, metrics: Metrics) -> None:
+        self.api, self.kind, self.cache, self.lock, self.metrics = api, kind, cache, lock, metrics
+        self.resource_version = ""
+        self.changed = threading.Event()
+
+    @property
+    def synced(self) -> bool:
+        return bool(self.resource_version)
+
+    def sync(self, timeout: int) -> None:
+        """One list (when there is no version to resume from) or one watch until the server
+        ends it. Raises ApiError when the server fails; the caller backs off."""
+        if not self.resource_version:
+            items, listed = self.api.list(self.kind)
+            with self.lock:
+                self.cache.replace(self.kind, items)
+            self.resource_version = listed
+            self.changed.set()
+            return
+        try:
+            for event_type, obj in self.api.watch(self.kind, self.resource_version, timeout):
+                version = (obj.get("metadata") or {}).get("resourceVersion")
+                if event_type != "BOOKMARK":
+                    with self.lock:
+                        self.cache.apply(self.kind, event_type, obj)
+                    self.changed.set()
+                if version:
+                    self.resource_version = str(version)
+        except Gone:
+            log.info("watch %s: resourceVersion %s expired, relisting", self.kind, self.resource_version)
+            self.resource_version = ""
+            self.metrics.relists += 1
+
+
+@dataclass(frozen=True)
+class BindResult:
+    gang: str
+    ok: bool
+    error: str = ""
+
+
+class Scheduler:
+    def __init__(self, api: Api, identity: str, namespace: str = names.SYSTEM_NAMESPACE, lease_seconds: int = 15,
+                 events: bool = True, clock: Callable[[], float] = time.time, writers: int = 1) -> None:  # fmt: skip
+        self.api, self.identity, self.events = api, identity, events
+        # Gangs' writes go out on this many threads at once (each gang's own writes stay in
+        # order: annotations, then bindings); decisions never wait for them.
+        self.writers = max(1, writers)
+        self.cache = Cache()
+        self.lock = threading.Lock()
+        self.metrics = Metrics()
+        self.informers = {kind: Informer(api, kind, self.cache, self.lock, self.metrics) for kind in KINDS}
+        self.elector = LeaderElector(api, namespace, names.LEASE_NAME, identity, lease_seconds, clock)
+        self._told: dict[str, str] = {}  # gang -> the pending reason last reported
+        self._waiting: dict[str, tuple[int, int]] = {}  # gang -> (cache.freed, pending) when it did not fit
+        self._stop = threading.Event()
+
+    @property
+    def synced(self) -> bool:
+        return all(i.synced for i in self.informers.values())
+
+    def sync(self, timeout: int = 1) -> None:
+        """One list or watch round of every informer, in this thread (tests, benchmarks)."""
+        for informer in self.informers.values():
+            informer.sync(timeout)
+
+    # -- a cycle --------------------------------------------------------------------------------------
+    def decide_all(self) -> list[Outcome]:
+        """Decide every complete gang over the cache and assume the placed ones (no API call)."""
+        outcomes = []
+        with self.lock:
+            waiting = 0
+            for gang in self.cache.gangs():
+                if not gang.ready:
+                    continue
+                if self._waiting.get(gang.key) == (self.cache.freed, len(gang.pending)):
+                    waiting += 1  # nothing was freed since it last did not fit: same answer
+                    continue
+                started = time.perf_counter()
+                outcome = decide(self.cache, gang)
+                if outcome.ok:
+                    self.cache.assume_gang((a.pod, a.node, a.gpus) for a in outcome.assignments)
+                    self._waiting.pop(gang.key, None)
+                else:
+                    self._waiting[gang.key] = (self.cache.freed, len(gang.pending))
+                self.metrics.decided(RESULTS[outcome.code], time.perf_counter() - started)
+                outcomes.append(outcome)
+            self.metrics.pending_gangs = waiting + sum(1 for o in outcomes if not o.ok)
+        return outcomes
+
+    def cycle(self) -> list[BindResult]:
+        """Decide, then write: annotations and bindings for placed gangs, reasons for the rest.
+        Nothing at all without the lease."""
+        if not self.synced or not self.elector.leading:
+            return []
+        outcomes = self.decide_all()
+        for outcome in outcomes:
+            if not outcome.ok:
+                self._report_pending(outcome)
+        placed = [o for o in outcomes if o.ok]
+        if self.writers == 1 or len(placed) < 2:
+            return [self._bind(o) for o in placed]
+        with ThreadPoolExecutor(max_workers=self.writers, thread_name_prefix="bind") as pool:
+            return list(pool.map(self._bind, placed))
+
+    def _bind(self, outcome: Outcome) -> BindResult:
+        gang, members = outcome.gang.key, outcome.assignments
+        bound: list[Assignment] = []
+        try:
+            for a in members:
+                self._check_lease()
+                self.api.annotate_pod(a.pod.namespace, a.pod.name, self._annotations(a, outcome))
+            for a in members:
+                self._check_lease()
+                self.api.bind(a.pod.namespace, a.pod.name, a.pod.uid, a.node)
+                bound.append(a)
+                self.metrics.bound(True)
+        except (ApiError, LostLease) as exc:
+            why = exc.message if isinstance(exc, ApiError) else "lost the scheduler Lease"
+            if isinstance(exc, ApiError) and len(bound) < len(members):
+                self.metrics.bound(False)
+            self._roll_back(outcome, bound, why)
+            return BindResult(gang, False, why)
+        self._told.pop(gang, None)
+        for a in members:
+            self._event(a.pod, "Normal", "Scheduled", f"Successfully assigned {a.pod.key} to {a.node}" +
+                        (f" (GPUs {','.join(map(str, a.gpus))}; {outcome.summary})" if a.gpus else ""))  # fmt: skip
+        self._podgroup(outcome, "Scheduled", "")
+        return BindResult(gang, True)
+
+    def _roll_back(self, outcome: Outcome, bound: list[Assignment], why: str) -> None:
+        log.warning("gang %s: bind failed (%s); undoing %d bound member(s)", outcome.gang.key, why, len(bound))
+        for a in bound:
+            try:
+                self.api.delete_pod(a.pod.namespace, a.pod.name, a.pod.uid)
+            except ApiError as exc:
+                log.error("gang %s: could not delete %s: %s", outcome.gang.key, a.pod.key, exc.message)
+        with self.lock:
+            for a in outcome.assignments:
+                if a in bound:
+                    self.cache.doomed(a.pod.key)  # deleted: its controller makes a new pod
+                else:
+                    self.cache.forget(a.pod.key)
+        self.metrics.rolled_back()
+        reason = f"gang bind failed and was undone ({len(bound)} bound member(s) deleted): {why}"
+        for a in outcome.assignments:
+            self._event(a.pod, "Warning", "FailedScheduling", reason)
+
+    def _check_lease(self) -> None:
+        if not self.elector.leading:
+            raise LostLease()
+
+    @staticmethod
+    def _annotations(a: Assignment, outcome: Outcome) -> Mapping[str, str]:
+        notes = {names.DECISION_ANNOTATION: outcome.summary}
+        if a.worker is not None:
+            notes[names.GPU_IDS_ANNOTATION] = ",".join(map(str, a.gpus))
+            notes[names.WORKER_INDEX_ANNOTATION] = str(a.worker)
+        return notes
+
+    def _report_pending(self, outcome: Outcome) -> None:
+        gang = outcome.gang.key
+        if self._told.get(gang) == outcome.reason:
+            return  # said already: one Event per change of reason, not one per cycle
+        self._told[gang] = outcome.reason
+        kind = "Unresolvable" if outcome.code is Code.UNRESOLVABLE else "Unschedulable"
+        for pod in outcome.gang.pending:
+            self._event(pod, "Warning", "FailedScheduling", f"{kind}: {outcome.reason}")
+        self._podgroup(outcome, "Pending", outcome.reason)
+
+    def _podgroup(self, outcome: Outcome, phase: str, reason: str) -> None:
+        first = outcome.gang.pending[0] if outcome.gang.pending else None
+        if first is None or not first.grouped:
+            return
+        try:
+            status: dict[str, Any] = {"phase": phase}
+            if phase == "Scheduled":
+                status["scheduleStartTime"] = micro_time(time.time()).split(".")[0] + "Z"
+            self.api.podgroup_status(first.namespace, first.gang, status)
+            self.api.podgroup_annotate(first.namespace, first.gang, {names.PENDING_ANNOTATION: reason})
+        except ApiError as exc:
+            log.warning("podgroup %s: status not written: %s", outcome.gang.key, exc.message)
+
+    def _event(self, pod: PodInfo, kind: str, reason: str, message: str) -> None:
+        if not self.events:
+            return
+        now = micro_time(time.time()).split(".")[0] + "Z"
+        event = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": f"{pod.name}.{time.time_ns():x}", "namespace": pod.namespace},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": pod.name, "namespace": pod.namespace,
+                               "uid": pod.uid},
+            "reason": reason, "message": message[:1024], "type": kind, "count": 1,
+            "firstTimestamp": now, "lastTimestamp": now,
+            "source": {"component": names.SCHEDULER_NAME},
+            "reportingComponent": names.SCHEDULER_NAME, "reportingInstance": self.identity,
+        }  # fmt: skip
+        try:
+            self.api.create_event(pod.namespace, event)
+        except ApiError as exc:
+            log.warning("event on %s not written: %s", pod.key, exc.message)
+
+    # -- the daemon -----------------------------------------------------------------------------------
+    def run(self, watch_timeout: int = 300, retry_seconds: float = 2.0) -> None:
+        """Informer and lease threads, and the cycle in this thread, until ``stop()``."""
+        for informer in self.informers.values():
+            threading.Thread(target=self._informer_loop, args=(informer, watch_timeout), daemon=True,
+                             name=f"informer-{informer.kind}").start()  # fmt: skip
+        threading.Thread(target=self._lease_loop, args=(retry_seconds,), daemon=True, name="lease").start()
+        try:
+            while not self._stop.is_set():
+                self.cycle()
+                # Woken by any cache change; a periodic pass too, for gangs freed by the clock.
+                self._wait_for_change(1.0)
+        finally:
+            self.elector.release()
+
+    def _wait_for_change(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and not self._stop.is_set():
+            if any(i.changed.is_set() for i in self.informers.values()):
+                break
+            time.sleep(0.02)
+        for informer in self.informers.values():
+            informer.changed.clear()
+
+    def _informer_loop(self, informer: Informer, timeout: int) -> None:
+        backoff = 1.0
+        while not self._stop.is_set():
+            try:
+                informer.sync(timeout)
+                backoff = 1.0
+            except ApiError as exc:
+                log.warning("informer %s: %s (retrying in %.0f s)", informer.kind, exc.message, backoff)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 30.0)
+
+    def _lease_loop(self, retry_seconds: float) -> None:
+        while not self._stop.is_set():
+            self.metrics.leader = int(self.elector.try_acquire_or_renew())
+            self._stop.wait(retry_seconds)
+
+    def stop(self) -> None:
+        self._stop.set()

@@ -1,0 +1,159 @@
+"""The gang decision over the cache: Kubernetes' filters around place(), pure (no server)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kube.kubeobjs import node, pod, podgroup
+from ringleader.engines.kubernetes.cache import Cache
+from ringleader.engines.kubernetes.decide import decide
+from ringleader.scheduler import Code
+
+
+def cache_with(nodes: list[dict], pods: list[dict], groups: list[dict] = ()) -> Cache:  # type: ignore[assignment,type-arg]
+    cache = Cache()
+    cache.replace("nodes", nodes)
+    cache.replace("podgroups", list(groups))
+    cache.replace("pods", pods)
+    return cache
+
+
+def only_gang(cache: Cache):  # type: ignore[no-untyped-def]
+    gangs = cache.gangs()
+    assert len(gangs) == 1
+    return gangs[0]
+
+
+def test_taint_needs_a_toleration() -> None:
+    taint = [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}]
+    nodes = [node("tainted", taints=taint), node("plain", gpus_preset=None)]
+    cache = cache_with(nodes, [pod("w", gpus=2)])
+    out = decide(cache, only_gang(cache))
+    assert out.code is Code.UNSCHEDULABLE
+    assert "1 node(s) had untolerated taint dedicated=ml:NoSchedule" in out.reason
+    tolerating = pod("w", gpus=2, tolerations=[{"key": "dedicated", "operator": "Equal", "value": "ml",
+                                                "effect": "NoSchedule"}])  # fmt: skip
+    cache = cache_with(nodes, [tolerating])
+    out = decide(cache, only_gang(cache))
+    assert out.ok and out.assignments[0].node == "tainted"
+
+
+def test_cordoned_node_and_node_selector() -> None:
+    nodes = [node("a", unschedulable=True), node("b", labels={"zone": "z1"}), node("c", labels={"zone": "z2"})]
+    cache = cache_with(nodes, [pod("w", gpus=1, nodeSelector={"zone": "z2"})])
+    out = decide(cache, only_gang(cache))
+    assert out.ok and out.assignments[0].node == "c"
+    cache = cache_with(nodes, [pod("w", gpus=1, nodeSelector={"zone": "nowhere"})])
+    out = decide(cache, only_gang(cache))
+    assert not out.ok
+    assert "1 node(s) cordoned" in out.reason and "2 node(s) didn't match the pod's nodeSelector" in out.reason
+
+
+def test_required_node_affinity() -> None:
+    nodes = [node("a", labels={"gpu": "v100"}), node("b", labels={"gpu": "a100", "rack": "3"}), node("c")]
+    term = {"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["a100", "h100"]},
+                                 {"key": "rack", "operator": "Gt", "values": ["2"]}]}  # fmt: skip
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+    cache = cache_with(nodes, [pod("w", gpus=1, affinity=affinity)])
+    out = decide(cache, only_gang(cache))
+    assert out.ok and out.assignments[0].node == "b"
+    by_name = {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["a", "b"]}]}
+    affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] = [by_name]
+    cache = cache_with(nodes, [pod("w", gpus=1, affinity=affinity)])
+    out = decide(cache, only_gang(cache))
+    assert out.ok and out.assignments[0].node == "c"
+    nowhere = {"matchExpressions": [{"key": "gpu", "operator": "DoesNotExist"}, {"key": "x", "operator": "Exists"}]}
+    affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] = [nowhere]
+    cache = cache_with(nodes, [pod("w", gpus=1, affinity=affinity)])
+    out = decide(cache, only_gang(cache))
+    assert not out.ok and "3 node(s) didn't match the pod's node affinity" in out.reason
+
+
+def test_schedule_mode_labels_as_the_local_runtime() -> None:
+    nodes = [node("topo", mode="topology"), node("dflt", mode="default")]
+    cache = cache_with(nodes, [pod("t", gpus=1, topology=True), pod("d", gpus=1, topology=False)])
+    placed = {}
+    for gang in cache.gangs():
+        out = decide(cache, gang)
+        assert out.ok
+        placed[gang.key] = out.assignments[0].node
+    assert placed == {"default/t": "topo", "default/d": "dflt"}
+    # A value that is neither mode: the node serves no GPU job, and says why.
+    cache = cache_with([node("odd", mode="topolgy")], [pod("t", gpus=1)])
+    out = decide(cache, only_gang(cache))
+    assert not out.ok and "ack.node.gpu.schedule=topolgy is not topology or default" in out.reason
+
+
+def test_cpu_room_moves_the_gang_and_launcher_joins_its_workers() -> None:
+    nodes = [node("small", cpu="2"), node("big", cpu="64")]
+    pods = [pod(f"j-worker-{i}", gang="j", gpus=1, cpu="1") for i in range(4)]
+    pods.append(pod("j-launcher", gang="j", gpus=0, cpu="500m"))
+    cache = cache_with(nodes, pods, [podgroup("j", 5)])
+    out = decide(cache, only_gang(cache))
+    assert out.ok, out.reason
+    assert {a.node for a in out.assignments} == {"big"}
+    workers = sorted((a for a in out.assignments if a.worker is not None), key=lambda a: a.worker)  # type: ignore[arg-type,return-value]
+    assert [a.pod.name for a in workers] == [f"j-worker-{i}" for i in range(4)]
+    assert sorted(g for a in workers for g in a.gpus) in ([0, 1, 2, 3], [4, 5, 6, 7])
+
+
+def test_higher_priority_gangs_first_then_oldest() -> None:
+    old = pod("old", gpus=1)
+    old["metadata"]["creationTimestamp"] = "2026-11-23T09:00:00Z"
+    new = pod("new", gpus=1)
+    new["metadata"]["creationTimestamp"] = "2026-11-23T10:00:00Z"
+    urgent = pod("urgent", gpus=1, priority=1000)
+    urgent["metadata"]["creationTimestamp"] = "2026-11-23T11:00:00Z"
+    cache = cache_with([node("a")], [new, urgent, old])
+    assert [g.key for g in cache.gangs()] == ["default/urgent", "default/old", "default/new"]
+
+
+def test_incomplete_gang_waits_and_podgroup_missing_waits() -> None:
+    cache = cache_with([node("a")], [pod(f"g-{i}", gang="g") for i in range(3)], [podgroup("g", 4)])
+    assert not only_gang(cache).ready
+    cache = cache_with([node("a")], [pod("h-0", gang="h")])
+    gang = only_gang(cache)
+    assert gang.group_missing and not gang.ready
+
+
+def test_assumed_gang_survives_a_stale_event_and_forget_frees_it() -> None:
+    stale = pod("w", gpus=8)
+    cache = cache_with([node("a")], [stale])
+    out = decide(cache, only_gang(cache))
+    cache.assume_gang((a.pod, a.node, a.gpus) for a in out.assignments)
+    assert cache.state.node("a").n_free == 0
+    cache.apply("pods", "MODIFIED", stale)  # the watch replays the pod from before our bind
+    assert cache.gangs() == [] and cache.state.node("a").n_free == 0
+    cache.forget("default/w")  # the bind failed
+    assert cache.state.node("a").n_free == 8 and len(cache.gangs()) == 1
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 6), st.sampled_from([1, 2, 4]), st.booleans()), min_size=1, max_size=12))
+def test_property_no_gpu_twice_gangs_whole_cpu_never_oversubscribed(jobs: list[tuple[int, int, bool]]) -> None:
+    nodes = [node(f"n{i}", mode=None, cpu="6") for i in range(4)]
+    pods, groups = [], []
+    for j, (workers, gpus, topo) in enumerate(jobs):
+        groups.append(podgroup(f"j{j}", workers))
+        pods += [pod(f"j{j}-worker-{w}", gang=f"j{j}", gpus=gpus, topology=topo, cpu="1") for w in range(workers)]
+    cache = cache_with(nodes, pods, groups)
+    for gang in cache.gangs():
+        out = decide(cache, gang)
+        if out.ok:
+            assert len(out.assignments) == len(gang.pending)  # all of it ...
+            cache.assume_gang((a.pod, a.node, a.gpus) for a in out.assignments)
+        else:
+            assert out.assignments == () and out.reason  # ... or none, with a reason
+    held = Counter((h.node, g) for h in cache.assumed.values() for g in h.gpus)
+    assert all(n == 1 for n in held.values())
+    for name in cache.nodes:
+        assert cache.usage(name).cpu <= 6
+        state_used = 8 - cache.state.node(name).n_free
+        assert state_used == sum(1 for (n, _g) in held if n == name)
+    # The snapshot maintained gang by gang equals one built from scratch.
+    incremental = {ns.name: ns.free_mask for ns in cache.state.nodes}
+    cache._state = None
+    assert {ns.name: ns.free_mask for ns in cache.state.nodes} == incremental

@@ -1,0 +1,51 @@
+"""`ringleader kube ...`: what a user types, the exit codes and one-line errors."""
+
+from __future__ import annotations
+
+import yaml
+
+from kube.fakeapi import FakeApiServer
+from kube.test_agent_contract import bare_node
+from ringleader.cli.main import main
+from ringleader.engines.kubernetes import names
+
+
+def test_manifests_print_the_install(capsys) -> None:  # type: ignore[no-untyped-def]
+    assert main(["kube", "manifests", "--image", "registry.example/ringleader:1", "--replicas", "3"]) == 0
+    docs = list(yaml.safe_load_all(capsys.readouterr().out))
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    assert deployment["spec"]["replicas"] == 3
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == "registry.example/ringleader:1"
+    config = next(d for d in docs if d["kind"] == "ConfigMap")
+    assert set(yaml.safe_load(config["data"]["scheduler.yaml"])) == {"leaseSeconds", "metricsPort", "namespace",
+                                                                     "bindThreads"}  # fmt: skip
+
+
+def test_agent_once_publishes_and_bad_input_is_one_line(fake: FakeApiServer, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    fake.put("nodes", bare_node("gpu-0"))
+    monkeypatch.delenv("NODE_NAME", raising=False)
+    assert main(["kube", "agent", "--server", fake.url, "--once"]) == 2
+    assert capsys.readouterr().err.startswith("error: no node name. To fix: give --node NAME")
+    assert main(["kube", "agent", "--server", fake.url, "--node", "gpu-0", "--interval", "0"]) == 2
+    # This machine has no GPU, like the node as kubelet registered it: nothing to write.
+    assert main(["kube", "agent", "--server", fake.url, "--node", "gpu-0", "--once"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("node gpu-0: 0 GPU(s)") and out.rstrip().endswith("unchanged")
+    assert not fake.calls("patch")
+    # A node that advertised GPUs before loses them: the agent says 0.
+    fake.get("nodes", "gpu-0")["status"]["capacity"][names.GPU_RESOURCE] = "8"
+    assert main(["kube", "agent", "--server", fake.url, "--node", "gpu-0", "--once"]) == 0
+    assert capsys.readouterr().out.rstrip().endswith("published")
+    assert fake.get("nodes", "gpu-0")["status"]["capacity"][names.GPU_RESOURCE] == "0"
+    assert main(["kube", "agent", "--server", fake.url, "--node", "missing", "--once"]) == 1
+
+
+def test_scheduler_config_errors(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    bad = tmp_path / "scheduler.yaml"
+    bad.write_text("leaseSeconds: 15\nleaderElect: true\n")
+    assert main(["kube", "scheduler", "--config", str(bad)]) == 2
+    assert "unknown key 'leaderElect'" in capsys.readouterr().err
+    bad.write_text("leaseSeconds: -1\n")
+    assert main(["kube", "scheduler", "--config", str(bad)]) == 2
+    assert main(["kube", "scheduler", "--config", str(tmp_path / "absent.yaml")]) == 2
+    assert "cannot read config" in capsys.readouterr().err

@@ -1,0 +1,240 @@
+"""Contract tests: the scheduler against a fake API server over real HTTP with the official
+client. They assert the exact requests a real API server would receive."""
+
+from __future__ import annotations
+
+import time
+
+from kube.fakeapi import FakeApiServer
+from kube.kubeobjs import node, pod, podgroup
+from ringleader.engines.kubernetes import names
+from ringleader.engines.kubernetes.client import Api, load_client
+from ringleader.engines.kubernetes.scheduler import Scheduler
+
+
+def scheduler(fake: FakeApiServer, identity: str = "sched-a") -> Scheduler:
+    s = Scheduler(Api(load_client(host=fake.url)), identity)
+    s.sync()
+    assert s.elector.try_acquire_or_renew()
+    return s
+
+
+def gang(fake: FakeApiServer, name: str, workers: int, gpus: int = 1) -> None:
+    fake.put("podgroups", podgroup(name, workers))
+    for i in range(workers):
+        fake.put("pods", pod(f"{name}-worker-{i}", gang=name, gpus=gpus))
+
+
+def writes(fake: FakeApiServer) -> list[tuple[str, str]]:
+    """(verb, pod) of every pod annotation, binding and deletion, in order."""
+    out = []
+    for r in fake.requests:
+        if "/pods/" in r.path and r.verb in ("patch", "bind", "delete"):
+            out.append((r.verb, r.path.split("/pods/")[1].split("/")[0]))
+    return out
+
+
+def test_contract_gang_annotations_then_bindings(fake: FakeApiServer) -> None:
+    for i in range(2):
+        fake.put("nodes", node(f"gpu-{i}"))
+    gang(fake, "vgg", 4)
+    s = scheduler(fake)
+    results = s.cycle()
+    assert [r.ok for r in results] == [True]
+    members = [f"vgg-worker-{i}" for i in range(4)]
+    assert writes(fake) == [("patch", m) for m in members] + [("bind", m) for m in members]
+    patches = [r for r in fake.calls("patch") if "/pods/" in r.path]
+    ids = [p.body["metadata"]["annotations"][names.GPU_IDS_ANNOTATION] for p in patches]
+    binds = fake.calls("bind")
+    nodes = {b.body["target"]["name"] for b in binds}
+    assert len(nodes) == 1  # 4 GPUs of a dgx1v: one node, not two
+    # The topology policy's choice on a hybrid cube mesh: one NVLink quad.
+    assert sorted(int(i) for i in ids) in ([0, 1, 2, 3], [4, 5, 6, 7])
+    assert binds[0].body == {"apiVersion": "v1", "kind": "Binding",
+                             "metadata": {"name": "vgg-worker-0", "namespace": "default", "uid": "uid-vgg-worker-0"},
+                             "target": {"apiVersion": "v1", "kind": "Node", "name": binds[0].body["target"]["name"]}}
+    assert fake.get("podgroups", "vgg")["status"]["phase"] == "Scheduled"
+    # The cache assumed the gang: a second cycle writes nothing more.
+    before = len(fake.requests)
+    assert s.cycle() == []
+    assert len(fake.requests) == before
+
+
+def test_contract_rollback_after_injected_bind_failure(fake: FakeApiServer) -> None:
+    fake.put("nodes", node("gpu-0"))
+    gang(fake, "rn", 4)
+    fake.fail[("bind", "rn-worker-2")] = 500
+    s = scheduler(fake)
+    results = s.cycle()
+    assert [r.ok for r in results] == [False]
+    members = [f"rn-worker-{i}" for i in range(4)]
+    assert writes(fake) == [("patch", m) for m in members] + [
+        ("bind", "rn-worker-0"), ("bind", "rn-worker-1"), ("bind", "rn-worker-2"),
+        ("delete", "rn-worker-0"), ("delete", "rn-worker-1"),
+    ]  # fmt: skip
+    deletes = [r for r in fake.calls("delete") if "/pods/" in r.path]
+    assert deletes[0].body["preconditions"] == {"uid": "uid-rn-worker-0"}
+    assert s.metrics.rollbacks == 1
+    # Before the watch has shown the deletions, the two unbound members are no gang of their own.
+    assert s.cycle() == []
+    assert len(fake.calls("bind")) == 3
+    # The controller recreates the deleted members; the next cycle places the whole gang again.
+    for i in (0, 1):
+        fake.put("pods", pod(f"rn-worker-{i}", gang="rn"))
+    s.sync()
+    assert [r.ok for r in s.cycle()] == [True]
+    assert all(fake.get("pods", m)["spec"].get("nodeName") == "gpu-0" for m in members)
+    events = [o for (p, _, _), o in fake.objects.items() if p == "events"]
+    assert any(e["reason"] == "FailedScheduling" and "undone" in e["message"] for e in events)
+
+
+def test_contract_pending_reason_with_numbers_event_and_podgroup(fake: FakeApiServer) -> None:
+    fake.put("nodes", node("gpu-0"))
+    fake.put("nodes", node("gpu-1", unschedulable=True))
+    gang(fake, "big", 12)
+    s = scheduler(fake)
+    assert s.cycle() == []
+    group = fake.get("podgroups", "big")
+    reason = group["metadata"]["annotations"][names.PENDING_ANNOTATION]
+    assert group["status"]["phase"] == "Pending"
+    assert "12 worker(s) x 1 GPU(s) = 12 GPUs" in reason and "1 node(s) cordoned" in reason
+    events = [o for (p, _, _), o in fake.objects.items() if p == "events"]
+    assert len(events) == 12 and {e["reason"] for e in events} == {"FailedScheduling"}
+    # Said once per change of reason, not every cycle; and not even decided again while nothing
+    # was freed.
+    decided = sum(s.metrics.decisions.values())
+    s.cycle()
+    assert sum(s.metrics.decisions.values()) == decided
+    assert len([o for (p, _, _), o in fake.objects.items() if p == "events"]) == 12
+    assert s.metrics.pending_gangs == 1
+    assert 'ringleader_pending_gangs 1' in s.metrics.render()
+    # The cordoned node comes back: decided again, and it fits now (8 + 8 GPUs for 12 workers).
+    fake.put("nodes", node("gpu-1"))
+    s.sync()
+    assert [r.ok for r in s.cycle()] == [True]
+
+
+def test_contract_410_gone_relists(fake: FakeApiServer) -> None:
+    fake.put("nodes", node("gpu-0"))
+    s = scheduler(fake)
+    fake.put("nodes", node("gpu-1"))
+    fake.expire()  # history compacted: the informers' versions are too old now
+    gang(fake, "late", 8)
+    s.sync()  # watches answer 410 -> versions dropped
+    assert s.metrics.relists == 3
+    s.sync()  # relists
+    lists = [r for r in fake.calls("list") if r.path == "/api/v1/nodes"]
+    assert len(lists) == 2
+    assert set(s.cache.nodes) == {"gpu-0", "gpu-1"}
+    relisted_at = s.informers["nodes"].resource_version
+    assert [r.ok for r in s.cycle()] == [True]
+    # Watches resume from the version the relist returned, not from the expired one.
+    s.sync()
+    watch = [r for r in fake.calls("watch") if r.path == "/api/v1/nodes"][-1]
+    assert watch.query["resourceVersion"] == relisted_at
+
+
+def test_contract_no_bind_without_the_lease_and_handover(fake: FakeApiServer) -> None:
+    fake.put("nodes", node("gpu-0"))
+    gang(fake, "one", 2)
+    now = [1000.0]
+    a = Scheduler(Api(load_client(host=fake.url)), "sched-a", lease_seconds=10, clock=lambda: now[0])
+    b = Scheduler(Api(load_client(host=fake.url)), "sched-b", lease_seconds=10, clock=lambda: now[0])
+    a.sync()
+    b.sync()
+    assert a.elector.try_acquire_or_renew()
+    assert not b.elector.try_acquire_or_renew()
+    assert b.cycle() == []  # a standby writes nothing
+    assert not fake.calls("bind") and not fake.calls("patch")
+    # a stops renewing; once its lease has expired b takes over and schedules.
+    now[0] += 11
+    assert not a.elector.leading
+    assert a.cycle() == []
+    assert b.elector.try_acquire_or_renew()
+    lease = fake.get("leases", names.LEASE_NAME, names.SYSTEM_NAMESPACE)
+    assert lease["spec"]["holderIdentity"] == "sched-b" and lease["spec"]["leaseTransitions"] == 1
+    assert [r.ok for r in b.cycle()] == [True]
+    assert {r.path.split("/pods/")[1].split("/")[0] for r in fake.calls("bind")} == {"one-worker-0", "one-worker-1"}
+    # a comes back: the lease is b's and valid, so a still binds nothing.
+    gang(fake, "two", 2)
+    a.sync()
+    assert not a.elector.try_acquire_or_renew()
+    assert a.cycle() == []
+    assert len(fake.calls("bind")) == 2
+
+
+def test_contract_lease_race_one_winner(fake: FakeApiServer) -> None:
+    """Two replicas read the same expired lease; the second write carries a stale
+    resourceVersion and gets 409, so exactly one leads."""
+    a = Scheduler(Api(load_client(host=fake.url)), "sched-a")
+    b = Scheduler(Api(load_client(host=fake.url)), "sched-b")
+    assert a.elector.try_acquire_or_renew()
+    lease = fake.get("leases", names.LEASE_NAME, names.SYSTEM_NAMESPACE)
+    lease["spec"]["renewTime"] = "2000-01-01T00:00:00.000000Z"  # expired long ago
+    stale = dict(lease, metadata=dict(lease["metadata"]))
+    assert b.elector.try_acquire_or_renew()  # b takes it over
+    # a, renewing from its old view, is refused: the version moved.
+    body = a.elector._lease(stale, 0.0, 1)
+    from ringleader.engines.kubernetes.client import ApiError
+    try:
+        a.api.replace_lease(names.SYSTEM_NAMESPACE, names.LEASE_NAME, body)
+        raise AssertionError("a stale lease write must be refused")
+    except ApiError as exc:
+        assert exc.status == 409
+    assert fake.get("leases", names.LEASE_NAME, names.SYSTEM_NAMESPACE)["spec"]["holderIdentity"] == "sched-b"
+
+
+def test_contract_daemon_binds_and_serves_metrics(fake: FakeApiServer) -> None:
+    """The scheduler as `ringleader kube scheduler` runs it: informer and lease threads, the
+    cycle woken by watch events, /metrics and /healthz over HTTP."""
+    import threading
+    import urllib.request
+
+    from ringleader.engines.kubernetes.metrics import serve
+
+    fake.put("nodes", node("gpu-0"))
+    s = Scheduler(Api(load_client(host=fake.url)), "daemon")
+    server = serve(s.metrics, lambda: s.synced, "127.0.0.1", 0)
+    thread = threading.Thread(target=s.run, kwargs={"watch_timeout": 1, "retry_seconds": 0.2}, daemon=True)
+    thread.start()
+    try:
+        gang(fake, "live", 2)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(fake.calls("bind")) < 2:
+            time.sleep(0.05)
+        assert len(fake.calls("bind")) == 2
+        base = f"http://127.0.0.1:{server.server_port}"
+        with urllib.request.urlopen(f"{base}/healthz") as resp:
+            assert resp.status == 200
+        with urllib.request.urlopen(f"{base}/metrics") as resp:
+            text = resp.read().decode()
+        assert 'ringleader_binds_total{result="ok"} 2' in text
+        assert 'ringleader_gang_decisions_total{result="scheduled"} 1' in text
+        assert "ringleader_leader 1" in text
+    finally:
+        s.stop()
+        thread.join(10)
+        server.shutdown()
+    # Stopping gives the lease up, so a standby takes over at once.
+    assert fake.get("leases", names.LEASE_NAME, names.SYSTEM_NAMESPACE)["spec"]["holderIdentity"] == ""
+
+
+def test_contract_parallel_writers_keep_each_gangs_order(fake: FakeApiServer) -> None:
+    """Gangs are written on several threads; each gang's own annotations still all precede its
+    bindings, and a failed gang is undone alone."""
+    for i in range(4):
+        fake.put("nodes", node(f"gpu-{i}"))
+    for g in range(6):
+        gang(fake, f"g{g}", 4)
+    fake.fail[("bind", "g3-worker-1")] = 500
+    s = Scheduler(Api(load_client(host=fake.url)), "sched-p", writers=4)
+    s.sync()
+    assert s.elector.try_acquire_or_renew()
+    results = {r.gang: r.ok for r in s.cycle()}
+    assert results == {f"default/g{g}": g != 3 for g in range(6)}
+    for g in range(6):
+        mine = [(verb, p) for verb, p in writes(fake) if p.startswith(f"g{g}-")]
+        verbs = [verb for verb, _ in mine]
+        expected = ["patch"] * 4 + ["bind"] * (2 if g == 3 else 4) + (["delete"] if g == 3 else [])
+        assert verbs == expected, (g, mine)
+    assert s.metrics.rollbacks == 1 and s.metrics.binds == {"ok": 21, "error": 1}
