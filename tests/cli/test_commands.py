@@ -58,10 +58,10 @@ def test_submit_get_top_logs_follow_delete(seeds_cli, tmp_path) -> None:
         f"while not os.path.exists({str(release)!r}): time.sleep(0.1)\nprint('done', flush=True)"
     )
     out = seeds_cli.ok("submit", "mpi", "--name", "vgg", "--workers", "4", "--gpus", "1",
-                       "--gputopology=true", "--image", "img:1", "--model", "vgg16", "--", sys.executable, "-c", code)
+                       "--gputopology=true", "--model", "vgg16", "--", sys.executable, "-c", code)
     assert "RUNNING" in out and "bottleneck link: NV" in out
     got = json.loads(seeds_cli.ok("get", "vgg", "-o", "json"))
-    assert got["image"] == "img:1" and got["model"] == "vgg16" and got["topology_aware"]
+    assert got["model"] == "vgg16" and got["topology_aware"]  # --image: see tests/runtime/test_commands.py
     assert len({i["node"] for i in got["instances"]}) == 1
     detail = seeds_cli.ok("top", "node", "-d")
     for part in ("GPU Topology:", "Bandwidth Matrix", "ALLOCATED_JOB", "vgg", "NV2"):

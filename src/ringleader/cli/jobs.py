@@ -157,7 +157,7 @@ def submit() -> None:
 @click.option("--gang/--no-gang", default=True, help="Accepted for compatibility: MPI jobs are always gang-scheduled.")
 @click.option("--priority", type=int, default=0, show_default=True, help="Higher runs first; FIFO among equals.")
 @click.option("-e", "--env", "env", multiple=True, metavar="NAME=VALUE", help="Environment variable (repeatable).")
-@click.option("--image", default=None, help="Container image (recorded).")
+@click.option("--image", default=None, help="Run each rank in this container image (podman or docker on this host).")
 @click.option("--model", default=None, help="Model name (recorded; a hint for throughput predictions).")
 @click.option("--dry-run", is_flag=True, help="Print the placement plan; start and write nothing.")
 @output_option("json", "yaml")
@@ -175,6 +175,10 @@ def submit_mpi(
     RINGLEADER_VIRTUAL_GPUS, and no real GPU), plus RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and
     MASTER_PORT. The job starts in the current directory and keeps running after this command
     exits; a job that does not fit yet waits (PENDING) and starts when GPUs free up.
+
+    A horovodrun line runs as the mpirun line horovodrun would build, a torchrun line as its
+    script once per worker; mpirun's -x NAME passes this shell's NAME. What the placement
+    replaces (-H, --hostfile, torchrun's counts) is named in a note on stderr.
 
     \b
     ringleader submit mpi --name vgg --workers 4 --gpus 1 --gputopology=true \\

@@ -28,6 +28,7 @@ from ringleader.errors import (
     UsageError,
 )
 from ringleader.runtime import store
+from ringleader.runtime.commands import prepare_spec
 from ringleader.runtime.faults import crash_point
 from ringleader.runtime.launchers import (
     RANK_MODULE,
@@ -190,11 +191,15 @@ class Runtime:
     def submit(self, spec: JobSpec, dry_run: bool = False) -> SubmitResult:
         """Queue a job (placed now if it fits), or with ``dry_run`` only show the plan."""
         spec.validate()
-        _check_size(spec)
         if spec.workdir is None:
             spec = dataclasses.replace(spec, workdir=_working_directory())
+        # The submitter's environment: -x NAME passes its value (the whole of it, not just the
+        # part a job keeps); an API caller's explicit submit_env stands for it.
+        environ = dict(os.environ) if spec.submit_env is None else spec.submit_env
         if spec.submit_env is None:
-            spec = dataclasses.replace(spec, submit_env=submit_env(dict(os.environ)))
+            spec = dataclasses.replace(spec, submit_env=submit_env(environ))
+        spec, notes = prepare_spec(spec, environ)
+        _check_size(spec)  # a horovodrun line has become mpirun's: one more process
         _check_command(spec)
         from ringleader.runtime.codec import decision_to_dict
         from ringleader.scheduler import place
@@ -206,6 +211,7 @@ class Runtime:
             decision = place(state, spec.request())
         _refuse_unresolvable(decision)
         if dry_run:
+            self.notes += notes
             prediction = predict_job(state, spec, decision.placement) if decision.placement else None
             return SubmitResult(decision, decision_to_dict(decision), dry_run=True, extra={"prediction": prediction})
         db = self._writable()
@@ -216,12 +222,15 @@ class Runtime:
             self._remove_folders(spec.name)  # left by a delete that was killed: not this job's
             store.insert_job(conn, spec.to_dict(), spec.priority, now)
             store.add_event(conn, spec.name, "Submitted", _describe(spec), now)
+            for note in notes:
+                store.add_event(conn, spec.name, "Command", note.removeprefix("note: "), now)
             decisions = schedule_pass_decisions(conn, now)
             mine = next(d for d in decisions if d.job.name == spec.name)
             # The cluster may have changed since the check above: refused here, nothing commits.
             _refuse_unresolvable(mine)
         crash_point("submit-committed")  # killed here: reconciliation starts the supervisor
         spawn_supervisors(self.home, [d.job.name for d in decisions if d.ok])
+        self.notes += notes
         return SubmitResult(mine, decision_to_dict(mine), dry_run=False, job=self.get(spec.name))
 
     def get(self, name: str) -> JobView:

@@ -33,7 +33,9 @@ class JobSpec:
 
     ``command`` is an argv list: either an Open MPI ``mpirun ... program`` line (ringleader
     rewrites its host options) or a plain program started once per worker, torchrun-style.
-    ``image`` and ``model`` are recorded (the model is a hint for throughput predictions).
+    Submit prepares it (``runtime.commands``): a horovodrun or torchrun line is rewritten, the
+    program put in ``image``; ``user_command`` then keeps the line as written. ``model`` is a
+    hint for throughput predictions.
     """
 
     name: str
@@ -47,6 +49,7 @@ class JobSpec:
     model: str | None = None
     workdir: str | None = None  # where the processes start; submit records the caller's cwd
     submit_env: dict[str, str] | None = None  # submit records the caller's (see submit_env())
+    user_command: list[str] | None = None  # the line as written, when submit rewrote it
 
     def validate(self) -> JobSpec:
         from ringleader.topology.cluster import check_name
@@ -58,6 +61,10 @@ class JobSpec:
             raise UsageError(f"--gpus must be >= 0, got {self.gpus_per_worker}", "give 0 for a CPU job")
         if not self.command or not all(isinstance(a, str) for a in self.command):
             raise UsageError("no command given", "give the command as one quoted string or after --")
+        written = self.user_command
+        well_formed = isinstance(written, list) and bool(written) and all(isinstance(a, str) for a in written)
+        if written is not None and not well_formed:
+            raise UsageError("user_command must be the command line as written, a list of strings", "leave it unset")
         priority = self.priority
         if isinstance(priority, bool) or not isinstance(priority, int) or not -(2**31) <= priority < 2**31:
             raise UsageError(f"--priority must be a 32-bit integer, got {priority}", "give -2147483648 to 2147483647")
@@ -89,5 +96,5 @@ class JobSpec:
             command=list(data["command"]), env=dict(data.get("env") or {}),
             topology_aware=bool(data.get("topology_aware")), priority=int(data.get("priority", 0)),
             image=data.get("image"), model=data.get("model"), workdir=data.get("workdir"),
-            submit_env=data.get("submit_env"),
+            submit_env=data.get("submit_env"), user_command=data.get("user_command"),
         )  # fmt: skip

@@ -1,0 +1,488 @@
+"""Users' command lines, taken faithfully at submit: what each option becomes, or a refusal.
+
+A gang's ranks, hosts and counts come from the placement, so the parts of a user's line that
+say otherwise are either replaced (with a note saying so) or refused (one line, and the fix),
+never dropped silently:
+
+- ``mpirun``: -np/-n/-c must equal --workers; -H/--host/--hostfile/--machinefile are replaced by
+  the placement (a note); mapping options that would put ranks elsewhere than the placement
+  are refused; ``-x NAME`` records the submitter's value of NAME in the job (as mpirun passes
+  its own environment's value; an unset NAME is named in a note, as mpirun warns and passes
+  nothing), ``-x NAME=VALUE`` as given.
+- ``horovodrun``: rewritten as the mpirun line horovodrun's MPI mode builds (-np from
+  --workers, ``-bind-to none -map-by slot``, its tunables as HOROVOD_* variables, -x of the
+  submitter's NCCL_*/HOROVOD_* variables), then taken as an mpirun line.
+- ``torchrun`` / ``python -m torch.distributed.run|launch``: ringleader already starts one
+  process per worker with torchrun's variables, so the line becomes the script itself (run as
+  torchrun would run it), its process counts checked against --workers.
+- ``--image``: the program runs in the image through podman or docker, or the job is refused
+  when this host has no usable container runtime (``ringleader.runtime.containers``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from ringleader.errors import UsageError
+from ringleader.runtime.containers import check_image, find_runtime, in_image
+from ringleader.runtime.launchers import _ONE_VALUE, _OWNED, _TWO_VALUES, _split_option, check_mpirun, is_mpirun
+from ringleader.runtime.spec import JobSpec
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_HOSTS = _OWNED - {"np", "n", "c"}
+# Options that take a value but that launchers.parse_mpirun takes as flags: refused below, so
+# they must not make the scan read their value as the program.
+_MORE_ONE_VALUE = {"rf", "rankfile"}
+# Mapping and ranking policies that fill hosts in another order than the placement's slots.
+_OFF_PLACEMENT_POLICIES = {"node", "board", "ppr", "seq", "dist", "rankfile"}
+_PER_NODE = {"N", "npernode", "npersocket", "bynode", "rf", "rankfile"}
+# torch.distributed.launch passes each rank --local-rank=N right after the script: this program
+# (run by the rank's own interpreter: nothing of ringleader is needed where the rank runs) puts
+# it at position argv[1] of the line that follows and execs that line.
+LOCAL_RANK_ARG = (
+    "import os, sys; line = sys.argv[2:]; line.insert(int(sys.argv[1]), '--local-rank=' + os.environ['LOCAL_RANK']); "
+    "os.execvp(line[0], line)"
+)
+
+
+@dataclass
+class Prepared:
+    """A user's line made ready to run: the argv that runs, the job's environment (with what
+    -x asked for), and the notes telling the user what was replaced."""
+
+    command: list[str]
+    env: dict[str, str]
+    notes: list[str] = field(default_factory=list)
+
+
+def prepare(command: Sequence[str], workers: int, env: Mapping[str, str], environ: Mapping[str, str],
+            name: str) -> Prepared:  # fmt: skip
+    """Normalise ``command`` for a job of ``workers`` ranks (see the module's docstring).
+
+    ``env`` is the job's own -e variables, ``environ`` the submitter's environment. Idempotent:
+    a prepared command prepares to itself."""
+    out = Prepared(list(command), dict(env))
+    launcher = _launcher(out.command)
+    if launcher == "horovodrun":
+        out.command = _horovodrun(out, workers, environ, name)
+    elif launcher == "torchrun":
+        out.command = _torchrun(out, workers, environ, name)
+        inner = _launcher(out.command)
+        if inner is not None:  # e.g. torchrun --no-python horovodrun ...
+            raise UsageError(f"torchrun would start one {inner} per worker, {workers} {inner}s in all",
+                             f"submit the {inner} line without torchrun")  # fmt: skip
+    if is_mpirun(out.command):
+        _mpirun(out, workers, environ, name)
+    return out
+
+
+def prepare_spec(spec: JobSpec, environ: Mapping[str, str]) -> tuple[JobSpec, list[str]]:
+    """The spec as it will run (its command rewritten, -x values in its env, the program in its
+    image) and the notes for the user. Always prepared from the line the user wrote."""
+    written = spec.user_command or spec.command
+    out = prepare(written, spec.workers, spec.env, environ, spec.name)
+    if spec.image:
+        check_image(spec.image)
+        runtime = find_runtime(spec.image, environ)
+        mpi = is_mpirun(out.command)
+        head, program = _split_program(out.command) if mpi else ([], out.command)
+        wrapped = in_image(runtime, spec.image, program, spec.workdir or os.getcwd(), out.env,
+                           gpus=spec.gpus_per_worker > 0, mpi=mpi)  # fmt: skip
+        out.command = [*head, *wrapped]
+        out.notes.append(f"note: each rank runs in image {spec.image} through {runtime.name} ({runtime.path})")
+    user_command = list(written) if out.command != list(written) else None
+    return replace(spec, command=out.command, env=out.env, user_command=user_command), out.notes
+
+
+def _split_program(argv: list[str]) -> tuple[list[str], list[str]]:
+    """An mpirun line as (mpirun and its options, the program)."""
+    _, program = scan_mpirun(argv)
+    return argv[: len(argv) - len(program)], program
+
+
+# -- mpirun ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MpiOption:
+    token: str  # as written, e.g. "-H" or "--host=a:2"
+    name: str  # without its dashes, e.g. "H", "host"
+    values: tuple[str, ...]
+
+    def text(self) -> str:
+        return shlex.join([self.token, *self.values])
+
+
+def scan_mpirun(argv: Sequence[str]) -> tuple[list[MpiOption], list[str]]:
+    """An mpirun line's options (each with its values) and the program it runs. Malformed lines
+    are refused by ``launchers.parse_mpirun``, called first (its messages are the reference)."""
+    options: list[MpiOption] = []
+    i = 1
+    while i < len(argv):
+        token = argv[i]
+        if not token.startswith("-") or token == "-":
+            break
+        name, inline = _split_option(token)
+        count = 2 if name in _TWO_VALUES else 1 if name in _ONE_VALUE | _MORE_ONE_VALUE else 0
+        if inline is not None:
+            options.append(MpiOption(token, name, ()))
+            i += 1
+            continue
+        options.append(MpiOption(token, name, tuple(argv[i + 1 : i + 1 + count])))
+        i += 1 + count
+    return options, list(argv[i:])
+
+
+def _mpirun(out: Prepared, workers: int, environ: Mapping[str, str], name: str) -> None:
+    check_mpirun(out.command, workers)  # -np against --workers; a malformed line
+    options, program = scan_mpirun(out.command)
+    inner = _launcher(program)
+    if inner is not None:
+        raise UsageError(
+            f"mpirun would start one {inner} per rank, {workers} {inner}s in all",
+            f"submit the {inner} line without mpirun (ringleader rewrites it onto the placement)",
+        )
+    hosts, unset = [], []
+    for opt in options:
+        value = opt.values[0] if opt.values else _split_option(opt.token)[1] or ""
+        if opt.name in _HOSTS:
+            hosts.append(opt.text())
+        elif opt.name in _PER_NODE or (
+            opt.name in ("map-by", "rank-by") and value.split(":")[0].lower() in _OFF_PLACEMENT_POLICIES
+        ):
+            raise UsageError(
+                f"mpirun {opt.text()} would put ranks elsewhere than the placement",
+                "drop it: ringleader gives each host the slots the placement gives it (map-by slot)",
+            )
+        elif opt.name == "x" and not _export(value, out.env, environ):
+            unset.append(value)
+    if unset:
+        names = ", ".join(unset)
+        out.notes.append(f"note: mpirun -x {' -x '.join(unset)}: {names} not set when submitted, so no rank gets it "
+                         "(mpirun too would pass nothing)")  # fmt: skip
+    if hosts:
+        out.notes.append(f"note: mpirun {' '.join(hosts)} replaced by the placement; see `ringleader get {name}`")
+
+
+def _export(value: str, env: dict[str, str], environ: Mapping[str, str]) -> bool:
+    """``-x NAME`` takes the submitter's value of NAME, ``-x NAME=VALUE`` that value; either
+    lands in the job's environment, which every rank gets. False: NAME is set nowhere (mpirun
+    warns and passes nothing; so do the ranks, and the caller says so in a note)."""
+    key, sep, given = value.partition("=")
+    if not ENV_NAME.match(key):
+        raise UsageError(f"mpirun -x {value!r} is not NAME or NAME=VALUE", "write -x NAME or -x NAME=VALUE")
+    if sep:
+        wanted = given
+    elif key in environ:
+        wanted = environ[key]
+    else:
+        return key in env  # unset here; the job's -e gives it, and mpirun would pass that value
+    if key in env and env[key] != wanted:
+        raise UsageError(f"-e {key}={env[key]} and mpirun -x {value} give {key} two values", "keep one of them")
+    env[key] = wanted
+    return True
+
+
+# -- which launcher -------------------------------------------------------------------------------
+
+_TORCH_MODULES = {"torch.distributed.run": "torchrun", "torch.distributed.launch": "launch"}
+
+
+def _launcher(argv: Sequence[str]) -> str | None:
+    """'horovodrun', 'torchrun' (also python -m torch.distributed.run|launch), 'mpirun' or None."""
+    if not argv:
+        return None
+    base = Path(argv[0]).name
+    if base == "horovodrun" or base == "torchrun" or is_mpirun(argv):
+        return "mpirun" if is_mpirun(argv) else base
+    return "torchrun" if _python_module(argv) in _TORCH_MODULES else None
+
+
+def _python_module(argv: Sequence[str]) -> str | None:
+    """The module of ``python [flags] -m MODULE ...``, else None."""
+    if not Path(argv[0]).name.startswith("python"):
+        return None
+    i = 1
+    while i < len(argv):
+        token = argv[i]
+        if token == "-m":
+            return argv[i + 1] if i + 1 < len(argv) else None
+        if token.startswith("-m"):
+            return token[2:]
+        if not token.startswith("-") or token.startswith("-c"):
+            return None  # a script or -c code
+        i += 2 if token in ("-W", "-X") else 1
+    return None
+
+
+# -- horovodrun -----------------------------------------------------------------------------------
+
+# horovodrun's tunables and the variables its launcher sets from them (its config_parser):
+# option -> (variable, how the value is written).
+_MB = 1024 * 1024
+_HVD_TUNABLES: dict[str, tuple[str, Callable[[str], str]]] = {
+    "fusion-threshold-mb": ("HOROVOD_FUSION_THRESHOLD", lambda v: str(int(v) * _MB)),
+    "cycle-time-ms": ("HOROVOD_CYCLE_TIME", str),
+    "cache-capacity": ("HOROVOD_CACHE_CAPACITY", str),
+    "autotune-log-file": ("HOROVOD_AUTOTUNE_LOG", str),
+    "autotune-warmup-samples": ("HOROVOD_AUTOTUNE_WARMUP_SAMPLES", str),
+    "autotune-steps-per-sample": ("HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", str),
+    "autotune-bayes-opt-max-samples": ("HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", str),
+    "autotune-gaussian-process-noise": ("HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", str),
+    "timeline-filename": ("HOROVOD_TIMELINE", str),
+    "stall-check-warning-time-seconds": ("HOROVOD_STALL_CHECK_TIME_SECONDS", str),
+    "stall-check-shutdown-time-seconds": ("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", str),
+    "num-nccl-streams": ("HOROVOD_NUM_NCCL_STREAMS", str),
+    "thread-affinity": ("HOROVOD_THREAD_AFFINITY", str),
+    "gloo-timeout-seconds": ("HOROVOD_GLOO_TIMEOUT_SECONDS", str),
+    "log-level": ("HOROVOD_LOG_LEVEL", str),
+}  # fmt: skip
+# Flags -> (variable, value).
+_HVD_SWITCHES = {
+    "hierarchical-allreduce": ("HOROVOD_HIERARCHICAL_ALLREDUCE", "1"),
+    "no-hierarchical-allreduce": ("HOROVOD_HIERARCHICAL_ALLREDUCE", "0"),
+    "hierarchical-allgather": ("HOROVOD_HIERARCHICAL_ALLGATHER", "1"),
+    "no-hierarchical-allgather": ("HOROVOD_HIERARCHICAL_ALLGATHER", "0"),
+    "autotune": ("HOROVOD_AUTOTUNE", "1"),
+    "timeline-mark-cycles": ("HOROVOD_TIMELINE_MARK_CYCLES", "1"),
+    "no-stall-check": ("HOROVOD_STALL_CHECK_DISABLE", "1"),
+    "stall-check": ("HOROVOD_STALL_CHECK_DISABLE", "0"),
+    "mpi-threads-disable": ("HOROVOD_MPI_THREADS_DISABLE", "1"),
+    "log-without-timestamp": ("HOROVOD_LOG_HIDE_TIME", "1"),
+    "log-hide-timestamp": ("HOROVOD_LOG_HIDE_TIME", "1"),
+    "tcp": ("NCCL_IB_DISABLE", "1"),
+}  # fmt: skip
+_HVD_ALIASES = {"np": "num-proc", "H": "hosts", "p": "ssh-port", "i": "ssh-identity-file",
+                "prefix-timestamp": "prefix-output-with-timestamp"}  # fmt: skip
+# Options horovodrun uses to reach and check hosts: the cluster file says how hosts are reached.
+_HVD_IGNORED_VALUE = {"start-timeout", "ssh-port", "ssh-identity-file"}
+_HVD_IGNORED_FLAGS = {"verbose", "disable-cache", "mpi"}
+_HVD_ELASTIC = {"min-np", "min-num-proc", "max-np", "max-num-proc", "slots-per-host", "elastic-timeout",
+                "reset-limit", "blacklist-cooldown-range", "host-discovery-script"}  # fmt: skip
+_HVD_VALUE = {"num-proc", "hosts", "hostfile", "mpi-args", "binding-args", "output-filename", "network-interface",
+              "network-interfaces", "config-file", *_HVD_TUNABLES, *_HVD_IGNORED_VALUE}  # fmt: skip
+_HVD_FLAGS = {"prefix-output-with-timestamp", "gloo", "jsrun", "check-build", "cb", "version", "v",
+              *_HVD_SWITCHES, *_HVD_IGNORED_FLAGS}  # fmt: skip
+# What horovodrun's MPI mode puts on every Open MPI line (its mpi_run).
+HOROVOD_MPI_FLAGS = ["-mca", "pml", "ob1", "-mca", "btl", "^openib"]
+HOROVOD_BINDING = ["-bind-to", "none", "-map-by", "slot"]
+# The submitter's variables horovodrun's line passes with -x that a job does not keep anyway.
+HOROVOD_EXPORTED = ("NCCL_", "HOROVOD_")
+
+
+def _options(argv: Sequence[str], values: set[str], flags: set[str], aliases: Mapping[str, str],
+             what: str) -> tuple[list[tuple[str, str, str | None]], list[str]]:  # fmt: skip
+    """Split a launcher's argv into ((token, canonical name, value), ...) and the program after
+    them; an unknown option is refused (guessing its arity could run the wrong program)."""
+    found: list[tuple[str, str, str | None]] = []
+    i = 1
+    while i < len(argv):
+        token = argv[i]
+        if token == "--":
+            i += 1
+            break
+        if not token.startswith("-") or token == "-":
+            break
+        raw, inline = _split_option(token) if token.startswith("--") else (token.lstrip("-"), None)
+        name = aliases.get(raw, raw)
+        name = aliases.get(name.replace("_", "-"), name.replace("_", "-"))
+        if name in values:
+            if inline is None:
+                if i + 1 >= len(argv):
+                    raise UsageError(f"{what} option {token} lacks its value", f"complete the {what} line")
+                inline = argv[i + 1]
+                i += 1
+            # horovodrun's --blacklist-cooldown-range takes two (refused below anyway)
+        elif name not in flags:
+            raise UsageError(f"{what} option {token} is not known to ringleader",
+                             f"drop it, or run the program without {what}")  # fmt: skip
+        found.append((token, name, inline))
+        i += 1
+    return found, list(argv[i:])
+
+
+def _horovodrun(out: Prepared, workers: int, environ: Mapping[str, str], name: str) -> list[str]:
+    options, program = _options(out.command, _HVD_VALUE | _HVD_ELASTIC, _HVD_FLAGS, _HVD_ALIASES, "horovodrun")
+    if not program:
+        raise UsageError("the horovodrun line names no program", "end it with the program, e.g. python train.py")
+    binding, extra, exports, ignored, hosts = list(HOROVOD_BINDING), [], [], [], []
+    for token, opt, value in options:
+        shown = token if value is None or "=" in token else f"{token} {value}"
+        if opt in _HVD_ELASTIC:
+            raise UsageError(f"elastic horovodrun ({token}) is not supported: a gang has a fixed size",
+                             "drop the elastic options and give -np equal to --workers")  # fmt: skip
+        if opt == "gloo" or opt == "jsrun":
+            raise UsageError(f"horovodrun --{opt} is not supported: ringleader runs Horovod through mpirun",
+                             f"drop --{opt} (Horovod then uses its MPI controller)")  # fmt: skip
+        if opt == "config-file":
+            raise UsageError("horovodrun --config-file is not read by ringleader",
+                             "give its settings as horovodrun options instead")  # fmt: skip
+        if opt in ("check-build", "cb", "version", "v"):
+            raise UsageError(f"horovodrun {token} only prints and runs nothing", "run it directly, without ringleader")
+        if opt == "num-proc":
+            assert value is not None
+            if not value.isdigit() or int(value) != workers:
+                raise UsageError(f"horovodrun -np {value} disagrees with --workers {workers}",
+                                 f"use -np {workers} or drop -np (ringleader sets it)")  # fmt: skip
+        elif opt in ("hosts", "hostfile"):
+            hosts.append(shown)
+        elif opt == "mpi-args":
+            extra += _split(value, "--mpi-args")
+        elif opt == "binding-args":
+            binding = _split(value, "--binding-args")
+        elif opt == "output-filename":
+            extra += ["--output-filename", str(value)]
+        elif opt == "prefix-output-with-timestamp":
+            extra.append("--timestamp-output")
+        elif opt in ("network-interface", "network-interfaces"):
+            extra += ["-mca", "btl_tcp_if_include", str(value)]
+            exports.append(f"NCCL_SOCKET_IFNAME={value}")
+        elif opt in _HVD_TUNABLES:
+            var, write = _HVD_TUNABLES[opt]
+            try:
+                exports.append(f"{var}={write(str(value))}")
+            except ValueError:
+                raise UsageError(f"horovodrun {shown}: not a number", f"give {token} a number") from None
+        elif opt in _HVD_SWITCHES:
+            var, flag = _HVD_SWITCHES[opt]
+            exports.append(f"{var}={flag}")
+        elif opt not in ("mpi",):
+            ignored.append(shown)
+    exports += sorted(k for k in environ if k.startswith(HOROVOD_EXPORTED) and ENV_NAME.match(k))
+    env_args = [a for e in dict.fromkeys(exports) for a in ("-x", e)]
+    line = ["mpirun", "--tag-output", "-np", str(workers), *binding, *HOROVOD_MPI_FLAGS, *extra, *env_args, *program]
+    said = f"note: horovodrun runs as its MPI mode's line: {shlex.join(line)}"
+    if hosts:
+        said += f"; its {' '.join(hosts)} replaced by the placement (see `ringleader get {name}`)"
+    if ignored:
+        said += f"; ignored (hosts are reached as the cluster file says): {' '.join(ignored)}"
+    out.notes.append(said)
+    return line
+
+
+def _split(value: str | None, what: str) -> list[str]:
+    try:
+        return shlex.split(value or "")
+    except ValueError as exc:
+        raise UsageError(f"horovodrun {what} cannot be split: {exc}", "check its quotes") from None
+
+
+# -- torchrun -------------------------------------------------------------------------------------
+
+_TORCH_REPLACED = {"nnodes", "nproc-per-node", "node-rank", "master-addr", "master-port", "rdzv-backend",
+                   "rdzv-endpoint", "rdzv-id", "rdzv-conf", "local-addr"}  # fmt: skip
+_TORCH_IGNORED = {"max-restarts", "monitor-interval", "start-method", "event-log-handler", "role", "log-dir",
+                  "redirects", "tee", "local-ranks-filter", "duplicate-stdout-filters", "duplicate-stderr-filters",
+                  "logs-specs", "numa-binding", "signals-to-handle", "shutdown-timeout"}  # fmt: skip
+_TORCH_FLAGS = {"standalone", "module", "no-python", "run-path", "virtual-local-rank", "use-env"}
+_TORCH_ALIASES = {"m": "module", "r": "redirects", "t": "tee"}
+
+
+def _torchrun(out: Prepared, workers: int, environ: Mapping[str, str], name: str) -> list[str]:
+    argv = out.command
+    kind = "torchrun"
+    python: list[str] | None = None
+    if Path(argv[0]).name != "torchrun":  # python [flags] -m torch.distributed.run|launch ...
+        module = _python_module(argv)
+        kind = _TORCH_MODULES[str(module)]
+        at = next(i for i, t in enumerate(argv) if t == "-m" or t == f"-m{module}")
+        python = [argv[0]]
+        argv = [f"python -m {module}", *argv[at + (2 if argv[at] == "-m" else 1) :]]
+    what = "torchrun" if kind == "torchrun" else "torch.distributed.launch"
+    options, program = _options(argv, _TORCH_REPLACED | _TORCH_IGNORED, _TORCH_FLAGS, _TORCH_ALIASES, what)
+    if not program:
+        raise UsageError(f"the {what} line names no training script", "end it with the script, e.g. train.py")
+    given = {opt: value for _, opt, value in options}
+    if "use-env" in given and kind == "torchrun":
+        raise UsageError("torchrun has no --use-env option", "drop it (torchrun always sets LOCAL_RANK)")
+    nproc = _check_counts(given, workers, what)
+    if "OMP_NUM_THREADS" not in environ and "OMP_NUM_THREADS" not in out.env and nproc > 1:
+        out.env["OMP_NUM_THREADS"] = "1"  # torchrun's default when it starts several per node
+    run = _torch_program(program, given, environ, python, local_rank_arg=kind == "launch" and "use-env" not in given)
+    replaced = [f"{t} {v}" if v is not None and "=" not in t else t for t, o, v in options if o in _TORCH_REPLACED]
+    ignored = [f"{t} {v}" if v is not None and "=" not in t else t for t, o, v in options if o in _TORCH_IGNORED]
+    shown, per_rank = shlex.join(run), ""
+    if run[1:3] == ["-c", LOCAL_RANK_ARG]:  # shown as the rank runs it
+        shown_argv = run[4:]
+        shown_argv.insert(int(run[3]), "--local-rank=N")
+        shown, per_rank = shlex.join(shown_argv), " (N: the rank's LOCAL_RANK)"
+    said = (f"note: {what} replaced: ringleader starts `{shown}`{per_rank} once per worker ({workers} in all) "
+            "with torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)")  # fmt: skip
+    if replaced:
+        said += f"; {' '.join(replaced)} taken from the placement (see `ringleader get {name}`)"
+    if ignored:
+        said += f"; ignored (a failed rank fails the job, logs are per instance): {' '.join(ignored)}"
+    out.notes.append(said)
+    return run
+
+
+def _check_counts(given: Mapping[str, str | None], workers: int, what: str) -> int:
+    """torchrun's processes per node; nnodes x nproc-per-node must equal --workers when given."""
+    nnodes, nproc = given.get("nnodes"), given.get("nproc-per-node")
+    if nnodes is not None and ":" in nnodes:
+        low, _, high = nnodes.partition(":")
+        if low != high:
+            raise UsageError(f"elastic {what} (--nnodes {nnodes}) is not supported: a gang has a fixed size",
+                             "give --nnodes N, or drop it (ringleader takes the nodes from the placement)")  # fmt: skip
+        nnodes = low
+    if nnodes is not None and not nnodes.isdigit():
+        raise UsageError(f"{what} --nnodes {nnodes} is not a number", "give --nnodes N or drop it")
+    if nproc is not None and not nproc.isdigit():
+        if nproc not in ("auto", "cpu", "gpu"):
+            raise UsageError(f"{what} --nproc-per-node {nproc} is not a number", "give a number or drop it")
+        return 2  # one per GPU or core: torchrun would count several
+    if nnodes is None and nproc is None:
+        return 2 if workers > 1 else 1
+    total = int(nnodes or 1) * int(nproc or 1)
+    if total != workers:
+        raise UsageError(
+            f"{what} would start {total} process(es) (--nnodes {nnodes or 1} x --nproc-per-node {nproc or 1}) "
+            f"but --workers is {workers}",
+            f"use --workers {total}, or drop --nnodes/--nproc-per-node (ringleader starts one per worker)",
+        )
+    return int(nproc or 1)
+
+
+def _torch_program(program: list[str], given: Mapping[str, str | None], environ: Mapping[str, str],
+                   python: list[str] | None, local_rank_arg: bool) -> list[str]:  # fmt: skip
+    """What torchrun would start per process: ``python -u [-m] SCRIPT ARGS`` or, with
+    --no-python, the program itself; launch without --use-env adds --local-rank=N (per rank,
+    through LOCAL_RANK_ARG)."""
+    script, args = program[0], program[1:]
+    if "no-python" in given:
+        if local_rank_arg:  # as torch.distributed.launch refuses it
+            raise UsageError("--no-python needs --use-env (the program cannot take --local-rank)", "add --use-env")
+        if "module" in given:
+            raise UsageError("--no-python and --module cannot go together", "drop one of them")
+        run = [script]
+    else:
+        interpreter = environ.get("PYTHON_EXEC") or (python[0] if python else _interpreter_of_torchrun(environ))
+        run = [interpreter, "-u", *(["-m"] if "module" in given else []), script]
+    if local_rank_arg:
+        return [run[0], "-c", LOCAL_RANK_ARG, str(len(run)), *run, *args]
+    return [*run, *args]
+
+
+def _interpreter_of_torchrun(environ: Mapping[str, str]) -> str:
+    """The Python torchrun itself runs with (its script's #! line), as it starts its ranks with
+    sys.executable; else the first python3 on the PATH."""
+    path = environ.get("PATH", os.defpath)
+    found = shutil.which("torchrun", path=path)
+    if found:
+        try:
+            with open(found, "rb") as fh:
+                first = fh.readline(4096).decode(errors="replace")
+        except OSError:
+            first = ""
+        words = first[2:].split() if first.startswith("#!") else []
+        if words and Path(words[0]).name == "env" and len(words) > 1:
+            words = words[1:]
+        if words and Path(words[0]).name.startswith("python"):
+            return words[0]
+    return shutil.which("python3", path=path) or shutil.which("python", path=path) or "python3"

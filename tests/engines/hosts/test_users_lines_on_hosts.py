@@ -1,0 +1,65 @@
+"""Users' command lines on real ssh hosts (an emulated two-node cluster): -x values, a
+horovodrun line and a torchrun line reach every rank on every host as they would by hand."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+
+from ringleader.runtime.api import Runtime
+from ringleader.runtime.states import JobStatus
+
+pytestmark = pytest.mark.slow
+
+NAMES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "FOO",
+         "HOROVOD_FUSION_THRESHOLD", "RINGLEADER_NODE")  # fmt: skip
+SHOW = (
+    "import json, os, socket, sys; "
+    f"print(json.dumps({{'argv': sys.argv[1:], 'host': socket.gethostname(), "
+    f"**{{n: os.environ.get(n) for n in {NAMES!r}}}}}), flush=True)"
+)
+
+
+def ranks(rt: Runtime, job: str, workers: int) -> list[dict[str, object]]:
+    return [json.loads(rt.logs(job, f"worker-{i}").strip().splitlines()[-1]) for i in range(workers)]
+
+
+def test_x_name_reaches_ranks_on_every_host(hosts: Runtime, h, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FOO", "from the submitting shell")
+    line = f"mpirun -np 8 -H server1:4,server2:4 -x FOO python3 -c {shlex.quote(SHOW)}"
+    hosts.submit(h.job("xhosts", shlex.split(line), workers=8))
+    assert "mpirun -H server1:4,server2:4 replaced by the placement" in hosts.notes[-1]
+    view = hosts.wait("xhosts", timeout=120)
+    assert view.status is JobStatus.SUCCEEDED, view.reason
+    seen = ranks(hosts, "xhosts", 8)
+    assert sorted({r["host"] for r in seen}) == ["node-a", "node-b"]
+    assert all(r["FOO"] == "from the submitting shell" for r in seen)
+
+
+def test_horovodrun_line_runs_across_hosts(hosts: Runtime, h) -> None:
+    line = f"horovodrun -np 8 -H server1:4,server2:4 --fusion-threshold-mb 32 python3 -c {shlex.quote(SHOW)} a"
+    hosts.submit(h.job("hvdhosts", shlex.split(line), workers=8))
+    view = hosts.wait("hvdhosts", timeout=120)
+    assert view.status is JobStatus.SUCCEEDED, view.reason
+    seen = ranks(hosts, "hvdhosts", 8)
+    assert sorted({r["host"] for r in seen}) == ["node-a", "node-b"]
+    for r in seen:
+        assert r["argv"] == ["a"] and r["OMPI_COMM_WORLD_SIZE"] == "8"
+        assert r["OMPI_COMM_WORLD_LOCAL_RANK"] == r["LOCAL_RANK"]  # hvd.local_rank()
+        assert r["HOROVOD_FUSION_THRESHOLD"] == str(32 * 1024 * 1024)
+
+
+def test_torchrun_line_runs_once_per_worker_across_hosts(hosts: Runtime, h, tmp_path) -> None:
+    script = tmp_path / "show.py"  # the hosts share this box's files, as a cluster's shared home
+    script.write_text(SHOW + "\n")
+    line = ["torchrun", "--nnodes", "2", "--nproc-per-node", "4", "--rdzv-endpoint", "server1:29400", str(script), "b"]
+    hosts.submit(h.job("trhosts", line, workers=8))
+    assert "--rdzv-endpoint server1:29400 taken from the placement" in hosts.notes[-1]
+    view = hosts.wait("trhosts", timeout=120)
+    assert view.status is JobStatus.SUCCEEDED, view.reason
+    seen = ranks(hosts, "trhosts", 8)
+    assert sorted(r["RANK"] for r in seen) == [str(i) for i in range(8)]  # one process per worker, no copies
+    assert all(r["WORLD_SIZE"] == "8" and r["argv"] == ["b"] for r in seen)
+    assert sorted({r["host"] for r in seen}) == ["node-a", "node-b"]

@@ -1,0 +1,409 @@
+"""Users' command lines at submit: replaced with a note, refused with one line, or run as meant.
+
+Refusals go through the real `ringleader` entry point (exit 2, one line, the state database
+unchanged); the jobs are real: mpirun ranks, a horovodrun line run as mpirun, torchrun lines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from ringleader.cli.main import main
+from ringleader.errors import DependencyError
+from ringleader.runtime.api import Runtime
+from ringleader.runtime.commands import prepare, prepare_spec
+from ringleader.runtime.containers import find_runtime, guard_command
+from ringleader.runtime.states import JobStatus
+
+PY = sys.executable
+VENV_BIN = str(Path(PY).parent)
+# Prints what a rank sees: its arguments and the variables under test, as one JSON line.
+NAMES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "FOO", "BAR", "HOROVOD_FUSION_THRESHOLD",
+         "OMP_NUM_THREADS")  # fmt: skip
+SHOW = (
+    "import json, os, sys; "
+    f"print('seen', json.dumps({{'argv': sys.argv[1:], **{{n: os.environ.get(n) for n in {NAMES!r}}}}}), flush=True)"
+)
+
+
+def seen(text: str) -> dict[str, object]:
+    """What the rank printed (its one `seen` line of the log)."""
+    lines = [line for line in text.splitlines() if line.startswith("seen ")]
+    assert len(lines) == 1, text
+    return dict(json.loads(lines[0][5:]))
+
+
+def no_runtime_path(tmp_path: Path) -> str:
+    """A PATH with no podman and, when this host has one, the real docker client: without a
+    reachable daemon (this host's case) it counts as no runtime."""
+    folder = tmp_path / "no-runtime-bin"
+    folder.mkdir(exist_ok=True)
+    docker = shutil.which("docker")
+    if docker and not (folder / "docker").exists():
+        (folder / "docker").symlink_to(docker)
+    return str(folder)
+
+
+def _docker_answers(path: str) -> bool:
+    try:
+        find_runtime("probe", {"PATH": path})
+    except DependencyError:
+        return False
+    return True
+
+
+REFUSED = {
+    "np-disagrees": "mpirun -np 3 {py} -c pass",
+    "x-bad-name": "mpirun -x 9LIVES {py} -c pass",
+    "x-and-e-disagree": "mpirun -x RL_TEST_E=2 {py} -c pass",
+    "map-by-node": "mpirun -np 2 --map-by node {py} -c pass",
+    "ppr": "mpirun --map-by ppr:1:node {py} -c pass",
+    "npernode": "mpirun -npernode 1 {py} -c pass",
+    "rankfile": "mpirun --rankfile ranks.txt {py} -c pass",
+    "mpirun-of-torchrun": "mpirun -np 2 torchrun --nproc_per_node 2 train.py",
+    "mpirun-of-horovodrun": "mpirun -np 2 horovodrun -np 2 {py} train.py",
+    "horovodrun-np": "horovodrun -np 4 -H server1:2,server2:2 {py} train.py",
+    "horovodrun-gloo": "horovodrun --gloo -np 2 {py} train.py",
+    "horovodrun-elastic": "horovodrun -np 2 --min-np 1 --host-discovery-script ./d.sh {py} train.py",
+    "horovodrun-config": "horovodrun -np 2 --config-file hvd.yaml {py} train.py",
+    "horovodrun-unknown": "horovodrun -np 2 --no-such-option {py} train.py",
+    "horovodrun-no-program": "horovodrun -np 2",
+    "torchrun-count": "torchrun --nnodes 2 --nproc-per-node 2 train.py",
+    "torchrun-one-by-default": "torchrun --nproc_per_node=1 train.py",
+    "torchrun-elastic": "torchrun --nnodes 1:2 --nproc-per-node 1 train.py",
+    "torchrun-unknown": "torchrun --no-such-option train.py",
+    "torchrun-no-script": "torchrun --nproc-per-node 2",
+    "torchrun-of-horovodrun": "torchrun --no-python horovodrun -np 2 train.py",
+    "launch-count": "{py} -m torch.distributed.launch --nproc_per_node 3 train.py",
+}
+
+
+def test_every_refused_line_exits_2_with_one_line_and_changes_nothing(
+    seeds: Runtime, h, capsys, monkeypatch, tmp_path
+) -> None:
+    cases = {name: shlex.split(line.format(py=PY)) for name, line in REFUSED.items()}
+    cases_args = {name: ["submit", "mpi", "--name", "r", "--workers", "2", "-e", "RL_TEST_E=1", "--", *argv]
+                  for name, argv in cases.items()}  # fmt: skip
+    image = ["submit", "mpi", "--name", "r", "--image"]
+    cases_args["image-bad-reference"] = [*image, "-v /:/host", "--", PY, "-c", "pass"]
+    cases_args["image-no-runtime"] = [*image, "python:3.11", "--", PY, "-c", "pass"]
+    cases_args["image-no-runtime-dry-run"] = [*image, "python:3.11", "--dry-run", "--", PY, "-c", "pass"]
+    path = no_runtime_path(tmp_path)
+    if _docker_answers(path):
+        pytest.skip("docker's daemon answers here: an image has a runtime")
+    before = h.dump_db(seeds.home)
+    for name, args in cases_args.items():
+        if name.startswith("image"):
+            monkeypatch.setenv("PATH", path)
+        capsys.readouterr()
+        code = main(args)
+        err = capsys.readouterr().err
+        lines = err.strip().splitlines()
+        assert code == 2, f"{name}: rc={code}\n{err}"
+        assert len(lines) == 1 and lines[0].startswith("error:") and "To fix:" in lines[0], f"{name}: {err}"
+        assert h.dump_db(seeds.home) == before, name
+
+
+def test_image_is_refused_naming_why_when_no_runtime_answers(tmp_path: Path) -> None:
+    """No podman, and docker (when present) without a reachable daemon: this host's case."""
+    path = no_runtime_path(tmp_path)
+    if _docker_answers(path):
+        pytest.skip("docker's daemon answers here")
+    with pytest.raises(DependencyError, match="needs a container runtime on this host") as info:
+        find_runtime("python:3.11", {"PATH": path})
+    assert "no podman on PATH" in info.value.message
+    if shutil.which("docker"):
+        assert "docker at" in info.value.message and "cannot run containers" in info.value.message
+
+
+@pytest.mark.slow
+def test_x_name_reaches_every_rank_with_the_submitters_value(seeds: Runtime, h, monkeypatch) -> None:
+    monkeypatch.setenv("FOO", "from the submitting shell")
+    line = f"mpirun -np 2 -H server1:1,server2:1 -x FOO -x BAR=given --mca btl ^openib {PY} -c {shlex.quote(SHOW)}"
+    seeds.submit(h.spec("xfoo", shlex.split(line), workers=2, gpus=1))
+    replaced = "note: mpirun -H server1:1,server2:1 replaced by the placement; see `ringleader get xfoo`"
+    assert seeds.notes[-1:] == [replaced]
+    view = seeds.wait("xfoo", 120)
+    assert view.status is JobStatus.SUCCEEDED, view.events
+    assert view.spec.env == {"FOO": "from the submitting shell", "BAR": "given"}
+    for rank in range(2):
+        got = seen(seeds.logs("xfoo", f"worker-{rank}"))
+        assert (got["RANK"], got["OMPI_COMM_WORLD_SIZE"]) == (str(rank), "2")
+        assert (got["FOO"], got["BAR"]) == ("from the submitting shell", "given")
+    assert any(e.kind == "Command" and "-H server1:1,server2:1" in e.message for e in view.events)
+
+
+@pytest.mark.slow
+def test_replaced_hosts_and_unset_x_names_are_named_on_stderr(seeds: Runtime, capsys, monkeypatch) -> None:
+    monkeypatch.delenv("RL_TEST_UNSET", raising=False)
+    line = f"mpirun -np 2 --hostfile /etc/no-such-hostfile -H server1:1,server2:1 -x RL_TEST_UNSET {PY} -c pass"
+    capsys.readouterr()
+    assert main(["submit", "mpi", "--name", "noted", "--workers", "2", line]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[-2:] == [
+        "note: mpirun -x RL_TEST_UNSET: RL_TEST_UNSET not set when submitted, so no rank gets it "
+        "(mpirun too would pass nothing)",
+        "note: mpirun --hostfile /etc/no-such-hostfile -H server1:1,server2:1 replaced by the placement; "
+        "see `ringleader get noted`",
+    ]
+    assert "RL_TEST_UNSET" not in seeds.get("noted").spec.env
+
+
+@pytest.mark.slow
+def test_horovodrun_line_runs_as_its_mpirun_line_with_np_from_workers(seeds: Runtime, h, monkeypatch) -> None:
+    monkeypatch.setenv("HOROVOD_LOG_LEVEL", "warning")
+    line = f"horovodrun -np 2 -H server1:1,server2:1 --fusion-threshold-mb 32 {PY} -c {shlex.quote(SHOW)} a"
+    seeds.submit(h.spec("hvd", shlex.split(line), workers=2, gpus=1))
+    note = seeds.notes[-1]
+    assert note.startswith("note: horovodrun runs as its MPI mode's line: mpirun --tag-output -np 2 -bind-to none")
+    assert "-H server1:1,server2:1 replaced by the placement" in note
+    view = seeds.wait("hvd", 120)
+    assert view.status is JobStatus.SUCCEEDED, view.events
+    assert view.spec.user_command == shlex.split(line)
+    assert view.spec.command[:4] == ["mpirun", "--tag-output", "-np", "2"]
+    assert view.spec.env["HOROVOD_LOG_LEVEL"] == "warning"  # -x of the submitter's HOROVOD_*
+    started = next(e.message for e in view.events if e.kind == "Started")
+    assert "mpirun -np 2 --host localhost:2" in started and started.count("-np") == 1
+    for rank in range(2):
+        got = seen(seeds.logs("hvd", f"worker-{rank}"))
+        assert (got["argv"], got["RANK"], got["OMPI_COMM_WORLD_SIZE"]) == (["a"], str(rank), "2")
+        assert got["HOROVOD_FUSION_THRESHOLD"] == str(32 * 1024 * 1024)  # in bytes, as horovodrun sets it
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("line", "argv"),
+    [
+        ("torchrun --nproc_per_node 2 --max-restarts 3", ["b"]),
+        (f"{PY} -m torch.distributed.launch --nproc_per_node=2", ["--local-rank={local_rank}", "b"]),
+        (f"{PY} -m torch.distributed.run --nnodes 1 --nproc-per-node 2", ["b"]),
+    ],
+    ids=["torchrun", "launch", "run"],
+)
+def test_torchrun_lines_run_the_script_once_per_worker(small: Runtime, h, tmp_path, monkeypatch, line, argv) -> None:
+    rt = small  # one node: local ranks 0 and 1
+    monkeypatch.setenv("PATH", f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}")  # where torchrun is
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    script = tmp_path / "show.py"
+    script.write_text(SHOW + "\n")
+    rt.submit(h.spec("tr", [*shlex.split(line), str(script), "b"], workers=2, gpus=1))
+    assert "replaced: ringleader starts" in rt.notes[-1] and "once per worker (2 in all)" in rt.notes[-1]
+    if line.startswith("torchrun"):
+        assert rt.notes[-1].endswith("ignored (a failed rank fails the job, logs are per instance): --max-restarts 3")
+    view = rt.wait("tr", 120)
+    assert view.status is JobStatus.SUCCEEDED, view.events
+    assert [i.name for i in view.instances] == ["tr-worker-0", "tr-worker-1"]  # no launcher, no copies
+    for rank in range(2):
+        got = seen(rt.logs("tr", f"worker-{rank}"))
+        assert got["argv"] == [a.format(local_rank=got["LOCAL_RANK"]) for a in argv]
+        assert (got["RANK"], got["LOCAL_RANK"], got["WORLD_SIZE"]) == (str(rank), str(rank), "2")
+        assert got["OMP_NUM_THREADS"] == "1"  # torchrun's default with several processes per node
+
+
+def test_preparing_is_idempotent_and_keeps_the_line_as_written(monkeypatch, h) -> None:
+    monkeypatch.setenv("FOO", "1")
+    spec = h.spec("p", shlex.split(f"horovodrun -np 2 -H a:1,b:1 {PY} t.py"), workers=2, env={"FOO": "1"})
+    once, notes = prepare_spec(spec, os.environ)
+    twice, again = prepare_spec(once, os.environ)
+    assert once == twice and notes == again
+    assert once.user_command == spec.command
+    plain = h.spec("q", [PY, "t.py"], workers=2)
+    assert prepare_spec(plain, os.environ) == (plain, [])
+
+
+def test_horovodrun_options_become_what_horovodrun_would_pass() -> None:
+    line = ("horovodrun -np 4 --hostfile hosts.txt --network-interface eth1 --hierarchical-allreduce "
+            "--mpi-args='--mca btl_tcp_if_exclude lo' --timeline-filename /tmp/t.json --tcp -p 2222 "
+            "python train.py")  # fmt: skip
+    out = prepare(shlex.split(line), 4, {}, {}, "j")
+    cmd = out.command
+    assert cmd[cmd.index("btl_tcp_if_include") + 1] == "eth1"
+    assert cmd[cmd.index("btl_tcp_if_exclude") + 1] == "lo"
+    assert cmd[-2:] == ["python", "train.py"] and "--hostfile" not in cmd and "2222" not in " ".join(cmd)
+    assert out.env == {"NCCL_SOCKET_IFNAME": "eth1", "HOROVOD_HIERARCHICAL_ALLREDUCE": "1",
+                       "HOROVOD_TIMELINE": "/tmp/t.json", "NCCL_IB_DISABLE": "1"}  # fmt: skip
+    assert "--hostfile hosts.txt replaced by the placement" in out.notes[0]
+    assert "ignored (hosts are reached as the cluster file says): -p 2222" in out.notes[0]
+
+
+@pytest.mark.slow
+def test_image_contract_with_a_stand_in_podman(seeds: Runtime, h, tmp_path, monkeypatch) -> None:
+    """Contract test: a stand-in `podman` that answers `info` and, for `run`, starts the program
+    with only the variables named by -e (by name, or by prefix with `*`, as podman does): the
+    ranks' variables, Open MPI's and the job's -x values must be passed into the image."""
+    fake = tmp_path / "bin" / "podman"
+    fake.parent.mkdir()
+    fake.write_text(
+        f"#!{PY}\nimport os, sys\n"
+        "a = sys.argv[1:]\n"
+        "if a[0] == 'info': print('crun'); sys.exit(0)\n"
+        "i = a.index('example.org/train:1'); opts, prog = a[1:i], a[i + 1:]\n"
+        "names = [opts[k + 1] for k, o in enumerate(opts) if o == '-e']\n"
+        "env = {k: v for k, v in os.environ.items() if any(k == n or n.endswith('*') and k.startswith(n[:-1])"
+        " for n in names)}\n"
+        "os.chdir(opts[opts.index('-w') + 1]); os.execve(prog[0], prog, env)\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FOO", "into the image")
+    line = f"mpirun -np 2 -x FOO {PY} -c {shlex.quote(SHOW)}"
+    seeds.submit(h.spec("img", shlex.split(line), workers=2, gpus=1, image="example.org/train:1"))
+    assert seeds.notes[-1] == f"note: each rank runs in image example.org/train:1 through podman ({fake})"
+    view = seeds.wait("img", 120)
+    assert view.status is JobStatus.SUCCEEDED, view.events
+    assert view.spec.command[view.spec.command.index("podman") + 1] == "run"
+    for rank in range(2):
+        got = seen(seeds.logs("img", f"worker-{rank}"))
+        assert (got["RANK"], got["OMPI_COMM_WORLD_SIZE"], got["FOO"]) == (str(rank), "2", "into the image")
+
+
+TOKENS = [
+    "mpirun", "horovodrun", "torchrun", "python", "/usr/bin/python3", "-m", "torch.distributed.run",
+    "torch.distributed.launch", "-mtorch.distributed.run", "-u", "-W", "-X", "-c", "--", "-", "", "=", "'",
+    "-np", "-n", "2", "3", "-H", "a:1,b:1", "--host=a:2", "--hostfile", "-x", "FOO", "FOO=1", "9X", "UNSET_X",
+    "--map-by", "slot", "ppr:1:node", "--map-by=node", "-N", "--mca", "btl", "^openib", "--nproc_per_node",
+    "--nproc-per-node=2", "--nnodes", "1:2", "2:2", "auto", "--use-env", "--no-python", "--module",
+    "--max-restarts", "--rdzv-endpoint=h:1", "--fusion-threshold-mb", "x", "--mpi-args", "--binding-args",
+    "--gloo", "--network-interface", "eth0", "-p", "--tcp", "--hierarchical-allreduce", "train.py",
+]  # fmt: skip
+
+
+def test_any_line_is_prepared_or_refused_and_never_runs_a_launcher_per_rank() -> None:
+    """Fuzzing: every line is either refused with a UsageError or prepared into a line that
+    prepares to itself and never starts one torchrun or horovodrun per worker."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from ringleader.errors import UsageError
+    from ringleader.runtime.commands import _launcher, scan_mpirun
+
+    @settings(max_examples=400, deadline=None)
+    @given(st.lists(st.sampled_from(TOKENS), min_size=1, max_size=10), st.integers(1, 4))
+    def check(argv: list[str], workers: int) -> None:
+        environ = {"FOO": "shell", "PATH": os.defpath}
+        try:
+            out = prepare(argv, workers, {}, environ, "j")
+        except UsageError as exc:
+            assert exc.fix and "\n" not in exc.one_line()
+            return
+        assert out.command and all(isinstance(a, str) for a in out.command)
+        again = prepare(out.command, workers, out.env, environ, "j")
+        assert (again.command, again.env) == (out.command, out.env)
+        launcher = _launcher(out.command)
+        assert launcher in (None, "mpirun")
+        if launcher == "mpirun":
+            assert _launcher(scan_mpirun(out.command)[1]) is None
+
+    check()
+
+
+BUSYBOX_IMAGE = f"localhost/ringleader-test-busybox:{os.getpid()}"
+# What this test box's podman needs (a docker container on a hybrid-cgroup kernel): runc, and
+# limits no higher than the box's. Hosts that need none of it run it just the same.
+PODMAN_CONF = '[containers]\ndefault_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]\n[engine]\nruntime = "runc"\n'
+
+
+def podman_conf(folder: Path, volumes: Sequence[str] = ()) -> Path:
+    """podman's settings for this box (see PODMAN_CONF), with volumes every container gets."""
+    folder.mkdir(exist_ok=True)
+    conf = folder / "containers.conf"
+    text = PODMAN_CONF if shutil.which("runc") else "[containers]\n"
+    mounts = ", ".join(f'"{v}"' for v in volumes)
+    conf.write_text(text.replace("[containers]\n", f"[containers]\nvolumes = [{mounts}]\n") if volumes else text)
+    return conf
+
+
+@pytest.fixture
+def busybox_image(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A one-binary image built here (no registry): busybox (static, or the probe fails), with
+    the podman settings file it needs. Skips where podman cannot run a container."""
+    podman, busybox = shutil.which("podman"), shutil.which("busybox")
+    if podman is None or busybox is None:
+        pytest.skip("needs podman and busybox (apt-get install podman runc busybox-static)")
+    conf = podman_conf(tmp_path)
+    env = {**os.environ, "CONTAINERS_CONF": str(conf)}
+    tar = tmp_path / "rootfs.tar"
+    with tarfile.open(tar, "w") as out:
+        out.add(busybox, "bin/busybox")
+        for name in ("sh", "echo", "pwd", "sleep"):
+            link = tarfile.TarInfo(f"bin/{name}")
+            link.type, link.linkname = tarfile.SYMTYPE, "busybox"
+            out.addfile(link)
+    subprocess.run([podman, "import", str(tar), BUSYBOX_IMAGE], env=env, capture_output=True, check=True)
+    probe = subprocess.run([podman, "run", "--rm", BUSYBOX_IMAGE, "echo", "ok"], env=env, capture_output=True,
+                           text=True, timeout=120)  # fmt: skip
+    if probe.stdout.strip() != "ok":
+        pytest.skip(f"podman cannot run a container on this host: {probe.stderr.strip()[-200:]}")
+    yield BUSYBOX_IMAGE, conf
+    subprocess.run([podman, "rmi", "-f", BUSYBOX_IMAGE], env=env, capture_output=True)
+
+
+@pytest.mark.slow
+def test_ranks_run_in_a_real_image_through_podman(rt: Runtime, h, busybox_image, tmp_path, monkeypatch) -> None:
+    image, conf = busybox_image
+    monkeypatch.chdir(tmp_path)  # the job's working directory, mounted at the same path
+    show = "echo seen $RANK $LOCAL_RANK $WORLD_SIZE $MASTER_PORT $FOO; pwd"
+    rt.submit(h.spec("inimage", ["sh", "-c", show], workers=2, gpus=0, image=image,
+                     env={"FOO": "in-the-image", "CONTAINERS_CONF": str(conf)}))  # fmt: skip
+    assert rt.notes[-1].startswith(f"note: each rank runs in image {image} through podman")
+    view = rt.wait("inimage", 180)
+    assert view.status is JobStatus.SUCCEEDED, (view.events, rt.logs("inimage", "worker-0"))
+    for rank in range(2):
+        lines = rt.logs("inimage", f"worker-{rank}").splitlines()
+        words = lines[0].split()
+        assert words[:4] == ["seen", str(rank), str(rank), "2"] and words[5] == "in-the-image", lines
+        assert lines[1] == str(tmp_path)
+
+
+@pytest.mark.slow
+def test_an_mpirun_job_runs_in_a_real_image_through_podman(seeds: Runtime, h, busybox_image, tmp_path) -> None:
+    """Each rank in its own container joins mpirun's job through the OMPI_*/PMIX_* variables
+    podman passes by prefix. The image is busybox; this host's Python, mpi4py and Open MPI
+    are mounted read-only into it (podman's `volumes` setting), as an image would carry them."""
+    image, _ = busybox_image
+    host = ["/usr", "/lib", "/lib64", "/etc", sys.base_prefix, sys.prefix]
+    conf = podman_conf(tmp_path / "mpi", [*(f"{p}:{p}:ro" for p in dict.fromkeys(host) if os.path.exists(p)),
+                                          "/tmp:/tmp", "/dev/shm:/dev/shm"])  # fmt: skip
+    line = ["mpirun", "-np", "2", "--mca", "btl", "^openib", PY, str(h.EXAMPLES / "jobs" / "mpi_hello.py")]
+    seeds.submit(h.spec("mpimage", line, workers=2, gpus=1, image=image, env={"CONTAINERS_CONF": str(conf)}))
+    view = seeds.wait("mpimage", 180)
+    assert view.status is JobStatus.SUCCEEDED, (view.events, seeds.logs("mpimage", "worker-0"))
+    cmd = view.spec.command
+    assert cmd[cmd.index("run") - 1] == "podman" and cmd[cmd.index(image) + 1 :] == line[-2:]
+    assert cmd[cmd.index("python3") : cmd.index("python3") + 4] == [*guard_command(), "podman"]
+    assert "allreduce sum of ranks: 1" in seeds.logs("mpimage")
+    for rank in range(2):
+        assert f"rank {rank}/2 node=" in seeds.logs("mpimage", f"worker-{rank}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("when", ["containers up", "at once"])
+def test_delete_leaves_no_rank_running_in_a_container(rt: Runtime, h, busybox_image, when: str) -> None:
+    """Also when the stop comes before the container's client forwards signals. (podman's own
+    record of a container can outlive it: the stop reaches conmon too, see docs/runtime.md.)"""
+    image, conf = busybox_image
+    rt.submit(h.spec("sleeper", ["sleep", "317"], workers=2, gpus=0, image=image, env={"CONTAINERS_CONF": str(conf)}))
+
+    def sleeping() -> list[str]:
+        out = subprocess.run(["ps", "-eo", "args="], capture_output=True, text=True, check=True).stdout
+        return [line for line in out.splitlines() if line.strip() == "sleep 317"]
+
+    if when == "at once":
+        h.wait_for(lambda: all(i.pid for i in rt.get("sleeper").instances), 60, "both ranks started")
+    else:
+        h.wait_for(lambda: len(sleeping()) == 2, 120, "both ranks' programs in their containers")
+    rt.delete(["sleeper"])
+    h.wait_for(lambda: not sleeping(), 30, "no rank's program left running")
+    time.sleep(2)  # none comes up late either
+    assert not sleeping()
