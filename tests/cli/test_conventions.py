@@ -14,8 +14,8 @@ import click
 import pytest
 import yaml
 
+from ringleader.cli.main import COMMANDS, main
 from ringleader.cli.main import cli as root
-from ringleader.cli.main import main
 
 PY = sys.executable
 # RFC 3339 section 5.6 date-time, as kubectl prints it (UTC, "Z"), fractions allowed.
@@ -97,7 +97,15 @@ def _commands(group: click.Group, path: tuple[str, ...] = ()):
             yield from _commands(cmd, (*path, name))
 
 
-ALL = list(_commands(root))
+def _every_command() -> list[tuple[tuple[str, ...], click.Command]]:
+    """Every command and subcommand, each command module loaded as its commands are looked up."""
+    ctx = click.Context(root)
+    for name in COMMANDS:
+        root.get_command(ctx, name)
+    return list(_commands(root))
+
+
+ALL = _every_command()
 
 
 @pytest.mark.parametrize("path", [p for p, _ in ALL], ids=" ".join)

@@ -29,7 +29,7 @@ COMMANDS: dict[str, tuple[tuple[str, ...], str]] = {
                         "NCCL, MPI, framework and package versions."),
     "get": (("jobs",), "Show a job: status, placement and its instances (arena get)."),
     "kube": (("kube",), "Run ringleader on Kubernetes: its scheduler, its node agent, their install manifests."),
-    "list": (("jobs",), "List jobs (arena list)."),
+    "list": (("jobs",), "List jobs (arena list); -o wide adds priority, age, GPU ids and the bottleneck link."),
     "logs": (("jobs",), "Print a job instance's log (arena logs)."),
     "node": (("cluster",), "Label nodes (kubectl's rules: changing a value needs --overwrite)."),
     "predict": (("model",), "Predict images/s of a data-parallel job for the placement each policy picks (or one "
