@@ -10,8 +10,9 @@ PYTHON ?= python3
 setup: $(STAMP)
 
 # Open MPI from Debian (mpirun + mpicc for building mpi4py against it), ssh and iproute2 (ssh hosts
-# and the emulated cluster of `cluster up`), then a virtual env with the CPU build of torch, mpi4py
-# compiled for that MPI, and ringleader with its extras.
+# and the emulated cluster of `cluster up`), Chromium where we may install it (it renders the HTML
+# reports in tests), then a virtual env with the CPU build of torch, mpi4py compiled for that MPI,
+# and ringleader with its extras.
 DEBS := openmpi-bin libopenmpi-dev openssh-client openssh-server iproute2
 $(STAMP): pyproject.toml
 	@if ! command -v mpirun >/dev/null || ! command -v mpicc >/dev/null || ! command -v ssh >/dev/null \
@@ -21,6 +22,11 @@ $(STAMP): pyproject.toml
 	  else \
 	    echo "Open MPI, ssh or iproute2 is missing: run 'sudo apt-get install $(DEBS)' and retry" >&2; exit 2; \
 	  fi; \
+	fi
+	@# Chromium renders the HTML reports in the rendered-output tests (they skip without it).
+	@if ! command -v chromium >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium \
+	    || echo "chromium not installed: the rendered-report tests will skip" >&2; \
 	fi
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip

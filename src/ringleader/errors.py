@@ -1,7 +1,9 @@
 """The one errors module: every failure a user can act on carries the problem and the fix.
 
-The CLI prints ``error: <message>`` and ``To fix: <fix>`` on one line each and exits with the
-error's ``exit_code``; a traceback is shown only when RINGLEADER_DEBUG=1.
+The CLI prints ``error: <message>. To fix: <fix>`` on one line and exits with the error's
+``exit_code``, as kubectl does: 2 for a usage error (bad input, nothing changed), 1 for a runtime
+error (a named job or node that does not exist, a clash with existing state, a failed run). A
+traceback is shown only when RINGLEADER_DEBUG=1.
 """
 
 from __future__ import annotations
@@ -29,12 +31,14 @@ class UsageError(RingleaderError):
     exit_code = 2
 
 
-class NotFoundError(UsageError):
-    """A named job, node or preset does not exist."""
+class NotFoundError(RingleaderError):
+    """A named job, node or instance does not exist (a runtime error: exit 1, as kubectl's
+    "not found")."""
 
 
-class ConflictError(UsageError):
-    """The request clashes with existing state (a duplicate job name, say)."""
+class ConflictError(RingleaderError):
+    """The request clashes with existing state (a duplicate job name, say): exit 1, as
+    kubectl's "already exists"."""
 
 
 class UnschedulableError(UsageError):

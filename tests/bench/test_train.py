@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from rendering import check_in_chromium
+
 from .conftest import cli, cli_json
 
 TINY = ("--batch-size", "8", "--num-batches", "4", "--num-warmup-batches", "1",
@@ -66,18 +68,28 @@ def test_scaling_through_the_runtime_writes_table_and_plots(
     env = {"RINGLEADER_HOME": str(tmp_path / "home")}
     proc = cli("bench", "scaling", "--backends", "gloo", "--workers", "1,2", "--model", "mnist",
                *TINY, "--busbw-max", "4K", "--out", str(out), "--pipeline-results",
-               str(pipeline_json), "-o", "json", env=env, timeout=240)  # fmt: skip
+               str(pipeline_json), "--repeat", "2", "-o", "json", env=env, timeout=300)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     res = json.loads(proc.stdout)
     assert res["launcher"] == "runtime"
     assert [(r["backend"], r["gpus_per_server"]) for r in res["rows"]] == [("gloo", 1), ("gloo", 2)]
     assert res["rows"][0]["speedup"] == pytest.approx(1.0)
+    for row in res["rows"]:  # two runs per point: median within min..max, warnings as the rule says
+        assert row["repeats"] == 2 and row["throughput_min"] <= row["avg_throughput"] <= row["throughput_max"]
+        flagged = row["scaling_efficiency"] > 1 or row["spread"] > 0.10
+        assert bool(row["warnings"]) == flagged, row
+    assert res["machine"]["load_start"]["cpus"] >= 1 and "load_1m" in res["machine"]["load_end"]
+    # Each point's job is deleted once read: `list` shows none of them.
+    assert json.loads(cli("list", "-o", "json", env=env).stdout) == []
     md = (out / "scaling.md").read_text()
     assert "| Backend | Servers | GPUs per server | Avg step time (s) |" in md
     assert (out / "scaling.csv").read_text().startswith("backend,servers,gpus_per_server,")
     assert json.loads((out / "scaling.json").read_text())["rows"] == res["rows"]
     for png in ("speedup.png", "busbw.png", "pipeline_scatter.png", "pipeline_ratio.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    html = (out / "report.html").read_text()
+    assert html.count('src="data:image/png;base64,') == 4 and "Machine load" in html
+    check_in_chromium(out / "report.html", images=4, shot="bench-scaling-report.png")
 
 
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs Open MPI")

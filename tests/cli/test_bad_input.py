@@ -1,4 +1,5 @@
-"""Bad input: one line on stderr, exit code 2, the state database unchanged."""
+"""Bad input: one line on stderr, the state database unchanged; exit code 2 for a usage error,
+1 for a runtime error (a name that does not exist, a clash with existing state), as kubectl."""
 
 from __future__ import annotations
 
@@ -65,10 +66,13 @@ def _prepare(cli) -> None:
 
 
 # These also run as separate `ringleader` processes; the rest call the same entry point in-process.
-IN_SUBPROCESS = {"invalid-name", "duplicate-name", "np-disagrees", "malformed-yaml"}
+IN_SUBPROCESS = {"invalid-name", "duplicate-name", "np-disagrees", "malformed-yaml", "unknown-job"}
+# Runtime errors, exit 1 as kubectl's NotFound and AlreadyExists; every other case is a usage error.
+RUNTIME = {"duplicate-name", "unknown-job", "unknown-job-logs", "unknown-job-delete", "unknown-node-label",
+           "label-without-overwrite", "unknown-node-topo"}  # fmt: skip
 
 
-def _check_refused(cli, args: list[str], capsys, separate: bool) -> None:
+def _check_refused(cli, args: list[str], capsys, separate: bool, expected: int = 2) -> None:
     before = cli.dump()
     if separate:
         out = cli(*args)
@@ -77,7 +81,7 @@ def _check_refused(cli, args: list[str], capsys, separate: bool) -> None:
         capsys.readouterr()
         code = main(args)
         stderr = capsys.readouterr().err
-    assert code == 2, f"{args}: rc={code}\n{stderr}"
+    assert code == expected, f"{args}: rc={code}\n{stderr}"
     lines = stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(("error:", "Error:")), stderr
     assert cli.dump() == before
@@ -88,7 +92,7 @@ def test_bad_input_is_refused_with_one_line_and_nothing_written(seeds_cli, write
     monkeypatch.setenv("RINGLEADER_HOME", str(seeds_cli.home))
     monkeypatch.chdir(seeds_cli.home)
     for name, args in CASES.items():
-        _check_refused(seeds_cli, args, capsys, name in IN_SUBPROCESS)
+        _check_refused(seeds_cli, args, capsys, name in IN_SUBPROCESS, 1 if name in RUNTIME else 2)
     for name, text in FILES.items():
         args = ["cluster", "apply", "-f", str(write(f"{name}.yaml", text))]
         _check_refused(seeds_cli, args, capsys, name in IN_SUBPROCESS)
@@ -164,6 +168,6 @@ def test_bad_input_on_a_fresh_home_creates_no_database(cli, write, capsys, monke
         ["cluster", "apply", "-f", str(bad_file)],
         ["delete", "nothing"],
     ):
-        assert main(args) == 2, args
+        assert main(args) == (1 if args[0] == "delete" or args[2] == "nope" else 2), args
         assert not (cli.home / "state.db").exists(), args
     capsys.readouterr()

@@ -70,7 +70,7 @@ def test_contract_submit_get_list_logs_delete(run, fake: FakeApiServer) -> None:
     assert group["metadata"]["ownerReferences"][0]["uid"] == fake.get("mpijobs", "vgg", "team-a")["metadata"]["uid"]
     assert group["spec"]["minMember"] == 5
     code, out = run("submit", "mpi", "--engine", "kubernetes", "--name", "vgg", "--workers", "1", "python x.py")
-    assert code == 2 and "already exists" in out
+    assert code == 1 and "already exists" in out
 
     operator_makes_pods(fake, "vgg")
     sched = Scheduler(Api(load_client(host=fake.url)), "s")
@@ -103,7 +103,7 @@ def test_contract_submit_get_list_logs_delete(run, fake: FakeApiServer) -> None:
     assert code == 0 and "deleted" in out
     assert fake.get("mpijobs", "vgg", "team-a") is None
     code, out = run("get", "--engine", "kubernetes", "vgg")
-    assert code == 2 and "not found" in out
+    assert code == 1 and "not found" in out
 
 
 def test_contract_unreachable_cluster_is_one_line(run, monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -104,6 +104,8 @@ def test_cli_arguments_never_trace_back_nor_change_state_when_refused(
     code, err = run_cli([*command, *args])
     assert code in (0, 1, 2), (command, args, code, err)
     assert "Traceback" not in err
+    if code == 2:  # a usage error, click's own included: one line naming the problem and the fix
+        assert err.count("\n") == 1 and err.endswith("\n") and err.startswith("error: "), (command, args, err)
     if code != 0:
         assert dump_db(fuzz_home) == before, (command, args)
     os.environ.pop("RINGLEADER_ENGINE", None)

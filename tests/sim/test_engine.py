@@ -9,7 +9,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from ringleader.errors import NotFoundError
+from ringleader.errors import UsageError
 from ringleader.scheduler import ClusterState, JobRequest, NodeState, Placement, QueuedJob, schedule_queue
 from ringleader.sim import StepTime, TraceJob, generate_trace, simulate, summarise
 from ringleader.topology import NodeSpec, preset
@@ -84,7 +84,7 @@ def test_never_fitting_job_is_reported_not_dropped() -> None:
 
 
 def test_unknown_policy_lists_known_ones() -> None:
-    with pytest.raises(NotFoundError) as info:
+    with pytest.raises(UsageError) as info:  # a name typed on the command line: exit 2
         simulate(nodes(1), [job("a", 0, 1, 1, 1)], "fastest", one_second_steps)
     assert "use one of ack, besteffort, default, throughput, topology" in info.value.one_line()
 
@@ -138,6 +138,8 @@ def test_binned_utilization_integrates_the_timeline() -> None:
     from ringleader.sim.plots import binned_utilization
 
     run = simulate(nodes(1), [job("a", 0, 1, 8, 100), job("b", 100, 1, 4, 100)], "topology", one_second_steps)
-    xs, ys = binned_utilization(run, bins=4)
-    assert [round(x * 3600) for x in xs] == [25, 75, 125, 175]
+    xs, ys = binned_utilization(run, width_s=50)
+    assert [round(x * 3600) for x in xs] == [0, 50, 100, 150]  # bin starts
     assert ys == pytest.approx([1.0, 1.0, 0.5, 0.5])
+    xs, ys = binned_utilization(run, width_s=120)  # the last bin covers only 120..200 s
+    assert ys == pytest.approx([(100 * 8 + 20 * 4) / (120 * 8), 0.5])

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ringleader.errors import NotFoundError, TopologyError, UsageError
+from ringleader.errors import TopologyError, UsageError
 from ringleader.topology import MAX_GPUS_PER_NODE, PRESETS, load_cluster_text, preset
 
 
@@ -36,7 +36,7 @@ def test_pcie_presets_order_links_by_distance() -> None:
 
 
 def test_unknown_preset_lists_the_known_ones() -> None:
-    with pytest.raises(NotFoundError) as err:
+    with pytest.raises(TopologyError) as err:
         preset("dgx-9000")
     assert all(name in err.value.fix for name in PRESETS)
 

@@ -3,9 +3,13 @@
 Conventions follow NVIDIA/nccl-tests doc/PERFORMANCE.md: algbw = bytes / time (GB = 1e9 B);
 busbw = algbw x 2(n-1)/n (allreduce), (n-1)/n (allgather, reducescatter), 1 (broadcast).
 Each size runs ``warmup`` untimed and ``iters`` timed operations back to back; the time is the
-mean per operation, averaged over ranks. With ``check`` the inputs are small integers (exact in
-fp16 and bf16 for any sum over <= 64 ranks), so every expected element is computed exactly and
-#wrong counts real mismatches, summed over ranks.
+mean per operation, combined over ranks as nccl-tests' ``-a``: 0 rank 0's, 1 the average (the
+default), 2 the fastest rank's, 3 the slowest's. ``-t`` threads x ``-g`` GPUs per process become
+that many ranks, each a process with one device (torch.distributed and MPI drive one device per
+process), so nranks, devices and bandwidths match nccl-tests' for the same product. With
+``check`` the inputs are small integers (exact in fp16 and bf16 for any sum over <= 64 ranks),
+so every expected element is computed exactly and #wrong counts real mismatches, summed over
+ranks.
 """
 
 from __future__ import annotations
@@ -17,11 +21,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ringleader.bench.comm import DTYPES, Comm, torch_dtype
+from ringleader.bench.comm import DTYPES, OPS, Comm, torch_dtype
 from ringleader.bench.ranks import nodes
 from ringleader.errors import UsageError
 
 COLLECTIVES = ("allreduce", "allgather", "broadcast", "reducescatter")
+AVERAGES = {0: "rank 0", 1: "average", 2: "min", 3: "max"}  # nccl-tests -a
+HOST_BYTES = 64  # hostnames travel to rank 0 as this many bytes
 CORRUPT_ENV = "RINGLEADER_BENCH_CORRUPT"  # "RANK[:INDEX]": testing hook, plants one wrong value
 ENV_PREFIXES = ("NCCL_", "GLOO_", "OMPI_MCA_", "UCX_", "TORCH_", "OMP_NUM_THREADS",
                 "CUDA_VISIBLE_DEVICES", "MASTER_ADDR", "MASTER_PORT")  # fmt: skip
@@ -41,6 +47,11 @@ class AllreduceConfig:
     root: int = 0
     backend: str = "gloo"
     output: str = "table"
+    average: int = 1  # nccl-tests -a: 0 rank 0, 1 average, 2 min, 3 max over ranks
+    blocking: int = 0  # nccl-tests -z: wait for each collective before starting the next
+    nthreads: int = 1  # nccl-tests -t (recorded: each thread's GPUs are separate ranks here)
+    ngpus: int = 1  # nccl-tests -g
+    progress: bool = False  # rank 0 reports each size's progress on stderr
 
     def validate(self) -> None:
         if self.minbytes < 1 or self.maxbytes < 1:
@@ -54,6 +65,13 @@ class AllreduceConfig:
             raise UsageError("-n must be >= 1 and -w >= 0", "pass e.g. -n 20 -w 5")
         if self.dtype not in DTYPES:
             raise UsageError(f"unknown data type {self.dtype!r}", "use float, half or bfloat16")
+        if self.op not in (*OPS, "all"):
+            raise UsageError(f"unknown reduction {self.op!r}", f"use --op {', --op '.join((*OPS, 'all'))}")
+        if self.average not in AVERAGES:
+            raise UsageError(f"-a {self.average} is not 0, 1, 2 or 3",
+                             "pass -a 0 (rank 0), 1 (avg), 2 (min) or 3 (max)")
+        if self.blocking not in (0, 1) or self.nthreads < 1 or self.ngpus < 1:
+            raise UsageError("-z must be 0 or 1, -t and -g at least 1", "pass e.g. -z 0 -t 1 -g 1")
         if self.collective not in COLLECTIVES:
             raise UsageError(f"unknown collective {self.collective!r}",
                              f"use one of: {', '.join(COLLECTIVES)}")
@@ -184,18 +202,65 @@ def _corrupt(result: Any, rank: int) -> None:
         result[int(idx or 0) % result.numel()] += 1
 
 
-def _time_op(case: Case, inplace: bool) -> float:
+def _time_op(case: Case, inplace: bool, progress: Callable[[int], None] | None = None) -> float:
+    """Mean seconds per operation; ``-z 1`` waits for each one (CPU backends always do)."""
     cfg, comm = case.cfg, case.comm
     for _ in range(cfg.warmup):
         case.run(inplace)
     comm.barrier()
     sync = case.torch.cuda.synchronize if comm.device.type == "cuda" else None
     t0 = time.perf_counter()
-    for _ in range(cfg.iters):
+    for i in range(cfg.iters):
         case.run(inplace)
+        if sync and cfg.blocking:
+            sync()
+        if progress:
+            progress(i + 1)
     if sync:
         sync()
     return (time.perf_counter() - t0) / cfg.iters
+
+
+def gather_floats(comm: Comm, values: list[float]) -> list[list[float]]:
+    """Every rank's ``values`` (same length everywhere), on every rank, in rank order: each rank
+    writes its slot of a zeroed float64 buffer and one sum-allreduce fills in the rest (exact:
+    every element has one non-zero term)."""
+    import torch
+
+    n = len(values)
+    buf = torch.zeros(n * comm.world_size, dtype=torch.float64, device=comm.device)
+    buf[comm.rank * n:(comm.rank + 1) * n] = torch.tensor(values, dtype=torch.float64)
+    flat = comm.allreduce(buf, buf, "sum").tolist()
+    return [flat[r * n:(r + 1) * n] for r in range(comm.world_size)]
+
+
+def combine_time(times: list[float], average: int) -> float:
+    """nccl-tests' -a over the ranks' times: 0 rank 0, 1 mean, 2 min, 3 max."""
+    if average == 0:
+        return times[0]
+    if average == 2:
+        return min(times)
+    if average == 3:
+        return max(times)
+    return sum(times) / len(times)
+
+
+def rank_devices(comm: Comm) -> list[dict[str, Any]]:
+    """nccl-tests' "Using devices" block for every rank: rank, pid, host and device, gathered
+    to all ranks (collective: every rank must call it)."""
+    import socket
+
+    host = socket.gethostname().encode()[:HOST_BYTES].ljust(HOST_BYTES, b"\0")
+    dev = comm.device
+    index = dev.index if dev.type == "cuda" and dev.index is not None else -1
+    rows = gather_floats(comm, [float(os.getpid()), float(index), *map(float, host)])
+    out = []
+    for rank, row in enumerate(rows):
+        name = bytes(int(b) for b in row[2:]).rstrip(b"\0").decode(errors="replace")
+        idx = int(row[1])
+        out.append({"rank": rank, "pid": int(row[0]), "host": name,
+                    "device": f"cuda:{idx}" if idx >= 0 else "cpu"})  # fmt: skip
+    return out
 
 
 def _check(case: Case, inplace: bool) -> int:
@@ -208,9 +273,10 @@ def _check(case: Case, inplace: bool) -> int:
     return int(case.comm.sum_scalar(count_wrong(result, case.expected())))
 
 
-def measure(cfg: AllreduceConfig, comm: Comm,
-            on_row: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
-    """Run the sweep; ``on_row`` sees each size's row as soon as it is measured (rank 0 prints)."""
+def measure(cfg: AllreduceConfig, comm: Comm, on_row: Callable[[dict[str, Any]], None] | None = None,
+            on_progress: Callable[[str], None] | None = None) -> dict[str, Any]:  # fmt: skip
+    """Run the sweep; ``on_row`` sees each size's row as soon as it is measured (rank 0
+    prints), ``on_progress`` a line per timed operation ("16777216 B sum out-of-place 7/20")."""
     import torch
 
     cfg.validate()
@@ -218,30 +284,38 @@ def measure(cfg: AllreduceConfig, comm: Comm,
     if cfg.collective == "broadcast" and not 0 <= cfg.root < n:
         raise UsageError(f"root {cfg.root} is not a rank of {n}", f"pass a root in 0..{n - 1}")
     elem = torch.empty(0, dtype=torch_dtype(cfg.dtype)).element_size()
+    reduces = cfg.collective in ("allreduce", "reducescatter")
+    ops = list(OPS) if cfg.op == "all" and reduces else [cfg.op if cfg.op != "all" else "sum"]
     rows = []
     for size, count in sizes(cfg, n, elem):
-        case = Case(cfg, comm, count)
-        row: dict[str, Any] = {
-            "size_bytes": size, "count": count, "type": cfg.dtype,
-            "redop": cfg.op if cfg.collective in ("allreduce", "reducescatter") else "none",
-            "root": cfg.root if cfg.collective == "broadcast" else -1,
-        }  # fmt: skip
-        for key, inplace in (("oop", False), ("ip", True)):
-            case.fill()
-            t = comm.sum_scalar(_time_op(case, inplace)) / n
-            algbw = size / t / 1e9
-            wrong = _check(case, inplace) if cfg.check else None
-            row[key] = {"time_us": t * 1e6, "algbw_gbs": algbw,
-                        "busbw_gbs": algbw * bus_factor(cfg.collective, n), "wrong": wrong}
-        rows.append(row)
-        if on_row:
-            on_row(row)
-        del case
+        for op in ops:
+            op_cfg = AllreduceConfig(**{**asdict(cfg), "op": op})
+            case = Case(op_cfg, comm, count)
+            row: dict[str, Any] = {
+                "size_bytes": size, "count": count, "type": cfg.dtype,
+                "redop": op if reduces else "none",
+                "root": cfg.root if cfg.collective == "broadcast" else -1,
+            }  # fmt: skip
+            for key, inplace in (("oop", False), ("ip", True)):
+                case.fill()
+                label = f"{size} B {row['redop']} {'in-place' if inplace else 'out-of-place'}"
+                tick = (lambda i, label=label: on_progress(f"{label} {i}/{cfg.iters}")) if on_progress else None
+                times = [r[0] for r in gather_floats(comm, [_time_op(case, inplace, tick)])]
+                t = combine_time(times, cfg.average)
+                algbw = size / t / 1e9
+                wrong = _check(case, inplace) if cfg.check else None
+                row[key] = {"time_us": t * 1e6, "algbw_gbs": algbw,
+                            "busbw_gbs": algbw * bus_factor(cfg.collective, n), "wrong": wrong}
+            rows.append(row)
+            if on_row:
+                on_row(row)
+            del case
     wrong_total = sum((r[k]["wrong"] or 0) for r in rows for k in ("oop", "ip"))
     busbws = [r[k]["busbw_gbs"] for r in rows for k in ("oop", "ip")]
     return {
         "kind": "allreduce", "collective": cfg.collective, "backend": comm.backend,
         "world_size": n, "nodes": nodes(n), "dtype": cfg.dtype, "op": cfg.op,
+        "time_over_ranks": AVERAGES[cfg.average],
         "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)},
         "config": asdict(cfg), "results": rows,
         "avg_busbw_gbs": sum(busbws) / len(busbws) if busbws else 0.0,

@@ -56,11 +56,14 @@ def mpirun_command(np_: int, command: list[str], env: dict[str, str]) -> list[st
     return cmd + command
 
 
-def rank_env(np_: int) -> dict[str, str]:
-    """The environment every rank starts from; OMP threads split the cores among ranks."""
+def rank_env(np_: int, threads: int | None = None) -> dict[str, str]:
+    """The environment every rank starts from; OMP threads split the cores among ranks unless
+    ``threads`` (or OMP_NUM_THREADS) fixes them."""
     env = dict(os.environ)
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
         env.pop(key, None)
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(threads)
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // np_)))
     env.setdefault("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
     # Waiting MPI ranks yield the core instead of spinning: on a shared or small machine a
@@ -70,10 +73,10 @@ def rank_env(np_: int) -> dict[str, str]:
 
 
 def launch(kind: str, cfg: dict[str, Any], backend: str, np_: int, *, capture: bool = False,
-           timeout: float | None = None) -> Launched:
+           timeout: float | None = None, threads: int | None = None) -> Launched:
     """Run ``np_`` ranks to completion; the first failing rank's code is returned."""
     command = worker_command(kind, cfg)
-    env = rank_env(np_)
+    env = rank_env(np_, threads)
     out = subprocess.PIPE if capture else None
     if backend == "mpi":
         proc = subprocess.run(mpirun_command(np_, command, env), env=env, stdout=out,

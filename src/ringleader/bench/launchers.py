@@ -25,8 +25,10 @@ class PointError(RingleaderError):
 class Launcher(Protocol):
     name: str
 
-    def run(self, kind: str, cfg: dict[str, Any], backend: str, workers: int) -> dict[str, Any]:
-        """Run ``workers`` ranks of bench ``kind`` with ``cfg`` and return rank 0's JSON."""
+    def run(self, kind: str, cfg: dict[str, Any], backend: str, workers: int,
+            threads: int | None = None) -> dict[str, Any]:  # fmt: skip
+        """Run ``workers`` ranks of bench ``kind`` with ``cfg`` (``threads`` OpenMP threads each,
+        default: the cores split among them) and return rank 0's JSON."""
         ...
 
 
@@ -43,9 +45,10 @@ class LocalLauncher:
     def __init__(self, timeout: float | None = 600) -> None:
         self.timeout = timeout
 
-    def run(self, kind: str, cfg: dict[str, Any], backend: str, workers: int) -> dict[str, Any]:
+    def run(self, kind: str, cfg: dict[str, Any], backend: str, workers: int,
+            threads: int | None = None) -> dict[str, Any]:  # fmt: skip
         cfg = dict(cfg, output="json", backend=backend)
-        res = launch(kind, cfg, backend, workers, capture=True, timeout=self.timeout)
+        res = launch(kind, cfg, backend, workers, capture=True, timeout=self.timeout, threads=threads)
         if res.returncode != 0 and kind != "allreduce":
             tail = (res.stderr.strip().splitlines() or ["(no output)"])[-1]
             raise PointError(f"{kind} point {backend} x{workers} failed ({res.returncode}): {tail}")
@@ -62,18 +65,22 @@ class LocalLauncher:
 
 
 class RuntimeLauncher:
-    """Each point is a ringleader job: the runtime places it and starts its ranks."""
+    """Each point is a ringleader job: the runtime places it and starts its ranks. A job that
+    succeeded is deleted once its result is read (``keep`` keeps it); a failed one stays, so
+    `ringleader logs` can show why."""
 
     name = "runtime"
 
-    def __init__(self, home: str | None = None, timeout: float | None = 600) -> None:
+    def __init__(self, home: str | None = None, timeout: float | None = 600, keep: bool = False) -> None:
         from ringleader.runtime import api
 
         self.api = api
         self.rt = api.Runtime.open(home=home)
         self.timeout = timeout
+        self.keep = keep
 
-    def run(self, kind: str, cfg: dict[str, Any], backend: str, workers: int) -> dict[str, Any]:
+    def run(self, kind: str, cfg: dict[str, Any], backend: str, workers: int,
+            threads: int | None = None) -> dict[str, Any]:  # fmt: skip
         from ringleader.bench.ranks import cuda_count
 
         cfg = dict(cfg, output="json", backend=backend)
@@ -81,10 +88,10 @@ class RuntimeLauncher:
         command = worker_command(kind, cfg)
         if backend == "mpi":  # the runtime rewrites mpirun's host options for its placement
             command = ["mpirun", "-np", str(workers), "--bind-to", "none", *command]
-        threads = str(max(1, (os.cpu_count() or 1) // workers))
+        per_rank = str(threads or max(1, (os.cpu_count() or 1) // workers))
         spec = self.api.JobSpec(
             name=name, workers=workers, gpus_per_worker=1 if cuda_count() else 0, command=command,
-            env={"OMP_NUM_THREADS": threads, "OMPI_MCA_mpi_yield_when_idle": "1"},
+            env={"OMP_NUM_THREADS": per_rank, "OMPI_MCA_mpi_yield_when_idle": "1"},
             topology_aware=True,
         )  # fmt: skip
         self.rt.submit(spec)
@@ -92,18 +99,24 @@ class RuntimeLauncher:
         out = self.rt.logs(name)
         if view.status.value != "SUCCEEDED":
             tail = out.strip().splitlines()[-1:] or ["(no output)"]
-            raise PointError(f"{kind} job {name} ended {view.status.value}: {tail[0]}")
+            raise PointError(f"{kind} job {name} ended {view.status.value}: {tail[0]}",
+                             f"see `ringleader logs {name}` (the job is kept)")  # fmt: skip
         try:
-            return parse_json(out)
+            result = parse_json(out)
         except (ValueError, json.JSONDecodeError) as exc:
-            raise PointError(f"{kind} job {name} printed no JSON result") from exc
+            raise PointError(f"{kind} job {name} printed no JSON result",
+                             f"see `ringleader logs {name}` (the job is kept)") from exc  # fmt: skip
+        if not self.keep:
+            self.rt.delete([name])
+        return {**result, "job": name}
 
 
-def default_launcher(kind: str = "auto", home: str | None = None) -> Launcher:
-    """``runtime`` when ringleader.runtime.api is importable (and ``auto``), else ``local``."""
+def default_launcher(kind: str = "auto", home: str | None = None, keep: bool = False) -> Launcher:
+    """``runtime`` when ringleader.runtime.api is importable (and ``auto``), else ``local``;
+    ``keep`` keeps each point's job in the runtime."""
     if kind in ("auto", "runtime"):
         try:
-            return RuntimeLauncher(home=home)
+            return RuntimeLauncher(home=home, keep=keep)
         except (ImportError, AttributeError) as exc:
             if kind == "runtime":
                 raise RingleaderError(f"ringleader's runtime is not available ({exc})",

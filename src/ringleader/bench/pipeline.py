@@ -8,6 +8,7 @@ real / synthetic.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -39,11 +40,17 @@ def loader_throughput(cfg: TrainConfig) -> dict[str, Any]:
             "files": len(ds), "loader_workers": cfg.loader_workers}  # fmt: skip
 
 
-def run_pipeline(cfg: TrainConfig, launcher: Launcher, workers: int) -> dict[str, Any]:
+def run_pipeline(cfg: TrainConfig, launcher: Launcher, workers: int,
+                 progress: Callable[[str], None] | None = None) -> dict[str, Any]:  # fmt: skip
+    """The three measurements in turn; ``progress`` hears which one starts."""
+    tick = progress or (lambda _msg: None)
     cfg.validate()
     base = asdict(cfg)
+    tick("1/3 loader alone (decode + augment)")
     loader = loader_throughput(cfg)
+    tick(f"2/3 training {cfg.model} on synthetic data, {workers} x {cfg.backend}")
     synthetic = launcher.run("train", dict(base, data="synthetic"), cfg.backend, workers)
+    tick(f"3/3 training {cfg.model} on the files, {workers} x {cfg.backend}")
     real = launcher.run("train", base, cfg.backend, workers)
     syn, rea = synthetic["images_per_sec_total"], real["images_per_sec_total"]
     return {

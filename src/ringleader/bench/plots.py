@@ -32,24 +32,47 @@ def _line_plot(plt: Any, fig: Any, ax: Any, path: Path, xlabel: str, ylabel: str
     return _save(plt, fig, path)
 
 
-def speedup(rows: list[dict[str, Any]], path: Path) -> str:
+MARKERS = ("o", "s", "^", "D", "v", "P")
+STYLES = ("-", "--", "-.", ":")
+
+
+def speedup(rows: list[dict[str, Any]], path: Path, model: str = "", batch: int | None = None) -> str:
+    """Median speedup per backend with min-max error bars, the ideal line, integer worker ticks;
+    backends whose lines coincide stay apart by marker and line style."""
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(6, 4))
+    from matplotlib.ticker import MaxNLocator
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
     workers = sorted({int(r["gpus_per_server"]) * int(r["servers"]) for r in rows})
-    ax.plot(workers, workers, "k--", label="ideal")
-    for b in sorted({r["backend"] for r in rows}):
-        pts = [(int(r["gpus_per_server"]) * int(r["servers"]), r["speedup"])
-               for r in rows if r["backend"] == b]  # fmt: skip
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=b)
-    return _line_plot(plt, fig, ax, path, "workers", "speedup", "Speedup vs workers")
+    ax.plot(workers, workers, color="0.4", linestyle="--", linewidth=1, label="ideal (linear)")
+    for i, b in enumerate(sorted({r["backend"] for r in rows})):
+        mine = sorted((r for r in rows if r["backend"] == b), key=lambda r: r["gpus_per_server"] * r["servers"])
+        xs = [int(r["gpus_per_server"]) * int(r["servers"]) for r in mine]
+        ys = [r["speedup"] for r in mine]
+        lo = [max(0.0, r["speedup"] - r.get("speedup_min", r["speedup"])) for r in mine]
+        hi = [max(0.0, r.get("speedup_max", r["speedup"]) - r["speedup"]) for r in mine]
+        runs = max((int(r.get("repeats", 1)) for r in mine), default=1)
+        ax.errorbar(xs, ys, yerr=[lo, hi], marker=MARKERS[i % len(MARKERS)], linestyle=STYLES[i % len(STYLES)],
+                    capsize=4, label=f"{b} (median of {runs}, bars min-max)")  # fmt: skip
+    flagged = [r for r in rows if r.get("warnings")]
+    if flagged:  # the table's "!" rows: ringed in red, so a suspicious point is not read as a result
+        ax.plot([int(r["gpus_per_server"]) * int(r["servers"]) for r in flagged], [r["speedup"] for r in flagged],
+                linestyle="none", marker="o", markersize=14, markerfacecolor="none", markeredgecolor="red",
+                label="flagged: see the warnings")  # fmt: skip
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xticks(workers)
+    what = ", ".join(x for x in (model, f"batch {batch} per worker" if batch else "") if x)
+    title = f"Speedup vs workers{': ' + what if what else ''}"
+    return _line_plot(plt, fig, ax, path, "workers (ranks)", "speedup over the smallest run", title)
 
 
 def busbw(sweeps: dict[str, dict[str, Any]], path: Path) -> str:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 4))
-    for b, sweep in sorted(sweeps.items()):
+    for i, (b, sweep) in enumerate(sorted(sweeps.items())):
         res = sweep.get("results", [])
-        ax.plot([r["size_bytes"] for r in res], [r["oop"]["busbw_gbs"] for r in res], "o-",
+        ax.plot([r["size_bytes"] for r in res], [r["oop"]["busbw_gbs"] for r in res],
+                marker=MARKERS[i % len(MARKERS)], linestyle=STYLES[i % len(STYLES)],
                 label=f"{b} ({sweep.get('world_size')} ranks)")  # fmt: skip
     ax.set_xscale("log", base=2)
     return _line_plot(plt, fig, ax, path, "message size (bytes)", "busbw (GB/s)", "allreduce bus bandwidth")
@@ -77,10 +100,33 @@ def pipeline(results: list[dict[str, Any]], scatter_path: Path, ratio_path: Path
 
 
 def all_plots(out: Path, rows: list[dict[str, Any]], sweeps: dict[str, Any],
-              pipelines: list[dict[str, Any]]) -> list[str]:  # fmt: skip
-    files = [speedup(rows, out / "speedup.png")] if rows else []
+              pipelines: list[dict[str, Any]], model: str = "", batch: int | None = None) -> list[str]:  # fmt: skip
+    files = [speedup(rows, out / "speedup.png", model, batch)] if rows else []
     if sweeps:
         files.append(busbw(sweeps, out / "busbw.png"))
     if pipelines:
         files += pipeline(pipelines, out / "pipeline_scatter.png", out / "pipeline_ratio.png")
     return files
+
+
+def scaling_report(doc: dict[str, Any], pngs: list[Path], path: Path) -> Path:
+    """`bench scaling`'s self-contained HTML: the table with ranges and warnings, the machine's
+    load, then every plot."""
+    from ringleader import htmlreport as h
+    from ringleader.bench.scaling import HEADERS, load_line
+
+    headers = [*HEADERS, "Min-max (images/s)", "Spread", "Runs", "Load (1m)"]
+    rows = [[r["backend"], r["servers"], r["gpus_per_server"], f"{r['avg_step_time_s']:.4f}",
+             f"{r['avg_throughput']:.1f}", f"{r['speedup']:.2f}", f"{r['scaling_efficiency']:.0%}",
+             f"{r['throughput_min']:.1f}-{r['throughput_max']:.1f}",
+             "-" if r["spread"] is None else f"{r['spread']:.0%}", r["repeats"],
+             "-" if r["load_1m"] is None else f"{r['load_1m']:.2f}"] for r in doc["rows"]]  # fmt: skip
+    notes = [h.Note(w, warning=True) for w in doc["warnings"]]
+    results = h.Section("Results", [h.Table(headers, rows), *notes, h.Note(load_line(doc["machine"]))])
+    captions = {"speedup.png": "Median speedup per backend; bars span the fastest and slowest run.",
+                "busbw.png": "Allreduce bus bandwidth by message size (nccl-tests' busbw).",
+                "pipeline_scatter.png": "Real-data pipeline vs synthetic (compute only) throughput.",
+                "pipeline_ratio.png": "Pipeline / compute-only throughput per model."}  # fmt: skip
+    plots = h.Section("Plots", [h.Figure(p, captions.get(p.name, "")) for p in pngs])
+    subtitle = f"{doc['launcher']} launcher, {doc['repeat']} run(s) per point"
+    return h.write(path, doc["title"], [results, plots], subtitle)

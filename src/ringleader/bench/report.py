@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import socket
 from typing import Any
 
 RULE = "-" * 64
@@ -14,14 +12,23 @@ def _time(us: float) -> str:
     return f"{us:7.2f}" if us < 10000 else f"{us:7.1f}" if us < 100000 else f"{us:7.0f}"
 
 
-def allreduce_header(cfg: Any, backend: str, world: int, device: str) -> list[str]:
+def allreduce_header(cfg: Any, backend: str, world: int, devices: list[dict[str, Any]],
+                     machine: str = "") -> list[str]:  # fmt: skip
+    """nccl-tests' header: the run's parameters, one "Using devices" line per rank, then the
+    machine's load (a busy machine explains odd numbers)."""
     title = f"# ringleader bench {cfg.collective}: backend {backend} nranks {world}"
+    split = ([f"# note: -t {cfg.nthreads} -g {cfg.ngpus}: each thread's GPU runs as its own rank "
+              "(one process per device)"] if cfg.nthreads * cfg.ngpus > 1 else [])  # fmt: skip
     return [
-        f"{title} minBytes {cfg.minbytes} maxBytes {cfg.maxbytes} step: {cfg.factor}(factor) "
-        f"warmup iters: {cfg.warmup} iters: {cfg.iters} validation: {cfg.check}",
+        f"{title} nThread {cfg.nthreads} nGpus {cfg.ngpus} minBytes {cfg.minbytes} maxBytes {cfg.maxbytes} "
+        f"step: {cfg.factor}(factor) warmup iters: {cfg.warmup} iters: {cfg.iters} "
+        f"validation: {cfg.check} blocking: {cfg.blocking} time: {_AVERAGE[cfg.average]}",
+        *split,
         "#",
         "# Using devices",
-        f"#  Rank  0 Pid {os.getpid():6d} on {socket.gethostname():>10s} device {device}",
+        *(f"#  Rank {d['rank']:2d} Group  0 Pid {d['pid']:6d} on {d['host']:>10s} device {d['device']}"
+          for d in devices),
+        *([f"# Machine: {machine}"] if machine else []),
         *(
             [f"# note: {backend} out-of-place = a copy of the input + the in-place collective "
              "(torch.distributed has no out-of-place allreduce/reduce-scatter)"]
@@ -37,6 +44,9 @@ def allreduce_header(cfg: Any, backend: str, world: int, device: str) -> list[st
         f"{'(us)':>7s}  {'(GB/s)':>6s}  {'(GB/s)':>6s}  {'':>6s}  "
         f"{'(us)':>7s}  {'(GB/s)':>6s}  {'(GB/s)':>6s}  {'':>6s}",
     ]
+
+
+_AVERAGE = {0: "rank0", 1: "avg", 2: "min", 3: "max"}
 
 
 def allreduce_row(row: dict[str, Any]) -> str:
@@ -93,3 +103,33 @@ def train_step_line(step: int, batch: int, step_times: list[float], loss: float)
 
 def train_footer(total: float) -> list[str]:
     return [RULE, f"total images/sec: {total:.2f}", RULE]
+
+
+class Status:
+    """A one-line progress status on stderr, rewritten in place (at most 4 times a second) and
+    cleared before each table row, so a long size shows it is alive without cluttering the table."""
+
+    def __init__(self, stream: Any = None) -> None:
+        import sys
+        import time
+
+        self._clock = time.monotonic
+        self.stream = stream or sys.stderr
+        self.start = self._clock()
+        self.last = 0.0
+        self.shown = False
+
+    def show(self, text: str) -> None:
+        now = self._clock()
+        if now - self.last < 0.25:
+            return
+        self.last = now
+        self.stream.write(f"\r# measuring {text} ({now - self.start:.0f} s elapsed)\x1b[K")
+        self.stream.flush()
+        self.shown = True
+
+    def clear(self) -> None:
+        if self.shown:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+            self.shown = False

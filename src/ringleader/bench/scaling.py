@@ -1,10 +1,14 @@
 """`bench scaling`: Lab 7's table (backend, servers, GPUs per server, average step time,
-average throughput, speedup, scaling efficiency), one real multi-process run per point,
-written as markdown, CSV and JSON, with PNG plots.
+average throughput, speedup, scaling efficiency), ``repeat`` real multi-process runs per point,
+written as markdown, CSV, JSON and one self-contained HTML report, with PNG plots.
 
-Speedup is a backend's throughput over its throughput at the smallest worker count, scaled
-by that count (so with 1 worker in the list it is throughput / 1-worker throughput);
-scaling efficiency = speedup / workers.
+Each row's figures are medians over the repeats, with min and max beside them. Speedup is a
+backend's median throughput over its median throughput at the smallest worker count, scaled by
+that count (so with 1 worker in the list it is throughput / 1-worker throughput); its range uses
+the point's min and max throughput; scaling efficiency = speedup / workers. Repeats run round
+robin (every point once, then again), so a burst of load from elsewhere spreads over all points
+instead of skewing one. A row is flagged when its efficiency exceeds 100% or its throughput
+spread ((max - min) / median) exceeds 10%: both mean the machine was not quiet enough to trust it.
 """
 
 from __future__ import annotations
@@ -18,14 +22,17 @@ from pathlib import Path
 from typing import Any
 
 from ringleader.bench.launchers import Launcher
+from ringleader.bench.machine import machine_load
 from ringleader.bench.ranks import check_available, check_backend, check_np
 from ringleader.bench.train import TrainConfig
 from ringleader.errors import UsageError
 
 COLUMNS = ("backend", "servers", "gpus_per_server", "avg_step_time_s", "avg_throughput",
-           "speedup", "scaling_efficiency")  # fmt: skip
+           "speedup", "scaling_efficiency", "throughput_min", "throughput_max", "spread",
+           "repeats", "load_1m", "warnings")  # fmt: skip
 HEADERS = ("Backend", "Servers", "GPUs per server", "Avg step time (s)",
            "Avg throughput (images/s)", "Speedup", "Scaling efficiency")  # fmt: skip
+MAX_SPREAD = 0.10  # beyond this (max - min) / median, a point's repeats disagree too much
 
 
 @dataclass
@@ -39,11 +46,26 @@ class ScalingConfig:
     busbw_max: int = 16 * 1024 * 1024
     busbw_iters: int = 5
     pipeline: list[str] = field(default_factory=list)  # bench pipeline -o json files
+    repeat: int = 3
+    # OpenMP threads per rank, the same at every point (default: cores / largest worker count),
+    # so a smaller run does not get more threads per rank than a larger one. Measured here: one
+    # rank with 2 threads on 2 busy cores stepped 25-50x slower than with 1, which alone read as
+    # a 1464% scaling efficiency.
+    threads: int | None = None
+
+    def threads_per_rank(self) -> int:
+        import os
+
+        return self.threads or max(1, (os.cpu_count() or 1) // max(self.workers))
 
     def validate(self) -> None:
         if not self.backends or not self.workers:
             raise UsageError("need at least one backend and one worker count",
                              "pass e.g. --backends gloo,mpi --workers 1,2")
+        if self.threads is not None and self.threads < 1:
+            raise UsageError(f"--threads-per-rank {self.threads} is not a thread count", "pass 1 or more")
+        if self.repeat < 1:
+            raise UsageError(f"--repeat {self.repeat} runs nothing", "pass --repeat 1 or more (3 gives a spread)")
         for b in self.backends:
             check_backend(b)
             check_available(b, need_mpirun=b == "mpi")
@@ -56,40 +78,72 @@ class ScalingConfig:
                                  "pass files written by `ringleader bench pipeline -o json`")
 
 
+def row_warnings(efficiency: float, spread: float | None, repeats: int) -> list[str]:
+    warnings = []
+    if efficiency > 1.0 + 1e-9:
+        warnings.append(f"efficiency {efficiency:.0%} > 100%: the smaller run was slowed (load elsewhere?); "
+                        "rerun on a quiet machine")  # fmt: skip
+    if spread is not None and spread > MAX_SPREAD:
+        warnings.append(f"spread {spread:.0%} > {MAX_SPREAD:.0%} over {repeats} runs: too noisy to trust")
+    return warnings
+
+
 def table_rows(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One Lab 7 row per point (points: train JSON results)."""
+    """One Lab 7 row per (backend, workers), medians over its repeated points (train JSON results)."""
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for p in points:
+        groups.setdefault((p["backend"], int(p["world_size"])), []).append(p)
     rows = []
     base: dict[str, tuple[int, float]] = {}
-    for p in sorted(points, key=lambda p: (p["backend"], p["world_size"])):
-        w, thr = int(p["world_size"]), float(p["images_per_sec_total"])
-        base.setdefault(p["backend"], (w, thr))
-        bw, bthr = base[p["backend"]]
+    for (backend, w), pts in sorted(groups.items()):
+        thrs = [float(p["images_per_sec_total"]) for p in pts]
+        thr = statistics.median(thrs)
+        base.setdefault(backend, (w, thr))
+        bw, bthr = base[backend]
         speedup = thr / bthr * bw if bthr else 0.0
-        times = p.get("step_times_s") or [p["step_time_s"]]
+        times = [statistics.fmean(p.get("step_times_s") or [p["step_time_s"]]) for p in pts]
+        spread = (max(thrs) - min(thrs)) / thr if len(thrs) > 1 and thr else None
+        loads = [p["load"]["load_1m"] for p in pts if "load" in p]
+        nodes = max(1, int(pts[0].get("nodes", 1)))
         rows.append({
-            "backend": p["backend"], "servers": int(p.get("nodes", 1)),
-            "gpus_per_server": w // max(1, int(p.get("nodes", 1))),
-            "avg_step_time_s": statistics.fmean(times), "avg_throughput": thr,
+            "backend": backend, "servers": nodes, "gpus_per_server": w // nodes,
+            "avg_step_time_s": statistics.median(times), "avg_throughput": thr,
             "speedup": speedup, "scaling_efficiency": speedup / w,
+            "throughput_min": min(thrs), "throughput_max": max(thrs),
+            "speedup_min": min(thrs) / bthr * bw if bthr else 0.0,
+            "speedup_max": max(thrs) / bthr * bw if bthr else 0.0,
+            "spread": spread, "repeats": len(pts),
+            "load_1m": statistics.median(loads) if loads else None,
+            "warnings": row_warnings(speedup / w, spread, len(pts)),
         })  # fmt: skip
     return rows
 
 
-def markdown(rows: list[dict[str, Any]], title: str) -> str:
-    lines = [f"# {title}", "", "| " + " | ".join(HEADERS) + " |",
-             "|" + "---|" * len(HEADERS)]  # fmt: skip
+def markdown(rows: list[dict[str, Any]], title: str, machine: dict[str, Any] | None = None) -> str:
+    lines = [f"# {title}", "", "| " + " | ".join(HEADERS) + " | Min-max (images/s) | Repeats | Warnings |",
+             "|" + "---|" * (len(HEADERS) + 3)]  # fmt: skip
     for r in rows:
         lines.append(
             f"| {r['backend']} | {r['servers']} | {r['gpus_per_server']} | "
             f"{r['avg_step_time_s']:.4f} | {r['avg_throughput']:.1f} | {r['speedup']:.2f} | "
-            f"{r['scaling_efficiency']:.0%} |"
+            f"{r['scaling_efficiency']:.0%} | {r['throughput_min']:.1f}-{r['throughput_max']:.1f} | "
+            f"{r['repeats']} | {'; '.join(r['warnings']) or '-'} |"
         )
+    if machine:
+        lines += ["", load_line(machine)]
     return "\n".join(lines) + "\n"
+
+
+def load_line(machine: dict[str, Any]) -> str:
+    start, end = machine["load_start"], machine["load_end"]
+    return (f"Machine load (1-minute average, {start['cpus']} cores): {start['load_1m']:.2f} at the start, "
+            f"{end['load_1m']:.2f} at the end; medians per row in the JSON and CSV.")  # fmt: skip
 
 
 def run_scaling(cfg: ScalingConfig, launcher: Launcher,
                 progress: Callable[[str], None] | None = None) -> dict[str, Any]:  # fmt: skip
-    """Measure every (backend, workers) point, then the busbw sweeps; write all outputs."""
+    """Measure every (backend, workers) point ``repeat`` times, round robin, then the busbw
+    sweeps; write all outputs."""
     from ringleader.bench import plots
 
     cfg.validate()
@@ -97,11 +151,15 @@ def run_scaling(cfg: ScalingConfig, launcher: Launcher,
     out.mkdir(parents=True, exist_ok=True)
     tick = progress or (lambda _msg: None)
     train_cfg = dict(asdict(cfg.train), display_every=10**9)
+    machine: dict[str, Any] = {"load_start": machine_load()}
     points = []
-    for b in cfg.backends:
-        for w in cfg.workers:
-            tick(f"train {cfg.train.model} {b} x{w}")
-            points.append(launcher.run("train", train_cfg, b, w))
+    for rep in range(cfg.repeat):
+        for b in cfg.backends:
+            for w in cfg.workers:
+                tick(f"train {cfg.train.model} {b} x{w} (run {rep + 1}/{cfg.repeat})")
+                load = machine_load()
+                result = launcher.run("train", train_cfg, b, w, cfg.threads_per_rank())
+                points.append({**result, "load": load, "repeat": rep})
     sweeps: dict[str, dict[str, Any]] = {}
     if cfg.busbw:
         ar = {"minbytes": cfg.busbw_min, "maxbytes": cfg.busbw_max, "factor": 2,
@@ -109,26 +167,35 @@ def run_scaling(cfg: ScalingConfig, launcher: Launcher,
         wmax = max(w for w in cfg.workers)
         for b in cfg.backends:
             tick(f"allreduce {b} x{max(2, wmax)}")
-            sweeps[b] = launcher.run("allreduce", ar, b, max(2, wmax))
+            sweep = launcher.run("allreduce", ar, b, max(2, wmax), cfg.threads_per_rank())
+            sweeps[b] = {**sweep, "load": machine_load()}
+    machine["load_end"] = machine_load()
     pipelines = [json.loads(Path(p).read_text()) for p in cfg.pipeline]
     rows = table_rows(points)
+    device = points[0]["device"] if points else "cpu"
     title = (f"Scaling: {cfg.train.model}, batch {cfg.train.batch_size} per worker, "
-             f"{cfg.train.precision}, {points[0]['device'] if points else 'cpu'}")  # fmt: skip
-    files = _write(out, rows, title, points, sweeps, pipelines, launcher.name)
-    files += plots.all_plots(out, rows, sweeps, pipelines)
+             f"{cfg.train.precision}, {device}"
+             f"{f', {cfg.threads_per_rank()} thread(s) per rank' if device == 'cpu' else ''}")  # fmt: skip
+    doc = {"kind": "scaling", "title": title, "launcher": launcher.name, "repeat": cfg.repeat,
+           "threads_per_rank": cfg.threads_per_rank(),
+           "machine": machine, "warnings": [f"{r['backend']} x{r['servers'] * r['gpus_per_server']}: {w}"
+                                            for r in rows for w in r["warnings"]],
+           "rows": rows, "points": points, "busbw": sweeps, "pipeline": pipelines}  # fmt: skip
+    files = _write(out, doc)
+    pngs = plots.all_plots(out, rows, sweeps, pipelines, model=cfg.train.model, batch=cfg.train.batch_size)
+    files += pngs
+    from ringleader.bench.plots import scaling_report
+
+    files.append(str(scaling_report(doc, [Path(p) for p in pngs], out / "report.html")))
     tick("done")
-    return {"kind": "scaling", "title": title, "launcher": launcher.name, "rows": rows,
-            "files": files, "points": points, "busbw": sweeps}  # fmt: skip
+    return {**doc, "files": files}
 
 
-def _write(out: Path, rows: list[dict[str, Any]], title: str, points: list[dict[str, Any]],
-           sweeps: dict[str, Any], pipelines: list[Any], launcher: str) -> list[str]:  # fmt: skip
-    (out / "scaling.md").write_text(markdown(rows, title))
+def _write(out: Path, doc: dict[str, Any]) -> list[str]:
+    (out / "scaling.md").write_text(markdown(doc["rows"], doc["title"], doc["machine"]))
     with open(out / "scaling.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(COLUMNS))
+        w = csv.DictWriter(f, fieldnames=list(COLUMNS), extrasaction="ignore")
         w.writeheader()
-        w.writerows(rows)
-    doc = {"kind": "scaling", "title": title, "launcher": launcher, "rows": rows,
-           "points": points, "busbw": sweeps, "pipeline": pipelines}  # fmt: skip
+        w.writerows({**r, "warnings": "; ".join(r["warnings"])} for r in doc["rows"])
     (out / "scaling.json").write_text(json.dumps(doc, indent=2))
     return [str(out / n) for n in ("scaling.md", "scaling.csv", "scaling.json")]

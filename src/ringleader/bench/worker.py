@@ -17,29 +17,38 @@ from ringleader.bench.ranks import discover
 from ringleader.errors import RingleaderError
 
 
-def _emit(text: str) -> None:
+def _emit(text: str, status: Any = None) -> None:
+    if status is not None:
+        status.clear()
     print(text, flush=True)
 
 
 def run_allreduce(cfg: AllreduceConfig) -> int:
     """Run the sweep as this rank; the exit code is 1 when any value was out of bounds."""
     from ringleader.bench import report
+    from ringleader.bench.allreduce import rank_devices
+    from ringleader.bench.machine import load_text, machine_load
 
     cfg.validate()
     comm = init(cfg.backend, discover())
     try:
         lead = comm.rank == 0
         table = lead and cfg.output == "table"
+        devices = rank_devices(comm)  # collective: every rank takes part
+        load = machine_load()
         if table:
-            device = str(comm.device)
-            for line in report.allreduce_header(cfg, comm.backend, comm.world_size, device):
+            for line in report.allreduce_header(cfg, comm.backend, comm.world_size, devices, load_text(load)):
                 _emit(line)
-        result = measure(cfg, comm, (lambda row: _emit(report.allreduce_row(row))) if table else None)
+        status = report.Status() if lead and cfg.progress else None
+        on_row = (lambda row: _emit(report.allreduce_row(row), status)) if table else None
+        result = measure(cfg, comm, on_row, status.show if status else None)
+        if status:
+            status.clear()
         if table:
             for line in report.allreduce_footer(result):
                 _emit(line)
         elif lead:
-            _emit(json.dumps(result, indent=2))
+            _emit(json.dumps({**result, "devices": devices, "load": load}, indent=2))
     finally:
         comm.close()
     return 1 if result["out_of_bounds"] else 0

@@ -215,11 +215,16 @@ def top_node(names: tuple[str, ...], details: bool, output: str, engine: str | N
 @click.command("topo")
 @click.argument("name", required=False, shell_complete=complete_nodes)
 @click.option("--presets", is_flag=True, help="List the presets (or, with NAME, show that preset).")
+@click.option("--png", "png", type=click.Path(dir_okay=False), help="Also draw NAME's GPU/NIC graph to this PNG.")
+@click.option("--svg", "svg", type=click.Path(dir_okay=False), help="Also draw NAME's GPU/NIC graph to this SVG.")
 @output_option("json", "yaml")
-def topo(name: str | None, presets: bool, output: str) -> None:
-    """Print node topologies as `nvidia-smi topo -m` does."""
+def topo(name: str | None, presets: bool, png: str | None, svg: str | None, output: str) -> None:
+    """Print node topologies as `nvidia-smi topo -m` does; --png/--svg draw one node's GPUs,
+    NICs, link kinds and the job holding each GPU."""
     from ringleader.topology import PRESETS, preset, render_topo_text
 
+    if (png or svg) and name is None:
+        raise UsageError("--png and --svg draw one node", "name it: ringleader topo NODE --png FILE")
     if presets and name is None:
         rows = [[p.name, len(p.build().links), p.build().gpu_model or "-", p.description] for p in PRESETS.values()]
         if output != "table":
@@ -235,6 +240,8 @@ def topo(name: str | None, presets: bool, output: str) -> None:
         if name is not None and name not in state.by_name:
             raise NotFoundError(f"node {name!r} not found", f"use one of {', '.join(state.by_name)}, or --presets NAME")
         topologies = {ns.name: ns.spec.topology for ns in state.nodes if name in (None, ns.name)}
+    for picture in (p for p in (png, svg) if p):
+        draw_topology(str(name), topologies[str(name)], picture, None if presets else state.by_name[str(name)])
     if output != "table":
         emit_data({n: {"links": [[str(c) for c in row] for row in t.links], "bandwidth_gbs": t.bandwidth_gbs,
                        "gpu_model": t.gpu_model} for n, t in topologies.items()}, output)  # fmt: skip
@@ -245,6 +252,21 @@ def topo(name: str | None, presets: bool, output: str) -> None:
         click.echo(render_topo_text(t) if t.n_gpus else f"node {node_name} has no GPUs\n", nl=False)
         if len(topologies) > 1:
             click.echo("")
+
+
+def draw_topology(name: str, topology: NodeTopology, path: str, ns: NodeState | None) -> None:
+    from pathlib import Path
+
+    from ringleader.topology.draw import draw_node
+
+    owners = dict(ns.allocated) if ns else {}
+    held = f", {len(owners)}/{topology.n_gpus} GPUs allocated" if ns else " (preset)"
+    title = f"{name}: {topology.n_gpus} x {topology.gpu_model or 'GPU'}{held}"
+    try:
+        draw_node(topology, Path(path), title, owners)
+    except (OSError, ValueError) as exc:  # an unwritable path, or a suffix matplotlib cannot write
+        raise UsageError(f"cannot draw to {path!r}: {exc}", "give a writable .png or .svg path") from None
+    click.echo(f"drew {name} to {path}", err=True)
 
 
 def register(cli: click.Group) -> None:

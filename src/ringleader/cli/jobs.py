@@ -220,7 +220,7 @@ def render_plan(result: SubmitResult) -> None:
     click.echo(f"Bottleneck:  {chosen['bottleneck']}")
     runner = plan["runner_up"]
     if runner:
-        click.echo(f"Runner-up:   {runner['describe']} (objective {_objective(runner['objective'])})")
+        click.echo(f"Runner-up:   {runner['describe']} ({_versus(chosen['objective'], runner['objective'])})")
     line = prediction_line(result.extra.get("prediction"))
     if line:
         click.echo(f"Prediction:  {line}")
@@ -230,6 +230,15 @@ def render_plan(result: SubmitResult) -> None:
 
 def _objective(obj: dict[str, float]) -> str:
     return ", ".join(f"{k}={v:g}" for k, v in obj.items())
+
+
+def _versus(chosen: dict[str, float], runner: dict[str, float]) -> str:
+    """Why the runner-up lost: the first objective term that differs (they compare in order),
+    or that it tied on every term and the first in node order was kept."""
+    lost = next((k for k in chosen if runner.get(k) != chosen[k]), None)
+    if lost is None:
+        return "tied on every objective term; the first in node order was kept"
+    return f"lost on {lost}: {runner[lost]:g} vs {chosen[lost]:g}; objective {_objective(runner)}"
 
 
 def render_submitted(result: SubmitResult) -> None:
@@ -285,7 +294,7 @@ def render_job(job: JobView, wide: bool, events: bool, prediction: dict[str, Any
         cols += ["PID", "EXIT_CODE"]
     rows: list[list[Any]] = [["-" * len(c) for c in cols]]
     for inst in job.instances:
-        age = (inst.ended_at or time.time()) - inst.started_at if inst.started_at else None
+        age = time.time() - inst.started_at if inst.started_at else None  # AGE as kubectl's: since it began
         row = [inst.name, inst.status, duration(age), str(inst.is_chief).lower(), inst.gpu_requested,
                inst.node or "N/A", ",".join(map(str, inst.gpus)) or "-"]  # fmt: skip
         if wide:
@@ -301,40 +310,65 @@ def render_job(job: JobView, wide: bool, events: bool, prediction: dict[str, Any
             click.echo(f"{pad}{when(e.at):<20} {e.kind:<15} {e.message}")
 
 
+LIST_COLUMNS = ["NAME", "STATUS", "TRAINER", "DURATION", "GPU(Requested)", "GPU(Allocated)", "NODE"]
+# -o wide, as kubectl's: what the scheduler decided, beside the columns above.
+WIDE_COLUMNS = ["PRIORITY", "AGE", "GPU_IDS", "BOTTLENECK"]
+
+
+def gpu_ids(job: JobView) -> str:
+    """The placement's GPUs as node:ids, e.g. "n1:0,1 n2:3"."""
+    chosen = (job.placement or {}).get("chosen")
+    if not chosen:
+        return "-"
+    return " ".join(f"{w['node']}:{','.join(map(str, w['gpus'])) or '-'}" for w in chosen["workers"])
+
+
+def job_row(job: JobView, wide: bool, first: str = "duration") -> list[Any]:
+    span = duration(job.duration) if first == "duration" else duration(job.age)
+    row: list[Any] = [job.name, job.status.value, job.trainer, span, job.gpus_requested, job.gpus_allocated,
+                      ",".join(job.nodes) or "N/A"]  # fmt: skip
+    if wide:
+        row += [job.priority, duration(job.age), gpu_ids(job), job.bottleneck or "-"]
+    return row
+
+
 @click.command("list")
-@output_option("json", "yaml")
+@output_option("json", "yaml", "wide")
 @engine_option
 def list_jobs(output: str, engine: str | None) -> None:
-    """List jobs (arena list)."""
+    """List jobs (arena list); -o wide adds priority, age, GPU ids and the bottleneck link."""
     with using_engine(engine) as rt:
         jobs = rt.list_jobs()
-    if output != "table":
+    if output in ("json", "yaml"):
         emit_data([j.to_dict() for j in jobs], output)
         return
-    rows = [[j.name, j.status.value, j.trainer, duration(j.duration), j.gpus_requested, ",".join(j.nodes) or "N/A"]
-            for j in jobs]  # fmt: skip
-    console().print(table(["NAME", "STATUS", "TRAINER", "DURATION", "GPU(Requested)", "NODE"], rows))
+    wide = output == "wide"
+    cols = LIST_COLUMNS + (WIDE_COLUMNS if wide else [])
+    console().print(table(cols, [job_row(j, wide) for j in jobs]))
 
 
 @click.command("job")
 @click.argument("name", required=False, shell_complete=complete_jobs)
-@output_option("json", "yaml")
+@output_option("json", "yaml", "wide")
 @engine_option
 def top_job(name: str | None, output: str, engine: str | None) -> None:
     """Jobs with their GPUs and nodes, or one job's instances and GPU ids (arena top job).
+    AGE is the time since each job was created, as kubectl's.
 
     The footer counts GPUs held by running jobs / GPUs asked for by running and waiting jobs."""
     with using_engine(engine) as rt:
         jobs = [rt.get(name)] if name else rt.list_jobs()
-    if output != "table":
+    if output in ("json", "yaml"):
         emit_data([j.to_dict() for j in jobs], output)
         return
     if name:
         render_top_job(jobs[0])
         return
-    rows = [[j.name, j.status.value, j.trainer, duration(j.duration), j.gpus_requested, j.gpus_allocated,
-             ",".join(j.nodes) or "N/A"] for j in jobs]  # fmt: skip
+    wide = output == "wide"
     cols = ["NAME", "STATUS", "TRAINER", "AGE", "GPU(Requested)", "GPU(Allocated)", "NODE"]
+    cols += [c for c in WIDE_COLUMNS if c != "AGE"] if wide else []
+    rows = [job_row(j, False, first="age") + ([j.priority, gpu_ids(j), j.bottleneck or "-"] if wide else [])
+            for j in jobs]  # fmt: skip
     console().print(table(cols, rows))
     allocated = sum(j.gpus_allocated for j in jobs)
     requested = sum(j.gpus_requested for j in jobs if not j.status.is_terminal())
@@ -343,7 +377,7 @@ def top_job(name: str | None, output: str, engine: str | None) -> None:
 
 def render_top_job(job: JobView) -> None:
     key_values([
-        ("Name", job.name), ("Status", job.status.value), ("Trainer", job.trainer), ("Age", duration(job.duration)),
+        ("Name", job.name), ("Status", job.status.value), ("Trainer", job.trainer), ("Age", duration(job.age)),
         ("GPU(Requested)", job.gpus_requested), ("GPU(Allocated)", job.gpus_allocated),
         ("Node", ",".join(job.nodes) or "N/A"),
     ])  # fmt: skip

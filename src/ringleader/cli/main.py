@@ -29,7 +29,7 @@ COMMANDS: dict[str, tuple[tuple[str, ...], str]] = {
                         "NCCL, MPI, framework and package versions."),
     "get": (("jobs",), "Show a job: status, placement and its instances (arena get)."),
     "kube": (("kube",), "Run ringleader on Kubernetes: its scheduler, its node agent, their install manifests."),
-    "list": (("jobs",), "List jobs (arena list)."),
+    "list": (("jobs",), "List jobs (arena list); -o wide adds priority, age, GPU ids and the bottleneck link."),
     "logs": (("jobs",), "Print a job instance's log (arena logs)."),
     "node": (("cluster",), "Label nodes (kubectl's rules: changing a value needs --overwrite)."),
     "predict": (("model",), "Predict images/s of a data-parallel job for the placement each policy picks (or one "
@@ -41,7 +41,8 @@ COMMANDS: dict[str, tuple[tuple[str, ...], str]] = {
     "state": (("state",), "Back up the state (jobs, cluster, events) and restore it."),
     "submit": (("jobs",), "Submit a training job (arena submit)."),
     "top": (("jobs", "cluster"), "Show what runs where (arena top)."),
-    "topo": (("cluster",), "Print node topologies as `nvidia-smi topo -m` does."),
+    "topo": (("cluster",), "Print node topologies as `nvidia-smi topo -m` does; --png/--svg draw one node's GPUs, "
+                           "NICs, link kinds and the job holding each GPU."),
 }  # fmt: skip
 
 
@@ -81,6 +82,10 @@ def cli() -> None:
     """
 
 
+# click >= 8.2 raises this for a group given no subcommand (older versions print the help and exit).
+NO_ARGS_IS_HELP: type[click.UsageError] | tuple[()] = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; a RingleaderError becomes one line on stderr and its exit code."""
     try:
@@ -93,14 +98,27 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         return 130
+    except NO_ARGS_IS_HELP as exc:  # a bare group prints its help, as kubectl's do
+        click.echo(exc.ctx.get_help() if exc.ctx else exc.format_message())
+        return 0
     except click.ClickException as exc:
-        exc.show()
+        click.echo(f"error: {click_one_line(exc)}", err=True)
         return exc.exit_code
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except BrokenPipeError:
         return 0
     return 0
+
+
+def click_one_line(exc: click.ClickException) -> str:
+    """click's own errors (a missing argument, an unknown option, a bad choice) in the one-line
+    form every other error takes, naming the command's --help as the fix."""
+    message = " ".join(exc.format_message().split()).rstrip(".")
+    ctx = getattr(exc, "ctx", None)
+    if isinstance(exc, click.UsageError) and ctx is not None:
+        return f"{message}{' ' if message.endswith('?') else '. '}To fix: see `{ctx.command_path} --help`"
+    return message
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ if TYPE_CHECKING:  # rich and yaml are imported when something is rendered: star
 
 # arena's key/value layout: "Name:      x" (the key and its colon padded to 11 columns).
 KEY_WIDTH = 11
+# A column whose cells are all this short keeps its width when a table must fit a narrow terminal.
+SHORT_WORD = 14
 # Sub-tables under a key/value block ("Instances:") are indented like arena's.
 INDENT = 2
 
@@ -57,7 +59,7 @@ class Printer:
     def print(self, *objects: Any, **kwargs: Any) -> None:
         if objects and not kwargs and all(isinstance(o, PlainTable) for o in objects) and not _forced_style():
             tty = sys.stdout.isatty()
-            width = _terminal_width() if tty else WIDTH_WHEN_PIPED
+            width = _terminal_width() if tty else _piped_width()
             bold = tty and os.environ.get("TERM") not in ("dumb", "unknown")
             texts = [o.plain_text(width, bold) for o in objects]
             if all(t is not None for t in texts):
@@ -69,8 +71,9 @@ class Printer:
     def rich(self) -> Console:
         from rich.console import Console
 
-        # Wide enough for tables when stdout is a pipe (tests, logs), real width on a terminal.
-        width = None if sys.stdout.isatty() else WIDTH_WHEN_PIPED
+        # The terminal's width on a terminal (rich measures it), COLUMNS when set, else wide
+        # enough for tables when stdout is a pipe (tests, logs). Wider tables wrap their cells.
+        width = None if sys.stdout.isatty() else _piped_width()
         return Console(width=width, highlight=False, soft_wrap=False)
 
     def __getattr__(self, name: str) -> Any:
@@ -78,6 +81,12 @@ class Printer:
 
 
 WIDTH_WHEN_PIPED = 160
+
+
+def _piped_width() -> int:
+    """COLUMNS when set, else WIDTH_WHEN_PIPED."""
+    columns = os.environ.get("COLUMNS", "")
+    return int(columns) if columns.isdigit() and int(columns) > 0 else WIDTH_WHEN_PIPED
 
 
 def _terminal_width() -> int:
@@ -104,7 +113,11 @@ def _plain(cell: str) -> bool:
 
 class PlainTable:
     """A table in the style of arena's (no boxes, upper-case headers), optionally indented,
-    with no trailing spaces (rich pads the last column to its width)."""
+    with no trailing spaces (rich pads the last column to its width). Wider than the terminal,
+    it keeps short columns (states, numbers) whole and wraps the long ones (nodes, placements)
+    in the width left, folding a word only when it is longer than its column."""
+
+    GAP = 2  # rich's padding between columns (box=None)
 
     def __init__(self, columns: Sequence[str], rows: list[list[str]], title: str | None, indent: int) -> None:
         self.columns, self.rows, self.title, self.indent = list(columns), rows, title, indent
@@ -112,7 +125,7 @@ class PlainTable:
     def plain_text(self, width: int, bold: bool) -> str | None:
         """The table as rich renders it (columns two spaces apart, bold header on a terminal),
         or None where rich's rendering would differ: a title, markup, wide characters, or a
-        table that does not fit ``width`` (rich shrinks its columns)."""
+        table that does not fit ``width`` (rich wraps its long columns)."""
         n = len(self.columns)
         if self.title is not None or any(len(r) != n for r in self.rows):
             return None
@@ -120,7 +133,7 @@ class PlainTable:
         if not all(_plain(cell) for row in grid for cell in row):
             return None
         widths = [max(len(row[i]) for row in grid) for i in range(n)]
-        if n == 0 or sum(widths) + 2 * (n - 1) > width - self.indent:
+        if n == 0 or sum(widths) + self.GAP * (n - 1) > width - self.indent:
             return None
         lines = []
         for i, row in enumerate(grid):
@@ -130,16 +143,32 @@ class PlainTable:
             lines.append(" " * self.indent + "  ".join(cells).rstrip())
         return "\n".join(lines) + "\n"
 
+    def _widths(self, width: int) -> list[int | None]:
+        """Column widths for ``width``: None (rich's own) where the table fits or not even its
+        short columns do; else short columns whole and the long ones sharing what is left."""
+        natural = [max(len(text) for text in [col, *(r[i] for r in self.rows if i < len(r))])
+                   for i, col in enumerate(self.columns)]  # fmt: skip
+        free: list[int | None] = [None] * len(natural)
+        room = width - self.GAP * (len(natural) - 1)
+        if sum(natural) <= room:
+            return free  # fits as it is
+        short = [n <= SHORT_WORD for n in natural]
+        left = room - sum(n for n, s in zip(natural, short, strict=True) if s)
+        long_total = sum(n for n, s in zip(natural, short, strict=True) if not s)
+        if not long_total or left < 4 * short.count(False):
+            return free  # not even the short columns fit: rich folds every column
+        return [n if is_short else max(4, left * n // long_total) for n, is_short in zip(natural, short, strict=True)]
+
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         from rich.segment import Segment
         from rich.table import Table
 
         inner = Table(title=self.title, box=None, show_edge=False, pad_edge=False, header_style="bold")
-        for col in self.columns:
-            inner.add_column(col, no_wrap=True)
+        width = max(1, options.max_width - self.indent)
+        for col, col_width in zip(self.columns, self._widths(width), strict=True):
+            inner.add_column(col, overflow="fold", width=col_width)
         for row in self.rows:
             inner.add_row(*row)
-        width = max(1, options.max_width - self.indent)
         for line in console.render_lines(inner, options.update(width=width), pad=False):
             if self.indent:
                 yield Segment(" " * self.indent)
@@ -163,7 +192,8 @@ def _rstrip(line: list[Segment]) -> list[Segment]:
 def table(
     columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None, indent: int = 0
 ) -> PlainTable:
-    """A plain table in the style of arena's (no boxes, upper-case headers)."""
+    """A plain table in the style of arena's (no boxes, upper-case headers). A cell too wide
+    for the terminal wraps at spaces, or folds, onto more lines: never cut to "…"."""
     return PlainTable(columns, [["" if v is None else str(v) for v in row] for row in rows], title, indent)
 
 

@@ -33,7 +33,10 @@ def simulate_group() -> None:
     "--policies", default="topology,default,besteffort,ack", show_default=True,
     help="Comma-separated policy names to compare.",
 )  # fmt: skip
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write results.json, CSVs and PNG plots here.")
+@click.option(
+    "--out", "out_dir", type=click.Path(file_okay=False),
+    help="Write results.json, CSVs, PNG plots and one self-contained report.html here.",
+)  # fmt: skip
 @click.option(
     "--max-failures", default=32, show_default=True, type=click.IntRange(min=1),
     help="Failed placement attempts allowed per scheduling pass.",
@@ -57,13 +60,22 @@ def run_cmd(
         data["files"] = [str(p) for p in written]
         emit_data(data, "json")
         return
+    from ringleader.sim.summary import coincidence_notes, utilization_note
+
     headers, rows = table_rows(result)
     con = console()
     con.print(table(headers, rows))
     for item in result.rejected():
         con.print(f"rejected ({item['policy']}): {item['job']}: {item['reason']}")
+    for line in coincidence_notes(result.runs):
+        con.print(f"note: {line}")
+    note = utilization_note(result.summaries)
+    if note:
+        con.print(f"note: {note}")
     for path in written:
         con.print(f"wrote {path}")
+    if not out_dir:
+        con.print("note: --out DIR also writes the CSVs, JCT and utilization plots and report.html")
 
 
 @simulate_group.command("gen-trace")

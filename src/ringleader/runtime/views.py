@@ -6,6 +6,7 @@ import json
 import sqlite3
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from ringleader.runtime import store
@@ -16,6 +17,14 @@ if TYPE_CHECKING:
     from ringleader.scheduler import Decision
 
 TRAINER = "MPIJOB"
+
+
+def rfc3339(ts: float | None) -> str | None:
+    """A timestamp as JSON and YAML show it, like kubectl and arena: RFC 3339 in UTC
+    ("2026-11-23T13:39:42.123456Z"); microseconds keep the order of close events."""
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(ts, tz=UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 @dataclass(frozen=True)
@@ -33,7 +42,8 @@ class InstanceView:
     ended_at: float | None
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.__dict__, "gpus": list(self.gpus)}
+        return {**self.__dict__, "gpus": list(self.gpus), "started_at": rfc3339(self.started_at),
+                "ended_at": rfc3339(self.ended_at)}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -43,7 +53,7 @@ class EventView:
     message: str
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return {**self.__dict__, "at": rfc3339(self.at)}
 
 
 @dataclass(frozen=True)
@@ -70,6 +80,11 @@ class JobView:
         if self.started_at is None:
             return None
         return (self.ended_at or time.time()) - self.started_at
+
+    @property
+    def age(self) -> float:
+        """Time since the job was created (kubectl's and arena's AGE), whatever its state."""
+        return time.time() - self.created_at
 
     @property
     def summary(self) -> str | None:
@@ -101,8 +116,9 @@ class JobView:
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name, "status": self.status.value, "priority": self.priority,
-            "trainer": self.trainer, "created_at": self.created_at, "started_at": self.started_at,
-            "ended_at": self.ended_at, "duration_s": self.duration, "reason": self.reason,
+            "trainer": self.trainer, "created_at": rfc3339(self.created_at),
+            "started_at": rfc3339(self.started_at), "ended_at": rfc3339(self.ended_at),
+            "duration_s": self.duration, "reason": self.reason,
             "workers": self.spec.workers, "gpus_per_worker": self.spec.gpus_per_worker,
             "topology_aware": self.spec.topology_aware, "command": self.spec.command,
             "image": self.spec.image, "model": self.spec.model,

@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from typing import ClassVar
 
-from ringleader.errors import NotFoundError
+from ringleader.errors import UsageError
 from ringleader.scheduler.gpuset import INF, bits, search_for
 from ringleader.scheduler.types import (
     Bottleneck,
@@ -77,7 +77,7 @@ def register(policy: Policy) -> Policy:
 def get_policy(name: str) -> Policy:
     _load_builtin_policies()
     if name not in _REGISTRY:
-        raise NotFoundError(f"unknown policy {name!r}", f"use one of {', '.join(policy_names())}")
+        raise UsageError(f"unknown policy {name!r}", f"use one of {', '.join(policy_names())}")
     return _REGISTRY[name]
 
 

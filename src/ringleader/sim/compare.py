@@ -58,7 +58,11 @@ class Comparison:
         ]
 
     def as_dict(self) -> dict[str, Any]:
-        return {"policies": [_clean(s) for s in self.summaries], "rejected": self.rejected()}
+        from ringleader.sim.summary import identical_groups
+
+        return {"policies": [_clean(s) for s in self.summaries], "rejected": self.rejected(),
+                "identical_placements": identical_groups(self.runs),
+                "identical_job_times": identical_groups(self.runs, placements=False)}  # fmt: skip
 
 
 def parse_policies(text: str) -> list[str]:
@@ -66,7 +70,7 @@ def parse_policies(text: str) -> list[str]:
     if not names:
         raise UsageError("--policies is empty", "give policy names separated by commas, e.g. topology,default")
     for name in names:
-        get_policy(name)  # raises NotFoundError listing the known policies
+        get_policy(name)  # raises UsageError listing the known policies
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise UsageError(f"policy {dupes[0]!r} given twice", "name each policy once")
@@ -124,8 +128,8 @@ def table_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
 
 
 def write_outputs(comparison: Comparison, out_dir: str | Path, title: str = "") -> list[Path]:
-    """results.json, summary.csv, jobs-<policy>.csv, jct_cdf.png and utilization.png."""
-    from ringleader.sim.plots import plot_jct_cdf, plot_utilization
+    """results.json, summary.csv, jobs-<policy>.csv, jct_cdf.png, utilization.png and report.html."""
+    from ringleader.sim.plots import plot_jct_cdf, plot_utilization, sim_report
 
     out = Path(out_dir)
     try:
@@ -148,5 +152,7 @@ def write_outputs(comparison: Comparison, out_dir: str | Path, title: str = "") 
             writer2.writerows(job_table)
         written.append(path)
     written.append(plot_jct_cdf(comparison.runs, out / "jct_cdf.png", title and f"JCT CDF: {title}"))
-    written.append(plot_utilization(comparison.runs, out / "utilization.png", title and f"GPU utilization: {title}"))
+    written.append(plot_utilization(comparison.runs, out / "utilization.png",
+                                    title and f"GPU utilization: {title}", comparison.summaries))  # fmt: skip
+    written.append(sim_report(comparison, written[-2:], out / "report.html", title))
     return written

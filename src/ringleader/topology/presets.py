@@ -9,7 +9,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ringleader.errors import NotFoundError
+from ringleader.errors import TopologyError
 from ringleader.topology.links import SELF, Link
 from ringleader.topology.node import NodeTopology
 
@@ -136,7 +136,7 @@ ALIASES = {"gn6v": "dgx1v", "v100-hcm": "dgx1v", "dgx-1v": "dgx1v", "dgx-2": "dg
 def preset(name: str) -> NodeTopology:
     key = ALIASES.get(name, name)
     if key not in PRESETS:
-        raise NotFoundError(
+        raise TopologyError(
             f"unknown preset {name!r}",
             f"use one of {', '.join(sorted(PRESETS))} (aliases: {', '.join(sorted(ALIASES))})",
         )

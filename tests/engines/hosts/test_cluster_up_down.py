@@ -68,7 +68,7 @@ def test_up_then_down_removes_every_object(tmp_path: Path, spec: Path) -> None:
     assert up.returncode == 0, up.stderr
     assert len(leftovers(home)) >= 3 + 1 + 3  # namespaces, bridge, sshds (+ hosts lines)
     again = cli(home, "cluster", "up", "-f", str(spec))
-    assert again.returncode == 2 and again.stderr.count("\n") == 1 and "already up" in again.stderr
+    assert again.returncode == 1 and again.stderr.count("\n") == 1 and "already up" in again.stderr
     down = cli(home, "cluster", "down")
     assert down.returncode == 0 and "removed" in down.stdout
     assert leftovers(home) == []

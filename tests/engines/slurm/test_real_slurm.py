@@ -168,7 +168,7 @@ def test_cli_jobs_commands_on_the_slurm_engine(slurm_box: object, tmp_path: Path
     top = cli("top", "node")
     assert top.returncode == 0 and "node-a" in top.stdout and "node-b" in top.stdout
     missing = cli("get", "nope")
-    assert missing.returncode == 2 and missing.stderr.startswith("error: job 'nope' not found")
+    assert missing.returncode == 1 and missing.stderr.startswith("error: job 'nope' not found")  # as kubectl
     too_big = cli("submit", "mpi", "--name", "huge", "--workers", "1", "--gpus", "5", "--", PY, "-c", "pass")
     assert too_big.returncode == 2 and too_big.stderr.count("\n") == 1 and "can never run" in too_big.stderr
     assert not (tmp_path / "home" / "slurm").exists()  # refused: nothing written

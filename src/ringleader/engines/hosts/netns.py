@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ringleader.errors import DependencyError, RingleaderError, UsageError
+from ringleader.errors import ConflictError, DependencyError, RingleaderError, UsageError
 from ringleader.runtime.procs import alive, start_time, stop_all
 from ringleader.topology import NodeSpec
 
@@ -153,7 +153,7 @@ def up(home: Path, nodes: Sequence[NodeSpec], scale: float = DEFAULT_SCALE) -> P
     if real:
         raise UsageError(f"node {real[0]!r} has an address: it is a real host", "declare only nodes to emulate")
     if Record(home).exists:
-        raise UsageError("an emulated cluster is already up", "run `ringleader cluster down` first")
+        raise ConflictError("an emulated cluster is already up", "run `ringleader cluster down` first")
     names, edir = Names.for_home(home), emulation_dir(home)
     edir.mkdir(mode=0o700, parents=True, exist_ok=True)
     rec = Record(home)
