@@ -39,6 +39,7 @@ from ringleader.runtime.launchers import (
     plan_path,
 )  # fmt: skip
 from ringleader.runtime.lifecycle import HOSTS_SETTINGS, schedule_pass, schedule_pass_decisions, spawn_supervisors
+from ringleader.runtime.logfiles import follow_log, instance_name, read_log, wait_until_ended
 from ringleader.runtime.prediction import placement_from_plan, predict_job
 from ringleader.runtime.procs import find_by_args, grace_seconds, stop_all
 from ringleader.runtime.reconcile import reconcile
@@ -260,67 +261,22 @@ class Runtime:
 
     def wait(self, name: str, timeout: float | None = None) -> JobView:
         """Block until the job is SUCCEEDED or FAILED; TimeoutError after ``timeout`` seconds."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        last_check = time.monotonic()
-        while True:
-            view = self.get(name)
-            if view.status.is_terminal():
-                return view
-            if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"job {name} still {view.status.value} after {timeout} s")
-            if time.monotonic() - last_check > 2.0:
-                reconcile(self.db)  # a supervisor that died must not make us wait forever
-                last_check = time.monotonic()
-            time.sleep(0.2)
+        # Reconciling every 2 s: a supervisor that died must not make us wait forever.
+        return wait_until_ended(lambda: self.get(name), timeout, 0.2, tick=lambda: reconcile(self.db))
 
     # -- logs -----------------------------------------------------------------------------------
     def log_file(self, name: str, instance: str | None = None) -> Path:
-        view = self.get(name)
-        names = [i.name for i in view.instances]
-        if instance is None:
-            chief = next((i.name for i in view.instances if i.is_chief), None)
-            if chief is None:
-                raise NotFoundError(f"job {name} has no instances yet ({view.status.value})", "wait until it runs")
-            instance = chief
-        elif instance not in names:
-            short = f"{name}-{instance}"
-            if short not in names:
-                raise NotFoundError(f"job {name} has no instance {instance!r}", f"use one of {', '.join(names)}")
-            instance = short
-        return log_path(self.home, name, instance)
+        return log_path(self.home, name, instance_name(self.get(name), instance))
 
     def logs(self, name: str, instance: str | None = None, tail: int | None = None, timestamps: bool = False) -> str:
         """An instance's log (the chief's by default), its last ``tail`` lines."""
-        path = self.log_file(name, instance)
-        lines = path.read_bytes().decode(errors="replace").splitlines(keepends=True) if path.exists() else []
-        if tail is not None:
-            lines = lines[-tail:] if tail > 0 else []
-        return "".join(line if timestamps else _strip_stamp(line) for line in lines)
+        return read_log(self.log_file(name, instance), tail, timestamps)
 
     def follow(self, name: str, instance: str | None = None, tail: int | None = None,
                timestamps: bool = False) -> Iterator[str]:  # fmt: skip
         """Yield the log, then new lines as they come, until the job ends (a pending job's
         log is waited for)."""
-        while not self.get(name).instances and not self.get(name).status.is_terminal():
-            time.sleep(0.3)
-        path = self.log_file(name, instance)
-        first = self.logs(name, instance, tail, timestamps)
-        offset = path.stat().st_size if path.exists() else 0
-        if first:
-            yield first
-        while True:
-            done = self.get(name).status.is_terminal()
-            if path.exists() and path.stat().st_size > offset:
-                with open(path, "rb") as fh:
-                    fh.seek(offset)
-                    chunk = fh.read()
-                cut = chunk.rfind(b"\n") + 1 if not done else len(chunk)
-                offset += cut
-                text = chunk[:cut].decode(errors="replace")
-                yield "".join(ln if timestamps else _strip_stamp(ln) for ln in text.splitlines(keepends=True))
-            if done:
-                return
-            time.sleep(0.3)
+        return follow_log(lambda: self.get(name), lambda: self.log_file(name, instance), tail, timestamps, 0.3)
 
     # -- removal --------------------------------------------------------------------------------
     def delete(self, names: Sequence[str]) -> list[str]:
@@ -386,11 +342,6 @@ class Runtime:
 def open_embedded(home: Path, readonly: bool = False) -> Runtime:
     """The embedded engine (see ``ringleader.engines``): this runtime."""
     return Runtime.open(home, readonly=readonly)
-
-
-def _strip_stamp(line: str) -> str:
-    head, sep, rest = line.partition(" ")
-    return rest if sep and head.endswith("Z") and head[:4].isdigit() else line
 
 
 def _working_directory() -> str:

@@ -162,14 +162,9 @@ class KubernetesEngine:
         return list(names_)
 
     def wait(self, name: str, timeout: float | None = None) -> JobView:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            view = self.get(name)
-            if view.status.is_terminal():
-                return view
-            if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"job {name} still {view.status.value} after {timeout} s")
-            time.sleep(2.0)
+        from ringleader.runtime.logfiles import wait_until_ended
+
+        return wait_until_ended(lambda: self.get(name), timeout, 2.0)
 
     def prediction(self, name: str) -> dict[str, Any] | None:
         del name

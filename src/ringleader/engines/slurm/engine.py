@@ -29,6 +29,7 @@ from ringleader.engines.slurm.records import Records, add_event, private_dir
 from ringleader.engines.slurm.views import NOT_YET, job_view, slurm_status
 from ringleader.errors import ConflictError, NotFoundError, UnschedulableError, UsageError
 from ringleader.runtime.codec import decision_to_dict
+from ringleader.runtime.logfiles import follow_log, instance_name, read_log, wait_until_ended
 from ringleader.runtime.prediction import placement_from_plan, predict_job
 from ringleader.runtime.spec import JobSpec, submit_env
 from ringleader.runtime.states import JobStatus
@@ -233,14 +234,7 @@ class SlurmEngine:
         return [v for v in views if statuses is None or v.status in statuses]
 
     def wait(self, name: str, timeout: float | None = None) -> JobView:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            view = self.get(name)
-            if view.status.is_terminal():
-                return view
-            if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"job {name} still {view.status.value} after {timeout} s")
-            time.sleep(0.3)
+        return wait_until_ended(lambda: self.get(name), timeout, 0.3)
 
     def prediction(self, name: str) -> dict[str, Any] | None:
         job = self.get(name)
@@ -251,47 +245,14 @@ class SlurmEngine:
 
     # -- logs -----------------------------------------------------------------------------------
     def _log_file(self, name: str, instance: str | None) -> Path:
-        view = self.get(name)
-        names = [i.name for i in view.instances]
-        if not names:
-            raise NotFoundError(f"job {name} has no instances yet ({view.status.value})", "wait until it runs")
-        if instance is None:
-            instance = next(i.name for i in view.instances if i.is_chief)
-        elif instance not in names:
-            if f"{name}-{instance}" not in names:
-                raise NotFoundError(f"job {name} has no instance {instance!r}", f"use one of {', '.join(names)}")
-            instance = f"{name}-{instance}"
-        return self.root / "logs" / name / f"{instance}.log"
+        return self.root / "logs" / name / f"{instance_name(self.get(name), instance)}.log"
 
     def logs(self, name: str, instance: str | None = None, tail: int | None = None, timestamps: bool = False) -> str:
-        path = self._log_file(name, instance)
-        lines = path.read_bytes().decode(errors="replace").splitlines(keepends=True) if path.exists() else []
-        if tail is not None:
-            lines = lines[-tail:] if tail > 0 else []
-        return "".join(line if timestamps else _strip_stamp(line) for line in lines)
+        return read_log(self._log_file(name, instance), tail, timestamps)
 
     def follow(self, name: str, instance: str | None = None, tail: int | None = None,
                timestamps: bool = False) -> Iterator[str]:  # fmt: skip
-        while not self.get(name).instances and not self.get(name).status.is_terminal():
-            time.sleep(0.5)
-        path = self._log_file(name, instance)
-        first = self.logs(name, instance, tail, timestamps)
-        offset = path.stat().st_size if path.exists() else 0
-        if first:
-            yield first
-        while True:
-            done = self.get(name).status.is_terminal()
-            if path.exists() and path.stat().st_size > offset:
-                with open(path, "rb") as fh:
-                    fh.seek(offset)
-                    chunk = fh.read()
-                cut = len(chunk) if done else chunk.rfind(b"\n") + 1
-                offset += cut
-                text = chunk[:cut].decode(errors="replace")
-                yield "".join(ln if timestamps else _strip_stamp(ln) for ln in text.splitlines(keepends=True))
-            if done:
-                return
-            time.sleep(0.5)
+        return follow_log(lambda: self.get(name), lambda: self._log_file(name, instance), tail, timestamps, 0.5)
 
     # -- removal --------------------------------------------------------------------------------
     def delete(self, names: Sequence[str]) -> list[str]:
@@ -328,11 +289,6 @@ class SlurmEngine:
 def open_slurm(home: Path, readonly: bool = False) -> SlurmEngine:
     """The `slurm` engine (see ``ringleader.engines``)."""
     return SlurmEngine(home, readonly)
-
-
-def _strip_stamp(line: str) -> str:
-    head, sep, rest = line.partition(" ")
-    return rest if sep and head.endswith("Z") and head[:4].isdigit() else line
 
 
 def _refuse_unresolvable(decision: Decision) -> None:

@@ -1,0 +1,90 @@
+"""Per-instance log files as every file-based engine keeps them (embedded, ssh hosts, Slurm): one
+file per instance, each line prefixed with its RFC 3339 UTC time; which file an instance name
+means, the last lines, and following a log until its job ends."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from ringleader.errors import NotFoundError
+from ringleader.runtime.views import JobView
+
+
+def instance_name(view: JobView, instance: str | None) -> str:
+    """The instance a user means: the chief by default; `worker-0` as short for `JOB-worker-0`."""
+    names = [i.name for i in view.instances]
+    if instance is None:
+        chief = next((i.name for i in view.instances if i.is_chief), None)
+        if chief is None:
+            raise NotFoundError(f"job {view.name} has no instances yet ({view.status.value})", "wait until it runs")
+        return chief
+    if instance in names:
+        return instance
+    short = f"{view.name}-{instance}"
+    if short not in names:
+        raise NotFoundError(f"job {view.name} has no instance {instance!r}", f"use one of {', '.join(names)}")
+    return short
+
+
+def strip_stamp(line: str) -> str:
+    head, sep, rest = line.partition(" ")
+    return rest if sep and head.endswith("Z") and head[:4].isdigit() else line
+
+
+def _shown(text: str, timestamps: bool) -> str:
+    return "".join(ln if timestamps else strip_stamp(ln) for ln in text.splitlines(keepends=True))
+
+
+def read_log(path: Path, tail: int | None = None, timestamps: bool = False) -> str:
+    """The log's lines (its last ``tail``), without their times unless ``timestamps``."""
+    lines = path.read_bytes().decode(errors="replace").splitlines(keepends=True) if path.exists() else []
+    if tail is not None:
+        lines = lines[-tail:] if tail > 0 else []
+    return _shown("".join(lines), timestamps)
+
+
+def follow_log(
+    get: Callable[[], JobView], path_of: Callable[[], Path], tail: int | None, timestamps: bool, poll_s: float
+) -> Iterator[str]:
+    """The log so far, then new whole lines as they come, until the job ends (a job that has no
+    instance yet is waited for)."""
+    while not get().instances and not get().status.is_terminal():
+        time.sleep(poll_s)
+    path = path_of()
+    first = read_log(path, tail, timestamps)
+    offset = path.stat().st_size if path.exists() else 0
+    if first:
+        yield first
+    while True:
+        done = get().status.is_terminal()
+        if path.exists() and path.stat().st_size > offset:
+            with open(path, "rb") as fh:
+                fh.seek(offset)
+                chunk = fh.read()
+            cut = len(chunk) if done else chunk.rfind(b"\n") + 1
+            offset += cut
+            yield _shown(chunk[:cut].decode(errors="replace"), timestamps)
+        if done:
+            return
+        time.sleep(poll_s)
+
+
+def wait_until_ended(get: Callable[[], JobView], timeout: float | None, poll_s: float,
+                     tick: Callable[[], object] | None = None, tick_s: float = 2.0) -> JobView:  # fmt: skip
+    """Poll until the job is SUCCEEDED or FAILED; TimeoutError after ``timeout`` seconds. ``tick``
+    runs every ``tick_s`` seconds (the embedded engine reconciles: a lost supervisor must not make
+    a wait hang)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    last_tick = time.monotonic()
+    while True:
+        view = get()
+        if view.status.is_terminal():
+            return view
+        if deadline is not None and time.monotonic() > deadline:
+            raise TimeoutError(f"job {view.name} still {view.status.value} after {timeout} s")
+        if tick is not None and time.monotonic() - last_tick > tick_s:
+            tick()
+            last_tick = time.monotonic()
+        time.sleep(poll_s)
