@@ -115,16 +115,8 @@ def _names(options: list[str]) -> set[str]:
 
 
 def _without(options: list[str], names: set[str]) -> list[str]:
-    """``options`` minus the named ones and their values (as parse_mpirun split them)."""
-    from ringleader.runtime.launchers import _ONE_VALUE, _TWO_VALUES
+    """``options`` minus the named ones and their values."""
+    from ringleader.runtime.commands import scan_mpirun
 
-    out: list[str] = []
-    i = 0
-    while i < len(options):
-        token = options[i]
-        name, inline = _split_option(token)
-        width = 0 if inline is not None else 2 if name in _TWO_VALUES else 1 if name in _ONE_VALUE else 0
-        if name not in names:
-            out += options[i : i + 1 + width]
-        i += 1 + width
-    return out
+    scanned, _ = scan_mpirun(["mpirun", *options])
+    return [token for o in scanned if o.name not in names for token in (o.token, *o.values)]
