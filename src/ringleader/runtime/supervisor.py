@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shlex
 import signal
 import subprocess
@@ -65,6 +66,7 @@ class Watched:
     stopping: bool = False
     started_at: float | None = None
     signal: str | None = None
+    exit_fd: int | None = None  # readable once the process this supervisor started has exited
 
     @property
     def done(self) -> bool:
@@ -158,6 +160,7 @@ class Supervisor:
             start_new_session=True, close_fds=True, cwd=spec.workdir, env=env,
         )  # fmt: skip
         w.pid, w.pid_start, w.started_at = w.popen.pid, start_time(w.popen.pid), time.time()
+        w.exit_fd = _exit_fd(w.popen.pid)
         w.status, w.dirty = InstanceStatus.RUNNING, True
         self.starting = None
 
@@ -318,7 +321,15 @@ class Supervisor:
                 return False
             if all(w.done for w in self.watched):
                 return True
-            time.sleep(POLL_S)
+            self.pause()
+
+    def pause(self) -> None:
+        """Until one of the processes this supervisor started exits, or POLL_S at most: a job's
+        end is recorded as soon as its last process ends, not up to a poll period later. (State
+        files, adopted and remote instances are read every POLL_S.)"""
+        exits = [w.exit_fd for w in self.watched
+                 if w.exit_fd is not None and w.popen is not None and w.popen.returncode is None]  # fmt: skip
+        select.select(exits, [], [], POLL_S)
 
     def finalize(self) -> None:
         store.while_disk_full(self.home, self._finalize)
@@ -364,6 +375,15 @@ class Supervisor:
         # noticed (GPUs freed or the job adopted) without anyone running a command.
         reconcile(self.db)
         return 0
+
+
+def _exit_fd(pid: int) -> int | None:
+    """A pidfd for our own child (it cannot be a reused pid: we have not reaped it yet); None
+    where the kernel has no pidfd_open (before Linux 5.3): then polling alone notices exits."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
 
 
 def _write_private(path: Path, text: str) -> None:
