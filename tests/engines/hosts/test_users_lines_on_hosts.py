@@ -49,6 +49,11 @@ def test_horovodrun_line_runs_across_hosts(hosts: Runtime, h) -> None:
         assert r["argv"] == ["a"] and r["OMPI_COMM_WORLD_SIZE"] == "8"
         assert r["OMPI_COMM_WORLD_LOCAL_RANK"] == r["LOCAL_RANK"]  # hvd.local_rank()
         assert r["HOROVOD_FUSION_THRESHOLD"] == str(32 * 1024 * 1024)
+    started = next(e.message for e in view.events if e.kind == "Started")
+    # horovodrun's -map-by slot gives way to the placement's rank order, and the job says so;
+    # its -bind-to none is kept as the user's line gave it.
+    assert "(mpirun -map-by slot replaced by the placement's rank order)" in started
+    assert "-bind-to none" in started and "--bind-to none" not in started
 
 
 def test_torchrun_line_runs_once_per_worker_across_hosts(hosts: Runtime, h, tmp_path) -> None:

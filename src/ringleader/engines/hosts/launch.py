@@ -31,8 +31,10 @@ LOCALHOST = "localhost"
 # Passed to the ranks on every host when the job has them (as `mpirun -x` users do by hand).
 FORWARDED_KEYS = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV", "OMP_NUM_THREADS", "CUDA_HOME")
 FORWARDED_PREFIXES = ("NCCL_", "GLOO_", "TORCH_", "MKL_")
-# Placement decides where ranks go: these options of a user's line would contradict it.
-_MAPPING_OPTIONS = {"map-by", "rank-by", "npernode", "npersocket", "ppr", "N", "oversubscribe", "bind-to"}
+# Placement decides where ranks go (a hostfile read by the sequential mapper): a user's mapping
+# options are replaced, and the job's Started event says so. (Those that would map ranks elsewhere
+# were refused at submit, see runtime.commands.) --bind-to and --oversubscribe are kept as given.
+_MAPPING_OPTIONS = {"map-by", "rank-by", "npernode", "npersocket", "ppr", "N"}
 # A lost daemon is noticed by Open MPI in about 5 + 2 x 3 s (its default is 5 minutes).
 KEEPALIVE_MCA = {"oob_tcp_keepalive_time": "5", "oob_tcp_keepalive_intvl": "2", "oob_tcp_keepalive_probes": "3"}
 
@@ -85,12 +87,15 @@ def hosts_command(
         mpirun = spec.command[0]
     else:
         kept, program, mpirun = [], list(spec.command), "mpirun"
-    kept = _without(kept, _MAPPING_OPTIONS)
+    kept, replaced = _without(kept, _MAPPING_OPTIONS)
+    given = _names(kept)
     argv = [mpirun, "-np", str(len(plan["ranks"])), "--hostfile", str(hostfile), "--mca", "rmaps", "seq"]
-    if os.geteuid() == 0 and "allow-run-as-root" not in _names(kept):
+    if os.geteuid() == 0 and "allow-run-as-root" not in given:
         argv.append("--allow-run-as-root")
-    argv += ["--bind-to", "none", "--tag-output"]
-    if any(n.emulated for n in placed):
+    if "bind-to" not in given:
+        argv += ["--bind-to", "none"]
+    argv.append("--tag-output")
+    if any(n.emulated for n in placed) and "oversubscribe" not in given:
         argv.append("--oversubscribe")  # emulated nodes share this box's cores
     mca = {"plm_rsh_agent": f"ssh -F {config}", "plm_rsh_no_tree_spawn": "1", **KEEPALIVE_MCA,
            **settings.get("mca", {})}  # fmt: skip
@@ -100,6 +105,8 @@ def hosts_command(
         argv += ["-x", name]
     wrapper = ["python3", "-c", wrapper_bootstrap(), "--stream", json.dumps(rank_table(plan)), "--"]
     shown = shlex.join([*argv, *kept]) + " python3 -c <rank wrapper> " + shlex.join(program)
+    if replaced:
+        shown += f" (mpirun {shlex.join(replaced)} replaced by the placement's rank order)"
     return [*argv, *kept, *wrapper, *program], shown
 
 
@@ -114,9 +121,10 @@ def _names(options: list[str]) -> set[str]:
     return {_split_option(t)[0] for t in options if t.startswith("-")}
 
 
-def _without(options: list[str], names: set[str]) -> list[str]:
-    """``options`` minus the named ones and their values."""
+def _without(options: list[str], names: set[str]) -> tuple[list[str], list[str]]:
+    """(``options`` minus the named ones and their values, what was taken out)."""
     from ringleader.runtime.commands import scan_mpirun
 
     scanned, _ = scan_mpirun(["mpirun", *options])
-    return [token for o in scanned if o.name not in names for token in (o.token, *o.values)]
+    kept = [token for o in scanned if o.name not in names for token in (o.token, *o.values)]
+    return kept, [token for o in scanned if o.name in names for token in (o.token, *o.values)]
