@@ -24,7 +24,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-RINGLEADER = [sys.executable, "-m", "ringleader.cli.main"]
+# The console script a user types (installed beside this interpreter), not `python -m`, which
+# pays for runpy on top.
+_SCRIPT = Path(sys.executable).parent / "ringleader"
+RINGLEADER = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "ringleader.cli.main"]
 
 
 def cpu_ms(argv: list[str], env: dict[str, str]) -> float:

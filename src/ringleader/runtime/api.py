@@ -28,7 +28,6 @@ from ringleader.errors import (
     UsageError,
 )
 from ringleader.runtime import store
-from ringleader.runtime.commands import prepare_spec
 from ringleader.runtime.faults import crash_point
 from ringleader.runtime.launchers import (
     RANK_MODULE,
@@ -199,6 +198,8 @@ class Runtime:
         environ = dict(os.environ) if spec.submit_env is None else spec.submit_env
         if spec.submit_env is None:
             spec = dataclasses.replace(spec, submit_env=submit_env(environ))
+        from ringleader.runtime.commands import prepare_spec  # users' lines: submit only
+
         spec, notes = prepare_spec(spec, environ)
         _check_size(spec)  # a horovodrun line has become mpirun's: one more process
         _check_command(spec)
