@@ -24,7 +24,8 @@ def instance_name(view: JobView, instance: str | None) -> str:
         return instance
     short = f"{view.name}-{instance}"
     if short not in names:
-        raise NotFoundError(f"job {view.name} has no instance {instance!r}", f"use one of {', '.join(names)}")
+        choices = ", ".join(names) or "(none yet)"
+        raise NotFoundError(f"job {view.name} has no instance {instance!r}", f"use one of {choices}")
     return short
 
 

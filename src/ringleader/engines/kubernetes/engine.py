@@ -23,6 +23,7 @@ from ringleader.engines.kubernetes.cache import Cache
 from ringleader.engines.kubernetes.client import ApiError, JobsApi, current_namespace, load_client
 from ringleader.errors import ConflictError, NotFoundError, UnschedulableError, UsageError
 from ringleader.runtime.codec import decision_to_dict
+from ringleader.runtime.logfiles import instance_name, wait_until_ended
 from ringleader.runtime.spec import JobSpec
 from ringleader.runtime.states import JobStatus
 from ringleader.runtime.views import EventView, InstanceView, JobView, SubmitResult
@@ -131,18 +132,7 @@ class KubernetesEngine:
         return [v for v in views if statuses is None or v.status in statuses]
 
     def _instance(self, name: str, instance: str | None) -> str:
-        view = self.get(name)
-        known = [i.name for i in view.instances]
-        if instance is None:
-            chief = next((i.name for i in view.instances if i.is_chief), None)
-            if chief is None:
-                raise NotFoundError(f"job {name} has no launcher pod yet ({view.status.value})", "wait until it runs")
-            return chief
-        for candidate in (instance, f"{name}-{instance}"):
-            if candidate in known:
-                return candidate
-        choices = ", ".join(known) or "(none yet)"
-        raise NotFoundError(f"job {name} has no instance {instance!r}", f"use one of {choices}")
+        return instance_name(self.get(name), instance)
 
     def logs(self, name: str, instance: str | None = None, tail: int | None = None, timestamps: bool = False) -> str:
         return self.api.pod_log(self.namespace, self._instance(name, instance), tail, timestamps)
@@ -162,8 +152,6 @@ class KubernetesEngine:
         return list(names_)
 
     def wait(self, name: str, timeout: float | None = None) -> JobView:
-        from ringleader.runtime.logfiles import wait_until_ended
-
         return wait_until_ended(lambda: self.get(name), timeout, 2.0)
 
     def prediction(self, name: str) -> dict[str, Any] | None:
