@@ -14,6 +14,7 @@ ranks.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import time
@@ -175,6 +176,13 @@ class Case:
             return c.allgather(dst, src)
         return c.reduce_scatter(dst, src, cfg.op)
 
+    def operation(self, inplace: bool) -> Callable[[], Any]:
+        """``run(inplace)`` prepared for a timed loop (see Comm.prepared_allreduce)."""
+        if self.cfg.collective == "allreduce":
+            src, dst = (self._ip_in(), self._ip_out()) if inplace else (self.send, self.recv)
+            return self.comm.prepared_allreduce(src, dst, self.cfg.op)
+        return functools.partial(self.run, inplace)
+
     def expected(self) -> Any:
         torch, n, dev, cfg = self.torch, self.comm.world_size, self.comm.device, self.cfg
         per = self.count // n
@@ -205,13 +213,14 @@ def _corrupt(result: Any, rank: int) -> None:
 def _time_op(case: Case, inplace: bool, progress: Callable[[int], None] | None = None) -> float:
     """Mean seconds per operation; ``-z 1`` waits for each one (CPU backends always do)."""
     cfg, comm = case.cfg, case.comm
+    operation = case.operation(inplace)
     for _ in range(cfg.warmup):
-        case.run(inplace)
+        operation()
     comm.barrier()
     sync = case.torch.cuda.synchronize if comm.device.type == "cuda" else None
     t0 = time.perf_counter()
     for i in range(cfg.iters):
-        case.run(inplace)
+        operation()
         if sync and cfg.blocking:
             sync()
         if progress:
