@@ -186,3 +186,44 @@ def test_splits_across_nodes_equal_the_exhaustive_optimum(state: ClusterState, k
         if sum(len(s) for s in subs) == k
     )
     assert got == best
+
+
+@st.composite
+def repeated_nodes(draw: st.DrawFn) -> ClusterState:
+    """3-8 DGX-1V nodes drawn from two or three busy patterns, so nodes often have twins (the
+    groups the split search works on have several members)."""
+    patterns = draw(st.lists(st.sets(st.integers(0, 7), max_size=6), min_size=2, max_size=3))
+    picks = draw(st.lists(st.integers(0, len(patterns) - 1), min_size=3, max_size=8))
+    return ClusterState(tuple(node(f"n{i}", busy=tuple(sorted(patterns[p]))) for i, p in enumerate(picks)))
+
+
+@settings(max_examples=150, deadline=None)
+@given(repeated_nodes(), st.integers(5, 20))
+def test_the_runner_up_of_a_split_is_the_best_plan_without_the_chosen_first_node(state: ClusterState, k: int) -> None:
+    decision = place(state, job(k))
+    if decision.chosen is None or decision.runner_up is None or len(decision.chosen.placement.nodes) < 2:
+        return
+    first = decision.chosen.placement.slots[0].node
+    assert first not in decision.runner_up.placement.nodes
+    without = place(ClusterState(tuple(ns for ns in state.nodes if ns.name != first)), job(k))
+    assert without.chosen is not None
+    assert decision.runner_up.objective == without.chosen.objective
+
+
+@settings(max_examples=150, deadline=None)
+@given(repeated_nodes(), st.lists(st.sampled_from([3, 6, 10, 12]), min_size=3, max_size=6))
+def test_a_decision_does_not_depend_on_the_decisions_before_it(state: ClusterState, sizes: list[int]) -> None:
+    """The split search keeps what it derived per free mask across decisions: each decision of a
+    queue (each committed before the next) must equal the same decision made with every cache
+    empty."""
+    from ringleader.scheduler.gpuset import _SEARCHES
+
+    for i, k in enumerate(sizes):
+        warm = place(state, job(k, name=f"j{i}"))
+        _SEARCHES.clear()
+        cold = place(state, job(k, name=f"j{i}"))
+        assert cold.placement == warm.placement
+        assert (cold.chosen and cold.chosen.objective) == (warm.chosen and warm.chosen.objective)
+        assert (cold.runner_up and cold.runner_up.objective) == (warm.runner_up and warm.runner_up.objective)
+        if warm.placement is not None:
+            state = state.with_placement(warm.placement)

@@ -19,11 +19,13 @@ import functools
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from ringleader.topology.links import Link
 from ringleader.topology.node import NodeTopology
 
 EXACT_LIMIT = 16
+KEPT_LIMIT = 65536
 GREEDY_TIES = 2
 INF = float("inf")
 _NEAR_NIC = (Link("PIX").rank, Link("PXB").rank)
@@ -87,6 +89,13 @@ class NodeSearch:
         self._best = functools.lru_cache(maxsize=65536)(self._best_set)
         self._growths: dict[int, list[_Growth]] = {}
         self._at_least = functools.lru_cache(maxsize=65536)(self._best_at_least)
+        # What the split search (split.py) derives per free mask, kept across decisions.
+        self.kept: dict[object, Any] = {}
+
+    def keep(self, key: object, value: Any) -> None:
+        if len(self.kept) >= KEPT_LIMIT:  # bounded like the searches' caches; rebuilt as needed
+            self.kept.clear()
+        self.kept[key] = value
 
     # -- cliques: sets whose every pair has at least a given bandwidth ----------------------
     def max_clique(self, mask: int, level: float) -> int:

@@ -95,27 +95,15 @@ def fewest_nodes(pools: Sequence[Pool], workers: int, per_worker: int) -> int | 
 Row = dict[int, tuple[GpuSet, float, float]]  # workers on a node -> (share, its bottleneck, its phase)
 
 
-def best_split(
-    pools: Sequence[Pool], workers: int, per_worker: int, nodes: int, one_island: bool = False,
-    rows: dict[object, Row] | None = None,
-) -> Split:  # fmt: skip
+def best_split(pools: Sequence[Pool], workers: int, per_worker: int, nodes: int, one_island: bool = False) -> Split:
     """The best split of ``workers`` over exactly ``nodes`` nodes of ``pools`` (which must fit:
     see ``fewest_nodes``). ``one_island``: the nodes share one NVLink fabric, so the in-node
     phase is not a separate step (the gang is one ring at the bottleneck)."""
     cap_all = max(p.capacity(per_worker) for p in pools)
     w_lo = max(1, workers - (nodes - 1) * cap_all)
     w_hi = workers - (nodes - 1)
-    rows = {} if rows is None else rows  # shares per pool, kept by the caller across plans
-    table: list[Row] = []
-    for p in pools:
-        full = rows.get(p.group.key)
-        if full is None:
-            full = rows[p.group.key] = {}
-        for w in range(w_lo, min(p.capacity(per_worker), w_hi) + 1):
-            if w not in full:
-                gset = p.share(w, per_worker)
-                full[w] = (gset, min(gset.bottleneck_gbs, p.link_gbs), 0.0 if one_island else node_phase(gset))
-        table.append({w: full[w] for w in sorted(full) if w_lo <= w <= w_hi})  # ascending w
+    keys = [_row_key(p, per_worker, one_island, w_lo, w_hi) for p in pools]
+    table = [_row(p, key, per_worker, one_island, w_lo, w_hi) for p, key in zip(pools, keys, strict=True)]
 
     def feasible(level: float, phase: float) -> bool:
         """Can `nodes` nodes take every worker with shares meeting both thresholds? (Each pool's
@@ -142,8 +130,8 @@ def best_split(
         phases = sorted({ph for row in table for _, b, ph in row.values() if b >= level})
         for phase in phases[_first(phases, functools.partial(feasible, level)) :]:
             ok = allowed(level, phase)
-            loose = _loosened(pools, table, ok, level, phase, per_worker)
-            shares = _choose(pools, loose, ok, workers, per_worker, nodes)
+            loose, values = _loosened(pools, keys, table, ok, level, phase, per_worker)
+            shares = _choose(pools, loose, values, ok, workers, per_worker, nodes)
             if shares is not None:  # None: the caps fit but no exact sum (a non-monotone greedy share)
                 return Split(tuple(shares), level, phase)
     raise AssertionError("best_split called on a gang that does not fit")
@@ -161,37 +149,62 @@ def _first(values: list[float], ok: Callable[[float], bool]) -> int:
     return lo
 
 
+def _row_key(pool: Pool, per_worker: int, one_island: bool, w_lo: int, w_hi: int) -> tuple[object, ...]:
+    return (pool.group.free_mask, per_worker, pool.link_gbs, one_island, pool.spans_nodes, w_lo, w_hi)
+
+
+def _row(pool: Pool, key: tuple[object, ...], per_worker: int, one_island: bool, w_lo: int, w_hi: int) -> Row:
+    """A pool's shares of w_lo..w_hi workers, each with its bottleneck and in-node phase. It
+    depends only on ``key`` (the pool's free mask and link, the gang's shape), so it is kept on
+    the topology's search and shared by every decision: a cluster's groups change a few at a
+    time. Rows are never changed once made."""
+    row = pool.search.kept.get(("row", key))
+    if row is None:
+        row = {}
+        for w in range(w_lo, min(pool.capacity(per_worker), w_hi) + 1):
+            gset = pool.share(w, per_worker)
+            row[w] = (gset, min(gset.bottleneck_gbs, pool.link_gbs), 0.0 if one_island else node_phase(gset))
+        pool.search.keep(("row", key), row)
+    return row
+
+
 def _loosened(
-    pools: Sequence[Pool], table: list[Row], ok: list[list[int]],
+    pools: Sequence[Pool], keys: list[tuple[object, ...]], table: list[Row], ok: list[list[int]],
     level: float, phase: float, per_worker: int,
-) -> list[Row]:  # fmt: skip
+) -> tuple[list[Row], list[dict[int, tuple[float, ...]]]]:  # fmt: skip
     """Each allowed share re-chosen as the best set that still meets the split's bottleneck and
-    phase (its own best bottleneck no longer counts once another node sets the split's)."""
-    out = []
-    for pool, row, ws in zip(pools, table, ok, strict=True):
-        new = dict(row)
-        for w in ws:
-            k = w * per_worker
-            # The bandwidth that keeps this share's phase within the split's (less a rounding hair).
-            need = max(level, (k - 1) / (k * phase) * (1 - 1e-9) if phase > 0 and k > 1 else 0.0)
-            found = pool.search.best_at_least(pool.group.free_mask, k, need, pool.spans_nodes)
-            if found is not None:
-                new[w] = (found, row[w][1], row[w][2])
-        out.append(new)
-    return out
+    phase (its own best bottleneck no longer counts once another node sets the split's); and,
+    per pool, a dict that ``_choose`` fills with the shares' additive values. Both are kept
+    like the rows (they depend on the row and the two thresholds only)."""
+    rows: list[Row] = []
+    values: list[dict[int, tuple[float, ...]]] = []
+    for pool, key, row, ws in zip(pools, keys, table, ok, strict=True):
+        kept = pool.search.kept.get(("loose", key, level, phase))
+        if kept is None:
+            new = dict(row)
+            for w in ws:
+                k = w * per_worker
+                # The bandwidth that keeps this share's phase within the split's (less a rounding hair).
+                need = max(level, (k - 1) / (k * phase) * (1 - 1e-9) if phase > 0 and k > 1 else 0.0)
+                found = pool.search.best_at_least(pool.group.free_mask, k, need, pool.spans_nodes)
+                if found is not None:
+                    new[w] = (found, row[w][1], row[w][2])
+            kept = (new, {})
+            pool.search.keep(("loose", key, level, phase), kept)
+        rows.append(kept[0])
+        values.append(kept[1])
+    return rows, values
 
 
 def _choose(
-    pools: Sequence[Pool], table: list[Row], ok: list[list[int]],
+    pools: Sequence[Pool], table: list[Row], values: list[dict[int, tuple[float, ...]]], ok: list[list[int]],
     workers: int, per_worker: int, nodes: int,
 ) -> list[tuple[int, int, GpuSet]] | None:  # fmt: skip
-    values: dict[tuple[int, int], tuple[float, ...]] = {}
-
     def value(i: int, w: int) -> tuple[float, ...]:
-        found = values.get((i, w))
+        found = values[i].get(w)
         if found is None:
             gset = table[i][w][0]
-            found = values[(i, w)] = additive(gset, pools[i].group.free_mask.bit_count() - w * per_worker)
+            found = values[i][w] = additive(gset, pools[i].group.free_mask.bit_count() - w * per_worker)
         return found
 
     # Candidates: for each share size, the best `nodes` nodes (pool order breaks ties).

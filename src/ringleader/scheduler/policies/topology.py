@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 from ringleader.scheduler.framework import Policy, fabric_gbs, make_candidate, register
 from ringleader.scheduler.gpuset import INF, GpuSet, NodeSearch, search_for
-from ringleader.scheduler.split import Pool, Row, additive, best_split, fewest_nodes, node_phase
+from ringleader.scheduler.split import Pool, Split, additive, best_split, fewest_nodes, node_phase
 from ringleader.scheduler.types import Candidate, ClusterState, JobRequest, NodeGroup, NodeState, group_key
 
 OBJECTIVE = (
@@ -112,20 +112,27 @@ class TopologyPolicy(Policy):
 
     # -- several nodes --------------------------------------------------------------------------
     def _across_nodes(self, groups: Sequence[NodeGroup], job: JobRequest, one_island: bool) -> list[Candidate]:
-        rows: dict[object, Row] = {}  # shares searched once for the plan and its runner-up
-        planned = self._plan(groups, job, one_island, None, rows)
+        planned = self._split(groups, job, one_island, None)
         if planned is None:
             return []
-        best, first = planned
-        runner = self._plan(groups, job, one_island, first, rows)
-        return [best] if runner is None else [best, runner[0]]
+        pools, split = planned
+        best, first = self._materialize(pools, split, job, one_island, None)
+        # The runner-up is the best plan without the plan's first node. When that node's group has
+        # another node the split does not use, the same split on that node is such a plan, and
+        # none can be better (it is the best over all nodes): no second search.
+        group_of_first = next(i for i, _, _ in split.shares)
+        if pools[group_of_first].available > sum(1 for i, _, _ in split.shares if i == group_of_first):
+            return [best, self._materialize(pools, split, job, one_island, first)[0]]
+        runner = self._split(groups, job, one_island, first)
+        if runner is None:
+            return [best]
+        return [best, self._materialize(*runner, job, one_island, first)[0]]
 
-    def _plan(
-        self, groups: Sequence[NodeGroup], job: JobRequest, one_island: bool, excluded: NodeState | None,
-        rows: dict[object, Row],
-    ) -> tuple[Candidate, NodeState] | None:
-        """The best plan over two or more nodes, and its first node (None: it needs one node
-        or does not fit). ``excluded``: a node the plan may not use (to find a runner-up)."""
+    def _split(
+        self, groups: Sequence[NodeGroup], job: JobRequest, one_island: bool, excluded: NodeState | None
+    ) -> tuple[list[Pool], Split] | None:
+        """The pools and best split over two or more nodes (None: it needs one node or does not
+        fit). ``excluded``: a node the split may not use (to find a runner-up)."""
         skipped = group_key(excluded) if excluded is not None else None
         pools = []
         for g in groups:
@@ -136,7 +143,13 @@ class TopologyPolicy(Policy):
         nodes = fewest_nodes(pools, job.workers, job.gpus_per_worker)
         if nodes is None or nodes < 2:
             return None  # no fit, or one node (the single-node search covers it)
-        split = best_split(pools, job.workers, job.gpus_per_worker, nodes, one_island, rows)
+        return pools, best_split(pools, job.workers, job.gpus_per_worker, nodes, one_island)
+
+    def _materialize(
+        self, pools: Sequence[Pool], split: Split, job: JobRequest, one_island: bool, excluded: NodeState | None
+    ) -> tuple[Candidate, NodeState]:
+        """The plan of ``split``: each share on the next unused node of its pool (never
+        ``excluded``), and the plan's first node."""
         taken: dict[int, int] = {}
         slots: list[tuple[str, tuple[int, ...]]] = []
         chosen: list[NodeState] = []
