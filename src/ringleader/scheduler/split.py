@@ -19,6 +19,12 @@ programme over (nodes used, workers placed) picks the shares. Only the best ``m`
 share size can be in an optimal split (any other is swapped for an unused one of them without
 loss), so the programme sees a bounded candidate set; past ``DP_BUDGET`` steps (gangs over many
 big nodes) it falls back to filling the best nodes fullest first.
+
+What the search derives per node group (its shares, the shares loosened to a split's
+thresholds, their additive values) depends only on the group's topology and free mask, the
+link and the gang's shape, so it is kept on the topology's ``NodeSearch`` across decisions: a
+scheduler's cluster changes a few groups per commit, and a fragmented cluster has a few hundred
+groups to rank.
 """
 
 from __future__ import annotations
