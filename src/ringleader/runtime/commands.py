@@ -31,14 +31,11 @@ from pathlib import Path
 
 from ringleader.errors import UsageError
 from ringleader.runtime.containers import check_image, find_runtime, in_image
-from ringleader.runtime.launchers import _ONE_VALUE, _OWNED, _TWO_VALUES, _split_option, check_mpirun, is_mpirun
+from ringleader.runtime.launchers import _OWNED, _split_option, check_mpirun, is_mpirun, scan_mpirun
 from ringleader.runtime.spec import JobSpec
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HOSTS = _OWNED - {"np", "n", "c"}
-# Options that take a value but that launchers.parse_mpirun takes as flags: refused below, so
-# they must not make the scan read their value as the program.
-_MORE_ONE_VALUE = {"rf", "rankfile"}
 # Mapping and ranking policies that fill hosts in another order than the placement's slots.
 _OFF_PLACEMENT_POLICIES = {"node", "board", "ppr", "seq", "dist", "rankfile"}
 _PER_NODE = {"N", "npernode", "npersocket", "bynode", "rf", "rankfile"}
@@ -107,36 +104,6 @@ def _split_program(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 # -- mpirun ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class MpiOption:
-    token: str  # as written, e.g. "-H" or "--host=a:2"
-    name: str  # without its dashes, e.g. "H", "host"
-    values: tuple[str, ...]
-
-    def text(self) -> str:
-        return shlex.join([self.token, *self.values])
-
-
-def scan_mpirun(argv: Sequence[str]) -> tuple[list[MpiOption], list[str]]:
-    """An mpirun line's options (each with its values) and the program it runs. Malformed lines
-    are refused by ``launchers.parse_mpirun``, called first (its messages are the reference)."""
-    options: list[MpiOption] = []
-    i = 1
-    while i < len(argv):
-        token = argv[i]
-        if not token.startswith("-") or token == "-":
-            break
-        name, inline = _split_option(token)
-        count = 2 if name in _TWO_VALUES else 1 if name in _ONE_VALUE | _MORE_ONE_VALUE else 0
-        if inline is not None:
-            options.append(MpiOption(token, name, ()))
-            i += 1
-            continue
-        options.append(MpiOption(token, name, tuple(argv[i + 1 : i + 1 + count])))
-        i += 1 + count
-    return options, list(argv[i:])
 
 
 def _mpirun(out: Prepared, workers: int, environ: Mapping[str, str], name: str) -> None:

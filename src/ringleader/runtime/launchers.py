@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +31,7 @@ _ONE_VALUE = {
     "tune", "am", "launch-agent", "report-bindings-file", "timeout", "stdin", "display-map-file",
     "N", "ppr", "max-vm-size", "merge-stderr-to-stdout-file", "app", "preload-files",
     "set-cwd-to-session-dir", "tmpdir", "report-uri", "report-pid", "xml-file", "debugger",
-    "H", "host", "hostfile", "machinefile", "default-hostfile",
+    "H", "host", "hostfile", "machinefile", "default-hostfile", "rf", "rankfile",
 }  # fmt: skip
 _OWNED = {"np", "n", "c", "H", "host", "hostfile", "machinefile", "default-hostfile"}
 _NP = {"np", "n", "c"}
@@ -58,26 +60,46 @@ def _split_option(token: str) -> tuple[str, str | None]:
     return name, None
 
 
-def parse_mpirun(argv: Sequence[str]) -> tuple[list[str], str | None, list[str]]:
-    """Split an mpirun line into (kept options, the user's -np or None, program argv)."""
-    kept: list[str] = []
-    np_value: str | None = None
+@dataclass(frozen=True)
+class MpiOption:
+    token: str  # as written, e.g. "-H" or "--host=a:2"
+    name: str  # without its dashes, e.g. "H", "host"
+    values: tuple[str, ...]  # the values that follow it (none when given inline: --host=a:2)
+
+    def text(self) -> str:
+        return shlex.join([self.token, *self.values])
+
+
+def scan_mpirun(argv: Sequence[str]) -> tuple[list[MpiOption], list[str]]:
+    """An mpirun line's options (each with its values) and the program it runs: the one walk
+    over an mpirun line that every reader of one uses."""
+    options: list[MpiOption] = []
     i = 1
     while i < len(argv):
         token = argv[i]
         if not token.startswith("-") or token == "-":
             break
         name, inline = _split_option(token)
-        nvalues = 2 if name in _TWO_VALUES else 1 if name in _ONE_VALUE else 0
-        values = [inline] if inline is not None else list(argv[i + 1 : i + 1 + nvalues])
-        if inline is None and len(values) < nvalues:
+        count = 0 if inline is not None else 2 if name in _TWO_VALUES else 1 if name in _ONE_VALUE else 0
+        values = tuple(argv[i + 1 : i + 1 + count])
+        if len(values) < count:
             raise UsageError(f"mpirun option {token} lacks its value", "complete the mpirun line")
-        i += 1 + (0 if inline is not None else nvalues)
-        if name in _NP:
-            np_value = values[0]
-        elif name not in _OWNED:
-            kept += [token, *([] if inline is not None else values)]
-    program = list(argv[i:])
+        options.append(MpiOption(token, name, values))
+        i += 1 + count
+    return options, list(argv[i:])
+
+
+def parse_mpirun(argv: Sequence[str]) -> tuple[list[str], str | None, list[str]]:
+    """Split an mpirun line into (kept options, the user's -np or None, program argv); refuse a
+    malformed one."""
+    options, program = scan_mpirun(argv)
+    kept: list[str] = []
+    np_value: str | None = None
+    for opt in options:
+        if opt.name in _NP:
+            np_value = opt.values[0] if opt.values else _split_option(opt.token)[1]
+        elif opt.name not in _OWNED:
+            kept += [opt.token, *opt.values]
     if not program:
         raise UsageError("the mpirun line names no program", "end it with the program to run, e.g. python train.py")
     if ":" in program:

@@ -22,7 +22,7 @@ from typing import Any
 
 from ringleader.engines.hosts.ssh import write_config
 from ringleader.runtime import rank as rank_module
-from ringleader.runtime.launchers import _split_option, parse_mpirun
+from ringleader.runtime.launchers import _split_option, parse_mpirun, scan_mpirun
 from ringleader.runtime.spec import JobSpec
 from ringleader.scheduler import Placement
 from ringleader.topology import NodeSpec
@@ -124,8 +124,6 @@ def _names(options: list[str]) -> set[str]:
 
 def _without(options: list[str], names: set[str]) -> tuple[list[str], list[str]]:
     """(``options`` minus the named ones and their values, what was taken out)."""
-    from ringleader.runtime.commands import scan_mpirun
-
     scanned, _ = scan_mpirun(["mpirun", *options])
     kept = [token for o in scanned if o.name not in names for token in (o.token, *o.values)]
     return kept, [token for o in scanned if o.name in names for token in (o.token, *o.values)]
