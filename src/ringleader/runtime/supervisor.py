@@ -327,9 +327,16 @@ class Supervisor:
         """Until one of the processes this supervisor started exits, or POLL_S at most: a job's
         end is recorded as soon as its last process ends, not up to a poll period later. (State
         files, adopted and remote instances are read every POLL_S.)"""
-        exits = [w.exit_fd for w in self.watched
-                 if w.exit_fd is not None and w.popen is not None and w.popen.returncode is None]  # fmt: skip
-        select.select(exits, [], [], POLL_S)
+        waiting = select.poll()  # not select.select: no ceiling on descriptor numbers
+        for w in self.watched:
+            if w.exit_fd is None or w.popen is None:
+                continue
+            if w.popen.poll() is not None:  # exited (now reaped): its pidfd would stay readable
+                os.close(w.exit_fd)
+                w.exit_fd = None
+            else:
+                waiting.register(w.exit_fd, select.POLLIN)
+        waiting.poll(POLL_S * 1000)
 
     def finalize(self) -> None:
         store.while_disk_full(self.home, self._finalize)
