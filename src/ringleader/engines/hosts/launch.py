@@ -33,7 +33,8 @@ FORWARDED_KEYS = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV", "OMP_N
 FORWARDED_PREFIXES = ("NCCL_", "GLOO_", "TORCH_", "MKL_")
 # Placement decides where ranks go (a hostfile read by the sequential mapper): a user's mapping
 # options are replaced, and the job's Started event says so. (Those that would map ranks elsewhere
-# were refused at submit, see runtime.commands.) --bind-to and --oversubscribe are kept as given.
+# were refused at submit, see runtime.commands.) --bind-to (on real hosts) and --oversubscribe are
+# kept as given.
 _MAPPING_OPTIONS = {"map-by", "rank-by", "npernode", "npersocket", "ppr", "N"}
 # A lost daemon is noticed by Open MPI in about 5 + 2 x 3 s (its default is 5 minutes).
 KEEPALIVE_MCA = {"oob_tcp_keepalive_time": "5", "oob_tcp_keepalive_intvl": "2", "oob_tcp_keepalive_probes": "3"}
@@ -87,7 +88,9 @@ def hosts_command(
         mpirun = spec.command[0]
     else:
         kept, program, mpirun = [], list(spec.command), "mpirun"
-    kept, replaced = _without(kept, _MAPPING_OPTIONS)
+    emulated = any(n.emulated for n in placed)
+    # Emulated nodes share this box's cores: binding would fail or pile ranks onto a few cores.
+    kept, replaced = _without(kept, _MAPPING_OPTIONS | ({"bind-to"} if emulated else set()))
     given = _names(kept)
     argv = [mpirun, "-np", str(len(plan["ranks"])), "--hostfile", str(hostfile), "--mca", "rmaps", "seq"]
     if os.geteuid() == 0 and "allow-run-as-root" not in given:
@@ -95,7 +98,7 @@ def hosts_command(
     if "bind-to" not in given:
         argv += ["--bind-to", "none"]
     argv.append("--tag-output")
-    if any(n.emulated for n in placed) and "oversubscribe" not in given:
+    if emulated and "oversubscribe" not in given:
         argv.append("--oversubscribe")  # emulated nodes share this box's cores
     mca = {"plm_rsh_agent": f"ssh -F {config}", "plm_rsh_no_tree_spawn": "1", **KEEPALIVE_MCA,
            **settings.get("mca", {})}  # fmt: skip
@@ -107,7 +110,8 @@ def hosts_command(
     wrapper = ["python3", "-S", "-c", wrapper_bootstrap(), "--stream", json.dumps(rank_table(plan)), "--"]
     shown = shlex.join([*argv, *kept]) + " python3 -S -c <rank wrapper> " + shlex.join(program)
     if replaced:
-        shown += f" (mpirun {shlex.join(replaced)} replaced by the placement's rank order)"
+        unbound = ", unbound on emulated nodes" if emulated else ""
+        shown += f" (mpirun {shlex.join(replaced)} replaced: ranks follow the placement's order{unbound})"
     return [*argv, *kept, *wrapper, *program], shown
 
 
