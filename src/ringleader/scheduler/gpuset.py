@@ -25,7 +25,7 @@ from ringleader.topology.links import Link
 from ringleader.topology.node import NodeTopology
 
 EXACT_LIMIT = 16
-KEPT_LIMIT = 65536
+KEPT_LIMIT = 16384  # entries per topology: a few hundred groups x gang shapes x thresholds
 GREEDY_TIES = 2
 INF = float("inf")
 _NEAR_NIC = (Link("PIX").rank, Link("PXB").rank)
