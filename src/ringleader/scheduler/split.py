@@ -33,6 +33,7 @@ import functools
 import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ringleader.scheduler.gpuset import INF, GpuSet, NodeSearch
 from ringleader.scheduler.types import NodeGroup
@@ -108,24 +109,27 @@ def best_split(pools: Sequence[Pool], workers: int, per_worker: int, nodes: int,
     cap_all = max(p.capacity(per_worker) for p in pools)
     w_lo = max(1, workers - (nodes - 1) * cap_all)
     w_hi = workers - (nodes - 1)
-    keys = [_row_key(p, per_worker, one_island, w_lo, w_hi) for p in pools]
-    table = [_row(p, key, per_worker, one_island, w_lo, w_hi) for p, key in zip(pools, keys, strict=True)]
+    keys = [RowKey(p.group.free_mask, per_worker, p.link_gbs, one_island, p.spans_nodes, w_lo, w_hi) for p in pools]
+    table = [_row(p, key) for p, key in zip(pools, keys, strict=True)]
+    # Per pool, its shares largest first as (workers, bottleneck, phase), and how many such nodes.
+    largest_first = [(_descending(p, key), p.available) for p, key in zip(pools, keys, strict=True)]
 
     def feasible(level: float, phase: float) -> bool:
         """Can `nodes` nodes take every worker with shares meeting both thresholds? (Each pool's
         largest such share: shares only get slower as they grow.)"""
-        caps = []
-        for row, p in zip(table, pools, strict=True):
-            cap = next((w for w in reversed(row) if row[w][1] >= level and row[w][2] <= phase), 0)
-            if cap:
-                caps.append((cap, p.available))
-        caps.sort(reverse=True)
+        nodes_with_cap = [0] * (w_hi + 1)  # nodes whose largest share meeting both has w workers
+        for shares, available in largest_first:
+            for w, b, ph in shares:
+                if b >= level and ph <= phase:
+                    nodes_with_cap[w] += available
+                    break
         used = total = 0
-        for cap, count in caps:
-            take = min(count, nodes - used)
-            used, total = used + take, total + take * cap
-            if used == nodes:
-                break
+        for cap in range(w_hi, 0, -1):  # the largest caps first
+            if nodes_with_cap[cap]:
+                take = min(nodes_with_cap[cap], nodes - used)
+                used, total = used + take, total + take * cap
+                if used == nodes:
+                    break
         return used == nodes and total >= workers
 
     def allowed(level: float, phase: float) -> list[list[int]]:
@@ -155,27 +159,43 @@ def _first(values: list[float], ok: Callable[[float], bool]) -> int:
     return lo
 
 
-def _row_key(pool: Pool, per_worker: int, one_island: bool, w_lo: int, w_hi: int) -> tuple[object, ...]:
-    return (pool.group.free_mask, per_worker, pool.link_gbs, one_island, pool.spans_nodes, w_lo, w_hi)
+class RowKey(NamedTuple):
+    """All that a pool's row depends on (its topology is the search the row is kept on)."""
+
+    free_mask: int
+    per_worker: int
+    link_gbs: float
+    one_island: bool
+    spans_nodes: bool
+    w_lo: int
+    w_hi: int
 
 
-def _row(pool: Pool, key: tuple[object, ...], per_worker: int, one_island: bool, w_lo: int, w_hi: int) -> Row:
+def _row(pool: Pool, key: RowKey) -> Row:
     """A pool's shares of w_lo..w_hi workers, each with its bottleneck and in-node phase. It
-    depends only on ``key`` (the pool's free mask and link, the gang's shape), so it is kept on
-    the topology's search and shared by every decision: a cluster's groups change a few at a
-    time. Rows are never changed once made."""
+    depends only on ``key``, so it is kept on the topology's search and shared by every decision:
+    a cluster's groups change a few at a time. Rows are never changed once made."""
     row = pool.search.kept.get(("row", key))
     if row is None:
         row = {}
-        for w in range(w_lo, min(pool.capacity(per_worker), w_hi) + 1):
-            gset = pool.share(w, per_worker)
-            row[w] = (gset, min(gset.bottleneck_gbs, pool.link_gbs), 0.0 if one_island else node_phase(gset))
+        for w in range(key.w_lo, min(pool.capacity(key.per_worker), key.w_hi) + 1):
+            gset = pool.share(w, key.per_worker)
+            row[w] = (gset, min(gset.bottleneck_gbs, key.link_gbs), 0.0 if key.one_island else node_phase(gset))
         pool.search.keep(("row", key), row)
     return row
 
 
+def _descending(pool: Pool, key: RowKey) -> tuple[tuple[int, float, float], ...]:
+    """The pool's row (kept) as (workers, bottleneck, phase), largest share first."""
+    found = pool.search.kept.get(("desc", key))
+    if found is None:
+        found = tuple((w, b, ph) for w, (_, b, ph) in reversed(_row(pool, key).items()))
+        pool.search.keep(("desc", key), found)
+    return found
+
+
 def _loosened(
-    pools: Sequence[Pool], keys: list[tuple[object, ...]], table: list[Row], ok: list[list[int]],
+    pools: Sequence[Pool], keys: list[RowKey], table: list[Row], ok: list[list[int]],
     level: float, phase: float, per_worker: int,
 ) -> tuple[list[Row], list[dict[int, tuple[float, ...]]]]:  # fmt: skip
     """Each allowed share re-chosen as the best set that still meets the split's bottleneck and
