@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ringleader.scheduler import ClusterState, JobRequest, NodeState
+from ringleader.scheduler import ClusterState, JobRequest, NodeState, Placement, WorkerSlot
 from ringleader.topology import NodeSpec, preset
 
 
@@ -15,6 +15,15 @@ def node(name: str, kind: str = "dgx1v", *, busy: tuple[int, ...] = (), mode: st
 
 def cluster(*nodes: NodeState) -> ClusterState:
     return ClusterState(tuple(nodes))
+
+
+def preset_cluster(*nodes: tuple[str, str, tuple[int, ...]]) -> ClusterState:
+    """(name, preset, busy GPU ids) per node; each node's busy GPUs belong to a job of their own."""
+    state = ClusterState.empty([NodeSpec(name, preset(kind)) for name, kind, _ in nodes])
+    for name, _, busy in nodes:
+        if busy:
+            state = state.with_placement(Placement(f"busy-{name}", (WorkerSlot(0, name, busy),)))
+    return state
 
 
 def job(workers: int, gpus: int = 1, *, topo: bool = True, name: str = "j", priority: int = 0) -> JobRequest:

@@ -4,16 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ringleader.scheduler import ClusterState, JobRequest, Placement, WorkerSlot, place
-from ringleader.topology import NodeSpec, preset
-
-
-def cluster(*nodes: tuple[str, str, tuple[int, ...]]) -> ClusterState:
-    state = ClusterState.empty([NodeSpec(name, preset(kind)) for name, kind, _ in nodes])
-    for name, _, busy in nodes:
-        if busy:
-            state = state.with_placement(Placement(f"busy-{name}", (WorkerSlot(0, name, busy),)))
-    return state
+from builders import preset_cluster
+from ringleader.scheduler import ClusterState, JobRequest, place
 
 
 def binding(state: ClusterState, workers: int, gpus: int, policy: str = "ack") -> list[tuple[str, tuple[int, ...]]]:
@@ -57,16 +49,16 @@ SCENARIOS = [
 @pytest.mark.parametrize(("name", "nodes", "shape", "expected"), SCENARIOS, ids=[s[0] for s in SCENARIOS])
 def test_scenarios(name: str, nodes: list, shape: tuple[int, int], expected: list) -> None:
     del name
-    assert binding(cluster(*nodes), *shape) == expected
+    assert binding(preset_cluster(*nodes), *shape) == expected
 
 
 def test_ack_differs_from_topology_on_triples() -> None:
-    state = cluster(("a", "dgx1v", ()))
+    state = preset_cluster(("a", "dgx1v", ()))
     assert binding(state, 1, 3) != binding(state, 1, 3, policy="topology")
 
 
 def test_bottleneck_reported() -> None:
-    decision = place(cluster(("a", "dgx1v", ())), JobRequest("j", 1, 3), "ack")
+    decision = place(preset_cluster(("a", "dgx1v", ())), JobRequest("j", 1, 3), "ack")
     assert decision.chosen is not None
     assert decision.chosen.metrics.bottleneck.kind == "NV1"
     assert decision.chosen.objective_dict() == {"-nodes": -1.0, "bottleneck_gbs": 25.0}
@@ -81,7 +73,7 @@ def test_grouped_choice_equals_per_node_choice(seed: int) -> None:
 
     rng = random.Random(seed)
     busy = [tuple(sorted(rng.sample(range(8), rng.choice([0, 0, 2, 4, 6, 8])))) for _ in range(12)]
-    state = cluster(*((f"n{i}", "dgx1v", b) for i, b in enumerate(busy)))
+    state = preset_cluster(*((f"n{i}", "dgx1v", b) for i, b in enumerate(busy)))
     policy = get_policy("ack")
     for workers, gpus in [(1, 1), (1, 2), (3, 1), (1, 4), (2, 4), (12, 1), (3, 8)]:
         job = JobRequest("j", workers, gpus)

@@ -4,22 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from builders import preset_cluster
 from ringleader.scheduler import ClusterState, JobRequest, place
 from ringleader.scheduler.policies.besteffort import allocate, pair_score
-from ringleader.topology import NodeSpec, preset
+from ringleader.topology import preset
 
 DGX1V = preset("dgx1v")
 
 
-def cluster(*nodes: tuple[str, str, tuple[int, ...]]) -> ClusterState:
-    """(name, preset, busy GPU ids) per node, busy GPUs owned by job 'other'."""
-    state = ClusterState.empty([NodeSpec(name, preset(kind)) for name, kind, _ in nodes])
-    for name, _, busy in nodes:
-        if busy:
-            from ringleader.scheduler import Placement, WorkerSlot
-
-            state = state.with_placement(Placement("other", (WorkerSlot(0, name, busy),)))
-    return state
 
 
 def binding(state: ClusterState, workers: int, gpus: int) -> list[tuple[str, tuple[int, ...]]]:
@@ -58,7 +50,7 @@ SCENARIOS = [
 @pytest.mark.parametrize(("name", "nodes", "shape", "expected"), SCENARIOS, ids=[s[0] for s in SCENARIOS])
 def test_scenarios(name: str, nodes: list, shape: tuple[int, int], expected: list) -> None:
     del name
-    assert binding(cluster(*nodes), *shape) == expected
+    assert binding(preset_cluster(*nodes), *shape) == expected
 
 
 def test_partition_walk_beats_greedy_single_set() -> None:
@@ -71,6 +63,6 @@ def test_partition_walk_beats_greedy_single_set() -> None:
 
 
 def test_unplaceable_and_cross_node_gang() -> None:
-    state = cluster(("a", "dgx1v", (0, 1, 2, 3, 4, 5)), ("b", "dgx1v", (0, 1, 2, 3, 4, 5)))
+    state = preset_cluster(("a", "dgx1v", (0, 1, 2, 3, 4, 5)), ("b", "dgx1v", (0, 1, 2, 3, 4, 5)))
     assert not place(state, JobRequest("j", 1, 4), "besteffort").ok
     assert binding(state, 2, 2) == [("a", (6, 7)), ("b", (6, 7))]

@@ -10,18 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ringleader.model  # noqa: F401  (installs the model's estimator)
+from builders import preset_cluster
 from ringleader.model import placement_images_per_s
-from ringleader.scheduler import ClusterState, JobRequest, NodeState, Placement, WorkerSlot, place, policy_names
+from ringleader.scheduler import JobRequest, NodeState, Placement, place, policy_names
 from ringleader.scheduler.policies.throughput import TOLERANCE, ThroughputPolicy, bandwidth_estimate
 from ringleader.topology import NodeSpec, preset
-
-
-def cluster(*nodes: tuple[str, str, tuple[int, ...]]) -> ClusterState:
-    state = ClusterState.empty([NodeSpec(name, preset(kind)) for name, kind, _ in nodes])
-    for name, _, busy in nodes:
-        if busy:
-            state = state.with_placement(Placement(f"busy-{name}", (WorkerSlot(0, name, busy),)))
-    return state
 
 
 def test_registered_and_plugged_into_the_model():
@@ -39,7 +32,7 @@ def test_contract_with_a_fake_estimator_it_takes_what_the_estimate_prefers():
         pcie = not nodes[name].spec.topology.links[0][1].is_nvlink
         return 100.0 if pcie and gpus == {4, 5, 6, 7} else 1.0
 
-    state = cluster(("a", "dgx1v", ()), ("b", "pcie-8gpu-2socket", ()))
+    state = preset_cluster(("a", "dgx1v", ()), ("b", "pcie-8gpu-2socket", ()))
     cands = ThroughputPolicy(likes_b_upper).choose(list(state.nodes), JobRequest("j", 4, 1))
     assert [(s.node, s.gpus) for s in cands[0].placement.slots] == [("b", (4,)), ("b", (5,)), ("b", (6,)), ("b", (7,))]
     assert cands[0].objective_names[:2] == ("-nodes", "images_per_s")
@@ -48,13 +41,13 @@ def test_contract_with_a_fake_estimator_it_takes_what_the_estimate_prefers():
 def test_near_equal_estimates_tie_and_best_fit_decides():
     # both nodes offer an NVLinked quad at the same predicted rate: the fuller node is used,
     # so the empty node stays whole for an 8-GPU gang
-    state = cluster(("a", "dgx1v", ()), ("b", "dgx1v", (4, 5, 6, 7)))
+    state = preset_cluster(("a", "dgx1v", ()), ("b", "dgx1v", (4, 5, 6, 7)))
     decision = place(state, JobRequest("j", 4, 1, model="vgg16"), "throughput")
     assert decision.placement is not None and decision.placement.nodes == ("b",)
 
 
 def test_without_an_estimator_it_ranks_by_the_bottleneck_link():
-    state = cluster(("a", "dgx1v", ()))
+    state = preset_cluster(("a", "dgx1v", ()))
     policy = ThroughputPolicy(bandwidth_estimate)
     (best, *_) = policy.choose(list(state.nodes), JobRequest("j", 2, 1))
     a, b = (g for s in best.placement.slots for g in s.gpus)
@@ -62,7 +55,7 @@ def test_without_an_estimator_it_ranks_by_the_bottleneck_link():
 
 
 def test_a_gang_that_needs_two_nodes_uses_two():
-    state = cluster(("a", "dgx1v", (0, 1)), ("b", "dgx1v", (0,)))
+    state = preset_cluster(("a", "dgx1v", (0, 1)), ("b", "dgx1v", (0,)))
     decision = place(state, JobRequest("j", 12, 1, model="resnet50"), "throughput")
     assert decision.placement is not None and len(decision.placement.nodes) == 2
     assert len(decision.placement.slots) == 12
@@ -77,7 +70,7 @@ BUSY = st.lists(st.integers(0, 7), max_size=7, unique=True).map(lambda xs: tuple
     model=st.sampled_from(["vgg16", "resnet50", "alexnet", None]),
 )  # fmt: skip
 def test_never_more_nodes_nor_slower_than_the_topology_policy(busy_a, busy_b, workers, gpus, model):
-    state = cluster(("a", "dgx1v", busy_a), ("b", "dgx1v", busy_b))
+    state = preset_cluster(("a", "dgx1v", busy_a), ("b", "dgx1v", busy_b))
     job = JobRequest("j", workers, gpus, topology_aware=True, model=model)
     mine, theirs = place(state, job, "throughput"), place(state, job, "topology")
     assert (mine.placement is None) == (theirs.placement is None)
@@ -98,7 +91,7 @@ def test_never_more_nodes_nor_slower_than_the_topology_policy(busy_a, busy_b, wo
 
 @pytest.mark.parametrize("gpus", [3, 5, 6])
 def test_on_an_empty_dgx1v_it_never_predicts_less_than_topology(gpus):
-    state = cluster(("a", "dgx1v", ()))
+    state = preset_cluster(("a", "dgx1v", ()))
     job = JobRequest("j", 1, gpus, model="vgg16")
     mine, theirs = place(state, job, "throughput"), place(state, job, "topology")
     assert mine.placement is not None and theirs.placement is not None
