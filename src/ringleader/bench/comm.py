@@ -279,13 +279,8 @@ class MpiComm(Comm):
             t.div_(self.world_size)
 
     def allreduce(self, inp: Any, out: Any = None, op: str = "sum") -> Any:
-        if out is None or out is inp:
-            self._comm.Allreduce(self._mpi.IN_PLACE, self._buf(inp), op=self._op(inp))
-            out = inp
-        else:
-            self._comm.Allreduce(self._buf(inp), self._buf(out), op=self._op(inp))
-        self._div(out, op)
-        return out
+        self.prepared_allreduce(inp, out, op)()
+        return inp if out is None else out
 
     def prepared_allreduce(self, inp: Any, out: Any = None, op: str = "sum") -> Callable[[], Any]:
         # The buffers and the MPI op looked up once (a few microseconds of Python per call
