@@ -62,8 +62,8 @@ def time_submit(
     name: str, program: list[str], env: dict[str, str], phases: list[tuple[float, float, float]] | None = None
 ) -> tuple[float, float | None]:
     """(seconds until the recorded end, rank 0's images/s if it printed them)."""
-    from ringleader.runtime.api import Runtime
-    from ringleader.runtime.states import JobStatus
+    from ringleader.engines.embedded.engine import Runtime
+    from ringleader.jobs.states import JobStatus
 
     start = time.time()
     ringleader("submit", "mpi", "--name", name, "--workers", "4", "--gpus", "1", "--", *program, env=env)
@@ -80,7 +80,7 @@ def time_submit(
 
 def rank_hosts(home: Path, job: str) -> list[str]:
     """The node of each rank of a submitted job, in rank order."""
-    from ringleader.runtime.api import Runtime
+    from ringleader.engines.embedded.engine import Runtime
 
     with Runtime.open(home) as rt:
         workers = (rt.get(job).placement or {})["chosen"]["workers"]
@@ -105,9 +105,9 @@ def host_options(hosts: list[str]) -> list[str]:
 def plain_argv(home: Path, hosts: list[str]) -> list[str]:
     """The mpirun line a user would type for the same ranks on the same hosts in the same order
     (the program follows)."""
-    from ringleader.engines.hosts.netns import settings
-    from ringleader.engines.hosts.ssh import write_config
-    from ringleader.runtime.api import Runtime
+    from ringleader.engines.embedded.engine import Runtime
+    from ringleader.engines.embedded.hosts.netns import settings
+    from ringleader.engines.embedded.hosts.ssh import write_config
 
     with Runtime.open(home) as rt:
         nodes = [ns.spec for ns in rt.nodes().nodes if ns.spec.address is not None]

@@ -22,11 +22,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ringleader.engines.embedded.engine import Runtime
 from ringleader.errors import UsageError
+from ringleader.jobs.prediction import placement_from_plan
 from ringleader.model import load_calibration, predict_placement
 from ringleader.reference import reference
-from ringleader.runtime.api import Runtime
-from ringleader.runtime.prediction import placement_from_plan
 
 GOAL_RATIO = 3.0
 GOAL_ERROR = 0.25

@@ -26,8 +26,8 @@ from typing import Any
 
 from ringleader.engines.slurm import SlurmEngine, slurmcli
 from ringleader.engines.slurm.sandbox import Sandbox, missing
+from ringleader.jobs.spec import JobSpec
 from ringleader.model import predict_placement
-from ringleader.runtime.spec import JobSpec
 from ringleader.scheduler import JobRequest, Placement, WorkerSlot, place
 from ringleader.topology import load_cluster_file
 

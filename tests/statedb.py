@@ -5,8 +5,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from ringleader.runtime import store
-from ringleader.runtime.api import Runtime
+from ringleader.engines.embedded import store
+from ringleader.engines.embedded.engine import Runtime
 
 
 def dump_db(home: Path) -> list[str]:

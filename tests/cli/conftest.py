@@ -45,7 +45,7 @@ def cli(tmp_path: Path) -> Iterator[Cli]:
     runner = Cli(tmp_path / "rl-home")
     yield runner
     if (runner.home / "state.db").exists():
-        from ringleader.runtime.api import Runtime
+        from ringleader.engines.embedded.engine import Runtime
 
         rt = Runtime.open(runner.home)
         live = [j.name for j in rt.list_jobs() if not j.status.is_terminal()]
@@ -87,7 +87,7 @@ class InProcess:
 
 @pytest.fixture
 def seeds_inproc(tmp_path: Path) -> InProcess:
-    from ringleader.runtime.api import Runtime
+    from ringleader.engines.embedded.engine import Runtime
 
     home = tmp_path / "rl-home-inproc"
     Runtime.open(home).apply_cluster(EXAMPLES / "seeds-cluster.yaml")

@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from ringleader.cli.main import main
-from ringleader.runtime import store
-from ringleader.runtime.api import Runtime
+from ringleader.engines.embedded import store
+from ringleader.engines.embedded.engine import Runtime
 
 PY = sys.executable
 MATRIX_BAD = (

@@ -126,7 +126,7 @@ def test_no_gpu_note_only_once_when_the_database_is_created(cli) -> None:
 
 
 def test_get_and_top_job_layouts_as_arena(seeds_inproc, tmp_path) -> None:
-    from ringleader.runtime.api import JobSpec, Runtime
+    from ringleader.engines.embedded.engine import JobSpec, Runtime
 
     release = tmp_path / "release"
     code = f"import os, time\nwhile not os.path.exists({str(release)!r}): time.sleep(0.1)"
@@ -157,8 +157,8 @@ def test_get_and_top_job_layouts_as_arena(seeds_inproc, tmp_path) -> None:
 
 
 def test_shell_completion_changes_nothing(cli) -> None:
-    from ringleader.runtime import store
-    from ringleader.runtime.api import JobSpec, Runtime
+    from ringleader.engines.embedded import store
+    from ringleader.engines.embedded.engine import JobSpec, Runtime
     from ringleader.runtime.procs import alive
 
     def supervisor() -> tuple[int | None, int | None]:

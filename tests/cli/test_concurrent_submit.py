@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from ringleader.runtime.api import Runtime
+from ringleader.engines.embedded.engine import Runtime
 
 JOBS = 20
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ringleader.runtime.prediction import workload_hints
+from ringleader.jobs.prediction import workload_hints
 
 Cli = Any  # the `seeds_cli` fixture of tests/cli/conftest.py
 

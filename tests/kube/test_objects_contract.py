@@ -19,7 +19,7 @@ from kube.kubeobjs import node, pod, podgroup
 from ringleader.engines.kubernetes import manifests
 from ringleader.engines.kubernetes.client import Api, load_client
 from ringleader.engines.kubernetes.scheduler import Scheduler
-from ringleader.runtime.spec import JobSpec
+from ringleader.jobs.spec import JobSpec
 
 jsonschema = pytest.importorskip("jsonschema")
 kubernetes_validate = pytest.importorskip("kubernetes_validate")

@@ -150,7 +150,7 @@ def test_deleted_working_directory_is_one_line(tmp_path: Path) -> None:
 
 
 def test_waiting_job_that_a_smaller_cluster_makes_impossible_is_told_so(tmp_path: Path) -> None:
-    from ringleader.runtime.api import JobSpec, Runtime
+    from ringleader.engines.embedded.engine import JobSpec, Runtime
 
     def cluster(n: int) -> Path:
         path = tmp_path / f"c{n}.yaml"

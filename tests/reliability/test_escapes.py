@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from ringleader.runtime.api import JobSpec, Runtime
+from ringleader.engines.embedded.engine import JobSpec, Runtime
 
 ESCAPE = (
     "import subprocess, sys, time\n"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ringleader.runtime.api import JobSpec, Runtime
+from ringleader.engines.embedded.engine import JobSpec, Runtime
 
 pytestmark = pytest.mark.slow
 

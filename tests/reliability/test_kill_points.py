@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ringleader.runtime.api import Runtime
-from ringleader.runtime.faults import POINTS
+from ringleader.engines.embedded.engine import Runtime
+from ringleader.engines.embedded.faults import POINTS
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow

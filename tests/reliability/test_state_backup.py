@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ringleader.runtime.api import JobSpec, Runtime
+from ringleader.engines.embedded.engine import JobSpec, Runtime
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from ringleader.engines.embedded.engine import Runtime
 from ringleader.errors import ConflictError, NotFoundError, UnschedulableError, UsageError
-from ringleader.runtime.api import Runtime
-from ringleader.runtime.states import JobStatus
+from ringleader.jobs.states import JobStatus
 
 QUADS = ({0, 1, 2, 3}, {4, 5, 6, 7})
 
@@ -109,7 +109,7 @@ def test_bad_ssh_addresses_are_refused_before_any_connection(
 
 
 def test_unreachable_host_is_one_line_naming_it(rt: Runtime, cluster_file: Callable[[str], Path]) -> None:
-    from ringleader.engines.hosts.ssh import HostError
+    from ringleader.engines.embedded.hosts.ssh import HostError
 
     # Nothing listens on port 1: ssh is refused at once.
     text = "nodes:\n  - name: far\n    preset: dgx1v\n    address: 127.0.0.1\n    port: 1\n"

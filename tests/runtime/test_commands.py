@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 
 from ringleader.cli.main import main
+from ringleader.engines.embedded.engine import Runtime
 from ringleader.errors import DependencyError
-from ringleader.runtime.api import Runtime
-from ringleader.runtime.commands import prepare, prepare_spec
+from ringleader.jobs.commandline import prepare, prepare_spec
+from ringleader.jobs.states import JobStatus
 from ringleader.runtime.containers import find_runtime, guard_command
-from ringleader.runtime.states import JobStatus
 
 PY = sys.executable
 VENV_BIN = str(Path(PY).parent)
@@ -286,7 +286,7 @@ def test_any_line_is_prepared_or_refused_and_never_runs_a_launcher_per_rank() ->
     from hypothesis import strategies as st
 
     from ringleader.errors import UsageError
-    from ringleader.runtime.commands import _launcher, scan_mpirun
+    from ringleader.jobs.commandline import _launcher, scan_mpirun
 
     @settings(max_examples=400, deadline=None)
     @given(st.lists(st.sampled_from(TOKENS), min_size=1, max_size=10), st.integers(1, 4))

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ringleader.runtime.api import Runtime
+from ringleader.engines.embedded.engine import Runtime
+from ringleader.jobs.states import JobStatus
 from ringleader.runtime.procs import alive
-from ringleader.runtime.states import JobStatus
 
 
 def allocated(rt: Runtime) -> list[tuple[str, int, str]]:

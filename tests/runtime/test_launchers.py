@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from ringleader.engines.embedded.supervisor import rewrite_mpirun
 from ringleader.errors import UsageError
-from ringleader.runtime.launchers import check_mpirun, is_mpirun, parse_mpirun, rewrite_mpirun
+from ringleader.jobs.commandline import check_mpirun, is_mpirun, parse_mpirun
 
 SEED = (
     'mpirun --allow-run-as-root -np "4" -bind-to none -map-by slot -x NCCL_DEBUG=INFO '

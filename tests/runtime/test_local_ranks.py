@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from ringleader.runtime.api import Runtime
-from ringleader.runtime.states import JobStatus
+from ringleader.engines.embedded.engine import Runtime
+from ringleader.jobs.states import JobStatus
 
 CODE = (
     "import json, os; print(json.dumps({k: os.environ.get(k) for k in ('RANK', 'LOCAL_RANK', "

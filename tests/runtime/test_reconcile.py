@@ -6,9 +6,9 @@ import json
 import os
 import signal
 
-from ringleader.runtime.api import Runtime
+from ringleader.engines.embedded.engine import Runtime
+from ringleader.jobs.states import JobStatus
 from ringleader.runtime.procs import alive, start_time
-from ringleader.runtime.states import JobStatus
 from statedb import supervisor_of
 
 

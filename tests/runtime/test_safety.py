@@ -11,11 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ringleader.runtime import store
-from ringleader.runtime.api import Runtime
-from ringleader.runtime.launchers import RANK_MODULE, instance_targets, plan_path, state_path
+from ringleader.engines.embedded import store
+from ringleader.engines.embedded.engine import Runtime
+from ringleader.jobs.states import JobStatus
+from ringleader.runtime.plan import RANK_MODULE, instance_targets, plan_path, state_path
 from ringleader.runtime.procs import alive, start_time
-from ringleader.runtime.states import JobStatus
 from statedb import supervisor_of
 
 WAIT = "import os, sys, time\nprint('up', flush=True)\nwhile not os.path.exists(sys.argv[1]): time.sleep(0.1)"

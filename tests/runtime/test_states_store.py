@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from ringleader.engines.embedded import store
+from ringleader.engines.embedded.engine import Runtime
 from ringleader.errors import StateError
-from ringleader.runtime import store
-from ringleader.runtime.api import Runtime
-from ringleader.runtime.states import TRANSITIONS, InstanceStatus, JobStatus, can_move
+from ringleader.jobs.states import TRANSITIONS, InstanceStatus, JobStatus, can_move
 
 
 def test_every_state_has_a_docstring_and_terminal_states_have_no_exit() -> None:
@@ -79,7 +79,7 @@ def test_foreign_sqlite_database_is_refused(home: Path) -> None:
 def test_a_version_1_database_keeps_its_nodes_after_the_upgrade(home: Path) -> None:
     """Version 1 stored each node's whole topology as JSON; version 2 stores each distinct
     topology once. An old database opens with the same nodes, labels and allocations."""
-    from ringleader.runtime.codec import node_to_dict
+    from ringleader.jobs.codec import node_to_dict
     from ringleader.topology import NodeSpec, SshAddress, preset
 
     nodes = [NodeSpec("a", preset("dgx1v"), 25.0, (("rack", "r1"),), True, SshAddress("10.0.0.5", "ubuntu", 2222)),

@@ -12,9 +12,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from ringleader.runtime import supervisor
-from ringleader.runtime.states import InstanceStatus
-from ringleader.runtime.supervisor import Supervisor, Watched
+from ringleader.engines.embedded import supervisor
+from ringleader.engines.embedded.supervisor import Supervisor, Watched
+from ringleader.jobs.states import InstanceStatus
 
 
 def watched(argv: list[str], status: InstanceStatus) -> Watched:

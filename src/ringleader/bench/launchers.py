@@ -72,7 +72,7 @@ class RuntimeLauncher:
     name = "runtime"
 
     def __init__(self, home: str | None = None, timeout: float | None = 600, keep: bool = False) -> None:
-        from ringleader.runtime import api
+        from ringleader.engines.embedded import engine as api
 
         self.api = api
         self.rt = api.Runtime.open(home=home)
@@ -112,7 +112,7 @@ class RuntimeLauncher:
 
 
 def default_launcher(kind: str = "auto", home: str | None = None, keep: bool = False) -> Launcher:
-    """``runtime`` when ringleader.runtime.api is importable (and ``auto``), else ``local``;
+    """``runtime`` when ringleader.engines.embedded.engine is importable (and ``auto``), else ``local``;
     ``keep`` keeps each point's job in the runtime."""
     if kind in ("auto", "runtime"):
         try:

@@ -1,6 +1,6 @@
 """Cluster commands: cluster apply / get, node label, top node, topo.
 
-Parse and render only: every command calls ``ringleader.runtime.api.Runtime``.
+Parse and render only: every command calls ``ringleader.engines.embedded.engine.Runtime``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ RULE = "-" * 90
 def complete_nodes(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
     """Shell completion of node names (through click's _RINGLEADER_COMPLETE): read only."""
     del ctx, param
-    from ringleader.runtime.api import Runtime
+    from ringleader.engines.embedded.engine import Runtime
 
     try:
         with Runtime.open(readonly=True) as rt:
@@ -49,7 +49,7 @@ def node_rows(state: ClusterState) -> list[list[Any]]:
 
 
 def node_dict(ns: NodeState) -> dict[str, Any]:
-    from ringleader.runtime.codec import node_to_dict
+    from ringleader.jobs.codec import node_to_dict
 
     return {**node_to_dict(ns.spec), "mode": mode(ns), "gpus_total": ns.spec.topology.n_gpus,
             "allocated": [{"gpu": g, "job": j} for g, j in ns.allocated]}  # fmt: skip

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ringleader.engines import DEFAULT, ENGINES, chosen_engine, set_default_engine
-from ringleader.runtime.store import default_home
+from ringleader.engines.embedded.store import default_home
 
 
 @click.group("engine")

@@ -1,6 +1,6 @@
 """Job commands, arena's names and layouts: submit mpi, get, list, logs, delete, prune, top job.
 
-Parse and render only: every command calls ``ringleader.runtime.api.Runtime``.
+Parse and render only: every command calls ``ringleader.engines.embedded.engine.Runtime``.
 """
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ from ringleader.cli.output import (
     table,
 )
 from ringleader.engines import ENGINES, chosen_engine, open_engine
+from ringleader.engines.embedded.store import default_home
 from ringleader.errors import UsageError
-from ringleader.runtime.states import JobStatus
-from ringleader.runtime.store import default_home
+from ringleader.jobs.states import JobStatus
 
 if TYPE_CHECKING:  # the runtime is imported by the commands that use it: `--help` stays quick
     from ringleader.engines import Engine
-    from ringleader.runtime.api import JobView, Runtime, SubmitResult
+    from ringleader.engines.embedded.engine import JobView, Runtime, SubmitResult
 
 F = TypeVar("F", bound=Callable[..., Any])
 E = TypeVar("E", bound="Engine")
@@ -61,7 +61,7 @@ def _opened(engine: E) -> Iterator[E]:
 
 def open_runtime() -> AbstractContextManager[Runtime]:
     """The embedded engine at RINGLEADER_HOME (or ~/.ringleader): cluster apply, labels, prune."""
-    from ringleader.runtime.api import Runtime
+    from ringleader.engines.embedded.engine import Runtime
 
     return _opened(Runtime.open())
 
@@ -76,7 +76,7 @@ def complete_jobs(ctx: click.Context, param: click.Parameter, incomplete: str) -
     """Shell completion of job names (through click's _RINGLEADER_COMPLETE): read only, no
     reconcile, no supervisor started."""
     del ctx, param
-    from ringleader.runtime.api import Runtime
+    from ringleader.engines.embedded.engine import Runtime
 
     try:
         with Runtime.open(readonly=True) as rt:
@@ -185,7 +185,7 @@ def submit_mpi(
         "mpirun -np 4 -bind-to none -map-by slot python train.py"
     """
     del gang
-    from ringleader.runtime.api import JobSpec
+    from ringleader.engines.embedded.engine import JobSpec
 
     spec = JobSpec(
         name=name, workers=workers, gpus_per_worker=gpus, command=parse_command(command),

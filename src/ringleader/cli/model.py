@@ -50,7 +50,7 @@ def _state(cluster: str | None) -> tuple[ClusterState, str]:
     cluster as `submit` sees it now (its running jobs' GPUs taken), else the reference study's."""
     if cluster:
         return ClusterState.empty(load_cluster_file(cluster)), f"cluster file {cluster}"
-    from ringleader.runtime.api import Runtime
+    from ringleader.engines.embedded.engine import Runtime
 
     with Runtime.open(readonly=True) as rt:
         state = rt.nodes()

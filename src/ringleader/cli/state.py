@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ringleader.runtime.store import default_home
+from ringleader.engines.embedded.store import default_home
 
 
 @click.group("state")
@@ -18,7 +18,7 @@ def state() -> None:
 @click.argument("path", type=click.Path(dir_okay=False))
 def export(path: str) -> None:
     """Write a consistent copy of the state to PATH (safe while jobs run and commands write)."""
-    from ringleader.runtime.backup import export_state
+    from ringleader.engines.embedded.backup import export_state
 
     size = export_state(default_home().absolute(), Path(path))
     click.echo(f"state exported to {path} ({size} bytes)")
@@ -29,7 +29,7 @@ def export(path: str) -> None:
 def import_(path: str) -> None:
     """Replace the state with a copy written by `state export` (checked first; refused while a
     job runs)."""
-    from ringleader.runtime.backup import import_state
+    from ringleader.engines.embedded.backup import import_state
 
     import_state(default_home().absolute(), Path(path))
     click.echo(f"state imported from {path}")

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 # name -> "module:factory"; a factory takes the ringleader home folder and returns an Engine.
 ENGINES: dict[str, str] = {
-    "embedded": "ringleader.runtime.api:open_embedded",
+    "embedded": "ringleader.engines.embedded.engine:open_embedded",
     "slurm": "ringleader.engines.slurm:open_slurm",
     "kubernetes": "ringleader.engines.kubernetes.engine:open_kubernetes",
 }

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from ringleader.runtime.spec import JobSpec
-from ringleader.runtime.states import JobStatus
-from ringleader.runtime.views import JobView, SubmitResult
+from ringleader.jobs.spec import JobSpec
+from ringleader.jobs.states import JobStatus
+from ringleader.jobs.views import JobView, SubmitResult
 
 if TYPE_CHECKING:  # the scheduler is imported by the calls that place: listing jobs does not need it
     from ringleader.scheduler import ClusterState

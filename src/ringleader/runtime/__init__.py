@@ -1,5 +1,7 @@
-"""The local runtime: SQLite state, per-job supervisors, launchers, reconcile and the Python API.
+"""What runs beside a job's ranks on every engine that starts processes (embedded, ssh hosts,
+Slurm): the rank wrapper and its wire format, the per-rank plan files, process control and
+containers.
 
-Import ``ringleader.runtime.api`` for the API; this package itself imports nothing heavy so that
-the rank wrapper (``python -m ringleader.runtime.rank``) starts fast.
+The rank wrapper (``python -m ringleader.runtime.rank``) starts once per rank: this package
+imports nothing, and the wrapper only the standard library. Never imports an engine.
 """

@@ -17,6 +17,7 @@ host through Open MPI's OMPI_*/PMIX_* variables: podman passes them by prefix; d
 from __future__ import annotations
 
 import base64
+import os
 import re
 import shutil
 import subprocess
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ringleader.errors import DependencyError, UsageError
+from ringleader.jobs.spec import JobSpec
 from ringleader.runtime import container_guard
 
 PROBE_SECONDS = 20.0
@@ -112,3 +114,23 @@ def in_image(runtime: ContainerRuntime, image: str, program: Sequence[str], work
     if gpus and has_nvidia_devices():
         argv += ["--device", "nvidia.com/gpu=all"] if runtime.name == "podman" else ["--gpus", "all"]
     return [*argv, image, *program]
+
+
+def spec_in_image(spec: JobSpec, environ: Mapping[str, str]) -> tuple[JobSpec, str]:
+    """A prepared spec whose program runs in ``spec.image`` through this host's podman or
+    docker (refused when there is none), and the note saying so."""
+    import dataclasses
+
+    from ringleader.jobs.commandline import is_mpirun, split_program
+
+    assert spec.image is not None
+    check_image(spec.image)
+    runtime = find_runtime(spec.image, environ)
+    mpi = is_mpirun(spec.command)
+    head, program = split_program(spec.command) if mpi else ([], list(spec.command))
+    env = dict(spec.env)
+    wrapped = in_image(runtime, spec.image, program, spec.workdir or os.getcwd(), env,
+                       gpus=spec.gpus_per_worker > 0, mpi=mpi)  # fmt: skip
+    written = spec.user_command or spec.command
+    spec = dataclasses.replace(spec, command=[*head, *wrapped], env=env, user_command=list(written))
+    return spec, f"note: each rank runs in image {spec.image} through {runtime.name} ({runtime.path})"

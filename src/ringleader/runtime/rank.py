@@ -7,7 +7,7 @@ start time and exit code in a state file, and forwards signals.
 On an ssh host (``--stream TABLE``, TABLE the plan's rank table as JSON) there is no file of the
 head to write: the wrapper prints every line of its program prefixed with ``O``, its state as
 ``S{json}`` lines and a heartbeat ``H`` every HEARTBEAT_S seconds to its stdout, which mpirun
-carries back to the head (see ringleader.engines.hosts.demux).
+carries back to the head (see ringleader.runtime.demux).
 
 Standard library only and importing nothing of ringleader's: it starts once per rank, and the
 head sends this file's source to ssh hosts as ``python3 -c SOURCE`` (nothing to install there).
@@ -324,7 +324,7 @@ def main(argv: list[str]) -> int:
         assert child.stdout is not None
         if launcher and plan.get("hosts"):
             # mpirun over ssh hosts: its tagged output carries every remote rank's lines and states.
-            from ringleader.engines.hosts.demux import Demux
+            from ringleader.runtime.demux import Demux
 
             demux = Demux(plan, log, child)
             pump = threading.Thread(target=demux.run, args=(child.stdout,), daemon=True)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ringleader.engines.hosts.netns import HOSTS_FILE, Names
+from ringleader.engines.embedded.hosts.netns import HOSTS_FILE, Names
 
 pytestmark = pytest.mark.slow
 

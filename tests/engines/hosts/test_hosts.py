@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from ringleader.engines.hosts.netns import Names
-from ringleader.runtime.api import Runtime
-from ringleader.runtime.states import JobStatus
+from ringleader.engines.embedded.engine import Runtime
+from ringleader.engines.embedded.hosts.netns import Names
+from ringleader.jobs.states import JobStatus
 
 pytestmark = pytest.mark.slow
 

@@ -8,8 +8,8 @@ import shlex
 
 import pytest
 
-from ringleader.runtime.api import Runtime
-from ringleader.runtime.states import JobStatus
+from ringleader.engines.embedded.engine import Runtime
+from ringleader.jobs.states import JobStatus
 
 pytestmark = pytest.mark.slow
 

@@ -108,7 +108,7 @@ def _record(name: str = "j") -> dict[str, object]:
 
 def test_job_states_join_slurm_and_ringleader_reasons(tmp_path: Path) -> None:
     from ringleader.engines.slurm.views import NOT_YET, slurm_status
-    from ringleader.runtime.states import JobStatus
+    from ringleader.jobs.states import JobStatus
 
     waiting = slurm_status([{"JobState": "PENDING", "Reason": "Resources"}], tmp_path, _record())
     assert waiting[:2] == (JobStatus.PENDING, "Slurm: Resources; waiting for exactly node-a[1w: GPU 1,2]")
@@ -128,7 +128,7 @@ def test_a_job_slurm_forgot_is_judged_by_its_ranks_exit_codes(tmp_path: Path) ->
     import json
 
     from ringleader.engines.slurm.views import slurm_status
-    from ringleader.runtime.states import JobStatus
+    from ringleader.jobs.states import JobStatus
 
     run = tmp_path / "run" / "j"
     run.mkdir(parents=True)

@@ -14,8 +14,8 @@ import pytest
 from engines.slurm.helpers import PY, Outside, node_gpus_used, wait_for
 from ringleader.engines.slurm import SlurmEngine
 from ringleader.errors import NotFoundError
-from ringleader.runtime.spec import JobSpec
-from ringleader.runtime.states import JobStatus
+from ringleader.jobs.spec import JobSpec
+from ringleader.jobs.states import JobStatus
 
 pytestmark = pytest.mark.slow
 

@@ -22,11 +22,11 @@ from ringleader.engines.kubernetes import manifests, names
 from ringleader.engines.kubernetes.cache import Cache
 from ringleader.engines.kubernetes.client import ApiError, JobsApi, current_namespace, load_client
 from ringleader.errors import ConflictError, NotFoundError, UnschedulableError, UsageError
-from ringleader.runtime.codec import decision_to_dict
-from ringleader.runtime.logfiles import instance_name, wait_until_ended
-from ringleader.runtime.spec import JobSpec
-from ringleader.runtime.states import JobStatus
-from ringleader.runtime.views import EventView, InstanceView, JobView, SubmitResult
+from ringleader.jobs.codec import decision_to_dict
+from ringleader.jobs.logfiles import instance_name, wait_until_ended
+from ringleader.jobs.spec import JobSpec
+from ringleader.jobs.states import JobStatus
+from ringleader.jobs.views import EventView, InstanceView, JobView, SubmitResult
 from ringleader.scheduler import ClusterState, Code, Decision, place
 
 TRAINER = "MPIJOB"

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from ringleader.engines.kubernetes import names
-from ringleader.runtime.spec import JobSpec
+from ringleader.jobs.spec import JobSpec
 
 DEFAULT_IMAGE = "ghcr.io/ringleader/ringleader:0.1.0"
 METRICS_PORT = 10259

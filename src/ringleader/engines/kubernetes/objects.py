@@ -16,8 +16,8 @@ from typing import Any
 
 from ringleader.engines.kubernetes import names
 from ringleader.errors import TopologyError
+from ringleader.jobs.codec import node_from_dict
 from ringleader.reference import reference
-from ringleader.runtime.codec import node_from_dict
 from ringleader.topology import NodeSpec, NodeTopology
 from ringleader.topology.cluster import SCHEDULE_LABEL, SCHEDULE_MODES
 from ringleader.topology.node import EMPTY

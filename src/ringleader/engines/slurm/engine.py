@@ -28,12 +28,12 @@ from ringleader.engines.slurm.launch import sbatch_argv, write_launch
 from ringleader.engines.slurm.records import Records, add_event, private_dir
 from ringleader.engines.slurm.views import NOT_YET, job_view, slurm_status
 from ringleader.errors import ConflictError, NotFoundError, UnschedulableError, UsageError
-from ringleader.runtime.codec import decision_to_dict
-from ringleader.runtime.logfiles import follow_log, instance_name, read_log, wait_until_ended
-from ringleader.runtime.prediction import placement_from_plan, predict_job
-from ringleader.runtime.spec import JobSpec, submit_env
-from ringleader.runtime.states import JobStatus
-from ringleader.runtime.views import JobView, SubmitResult
+from ringleader.jobs.codec import decision_to_dict
+from ringleader.jobs.logfiles import follow_log, instance_name, read_log, wait_until_ended
+from ringleader.jobs.prediction import placement_from_plan, predict_job
+from ringleader.jobs.spec import JobSpec, submit_env
+from ringleader.jobs.states import JobStatus
+from ringleader.jobs.views import JobView, SubmitResult
 from ringleader.scheduler import ClusterState, Code, Decision, QueuedJob, place, schedule_queue
 
 DELETE_WAIT_S = 60.0

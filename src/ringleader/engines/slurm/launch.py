@@ -18,8 +18,9 @@ from typing import Any
 from ringleader.engines.slurm.gres import request_gres
 from ringleader.engines.slurm.records import private_dir, write_private
 from ringleader.engines.slurm.task import TASK_FILE
-from ringleader.runtime.launchers import build_plan, job_env, parse_mpirun
-from ringleader.runtime.spec import JobSpec
+from ringleader.jobs.commandline import parse_mpirun
+from ringleader.jobs.spec import JobSpec
+from ringleader.runtime.plan import build_plan, job_env
 from ringleader.scheduler import Placement, WorkerSlot
 from ringleader.topology import NodeSpec
 

@@ -10,10 +10,10 @@ from typing import Any
 
 from ringleader.engines.slurm import slurmcli
 from ringleader.engines.slurm.state import RUNNING_STATES
-from ringleader.runtime.launchers import read_state
-from ringleader.runtime.spec import JobSpec
-from ringleader.runtime.states import InstanceStatus, JobStatus
-from ringleader.runtime.views import EventView, InstanceView, JobView
+from ringleader.jobs.spec import JobSpec
+from ringleader.jobs.states import InstanceStatus, JobStatus
+from ringleader.jobs.views import EventView, InstanceView, JobView
+from ringleader.runtime.plan import read_state
 
 TRAINER = "SLURM"
 NOT_YET = "Slurm has not scheduled it yet"

@@ -11,10 +11,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ringleader.runtime import store
-from ringleader.runtime.launchers import supervisor_env
-from ringleader.runtime.spec import JobSpec
-from ringleader.runtime.states import InstanceStatus, JobStatus
+from ringleader.engines.embedded import store
+from ringleader.jobs.spec import JobSpec
+from ringleader.jobs.states import InstanceStatus, JobStatus
+from ringleader.runtime.plan import supervisor_env
 
 if TYPE_CHECKING:
     from ringleader.scheduler import ClusterState, Decision
@@ -60,7 +60,7 @@ def has_launcher(spec: JobSpec, decision: Decision, state: ClusterState) -> bool
 
 
 def place_job(conn: sqlite3.Connection, spec: JobSpec, decision: Decision, now: float, launcher: bool) -> None:
-    from ringleader.runtime.codec import decision_to_dict, placement_to_dict
+    from ringleader.jobs.codec import decision_to_dict, placement_to_dict
 
     placement = decision.placement
     assert placement is not None
@@ -120,7 +120,7 @@ def spawn_supervisors(home: Path, jobs: Iterable[str]) -> None:
         fd = os.open(run_dir / "supervisor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         with os.fdopen(fd, "ab") as out:
             subprocess.Popen(
-                [sys.executable, "-m", "ringleader.runtime.supervisor", str(home), job],
+                [sys.executable, "-m", "ringleader.engines.embedded.supervisor", str(home), job],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                 start_new_session=True, close_fds=True, env=supervisor_env(),
             )  # fmt: skip

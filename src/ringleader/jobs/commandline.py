@@ -30,9 +30,104 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ringleader.errors import UsageError
-from ringleader.runtime.containers import check_image, find_runtime, in_image
-from ringleader.runtime.launchers import _OWNED, _split_option, check_mpirun, is_mpirun, scan_mpirun
-from ringleader.runtime.spec import JobSpec
+from ringleader.jobs.spec import JobSpec
+
+# -- reading an mpirun line -----------------------------------------------------------------------
+
+MPI_LAUNCHERS = ("mpirun", "mpiexec", "orterun")
+
+
+# Open MPI options that take one value (all others are taken as flags); --mca takes two.
+_TWO_VALUES = {"mca", "gmca"}
+_ONE_VALUE = {
+    "np", "n", "c", "x", "map-by", "bind-to", "rank-by", "wdir", "wd", "path", "prefix",
+    "output-filename", "npernode", "npersocket", "cpus-per-proc", "cpus-per-rank", "cpu-set",
+    "tune", "am", "launch-agent", "report-bindings-file", "timeout", "stdin", "display-map-file",
+    "N", "ppr", "max-vm-size", "merge-stderr-to-stdout-file", "app", "preload-files",
+    "set-cwd-to-session-dir", "tmpdir", "report-uri", "report-pid", "xml-file", "debugger",
+    "H", "host", "hostfile", "machinefile", "default-hostfile", "rf", "rankfile",
+}  # fmt: skip
+_OWNED = {"np", "n", "c", "H", "host", "hostfile", "machinefile", "default-hostfile"}
+_NP = {"np", "n", "c"}
+
+
+def is_mpirun(argv: Sequence[str]) -> bool:
+    return bool(argv) and Path(argv[0]).name in MPI_LAUNCHERS
+
+
+def _split_option(token: str) -> tuple[str, str | None]:
+    name = token.lstrip("-")
+    if "=" in name and token.startswith("--"):
+        key, value = name.split("=", 1)
+        return key, value
+    return name, None
+
+
+@dataclass(frozen=True)
+class MpiOption:
+    token: str  # as written, e.g. "-H" or "--host=a:2"
+    name: str  # without its dashes, e.g. "H", "host"
+    values: tuple[str, ...]  # the values that follow it (none when given inline: --host=a:2)
+
+    def text(self) -> str:
+        return shlex.join([self.token, *self.values])
+
+
+def scan_mpirun(argv: Sequence[str]) -> tuple[list[MpiOption], list[str]]:
+    """An mpirun line's options (each with its values) and the program it runs: the one walk
+    over an mpirun line that every reader of one uses."""
+    options: list[MpiOption] = []
+    i = 1
+    while i < len(argv):
+        token = argv[i]
+        if not token.startswith("-") or token == "-":
+            break
+        name, inline = _split_option(token)
+        count = 0 if inline is not None else 2 if name in _TWO_VALUES else 1 if name in _ONE_VALUE else 0
+        values = tuple(argv[i + 1 : i + 1 + count])
+        if len(values) < count:
+            raise UsageError(f"mpirun option {token} lacks its value", "complete the mpirun line")
+        options.append(MpiOption(token, name, values))
+        i += 1 + count
+    return options, list(argv[i:])
+
+
+def parse_mpirun(argv: Sequence[str]) -> tuple[list[str], str | None, list[str]]:
+    """Split an mpirun line into (kept options, the user's -np or None, program argv); refuse a
+    malformed one."""
+    options, program = scan_mpirun(argv)
+    kept: list[str] = []
+    np_value: str | None = None
+    for opt in options:
+        if opt.name in _NP:
+            np_value = opt.values[0] if opt.values else _split_option(opt.token)[1]
+        elif opt.name not in _OWNED:
+            kept += [opt.token, *opt.values]
+    if not program:
+        raise UsageError("the mpirun line names no program", "end it with the program to run, e.g. python train.py")
+    if ":" in program:
+        raise UsageError("MPMD mpirun lines (with ':') are not supported", "run one program per job")
+    return kept, np_value, program
+
+
+def check_mpirun(argv: Sequence[str], workers: int) -> None:
+    """Refuse (exit 2) an mpirun line whose -np disagrees with --workers."""
+    _, np_value, _ = parse_mpirun(argv)
+    if np_value is None:
+        return
+    try:
+        np_int = int(np_value)
+    except ValueError:
+        raise UsageError(f"mpirun -np {np_value!r} is not a number", "write -np <workers>") from None
+    if np_int != workers:
+        raise UsageError(
+            f"mpirun -np {np_int} disagrees with --workers {workers}",
+            f"use -np {workers} or drop -np (ringleader sets it)",
+        )
+
+
+
+# -- preparing a user's line ---------------------------------------------------------------------
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HOSTS = _OWNED - {"np", "n", "c"}
@@ -80,27 +175,18 @@ def prepare(command: Sequence[str], workers: int, env: Mapping[str, str], enviro
 
 
 def prepare_spec(spec: JobSpec, environ: Mapping[str, str]) -> tuple[JobSpec, list[str]]:
-    """The spec as it will run (its command rewritten, -x values in its env, the program in its
-    image) and the notes for the user. Always prepared from the line the user wrote."""
+    """The spec as it will run (its command rewritten, -x values in its env) and the notes for
+    the user. Always prepared from the line the user wrote."""
     written = spec.user_command or spec.command
     out = prepare(written, spec.workers, spec.env, environ, spec.name)
-    if spec.image:
-        check_image(spec.image)
-        runtime = find_runtime(spec.image, environ)
-        mpi = is_mpirun(out.command)
-        head, program = _split_program(out.command) if mpi else ([], out.command)
-        wrapped = in_image(runtime, spec.image, program, spec.workdir or os.getcwd(), out.env,
-                           gpus=spec.gpus_per_worker > 0, mpi=mpi)  # fmt: skip
-        out.command = [*head, *wrapped]
-        out.notes.append(f"note: each rank runs in image {spec.image} through {runtime.name} ({runtime.path})")
     user_command = list(written) if out.command != list(written) else None
     return replace(spec, command=out.command, env=out.env, user_command=user_command), out.notes
 
 
-def _split_program(argv: list[str]) -> tuple[list[str], list[str]]:
+def split_program(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     """An mpirun line as (mpirun and its options, the program)."""
     _, program = scan_mpirun(argv)
-    return argv[: len(argv) - len(program)], program
+    return list(argv[: len(argv) - len(program)]), program
 
 
 # -- mpirun ---------------------------------------------------------------------------------------

@@ -20,10 +20,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ringleader.engines.hosts.ssh import write_config
+from ringleader.engines.embedded.hosts.ssh import write_config
+from ringleader.jobs.commandline import _split_option, parse_mpirun, scan_mpirun
+from ringleader.jobs.spec import JobSpec
 from ringleader.runtime import rank as rank_module
-from ringleader.runtime.launchers import _split_option, parse_mpirun, scan_mpirun
-from ringleader.runtime.spec import JobSpec
 from ringleader.scheduler import Placement
 from ringleader.topology import NodeSpec
 

@@ -12,10 +12,10 @@ import sqlite3
 import time
 from pathlib import Path
 
-from ringleader.runtime import store
-from ringleader.runtime.launchers import instance_targets, read_state, state_path
+from ringleader.engines.embedded import store
+from ringleader.jobs.states import InstanceStatus, JobStatus
+from ringleader.runtime.plan import instance_targets, read_state, state_path
 from ringleader.runtime.procs import alive
-from ringleader.runtime.states import InstanceStatus, JobStatus
 
 # A job placed this recently may still be waiting for its supervisor to start and claim it.
 LAUNCH_GRACE_S = 30.0
@@ -61,7 +61,7 @@ def reconcile(db: store.Store) -> list[str]:
         suspects = [r["name"] for r in store.job_rows(conn, [JobStatus.RUNNING]) if _orphaned(r, now)]
     if not suspects:
         return []
-    from ringleader.runtime.lifecycle import finish_job, schedule_pass, spawn_supervisors  # the scheduler
+    from ringleader.engines.embedded.lifecycle import finish_job, schedule_pass, spawn_supervisors  # the scheduler
 
     adopt, placed = [], []
     with db.write() as conn:

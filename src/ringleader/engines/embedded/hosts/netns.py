@@ -4,7 +4,7 @@ sshd and hostname, joined by a bridge, its link shaped with `tc` to the declared
     ringleader cluster up -f cluster.yaml [--scale 0.02]     (root)
     ringleader cluster down
 
-Jobs then run exactly as on real hosts (engines.hosts): mpirun's ssh launcher starts the ranks
+Jobs then run exactly as on real hosts (engines.embedded.hosts): mpirun's ssh launcher starts the ranks
 inside the namespaces, and the traffic between nodes crosses the shaped links, so placement
 changes measured speed. `tc` tbf shapes each node's uplink (its egress) and downlink (the bridge
 port's egress) to ``network_gbps x scale``: a 2-core box cannot compute fast enough for
@@ -257,7 +257,7 @@ def _wait_for_port(ip: str, port: int, ns: str, timeout: float = 10.0) -> None:
 
 
 def _add_known_hosts(home: Path, rec: Record, lines: list[str]) -> None:
-    from ringleader.engines.hosts.ssh import known_hosts
+    from ringleader.engines.embedded.hosts.ssh import known_hosts
 
     path = known_hosts(home)
     for line in lines:
@@ -318,7 +318,7 @@ def down(home: Path) -> list[str]:
     for bridge in rec.data.get("bridges", []):
         if _run(["ip", "link", "del", bridge], check=False).returncode == 0:
             removed.append(f"bridge {bridge}")
-    from ringleader.engines.hosts.ssh import known_hosts
+    from ringleader.engines.embedded.hosts.ssh import known_hosts
 
     _remove_lines(known_hosts(home), set(rec.data.get("known_hosts", [])))
     _remove_lines(HOSTS_FILE, set(rec.data.get("hosts_entries", [])))

@@ -46,8 +46,8 @@ def discover_hosts(declared: Sequence[NodeSpec]) -> list[NodeSpec]:
     host when one is not."""
     import tempfile
 
-    from ringleader.engines.hosts.ssh import check_reachable, discover, write_config
-    from ringleader.runtime.store import default_home
+    from ringleader.engines.embedded.hosts.ssh import check_reachable, discover, write_config
+    from ringleader.engines.embedded.store import default_home
 
     hosts = [s for s in declared if s.address is not None]
     if not hosts:

@@ -12,9 +12,9 @@ import os
 import sqlite3
 from pathlib import Path
 
+from ringleader.engines.embedded import store
 from ringleader.errors import ConflictError, StateError, UsageError
-from ringleader.runtime import store
-from ringleader.runtime.states import JobStatus
+from ringleader.jobs.states import JobStatus
 
 
 def export_state(home: Path, target: Path) -> int:

@@ -82,7 +82,7 @@ class JobSpec:
 
     @property
     def is_mpirun(self) -> bool:
-        from ringleader.runtime.launchers import is_mpirun
+        from ringleader.jobs.commandline import is_mpirun
 
         return is_mpirun(self.command)
 

@@ -1,4 +1,4 @@
-"""One detached supervisor per running job: ``python -m ringleader.runtime.supervisor HOME JOB``.
+"""One detached supervisor per running job: ``python -m ringleader.engines.embedded.supervisor HOME JOB``.
 
 It claims the job (one live supervisor per job), starts the job's instances (or adopts them
 after a crash), watches them, fails the job on the first failure (earliest failure = root
@@ -18,28 +18,29 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ringleader.runtime import store
-from ringleader.runtime.codec import placement_from_dict
-from ringleader.runtime.launchers import (
+from ringleader.engines.embedded import store
+from ringleader.engines.embedded.lifecycle import HOSTS_SETTINGS, finish_job, schedule_pass, spawn_supervisors
+from ringleader.engines.embedded.reconcile import reconcile
+from ringleader.jobs.codec import placement_from_dict
+from ringleader.jobs.commandline import _split_option, parse_mpirun
+from ringleader.jobs.spec import JobSpec
+from ringleader.jobs.states import InstanceStatus, JobStatus
+from ringleader.runtime.plan import (
     build_plan,
     instance_targets,
     job_env,
     plan_path,
     rank_wrapper,
     read_state,
-    rewrite_mpirun,
     state_path,
 )  # fmt: skip
-from ringleader.runtime.lifecycle import HOSTS_SETTINGS, finish_job, schedule_pass, spawn_supervisors
 from ringleader.runtime.procs import alive, grace_seconds, start_time, stop_all
 from ringleader.runtime.rank import signal_name
-from ringleader.runtime.reconcile import reconcile
-from ringleader.runtime.spec import JobSpec
-from ringleader.runtime.states import InstanceStatus, JobStatus
 
 POLL_S = 0.25
 # After adoption: how long an instance with neither a pid nor a state file may still be a
@@ -124,8 +125,8 @@ class Supervisor:
         pfile = plan_path(self.home, spec.name)
         pfile.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         if any(nodes[n].address is not None for n in placement.nodes):
-            # Ranks on ssh hosts: one mpirun on this machine starts them all (see engines.hosts).
-            from ringleader.engines.hosts.launch import hosts_command, master_address
+            # Ranks on ssh hosts: one mpirun on this machine starts them all (see engines.embedded.hosts).
+            from ringleader.engines.embedded.hosts.launch import hosts_command, master_address
 
             plan.update(hosts=True, master_addr=master_address(placement, nodes, settings))
             plan["env"] = {**settings.get("env", {}), **plan["env"]}
@@ -402,6 +403,23 @@ def _write_private(path: Path, text: str) -> None:
 def main(argv: list[str]) -> int:
     home, job = Path(argv[0]), argv[1]
     return Supervisor(home, job).run()
+
+
+def rewrite_mpirun(argv: Sequence[str], workers: int, emulated: bool, plan: Path) -> list[str]:
+    """The mpirun line that starts ``workers`` ranks on this host, each under the rank wrapper."""
+    kept, _, program = parse_mpirun(argv)
+    names = {_split_option(t)[0] for t in kept if t.startswith("-")}
+    extra: list[str] = []
+    if os.geteuid() == 0 and "allow-run-as-root" not in names:
+        extra.append("--allow-run-as-root")
+    crowded = workers > (os.cpu_count() or 1)
+    if (emulated or crowded) and "oversubscribe" not in names:
+        extra.append("--oversubscribe")
+    if emulated and "bind-to" not in names:
+        extra += ["--bind-to", "none"]
+    # Every node is a process group on this host, so all ranks go to localhost.
+    head = [argv[0], "-np", str(workers), "--host", f"localhost:{workers}"]
+    return [*head, *extra, *kept, *rank_wrapper(plan), *program]
 
 
 if __name__ == "__main__":

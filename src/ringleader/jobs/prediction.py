@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ringleader.errors import RingleaderError
-from ringleader.runtime.spec import JobSpec
+from ringleader.jobs.spec import JobSpec
 
 if TYPE_CHECKING:
     from ringleader.scheduler import ClusterState, Placement

@@ -9,37 +9,16 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import sys
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from ringleader.errors import UsageError
 
 if TYPE_CHECKING:
     from ringleader.scheduler import Placement
     from ringleader.topology import NodeSpec
 
-MPI_LAUNCHERS = ("mpirun", "mpiexec", "orterun")
-# Open MPI options that take one value (all others are taken as flags); --mca takes two.
-_TWO_VALUES = {"mca", "gmca"}
-_ONE_VALUE = {
-    "np", "n", "c", "x", "map-by", "bind-to", "rank-by", "wdir", "wd", "path", "prefix",
-    "output-filename", "npernode", "npersocket", "cpus-per-proc", "cpus-per-rank", "cpu-set",
-    "tune", "am", "launch-agent", "report-bindings-file", "timeout", "stdin", "display-map-file",
-    "N", "ppr", "max-vm-size", "merge-stderr-to-stdout-file", "app", "preload-files",
-    "set-cwd-to-session-dir", "tmpdir", "report-uri", "report-pid", "xml-file", "debugger",
-    "H", "host", "hostfile", "machinefile", "default-hostfile", "rf", "rankfile",
-}  # fmt: skip
-_OWNED = {"np", "n", "c", "H", "host", "hostfile", "machinefile", "default-hostfile"}
-_NP = {"np", "n", "c"}
 RANK_MODULE = "ringleader.runtime.rank"
-
-
-def is_mpirun(argv: Sequence[str]) -> bool:
-    return bool(argv) and Path(argv[0]).name in MPI_LAUNCHERS
 
 
 def rank_wrapper(plan: Path, launcher: bool = False, rank: int | None = None) -> list[str]:
@@ -50,94 +29,6 @@ def rank_wrapper(plan: Path, launcher: bool = False, rank: int | None = None) ->
     if rank is not None:
         cmd += ["--rank", str(rank)]
     return [*cmd, "--"]
-
-
-def _split_option(token: str) -> tuple[str, str | None]:
-    name = token.lstrip("-")
-    if "=" in name and token.startswith("--"):
-        key, value = name.split("=", 1)
-        return key, value
-    return name, None
-
-
-@dataclass(frozen=True)
-class MpiOption:
-    token: str  # as written, e.g. "-H" or "--host=a:2"
-    name: str  # without its dashes, e.g. "H", "host"
-    values: tuple[str, ...]  # the values that follow it (none when given inline: --host=a:2)
-
-    def text(self) -> str:
-        return shlex.join([self.token, *self.values])
-
-
-def scan_mpirun(argv: Sequence[str]) -> tuple[list[MpiOption], list[str]]:
-    """An mpirun line's options (each with its values) and the program it runs: the one walk
-    over an mpirun line that every reader of one uses."""
-    options: list[MpiOption] = []
-    i = 1
-    while i < len(argv):
-        token = argv[i]
-        if not token.startswith("-") or token == "-":
-            break
-        name, inline = _split_option(token)
-        count = 0 if inline is not None else 2 if name in _TWO_VALUES else 1 if name in _ONE_VALUE else 0
-        values = tuple(argv[i + 1 : i + 1 + count])
-        if len(values) < count:
-            raise UsageError(f"mpirun option {token} lacks its value", "complete the mpirun line")
-        options.append(MpiOption(token, name, values))
-        i += 1 + count
-    return options, list(argv[i:])
-
-
-def parse_mpirun(argv: Sequence[str]) -> tuple[list[str], str | None, list[str]]:
-    """Split an mpirun line into (kept options, the user's -np or None, program argv); refuse a
-    malformed one."""
-    options, program = scan_mpirun(argv)
-    kept: list[str] = []
-    np_value: str | None = None
-    for opt in options:
-        if opt.name in _NP:
-            np_value = opt.values[0] if opt.values else _split_option(opt.token)[1]
-        elif opt.name not in _OWNED:
-            kept += [opt.token, *opt.values]
-    if not program:
-        raise UsageError("the mpirun line names no program", "end it with the program to run, e.g. python train.py")
-    if ":" in program:
-        raise UsageError("MPMD mpirun lines (with ':') are not supported", "run one program per job")
-    return kept, np_value, program
-
-
-def check_mpirun(argv: Sequence[str], workers: int) -> None:
-    """Refuse (exit 2) an mpirun line whose -np disagrees with --workers."""
-    _, np_value, _ = parse_mpirun(argv)
-    if np_value is None:
-        return
-    try:
-        np_int = int(np_value)
-    except ValueError:
-        raise UsageError(f"mpirun -np {np_value!r} is not a number", "write -np <workers>") from None
-    if np_int != workers:
-        raise UsageError(
-            f"mpirun -np {np_int} disagrees with --workers {workers}",
-            f"use -np {workers} or drop -np (ringleader sets it)",
-        )
-
-
-def rewrite_mpirun(argv: Sequence[str], workers: int, emulated: bool, plan: Path) -> list[str]:
-    """The mpirun line that starts ``workers`` ranks on this host, each under the rank wrapper."""
-    kept, _, program = parse_mpirun(argv)
-    names = {_split_option(t)[0] for t in kept if t.startswith("-")}
-    extra: list[str] = []
-    if os.geteuid() == 0 and "allow-run-as-root" not in names:
-        extra.append("--allow-run-as-root")
-    crowded = workers > (os.cpu_count() or 1)
-    if (emulated or crowded) and "oversubscribe" not in names:
-        extra.append("--oversubscribe")
-    if emulated and "bind-to" not in names:
-        extra += ["--bind-to", "none"]
-    # Every node is a process group on this host, so all ranks go to localhost.
-    head = [argv[0], "-np", str(workers), "--host", f"localhost:{workers}"]
-    return [*head, *extra, *kept, *rank_wrapper(plan), *program]
 
 
 def free_port() -> int:

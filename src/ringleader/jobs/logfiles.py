@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ringleader.errors import NotFoundError
-from ringleader.runtime.views import JobView
+from ringleader.jobs.views import JobView
 
 
 def instance_name(view: JobView, instance: str | None) -> str:

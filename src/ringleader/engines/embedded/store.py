@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ringleader.errors import BusyError, DiskFullError, RingleaderError, StateError
-from ringleader.runtime.states import JobStatus, can_move
+from ringleader.jobs.states import JobStatus, can_move
 
 if TYPE_CHECKING:  # node decoding imports the scheduler's types: commands that list jobs do not
     from ringleader.scheduler import ClusterState, Placement
@@ -390,7 +390,7 @@ def _version(conn: sqlite3.Connection, path: Path) -> int:
 def get_nodes(conn: sqlite3.Connection) -> list[NodeSpec]:
     """The declared nodes in order; nodes with equal topologies (or labels) share one decoded
     object, so the scheduler fingerprints each distinct topology once."""
-    from ringleader.runtime.codec import address_from_dict, labels_from_dict, topology_from_dict
+    from ringleader.jobs.codec import address_from_dict, labels_from_dict, topology_from_dict
     from ringleader.topology import NodeSpec
 
     topologies = {
@@ -411,7 +411,7 @@ def get_nodes(conn: sqlite3.Connection) -> list[NodeSpec]:
 
 
 def replace_nodes(conn: sqlite3.Connection, specs: Sequence[NodeSpec]) -> None:
-    from ringleader.runtime.codec import address_to_dict, topology_to_dict
+    from ringleader.jobs.codec import address_to_dict, topology_to_dict
 
     conn.execute("DELETE FROM nodes")
     ids: dict[int, int] = {}  # id(topology object) -> row id: declared clusters share objects

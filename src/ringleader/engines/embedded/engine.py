@@ -1,6 +1,6 @@
 """The Python API of the local runtime; the CLI only parses and renders around it.
 
-    from ringleader.runtime.api import JobSpec, Runtime
+    from ringleader.engines.embedded.engine import JobSpec, Runtime
     rt = Runtime.open()                       # ~/.ringleader, or RINGLEADER_HOME, or a path
     rt.apply_cluster("examples/seeds-cluster.yaml")
     rt.submit(JobSpec("vgg", workers=4, gpus_per_worker=1, command=["python", "train.py"],
@@ -19,6 +19,16 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ringleader.engines.embedded import store
+from ringleader.engines.embedded.faults import crash_point
+from ringleader.engines.embedded.lifecycle import (
+    HOSTS_SETTINGS,
+    schedule_pass,
+    schedule_pass_decisions,
+    spawn_supervisors,
+)
+from ringleader.engines.embedded.reconcile import reconcile
+from ringleader.engines.embedded.views import job_view
 from ringleader.errors import (
     ConflictError,
     DependencyError,
@@ -27,24 +37,19 @@ from ringleader.errors import (
     UnschedulableError,
     UsageError,
 )
-from ringleader.runtime import store
-from ringleader.runtime.faults import crash_point
-from ringleader.runtime.launchers import (
+from ringleader.jobs.commandline import check_mpirun, parse_mpirun
+from ringleader.jobs.logfiles import follow_log, instance_name, read_log, wait_until_ended
+from ringleader.jobs.prediction import placement_from_plan, predict_job
+from ringleader.jobs.spec import JobSpec, submit_env
+from ringleader.jobs.states import JobStatus
+from ringleader.jobs.views import JobView, SubmitResult
+from ringleader.runtime.plan import (
     RANK_MODULE,
-    check_mpirun,
     instance_targets,
     log_path,
-    parse_mpirun,
     plan_path,
 )  # fmt: skip
-from ringleader.runtime.lifecycle import HOSTS_SETTINGS, schedule_pass, schedule_pass_decisions, spawn_supervisors
-from ringleader.runtime.logfiles import follow_log, instance_name, read_log, wait_until_ended
-from ringleader.runtime.prediction import placement_from_plan, predict_job
 from ringleader.runtime.procs import find_by_args, grace_seconds, stop_all
-from ringleader.runtime.reconcile import reconcile
-from ringleader.runtime.spec import JobSpec, submit_env
-from ringleader.runtime.states import JobStatus
-from ringleader.runtime.views import JobView, SubmitResult, job_view
 
 if TYPE_CHECKING:  # the scheduler is imported by the calls that place: listing jobs does not need it
     from ringleader.scheduler import ClusterState, Decision
@@ -93,7 +98,7 @@ class Runtime:
             done = store.get_meta(conn, "cluster") is not None
         if done:
             return
-        from ringleader.runtime.nodes import LOCAL, local_node  # GPU discovery: first use only
+        from ringleader.engines.embedded.nodes import LOCAL, local_node  # GPU discovery: first use only
 
         spec, note = local_node()
         with self.db.write() as conn:
@@ -117,7 +122,7 @@ class Runtime:
     def apply_cluster(self, path: str | Path) -> ClusterState:
         """Replace the declared cluster; refused if a node holding running jobs' GPUs would
         disappear or shrink."""
-        from ringleader.runtime.nodes import check_declared, discover_hosts, merge_declared, shrinking
+        from ringleader.engines.embedded.nodes import check_declared, discover_hosts, merge_declared, shrinking
         from ringleader.scheduler import Code
         from ringleader.topology import load_cluster_file
 
@@ -141,8 +146,8 @@ class Runtime:
 
     def cluster_up(self, path: str | Path, scale: float) -> tuple[Path, ClusterState]:
         """Emulate the declared cluster on this box (root): a network namespace with sshd and a
-        shaped link per node (see engines.hosts.netns), then apply it with their ssh addresses."""
-        from ringleader.engines.hosts import netns
+        shaped link per node (see engines.embedded.hosts.netns), then apply it with their ssh addresses."""
+        from ringleader.engines.embedded.hosts import netns
         from ringleader.topology import load_cluster_file
 
         declared = load_cluster_file(path)  # every node but `local` becomes an emulated ssh host
@@ -159,7 +164,7 @@ class Runtime:
     def cluster_down(self) -> list[str]:
         """Remove the emulated cluster: every namespace, bridge, process, key and hosts entry
         `cluster up` made (also after a crash); its nodes stay declared until the next apply."""
-        from ringleader.engines.hosts import netns
+        from ringleader.engines.embedded.hosts import netns
 
         removed = netns.down(self.home)
         if not self.db.ephemeral:
@@ -169,7 +174,7 @@ class Runtime:
 
     def label_node(self, node: str, key: str, value: str | None, overwrite: bool = False) -> None:
         """Set (or with value None remove) a node label; changing a value needs ``overwrite``."""
-        from ringleader.runtime.nodes import label_node
+        from ringleader.engines.embedded.nodes import label_node
 
         label_node([ns.spec for ns in self.nodes().nodes], node, key, value, overwrite)  # check first
         db = self._writable()
@@ -198,12 +203,17 @@ class Runtime:
         environ = dict(os.environ) if spec.submit_env is None else spec.submit_env
         if spec.submit_env is None:
             spec = dataclasses.replace(spec, submit_env=submit_env(environ))
-        from ringleader.runtime.commands import prepare_spec  # users' lines: submit only
+        from ringleader.jobs.commandline import prepare_spec  # users' lines: submit only
 
         spec, notes = prepare_spec(spec, environ)
+        if spec.image:
+            from ringleader.runtime.containers import spec_in_image
+
+            spec, note = spec_in_image(spec, environ)
+            notes.append(note)
         _check_size(spec)  # a horovodrun line has become mpirun's: one more process
         _check_command(spec)
-        from ringleader.runtime.codec import decision_to_dict
+        from ringleader.jobs.codec import decision_to_dict
         from ringleader.scheduler import place
 
         with self.db.read() as conn:  # checked before anything is written (or created)

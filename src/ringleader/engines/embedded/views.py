@@ -1,0 +1,35 @@
+"""The embedded engine's rows as the shared read models (``ringleader.jobs.views``)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+from ringleader.engines.embedded import store
+from ringleader.jobs.spec import JobSpec
+from ringleader.jobs.states import JobStatus
+from ringleader.jobs.views import TRAINER, EventView, InstanceView, JobView
+
+
+def job_view(
+    conn: sqlite3.Connection, row: sqlite3.Row, with_events: bool = True, with_instances: bool = True
+) -> JobView:
+    rows = store.instances(conn, row["name"]) if with_instances else []
+    instances = tuple(
+        InstanceView(
+            name=i["name"], role=i["role"], status=i["status"], exit_code=i["exit_code"], node=i["node"],
+            gpus=tuple(json.loads(i["gpus"])), gpu_requested=i["gpu_requested"], is_chief=bool(i["is_chief"]),
+            pid=i["pid"], started_at=i["started_at"], ended_at=i["ended_at"],
+        )
+        for i in rows
+    )
+    events = tuple(
+        EventView(e["at"], e["kind"], e["message"]) for e in (store.events(conn, row["name"]) if with_events else [])
+    )
+    return JobView(
+        name=row["name"], status=JobStatus(row["status"]), priority=row["priority"], trainer=TRAINER,
+        created_at=row["created_at"], started_at=row["started_at"], ended_at=row["ended_at"],
+        spec=JobSpec.from_dict(json.loads(row["spec"])), reason=row["reason"],
+        placement=json.loads(row["decision"]) if row["decision"] else None,
+        instances=instances, events=events, has_instances=with_instances,
+    )  # fmt: skip

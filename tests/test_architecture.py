@@ -1,0 +1,117 @@
+"""The architecture rules of docs/architecture.md, checked on every import in the source tree,
+including imports inside functions and under TYPE_CHECKING (a lazy import is still an arrow)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+PACKAGE = SRC / "ringleader"
+
+# Lowest first: a unit may import only units of a lower layer, or its own.
+LAYERS: list[set[str]] = [
+    {"errors", "reference"},
+    {"topology"},
+    {"scheduler"},
+    {"model"},
+    {"sim", "jobs", "htmlreport"},
+    {"runtime"},
+    {"engines"},  # engines/__init__.py and engines/base.py: the registry and the interface
+    {"engines.embedded", "engines.slurm", "engines.kubernetes"},
+    {"bench"},
+    {"cli"},
+]
+LAYER_OF = {unit: i for i, layer in enumerate(LAYERS) for unit in layer}
+
+
+def unit_of(module: str) -> str:
+    """`ringleader.engines.slurm.launch` -> `engines.slurm`; `ringleader.jobs.spec` -> `jobs`."""
+    parts = module.split(".")[1:]
+    if not parts:
+        return "ringleader"
+    if parts[0] == "engines" and len(parts) > 1 and parts[1] not in ("base",):
+        return f"engines.{parts[1]}"
+    return parts[0]
+
+
+def module_name(path: Path) -> str:
+    return ".".join(path.with_suffix("").relative_to(SRC).parts).removesuffix(".__init__")
+
+
+def imports(path: Path) -> list[tuple[int, str]]:
+    """Every ringleader module ``path`` imports, with its line."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("ringleader"):
+            found.append((node.lineno, node.module))
+            # `from ringleader.engines import embedded` names a subpackage
+            found += [(node.lineno, f"{node.module}.{a.name}") for a in node.names
+                      if (PACKAGE.joinpath(*node.module.split(".")[1:], a.name)).is_dir()]  # fmt: skip
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.startswith("ringleader")]
+    return found
+
+
+def arrows() -> list[tuple[str, int, str, str]]:
+    """(file, line, importing unit, imported unit) for every import across units."""
+    out = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        mine = unit_of(module_name(path))
+        for line, target in imports(path):
+            theirs = unit_of(target)
+            if theirs != mine:
+                out.append((str(path.relative_to(SRC)), line, mine, theirs))
+    return out
+
+
+def test_every_unit_has_a_layer() -> None:
+    units = {unit_of(module_name(p)) for p in PACKAGE.rglob("*.py")} - {"ringleader"}
+    assert units <= set(LAYER_OF), f"give these a layer in LAYERS: {sorted(units - set(LAYER_OF))}"
+
+
+def test_no_import_runs_from_a_lower_layer_to_a_higher_one() -> None:
+    upward = [f"{f}:{line}: {a} imports {b}" for f, line, a, b in arrows()
+              if b != "ringleader" and LAYER_OF[b] > LAYER_OF[a]]  # fmt: skip
+    assert not upward, "\n".join(upward)
+
+
+def test_no_engine_imports_another() -> None:
+    across = [f"{f}:{line}: {a} imports {b}" for f, line, a, b in arrows()
+              if a.startswith("engines.") and b.startswith("engines.")]  # fmt: skip
+    assert not across, "\n".join(across)
+
+
+@pytest.mark.parametrize(
+    ("unit", "allowed"),
+    [
+        ("scheduler", {"topology", "errors", "reference"}),  # pure: no engine, no model, no I/O layer
+        ("jobs", {"scheduler", "topology", "model", "errors", "reference"}),
+        ("runtime", {"jobs", "scheduler", "topology", "errors", "reference"}),
+    ],
+)
+def test_what_each_lower_unit_may_import(unit: str, allowed: set[str]) -> None:
+    extra = [f"{f}:{line}: imports {b}" for f, line, a, b in arrows() if a == unit and b not in allowed]
+    assert not extra, "\n".join(extra)
+
+
+def test_rank_wrapper_imports_only_the_standard_library_at_start() -> None:
+    """It starts once per rank on every host: no ringleader import before it runs the program."""
+    tree = ast.parse((PACKAGE / "runtime" / "rank.py").read_text())
+    top = [n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)]
+    ours = [ast.unparse(n) for n in top if "ringleader" in ast.unparse(n)]
+    assert not ours, ours
+
+
+def test_the_rules_catch_an_upward_import(tmp_path: Path) -> None:
+    """The checker itself: an engine importing another, and the scheduler importing an engine."""
+    assert unit_of("ringleader.engines.slurm.launch") == "engines.slurm"
+    assert unit_of("ringleader.engines.base") == "engines"
+    assert LAYER_OF[unit_of("ringleader.engines.embedded.engine")] > LAYER_OF["scheduler"]
+    bad = tmp_path / "m.py"
+    bad.write_text("def f():\n    from ringleader.engines.embedded import store\n")
+    assert imports(bad) == [(2, "ringleader.engines.embedded")]
+    bad.write_text("from ringleader.engines import slurm\n")
+    assert unit_of(imports(bad)[-1][1]) == "engines.slurm"
