@@ -214,12 +214,14 @@ def test_torchrun_lines_run_the_script_once_per_worker(small: Runtime, h, tmp_pa
 def test_preparing_is_idempotent_and_keeps_the_line_as_written(monkeypatch, h) -> None:
     monkeypatch.setenv("FOO", "1")
     spec = h.spec("p", shlex.split(f"horovodrun -np 2 -H a:1,b:1 {PY} t.py"), workers=2, env={"FOO": "1"})
-    once, notes = prepare_spec(spec, os.environ)
-    twice, again = prepare_spec(once, os.environ)
-    assert once == twice and notes == again
+    once, line, notes = prepare_spec(spec, os.environ)
+    twice, line_again, again = prepare_spec(once, os.environ)
+    assert once == twice and notes == again and line == line_again
     assert once.user_command == spec.command
+    assert line.mpirun and line.argv == tuple(once.command)
     plain = h.spec("q", [PY, "t.py"], workers=2)
-    assert prepare_spec(plain, os.environ) == (plain, [])
+    spec_again, plain_line, plain_notes = prepare_spec(plain, os.environ)
+    assert (spec_again, plain_notes) == (plain, []) and not plain_line.mpirun
 
 
 def test_horovodrun_options_become_what_horovodrun_would_pass() -> None:

@@ -92,39 +92,71 @@ def scan_mpirun(argv: Sequence[str]) -> tuple[list[MpiOption], list[str]]:
     return options, list(argv[i:])
 
 
-def parse_mpirun(argv: Sequence[str]) -> tuple[list[str], str | None, list[str]]:
-    """Split an mpirun line into (kept options, the user's -np or None, program argv); refuse a
-    malformed one."""
+@dataclass(frozen=True)
+class CommandLine:
+    """A prepared command line, read once: every check and every engine's launcher reads this.
+
+    ``mpirun`` lines keep their options (``options``, ``kept``: those the placement does not
+    own) and the program they run; any other line is a program started once per worker."""
+
+    argv: tuple[str, ...]
+    mpirun: bool
+    options: tuple[MpiOption, ...]
+    program: tuple[str, ...]
+    np: str | None  # the mpirun line's own -np, if given
+
+    @property
+    def kept(self) -> list[str]:
+        """The mpirun options ringleader passes on: all but -np and the host options."""
+        return [t for o in self.options if o.name not in _OWNED for t in (o.token, *o.values)]
+
+    @property
+    def head(self) -> list[str]:
+        """mpirun and its options as written (the line minus its program)."""
+        return list(self.argv[: len(self.argv) - len(self.program)])
+
+
+def read_line(argv: Sequence[str]) -> CommandLine:
+    """The one reading of a command line; a malformed mpirun line is refused (exit 2)."""
+    if not argv:
+        raise UsageError("no command given", "give the command as one quoted string or after --")
+    if not is_mpirun(argv):
+        return CommandLine(tuple(argv), False, (), tuple(argv), None)
     options, program = scan_mpirun(argv)
-    kept: list[str] = []
-    np_value: str | None = None
-    for opt in options:
-        if opt.name in _NP:
-            np_value = opt.values[0] if opt.values else _split_option(opt.token)[1]
-        elif opt.name not in _OWNED:
-            kept += [opt.token, *opt.values]
     if not program:
         raise UsageError("the mpirun line names no program", "end it with the program to run, e.g. python train.py")
     if ":" in program:
         raise UsageError("MPMD mpirun lines (with ':') are not supported", "run one program per job")
-    return kept, np_value, program
+    np_value = None
+    for opt in options:
+        if opt.name in _NP:
+            np_value = opt.values[0] if opt.values else _split_option(opt.token)[1]
+    return CommandLine(tuple(argv), True, tuple(options), tuple(program), np_value)
 
 
-def check_mpirun(argv: Sequence[str], workers: int) -> None:
+def parse_mpirun(argv: Sequence[str]) -> tuple[list[str], str | None, list[str]]:
+    """(kept options, the user's -np or None, program argv) of an mpirun line."""
+    line = read_line(argv)
+    return line.kept, line.np, list(line.program)
+
+
+def check_np(line: CommandLine, workers: int) -> None:
     """Refuse (exit 2) an mpirun line whose -np disagrees with --workers."""
-    _, np_value, _ = parse_mpirun(argv)
-    if np_value is None:
+    if line.np is None:
         return
     try:
-        np_int = int(np_value)
+        np_int = int(line.np)
     except ValueError:
-        raise UsageError(f"mpirun -np {np_value!r} is not a number", "write -np <workers>") from None
+        raise UsageError(f"mpirun -np {line.np!r} is not a number", "write -np <workers>") from None
     if np_int != workers:
         raise UsageError(
             f"mpirun -np {np_int} disagrees with --workers {workers}",
             f"use -np {workers} or drop -np (ringleader sets it)",
         )
 
+
+def check_mpirun(argv: Sequence[str], workers: int) -> None:
+    check_np(read_line(argv), workers)
 
 
 # -- preparing a user's line ---------------------------------------------------------------------
@@ -151,6 +183,7 @@ class Prepared:
     command: list[str]
     env: dict[str, str]
     notes: list[str] = field(default_factory=list)
+    line: CommandLine | None = None  # the command, read (set by prepare)
 
 
 def prepare(command: Sequence[str], workers: int, env: Mapping[str, str], environ: Mapping[str, str],
@@ -169,40 +202,35 @@ def prepare(command: Sequence[str], workers: int, env: Mapping[str, str], enviro
         if inner is not None:  # e.g. torchrun --no-python horovodrun ...
             raise UsageError(f"torchrun would start one {inner} per worker, {workers} {inner}s in all",
                              f"submit the {inner} line without torchrun")  # fmt: skip
-    if is_mpirun(out.command):
-        _mpirun(out, workers, environ, name)
+    out.line = read_line(out.command)
+    if out.line.mpirun:
+        _mpirun(out, out.line, workers, environ, name)
     return out
 
 
-def prepare_spec(spec: JobSpec, environ: Mapping[str, str]) -> tuple[JobSpec, list[str]]:
-    """The spec as it will run (its command rewritten, -x values in its env) and the notes for
-    the user. Always prepared from the line the user wrote."""
+def prepare_spec(spec: JobSpec, environ: Mapping[str, str]) -> tuple[JobSpec, CommandLine, list[str]]:
+    """The spec as it will run (its command rewritten, -x values in its env), its command read,
+    and the notes for the user. Always prepared from the line the user wrote."""
     written = spec.user_command or spec.command
     out = prepare(written, spec.workers, spec.env, environ, spec.name)
+    assert out.line is not None
     user_command = list(written) if out.command != list(written) else None
-    return replace(spec, command=out.command, env=out.env, user_command=user_command), out.notes
-
-
-def split_program(argv: Sequence[str]) -> tuple[list[str], list[str]]:
-    """An mpirun line as (mpirun and its options, the program)."""
-    _, program = scan_mpirun(argv)
-    return list(argv[: len(argv) - len(program)]), program
+    return replace(spec, command=out.command, env=out.env, user_command=user_command), out.line, out.notes
 
 
 # -- mpirun ---------------------------------------------------------------------------------------
 
 
-def _mpirun(out: Prepared, workers: int, environ: Mapping[str, str], name: str) -> None:
-    check_mpirun(out.command, workers)  # -np against --workers; a malformed line
-    options, program = scan_mpirun(out.command)
-    inner = _launcher(program)
+def _mpirun(out: Prepared, line: CommandLine, workers: int, environ: Mapping[str, str], name: str) -> None:
+    check_np(line, workers)
+    inner = _launcher(line.program)
     if inner is not None:
         raise UsageError(
             f"mpirun would start one {inner} per rank, {workers} {inner}s in all",
             f"submit the {inner} line without mpirun (ringleader rewrites it onto the placement)",
         )
     hosts, unset = [], []
-    for opt in options:
+    for opt in line.options:
         value = opt.values[0] if opt.values else _split_option(opt.token)[1] or ""
         if opt.name in _HOSTS:
             hosts.append(opt.text())

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ringleader.errors import DependencyError, UsageError
+from ringleader.jobs.commandline import CommandLine
 from ringleader.jobs.spec import JobSpec
 from ringleader.runtime import container_guard
 
@@ -116,18 +117,16 @@ def in_image(runtime: ContainerRuntime, image: str, program: Sequence[str], work
     return [*argv, image, *program]
 
 
-def spec_in_image(spec: JobSpec, environ: Mapping[str, str]) -> tuple[JobSpec, str]:
+def spec_in_image(spec: JobSpec, line: CommandLine, environ: Mapping[str, str]) -> tuple[JobSpec, str]:
     """A prepared spec whose program runs in ``spec.image`` through this host's podman or
     docker (refused when there is none), and the note saying so."""
     import dataclasses
 
-    from ringleader.jobs.commandline import is_mpirun, split_program
-
     assert spec.image is not None
     check_image(spec.image)
     runtime = find_runtime(spec.image, environ)
-    mpi = is_mpirun(spec.command)
-    head, program = split_program(spec.command) if mpi else ([], list(spec.command))
+    mpi = line.mpirun
+    head, program = (line.head, list(line.program)) if mpi else ([], list(spec.command))
     env = dict(spec.env)
     wrapped = in_image(runtime, spec.image, program, spec.workdir or os.getcwd(), env,
                        gpus=spec.gpus_per_worker > 0, mpi=mpi)  # fmt: skip

@@ -14,6 +14,7 @@ from ringleader.engines.slurm.gres import gres_conf_lines, node_gres, request_gr
 from ringleader.engines.slurm.launch import by_node, mpi_program
 from ringleader.engines.slurm.slurmcli import expand_indices, job_node_gres, parse_gres, parse_records
 from ringleader.engines.slurm.state import SlurmNode, cluster_state, unknown_topology
+from ringleader.jobs.commandline import read_line
 from ringleader.scheduler import Placement, WorkerSlot
 from ringleader.topology import NodeSpec, preset
 
@@ -63,10 +64,10 @@ def test_ranks_are_numbered_node_by_node_like_slurm_tasks() -> None:
 
 
 def test_mpirun_options_become_the_ranks_environment() -> None:
-    program, env = mpi_program(["mpirun", "-np", "4", "-x", "A=1", "--mca", "btl", "tcp,self", "--bind-to",
-                                "none", "python", "t.py", "-x", "keep"])  # fmt: skip
+    program, env = mpi_program(read_line(["mpirun", "-np", "4", "-x", "A=1", "-x", "B", "--mca", "btl", "tcp,self",
+                                          "--bind-to", "none", "python", "t.py", "-x", "keep"]))  # fmt: skip
     assert program == ["python", "t.py", "-x", "keep"]
-    assert env == {"A": "1", "OMPI_MCA_btl": "tcp,self"}
+    assert env == {"A": "1", "OMPI_MCA_btl": "tcp,self"}  # B: captured into the job's env at submit
 
 
 def test_snapshot_counts_outside_jobs_reservations_and_down_nodes() -> None:

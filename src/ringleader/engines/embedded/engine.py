@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import sqlite3
@@ -37,11 +36,12 @@ from ringleader.errors import (
     UnschedulableError,
     UsageError,
 )
-from ringleader.jobs.commandline import check_mpirun, parse_mpirun
+from ringleader.jobs.commandline import CommandLine
 from ringleader.jobs.logfiles import follow_log, instance_name, read_log, wait_until_ended
 from ringleader.jobs.prediction import placement_from_plan, predict_job
-from ringleader.jobs.spec import JobSpec, submit_env
+from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import JobStatus
+from ringleader.jobs.submit import Support
 from ringleader.jobs.views import JobView, SubmitResult
 from ringleader.runtime.plan import (
     RANK_MODULE,
@@ -64,6 +64,9 @@ class Runtime:
         self.home = home
         self.db = db
         self.notes: list[str] = []  # one-line notes for the user (e.g. "no GPUs found")
+
+    supports = Support("embedded", image="podman or docker on this host", cluster_file=True, node_labels=True,
+                       prune=True, emulated_cluster=True, state_backup=True)  # fmt: skip
 
     @classmethod
     def open(cls, home: str | Path | None = None, readonly: bool = False) -> Runtime:
@@ -195,24 +198,17 @@ class Runtime:
     # -- jobs -----------------------------------------------------------------------------------
     def submit(self, spec: JobSpec, dry_run: bool = False) -> SubmitResult:
         """Queue a job (placed now if it fits), or with ``dry_run`` only show the plan."""
-        spec.validate()
-        if spec.workdir is None:
-            spec = dataclasses.replace(spec, workdir=_working_directory())
-        # The submitter's environment: -x NAME passes its value (the whole of it, not just the
-        # part a job keeps); an API caller's explicit submit_env stands for it.
-        environ = dict(os.environ) if spec.submit_env is None else spec.submit_env
-        if spec.submit_env is None:
-            spec = dataclasses.replace(spec, submit_env=submit_env(environ))
-        from ringleader.jobs.commandline import prepare_spec  # users' lines: submit only
+        from ringleader.jobs.submit import prepare_submit  # users' lines: submit only
 
-        spec, notes = prepare_spec(spec, environ)
+        sub = prepare_submit(spec, self.supports)
+        spec, notes = sub.spec, list(sub.notes)
         if spec.image:
             from ringleader.runtime.containers import spec_in_image
 
-            spec, note = spec_in_image(spec, environ)
+            spec, note = spec_in_image(spec, sub.line, spec.submit_env or {})
             notes.append(note)
-        _check_size(spec)  # a horovodrun line has become mpirun's: one more process
-        _check_command(spec)
+        _check_size(spec, sub.line)  # a horovodrun line has become mpirun's: one more process
+        _check_command(spec, sub.line)
         from ringleader.jobs.codec import decision_to_dict
         from ringleader.scheduler import place
 
@@ -355,13 +351,6 @@ def open_embedded(home: Path, readonly: bool = False) -> Runtime:
     return Runtime.open(home, readonly=readonly)
 
 
-def _working_directory() -> str:
-    try:
-        return os.getcwd()
-    except FileNotFoundError:
-        raise UsageError("the current working directory was deleted", "cd to an existing folder and retry") from None
-
-
 def _duplicate(name: str) -> ConflictError:
     return ConflictError(f"job {name!r} already exists", f"pick another --name or `ringleader delete {name}`")
 
@@ -386,8 +375,8 @@ def max_procs() -> int:
         return max(64, 8 * (os.cpu_count() or 1))
 
 
-def _check_size(spec: JobSpec) -> None:
-    procs = spec.workers + (1 if spec.is_mpirun else 0)
+def _check_size(spec: JobSpec, line: CommandLine) -> None:
+    procs = spec.workers + (1 if line.mpirun else 0)
     limit = max_procs()
     if procs > limit:
         raise UsageError(
@@ -397,13 +386,10 @@ def _check_size(spec: JobSpec) -> None:
         )
 
 
-def _check_command(spec: JobSpec) -> None:
-    if spec.is_mpirun:
-        check_mpirun(spec.command, spec.workers)
-        _check_program(spec, spec.command[0], DependencyError)
-        _check_program(spec, parse_mpirun(spec.command)[2][0], UsageError)  # what mpirun runs
-    else:
-        _check_program(spec, spec.command[0], UsageError)
+def _check_command(spec: JobSpec, line: CommandLine) -> None:
+    if line.mpirun:
+        _check_program(spec, line.argv[0], DependencyError)
+    _check_program(spec, line.program[0], UsageError)  # what runs once per rank
 
 
 def _check_program(spec: JobSpec, program: str, err: type[UsageError]) -> None:

@@ -26,6 +26,7 @@ from ringleader.jobs.codec import decision_to_dict
 from ringleader.jobs.logfiles import instance_name, wait_until_ended
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import JobStatus
+from ringleader.jobs.submit import Support, prepare_submit
 from ringleader.jobs.views import EventView, InstanceView, JobView, SubmitResult
 from ringleader.scheduler import ClusterState, Code, Decision, place
 
@@ -47,6 +48,10 @@ class KubernetesEngine:
         self.namespace = namespace
         self.notes: list[str] = []
 
+    # The job's image is its pods' image; the cluster, its labels and finished jobs are the
+    # API server's (kubectl), not ringleader's.
+    supports = Support("kubernetes", submitter_context=False, image="the pods' image")
+
     @property
     def api(self) -> JobsApi:
         if self._api is None:
@@ -66,7 +71,9 @@ class KubernetesEngine:
         """Create the MPIJob and its PodGroup; the plan shown is ``place()`` over the cluster as
         it is now (the scheduler decides for real when the pods exist). A dry run creates
         nothing; its -o yaml output is the manifests themselves."""
-        spec = spec.validate()
+        sub = prepare_submit(spec, self.supports)
+        spec = sub.spec
+        self.notes += sub.notes
         job = manifests.mpijob(spec, self.namespace)
         extra: dict[str, Any] = {
             "manifests": manifests.dump_all([job, manifests.podgroup(spec, self.namespace)]),

@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from ringleader.engines.kubernetes import names
+from ringleader.jobs.commandline import read_line
 from ringleader.jobs.spec import JobSpec
 
 DEFAULT_IMAGE = "ghcr.io/ringleader/ringleader:0.1.0"
@@ -46,13 +47,28 @@ def _pod_labels(spec: JobSpec) -> dict[str, str]:
     return labels
 
 
-def launcher_command(spec: JobSpec) -> list[str]:
-    """The launcher runs the user's mpirun line as given; a plain program is started once per
-    worker through mpirun (mpi-operator hands mpirun the workers' hostfile)."""
-    if spec.is_mpirun:
-        return list(spec.command)
+# A plain program runs once per worker under mpirun with torchrun's variables, as on every other
+# engine: Open MPI's own rank variables renamed, MASTER_ADDR the first worker (rank 0 runs there:
+# map-by slot over mpi-operator's hostfile).
+TORCH_ENV = (
+    'export RANK="$OMPI_COMM_WORLD_RANK" WORLD_SIZE="$OMPI_COMM_WORLD_SIZE" '
+    'LOCAL_RANK="$OMPI_COMM_WORLD_LOCAL_RANK" LOCAL_WORLD_SIZE="$OMPI_COMM_WORLD_LOCAL_SIZE" '
+    'GROUP_RANK="$OMPI_COMM_WORLD_NODE_RANK"; exec "$@"'
+)
+MASTER_PORT = 29500
+
+
+def launcher_command(spec: JobSpec, namespace: str = "default") -> list[str]:
+    """What the launcher runs: the prepared mpirun line with -np from the gang and without the
+    host options (mpi-operator's hostfile lists the workers the scheduler bound); a plain
+    program started once per worker through mpirun, torchrun's variables set."""
+    line = read_line(spec.command)
+    if line.mpirun:
+        return [line.argv[0], "-np", str(spec.workers), *line.kept, *line.program]
+    master = f"{spec.name}-worker-0.{spec.name}.{namespace}.svc"
     return ["mpirun", "--allow-run-as-root", "-np", str(spec.workers), "-bind-to", "none", "-map-by", "slot",
-            *spec.command]  # fmt: skip
+            "-x", f"MASTER_ADDR={master}", "-x", f"MASTER_PORT={MASTER_PORT}",
+            "/bin/sh", "-c", TORCH_ENV, "rank", *line.program]  # fmt: skip
 
 
 def mpijob(spec: JobSpec, namespace: str, image: str | None = None) -> dict[str, Any]:
@@ -64,7 +80,7 @@ def mpijob(spec: JobSpec, namespace: str, image: str | None = None) -> dict[str,
     if spec.gpus_per_worker:
         worker_resources = {"limits": {names.GPU_RESOURCE: spec.gpus_per_worker}}
     launcher = {
-        "name": "launcher", "image": image, "command": launcher_command(spec),
+        "name": "launcher", "image": image, "command": launcher_command(spec, namespace),
         # No GPU for the launcher even on a node whose default runtime is nvidia and an image
         # that sets NVIDIA_VISIBLE_DEVICES=all.
         "env": [*_env(spec), {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}],

@@ -13,7 +13,6 @@ submits it when it fits, in priority then FIFO order.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 import subprocess
@@ -31,8 +30,9 @@ from ringleader.errors import ConflictError, NotFoundError, UnschedulableError, 
 from ringleader.jobs.codec import decision_to_dict
 from ringleader.jobs.logfiles import follow_log, instance_name, read_log, wait_until_ended
 from ringleader.jobs.prediction import placement_from_plan, predict_job
-from ringleader.jobs.spec import JobSpec, submit_env
+from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import JobStatus
+from ringleader.jobs.submit import Support, prepare_submit
 from ringleader.jobs.views import JobView, SubmitResult
 from ringleader.scheduler import ClusterState, Code, Decision, QueuedJob, place, schedule_queue
 
@@ -48,6 +48,8 @@ class SlurmEngine:
         self.readonly = readonly
         self.partition = os.environ.get("RINGLEADER_SLURM_PARTITION") or None
         self.notes: list[str] = []
+
+    supports = Support("slurm")
 
     def close(self) -> None:
         pass
@@ -77,11 +79,8 @@ class SlurmEngine:
 
     # -- submit and the queue -------------------------------------------------------------------
     def submit(self, spec: JobSpec, dry_run: bool = False) -> SubmitResult:
-        spec.validate()
-        if spec.workdir is None:
-            spec = dataclasses.replace(spec, workdir=os.getcwd())
-        if spec.submit_env is None:
-            spec = dataclasses.replace(spec, submit_env=submit_env(dict(os.environ)))
+        sub = prepare_submit(spec, self.supports)
+        spec = sub.spec
         # Checked before anything is written: a refused or dry-run submit leaves no trace.
         self._check_new(spec.name)
         snapshot, nodes, _ = self._snapshot()
@@ -93,6 +92,7 @@ class SlurmEngine:
         if blind and spec.topology_aware:
             how = "add Links= to gres.conf with `ringleader slurm gres-conf`, or a cluster file"
             self.notes.append(f"note: no GPU links known for {', '.join(blind)}: every pair taken as SYS ({how})")
+        self.notes += sub.notes
         if dry_run:
             prediction = predict_job(snapshot, spec, decision.placement) if decision.placement else None
             return SubmitResult(decision, decision_to_dict(decision), True, extra={"prediction": prediction})
@@ -106,6 +106,8 @@ class SlurmEngine:
             }  # fmt: skip
             add_event(record, "Submitted", f"{spec.workers} worker(s) x {spec.gpus_per_worker} GPU(s), "
                                            f"{decision.policy} policy, priority {spec.priority}")  # fmt: skip
+            for note in sub.notes:
+                add_event(record, "Command", note.removeprefix("note: "))
             self.records.save(record)
             mine = self._schedule_locked().get(spec.name, decision)
             refused = self.records.load(spec.name) or {}

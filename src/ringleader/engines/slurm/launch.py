@@ -18,7 +18,7 @@ from typing import Any
 from ringleader.engines.slurm.gres import request_gres
 from ringleader.engines.slurm.records import private_dir, write_private
 from ringleader.engines.slurm.task import TASK_FILE
-from ringleader.jobs.commandline import parse_mpirun
+from ringleader.jobs.commandline import CommandLine, read_line
 from ringleader.jobs.spec import JobSpec
 from ringleader.runtime.plan import build_plan, job_env
 from ringleader.scheduler import Placement, WorkerSlot
@@ -32,27 +32,19 @@ def by_node(placement: Placement) -> Placement:
     return Placement(placement.job, tuple(WorkerSlot(i, s.node, s.gpus) for i, s in enumerate(slots)))
 
 
-def mpi_program(command: list[str]) -> tuple[list[str], dict[str, str]]:
-    """An mpirun line as a direct launch: its program, and its -x / --mca options as the
-    environment Open MPI would have given the ranks (srun --mpi=pmix starts them itself)."""
-    kept, _, program = parse_mpirun(command)
+def mpi_program(line: CommandLine) -> tuple[list[str], dict[str, str]]:
+    """An mpirun line as a direct launch: its program, and its ``-x NAME=VALUE`` / ``--mca``
+    options as the environment Open MPI would have given the ranks (srun --mpi=pmix starts them
+    itself). A bare ``-x NAME`` was captured into the job's env at submit."""
     env: dict[str, str] = {}
-    i = 0
-    while i < len(kept):
-        name = kept[i].lstrip("-")
-        if name in ("x",) and i + 1 < len(kept):
-            key, sep, value = kept[i + 1].partition("=")
+    for opt in line.options:
+        if opt.name == "x" and opt.values:
+            key, sep, value = opt.values[0].partition("=")
             if sep:
                 env[key] = value
-            elif key in os.environ:
-                env[key] = os.environ[key]
-            i += 2
-        elif name in ("mca", "gmca") and i + 2 < len(kept):
-            env[f"OMPI_MCA_{kept[i + 1]}"] = kept[i + 2]
-            i += 3
-        else:
-            i += 1
-    return program, env
+        elif opt.name in ("mca", "gmca") and len(opt.values) == 2:
+            env[f"OMPI_MCA_{opt.values[0]}"] = opt.values[1]
+    return list(line.program), env
 
 
 def write_launch(
@@ -61,15 +53,16 @@ def write_launch(
     """The rank plan (``<root>/run/<job>/plan.json``) and the batch script next to it."""
     placement = by_node(placement)
     env = job_env(spec.submit_env)
-    if spec.is_mpirun:
-        program, mpi_env = mpi_program(spec.command)
+    line = read_line(spec.command)
+    if line.mpirun:
+        program, mpi_env = mpi_program(line)
         env.update(mpi_env)
     else:
         program = list(spec.command)
     env.update(spec.env)
     plan = build_plan(spec.name, placement, dict(specs), env, root)
     plan.update(
-        master_addr=addresses[placement.nodes[0]], master_port=0, program=program, mpi=spec.is_mpirun,
+        master_addr=addresses[placement.nodes[0]], master_port=0, program=program, mpi=line.mpirun,
         components=[{"node": n, "ntasks": sum(1 for s in placement.slots if s.node == n),
                      "gpus": list(placement.gpus_on(n))} for n in placement.nodes],
     )  # fmt: skip
