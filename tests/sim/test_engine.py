@@ -20,7 +20,7 @@ from ringleader.scheduler import (
     QueuedJob,
     schedule_queue,
 )
-from ringleader.sim import StepTime, TraceJob, generate_trace, simulate, summarise
+from ringleader.sim import StepTime, TraceJob, generate_trace, simulate, summarise, wait_by_size
 from ringleader.topology import NodeSpec, preset
 
 
@@ -56,6 +56,10 @@ def test_fifo_jcts_by_hand() -> None:
     assert s["jobs_per_hour"] == pytest.approx(3 / 150 * 3600)
     assert s["images_per_s"] == pytest.approx((80 * 100 + 40 * 50 + 40 * 30) / 150)
     assert s["p95_jct_s"] == pytest.approx(110 + 0.9 * (140 - 110))
+    assert wait_by_size(run) == {
+        4: {"jobs": 2, "p50_s": 85, "p95_s": pytest.approx(89.5), "max_s": 90},
+        8: {"jobs": 1, "p50_s": 0, "p95_s": 0, "max_s": 0},
+    }
 
 
 def test_priority_then_fifo_and_backfill() -> None:
