@@ -10,8 +10,17 @@ from collections.abc import Mapping
 import pytest
 
 from ringleader.errors import UsageError
-from ringleader.scheduler import ClusterState, JobRequest, NodeState, Placement, QueuedJob, schedule_queue
-from ringleader.sim import StepTime, TraceJob, generate_trace, simulate, summarise
+from ringleader.scheduler import (
+    NO_RESERVATIONS,
+    BackfillConfig,
+    ClusterState,
+    JobRequest,
+    NodeState,
+    Placement,
+    QueuedJob,
+    schedule_queue,
+)
+from ringleader.sim import StepTime, TraceJob, generate_trace, simulate, summarise, wait_by_size
 from ringleader.topology import NodeSpec, preset
 
 
@@ -47,6 +56,10 @@ def test_fifo_jcts_by_hand() -> None:
     assert s["jobs_per_hour"] == pytest.approx(3 / 150 * 3600)
     assert s["images_per_s"] == pytest.approx((80 * 100 + 40 * 50 + 40 * 30) / 150)
     assert s["p95_jct_s"] == pytest.approx(110 + 0.9 * (140 - 110))
+    assert wait_by_size(run) == {
+        4: {"jobs": 2, "p50_s": 85, "p95_s": pytest.approx(89.5), "max_s": 90},
+        8: {"jobs": 1, "p50_s": 0, "p95_s": 0, "max_s": 0},
+    }
 
 
 def test_priority_then_fifo_and_backfill() -> None:
@@ -94,9 +107,12 @@ def test_empty_trace() -> None:
     assert s["completed"] == 0 and math.isnan(s["avg_jct_s"])
 
 
-def naive(specs: list[NodeSpec], trace: list[TraceJob], policy: str) -> dict[str, tuple[float, float]]:
+def naive(
+    specs: list[NodeSpec], trace: list[TraceJob], policy: str, config: BackfillConfig
+) -> dict[str, tuple[float, float]]:
     """The obvious simulator: schedule_queue over the whole queue after every instant."""
     state = ClusterState.empty(specs)
+    ends: dict[str, float] = {}
     events = [(j.arrival_s, 1, i, j) for i, j in enumerate(trace)]
     heapq.heapify(events)
     pending: list[QueuedJob] = []
@@ -108,30 +124,43 @@ def naive(specs: list[NodeSpec], trace: list[TraceJob], policy: str) -> dict[str
             _, kind, i, j = heapq.heappop(events)
             if kind == 0:
                 state = state.without_job(j.name)
+                ends.pop(j.name, None)
             else:
-                pending.append(QueuedJob(JobRequest(j.name, j.workers, j.gpus, priority=j.priority), i))
-        state, decisions = schedule_queue(state, pending, policy)
+                request = JobRequest(j.name, j.workers, j.gpus, priority=j.priority, time_limit_s=j.time_limit_s)
+                pending.append(QueuedJob(request, i, j.arrival_s))
+        state, decisions = schedule_queue(state, pending, policy, now=now, expected_ends=ends, config=config)
         for d in decisions:
             if d.placement is not None:
                 tj = by_name[d.job.name]
                 step = one_second_steps(state.by_name, d.placement, tj).step_time_s
                 out[tj.name] = (now, now + tj.iterations * step)
+                if tj.time_limit_s is not None:
+                    ends[tj.name] = now + tj.time_limit_s
                 heapq.heappush(events, (now + tj.iterations * step, 0, len(out) + len(trace), tj))
         placed = {d.job.name for d in decisions if d.placement is not None}
         pending = [q for q in pending if q.job.name not in placed]
     return out
 
 
+RESERVING = BackfillConfig(reservation_depth=2, age_weight=2.0, max_age_s=600.0)  # age acts within the trace
+
+
+@pytest.mark.parametrize("config", [NO_RESERVATIONS, RESERVING], ids=["no-reservations", "reservations"])
 @pytest.mark.parametrize("policy", ["topology", "default", "besteffort", "ack"])
-def test_fast_pass_matches_schedule_queue_over_whole_queue(policy: str) -> None:
-    # A loaded queue with three priority levels, so passes place, skip and backfill.
-    trace = [
-        TraceJob(j.name, j.arrival_s, j.workers, j.gpus, j.model, 10, j.iterations // 50 + 1, i % 3)
-        for i, j in enumerate(generate_trace(60, seed=3, arrival_rate_per_h=200.0, cluster_gpus=16))
-    ]
-    run = simulate(nodes(2), trace, policy, one_second_steps, max_failures=10**6)
-    assert times(run) == naive(nodes(2), trace, policy)
-    assert run.stats.place_calls == len(trace)  # no hopeless place() calls
+def test_fast_pass_matches_schedule_queue_over_whole_queue(policy: str, config: BackfillConfig) -> None:
+    # A loaded queue with three priority levels, so passes place, skip and backfill; two jobs in
+    # three have a time limit (never exceeded: steps take at most 2 s), so some backfill onto
+    # reserved GPUs and some may not.
+    trace = []
+    for i, j in enumerate(generate_trace(60, seed=3, arrival_rate_per_h=200.0, cluster_gpus=16)):
+        iters = j.iterations // 50 + 1
+        limit = None if i % 3 == 0 else 2.0 * iters + 5
+        trace.append(TraceJob(j.name, j.arrival_s, j.workers, j.gpus, j.model, 10, iters, i % 3, limit))
+    run = simulate(nodes(2), trace, policy, one_second_steps, max_failures=10**6, backfill=config)
+    assert times(run) == naive(nodes(2), trace, policy, config)
+    if config == NO_RESERVATIONS:
+        assert run.stats.place_calls == len(trace)  # no hopeless place() calls
+    assert times(run) != naive(nodes(2), trace, policy, NO_RESERVATIONS if config == RESERVING else RESERVING)
 
 
 def test_binned_utilization_integrates_the_timeline() -> None:

@@ -16,7 +16,15 @@ from ringleader.scheduler.framework import (
     register,
     unresolvable,
 )
-from ringleader.scheduler.queue import QueuedJob, schedule_queue
+from ringleader.scheduler.queue import (
+    NO_RESERVATIONS,
+    BackfillConfig,
+    QueuedJob,
+    QueuePass,
+    effective_priority,
+    queue_order,
+    schedule_queue,
+)
 from ringleader.scheduler.types import (
     Bottleneck,
     Candidate,
@@ -27,10 +35,13 @@ from ringleader.scheduler.types import (
     Metrics,
     NodeState,
     Placement,
+    Reservation,
     WorkerSlot,
 )
 
 __all__ = [
+    "NO_RESERVATIONS",
+    "BackfillConfig",
     "Bottleneck",
     "Candidate",
     "ClusterState",
@@ -41,12 +52,16 @@ __all__ = [
     "NodeState",
     "Placement",
     "Policy",
+    "QueuePass",
     "QueuedJob",
+    "Reservation",
     "WorkerSlot",
+    "effective_priority",
     "get_policy",
     "place",
     "placement_metrics",
     "policy_names",
+    "queue_order",
     "register",
     "schedule_queue",
     "unresolvable",

@@ -1,37 +1,319 @@
-"""Queue order and one scheduling pass: priority first, then FIFO; gangs commit all or nothing."""
+"""Queue order and one scheduling pass: gangs commit all or nothing, with Slurm-style backfill.
+
+Order is effective priority (base priority plus an age term), then submit order. The first
+``reservation_depth`` gangs in that order that cannot start get a *reservation*: the GPUs
+``place`` would give them on the cluster as it will be once running jobs end in order of their
+expected ends. A job behind them may start only where it delays no reservation: on GPUs no
+reservation holds, or on reserved GPUs when its own time limit ends before the reservation's
+start (backfill). Times are inputs (``now``, running jobs' expected ends, submit times): the
+scheduler reads no clock.
+
+A running job without a known end is planned as running until every job with a known end has
+ended; a gang that only fits once such a job ends gets a reservation with an unknown start, and
+its GPUs that are free now are still held, so a stream of small jobs cannot take them.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
-from ringleader.scheduler.framework import place
-from ringleader.scheduler.types import ClusterState, Decision, JobRequest
+from ringleader.scheduler.framework import get_policy, place
+from ringleader.scheduler.gpuset import bits
+from ringleader.scheduler.types import (
+    ClusterState,
+    Code,
+    Decision,
+    JobRequest,
+    NodeState,
+    Placement,
+    Reservation,
+    WorkerSlot,
+    approx_duration,
+)
+
+HELD = "reserved"  # owner name of reserved GPUs in the working states a pass builds
 
 
 @dataclass(frozen=True)
 class QueuedJob:
     job: JobRequest
     seq: int  # submit order (FIFO tie-break)
+    submit_s: float | None = None  # submit time on the caller's clock; None: no age
 
 
-def queue_order(jobs: Sequence[QueuedJob]) -> list[QueuedJob]:
-    return sorted(jobs, key=lambda q: (-q.job.priority, q.seq))
+@dataclass(frozen=True)
+class BackfillConfig:
+    """How far reservations reach and how fast waiting raises priority.
+
+    Age follows Slurm's multifactor age factor: a job that has waited ``wait`` seconds ranks
+    with ``priority + age_weight * min(wait, max_age_s) / max_age_s``, so a gang that waits long
+    enough overtakes any stream of jobs up to ``age_weight`` priority points above it.
+    """
+
+    reservation_depth: int = 2  # how many gangs that cannot start get a reservation
+    age_weight: float = 100.0
+    max_age_s: float = 24 * 3600.0
+
+    def __post_init__(self) -> None:
+        if self.reservation_depth < 0:
+            raise ValueError(f"reservation_depth must be >= 0, got {self.reservation_depth}")
+        if self.age_weight < 0 or not self.max_age_s > 0:
+            raise ValueError(f"need age_weight >= 0 and max_age_s > 0, got {self.age_weight}, {self.max_age_s}")
+
+
+# The queue before reservations: no reservation, no age; any job that fits starts.
+NO_RESERVATIONS = BackfillConfig(reservation_depth=0, age_weight=0.0)
+
+
+def effective_priority(queued: QueuedJob, now: float | None, config: BackfillConfig) -> float:
+    if now is None or queued.submit_s is None or config.age_weight == 0:
+        return float(queued.job.priority)
+    wait = min(max(now - queued.submit_s, 0.0), config.max_age_s)
+    return queued.job.priority + config.age_weight * wait / config.max_age_s
+
+
+def queue_order(
+    jobs: Sequence[QueuedJob], now: float | None = None, config: BackfillConfig = BackfillConfig()
+) -> list[QueuedJob]:
+    return sorted(jobs, key=lambda q: (-effective_priority(q, now, config), q.seq))
+
+
+@dataclass(frozen=True)
+class QueuePass:
+    """The state of one scheduling pass: the cluster with the jobs started so far, the expected
+    ends of running jobs, and the reservations made so far. ``decide`` tries one job and returns
+    its decision and the next state; jobs must be decided in ``queue_order``.
+    """
+
+    state: ClusterState
+    now: float | None = None
+    expected_ends: Mapping[str, float] = field(default_factory=dict)  # running job -> end
+    config: BackfillConfig = BackfillConfig()
+    reservations: tuple[Reservation, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.now is None and self.expected_ends:
+            raise ValueError("expected_ends need now (the same clock)")
+
+    def end_of(self, job: JobRequest) -> float | None:
+        """When ``job`` would end if it started now (None: no time limit or no clock)."""
+        if self.now is None or job.time_limit_s is None:
+            return None
+        return self.now + job.time_limit_s
+
+    def blocking(self, job: JobRequest) -> tuple[Reservation, ...]:
+        """Reservations ``job`` must leave alone: all but those that start after it would end."""
+        end = self.end_of(job)
+        return tuple(r for r in self.reservations if end is None or r.start_s is None or end > r.start_s)
+
+    def usable_state(self, job: JobRequest) -> ClusterState:
+        """``state`` with the GPUs that ``job`` may not take marked as held."""
+        usable = self.state
+        for reservation in self.blocking(job):
+            free_part = _free_part(usable, reservation.placement)
+            if free_part is not None:
+                usable = usable.with_placement(free_part)
+        return usable
+
+    def decide(self, job: JobRequest, policy: str | None = None, explain: bool = True) -> tuple[Decision, QueuePass]:
+        """Start ``job`` if it fits without delaying a reservation; else pend it, with a
+        reservation while fewer than ``reservation_depth`` exist. Without ``explain`` a pending
+        decision carries only its code and reservation (the simulator needs no reasons)."""
+        usable = self.usable_state(job)
+        if enough_worker_slots(usable, job):
+            decision = place(usable, job, policy)
+            if decision.placement is not None:
+                return decision, self._started(job, decision.placement)
+        policy_name = get_policy(policy or job.policy_name).name
+        now_decision = place(self.state, job, policy) if explain else None
+        if now_decision is not None and now_decision.code is Code.UNRESOLVABLE:
+            return now_decision, self
+        reservation = None
+        if len(self.reservations) < self.config.reservation_depth:
+            reservation = self.plan_reservation(job, policy)
+        after = replace(self, reservations=(*self.reservations, reservation)) if reservation else self
+        if now_decision is None:
+            return Decision(job, policy_name, Code.UNSCHEDULABLE, reservation=reservation), after
+        lines = [reservation.describe()] if reservation else []
+        if now_decision.ok:  # it fits the free GPUs: only reservations stop it
+            lines.append(self._waits_for(job, now_decision.placement))
+            blocked = place(usable, job, policy)
+            decision = replace(blocked, reasons=tuple(lines), reservation=reservation)
+        else:
+            decision = replace(now_decision, reasons=(*lines, *now_decision.reasons), reservation=reservation)
+        return decision, after
+
+    def _started(self, job: JobRequest, placement: Placement) -> QueuePass:
+        end = self.end_of(job)
+        ends = {**self.expected_ends, job.name: end} if end is not None else self.expected_ends
+        return replace(self, state=self.state.with_placement(placement), expected_ends=ends)
+
+    def _waits_for(self, job: JobRequest, wanted: Placement | None) -> str:
+        """Which reservations hold the GPUs ``job`` would take, and why it may not use them."""
+        blocking = self.blocking(job)
+        wanted_gpus = {(s.node, g) for s in wanted.slots for g in s.gpus} if wanted else set()
+        named = [r for r in blocking if wanted_gpus & _gpu_set(r.placement)] or list(blocking)
+        names = ", ".join(f"job {r.job}" for r in named)
+        if job.time_limit_s is None or self.now is None:
+            why = "it has no time limit, so it could still run when they start"
+        else:
+            starts = [r.starts_in_s for r in named if r.starts_in_s is not None]
+            why = (f"its time limit ends after the reservation starts (in {approx_duration(min(starts))})"
+                   if starts else "the reservation's start is unknown")  # fmt: skip
+        return f"waits for reservation of {names}: {why}"
+
+    def plan_reservation(self, job: JobRequest, policy: str | None = None) -> Reservation | None:
+        """The GPUs ``job`` would take at the first expected end after which it fits.
+
+        Running jobs release their GPUs at their expected ends, earliest first; reservations
+        made before this one hold theirs until their own end (from now: simple and never late).
+        Jobs without a known end release last, all at once, and then the start is unknown.
+        None for a gang that cannot fit beside the earlier reservations, or never fits.
+        """
+        if job.gpus_per_worker == 0:
+            return None  # a CPU-only gang fits whenever a node serves it
+        nodes = self.state.nodes
+        holds: list[list[_Hold]] = [[] for _ in nodes]
+        for pos, ns in enumerate(nodes):
+            by_job: dict[str, int] = {}
+            for gpu, owner in ns.allocated:
+                by_job[owner] = by_job.get(owner, 0) | 1 << gpu
+            holds[pos] = [_Hold(self.expected_ends.get(owner, math.inf), mask, False) for owner, mask in by_job.items()]
+        for reservation in self.reservations:
+            end = math.inf if reservation.end_s is None else reservation.end_s
+            for node in reservation.placement.nodes:
+                mask = sum(1 << g for g in reservation.placement.gpus_on(node))
+                holds[self.state.positions[node]].append(_Hold(end, mask, True))
+        planner = _FuturePlanner(nodes, holds, job.gpus_per_worker)
+        for end in sorted({h.end for per_node in holds for h in per_node if h.end != math.inf}):
+            if planner.release(_ended_by(end)) >= job.workers:
+                found = planner.try_place(job, policy)
+                if found is not None:
+                    start = end if self.now is None else max(end, self.now)
+                    return self._reservation(job, found, start)
+        # Unknown ends: once every running job has ended, earlier reservations still held. A gang
+        # that fits only on GPUs an earlier reservation holds for good gets none (it could not
+        # start before that one ends, whenever that is).
+        if planner.release(_is_running) >= job.workers:
+            found = planner.try_place(job, policy)
+            if found is not None:
+                return self._reservation(job, found, None)
+        return None
+
+    def _reservation(self, job: JobRequest, placement: Placement, start: float | None) -> Reservation:
+        starts_in = None if start is None or self.now is None else start - self.now
+        end = None if start is None or job.time_limit_s is None else start + job.time_limit_s
+        return Reservation(placement, start, starts_in, end)
+
+
+@dataclass(frozen=True)
+class _Hold:
+    """GPUs of one node held until ``end`` (inf: no known end), by a running job or a reservation."""
+
+    end: float
+    mask: int
+    reservation: bool
+
+
+class _FuturePlanner:
+    """Free GPU masks per node as holds expire; counts worker slots incrementally so ``place``
+    runs only once the gang can fit (the slot count is necessary for every policy)."""
+
+    def __init__(self, nodes: Sequence[NodeState], holds: Sequence[Sequence[_Hold]], gpus: int) -> None:
+        self.nodes = nodes
+        self.holds = [list(h) for h in holds]
+        self.gpus = gpus
+        self.held = [_union(h) for h in self.holds]
+        self.slots = sum(self._node_slots(pos) for pos in range(len(nodes)))
+
+    def _node_slots(self, pos: int) -> int:
+        free = self.nodes[pos].spec.topology.all_mask & ~self.held[pos]
+        return free.bit_count() // self.gpus
+
+    def release(self, ended: Callable[[_Hold], bool]) -> int:
+        """Drop the holds that have ``ended``; returns the worker slots free then."""
+        for pos, per_node in enumerate(self.holds):
+            kept = [h for h in per_node if not ended(h)]
+            if len(kept) != len(per_node):
+                before = self._node_slots(pos)
+                self.holds[pos] = kept
+                self.held[pos] = _union(kept)
+                self.slots += self._node_slots(pos) - before
+        return self.slots
+
+    def try_place(self, job: JobRequest, policy: str | None) -> Placement | None:
+        future = ClusterState(tuple(
+            ns if self.held[pos] == ns.used_mask else
+            replace(ns, allocated=tuple((g, HELD) for g in bits(self.held[pos])))
+            for pos, ns in enumerate(self.nodes)
+        ))  # fmt: skip
+        return place(future, job, policy).placement
+
+
+def _ended_by(t: float) -> Callable[[_Hold], bool]:
+    return lambda hold: hold.end <= t
+
+
+def _is_running(hold: _Hold) -> bool:
+    return not hold.reservation
+
+
+def _union(holds: Sequence[_Hold]) -> int:
+    mask = 0
+    for hold in holds:
+        mask |= hold.mask
+    return mask
+
+
+def _gpu_set(placement: Placement) -> set[tuple[str, int]]:
+    return {(s.node, g) for s in placement.slots for g in s.gpus}
+
+
+def _free_part(state: ClusterState, placement: Placement) -> Placement | None:
+    """The GPUs of ``placement`` free in ``state``, as a placement owned by the reservation."""
+    slots: list[WorkerSlot] = []
+    for node in placement.nodes:
+        free = state.node(node).free_mask
+        gpus = tuple(g for g in placement.gpus_on(node) if free >> g & 1)
+        if gpus:
+            slots.append(WorkerSlot(len(slots), node, gpus))
+    return Placement(f"{HELD}:{placement.job}", tuple(slots)) if slots else None
+
+
+def enough_worker_slots(state: ClusterState, job: JobRequest) -> bool:
+    """Necessary for any placement: sum over nodes of free // gpus_per_worker >= workers."""
+    if job.gpus_per_worker == 0:
+        return True
+    slots = 0
+    for group in state.groups:
+        slots += group.size * (group.free_mask.bit_count() // job.gpus_per_worker)
+        if slots >= job.workers:
+            return True
+    return False
 
 
 def schedule_queue(
-    state: ClusterState, pending: Sequence[QueuedJob], policy: str | None = None
+    state: ClusterState,
+    pending: Sequence[QueuedJob],
+    policy: str | None = None,
+    *,
+    now: float | None = None,
+    expected_ends: Mapping[str, float] | None = None,
+    config: BackfillConfig = BackfillConfig(),
 ) -> tuple[ClusterState, list[Decision]]:
-    """Try every pending job in queue order on a working copy of ``state``.
+    """Decide every pending job in queue order on a working copy of ``state``.
 
-    A job that fits is committed to the copy before the next is tried, so two gangs never get
-    the same GPU. A job that does not fit does not block smaller ones behind it (backfill);
-    the caller persists the returned state only as a whole.
+    A job that starts is committed to the copy before the next is tried, so two gangs never get
+    the same GPU. ``now`` and ``expected_ends`` (running job name -> expected end, on the same
+    clock) give reservations their start and let jobs with a time limit backfill onto reserved
+    GPUs; without them reservations still hold the GPUs they name. The caller persists the
+    returned state only as a whole.
     """
+    current = QueuePass(state, now, dict(expected_ends or {}), config)
     decisions = []
-    for queued in queue_order(pending):
-        decision = place(state, queued.job, policy)
-        if decision.placement is not None:
-            state = state.with_placement(decision.placement)
+    for queued in queue_order(pending, now, config):
+        decision, current = current.decide(queued.job, policy)
         decisions.append(decision)
-    return state, decisions
+    return current.state, decisions

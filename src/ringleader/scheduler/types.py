@@ -25,6 +25,9 @@ class JobRequest:
     topology_aware: bool = False
     priority: int = 0
     model: str | None = None  # optional hint (e.g. "vgg16") for throughput predictions
+    # Wall-clock limit in seconds: once the job starts, the queue plans with start + limit as
+    # its end, and a job with a limit may backfill onto GPUs reserved from after that end.
+    time_limit_s: float | None = None
 
     @property
     def total_gpus(self) -> int:
@@ -321,6 +324,53 @@ class Candidate:
         return dict(zip(self.objective_names, self.objective, strict=True))
 
 
+def gpu_ranges(gpus: Iterable[int]) -> str:
+    """GPU ids as runs: (0, 1, 2, 3, 6) -> "0-3,6"."""
+    runs: list[list[int]] = []
+    for gpu in sorted(gpus):
+        if runs and gpu == runs[-1][-1] + 1:
+            runs[-1].append(gpu)
+        else:
+            runs.append([gpu])
+    return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """GPUs a pending gang will take when they free, held against lower-priority jobs.
+
+    Times are on the caller's clock (the scheduler reads none): ``start_s`` is when the last
+    job holding these GPUs is expected to end, ``None`` when one of them has no known end.
+    """
+
+    placement: Placement
+    start_s: float | None
+    starts_in_s: float | None  # start_s - now
+    end_s: float | None  # start_s + the gang's time limit; None: no known end
+
+    @property
+    def job(self) -> str:
+        return self.placement.job
+
+    def gpus(self) -> str:
+        """ "GPUs 0-7 on node-a, 0-3 on node-b"."""
+        return "GPUs " + ", ".join(f"{gpu_ranges(self.placement.gpus_on(n))} on {n}" for n in self.placement.nodes)
+
+    def describe(self) -> str:
+        if self.starts_in_s is None:
+            return f"reserved {self.gpus()}, expected start unknown (a job holding them has no time limit)"
+        return f"reserved {self.gpus()}, expected start in {approx_duration(self.starts_in_s)}"
+
+
+def approx_duration(seconds: float) -> str:
+    """ "~40 s", "~14 min", "~2.5 h" (what a person reads in a pending reason)."""
+    if seconds < 90:
+        return f"~{max(seconds, 0):.0f} s"
+    if seconds < 90 * 60:
+        return f"~{seconds / 60:.0f} min"
+    return f"~{seconds / 3600:.1f} h"
+
+
 @dataclass(frozen=True)
 class Decision:
     """What the engine decided for one job, with everything needed to explain it."""
@@ -333,6 +383,7 @@ class Decision:
     reasons: tuple[str, ...] = ()  # why not (pending) or why this one (success)
     node_reasons: Mapping[str, str] = field(default_factory=dict)  # node -> why it was filtered
     candidates_considered: int = 0
+    reservation: Reservation | None = None  # pending only: the GPUs held for it and when
 
     @property
     def placement(self) -> Placement | None:

@@ -20,6 +20,12 @@ The pass gives the same decisions as ``schedule_queue`` over the whole queue, bu
   once and updated by ``with_placement`` / ``without_placement`` for the touched nodes only;
 * at most ``max_failures`` failed ``place`` calls per pass (default 32; counted in the stats).
 Nodes are simulated unlabelled so every job runs under the compared policy.
+
+With a ``BackfillConfig`` that reserves (or ages), a pass instead walks the whole queue in
+``queue_order`` through ``QueuePass.decide``, the same code ``schedule_queue`` runs, so the
+simulated queue is the runtime's; it only skips jobs that cannot start by the free worker slots
+once no reservation is left to give. A running job's expected end is its start plus the trace's
+``time_limit_s`` (unknown without one); it actually ends after ``iterations x step time``.
 """
 
 from __future__ import annotations
@@ -29,7 +35,19 @@ import itertools
 from collections import deque
 from dataclasses import dataclass, field
 
-from ringleader.scheduler import ClusterState, JobRequest, Placement, get_policy, place
+from ringleader.scheduler import (
+    NO_RESERVATIONS,
+    BackfillConfig,
+    ClusterState,
+    Decision,
+    JobRequest,
+    Placement,
+    QueuedJob,
+    QueuePass,
+    get_policy,
+    place,
+    queue_order,
+)
 from ringleader.sim.steptime import Memoised, StepTime, StepTimeFn
 from ringleader.sim.trace import TraceJob
 from ringleader.topology.cluster import NodeSpec
@@ -110,6 +128,7 @@ class Simulation:
         policy: str,
         step_time: StepTimeFn | Memoised,
         max_failures: int = DEFAULT_MAX_FAILURES,
+        backfill: BackfillConfig = NO_RESERVATIONS,
     ) -> None:
         self.policy = get_policy(policy).name  # unknown names fail here, listing the known ones
         self.specs = [s.with_labels({}) for s in specs]
@@ -122,6 +141,9 @@ class Simulation:
             self.hist[f] += 1
         self.step_time = step_time if isinstance(step_time, Memoised) else Memoised(step_time)
         self.max_failures = max_failures
+        self.backfill = backfill
+        self.queued: dict[str, QueuedJob] = {}  # waiting jobs as the queue sees them
+        self.expected_ends: dict[str, float] = {}  # running jobs with a time limit
         self.jobs = sorted(jobs, key=lambda j: j.arrival_s)
         self.records = {j.name: JobRecord(j) for j in self.jobs}
         self.buckets: dict[_Shape, deque[tuple[int, TraceJob]]] = {}
@@ -163,7 +185,11 @@ class Simulation:
                     job = self.records[name].job
                     shape = (job.priority, job.workers, job.gpus)
                     self.buckets.setdefault(shape, deque()).append((order, job))
-            self._pass(now)
+                    self.queued[name] = QueuedJob(request_of(job), order, job.arrival_s)
+            if self.backfill == NO_RESERVATIONS:
+                self._pass(now)
+            else:
+                self._reserving_pass(now)
             self._sample(now)
         self.stats.step_time_hits = self.step_time.hits - hits0
         self.stats.step_time_misses = self.step_time.misses - misses0
@@ -211,17 +237,46 @@ class Simulation:
                 self.stats.capped_passes += 1
                 return
 
+    def _reserving_pass(self, now: float) -> None:
+        self.stats.passes += 1
+        current = QueuePass(self.state, now, self.expected_ends, self.backfill)
+        for queued in queue_order(list(self.queued.values()), now, self.backfill):
+            request = queued.job
+            if len(current.reservations) >= self.backfill.reservation_depth and (
+                self._slots(request.gpus_per_worker) < request.workers
+            ):
+                continue  # cannot start on the free GPUs, and no reservation is left to give
+            self.stats.place_calls += 1
+            decision, current = current.decide(request, self.policy, explain=False)
+            if decision.chosen is None:
+                self.stats.failed_places += 1
+                continue
+            job = self.records[request.name].job
+            self.buckets[(job.priority, job.workers, job.gpus)].remove((queued.seq, job))
+            if not self.buckets[(job.priority, job.workers, job.gpus)]:
+                del self.buckets[(job.priority, job.workers, job.gpus)]
+            self._start(job, decision, now, current.state)
+
     def _try(self, job: TraceJob, now: float) -> bool:
-        request = JobRequest(job.name, job.workers, job.gpus, priority=job.priority, model=job.model)
         self.stats.place_calls += 1
-        decision = place(self.state, request, self.policy)
+        decision = place(self.state, request_of(job), self.policy)
         if decision.chosen is None:
             self.stats.failed_places += 1
             return False
+        self._start(job, decision, now)
+        return True
+
+    def _start(self, job: TraceJob, decision: Decision, now: float, after: ClusterState | None = None) -> None:
+        """Start ``job`` where ``decision`` put it; ``after`` is the state with it committed
+        when the caller has it already."""
+        assert decision.chosen is not None
         placement = decision.chosen.placement
         used = {name: self.state.node(name) for name in placement.nodes}
         step = self.step_time(used, placement, job)
-        self._commit(self.state.with_placement(placement), placement)
+        self._commit(after if after is not None else self.state.with_placement(placement), placement)
+        self.queued.pop(job.name, None)
+        if job.time_limit_s is not None:
+            self.expected_ends[job.name] = now + job.time_limit_s
         record = self.records[job.name]
         record.start_s, record.placement, record.step = now, placement, step
         metrics = decision.chosen.metrics
@@ -231,7 +286,6 @@ class Simulation:
         self.busy += job.total_gpus
         finish = now + job.iterations * step.step_time_s
         heapq.heappush(self.events, (finish, COMPLETION, next(self.seq), job.name))
-        return True
 
     def _commit(self, state: ClusterState, placement: Placement) -> None:
         # Touch the index so the next with/without_placement carries it (it updates only an
@@ -249,6 +303,7 @@ class Simulation:
         record = self.records[name]
         assert record.placement is not None
         record.finish_s = now
+        self.expected_ends.pop(name, None)
         self._commit(self.state.without_placement(record.placement), record.placement)
         self.busy -= record.job.total_gpus
         self.blocked.clear()
@@ -276,6 +331,14 @@ def simulate(
     policy: str,
     step_time: StepTimeFn | Memoised,
     max_failures: int = DEFAULT_MAX_FAILURES,
+    backfill: BackfillConfig = NO_RESERVATIONS,
 ) -> SimRun:
-    """Simulate ``jobs`` on ``specs`` under ``policy``."""
-    return Simulation(specs, jobs, policy, step_time, max_failures).run()
+    """Simulate ``jobs`` on ``specs`` under ``policy``; ``backfill`` picks the queue discipline
+    (default: no reservation and no age, the queue before reservations)."""
+    return Simulation(specs, jobs, policy, step_time, max_failures, backfill).run()
+
+
+def request_of(job: TraceJob) -> JobRequest:
+    return JobRequest(
+        job.name, job.workers, job.gpus, priority=job.priority, model=job.model, time_limit_s=job.time_limit_s
+    )

@@ -14,7 +14,9 @@
   for the queue head, yet it cannot be placed (its gang does not fit the way GPUs are spread);
 * ``placement_frag_after``: mean over placements of the scheduler's
   ``Metrics.fragmentation_after`` (share of the used nodes' free GPUs left stranded);
-* ``multi_node_share``: share of started jobs placed on more than one node.
+* ``multi_node_share``: share of started jobs placed on more than one node;
+* ``wait_by_size``: per gang size (total GPUs), how many started and the p50 / p95 / max of
+  their queueing delay (start - arrival).
 """
 
 from __future__ import annotations
@@ -74,6 +76,18 @@ def summarise(run: SimRun) -> dict[str, Any]:
         "frag_blocked": frag_blocked,
         "placement_frag_after": _mean([r.fragmentation_after for r in started]),
         "multi_node_share": _mean([1.0 if r.nodes_used > 1 else 0.0 for r in started]),
+    }
+
+
+def wait_by_size(run: SimRun) -> dict[int, dict[str, float]]:
+    """Gang size (GPUs) -> started jobs and the p50, p95 and max of their queueing delay."""
+    waits: dict[int, list[float]] = {}
+    for r in run.records:
+        if r.queue_s is not None:
+            waits.setdefault(r.job.total_gpus, []).append(r.queue_s)
+    return {
+        size: {"jobs": len(w), "p50_s": percentile(w, 50), "p95_s": percentile(w, 95), "max_s": max(w)}
+        for size, w in sorted(waits.items())
     }
 
 

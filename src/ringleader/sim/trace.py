@@ -2,11 +2,12 @@
 
 A trace is CSV with a header::
 
-    name,arrival_s,workers,gpus,model,batch_size,iterations[,priority]
-    job-0001,0.0,4,1,vgg16,64,2000,0
+    name,arrival_s,workers,gpus,model,batch_size,iterations[,priority][,time_limit_s]
+    job-0001,0.0,4,1,vgg16,64,2000,0,3600
 
 ``gpus`` is GPUs per worker, ``batch_size`` the per-GPU batch, ``iterations`` the training steps
-the job runs; ``priority`` (optional, default 0) orders the queue before arrival time.
+the job runs; ``priority`` (optional, default 0) orders the queue before arrival time;
+``time_limit_s`` (optional, empty for none) is the wall-clock limit the queue plans with.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from ringleader.errors import UsageError
 from ringleader.topology.cluster import check_name
 
 COLUMNS = ("name", "arrival_s", "workers", "gpus", "model", "batch_size", "iterations")
-OPTIONAL = ("priority",)
+OPTIONAL = ("priority", "time_limit_s")
 
 # Gang shapes (workers, GPUs per worker) per total size, and how often each size arrives:
 # most jobs are small, as in published cluster traces (Philly, Helios: most jobs use 1-4 GPUs).
@@ -59,6 +60,7 @@ class TraceJob:
     batch_size: int  # per GPU
     iterations: int
     priority: int = 0
+    time_limit_s: float | None = None  # what the user promised; the queue plans with it
 
     @property
     def total_gpus(self) -> int:
@@ -144,6 +146,7 @@ def _job(values: dict[str, str], origin: str, line: int) -> TraceJob:
         batch_size=int(number("batch_size", int, 1)),
         iterations=int(number("iterations", int, 1)),
         priority=prio,
+        time_limit_s=number("time_limit_s", float, 1) if values.get("time_limit_s", "") else None,
     )
 
 
@@ -157,11 +160,13 @@ def load_trace(path: str | Path) -> list[TraceJob]:
 def format_trace(jobs: Sequence[TraceJob]) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow((*COLUMNS, *OPTIONAL))
+    limits = any(j.time_limit_s is not None for j in jobs)  # the column only where it says something
+    writer.writerow((*COLUMNS, *OPTIONAL) if limits else (*COLUMNS, "priority"))
     for j in jobs:
-        writer.writerow(
-            (j.name, f"{j.arrival_s:.3f}", j.workers, j.gpus, j.model, j.batch_size, j.iterations, j.priority)
-        )
+        row = [j.name, f"{j.arrival_s:.3f}", j.workers, j.gpus, j.model, j.batch_size, j.iterations, j.priority]
+        if limits:
+            row.append("" if j.time_limit_s is None else f"{j.time_limit_s:.3f}")
+        writer.writerow(row)
     return out.getvalue()
 
 
