@@ -284,7 +284,31 @@ def schema_error(schema: type[BaseModel], exc: ValidationError, origin: str, fix
         scalar = given is not None and not isinstance(given, dict | list)
         hint = f"quote it: '{_plain_text(given)}'" if kind == "string_type" and scalar else f"write {expected} there"
         return InputError(f"{where}: {name} must be {expected}, got {_short(given)}", hint)
+    bound = _bound(kind, error.get("ctx") or {})
+    if bound:
+        return InputError(f"{where}: {name} must be {bound}, got {_short(given)}", fix)
     return InputError(f"{where}: {name}: {message}, got {_short(given)}", fix)
+
+
+def _bound(kind: str, ctx: dict[str, Any]) -> str:
+    """A range or size pydantic refused a value for, said as the CLI's own errors say it."""
+    if kind == "greater_than":
+        return "a positive number" if ctx["gt"] == 0 else f"greater than {ctx['gt']}"
+    words = {"greater_than_equal": (">=", "ge"), "less_than_equal": ("<=", "le"), "less_than": ("<", "lt")}
+    if kind in words:
+        sign, key = words[kind]
+        return f"{sign} {ctx[key]:g}" if isinstance(ctx[key], float) else f"{sign} {ctx[key]}"
+    if kind == "finite_number":
+        return "a finite number"
+    if kind == "string_too_long":
+        return f"at most {ctx['max_length']} characters"
+    if kind == "string_too_short":
+        return "a non-empty string"
+    if kind == "too_long":
+        return f"at most {ctx['max_length']} items"
+    if kind == "too_short":
+        return f"at least {ctx['min_length']} item(s)"
+    return ""
 
 
 # What a value of the wrong type should have been, by pydantic's error type.

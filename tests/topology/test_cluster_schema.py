@@ -47,8 +47,8 @@ def refused(text: str, tmp_path: Path) -> str:
         (NODE + "    preset: 1\n", "given twice"),
         (NODE.replace("preset: dgx1v", "preset: 1"), "nodes[0].preset must be a string, got 1"),
         (NODE + "    port: 22\n", "'port' without `address`"),
-        (NODE + "    network_gbps: 0\n", "nodes[0].network_gbps: input should be greater than 0, got 0"),
-        (NODE + "    network_gbps: 1e300\n", "nodes[0].network_gbps"),
+        (NODE + "    network_gbps: 0\n", "nodes[0].network_gbps must be a positive number, got 0"),
+        (NODE + "    network_gbps: 1.0e+300\n", "nodes[0].network_gbps must be <= 1e+06, got 1e+300"),
         (NODE + "    network_gbps: true\n", "nodes[0].network_gbps must be a number, got True"),
         (NODE + "    count: 1.0\n", "nodes[0].count must be a whole number, got 1.0"),
         # label keys `ringleader node label` refuses
