@@ -112,16 +112,23 @@ def load_yaml(text: str, origin: str) -> tuple[Any, dict[Path, int]]:
             finally:
                 self.depth -= 1
 
-    loader = Composer(text)
+    loader = None
     try:
+        loader = Composer(text)  # the reader refuses unprintable characters here already
         root = loader.get_single_node()
+    except yaml.reader.ReaderError as exc:  # a control character: named by its line
+        line = text.count("\n", 0, exc.position) + 1
+        char = chr(exc.character) if isinstance(exc.character, int) else exc.character
+        raise InputError(f"{origin} line {line}: character {char!r} is not allowed in YAML",
+                         "remove it (copy the text again, without terminal control codes)") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or exc
         raise InputError(f"{origin}{where}: not valid YAML ({problem})", "fix the YAML syntax") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     lines: dict[Path, int] = {}
     value = None if root is None else _plain(root, (), lines, origin, yaml.SafeLoader.__new__(yaml.SafeLoader))
     return value, lines

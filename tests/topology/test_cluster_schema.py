@@ -63,6 +63,7 @@ def refused(text: str, tmp_path: Path) -> str:
         (NODE + "    count: " + "9" * 5000 + "\n", "c.yaml line 5: nodes[0].count: integer of more than 18 digits"),
         ("nodes: " + "[" * 10_000 + "]" * 10_000 + "\n", "c.yaml line 1: nested deeper than 32 levels"),
         ("nodes:\n  - name: a\n    preset: dgx1v\n---\nnodes: []\n", "not valid YAML"),
+        ("nodes:\n  - name: a\x07\n    preset: dgx1v\n", "c.yaml line 2: character '\\x07' is not allowed in YAML"),
     ],
 )
 def test_hostile_cluster_files_are_refused_in_one_line(tmp_path: Path, text: str, expected: str) -> None:

@@ -201,6 +201,8 @@ def _address(entry: NodeEntry, where: str) -> SshAddress | None:
         raise UsageError(f"{where}: address {host!r} is not a host name or IP address", "write e.g. 10.0.0.5")
     if user is not None and not _USER_RE.match(user):
         raise UsageError(f"{where}: user {user!r} is not a user name", "write e.g. user: train")
+    if entry.port is not None and not 0 < entry.port < 65536:
+        raise UsageError(f"{where}: port {entry.port!r} is not a TCP port", "give a number from 1 to 65535")
     if key is not None and "\n" in key:
         raise UsageError(f"{where}: identity_file {key!r} is not a path", "give the private key's path")
     return SshAddress(host, user, entry.port, key)

@@ -52,7 +52,7 @@ class NodeEntry(BaseModel):
     gpu_model: Annotated[str, StringConstraints(max_length=128)] = ""
     address: Name | None = None
     user: Annotated[str, StringConstraints(max_length=64)] | None = None
-    port: Annotated[int, Field(ge=1, le=65535)] | None = None
+    port: int | None = None  # its range is checked with the address (the same message as a bad host's)
     identity_file: PathText | None = None
 
 
