@@ -120,7 +120,8 @@ def load_cluster_text(text: str, base_dir: Path, origin: str = "cluster file") -
             path = path[:-1]
         return lines.get(path)
 
-    cluster = validate(ClusterFile, doc, origin, "see the cluster file format in docs/runtime.md", line_of)
+    fix = "fix the value (keys, types and ranges: docs/runtime.md, Input files)"
+    cluster = validate(ClusterFile, doc, origin, fix, line_of)
     specs: list[NodeSpec] = []
     for index, entry in enumerate(cluster.nodes):
         where = f"{origin} line {lines.get(('nodes', index), '?')}"
