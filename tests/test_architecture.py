@@ -14,6 +14,7 @@ PACKAGE = SRC / "ringleader"
 # Lowest first: a unit may import only units of a lower layer, or its own.
 LAYERS: list[set[str]] = [
     {"errors", "reference"},
+    {"inputs"},  # bounded, strict reading of input files: below every reader of one
     {"topology"},
     {"scheduler"},
     {"model"},

@@ -78,6 +78,13 @@ class AllreduceConfig:
                              f"use one of: {', '.join(COLLECTIVES)}")
 
 
+def check_root(cfg: AllreduceConfig, world_size: int) -> None:
+    """A broadcast's root must be one of the ranks: checked once, before any rank starts (each
+    rank would otherwise print the same error, after the table's header)."""
+    if cfg.collective == "broadcast" and not 0 <= cfg.root < world_size:
+        raise UsageError(f"root {cfg.root} is not a rank of {world_size}", f"pass a root in 0..{world_size - 1}")
+
+
 def parse_size(text: str) -> int:
     """nccl-tests sizes: a number with an optional K, M or G suffix (powers of 1024)."""
     m = re.fullmatch(r"\s*(\d+)\s*([kKmMgG]?)[bB]?\s*", str(text))
@@ -290,8 +297,7 @@ def measure(cfg: AllreduceConfig, comm: Comm, on_row: Callable[[dict[str, Any]],
 
     cfg.validate()
     n = comm.world_size
-    if cfg.collective == "broadcast" and not 0 <= cfg.root < n:
-        raise UsageError(f"root {cfg.root} is not a rank of {n}", f"pass a root in 0..{n - 1}")
+    check_root(cfg, n)
     elem = torch.empty(0, dtype=torch_dtype(cfg.dtype)).element_size()
     reduces = cfg.collective in ("allreduce", "reducescatter")
     ops = list(OPS) if cfg.op == "all" and reduces else [cfg.op if cfg.op != "all" else "sum"]

@@ -22,7 +22,10 @@ class ModelSpec:
 
 def spec(name: str) -> ModelSpec:
     if name not in MODELS:
-        raise UsageError(f"unknown model {name!r}", f"use one of: {', '.join(MODELS)}")
+        from ringleader.inputs import did_you_mean
+
+        raise UsageError(f"unknown model {name!r}{did_you_mean(name.lower(), list(MODELS))}",
+                         f"use one of: {', '.join(MODELS)}")  # fmt: skip
     if name == "mnist":
         return ModelSpec(name, channels=1, fixed_size=28, num_classes=10)
     return ModelSpec(name)

@@ -105,7 +105,7 @@ def allreduce_cmd(minbytes: str, maxbytes: str, stepfactor: int, iters: int, war
     the size being measured shows on stderr until its row prints."""
     import sys
 
-    from ringleader.bench.allreduce import AllreduceConfig, parse_size
+    from ringleader.bench.allreduce import AllreduceConfig, check_root, parse_size
     from ringleader.bench.launch import dispatch
     from ringleader.bench.ranks import check_backend, discover
     from ringleader.errors import UsageError
@@ -117,11 +117,13 @@ def allreduce_cmd(minbytes: str, maxbytes: str, stepfactor: int, iters: int, war
                           progress=sys.stderr.isatty())  # fmt: skip
     cfg.validate()
     per_process = nthreads * ngpus
+    info = discover()
     if per_process > 1:
-        if discover().in_job:
+        if info.in_job:
             raise UsageError(f"-t {nthreads} -g {ngpus} inside a launched job: each rank drives one device",
                              "launch t x g times more ranks instead (mpirun -np, or -np here)")  # fmt: skip
         np_ = (np_ or 1) * per_process
+    check_root(cfg, info.world_size if info.in_job or np_ is None else np_)
     _exit(dispatch("allreduce", asdict(cfg), backend, np_))
 
 

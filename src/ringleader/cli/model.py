@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import click
@@ -16,6 +17,28 @@ from ringleader.model.fidelity import seeds_cluster
 from ringleader.model.fit import fit_calibration_rows
 from ringleader.scheduler import ClusterState, JobRequest, Placement, WorkerSlot, policy_names
 from ringleader.topology import load_cluster_file
+
+
+class FiniteFloat(click.ParamType):
+    """A float option within a range, NaN and infinity refused (click's FloatRange lets NaN
+    through: every comparison with it is false)."""
+
+    name = "float"
+
+    def __init__(self, low: float, high: float = math.inf, low_open: bool = False) -> None:
+        self.low, self.high, self.low_open = low, high, low_open
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        above = number > self.low if self.low_open else number >= self.low
+        if not (math.isfinite(number) and above and number <= self.high):
+            side = ">" if self.low_open else ">="
+            upper = "" if self.high == math.inf else f" and <= {self.high:g}"
+            self.fail(f"{value!r} is not a finite number {side} {self.low:g}{upper}", param, ctx)
+        return number
 
 
 def parse_placement(spec: str, state: ClusterState, gpus_per_worker: int, job: str = "predict") -> Placement:
@@ -72,10 +95,11 @@ def _row(name: str, pred: Prediction | None) -> list[Any]:
 
 @click.command("predict")
 @click.option("--model", "model", required=True, help=f"Model ({', '.join(known_models())}).")
-@click.option("--batch-size", type=int, default=64, show_default=True, help="Images per GPU per step.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Images per GPU per step.")
 @click.option("--precision", default="fp32", show_default=True, help="fp32, tf32, fp16 (amp) or bf16.")
 @click.option("--workers", type=int, default=None, help="Workers of the gang (required without --placement).")
-@click.option("--gpus", "gpus", type=int, default=1, show_default=True, help="GPUs per worker.")
+@click.option("--gpus", "gpus", type=click.IntRange(min=1), default=1, show_default=True, help="GPUs per worker.")
 @click.option("--gpu-type", default=None, help="GPU type (default: each node's GPU model).")
 @click.option("--cluster", type=click.Path(dir_okay=False), default=None,
               help="Cluster YAML (default: the applied cluster, as submit sees it now).")  # fmt: skip
@@ -85,12 +109,14 @@ def _row(name: str, pred: Prediction | None) -> list[Any]:
 @click.option("--backend", default=None, help="Communication backend (nccl, gloo, mpi) for calibrated links.")
 @click.option("--algorithm", type=click.Choice(ALGORITHMS), default="auto", show_default=True,
               help="Allreduce algorithm (auto: the faster of ring and tree).")
-@click.option("--overlap", type=float, default=None, help="Share of backward that hides allreduce (0..1).")
+@click.option("--overlap", type=FiniteFloat(0.0, 1.0), default=None,
+              help="Share of backward that hides allreduce (0..1).")
 @click.option("--fabric", default=None,
               help=f"Inter-node fabric: {', '.join(FABRICS)} (default: from the nodes' NIC names; none listed: tcp).")
 @click.option("--network-efficiency", type=float, default=None,
               help="Share of the line rate the inter-node hop gets (default: the fabric's).")
-@click.option("--data-rate", type=float, default=None, help="Input pipeline images/s per worker (ceiling).")
+@click.option("--data-rate", type=FiniteFloat(0.0, low_open=True), default=None,
+              help="Input pipeline images/s per worker (ceiling).")
 @output_option("json", "yaml")
 def predict_cmd(model: str, batch_size: int, precision: str, workers: int | None, gpus: int,
                 gpu_type: str | None, cluster: str | None, policies: tuple[str, ...],
@@ -98,6 +124,9 @@ def predict_cmd(model: str, batch_size: int, precision: str, workers: int | None
                 algorithm: str, overlap: float | None, fabric: str | None, network_efficiency: float | None,
                 data_rate: float | None, output: str) -> None:  # fmt: skip
     """Predict images/s of a data-parallel job for the placement each policy picks (or one given)."""
+    from ringleader.model.tables import check_model
+
+    check_model(model)  # first, with a suggestion: before any cluster or calibration is read
     if network_efficiency is not None and not 0.0 < network_efficiency <= 1.0:
         raise UsageError(f"--network-efficiency must be within (0, 1], got {network_efficiency}",
                          "give the share of the line rate, e.g. 0.9")  # fmt: skip

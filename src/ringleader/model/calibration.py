@@ -17,13 +17,10 @@ prefixed by a backend (``gloo/local``); a prefixed key wins for that backend.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from ringleader.errors import UsageError
 
 VERSION = 1
 
@@ -133,86 +130,42 @@ def save_calibration(cal: Calibration, path: str | Path) -> None:
 
 
 def read_json(path: str | Path, what: str, fix: str) -> Any:
-    """The JSON document in ``path``; unreadable or not JSON is a UsageError naming the file."""
+    """The JSON document in ``path``, read bounded and strictly (ringleader.inputs.load_json: no
+    NaN, no key twice, bounded depth and integers); anything else is a UsageError naming the file."""
     p = Path(path)
+    from ringleader.inputs import load_json
     from ringleader.topology.cluster import read_bounded
 
     text = read_bounded(p, what, fix=f"{fix} (UTF-8 JSON)")  # bounded, UTF-8, one line naming the file otherwise
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{what} {str(p)!r} is not JSON (line {exc.lineno}: {exc.msg})", fix) from None
+    return load_json(text, f"{what} {str(p)!r}", fix)
 
 
 def load_calibration(path: str | Path) -> Calibration:
     """Read a calibration file; a malformed one is a UsageError naming the file and the problem."""
     p = Path(path)
-    doc = read_json(p, "calibration file", "pass a file written by `ringleader calibrate --out`")
-    try:
-        return calibration_from_dict(doc)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise UsageError(
-            f"calibration file {str(p)!r} is malformed: {_describe(exc)}",
-            "pass a file written by `ringleader calibrate --out`",
-        ) from None
+    fix = "pass a file written by `ringleader calibrate --out`"
+    doc = read_json(p, "calibration file", fix)
+    return calibration_from_dict(doc, f"calibration file {str(p)!r}", fix)
 
 
-def _describe(exc: Exception) -> str:
-    return f"missing key {exc}" if isinstance(exc, KeyError) else str(exc)
+def calibration_from_dict(doc: Any, origin: str = "calibration", fix: str = "") -> Calibration:
+    """A Calibration from its JSON document, checked against ``calibration_schema`` first."""
+    from ringleader.inputs import InputError, validate
+    from ringleader.model.calibration_schema import CalibrationFile
 
-
-def _positive(value: Any, what: str) -> float:
-    x = float(value)
-    if not math.isfinite(x) or x <= 0:
-        raise ValueError(f"{what} must be a positive number, got {value!r}")
-    return x
-
-
-def _nonneg(value: Any, what: str) -> float:
-    x = float(value)
-    if not math.isfinite(x) or x < 0:
-        raise ValueError(f"{what} must be >= 0, got {value!r}")
-    return x
-
-
-def calibration_from_dict(doc: Any) -> Calibration:
+    fix = fix or "pass a file written by `ringleader calibrate --out`"
     if not isinstance(doc, dict) or doc.get("kind") != "calibration":
-        raise ValueError('"kind" is not "calibration"')
-    if int(doc.get("version", 0)) > VERSION:
-        raise ValueError(f"version {doc.get('version')} is newer than this ringleader reads ({VERSION})")
-    links_doc = doc.get("links", {})
-    if not isinstance(links_doc, dict):
-        raise ValueError('"links" must be an object')
-    links = {
-        str(k): LinkFit(
-            _positive(v["gbs"], f"links.{k}.gbs"), _nonneg(v.get("latency_us", 0.0), f"links.{k}.latency_us"),
-            int(v.get("points", 0)), float(v.get("rel_rmse", 0.0)),
-        )
-        for k, v in links_doc.items()
-    }  # fmt: skip
-    compute_doc = doc.get("compute", [])
-    if not isinstance(compute_doc, list):
-        raise ValueError('"compute" must be a list')
+        raise InputError(f'{origin} is malformed: "kind" is not "calibration"', fix)
+    version = doc.get("version", 0)
+    if isinstance(version, int) and not isinstance(version, bool) and version > VERSION:
+        raise InputError(f"{origin} is malformed: version {version} is newer than this ringleader reads ({VERSION})",
+                         "upgrade ringleader, or calibrate again with this one")  # fmt: skip
+    cal = validate(CalibrationFile, doc, origin, fix)
+    links = {key: LinkFit(v.gbs, v.latency_us, v.points, v.rel_rmse) for key, v in cal.links.items()}
     compute = tuple(
-        ComputeFit(
-            str(c["model"]), str(c["gpu_type"]), str(c["precision"]), int(c["batch_size"]),
-            _positive(c["images_per_s"], f"compute[{i}].images_per_s"),
-            _nonneg(c.get("step_overhead_s", 0.0), f"compute[{i}].step_overhead_s"), int(c.get("points", 1)),
-            int(c.get("image_size", 224)),
-            int(c["threads"]) if c.get("threads") is not None else None,
-        )
-        for i, c in enumerate(compute_doc)
+        ComputeFit(c.model, c.gpu_type, c.precision, c.batch_size, c.images_per_s, c.step_overhead_s, c.points,
+                   c.image_size, c.threads)
+        for c in cal.compute
     )  # fmt: skip
-    overlap = doc.get("overlap")
-    if overlap is not None:
-        overlap = float(overlap)
-        if not 0.0 <= overlap <= 1.0:
-            raise ValueError(f"overlap must be within 0..1, got {overlap}")
-    sync_doc = doc.get("sync")
-    sync = None
-    if sync_doc is not None:
-        if not isinstance(sync_doc, dict):
-            raise ValueError('"sync" must be an object')
-        sync = (_nonneg(sync_doc["host_us_per_image"], "sync.host_us_per_image"),
-                _nonneg(sync_doc["node_jitter"], "sync.node_jitter"))  # fmt: skip
-    return Calibration(links, compute, overlap, tuple(str(s) for s in doc.get("sources", [])), sync)
+    sync = None if cal.sync is None else (cal.sync.host_us_per_image, cal.sync.node_jitter)
+    return Calibration(links, compute, cal.overlap, tuple(cal.sources), sync)

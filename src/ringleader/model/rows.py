@@ -49,13 +49,22 @@ def read_throughput_csv(path: str | Path) -> tuple[list[FidelityRow], list[Compu
     from ringleader.topology.cluster import read_bounded
 
     p = Path(path)
-    reader = csv.DictReader(read_bounded(p, "throughput CSV", fix="give a CSV saved as UTF-8").splitlines())
-    missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
+    # restval: a short line gives empty cells (refused by name below), not None
+    reader = csv.DictReader(read_bounded(p, "throughput CSV", fix="give a CSV saved as UTF-8").splitlines(), restval="")
+    try:
+        records = list(reader)
+    except csv.Error as exc:  # a field over the csv module's size limit, a NUL byte
+        raise UsageError(f"{str(p)!r} line {reader.line_num}: not CSV ({exc})", CSV_FIX) from None
+    header = reader.fieldnames or []
+    missing = [c for c in REQUIRED if c not in header]
     if missing:
         raise UsageError(f"{str(p)!r} has no column {missing[0]!r}", CSV_FIX)
+    twice = [c for c in header if header.count(c) > 1]
+    if twice:  # DictReader would keep the last one's value without a word
+        raise UsageError(f"{str(p)!r} line 1: column {twice[0]!r} given twice", CSV_FIX)
     rows: list[FidelityRow] = []
     singles: list[ComputeFit] = []
-    for line, rec in enumerate(reader, start=2):
+    for line, rec in enumerate(records, start=2):
         try:
             model = check_model(rec["model"])
             gpu = normalize_gpu_type(rec["gpu_type"])

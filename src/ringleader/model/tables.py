@@ -66,7 +66,10 @@ def check_model(model: str) -> str:
                "transformer": "transformerbig"}  # fmt: skip
     name = aliases.get(name, name)
     if name not in model_params():
-        raise UsageError(f"unknown model {model!r}", f"use one of {', '.join(gradient_models())}")
+        from ringleader.inputs import did_you_mean
+
+        raise UsageError(f"unknown model {model!r}{did_you_mean(name, gradient_models())}",
+                         f"use one of {', '.join(gradient_models())}")  # fmt: skip
     return name
 
 

@@ -16,9 +16,10 @@ import csv
 import io
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ringleader.errors import UsageError
 from ringleader.topology.cluster import check_name
@@ -77,7 +78,7 @@ def parse_trace(text: str, origin: str = "trace") -> list[TraceJob]:
     header: list[str] | None = None
     jobs: list[TraceJob] = []
     seen: dict[str, int] = {}
-    for row in reader:
+    for row in _rows(reader, origin):
         line = reader.line_num
         if not row or not "".join(row).strip() or row[0].lstrip().startswith("#"):
             continue
@@ -86,8 +87,10 @@ def parse_trace(text: str, origin: str = "trace") -> list[TraceJob]:
             header = cells
             missing = [c for c in COLUMNS if c not in header]
             unknown = [c for c in header if c not in COLUMNS + OPTIONAL]
-            if missing or unknown:
-                problem = f"missing column {missing[0]!r}" if missing else f"unknown column {unknown[0]!r}"
+            twice = [c for c in header if header.count(c) > 1]
+            if missing or unknown or twice:
+                problem = (f"missing column {missing[0]!r}" if missing else f"unknown column {unknown[0]!r}"
+                           if unknown else f"column {twice[0]!r} given twice")  # fmt: skip
                 raise _fail(origin, line, f"bad header ({problem})", f"use the header {','.join(COLUMNS + OPTIONAL)}")
             continue
         if len(cells) != len(header):
@@ -109,45 +112,61 @@ def parse_trace(text: str, origin: str = "trace") -> list[TraceJob]:
     return jobs
 
 
-def _job(values: dict[str, str], origin: str, line: int) -> TraceJob:
-    def number(key: str, kind: type, minimum: float) -> float:
-        raw = values[key]
+def _rows(reader: Any, origin: str) -> Iterator[list[str]]:
+    """The reader's rows; a line the csv module cannot split (a field over its size limit, a
+    NUL byte) is one error naming the line."""
+    while True:
         try:
-            value = kind(raw)
-        except ValueError:
-            raise _fail(
-                origin,
-                line,
-                f"{key}={raw!r} is not a{'n integer' if kind is int else ' number'}",
-                f"give {key} as a number",
-            ) from None
-        if not math.isfinite(value) or value < minimum:
-            raise _fail(origin, line, f"{key}={raw} must be >= {minimum:g}", f"give {key} >= {minimum:g}")
-        return float(value)
+            yield next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise _fail(origin, reader.line_num, f"not CSV ({exc})", "give one job per line, comma-separated") from None
+
+
+def _job(values: dict[str, str], origin: str, line: int) -> TraceJob:
+    """One row, checked against ``trace_schema.TraceRow``; a refusal names the line and the
+    column as ``column=value`` with what it must be."""
+    from pydantic import ValidationError
+
+    from ringleader.sim.trace_schema import TraceRow
 
     try:
         name = check_name(values["name"], "job")
     except UsageError as exc:
         raise _fail(origin, line, exc.message, exc.fix) from None
-    model = values["model"]
-    if not model:
+    if not values["model"]:
         raise _fail(origin, line, "empty model", "name a model such as resnet50 or vgg16")
-    priority = values.get("priority", "") or "0"
+    # empty optional cells: priority 0, no time limit
+    cells = {key: value for key, value in values.items() if key not in ("priority", "time_limit_s") or value}
     try:
-        prio = int(priority)
-    except ValueError:
-        raise _fail(origin, line, f"priority={priority!r} is not an integer", "give priority as an integer") from None
-    return TraceJob(
-        name=name,
-        arrival_s=number("arrival_s", float, 0),
-        workers=int(number("workers", int, 1)),
-        gpus=int(number("gpus", int, 1)),
-        model=model,
-        batch_size=int(number("batch_size", int, 1)),
-        iterations=int(number("iterations", int, 1)),
-        priority=prio,
-        time_limit_s=number("time_limit_s", float, 1) if values.get("time_limit_s", "") else None,
-    )
+        row = TraceRow.model_validate(cells)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        key = str(error["loc"][0])
+        raise _fail(origin, line, _cell_problem(key, values[key], error["type"], error.get("ctx") or {}),
+                    f"give {key} as {_KINDS.get(key, 'a number')} within its range") from None  # fmt: skip
+    return TraceJob(name, row.arrival_s, row.workers, row.gpus, row.model, row.batch_size, row.iterations,
+                    row.priority, row.time_limit_s)  # fmt: skip
+
+
+_KINDS = {"arrival_s": "a number of seconds", "model": "a model name"}
+
+
+def _cell_problem(key: str, raw: str, kind: str, ctx: dict[str, object]) -> str:
+    shown = raw if len(raw) <= 40 else raw[:40] + "..."
+    if kind in ("int_parsing", "int_parsing_size", "int_type", "int_from_float"):
+        return f"{key}={shown!r} is not an integer" if kind != "int_parsing_size" else f"{key}={shown} is too big"
+    if kind in ("float_parsing", "float_type"):
+        return f"{key}={shown!r} is not a number"
+    if kind == "finite_number":
+        return f"{key}={shown} is not a finite number"
+    for bound, sign in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
+        if bound in ctx:
+            value = ctx[bound]
+            limit = f"{value:g}" if isinstance(value, float) else str(value)
+            return f"{key}={shown} must be {sign} {limit}"
+    return f"{key}={shown!r} is not valid"
 
 
 def load_trace(path: str | Path) -> list[TraceJob]:

@@ -22,14 +22,12 @@ A cluster file looks like::
 
 from __future__ import annotations
 
-import functools
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ringleader.errors import RingleaderError, TopologyError, UsageError
 from ringleader.reference import reference
@@ -37,6 +35,9 @@ from ringleader.topology.bandwidth import parse_bandwidth_text
 from ringleader.topology.node import NodeTopology
 from ringleader.topology.presets import preset
 from ringleader.topology.smi import decode_text, parse_topo_text
+
+if TYPE_CHECKING:  # the schema (and pydantic) is imported when a cluster file is read
+    from ringleader.topology.cluster_schema import NodeEntry
 
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 SCHEDULE_LABEL = "gpu-schedule"
@@ -100,45 +101,31 @@ class NodeSpec:
         return replace(self, labels=tuple(sorted(labels.items())))
 
 
-@functools.cache
-def _line_loader() -> type:
-    """A YAML loader that remembers the line of every mapping so errors can say where (yaml is
-    imported here: commands that read no cluster file do not pay for it)."""
-    import yaml
-
-    class LineLoader(yaml.SafeLoader):
-        def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-            mapping = super().construct_mapping(node, deep=deep)
-            mapping["__line__"] = node.start_mark.line + 1
-            return mapping
-
-    return LineLoader
-
-
-_NODE_KEYS = {
-    "name", "preset", "matrix", "matrix_file", "bandwidth", "bandwidth_file", "network_gbps",
-    "labels", "emulated", "count", "gpu_model", "address", "user", "port", "identity_file",
-    "bandwidth_matrix", "nvlink_domain",
-}  # fmt: skip
-
-
 def load_cluster_text(text: str, base_dir: Path, origin: str = "cluster file") -> list[NodeSpec]:
-    try:
-        import yaml
+    """The nodes a cluster file declares. The YAML is read strictly and bounded (no aliases,
+    no key twice, bounded depth and numbers: ringleader.inputs) and checked against the schema
+    of ``cluster_schema``; any refusal is one line naming ``origin``, the line and the key."""
+    from ringleader.inputs import load_yaml, validate
+    from ringleader.topology.cluster_schema import ClusterFile
 
-        doc = yaml.load(text, Loader=_line_loader())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", exc)
-        raise UsageError(f"{origin}{where}: not valid YAML ({problem})", "fix the YAML syntax") from None
+    doc, lines = load_yaml(text, origin)
     if not isinstance(doc, dict) or not isinstance(doc.get("nodes"), list) or not doc["nodes"]:
         raise UsageError(f"{origin}: no `nodes:` list", "give a `nodes:` list with at least one node")
+
+    def line_of(path: tuple[str | int, ...]) -> int | None:
+        # A problem inside a node names the node's own line, as the node's other errors do.
+        if len(path) >= 2 and path[0] == "nodes" and ("nodes", path[1]) in lines:
+            return lines[("nodes", path[1])]
+        while path and path not in lines:
+            path = path[:-1]
+        return lines.get(path)
+
+    fix = "fix the value (keys, types and ranges: docs/runtime.md, Input files)"
+    cluster = validate(ClusterFile, doc, origin, fix, line_of)
     specs: list[NodeSpec] = []
-    for item in doc["nodes"]:
-        if not isinstance(item, dict):
-            raise UsageError(f"{origin}: each entry of `nodes:` must be a mapping", "write `- name: ...`")
-        specs.extend(_node_specs(item, base_dir, origin, MAX_NODES - len(specs)))
+    for index, entry in enumerate(cluster.nodes):
+        where = f"{origin} line {lines.get(('nodes', index), '?')}"
+        specs.extend(_node_specs(entry, base_dir, where, MAX_NODES - len(specs)))
     names = [s.name for s in specs]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
@@ -167,107 +154,87 @@ def read_bounded(path: Path, what: str, limit: int = MAX_FILE_BYTES, fix: str | 
     return decode_text(data, f"{what} {str(path)!r}", fix)
 
 
-def _node_specs(item: dict[str, Any], base_dir: Path, origin: str, room: int) -> list[NodeSpec]:
-    line = item.get("__line__", "?")
-    where = f"{origin} line {line}"
-    unknown = sorted(set(item) - _NODE_KEYS - {"__line__"})
-    if unknown:
-        raise UsageError(f"{where}: unknown key {unknown[0]!r}", f"use only {', '.join(sorted(_NODE_KEYS))}")
+def _node_specs(entry: NodeEntry, base_dir: Path, where: str, room: int) -> list[NodeSpec]:
+    """The node(s) of one schema-checked entry of ``nodes:``; ``where`` is "FILE line N"."""
     try:
-        name = check_name(str(item.get("name", "")), "node")
-        topology = _topology(item, base_dir)
-        network = item.get("network_gbps", reference()["network"]["default_gbps"])
-        if isinstance(network, bool) or not isinstance(network, int | float) or not 0 < network < math.inf:
-            raise UsageError(f"network_gbps must be a number > 0, got {network!r}", "give the link speed in Gb/s")
-        network = float(network)
-        labels = _labels(item.get("labels"))
+        name = check_name(entry.name, "node")
+        topology = _topology(entry, base_dir)
+        network = float(entry.network_gbps or reference()["network"]["default_gbps"])
+        labels = _labels(entry.labels or {})
         mode = labels.get(SCHEDULE_LABEL)
         if mode is not None and mode not in SCHEDULE_MODES:
             raise UsageError(f"label {SCHEDULE_LABEL}={mode!r} is not a mode", "use topology or default")
-        count = item.get("count", 1)
-        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= room:
-            raise UsageError(
-                f"count must be a whole number from 1 to {room}, got {count!r}",
-                f"a cluster has at most {MAX_NODES} nodes",
-            )
-        if not isinstance(item.get("emulated", False), bool):
-            raise UsageError(f"emulated must be true or false, got {item['emulated']!r}", "write emulated: true")
+        if entry.count > room:
+            raise UsageError(f"count must be a whole number from 1 to {room}, got {entry.count!r}",
+                             f"a cluster has at most {MAX_NODES} nodes")  # fmt: skip
     except RingleaderError as exc:
         raise type(exc)(f"{where}: {exc.message}", exc.fix) from None
-    except (TypeError, ValueError) as exc:
-        raise UsageError(f"{where}: {exc}", "check the value types of this node") from None
-    emulated = bool(item.get("emulated", False))
-    domain = str(item.get("nvlink_domain") or "")
-    names = [name] if count == 1 else [check_name(f"{name}-{i}", "node") for i in range(count)]
-    address = _address(item, where)
-    if address is not None and count != 1:
+    names = [name] if entry.count == 1 else [check_name(f"{name}-{i}", "node") for i in range(entry.count)]
+    address = _address(entry, where)
+    if address is not None and entry.count != 1:
         raise UsageError(f"{where}: `count` and `address` together", "declare each ssh host as its own node")
-    return [NodeSpec(n, topology, network, tuple(sorted(labels.items())), emulated, address, domain)
-            for n in names]
+    return [NodeSpec(n, topology, network, tuple(sorted(labels.items())), entry.emulated, address,
+                     entry.nvlink_domain) for n in names]  # fmt: skip
 
 
-def _labels(raw: Any) -> dict[str, str]:
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise UsageError(f"labels must be a mapping, got {raw!r}", "write labels: {gpu-schedule: topology}")
-    labels = {}
-    for key, value in raw.items():
-        if key == "__line__":
-            continue
-        if not isinstance(key, str) or not isinstance(value, str | int | float | bool):
-            raise UsageError(f"label {key!r}: {value!r} is not a key and a plain value", "write key: value")
-        labels[key] = str(value)
-    return labels
+def check_label_key(key: str) -> str:
+    """A label key as `ringleader node label` accepts it: dot-separated DNS-1123 labels
+    (underscores and capitals allowed, as Kubernetes' own keys have them)."""
+    if not key or not all(NAME_RE.fullmatch(part) for part in key.replace("_", "-").lower().split(".")):
+        raise UsageError(f"invalid label key {key!r}", "use a name like gpu-schedule")
+    return key
 
 
-def _address(item: dict[str, Any], where: str) -> SshAddress | None:
+def _labels(raw: Mapping[str, str]) -> dict[str, str]:
+    return {check_label_key(key): value for key, value in raw.items()}
+
+
+def _address(entry: NodeEntry, where: str) -> SshAddress | None:
     """The node's ssh address, checked strictly: it ends up on ssh's and mpirun's command lines."""
-    if "address" not in item:
-        extra = sorted({"user", "port", "identity_file"} & set(item))
+    if entry.address is None:
+        given = {"user": entry.user, "port": entry.port, "identity_file": entry.identity_file}
+        extra = sorted(key for key, value in given.items() if value is not None)
         if extra:
             raise UsageError(f"{where}: {extra[0]!r} without `address`", "add the host's `address` or drop it")
         return None
-    host, user, port, key = item["address"], item.get("user"), item.get("port"), item.get("identity_file")
-    if not isinstance(host, str) or not _HOST_RE.match(host) or len(host) > 253:
+    host, user, key = entry.address, entry.user, entry.identity_file
+    if not _HOST_RE.match(host):
         raise UsageError(f"{where}: address {host!r} is not a host name or IP address", "write e.g. 10.0.0.5")
-    if user is not None and (not isinstance(user, str) or not _USER_RE.match(user)):
+    if user is not None and not _USER_RE.match(user):
         raise UsageError(f"{where}: user {user!r} is not a user name", "write e.g. user: train")
-    if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536):
-        raise UsageError(f"{where}: port {port!r} is not a TCP port", "give a number from 1 to 65535")
-    if key is not None and (not isinstance(key, str) or not key or "\n" in key):
+    if entry.port is not None and not 0 < entry.port < 65536:
+        raise UsageError(f"{where}: port {entry.port!r} is not a TCP port", "give a number from 1 to 65535")
+    if key is not None and "\n" in key:
         raise UsageError(f"{where}: identity_file {key!r} is not a path", "give the private key's path")
-    return SshAddress(host, user, port, key)
+    return SshAddress(host, user, entry.port, key)
 
 
-def _topology(item: dict[str, Any], base_dir: Path) -> NodeTopology:
-    sources = [k for k in ("preset", "matrix", "matrix_file") if k in item]
-    if not sources and "address" in item:
+def _topology(entry: NodeEntry, base_dir: Path) -> NodeTopology:
+    sources = [k for k in ("preset", "matrix", "matrix_file") if getattr(entry, k) is not None]
+    if not sources and entry.address is not None:
         return NodeTopology(links=(), source=DISCOVER)
     if len(sources) != 1:
         raise TopologyError(
             "a node needs exactly one of preset, matrix, matrix_file",
             "name a preset (see `ringleader topo --presets`) or give `nvidia-smi topo -m` text",
         )
-    gpu_model = str(item.get("gpu_model", ""))
-    if "preset" in item:
-        topo = preset(str(item["preset"]))
+    gpu_model = entry.gpu_model
+    if entry.preset is not None:
+        topo = preset(entry.preset)
     else:
-        text = item["matrix"] if "matrix" in item else _read(base_dir, item["matrix_file"])
+        text = entry.matrix if entry.matrix is not None else _read(base_dir, str(entry.matrix_file))
         if isinstance(text, list):
             text = _rows_to_text(text)
-        topo = parse_topo_text(str(text), gpu_model=gpu_model)
+        topo = parse_topo_text(text, gpu_model=gpu_model)
     measured = None
-    if "bandwidth" in item or "bandwidth_file" in item:
-        raw = item.get("bandwidth")
-        choice = item.get("bandwidth_matrix")
-        choice = None if choice is None else str(choice)
+    if entry.bandwidth is not None or entry.bandwidth_file is not None:
+        raw, choice = entry.bandwidth, entry.bandwidth_matrix
         if raw is None:
-            measured = parse_bandwidth_text(_read(base_dir, item["bandwidth_file"]), choice)
+            measured = parse_bandwidth_text(_read(base_dir, str(entry.bandwidth_file)), choice)
         elif isinstance(raw, list):
-            measured = tuple(tuple(float(v) for v in row) for row in raw)
+            measured = tuple(tuple(row) for row in raw)
         else:
-            measured = parse_bandwidth_text(str(raw), choice)
+            measured = parse_bandwidth_text(raw, choice)
     if measured is None and not gpu_model:
         return topo
     return NodeTopology(
@@ -278,12 +245,12 @@ def _topology(item: dict[str, Any], base_dir: Path) -> NodeTopology:
     )  # fmt: skip
 
 
-def _rows_to_text(rows: list[Any]) -> str:
+def _rows_to_text(rows: list[list[str]]) -> str:
     n = len(rows)
     header = "\t" + "\t".join(f"GPU{i}" for i in range(n))
     return header + "\n" + "\n".join(f"GPU{i}\t" + "\t".join(map(str, r)) for i, r in enumerate(rows))
 
 
-def _read(base_dir: Path, name: Any) -> str:
-    path = Path(str(name))
+def _read(base_dir: Path, name: str) -> str:
+    path = Path(name)
     return read_bounded(path if path.is_absolute() else base_dir / path, "file")

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The checks that need a real GPU, run on one GPU machine: NVML discovery of the local node, the
+# embedded engine giving a job its GPU (CUDA_VISIBLE_DEVICES as the job sees it), bench train
+# over NCCL against the model's prediction, and bench allreduce over NCCL on one rank.
+# Usage: bash benchmarks/gpu_node.sh OUT_DIR   (ringleader importable: installed, or PYTHONPATH=src)
+set -uo pipefail
+out=${1:?usage: gpu_node.sh OUT_DIR}
+mkdir -p "$out"
+export RINGLEADER_HOME=$(mktemp -d)
+rl() { python3 -m ringleader.cli.main "$@"; }
+step() { echo; echo "## $*"; }
+{
+  step "machine"; date -u; nvidia-smi -L; nvidia-smi topo -m; uptime
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version())'
+  step "local node from NVML"; rl top node -d; rl topo local
+  step "a 1-GPU job on the embedded engine"
+  rl submit mpi --name gpujob --workers 1 --gpus 1 -- python3 -c \
+    'import os, torch; print("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"), "RANK", os.environ.get("RANK"), "device", torch.cuda.get_device_name(0), "count", torch.cuda.device_count()); x = torch.ones(1 << 20, device="cuda"); print("sum", float(x.sum()))'
+  timeout 120 python3 -m ringleader.cli.main logs -f gpujob >/dev/null
+  rl get gpujob; rl logs gpujob
+  step "bench train over NCCL, one rank, and the model's prediction"
+  for prec in fp32 fp16; do
+    rl bench train --model resnet50 --batch-size 64 --num-batches 30 --precision $prec --backend nccl -np 1 -o json > "$out/train-resnet50-$prec.json"
+    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[2], {k: d[k] for k in d if "images" in k or k in ("step_time_s","device")})' "$out/train-resnet50-$prec.json" $prec
+    rl predict --model resnet50 --batch-size 64 --workers 1 --gpus 1 --gpu-type H100 --precision $prec
+  done
+  step "bench allreduce over NCCL, one rank"
+  rl bench allreduce --backend nccl -np 1 -b 1M -e 256M -f 4
+} 2>&1 | tee "$out/gpu_node.txt"

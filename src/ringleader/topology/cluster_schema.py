@@ -1,0 +1,64 @@
+"""The cluster file's schema: every key a node may have, its type and its range.
+
+Checked strictly (pydantic's strict mode): a number is not a string, a mapping is not a
+``gpu_model``, ``2001-12-14`` (a date to YAML) is not a name, and a key the schema does not name
+is refused, at the top level as in a node. What the types cannot say (a DNS-1123 name, a label key
+`ringleader node label` accepts, an ssh address, exactly one topology source) ``cluster.py``
+checks on the validated values, with the same messages as everywhere else.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from ringleader.topology.cluster import MAX_FILE_BYTES, MAX_NODES
+
+# Lengths: DNS names are at most 253 characters; paths at most PATH_MAX; a link kind of a
+# `nvidia-smi topo -m` matrix is a few characters (NV18, SYS, PIX, X).
+Name = Annotated[str, StringConstraints(max_length=253)]
+PathText = Annotated[str, StringConstraints(min_length=1, max_length=4096)]
+LinkKind = Annotated[str, StringConstraints(max_length=32)]
+# The largest matrix a row list may hold; the GPU limit itself (with its own message) is the parser's.
+MAX_MATRIX_ROWS = 1024
+Rows = Annotated[list[Annotated[list[LinkKind], Field(max_length=MAX_MATRIX_ROWS)]], Field(max_length=MAX_MATRIX_ROWS)]
+GbPerS = Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)]
+BandwidthRows = Annotated[list[Annotated[list[GbPerS], Field(max_length=MAX_MATRIX_ROWS)]],
+                          Field(max_length=MAX_MATRIX_ROWS)]  # fmt: skip
+# A label value as Kubernetes allows (at most 63 characters); the key's rule is `node label`'s.
+LabelKey = Annotated[str, StringConstraints(min_length=1, max_length=253)]
+LabelValue = Annotated[str, StringConstraints(max_length=63)]
+
+
+class NodeEntry(BaseModel):
+    """One entry of ``nodes:`` (see the module doc of ringleader.topology.cluster)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: Name
+    preset: Annotated[str, StringConstraints(max_length=64)] | None = None
+    matrix: Annotated[str, StringConstraints(max_length=MAX_FILE_BYTES)] | Rows | None = None
+    matrix_file: PathText | None = None
+    bandwidth: Annotated[str, StringConstraints(max_length=MAX_FILE_BYTES)] | BandwidthRows | None = None
+    bandwidth_file: PathText | None = None
+    bandwidth_matrix: Annotated[str, StringConstraints(max_length=64)] | None = None
+    nvlink_domain: Name = ""
+    # Gb/s of the inter-node network: above 0, and below any link built so far by a wide margin.
+    network_gbps: Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)] | None = None
+    emulated: bool = False
+    labels: dict[LabelKey, LabelValue] | None = None
+    count: Annotated[int, Field(ge=1, le=MAX_NODES)] = 1
+    gpu_model: Annotated[str, StringConstraints(max_length=128)] = ""
+    address: Name | None = None
+    user: Annotated[str, StringConstraints(max_length=64)] | None = None
+    port: int | None = None  # its range is checked with the address (the same message as a bad host's)
+    identity_file: PathText | None = None
+
+
+class ClusterFile(BaseModel):
+    """A cluster file: a list of nodes, nothing else."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    nodes: Annotated[list[NodeEntry], Field(min_length=1, max_length=MAX_NODES)]
