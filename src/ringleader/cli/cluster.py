@@ -71,10 +71,11 @@ def cluster() -> None:
 @cluster.command("apply")
 @click.option("-f", "--file", "path", required=True, type=click.Path(dir_okay=False), help="Cluster YAML.")
 @output_option("json", "yaml")
-def cluster_apply(path: str, output: str) -> None:
+@engine_option
+def cluster_apply(path: str, output: str, engine: str | None) -> None:
     """Replace the declared cluster with the nodes of a YAML file (preset, matrix file or
     inline matrix per node; labels; network_gbps; emulated; count)."""
-    with open_runtime() as rt:
+    with open_runtime(engine, "cluster_file", "`cluster apply`") as rt:
         state = rt.apply_cluster(path)
     if output == "table":
         click.echo(f"cluster applied from {path}: {len(state.nodes)} node(s), {state.total_gpus} GPU(s)")
@@ -88,11 +89,12 @@ def cluster_apply(path: str, output: str) -> None:
 @click.option("-f", "--file", "path", required=True, type=click.Path(dir_okay=False), help="Cluster YAML.")
 @click.option("--scale", type=float, default=0.02, show_default=True,
               help="Each node's link is shaped to network_gbps x SCALE (a small box computes slowly).")
-def cluster_up(path: str, scale: float) -> None:
+@engine_option
+def cluster_up(path: str, scale: float, engine: str | None) -> None:
     """Emulate the cluster on this box (root): per node a network namespace with its own sshd
     and hostname, joined by a bridge, its link shaped with tc to its network_gbps x --scale.
     Jobs then run on the nodes over ssh, exactly as on real hosts."""
-    with open_runtime() as rt:
+    with open_runtime(engine, "emulated_cluster", "`cluster up`") as rt:
         created, state = rt.cluster_up(path, scale)
     emulated = [ns for ns in state.nodes if ns.spec.address is not None]
     click.echo(f"cluster up: {len(emulated)} node(s) in network namespaces, links at network_gbps x {scale:g}")
@@ -101,19 +103,21 @@ def cluster_up(path: str, scale: float) -> None:
 
 
 @cluster.command("down")
-def cluster_down() -> None:
+@engine_option
+def cluster_down(engine: str | None) -> None:
     """Remove the emulated cluster: every namespace, bridge, sshd, key and hosts entry that
     `cluster up` made (also after a crash). Safe to run twice."""
-    with open_runtime() as rt:
+    with open_runtime(engine, "emulated_cluster", "`cluster down`") as rt:
         removed = rt.cluster_down()
     click.echo(f"cluster down: removed {len(removed)} object(s)" if removed else "cluster down: nothing to remove")
 
 
 @cluster.command("get")
 @output_option("json", "yaml")
-def cluster_get(output: str) -> None:
+@engine_option
+def cluster_get(output: str, engine: str | None) -> None:
     """Show the nodes, their GPUs, scheduling mode and labels."""
-    with open_runtime() as rt:
+    with open_runtime(engine, "cluster_file", "`cluster get`") as rt:
         state, note = rt.nodes(), rt.local_note()
     show_nodes(state, output)
     if note and output == "table":
@@ -129,10 +133,11 @@ def node() -> None:
 @click.argument("name", shell_complete=complete_nodes)
 @click.argument("labels", nargs=-1, required=True, metavar="KEY=VALUE|KEY-...")
 @click.option("--overwrite", is_flag=True, help="Allow changing an existing value (as kubectl).")
-def node_label(name: str, labels: tuple[str, ...], overwrite: bool) -> None:
+@engine_option
+def node_label(name: str, labels: tuple[str, ...], overwrite: bool, engine: str | None) -> None:
     """Label a node, e.g. `gpu-schedule=topology` (only --gputopology jobs) or
     `gpu-schedule=default` (only the others); unlabelled nodes serve both. `KEY-` removes."""
-    with open_runtime() as rt:
+    with open_runtime(engine, "node_labels", "`node label`") as rt:
         for item in labels:
             key, sep, value = item.partition("=")
             if not sep and item.endswith("-"):
@@ -235,7 +240,7 @@ def topo(name: str | None, presets: bool, png: str | None, svg: str | None, outp
     if presets:
         topologies = {str(name): preset(str(name))}
     else:
-        with open_runtime() as rt:
+        with open_runtime(None, "cluster_file", "`topo NAME`") as rt:
             state = rt.nodes()
         if name is not None and name not in state.by_name:
             raise NotFoundError(f"node {name!r} not found", f"use one of {', '.join(state.by_name)}, or --presets NAME")

@@ -6,7 +6,6 @@ Parse and render only: every command calls ``ringleader.engines.embedded.engine.
 from __future__ import annotations
 
 import re
-import shlex
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -59,8 +58,18 @@ def _opened(engine: E) -> Iterator[E]:
         click.echo(note, err=True)
 
 
-def open_runtime() -> AbstractContextManager[Runtime]:
-    """The embedded engine at RINGLEADER_HOME (or ~/.ringleader): cluster apply, labels, prune."""
+def open_runtime(engine: str | None, operation: str, what: str) -> AbstractContextManager[Runtime]:
+    """The embedded engine at RINGLEADER_HOME (or ~/.ringleader), for what only it keeps (the
+    declared cluster, labels, finished jobs); refused in one line, before anything is opened or
+    changed, when the engine chosen (--engine, RINGLEADER_ENGINE, `engine use`) is another."""
+    home = default_home()
+    name = chosen_engine(home, engine)
+    if name != "embedded":
+        other = open_engine(name, home, readonly=True)
+        try:
+            other.supports.require(operation, what)
+        finally:
+            other.close()
     from ringleader.engines.embedded.engine import Runtime
 
     return _opened(Runtime.open())
@@ -131,17 +140,11 @@ def parse_env(pairs: Sequence[str]) -> dict[str, str]:
 
 
 def parse_command(words: Sequence[str]) -> list[str]:
-    """One quoted string (split like a shell would, but never run by one) or the words after --."""
-    if len(words) == 1:
-        try:
-            argv = shlex.split(words[0])
-        except ValueError as exc:
-            raise UsageError(f"cannot split the command: {exc}", "check its quotes") from None
-    else:
-        argv = list(words)
-    if not argv:
-        raise UsageError("no command given", "give the command as one quoted string or after --")
-    return argv
+    """One quoted string (split like a shell would; run by /bin/sh only when it holds shell
+    syntax) or the words after --."""
+    from ringleader.jobs.commandline import read_command
+
+    return read_command(words)
 
 
 @click.group("submit")
@@ -169,7 +172,9 @@ def submit_mpi(
     engine: str | None,
 ) -> None:  # fmt: skip
     """Submit an MPI job: COMMAND is one quoted string (an `mpirun ... program` line or a plain
-    program started once per worker, torchrun-style) or the words after `--`.
+    program started once per worker, torchrun-style) or the words after `--`. A quoted string
+    with shell syntax (`cd data && python train.py > out-$RANK.txt`) runs with /bin/sh -c on
+    each rank, as arena runs a job's command.
 
     Each worker sees its job's GPUs on its node in CUDA_VISIBLE_DEVICES (on emulated nodes:
     RINGLEADER_VIRTUAL_GPUS, and no real GPU), plus RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and
@@ -436,9 +441,10 @@ def parse_span(text: str) -> float:
 
 @click.command("prune")
 @click.option("--since", required=True, help="Delete finished jobs that ended longer ago than this (1h, 2d).")
-def prune(since: str) -> None:
+@engine_option
+def prune(since: str, engine: str | None) -> None:
     """Delete finished jobs older than --since (arena prune)."""
-    with open_runtime() as rt:
+    with open_runtime(engine, "prune", "`prune`") as rt:
         gone = rt.prune(parse_span(since))
     for name in gone:
         click.echo(f"job {name!r} deleted")

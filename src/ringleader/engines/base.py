@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import JobStatus
+from ringleader.jobs.support import Support
 from ringleader.jobs.views import JobView, SubmitResult
 
 if TYPE_CHECKING:  # the scheduler is imported by the calls that place: listing jobs does not need it
@@ -25,6 +26,7 @@ class Engine(Protocol):
     stop it; read a cluster snapshot. Errors a user can act on are ``ringleader.errors``."""
 
     notes: list[str]  # one-line notes for the user, printed after a successful command
+    supports: Support  # what it does beyond jobs; anything else is refused before it is tried
 
     def nodes(self) -> ClusterState:
         """The cluster as the engine sees it now: nodes, topologies and GPUs in use (by any
@@ -32,8 +34,9 @@ class Engine(Protocol):
         ...
 
     def submit(self, spec: JobSpec, dry_run: bool = False) -> SubmitResult:
-        """Place the gang with ``place()`` and start all of it, or queue it whole; with
-        ``dry_run`` only show the decision."""
+        """``prepare_submit`` first (the same checks, rewrites and notes on every engine), then
+        place the gang with ``place()`` and start all of it, or queue it whole; with ``dry_run``
+        only show the decision."""
         ...
 
     def get(self, name: str) -> JobView: ...

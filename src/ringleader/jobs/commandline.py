@@ -159,6 +159,69 @@ def check_mpirun(argv: Sequence[str], workers: int) -> None:
     check_np(read_line(argv), workers)
 
 
+# -- what the user typed ---------------------------------------------------------------------------
+
+SHELL = "/bin/sh"
+# Words a shell runs itself (no program of that name runs them as a shell would).
+SHELL_BUILTINS = {"cd", "export", "source", ".", "set", "unset", "ulimit", "umask", "eval", "exec", "trap", "alias",
+                  "pushd", "popd", "wait", "test", "[", "if", "for", "while", "case", "!", "{", "("}  # fmt: skip
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def read_command(words: Sequence[str]) -> list[str]:
+    """The job's argv from what the user typed: the words after ``--`` as they are, or one quoted
+    string split like a shell would (never run by one) - unless it holds shell syntax (``&&``,
+    ``|``, ``>``, ``$VAR``, a glob, ``cd`` ...): then each rank runs it with ``/bin/sh -c``, as
+    arena runs a job's command, and nothing of it is passed to a program as an argument."""
+    if len(words) != 1:
+        argv = list(words)
+    else:
+        try:
+            argv = shlex.split(words[0])
+        except ValueError as exc:
+            raise UsageError(f"cannot split the command: {exc}", "check its quotes") from None
+        if argv and (shell_syntax(words[0]) or argv[0] in SHELL_BUILTINS or _ASSIGNMENT.match(argv[0])):
+            argv = [SHELL, "-c", words[0]]
+    if not argv:
+        raise UsageError("no command given", "give the command as one quoted string or after --")
+    return argv
+
+
+def shell_syntax(text: str) -> str | None:
+    """The first piece of shell syntax outside quotes (an operator, an expansion, a glob, a
+    comment), or None when the text is plain words."""
+    quote: str | None = None
+    escaped = False
+    word_start = True
+    for i, ch in enumerate(text):
+        if escaped:
+            escaped, word_start = False, False
+            continue
+        if ch == "\\" and quote != "'":
+            escaped = True
+            continue
+        if quote is not None:
+            if ch == quote:
+                quote = None
+            elif quote == '"' and ch in "$`":
+                return ch
+            continue
+        if ch in "'\"":
+            quote, word_start = ch, False
+            continue
+        if ch in ";&|<>()":
+            pair = text[i : i + 2]
+            return pair if pair in ("&&", "||", ">>", "<<", ";;", "2>", "|&") else ch
+        if ch in "$`*?[" or (word_start and ch in "~#"):
+            return ch
+        word_start = ch.isspace()
+    return None
+
+
+def is_shell_line(argv: Sequence[str]) -> bool:
+    return len(argv) == 3 and argv[0] == SHELL and argv[1] == "-c"
+
+
 # -- preparing a user's line ---------------------------------------------------------------------
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -193,6 +256,8 @@ def prepare(command: Sequence[str], workers: int, env: Mapping[str, str], enviro
     ``env`` is the job's own -e variables, ``environ`` the submitter's environment. Idempotent:
     a prepared command prepares to itself."""
     out = Prepared(list(command), dict(env))
+    if is_shell_line(out.command):
+        _shell_line(out, workers)
     launcher = _launcher(out.command)
     if launcher == "horovodrun":
         out.command = _horovodrun(out, workers, environ, name)
@@ -249,6 +314,22 @@ def _mpirun(out: Prepared, line: CommandLine, workers: int, environ: Mapping[str
                          "(mpirun too would pass nothing)")  # fmt: skip
     if hosts:
         out.notes.append(f"note: mpirun {' '.join(hosts)} replaced by the placement; see `ringleader get {name}`")
+
+
+def _shell_line(out: Prepared, workers: int) -> None:
+    try:
+        words = shlex.split(out.command[2], comments=True)
+    except ValueError:
+        words = out.command[2].split()
+    for word in words:
+        inner = _launcher([word.strip(";&|()")]) or ("torchrun" if word in _TORCH_MODULES else None)
+        if inner is not None:
+            raise UsageError(
+                f"the shell line starts {inner}, and each of the {workers} ranks would run it: {workers} {inner}s",
+                f"put {inner} first and the shell part in its program, e.g. {inner} ... sh -c 'cd data && python "
+                "train.py', or give the line after -- without shell syntax",
+            )
+    out.notes.append(f"note: the command has shell syntax: each rank runs it with {SHELL} -c (as arena does)")
 
 
 def _export(value: str, env: dict[str, str], environ: Mapping[str, str]) -> bool:
@@ -485,7 +566,9 @@ def _torchrun(out: Prepared, workers: int, environ: Mapping[str, str], name: str
     nproc = _check_counts(given, workers, what)
     if "OMP_NUM_THREADS" not in environ and "OMP_NUM_THREADS" not in out.env and nproc > 1:
         out.env["OMP_NUM_THREADS"] = "1"  # torchrun's default when it starts several per node
-    run = _torch_program(program, given, environ, python, local_rank_arg=kind == "launch" and "use-env" not in given)
+    torchrun = out.command[0] if kind == "torchrun" else None
+    run = _torch_program(program, given, environ, python, torchrun,
+                         local_rank_arg=kind == "launch" and "use-env" not in given)  # fmt: skip
     replaced = [f"{t} {v}" if v is not None and "=" not in t else t for t, o, v in options if o in _TORCH_REPLACED]
     ignored = [f"{t} {v}" if v is not None and "=" not in t else t for t, o, v in options if o in _TORCH_IGNORED]
     shown, per_rank = shlex.join(run), ""
@@ -531,7 +614,7 @@ def _check_counts(given: Mapping[str, str | None], workers: int, what: str) -> i
 
 
 def _torch_program(program: list[str], given: Mapping[str, str | None], environ: Mapping[str, str],
-                   python: list[str] | None, local_rank_arg: bool) -> list[str]:  # fmt: skip
+                   python: list[str] | None, torchrun: str | None, local_rank_arg: bool) -> list[str]:  # fmt: skip
     """What torchrun would start per process: ``python -u [-m] SCRIPT ARGS`` or, with
     --no-python, the program itself; launch without --use-env adds --local-rank=N (per rank,
     through LOCAL_RANK_ARG)."""
@@ -543,18 +626,22 @@ def _torch_program(program: list[str], given: Mapping[str, str | None], environ:
             raise UsageError("--no-python and --module cannot go together", "drop one of them")
         run = [script]
     else:
-        interpreter = environ.get("PYTHON_EXEC") or (python[0] if python else _interpreter_of_torchrun(environ))
+        interpreter = environ.get("PYTHON_EXEC") or (
+            python[0] if python else _interpreter_of_torchrun(torchrun, environ)
+        )
         run = [interpreter, "-u", *(["-m"] if "module" in given else []), script]
     if local_rank_arg:
         return [run[0], "-c", LOCAL_RANK_ARG, str(len(run)), *run, *args]
     return [*run, *args]
 
 
-def _interpreter_of_torchrun(environ: Mapping[str, str]) -> str:
-    """The Python torchrun itself runs with (its script's #! line), as it starts its ranks with
+def _interpreter_of_torchrun(torchrun: str | None, environ: Mapping[str, str]) -> str:
+    """The Python the torchrun the user named runs with (its script's #! line: a path is that
+    file, a bare name the first on the submitter's PATH), as torchrun starts its ranks with
     sys.executable; else the first python3 on the PATH."""
     path = environ.get("PATH", os.defpath)
-    found = shutil.which("torchrun", path=path)
+    named = torchrun or "torchrun"
+    found = named if "/" in named else shutil.which(named, path=path)
     if found:
         try:
             with open(found, "rb") as fh:

@@ -6,7 +6,7 @@ same things in the same words, because they all start from what this returns.
     sub.line      its command, read once: what checks and launchers read
     sub.notes     what was replaced, for the user
 
-Engines declare what they support (``Support``, as SkyPilot's provisioners do); a request for
+Engines declare what they support (``jobs.support.Support``, as SkyPilot's provisioners do); a request for
 something an engine does not support is refused here, in one line, before anything is created.
 """
 
@@ -20,31 +20,7 @@ from dataclasses import dataclass
 from ringleader.errors import UsageError
 from ringleader.jobs.commandline import CommandLine, prepare_spec
 from ringleader.jobs.spec import JobSpec, submit_env
-
-
-@dataclass(frozen=True)
-class Support:
-    """What an engine can do beyond submit/get/list/logs/delete (which every engine does)."""
-
-    engine: str
-    # Ranks start in the submitter's working directory with the search paths and settings of the
-    # submitter's shell (this host, ssh hosts or Slurm nodes sharing its file system); not so for
-    # pods, which start in their image.
-    submitter_context: bool = True
-    image: str | None = None  # how --image runs, or None: refused
-    cluster_file: bool = False  # `cluster apply` / `cluster get`: the engine keeps a declared cluster
-    node_labels: bool = False  # `node label`
-    prune: bool = False  # `prune`: finished jobs are the engine's to forget
-    emulated_cluster: bool = False  # `cluster up` / `cluster down`
-    state_backup: bool = False  # `state export` / `state import`
-
-    def require(self, operation: str, what: str) -> None:
-        """Refuse ``what`` (a command, or an option) in one line unless the engine supports it."""
-        if not getattr(self, operation):
-            raise UsageError(
-                f"{what} is not supported by the {self.engine} engine",
-                f"use the tool the {self.engine} cluster already has for it, or --engine embedded",
-            )
+from ringleader.jobs.support import Support
 
 
 @dataclass(frozen=True)

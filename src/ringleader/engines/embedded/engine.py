@@ -41,7 +41,7 @@ from ringleader.jobs.logfiles import follow_log, instance_name, read_log, wait_u
 from ringleader.jobs.prediction import placement_from_plan, predict_job
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import JobStatus
-from ringleader.jobs.submit import Support
+from ringleader.jobs.support import Support
 from ringleader.jobs.views import JobView, SubmitResult
 from ringleader.runtime.plan import (
     RANK_MODULE,

@@ -26,7 +26,8 @@ from ringleader.jobs.codec import decision_to_dict
 from ringleader.jobs.logfiles import instance_name, wait_until_ended
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import JobStatus
-from ringleader.jobs.submit import Support, prepare_submit
+from ringleader.jobs.submit import prepare_submit
+from ringleader.jobs.support import Support
 from ringleader.jobs.views import EventView, InstanceView, JobView, SubmitResult
 from ringleader.scheduler import ClusterState, Code, Decision, place
 

@@ -100,8 +100,13 @@ def hosts_command(
     argv.append("--tag-output")
     if emulated and "oversubscribe" not in given:
         argv.append("--oversubscribe")  # emulated nodes share this box's cores
-    mca = {"plm_rsh_agent": f"ssh -F {config}", "plm_rsh_no_tree_spawn": "1", **KEEPALIVE_MCA,
-           **settings.get("mca", {})}  # fmt: skip
+    # Open MPI refuses a parameter given twice: each is passed once, the user's where it can stand.
+    owned = {"plm_rsh_agent": f"ssh -F {config}", "plm_rsh_no_tree_spawn": "1", "rmaps": "seq",
+             **settings.get("mca", {})}  # fmt: skip
+    kept, mca_replaced = _without_mca(kept, owned)
+    replaced += mca_replaced
+    given_mca = _mca_names(kept)
+    mca = {k: v for k, v in {**owned, **KEEPALIVE_MCA}.items() if k != "rmaps" and k not in given_mca}
     for key, value in mca.items():
         argv += ["--mca", key, str(value)]
     for name in forwarded_names(spec, plan):
@@ -111,7 +116,8 @@ def hosts_command(
     shown = shlex.join([*argv, *kept]) + " python3 -S -c <rank wrapper> " + shlex.join(program)
     if replaced:
         unbound = ", unbound on emulated nodes" if emulated else ""
-        shown += f" (mpirun {shlex.join(replaced)} replaced: ranks follow the placement's order{unbound})"
+        shown += (f" (mpirun {shlex.join(replaced)} replaced: ranks follow the placement's order{unbound}, "
+                  "and reach each other and their hosts as the cluster's network says)")  # fmt: skip
     return [*argv, *kept, *wrapper, *program], shown
 
 
@@ -131,3 +137,23 @@ def _without(options: list[str], names: set[str]) -> tuple[list[str], list[str]]
     scanned, _ = scan_mpirun(["mpirun", *options])
     kept = [token for o in scanned if o.name not in names for token in (o.token, *o.values)]
     return kept, [token for o in scanned if o.name in names for token in (o.token, *o.values)]
+
+
+def _mca_names(options: list[str]) -> set[str]:
+    scanned, _ = scan_mpirun(["mpirun", *options])
+    return {o.values[0] for o in scanned if o.name in ("mca", "gmca") and o.values}
+
+
+def _without_mca(options: list[str], owned: Mapping[str, str]) -> tuple[list[str], list[str]]:
+    """(``options`` minus the user's --mca settings of parameters the launcher sets itself, those
+    of them that asked for another value). An equal value is simply passed once, the launcher's."""
+    scanned, _ = scan_mpirun(["mpirun", *options])
+    kept: list[str] = []
+    replaced: list[str] = []
+    for o in scanned:
+        clash = o.name in ("mca", "gmca") and len(o.values) == 2 and o.values[0] in owned
+        if not clash:
+            kept += [o.token, *o.values]
+        elif o.values[1] != str(owned[o.values[0]]):
+            replaced += [o.token, *o.values]
+    return kept, replaced

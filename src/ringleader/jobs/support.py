@@ -1,0 +1,34 @@
+"""What an engine supports beyond the job commands every engine answers: declared by each engine
+(as SkyPilot's provisioners declare theirs) and checked before anything is created or changed.
+Imports nothing: every command that opens an engine reads it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ringleader.errors import UsageError
+
+
+@dataclass(frozen=True)
+class Support:
+    """What an engine can do beyond submit/get/list/logs/delete (which every engine does)."""
+
+    engine: str
+    # Ranks start in the submitter's working directory with the search paths and settings of the
+    # submitter's shell (this host, ssh hosts or Slurm nodes sharing its file system); not so for
+    # pods, which start in their image.
+    submitter_context: bool = True
+    image: str | None = None  # how --image runs, or None: refused
+    cluster_file: bool = False  # `cluster apply` / `cluster get`: the engine keeps a declared cluster
+    node_labels: bool = False  # `node label`
+    prune: bool = False  # `prune`: finished jobs are the engine's to forget
+    emulated_cluster: bool = False  # `cluster up` / `cluster down`
+    state_backup: bool = False  # `state export` / `state import`
+
+    def require(self, operation: str, what: str) -> None:
+        """Refuse ``what`` (a command, or an option) in one line unless the engine supports it."""
+        if not getattr(self, operation):
+            raise UsageError(
+                f"{what} is not supported by the {self.engine} engine",
+                f"use the tool the {self.engine} cluster already has for it, or --engine embedded",
+            )
