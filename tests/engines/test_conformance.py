@@ -1,0 +1,403 @@
+"""Engine conformance: one table of users' jobs, run on every engine this test run can reach, each
+expecting the same outcome or the same refusal.
+
+    embedded     processes on this host, nodes emulated (always)
+    ssh-hosts    the embedded engine's ssh hosts: an emulated cluster of network namespaces with
+                 real sshd, mpirun over ssh (root)
+    slurm        real slurmctld and slurmd daemons, one network namespace per node (root, slurm-wlm)
+    kubernetes   contract test against the strict fake API server: nothing runs there, so a row
+                 checks what the launcher would run (`submit --dry-run -o yaml`) and the refusals
+
+A new engine joins by adding a target below; every row then runs on it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from ringleader.engines.base import Engine
+from ringleader.errors import UsageError
+from ringleader.jobs.spec import JobSpec
+from ringleader.jobs.states import JobStatus
+
+pytestmark = pytest.mark.slow
+PY = sys.executable
+BIN = str(Path(PY).parent)
+
+# The reference study's own line (Alibaba's ACK GPU topology-aware scheduling example, VGG16 over
+# Horovod on 4 workers), word for word; its program is TensorFlow's tf_cnn_benchmarks at the path
+# of the study's image.
+REFERENCE_LINE = (
+    'mpirun --allow-run-as-root -np "4" -bind-to none -map-by slot -x NCCL_DEBUG=INFO -x NCCL_SOCKET_IFNAME=eth0 '
+    "-x LD_LIBRARY_PATH -x PATH --mca pml ob1 --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 "
+    "--mca orte_keep_fqdn_hostnames t --mca btl ^openib python "
+    "/tensorflow/benchmarks/scripts/tf_cnn_benchmarks/tf_cnn_benchmarks.py --model=vgg16 --batch_size=64 "
+    "--variable_update=horovod"
+)
+TF_CNN = Path("/tensorflow/benchmarks/scripts/tf_cnn_benchmarks/tf_cnn_benchmarks.py")
+# Neither TensorFlow nor Horovod is installed here: at that path, a program that takes the same
+# flags, allreduces a gradient over the MPI world the line starts, and reports as it does.
+TF_CNN_STAND_IN = """import sys, time
+from mpi4py import MPI
+import numpy as np
+args = dict(a.lstrip("-").split("=", 1) for a in sys.argv[1:])
+comm = MPI.COMM_WORLD
+grad = np.full(1 << 16, comm.Get_rank() + 1.0, dtype=np.float32)
+start = time.time()
+total = np.empty_like(grad)
+comm.Allreduce(grad, total)
+n = comm.Get_size()
+assert total[0] == n * (n + 1) / 2, total[0]
+if comm.Get_rank() == 0:
+    print("Model: %s, batch %s per worker, %d workers" % (args["model"], args["batch_size"], n))
+    print("total images/sec: %.2f" % (n * int(args["batch_size"]) / (time.time() - start)))
+"""
+SHOW_ENV = "import json, os; print('ENV ' + json.dumps({k: os.environ.get(k) for k in ('RANK', 'WORLD_SIZE', " \
+    "'LOCAL_RANK', 'FROM_X', 'FROM_E', 'HOROVOD_FUSION_THRESHOLD', 'NCCL_SOCKET_IFNAME')}))"  # fmt: skip
+TORCH_ALLREDUCE = """import os, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.ones(4) * (dist.get_rank() + 1)
+dist.all_reduce(t)
+n = dist.get_world_size()
+assert t[0].item() == n * (n + 1) / 2
+print("allreduce ok rank %d of %d" % (dist.get_rank(), n))
+dist.destroy_process_group()
+"""
+CLUSTER = """nodes:
+  - name: node-a
+    preset: pcie-4gpu-workstation
+    emulated: true
+  - name: node-b
+    preset: pcie-4gpu-workstation
+    emulated: true
+"""
+
+
+@dataclass
+class Target:
+    """An engine under test and what can be observed of it."""
+
+    name: str
+    engine: Engine
+    runs: bool  # ranks really run (not so against the Kubernetes contract fake)
+    work: Path  # a folder the ranks share with the test (the file system is one here)
+
+    def run(self, spec: JobSpec, timeout: float = 120) -> Any:
+        """Submit; where ranks run, wait for the end and return the job; else the MPIJob the
+        launcher would get (a dry run's manifests)."""
+        if not self.runs:
+            result = self.engine.submit(spec, dry_run=True)
+            return yaml.safe_load_all(result.extra["manifests"]).__next__()
+        self.engine.submit(spec)
+        return self.engine.wait(spec.name, timeout=timeout)
+
+    def log(self, job: str, instance: str) -> str:
+        return self.engine.logs(job, instance)
+
+
+def launcher_command(mpijob: dict[str, Any]) -> list[str]:
+    spec = mpijob["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]
+    return list(spec["containers"][0]["command"])
+
+
+def spec(name: str, command: list[str], workers: int = 2, gpus: int = 1, **kw: Any) -> JobSpec:
+    return JobSpec(name=name, workers=workers, gpus_per_worker=gpus, command=command, **kw)
+
+
+# -- the engines ------------------------------------------------------------------------------------
+
+
+def _root_missing(*tools: str) -> str | None:
+    if os.geteuid() != 0:
+        return "needs root (network namespaces)"
+    absent = [t for t in tools if shutil.which(t) is None]
+    return f"{', '.join(absent)} not installed" if absent else None
+
+
+@pytest.fixture(scope="module")
+def shared_work() -> Iterator[Path]:
+    # Outside pytest's private temp folders: Slurm's job steps and ssh sessions read it.
+    work = Path(tempfile.mkdtemp(prefix="rl-conformance-"))
+    work.chmod(0o755)
+    yield work
+    shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def reference_program() -> Iterator[Path | None]:
+    """The study's program path, with the stand-in at it while this module runs (root only, and
+    only where nothing is there already); None where it cannot be had."""
+    if TF_CNN.exists():
+        yield TF_CNN
+        return
+    if os.geteuid() != 0:
+        yield None
+        return
+    top = Path("/tensorflow")
+    made = not top.exists()
+    TF_CNN.parent.mkdir(parents=True, exist_ok=True)
+    TF_CNN.write_text(TF_CNN_STAND_IN)
+    yield TF_CNN
+    if made:
+        shutil.rmtree(top, ignore_errors=True)
+    else:
+        TF_CNN.unlink()
+
+
+def _embedded(home: Path, work: Path) -> Iterator[Target]:
+    from ringleader.engines.embedded.engine import Runtime
+
+    cluster = work / "cluster.yaml"
+    cluster.write_text(CLUSTER)
+    rt = Runtime.open(home)
+    rt.apply_cluster(cluster)
+    yield Target("embedded", rt, True, work)
+    live = [v.name for v in rt.list_jobs() if not v.status.is_terminal()]
+    if live:
+        rt.delete(live)
+    rt.close()
+
+
+def _hosts(home: Path, work: Path) -> Iterator[Target]:
+    from engines.hosts.conftest import TWO_NODES, missing
+    from ringleader.engines.embedded.engine import Runtime
+
+    why = missing()
+    if why:
+        pytest.skip(why)
+    cluster = work / "hosts.yaml"
+    cluster.write_text(TWO_NODES)
+    rt = Runtime.open(home)
+    rt.cluster_up(cluster, scale=0.02)
+    try:
+        yield Target("ssh-hosts", rt, True, work)
+        live = [v.name for v in rt.list_jobs() if not v.status.is_terminal()]
+        if live:
+            rt.delete(live)
+    finally:
+        rt.cluster_down()
+        rt.close()
+
+
+def _slurm(home: Path, work: Path) -> Iterator[Target]:
+    from engines.slurm.conftest import NODES, quad
+    from ringleader.engines.slurm import SlurmEngine
+    from ringleader.engines.slurm.sandbox import Sandbox, missing
+
+    why = missing()
+    if why:
+        pytest.skip(f"real Slurm: {why}")
+    root = Path(tempfile.mkdtemp(prefix="rl-slurm-"))
+    box = Sandbox.start(root, {name: quad() for name in NODES})
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("SLURM_CONF", str(box.conf))
+            engine = SlurmEngine(home)
+            yield Target("slurm", engine, True, work)
+            live = [v.name for v in engine.list_jobs() if not v.status.is_terminal()]
+            if live:
+                engine.delete(live)
+    finally:
+        box.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _kubernetes(home: Path, work: Path) -> Iterator[Target]:
+    pytest.importorskip("kubernetes", reason="the kubernetes client is not installed")
+    from kube.fakeapi import FakeApiServer
+    from ringleader.engines.kubernetes.engine import open_kubernetes
+
+    fake = FakeApiServer().start()
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("RINGLEADER_KUBE_SERVER", fake.url)
+            mp.setenv("RINGLEADER_KUBE_NAMESPACE", "team-a")
+            yield Target("kubernetes", open_kubernetes(home), False, work)
+    finally:
+        fake.stop()
+
+
+ENGINES: dict[str, Callable[[Path, Path], Iterator[Target]]] = {
+    "embedded": _embedded, "ssh-hosts": _hosts, "slurm": _slurm, "kubernetes": _kubernetes,
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module", params=list(ENGINES))
+def target(request: pytest.FixtureRequest, shared_work: Path) -> Iterator[Target]:
+    """One engine at a time (pytest runs every row on one before starting the next)."""
+    name = request.param
+    work = shared_work / name
+    work.mkdir(mode=0o755)
+    home = Path(tempfile.mkdtemp(prefix=f"rl-{name}-"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RINGLEADER_HOME", str(home))
+        mp.setenv("RINGLEADER_GRACE_S", "2")
+        # As a user with the env activated: `python` on every host is this env's.
+        mp.setenv("PATH", f"{BIN}{os.pathsep}{os.environ.get('PATH', os.defpath)}")
+        mp.chdir(work)
+        yield from ENGINES[name](home, work)
+    shutil.rmtree(home, ignore_errors=True)
+
+
+# -- the table --------------------------------------------------------------------------------------
+
+
+def test_reference_study_line_word_for_word(target: Target, reference_program: Path | None) -> None:
+    argv = shlex.split(REFERENCE_LINE)
+    if not target.runs:
+        launcher = launcher_command(target.run(spec("reference", argv, workers=4)))
+        # What mpirun needs there: the gang's -np, the user's options as written, no host list
+        # (mpi-operator's hostfile names the workers the scheduler bound).
+        assert launcher == ["mpirun", "-np", "4", argv[1], *argv[4:]]
+        return
+    if reference_program is None:
+        pytest.skip(f"{TF_CNN} is not there and only root may put the stand-in there")
+    view = target.run(spec("reference", argv, workers=4))
+    assert view.status is JobStatus.SUCCEEDED, (view.reason, view.events)
+    chief = next(i.name for i in view.instances if i.is_chief).removeprefix("reference-")
+    out = target.log("reference", chief)
+    assert "Model: vgg16, batch 64 per worker, 4 workers" in out and "total images/sec" in out
+
+
+def test_horovodrun_line_with_hosts_and_interface(target: Target) -> None:
+    argv = ["horovodrun", "-np", "2", "-H", "server1:1,server2:1", "--network-interface", "eth0",
+            "--fusion-threshold-mb", "32", "python", "-c", SHOW_ENV]  # fmt: skip
+    if not target.runs:
+        launcher = launcher_command(target.run(spec("hvd", argv)))
+        assert launcher[0] == "mpirun" and "horovodrun" not in launcher  # one horovodrun per rank never
+        assert launcher[launcher.index("-np") + 1] == "2" and "-H" not in launcher
+        assert launcher[-3:] == ["python", "-c", SHOW_ENV]
+        return
+    view = target.run(spec("hvd", argv))
+    assert view.status is JobStatus.SUCCEEDED, (view.reason, view.events)
+    for rank in range(2):
+        env = _env_line(target.log("hvd", f"worker-{rank}"))
+        assert env["RANK"] == str(rank) and env["WORLD_SIZE"] == "2"
+        assert env["HOROVOD_FUSION_THRESHOLD"] == str(32 * 1024 * 1024)
+
+
+def test_multi_node_torchrun_runs_one_process_per_worker(target: Target) -> None:
+    script = target.work / "allreduce.py"
+    script.write_text(TORCH_ALLREDUCE)
+    argv = ["torchrun", "--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d", "--rdzv-endpoint=head:29400",
+            str(script)]  # fmt: skip
+    if not target.runs:
+        launcher = launcher_command(target.run(spec("tr", argv, topology_aware=False)))
+        assert "torchrun" not in " ".join(launcher) and launcher[-1] == str(script)
+        assert "RANK=\"$OMPI_COMM_WORLD_RANK\"" in " ".join(launcher)
+        return
+    # Gloo binds to the address its host name resolves to; the emulated nodes' names resolve to
+    # loopback, so ranks are told the interface, as users of such clusters do.
+    job = spec("tr", argv, gpus=4, env={"GLOO_SOCKET_IFNAME": "eth0"})  # 4 GPUs each: one worker per node
+    view = target.run(job, timeout=180)
+    assert view.status is JobStatus.SUCCEEDED, (view.reason, target.log("tr", "worker-0")[-2000:])
+    assert len({i.node for i in view.instances if i.role == "worker"}) == 2
+    for rank in range(2):
+        assert f"allreduce ok rank {rank} of 2" in target.log("tr", f"worker-{rank}")
+
+
+def test_x_and_e_values_are_the_submitters(target: Target, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FROM_X", "at-submit")
+    job = spec("env", ["mpirun", "-np", "2", "-x", "FROM_X", "python", "-c", SHOW_ENV], env={"FROM_E": "given"})
+    if not target.runs:
+        mpijob = target.run(job)
+        env = {e["name"]: e.get("value") for e in
+               mpijob["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["env"]}  # fmt: skip
+        assert env["FROM_X"] == "at-submit" and env["FROM_E"] == "given"
+        return
+    target.engine.submit(job)
+    monkeypatch.setenv("FROM_X", "changed-after-submit")  # a queued job must not read it at launch
+    view = target.engine.wait("env", timeout=120)
+    assert view.status is JobStatus.SUCCEEDED, (view.reason, view.events)
+    for rank in range(2):
+        env = _env_line(target.log("env", f"worker-{rank}"))
+        assert (env["FROM_X"], env["FROM_E"]) == ("at-submit", "given")
+
+
+def test_shell_line_runs_as_a_shell_would(target: Target) -> None:
+    from ringleader.jobs.commandline import read_command
+
+    data = target.work / "data dir"
+    data.mkdir(exist_ok=True)
+    line = f"cd {shlex.quote(str(data))} && echo rank-$RANK of $WORLD_SIZE > out-$RANK.txt"
+    argv = read_command([line])
+    assert argv == ["/bin/sh", "-c", line]
+    if not target.runs:
+        launcher = launcher_command(target.run(spec("sh", argv)))
+        assert launcher[-3:] == ["/bin/sh", "-c", line]  # per rank, after torchrun's variables are set
+        return
+    view = target.run(spec("sh", argv))
+    assert view.status is JobStatus.SUCCEEDED, (view.reason, view.events)
+    assert sorted(p.read_text() for p in data.glob("out-*.txt")) == ["rank-0 of 2\n", "rank-1 of 2\n"]
+
+
+def test_crashing_rank_is_named_as_the_root_cause(target: Target) -> None:
+    if not target.runs:
+        pytest.skip("the contract fake runs no pods")
+    crash = "import os, sys, time\nif os.environ['RANK'] == '1':\n    time.sleep(0.5)\n    sys.exit(3)\n" \
+        "time.sleep(60)\n"
+    view = target.run(spec("crash", ["python", "-c", crash]))
+    assert view.status is JobStatus.FAILED
+    assert view.reason is not None and "crash-worker-1" in view.reason and "exit code 3" in view.reason, view.reason
+
+
+def test_delete_mid_run_leaves_nothing_running(target: Target) -> None:
+    marker = f"rl-conformance-{target.name}-{os.getpid()}"
+    if not target.runs:
+        pytest.skip("the contract fake runs no pods (deleting the MPIJob: tests/kube/test_engine_contract.py)")
+    started = target.work / f"started-{marker}"
+    code = f"import os, time; open({str(started)!r} + os.environ['RANK'], 'w').close(); time.sleep(300)"
+    target.engine.submit(spec("del", ["python", "-c", code, marker]))
+    deadline = time.monotonic() + 90
+    while len(list(target.work.glob(f"started-{marker}*"))) < 2:
+        assert time.monotonic() < deadline, target.engine.get("del")
+        time.sleep(0.2)
+    target.engine.delete(["del"])
+    deadline = time.monotonic() + 30
+    while _running(marker):
+        assert time.monotonic() < deadline, f"left running after delete: {_running(marker)}"
+        time.sleep(0.2)
+    assert all(v.name != "del" for v in target.engine.list_jobs())
+
+
+def test_np_that_disagrees_with_workers_is_refused_alike(target: Target) -> None:
+    job = spec("np", ["mpirun", "-np", "5", "python", "train.py"])
+    with pytest.raises(UsageError) as refused:
+        target.engine.submit(job, dry_run=not target.runs)
+    assert refused.value.message == "mpirun -np 5 disagrees with --workers 2"
+    assert refused.value.fix == "use -np 2 or drop -np (ringleader sets it)"
+    if target.runs:
+        assert all(v.name != "np" for v in target.engine.list_jobs())
+
+
+def test_a_launcher_inside_a_shell_line_is_refused_alike(target: Target) -> None:
+    argv = ["/bin/sh", "-c", "cd data && mpirun -np 2 python train.py > log.txt"]
+    with pytest.raises(UsageError, match=r"the shell line starts mpirun, and each of the 2 ranks would run it"):
+        target.engine.submit(spec("shmpi", argv), dry_run=True)
+
+
+# -- helpers ----------------------------------------------------------------------------------------
+
+
+def _env_line(log: str) -> dict[str, str | None]:
+    line = next(x for x in log.splitlines() if x.startswith("ENV "))
+    return dict(json.loads(line[4:]))
+
+
+def _running(marker: str) -> list[str]:
+    found = subprocess.run(["pgrep", "-af", marker], capture_output=True, text=True).stdout.splitlines()
+    return [p for p in found if "pgrep" not in p]
