@@ -299,6 +299,9 @@ def _mpirun(out: Prepared, line: CommandLine, workers: int, environ: Mapping[str
         value = opt.values[0] if opt.values else _split_option(opt.token)[1] or ""
         if opt.name in _HOSTS:
             hosts.append(opt.text())
+        elif opt.name == "app":
+            raise UsageError(f"mpirun {opt.text()} takes ranks, hosts and programs from its app file",
+                             "give the program on the line instead: ringleader places the ranks")  # fmt: skip
         elif opt.name in _PER_NODE or (
             opt.name in ("map-by", "rank-by") and value.split(":")[0].lower() in _OFF_PLACEMENT_POLICIES
         ):

@@ -75,7 +75,7 @@ class KubernetesEngine:
         sub = prepare_submit(spec, self.supports)
         spec = sub.spec
         self.notes += sub.notes
-        job = manifests.mpijob(spec, self.namespace)
+        job = manifests.mpijob(spec, self.namespace, line=sub.line)
         extra: dict[str, Any] = {
             "manifests": manifests.dump_all([job, manifests.podgroup(spec, self.namespace)]),
             "namespace": self.namespace,

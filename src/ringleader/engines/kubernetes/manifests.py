@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from ringleader.engines.kubernetes import names
-from ringleader.jobs.commandline import read_line
+from ringleader.jobs.commandline import CommandLine, read_line
 from ringleader.jobs.spec import JobSpec
 
 DEFAULT_IMAGE = "ghcr.io/ringleader/ringleader:0.1.0"
@@ -58,11 +58,11 @@ TORCH_ENV = (
 MASTER_PORT = 29500
 
 
-def launcher_command(spec: JobSpec, namespace: str = "default") -> list[str]:
+def launcher_command(spec: JobSpec, namespace: str = "default", line: CommandLine | None = None) -> list[str]:
     """What the launcher runs: the prepared mpirun line with -np from the gang and without the
     host options (mpi-operator's hostfile lists the workers the scheduler bound); a plain
     program started once per worker through mpirun, torchrun's variables set."""
-    line = read_line(spec.command)
+    line = line or read_line(spec.command)
     if line.mpirun:
         return [line.argv[0], "-np", str(spec.workers), *line.kept, *line.program]
     master = f"{spec.name}-worker-0.{spec.name}.{namespace}.svc"
@@ -71,16 +71,17 @@ def launcher_command(spec: JobSpec, namespace: str = "default") -> list[str]:
             "/bin/sh", "-c", TORCH_ENV, "rank", *line.program]  # fmt: skip
 
 
-def mpijob(spec: JobSpec, namespace: str, image: str | None = None) -> dict[str, Any]:
+def mpijob(spec: JobSpec, namespace: str, image: str | None = None, line: CommandLine | None = None) -> dict[str, Any]:
     """A kubeflow.org/v2beta1 MPIJob: one launcher and ``workers`` workers, every pod scheduled
-    by ringleader as one gang (the PodGroup named like the job: workers + launcher)."""
+    by ringleader as one gang (the PodGroup named like the job: workers + launcher). ``line``:
+    the spec's command as submit read it (read again when not given)."""
     image = image or spec.image or DEFAULT_IMAGE
     pod_meta = {"labels": _pod_labels(spec)}
     worker_resources: dict[str, Any] = {}
     if spec.gpus_per_worker:
         worker_resources = {"limits": {names.GPU_RESOURCE: spec.gpus_per_worker}}
     launcher = {
-        "name": "launcher", "image": image, "command": launcher_command(spec, namespace),
+        "name": "launcher", "image": image, "command": launcher_command(spec, namespace, line),
         # No GPU for the launcher even on a node whose default runtime is nvidia and an image
         # that sets NVIDIA_VISIBLE_DEVICES=all.
         "env": [*_env(spec), {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}],

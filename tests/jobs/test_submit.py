@@ -1,0 +1,112 @@
+"""prepare_submit: the user's line read once per submit, and a dry run that refuses exactly what
+a real submit refuses, in the same words, on every engine."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ringleader.engines.embedded.engine import Runtime
+from ringleader.errors import RingleaderError, UsageError
+from ringleader.jobs import commandline
+from ringleader.jobs.spec import JobSpec
+
+PY = sys.executable
+CLUSTER = "nodes:\n  - name: box\n    preset: pcie-4gpu-workstation\n    emulated: true\n"
+
+
+@pytest.fixture
+def rt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Runtime]:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cluster.yaml").write_text(CLUSTER)
+    runtime = Runtime.open(tmp_path / "home")
+    runtime.apply_cluster(tmp_path / "cluster.yaml")
+    yield runtime
+    live = [v.name for v in runtime.list_jobs() if not v.status.is_terminal()]
+    if live:
+        runtime.delete(live)
+    runtime.close()
+
+
+@pytest.fixture
+def readings(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
+    """Every reading of a command line (and every walk over an mpirun line) in this process."""
+    seen: list[tuple[str, ...]] = []
+    read, scan = commandline.read_line, commandline.scan_mpirun
+
+    def counted_read(argv):  # type: ignore[no-untyped-def]
+        seen.append(tuple(argv))
+        return read(argv)
+
+    def counted_scan(argv):  # type: ignore[no-untyped-def]
+        seen.append(("scan", *argv))
+        return scan(argv)
+
+    monkeypatch.setattr(commandline, "read_line", counted_read)
+    monkeypatch.setattr(commandline, "scan_mpirun", counted_scan)
+    return seen
+
+
+LINES = {
+    "mpirun": f"mpirun -np 2 -x PATH --mca btl ^openib {PY} -c pass",
+    "horovodrun": f"horovodrun -np 2 -H a:1,b:1 --fusion-threshold-mb 8 {PY} -c pass",
+    "torchrun": f"torchrun --nnodes=1 --nproc-per-node=2 {PY} -c pass",
+    "program": f"{PY} -c pass",
+}
+
+
+@pytest.mark.parametrize("kind", list(LINES))
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_the_users_line_is_read_once_per_submit(rt: Runtime, readings: list[tuple[str, ...]], kind: str,
+                                                dry_run: bool) -> None:  # fmt: skip
+    rt.submit(JobSpec(f"once-{kind}", 2, 1, shlex.split(LINES[kind])), dry_run=dry_run)
+    lines = [r for r in readings if r[0] != "scan"]
+    scans = [r for r in readings if r[0] == "scan"]
+    assert len(lines) == 1, readings
+    assert len(scans) == (1 if lines[0][0] == "mpirun" else 0), readings
+
+
+def test_the_kubernetes_manifests_render_the_line_submit_read(readings: list[tuple[str, ...]],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    pytest.importorskip("kubernetes", reason="the kubernetes client is not installed")
+    from ringleader.engines.kubernetes.engine import KubernetesEngine
+
+    def unreachable() -> None:
+        raise UsageError("no kubeconfig here", "a dry run shows the manifests anyway")
+
+    engine = KubernetesEngine(None, "team-a", connect=unreachable)
+    result = engine.submit(JobSpec("k", 2, 1, shlex.split(LINES["horovodrun"])), dry_run=True)
+    assert "mpirun" in result.extra["manifests"]
+    assert len([r for r in readings if r[0] != "scan"]) == 1, readings
+
+
+REFUSED = [
+    "mpirun -np 3 python t.py",  # -np against --workers 2
+    "mpirun --app appfile",  # places ranks itself
+    "mpirun -npernode 1 python t.py",
+    "mpirun --map-by node python t.py",
+    "mpirun -np 2 horovodrun python t.py",
+    "horovodrun -np 2 --gloo python t.py",
+    "horovodrun -np 2 --min-np 1 python t.py",
+    "torchrun --nnodes=1:4 t.py",
+    "torchrun --nproc-per-node=3 t.py",
+    "torchrun --no-python horovodrun python t.py",
+    "mpirun -np 2 -x 1BAD python t.py",
+    "mpirun -np 2",
+    "no-such-program-here --flag",
+]
+
+
+@pytest.mark.parametrize("line", REFUSED)
+def test_a_dry_run_refuses_what_a_submit_refuses_in_the_same_words(rt: Runtime, line: str) -> None:
+    spec = JobSpec("refused", 2, 1, shlex.split(line))
+    with pytest.raises(RingleaderError) as dry:
+        rt.submit(spec, dry_run=True)
+    with pytest.raises(RingleaderError) as real:
+        rt.submit(spec)
+    assert (type(real.value), real.value.message, real.value.fix) == (type(dry.value), dry.value.message, dry.value.fix)
+    assert rt.list_jobs() == []  # nothing written
