@@ -16,11 +16,15 @@ import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from ringleader.errors import UsageError
+from ringleader.errors import UnschedulableError, UsageError
 from ringleader.jobs.commandline import CommandLine, prepare_spec
 from ringleader.jobs.spec import JobSpec, submit_env
 from ringleader.jobs.support import Support
+
+if TYPE_CHECKING:
+    from ringleader.scheduler import Decision
 
 
 @dataclass(frozen=True)
@@ -56,3 +60,15 @@ def working_directory() -> str:
         return os.getcwd()
     except FileNotFoundError:
         raise UsageError("the current working directory was deleted", "cd to an existing folder and retry") from None
+
+
+def refuse_unresolvable(decision: Decision, supports: Support) -> None:
+    """A gang that can never fit this cluster (not "not now": never) is refused at submit, in
+    the same words on every engine."""
+    from ringleader.scheduler import Code
+
+    if decision.code is Code.UNRESOLVABLE:
+        raise UnschedulableError(
+            f"job {decision.job.name} can never run on this cluster: {'; '.join(decision.reasons)}",
+            f"ask for fewer GPUs per worker or fewer workers, or {supports.more_room}",
+        )

@@ -33,7 +33,6 @@ from ringleader.errors import (
     DependencyError,
     DiskFullError,
     NotFoundError,
-    UnschedulableError,
     UsageError,
 )
 from ringleader.jobs.commandline import CommandLine
@@ -52,7 +51,7 @@ from ringleader.runtime.plan import (
 from ringleader.runtime.procs import find_by_args, grace_seconds, stop_all
 
 if TYPE_CHECKING:  # the scheduler is imported by the calls that place: listing jobs does not need it
-    from ringleader.scheduler import ClusterState, Decision
+    from ringleader.scheduler import ClusterState
 
 __all__ = ["JobSpec", "JobView", "Runtime", "SubmitResult", "open_embedded"]
 
@@ -66,7 +65,8 @@ class Runtime:
         self.notes: list[str] = []  # one-line notes for the user (e.g. "no GPUs found")
 
     supports = Support("embedded", image="podman or docker on this host", cluster_file=True, node_labels=True,
-                       prune=True, emulated_cluster=True, state_backup=True)  # fmt: skip
+                       prune=True, emulated_cluster=True, state_backup=True,
+                       more_room="declare bigger nodes (`ringleader cluster apply`)")  # fmt: skip
 
     @classmethod
     def open(cls, home: str | Path | None = None, readonly: bool = False) -> Runtime:
@@ -198,7 +198,7 @@ class Runtime:
     # -- jobs -----------------------------------------------------------------------------------
     def submit(self, spec: JobSpec, dry_run: bool = False) -> SubmitResult:
         """Queue a job (placed now if it fits), or with ``dry_run`` only show the plan."""
-        from ringleader.jobs.submit import prepare_submit  # users' lines: submit only
+        from ringleader.jobs.submit import prepare_submit, refuse_unresolvable  # users' lines: submit only
 
         sub = prepare_submit(spec, self.supports)
         spec, notes = sub.spec, list(sub.notes)
@@ -217,7 +217,7 @@ class Runtime:
                 raise _duplicate(spec.name)
             state = store.cluster_state(conn)
             decision = place(state, spec.request())
-        _refuse_unresolvable(decision)
+        refuse_unresolvable(decision, self.supports)
         if dry_run:
             self.notes += notes
             prediction = predict_job(state, spec, decision.placement) if decision.placement else None
@@ -235,7 +235,7 @@ class Runtime:
             decisions = schedule_pass_decisions(conn, now)
             mine = next(d for d in decisions if d.job.name == spec.name)
             # The cluster may have changed since the check above: refused here, nothing commits.
-            _refuse_unresolvable(mine)
+            refuse_unresolvable(mine, self.supports)
         crash_point("submit-committed")  # killed here: reconciliation starts the supervisor
         spawn_supervisors(self.home, [d.job.name for d in decisions if d.ok])
         self.notes += notes
@@ -353,17 +353,6 @@ def open_embedded(home: Path, readonly: bool = False) -> Runtime:
 
 def _duplicate(name: str) -> ConflictError:
     return ConflictError(f"job {name!r} already exists", f"pick another --name or `ringleader delete {name}`")
-
-
-def _refuse_unresolvable(decision: Decision) -> None:
-    from ringleader.scheduler import Code
-
-    if decision.code is Code.UNRESOLVABLE:
-        why = "; ".join(decision.reasons)
-        raise UnschedulableError(
-            f"job {decision.job.name} can never run on this cluster: {why}",
-            "ask for fewer GPUs per worker or fewer workers, or declare bigger nodes (`ringleader cluster apply`)",
-        )
 
 
 def max_procs() -> int:

@@ -21,12 +21,12 @@ from typing import Any
 from ringleader.engines.kubernetes import manifests, names
 from ringleader.engines.kubernetes.cache import Cache
 from ringleader.engines.kubernetes.client import ApiError, JobsApi, current_namespace, load_client
-from ringleader.errors import ConflictError, NotFoundError, UnschedulableError, UsageError
+from ringleader.errors import ConflictError, NotFoundError, UsageError
 from ringleader.jobs.codec import decision_to_dict
 from ringleader.jobs.logfiles import instance_name, wait_until_ended
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import JobStatus
-from ringleader.jobs.submit import prepare_submit
+from ringleader.jobs.submit import prepare_submit, refuse_unresolvable
 from ringleader.jobs.support import Support
 from ringleader.jobs.views import EventView, InstanceView, JobView, SubmitResult
 from ringleader.scheduler import ClusterState, Code, Decision, place
@@ -51,7 +51,8 @@ class KubernetesEngine:
 
     # The job's image is its pods' image; the cluster, its labels and finished jobs are the
     # API server's (kubectl), not ringleader's.
-    supports = Support("kubernetes", submitter_context=False, image="the pods' image")
+    supports = Support("kubernetes", submitter_context=False, image="the pods' image",
+                       more_room="label more nodes for this kind of job")  # fmt: skip
 
     @property
     def api(self) -> JobsApi:
@@ -92,11 +93,7 @@ class KubernetesEngine:
                                 reasons=(f"cluster not read, no plan: {exc.message}",))  # fmt: skip
         if dry_run:  # the plan says what it says (Unresolvable too): the manifests are wanted anyway
             return SubmitResult(decision, decision_to_dict(decision), dry_run=True, extra=extra)
-        if decision.code is Code.UNRESOLVABLE:
-            raise UnschedulableError(
-                f"job {spec.name} can never run on this cluster: {'; '.join(decision.reasons)}",
-                "ask for fewer GPUs per worker or fewer workers, or label more nodes for this kind of job",
-            )
+        refuse_unresolvable(decision, self.supports)
         try:
             created = self.api.create_mpijob(self.namespace, job)
         except ApiError as exc:

@@ -248,13 +248,17 @@ class Scheduler:
         for informer in self.informers.values():
             threading.Thread(target=self._informer_loop, args=(informer, watch_timeout), daemon=True,
                              name=f"informer-{informer.kind}").start()  # fmt: skip
-        threading.Thread(target=self._lease_loop, args=(retry_seconds,), daemon=True, name="lease").start()
+        lease = threading.Thread(target=self._lease_loop, args=(retry_seconds,), daemon=True, name="lease")
+        lease.start()
         try:
             while not self._stop.is_set():
                 self.cycle()
                 # Woken by any cache change; a periodic pass too, for gangs freed by the clock.
                 self._wait_for_change(1.0)
         finally:
+            self._stop.set()
+            # A renewal in flight would take the lease back after it is given up.
+            lease.join(30)
             self.elector.release()
 
     def _wait_for_change(self, seconds: float) -> None:

@@ -26,16 +26,16 @@ from ringleader.engines.slurm import slurmcli, state
 from ringleader.engines.slurm.launch import sbatch_argv, write_launch
 from ringleader.engines.slurm.records import Records, add_event, private_dir
 from ringleader.engines.slurm.views import NOT_YET, job_view, slurm_status
-from ringleader.errors import ConflictError, NotFoundError, UnschedulableError, UsageError
+from ringleader.errors import ConflictError, NotFoundError, UsageError
 from ringleader.jobs.codec import decision_to_dict
 from ringleader.jobs.logfiles import follow_log, instance_name, read_log, wait_until_ended
 from ringleader.jobs.prediction import placement_from_plan, predict_job
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import JobStatus
-from ringleader.jobs.submit import prepare_submit
+from ringleader.jobs.submit import prepare_submit, refuse_unresolvable
 from ringleader.jobs.support import Support
 from ringleader.jobs.views import JobView, SubmitResult
-from ringleader.scheduler import ClusterState, Code, Decision, QueuedJob, place, schedule_queue
+from ringleader.scheduler import ClusterState, Decision, QueuedJob, place, schedule_queue
 
 DELETE_WAIT_S = 60.0
 FIRST_LOOK_S = 3.0
@@ -50,7 +50,7 @@ class SlurmEngine:
         self.partition = os.environ.get("RINGLEADER_SLURM_PARTITION") or None
         self.notes: list[str] = []
 
-    supports = Support("slurm")
+    supports = Support("slurm", more_room="add nodes to the Slurm partition")
 
     def close(self) -> None:
         pass
@@ -86,7 +86,7 @@ class SlurmEngine:
         self._check_new(spec.name)
         snapshot, nodes, _ = self._snapshot()
         decision = place(snapshot, spec.request())
-        _refuse_unresolvable(decision)
+        refuse_unresolvable(decision, self.supports)
         if decision.ok and spec.gpus_per_worker:
             _require_typed(decision, nodes)
         blind = [ns.name for ns in snapshot.nodes if ns.spec.topology.source.startswith("unknown")]
@@ -292,14 +292,6 @@ class SlurmEngine:
 def open_slurm(home: Path, readonly: bool = False) -> SlurmEngine:
     """The `slurm` engine (see ``ringleader.engines``)."""
     return SlurmEngine(home, readonly)
-
-
-def _refuse_unresolvable(decision: Decision) -> None:
-    if decision.code is Code.UNRESOLVABLE:
-        raise UnschedulableError(
-            f"job {decision.job.name} can never run on this Slurm cluster: {'; '.join(decision.reasons)}",
-            "ask for fewer GPUs per worker or fewer workers",
-        )
 
 
 def _require_typed(decision: Decision, nodes: dict[str, state.SlurmNode]) -> None:
