@@ -18,6 +18,24 @@ step() { echo; echo "## $*"; }
     'import os, torch; print("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"), "RANK", os.environ.get("RANK"), "device", torch.cuda.get_device_name(0), "count", torch.cuda.device_count()); x = torch.ones(1 << 20, device="cuda"); print("sum", float(x.sum()))'
   timeout 120 python3 -m ringleader.cli.main logs -f gpujob >/dev/null
   rl get gpujob; rl logs gpujob
+  step "a torchrun line over NCCL (DDP) and a shell line on the embedded engine"
+  cat > "$out/ddp_nccl.py" <<'PY'
+import os, torch, torch.distributed as dist
+dist.init_process_group("nccl")
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(1024, 1024).cuda(), device_ids=[0])
+model(torch.randn(64, 1024, device="cuda")).sum().backward()
+t = torch.ones(1 << 20, device="cuda")
+dist.all_reduce(t)
+print("rank", dist.get_rank(), "of", dist.get_world_size(), "allreduce", float(t[0]), "nccl", torch.cuda.nccl.version(),
+      "LOCAL_RANK", os.environ["LOCAL_RANK"], "CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))
+dist.destroy_process_group()
+PY
+  rl submit mpi --name ddp --workers 1 --gpus 1 -- torchrun --nnodes=1 --nproc-per-node=1 "$out/ddp_nccl.py"
+  timeout 120 python3 -m ringleader.cli.main logs -f ddp >/dev/null
+  rl get ddp -e; rl logs ddp
+  rl submit mpi --name shell --workers 1 --gpus 1 'echo visible=$CUDA_VISIBLE_DEVICES rank=$RANK && nvidia-smi -L | wc -l'
+  timeout 60 python3 -m ringleader.cli.main logs -f shell >/dev/null
+  rl get shell; rl logs shell
   step "bench train over NCCL, one rank, and the model's prediction"
   for prec in fp32 fp16; do
     rl bench train --model resnet50 --batch-size 64 --num-batches 30 --precision $prec --backend nccl -np 1 -o json > "$out/train-resnet50-$prec.json"

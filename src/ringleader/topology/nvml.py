@@ -63,7 +63,7 @@ def _read(nvml: Any) -> Discovery:
     for h in handles:
         uuid = nvml.nvmlDeviceGetUUID(h)
         uuids.append(uuid.decode() if isinstance(uuid, bytes) else str(uuid))
-    return Discovery(NodeTopology(links=tuple(rows), gpu_model=_short_model(name), source="nvml"), tuple(uuids))
+    return Discovery(NodeTopology(links=tuple(rows), gpu_model=short_model(name), source="nvml"), tuple(uuids))
 
 
 def _bus_id(pci: Any) -> str:
@@ -97,7 +97,7 @@ def _nvlink_counts(nvml: Any, handles: list[Any], bus_ids: list[str]) -> dict[tu
     return direct
 
 
-def _short_model(name: str) -> str:
+def short_model(name: str) -> str:
     for model in ("H200", "H100", "A100", "V100", "A10", "L40", "T4"):
         if model in name:
             return model

@@ -12,6 +12,7 @@ from ringleader.topology.cluster import DISCOVER, NAME_RE, SCHEDULE_LABEL, SCHED
 
 if TYPE_CHECKING:
     from ringleader.scheduler import ClusterState
+    from ringleader.topology import NodeTopology
 
 LOCAL = "local"
 # ACK's label name, accepted as a spelling of ours.
@@ -19,12 +20,43 @@ LABEL_ALIASES = {"ack.node.gpu.schedule": SCHEDULE_LABEL}
 
 
 def local_node() -> tuple[NodeSpec, str]:
-    """This machine with the GPUs NVML reports; (spec, note) with a note when it has none."""
+    """This machine with its GPUs, read as on an ssh host: `nvidia-smi topo -m` (links, NICs and
+    each GPU's CPU and NUMA affinity), else NVML (links only); (spec, note) with a note when it has
+    none."""
     from ringleader.topology.nvml import discover
 
     found = discover()
+    smi = _smi_topology(found.topology.gpu_model)
+    if smi is not None and smi.n_gpus >= found.topology.n_gpus:
+        return NodeSpec(LOCAL, smi), ""
     note = found.reason if found.topology.n_gpus == 0 else ""
     return NodeSpec(LOCAL, found.topology), note
+
+
+def _smi_topology(gpu_model: str) -> NodeTopology | None:
+    """`nvidia-smi topo -m` of this machine, its GPUs named by NVML or `nvidia-smi`; None where
+    nvidia-smi is absent, fails, or shows no GPU."""
+    import shutil
+    import subprocess
+
+    from ringleader.errors import RingleaderError
+    from ringleader.topology.nvml import short_model
+    from ringleader.topology.smi import parse_topo_text
+
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        topo = subprocess.run([smi, "topo", "-m"], capture_output=True, text=True, timeout=30)
+        if not gpu_model:
+            names = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                                   text=True, timeout=30).stdout.splitlines()  # fmt: skip
+            gpu_model = short_model(names[0]) if names else ""
+        if topo.returncode != 0 or "GPU0" not in topo.stdout:
+            return None
+        return parse_topo_text(topo.stdout, gpu_model=gpu_model, source="nvidia-smi topo -m")
+    except (OSError, subprocess.SubprocessError, RingleaderError):
+        return None
 
 
 def check_declared(declared: Sequence[NodeSpec]) -> None:
