@@ -141,14 +141,27 @@ def test_unknown_command_and_bare_group(capsys) -> None:
     assert "Commands:" in capsys.readouterr().out
 
 
+def on_a_terminal(monkeypatch, columns: int) -> None:
+    import sys
+
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    monkeypatch.setenv("TERM", "xterm")  # not "dumb": rich takes a dumb terminal as 80 wide
+    monkeypatch.setenv("COLUMNS", str(columns))
+
+
+def plain(out: str) -> str:
+    """What the terminal shows: the text without its bold codes."""
+    return re.sub(r"\x1b\[[0-9;]*m", "", out)
+
+
 def test_tables_fold_long_cells_instead_of_cutting_them(monkeypatch, capsys) -> None:
     from ringleader.cli.output import console, table
 
-    monkeypatch.setenv("COLUMNS", "80")
+    on_a_terminal(monkeypatch, 80)
     long = "a-very-long-placement-description-" * 4
     headers = ["NAME", "BACKEND", "AVG THROUGHPUT (IMAGES/S)", "PLACEMENT"]
     console().print(table(headers, [["x", "gloo", "1234.5", long]]))
-    out = capsys.readouterr().out
+    out = plain(capsys.readouterr().out)
     assert "…" not in out and all(len(line) <= 80 for line in out.splitlines())
     assert long in "".join(line.strip().split()[-1] for line in out.splitlines()[1:])
     assert "1234.5" in out and "gloo" in out
@@ -157,14 +170,25 @@ def test_tables_fold_long_cells_instead_of_cutting_them(monkeypatch, capsys) -> 
 def test_narrow_tables_keep_short_columns_whole_and_wrap_long_ones(monkeypatch, capsys) -> None:
     from ringleader.cli.output import console, table
 
-    monkeypatch.setenv("COLUMNS", "60")
+    on_a_terminal(monkeypatch, 60)
     rows = [["vgg", "SUCCEEDED", "4", "cn-shanghai-172[2w: GPU 1,2] + cn-shanghai-173[2w: GPU 0,3]"]]
     console().print(table(["NAME", "STATUS", "GPUS", "PLACEMENT"], rows))
-    lines = capsys.readouterr().out.splitlines()
+    lines = plain(capsys.readouterr().out).splitlines()
     assert lines[0].split() == ["NAME", "STATUS", "GPUS", "PLACEMENT"]
     assert lines[1].split()[:3] == ["vgg", "SUCCEEDED", "4"] and all(len(ln) <= 60 for ln in lines)
     placement = " ".join(ln[lines[0].index("PLACEMENT"):].strip() for ln in lines[1:])
     assert placement == rows[0][3]  # wrapped at spaces, nothing lost
+
+
+def test_piped_tables_never_wrap_whatever_their_width(monkeypatch, capsys) -> None:
+    """grep and awk read one row per line: `-o wide` piped once folded `cn-shanghai-17⏎2`."""
+    from ringleader.cli.output import console, table
+
+    monkeypatch.setenv("COLUMNS", "40")
+    rows = [["vgg", "RUNNING", "cn-shanghai-172[2w: GPU 1,2] + cn-shanghai-173[2w: GPU 0,3]", "NV1 25 GB/s"]]
+    console().print(table(["NAME", "STATUS", "PLACEMENT", "BOTTLENECK"], rows))
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and lines[1].split()[:2] == ["vgg", "RUNNING"] and rows[0][2] in lines[1]
 
 
 def test_dry_run_says_whether_the_runner_up_tied_or_what_it_lost_on(seeds_cli) -> None:

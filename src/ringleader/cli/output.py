@@ -59,7 +59,8 @@ class Printer:
     def print(self, *objects: Any, **kwargs: Any) -> None:
         if objects and not kwargs and all(isinstance(o, PlainTable) for o in objects) and not _forced_style():
             tty = sys.stdout.isatty()
-            width = _terminal_width() if tty else _piped_width()
+            # Piped (grep, awk, a file): a row stays one line, however long; wrapping is for eyes.
+            width = _terminal_width() if tty else sys.maxsize
             bold = tty and os.environ.get("TERM") not in ("dumb", "unknown")
             texts = [o.plain_text(width, bold) for o in objects]
             if all(t is not None for t in texts):
@@ -71,22 +72,16 @@ class Printer:
     def rich(self) -> Console:
         from rich.console import Console
 
-        # The terminal's width on a terminal (rich measures it), COLUMNS when set, else wide
-        # enough for tables when stdout is a pipe (tests, logs). Wider tables wrap their cells.
-        width = None if sys.stdout.isatty() else _piped_width()
+        # The terminal's width on a terminal (COLUMNS first, as rich measures it). Piped (grep,
+        # awk, a file), a table row stays one line however long: wrapping is for eyes.
+        width = _terminal_width() if sys.stdout.isatty() else WIDTH_WHEN_PIPED
         return Console(width=width, highlight=False, soft_wrap=False)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.rich, name)
 
 
-WIDTH_WHEN_PIPED = 160
-
-
-def _piped_width() -> int:
-    """COLUMNS when set, else WIDTH_WHEN_PIPED."""
-    columns = os.environ.get("COLUMNS", "")
-    return int(columns) if columns.isdigit() and int(columns) > 0 else WIDTH_WHEN_PIPED
+WIDTH_WHEN_PIPED = 100_000  # rich tables take their natural width, never this
 
 
 def _terminal_width() -> int:
