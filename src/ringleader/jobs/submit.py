@@ -37,6 +37,7 @@ class Support:
     prune: bool = False  # `prune`: finished jobs are the engine's to forget
     emulated_cluster: bool = False  # `cluster up` / `cluster down`
     state_backup: bool = False  # `state export` / `state import`
+    time_limit: bool = False  # `--time-limit`: the job is stopped at its limit
 
     def require(self, operation: str, what: str) -> None:
         """Refuse ``what`` (a command, or an option) in one line unless the engine supports it."""
@@ -61,6 +62,8 @@ def prepare_submit(spec: JobSpec, supports: Support, environ: Mapping[str, str] 
     spec.validate()
     if spec.image is not None:
         supports.require("image", "--image")
+    if spec.time_limit_s is not None:
+        supports.require("time_limit", "--time-limit")
     if spec.workdir is None and supports.submitter_context:
         spec = dataclasses.replace(spec, workdir=working_directory())
     # -x NAME passes the submitter's value of NAME (the whole environment, not just the part a

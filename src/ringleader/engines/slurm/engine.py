@@ -49,7 +49,7 @@ class SlurmEngine:
         self.partition = os.environ.get("RINGLEADER_SLURM_PARTITION") or None
         self.notes: list[str] = []
 
-    supports = Support("slurm")
+    supports = Support("slurm", time_limit=True)
 
     def close(self) -> None:
         pass
