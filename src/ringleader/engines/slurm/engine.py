@@ -152,8 +152,8 @@ class SlurmEngine:
             return {}
         snapshot, nodes, _ = self._snapshot()
         specs = {r["name"]: JobSpec.from_dict(r["spec"]) for r in queued}
-        order = [QueuedJob(specs[r["name"]].request(), i) for i, r in enumerate(queued)]
-        _, decisions = schedule_queue(snapshot, order)
+        order = [QueuedJob(specs[r["name"]].request(), i, r.get("created_at")) for i, r in enumerate(queued)]
+        _, decisions = schedule_queue(snapshot, order, now=time.time(), expected_ends=self._expected_ends())
         out = {}
         for decision in decisions:
             record = next(r for r in queued if r["name"] == decision.job.name)
@@ -172,6 +172,16 @@ class SlurmEngine:
             self.records.save(record)
             out[decision.job.name] = decision
         return out
+
+    def _expected_ends(self) -> dict[str, float]:
+        """When ringleader's running Slurm jobs with a time limit end at the latest: Slurm stops
+        them at the limit (SIGTERM, then SIGKILL after its KillWait)."""
+        ends = {}
+        for record in self.records.all():
+            limit = record["spec"].get("time_limit_s")
+            if record["status"] == JobStatus.RUNNING.value and limit and record.get("started_at"):
+                ends[record["name"]] = float(record["started_at"]) + float(limit)
+        return ends
 
     def _launch(self, record: dict[str, Any], spec: JobSpec, decision: Decision, snapshot: ClusterState,
                 nodes: dict[str, state.SlurmNode]) -> None:  # fmt: skip
@@ -257,8 +267,11 @@ class SlurmEngine:
         return follow_log(lambda: self.get(name), lambda: self._log_file(name, instance), tail, timestamps, 0.5)
 
     # -- removal --------------------------------------------------------------------------------
-    def delete(self, names: Sequence[str]) -> list[str]:
-        """scancel each job (every component), wait until Slurm has freed its GPUs, forget it."""
+    def delete(self, names: Sequence[str], now: bool = False) -> list[str]:
+        """scancel each job (every component), wait until Slurm has freed its GPUs, forget it.
+
+        Slurm stops it as training programs expect: SIGTERM to every process of the job, then
+        SIGKILL after its KillWait (slurm.conf, default 30 s). ``now``: SIGKILL at once."""
         missing = [n for n in names if self.records.load(n) is None]
         if missing:
             raise NotFoundError(f"job {missing[0]!r} not found", "see `ringleader list --engine slurm`")
@@ -266,7 +279,8 @@ class SlurmEngine:
             records = [self._record(n) for n in names]
             for record in records:
                 if record.get("slurm_id"):
-                    slurmcli.run(["scancel", record["slurm_id"]], check=False)
+                    kill_now = ["--signal=KILL", "--full"] if now else []  # every step and the batch script
+                    slurmcli.run(["scancel", *kill_now, record["slurm_id"]], check=False)
             for record in records:
                 if record.get("slurm_id"):
                     self._wait_gone(record["slurm_id"])
