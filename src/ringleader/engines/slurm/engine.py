@@ -279,8 +279,9 @@ class SlurmEngine:
             records = [self._record(n) for n in names]
             for record in records:
                 if record.get("slurm_id"):
-                    kill_now = ["--signal=KILL", "--full"] if now else []  # every step and the batch script
-                    slurmcli.run(["scancel", *kill_now, record["slurm_id"]], check=False)
+                    if now:  # SIGKILL to the steps' processes first; the cancel then ends the job
+                        slurmcli.run(["scancel", "--signal=KILL", record["slurm_id"]], check=False)
+                    slurmcli.run(["scancel", record["slurm_id"]], check=False)
             for record in records:
                 if record.get("slurm_id"):
                     self._wait_gone(record["slurm_id"])
