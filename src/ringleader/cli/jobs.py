@@ -147,6 +147,17 @@ def parse_command(words: Sequence[str]) -> list[str]:
     return read_command(words)
 
 
+TIME_LIMIT_HELP = ("Stop the job (SIGTERM, then SIGKILL after RINGLEADER_GRACE_S) and fail it after this long: "
+                   "90s, 30m, 2h, 1h30m or seconds. Lets it start early on GPUs reserved for a bigger job.")
+
+
+def _time_limit(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    del ctx, param
+    from ringleader.jobs.spec import parse_duration
+
+    return None if value is None else parse_duration(value)
+
+
 @click.group("submit")
 def submit() -> None:
     """Submit a training job (arena submit)."""
@@ -163,13 +174,14 @@ def submit() -> None:
 @click.option("--image", default=None, help="Run each rank in this container image (podman or docker on this host).")
 @click.option("--model", default=None, help="Model name (recorded; a hint for throughput predictions).")
 @click.option("--dry-run", is_flag=True, help="Print the placement plan; start and write nothing.")
+@click.option("--time-limit", "time_limit_s", metavar="DURATION", callback=_time_limit, help=TIME_LIMIT_HELP)
 @output_option("json", "yaml")
 @click.argument("command", nargs=-1, required=True)
 @engine_option
 def submit_mpi(
     name: str, workers: int, gpus: int, gputopology: bool, gang: bool, priority: int, env: tuple[str, ...],
-    image: str | None, model: str | None, dry_run: bool, output: str, command: tuple[str, ...],
-    engine: str | None,
+    image: str | None, model: str | None, dry_run: bool, time_limit_s: float | None, output: str,
+    command: tuple[str, ...], engine: str | None,
 ) -> None:  # fmt: skip
     """Submit an MPI job: COMMAND is one quoted string (an `mpirun ... program` line or a plain
     program started once per worker, torchrun-style) or the words after `--`. A quoted string
@@ -195,6 +207,7 @@ def submit_mpi(
     spec = JobSpec(
         name=name, workers=workers, gpus_per_worker=gpus, command=parse_command(command),
         env=parse_env(env), topology_aware=gputopology, priority=priority, image=image, model=model,
+        time_limit_s=time_limit_s,
     )  # fmt: skip
     with using_engine(engine) as rt:
         result = rt.submit(spec, dry_run=dry_run)
@@ -418,11 +431,15 @@ def logs(
 
 @click.command("delete")
 @click.argument("names", nargs=-1, required=True, shell_complete=complete_jobs)
+@click.option("--now", is_flag=True, help="SIGKILL every process at once, with no grace period to checkpoint.")
 @engine_option
-def delete(names: tuple[str, ...], engine: str | None) -> None:
-    """Stop jobs, free their GPUs, remove their state and logs (arena delete)."""
+def delete(names: tuple[str, ...], now: bool, engine: str | None) -> None:
+    """Stop jobs, free their GPUs, remove their state and logs (arena delete).
+
+    Every rank gets SIGTERM (on Slurm: scancel's, forwarded by Slurm), then RINGLEADER_GRACE_S
+    seconds (default 5) to write a checkpoint and exit, then SIGKILL; --now kills at once."""
     with using_engine(engine) as rt:
-        gone = rt.delete(list(dict.fromkeys(names)))
+        gone = rt.delete(list(dict.fromkeys(names)), now=now)
     for name in gone:
         click.echo(f"job {name!r} deleted")
 

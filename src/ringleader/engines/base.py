@@ -53,8 +53,9 @@ class Engine(Protocol):
         """The log so far, then new lines as they come, until the job ends."""
         ...
 
-    def delete(self, names: Sequence[str]) -> list[str]:
-        """Stop every rank of each job on every host, free its GPUs, forget it."""
+    def delete(self, names: Sequence[str], now: bool = False) -> list[str]:
+        """Stop every rank of each job on every host, free its GPUs, forget it: SIGTERM, a grace
+        period to checkpoint and exit, then SIGKILL; ``now``: SIGKILL at once."""
         ...
 
     def wait(self, name: str, timeout: float | None = None) -> JobView: ...

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ringleader.scheduler import Candidate, Decision, Placement, WorkerSlot
+from ringleader.scheduler import Candidate, Decision, Placement, Reservation, WorkerSlot
 from ringleader.topology import Link, NodeSpec, NodeTopology, SshAddress
 
 
@@ -108,6 +108,7 @@ def decision_to_dict(decision: Decision) -> dict[str, Any]:
             "topology_aware": job.topology_aware,
             "priority": job.priority,
             "model": job.model,
+            "time_limit_s": job.time_limit_s,
         },
         "policy": decision.policy,
         "code": decision.code.value,
@@ -117,4 +118,27 @@ def decision_to_dict(decision: Decision) -> dict[str, Any]:
         "reasons": list(decision.reasons),
         "node_reasons": dict(decision.node_reasons),
         "candidates_considered": decision.candidates_considered,
+        "reservation": reservation_to_dict(decision.reservation),
     }
+
+
+def reservation_to_dict(reservation: Reservation | None) -> dict[str, Any] | None:
+    """A pending gang's reservation; times on the engine's wall clock (``start_s`` None: unknown)."""
+    if reservation is None:
+        return None
+    return {
+        **placement_to_dict(reservation.placement),
+        "start_s": reservation.start_s,
+        "end_s": reservation.end_s,
+        "gpus": reservation.gpus(),
+    }
+
+
+def reservation_from_dict(job: str, data: dict[str, Any] | None, now: float) -> Reservation | None:
+    """The stored reservation with ``starts_in_s`` counted from ``now`` (read time, not pass time)."""
+    if not data:
+        return None
+    start = data.get("start_s")
+    start_s = None if start is None else float(start)
+    end_s = None if data.get("end_s") is None else float(data["end_s"])
+    return Reservation(placement_from_dict(job, data), start_s, None if start_s is None else start_s - now, end_s)

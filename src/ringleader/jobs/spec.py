@@ -19,7 +19,28 @@ SUBMIT_ENV_KEYS = (
     "PATH", "PYTHONPATH", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "LD_LIBRARY_PATH",
     "CUDA_HOME", "HOME", "USER", "LANG", "LC_ALL", "TMPDIR", "OMP_NUM_THREADS",
 )  # fmt: skip
+MAX_TIME_LIMIT_S = 365 * 24 * 3600.0  # a year: beyond it a limit is a typo, not a plan
 SUBMIT_ENV_PREFIXES = ("NCCL_", "OMPI_MCA_", "PMIX_MCA_", "GLOO_", "TORCH_", "MKL_")
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+_DURATION_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str, option: str = "--time-limit") -> float:
+    """'90s', '30m', '2h', '1h30m' or plain seconds ('600') -> seconds; one usage error otherwise."""
+    text = text.strip()
+    fix = "write e.g. 90s, 30m, 2h, 1h30m or a number of seconds"
+    try:
+        seconds = float(text)
+    except ValueError:
+        parts = _DURATION.findall(text)
+        if not parts or "".join(n + u for n, u in parts) != text:
+            raise UsageError(f"{option} {text!r} is not a duration", fix) from None
+        seconds = sum(float(n) * _DURATION_UNIT_S[u] for n, u in parts)
+    if not 0 < seconds < MAX_TIME_LIMIT_S:  # also refuses nan and inf
+        raise UsageError(f"{option} {text!r} must be more than 0 s and less than a year", fix)
+    return seconds
 
 
 def submit_env(environ: dict[str, str]) -> dict[str, str]:
@@ -50,6 +71,9 @@ class JobSpec:
     workdir: str | None = None  # where the processes start; submit records the caller's cwd
     submit_env: dict[str, str] | None = None  # submit records the caller's (see submit_env())
     user_command: list[str] | None = None  # the line as written, when submit rewrote it
+    # Seconds the job may run; it is stopped (SIGTERM, grace, SIGKILL) and FAILED at the limit.
+    # The queue plans reservations with it, and a job with one may backfill (see docs/scheduler.md).
+    time_limit_s: float | None = None
 
     def validate(self) -> JobSpec:
         from ringleader.topology.cluster import check_name
@@ -68,6 +92,10 @@ class JobSpec:
         priority = self.priority
         if isinstance(priority, bool) or not isinstance(priority, int) or not -(2**31) <= priority < 2**31:
             raise UsageError(f"--priority must be a 32-bit integer, got {priority}", "give -2147483648 to 2147483647")
+        limit = self.time_limit_s
+        numeric = isinstance(limit, int | float) and not isinstance(limit, bool)
+        if limit is not None and not (numeric and 0 < limit < MAX_TIME_LIMIT_S):
+            raise UsageError(f"--time-limit must be a positive duration, got {limit}", "write e.g. 90s, 30m or 2h")
         for key in self.env:
             if not _ENV_KEY.match(key):
                 raise UsageError(f"invalid environment variable name {key!r}", "use -e NAME=VALUE")
@@ -77,7 +105,8 @@ class JobSpec:
         from ringleader.scheduler import JobRequest
 
         return JobRequest(
-            self.name, self.workers, self.gpus_per_worker, self.topology_aware, self.priority, self.model
+            self.name, self.workers, self.gpus_per_worker, self.topology_aware, self.priority, self.model,
+            time_limit_s=self.time_limit_s,
         )
 
     @property
@@ -97,4 +126,5 @@ class JobSpec:
             topology_aware=bool(data.get("topology_aware")), priority=int(data.get("priority", 0)),
             image=data.get("image"), model=data.get("model"), workdir=data.get("workdir"),
             submit_env=data.get("submit_env"), user_command=data.get("user_command"),
+            time_limit_s=None if data.get("time_limit_s") is None else float(data["time_limit_s"]),
         )  # fmt: skip

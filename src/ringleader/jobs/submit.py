@@ -41,6 +41,8 @@ def prepare_submit(spec: JobSpec, supports: Support, environ: Mapping[str, str] 
     spec.validate()
     if spec.image is not None:
         supports.require("image", "--image")
+    if spec.time_limit_s is not None:
+        supports.require("time_limit", "--time-limit")
     if spec.workdir is None and supports.submitter_context:
         spec = dataclasses.replace(spec, workdir=working_directory())
     # -x NAME passes the submitter's value of NAME (the whole environment, not just the part a

@@ -24,6 +24,7 @@ class Support:
     prune: bool = False  # `prune`: finished jobs are the engine's to forget
     emulated_cluster: bool = False  # `cluster up` / `cluster down`
     state_backup: bool = False  # `state export` / `state import`
+    time_limit: bool = False  # `--time-limit`: the job is stopped at its limit
     more_room: str = "add nodes"  # how a user gives a job that can never fit the room it needs
 
     def require(self, operation: str, what: str) -> None:

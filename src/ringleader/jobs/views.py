@@ -24,6 +24,15 @@ def rfc3339(ts: float | None) -> str | None:
     return datetime.fromtimestamp(ts, tz=UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
+def reservation_line(job: str, stored: dict[str, Any], now: float | None = None) -> str:
+    """A pending gang's stored reservation as a person reads it, its start counted from ``now``:
+    "reserved GPUs 0-7 on node-a, expected start in ~14 min"."""
+    from ringleader.jobs.codec import reservation_from_dict
+
+    reservation = reservation_from_dict(job, stored, time.time() if now is None else now)
+    return reservation.describe() if reservation else ""
+
+
 @dataclass(frozen=True)
 class InstanceView:
     name: str

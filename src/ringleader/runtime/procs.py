@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Iterable
 
-__all__ = ["alive", "find_by_args", "grace_seconds", "signal_proc", "start_time", "stop_all"]
+__all__ = ["alive", "find_by_args", "grace_seconds", "signal_proc", "start_time", "stop_all", "terminate"]
 
 
 def start_time(pid: int) -> int | None:
@@ -40,22 +41,42 @@ def signal_proc(pid: int, started: int | None, sig: int) -> None:
 
 
 def stop_all(procs: Iterable[tuple[int, int | None]], grace_s: float) -> None:
-    """SIGTERM every process, wait up to ``grace_s`` for them to go, then SIGKILL the rest, and
-    every descendant of theirs found before the first signal (one that left the process group
-    with setsid too: the rank wrapper is a subreaper, so its program's orphans stay its own)."""
+    """Stop processes the way training programs expect (as Slurm, mpirun and torchrun do):
+    SIGTERM once, up to ``grace_s`` seconds to checkpoint and exit, then SIGKILL to whatever is
+    left, every descendant found before the first signal included (one that left the process
+    group with setsid too: the rank wrapper is a subreaper, so its program's orphans stay its own).
+
+    SIGTERM goes only to the processes no other target is an ancestor of: a rank wrapper passes
+    it on to its program and mpirun to its ranks, so each program gets it exactly once (a second
+    SIGTERM would interrupt its handler while it writes a checkpoint). ``grace_s`` <= 0 is
+    SIGKILL at once (`delete --now`)."""
     import signal  # here, not at the top: commands that only read start quicker
 
     from ringleader.runtime.rank import descendants
 
-    targets = [(pid, st) for pid, st in procs if st is not None and alive(pid, st)]
-    targets += [d for d in descendants(*(pid for pid, _ in targets)) if d not in targets]
-    for pid, st in targets:
-        signal_proc(pid, st, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(alive(p, s) for p, s in targets):
-        time.sleep(0.05)
+    listed = list(dict.fromkeys((pid, st) for pid, st in procs if st is not None and alive(pid, st)))
+    below = descendants(*(pid for pid, _ in listed))
+    targets = listed + [d for d in below if d not in listed]
+    if grace_s > 0:
+        below_pids = {pid for pid, _ in below}
+        for pid, st in listed:
+            if pid not in below_pids:
+                terminate(pid, st)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and any(alive(p, s) for p, s in targets):
+            time.sleep(0.05)
     for pid, st in targets:
         signal_proc(pid, st, signal.SIGKILL)
+
+
+def terminate(pid: int, started: int | None) -> None:
+    """SIGTERM to this one process (never its group: see stop_all), if it is still the same."""
+    import signal
+
+    if started is None or not alive(pid, started):
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signal.SIGTERM)
 
 
 def find_by_args(*needles: str) -> list[tuple[int, int]]:
@@ -76,9 +97,13 @@ def find_by_args(*needles: str) -> list[tuple[int, int]]:
     return found
 
 
+DEFAULT_GRACE_S = 5.0
+
+
 def grace_seconds() -> float:
-    """How long stopped processes get between SIGTERM and SIGKILL (RINGLEADER_GRACE_S)."""
+    """How long stopped processes get between SIGTERM and SIGKILL (RINGLEADER_GRACE_S, default
+    5 s; raise it for programs whose checkpoint takes longer: Slurm's KillWait defaults to 30 s)."""
     try:
-        return float(os.environ.get("RINGLEADER_GRACE_S", "5"))
+        return max(0.0, float(os.environ.get("RINGLEADER_GRACE_S", DEFAULT_GRACE_S)))
     except ValueError:
-        return 5.0
+        return DEFAULT_GRACE_S

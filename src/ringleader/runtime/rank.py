@@ -239,11 +239,16 @@ class _Stream:
             self.write(STREAM_HEARTBEAT)
 
 
-def _start(program: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+def _start(program: list[str], env: dict[str, str], forwarded: tuple[int, ...] = FORWARDED) -> subprocess.Popen[bytes]:
     child = subprocess.Popen(program, env=env, stdin=subprocess.DEVNULL,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
-    for sig in FORWARDED:
+    for sig in forwarded:
         signal.signal(sig, lambda s, _f: child.send_signal(s))
+    if signal.SIGTERM not in forwarded:
+        # The stopper signals every process itself (Slurm's slurmd): forwarding it too would
+        # give the program a second SIGTERM in the middle of its handler. The wrapper stays up
+        # to record the program's exit code.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     return child
 
 
@@ -312,9 +317,11 @@ def main(argv: list[str]) -> int:
         fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     except OSError:  # a full disk cannot create the log: the program still runs
         fd = os.open(os.devnull, os.O_WRONLY)
+    # --no-term-forward: under Slurm, whose scancel sends SIGTERM to every process of the job.
+    forwarded = tuple(s for s in FORWARDED if s != signal.SIGTERM) if "--no-term-forward" in own else FORWARDED
     with os.fdopen(fd, "ab") as log:
         try:
-            child = _start(program, env)
+            child = _start(program, env, forwarded)
         except OSError as exc:
             log.write(stamp() + f"ringleader: cannot start {program[0]!r}: {exc.strerror}\n".encode())
             _write_state(state_file, {**state, "exit_code": 127, "ended_at": time.time()})

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
@@ -26,6 +27,7 @@ from ringleader.engines.embedded.lifecycle import (
     schedule_pass_decisions,
     spawn_supervisors,
 )
+from ringleader.engines.embedded.liveness import Heartbeat
 from ringleader.engines.embedded.reconcile import reconcile
 from ringleader.engines.embedded.views import job_view
 from ringleader.errors import (
@@ -48,7 +50,7 @@ from ringleader.runtime.plan import (
     log_path,
     plan_path,
 )  # fmt: skip
-from ringleader.runtime.procs import find_by_args, grace_seconds, stop_all
+from ringleader.runtime.procs import find_by_args, grace_seconds, signal_proc, start_time, stop_all
 
 if TYPE_CHECKING:  # the scheduler is imported by the calls that place: listing jobs does not need it
     from ringleader.scheduler import ClusterState
@@ -65,7 +67,7 @@ class Runtime:
         self.notes: list[str] = []  # one-line notes for the user (e.g. "no GPUs found")
 
     supports = Support("embedded", image="podman or docker on this host", cluster_file=True, node_labels=True,
-                       prune=True, emulated_cluster=True, state_backup=True,
+                       prune=True, emulated_cluster=True, state_backup=True, time_limit=True,
                        more_room="declare bigger nodes (`ringleader cluster apply`)")  # fmt: skip
 
     @classmethod
@@ -286,8 +288,9 @@ class Runtime:
         return follow_log(lambda: self.get(name), lambda: self.log_file(name, instance), tail, timestamps, 0.3)
 
     # -- removal --------------------------------------------------------------------------------
-    def delete(self, names: Sequence[str]) -> list[str]:
-        """Stop each job's processes, free its GPUs, remove its state and logs."""
+    def delete(self, names: Sequence[str], now: bool = False) -> list[str]:
+        """Stop each job's processes, free its GPUs, remove its state and logs. Every rank gets
+        SIGTERM, then RINGLEADER_GRACE_S to exit, then SIGKILL; ``now``: SIGKILL at once."""
         with self.db.read() as conn:
             missing = [n for n in names if store.job_row(conn, n) is None]
         if missing:
@@ -297,8 +300,9 @@ class Runtime:
         except (sqlite3.OperationalError, OSError, DiskFullError) as exc:
             if not store.disk_full(exc):  # a full disk: deleting the job's logs is what frees it
                 raise
+        grace = 0.0 if now else grace_seconds()
         for name in names:
-            self._stop(name)
+            self._stop(name, grace)
         crash_point("delete-stopped")  # killed here: reconciliation fails the job, frees its GPUs
         for name in names:  # first: on a full disk, the logs are what frees the room to record
             self._remove_folders(name)
@@ -321,7 +325,7 @@ class Runtime:
         shutil.rmtree(self.home / "logs" / name, ignore_errors=True)
         shutil.rmtree(self.home / "run" / name, ignore_errors=True)
 
-    def _stop(self, name: str) -> None:
+    def _stop(self, name: str, grace_s: float) -> None:
         with self.db.read() as conn:
             row = store.job_row(conn, name)
             insts = store.instances(conn, name)
@@ -329,12 +333,32 @@ class Runtime:
         # is how a user clears it.
         if row is None or row["status"] in {s.value for s in JobStatus if s.is_terminal()}:
             return
-        # The supervisor goes first (SIGKILL: it must not record a failure or start anything).
-        stop_all([(row["supervisor_pid"], row["supervisor_start"])] if row["supervisor_pid"] else [], 0)
-        targets = [t for i in insts for t in instance_targets(self.home, name, i["name"], i["pid"], i["pid_start"])]
-        # A wrapper the supervisor started but had not recorded yet: found by its plan file.
-        targets += find_by_args(RANK_MODULE, str(plan_path(self.home, name)))
-        stop_all(list(dict.fromkeys(targets)), grace_seconds())
+        me = os.getpid()
+        heartbeat = Heartbeat(self.home, name, me, start_time(me)).start()
+        try:
+            # This command takes the job over while its ranks stop: its supervisor can record
+            # nothing more (no sibling failure of ranks this delete stops), and peers that
+            # reconcile see a live, beating holder, so none adopts the job meanwhile.
+            self._hold(name, me)
+            # The supervisor goes first (SIGKILL: it must start nothing more), alone: its
+            # descendants are the ranks, which get their grace below.
+            if row["supervisor_pid"]:
+                signal_proc(row["supervisor_pid"], row["supervisor_start"], signal.SIGKILL)
+            targets = [t for i in insts for t in instance_targets(self.home, name, i["name"], i["pid"], i["pid_start"])]
+            # A wrapper the supervisor started but had not recorded yet: found by its plan file.
+            targets += find_by_args(RANK_MODULE, str(plan_path(self.home, name)))
+            stop_all(list(dict.fromkeys(targets)), grace_s)
+        finally:
+            heartbeat.stop()
+
+    def _hold(self, name: str, me: int) -> None:
+        try:
+            with self.db.write() as conn:
+                store.update_job(conn, name, supervisor_pid=me, supervisor_start=start_time(me))
+                store.add_event(conn, name, "Deleting", f"pid {me} stops the job's processes", time.time())
+        except (sqlite3.OperationalError, OSError, DiskFullError) as exc:
+            if not store.disk_full(exc):  # a full disk: stop the ranks all the same (their logs free it)
+                raise
 
     def prune(self, since_seconds: float) -> list[str]:
         """Delete finished jobs that ended more than ``since_seconds`` ago."""

@@ -12,9 +12,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ringleader.engines.embedded import store
+from ringleader.engines.embedded.liveness import clock_stamp
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import InstanceStatus, JobStatus
 from ringleader.runtime.plan import supervisor_env
+from ringleader.runtime.procs import grace_seconds
 
 if TYPE_CHECKING:
     from ringleader.scheduler import ClusterState, Decision
@@ -39,9 +41,9 @@ def schedule_pass_decisions(conn: sqlite3.Connection, now: float) -> list[Decisi
     from ringleader.scheduler import QueuedJob, schedule_queue
 
     specs = {r["name"]: JobSpec.from_dict(json.loads(r["spec"])) for r in rows}
-    queued = [QueuedJob(specs[r["name"]].request(), int(r["seq"])) for r in rows]
+    queued = [QueuedJob(specs[r["name"]].request(), int(r["seq"]), float(r["created_at"])) for r in rows]
     state = store.cluster_state(conn)
-    _, decisions = schedule_queue(state, queued)
+    _, decisions = schedule_queue(state, queued, now=now, expected_ends=expected_ends(conn))
     for decision in decisions:
         spec = specs[decision.job.name]
         if decision.placement is not None:
@@ -49,6 +51,17 @@ def schedule_pass_decisions(conn: sqlite3.Connection, now: float) -> list[Decisi
         else:
             pend_job(conn, spec.name, decision, now)
     return decisions
+
+
+def expected_ends(conn: sqlite3.Connection) -> dict[str, float]:
+    """When each running job with a time limit will have released its GPUs: its start, its limit,
+    and the grace its ranks get between SIGTERM and SIGKILL at the limit."""
+    ends = {}
+    for row in store.job_rows(conn, [JobStatus.RUNNING]):
+        limit = JobSpec.from_dict(json.loads(row["spec"])).time_limit_s
+        if limit is not None and row["started_at"] is not None:
+            ends[row["name"]] = float(row["started_at"]) + limit + grace_seconds()
+    return ends
 
 
 def has_launcher(spec: JobSpec, decision: Decision, state: ClusterState) -> bool:
@@ -66,7 +79,7 @@ def place_job(conn: sqlite3.Connection, spec: JobSpec, decision: Decision, now: 
     assert placement is not None
     store.allocate(conn, placement)
     store.update_job(
-        conn, spec.name, status=JobStatus.RUNNING, started_at=now, reason=None,
+        conn, spec.name, status=JobStatus.RUNNING, started_at=now, reason=None, placed_clock=clock_stamp(),
         decision=json.dumps(decision_to_dict(decision)), placement=json.dumps(placement_to_dict(placement)),
     )  # fmt: skip
     pending = InstanceStatus.PENDING.value
@@ -85,22 +98,33 @@ def place_job(conn: sqlite3.Connection, spec: JobSpec, decision: Decision, now: 
 
 
 def pend_job(conn: sqlite3.Connection, name: str, decision: Decision, now: float) -> None:
+    from ringleader.jobs.codec import decision_to_dict
     from ringleader.scheduler import Code
 
-    reason = "; ".join(decision.reasons) or decision.code.value
+    # The reservation is stored with the decision and told from it when read ("expected start in
+    # ~14 min" counted from then), so the reason and its events stay the same while time passes.
+    held = decision.reservation.describe() if decision.reservation else None
+    reason = "; ".join(r for r in decision.reasons if r != held) or ("" if held else decision.code.value)
     if decision.code is Code.UNRESOLVABLE:  # the cluster shrank under it (cluster apply)
         reason = f"can never run on the cluster as declared now: {reason}; delete it, or apply a cluster with room"
     if decision.node_reasons:
         reason += " (" + "; ".join(f"{n}: {r}" for n, r in decision.node_reasons.items()) + ")"
-    store.update_job(conn, name, status=JobStatus.PENDING, reason=reason)
+    store.update_job(conn, name, status=JobStatus.PENDING, reason=reason or None,
+                     decision=json.dumps(decision_to_dict(decision)))  # fmt: skip
     # One event per distinct reason, so a pass that changes nothing writes nothing.
-    if store.last_event(conn, name, "Pending") != reason:
+    if reason and store.last_event(conn, name, "Pending") != reason:
         store.add_event(conn, name, "Pending", reason, now)
+    gpus = f"reserved {decision.reservation.gpus()}" if decision.reservation else None
+    if gpus and store.last_event(conn, name, "Reserved") != gpus:
+        store.add_event(conn, name, "Reserved", gpus, now)
 
 
-def finish_job(conn: sqlite3.Connection, name: str, status: JobStatus, reason: str, now: float) -> None:
-    """Terminal status, end time, GPUs freed, still-open instances closed."""
-    store.update_job(conn, name, status=status, ended_at=now, reason=reason or None)
+def finish_job(
+    conn: sqlite3.Connection, name: str, status: JobStatus, reason: str, now: float, ended_at: float | None = None
+) -> None:
+    """Terminal status, end time (``ended_at`` when known to be earlier than ``now``, e.g. from
+    the rank state files of a job whose supervisor was lost), GPUs freed, open instances closed."""
+    store.update_job(conn, name, status=status, ended_at=now if ended_at is None else ended_at, reason=reason or None)
     freed = store.free(conn, name)
     for inst in store.instances(conn, name):
         if not InstanceStatus(inst["status"]).is_terminal():

@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # node decoding imports the scheduler's types: commands that 
 
 T = TypeVar("T")
 APP_ID = "ringleader"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 DB_NAME = "state.db"
 
 # Migrations by target version; each list runs in one transaction. Never edit a released one.
@@ -73,6 +73,9 @@ MIGRATIONS: dict[int, list[str]] = {
         "DROP TABLE nodes",
         "ALTER TABLE nodes_v2 RENAME TO nodes",
     ],
+    # When a job was placed, on the boot-time clock (liveness.clock_stamp): how long its
+    # supervisor has had to claim it, whatever the wall clock does meanwhile.
+    3: ["ALTER TABLE jobs ADD COLUMN placed_clock TEXT"],
 }
 
 
@@ -231,6 +234,27 @@ def while_disk_full(home: Path, fn: Callable[[], T], wait_s: float = 1.0, attemp
                 raise
         if not give_back_reserve(home):
             time.sleep(wait_s)
+
+
+def busy(exc: BaseException) -> bool:
+    """The write lock was held by another process for longer than the lock timeout."""
+    if isinstance(exc, BusyError):
+        return True
+    return isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc))
+
+
+def until_recorded(home: Path, fn: Callable[[], T], log: Callable[[str], None] | None = None) -> T:
+    """``fn()`` retried while the disk is full or another process holds the write lock: a
+    supervisor must record what it saw, never die of a busy state and leave a job RUNNING."""
+    while True:
+        try:
+            return while_disk_full(home, fn)
+        except (sqlite3.OperationalError, BusyError) as exc:
+            if not busy(exc):
+                raise
+            if log is not None:
+                log(f"the state is busy (write lock held elsewhere); retrying: {exc}")
+            time.sleep(0.5)
 
 
 def _open_file(home: Path, path: Path, exists: bool) -> tuple[Store, bool]:

@@ -15,6 +15,7 @@ import os
 import select
 import shlex
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -25,7 +26,9 @@ from typing import Any
 
 from ringleader.engines.embedded import store
 from ringleader.engines.embedded.lifecycle import HOSTS_SETTINGS, finish_job, schedule_pass, spawn_supervisors
+from ringleader.engines.embedded.liveness import PEER_CHECK_S, Heartbeat
 from ringleader.engines.embedded.reconcile import reconcile
+from ringleader.errors import RingleaderError
 from ringleader.jobs.codec import placement_from_dict
 from ringleader.jobs.commandline import _split_option, parse_mpirun
 from ringleader.jobs.spec import JobSpec
@@ -41,6 +44,7 @@ from ringleader.runtime.plan import (
 )  # fmt: skip
 from ringleader.runtime.procs import alive, grace_seconds, start_time, stop_all
 from ringleader.runtime.rank import signal_name
+from ringleader.scheduler.types import approx_duration
 
 POLL_S = 0.25
 # After adoption: how long an instance with neither a pid nor a state file may still be a
@@ -82,13 +86,36 @@ class Supervisor:
         self.watched: list[Watched] = []
         self.root: Watched | None = None
         self.interrupted = False
-        self.adopted_at: float | None = None
+        self.adopted_at: float | None = None  # time.monotonic() when this supervisor adopted the job
         self.checked_at = 0.0  # when still_mine() last read the job
         self.starting: Watched | None = None  # the instance being started, if Popen raises
+        self.heartbeat = Heartbeat(home, job, self.me, self.me_start)
+        self.peers_checked_at = time.monotonic()
+        self.started_at: float | None = None  # when the job was placed (wall clock, as recorded)
+        self.time_limit_s: float | None = None
+        self.deadline: float | None = None  # time.monotonic() at which the time limit is reached
+        self.timed_out = False
+
+    def log(self, message: str) -> None:
+        """A line in run/<job>/supervisor.log (this process's stdout)."""
+        print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} supervisor {self.me}: {message}", flush=True)
 
     # -- claim, launch, adopt -------------------------------------------------------------------
     def claim(self) -> tuple[JobSpec, dict[str, Any], bool] | None:
         """Become the job's supervisor unless another live one is; (spec, placement, launched)."""
+        claimed = store.until_recorded(self.home, self._claim, self.log)
+        if claimed is not None:
+            spec, _, _ = claimed
+            self.time_limit_s = spec.time_limit_s
+            if spec.time_limit_s is not None:
+                # The wall clock read once, for the time already run (an adopted job); from
+                # here on the limit runs on the monotonic clock, which no clock change moves.
+                ran = max(0.0, time.time() - float(self.started_at or time.time()))
+                self.deadline = time.monotonic() + max(0.0, spec.time_limit_s - ran)
+        return claimed
+
+    def _claim(self) -> tuple[JobSpec, dict[str, Any], bool] | None:
+        self.watched.clear()  # a retried claim starts afresh
         with self.db.write() as conn:
             row = store.job_row(conn, self.job)
             if row is None or row["status"] != JobStatus.RUNNING.value:
@@ -97,13 +124,14 @@ class Supervisor:
             if other and other != self.me and alive(other, row["supervisor_start"]):
                 return None
             launched = row["launched_at"] is not None
+            self.started_at = row["started_at"]
             fields: dict[str, Any] = {"supervisor_pid": self.me, "supervisor_start": self.me_start}
             if not launched:
                 fields["launched_at"] = time.time()  # the intent, before any process exists
             store.update_job(conn, self.job, **fields)
             if launched:
-                self.adopted_at = time.time()
-                store.add_event(conn, self.job, "Adopted", f"supervisor pid {self.me} watches the job", self.adopted_at)
+                self.adopted_at = time.monotonic()
+                store.add_event(conn, self.job, "Adopted", f"supervisor pid {self.me} watches the job", time.time())
             for inst in store.instances(conn, self.job):
                 self.watched.append(Watched(
                     inst["name"], inst["role"], state_path(self.home, self.job, inst["name"]),
@@ -213,7 +241,8 @@ class Supervisor:
     def _launch_lost(self, now: float) -> bool:
         """Adopted, and long enough ago that a wrapper the lost supervisor started would have
         written its state file by now."""
-        return self.adopted_at is not None and now - self.adopted_at > START_GRACE_S
+        del now
+        return self.adopted_at is not None and time.monotonic() - self.adopted_at > START_GRACE_S
 
     def _end(self, w: Watched, code: int | None, ended: float, note: str) -> None:
         if code is not None and code < 0:  # killed by a signal: 128 + its number, as Kubernetes shows
@@ -247,7 +276,7 @@ class Supervisor:
     def persist(self, event: tuple[str, str] | None = None) -> bool:
         """Write changed instances; False if the job was deleted or taken over meanwhile. On a
         full disk it waits for space (the job's processes keep running meanwhile)."""
-        return store.while_disk_full(self.home, lambda: self._persist(event))
+        return store.until_recorded(self.home, lambda: self._persist(event), self.log)
 
     def _persist(self, event: tuple[str, str] | None) -> bool:
         dirty = [w for w in self.watched if w.dirty]
@@ -310,9 +339,16 @@ class Supervisor:
             self.observe()
             if self.root is None:
                 self.root = self.pick_root()
-            if (self.root or self.interrupted) and not stopping:
+            if not stopping and self.root is None and self.deadline is not None and time.monotonic() >= self.deadline:
+                self.timed_out = True
+            if (self.root or self.interrupted or self.timed_out) and not stopping:
                 stopping = True
-                why = f"stopped: {self.root.name} failed" if self.root else "stopped: supervisor was signalled"
+                if self.root:
+                    why = f"stopped: {self.root.name} failed"
+                elif self.timed_out:
+                    why = f"stopped: the job reached its time limit ({self._limit_text()})"
+                else:
+                    why = "stopped: supervisor was signalled"
                 if not self.persist():
                     self.abandon()
                     return False
@@ -322,7 +358,24 @@ class Supervisor:
                 return False
             if all(w.done for w in self.watched):
                 return True
+            self.watch_peers()
             self.pause()
+
+    def watch_peers(self) -> None:
+        """Every PEER_CHECK_S: reconcile, so a peer job whose supervisor died or stopped
+        answering is adopted or finished, and the jobs waiting for its GPUs start, with no
+        command typed. A busy or full state only delays it to the next check."""
+        if time.monotonic() - self.peers_checked_at < PEER_CHECK_S:
+            return
+        self.peers_checked_at = time.monotonic()
+        try:
+            reconcile(self.db)
+        except (RingleaderError, sqlite3.OperationalError, OSError) as exc:
+            self.log(f"peer check skipped: {exc}")
+
+    def _limit_text(self) -> str:
+        limit = self.time_limit_s or 0.0
+        return f"{limit:g} s" if limit < 90 else approx_duration(limit).removeprefix("~")
 
     def pause(self) -> None:
         """Until one of the processes this supervisor started exits, or POLL_S at most: a job's
@@ -340,7 +393,7 @@ class Supervisor:
         waiting.poll(POLL_S * 1000)
 
     def finalize(self) -> None:
-        store.while_disk_full(self.home, self._finalize)
+        store.until_recorded(self.home, self._finalize, self.log)
 
     def _finalize(self) -> None:
         with self.db.write() as conn:
@@ -348,7 +401,12 @@ class Supervisor:
             row = store.job_row(conn, self.job)
             if row is None or row["supervisor_pid"] != self.me or row["status"] != JobStatus.RUNNING.value:
                 return
-            if self.root is not None:
+            if self.timed_out:  # first: ranks that exit 0 on SIGTERM still did not finish
+                grace = f"SIGTERM, then SIGKILL after {grace_seconds():g} s"
+                reason = f"TIMEOUT: reached its time limit of {self._limit_text()}; its processes were stopped "
+                reason += f"({grace})"
+                finish_job(conn, self.job, JobStatus.FAILED, reason, now)
+            elif self.root is not None:
                 code = "none" if self.root.exit_code is None else self.root.exit_code
                 reason = f"root cause: {self.root.name} failed (exit code {code})"
                 reason += f": {self.root.note}" if self.root.note else ""
@@ -363,6 +421,7 @@ class Supervisor:
     def run(self) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, lambda _s, _f: setattr(self, "interrupted", True))
+        self.heartbeat.start()  # before the claim, so the beat file names the holder from the first moment
         claimed = self.claim()
         if claimed is None:
             return 0
@@ -381,7 +440,7 @@ class Supervisor:
             self.finalize()
         # Every supervisor reconciles when its job ends, so a peer whose supervisor was lost is
         # noticed (GPUs freed or the job adopted) without anyone running a command.
-        reconcile(self.db)
+        store.until_recorded(self.home, lambda: reconcile(self.db), self.log)
         return 0
 
 

@@ -8,7 +8,7 @@ import sqlite3
 from ringleader.engines.embedded import store
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import JobStatus
-from ringleader.jobs.views import TRAINER, EventView, InstanceView, JobView
+from ringleader.jobs.views import TRAINER, EventView, InstanceView, JobView, reservation_line
 
 
 def job_view(
@@ -26,10 +26,13 @@ def job_view(
     events = tuple(
         EventView(e["at"], e["kind"], e["message"]) for e in (store.events(conn, row["name"]) if with_events else [])
     )
+    decision = json.loads(row["decision"]) if row["decision"] else None
+    reason = row["reason"]
+    if row["status"] == JobStatus.PENDING.value and decision and decision.get("reservation"):
+        reason = "; ".join(filter(None, [reservation_line(row["name"], decision["reservation"]), reason]))
     return JobView(
         name=row["name"], status=JobStatus(row["status"]), priority=row["priority"], trainer=TRAINER,
         created_at=row["created_at"], started_at=row["started_at"], ended_at=row["ended_at"],
-        spec=JobSpec.from_dict(json.loads(row["spec"])), reason=row["reason"],
-        placement=json.loads(row["decision"]) if row["decision"] else None,
+        spec=JobSpec.from_dict(json.loads(row["spec"])), reason=reason, placement=decision,
         instances=instances, events=events, has_instances=with_instances,
     )  # fmt: skip

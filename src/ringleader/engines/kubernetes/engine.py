@@ -148,7 +148,13 @@ class KubernetesEngine:
             time.sleep(1.0)
         yield from self.api.follow_log(self.namespace, self._instance(name, instance), tail, timestamps)
 
-    def delete(self, names_: Sequence[str]) -> list[str]:
+    def delete(self, names_: Sequence[str], now: bool = False) -> list[str]:
+        if now:  # the garbage collector deletes the pods with their own grace period
+            raise UsageError(
+                "delete --now is not supported by the kubernetes engine: pods stop with their "
+                "terminationGracePeriodSeconds",
+                "delete without --now, or force the pods: kubectl delete pod --grace-period=0 --force",
+            )
         missing = [n for n in names_ if self.api.get_mpijob(self.namespace, n) is None]
         if missing:
             raise NotFoundError(f"job {missing[0]!r} not found in namespace {self.namespace}", "see `ringleader list`")

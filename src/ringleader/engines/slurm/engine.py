@@ -50,7 +50,7 @@ class SlurmEngine:
         self.partition = os.environ.get("RINGLEADER_SLURM_PARTITION") or None
         self.notes: list[str] = []
 
-    supports = Support("slurm", more_room="add nodes to the Slurm partition")
+    supports = Support("slurm", time_limit=True, more_room="add nodes to the Slurm partition")
 
     def close(self) -> None:
         pass
@@ -153,8 +153,8 @@ class SlurmEngine:
             return {}
         snapshot, nodes, _ = self._snapshot()
         specs = {r["name"]: JobSpec.from_dict(r["spec"]) for r in queued}
-        order = [QueuedJob(specs[r["name"]].request(), i) for i, r in enumerate(queued)]
-        _, decisions = schedule_queue(snapshot, order)
+        order = [QueuedJob(specs[r["name"]].request(), i, r.get("created_at")) for i, r in enumerate(queued)]
+        _, decisions = schedule_queue(snapshot, order, now=time.time(), expected_ends=self._expected_ends())
         out = {}
         for decision in decisions:
             record = next(r for r in queued if r["name"] == decision.job.name)
@@ -173,6 +173,16 @@ class SlurmEngine:
             self.records.save(record)
             out[decision.job.name] = decision
         return out
+
+    def _expected_ends(self) -> dict[str, float]:
+        """When ringleader's running Slurm jobs with a time limit end at the latest: Slurm stops
+        them at the limit (SIGTERM, then SIGKILL after its KillWait)."""
+        ends = {}
+        for record in self.records.all():
+            limit = record["spec"].get("time_limit_s")
+            if record["status"] == JobStatus.RUNNING.value and limit and record.get("started_at"):
+                ends[record["name"]] = float(record["started_at"]) + float(limit)
+        return ends
 
     def _launch(self, record: dict[str, Any], spec: JobSpec, decision: Decision, snapshot: ClusterState,
                 nodes: dict[str, state.SlurmNode]) -> None:  # fmt: skip
@@ -258,8 +268,11 @@ class SlurmEngine:
         return follow_log(lambda: self.get(name), lambda: self._log_file(name, instance), tail, timestamps, 0.5)
 
     # -- removal --------------------------------------------------------------------------------
-    def delete(self, names: Sequence[str]) -> list[str]:
-        """scancel each job (every component), wait until Slurm has freed its GPUs, forget it."""
+    def delete(self, names: Sequence[str], now: bool = False) -> list[str]:
+        """scancel each job (every component), wait until Slurm has freed its GPUs, forget it.
+
+        Slurm stops it as training programs expect: SIGTERM to every process of the job, then
+        SIGKILL after its KillWait (slurm.conf, default 30 s). ``now``: SIGKILL at once."""
         missing = [n for n in names if self.records.load(n) is None]
         if missing:
             raise NotFoundError(f"job {missing[0]!r} not found", "see `ringleader list --engine slurm`")
@@ -267,6 +280,8 @@ class SlurmEngine:
             records = [self._record(n) for n in names]
             for record in records:
                 if record.get("slurm_id"):
+                    if now:  # SIGKILL to the steps' processes first; the cancel then ends the job
+                        slurmcli.run(["scancel", "--signal=KILL", record["slurm_id"]], check=False)
                     slurmcli.run(["scancel", record["slurm_id"]], check=False)
             for record in records:
                 if record.get("slurm_id"):

@@ -9,6 +9,7 @@ and each task runs the program under the rank wrapper.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from collections.abc import Mapping
@@ -97,4 +98,12 @@ def sbatch_argv(spec: JobSpec, plan: dict[str, Any], script: Path, root: Path, p
             argv.append(f"--partition={partition}")
         if comp["gpus"]:
             argv.append(f"--gres={request_gres(comp['gpus'])}")
+        if spec.time_limit_s is not None:  # Slurm enforces it: SIGTERM, KillWait, SIGKILL; state TIMEOUT
+            argv.append(f"--time={slurm_time(spec.time_limit_s)}")
     return [*argv, str(script)]
+
+
+def slurm_time(seconds: float) -> str:
+    """A time limit as sbatch's --time "minutes:seconds", rounded up to a whole second."""
+    whole = math.ceil(seconds)
+    return f"{whole // 60}:{whole % 60:02d}"

@@ -107,7 +107,9 @@ def rank(plan_file: str, program: list[str]) -> int:
         plan["env"] = {**plan["env"], **ompi_env(plan, entry)}
     own = Path(plan_file).with_name(f"plan.rank{task}.json")
     _write_private(own, json.dumps(plan))
-    return rank_wrapper.main([str(own), "--rank", str(task), "--", *program])
+    # Slurm signals every process of the job itself (scancel, --time): the wrapper must not
+    # forward SIGTERM again, or a program's checkpoint handler would be interrupted by a second.
+    return rank_wrapper.main([str(own), "--rank", str(task), "--no-term-forward", "--", *program])
 
 
 def ompi_env(plan: dict[str, Any], entry: dict[str, Any]) -> dict[str, str]:

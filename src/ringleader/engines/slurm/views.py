@@ -70,6 +70,10 @@ def slurm_status(
         return JobStatus.SUCCEEDED, None, started, ended
     bad = next((c for c in components if c.get("JobState") != "COMPLETED"), components[0])
     slurm_why = f"Slurm: {bad.get('JobState')} (exit code {bad.get('ExitCode', '?')}, reason {bad.get('Reason')})"
+    if "TIMEOUT" in states:  # Slurm stopped it at its --time: what the ranks did then is a consequence
+        limit = (record.get("spec") or {}).get("time_limit_s")
+        which = f"its time limit of {limit:g} s" if limit else "the partition's time limit"
+        return JobStatus.FAILED, f"TIMEOUT: reached {which}; {slurm_why}", started, ended
     if failure:
         return JobStatus.FAILED, f"{failure}; {slurm_why}", started, ended
     # No rank said why (they never started, or were killed): the batch step's output may.

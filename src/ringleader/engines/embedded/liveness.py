@@ -1,0 +1,110 @@
+"""Heartbeats and leases: how supervisors tell a live peer from a dead or stopped one.
+
+Whoever holds a running job (its supervisor, or the `delete` that is stopping it) beats: every
+HEARTBEAT_S it writes ``run/<job>/supervisor.beat`` with its pid, start time and the time on
+CLOCK_BOOTTIME (monotonic, shared by every process of this boot, counting suspend; a change of
+the wall clock moves nothing). A holder whose last beat is older than the lease
+(``RINGLEADER_LEASE_S``, default 10 s) is stuck (SIGSTOP, a frozen machine, a deadlock); every
+running supervisor looks at its peers every PEER_CHECK_S (see ``reconcile``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+HEARTBEAT_S = 1.0
+PEER_CHECK_S = 2.0
+DEFAULT_LEASE_S = 10.0
+
+
+def lease_seconds() -> float:
+    """How long a holder may go without a beat before peers take it for stuck (RINGLEADER_LEASE_S)."""
+    try:
+        return max(3 * HEARTBEAT_S, float(os.environ.get("RINGLEADER_LEASE_S", DEFAULT_LEASE_S)))
+    except ValueError:
+        return DEFAULT_LEASE_S
+
+
+def boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
+def clock_stamp() -> str:
+    """Now, as "BOOT_ID@SECONDS" on CLOCK_BOOTTIME: comparable across processes of one boot."""
+    return f"{boot_id()}@{time.clock_gettime(time.CLOCK_BOOTTIME):.3f}"
+
+
+def seconds_since(stamp: str | None) -> float | None:
+    """Seconds since ``stamp`` (a ``clock_stamp``); infinite if it was taken before a reboot,
+    None if there is none or it is unreadable."""
+    if not stamp or "@" not in stamp:
+        return None
+    boot, _, at = stamp.rpartition("@")
+    try:
+        then = float(at)
+    except ValueError:
+        return None
+    if boot != boot_id():
+        return float("inf")
+    return max(0.0, time.clock_gettime(time.CLOCK_BOOTTIME) - then)
+
+
+def beat_path(home: Path, job: str) -> Path:
+    return home / "run" / job / "supervisor.beat"
+
+
+def write_beat(home: Path, job: str, pid: int, pid_start: int | None) -> None:
+    """One beat, atomically and privately; a full disk or a removed folder skips it (the
+    holder's pid still answers for it, and the lease is long enough to ride out a few)."""
+    path = beat_path(home, job)
+    tmp = path.with_name(f"supervisor.beat.tmp{os.getpid()}")
+    with contextlib.suppress(OSError):
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(json.dumps({"pid": pid, "pid_start": pid_start, "at": clock_stamp()}))
+        os.replace(tmp, path)
+
+
+def stale_for(home: Path, job: str, pid: int | None, pid_start: int | None) -> float | None:
+    """Seconds since the holder (``pid``, ``pid_start``) last beat, when its beat file names it;
+    None when it names another process or there is none (then only the pid's liveness counts:
+    a holder writes its first beat before it claims the job, see ``Heartbeat``)."""
+    try:
+        beat = json.loads(beat_path(home, job).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(beat, dict) or beat.get("pid") != pid or beat.get("pid_start") != pid_start:
+        return None
+    return seconds_since(str(beat.get("at")))
+
+
+class Heartbeat:
+    """A thread that beats for a job every HEARTBEAT_S while its holder runs. A thread, so a
+    holder busy stopping processes or waiting for the write lock still beats; SIGSTOP stops it
+    with the rest of the process, which is what peers must notice."""
+
+    def __init__(self, home: Path, job: str, pid: int, pid_start: int | None) -> None:
+        self.home, self.job, self.pid, self.pid_start = home, job, pid, pid_start
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"heartbeat-{job}", daemon=True)
+
+    def start(self) -> Heartbeat:
+        write_beat(self.home, self.job, self.pid, self.pid_start)  # before the claim: never a gap
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._done.set()
+
+    def _run(self) -> None:
+        while not self._done.wait(HEARTBEAT_S):
+            write_beat(self.home, self.job, self.pid, self.pid_start)

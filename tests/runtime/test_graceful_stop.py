@@ -1,0 +1,110 @@
+"""Stopping jobs the way training programs expect: SIGTERM once, a grace period to write a
+checkpoint, then SIGKILL; `delete --now` kills at once; `--time-limit` stops a job at its limit."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ringleader.engines.embedded.engine import Runtime
+from ringleader.errors import UsageError
+from ringleader.jobs.spec import parse_duration
+from ringleader.jobs.states import JobStatus
+
+
+def checkpointing_rank(folder: Path) -> str:
+    """A rank that trains until SIGTERM, then takes a moment to write its checkpoint (counting
+    the SIGTERMs it got: a second one would interrupt a real program's checkpoint) and exits."""
+    return f"""
+import os, signal, sys, time
+got = []
+def on_term(signum, frame):
+    got.append(signum)
+    if len(got) > 1:
+        return
+    time.sleep(0.5)  # writing the checkpoint takes a while
+    path = os.path.join({str(folder)!r}, "ckpt-" + os.environ["RANK"])
+    with open(path + ".tmp", "w") as fh:
+        fh.write("step 42")
+    os.replace(path + ".tmp", path)
+    time.sleep(0.2)  # a second SIGTERM would arrive by now
+    with open(path + ".terms", "w") as fh:
+        fh.write(str(len(got)))
+    sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
+print("training", flush=True)
+while True:
+    time.sleep(0.1)
+"""
+
+
+def training(rt: Runtime, job: str) -> bool:
+    return all("training" in rt.logs(job, i.name) for i in rt.get(job).instances)
+
+
+@pytest.mark.slow
+def test_delete_lets_every_rank_write_its_checkpoint_on_sigterm(small: Runtime, h, tmp_path: Path) -> None:
+    small.submit(h.spec("ckpt", h.py(checkpointing_rank(tmp_path)), workers=2))
+    h.wait_for(lambda: training(small, "ckpt"), what="both ranks to train")
+    started = time.monotonic()
+    small.delete(["ckpt"])
+    took = time.monotonic() - started
+    for rank in ("0", "1"):
+        assert (tmp_path / f"ckpt-{rank}").read_text() == "step 42"
+        assert (tmp_path / f"ckpt-{rank}.terms").read_text() == "1"  # SIGTERM exactly once
+    assert took < 2.0 + 1.5  # returned once the ranks were gone, within the grace (2 s here)
+    assert all(ns.allocated == () for ns in small.nodes().nodes)
+
+
+@pytest.mark.slow
+def test_delete_now_kills_at_once_without_a_checkpoint(small: Runtime, h, tmp_path: Path) -> None:
+    small.submit(h.spec("hasty", h.py(checkpointing_rank(tmp_path)), workers=2))
+    h.wait_for(lambda: training(small, "hasty"), what="both ranks to train")
+    env = {**os.environ, "RINGLEADER_HOME": str(small.home), "RINGLEADER_GRACE_S": "30"}
+    started = time.monotonic()
+    out = subprocess.run([sys.executable, "-m", "ringleader.cli.main", "delete", "--now", "hasty"], env=env,
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    took = time.monotonic() - started
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "job 'hasty' deleted"
+    assert took < 10  # not the 30 s grace: SIGKILL at once
+    assert not list(tmp_path.glob("ckpt-*"))  # no handler ran
+    assert all(ns.allocated == () for ns in Runtime.open(small.home).nodes().nodes)
+
+
+@pytest.mark.slow
+def test_time_limit_stops_the_job_at_its_limit_and_fails_it_as_timeout(small: Runtime, h, tmp_path: Path) -> None:
+    small.submit(h.spec("limited", h.py(checkpointing_rank(tmp_path)), workers=2, time_limit_s=2.0))
+    view = small.wait("limited", 60)
+    assert view.status is JobStatus.FAILED
+    assert view.reason is not None and view.reason.startswith("TIMEOUT: reached its time limit of 2 s")
+    assert view.duration is not None and 2.0 <= view.duration < 2.0 + 2.0 + 2.0  # limit + grace + slack
+    assert (tmp_path / "ckpt-0").read_text() == "step 42"  # stopped gracefully: the handler ran
+    assert [i.exit_code for i in view.instances] == [0, 0]  # each exited by itself after its checkpoint
+    assert all(ns.allocated == () for ns in small.nodes().nodes)
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("90s", 90), ("30m", 1800), ("2h", 7200), ("1h30m", 5400),
+                                               ("600", 600), ("2.5", 2.5)])  # fmt: skip
+def test_time_limit_durations(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["soon", "0", "-5", "10x", "nan", "inf", "1h30", "400d"])
+def test_bad_time_limit_is_refused(text: str) -> None:
+    with pytest.raises(UsageError, match="--time-limit"):
+        parse_duration(text)
+
+
+def test_bad_time_limit_is_one_usage_line(tmp_path: Path) -> None:
+    env = {**os.environ, "RINGLEADER_HOME": str(tmp_path / "home")}
+    out = subprocess.run([sys.executable, "-m", "ringleader.cli.main", "submit", "mpi", "--name", "j",
+                          "--time-limit", "soon", "--", "true"], env=env, capture_output=True, text=True)  # fmt: skip
+    assert out.returncode == 2
+    assert len(out.stderr.strip().splitlines()) == 1 and "--time-limit 'soon' is not a duration" in out.stderr
+    assert not (tmp_path / "home" / "state.db").exists()
