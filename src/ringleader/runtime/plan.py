@@ -32,11 +32,9 @@ def rank_wrapper(plan: Path, launcher: bool = False, rank: int | None = None) ->
 
 
 def free_port() -> int:
-    import socket
+    from ringleader.runtime.rank import rendezvous_port
 
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return rendezvous_port("127.0.0.1")
 
 
 def build_plan(

@@ -109,6 +109,30 @@ def _reap() -> None:
             return
 
 
+def rendezvous_port(host: str = "") -> int:
+    """A free TCP port for MASTER_PORT, below the kernel's ephemeral range (as torchrun's 29500
+    is): a port the kernel hands out itself can be taken by any connection (srun's, PMIx's)
+    between this choice and rank 0 binding it."""
+    import random
+    import socket
+
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as fh:
+            low = int(fh.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    for port in random.sample(range(20000, max(20001, low)), min(64, max(1, low - 20000))):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
 def signal_name(number: int) -> str:
     try:
         return signal.Signals(number).name

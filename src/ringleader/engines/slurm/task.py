@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -45,12 +44,6 @@ def _write_private(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return int(s.getsockname()[1])
-
-
 def srun_argv(plan: dict[str, Any], plan_file: str) -> list[str]:
     argv = ["srun", "--kill-on-bad-exit=1"]
     if len(plan["components"]) > 1:
@@ -62,7 +55,7 @@ def srun_argv(plan: dict[str, Any], plan_file: str) -> list[str]:
 def batch(plan_file: str) -> int:
     path = Path(plan_file)
     plan = json.loads(path.read_text())
-    plan["master_port"] = _free_port()
+    plan["master_port"] = rank_wrapper.rendezvous_port()
     _write_private(path, json.dumps(plan))
     child = subprocess.Popen(srun_argv(plan, plan_file), stdin=subprocess.DEVNULL)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2):

@@ -104,7 +104,6 @@ def hosts_command(
     owned = {"plm_rsh_agent": f"ssh -F {config}", "plm_rsh_no_tree_spawn": "1", "rmaps": "seq",
              **settings.get("mca", {})}  # fmt: skip
     kept, mca_replaced = _without_mca(kept, owned)
-    replaced += mca_replaced
     given_mca = _mca_names(kept)
     mca = {k: v for k, v in {**owned, **KEEPALIVE_MCA}.items() if k != "rmaps" and k not in given_mca}
     for key, value in mca.items():
@@ -116,8 +115,10 @@ def hosts_command(
     shown = shlex.join([*argv, *kept]) + " python3 -S -c <rank wrapper> " + shlex.join(program)
     if replaced:
         unbound = ", unbound on emulated nodes" if emulated else ""
-        shown += (f" (mpirun {shlex.join(replaced)} replaced: ranks follow the placement's order{unbound}, "
-                  "and reach each other and their hosts as the cluster's network says)")  # fmt: skip
+        shown += f" (mpirun {shlex.join(replaced)} replaced: ranks follow the placement's order{unbound})"
+    if mca_replaced:
+        shown += (f" (mpirun {shlex.join(mca_replaced)} replaced: the launcher sets these for the cluster's "
+                  "hosts and network)")  # fmt: skip
     return [*argv, *kept, *wrapper, *program], shown
 
 
