@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from engines.slurm.helpers import PY, Outside, node_gpus_used, wait_for
+from rankprograms import checkpointing_rank
 from ringleader.engines.slurm import SlurmEngine
 from ringleader.errors import NotFoundError
 from ringleader.jobs.spec import JobSpec
@@ -190,36 +191,14 @@ def test_torch_gloo_rendezvous_across_two_nodes_from_the_rank_environment(engine
     assert (world, total) == ("2", "3") and master.startswith("10.213.")
 
 
-def checkpointing_rank(folder: Path) -> str:
-    """A rank that trains until SIGTERM, then writes a checkpoint, counting the SIGTERMs it got."""
-    return f"""
-import os, signal, sys, time
-got = []
-def on_term(signum, frame):
-    got.append(signum)
-    if len(got) > 1:
-        return
-    time.sleep(0.3)  # writing the checkpoint takes a while
-    with open(os.path.join({str(folder)!r}, "ckpt-" + os.environ["RANK"]), "w") as fh:
-        fh.write("step 42")
-    time.sleep(0.2)  # a second SIGTERM would arrive by now
-    with open(os.path.join({str(folder)!r}, "terms-" + os.environ["RANK"]), "w") as fh:
-        fh.write(str(len(got)))
-    sys.exit(0)
-signal.signal(signal.SIGTERM, on_term)
-while True:
-    time.sleep(0.1)
-"""
-
-
 def test_delete_lets_every_rank_write_its_checkpoint_on_sigterm(engine: SlurmEngine, tmp_path: Path) -> None:
     engine.submit(job("ckpt", 2, 1, [PY, "-c", checkpointing_rank(tmp_path)]))
     wait_for(lambda: all(i.pid for i in engine.get("ckpt").instances), 60, "both ranks running")
     engine.delete(["ckpt"])
-    wait_for(lambda: len(list(tmp_path.glob("terms-*"))) == 2, 10, "both ranks to write their checkpoint")
+    wait_for(lambda: len(list(tmp_path.glob("ckpt-*.terms"))) == 2, 10, "both ranks to write their checkpoint")
     for rank in ("0", "1"):
         assert (tmp_path / f"ckpt-{rank}").read_text() == "step 42"
-        assert (tmp_path / f"terms-{rank}").read_text() == "1"  # SIGTERM once, as Slurm sends it
+        assert (tmp_path / f"ckpt-{rank}.terms").read_text() == "1"  # SIGTERM once, as Slurm sends it
 
 
 def test_delete_now_stops_every_rank_and_frees_the_gpus(engine: SlurmEngine, tmp_path: Path) -> None:
