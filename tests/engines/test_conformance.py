@@ -310,6 +310,30 @@ def test_multi_node_torchrun_runs_one_process_per_worker(target: Target) -> None
         assert f"allreduce ok rank {rank} of 2" in target.log("tr", f"worker-{rank}")
 
 
+TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+                      "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT",
+                      "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS")  # fmt: skip
+
+
+def test_every_variable_torchrun_sets(target: Target) -> None:
+    """What torchrun's agent gives each worker, some training scripts read (one role, no restarts)."""
+    show = f"import json, os; print('ENV ' + json.dumps({{k: os.environ.get(k) for k in {TORCHRUN_VARIABLES!r}}}))"
+    argv = ["torchrun", "--nnodes=2", "--nproc-per-node=1", "--no-python", "python", "-c", show]
+    if not target.runs:
+        launcher = " ".join(launcher_command(target.run(spec("vars", argv))))
+        missing = [v for v in TORCHRUN_VARIABLES if f"{v}=" not in launcher]
+        assert not missing, launcher
+        return
+    view = target.run(spec("vars", argv, gpus=4))  # one worker per node: two groups
+    assert view.status is JobStatus.SUCCEEDED, (view.reason, view.events)
+    for rank in range(2):
+        env = _env_line(target.log("vars", f"worker-{rank}"))
+        assert all(env[v] is not None for v in TORCHRUN_VARIABLES), env
+        assert (env["RANK"], env["ROLE_RANK"], env["GROUP_RANK"]) == (str(rank),) * 3
+        assert (env["WORLD_SIZE"], env["ROLE_WORLD_SIZE"], env["GROUP_WORLD_SIZE"]) == ("2", "2", "2")
+        assert (env["ROLE_NAME"], env["TORCHELASTIC_RESTART_COUNT"]) == ("default", "0")
+
+
 def test_x_and_e_values_are_the_submitters(target: Target, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FROM_X", "at-submit")
     job = spec("env", ["mpirun", "-np", "2", "-x", "FROM_X", "python", "-c", SHOW_ENV], env={"FROM_E": "given"})

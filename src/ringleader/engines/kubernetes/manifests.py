@@ -53,7 +53,9 @@ def _pod_labels(spec: JobSpec) -> dict[str, str]:
 TORCH_ENV = (
     'export RANK="$OMPI_COMM_WORLD_RANK" WORLD_SIZE="$OMPI_COMM_WORLD_SIZE" '
     'LOCAL_RANK="$OMPI_COMM_WORLD_LOCAL_RANK" LOCAL_WORLD_SIZE="$OMPI_COMM_WORLD_LOCAL_SIZE" '
-    'GROUP_RANK="$OMPI_COMM_WORLD_NODE_RANK"; exec "$@"'
+    'GROUP_RANK="$OMPI_COMM_WORLD_NODE_RANK" ROLE_RANK="$OMPI_COMM_WORLD_RANK" '
+    'ROLE_WORLD_SIZE="$OMPI_COMM_WORLD_SIZE" ROLE_NAME=default TORCHELASTIC_RESTART_COUNT=0 '
+    'TORCHELASTIC_MAX_RESTARTS=0; exec "$@"'
 )
 MASTER_PORT = 29500
 
@@ -68,6 +70,8 @@ def launcher_command(spec: JobSpec, namespace: str = "default", line: CommandLin
     master = f"{spec.name}-worker-0.{spec.name}.{namespace}.svc"
     return ["mpirun", "--allow-run-as-root", "-np", str(spec.workers), "-bind-to", "none", "-map-by", "slot",
             "-x", f"MASTER_ADDR={master}", "-x", f"MASTER_PORT={MASTER_PORT}",
+            # each worker pod is its own host: as many torchrun groups as workers
+            "-x", f"GROUP_WORLD_SIZE={spec.workers}", "-x", f"TORCHELASTIC_RUN_ID={spec.name}",
             "/bin/sh", "-c", TORCH_ENV, "rank", *line.program]  # fmt: skip
 
 

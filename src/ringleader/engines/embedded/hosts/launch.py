@@ -57,8 +57,9 @@ def rank_table(plan: Mapping[str, Any]) -> dict[str, Any]:
     """What a remote rank wrapper needs: the plan without paths of the head or the job's env."""
     keep = ("rank", "instance", "node", "gpus", "node_gpus", "local_rank", "local_world_size", "node_rank", "emulated")
     return {
-        "job": plan["job"], "world_size": plan["world_size"], "master_addr": plan["master_addr"],
-        "master_port": plan["master_port"], "ranks": [{k: r[k] for k in keep} for r in plan["ranks"]],
+        "job": plan["job"], "world_size": plan["world_size"], "nnodes": plan["nnodes"],
+        "master_addr": plan["master_addr"], "master_port": plan["master_port"],
+        "ranks": [{k: r[k] for k in keep} for r in plan["ranks"]],
     }  # fmt: skip
 
 
