@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import click
 
@@ -158,9 +158,33 @@ def _time_limit(ctx: click.Context, param: click.Parameter, value: str | None) -
     return None if value is None else parse_duration(value)
 
 
-@click.group("submit")
+class SubmitGroup(click.Group):
+    """arena's names for an MPI job; its other job kinds pointed at `submit mpi`, which runs them."""
+
+    ALIASES: ClassVar[dict[str, str]] = {"mpijob": "mpi", "mj": "mpi"}
+    OTHER_KINDS: ClassVar[dict[str, str]] = {
+        "pytorchjob": "a torchrun line", "pytorch": "a torchrun line", "tfjob": "a TensorFlow program",
+        "tf": "a TensorFlow program", "horovod": "a horovodrun line", "horovodjob": "a horovodrun line",
+        "etjob": "a horovodrun line", "deepspeedjob": "a deepspeed program", "deepspeed": "a deepspeed program",
+    }  # fmt: skip
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.OTHER_KINDS:
+            raise UsageError(
+                f"ringleader runs every data-parallel job as a gang of MPI workers: `submit {cmd_name}` has no "
+                "separate kind",
+                f"use `ringleader submit mpi` with {self.OTHER_KINDS[cmd_name]} (it runs once per worker, "
+                "with torchrun's and Open MPI's variables)",
+            )
+        return super().get_command(ctx, self.ALIASES.get(cmd_name, cmd_name))
+
+
+@click.group("submit", cls=SubmitGroup)
 def submit() -> None:
-    """Submit a training job (arena submit)."""
+    """Submit a training job (arena submit).
+
+    `submit mpi` (also `mpijob`, `mj`) runs every data-parallel job: mpirun, horovodrun,
+    torchrun lines and plain programs."""
 
 
 @submit.command("mpi", cls=ArenaCommand, context_settings={"allow_interspersed_args": False})
@@ -411,7 +435,7 @@ def render_top_job(job: JobView) -> None:
 @click.command("logs")
 @click.argument("name", shell_complete=complete_jobs)
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until the job ends.")
-@click.option("--tail", type=int, default=None, help="Only the last N lines.")
+@click.option("-t", "--tail", type=int, default=None, help="Only the last N lines.")
 @click.option("-i", "--instance", default=None, help="Instance name (default: the chief).")
 @click.option("--timestamps", is_flag=True, help="Prefix each line with its time (RFC 3339, UTC).")
 @engine_option
@@ -457,7 +481,7 @@ def parse_span(text: str) -> float:
 
 
 @click.command("prune")
-@click.option("--since", required=True, help="Delete finished jobs that ended longer ago than this (1h, 2d).")
+@click.option("-s", "--since", required=True, help="Delete finished jobs that ended longer ago than this (1h, 2d).")
 @engine_option
 def prune(since: str, engine: str | None) -> None:
     """Delete finished jobs older than --since (arena prune)."""

@@ -43,7 +43,11 @@ COMMANDS: dict[str, tuple[tuple[str, ...], str]] = {
     "top": (("jobs", "cluster"), "Show what runs where (arena top)."),
     "topo": (("cluster",), "Print node topologies as `nvidia-smi topo -m` does; --png/--svg draw one node's GPUs, "
                            "NICs, link kinds and the job holding each GPU."),
+    "version": (("main",), "Print ringleader's version (arena version)."),
+    "completion": (("main",), "Print the shell completion script: bash, zsh or fish (arena completion)."),
 }  # fmt: skip
+# The short names arena users type (arena ls / log / del).
+ALIASES = {"ls": "list", "log": "logs", "del": "delete"}
 
 
 class LazyGroup(click.Group):
@@ -57,10 +61,14 @@ class LazyGroup(click.Group):
         return sorted({*COMMANDS, *self.commands})
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        cmd_name = ALIASES.get(cmd_name, cmd_name)
         for module in COMMANDS.get(cmd_name, ((), ""))[0]:
             if module not in self.loaded:
                 self.loaded.add(module)
-                importlib.import_module(f"ringleader.cli.{module}").register(self)
+                # `version` and `completion` live here; every other command in its group's module
+                name = __name__ if module == "main" else f"ringleader.cli.{module}"
+                owner = sys.modules[name] if module == "main" else importlib.import_module(name)
+                owner.register(self)
         return super().get_command(ctx, cmd_name)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
@@ -80,6 +88,33 @@ def cli() -> None:
 
     State lives in SQLite under ~/.ringleader (set RINGLEADER_HOME to move it).
     """
+
+
+@click.command("version")
+def version() -> None:
+    """Print ringleader's version (arena version)."""
+    click.echo(f"ringleader {__version__}")
+
+
+@click.command("completion")
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion(shell: str) -> None:
+    """Print the shell completion script: bash, zsh or fish (arena completion).
+
+    \b
+    source <(ringleader completion bash)     # this shell
+    ringleader completion bash > /etc/bash_completion.d/ringleader
+    """
+    from click.shell_completion import get_completion_class
+
+    cls = get_completion_class(shell)
+    assert cls is not None  # the choice above lists only shells click completes
+    click.echo(cls(cli, {}, "ringleader", "_RINGLEADER_COMPLETE").source())
+
+
+def register(group: click.Group) -> None:
+    group.add_command(version)
+    group.add_command(completion)
 
 
 # click >= 8.2 raises this for a group given no subcommand (older versions print the help and exit).
