@@ -89,6 +89,7 @@ class Store:
     conn: sqlite3.Connection
     ephemeral: bool = False
     read_only: bool = False  # on a read-only file system: reads only
+    full_when_opened: bool = False  # read only because the disk was full: writes retry opening
 
     @property
     def path(self) -> Path:
@@ -114,28 +115,43 @@ class Store:
             return _open_file(home, path, exists)
         except (OSError, sqlite3.OperationalError) as exc:
             if not (disk_full(exc) and give_back_reserve(home)):
-                raise _unusable(home, exc) from None
+                return _open_failed(home, path, exists, exc)
         try:  # once more, with the reserve's room
             return _open_file(home, path, exists)
         except (OSError, sqlite3.OperationalError) as exc:
-            raise _unusable(home, exc) from None
-
+            return _open_failed(home, path, exists, exc)
 
     def close(self) -> None:
         self.conn.close()
 
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
-        """One read-decide-write transaction, holding the write lock from its first statement."""
+        """One read-decide-write transaction, holding the write lock from its first statement.
+        Whatever fails, the COMMIT included (that is where a full disk shows), rolls back and is
+        one line: nothing is changed."""
+        if self.full_when_opened:
+            self._reopen_for_writing()
         _begin_immediate(self.conn, self.path)
         try:
             with self._damage_named():
                 yield self.conn
+                self.conn.execute("COMMIT")
         except BaseException:
             with contextlib.suppress(sqlite3.Error):
                 self.conn.execute("ROLLBACK")
             raise
-        self.conn.execute("COMMIT")
+
+    def _reopen_for_writing(self) -> None:
+        """A store opened for reading only because the disk was full: writable again once
+        there is room (a delete has just removed logs, say), else the disk-full error."""
+        try:
+            writable, _ = _open_file(self.home, self.path, exists=True)
+        except (OSError, sqlite3.OperationalError) as exc:
+            if disk_full(exc):
+                raise _disk_full(self.path) from None
+            raise _unusable(self.home, exc) from None
+        self.conn.close()
+        self.conn, self.read_only, self.full_when_opened = writable.conn, False, False
 
     def check_writable(self) -> None:
         """Refuse now, before anything irreversible (stopping processes), if the state cannot
@@ -162,9 +178,7 @@ class Store:
             yield
         except sqlite3.OperationalError as exc:
             if disk_full(exc):
-                raise DiskFullError(
-                    f"no space left on the file system of the state {self.path}", "free some space and retry"
-                ) from None
+                raise _disk_full(self.path) from None
             if "locked" in str(exc) or "busy" in str(exc):
                 raise
             if "readonly" in str(exc):
@@ -184,11 +198,20 @@ RESERVE_BYTES = 64 << 10
 
 
 def disk_full(exc: BaseException) -> bool:
+    """No room to write: a full file system or an exceeded disk quota (SQLite reports the
+    first as SQLITE_FULL and the second, EDQUOT, as a disk I/O error)."""
     if isinstance(exc, DiskFullError):
         return True
     if isinstance(exc, sqlite3.OperationalError):
         return "full" in str(exc) or "disk I/O" in str(exc)
-    return isinstance(exc, OSError) and exc.errno == errno.ENOSPC
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def _disk_full(path: Path) -> DiskFullError:
+    return DiskFullError(
+        f"no room to write the state {path}: its file system is full or your disk quota is exceeded",
+        f"free some space there (see `df -h {path.parent}`, `quota -s`) and retry; nothing was changed",
+    )
 
 
 def keep_reserve(home: Path) -> None:
@@ -256,12 +279,34 @@ def _open_file(home: Path, path: Path, exists: bool) -> tuple[Store, bool]:
     return Store(home, conn), not exists
 
 
+def _open_failed(home: Path, path: Path, exists: bool, exc: Exception) -> tuple[Store, bool]:
+    """An existing state on a full disk is still read (what is there, changing nothing: its
+    writes retry and refuse in one line); anything else is the one-line reason."""
+    if not disk_full(exc):
+        raise _unusable(home, exc) from None
+    if not exists:
+        raise _disk_full(path) from None
+    try:
+        store = _open_read_only(home, path)
+    except StateError:
+        raise _disk_full(path) from None
+    store.full_when_opened = True
+    return store, False
+
+
 def _open_read_only(home: Path, path: Path) -> Store:
-    conn = _connect(f"file:{path}?mode=ro")
+    # Nobody can write a WAL database here without room for its -wal and -shm files: with no
+    # -wal file (the last writer checkpointed it and closed) the file as it is, is the state,
+    # and SQLite may read it without making a -shm file it cannot (immutable).
+    wal = path.with_name(path.name + "-wal")
+    settled = not wal.exists() or wal.stat().st_size == 0
+    conn = _connect(f"file:{path}?mode=ro{'&immutable=1' if settled else ''}")
     try:
         _version(conn, path)
     except sqlite3.DatabaseError as exc:
         conn.close()
+        if "unable to open" in str(exc):  # a -wal file but no -shm file to read it with
+            raise _read_only(path) from None
         raise _not_ours(path, str(exc)) from None
     return Store(home, conn, read_only=True)
 
@@ -294,6 +339,8 @@ def _begin_immediate(conn: sqlite3.Connection, path: Path) -> None:
     except sqlite3.OperationalError as exc:
         if "readonly" in str(exc):
             raise _read_only(path) from None
+        if disk_full(exc):  # the -shm file could not grow
+            raise _disk_full(path) from None
         if "locked" not in str(exc) and "busy" not in str(exc):
             raise
         raise BusyError(
