@@ -181,6 +181,13 @@ def test_waiting_job_that_a_smaller_cluster_makes_impossible_is_told_so(tmp_path
         ("DROP TABLE instances", (["get", "j"], ["delete", "j"])),
         ("UPDATE topologies SET spec = '{}' WHERE id = (SELECT topology FROM nodes WHERE name != 'local')",
          (["top", "node"], ["submit", "mpi", "--name", "k", "--", "true"])),
+        ("UPDATE topologies SET spec = '[]' WHERE id = (SELECT topology FROM nodes WHERE name != 'local')",
+         (["top", "node"], ["submit", "mpi", "--name", "k", "--", "true"])),
+        ("UPDATE topologies SET spec = '5' WHERE id = (SELECT topology FROM nodes WHERE name != 'local')",
+         (["top", "node"], ["submit", "mpi", "--name", "k", "--", "true"])),
+        ("""UPDATE topologies SET spec = '{"links": [["NV1"]]}'
+            WHERE id = (SELECT topology FROM nodes WHERE name != 'local')""",
+         (["top", "node"], ["submit", "mpi", "--name", "k", "--", "true"])),
     ],
 )
 def test_damaged_state_rows_are_one_line(tmp_path: Path, damage: str, commands: tuple[list[str], ...]) -> None:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ringleader.engines.embedded import store
 from ringleader.engines.embedded.faults import crash_point
+from ringleader.engines.embedded.folders import remove_job_folders
 from ringleader.engines.embedded.lifecycle import (
     HOSTS_SETTINGS,
     schedule_pass,
@@ -82,6 +83,7 @@ class Runtime:
             return rt
         rt._init_cluster()
         if not db.ephemeral:
+            rt._reclaim_orphan_allocations()
             reconcile(db)
         return rt
 
@@ -111,6 +113,23 @@ class Runtime:
                 store.set_meta(conn, "local_note", note)
         if note and not self.db.ephemeral:  # once: when the database is created
             self.notes.append(f"note: node {LOCAL}: {note}")
+
+    def _reclaim_orphan_allocations(self) -> None:
+        """GPUs held by a job that no longer exists are freed, and given to the queue: nothing
+        else would ever free them (read first: commands do not queue for the lock for this)."""
+        with self.db.read() as conn:
+            if not store.orphan_allocations(conn):
+                return
+        with self.db.write() as conn:
+            freed = store.orphan_allocations(conn)
+            store.free_orphans(conn)
+            placed = schedule_pass(conn, time.time()) if freed else []
+        spawn_supervisors(self.home, placed)
+        held: dict[str, list[str]] = {}
+        for row in freed:
+            held.setdefault(str(row["job"]), []).append(f"{row['node']}:{row['gpu']}")
+        self.notes += [f"note: freed GPU(s) {' '.join(gpus)} held by job {job!r}, which does not exist"
+                       for job, gpus in held.items()]  # fmt: skip
 
     def _writable(self) -> store.Store:
         """Create the database on first write (reads before that use an in-memory copy)."""
@@ -316,10 +335,7 @@ class Runtime:
         return list(names)
 
     def _remove_folders(self, name: str) -> None:
-        import shutil  # here, not at the top: commands that only read start quicker
-
-        shutil.rmtree(self.home / "logs" / name, ignore_errors=True)
-        shutil.rmtree(self.home / "run" / name, ignore_errors=True)
+        remove_job_folders(self.home, name)  # never through a link put in a folder's place
 
     def _stop(self, name: str) -> None:
         with self.db.read() as conn:

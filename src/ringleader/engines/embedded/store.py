@@ -19,12 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ringleader.engines.embedded.folders import make_private_home
 from ringleader.errors import BusyError, DiskFullError, RingleaderError, StateError
 from ringleader.jobs.states import JobStatus, can_move
 
 if TYPE_CHECKING:  # node decoding imports the scheduler's types: commands that list jobs do not
     from ringleader.scheduler import ClusterState, Placement
-    from ringleader.topology import NodeSpec
+    from ringleader.topology import NodeSpec, NodeTopology
 
 T = TypeVar("T")
 APP_ID = "ringleader"
@@ -311,19 +312,6 @@ def _open_read_only(home: Path, path: Path) -> Store:
     return Store(home, conn, read_only=True)
 
 
-PRIVATE_DIRS = ("logs", "run")
-
-
-def make_private_home(home: Path) -> None:
-    """The state folder and its job folders, 0700 whatever the umask (they hold job
-    environments, logs and pid files that ringleader later signals)."""
-    home.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(home, 0o700)
-    for name in PRIVATE_DIRS:
-        (home / name).mkdir(mode=0o700, exist_ok=True)
-        os.chmod(home / name, 0o700)
-
-
 def lock_timeout_s() -> float:
     """How long a write waits for the lock (RINGLEADER_LOCK_TIMEOUT_S, default 30 s: enough for
     dozens of racing commands, whose transactions take milliseconds)."""
@@ -437,12 +425,10 @@ def _version(conn: sqlite3.Connection, path: Path) -> int:
 def get_nodes(conn: sqlite3.Connection) -> list[NodeSpec]:
     """The declared nodes in order; nodes with equal topologies (or labels) share one decoded
     object, so the scheduler fingerprints each distinct topology once."""
-    from ringleader.jobs.codec import address_from_dict, labels_from_dict, topology_from_dict
+    from ringleader.jobs.codec import address_from_dict, labels_from_dict
     from ringleader.topology import NodeSpec
 
-    topologies = {
-        r[0]: topology_from_dict(json.loads(r[1])) for r in conn.execute("SELECT id, spec FROM topologies")
-    }
+    topologies = {r[0]: _stored_topology(r[0], r[1]) for r in conn.execute("SELECT id, spec FROM topologies")}
     labels: dict[str, tuple[tuple[str, str], ...]] = {}
     nodes = []
     rows = conn.execute(
@@ -455,6 +441,22 @@ def get_nodes(conn: sqlite3.Connection) -> list[NodeSpec]:
         host = address_from_dict(json.loads(address)) if address else None
         nodes.append(NodeSpec(name, topologies[topology], float(gbps), node_labels, bool(emulated), host, domain))
     return nodes
+
+
+def _stored_topology(row: int, text: str) -> NodeTopology:
+    """A stored topology row, decoded; whatever it holds that is not a topology (a damaged or
+    hand-edited row: `[]`, a matrix that is not one) is a ValueError, which reads as a damaged
+    state, not as the cluster file's own error with its fix."""
+    from ringleader.jobs.codec import topology_from_dict
+
+    try:
+        doc = json.loads(text)
+        if not isinstance(doc, dict):
+            raise TypeError(f"a JSON {type(doc).__name__}, not an object")
+        return topology_from_dict(doc)
+    except (RingleaderError, AttributeError, IndexError, KeyError, TypeError, ValueError) as exc:
+        detail = exc.message if isinstance(exc, RingleaderError) else str(exc)
+        raise ValueError(f"stored topology {row} is not a node topology: {detail}") from None
 
 
 def replace_nodes(conn: sqlite3.Connection, specs: Sequence[NodeSpec]) -> None:
@@ -574,6 +576,18 @@ def allocate(conn: sqlite3.Connection, placement: Placement) -> None:
 
 def free(conn: sqlite3.Connection, job: str) -> int:
     return conn.execute("DELETE FROM allocations WHERE job = ?", (job,)).rowcount
+
+
+def orphan_allocations(conn: sqlite3.Connection) -> list[sqlite3.Row]:
+    """Allocations of jobs that do not exist (a row left by a damaged or hand-edited state):
+    GPUs nobody would ever free."""
+    return conn.execute(
+        "SELECT * FROM allocations WHERE job NOT IN (SELECT name FROM jobs) ORDER BY node, gpu"
+    ).fetchall()
+
+
+def free_orphans(conn: sqlite3.Connection) -> int:
+    return conn.execute("DELETE FROM allocations WHERE job NOT IN (SELECT name FROM jobs)").rowcount
 
 
 def allocations(conn: sqlite3.Connection) -> list[sqlite3.Row]:
