@@ -6,6 +6,8 @@ import os
 import time
 from collections.abc import Iterable
 
+from ringleader import settings
+
 __all__ = ["alive", "find_by_args", "grace_seconds", "signal_proc", "start_time", "stop_all"]
 
 
@@ -78,7 +80,4 @@ def find_by_args(*needles: str) -> list[tuple[int, int]]:
 
 def grace_seconds() -> float:
     """How long stopped processes get between SIGTERM and SIGKILL (RINGLEADER_GRACE_S)."""
-    try:
-        return float(os.environ.get("RINGLEADER_GRACE_S", "5"))
-    except ValueError:
-        return 5.0
+    return settings.number("RINGLEADER_GRACE_S")

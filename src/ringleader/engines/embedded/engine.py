@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ringleader import settings
 from ringleader.engines.embedded import store
 from ringleader.engines.embedded.faults import crash_point
 from ringleader.engines.embedded.folders import remove_job_folders
@@ -374,10 +375,7 @@ def _duplicate(name: str) -> ConflictError:
 def max_procs() -> int:
     """How many processes one job may run: all of them run on this host, emulated nodes too.
     max(64, 8 x CPU cores), or RINGLEADER_MAX_PROCS."""
-    try:
-        return max(1, int(os.environ["RINGLEADER_MAX_PROCS"]))
-    except (KeyError, ValueError):
-        return max(64, 8 * (os.cpu_count() or 1))
+    return settings.integer("RINGLEADER_MAX_PROCS") or max(64, 8 * (os.cpu_count() or 1))
 
 
 def _check_size(spec: JobSpec, line: CommandLine) -> None:

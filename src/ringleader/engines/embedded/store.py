@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ringleader import settings
 from ringleader.engines.embedded.folders import make_private_home
 from ringleader.errors import BusyError, DiskFullError, RingleaderError, StateError
 from ringleader.jobs.states import JobStatus, can_move
@@ -78,7 +79,7 @@ MIGRATIONS: dict[int, list[str]] = {
 
 
 def default_home() -> Path:
-    return Path(os.environ.get("RINGLEADER_HOME") or Path.home() / ".ringleader")
+    return Path(settings.text("RINGLEADER_HOME") or Path.home() / ".ringleader")
 
 
 @dataclass
@@ -315,10 +316,7 @@ def _open_read_only(home: Path, path: Path) -> Store:
 def lock_timeout_s() -> float:
     """How long a write waits for the lock (RINGLEADER_LOCK_TIMEOUT_S, default 30 s: enough for
     dozens of racing commands, whose transactions take milliseconds)."""
-    try:
-        return max(0.1, float(os.environ.get("RINGLEADER_LOCK_TIMEOUT_S", "30")))
-    except ValueError:
-        return 30.0
+    return settings.number("RINGLEADER_LOCK_TIMEOUT_S")
 
 
 def _begin_immediate(conn: sqlite3.Connection, path: Path) -> None:

@@ -10,7 +10,6 @@ override the context and namespace.
 
 from __future__ import annotations
 
-import os
 import shlex
 import time
 from collections.abc import Iterator, Sequence
@@ -18,6 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from ringleader import settings
 from ringleader.engines.kubernetes import manifests, names
 from ringleader.engines.kubernetes.cache import Cache
 from ringleader.engines.kubernetes.client import ApiError, JobsApi, current_namespace, load_client
@@ -264,9 +264,9 @@ def job_view(job: dict[str, Any], pods: Sequence[dict[str, Any]], group: dict[st
 def open_kubernetes(home: Path, readonly: bool = False) -> KubernetesEngine:
     """The engine factory (see ``ringleader.engines``); nothing connects until a call needs it."""
     del home, readonly
-    context = os.environ.get("RINGLEADER_KUBE_CONTEXT") or None
-    server = os.environ.get("RINGLEADER_KUBE_SERVER") or None
-    namespace = os.environ.get("RINGLEADER_KUBE_NAMESPACE") or current_namespace(context)
+    context = settings.text("RINGLEADER_KUBE_CONTEXT")
+    server = settings.text("RINGLEADER_KUBE_SERVER")
+    namespace = settings.text("RINGLEADER_KUBE_NAMESPACE") or current_namespace(context)
     return KubernetesEngine(None, namespace, connect=lambda: load_client(context=context, host=server))
 
 
