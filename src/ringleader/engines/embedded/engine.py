@@ -399,8 +399,17 @@ def _check_program(spec: JobSpec, program: str, err: type[UsageError]) -> None:
     import shutil
 
     if "/" in program:
-        if not (Path(spec.workdir or ".") / program).exists():
+        path = Path(spec.workdir or ".") / program
+        if not path.exists():
             raise UsageError(f"program {program!r} does not exist", "check the path")
+        # What exec would refuse on every rank, refused once here (shutil.which below checks the same).
+        if path.is_dir():
+            raise UsageError(f"program {program!r} is a folder, not a program", "give the program inside it")
+        if not os.access(path, os.X_OK):
+            raise UsageError(
+                f"program {program!r} is not executable",
+                f"chmod +x {program}, or start it with its interpreter (e.g. python {program})",
+            )
     elif shutil.which(program, path=(spec.submit_env or {}).get("PATH", os.environ.get("PATH"))) is None:
         raise err(f"program {program!r} not found on PATH", "install it or give its full path")
 
