@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import yaml
 
-from kube.fakeapi import FakeApiServer, merge
+from kube.fakeapi import FakeApiServer
 from kube.kubeobjs import node, pod, podgroup
-from ringleader.engines.kubernetes import manifests
+from ringleader.engines.kubernetes import manifests, names
 from ringleader.engines.kubernetes.client import Api, load_client
 from ringleader.engines.kubernetes.scheduler import Scheduler
 from ringleader.jobs.spec import JobSpec
@@ -130,9 +130,10 @@ def test_contract_objects_the_scheduler_sends_are_valid(fake: FakeApiServer) -> 
             validate_builtin(r.body)
             kinds.add(r.body["kind"])
         elif "/pods/" in r.path and r.method == "PATCH":
-            name = r.path.rsplit("/", 1)[-1]
-            patched = merge(copy.deepcopy(originals[name]), r.body)
-            patched["metadata"] = {k: v for k, v in patched["metadata"].items() if k != "resourceVersion"}
-            validate_builtin(patched)
-            kinds.add("Pod patch")
-    assert kinds == {"Binding", "Event", "Lease", "Pod patch"}
+            kinds.add("Pod patch")  # the GPU ids travel on the Binding: the scheduler patches no pod
+    assert kinds == {"Binding", "Event", "Lease"}
+    for name, original in originals.items():  # each bound pod as the API server leaves it, still valid
+        bound = copy.deepcopy(fake.get("pods", name))
+        bound["metadata"] = {k: v for k, v in bound["metadata"].items() if k != "resourceVersion"}
+        assert bound["metadata"]["annotations"][names.GPU_IDS_UID_ANNOTATION] == original["metadata"]["uid"]
+        validate_builtin(bound)

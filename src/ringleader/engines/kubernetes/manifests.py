@@ -3,9 +3,10 @@ install (`ringleader kube manifests`): namespace, RBAC of least privilege, the s
 Deployment and its config, the agent DaemonSet.
 
 How the GPU choice reaches the container: each worker's NVIDIA_VISIBLE_DEVICES comes from its
-own ``ringleader.io/gpu-ids`` annotation through the downward API. The scheduler writes that
-annotation before it posts the Binding, and kubelet resolves env vars only when it starts the
-container, after the pod is bound, so the container sees exactly the GPUs ``place()`` chose.
+own ``ringleader.io/gpu-ids`` annotation through the downward API. The scheduler's Binding
+carries that annotation (the API server sets it with the node), and kubelet resolves env vars
+only when it starts the container, after the pod is bound, so the container sees exactly the
+GPUs ``place()`` chose.
 docs/kubernetes.md compares this with a device plugin's Allocate, a runtime hook and DRA.
 """
 
@@ -136,11 +137,15 @@ def podgroup(spec: JobSpec, namespace: str, owner_uid: str | None = None) -> dic
 
 
 def _role_rules_scheduler() -> list[dict[str, Any]]:
+    """What the scheduler calls, nothing more (tests/kube checks each request it makes against
+    these): it reads nodes, pods and PodGroups, binds pods (the GPU ids travel on the Binding,
+    so it patches no pod), deletes the members of a gang whose bind failed half-way (their
+    controller makes them again), writes events and its PodGroups' status and reason."""
     return [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch", "delete"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "delete"]},
         {"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["create"]},
-        {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
         {"apiGroups": [names.PODGROUP_GROUP], "resources": ["podgroups"], "verbs": ["get", "list", "watch", "patch"]},
         {"apiGroups": [names.PODGROUP_GROUP], "resources": ["podgroups/status"], "verbs": ["patch"]},
     ]
