@@ -250,6 +250,9 @@ class JobsApi(Api):
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Foreground"}
         self._json(self.custom.delete_namespaced_custom_object, *self._mpijobs(namespace), name, body=body)
 
+    def create_secret(self, namespace: str, body: Mapping[str, Any]) -> None:
+        self._json(self.core.create_namespaced_secret, namespace, dict(body))
+
     def create_podgroup(self, namespace: str, body: Mapping[str, Any]) -> None:
         group = (names.PODGROUP_GROUP, names.PODGROUP_VERSION, namespace, names.PODGROUP_PLURAL)
         self._json(self.custom.create_namespaced_custom_object, *group, dict(body))

@@ -75,12 +75,12 @@ class KubernetesEngine:
         nothing; its -o yaml output is the manifests themselves."""
         sub = prepare_submit(spec, self.supports)
         spec = sub.spec
+        manifests.check_job_name_fits(spec)
         self.notes += sub.notes
         job = manifests.mpijob(spec, self.namespace, line=sub.line)
-        extra: dict[str, Any] = {
-            "manifests": manifests.dump_all([job, manifests.podgroup(spec, self.namespace)]),
-            "namespace": self.namespace,
-        }
+        secret = manifests.env_secret(spec, self.namespace)
+        shown = [job, manifests.podgroup(spec, self.namespace), *([secret] if secret else [])]
+        extra: dict[str, Any] = {"manifests": manifests.dump_all(shown), "namespace": self.namespace}
         try:
             if not dry_run and self.api.get_mpijob(self.namespace, spec.name) is not None:
                 raise ConflictError(f"job {spec.name!r} already exists",
@@ -101,6 +101,9 @@ class KubernetesEngine:
                 raise ConflictError(f"job {spec.name!r} already exists", "pick another --name") from None
             raise
         uid = (created.get("metadata") or {}).get("uid")
+        secret = manifests.env_secret(spec, self.namespace, uid)
+        if secret is not None:  # before any pod can start: the scheduler waits for the whole gang
+            self.api.create_secret(self.namespace, secret)
         try:
             self.api.create_podgroup(self.namespace, manifests.podgroup(spec, self.namespace, uid))
         except ApiError as exc:
