@@ -171,3 +171,50 @@ def test_bad_input_on_a_fresh_home_creates_no_database(cli, write, capsys, monke
         assert main(args) == (1 if args[0] == "delete" or args[2] == "nope" else 2), args
         assert not (cli.home / "state.db").exists(), args
     capsys.readouterr()
+
+
+HVD = "horovodrun -np 1 {} python -c pass"
+SUBMIT_CHECKS = [
+    (["--", "/usr"], "program '/usr' is a folder, not a program"),
+    (["--", "{plain}"], "program '{plain}' is not executable. To fix: chmod +x"),
+    (["--image", "", "--", "true"], "--image '' is not an image reference"),
+    (["--image", "Python:3.11", "--", "true"], "--image 'Python:3.11' is not an image reference"),
+    (["--image", "python:", "--", "true"], "is not an image reference"),
+    (["--image", "python@sha256:abc", "--", "true"], "is not an image reference"),
+    (["--image", "a//b", "--", "true"], "is not an image reference"),
+    (["--image", "x" * 300, "--", "true"], "is not an image reference"),
+    ([HVD.format("--fusion-threshold-mb -1")], "horovodrun --fusion-threshold-mb -1: must be >= 0"),
+    ([HVD.format("--fusion-threshold-mb 1.5")], "horovodrun --fusion-threshold-mb 1.5: not a whole number"),
+    ([HVD.format("--cycle-time-ms inf")], "horovodrun --cycle-time-ms inf: must be a finite number"),
+    ([HVD.format("--cycle-time-ms nan")], "horovodrun --cycle-time-ms nan: must be a finite number"),
+    ([HVD.format("--cycle-time-ms -2")], "horovodrun --cycle-time-ms -2: must be >= 0"),
+    ([HVD.format("--cache-capacity x")], "horovodrun --cache-capacity x: not a whole number"),
+    ([HVD.format("--autotune-gaussian-process-noise 1.5")], "must be in [0, 1]"),
+    ([HVD.format("--log-level LOUD")], "horovodrun --log-level LOUD: must be one of TRACE, DEBUG"),
+]
+
+
+@pytest.mark.parametrize(("args", "expected"), SUBMIT_CHECKS, ids=[e[:40] for _, e in SUBMIT_CHECKS])
+def test_submit_refuses_what_exec_a_registry_or_horovodrun_would_refuse(
+    cli, capsys, monkeypatch, tmp_path, args: list[str], expected: str
+) -> None:
+    monkeypatch.setenv("RINGLEADER_HOME", str(cli.home))
+    plain = tmp_path / "train.sh"  # a script without its execute bits
+    plain.write_text("echo hi\n")
+    plain.chmod(0o644)
+    args, expected = [a.replace("{plain}", str(plain)) for a in args], expected.replace("{plain}", str(plain))
+    capsys.readouterr()
+    code = main(["submit", "mpi", "--name", "checked", *args])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.count("\n") == 1 and err.startswith("error: ") and expected in err, err
+    assert not (cli.home / "state.db").exists()
+
+
+@pytest.mark.parametrize("image", ["python:3.11", "docker.io/library/python:3.11-slim", "localhost:5000/my/img",
+                                   "nvcr.io/nvidia/pytorch:24.01-py3", "ghcr.io/org/a__b.c-d", "[::1]:5000/x:y",
+                                   "img@sha256:" + "a" * 64, "Registry.Example.com/team/img:V1"])  # fmt: skip
+def test_image_references_the_grammar_takes(image: str) -> None:
+    from ringleader.jobs.spec import check_image_reference
+
+    check_image_reference(image)

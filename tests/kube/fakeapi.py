@@ -207,7 +207,14 @@ class FakeApiServer:
                     return h._status(404, f'pods "{name}" not found', "NotFound")
                 if obj["spec"].get("nodeName"):
                     return h._status(409, f"pod {name} is already assigned to node", "Conflict")
+                bound_uid = (req.body.get("metadata") or {}).get("uid")
+                if bound_uid and bound_uid != obj["metadata"]["uid"]:
+                    return h._status(409, f"pod {name}: uid precondition failed", "Conflict")
                 obj["spec"]["nodeName"] = req.body["target"]["name"]
+                # As the API server's BindingREST: the Binding's annotations land on the pod with the node.
+                notes = (req.body.get("metadata") or {}).get("annotations") or {}
+                if notes:
+                    obj["metadata"].setdefault("annotations", {}).update(notes)
                 self._put(plural, obj)
                 return h._send(201, {"kind": "Status", "status": "Success", "code": 201})
             if req.method == "POST":

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kube.kubeobjs import node, pod, podgroup
+from ringleader.engines.kubernetes import names
 from ringleader.engines.kubernetes.cache import Cache
 from ringleader.engines.kubernetes.decide import decide
 from ringleader.scheduler import Code
@@ -129,6 +131,49 @@ def test_assumed_gang_survives_a_stale_event_and_forget_frees_it() -> None:
     assert cache.gangs() == [] and cache.state.node("a").n_free == 0
     cache.forget("default/w")  # the bind failed
     assert cache.state.node("a").n_free == 8 and len(cache.gangs()) == 1
+
+
+def bound(name: str, on: str, gpus: int, ids: tuple[int, ...], marked: bool = True) -> dict:  # type: ignore[type-arg]
+    """A running pod on node ``on`` with the GPU ids annotation; ``marked``: written for this pod
+    by the scheduler's Binding (its UID beside the ids)."""
+    p = pod(name, gpus=gpus)
+    p["spec"]["nodeName"] = on
+    p["status"]["phase"] = "Running"
+    notes = {names.GPU_IDS_ANNOTATION: ",".join(map(str, ids))}
+    if marked:
+        notes[names.GPU_IDS_UID_ANNOTATION] = p["metadata"]["uid"]
+    p["metadata"]["annotations"] = notes
+    return p
+
+
+@pytest.mark.parametrize("forger_marks_itself", [False, True], ids=["plain-forgery", "uid-marked-forgery"])
+@pytest.mark.parametrize("order", ["forger-first", "forger-last", "forger-by-watch"])
+def test_a_forged_gpu_ids_annotation_never_frees_gpus_kubelet_counts(order: str, forger_marks_itself: bool) -> None:
+    """A pod bound by someone else that claims GPUs the scheduler gave another pod: both count
+    (kubelet admits both against the node's 8), so nothing more fits there; the pod the
+    scheduler bound keeps its ids. Once, the clashing claim dropped the forger from the snapshot."""
+    legit = bound("legit", "a", 4, (0, 1, 2, 3))
+    legit["metadata"]["creationTimestamp"] = "2026-11-23T09:00:00Z"
+    forger = bound("forger", "a", 4, (0, 1, 2, 3), marked=forger_marks_itself)
+    forger["metadata"]["creationTimestamp"] = "2026-11-23T10:00:00Z"  # made after it saw the ids
+    forger["spec"]["schedulerName"] = "default-scheduler"
+    waiting = pod("next", gpus=1)
+    if order == "forger-by-watch":
+        cache = cache_with([node("a")], [legit, waiting])
+        cache.apply("pods", "ADDED", forger)
+    else:
+        listed = [forger, legit, waiting] if order == "forger-first" else [legit, forger, waiting]
+        cache = cache_with([node("a")], listed)
+    state = cache.state.node("a")
+    assert state.n_free == 0, state.allocated
+    assert [state.owner(g) for g in range(4)] == ["default/legit"] * 4
+    assert not decide(cache, only_gang(cache)).ok
+
+
+def test_malformed_or_out_of_range_ids_still_count_as_many_gpus() -> None:
+    cache = cache_with([node("a")], [bound("odd", "a", 2, (7, 7)), bound("far", "a", 2, (40, 41)),
+                                     bound("short", "a", 2, (3,))])  # fmt: skip
+    assert cache.state.node("a").n_free == 2
 
 
 @settings(max_examples=40, deadline=None)

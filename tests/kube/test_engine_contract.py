@@ -106,6 +106,33 @@ def test_contract_submit_get_list_logs_delete(run, fake: FakeApiServer) -> None:
     assert code == 1 and "not found" in out
 
 
+def test_contract_secret_env_is_created_as_a_secret_owned_by_the_job(run, fake: FakeApiServer) -> None:  # type: ignore[no-untyped-def]
+    fake.put("nodes", node("gpu-0", mode=None))
+    code, out = run("submit", "mpi", "--engine", "kubernetes", "--name", "tok", "--workers", "2", "--gpus", "1",
+                    "-e", "WANDB_API_KEY=k-123", "-e", "EPOCHS=3", "--", "python", "train.py")  # fmt: skip
+    assert code == 0, out
+    creates = [r.path for r in fake.calls("create")]
+    assert creates == ["/apis/kubeflow.org/v2beta1/namespaces/team-a/mpijobs", "/api/v1/namespaces/team-a/secrets",
+                       "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/team-a/podgroups"]  # fmt: skip
+    assert "k-123" not in str(fake.calls("create")[0].body)  # the MPIJob: readable by whoever may read jobs
+    secret = fake.get("secrets", "tok-env", "team-a")
+    assert secret["stringData"] == {"WANDB_API_KEY": "k-123"}
+    assert secret["metadata"]["ownerReferences"][0]["uid"] == fake.get("mpijobs", "tok", "team-a")["metadata"]["uid"]
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_contract_a_name_too_long_for_its_worker_pods_is_one_line(run, fake: FakeApiServer, dry_run: bool) -> None:  # type: ignore[no-untyped-def]
+    name = "n" * 54  # n...n-worker-9 is 63 characters: ten workers fit, sixteen do not
+    fits = run("submit", "mpi", "--engine", "kubernetes", "--name", name, "--workers", "10", "--dry-run", "true")
+    assert fits[0] == 0, fits[1]
+    args = ["submit", "mpi", "--engine", "kubernetes", "--name", name, "--workers", "16", *(["--dry-run"] * dry_run)]
+    code, out = run(*args, "true")
+    assert code == 2 and out.count("\n") == 1, out
+    assert out.startswith(f"error: job name '{name}' is too long for Kubernetes with 16 worker(s)")
+    assert f"'{name}-worker-15', 64 characters" in out and "To fix: use a --name of at most 53 characters" in out
+    assert not fake.calls("create")
+
+
 def test_contract_unreachable_cluster_is_one_line(run, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("RINGLEADER_KUBE_SERVER", "http://127.0.0.1:9")
     code, out = run("list", "--engine", "kubernetes")

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import yaml
 
-from kube.fakeapi import FakeApiServer, merge
+from kube.fakeapi import FakeApiServer
 from kube.kubeobjs import node, pod, podgroup
-from ringleader.engines.kubernetes import manifests
+from ringleader.engines.kubernetes import manifests, names
 from ringleader.engines.kubernetes.client import Api, load_client
 from ringleader.engines.kubernetes.scheduler import Scheduler
 from ringleader.jobs.spec import JobSpec
@@ -130,9 +130,34 @@ def test_contract_objects_the_scheduler_sends_are_valid(fake: FakeApiServer) -> 
             validate_builtin(r.body)
             kinds.add(r.body["kind"])
         elif "/pods/" in r.path and r.method == "PATCH":
-            name = r.path.rsplit("/", 1)[-1]
-            patched = merge(copy.deepcopy(originals[name]), r.body)
-            patched["metadata"] = {k: v for k, v in patched["metadata"].items() if k != "resourceVersion"}
-            validate_builtin(patched)
-            kinds.add("Pod patch")
-    assert kinds == {"Binding", "Event", "Lease", "Pod patch"}
+            kinds.add("Pod patch")  # the GPU ids travel on the Binding: the scheduler patches no pod
+    assert kinds == {"Binding", "Event", "Lease"}
+    for name, original in originals.items():  # each bound pod as the API server leaves it, still valid
+        bound = copy.deepcopy(fake.get("pods", name))
+        bound["metadata"] = {k: v for k, v in bound["metadata"].items() if k != "resourceVersion"}
+        assert bound["metadata"]["annotations"][names.GPU_IDS_UID_ANNOTATION] == original["metadata"]["uid"]
+        validate_builtin(bound)
+
+
+def test_contract_secret_looking_env_goes_into_a_secret_the_pods_reference() -> None:
+    spec = JobSpec("tuned", 2, 1, ["python", "train.py"],
+                   env={"HF_TOKEN": "hf_abc123", "DB_PASSWORD": "pw-42", "AWS_SECRET_ACCESS_KEY": "s3cr3t",
+                        "BATCH_SIZE": "32"})  # fmt: skip
+    job = manifests.mpijob(spec, "team-a")
+    validate_crd(job, "kubeflow.org_mpijobs.yaml", "v2beta1")
+    text = yaml.safe_dump(job)
+    assert "hf_abc123" not in text and "pw-42" not in text and "s3cr3t" not in text
+    for replica in job["spec"]["mpiReplicaSpecs"].values():
+        env = {e["name"]: e for e in replica["template"]["spec"]["containers"][0]["env"]}
+        assert env["BATCH_SIZE"] == {"name": "BATCH_SIZE", "value": "32"}
+        for name in ("HF_TOKEN", "DB_PASSWORD", "AWS_SECRET_ACCESS_KEY"):
+            assert env[name] == {"name": name, "valueFrom": {"secretKeyRef": {"name": "tuned-env", "key": name}}}
+        template = replica["template"]
+        validate_builtin({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x", **template["metadata"]},
+                          "spec": template["spec"]})  # fmt: skip
+    secret = manifests.env_secret(spec, "team-a", owner_uid="0b9f1c3e-0000-4000-8000-000000000001")
+    assert secret is not None
+    validate_builtin(secret)
+    assert secret["stringData"] == {"HF_TOKEN": "hf_abc123", "DB_PASSWORD": "pw-42", "AWS_SECRET_ACCESS_KEY": "s3cr3t"}
+    assert secret["metadata"]["ownerReferences"][0]["kind"] == "MPIJob"
+    assert manifests.env_secret(JobSpec("plain", 1, 0, ["true"], env={"N": "1"}), "team-a") is None

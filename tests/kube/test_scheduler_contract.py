@@ -3,11 +3,12 @@ client. They assert the exact requests a real API server would receive."""
 
 from __future__ import annotations
 
+import re
 import time
 
-from kube.fakeapi import FakeApiServer
+from kube.fakeapi import FakeApiServer, Request
 from kube.kubeobjs import node, pod, podgroup
-from ringleader.engines.kubernetes import names
+from ringleader.engines.kubernetes import manifests, names
 from ringleader.engines.kubernetes.client import Api, load_client
 from ringleader.engines.kubernetes.scheduler import Scheduler
 
@@ -26,7 +27,7 @@ def gang(fake: FakeApiServer, name: str, workers: int, gpus: int = 1) -> None:
 
 
 def writes(fake: FakeApiServer) -> list[tuple[str, str]]:
-    """(verb, pod) of every pod annotation, binding and deletion, in order."""
+    """(verb, pod) of every pod patch, binding and deletion, in order."""
     out = []
     for r in fake.requests:
         if "/pods/" in r.path and r.verb in ("patch", "bind", "delete"):
@@ -42,17 +43,21 @@ def test_contract_gang_annotations_then_bindings(fake: FakeApiServer) -> None:
     results = s.cycle()
     assert [r.ok for r in results] == [True]
     members = [f"vgg-worker-{i}" for i in range(4)]
-    assert writes(fake) == [("patch", m) for m in members] + [("bind", m) for m in members]
-    patches = [r for r in fake.calls("patch") if "/pods/" in r.path]
-    ids = [p.body["metadata"]["annotations"][names.GPU_IDS_ANNOTATION] for p in patches]
+    assert writes(fake) == [("bind", m) for m in members]  # the GPU ids travel on the Binding: no pod patch
     binds = fake.calls("bind")
+    ids = [b.body["metadata"]["annotations"][names.GPU_IDS_ANNOTATION] for b in binds]
     nodes = {b.body["target"]["name"] for b in binds}
     assert len(nodes) == 1  # 4 GPUs of a dgx1v: one node, not two
     # The topology policy's choice on a hybrid cube mesh: one NVLink quad.
     assert sorted(int(i) for i in ids) in ([0, 1, 2, 3], [4, 5, 6, 7])
+    notes = binds[0].body["metadata"]["annotations"]
     assert binds[0].body == {"apiVersion": "v1", "kind": "Binding",
-                             "metadata": {"name": "vgg-worker-0", "namespace": "default", "uid": "uid-vgg-worker-0"},
+                             "metadata": {"name": "vgg-worker-0", "namespace": "default", "uid": "uid-vgg-worker-0",
+                                          "annotations": notes},
                              "target": {"apiVersion": "v1", "kind": "Node", "name": binds[0].body["target"]["name"]}}
+    assert notes[names.GPU_IDS_UID_ANNOTATION] == "uid-vgg-worker-0" and notes[names.WORKER_INDEX_ANNOTATION] == "0"
+    # The API server put them on the pod with its node, in one update.
+    assert fake.get("pods", "vgg-worker-0")["metadata"]["annotations"][names.GPU_IDS_ANNOTATION] == ids[0]
     assert fake.get("podgroups", "vgg")["status"]["phase"] == "Scheduled"
     # The cache assumed the gang: a second cycle writes nothing more.
     before = len(fake.requests)
@@ -68,7 +73,7 @@ def test_contract_rollback_after_injected_bind_failure(fake: FakeApiServer) -> N
     results = s.cycle()
     assert [r.ok for r in results] == [False]
     members = [f"rn-worker-{i}" for i in range(4)]
-    assert writes(fake) == [("patch", m) for m in members] + [
+    assert writes(fake) == [
         ("bind", "rn-worker-0"), ("bind", "rn-worker-1"), ("bind", "rn-worker-2"),
         ("delete", "rn-worker-0"), ("delete", "rn-worker-1"),
     ]  # fmt: skip
@@ -220,8 +225,8 @@ def test_contract_daemon_binds_and_serves_metrics(fake: FakeApiServer) -> None:
 
 
 def test_contract_parallel_writers_keep_each_gangs_order(fake: FakeApiServer) -> None:
-    """Gangs are written on several threads; each gang's own annotations still all precede its
-    bindings, and a failed gang is undone alone."""
+    """Gangs are written on several threads; each gang's bindings are in order, and a failed
+    gang is undone alone."""
     for i in range(4):
         fake.put("nodes", node(f"gpu-{i}"))
     for g in range(6):
@@ -235,6 +240,50 @@ def test_contract_parallel_writers_keep_each_gangs_order(fake: FakeApiServer) ->
     for g in range(6):
         mine = [(verb, p) for verb, p in writes(fake) if p.startswith(f"g{g}-")]
         verbs = [verb for verb, _ in mine]
-        expected = ["patch"] * 4 + ["bind"] * (2 if g == 3 else 4) + (["delete"] if g == 3 else [])
+        expected = ["bind"] * (2 if g == 3 else 4) + (["delete"] if g == 3 else [])
         assert verbs == expected, (g, mine)
     assert s.metrics.rollbacks == 1 and s.metrics.binds == {"ok": 21, "error": 1}
+
+
+_RBAC_PATH = re.compile(r"^/(?:api/v1|apis/(?P<group>[^/]+)/[^/]+)(?:/namespaces/(?P<ns>[^/]+))?"
+                        r"/(?P<plural>[^/]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>[^/]+))?$")  # fmt: skip
+
+
+def permitted(request: Request, rules: list[tuple[dict, str | None]]) -> bool:  # type: ignore[type-arg]
+    """Whether RBAC ``rules`` ((rule, namespace it applies in, None: all)) allow ``request``."""
+    m = _RBAC_PATH.match(request.path)
+    assert m, request.path
+    resource = m["plural"] + (f"/{m['sub']}" if m["sub"] else "")
+    verb = "create" if request.verb == "bind" else request.verb
+    for rule, namespace in rules:
+        if namespace is not None and m["ns"] != namespace:
+            continue
+        if (m["group"] or "") in rule["apiGroups"] and resource in rule["resources"] and verb in rule["verbs"]:
+            names_allowed = rule.get("resourceNames")
+            if not names_allowed or m["name"] in names_allowed:
+                return True
+    return False
+
+
+def test_contract_every_request_of_the_scheduler_is_one_its_role_allows_and_no_more(fake: FakeApiServer) -> None:
+    """Placing a gang, reporting one that waits, undoing a half-bound one, holding the Lease:
+    each request is one the installed ClusterRole and Role allow, and they allow no pod patch
+    or update (the GPU ids travel on the Binding) and no event patch."""
+    fake.put("nodes", node("gpu-0"))
+    gang(fake, "fits", 4)
+    gang(fake, "waits", 8)
+    gang(fake, "half", 2)
+    fake.fail[("bind", "half-worker-1")] = 500
+    s = scheduler(fake)
+    s.cycle()
+    s.cycle()
+    objects = manifests.install()
+    role = next(o for o in objects if o["kind"] == "ClusterRole" and o["metadata"]["name"] == "ringleader-scheduler")
+    lease = next(o for o in objects if o["kind"] == "Role")
+    rules = [(r, None) for r in role["rules"]] + [(r, names.SYSTEM_NAMESPACE) for r in lease["rules"]]
+    denied = [f"{r.method} {r.path}" for r in fake.requests if not permitted(r, rules)]
+    assert not denied, denied
+    grants = {(res, verb) for r in role["rules"] for res in r["resources"] for verb in r["verbs"]}
+    assert ("pods", "patch") not in grants and ("pods", "update") not in grants and ("events", "patch") not in grants
+    used = {(r.path.split("?")[0], r.verb) for r in fake.requests}
+    assert any("/binding" in p for p, _ in used) and any(v == "delete" for _, v in used)

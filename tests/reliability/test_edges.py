@@ -181,6 +181,13 @@ def test_waiting_job_that_a_smaller_cluster_makes_impossible_is_told_so(tmp_path
         ("DROP TABLE instances", (["get", "j"], ["delete", "j"])),
         ("UPDATE topologies SET spec = '{}' WHERE id = (SELECT topology FROM nodes WHERE name != 'local')",
          (["top", "node"], ["submit", "mpi", "--name", "k", "--", "true"])),
+        ("UPDATE topologies SET spec = '[]' WHERE id = (SELECT topology FROM nodes WHERE name != 'local')",
+         (["top", "node"], ["submit", "mpi", "--name", "k", "--", "true"])),
+        ("UPDATE topologies SET spec = '5' WHERE id = (SELECT topology FROM nodes WHERE name != 'local')",
+         (["top", "node"], ["submit", "mpi", "--name", "k", "--", "true"])),
+        ("""UPDATE topologies SET spec = '{"links": [["NV1"]]}'
+            WHERE id = (SELECT topology FROM nodes WHERE name != 'local')""",
+         (["top", "node"], ["submit", "mpi", "--name", "k", "--", "true"])),
     ],
 )
 def test_damaged_state_rows_are_one_line(tmp_path: Path, damage: str, commands: tuple[list[str], ...]) -> None:
@@ -237,6 +244,31 @@ def test_read_only_home_refuses_submit_and_delete_and_stops_nothing(tmp_path: Pa
     finally:
         subprocess.run(["umount", "-l", str(view)], check=False)
     assert cli(home, "delete", "live").returncode == 0
+
+
+def test_read_only_home_with_nothing_running_is_read_and_refuses_writes_in_one_line(tmp_path: Path) -> None:
+    """No process holds the state open: its -wal and -shm files are gone, and SQLite cannot
+    make them on a read-only file system (once read as "not a ringleader database")."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a read-only file system")
+    home, view = tmp_path / "home", tmp_path / "read-only-view"
+    assert cli(home, "cluster", "apply", "-f", str(REPO / "examples" / "seeds-cluster.yaml")).returncode == 0
+    assert cli(home, "submit", "mpi", "--name", "done", "--", "true").returncode == 0
+    deadline = time.monotonic() + 30
+    while (home / "state.db-wal").exists() or "Succeeded" not in cli(home, "get", "done").stdout.title():
+        assert time.monotonic() < deadline, "the job did not end, or its supervisor did not close the state"
+        time.sleep(0.2)
+    view.mkdir()
+    subprocess.run(["mount", "--bind", str(home), str(view)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(view)], check=True)
+        listed = cli(view, "list")
+        assert listed.returncode == 0 and "done" in listed.stdout, listed.stderr
+        for args in (["submit", "mpi", "--name", "new", "--", "true"], ["delete", "done"],
+                     ["node", "label", "cn-shanghai-172", "k=v"]):  # fmt: skip
+            assert "read-only file system" in one_line_error(cli(view, *args), code=2).lower()
+    finally:
+        subprocess.run(["umount", "-l", str(view)], check=False)
 
 
 @pytest.mark.parametrize(

@@ -66,3 +66,141 @@ def test_job_filling_the_disk_ends_truthfully_and_frees_its_gpus(small_disk: Pat
     assert rt.nodes().free_gpus == rt.nodes().total_gpus
     rt.delete(["noisy"])
     rt.close()
+
+
+# -- commands on a full disk: one line, nothing changed ------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "RINGLEADER_HOME": str(home), "RINGLEADER_GRACE_S": "1"}
+    env.pop("RINGLEADER_DEBUG", None)
+    return subprocess.run([sys.executable, "-m", "ringleader.cli.main", *args], env=env, capture_output=True,
+                          text=True, timeout=120, cwd=REPO)  # fmt: skip
+
+
+def fill_leaving(mount: Path, free_bytes: int) -> Path:
+    """A file taking all the room of ``mount`` but ``free_bytes``."""
+    vfs = os.statvfs(mount)
+    filler = mount / "filler"
+    with contextlib.suppress(OSError), filler.open("wb") as out:
+        out.write(b"\0" * max(0, vfs.f_bavail * vfs.f_frsize - free_bytes))
+    return filler
+
+
+def refusal_problem(done: subprocess.CompletedProcess[str]) -> str | None:
+    """What is wrong with a refusal for want of room, or None when it is the one line it must be."""
+    if done.returncode != 1 or "Traceback" in done.stderr or done.stderr.count("\n") != 1:
+        return f"rc={done.returncode}: {done.stderr[-300:]!r}"
+    if "no room to write the state" not in done.stderr or "To fix: free some space" not in done.stderr:
+        return done.stderr
+    return None
+
+
+# Room left when the command starts (the reserve already given back by an earlier write, or kept):
+# from none (even opening fails) to enough to open but not to commit.
+ROOM = [(0, False), (0, True), (16 << 10, False), (40 << 10, False), (64 << 10, False), (96 << 10, False)]
+COMMANDS = {
+    "submit": lambda n: ["submit", "mpi", "--name", f"new{n}", "--workers", "1", "--gpus", "1", "--", "true"],
+    "node label": lambda n: ["node", "label", "box", f"k{n}=v"],
+    "cluster apply": lambda n: ["cluster", "apply", "-f", "{cluster}"],
+    "delete": lambda n: ["delete", f"old{n}"],
+}
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_command_on_a_full_disk_is_one_line_and_changes_nothing(small_disk: Path, tmp_path: Path,
+                                                                  command: str) -> None:  # fmt: skip
+    from statedb import dump_db
+
+    home = small_disk / "home"
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text("nodes:\n  - name: box\n    preset: pcie-4gpu-workstation\n    emulated: true\n")
+    assert cli(home, "cluster", "apply", "-f", str(cluster)).returncode == 0
+    for n in range(len(ROOM)):  # finished jobs for `delete` to remove
+        assert cli(home, "submit", "mpi", "--name", f"old{n}", "--", "true").returncode == 0
+    with Runtime.open(home) as rt:
+        for n in range(len(ROOM)):
+            rt.wait(f"old{n}", timeout=60)
+    refusals, problems = 0, []
+    for n, (room, keep_reserve) in enumerate(ROOM):
+        before = dump_db(home)
+        if not keep_reserve:
+            (home / ".reserve").unlink(missing_ok=True)
+        filler = fill_leaving(small_disk, room)
+        args = [a.replace("{cluster}", str(cluster)) for a in COMMANDS[command](n)]
+        done = cli(home, *args)
+        filler.unlink()
+        if done.returncode != 0:
+            refusals += 1
+            problem = refusal_problem(done)
+            if problem is None and dump_db(home) != before:
+                problem = "refused, but the state changed"
+            if problem:
+                problems.append(f"{room} bytes free{' (reserve kept)' if keep_reserve else ''}: {problem}")
+    assert not problems, "\n".join(problems)
+    assert refusals, "the disk was never full enough to refuse"
+
+
+FLOOD_THEN_WAIT = NOISY + "import time\ntime.sleep(120)\n"
+
+
+def test_while_a_job_fills_the_disk_commands_refuse_in_one_line_and_deleting_it_frees_the_room(
+    small_disk: Path, tmp_path: Path
+) -> None:
+    from statedb import dump_db
+
+    home = small_disk / "home"
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text("nodes:\n  - name: box\n    preset: pcie-4gpu-workstation\n    emulated: true\n")
+    assert cli(home, "cluster", "apply", "-f", str(cluster)).returncode == 0
+    assert cli(home, "submit", "mpi", "--name", "noisy", "--gpus", "1", "--", sys.executable, "-c",
+               FLOOD_THEN_WAIT).returncode == 0  # fmt: skip
+    deadline = time.monotonic() + 30
+    while (vfs := os.statvfs(small_disk)).f_bavail * vfs.f_frsize > 16 << 10:
+        assert time.monotonic() < deadline, "the job did not fill the disk"
+        time.sleep(0.2)
+    time.sleep(1)  # the supervisor has recorded what it could
+    before = dump_db(home)
+    for args in (["submit", "mpi", "--name", "next", "--", "true"], ["node", "label", "box", "k=v"],
+                 ["cluster", "apply", "-f", str(cluster)]):  # fmt: skip
+        done = cli(home, *args)
+        assert done.returncode != 0, f"{args} had room to write"
+        assert refusal_problem(done) is None, (args, done.stderr)
+    assert dump_db(home) == before
+    listed = cli(home, "list")
+    assert listed.returncode == 0 and "noisy" in listed.stdout  # reads work on the full disk
+    assert cli(home, "delete", "noisy").returncode == 0  # its log was what filled the disk
+    assert cli(home, "submit", "mpi", "--name", "after", "--", "true").returncode == 0
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_command_over_its_disk_quota_is_one_line_and_changes_nothing(tmp_path: Path, command: str) -> None:
+    """EDQUOT, which SQLite reports as a disk I/O error, not as a full disk: injected into the
+    command's writes of the state (strace), as no file system here keeps quotas for tests."""
+    import shutil
+
+    from statedb import dump_db
+
+    strace = shutil.which("strace")
+    if strace is None:
+        pytest.skip("needs strace to inject EDQUOT")
+    home = tmp_path / "home"
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text("nodes:\n  - name: box\n    preset: pcie-4gpu-workstation\n    emulated: true\n")
+    assert cli(home, "cluster", "apply", "-f", str(cluster)).returncode == 0
+    assert cli(home, "submit", "mpi", "--name", "old0", "--", "true").returncode == 0
+    with Runtime.open(home) as rt:
+        rt.wait("old0", timeout=60)
+    before = dump_db(home)
+    args = [a.replace("{cluster}", str(cluster)) for a in COMMANDS[command](0)]
+    env = {**os.environ, "RINGLEADER_HOME": str(home), "RINGLEADER_GRACE_S": "1"}
+    env.pop("RINGLEADER_DEBUG", None)
+    done = subprocess.run(
+        [strace, "-f", "-qq", "-o", "/dev/null", "-P", str(home / "state.db-wal"), "-e", "trace=pwrite64,write",
+         "-e", "inject=pwrite64,write:error=EDQUOT", sys.executable, "-m", "ringleader.cli.main", *args],
+        env=env, capture_output=True, text=True, timeout=120, cwd=REPO,
+    )  # fmt: skip
+    assert refusal_problem(done) is None, done.stderr
+    assert dump_db(home) == before

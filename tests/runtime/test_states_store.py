@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -94,6 +95,10 @@ def test_a_version_1_database_keeps_its_nodes_after_the_upgrade(home: Path) -> N
     conn.executemany("INSERT INTO nodes VALUES (?, ?, ?)",
                      [(n.name, i, json.dumps(node_to_dict(n))) for i, n in enumerate(nodes)])  # fmt: skip
     conn.execute("INSERT INTO allocations VALUES ('c', 3, 'old-job')")
+    # The job holding it, just placed (its supervisor not yet started): an allocation of a job
+    # that does not exist would be freed when the state is opened.
+    conn.execute("INSERT INTO jobs (name, status, priority, spec, created_at, started_at)"
+                 " VALUES ('old-job', 'RUNNING', 0, '{}', ?, ?)", (time.time(), time.time()))  # fmt: skip
     conn.commit()
     conn.close()
     state = Runtime.open(home).nodes()

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ringleader import settings
 from ringleader.bench.comm import DTYPES, OPS, Comm, torch_dtype
 from ringleader.bench.ranks import nodes
 from ringleader.errors import UsageError
@@ -209,7 +210,7 @@ def count_wrong(result: Any, expected: Any) -> int:
 
 
 def _corrupt(result: Any, rank: int) -> None:
-    spec = os.environ.get(CORRUPT_ENV, "")
+    spec = settings.text(CORRUPT_ENV)
     if not spec:
         return
     r, _, idx = spec.partition(":")

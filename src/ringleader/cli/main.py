@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 
 import click
 
-from ringleader import __version__
+from ringleader import __version__, settings
 from ringleader.errors import RingleaderError
 
 # Every top-level command: the command modules that add it (a shared group such as `top` gets
@@ -124,9 +123,10 @@ NO_ARGS_IS_HELP: type[click.UsageError] | tuple[()] = getattr(click.exceptions, 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; a RingleaderError becomes one line on stderr and its exit code."""
     try:
+        settings.check_all()  # a bad RINGLEADER_* value: one line before any command runs
         cli.main(args=argv, prog_name="ringleader", standalone_mode=False)
     except RingleaderError as exc:
-        if os.environ.get("RINGLEADER_DEBUG") == "1":
+        if settings.debug():
             raise
         click.echo(f"error: {exc.one_line()}", err=True)
         return exc.exit_code

@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ringleader import settings
 from ringleader.errors import UsageError
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ def default_engine(home: Path) -> str:
 
 def chosen_engine(home: Path, flag: str | None = None) -> str:
     """--engine, else RINGLEADER_ENGINE, else the persistent default."""
-    name = flag or os.environ.get("RINGLEADER_ENGINE") or default_engine(home)
+    name = flag or settings.text("RINGLEADER_ENGINE") or default_engine(home)
     return check_engine(name)
 
 

@@ -21,6 +21,7 @@ never dropped silently:
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shlex
@@ -389,24 +390,63 @@ def _python_module(argv: Sequence[str]) -> str | None:
 # -- horovodrun -----------------------------------------------------------------------------------
 
 # horovodrun's tunables and the variables its launcher sets from them (its config_parser):
-# option -> (variable, how the value is written).
+# option -> (variable, how the value is checked and written). Each value is checked as
+# horovodrun checks it (argparse's int or float, then validate_config_args' ranges), so a value
+# horovodrun would refuse is refused at submit, not passed on for the ranks to misread.
 _MB = 1024 * 1024
+
+
+def _hvd_int(low: int | None = 0, scale: int = 1) -> Callable[[str], str]:
+    def write(value: str) -> str:
+        try:
+            number = int(value)
+        except ValueError:
+            raise ValueError("not a whole number") from None
+        if low is not None and number < low:
+            raise ValueError(f"must be >= {low}")
+        return str(number * scale)
+
+    return write
+
+
+def _hvd_float(high: float | None = None) -> Callable[[str], str]:
+    def write(value: str) -> str:
+        try:
+            number = float(value)
+        except ValueError:
+            raise ValueError("not a number") from None
+        if not math.isfinite(number):  # inf or nan: a cycle that never comes, a noise beyond any range
+            raise ValueError("must be a finite number")
+        if number < 0 or (high is not None and number > high):
+            raise ValueError(f"must be in [0, {high:g}]" if high is not None else "must be >= 0")
+        return value
+
+    return write
+
+
+def _hvd_level(value: str) -> str:
+    if value not in HOROVOD_LOG_LEVELS:
+        raise ValueError(f"must be one of {', '.join(HOROVOD_LOG_LEVELS)}")
+    return value
+
+
+HOROVOD_LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL")
 _HVD_TUNABLES: dict[str, tuple[str, Callable[[str], str]]] = {
-    "fusion-threshold-mb": ("HOROVOD_FUSION_THRESHOLD", lambda v: str(int(v) * _MB)),
-    "cycle-time-ms": ("HOROVOD_CYCLE_TIME", str),
-    "cache-capacity": ("HOROVOD_CACHE_CAPACITY", str),
+    "fusion-threshold-mb": ("HOROVOD_FUSION_THRESHOLD", _hvd_int(scale=_MB)),
+    "cycle-time-ms": ("HOROVOD_CYCLE_TIME", _hvd_float()),
+    "cache-capacity": ("HOROVOD_CACHE_CAPACITY", _hvd_int()),
     "autotune-log-file": ("HOROVOD_AUTOTUNE_LOG", str),
-    "autotune-warmup-samples": ("HOROVOD_AUTOTUNE_WARMUP_SAMPLES", str),
-    "autotune-steps-per-sample": ("HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", str),
-    "autotune-bayes-opt-max-samples": ("HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", str),
-    "autotune-gaussian-process-noise": ("HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", str),
+    "autotune-warmup-samples": ("HOROVOD_AUTOTUNE_WARMUP_SAMPLES", _hvd_int()),
+    "autotune-steps-per-sample": ("HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", _hvd_int()),
+    "autotune-bayes-opt-max-samples": ("HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", _hvd_int()),
+    "autotune-gaussian-process-noise": ("HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", _hvd_float(high=1.0)),
     "timeline-filename": ("HOROVOD_TIMELINE", str),
-    "stall-check-warning-time-seconds": ("HOROVOD_STALL_CHECK_TIME_SECONDS", str),
-    "stall-check-shutdown-time-seconds": ("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", str),
-    "num-nccl-streams": ("HOROVOD_NUM_NCCL_STREAMS", str),
-    "thread-affinity": ("HOROVOD_THREAD_AFFINITY", str),
-    "gloo-timeout-seconds": ("HOROVOD_GLOO_TIMEOUT_SECONDS", str),
-    "log-level": ("HOROVOD_LOG_LEVEL", str),
+    "stall-check-warning-time-seconds": ("HOROVOD_STALL_CHECK_TIME_SECONDS", _hvd_int()),
+    "stall-check-shutdown-time-seconds": ("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", _hvd_int()),
+    "num-nccl-streams": ("HOROVOD_NUM_NCCL_STREAMS", _hvd_int()),
+    "thread-affinity": ("HOROVOD_THREAD_AFFINITY", _hvd_int(low=None)),
+    "gloo-timeout-seconds": ("HOROVOD_GLOO_TIMEOUT_SECONDS", _hvd_int()),
+    "log-level": ("HOROVOD_LOG_LEVEL", _hvd_level),
 }  # fmt: skip
 # Flags -> (variable, value).
 _HVD_SWITCHES = {
@@ -512,8 +552,8 @@ def _horovodrun(out: Prepared, workers: int, environ: Mapping[str, str], name: s
             var, write = _HVD_TUNABLES[opt]
             try:
                 exports.append(f"{var}={write(str(value))}")
-            except ValueError:
-                raise UsageError(f"horovodrun {shown}: not a number", f"give {token} a number") from None
+            except ValueError as exc:
+                raise UsageError(f"horovodrun {shown}: {exc}", f"give {token} a value horovodrun accepts") from None
         elif opt in _HVD_SWITCHES:
             var, flag = _HVD_SWITCHES[opt]
             exports.append(f"{var}={flag}")

@@ -4,9 +4,11 @@ means, the last lines, and following a log until its job ends."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from ringleader.errors import NotFoundError
 from ringleader.jobs.views import JobView
@@ -40,10 +42,48 @@ def _shown(text: str, timestamps: bool) -> str:
 
 def read_log(path: Path, tail: int | None = None, timestamps: bool = False) -> str:
     """The log's lines (its last ``tail``), without their times unless ``timestamps``."""
-    lines = path.read_bytes().decode(errors="replace").splitlines(keepends=True) if path.exists() else []
-    if tail is not None:
-        lines = lines[-tail:] if tail > 0 else []
-    return _shown("".join(lines), timestamps)
+    return _read_log(path, tail, timestamps)[0]
+
+
+def _read_log(path: Path, tail: int | None, timestamps: bool) -> tuple[str, int]:
+    """The log's lines (its last ``tail``: read from the end, so the memory needed is that of
+    the lines shown, not of the whole log) and the offset just past what was read."""
+    try:
+        fh = open(path, "rb")  # noqa: SIM115 - closed by the with below
+    except FileNotFoundError:
+        return "", 0
+    with fh:
+        size = os.fstat(fh.fileno()).st_size
+        start = 0 if tail is None else size if tail <= 0 else _start_of_last_lines(fh, size, tail)
+        fh.seek(start)
+        data = fh.read(size - start)
+    return _shown(data.decode(errors="replace"), timestamps), start + len(data)
+
+
+TAIL_BLOCK = 64 << 10
+
+
+def _start_of_last_lines(fh: BinaryIO, size: int, lines: int) -> int:
+    """Where the last ``lines`` lines of a file of ``size`` bytes start, reading backwards a
+    block at a time. A last line without its newline is a line, as the rank wrapper may be
+    writing it."""
+    end = size
+    if size:
+        fh.seek(size - 1)
+        if fh.read(1) == b"\n":
+            end = size - 1  # the last line's own newline does not start another line
+    pos, found = end, 0
+    while pos > 0:
+        step = min(TAIL_BLOCK, pos)
+        fh.seek(pos - step)
+        block = fh.read(step)
+        cut = len(block)
+        while (cut := block.rfind(b"\n", 0, cut)) >= 0:
+            found += 1
+            if found == lines:
+                return pos - step + cut + 1
+        pos -= step
+    return 0
 
 
 def follow_log(
@@ -54,8 +94,7 @@ def follow_log(
     while not get().instances and not get().status.is_terminal():
         time.sleep(poll_s)
     path = path_of()
-    first = read_log(path, tail, timestamps)
-    offset = path.stat().st_size if path.exists() else 0
+    first, offset = _read_log(path, tail, timestamps)  # followed from exactly where this read ended
     if first:
         yield first
     while True:

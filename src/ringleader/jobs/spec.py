@@ -43,6 +43,33 @@ def parse_duration(text: str, option: str = "--time-limit") -> float:
     return seconds
 
 
+# An image reference as the OCI distribution grammar (docker's reference package) reads it:
+# [domain[:port]/]path[:tag][@digest], path components lowercase, at most 255 characters of name.
+_ALNUM = r"[a-z0-9]+"
+_PATH_COMPONENT = rf"{_ALNUM}(?:(?:[._]|__|-+){_ALNUM})*"
+_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_DOMAIN = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[0-9a-fA-F:]+\])(?::[0-9]+)?"
+_IMAGE_NAME = rf"(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
+_IMAGE_REFERENCE = re.compile(
+    rf"(?P<name>{_IMAGE_NAME})(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?"
+    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?",
+    re.ASCII,
+)
+MAX_IMAGE_NAME = 255
+
+
+def check_image_reference(image: str) -> None:
+    """Refuse what no registry, podman, docker or kubelet would take as an image reference."""
+    # Bounded first: the grammar's alternatives must never see a huge string.
+    found = _IMAGE_REFERENCE.fullmatch(image) if 0 < len(image) <= 4 * MAX_IMAGE_NAME else None
+    if found is None or len(found["name"]) > MAX_IMAGE_NAME:
+        raise UsageError(
+            f"--image {image!r} is not an image reference ([registry/]name[:tag][@digest], the name lowercase, "
+            f"at most {MAX_IMAGE_NAME} characters)",
+            "write e.g. --image python:3.11 or --image nvcr.io/nvidia/pytorch:24.01-py3",
+        )
+
+
 def submit_env(environ: dict[str, str]) -> dict[str, str]:
     """The part of the submitting environment a job keeps (see SUBMIT_ENV_KEYS)."""
     return {k: v for k, v in environ.items() if k in SUBMIT_ENV_KEYS or k.startswith(SUBMIT_ENV_PREFIXES)}
@@ -99,6 +126,8 @@ class JobSpec:
         for key in self.env:
             if not _ENV_KEY.match(key):
                 raise UsageError(f"invalid environment variable name {key!r}", "use -e NAME=VALUE")
+        if self.image is not None:  # `--image ''` too: it is not "no image"
+            check_image_reference(self.image)
         return self
 
     def request(self) -> JobRequest:

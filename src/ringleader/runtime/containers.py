@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import base64
 import os
-import re
 import shutil
 import subprocess
 import zlib
@@ -26,13 +25,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ringleader.errors import DependencyError, UsageError
+from ringleader.errors import DependencyError
 from ringleader.jobs.commandline import CommandLine
-from ringleader.jobs.spec import JobSpec
+from ringleader.jobs.spec import JobSpec, check_image_reference
 from ringleader.runtime import container_guard
 
 PROBE_SECONDS = 20.0
-_IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$")
 # What the rank wrapper sets for every rank (see rank.rank_env), passed into the container.
 RANK_VARIABLES = (
     "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "MASTER_ADDR",
@@ -50,8 +48,7 @@ class ContainerRuntime:
 
 
 def check_image(image: str) -> None:
-    if not _IMAGE.match(image):
-        raise UsageError(f"--image {image!r} is not an image reference", "write e.g. --image python:3.11")
+    check_image_reference(image)
 
 
 def find_runtime(image: str, environ: Mapping[str, str]) -> ContainerRuntime:

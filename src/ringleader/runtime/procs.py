@@ -7,6 +7,8 @@ import os
 import time
 from collections.abc import Iterable
 
+from ringleader import settings
+
 __all__ = ["alive", "find_by_args", "grace_seconds", "signal_proc", "start_time", "stop_all", "terminate"]
 
 
@@ -97,13 +99,7 @@ def find_by_args(*needles: str) -> list[tuple[int, int]]:
     return found
 
 
-DEFAULT_GRACE_S = 5.0
-
-
 def grace_seconds() -> float:
     """How long stopped processes get between SIGTERM and SIGKILL (RINGLEADER_GRACE_S, default
     5 s; raise it for programs whose checkpoint takes longer: Slurm's KillWait defaults to 30 s)."""
-    try:
-        return max(0.0, float(os.environ.get("RINGLEADER_GRACE_S", DEFAULT_GRACE_S)))
-    except ValueError:
-        return DEFAULT_GRACE_S
+    return settings.number("RINGLEADER_GRACE_S")

@@ -13,6 +13,7 @@ import sqlite3
 from pathlib import Path
 
 from ringleader.engines.embedded import store
+from ringleader.engines.embedded.folders import make_private_home
 from ringleader.errors import ConflictError, StateError, UsageError
 from ringleader.jobs.states import JobStatus
 
@@ -80,7 +81,7 @@ def import_state(home: Path, source: Path) -> None:
                     f"job(s) {', '.join(running)} are running on the current state",
                     "wait for them or delete them, then import",
                 )
-    store.make_private_home(home)
+    make_private_home(home)
     tmp = home / f".import-{os.getpid()}.db"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.close(fd)

@@ -19,8 +19,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ringleader import settings
 from ringleader.engines.embedded import store
 from ringleader.engines.embedded.faults import crash_point
+from ringleader.engines.embedded.folders import remove_job_folders
 from ringleader.engines.embedded.lifecycle import (
     HOSTS_SETTINGS,
     schedule_pass,
@@ -84,6 +86,7 @@ class Runtime:
             return rt
         rt._init_cluster()
         if not db.ephemeral:
+            rt._reclaim_orphan_allocations()
             reconcile(db)
         return rt
 
@@ -113,6 +116,23 @@ class Runtime:
                 store.set_meta(conn, "local_note", note)
         if note and not self.db.ephemeral:  # once: when the database is created
             self.notes.append(f"note: node {LOCAL}: {note}")
+
+    def _reclaim_orphan_allocations(self) -> None:
+        """GPUs held by a job that no longer exists are freed, and given to the queue: nothing
+        else would ever free them (read first: commands do not queue for the lock for this)."""
+        with self.db.read() as conn:
+            if not store.orphan_allocations(conn):
+                return
+        with self.db.write() as conn:
+            freed = store.orphan_allocations(conn)
+            store.free_orphans(conn)
+            placed = schedule_pass(conn, time.time()) if freed else []
+        spawn_supervisors(self.home, placed)
+        held: dict[str, list[str]] = {}
+        for row in freed:
+            held.setdefault(str(row["job"]), []).append(f"{row['node']}:{row['gpu']}")
+        self.notes += [f"note: freed GPU(s) {' '.join(gpus)} held by job {job!r}, which does not exist"
+                       for job, gpus in held.items()]  # fmt: skip
 
     def _writable(self) -> store.Store:
         """Create the database on first write (reads before that use an in-memory copy)."""
@@ -320,10 +340,7 @@ class Runtime:
         return list(names)
 
     def _remove_folders(self, name: str) -> None:
-        import shutil  # here, not at the top: commands that only read start quicker
-
-        shutil.rmtree(self.home / "logs" / name, ignore_errors=True)
-        shutil.rmtree(self.home / "run" / name, ignore_errors=True)
+        remove_job_folders(self.home, name)  # never through a link put in a folder's place
 
     def _stop(self, name: str, grace_s: float) -> None:
         with self.db.read() as conn:
@@ -382,10 +399,7 @@ def _duplicate(name: str) -> ConflictError:
 def max_procs() -> int:
     """How many processes one job may run: all of them run on this host, emulated nodes too.
     max(64, 8 x CPU cores), or RINGLEADER_MAX_PROCS."""
-    try:
-        return max(1, int(os.environ["RINGLEADER_MAX_PROCS"]))
-    except (KeyError, ValueError):
-        return max(64, 8 * (os.cpu_count() or 1))
+    return settings.integer("RINGLEADER_MAX_PROCS") or max(64, 8 * (os.cpu_count() or 1))
 
 
 def _check_size(spec: JobSpec, line: CommandLine) -> None:
@@ -409,8 +423,17 @@ def _check_program(spec: JobSpec, program: str, err: type[UsageError]) -> None:
     import shutil
 
     if "/" in program:
-        if not (Path(spec.workdir or ".") / program).exists():
+        path = Path(spec.workdir or ".") / program
+        if not path.exists():
             raise UsageError(f"program {program!r} does not exist", "check the path")
+        # What exec would refuse on every rank, refused once here (shutil.which below checks the same).
+        if path.is_dir():
+            raise UsageError(f"program {program!r} is a folder, not a program", "give the program inside it")
+        if not os.access(path, os.X_OK):
+            raise UsageError(
+                f"program {program!r} is not executable",
+                f"chmod +x {program}, or start it with its interpreter (e.g. python {program})",
+            )
     elif shutil.which(program, path=(spec.submit_env or {}).get("PATH", os.environ.get("PATH"))) is None:
         raise err(f"program {program!r} not found on PATH", "install it or give its full path")
 

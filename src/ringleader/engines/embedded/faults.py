@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import os
 
-POINTS = ("submit-committed", "delete-stopped", "delete-forgotten")
+from ringleader import settings
+
+POINTS = settings.CRASH_POINTS
 
 
 def crash_point(name: str) -> None:
-    if os.environ.get("RINGLEADER_CRASH_AT") == name:
+    if settings.text("RINGLEADER_CRASH_AT") == name:
         import signal  # only when a test asks for the crash: commands start quicker
 
         os.kill(os.getpid(), signal.SIGKILL)

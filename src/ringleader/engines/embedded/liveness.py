@@ -19,15 +19,14 @@ from pathlib import Path
 
 HEARTBEAT_S = 1.0
 PEER_CHECK_S = 2.0
-DEFAULT_LEASE_S = 10.0
 
 
 def lease_seconds() -> float:
-    """How long a holder may go without a beat before peers take it for stuck (RINGLEADER_LEASE_S)."""
-    try:
-        return max(3 * HEARTBEAT_S, float(os.environ.get("RINGLEADER_LEASE_S", DEFAULT_LEASE_S)))
-    except ValueError:
-        return DEFAULT_LEASE_S
+    """How long a holder may go without a beat before peers take it for stuck (RINGLEADER_LEASE_S,
+    at least 3 heartbeats)."""
+    from ringleader import settings
+
+    return settings.number("RINGLEADER_LEASE_S")
 
 
 def boot_id() -> str:

@@ -19,12 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ringleader import settings
+from ringleader.engines.embedded.folders import make_private_home
 from ringleader.errors import BusyError, DiskFullError, RingleaderError, StateError
 from ringleader.jobs.states import JobStatus, can_move
 
 if TYPE_CHECKING:  # node decoding imports the scheduler's types: commands that list jobs do not
     from ringleader.scheduler import ClusterState, Placement
-    from ringleader.topology import NodeSpec
+    from ringleader.topology import NodeSpec, NodeTopology
 
 T = TypeVar("T")
 APP_ID = "ringleader"
@@ -80,7 +82,7 @@ MIGRATIONS: dict[int, list[str]] = {
 
 
 def default_home() -> Path:
-    return Path(os.environ.get("RINGLEADER_HOME") or Path.home() / ".ringleader")
+    return Path(settings.text("RINGLEADER_HOME") or Path.home() / ".ringleader")
 
 
 @dataclass
@@ -92,6 +94,7 @@ class Store:
     conn: sqlite3.Connection
     ephemeral: bool = False
     read_only: bool = False  # on a read-only file system: reads only
+    full_when_opened: bool = False  # read only because the disk was full: writes retry opening
 
     @property
     def path(self) -> Path:
@@ -117,28 +120,43 @@ class Store:
             return _open_file(home, path, exists)
         except (OSError, sqlite3.OperationalError) as exc:
             if not (disk_full(exc) and give_back_reserve(home)):
-                raise _unusable(home, exc) from None
+                return _open_failed(home, path, exists, exc)
         try:  # once more, with the reserve's room
             return _open_file(home, path, exists)
         except (OSError, sqlite3.OperationalError) as exc:
-            raise _unusable(home, exc) from None
-
+            return _open_failed(home, path, exists, exc)
 
     def close(self) -> None:
         self.conn.close()
 
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
-        """One read-decide-write transaction, holding the write lock from its first statement."""
+        """One read-decide-write transaction, holding the write lock from its first statement.
+        Whatever fails, the COMMIT included (that is where a full disk shows), rolls back and is
+        one line: nothing is changed."""
+        if self.full_when_opened:
+            self._reopen_for_writing()
         _begin_immediate(self.conn, self.path)
         try:
             with self._damage_named():
                 yield self.conn
+                self.conn.execute("COMMIT")
         except BaseException:
             with contextlib.suppress(sqlite3.Error):
                 self.conn.execute("ROLLBACK")
             raise
-        self.conn.execute("COMMIT")
+
+    def _reopen_for_writing(self) -> None:
+        """A store opened for reading only because the disk was full: writable again once
+        there is room (a delete has just removed logs, say), else the disk-full error."""
+        try:
+            writable, _ = _open_file(self.home, self.path, exists=True)
+        except (OSError, sqlite3.OperationalError) as exc:
+            if disk_full(exc):
+                raise _disk_full(self.path) from None
+            raise _unusable(self.home, exc) from None
+        self.conn.close()
+        self.conn, self.read_only, self.full_when_opened = writable.conn, False, False
 
     def check_writable(self) -> None:
         """Refuse now, before anything irreversible (stopping processes), if the state cannot
@@ -165,9 +183,7 @@ class Store:
             yield
         except sqlite3.OperationalError as exc:
             if disk_full(exc):
-                raise DiskFullError(
-                    f"no space left on the file system of the state {self.path}", "free some space and retry"
-                ) from None
+                raise _disk_full(self.path) from None
             if "locked" in str(exc) or "busy" in str(exc):
                 raise
             if "readonly" in str(exc):
@@ -187,11 +203,20 @@ RESERVE_BYTES = 64 << 10
 
 
 def disk_full(exc: BaseException) -> bool:
+    """No room to write: a full file system or an exceeded disk quota (SQLite reports the
+    first as SQLITE_FULL and the second, EDQUOT, as a disk I/O error)."""
     if isinstance(exc, DiskFullError):
         return True
     if isinstance(exc, sqlite3.OperationalError):
         return "full" in str(exc) or "disk I/O" in str(exc)
-    return isinstance(exc, OSError) and exc.errno == errno.ENOSPC
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def _disk_full(path: Path) -> DiskFullError:
+    return DiskFullError(
+        f"no room to write the state {path}: its file system is full or your disk quota is exceeded",
+        f"free some space there (see `df -h {path.parent}`, `quota -s`) and retry; nothing was changed",
+    )
 
 
 def keep_reserve(home: Path) -> None:
@@ -280,36 +305,42 @@ def _open_file(home: Path, path: Path, exists: bool) -> tuple[Store, bool]:
     return Store(home, conn), not exists
 
 
+def _open_failed(home: Path, path: Path, exists: bool, exc: Exception) -> tuple[Store, bool]:
+    """An existing state on a full disk is still read (what is there, changing nothing: its
+    writes retry and refuse in one line); anything else is the one-line reason."""
+    if not disk_full(exc):
+        raise _unusable(home, exc) from None
+    if not exists:
+        raise _disk_full(path) from None
+    try:
+        store = _open_read_only(home, path)
+    except StateError:
+        raise _disk_full(path) from None
+    store.full_when_opened = True
+    return store, False
+
+
 def _open_read_only(home: Path, path: Path) -> Store:
-    conn = _connect(f"file:{path}?mode=ro")
+    # Nobody can write a WAL database here without room for its -wal and -shm files: with no
+    # -wal file (the last writer checkpointed it and closed) the file as it is, is the state,
+    # and SQLite may read it without making a -shm file it cannot (immutable).
+    wal = path.with_name(path.name + "-wal")
+    settled = not wal.exists() or wal.stat().st_size == 0
+    conn = _connect(f"file:{path}?mode=ro{'&immutable=1' if settled else ''}")
     try:
         _version(conn, path)
     except sqlite3.DatabaseError as exc:
         conn.close()
+        if "unable to open" in str(exc):  # a -wal file but no -shm file to read it with
+            raise _read_only(path) from None
         raise _not_ours(path, str(exc)) from None
     return Store(home, conn, read_only=True)
-
-
-PRIVATE_DIRS = ("logs", "run")
-
-
-def make_private_home(home: Path) -> None:
-    """The state folder and its job folders, 0700 whatever the umask (they hold job
-    environments, logs and pid files that ringleader later signals)."""
-    home.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(home, 0o700)
-    for name in PRIVATE_DIRS:
-        (home / name).mkdir(mode=0o700, exist_ok=True)
-        os.chmod(home / name, 0o700)
 
 
 def lock_timeout_s() -> float:
     """How long a write waits for the lock (RINGLEADER_LOCK_TIMEOUT_S, default 30 s: enough for
     dozens of racing commands, whose transactions take milliseconds)."""
-    try:
-        return max(0.1, float(os.environ.get("RINGLEADER_LOCK_TIMEOUT_S", "30")))
-    except ValueError:
-        return 30.0
+    return settings.number("RINGLEADER_LOCK_TIMEOUT_S")
 
 
 def _begin_immediate(conn: sqlite3.Connection, path: Path) -> None:
@@ -318,6 +349,8 @@ def _begin_immediate(conn: sqlite3.Connection, path: Path) -> None:
     except sqlite3.OperationalError as exc:
         if "readonly" in str(exc):
             raise _read_only(path) from None
+        if disk_full(exc):  # the -shm file could not grow
+            raise _disk_full(path) from None
         if "locked" not in str(exc) and "busy" not in str(exc):
             raise
         raise BusyError(
@@ -414,12 +447,10 @@ def _version(conn: sqlite3.Connection, path: Path) -> int:
 def get_nodes(conn: sqlite3.Connection) -> list[NodeSpec]:
     """The declared nodes in order; nodes with equal topologies (or labels) share one decoded
     object, so the scheduler fingerprints each distinct topology once."""
-    from ringleader.jobs.codec import address_from_dict, labels_from_dict, topology_from_dict
+    from ringleader.jobs.codec import address_from_dict, labels_from_dict
     from ringleader.topology import NodeSpec
 
-    topologies = {
-        r[0]: topology_from_dict(json.loads(r[1])) for r in conn.execute("SELECT id, spec FROM topologies")
-    }
+    topologies = {r[0]: _stored_topology(r[0], r[1]) for r in conn.execute("SELECT id, spec FROM topologies")}
     labels: dict[str, tuple[tuple[str, str], ...]] = {}
     nodes = []
     rows = conn.execute(
@@ -432,6 +463,22 @@ def get_nodes(conn: sqlite3.Connection) -> list[NodeSpec]:
         host = address_from_dict(json.loads(address)) if address else None
         nodes.append(NodeSpec(name, topologies[topology], float(gbps), node_labels, bool(emulated), host, domain))
     return nodes
+
+
+def _stored_topology(row: int, text: str) -> NodeTopology:
+    """A stored topology row, decoded; whatever it holds that is not a topology (a damaged or
+    hand-edited row: `[]`, a matrix that is not one) is a ValueError, which reads as a damaged
+    state, not as the cluster file's own error with its fix."""
+    from ringleader.jobs.codec import topology_from_dict
+
+    try:
+        doc = json.loads(text)
+        if not isinstance(doc, dict):
+            raise TypeError(f"a JSON {type(doc).__name__}, not an object")
+        return topology_from_dict(doc)
+    except (RingleaderError, AttributeError, IndexError, KeyError, TypeError, ValueError) as exc:
+        detail = exc.message if isinstance(exc, RingleaderError) else str(exc)
+        raise ValueError(f"stored topology {row} is not a node topology: {detail}") from None
 
 
 def replace_nodes(conn: sqlite3.Connection, specs: Sequence[NodeSpec]) -> None:
@@ -551,6 +598,18 @@ def allocate(conn: sqlite3.Connection, placement: Placement) -> None:
 
 def free(conn: sqlite3.Connection, job: str) -> int:
     return conn.execute("DELETE FROM allocations WHERE job = ?", (job,)).rowcount
+
+
+def orphan_allocations(conn: sqlite3.Connection) -> list[sqlite3.Row]:
+    """Allocations of jobs that do not exist (a row left by a damaged or hand-edited state):
+    GPUs nobody would ever free."""
+    return conn.execute(
+        "SELECT * FROM allocations WHERE job NOT IN (SELECT name FROM jobs) ORDER BY node, gpu"
+    ).fetchall()
+
+
+def free_orphans(conn: sqlite3.Connection) -> int:
+    return conn.execute("DELETE FROM allocations WHERE job NOT IN (SELECT name FROM jobs)").rowcount
 
 
 def allocations(conn: sqlite3.Connection) -> list[sqlite3.Row]:

@@ -83,7 +83,10 @@ class Cache:
             for key in list(self.pods):
                 if key not in fresh:
                     self.delete_pod(key)
-            for pod in fresh.values():
+            # Pods holding ids the scheduler bound them with first, the earliest created first (a
+            # copy of a pod's ids on a later pod does not take them): a pod without ids, or with
+            # clashing ones, is then counted on the ids left, not on ids a bound pod really uses.
+            for pod in sorted(fresh.values(), key=lambda p: (not p.gpu_ids, p.created)):
                 self._put_pod(pod)
         else:
             self.groups = {}
@@ -151,14 +154,19 @@ class Cache:
         self.pods.pop(key, None)
 
     def _holding_of(self, pod: PodInfo) -> Holding:
+        """What a bound pod holds. Its GPUs always count as many as it requests (kubelet admits
+        against that count); their ids are the ones the scheduler bound it with, unless those
+        are missing, malformed, or already held by another pod (an earlier binding keeps them):
+        then the lowest free ids, so no GPU is ever given twice and the pod never drops out."""
         assert pod.node is not None
         gpus = pod.gpu_ids
         node = self.nodes.get(pod.node)
-        if pod.gpus and len(gpus) != pod.gpus and node is not None:
-            # Bound without our annotation: count the lowest free ids, so its GPUs are not given twice.
+        if pod.gpus and node is not None:
             held = self._held.get(pod.key)
-            free = [g for g in self.state.node(pod.node).free_gpus if not held or g not in held.gpus]
-            gpus = tuple(sorted((*(held.gpus if held else ()), *free)))[: pod.gpus]
+            mine = set(held.gpus) if held and held.node == pod.node else set()
+            usable = set(self.state.node(pod.node).free_gpus) | mine
+            if len(gpus) != pod.gpus or len(set(gpus)) != len(gpus) or not usable.issuperset(gpus):
+                gpus = tuple(sorted(usable))[: pod.gpus]
         return Holding(pod.node, gpus, pod.cpu, pod.memory)
 
     # -- assume / forget ------------------------------------------------------------------------------

@@ -153,13 +153,14 @@ class Api:
             resp.release_conn()
 
     # -- pods -----------------------------------------------------------------------------------------
-    def annotate_pod(self, namespace: str, name: str, annotations: Mapping[str, str]) -> None:
-        self._json(self.core.patch_namespaced_pod, name, namespace, {"metadata": {"annotations": dict(annotations)}})
-
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+    def bind(self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]) -> None:
+        """Bind the pod (if it is still the one of ``uid``) to ``node``; the API server copies the
+        Binding's annotations onto the pod in the same update."""
+        meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": uid}
+        if annotations:
+            meta["annotations"] = dict(annotations)
         body = {
-            "apiVersion": "v1", "kind": "Binding",
-            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "apiVersion": "v1", "kind": "Binding", "metadata": meta,
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }  # fmt: skip
         self._json(self.core.create_namespaced_pod_binding, name, namespace, body)
@@ -248,6 +249,9 @@ class JobsApi(Api):
     def delete_mpijob(self, namespace: str, name: str) -> None:
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Foreground"}
         self._json(self.custom.delete_namespaced_custom_object, *self._mpijobs(namespace), name, body=body)
+
+    def create_secret(self, namespace: str, body: Mapping[str, Any]) -> None:
+        self._json(self.core.create_namespaced_secret, namespace, dict(body))
 
     def create_podgroup(self, namespace: str, body: Mapping[str, Any]) -> None:
         group = (names.PODGROUP_GROUP, names.PODGROUP_VERSION, namespace, names.PODGROUP_PLURAL)

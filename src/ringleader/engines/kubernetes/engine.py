@@ -10,7 +10,6 @@ override the context and namespace.
 
 from __future__ import annotations
 
-import os
 import shlex
 import time
 from collections.abc import Iterator, Sequence
@@ -18,6 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from ringleader import settings
 from ringleader.engines.kubernetes import manifests, names
 from ringleader.engines.kubernetes.cache import Cache
 from ringleader.engines.kubernetes.client import ApiError, JobsApi, current_namespace, load_client
@@ -75,12 +75,12 @@ class KubernetesEngine:
         nothing; its -o yaml output is the manifests themselves."""
         sub = prepare_submit(spec, self.supports)
         spec = sub.spec
+        manifests.check_job_name_fits(spec)
         self.notes += sub.notes
         job = manifests.mpijob(spec, self.namespace, line=sub.line)
-        extra: dict[str, Any] = {
-            "manifests": manifests.dump_all([job, manifests.podgroup(spec, self.namespace)]),
-            "namespace": self.namespace,
-        }
+        secret = manifests.env_secret(spec, self.namespace)
+        shown = [job, manifests.podgroup(spec, self.namespace), *([secret] if secret else [])]
+        extra: dict[str, Any] = {"manifests": manifests.dump_all(shown), "namespace": self.namespace}
         try:
             if not dry_run and self.api.get_mpijob(self.namespace, spec.name) is not None:
                 raise ConflictError(f"job {spec.name!r} already exists",
@@ -101,6 +101,9 @@ class KubernetesEngine:
                 raise ConflictError(f"job {spec.name!r} already exists", "pick another --name") from None
             raise
         uid = (created.get("metadata") or {}).get("uid")
+        secret = manifests.env_secret(spec, self.namespace, uid)
+        if secret is not None:  # before any pod can start: the scheduler waits for the whole gang
+            self.api.create_secret(self.namespace, secret)
         try:
             self.api.create_podgroup(self.namespace, manifests.podgroup(spec, self.namespace, uid))
         except ApiError as exc:
@@ -270,9 +273,9 @@ def job_view(job: dict[str, Any], pods: Sequence[dict[str, Any]], group: dict[st
 def open_kubernetes(home: Path, readonly: bool = False) -> KubernetesEngine:
     """The engine factory (see ``ringleader.engines``); nothing connects until a call needs it."""
     del home, readonly
-    context = os.environ.get("RINGLEADER_KUBE_CONTEXT") or None
-    server = os.environ.get("RINGLEADER_KUBE_SERVER") or None
-    namespace = os.environ.get("RINGLEADER_KUBE_NAMESPACE") or current_namespace(context)
+    context = settings.text("RINGLEADER_KUBE_CONTEXT")
+    server = settings.text("RINGLEADER_KUBE_SERVER")
+    namespace = settings.text("RINGLEADER_KUBE_NAMESPACE") or current_namespace(context)
     return KubernetesEngine(None, namespace, connect=lambda: load_client(context=context, host=server))
 
 

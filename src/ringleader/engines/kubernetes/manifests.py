@@ -3,9 +3,10 @@ install (`ringleader kube manifests`): namespace, RBAC of least privilege, the s
 Deployment and its config, the agent DaemonSet.
 
 How the GPU choice reaches the container: each worker's NVIDIA_VISIBLE_DEVICES comes from its
-own ``ringleader.io/gpu-ids`` annotation through the downward API. The scheduler writes that
-annotation before it posts the Binding, and kubelet resolves env vars only when it starts the
-container, after the pod is bound, so the container sees exactly the GPUs ``place()`` chose.
+own ``ringleader.io/gpu-ids`` annotation through the downward API. The scheduler's Binding
+carries that annotation (the API server sets it with the node), and kubelet resolves env vars
+only when it starts the container, after the pod is bound, so the container sees exactly the
+GPUs ``place()`` chose.
 docs/kubernetes.md compares this with a device plugin's Allocate, a runtime hook and DRA.
 """
 
@@ -17,6 +18,7 @@ from typing import Any
 import yaml
 
 from ringleader.engines.kubernetes import names
+from ringleader.errors import UsageError
 from ringleader.jobs.commandline import CommandLine, read_line
 from ringleader.jobs.spec import JobSpec
 
@@ -36,8 +38,61 @@ def _gpu_env() -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
+# -e variables whose name says they hold a secret: their values go into a Secret the pods read
+# them from (secretKeyRef), not into the MPIJob, which anyone who may read jobs reads in full.
+SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL")
+
+
+def looks_secret(name: str) -> bool:
+    return any(word in name.upper() for word in SECRET_WORDS)
+
+
+def env_secret_name(spec: JobSpec) -> str:
+    return f"{spec.name}-env"
+
+
 def _env(spec: JobSpec) -> list[dict[str, Any]]:
-    return [{"name": k, "value": v} for k, v in sorted(spec.env.items())]
+    return [
+        {"name": k, "valueFrom": {"secretKeyRef": {"name": env_secret_name(spec), "key": k}}}
+        if looks_secret(k) else {"name": k, "value": v}
+        for k, v in sorted(spec.env.items())
+    ]  # fmt: skip
+
+
+def env_secret(spec: JobSpec, namespace: str, owner_uid: str | None = None) -> dict[str, Any] | None:
+    """The Secret holding the job's secret-looking -e values (None when it has none), owned by the
+    MPIJob once it exists, so deleting the job deletes it."""
+    secret = {k: v for k, v in spec.env.items() if looks_secret(k)}
+    if not secret:
+        return None
+    meta: dict[str, Any] = {"name": env_secret_name(spec), "namespace": namespace,
+                            "labels": {names.JOB_LABEL: spec.name}}  # fmt: skip
+    if owner_uid:
+        meta["ownerReferences"] = [_owner(spec, owner_uid)]
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": meta, "type": "Opaque", "stringData": secret}
+
+
+def _owner(spec: JobSpec, uid: str) -> dict[str, Any]:
+    return {"apiVersion": f"{names.MPIJOB_GROUP}/{names.MPIJOB_VERSION}", "kind": "MPIJob", "name": spec.name,
+            "uid": uid, "controller": True, "blockOwnerDeletion": True}  # fmt: skip
+
+
+# What mpi-operator names after the job: `<name>-worker-<index>` pods (their hostname too) and
+# `<name>-launcher`, DNS labels of at most 63 characters, as label values are.
+DNS_LABEL_MAX = 63
+
+
+def check_job_name_fits(spec: JobSpec) -> None:
+    """Refuse a job whose objects would get names Kubernetes refuses (the MPIJob would be
+    accepted, then never start a pod)."""
+    longest = f"{spec.name}-worker-{spec.workers - 1}"
+    if len(longest) > DNS_LABEL_MAX:
+        room = DNS_LABEL_MAX - len(f"-worker-{spec.workers - 1}")
+        raise UsageError(
+            f"job name {spec.name!r} is too long for Kubernetes with {spec.workers} worker(s): its last worker "
+            f"pod would be {longest!r}, {len(longest)} characters, over the {DNS_LABEL_MAX} of a pod's hostname",
+            f"use a --name of at most {room} characters",
+        )
 
 
 def _pod_labels(spec: JobSpec) -> dict[str, str]:
@@ -126,10 +181,7 @@ def podgroup(spec: JobSpec, namespace: str, owner_uid: str | None = None) -> dic
     once it exists, so deleting the job deletes its group."""
     meta: dict[str, Any] = {"name": spec.name, "namespace": namespace, "labels": {names.JOB_LABEL: spec.name}}
     if owner_uid:
-        meta["ownerReferences"] = [{
-            "apiVersion": f"{names.MPIJOB_GROUP}/{names.MPIJOB_VERSION}", "kind": "MPIJob", "name": spec.name,
-            "uid": owner_uid, "controller": True, "blockOwnerDeletion": True,
-        }]  # fmt: skip
+        meta["ownerReferences"] = [_owner(spec, owner_uid)]
     return {
         "apiVersion": f"{names.PODGROUP_GROUP}/{names.PODGROUP_VERSION}", "kind": "PodGroup",
         "metadata": meta, "spec": {"minMember": spec.workers + 1},
@@ -140,11 +192,15 @@ def podgroup(spec: JobSpec, namespace: str, owner_uid: str | None = None) -> dic
 
 
 def _role_rules_scheduler() -> list[dict[str, Any]]:
+    """What the scheduler calls, nothing more (tests/kube checks each request it makes against
+    these): it reads nodes, pods and PodGroups, binds pods (the GPU ids travel on the Binding,
+    so it patches no pod), deletes the members of a gang whose bind failed half-way (their
+    controller makes them again), writes events and its PodGroups' status and reason."""
     return [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch", "delete"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "delete"]},
         {"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["create"]},
-        {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
         {"apiGroups": [names.PODGROUP_GROUP], "resources": ["podgroups"], "verbs": ["get", "list", "watch", "patch"]},
         {"apiGroups": [names.PODGROUP_GROUP], "resources": ["podgroups/status"], "verbs": ["patch"]},
     ]

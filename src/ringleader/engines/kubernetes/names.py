@@ -17,8 +17,14 @@ NETWORK_LABEL = f"{PREFIX}/network-gbps"
 # Node: which jobs its GPUs serve. ringleader's own name and ACK's, read alike.
 SCHEDULE_LABELS = (f"{PREFIX}/gpu-schedule", "ack.node.gpu.schedule")
 # Pod: the GPU ids the scheduler chose (comma-separated, as NVIDIA_VISIBLE_DEVICES takes them),
-# written before the Binding so the container's env (downward API) sees them at start.
+# written by the Binding itself (the API server copies its annotations onto the pod with the
+# node), so the container's env (downward API) sees them at start and the scheduler needs no
+# right to patch pods.
 GPU_IDS_ANNOTATION = f"{PREFIX}/gpu-ids"
+# Pod: the UID of the pod those ids were chosen for, written with them by the scheduler's own
+# Binding. Ids without it (a pod bound by someone else, a copied or hand-written annotation) are
+# never trusted: the pod's GPUs are counted, not its claim to particular ones.
+GPU_IDS_UID_ANNOTATION = f"{PREFIX}/gpu-ids-pod-uid"
 WORKER_INDEX_ANNOTATION = f"{PREFIX}/worker-index"
 DECISION_ANNOTATION = f"{PREFIX}/decision"  # one-line summary of the gang decision
 PENDING_ANNOTATION = f"{PREFIX}/pending-reason"  # on the PodGroup: why it waits, with numbers

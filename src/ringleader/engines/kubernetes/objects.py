@@ -240,14 +240,17 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo:
         except ValueError:
             return Decimal(0)
 
-    ids = annotations.get(names.GPU_IDS_ANNOTATION, "")
+    uid = meta.get("uid", "")
+    # Only ids the scheduler's own Binding wrote for this very pod (see names.GPU_IDS_UID_ANNOTATION).
+    ours = bool(uid) and annotations.get(names.GPU_IDS_UID_ANNOTATION) == uid
+    ids = annotations.get(names.GPU_IDS_ANNOTATION, "") if ours else ""
     try:
         gpu_ids = tuple(int(x) for x in ids.split(",") if x.strip())
     except ValueError:
         gpu_ids = ()
     name = meta.get("name", "")
     return PodInfo(
-        namespace=meta.get("namespace", "default"), name=name, uid=meta.get("uid", ""),
+        namespace=meta.get("namespace", "default"), name=name, uid=uid,
         gang=labels.get(names.PODGROUP_LABEL) or name, grouped=bool(labels.get(names.PODGROUP_LABEL)),
         gpus=int(need(names.GPU_RESOURCE)),
         cpu=need("cpu"), memory=need("memory"),

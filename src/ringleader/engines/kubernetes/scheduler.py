@@ -151,10 +151,7 @@ class Scheduler:
         try:
             for a in members:
                 self._check_lease()
-                self.api.annotate_pod(a.pod.namespace, a.pod.name, self._annotations(a, outcome))
-            for a in members:
-                self._check_lease()
-                self.api.bind(a.pod.namespace, a.pod.name, a.pod.uid, a.node)
+                self.api.bind(a.pod.namespace, a.pod.name, a.pod.uid, a.node, self._annotations(a, outcome))
                 bound.append(a)
                 self.metrics.bound(True)
         except (ApiError, LostLease) as exc:
@@ -197,6 +194,7 @@ class Scheduler:
         notes = {names.DECISION_ANNOTATION: outcome.summary}
         if a.worker is not None:
             notes[names.GPU_IDS_ANNOTATION] = ",".join(map(str, a.gpus))
+            notes[names.GPU_IDS_UID_ANNOTATION] = a.pod.uid
             notes[names.WORKER_INDEX_ANNOTATION] = str(a.worker)
         return notes
 

@@ -22,6 +22,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from ringleader import settings
 from ringleader.engines.slurm import slurmcli, state
 from ringleader.engines.slurm.launch import sbatch_argv, write_launch
 from ringleader.engines.slurm.records import Records, add_event, private_dir
@@ -47,7 +48,7 @@ class SlurmEngine:
         self.root = self.home / "slurm"
         self.records = Records(self.root)
         self.readonly = readonly
-        self.partition = os.environ.get("RINGLEADER_SLURM_PARTITION") or None
+        self.partition = settings.text("RINGLEADER_SLURM_PARTITION")
         self.notes: list[str] = []
 
     supports = Support("slurm", time_limit=True, more_room="add nodes to the Slurm partition")

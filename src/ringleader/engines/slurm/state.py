@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ringleader import settings
 from ringleader.engines.slurm import slurmcli
 from ringleader.engines.slurm.gres import NO_NVLINK, topology_from_links, type_index
 from ringleader.errors import UsageError
@@ -110,8 +111,9 @@ def links_from_gres_conf(path: Path) -> dict[str, list[tuple[int, list[int]]]]:
 def declared_nodes(home: Path) -> dict[str, NodeSpec]:
     """ringleader's cluster file for this Slurm cluster: RINGLEADER_SLURM_CLUSTER, else
     ``<home>/slurm/cluster.yaml`` when present."""
-    path = os.environ.get("RINGLEADER_SLURM_CLUSTER") or str(home / "slurm" / "cluster.yaml")
-    if not os.environ.get("RINGLEADER_SLURM_CLUSTER") and not Path(path).exists():
+    chosen = settings.text("RINGLEADER_SLURM_CLUSTER")
+    path = chosen or str(home / "slurm" / "cluster.yaml")
+    if not chosen and not Path(path).exists():
         return {}
     return {spec.name: spec for spec in load_cluster_file(path)}
 

@@ -1,0 +1,147 @@
+"""The state folder is the user's own and private, and nothing under it is reached through a
+symbolic link: a folder another user owns or may write is refused in one line (as ssh refuses
+~/.ssh), a link in place of `logs` or of a job's folder is never followed by a mode change or a
+removal. Also: GPUs held by a job that no longer exists are freed."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ringleader.engines.embedded.engine import Runtime
+from statedb import dump_db
+
+REPO = Path(__file__).resolve().parents[2]
+CLUSTER = "nodes:\n  - name: box\n    preset: pcie-4gpu-workstation\n    emulated: true\n"
+
+
+def cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "RINGLEADER_HOME": str(home), "RINGLEADER_GRACE_S": "1"}
+    env.pop("RINGLEADER_DEBUG", None)
+    return subprocess.run([sys.executable, "-m", "ringleader.cli.main", *args], env=env, capture_output=True,
+                          text=True, timeout=120, cwd=REPO)  # fmt: skip
+
+
+def one_line(done: subprocess.CompletedProcess[str], code: int = 2) -> str:
+    assert done.returncode == code, (done.returncode, done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: "), done.stderr
+    return done.stderr
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, int, bytes]]:
+    """Every entry under ``root`` (itself included): mode, owner, and a file's content."""
+    out = {}
+    for path in [root, *root.rglob("*")]:
+        st = path.lstat()
+        out[str(path.relative_to(root))] = (st.st_mode, st.st_uid, path.read_bytes() if path.is_file() else b"")
+    return out
+
+
+@pytest.fixture
+def victim(tmp_path: Path) -> Path:
+    """Someone else's folder, with a folder named like the job the tests submit."""
+    where = tmp_path / "victim"
+    (where / "job").mkdir(parents=True)
+    (where / "job" / "precious.txt").write_text("keep me")
+    (where / "notes.txt").write_text("keep me too")
+    where.chmod(0o755)
+    return where
+
+
+def submit(home: Path, name: str = "job") -> subprocess.CompletedProcess[str]:
+    return cli(home, "submit", "mpi", "--name", name, "--", sys.executable, "-c", "print('hello')")
+
+
+def test_a_state_folder_another_user_owns_is_refused_and_its_links_are_not_followed(tmp_path: Path,
+                                                                                     victim: Path) -> None:  # fmt: skip
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give the state folder to another user")
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    (home / "logs").symlink_to(victim)
+    os.chown(home, 65534, 65534)
+    os.chown(home / "logs", 65534, 65534, follow_symlinks=False)
+    before = snapshot(victim)
+    err = one_line(submit(home))
+    assert f"the state folder {home} belongs to" in err and "To fix: set RINGLEADER_HOME to a folder of your own" in err
+    assert snapshot(victim) == before
+    assert sorted(p.name for p in home.iterdir()) == ["logs"]
+
+
+def test_a_link_in_place_of_logs_is_refused_and_not_followed(tmp_path: Path, victim: Path) -> None:
+    home = tmp_path / "home"
+    assert submit(home, "first").returncode == 0
+    Runtime.open(home).wait("first", timeout=60)
+    before_state = dump_db(home)
+    (home / "logs").rename(tmp_path / "old-logs")
+    (home / "logs").symlink_to(victim)
+    before = snapshot(victim)
+    for args in (["submit", "mpi", "--name", "job", "--", "true"], ["list"], ["delete", "first"]):
+        err = one_line(cli(home, *args))
+        assert f"{home / 'logs'} in the state folder is a symbolic link" in err and f"rm {home / 'logs'}" in err
+    assert snapshot(victim) == before
+    assert dump_db(home) == before_state
+
+
+@pytest.mark.parametrize("mode", [0o770, 0o707, 0o777], ids=["group", "others", "everyone"])
+def test_a_state_folder_others_may_write_is_refused(tmp_path: Path, mode: int) -> None:
+    home = tmp_path / "home"
+    assert submit(home, "first").returncode == 0
+    Runtime.open(home).wait("first", timeout=60)
+    before = dump_db(home)
+    for where in (home, home / "run"):
+        where.chmod(mode)
+        err = one_line(submit(home))
+        assert f"the state folder {where} can be written by" in err and f"chmod 700 {where}" in err
+        assert stat.S_IMODE(where.stat().st_mode) == mode  # refused, not silently changed
+        assert dump_db(home) == before
+        where.chmod(0o700)
+
+
+def test_a_link_in_place_of_a_jobs_folder_is_removed_never_followed(tmp_path: Path, victim: Path) -> None:
+    home = tmp_path / "home"
+    assert submit(home, "first").returncode == 0  # the state and its folders exist
+    Runtime.open(home).wait("first", timeout=60)
+    (home / "logs" / "job").symlink_to(victim / "job")
+    (home / "run" / "job").symlink_to(victim)
+    before = snapshot(victim)
+    assert submit(home).returncode == 0  # clears what a killed delete of a same-named job left
+    view = Runtime.open(home).wait("job", timeout=60)
+    assert view.status.value == "SUCCEEDED", view
+    assert not (home / "logs" / "job").is_symlink() and (home / "logs" / "job").is_dir()
+    assert "hello" in cli(home, "logs", "job").stdout
+    assert snapshot(victim) == before
+    (home / "logs" / "first").rename(home / "logs" / "first-real")
+    (home / "logs" / "first").symlink_to(victim)
+    assert cli(home, "delete", "first", "job").returncode == 0
+    assert snapshot(victim) == before
+    assert not (home / "logs" / "first").exists() and (home / "logs" / "first-real").is_dir()
+
+
+def test_gpus_held_by_a_job_that_no_longer_exists_are_freed(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text(CLUSTER)
+    assert cli(home, "cluster", "apply", "-f", str(cluster)).returncode == 0
+    conn = sqlite3.connect(home / "state.db", isolation_level=None)
+    conn.executemany("INSERT INTO allocations (node, gpu, job) VALUES ('box', ?, 'ghost')", [(g,) for g in range(4)])
+    conn.close()
+    done = cli(home, "submit", "mpi", "--name", "big", "--gpus", "4", "--", "true")
+    assert done.returncode == 0, done.stderr
+    assert "note: freed GPU(s) box:0 box:1 box:2 box:3 held by job 'ghost', which does not exist" in done.stderr
+    assert "RUNNING" in done.stdout, done.stdout  # placed at once on the GPUs freed
+    deadline = time.monotonic() + 30
+    while "SUCCEEDED" not in cli(home, "get", "big").stdout:
+        assert time.monotonic() < deadline
+        time.sleep(0.3)
+    conn = sqlite3.connect(home / "state.db")
+    assert conn.execute("SELECT count(*) FROM allocations").fetchone()[0] == 0
+    conn.close()
