@@ -36,6 +36,14 @@ PY
   rl submit mpi --name shell --workers 1 --gpus 1 'echo visible=$CUDA_VISIBLE_DEVICES rank=$RANK && nvidia-smi -L | wc -l'
   timeout 60 python3 -m ringleader.cli.main logs -f shell >/dev/null
   rl get shell; rl logs shell
+  step "GPU utilization of a running job: get -g and top job NAME"
+  rl submit mpi --name busy --workers 1 --gpus 1 -- python3 -c \
+    'import time, torch; a = torch.randn(8192, 8192, device="cuda"); end = time.time() + 25
+while time.time() < end: a = (a @ a).clamp_(-1, 1)
+torch.cuda.synchronize()'
+  sleep 10
+  rl get busy -g; rl top job busy; rl get busy -g -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["gpu_usage"])'
+  timeout 60 python3 -m ringleader.cli.main logs -f busy >/dev/null; rl get busy -g | tail -3
   step "bench train over NCCL, one rank, and the model's prediction"
   for prec in fp32 fp16; do
     rl bench train --model resnet50 --batch-size 64 --num-batches 30 --precision $prec --backend nccl -np 1 -o json > "$out/train-resnet50-$prec.json"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from pathlib import Path
 
 import pytest
@@ -43,3 +44,74 @@ def test_a_failing_nvidia_smi_falls_back_to_nvml(tmp_path: Path, monkeypatch: py
     spec, note = local_node()
     assert spec.topology.source != "nvidia-smi topo -m"
     assert spec.topology.n_gpus > 0 or note  # no GPU here: NVML's reason says why
+
+
+def usage_stand_in(folder: Path, topo: Path) -> None:
+    """nvidia-smi answering `topo -m` with a real machine's output and the usage query as the
+    real one does (GPU 1 busy, the others idle; GPU 7 unreadable, as `[N/A]` rows come)."""
+    smi = folder / "nvidia-smi"
+    rows = "".join(f"{i}, {97 if i == 1 else 0}, {30512 if i == 1 else 3}, 81920\\n" for i in range(7))
+    smi.write_text(
+        "#!/bin/sh\n"
+        f'case "$1" in topo) cat {topo} ;; --query-gpu=name) echo "NVIDIA A100-SXM4-80GB" ;;\n'
+        f'  --query-gpu=index,utilization.gpu,memory.used,memory.total) printf "{rows}7, [N/A], [N/A], 81920\\n" ;;\n'
+        "  *) exit 2 ;; esac\n"
+    )
+    smi.chmod(smi.stat().st_mode | stat.S_IXUSR)
+
+
+def test_get_g_shows_each_instances_gpu_duty_cycle_and_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    import sys
+
+    from ringleader.cli.main import main
+    from ringleader.engines.embedded.engine import Runtime
+    from ringleader.jobs.spec import JobSpec
+
+    usage_stand_in(tmp_path, reference_file("a100_sxm_8gpu_nv12_17nics.txt"))
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("RINGLEADER_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    with Runtime.open(tmp_path / "home") as rt:
+        rt.submit(JobSpec("busy", 2, 1, [sys.executable, "-c", "import time; time.sleep(60)"]))
+        deadline = time.monotonic() + 30
+        while any(i.status != "Running" for i in rt.get("busy").instances):
+            assert time.monotonic() < deadline, rt.get("busy")
+            time.sleep(0.1)
+        gpus = [i.gpus for i in rt.get("busy").instances]
+        usage = rt.gpu_usage("busy")
+        try:
+            capsys.readouterr()
+            assert main(["get", "busy", "-g"]) == 0
+            shown = capsys.readouterr().out
+        finally:
+            rt.delete(["busy"])
+    for inst, (gpu,) in zip(sorted(usage), gpus, strict=True):
+        (one,) = usage[inst] or ()
+        assert one.gpu == gpu and one.memory_total_mib == 81920
+        assert (one.duty_cycle_pct, one.memory_used_mib) == ((97, 30512) if gpu == 1 else (0, 3))
+    assert "GPU(DutyCycle)" in shown and "GPU_MEMORY" in shown and "MiB/81920MiB" in shown
+
+
+def test_gpu_usage_is_na_on_emulated_nodes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from ringleader.engines.embedded.engine import Runtime
+    from ringleader.jobs.spec import JobSpec
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.yaml").write_text("nodes:\n  - name: box\n    preset: pcie-4gpu-workstation\n    emulated: true\n")
+    with Runtime.open(tmp_path / "home") as rt:
+        rt.apply_cluster(tmp_path / "c.yaml")
+        rt.submit(JobSpec("virtual", 2, 1, [sys.executable, "-c", "import time; time.sleep(60)"]))
+        try:
+            assert rt.gpu_usage("virtual") == {"virtual-worker-0": None, "virtual-worker-1": None}
+        finally:
+            rt.delete(["virtual"])
+
+
+def test_usage_rows_nvidia_smi_cannot_read_are_left_out() -> None:
+    from ringleader.topology.nvml import parse_usage_csv
+
+    text = "0, 45, 1024, 81559\n1, [N/A], [N/A], 81559\n2, 3\n"
+    assert parse_usage_csv(text) == {0: (45.0, 1024.0, 81559.0)}

@@ -32,6 +32,7 @@ from ringleader.jobs.states import JobStatus
 if TYPE_CHECKING:  # the runtime is imported by the commands that use it: `--help` stays quick
     from ringleader.engines import Engine
     from ringleader.engines.embedded.engine import JobView, Runtime, SubmitResult
+    from ringleader.jobs.views import GpuUsage
 
 F = TypeVar("F", bound=Callable[..., Any])
 E = TypeVar("E", bound="Engine")
@@ -301,21 +302,38 @@ def render_submitted(result: SubmitResult) -> None:
 @click.argument("name", shell_complete=complete_jobs)
 @output_option("json", "yaml", "wide")
 @click.option("-e", "--events", "show_events", is_flag=True, help="Show the job's events.")
+@click.option("-g", "--gpu", "show_gpus", is_flag=True,
+              help="Each instance's GPU duty cycle and memory now (n/a: emulated node or not readable).")
 @click.option("--type", "job_type", default=None, hidden=True, help="Accepted for arena compatibility.")
 @engine_option
-def get(name: str, output: str, show_events: bool, job_type: str | None, engine: str | None) -> None:
+def get(name: str, output: str, show_events: bool, show_gpus: bool, job_type: str | None, engine: str | None) -> None:
     """Show a job: status, placement and its instances (arena get)."""
     del job_type
     with using_engine(engine) as runtime:
         job = runtime.get(name)
         prediction = runtime.prediction(name) if job.spec.model else None
+        usage = runtime.gpu_usage(name) if show_gpus else None
     if output in ("json", "yaml"):
-        emit_data({**job.to_dict(), "prediction": prediction}, output)
+        data = {**job.to_dict(), "prediction": prediction}
+        if usage is not None:
+            data["gpu_usage"] = {k: None if v is None else [u.to_dict() for u in v] for k, v in usage.items()}
+        emit_data(data, output)
         return
-    render_job(job, wide=output == "wide", events=show_events, prediction=prediction)
+    render_job(job, wide=output == "wide", events=show_events, prediction=prediction, usage=usage)
 
 
-def render_job(job: JobView, wide: bool, events: bool, prediction: dict[str, Any] | None = None) -> None:
+def duty_cycle(usage: tuple[GpuUsage, ...] | None) -> str:
+    return "n/a" if usage is None else ",".join(f"{u.duty_cycle_pct:.0f}%" for u in usage)
+
+
+def gpu_memory(usage: tuple[GpuUsage, ...] | None) -> str:
+    if usage is None:
+        return "n/a"
+    return ",".join(f"{u.memory_used_mib:.0f}MiB/{u.memory_total_mib:.0f}MiB" for u in usage)
+
+
+def render_job(job: JobView, wide: bool, events: bool, prediction: dict[str, Any] | None = None,
+               usage: dict[str, tuple[GpuUsage, ...] | None] | None = None) -> None:  # fmt: skip
     lines: list[tuple[str, Any]] = [
         ("Name", job.name), ("Status", job.status.value), ("Priority", job.priority),
         ("Trainer", job.trainer), ("Duration", duration(job.duration)),
@@ -334,6 +352,8 @@ def render_job(job: JobView, wide: bool, events: bool, prediction: dict[str, Any
     cols = ["NAME", "STATUS", "AGE", "IS_CHIEF", "GPU(Requested)", "NODE", "GPU_IDS"]
     if wide:
         cols += ["PID", "EXIT_CODE"]
+    if usage is not None:
+        cols += ["GPU(DutyCycle)", "GPU_MEMORY"]
     rows: list[list[Any]] = [["-" * len(c) for c in cols]]
     for inst in job.instances:
         age = time.time() - inst.started_at if inst.started_at else None  # AGE as kubectl's: since it began
@@ -341,6 +361,8 @@ def render_job(job: JobView, wide: bool, events: bool, prediction: dict[str, Any
                inst.node or "N/A", ",".join(map(str, inst.gpus)) or "-"]  # fmt: skip
         if wide:
             row += [inst.pid or "-", "-" if inst.exit_code is None else inst.exit_code]
+        if usage is not None:
+            row += [duty_cycle(usage.get(inst.name)), gpu_memory(usage.get(inst.name))]
         rows.append(row)
     console().print(table(cols, rows, indent=INDENT))  # indented like arena
     if events:
@@ -400,11 +422,12 @@ def top_job(name: str | None, output: str, engine: str | None) -> None:
     The footer counts GPUs held by running jobs / GPUs asked for by running and waiting jobs."""
     with using_engine(engine) as rt:
         jobs = [rt.get(name)] if name else rt.list_jobs()
+        usage = rt.gpu_usage(name) if name else {}
     if output in ("json", "yaml"):
         emit_data([j.to_dict() for j in jobs], output)
         return
     if name:
-        render_top_job(jobs[0])
+        render_top_job(jobs[0], usage)
         return
     wide = output == "wide"
     cols = ["NAME", "STATUS", "TRAINER", "AGE", "GPU(Requested)", "GPU(Allocated)", "NODE"]
@@ -417,16 +440,18 @@ def top_job(name: str | None, output: str, engine: str | None) -> None:
     click.echo(f"\nTotal Allocated/Requested GPUs of Training Jobs: {allocated}/{requested}")
 
 
-def render_top_job(job: JobView) -> None:
+def render_top_job(job: JobView, usage: dict[str, tuple[GpuUsage, ...] | None]) -> None:
     key_values([
         ("Name", job.name), ("Status", job.status.value), ("Trainer", job.trainer), ("Age", duration(job.age)),
         ("GPU(Requested)", job.gpus_requested), ("GPU(Allocated)", job.gpus_allocated),
         ("Node", ",".join(job.nodes) or "N/A"),
     ])  # fmt: skip
     click.echo("\nInstances:")
-    rows: list[list[Any]] = [["----", "------", "----", "--------------", "-------"]]
-    rows += [[i.name, i.status, i.node or "N/A", len(i.gpus), ",".join(map(str, i.gpus)) or "-"] for i in job.instances]
-    console().print(table(["NAME", "STATUS", "NODE", "GPU(Allocated)", "GPU_IDS"], rows, indent=INDENT))
+    cols = ["NAME", "STATUS", "NODE", "GPU(Allocated)", "GPU_IDS", "GPU(DutyCycle)", "GPU_MEMORY"]
+    rows: list[list[Any]] = [["-" * len(c) for c in cols]]
+    rows += [[i.name, i.status, i.node or "N/A", len(i.gpus), ",".join(map(str, i.gpus)) or "-",
+              duty_cycle(usage.get(i.name)), gpu_memory(usage.get(i.name))] for i in job.instances]  # fmt: skip
+    console().print(table(cols, rows, indent=INDENT))
 
 
 # -- logs / delete / prune ------------------------------------------------------------------------

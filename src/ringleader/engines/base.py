@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import JobStatus
 from ringleader.jobs.support import Support
-from ringleader.jobs.views import JobView, SubmitResult
+from ringleader.jobs.views import GpuUsage, JobView, SubmitResult
 
 if TYPE_CHECKING:  # the scheduler is imported by the calls that place: listing jobs does not need it
     from ringleader.scheduler import ClusterState
@@ -61,5 +61,9 @@ class Engine(Protocol):
     def wait(self, name: str, timeout: float | None = None) -> JobView: ...
 
     def prediction(self, name: str) -> dict[str, Any] | None: ...
+
+    def gpu_usage(self, name: str) -> dict[str, tuple[GpuUsage, ...] | None]:
+        """Each instance's GPUs now (duty cycle, memory), None where they cannot be read."""
+        ...
 
     def close(self) -> None: ...

@@ -53,6 +53,20 @@ class InstanceView:
 
 
 @dataclass(frozen=True)
+class GpuUsage:
+    """One GPU as NVML or `nvidia-smi --query-gpu` reads it now (arena's GPU(DutyCycle) and
+    GPU_MEMORY): the share of the last sample period a kernel ran, and memory in MiB."""
+
+    gpu: int  # the node's GPU index
+    duty_cycle_pct: float
+    memory_used_mib: float
+    memory_total_mib: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
 class EventView:
     at: float
     kind: str

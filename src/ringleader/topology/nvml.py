@@ -104,6 +104,56 @@ def short_model(name: str) -> str:
     return name
 
 
+def gpu_usage() -> dict[int, tuple[float, float, float]]:
+    """Every local GPU's (duty cycle %, memory used MiB, memory total MiB), by index: NVML, else
+    `nvidia-smi --query-gpu`; empty where neither answers (no GPU, no driver)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # no package, no driver: nvidia-smi may still answer
+        return parse_usage_csv(_smi_usage())
+    try:
+        out = {}
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            util = pynvml.nvmlDeviceGetUtilizationRates(handle)
+            mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            out[i] = (float(util.gpu), mem.used / 2**20, mem.total / 2**20)
+        return out
+    except Exception:
+        return parse_usage_csv(_smi_usage())
+    finally:
+        pynvml.nvmlShutdown()
+
+
+USAGE_QUERY = ["nvidia-smi", "--query-gpu=index,utilization.gpu,memory.used,memory.total",
+               "--format=csv,noheader,nounits"]  # fmt: skip
+
+
+def _smi_usage() -> str:
+    import subprocess
+
+    try:
+        return subprocess.run(USAGE_QUERY, capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def parse_usage_csv(text: str) -> dict[int, tuple[float, float, float]]:
+    """`nvidia-smi --query-gpu=index,utilization.gpu,memory.used,memory.total` CSV (no header,
+    no units) by index; a row it cannot read ("[N/A]", a short line) is left out."""
+    out = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        try:
+            index, util, used, total = int(cells[0]), float(cells[1]), float(cells[2]), float(cells[3])
+        except (ValueError, IndexError):
+            continue
+        out[index] = (util, used, total)
+    return out
+
+
 def main() -> int:
     """`python -m ringleader.topology.nvml`: this machine's GPUs as `nvidia-smi topo -m` text
     (how the head reads a host's topology over ssh when nvidia-smi is absent there)."""

@@ -45,7 +45,7 @@ from ringleader.jobs.prediction import placement_from_plan, predict_job
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import JobStatus
 from ringleader.jobs.support import Support
-from ringleader.jobs.views import JobView, SubmitResult
+from ringleader.jobs.views import GpuUsage, JobView, SubmitResult
 from ringleader.runtime.plan import (
     RANK_MODULE,
     instance_targets,
@@ -280,6 +280,28 @@ class Runtime:
         with self.db.read() as conn:
             state = store.cluster_state(conn).without_job(name)
         return predict_job(state, job.spec, placement)
+
+    def gpu_usage(self, name: str) -> dict[str, tuple[GpuUsage, ...] | None]:
+        """Each running instance's GPUs now (duty cycle, memory); None where it cannot be read:
+        an emulated node (virtual GPU ids), an instance without GPUs or not running, a node
+        whose GPUs do not answer."""
+        from ringleader.engines.embedded.nodes import node_gpu_usage
+
+        job = self.get(name)
+        specs = {ns.name: ns.spec for ns in self.nodes().nodes}
+        read: dict[str, dict[int, tuple[float, float, float]]] = {}
+        out: dict[str, tuple[GpuUsage, ...] | None] = {}
+        for inst in job.instances:
+            spec = specs.get(inst.node or "")
+            if spec is None or not inst.gpus or inst.status != "Running":
+                out[inst.name] = None
+                continue
+            if spec.name not in read:
+                read[spec.name] = node_gpu_usage(spec, self.home)
+            seen = read[spec.name]
+            found = tuple(GpuUsage(g, *seen[g]) for g in inst.gpus if g in seen)
+            out[inst.name] = found if len(found) == len(inst.gpus) else None
+        return out
 
     def list_jobs(self, statuses: Sequence[JobStatus] | None = None, with_instances: bool = False) -> list[JobView]:
         """Jobs in submission order, only those in ``statuses`` if given; their instances are

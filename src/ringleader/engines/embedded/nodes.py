@@ -149,3 +149,23 @@ def label_node(
     else:
         labels[key] = value
     return [s.with_labels(labels) if s.name == node else s for s in nodes]
+
+
+def node_gpu_usage(spec: NodeSpec, home: Path) -> dict[int, tuple[float, float, float]]:
+    """A node's GPUs now, by index: NVML (else nvidia-smi) here for `local`, `nvidia-smi
+    --query-gpu` over ssh for an ssh host; empty for an emulated node (its GPU ids are virtual)
+    or where nothing answers."""
+    from ringleader.topology.nvml import USAGE_QUERY, gpu_usage, parse_usage_csv
+
+    if spec.emulated:
+        return {}
+    if spec.address is None:
+        return gpu_usage()
+    import tempfile
+
+    from ringleader.engines.embedded.hosts.ssh import run_remote, write_config
+
+    with tempfile.TemporaryDirectory(prefix="ringleader-usage-") as tmp:
+        config = write_config(Path(tmp) / "ssh_config", [spec], home)
+        done = run_remote(config, spec.name, USAGE_QUERY, timeout=15)
+    return parse_usage_csv(done.stdout) if done.returncode == 0 else {}

@@ -28,7 +28,7 @@ from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import JobStatus
 from ringleader.jobs.submit import prepare_submit, refuse_unresolvable
 from ringleader.jobs.support import Support
-from ringleader.jobs.views import EventView, InstanceView, JobView, SubmitResult
+from ringleader.jobs.views import EventView, GpuUsage, InstanceView, JobView, SubmitResult
 from ringleader.scheduler import ClusterState, Code, Decision, place
 
 TRAINER = "MPIJOB"
@@ -129,6 +129,10 @@ class KubernetesEngine:
             key=lambda e: e.at,
         ))  # fmt: skip
         return job_view(job, pods, group, events)
+
+    def gpu_usage(self, name: str) -> dict[str, tuple[GpuUsage, ...] | None]:
+        """Not read on Kubernetes yet: every instance n/a (the job's existence is still checked)."""
+        return {inst.name: None for inst in self.get(name).instances}
 
     def list_jobs(self, statuses: Sequence[JobStatus] | None = None, with_instances: bool = False) -> list[JobView]:
         pods_by_job: dict[str, list[dict[str, Any]]] = {}

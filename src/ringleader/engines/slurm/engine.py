@@ -35,7 +35,7 @@ from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import JobStatus
 from ringleader.jobs.submit import prepare_submit, refuse_unresolvable
 from ringleader.jobs.support import Support
-from ringleader.jobs.views import JobView, SubmitResult
+from ringleader.jobs.views import GpuUsage, JobView, SubmitResult
 from ringleader.scheduler import ClusterState, Decision, QueuedJob, place, schedule_queue
 
 DELETE_WAIT_S = 60.0
@@ -238,6 +238,10 @@ class SlurmEngine:
         if not self.readonly:
             self.schedule()
         return job_view(self._refresh(self._record(name)), self.root)
+
+    def gpu_usage(self, name: str) -> dict[str, tuple[GpuUsage, ...] | None]:
+        """Not read on Slurm yet: every instance n/a (the job's existence is still checked)."""
+        return {inst.name: None for inst in self.get(name).instances}
 
     def list_jobs(self, statuses: Sequence[JobStatus] | None = None, with_instances: bool = False) -> list[JobView]:
         if not self.readonly:
