@@ -138,11 +138,6 @@ class JobSpec:
             time_limit_s=self.time_limit_s,
         )
 
-    @property
-    def is_mpirun(self) -> bool:
-        from ringleader.jobs.commandline import is_mpirun
-
-        return is_mpirun(self.command)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

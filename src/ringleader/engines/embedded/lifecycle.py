@@ -67,9 +67,11 @@ def expected_ends(conn: sqlite3.Connection) -> dict[str, float]:
 def has_launcher(spec: JobSpec, decision: Decision, state: ClusterState) -> bool:
     """An mpirun line has its launcher; so has every job with ranks on ssh hosts (mpirun starts
     them there)."""
+    from ringleader.jobs.commandline import is_mpirun  # placing only: reads stay light
+
     placement = decision.placement
     remote = placement is not None and any(state.node(n).spec.address is not None for n in placement.nodes)
-    return spec.is_mpirun or remote
+    return is_mpirun(spec.command) or remote
 
 
 def place_job(conn: sqlite3.Connection, spec: JobSpec, decision: Decision, now: float, launcher: bool) -> None:

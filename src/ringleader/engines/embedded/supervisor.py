@@ -30,7 +30,7 @@ from ringleader.engines.embedded.liveness import PEER_CHECK_S, Heartbeat
 from ringleader.engines.embedded.reconcile import reconcile
 from ringleader.errors import RingleaderError
 from ringleader.jobs.codec import placement_from_dict
-from ringleader.jobs.commandline import _split_option, parse_mpirun
+from ringleader.jobs.commandline import _split_option, is_mpirun, parse_mpirun
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import InstanceStatus, JobStatus
 from ringleader.runtime.plan import (
@@ -161,7 +161,7 @@ class Supervisor:
             _write_private(pfile, json.dumps(plan, indent=1))
             argv, detail = hosts_command(spec, plan, pfile, nodes, self.home, settings)
             self._start(f"{spec.name}-launcher", [*rank_wrapper(pfile, launcher=True), *argv], spec)
-        elif spec.is_mpirun:
+        elif is_mpirun(spec.command):
             _write_private(pfile, json.dumps(plan, indent=1))
             emulated = any(nodes[n].emulated for n in placement.nodes)
             argv = rewrite_mpirun(spec.command, spec.workers, emulated, pfile)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ringleader.engines.embedded.hosts.ssh import write_config
-from ringleader.jobs.commandline import _split_option, parse_mpirun, scan_mpirun
+from ringleader.jobs.commandline import _split_option, is_mpirun, parse_mpirun, scan_mpirun
 from ringleader.jobs.spec import JobSpec
 from ringleader.runtime import rank as rank_module
 from ringleader.scheduler import Placement
@@ -84,7 +84,7 @@ def hosts_command(
     fd = os.open(hostfile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:
         fh.write("".join(host_alias(nodes[r["node"]]) + "\n" for r in plan["ranks"]))
-    if spec.is_mpirun:
+    if is_mpirun(spec.command):
         kept, _, program = parse_mpirun(spec.command)
         mpirun = spec.command[0]
     else:
