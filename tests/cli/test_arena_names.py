@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from cli.conftest import EXAMPLES
 from ringleader import __version__
 
 PY = sys.executable
@@ -40,3 +41,20 @@ def test_other_job_kinds_point_at_submit_mpi(cli, kind: str) -> None:  # type: i
     assert refused.returncode == 2 and refused.stdout == ""
     assert refused.stderr.count("\n") == 1 and "use `ringleader submit mpi`" in refused.stderr
     assert not (cli.home / "state.db").exists()
+
+
+def test_following_a_waiting_job_says_what_it_waits_for(cli) -> None:  # type: ignore[no-untyped-def]
+    cli.ok("cluster", "apply", "-f", str(EXAMPLES / "seeds-cluster.yaml"))
+    hold = ["--", PY, "-c", "import time; time.sleep(30)"]
+    cli.ok("submit", "mpi", "--name", "all", "--workers", "2", "--gpus", "8", *hold)
+    cli.ok("submit", "mpi", "--name", "later", "--workers", "1", "--gpus", "8", "--", PY, "-c", "print('ran')")
+    import subprocess
+
+    follow = subprocess.Popen(cli.argv("logs", "-f", "later"), env=cli.env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        first = follow.stderr.readline() if follow.stderr else ""
+    finally:
+        follow.kill()
+        follow.wait()
+    assert first.startswith("job later is PENDING (") and "its log follows once it starts" in first

@@ -110,3 +110,23 @@ def test_a_dry_run_refuses_what_a_submit_refuses_in_the_same_words(rt: Runtime, 
         rt.submit(spec)
     assert (type(real.value), real.value.message, real.value.fix) == (type(dry.value), dry.value.message, dry.value.fix)
     assert rt.list_jobs() == []  # nothing written
+
+
+SEEDS = Path(__file__).resolve().parents[2] / "examples" / "seeds-cluster.yaml"
+
+
+def test_a_spread_placement_names_the_packed_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reference study's trap: a plain submit spreads 2 workers over 2 nodes with every GPU free."""
+    monkeypatch.chdir(tmp_path)
+    with Runtime.open(tmp_path / "home") as seeds:
+        seeds.apply_cluster(SEEDS)
+        seeds.notes.clear()
+        seeds.submit(JobSpec("spread", 2, 1, [PY, "-c", "pass"]), dry_run=True)
+        (hint,) = [n for n in seeds.notes if "--gputopology would place it" in n]
+        assert "bottleneck network 3.125 GB/s" in hint and "bottleneck NV" in hint and "(16.0x)" in hint
+        seeds.notes.clear()
+        seeds.submit(JobSpec("packed", 2, 1, [PY, "-c", "pass"], topology_aware=True), dry_run=True)
+        seeds.submit(JobSpec("one", 1, 1, [PY, "-c", "pass"]), dry_run=True)
+        assert not [n for n in seeds.notes if "--gputopology would place it" in n]
+        seeds.submit(JobSpec("spread", 2, 1, [PY, "-c", "pass"]))
+        assert any(e.kind == "Hint" and "(16.0x)" in e.message for e in seeds.get("spread").events)

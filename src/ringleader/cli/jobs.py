@@ -474,6 +474,10 @@ def logs(
         if not follow:
             click.echo(rt.logs(name, instance, tail, timestamps), nl=False)
             return
+        job = rt.get(name)
+        if not job.status.is_terminal() and job.status is not JobStatus.RUNNING:  # silence would look hung
+            click.echo(f"job {name} is {job.status.value} ({job.reason or 'not placed yet'}): its log follows once "
+                       "it starts; Ctrl-C stops waiting", err=True)  # fmt: skip
         for chunk in rt.follow(name, instance, tail, timestamps):
             click.echo(chunk, nl=False)
 

@@ -24,7 +24,7 @@ from ringleader.jobs.spec import JobSpec, submit_env
 from ringleader.jobs.support import Support
 
 if TYPE_CHECKING:
-    from ringleader.scheduler import Decision
+    from ringleader.scheduler import ClusterState, Decision
 
 
 @dataclass(frozen=True)
@@ -74,3 +74,28 @@ def refuse_unresolvable(decision: Decision, supports: Support) -> None:
             f"job {decision.job.name} can never run on this cluster: {'; '.join(decision.reasons)}",
             f"ask for fewer GPUs per worker or fewer workers, or {supports.more_room}",
         )
+
+
+# A placement this much faster at its narrowest link is worth a note on a submit that did not ask
+# for topology-aware placement (the reference study: one node's NVLink 992 vs two nodes' 200 images/s).
+HINT_RATIO = 2.0
+
+
+def placement_hint(state: ClusterState, decision: Decision) -> str | None:
+    """For a job placed without --gputopology: a note when the topology policy would have given
+    it a bottleneck link at least HINT_RATIO times faster (fewer nodes, NVLink), else None."""
+    from ringleader.scheduler import place
+
+    chosen = decision.chosen
+    if chosen is None or decision.job.topology_aware or decision.job.workers * decision.job.gpus_per_worker < 2:
+        return None
+    better = place(state, dataclasses.replace(decision.job, topology_aware=True)).chosen
+    if better is None:
+        return None
+    mine, theirs = chosen.metrics.bottleneck, better.metrics.bottleneck
+    if mine.kind == "none" or mine.gbs <= 0 or theirs.gbs < HINT_RATIO * mine.gbs:
+        return None
+    return (f"note: placed without --gputopology on {chosen.placement.describe()}, bottleneck {mine.kind} "
+            f"{mine.gbs:g} GB/s; --gputopology would place it on {better.placement.describe()}, bottleneck "
+            f"{theirs.kind} {theirs.gbs:g} GB/s ({theirs.gbs / mine.gbs:.1f}x); `--dry-run --model NAME` "
+            "predicts the images/s of both")

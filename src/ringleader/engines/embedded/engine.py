@@ -220,7 +220,7 @@ class Runtime:
     # -- jobs -----------------------------------------------------------------------------------
     def submit(self, spec: JobSpec, dry_run: bool = False) -> SubmitResult:
         """Queue a job (placed now if it fits), or with ``dry_run`` only show the plan."""
-        from ringleader.jobs.submit import prepare_submit, refuse_unresolvable  # users' lines: submit only
+        from ringleader.jobs.submit import placement_hint, prepare_submit, refuse_unresolvable  # submit only
 
         sub = prepare_submit(spec, self.supports)
         spec, notes = sub.spec, list(sub.notes)
@@ -240,6 +240,8 @@ class Runtime:
             state = store.cluster_state(conn)
             decision = place(state, spec.request())
         refuse_unresolvable(decision, self.supports)
+        hint = placement_hint(state, decision)
+        notes += [hint] if hint else []
         if dry_run:
             self.notes += notes
             prediction = predict_job(state, spec, decision.placement) if decision.placement else None
@@ -253,7 +255,8 @@ class Runtime:
             store.insert_job(conn, spec.to_dict(), spec.priority, now)
             store.add_event(conn, spec.name, "Submitted", _describe(spec), now)
             for note in notes:
-                store.add_event(conn, spec.name, "Command", note.removeprefix("note: "), now)
+                kind = "Hint" if note == hint else "Command"
+                store.add_event(conn, spec.name, kind, note.removeprefix("note: "), now)
             decisions = schedule_pass_decisions(conn, now)
             mine = next(d for d in decisions if d.job.name == spec.name)
             # The cluster may have changed since the check above: refused here, nothing commits.

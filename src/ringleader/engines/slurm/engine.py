@@ -33,7 +33,7 @@ from ringleader.jobs.logfiles import follow_log, instance_name, read_log, wait_u
 from ringleader.jobs.prediction import placement_from_plan, predict_job
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import JobStatus
-from ringleader.jobs.submit import prepare_submit, refuse_unresolvable
+from ringleader.jobs.submit import placement_hint, prepare_submit, refuse_unresolvable
 from ringleader.jobs.support import Support
 from ringleader.jobs.views import GpuUsage, JobView, SubmitResult
 from ringleader.scheduler import ClusterState, Decision, QueuedJob, place, schedule_queue
@@ -95,6 +95,8 @@ class SlurmEngine:
             how = "add Links= to gres.conf with `ringleader slurm gres-conf`, or a cluster file"
             self.notes.append(f"note: no GPU links known for {', '.join(blind)}: every pair taken as SYS ({how})")
         self.notes += sub.notes
+        hint = placement_hint(snapshot, decision)
+        self.notes += [hint] if hint else []
         if dry_run:
             prediction = predict_job(snapshot, spec, decision.placement) if decision.placement else None
             return SubmitResult(decision, decision_to_dict(decision), True, extra={"prediction": prediction})
