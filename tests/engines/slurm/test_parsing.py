@@ -151,3 +151,26 @@ def test_any_scontrol_text_parses_without_error(text: str) -> None:
     for rec in parse_records(text):
         assert "_line" in rec
     job_node_gres(text)
+
+
+def test_a_step_that_stays_after_every_rank_ended_is_over(tmp_path: Path) -> None:
+    """srun (pmix, heterogeneous step) was seen staying after all four ranks exited 0."""
+    import json
+    import time
+
+    from ringleader.engines.slurm.views import STEP_LINGER_S, slurm_status
+    from ringleader.jobs.states import JobStatus
+
+    run = tmp_path / "run" / "j"
+    run.mkdir(parents=True)
+    ranks = [{"instance": f"j-worker-{r}", "node": "node-a", "state": str(run / f"{r}.json")} for r in (0, 1)]
+    (run / "plan.json").write_text(json.dumps({"ranks": ranks}))
+    running = [{"JobState": "RUNNING", "StartTime": "2026-11-23T13:50:06"}]
+    ended = time.time() - STEP_LINGER_S - 1
+    (run / "0.json").write_text(json.dumps({"exit_code": 0, "ended_at": ended}))
+    (run / "1.json").write_text(json.dumps({"exit_code": 0, "ended_at": time.time()}))
+    assert slurm_status(running, tmp_path, _record())[0] is JobStatus.RUNNING  # the last just ended: wait
+    (run / "1.json").write_text(json.dumps({"exit_code": 0, "ended_at": ended}))
+    assert slurm_status(running, tmp_path, _record())[:2] == (JobStatus.SUCCEEDED, None)
+    (run / "1.json").write_text(json.dumps({"pid": 5}))
+    assert slurm_status(running, tmp_path, _record())[0] is JobStatus.RUNNING  # a rank still runs

@@ -230,6 +230,12 @@ class SlurmEngine:
         status, reason, started, ended = slurm_status(components, self.root, record)
         if status is not JobStatus(record["status"]):
             add_event(record, status.value.capitalize(), reason or f"Slurm job {ident}")
+        if status.is_terminal() and any(c.get("JobState") in state.RUNNING_STATES for c in components):
+            # Every rank ended, but Slurm's step (srun) stayed: its nodes are freed for the queue.
+            if not self.readonly:
+                slurmcli.run(["scancel", ident], check=False)
+            add_event(record, "Cancelled", f"every rank had ended; Slurm job {ident} was still running and was "
+                                           "cancelled to free its nodes")  # fmt: skip
         record.update(status=status.value, reason=reason, started_at=started or record.get("started_at"),
                       ended_at=ended)  # fmt: skip
         if record != before and not self.readonly:
