@@ -10,7 +10,7 @@ import pytest
 
 from ringleader.engines.embedded.supervisor import rewrite_mpirun
 from ringleader.errors import UsageError
-from ringleader.jobs.commandline import check_mpirun, is_mpirun, parse_mpirun
+from ringleader.jobs.commandline import check_np, is_mpirun, read_line
 
 SEED = (
     'mpirun --allow-run-as-root -np "4" -bind-to none -map-by slot -x NCCL_DEBUG=INFO '
@@ -22,7 +22,8 @@ SEED = (
 
 
 def test_seed_line_is_split_into_options_and_program() -> None:
-    kept, np_value, program = parse_mpirun(shlex.split(SEED))
+    line = read_line(shlex.split(SEED))
+    kept, np_value, program = line.kept, line.np, line.program
     assert np_value == "4"
     assert program[0] == "python" and program[-1] == "--variable_update=horovod"
     assert kept[kept.index("--mca") + 1 : kept.index("--mca") + 3] == ["pml", "ob1"]
@@ -53,12 +54,12 @@ def test_rewrite_adds_what_emulated_nodes_need() -> None:
 
 
 def test_np_must_agree_with_workers() -> None:
-    check_mpirun(["mpirun", "-np", "2", "python", "x.py"], 2)
-    check_mpirun(["mpirun", "python", "x.py"], 3)
+    check_np(read_line(["mpirun", "-np", "2", "python", "x.py"]), 2)
+    check_np(read_line(["mpirun", "python", "x.py"]), 3)
     with pytest.raises(UsageError, match="disagrees with --workers 3"):
-        check_mpirun(["mpirun", "-np", "2", "python", "x.py"], 3)
+        check_np(read_line(["mpirun", "-np", "2", "python", "x.py"]), 3)
     with pytest.raises(UsageError, match="names no program"):
-        check_mpirun(["mpirun", "-np", "2"], 2)
+        check_np(read_line(["mpirun", "-np", "2"]), 2)
 
 
 def test_only_mpi_launchers_are_rewritten() -> None:

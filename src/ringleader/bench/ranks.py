@@ -109,9 +109,10 @@ def check_available(backend: str, *, need_mpirun: bool) -> None:
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A rendezvous port for the bench's ranks, chosen as the engines choose MASTER_PORT."""
+    from ringleader.runtime.rank import rendezvous_port
+
+    return rendezvous_port("127.0.0.1")
 
 
 def torch_rendezvous_env(info: RankInfo) -> None:

@@ -15,8 +15,10 @@ never dropped silently:
 - ``torchrun`` / ``python -m torch.distributed.run|launch``: ringleader already starts one
   process per worker with torchrun's variables, so the line becomes the script itself (run as
   torchrun would run it), its process counts checked against --workers.
-- ``--image``: the program runs in the image through podman or docker, or the job is refused
-  when this host has no usable container runtime (``ringleader.runtime.containers``).
+
+Engines then render the prepared line for their launchers; what they do with ``--image`` is
+theirs (``jobs.support``: podman or docker on the embedded engine, the pods' image on
+Kubernetes, refused on Slurm).
 """
 
 from __future__ import annotations
@@ -93,6 +95,11 @@ def scan_mpirun(argv: Sequence[str]) -> tuple[list[MpiOption], list[str]]:
     return options, list(argv[i:])
 
 
+def option_words(options: Sequence[MpiOption]) -> list[str]:
+    """Options as the argv words they were written as."""
+    return [word for o in options for word in (o.token, *o.values)]
+
+
 @dataclass(frozen=True)
 class CommandLine:
     """A prepared command line, read once: every check and every engine's launcher reads this.
@@ -107,9 +114,14 @@ class CommandLine:
     np: str | None  # the mpirun line's own -np, if given
 
     @property
-    def kept(self) -> list[str]:
+    def kept_options(self) -> list[MpiOption]:
         """The mpirun options ringleader passes on: all but -np and the host options."""
-        return [t for o in self.options if o.name not in _OWNED for t in (o.token, *o.values)]
+        return [o for o in self.options if o.name not in _OWNED]
+
+    @property
+    def kept(self) -> list[str]:
+        """``kept_options`` as argv words."""
+        return option_words(self.kept_options)
 
     @property
     def head(self) -> list[str]:
@@ -135,12 +147,6 @@ def read_line(argv: Sequence[str]) -> CommandLine:
     return CommandLine(tuple(argv), True, tuple(options), tuple(program), np_value)
 
 
-def parse_mpirun(argv: Sequence[str]) -> tuple[list[str], str | None, list[str]]:
-    """(kept options, the user's -np or None, program argv) of an mpirun line."""
-    line = read_line(argv)
-    return line.kept, line.np, list(line.program)
-
-
 def check_np(line: CommandLine, workers: int) -> None:
     """Refuse (exit 2) an mpirun line whose -np disagrees with --workers."""
     if line.np is None:
@@ -154,10 +160,6 @@ def check_np(line: CommandLine, workers: int) -> None:
             f"mpirun -np {np_int} disagrees with --workers {workers}",
             f"use -np {workers} or drop -np (ringleader sets it)",
         )
-
-
-def check_mpirun(argv: Sequence[str], workers: int) -> None:
-    check_np(read_line(argv), workers)
 
 
 # -- what the user typed ---------------------------------------------------------------------------

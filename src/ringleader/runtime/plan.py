@@ -31,12 +31,6 @@ def rank_wrapper(plan: Path, launcher: bool = False, rank: int | None = None) ->
     return [*cmd, "--"]
 
 
-def free_port() -> int:
-    from ringleader.runtime.rank import rendezvous_port
-
-    return rendezvous_port("127.0.0.1")
-
-
 def build_plan(
     job: str, placement: Placement, nodes: dict[str, NodeSpec], env: dict[str, str], home: Path
 ) -> dict[str, Any]:
@@ -44,6 +38,8 @@ def build_plan(
 
     Every rank sees exactly its job's GPUs on its node, in placement order, so local rank i
     uses the i-th assigned GPU (torchrun's and Horovod's convention)."""
+    from ringleader.runtime.rank import rendezvous_port  # when starting a job: reads skip it
+
     ranks = []
     by_node: dict[str, list[int]] = {}
     for slot in placement.slots:
@@ -62,7 +58,7 @@ def build_plan(
     launcher = f"{job}-launcher"
     return {
         "job": job, "world_size": len(placement.slots), "master_addr": "127.0.0.1",
-        "master_port": free_port(), "env": dict(env), "ranks": ranks, "nnodes": len(node_order),
+        "master_port": rendezvous_port("127.0.0.1"), "env": dict(env), "ranks": ranks, "nnodes": len(node_order),
         "launcher": {"instance": launcher, "log": str(log_path(home, job, launcher)),
                      "state": str(state_path(home, job, launcher))},
     }  # fmt: skip

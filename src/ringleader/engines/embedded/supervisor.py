@@ -30,7 +30,7 @@ from ringleader.engines.embedded.liveness import PEER_CHECK_S, Heartbeat
 from ringleader.engines.embedded.reconcile import reconcile
 from ringleader.errors import RingleaderError
 from ringleader.jobs.codec import placement_from_dict
-from ringleader.jobs.commandline import _split_option, is_mpirun, parse_mpirun
+from ringleader.jobs.commandline import is_mpirun, read_line
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import InstanceStatus, JobStatus
 from ringleader.runtime.plan import (
@@ -466,8 +466,8 @@ def main(argv: list[str]) -> int:
 
 def rewrite_mpirun(argv: Sequence[str], workers: int, emulated: bool, plan: Path) -> list[str]:
     """The mpirun line that starts ``workers`` ranks on this host, each under the rank wrapper."""
-    kept, _, program = parse_mpirun(argv)
-    names = {_split_option(t)[0] for t in kept if t.startswith("-")}
+    line = read_line(argv)
+    names = {o.name for o in line.kept_options}
     extra: list[str] = []
     if os.geteuid() == 0 and "allow-run-as-root" not in names:
         extra.append("--allow-run-as-root")
@@ -478,7 +478,7 @@ def rewrite_mpirun(argv: Sequence[str], workers: int, emulated: bool, plan: Path
         extra += ["--bind-to", "none"]
     # Every node is a process group on this host, so all ranks go to localhost.
     head = [argv[0], "-np", str(workers), "--host", f"localhost:{workers}"]
-    return [*head, *extra, *kept, *rank_wrapper(plan), *program]
+    return [*head, *extra, *line.kept, *rank_wrapper(plan), *line.program]
 
 
 if __name__ == "__main__":

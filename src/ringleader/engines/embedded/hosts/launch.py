@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ringleader.engines.embedded.hosts.ssh import write_config
-from ringleader.jobs.commandline import _split_option, is_mpirun, parse_mpirun, scan_mpirun
+from ringleader.jobs.commandline import MpiOption, is_mpirun, option_words, read_line
 from ringleader.jobs.spec import JobSpec
 from ringleader.runtime import rank as rank_module
 from ringleader.scheduler import Placement
@@ -85,14 +85,16 @@ def hosts_command(
     with os.fdopen(fd, "w") as fh:
         fh.write("".join(host_alias(nodes[r["node"]]) + "\n" for r in plan["ranks"]))
     if is_mpirun(spec.command):
-        kept, _, program = parse_mpirun(spec.command)
-        mpirun = spec.command[0]
+        line = read_line(spec.command)
+        options, program, mpirun = line.kept_options, list(line.program), line.argv[0]
     else:
-        kept, program, mpirun = [], list(spec.command), "mpirun"
+        options, program, mpirun = [], list(spec.command), "mpirun"
     emulated = any(n.emulated for n in placed)
     # Emulated nodes share this box's cores: binding would fail or pile ranks onto a few cores.
-    kept, replaced = _without(kept, _MAPPING_OPTIONS | ({"bind-to"} if emulated else set()))
-    given = _names(kept)
+    dropped = _MAPPING_OPTIONS | ({"bind-to"} if emulated else set())
+    replaced = [o for o in options if o.name in dropped]
+    options = [o for o in options if o.name not in dropped]
+    given = {o.name for o in options}
     argv = [mpirun, "-np", str(len(plan["ranks"])), "--hostfile", str(hostfile), "--mca", "rmaps", "seq"]
     if os.geteuid() == 0 and "allow-run-as-root" not in given:
         argv.append("--allow-run-as-root")
@@ -101,11 +103,14 @@ def hosts_command(
     argv.append("--tag-output")
     if emulated and "oversubscribe" not in given:
         argv.append("--oversubscribe")  # emulated nodes share this box's cores
-    # Open MPI refuses a parameter given twice: each is passed once, the user's where it can stand.
+    # Open MPI refuses a parameter given twice: each is passed once. The launcher's own (ssh, the
+    # mapper, an emulated cluster's interfaces) replace a user's setting that asks for another
+    # value; keepalive tuning is the user's where given.
     owned = {"plm_rsh_agent": f"ssh -F {config}", "plm_rsh_no_tree_spawn": "1", "rmaps": "seq",
              **settings.get("mca", {})}  # fmt: skip
-    kept, mca_replaced = _without_mca(kept, owned)
-    given_mca = _mca_names(kept)
+    mca_replaced = [o for o in options if _mca(o) in owned and o.values[1] != str(owned[o.values[0]])]
+    options = [o for o in options if _mca(o) not in owned]
+    given_mca = {_mca(o) for o in options}
     mca = {k: v for k, v in {**owned, **KEEPALIVE_MCA}.items() if k != "rmaps" and k not in given_mca}
     for key, value in mca.items():
         argv += ["--mca", key, str(value)]
@@ -113,13 +118,14 @@ def hosts_command(
         argv += ["-x", name]
     # -S: the wrapper needs only the standard library, not site-packages (a few ms per rank).
     wrapper = ["python3", "-S", "-c", wrapper_bootstrap(), "--stream", json.dumps(rank_table(plan)), "--"]
+    kept = option_words(options)
     shown = shlex.join([*argv, *kept]) + " python3 -S -c <rank wrapper> " + shlex.join(program)
     if replaced:
         unbound = ", unbound on emulated nodes" if emulated else ""
-        shown += f" (mpirun {shlex.join(replaced)} replaced: ranks follow the placement's order{unbound})"
+        shown += f" (mpirun {shlex.join(option_words(replaced))} replaced: ranks follow the placement's order{unbound})"
     if mca_replaced:
-        shown += (f" (mpirun {shlex.join(mca_replaced)} replaced: the launcher sets these for the cluster's "
-                  "hosts and network)")  # fmt: skip
+        shown += (f" (mpirun {shlex.join(option_words(mca_replaced))} replaced: the launcher sets these for the "
+                  "cluster's hosts and network)")  # fmt: skip
     return [*argv, *kept, *wrapper, *program], shown
 
 
@@ -130,32 +136,6 @@ def wrapper_bootstrap() -> str:
     return f"import base64,zlib;exec(zlib.decompress(base64.b64decode('{packed}')))"
 
 
-def _names(options: list[str]) -> set[str]:
-    return {_split_option(t)[0] for t in options if t.startswith("-")}
-
-
-def _without(options: list[str], names: set[str]) -> tuple[list[str], list[str]]:
-    """(``options`` minus the named ones and their values, what was taken out)."""
-    scanned, _ = scan_mpirun(["mpirun", *options])
-    kept = [token for o in scanned if o.name not in names for token in (o.token, *o.values)]
-    return kept, [token for o in scanned if o.name in names for token in (o.token, *o.values)]
-
-
-def _mca_names(options: list[str]) -> set[str]:
-    scanned, _ = scan_mpirun(["mpirun", *options])
-    return {o.values[0] for o in scanned if o.name in ("mca", "gmca") and o.values}
-
-
-def _without_mca(options: list[str], owned: Mapping[str, str]) -> tuple[list[str], list[str]]:
-    """(``options`` minus the user's --mca settings of parameters the launcher sets itself, those
-    of them that asked for another value). An equal value is simply passed once, the launcher's."""
-    scanned, _ = scan_mpirun(["mpirun", *options])
-    kept: list[str] = []
-    replaced: list[str] = []
-    for o in scanned:
-        clash = o.name in ("mca", "gmca") and len(o.values) == 2 and o.values[0] in owned
-        if not clash:
-            kept += [o.token, *o.values]
-        elif o.values[1] != str(owned[o.values[0]]):
-            replaced += [o.token, *o.values]
-    return kept, replaced
+def _mca(option: MpiOption) -> str | None:
+    """The parameter a ``--mca NAME VALUE`` option sets, else None."""
+    return option.values[0] if option.name in ("mca", "gmca") and len(option.values) == 2 else None
