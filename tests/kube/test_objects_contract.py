@@ -129,9 +129,14 @@ def test_contract_objects_the_scheduler_sends_are_valid(fake: FakeApiServer) -> 
         elif "/events" in r.path or "/leases" in r.path:
             validate_builtin(r.body)
             kinds.add(r.body["kind"])
+        elif "/pods/" in r.path and r.path.endswith("/status"):
+            kinds.add("Pod status")  # PodScheduled=False on the waiting gang's pods, and the pod stays valid
+            waiting = fake.get("pods", r.path.split("/pods/")[1].split("/")[0])
+            assert r.body["status"]["conditions"][0]["reason"] == "Unschedulable"
+            validate_builtin({**waiting, "metadata": {"name": waiting["metadata"]["name"]}})
         elif "/pods/" in r.path and r.method == "PATCH":
             kinds.add("Pod patch")  # the GPU ids travel on the Binding: the scheduler patches no pod
-    assert kinds == {"Binding", "Event", "Lease"}
+    assert kinds == {"Binding", "Event", "Lease", "Pod status"}
     for name, original in originals.items():  # each bound pod as the API server leaves it, still valid
         bound = copy.deepcopy(fake.get("pods", name))
         bound["metadata"] = {k: v for k, v in bound["metadata"].items() if k != "resourceVersion"}

@@ -3,6 +3,7 @@ client. They assert the exact requests a real API server would receive."""
 
 from __future__ import annotations
 
+import copy
 import re
 import time
 
@@ -83,8 +84,15 @@ def test_contract_rollback_after_injected_bind_failure(fake: FakeApiServer) -> N
     # Before the watch has shown the deletions, the two unbound members are no gang of their own.
     assert s.cycle() == []
     assert len(fake.calls("bind")) == 3
-    # The controller recreates the deleted members; the next cycle places the whole gang again.
+    # Bound pods go gracefully: they stay, marked, until their kubelet has stopped them; until
+    # then they still hold their GPUs and are no members of the gang.
+    s.sync()
+    assert all(fake.get("pods", f"rn-worker-{i}")["metadata"].get("deletionTimestamp") for i in (0, 1))
+    assert s.cycle() == []
+    # The kubelet finishes; the controller recreates the deleted members; the next cycle places
+    # the whole gang again.
     for i in (0, 1):
+        fake.finish_deletion(f"rn-worker-{i}")
         fake.put("pods", pod(f"rn-worker-{i}", gang="rn"))
     s.sync()
     assert [r.ok for r in s.cycle()] == [True]
@@ -105,6 +113,12 @@ def test_contract_pending_reason_with_numbers_event_and_podgroup(fake: FakeApiSe
     assert "12 worker(s) x 1 GPU(s) = 12 GPUs" in reason and "1 node(s) cordoned" in reason
     events = [o for (p, _, _), o in fake.objects.items() if p == "events"]
     assert len(events) == 12 and {e["reason"] for e in events} == {"FailedScheduling"}
+    # Each pod's own status says so too, as cluster autoscalers read it.
+    condition = fake.get("pods", "big-worker-3")["status"]["conditions"]
+    assert [(c["type"], c["status"], c["reason"]) for c in condition] == [("PodScheduled", "False", "Unschedulable")]
+    assert "12 worker(s)" in condition[0]["message"]
+    statuses = [r for r in fake.calls("patch") if r.path.endswith("/status") and "/pods/" in r.path]
+    assert len(statuses) == 12 and {r.content_type for r in statuses} == {"application/strategic-merge-patch+json"}
     # Said once per change of reason, not every cycle; and not even decided again while nothing
     # was freed.
     decided = sum(s.metrics.decisions.values())
@@ -116,6 +130,63 @@ def test_contract_pending_reason_with_numbers_event_and_podgroup(fake: FakeApiSe
     # The cordoned node comes back: decided again, and it fits now (8 + 8 GPUs for 12 workers).
     fake.put("nodes", node("gpu-1"))
     s.sync()
+    assert [r.ok for r in s.cycle()] == [True]
+    # The Binding turned it True, the other conditions kept (a strategic merge by type).
+    conditions = fake.get("pods", "big-worker-3")["status"]["conditions"]
+    assert [(c["type"], c["status"], c.get("reason")) for c in conditions] == [("PodScheduled", "True", None)]
+
+
+def test_contract_lists_in_pages_without_finished_pods_and_relists_an_expired_snapshot(fake: FakeApiServer) -> None:
+    """Pods are listed in pages (limit/continue) and only those not finished (a field selector
+    the server applies); a pod that finishes while watched leaves the selection (DELETED) and
+    frees its GPUs; a continue token the server has compacted away (410) starts the list again."""
+    fake.put("nodes", node("gpu-0"))
+    for i in range(7):
+        fake.put("pods", pod(f"done-{i}", gpus=1, nodeName="gpu-0", schedulerName="default-scheduler")
+                 | {"status": {"phase": "Succeeded"}})  # fmt: skip
+    for i in range(4):
+        fake.put("pods", pod(f"busy-{i}", gpus=1, nodeName="gpu-0", schedulerName="default-scheduler")
+                 | {"status": {"phase": "Running"}})  # fmt: skip
+    gang(fake, "five", 5)
+    api = Api(load_client(host=fake.url))
+    items, version = api.list("pods", page=3)
+    assert sorted(p["metadata"]["name"] for p in items) == sorted([f"busy-{i}" for i in range(4)] +
+                                                                  [f"five-worker-{i}" for i in range(5)])  # fmt: skip
+    lists = [r for r in fake.calls("list") if r.path == "/api/v1/pods"]
+    assert [r.query.get("limit") for r in lists] == ["3", "3", "3"]
+    assert "continue" not in lists[0].query and all("continue" in r.query for r in lists[1:])
+    assert {r.query["fieldSelector"] for r in lists} == {"status.phase!=Succeeded,status.phase!=Failed"}
+    assert version == lists[0].query.get("resourceVersion", version)  # one snapshot for every page
+
+    # A snapshot compacted between two pages: the list starts over and still sees everything.
+    real_list = fake._list
+
+    def compact_after_first_page(h, req, plural, watch):  # type: ignore[no-untyped-def]
+        if req.query.get("continue") and not compacted:
+            compacted.append(True)
+            fake.expire()
+        return real_list(h, req, plural, watch)
+
+    compacted: list[bool] = []
+    fake._list = compact_after_first_page  # type: ignore[method-assign]
+    again, _ = api.list("pods", page=4)
+    fake._list = real_list  # type: ignore[method-assign]
+    assert compacted and len(again) == 9
+    assert any(r.query.get("continue") for r in fake.calls("list")[-4:])
+
+    s = Scheduler(api, "pages")
+    s.sync()
+    assert s.elector.try_acquire_or_renew()
+    assert "default/done-0" not in s.cache.pods
+    assert s.cycle() == []  # 4 of 8 GPUs busy: the gang of 5 waits
+    for i in range(2):  # two busy pods finish: the watch (same selector) says they are gone
+        busy = fake.get("pods", f"busy-{i}")
+        busy["status"]["phase"] = "Succeeded"
+        fake.put("pods", busy)
+    s.sync()
+    assert "default/busy-0" not in s.cache.pods
+    watch = [r for r in fake.calls("watch") if r.path == "/api/v1/pods"][-1]
+    assert watch.query["fieldSelector"] == "status.phase!=Succeeded,status.phase!=Failed"
     assert [r.ok for r in s.cycle()] == [True]
 
 
@@ -168,21 +239,32 @@ def test_contract_no_bind_without_the_lease_and_handover(fake: FakeApiServer) ->
     assert len(fake.calls("bind")) == 2
 
 
-def test_contract_lease_race_one_winner(fake: FakeApiServer) -> None:
-    """Two replicas read the same expired lease; the second write carries a stale
-    resourceVersion and gets 409, so exactly one leads."""
-    a = Scheduler(Api(load_client(host=fake.url)), "sched-a")
-    b = Scheduler(Api(load_client(host=fake.url)), "sched-b")
+def test_contract_lease_expiry_on_the_local_clock_and_race_one_winner(fake: FakeApiServer) -> None:
+    """The holder's renewTime is never compared with this replica's clock (their clocks need
+    not agree): a lease is expired only once this replica has seen it unchanged for a whole
+    leaseDurationSeconds, as client-go's observedTime. Then two replicas race for it; the
+    second write carries a stale resourceVersion and gets 409, so exactly one leads."""
+    from ringleader.engines.kubernetes.client import ApiError
+
+    now = [500.0]
+    a = Scheduler(Api(load_client(host=fake.url)), "sched-a", lease_seconds=10)
+    b = Scheduler(Api(load_client(host=fake.url)), "sched-b", lease_seconds=10, clock=lambda: now[0])
     assert a.elector.try_acquire_or_renew()
     lease = fake.get("leases", names.LEASE_NAME, names.SYSTEM_NAMESPACE)
-    lease["spec"]["renewTime"] = "2000-01-01T00:00:00.000000Z"  # expired long ago
-    stale = dict(lease, metadata=dict(lease["metadata"]))
-    assert b.elector.try_acquire_or_renew()  # b takes it over
-    # a, renewing from its old view, is refused: the version moved.
-    body = a.elector._lease(stale, 0.0, 1)
-    from ringleader.engines.kubernetes.client import ApiError
+    lease["spec"]["renewTime"] = "2000-01-01T00:00:00.000000Z"  # the holder's clock is years behind
+    assert not b.elector.try_acquire_or_renew()  # first seen now: valid for 10 s on b's clock
+    now[0] += 9
+    assert not b.elector.try_acquire_or_renew()
+    # A holder whose clock runs years ahead does not hold it forever either: a renewal is a change.
+    lease["spec"]["renewTime"] = "2100-01-01T00:00:00.000000Z"
+    now[0] += 2
+    assert not b.elector.try_acquire_or_renew()  # changed 0 s ago on b's clock
+    now[0] += 10.5
+    stale = copy.deepcopy(fake.get("leases", names.LEASE_NAME, names.SYSTEM_NAMESPACE))
+    assert b.elector.try_acquire_or_renew()  # unchanged for a whole duration: b takes it over
+    # a, writing from its old view, is refused: the version moved.
     try:
-        a.api.replace_lease(names.SYSTEM_NAMESPACE, names.LEASE_NAME, body)
+        a.api.replace_lease(names.SYSTEM_NAMESPACE, names.LEASE_NAME, a.elector._lease(stale, 1))
         raise AssertionError("a stale lease write must be refused")
     except ApiError as exc:
         assert exc.status == 409
@@ -191,32 +273,57 @@ def test_contract_lease_race_one_winner(fake: FakeApiServer) -> None:
 
 def test_contract_daemon_binds_and_serves_metrics(fake: FakeApiServer) -> None:
     """The scheduler as `ringleader kube scheduler` runs it: informer and lease threads, the
-    cycle woken by watch events, /metrics and /healthz over HTTP."""
+    cycle woken by watch events (long-polled), /metrics and /healthz over HTTP; a watch that
+    goes silent (a half-open connection) is dropped at the client's read timeout, and /healthz
+    fails while the informers hear nothing, then recovers."""
     import threading
+    import urllib.error
     import urllib.request
 
     from ringleader.engines.kubernetes.metrics import serve
 
     fake.put("nodes", node("gpu-0"))
-    s = Scheduler(Api(load_client(host=fake.url)), "daemon")
-    server = serve(s.metrics, lambda: s.synced, "127.0.0.1", 0)
-    thread = threading.Thread(target=s.run, kwargs={"watch_timeout": 1, "retry_seconds": 0.2}, daemon=True)
+    s = Scheduler(Api(load_client(host=fake.url), watch_grace=0.5), "daemon")
+    server = serve(s.metrics, s.health_problem, "127.0.0.1", 0)
+    thread = threading.Thread(target=s.run, kwargs={"watch_timeout": 1, "retry_seconds": 0.2, "stall_seconds": 2.5},
+                              daemon=True)  # fmt: skip
     thread.start()
+    base = f"http://127.0.0.1:{server.server_port}"
+
+    def healthz() -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"{base}/healthz") as resp:
+                return resp.status, resp.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    def until(check, seconds: float = 30) -> bool:  # type: ignore[no-untyped-def]
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and not check():
+            time.sleep(0.05)
+        return bool(check())
+
     try:
         gang(fake, "live", 2)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and len(fake.calls("bind")) < 2:
-            time.sleep(0.05)
-        assert len(fake.calls("bind")) == 2
-        base = f"http://127.0.0.1:{server.server_port}"
-        with urllib.request.urlopen(f"{base}/healthz") as resp:
-            assert resp.status == 200
+        assert until(lambda: len(fake.calls("bind")) == 2)
+        assert healthz()[0] == 200
         with urllib.request.urlopen(f"{base}/metrics") as resp:
             text = resp.read().decode()
         assert 'ringleader_binds_total{result="ok"} 2' in text
         assert 'ringleader_gang_decisions_total{result="scheduled"} 1' in text
         assert "ringleader_leader 1" in text
+        # Watches are long polls: they carry the timeout and ask for bookmarks.
+        watch = fake.calls("watch")[-1]
+        assert watch.query["timeoutSeconds"] == "1" and watch.query["allowWatchBookmarks"] == "true"
+        fake.stall_watches.set()  # every watch now answers its headers and then nothing at all
+        assert until(lambda: healthz()[0] == 503, 15)
+        assert "heard nothing from the API server" in healthz()[1]
+        fake.stall_watches.clear()
+        assert until(lambda: healthz()[0] == 200, 15)
+        gang(fake, "after", 2)  # and scheduling goes on
+        assert until(lambda: len(fake.calls("bind")) == 4)
     finally:
+        fake.stall_watches.clear()
         s.stop()
         thread.join(10)
         server.shutdown()

@@ -75,7 +75,7 @@ def scheduler(config_path: str | None, identity: str | None, metrics_port: int |
                       lease_seconds=int(config.get("leaseSeconds", 15)),
                       writers=int(config.get("bindThreads", 8)))  # fmt: skip
     try:
-        serve(sched.metrics, lambda: sched.synced, "0.0.0.0", port)
+        serve(sched.metrics, sched.health_problem, "0.0.0.0", port)
     except OSError as exc:
         problem = f"cannot serve metrics on port {port}: {exc.strerror}"
         raise UsageError(problem, "pick another --metrics-port") from None

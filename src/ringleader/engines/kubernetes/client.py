@@ -18,7 +18,18 @@ from typing import Any
 from ringleader.engines.kubernetes import names
 from ringleader.errors import DependencyError, RingleaderError, UsageError
 
+log = logging.getLogger("ringleader.kube.client")
+
 KINDS = ("nodes", "pods", "podgroups")
+# Pods that ended hold nothing: lists and watches skip them on the server (status.phase is one of
+# the fields the API server selects pods by). A pod that ends while watched leaves the selection,
+# which a watch reports as DELETED.
+ACTIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
+PAGE = 500  # objects per list page (limit/continue): no single response of all pods at 100k
+# Seconds to connect, and to wait for a byte of a response. A watch waits its own timeoutSeconds
+# plus WATCH_GRACE: past that the connection is taken as dead (half-open), not waited on forever.
+REQUEST_TIMEOUT = (10.0, 60.0)
+WATCH_GRACE = 30.0
 
 
 class Gone(Exception):
@@ -84,6 +95,8 @@ class Api:
     """The calls, as JSON. ``api`` is a kubernetes ``ApiClient``."""
 
     api: Any
+    timeout: tuple[float, float] = REQUEST_TIMEOUT
+    watch_grace: float = WATCH_GRACE
 
     def __post_init__(self) -> None:
         import urllib3
@@ -98,7 +111,7 @@ class Api:
 
     def _json(self, call: Any, *args: Any, **kwargs: Any) -> Any:
         try:
-            resp = call(*args, _preload_content=False, **kwargs)
+            resp = call(*args, _preload_content=False, _request_timeout=self.timeout, **kwargs)
         except self._exc as exc:
             raise _api_error(exc) from None
         except self._down as exc:  # connection refused, DNS, TLS
@@ -118,10 +131,32 @@ class Api:
         group = (names.PODGROUP_GROUP, names.PODGROUP_VERSION, names.PODGROUP_PLURAL)
         return self.custom.list_cluster_custom_object, group
 
-    def list(self, kind: str) -> tuple[list[dict[str, Any]], str]:
+    @staticmethod
+    def _selection(kind: str) -> dict[str, str]:
+        return {"field_selector": ACTIVE_PODS} if kind == "pods" else {}
+
+    def list(self, kind: str, page: int = PAGE) -> tuple[list[dict[str, Any]], str]:
+        """Every ``kind`` object (pods: those not finished) and the version to watch from, read
+        in pages of ``page``. The pages are one snapshot; when the server has compacted it away
+        mid-list (410 on a continue token) the list starts over, as client-go's reflector does."""
         call, args = self._lister(kind)
-        body = self._json(call, *args)
-        return list(body.get("items") or []), str((body.get("metadata") or {}).get("resourceVersion") or "")
+        for _ in range(3):
+            items: list[dict[str, Any]] = []
+            token = ""
+            try:
+                while True:
+                    more = {"_continue": token} if token else {}
+                    body = self._json(call, *args, limit=page, **self._selection(kind), **more)
+                    items.extend(body.get("items") or [])
+                    meta = body.get("metadata") or {}
+                    token = str(meta.get("continue") or "")
+                    if not token:
+                        return items, str(meta.get("resourceVersion") or "")
+            except ApiError as exc:
+                if exc.status != 410 or not token:
+                    raise
+                log.info("list %s: continue token expired after %d object(s), listing again", kind, len(items))
+        raise ApiError(f"list {kind}: the snapshot expired three times while paging", 410)
 
     def watch(self, kind: str, resource_version: str, timeout: int) -> Iterator[tuple[str, dict[str, Any]]]:
         """Events after ``resource_version`` until the server ends the watch (``timeout``
@@ -131,7 +166,8 @@ class Api:
         call, args = self._lister(kind)
         try:
             resp = call(*args, watch=True, resource_version=resource_version, timeout_seconds=timeout,
-                        allow_watch_bookmarks=True, _preload_content=False)  # fmt: skip
+                        allow_watch_bookmarks=True, _preload_content=False, **self._selection(kind),
+                        _request_timeout=(self.timeout[0], timeout + self.watch_grace))  # fmt: skip
         except self._exc as exc:
             if exc.status == 410:
                 raise Gone() from None
@@ -149,13 +185,19 @@ class Api:
                         raise Gone()
                     raise ApiError(f"watch {kind}: {obj.get('message', obj)}", int(obj.get("code") or 0))
                 yield str(event.get("type")), obj
+        except self._down as exc:  # no byte for timeout + grace: a dead connection, not a quiet one
+            raise ApiError(f"watch {kind}: connection lost or silent ({exc})") from None
         finally:
             resp.release_conn()
 
     # -- pods -----------------------------------------------------------------------------------------
     def bind(self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]) -> None:
-        """Bind the pod (if it is still the one of ``uid``) to ``node``; the API server copies the
-        Binding's annotations onto the pod in the same update."""
+        """Bind the pod (if it is still the one of ``uid``) to ``node``: ONE write. The API server
+        copies the Binding's annotations onto the pod in the same update that sets its node (and
+        PodScheduled=True), so no annotated-but-unbound pod is ever seen: kubernetes/kubernetes
+        pkg/registry/core/pod/storage/storage.go, BindingREST.setPodHostAndAnnotations ("for k, v
+        := range annotations { pod.Annotations[k] = v }" inside the GuaranteedUpdate that sets
+        pod.Spec.NodeName; it refuses a pod with a deletionTimestamp)."""
         meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": uid}
         if annotations:
             meta["annotations"] = dict(annotations)
@@ -172,6 +214,14 @@ class Api:
         except ApiError as exc:
             if exc.status != 404:  # already gone is what we wanted
                 raise
+
+    def pod_unschedulable(self, namespace: str, name: str, message: str, now: str) -> None:
+        """``PodScheduled=False`` with reason Unschedulable on the pod's status, as kube-scheduler
+        writes it (cluster autoscalers read it); a strategic merge patch, so the conditions list
+        is merged by type and other conditions stay."""
+        condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                     "message": message, "lastTransitionTime": now}  # fmt: skip
+        self._json(self.core.patch_namespaced_pod_status, name, namespace, {"status": {"conditions": [condition]}})
 
     def create_event(self, namespace: str, event: Mapping[str, Any]) -> None:
         self._json(self.core.create_namespaced_event, namespace, dict(event))

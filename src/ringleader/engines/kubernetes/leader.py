@@ -1,9 +1,16 @@
 """Leader election on a coordination.k8s.io/v1 Lease, as client-go's leaderelection does it.
 
 A replica leads while its last successful acquire or renew is younger than the lease duration
-less a safety margin (clocks of two replicas need not agree to the second); every write goes
-with the Lease's resourceVersion, so two replicas racing for an expired lease cannot both win:
-the API server answers one of them 409 Conflict.
+less a safety margin; every write goes with the Lease's resourceVersion, so two replicas racing
+for an expired lease cannot both win: the API server answers one of them 409 Conflict.
+
+Expiry is measured on this replica's own clock, never by comparing the holder's renewTime with
+local time (two machines' clocks need not agree): as client-go's leaderelection does, the replica
+notes when it last saw the Lease's record change (``observedTime``) and takes the lease over only
+once the record has stayed the same for a whole leaseDurationSeconds (tryAcquireOrRenew:
+``le.observedTime.Add(time.Second*time.Duration(oldLeaderElectionRecord.LeaseDurationSeconds))
+.After(now.Time)`` means "held by someone else and not yet expired"). ``clock`` is that local
+clock (monotonic); renewTime and acquireTime are written in wall time for people to read.
 """
 
 from __future__ import annotations
@@ -21,16 +28,6 @@ def micro_time(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def parse_time(text: str | None) -> float | None:
-    if not text:
-        return None
-    try:  # RFC 3339 with or without fraction, "Z" or an offset (clients rewrite it either way)
-        parsed = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
-
-
 @dataclass
 class LeaderElector:
     api: Api
@@ -38,9 +35,11 @@ class LeaderElector:
     name: str
     identity: str
     lease_seconds: int = 15
-    clock: Callable[[], float] = time.time
+    clock: Callable[[], float] = time.monotonic
     _valid_until: float = field(default=0.0, init=False)
     transitions: int = field(default=0, init=False)
+    _observed: Any = field(default=None, init=False)  # the Lease spec as last seen
+    _observed_at: float = field(default=0.0, init=False)  # when it was first seen so, on ``clock``
 
     @property
     def leading(self) -> bool:
@@ -53,30 +52,36 @@ class LeaderElector:
         try:
             lease = self.api.read_lease(self.namespace, self.name)
             if lease is None:
-                self.api.create_lease(self.namespace, self._lease(None, now, 0))
+                self._remember(self.api.create_lease(self.namespace, self._lease(None, 0)), now)
                 return self._won(now)
             spec = lease.get("spec") or {}
+            if spec != self._observed:
+                self._observed, self._observed_at = spec, now
             holder = spec.get("holderIdentity") or ""
-            renewed = parse_time(spec.get("renewTime")) or 0.0
             duration = int(spec.get("leaseDurationSeconds") or self.lease_seconds)
-            if holder and holder != self.identity and renewed + duration > now:
+            if holder and holder != self.identity and self._observed_at + duration > now:
                 self._valid_until = 0.0
-                return False  # someone else's, still valid
+                return False  # someone else's, renewed (or first seen) less than a duration ago
             transitions = int(spec.get("leaseTransitions") or 0) + (0 if holder == self.identity else 1)
             acquired = spec.get("acquireTime") if holder == self.identity else None
-            self.api.replace_lease(self.namespace, self.name, self._lease(lease, now, transitions, acquired))
+            self._remember(self.api.replace_lease(self.namespace, self.name,
+                                                  self._lease(lease, transitions, acquired)), now)  # fmt: skip
             return self._won(now)
         except ApiError:
             # A conflict (another replica wrote first) or the server unreachable: not leading
             # until a round succeeds; what was valid stays valid until it expires.
             return self.leading
 
+    def _remember(self, written: dict[str, Any], now: float) -> None:
+        self._observed, self._observed_at = written.get("spec") or {}, now
+
     def _won(self, now: float) -> bool:
         # A margin of a fifth of the duration: stop acting before anyone else may take over.
         self._valid_until = now + self.lease_seconds * 0.8
         return True
 
-    def _lease(self, old: dict[str, Any] | None, now: float, transitions: int, acquired: str | None = None) -> dict:
+    def _lease(self, old: dict[str, Any] | None, transitions: int, acquired: str | None = None) -> dict:
+        now = time.time()  # written for people to read; expiry never compares it with a clock here
         metadata: dict[str, Any] = {"name": self.name, "namespace": self.namespace}
         if old is not None:
             metadata["resourceVersion"] = (old.get("metadata") or {}).get("resourceVersion")
@@ -97,7 +102,7 @@ class LeaderElector:
         try:
             lease = self.api.read_lease(self.namespace, self.name)
             if lease and (lease.get("spec") or {}).get("holderIdentity") == self.identity:
-                body = self._lease(lease, self.clock(), int((lease.get("spec") or {}).get("leaseTransitions") or 0))
+                body = self._lease(lease, int((lease.get("spec") or {}).get("leaseTransitions") or 0))
                 body["spec"]["holderIdentity"] = ""
                 body["spec"]["leaseDurationSeconds"] = 1
                 self.api.replace_lease(self.namespace, self.name, body)

@@ -73,17 +73,18 @@ class Metrics:
         return "\n".join(out) + "\n"
 
 
-def serve(metrics: Metrics, healthy: Callable[[], bool], host: str, port: int) -> ThreadingHTTPServer:
+def serve(metrics: Metrics, problem: Callable[[], str], host: str, port: int) -> ThreadingHTTPServer:
     """Serve /metrics and /healthz on a daemon thread; returns the server (``server_port`` is
-    the bound port when ``port`` was 0)."""
+    the bound port when ``port`` was 0). /healthz is 503 with ``problem()``'s words while it
+    names one (informers not synced, or stalled: a liveness probe then restarts the scheduler)."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             if self.path == "/metrics":
                 self._reply(200, metrics.render(), "text/plain; version=0.0.4; charset=utf-8")
             elif self.path in ("/healthz", "/livez", "/readyz"):
-                ok = healthy()
-                self._reply(200 if ok else 503, "ok\n" if ok else "informers not synced\n", "text/plain")
+                why = problem()
+                self._reply(503 if why else 200, f"{why}\n" if why else "ok\n", "text/plain")
             else:
                 self._reply(404, "not found\n", "text/plain")
 

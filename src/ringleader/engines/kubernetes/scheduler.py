@@ -1,13 +1,16 @@
 """`ringleader kube scheduler`: a secondary scheduler for pods with ``schedulerName: ringleader``.
 
-Informers list and watch nodes, pods and PodGroups into the cache (resuming from the last
-resourceVersion; relisting after 410 Gone). A cycle, run only while this replica holds the
-Lease, takes every gang whose members are all there, decides it in ONE ``decide()`` over the
-cache and assumes it at once; then, per gang, writes every member's GPU ids as annotations and
-only then posts the Bindings. A failed bind undoes the gang: members already bound are deleted
-(their controller recreates them), the others are forgotten, and the gang waits for the next
-cycle. Waiting gangs get a FailedScheduling Event on each pod and their PodGroup's status and
-annotation say why, with numbers, once per change of reason.
+Informers list (in pages; pods that ended are left on the server) and watch nodes, pods and
+PodGroups into the cache, resuming from the last resourceVersion and relisting after 410 Gone; a
+watch silent past its timeout is a dead connection, and an informer that hears nothing (no
+event, no bookmark, no watch ending on time) for too long makes /healthz fail. A cycle, run
+only while this replica holds the Lease, takes every gang whose members are all there, decides
+it in ONE ``decide()`` over the cache and assumes it at once; then posts one Binding per member,
+which carries the member's GPU ids as annotations (one write per pod). A failed bind undoes the
+gang: members already bound are deleted (their controller recreates them), the others are
+forgotten, and the gang waits for the next cycle. Waiting gangs' pods get PodScheduled=False
+(Unschedulable) and a FailedScheduling Event, and their PodGroup's status and annotation say
+why, with numbers, once per change of reason.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ class Informer:
         self.api, self.kind, self.cache, self.lock, self.metrics = api, kind, cache, lock, metrics
         self.resource_version = ""
         self.changed = threading.Event()
+        self.heard = time.monotonic()  # when the server last showed this informer is alive
 
     @property
     def synced(self) -> bool:
@@ -57,10 +61,12 @@ class Informer:
             with self.lock:
                 self.cache.replace(self.kind, items)
             self.resource_version = listed
+            self.heard = time.monotonic()
             self.changed.set()
             return
         try:
             for event_type, obj in self.api.watch(self.kind, self.resource_version, timeout):
+                self.heard = time.monotonic()  # an event or a bookmark
                 version = (obj.get("metadata") or {}).get("resourceVersion")
                 if event_type != "BOOKMARK":
                     with self.lock:
@@ -68,6 +74,7 @@ class Informer:
                     self.changed.set()
                 if version:
                     self.resource_version = str(version)
+            self.heard = time.monotonic()  # the server ended the watch on time
         except Gone:
             log.info("watch %s: resourceVersion %s expired, relisting", self.kind, self.resource_version)
             self.resource_version = ""
@@ -83,7 +90,8 @@ class BindResult:
 
 class Scheduler:
     def __init__(self, api: Api, identity: str, namespace: str = names.SYSTEM_NAMESPACE, lease_seconds: int = 15,
-                 events: bool = True, clock: Callable[[], float] = time.time, writers: int = 1) -> None:  # fmt: skip
+                 events: bool = True, clock: Callable[[], float] = time.monotonic,
+                 writers: int = 1) -> None:  # fmt: skip
         self.api, self.identity, self.events = api, identity, events
         # Gangs' writes go out on this many threads at once (each gang's own writes stay in
         # order: annotations, then bindings); decisions never wait for them.
@@ -96,15 +104,28 @@ class Scheduler:
         self._told: dict[str, str] = {}  # gang -> the pending reason last reported
         self._waiting: dict[str, tuple[int, int]] = {}  # gang -> (cache.freed, pending) when it did not fit
         self._stop = threading.Event()
+        # An informer that heard nothing from the server for this long is stalled (run() sets it
+        # from its watch timeout: a live watch ends by then, or a bookmark or event came).
+        self.stall_seconds = 300 + api.watch_grace + 60.0
 
     @property
     def synced(self) -> bool:
         return all(i.synced for i in self.informers.values())
 
+    def health_problem(self) -> str:
+        """What /healthz reports: "" when healthy, else why not."""
+        if not self.synced:
+            return "informers not synced"
+        now = time.monotonic()
+        stalled = [f"{i.kind} ({now - i.heard:.0f} s)" for i in self.informers.values()
+                   if now - i.heard > self.stall_seconds]  # fmt: skip
+        return f"informers heard nothing from the API server for too long: {', '.join(stalled)}" if stalled else ""
+
     def sync(self, timeout: int = 1) -> None:
-        """One list or watch round of every informer, in this thread (tests, benchmarks)."""
-        for informer in self.informers.values():
-            informer.sync(timeout)
+        """One list or watch round of every informer, the three at once (tests, benchmarks)."""
+        with ThreadPoolExecutor(max_workers=len(self.informers), thread_name_prefix="sync") as pool:
+            for done in [pool.submit(i.sync, timeout) for i in self.informers.values()]:
+                done.result()
 
     # -- a cycle --------------------------------------------------------------------------------------
     def decide_all(self) -> list[Outcome]:
@@ -204,7 +225,12 @@ class Scheduler:
             return  # said already: one Event per change of reason, not one per cycle
         self._told[gang] = outcome.reason
         kind = "Unresolvable" if outcome.code is Code.UNRESOLVABLE else "Unschedulable"
+        now = micro_time(time.time()).split(".")[0] + "Z"
         for pod in outcome.gang.pending:
+            try:  # reason Unschedulable for both, as kube-scheduler writes it
+                self.api.pod_unschedulable(pod.namespace, pod.name, f"{kind}: {outcome.reason}"[:1024], now)
+            except ApiError as exc:
+                log.warning("pod %s: PodScheduled condition not written: %s", pod.key, exc.message)
             self._event(pod, "Warning", "FailedScheduling", f"{kind}: {outcome.reason}")
         self._podgroup(outcome, "Pending", outcome.reason)
 
@@ -241,8 +267,11 @@ class Scheduler:
             log.warning("event on %s not written: %s", pod.key, exc.message)
 
     # -- the daemon -----------------------------------------------------------------------------------
-    def run(self, watch_timeout: int = 300, retry_seconds: float = 2.0) -> None:
-        """Informer and lease threads, and the cycle in this thread, until ``stop()``."""
+    def run(self, watch_timeout: int = 300, retry_seconds: float = 2.0, stall_seconds: float | None = None) -> None:
+        """Informer and lease threads, and the cycle in this thread, until ``stop()``. An
+        informer that hears nothing for ``stall_seconds`` (default: the watch timeout, the
+        client's grace past it, and twice the longest backoff) fails /healthz."""
+        self.stall_seconds = stall_seconds or watch_timeout + self.api.watch_grace + 60.0
         for informer in self.informers.values():
             threading.Thread(target=self._informer_loop, args=(informer, watch_timeout), daemon=True,
                              name=f"informer-{informer.kind}").start()  # fmt: skip
