@@ -202,3 +202,30 @@ def test_property_no_gpu_twice_gangs_whole_cpu_never_oversubscribed(jobs: list[t
     incremental = {ns.name: ns.free_mask for ns in cache.state.nodes}
     cache._state = None
     assert {ns.name: ns.free_mask for ns in cache.state.nodes} == incremental
+
+
+def test_pods_listed_before_their_node_still_hold_its_gpus() -> None:
+    """Informers list in parallel: pods bound by someone else may arrive before their node.
+    Once the node is known they hold its GPUs, so no gang is placed on them."""
+    cache = Cache()
+    cache.replace("pods", [pod(f"other-{i}", gpus=2, nodeName="gpu-0") | {"status": {"phase": "Running"}}
+                           for i in range(3)])  # fmt: skip
+    cache.replace("nodes", [node("gpu-0")])
+    assert cache.state.node("gpu-0").n_free == 2
+    cache.replace("pods", [*(pod(f"other-{i}", gpus=2, nodeName="gpu-0") | {"status": {"phase": "Running"}}
+                             for i in range(3)), pod("w", gpus=4)])  # fmt: skip
+    assert decide(cache, only_gang(cache)).code is not Code.SUCCESS
+
+
+def test_the_gang_as_the_shared_queue_sees_it() -> None:
+    """Priority is the gang's highest; a time limit only when every member has one."""
+    from ringleader.engines.kubernetes.decide import job_request
+
+    cache = cache_with([node("gpu-0")], [pod("g-worker-0", gang="g", gpus=2, priority=5, activeDeadlineSeconds=60),
+                                         pod("g-worker-1", gang="g", gpus=2, activeDeadlineSeconds=90)],
+                       [podgroup("g", 2)])  # fmt: skip
+    job = job_request(only_gang(cache))
+    assert (job.workers, job.gpus_per_worker, job.priority, job.time_limit_s) == (2, 2, 5, 90.0)
+    cache = cache_with([node("gpu-0")], [pod("h-worker-0", gang="h", activeDeadlineSeconds=60),
+                                         pod("h-launcher", gang="h", gpus=0)], [podgroup("h", 2)])  # fmt: skip
+    assert job_request(only_gang(cache)).time_limit_s is None

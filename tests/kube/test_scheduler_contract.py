@@ -7,6 +7,8 @@ import copy
 import re
 import time
 
+import pytest
+
 from kube.fakeapi import FakeApiServer, Request
 from kube.kubeobjs import node, pod, podgroup
 from ringleader.engines.kubernetes import manifests, names
@@ -394,3 +396,75 @@ def test_contract_every_request_of_the_scheduler_is_one_its_role_allows_and_no_m
     assert ("pods", "patch") not in grants and ("pods", "update") not in grants and ("events", "patch") not in grants
     used = {(r.path.split("?")[0], r.verb) for r in fake.requests}
     assert any("/binding" in p for p, _ in used) and any(v == "delete" for _, v in used)
+
+
+def test_contract_reservation_keeps_a_starving_big_gang_ahead_of_a_stream_of_small_ones(fake: FakeApiServer) -> None:
+    """The shared queue's policy on Kubernetes: a big gang at high priority that cannot start
+    gets a reservation of the GPUs it will take; a stream of small gangs without a time limit
+    is bound nowhere on them (they wait, saying for whom), a small gang whose pods'
+    activeDeadlineSeconds ends before the reservation starts backfills, and the big gang is
+    bound as soon as the running gang ends: no later than its reservation's start."""
+    from datetime import UTC, datetime
+
+    started = time.time() - 5
+    stamp = datetime.fromtimestamp(started, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    fake.put("nodes", node("gpu-0"))
+    fake.put("podgroups", podgroup("old", 4))
+    for i in range(4):
+        fake.put("pods", pod(f"old-worker-{i}", gang="old", nodeName="gpu-0", activeDeadlineSeconds=600)
+                 | {"status": {"phase": "Running", "startTime": stamp}})  # fmt: skip
+    fake.put("podgroups", podgroup("big", 8))
+    for i in range(8):
+        fake.put("pods", pod(f"big-worker-{i}", gang="big", priority=1000))
+    s = scheduler(fake)
+
+    for wave in range(3):  # small gangs keep coming, one per cycle
+        gang(fake, f"small{wave}", 2)
+        s.sync()
+        assert s.cycle() == []
+    reservation = s._reservations["default/big"]
+    assert sorted(reservation.placement.gpus_on("gpu-0")) == list(range(8))
+    assert reservation.start_s == pytest.approx(started + 600, abs=1)
+    assert not fake.calls("bind")
+    note = fake.get("podgroups", "small2")["metadata"]["annotations"][names.PENDING_ANNOTATION]
+    assert "waits for reservation of job default/big" in note and "no time limit" in note
+    big_note = fake.get("podgroups", "big")["metadata"]["annotations"][names.PENDING_ANNOTATION]
+    assert "reserved GPUs 0-7 on gpu-0" in big_note
+
+    # A short gang (ends in 60 s, the reservation starts in ~595 s) backfills onto reserved GPUs.
+    fake.put("podgroups", podgroup("short", 2))
+    for i in range(2):
+        fake.put("pods", pod(f"short-worker-{i}", gang="short", activeDeadlineSeconds=60))
+    s.sync()
+    assert [r.gang for r in s.cycle()] == ["default/short"]
+    assert all(fake.get("pods", f"small{w}-worker-0")["spec"].get("nodeName") is None for w in range(3))
+
+    # The running gang and the short one end: the big gang is bound at once, whole.
+    for name in [f"old-worker-{i}" for i in range(4)] + ["short-worker-0", "short-worker-1"]:
+        ended = fake.get("pods", name)
+        ended["status"]["phase"] = "Succeeded"
+        fake.put("pods", ended)
+    s.sync()
+    assert [(r.gang, r.ok) for r in s.cycle()] == [("default/big", True)]
+    assert time.time() < reservation.start_s
+    assert {fake.get("pods", f"big-worker-{i}")["spec"]["nodeName"] for i in range(8)} == {"gpu-0"}
+    assert "default/big" not in s._reservations
+
+
+def test_contract_without_reservations_the_small_gangs_take_the_big_gangs_gpus(fake: FakeApiServer) -> None:
+    """The same start with reservations turned off (depth 0, no age): the first small gang is
+    bound on the free GPUs the big gang needs, which is what the reservation prevents."""
+    from ringleader.scheduler import NO_RESERVATIONS
+
+    fake.put("nodes", node("gpu-0"))
+    fake.put("podgroups", podgroup("old", 4))
+    for i in range(4):
+        fake.put("pods", pod(f"old-worker-{i}", gang="old", nodeName="gpu-0") | {"status": {"phase": "Running"}})
+    fake.put("podgroups", podgroup("big", 8))
+    for i in range(8):
+        fake.put("pods", pod(f"big-worker-{i}", gang="big", priority=1000))
+    gang(fake, "small0", 2)
+    s = Scheduler(Api(load_client(host=fake.url)), "no-res", backfill=NO_RESERVATIONS)
+    s.sync()
+    assert s.elector.try_acquire_or_renew()
+    assert [(r.gang, r.ok) for r in s.cycle()] == [("default/small0", True)]

@@ -34,6 +34,9 @@ from ringleader.scheduler.types import (
 )
 
 HELD = "reserved"  # owner name of reserved GPUs in the working states a pass builds
+# Owner of GPUs an engine masks out of a decision (a cordoned node, an untolerated taint): no
+# job may take them, and no plan counts on them ever coming free.
+UNUSABLE = "\x00unusable"
 
 
 @dataclass(frozen=True)
@@ -180,7 +183,8 @@ class QueuePass:
             by_job: dict[str, int] = {}
             for gpu, owner in ns.allocated:
                 by_job[owner] = by_job.get(owner, 0) | 1 << gpu
-            holds[pos] = [_Hold(self.expected_ends.get(owner, math.inf), mask, False) for owner, mask in by_job.items()]
+            holds[pos] = [_Hold(self.expected_ends.get(owner, math.inf), mask, owner == UNUSABLE)
+                          for owner, mask in by_job.items()]  # fmt: skip
         for reservation in self.reservations:
             end = math.inf if reservation.end_s is None else reservation.end_s
             for node in reservation.placement.nodes:

@@ -134,6 +134,12 @@ class Cache:
         self._state = None
         self._misfits.clear()
         self.freed += 1
+        # Pods seen bound before their node was (the informers list in parallel) hold no GPU
+        # ids yet: they take theirs now, before anything is decided on that node.
+        for key, held in list(self._held.items()):
+            pod = self.pods.get(key)
+            if pod is not None and len(held.gpus) < pod.gpus and held.node in self.nodes and key not in self.assumed:
+                self._hold(key, self._holding_of(pod))
 
     def _put_pod(self, pod: PodInfo) -> None:
         self.pods[pod.key] = pod

@@ -6,19 +6,25 @@ adds is applied around it, without a copy of the cluster per gang: nodes the pod
 the snapshot handed to ``place()`` (a few incremental updates); CPU, memory and pod-count room is
 checked on the nodes ``place()`` chose, and a node short of it is masked and the gang placed
 again. Members without GPUs (the MPI launcher) then go next to the workers if they fit there.
+
+Given the cycle's ``QueuePass``, the decision is the shared queue's (``ringleader.scheduler.queue``,
+the same policy as the embedded and Slurm queues): a gang may start only where it delays no
+reservation of a gang ahead of it (backfill when its pods' activeDeadlineSeconds ends before the
+reservation starts), and a gang that cannot start gets a reservation while fewer than the depth
+exist.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ringleader.engines.kubernetes.cache import Cache, Gang, Usage
 from ringleader.engines.kubernetes.objects import PodInfo, static_misfit
-from ringleader.scheduler import ClusterState, Code, JobRequest, Placement, WorkerSlot, place
+from ringleader.scheduler import ClusterState, Code, JobRequest, Placement, QueuePass, Reservation, WorkerSlot, place
+from ringleader.scheduler.queue import UNUSABLE as MASK  # the owner of GPUs masked out of one decision
 
-MASK = "\x00unusable"  # the owner of GPUs masked out of one decision
 MAX_REPLACEMENTS = 4  # nodes short of CPU/memory masked before the gang is called pending
 
 
@@ -40,6 +46,7 @@ class Outcome:
     assignments: tuple[Assignment, ...] = ()
     reason: str = ""
     summary: str = ""
+    reservation: Reservation | None = None  # pending: the GPUs held for it until it can start
 
     @property
     def ok(self) -> bool:
@@ -52,9 +59,23 @@ def _worker_order(pod: PodInfo) -> tuple[int, str]:
     return (int(tail) if tail.isdigit() else 1 << 30, pod.name)
 
 
-def decide(cache: Cache, gang: Gang) -> Outcome:
-    """Place every pending member of ``gang`` at once, or none. Pure over the cache: nothing is
-    assumed or written here."""
+def job_request(gang: Gang) -> JobRequest:
+    """The gang as the shared queue sees it: its GPU workers, its highest pod priority, and a
+    time limit when every member has activeDeadlineSeconds (kubelet stops the pod then)."""
+    workers = sorted((p for p in gang.pending if p.gpus), key=_worker_order)
+    limits = [p.deadline_s for p in gang.pending if p.deadline_s]
+    return JobRequest(
+        gang.key, len(workers), workers[0].gpus if workers else 0,
+        topology_aware=bool(workers) and workers[0].topology_aware,
+        priority=max((p.priority for p in gang.pending), default=0),
+        time_limit_s=max(limits) if limits and len(limits) == len(gang.pending) else None,
+    )  # fmt: skip
+
+
+def decide(cache: Cache, gang: Gang, queue: QueuePass | None = None) -> Outcome:
+    """Place every pending member of ``gang`` at once, or none; with ``queue``, only where no
+    reservation of a gang ahead of it is delayed. Pure over the cache: nothing is assumed or
+    written here."""
     gpu_pods = sorted((p for p in gang.pending if p.gpus), key=_worker_order)
     other_pods = sorted((p for p in gang.pending if not p.gpus), key=lambda p: p.name)
     sizes = {p.gpus for p in gpu_pods}
@@ -66,7 +87,7 @@ def decide(cache: Cache, gang: Gang) -> Outcome:
     summary = ""
     taken: dict[str, Usage] = {}  # what this gang's members take per node, for the room checks
     if gpu_pods:
-        placed = _place_workers(cache, gang, gpu_pods)
+        placed = _place_workers(cache, gang, gpu_pods, queue)
         if isinstance(placed, Outcome):
             return placed
         placement, summary = placed
@@ -90,20 +111,22 @@ def _add(taken: dict[str, Usage], node: str, pod: PodInfo) -> None:
     usage.pods += 1
 
 
-def _place_workers(cache: Cache, gang: Gang, pods: Sequence[PodInfo]) -> tuple[Placement, str] | Outcome:
+def _place_workers(cache: Cache, gang: Gang, pods: Sequence[PodInfo],
+                   queue: QueuePass | None) -> tuple[Placement, str] | Outcome:  # fmt: skip
     first = pods[0]
     state = cache.state
     misfit = cache.misfits(first)
     masked = _masked(state, misfit)
-    job = JobRequest(gang.key, len(pods), first.gpus, topology_aware=first.topology_aware)
+    job = job_request(gang)
     short: dict[int, str] = {}
     for _ in range(MAX_REPLACEMENTS + 1):
-        decision = place(masked, job)
-        if decision.placement is None:
+        decision = place(masked, job) if queue is None else replace(queue, state=masked).decide(job)[0]
+        if decision.placement is None or not decision.ok:
             code = decision.code
             if code is Code.UNRESOLVABLE and misfit:
                 code = Code.UNSCHEDULABLE  # masked nodes may come back (uncordon, taint removed)
-            return Outcome(gang, code, reason=_gpu_reason(cache, decision.reasons, misfit, short, len(pods)))
+            return Outcome(gang, code, reason=_gpu_reason(cache, decision.reasons, misfit, short, len(pods)),
+                           reservation=decision.reservation)  # fmt: skip
         per_node = Counter(slot.node for slot in decision.placement.slots)
         lacking: dict[int, str] = {}
         for node, count in per_node.items():

@@ -99,6 +99,8 @@ class PodInfo:
     # requiredDuringSchedulingIgnoredDuringExecution nodeSelectorTerms (any one must match)
     affinity: tuple[Mapping[str, Any], ...] = ()
     priority: int = 0  # spec.priority (from its PriorityClass): higher gangs are decided first
+    deadline_s: float | None = None  # spec.activeDeadlineSeconds: kubelet stops the pod then
+    started: str = ""  # status.startTime, once kubelet has started it
 
     @property
     def key(self) -> str:
@@ -261,6 +263,8 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo:
         created=meta.get("creationTimestamp") or "", role=labels.get(names.JOB_ROLE_LABEL, ""),
         deleting=bool(meta.get("deletionTimestamp")),
         affinity=_required_terms(spec), priority=int(spec.get("priority") or 0),
+        deadline_s=float(spec["activeDeadlineSeconds"]) if spec.get("activeDeadlineSeconds") else None,
+        started=status.get("startTime") or "",
     )  # fmt: skip
 
 

@@ -21,19 +21,34 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from ringleader.engines.kubernetes import names
-from ringleader.engines.kubernetes.cache import Cache
+from ringleader.engines.kubernetes.cache import Cache, Gang
 from ringleader.engines.kubernetes.client import KINDS, Api, ApiError, Gone
-from ringleader.engines.kubernetes.decide import Assignment, Outcome, decide
+from ringleader.engines.kubernetes.decide import Assignment, Outcome, decide, job_request
 from ringleader.engines.kubernetes.leader import LeaderElector, micro_time
 from ringleader.engines.kubernetes.metrics import Metrics
 from ringleader.engines.kubernetes.objects import PodInfo
-from ringleader.scheduler import Code
+from ringleader.scheduler import BackfillConfig, Code, QueuedJob, QueuePass, Reservation, queue_order
 
 log = logging.getLogger("ringleader.kube.scheduler")
 RESULTS = {Code.SUCCESS: "scheduled", Code.UNSCHEDULABLE: "unschedulable", Code.UNRESOLVABLE: "unresolvable"}
+
+
+def _wall(stamp: str) -> float | None:
+    """An API timestamp (RFC 3339) in seconds since the epoch; None if absent or malformed."""
+    try:
+        return datetime.fromisoformat(stamp).timestamp() if stamp else None
+    except ValueError:
+        return None
+
+
+def _created_s(gang: Gang) -> float | None:
+    """When the gang was submitted (its oldest pending pod's creation): its age counts from there."""
+    stamps = [t for t in (_wall(p.created) for p in gang.pending) if t is not None]
+    return min(stamps) if stamps else None
 
 
 class LostLease(Exception):
@@ -91,7 +106,8 @@ class BindResult:
 class Scheduler:
     def __init__(self, api: Api, identity: str, namespace: str = names.SYSTEM_NAMESPACE, lease_seconds: int = 15,
                  events: bool = True, clock: Callable[[], float] = time.monotonic,
-                 writers: int = 1) -> None:  # fmt: skip
+                 writers: int = 1, backfill: BackfillConfig | None = None,
+                 wall_clock: Callable[[], float] = time.time) -> None:  # fmt: skip
         self.api, self.identity, self.events = api, identity, events
         # Gangs' writes go out on this many threads at once (each gang's own writes stay in
         # order: annotations, then bindings); decisions never wait for them.
@@ -102,7 +118,13 @@ class Scheduler:
         self.informers = {kind: Informer(api, kind, self.cache, self.lock, self.metrics) for kind in KINDS}
         self.elector = LeaderElector(api, namespace, names.LEASE_NAME, identity, lease_seconds, clock)
         self._told: dict[str, str] = {}  # gang -> the pending reason last reported
-        self._waiting: dict[str, tuple[int, int]] = {}  # gang -> (cache.freed, pending) when it did not fit
+        self._waiting: dict[str, tuple[int, int, int, int]] = {}  # gang -> what it was decided on, unfit
+        # The shared queue's reservations and age (its defaults: 2 reservations, priority +100
+        # over a day of waiting); wall_clock gives ages and expected ends (pods' own times).
+        self.backfill = backfill or BackfillConfig()
+        self.wall_clock = wall_clock
+        self._reservations: dict[str, Reservation] = {}  # gang -> the GPUs held for it
+        self._reservations_moved = 0
         self._stop = threading.Event()
         # An informer that heard nothing from the server for this long is stalled (run() sets it
         # from its watch timeout: a live watch ends by then, or a bookmark or event came).
@@ -129,27 +151,72 @@ class Scheduler:
 
     # -- a cycle --------------------------------------------------------------------------------------
     def decide_all(self) -> list[Outcome]:
-        """Decide every complete gang over the cache and assume the placed ones (no API call)."""
+        """Decide every complete gang over the cache in the shared queue's order (priority,
+        raised by age) and assume the placed ones (no API call). The first gangs that cannot
+        start keep reservations across cycles; later gangs start only where they delay none."""
         outcomes = []
         with self.lock:
+            now = self.wall_clock()
+            ready = [g for g in self.cache.gangs() if g.ready]
+            by_key = {g.key: g for g in ready}
+            queued = [QueuedJob(job_request(g), i, _created_s(g)) for i, g in enumerate(ready)]
+            held: list[Reservation] = []  # reservations of the gangs ahead, in queue order
+            ends: dict[str, float] | None = None
             waiting = 0
-            for gang in self.cache.gangs():
-                if not gang.ready:
+            for entry in queue_order(queued, now, self.backfill):
+                gang = by_key[entry.job.name]
+                # Same answer as last time while nothing was freed, no reservation ahead moved,
+                # and the minute (ages, expected starts) is the same.
+                unchanged = (self.cache.freed, len(gang.pending), self._reservations_moved, int(now // 60))
+                if self._waiting.get(gang.key) == unchanged:
+                    waiting += 1
+                    kept = self._reservations.get(gang.key)
+                    if kept is not None and len(held) < self.backfill.reservation_depth:
+                        held.append(kept)
+                    elif kept is not None:
+                        self._reserve(gang.key, None)
                     continue
-                if self._waiting.get(gang.key) == (self.cache.freed, len(gang.pending)):
-                    waiting += 1  # nothing was freed since it last did not fit: same answer
-                    continue
+                if ends is None:
+                    ends = self._expected_ends(now)
                 started = time.perf_counter()
-                outcome = decide(self.cache, gang)
+                outcome = decide(self.cache, gang, QueuePass(self.cache.state, now, ends, self.backfill, tuple(held)))
+                self._reserve(gang.key, outcome.reservation)
+                if outcome.reservation is not None:
+                    held.append(outcome.reservation)
                 if outcome.ok:
                     self.cache.assume_gang((a.pod, a.node, a.gpus) for a in outcome.assignments)
                     self._waiting.pop(gang.key, None)
                 else:
-                    self._waiting[gang.key] = (self.cache.freed, len(gang.pending))
+                    self._waiting[gang.key] = unchanged
                 self.metrics.decided(RESULTS[outcome.code], time.perf_counter() - started)
                 outcomes.append(outcome)
+            for gone in set(self._reservations) - set(by_key):  # started, deleted, or no longer whole
+                self._reserve(gone, None)
             self.metrics.pending_gangs = waiting + sum(1 for o in outcomes if not o.ok)
         return outcomes
+
+    def _reserve(self, gang: str, reservation: Reservation | None) -> None:
+        old = self._reservations.pop(gang, None)
+        if reservation is not None:
+            self._reservations[gang] = reservation
+        if old is not None and (reservation is None or reservation.placement != old.placement):
+            self._reservations_moved += 1  # GPUs held for it are free again: gangs that waited may fit
+
+    def _expected_ends(self, now: float) -> dict[str, float]:
+        """When each running gang ends, on the wall clock, where every pod it runs has
+        activeDeadlineSeconds (kubelet stops the pod that long after its start); gangs with a
+        pod without one have no known end."""
+        ends: dict[str, float] = {}
+        unknown: set[str] = set()
+        for pod in self.cache.pods.values():
+            if not pod.holds_resources:
+                continue
+            if pod.deadline_s is None:
+                unknown.add(pod.gang_key)
+                continue
+            start = _wall(pod.started) or now  # bound, not started yet: ends no sooner than that
+            ends[pod.gang_key] = max(ends.get(pod.gang_key, 0.0), start + pod.deadline_s)
+        return {gang: end for gang, end in ends.items() if gang not in unknown}
 
     def cycle(self) -> list[BindResult]:
         """Decide, then write: annotations and bindings for placed gangs, reasons for the rest.
