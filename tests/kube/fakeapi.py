@@ -72,7 +72,7 @@ _FIELDS = {
 }  # fmt: skip
 # Strategic merge: lists merged by these keys (the API types' patchMergeKey); others replaced.
 _MERGE_KEYS = {"conditions": "type", "containers": "name", "initContainers": "name", "env": "name",
-               "volumes": "name", "volumeMounts": "mountPath", "taints": "key", "ownerReferences": "uid"}  # fmt: skip
+               "volumes": "name", "volumeMounts": "mountPath", "ownerReferences": "uid"}  # fmt: skip
 
 
 class BadRequest(Exception):

@@ -4,12 +4,11 @@ client. They assert the exact requests a real API server would receive."""
 from __future__ import annotations
 
 import copy
-import re
 import time
 
 import pytest
 
-from kube.fakeapi import FakeApiServer, Request
+from kube.fakeapi import FakeApiServer, permitted
 from kube.kubeobjs import node, pod, podgroup
 from ringleader.engines.kubernetes import manifests, names
 from ringleader.engines.kubernetes.client import Api, load_client
@@ -354,44 +353,34 @@ def test_contract_parallel_writers_keep_each_gangs_order(fake: FakeApiServer) ->
     assert s.metrics.rollbacks == 1 and s.metrics.binds == {"ok": 21, "error": 1}
 
 
-_RBAC_PATH = re.compile(r"^/(?:api/v1|apis/(?P<group>[^/]+)/[^/]+)(?:/namespaces/(?P<ns>[^/]+))?"
-                        r"/(?P<plural>[^/]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>[^/]+))?$")  # fmt: skip
-
-
-def permitted(request: Request, rules: list[tuple[dict, str | None]]) -> bool:  # type: ignore[type-arg]
-    """Whether RBAC ``rules`` ((rule, namespace it applies in, None: all)) allow ``request``."""
-    m = _RBAC_PATH.match(request.path)
-    assert m, request.path
-    resource = m["plural"] + (f"/{m['sub']}" if m["sub"] else "")
-    verb = "create" if request.verb == "bind" else request.verb
-    for rule, namespace in rules:
-        if namespace is not None and m["ns"] != namespace:
-            continue
-        if (m["group"] or "") in rule["apiGroups"] and resource in rule["resources"] and verb in rule["verbs"]:
-            names_allowed = rule.get("resourceNames")
-            if not names_allowed or m["name"] in names_allowed:
-                return True
-    return False
-
-
 def test_contract_every_request_of_the_scheduler_is_one_its_role_allows_and_no_more(fake: FakeApiServer) -> None:
     """Placing a gang, reporting one that waits, undoing a half-bound one, holding the Lease:
-    each request is one the installed ClusterRole and Role allow, and they allow no pod patch
-    or update (the GPU ids travel on the Binding) and no event patch."""
+    run as a user holding exactly the installed ClusterRole and Role (the fake answers 403 to
+    anything else), every request succeeds; and they allow no pod patch or update (the GPU ids
+    travel on the Binding) and no event patch."""
+    from kubernetes import client
+
+    objects = manifests.install()
+    role = next(o for o in objects if o["kind"] == "ClusterRole" and o["metadata"]["name"] == "ringleader-scheduler")
+    lease = next(o for o in objects if o["kind"] == "Role")
+    rules = [(r, None) for r in role["rules"]] + [(r, names.SYSTEM_NAMESPACE) for r in lease["rules"]]
     fake.put("nodes", node("gpu-0"))
     gang(fake, "fits", 4)
     gang(fake, "waits", 8)
     gang(fake, "half", 2)
     fake.fail[("bind", "half-worker-1")] = 500
-    s = scheduler(fake)
+    fake.grant("system:serviceaccount:ringleader-system:ringleader-scheduler", rules)
+    configuration = client.Configuration()
+    configuration.host = fake.url
+    configuration.api_key = {"BearerToken": "Bearer system:serviceaccount:ringleader-system:ringleader-scheduler"}
+    s = Scheduler(Api(client.ApiClient(configuration)), "sched-rbac")
+    s.sync()
+    assert s.elector.try_acquire_or_renew()
+    assert {r.gang: r.ok for r in s.cycle()} == {"default/fits": True, "default/half": False}
     s.cycle()
-    s.cycle()
-    objects = manifests.install()
-    role = next(o for o in objects if o["kind"] == "ClusterRole" and o["metadata"]["name"] == "ringleader-scheduler")
-    lease = next(o for o in objects if o["kind"] == "Role")
-    rules = [(r, None) for r in role["rules"]] + [(r, names.SYSTEM_NAMESPACE) for r in lease["rules"]]
-    denied = [f"{r.method} {r.path}" for r in fake.requests if not permitted(r, rules)]
+    denied = [f"{r.method} {r.path}" for r in fake.requests if r.user and not permitted(r, rules)]
     assert not denied, denied
+    assert fake.get("pods", "waits-worker-0")["status"]["conditions"][0]["reason"] == "Unschedulable"
     grants = {(res, verb) for r in role["rules"] for res in r["resources"] for verb in r["verbs"]}
     assert ("pods", "patch") not in grants and ("pods", "update") not in grants and ("events", "patch") not in grants
     used = {(r.path.split("?")[0], r.verb) for r in fake.requests}

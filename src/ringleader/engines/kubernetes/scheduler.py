@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -126,6 +126,13 @@ class Scheduler:
         self._reservations: dict[str, Reservation] = {}  # gang -> the GPUs held for it
         self._reservations_moved = 0
         self._stop = threading.Event()
+        # What the cycle reports (Events, PodScheduled=False, PodGroup status) goes out on these
+        # threads when ``reports_async`` (the daemon): only the Bindings are on a gang's path to
+        # its start, as client-go's event recorder is asynchronous for kube-scheduler. Off, each
+        # report is written before cycle() returns (tests read them at once).
+        self.reports_async = False
+        self._reporter = ThreadPoolExecutor(max_workers=2, thread_name_prefix="report")
+        self._reports: list[Future[None]] = []
         # An informer that heard nothing from the server for this long is stalled (run() sets it
         # from its watch timeout: a live watch ends by then, or a bookmark or event came).
         self.stall_seconds = 300 + api.watch_grace + 60.0
@@ -249,11 +256,28 @@ class Scheduler:
             self._roll_back(outcome, bound, why)
             return BindResult(gang, False, why)
         self._told.pop(gang, None)
-        for a in members:
+        self._report(self._report_bound, outcome)
+        return BindResult(gang, True)
+
+    def _report_bound(self, outcome: Outcome) -> None:
+        for a in outcome.assignments:
             self._event(a.pod, "Normal", "Scheduled", f"Successfully assigned {a.pod.key} to {a.node}" +
                         (f" (GPUs {','.join(map(str, a.gpus))}; {outcome.summary})" if a.gpus else ""))  # fmt: skip
         self._podgroup(outcome, "Scheduled", "")
-        return BindResult(gang, True)
+
+    def _report(self, write: Callable[..., None], *args: Any) -> None:
+        if not self.reports_async:
+            write(*args)
+            return
+        with self.lock:
+            self._reports = [f for f in self._reports if not f.done()]
+            self._reports.append(self._reporter.submit(write, *args))
+
+    def flush_reports(self, timeout: float | None = None) -> None:
+        """Wait until every report handed to the report threads is written."""
+        with self.lock:
+            pending = list(self._reports)
+        wait(pending, timeout)
 
     def _roll_back(self, outcome: Outcome, bound: list[Assignment], why: str) -> None:
         log.warning("gang %s: bind failed (%s); undoing %d bound member(s)", outcome.gang.key, why, len(bound))
@@ -271,7 +295,7 @@ class Scheduler:
         self.metrics.rolled_back()
         reason = f"gang bind failed and was undone ({len(bound)} bound member(s) deleted): {why}"
         for a in outcome.assignments:
-            self._event(a.pod, "Warning", "FailedScheduling", reason)
+            self._report(self._event, a.pod, "Warning", "FailedScheduling", reason)
 
     def _check_lease(self) -> None:
         if not self.elector.leading:
@@ -291,9 +315,17 @@ class Scheduler:
         if self._told.get(gang) == outcome.reason:
             return  # said already: one Event per change of reason, not one per cycle
         self._told[gang] = outcome.reason
+        self._report(self._write_pending, outcome)
+
+    def _write_pending(self, outcome: Outcome) -> None:
         kind = "Unresolvable" if outcome.code is Code.UNRESOLVABLE else "Unschedulable"
         now = micro_time(time.time()).split(".")[0] + "Z"
         for pod in outcome.gang.pending:
+            with self.lock:  # written late (reports run behind the cycle): not on a pod placed since
+                current = self.cache.pods.get(pod.key)
+                placed = current is None or not current.pending or pod.key in self.cache.assumed
+            if placed:
+                continue
             try:  # reason Unschedulable for both, as kube-scheduler writes it
                 self.api.pod_unschedulable(pod.namespace, pod.name, f"{kind}: {outcome.reason}"[:1024], now)
             except ApiError as exc:
@@ -344,6 +376,7 @@ class Scheduler:
                              name=f"informer-{informer.kind}").start()  # fmt: skip
         lease = threading.Thread(target=self._lease_loop, args=(retry_seconds,), daemon=True, name="lease")
         lease.start()
+        self.reports_async = True
         try:
             while not self._stop.is_set():
                 self.cycle()
@@ -353,6 +386,7 @@ class Scheduler:
             self._stop.set()
             # A renewal in flight would take the lease back after it is given up.
             lease.join(30)
+            self.flush_reports(30)
             self.elector.release()
 
     def _wait_for_change(self, seconds: float) -> None:
