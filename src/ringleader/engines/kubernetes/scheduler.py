@@ -109,8 +109,8 @@ class Scheduler:
                  writers: int = 1, backfill: BackfillConfig | None = None,
                  wall_clock: Callable[[], float] = time.time) -> None:  # fmt: skip
         self.api, self.identity, self.events = api, identity, events
-        # Gangs' writes go out on this many threads at once (each gang's own writes stay in
-        # order: annotations, then bindings); decisions never wait for them.
+        # Gangs' Bindings go out on this many threads at once (each gang's in member order);
+        # decisions never wait for them.
         self.writers = max(1, writers)
         self.cache = Cache()
         self.lock = threading.Lock()
@@ -127,12 +127,14 @@ class Scheduler:
         self._reservations_moved = 0
         self._stop = threading.Event()
         # What the cycle reports (Events, PodScheduled=False, PodGroup status) goes out on these
-        # threads when ``reports_async`` (the daemon): only the Bindings are on a gang's path to
-        # its start, as client-go's event recorder is asynchronous for kube-scheduler. Off, each
-        # report is written before cycle() returns (tests read them at once).
+        # threads once the cycle's Bindings are written, when ``reports_async`` (the daemon):
+        # only the Bindings are on a gang's path to its start, as client-go's event recorder is
+        # asynchronous for kube-scheduler. Off, each report is written before cycle() returns
+        # (tests read them at once).
         self.reports_async = False
         self._reporter = ThreadPoolExecutor(max_workers=2, thread_name_prefix="report")
         self._reports: list[Future[None]] = []
+        self._later: list[tuple[Callable[..., None], tuple[Any, ...]]] = []  # this cycle's, until its binds end
         # An informer that heard nothing from the server for this long is stalled (run() sets it
         # from its watch timeout: a live watch ends by then, or a bookmark or event came).
         self.stall_seconds = 300 + api.watch_grace + 60.0
@@ -226,8 +228,8 @@ class Scheduler:
         return {gang: end for gang, end in ends.items() if gang not in unknown}
 
     def cycle(self) -> list[BindResult]:
-        """Decide, then write: annotations and bindings for placed gangs, reasons for the rest.
-        Nothing at all without the lease."""
+        """Decide, then write: Bindings for placed gangs, reasons for the rest. Nothing at all
+        without the lease."""
         if not self.synced or not self.elector.leading:
             return []
         outcomes = self.decide_all()
@@ -235,10 +237,18 @@ class Scheduler:
             if not outcome.ok:
                 self._report_pending(outcome)
         placed = [o for o in outcomes if o.ok]
-        if self.writers == 1 or len(placed) < 2:
-            return [self._bind(o) for o in placed]
-        with ThreadPoolExecutor(max_workers=self.writers, thread_name_prefix="bind") as pool:
-            return list(pool.map(self._bind, placed))
+        try:
+            if self.writers == 1 or len(placed) < 2:
+                return [self._bind(o) for o in placed]
+            with ThreadPoolExecutor(max_workers=self.writers, thread_name_prefix="bind") as pool:
+                return list(pool.map(self._bind, placed))
+        finally:
+            # Reports wait for the cycle's Bindings: they would only slow them down (the same
+            # connections, the same server).
+            with self.lock:
+                later, self._later = self._later, []
+                self._reports = [f for f in self._reports if not f.done()]
+                self._reports += [self._reporter.submit(write, *args) for write, args in later]
 
     def _bind(self, outcome: Outcome) -> BindResult:
         gang, members = outcome.gang.key, outcome.assignments
@@ -270,8 +280,7 @@ class Scheduler:
             write(*args)
             return
         with self.lock:
-            self._reports = [f for f in self._reports if not f.done()]
-            self._reports.append(self._reporter.submit(write, *args))
+            self._later.append((write, args))
 
     def flush_reports(self, timeout: float | None = None) -> None:
         """Wait until every report handed to the report threads is written."""
