@@ -189,6 +189,7 @@ def bench_end_to_end(n_nodes: int, n_gangs: int, size: int, events: bool, writer
             "requests": requests, "requests_per_s": round(requests / everything), "bare_get_per_s": round(bare),
             "pod_writes_per_pod": round(pod_writes / max(binds, 1), 2), "writes": cycle,
             "all_bound": len(results) == n_gangs and all(r.ok for r in results),
+            "decided_gangs": len(results), "failed": sorted({r.error for r in results if not r.ok})[:3],
         }  # fmt: skip
     finally:
         stop.set()
