@@ -229,3 +229,38 @@ def test_the_gang_as_the_shared_queue_sees_it() -> None:
     cache = cache_with([node("gpu-0")], [pod("h-worker-0", gang="h", activeDeadlineSeconds=60),
                                          pod("h-launcher", gang="h", gpus=0)], [podgroup("h", 2)])  # fmt: skip
     assert job_request(only_gang(cache)).time_limit_s is None
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 8), min_size=2, max_size=3),
+       st.lists(st.tuples(st.integers(1, 3), st.sampled_from([1, 2])), min_size=1, max_size=6))  # fmt: skip
+def test_property_no_gang_without_a_time_limit_takes_reserved_gpus(busy: list[int],
+                                                                   small: list[tuple[int, int]]) -> None:
+    """Through the shared queue, as a cycle decides: once a big gang that cannot start holds a
+    reservation, no gang behind it without a time limit is given any GPU of that reservation,
+    and gangs that do start never share a GPU."""
+    from ringleader.scheduler import BackfillConfig, QueuePass
+
+    nodes = [node(f"n{i}", mode=None) for i in range(len(busy))]
+    running = [pod(f"run{i}-{g}", gpus=1, nodeName=f"n{i}") | {"status": {"phase": "Running"}}
+               for i, count in enumerate(busy) for g in range(count)]  # fmt: skip
+    free = sum(8 - b for b in busy)
+    big = [pod(f"big-worker-{w}", gang="big", gpus=1, priority=100) for w in range(free + 1)]  # never fits now
+    pods, groups = running + big, [podgroup("big", free + 1)]
+    for j, (workers, gpus) in enumerate(small):
+        groups.append(podgroup(f"s{j}", workers))
+        pods += [pod(f"s{j}-worker-{w}", gang=f"s{j}", gpus=gpus) for w in range(workers)]
+    cache = cache_with(nodes, pods, groups)
+    held: tuple = ()  # type: ignore[type-arg]
+    reserved: set[tuple[str, int]] = set()
+    for gang in cache.gangs():  # priority first: the big gang is decided first
+        out = decide(cache, gang, QueuePass(cache.state, 1000.0, {}, BackfillConfig(), held))
+        if out.reservation is not None:
+            held = (*held, out.reservation)
+            reserved |= {(s.node, g) for s in out.reservation.placement.slots for g in s.gpus}
+        if out.ok:
+            taken = {(a.node, g) for a in out.assignments for g in a.gpus}
+            assert not taken & reserved, (gang.key, taken & reserved)
+            cache.assume_gang((a.pod, a.node, a.gpus) for a in out.assignments)
+    if free + 1 <= 8 * len(busy):
+        assert held, "a big gang that fits the cluster once it empties gets a reservation"
