@@ -22,8 +22,19 @@ from dataclasses import dataclass, replace
 
 from ringleader.engines.kubernetes.cache import Cache, Gang, Usage
 from ringleader.engines.kubernetes.objects import PodInfo, static_misfit
-from ringleader.scheduler import ClusterState, Code, JobRequest, Placement, QueuePass, Reservation, WorkerSlot, place
-from ringleader.scheduler.queue import UNUSABLE as MASK  # the owner of GPUs masked out of one decision
+from ringleader.scheduler import (
+    ClusterState,
+    Code,
+    Decision,
+    JobRequest,
+    Placement,
+    QueuePass,
+    Reservation,
+    WorkerSlot,
+    place,
+)
+from ringleader.scheduler.queue import UNUSABLE as MASK
+from ringleader.scheduler.queue import enough_worker_slots  # the owner of GPUs masked out of one decision
 
 MAX_REPLACEMENTS = 4  # nodes short of CPU/memory masked before the gang is called pending
 
@@ -120,7 +131,7 @@ def _place_workers(cache: Cache, gang: Gang, pods: Sequence[PodInfo],
     job = job_request(gang)
     short: dict[int, str] = {}
     for _ in range(MAX_REPLACEMENTS + 1):
-        decision = place(masked, job) if queue is None else replace(queue, state=masked).decide(job)[0]
+        decision = place(masked, job) if queue is None else _queue_decision(replace(queue, state=masked), job)
         if decision.placement is None or not decision.ok:
             code = decision.code
             if code is Code.UNRESOLVABLE and misfit:
@@ -138,6 +149,18 @@ def _place_workers(cache: Cache, gang: Gang, pods: Sequence[PodInfo],
         short.update(lacking)
         masked = _masked(masked, lacking)
     return Outcome(gang, Code.UNSCHEDULABLE, reason=_gpu_reason(cache, (), misfit, short, len(pods)))
+
+
+def _queue_decision(queue: QueuePass, job: JobRequest) -> Decision:
+    """``queue.decide(job)``'s decision. Its first step (place on the GPUs no reservation ahead
+    holds) is taken here, so a gang that starts costs one ``place()`` and no copy of the state
+    with it committed (the cache assumes it instead)."""
+    usable = queue.usable_state(job)
+    if enough_worker_slots(usable, job):
+        decision = place(usable, job)
+        if decision.placement is not None:
+            return decision
+    return queue.decide(job)[0]
 
 
 def _masked(state: ClusterState, positions: Iterable[int]) -> ClusterState:
