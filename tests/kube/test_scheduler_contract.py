@@ -419,6 +419,7 @@ def test_contract_reservation_keeps_a_starving_big_gang_ahead_of_a_stream_of_sma
     assert "waits for reservation of job default/big" in note and "no time limit" in note
     big_note = fake.get("podgroups", "big")["metadata"]["annotations"][names.PENDING_ANNOTATION]
     assert "reserved GPUs 0-7 on gpu-0" in big_note
+    assert "ringleader_reserved_gangs 1" in s.metrics.render()
 
     # A short gang (ends in 60 s, the reservation starts in ~595 s) backfills onto reserved GPUs.
     fake.put("podgroups", podgroup("short", 2))
@@ -437,7 +438,7 @@ def test_contract_reservation_keeps_a_starving_big_gang_ahead_of_a_stream_of_sma
     assert [(r.gang, r.ok) for r in s.cycle()] == [("default/big", True)]
     assert time.time() < reservation.start_s
     assert {fake.get("pods", f"big-worker-{i}")["spec"]["nodeName"] for i in range(8)} == {"gpu-0"}
-    assert "default/big" not in s._reservations
+    assert "default/big" not in s._reservations and "ringleader_reserved_gangs 0" in s.metrics.render()
 
 
 def test_contract_without_reservations_the_small_gangs_take_the_big_gangs_gpus(fake: FakeApiServer) -> None:

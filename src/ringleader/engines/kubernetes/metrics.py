@@ -20,6 +20,7 @@ class Metrics:
         self.rollbacks = 0
         self.relists = 0
         self.pending_gangs = 0
+        self.reserved_gangs = 0
         self.leader = 0
         self._counts = [0] * (len(BUCKETS) + 1)
         self._sum = 0.0
@@ -57,6 +58,9 @@ class Metrics:
                 "# HELP ringleader_pending_gangs Gangs waiting at the end of the last cycle.",
                 "# TYPE ringleader_pending_gangs gauge",
                 f"ringleader_pending_gangs {self.pending_gangs}",
+                "# HELP ringleader_reserved_gangs Waiting gangs holding a reservation of the GPUs they will take.",
+                "# TYPE ringleader_reserved_gangs gauge",
+                f"ringleader_reserved_gangs {self.reserved_gangs}",
                 "# HELP ringleader_binds_total Pod bindings posted, by result.",
                 "# TYPE ringleader_binds_total counter",
                 *(f'ringleader_binds_total{{result="{k}"}} {v}' for k, v in self.binds.items()),

@@ -202,6 +202,7 @@ class Scheduler:
             for gone in set(self._reservations) - set(by_key):  # started, deleted, or no longer whole
                 self._reserve(gone, None)
             self.metrics.pending_gangs = waiting + sum(1 for o in outcomes if not o.ok)
+            self.metrics.reserved_gangs = len(self._reservations)
         return outcomes
 
     def _reserve(self, gang: str, reservation: Reservation | None) -> None:
