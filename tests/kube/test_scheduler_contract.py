@@ -438,7 +438,9 @@ def test_contract_reservation_keeps_a_starving_big_gang_ahead_of_a_stream_of_sma
     assert [(r.gang, r.ok) for r in s.cycle()] == [("default/big", True)]
     assert time.time() < reservation.start_s
     assert {fake.get("pods", f"big-worker-{i}")["spec"]["nodeName"] for i in range(8)} == {"gpu-0"}
-    assert "default/big" not in s._reservations and "ringleader_reserved_gangs 0" in s.metrics.render()
+    # Its reservation is gone; the next two gangs in line (depth 2) now hold one each.
+    assert set(s._reservations) == {"default/small0", "default/small1"}
+    assert "ringleader_reserved_gangs 2" in s.metrics.render()
 
 
 def test_contract_without_reservations_the_small_gangs_take_the_big_gangs_gpus(fake: FakeApiServer) -> None:
