@@ -16,7 +16,8 @@ Strict as a real API server on what ringleader relies on:
   being deleted;
 - the Binding's annotations land on the pod with its node and PodScheduled=True;
 - strategic merge patches on built-in kinds (lists merged by their patch merge key), merge
-  patches only on custom resources (a strategic one is 415), status only through /status;
+  patches only on custom resources (a strategic one is 415), JSON patches (RFC 6902) on both,
+  status only through /status;
 - new pods get their QoS class, new nodes the not-ready taint until ``make_ready``;
 - RBAC once users are registered (``grant``): a request outside the user's rules is 403, one
   without a known token is 401.
@@ -199,6 +200,44 @@ def field_selector(plural: str, text: str) -> Callable[[dict[str, Any]], bool]:
         else:
             tests.append(lambda o, g=get, v=value: g(o) == v)
     return lambda obj: all(t(obj) for t in tests)
+
+
+def json_patch(target: dict[str, Any], ops: Any, sub: str | None) -> dict[str, Any]:
+    """RFC 6902 add/replace/remove/test on a copy of ``target`` (all or nothing; BadRequest
+    when a path is missing or a test fails); through /status only status changes."""
+    if not isinstance(ops, list):
+        raise BadRequest(400, "a JSON patch is a list of operations", "BadRequest")
+    result = copy.deepcopy(target)
+    for op in ops:
+        parts = [p.replace("~1", "/").replace("~0", "~") for p in str(op.get("path", "")).split("/")[1:]]
+        if not parts or (sub == "status") != (parts[0] == "status"):
+            raise BadRequest(422, f"path {op.get('path')!r} is outside this resource's part", "Invalid")
+        parent: Any = result
+        for part in parts[:-1]:
+            parent = parent[int(part)] if isinstance(parent, list) else parent.get(part)
+            if parent is None:
+                raise BadRequest(422, f"path {op.get('path')!r} does not exist", "Invalid")
+        last, kind = parts[-1], op.get("op")
+        if kind == "test":
+            current = parent[int(last)] if isinstance(parent, list) else parent.get(last)
+            if current != op.get("value"):
+                raise BadRequest(422, f"test failed at {op.get('path')!r}", "Invalid")
+        elif kind in ("add", "replace"):
+            if isinstance(parent, list):
+                index = len(parent) if last == "-" else int(last)
+                parent[index:index + (kind == "replace")] = [copy.deepcopy(op.get("value"))]
+            else:
+                if kind == "replace" and last not in parent:
+                    raise BadRequest(422, f"path {op.get('path')!r} does not exist", "Invalid")
+                parent[last] = copy.deepcopy(op.get("value"))
+        elif kind == "remove":
+            try:
+                del parent[int(last) if isinstance(parent, list) else last]
+            except (KeyError, IndexError):
+                raise BadRequest(422, f"path {op.get('path')!r} does not exist", "Invalid") from None
+        else:
+            raise BadRequest(400, f"unsupported JSON patch operation {kind!r}", "BadRequest")
+    return result
 
 
 def qos_class(pod: dict[str, Any]) -> str:
@@ -549,8 +588,11 @@ class FakeApiServer:
             return h._status(415, "the body of the request was in an unknown format - accepted media types include: "
                              "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
                              "UnsupportedMediaType")  # fmt: skip
+        if req.content_type == "application/json-patch+json":
+            return h._send(200, self._put(plural, json_patch(obj, req.body, sub)))
         if req.content_type not in ("application/strategic-merge-patch+json", "application/merge-patch+json"):
-            return h._status(415, f"unsupported patch type {req.content_type!r}", "UnsupportedMediaType")
+            return h._status(415, f"unsupported patch type {req.content_type!r} (no server-side apply here)",
+                             "UnsupportedMediaType")  # fmt: skip
         if not isinstance(req.body, dict):
             return h._status(400, "a merge patch is a JSON object", "BadRequest")
         # The status subresource changes status only; the main resource never changes status.

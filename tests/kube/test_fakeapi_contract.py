@@ -80,6 +80,16 @@ def test_contract_strategic_merge_only_on_builtin_kinds(fake: FakeApiServer) -> 
     assert [c["type"] for c in fake.get("pods", "p")["status"]["conditions"]] == ["Initialized", "PodScheduled"]
     api._json(api.core.patch_namespaced_pod, "p", "default", {"status": {"phase": "Running"}})
     assert fake.get("pods", "p")["status"]["phase"] == "Pending"
+    # JSON patches (a list of operations) on both kinds, all or nothing.
+    api._json(api.custom.patch_namespaced_custom_object, *group, [{"op": "replace", "path": "/spec/minMember",
+                                                                    "value": 3}],
+              _content_type="application/json-patch+json")  # fmt: skip
+    assert fake.get("podgroups", "g")["spec"]["minMember"] == 3
+    with pytest.raises(ApiError) as missing:
+        api._json(api.core.patch_namespaced_pod, "p", "default",
+                  [{"op": "add", "path": "/metadata/labels/x", "value": "1"},
+                   {"op": "remove", "path": "/spec/nothing"}])  # fmt: skip
+    assert missing.value.status == 422 and "x" not in fake.get("pods", "p")["metadata"]["labels"]
 
 
 def test_contract_rbac_per_namespace(fake: FakeApiServer) -> None:
