@@ -28,6 +28,7 @@ from ringleader.engines.embedded import store
 from ringleader.engines.embedded.lifecycle import HOSTS_SETTINGS, finish_job, schedule_pass, spawn_supervisors
 from ringleader.engines.embedded.liveness import PEER_CHECK_S, Heartbeat
 from ringleader.engines.embedded.reconcile import reconcile
+from ringleader.engines.embedded.watchdog import ensure_watchdog
 from ringleader.errors import RingleaderError
 from ringleader.jobs.codec import placement_from_dict
 from ringleader.jobs.commandline import is_mpirun, read_line
@@ -368,6 +369,7 @@ class Supervisor:
         if time.monotonic() - self.peers_checked_at < PEER_CHECK_S:
             return
         self.peers_checked_at = time.monotonic()
+        ensure_watchdog(self.home)  # the last supervisor's watcher (see watchdog)
         try:
             reconcile(self.db)
         except (RingleaderError, sqlite3.OperationalError, OSError) as exc:
@@ -426,6 +428,7 @@ class Supervisor:
         if claimed is None:
             return 0
         spec, placement, launched = claimed
+        ensure_watchdog(self.home)
         if not launched:
             try:
                 ok = self.launch(spec, placement)

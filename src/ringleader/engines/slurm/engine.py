@@ -39,6 +39,7 @@ from ringleader.jobs.views import GpuUsage, JobView, SubmitResult
 from ringleader.scheduler import ClusterState, Decision, QueuedJob, place, schedule_queue
 
 DELETE_WAIT_S = 60.0
+KILL_STEPS_WAIT_S = 10.0  # a SIGKILLed step ends at once; beyond this the cancel goes anyway
 FIRST_LOOK_S = 3.0
 
 
@@ -293,8 +294,8 @@ class SlurmEngine:
             records = [self._record(n) for n in names]
             for record in records:
                 if record.get("slurm_id"):
-                    if now:  # SIGKILL to the steps' processes first; the cancel then ends the job
-                        slurmcli.run(["scancel", "--signal=KILL", record["slurm_id"]], check=False)
+                    if now:  # SIGKILL to the steps' processes, and only then the cancel
+                        self._kill_steps(record["slurm_id"])
                     slurmcli.run(["scancel", record["slurm_id"]], check=False)
             for record in records:
                 if record.get("slurm_id"):
@@ -305,6 +306,27 @@ class SlurmEngine:
         if not self.readonly:
             self.schedule()
         return list(names)
+
+    def _kill_steps(self, ident: str) -> None:
+        """SIGKILL every step's tasks, then wait (KILL_STEPS_WAIT_S at most) until no step is
+        left, so the cancel that follows has no process left to send its SIGTERM to. Each step
+        is named: `scancel --signal=KILL JOB` is a cancel of the job, which slurmd carries out
+        as SIGTERM, KillWait, SIGKILL (seen with Slurm 22.05), so every rank's checkpoint
+        handler ran; a step's signal goes to its tasks as it is."""
+        steps = self._running_steps(ident)
+        if steps:
+            slurmcli.run(["scancel", "--signal=KILL", *steps], check=False)
+        deadline = time.monotonic() + KILL_STEPS_WAIT_S
+        while steps and time.monotonic() < deadline:
+            time.sleep(0.1)
+            steps = self._running_steps(ident)
+
+    @staticmethod
+    def _running_steps(ident: str) -> list[str]:
+        """The job's srun steps still running (not its batch or extern step); [] once it is gone."""
+        done = slurmcli.run(["squeue", "-h", "--steps", "-j", ident, "-o", "%i"], check=False)
+        steps = done.stdout.split() if done.returncode == 0 else []
+        return [s for s in steps if s.rpartition(".")[2].isdigit()]
 
     def _wait_gone(self, ident: str) -> None:
         deadline = time.monotonic() + DELETE_WAIT_S
