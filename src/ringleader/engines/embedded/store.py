@@ -101,8 +101,10 @@ class Store:
         return self.home / DB_NAME
 
     @staticmethod
-    def open(home: Path, create: bool) -> tuple[Store, bool]:
-        """Open (and with ``create`` make) the database; returns (store, created_now)."""
+    def open(home: Path, create: bool, reserve: bool = True) -> tuple[Store, bool]:
+        """Open (and with ``create`` make) the database; returns (store, created_now).
+        ``reserve=False``: leave the disk reserve alone (neither made nor given back), for a
+        background look that must not change what room a user's command finds."""
         path = home / DB_NAME
         exists = path.exists()
         if not exists and not create:
@@ -117,12 +119,12 @@ class Store:
                 "to start afresh",
             )
         try:
-            return _open_file(home, path, exists)
+            return _open_file(home, path, exists, reserve)
         except (OSError, sqlite3.OperationalError) as exc:
-            if not (disk_full(exc) and give_back_reserve(home)):
+            if not (reserve and disk_full(exc) and give_back_reserve(home)):
                 return _open_failed(home, path, exists, exc)
         try:  # once more, with the reserve's room
-            return _open_file(home, path, exists)
+            return _open_file(home, path, exists, reserve)
         except (OSError, sqlite3.OperationalError) as exc:
             return _open_failed(home, path, exists, exc)
 
@@ -282,7 +284,7 @@ def until_recorded(home: Path, fn: Callable[[], T], log: Callable[[str], None] |
             time.sleep(0.5)
 
 
-def _open_file(home: Path, path: Path, exists: bool) -> tuple[Store, bool]:
+def _open_file(home: Path, path: Path, exists: bool, reserve: bool = True) -> tuple[Store, bool]:
     try:
         make_private_home(home)
     except OSError as exc:
@@ -301,7 +303,8 @@ def _open_file(home: Path, path: Path, exists: bool) -> tuple[Store, bool]:
     except sqlite3.DatabaseError as exc:
         conn.close()
         raise _not_ours(path, str(exc)) from None
-    keep_reserve(home)
+    if reserve:
+        keep_reserve(home)
     return Store(home, conn), not exists
 
 

@@ -113,9 +113,10 @@ def watch(home: Path) -> int:
         if not (home / store.DB_NAME).exists():
             return 0  # the folder was removed under us: nothing left to watch
         try:
-            # Opened for each check, never held between them: an open connection would keep
-            # SQLite from removing its write-ahead log when the last command closes the state.
-            db, _ = store.Store.open(home, create=False)
+            # Opened for each check, never held between them (an open connection would keep
+            # SQLite from removing its write-ahead log when the last command closes the state),
+            # and without touching the disk reserve, which is the user's commands' to use.
+            db, _ = store.Store.open(home, create=False, reserve=False)
             try:
                 adopted_or_finished = reconcile(db)
                 with db.read() as conn:
