@@ -59,6 +59,7 @@ def merge(target: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
 
 class FakeApiServer:
     def __init__(self) -> None:
+        self.rbac: Rbac | None = None  # None: every request allowed (a cluster admin)
         self.lock = threading.Lock()
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}  # (plural, ns, name) -> obj
         self.log: list[tuple[int, str, str, str, dict[str, Any]]] = []  # (rv, plural, ns, type, obj)
@@ -164,6 +165,10 @@ class FakeApiServer:
                     fake.requests.append(request)
                     target = (_PATH.match(url.path) or _EMPTY).group("name") or ""
                     injected = fake.fail.pop((request.verb, target), None)
+                denied = fake.rbac.denies(request) if fake.rbac else None
+                if denied:
+                    self._status(403, denied, "Forbidden")
+                    return
                 if injected:
                     self._status(injected, f"injected failure {injected}", "InternalError")
                     return
@@ -278,3 +283,36 @@ class _QuietServer(ThreadingHTTPServer):
 
 
 _EMPTY = re.compile("(?P<name>)").match("")
+
+
+# -- RBAC: the API server's authorizer for one user (namespace-only users in contract tests) ------------
+
+
+@dataclass
+class Rbac:
+    """What one user may do, as RBAC grants it: ``grants`` are (namespace or None for cluster-wide,
+    rules in a Role's shape). A request no rule allows gets 403 with the API server's wording."""
+
+    user: str
+    grants: list[tuple[str | None, list[dict[str, Any]]]]
+
+    def denies(self, req: Request) -> str | None:
+        match = _PATH.match(req.path)
+        if not match:
+            return None
+        group, plural, sub = match.group("group") or "", match.group("plural"), match.group("sub")
+        ns = None if plural in CLUSTER_SCOPED else match.group("ns")
+        resource = f"{plural}/{sub}" if sub else plural
+        verb = "create" if req.verb == "bind" else req.verb
+        name = match.group("name") or ""
+        for where, rules in self.grants:
+            if where is not None and where != ns:
+                continue
+            for rule in rules:
+                if (group in rule["apiGroups"] or "*" in rule["apiGroups"]) and (
+                        resource in rule["resources"] or "*" in rule["resources"]) and (
+                        verb in rule["verbs"] or "*" in rule["verbs"]) and (
+                        not rule.get("resourceNames") or name in rule["resourceNames"]):  # fmt: skip
+                    return None
+        scope = f'in the namespace "{ns}"' if ns else "at the cluster scope"
+        return f'{resource} is forbidden: User "{self.user}" cannot {verb} resource "{resource}" in API group "{group}" {scope}'  # noqa: E501

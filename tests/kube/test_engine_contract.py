@@ -9,10 +9,10 @@ import copy
 import pytest
 import yaml
 
-from kube.fakeapi import FakeApiServer
+from kube.fakeapi import FakeApiServer, Rbac
 from kube.kubeobjs import node
 from ringleader.cli.main import main
-from ringleader.engines.kubernetes import names
+from ringleader.engines.kubernetes import manifests, names
 from ringleader.engines.kubernetes.client import Api, load_client
 from ringleader.engines.kubernetes.scheduler import Scheduler
 
@@ -22,6 +22,8 @@ def run(fake: FakeApiServer, tmp_path, monkeypatch, capsys):  # type: ignore[no-
     monkeypatch.setenv("RINGLEADER_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("RINGLEADER_KUBE_SERVER", fake.url)
     monkeypatch.setenv("RINGLEADER_KUBE_NAMESPACE", "team-a")
+    # the install's ConfigMap that says how GPUs reach workers (`kube manifests`)
+    fake.put("configmaps", next(o for o in manifests.install() if o["metadata"]["name"] == names.CLUSTER_CONFIG))
 
     def invoke(*args: str) -> tuple[int, str]:
         """The exit code and stdout+stderr of `ringleader ARGS`, through the real entry point."""
@@ -33,13 +35,20 @@ def run(fake: FakeApiServer, tmp_path, monkeypatch, capsys):  # type: ignore[no-
     return invoke
 
 
-def operator_makes_pods(fake: FakeApiServer, job_name: str, namespace: str = "team-a") -> None:
-    """What mpi-operator does for an MPIJob: one pod per replica, from the templates."""
+LAUNCHER_POD_SUFFIX = "x7k2p"  # the launcher is a batch Job: its pod gets a generated suffix
+
+
+def operator_makes_pods(fake: FakeApiServer, job_name: str, namespace: str = "team-a", role: str = "Worker") -> None:
+    """What mpi-operator does for an MPIJob: a pod per worker replica from its template, and
+    (with launcherCreationPolicy WaitForWorkersReady, once they are Ready) the launcher's Job,
+    whose pod is `<job>-launcher-<suffix>`."""
     job = fake.get("mpijobs", job_name, namespace)
-    for role, replica in job["spec"]["mpiReplicaSpecs"].items():
+    assert job["spec"]["launcherCreationPolicy"] == "WaitForWorkersReady"
+    replica = job["spec"]["mpiReplicaSpecs"][role]
+    if True:
         for i in range(replica["replicas"]):
             template = copy.deepcopy(replica["template"])
-            name = f"{job_name}-{role.lower()}" + (f"-{i}" if role == "Worker" else "")
+            name = f"{job_name}-worker-{i}" if role == "Worker" else f"{job_name}-launcher-{LAUNCHER_POD_SUFFIX}"
             labels = {**template["metadata"]["labels"], names.JOB_ROLE_LABEL: role.lower()}
             fake.put("pods", {"apiVersion": "v1", "kind": "Pod",
                               "metadata": {"name": name, "namespace": namespace, "labels": labels},
@@ -67,8 +76,13 @@ def test_contract_submit_get_list_logs_delete(run, fake: FakeApiServer) -> None:
     assert creates == ["/apis/kubeflow.org/v2beta1/namespaces/team-a/mpijobs",
                        "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/team-a/podgroups"]  # fmt: skip
     group = fake.get("podgroups", "vgg", "team-a")
-    assert group["metadata"]["ownerReferences"][0]["uid"] == fake.get("mpijobs", "vgg", "team-a")["metadata"]["uid"]
-    assert group["spec"]["minMember"] == 5
+    job = fake.get("mpijobs", "vgg", "team-a")
+    assert group["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]
+    # the plan puts the 4 ranks on one node's NVLink quad: one worker pod holds them (NCCL P2P
+    # between ranks needs one host and one IPC namespace), the gang is the worker pods
+    assert job["spec"]["slotsPerWorker"] == 4 and job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 1
+    assert group["spec"]["minMember"] == 1
+    assert "4 ranks per worker pod" in out
     code, out = run("submit", "mpi", "--engine", "kubernetes", "--name", "vgg", "--workers", "1", "python x.py")
     assert code == 1 and "already exists" in out
 
@@ -77,15 +91,26 @@ def test_contract_submit_get_list_logs_delete(run, fake: FakeApiServer) -> None:
     sched.sync()
     assert sched.elector.try_acquire_or_renew()
     assert [r.ok for r in sched.cycle()] == [True]
-    launcher = fake.get("pods", "vgg-launcher", "team-a")
+    fake.get("pods", "vgg-worker-0", "team-a")["status"] = {"phase": "Running"}
+    operator_makes_pods(fake, "vgg", role="Launcher")  # the workers are Ready: now the launcher
+    launcher_pod = f"vgg-launcher-{LAUNCHER_POD_SUFFIX}"
+    sched.sync()
+    assert [r.ok for r in sched.cycle()] == [True]
+    launcher = fake.get("pods", launcher_pod, "team-a")
+    assert launcher["spec"]["nodeName"] == fake.get("pods", "vgg-worker-0", "team-a")["spec"]["nodeName"]
     launcher["status"] = {"phase": "Running"}
-    fake.pod_logs["team-a/vgg-launcher"] = "step 1\nstep 2\n"
+    fake.pod_logs[f"team-a/{launcher_pod}"] = "step 1\nstep 2\n"
+    fake.pod_logs["team-a/vgg-worker-0"] = "sshd\n"
 
     code, out = run("get", "--engine", "kubernetes", "vgg")
     assert code == 0, out
-    assert "vgg-worker-3" in out and "vgg-launcher" in out
+    assert "vgg-worker-0" in out and launcher_pod in out
     placement = next(line for line in out.splitlines() if line.startswith("Placement"))
     assert "4w: GPU" in placement  # all four workers on one node's NVLink quad
+    code, out = run("logs", "--engine", "kubernetes", "vgg", "-i", "launcher")
+    assert code == 0 and out == "step 1\nstep 2\n", out
+    code, out = run("logs", "--engine", "kubernetes", "vgg", "-i", "worker-0")
+    assert code == 0 and out == "sshd\n", out
     code, out = run("list", "--engine", "kubernetes")
     assert code == 0 and "vgg" in out and "MPIJOB" in out
     code, out = run("logs", "--engine", "kubernetes", "vgg", "--tail", "1")
@@ -138,3 +163,66 @@ def test_contract_unreachable_cluster_is_one_line(run, monkeypatch) -> None:  # 
     code, out = run("list", "--engine", "kubernetes")
     assert code == 1
     assert out.startswith("error: cannot reach the API server") and out.count("\n") == 1
+
+
+# Kubernetes' `edit` ClusterRole, the part of it the engine's calls touch (pods, their logs,
+# secrets, events), as the API server defines it; bound in one namespace only.
+EDIT_ROLE = [
+    {"apiGroups": [""], "resources": ["pods", "pods/attach", "pods/exec", "pods/portforward", "pods/proxy",
+                                      "configmaps", "secrets", "services", "persistentvolumeclaims"],
+     "verbs": ["create", "delete", "deletecollection", "patch", "update"]},
+    {"apiGroups": [""], "resources": ["pods", "pods/log", "pods/status", "configmaps", "events", "secrets",
+                                      "services", "persistentvolumeclaims"], "verbs": ["get", "list", "watch"]},
+]  # fmt: skip
+
+
+def namespace_user(fake: FakeApiServer) -> Rbac:
+    """A user with `edit` in team-a (which the install's ClusterRole ringleader-jobs aggregates
+    into) and the install's read of its cluster ConfigMap: no right outside team-a."""
+    installed = manifests.install()
+    jobs_role = next(o for o in installed if o["metadata"]["name"] == manifests.USER_ROLE)
+    assert jobs_role["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
+    config_role = next(o for o in installed if o["kind"] == "Role" and o["metadata"]["name"] == names.CLUSTER_CONFIG)
+    return Rbac("alice", [("team-a", EDIT_ROLE + jobs_role["rules"]),
+                          (names.SYSTEM_NAMESPACE, config_role["rules"])])  # fmt: skip
+
+
+def test_contract_a_namespace_only_user_submits_gets_logs_and_deletes(run, fake: FakeApiServer) -> None:  # type: ignore[no-untyped-def]
+    fake.put("nodes", node("gpu-0", mode=None))
+    user = namespace_user(fake)
+    fake.rbac = user
+    code, out = run("submit", "mpi", "--engine", "kubernetes", "--name", "vgg", "--workers", "2", "--gpus", "1",
+                    "-e", "HF_TOKEN=t", "mpirun -np 2 python train.py")  # fmt: skip
+    assert code == 0, out
+    assert "no placement preview: you may not list nodes and pods cluster-wide (403)" in out
+    assert fake.get("mpijobs", "vgg", "team-a") is not None and fake.get("secrets", "vgg-env", "team-a")
+    assert any(r.path == "/api/v1/nodes" for r in fake.requests)  # it tried, and was refused
+
+    fake.rbac = None  # the scheduler and mpi-operator are the cluster's
+    operator_makes_pods(fake, "vgg")
+    sched = Scheduler(Api(load_client(host=fake.url)), "s")
+    sched.sync()
+    assert sched.elector.try_acquire_or_renew()
+    assert [r.ok for r in sched.cycle()] == [True]
+    operator_makes_pods(fake, "vgg", role="Launcher")
+    fake.pod_logs[f"team-a/vgg-launcher-{LAUNCHER_POD_SUFFIX}"] = "step 1\n"
+
+    fake.rbac = user
+    for args, expect in ((("get", "vgg"), "vgg-worker-"), (("list",), "vgg"), (("logs", "vgg"), "step 1"),
+                         (("delete", "vgg"), "deleted")):  # fmt: skip
+        code, out = run(args[0], "--engine", "kubernetes", *args[1:])
+        assert code == 0 and expect in out, (args, out)
+    assert fake.get("mpijobs", "vgg", "team-a") is None
+    denied = [r.path for r in fake.requests if r.path in ("/api/v1/nodes", "/api/v1/pods")]
+    assert denied  # only the preview reached outside team-a
+
+
+def test_contract_the_fake_refuses_what_rbac_does_not_grant(run, fake: FakeApiServer) -> None:  # type: ignore[no-untyped-def]
+    """The check can fail: the same user in another namespace is refused in one line."""
+    fake.rbac = namespace_user(fake)
+    code, out = run("list", "--engine", "kubernetes")
+    assert code == 0
+    code, out = run("submit", "mpi", "--engine", "kubernetes", "-n", "team-b", "--name", "x", "python x.py")
+    assert code == 1 and out.count("\n") == 1, out
+    assert 'User "alice" cannot get resource "mpijobs"' in out and 'namespace "team-b"' in out
+    assert not fake.calls("create")

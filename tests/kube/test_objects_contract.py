@@ -18,8 +18,19 @@ from kube.fakeapi import FakeApiServer
 from kube.kubeobjs import node, pod, podgroup
 from ringleader.engines.kubernetes import manifests, names
 from ringleader.engines.kubernetes.client import Api, load_client
+from ringleader.engines.kubernetes.delivery import (
+    Delivery,
+    agent_policy,
+    claim_allocation,
+    claim_template,
+    env_policy,
+    node_devices,
+    pin_patch,
+    ungate_patch,
+)
 from ringleader.engines.kubernetes.scheduler import Scheduler
-from ringleader.jobs.spec import JobSpec
+from ringleader.errors import UsageError
+from ringleader.jobs.spec import JobSpec, KubeOptions
 
 jsonschema = pytest.importorskip("jsonschema")
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
@@ -59,7 +70,8 @@ def test_contract_mpijob_matches_official_crd() -> None:
     # A plain program is wrapped in mpirun, and still valid.
     plain = manifests.mpijob(JobSpec("plain", 2, 2, ["python", "train.py"]), "team-a")
     validate_crd(plain, "kubeflow.org_mpijobs.yaml", "v2beta1")
-    assert plain["spec"]["slotsPerWorker"] == 2
+    # one rank per pod: -np 2 over mpi-operator's hostfile puts one rank on each worker pod
+    assert plain["spec"]["slotsPerWorker"] == 1 and plain["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
 
 
 def test_contract_crd_schema_rejects_a_broken_mpijob() -> None:
@@ -73,7 +85,7 @@ def test_contract_crd_schema_rejects_a_broken_mpijob() -> None:
 def test_contract_podgroup_matches_official_crd() -> None:
     group = manifests.podgroup(SPEC, "default", owner_uid="0b9f1c3e-0000-4000-8000-000000000001")
     validate_crd(group, "scheduling.x-k8s.io_podgroups.yaml", "v1alpha1")
-    assert group["spec"]["minMember"] == 5  # 4 workers and the launcher
+    assert group["spec"]["minMember"] == 4  # the workers: the launcher is created once they are Ready
     broken = copy.deepcopy(group)
     broken["spec"]["minMember"] = 0
     with pytest.raises(jsonschema.ValidationError):
@@ -101,7 +113,7 @@ def test_contract_install_manifests_are_valid() -> None:
 
 
 def test_contract_builtin_validation_can_fail() -> None:
-    bad = manifests.install()[-1]
+    bad = next(o for o in manifests.install() if o["kind"] == "DaemonSet")
     bad["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"] = 3
     with pytest.raises(kubernetes_validate.ValidationError):
         validate_builtin(bad)
@@ -161,3 +173,219 @@ def test_contract_secret_looking_env_goes_into_a_secret_the_pods_reference() -> 
     assert secret["stringData"] == {"HF_TOKEN": "hf_abc123", "DB_PASSWORD": "pw-42", "AWS_SECRET_ACCESS_KEY": "s3cr3t"}
     assert secret["metadata"]["ownerReferences"][0]["kind"] == "MPIJob"
     assert manifests.env_secret(JobSpec("plain", 1, 0, ["true"], env={"N": "1"}), "team-a") is None
+
+
+# -- GPU delivery: both paths' objects, for the oldest and newest Kubernetes each supports ---------------
+
+ENV_VERSIONS = ("1.30", "1.37")  # ValidatingAdmissionPolicy v1 and bound-token node names: 1.30
+DRA_VERSIONS = ("1.34", "1.37")  # resource.k8s.io/v1: 1.34
+
+
+@pytest.mark.parametrize(("delivery", "versions"), [
+    (Delivery(), ENV_VERSIONS), (Delivery("env", None), ENV_VERSIONS), (Delivery("dra"), DRA_VERSIONS)])
+def test_contract_install_validates_for_the_versions_it_claims(delivery: Delivery, versions: tuple[str, ...]) -> None:
+    objects = manifests.install(image="registry.example/ringleader:0.1.0", delivery=delivery)
+    for version in versions:
+        for obj in objects:
+            kubernetes_validate.validate(obj, version, strict=True)
+    kinds = [o["kind"] for o in objects]
+    agent = next(o for o in objects if o["kind"] == "DaemonSet")["spec"]["template"]["spec"]
+    assert agent.get("runtimeClassName") == delivery.runtime_class
+    assert kinds.count("ValidatingAdmissionPolicy") == (2 if delivery.mode == "env" else 1)
+    config = next(o for o in objects if o["metadata"]["name"] == names.CLUSTER_CONFIG and o["kind"] == "ConfigMap")
+    assert Delivery.parse(config["data"]["gpuDelivery"], config["data"]["runtimeClass"]) == delivery
+    # admissionregistration.k8s.io/v1 policies exist from 1.30 on: 1.29 has no such kind
+    policy = next(o for o in objects if o["kind"] == "ValidatingAdmissionPolicy")
+    with pytest.raises(kubernetes_validate.utils.SchemaNotFoundError):
+        kubernetes_validate.validate(policy, "1.29", strict=True)
+
+
+def _template_pods(job: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {role: {"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": f"x-{role.lower()}", "namespace": "team-a", **rep["template"]["metadata"]},
+                   "spec": rep["template"]["spec"]}
+            for role, rep in job["spec"]["mpiReplicaSpecs"].items()}  # fmt: skip
+
+
+def test_contract_env_workers_name_the_runtime_class_and_take_ids_from_the_binding() -> None:
+    pods = _template_pods(manifests.mpijob(SPEC, "team-a", delivery=Delivery("env", "nvidia-cdi")))
+    worker, launcher = pods["Worker"]["spec"], pods["Launcher"]["spec"]
+    assert worker["runtimeClassName"] == "nvidia-cdi" and "runtimeClassName" not in launcher
+    env = {e["name"]: e for e in worker["containers"][0]["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"]["valueFrom"]["fieldRef"]["fieldPath"] == manifests.GPU_IDS_FIELD
+    assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"} in launcher["containers"][0]["env"]
+    # not BestEffort: requests by default, so the scheduler's room check counts them
+    assert worker["containers"][0]["resources"]["requests"] == manifests.DEFAULT_WORKER_REQUESTS
+    plain = _template_pods(manifests.mpijob(SPEC, "team-a", delivery=Delivery("env", None)))["Worker"]["spec"]
+    assert "runtimeClassName" not in plain
+
+
+def test_contract_dra_objects_match_resource_k8s_io_v1() -> None:
+    job = manifests.mpijob(SPEC, "team-a", delivery=Delivery("dra"), per_pod=2)
+    validate_crd(job, "kubeflow.org_mpijobs.yaml", "v2beta1")
+    pods = _template_pods(job)
+    worker = pods["Worker"]["spec"]
+    assert worker["schedulingGates"] == [{"name": names.GANG_GATE}] and worker["schedulerName"] == "default-scheduler"
+    assert "runtimeClassName" not in worker
+    assert not any(e["name"].startswith("NVIDIA_") for e in worker["containers"][0]["env"])  # CDI, not env
+    assert worker["containers"][0]["resources"]["claims"] == [{"name": names.DRA_REQUEST}]
+    assert names.PODGROUP_LABEL not in pods["Launcher"]["metadata"]["labels"]  # kube-scheduler places it
+    template = claim_template(manifests.claim_template_name(SPEC), "team-a", 2, SPEC.name,
+                              manifests.owner_reference(SPEC, "0b9f1c3e-0000-4000-8000-000000000001"))  # fmt: skip
+    assert worker["resourceClaims"][0]["resourceClaimTemplateName"] == template["metadata"]["name"]
+    slice_ = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "gpu-0-gpu.nvidia.com"},
+              "spec": {"driver": names.DRA_DRIVER, "nodeName": "gpu-0", "pool": {"name": "gpu-0", "generation": 1,
+                       "resourceSliceCount": 1},
+                       "devices": [{"name": f"gpu-{i}", "attributes": {"type": {"string": "gpu"},
+                                    "uuid": {"string": f"GPU-{i}aaa"}, "productName": {"string": "NVIDIA H100"}}}
+                                   for i in range(4)]}}  # fmt: skip
+    devices = [d for d in node_devices([slice_], "gpu-0") if d.uuid in ("GPU-2aaa", "GPU-3aaa")]
+    assert [d.name for d in devices] == ["gpu-2", "gpu-3"] and node_devices([slice_], "gpu-1") == []
+    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+             "metadata": {"name": "x-worker-0-gpus-k2x9z", "namespace": "team-a"},
+             "spec": template["spec"]["spec"], "status": claim_allocation("gpu-0", devices)}  # fmt: skip
+    for version in DRA_VERSIONS:
+        for obj in (template, slice_, claim, pods["Worker"], pods["Launcher"]):
+            kubernetes_validate.validate(obj, version, strict=True)
+    pinned = copy.deepcopy(pods["Worker"])
+    pin = pin_patch("gpu-0", {names.GPU_IDS_ANNOTATION: "2,3"})
+    pinned["metadata"]["annotations"] = pin["metadata"]["annotations"]
+    pinned["spec"]["affinity"] = pin["spec"]["affinity"]
+    kubernetes_validate.validate(pinned, DRA_VERSIONS[0], strict=True)
+    assert ungate_patch() == {"spec": {"schedulingGates": [{"$patch": "delete", "name": names.GANG_GATE}]}}
+    broken = copy.deepcopy(template)
+    broken["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"] = "two"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, DRA_VERSIONS[0], strict=True)
+
+
+def test_contract_kube_options_reach_the_pods() -> None:
+    kube = KubeOptions(cpu="500m", memory="4Gi", selector=(("pool", "a100"),),
+                       tolerations=("gpu=yes:NoSchedule", "all"),
+                       image_pull_secrets=("regcred",), labels=(("team", "nlp"),), annotations=(("owner", "ann"),),
+                       priority_class="high", retry=3, data_dirs=("/mnt/data:/data",))  # fmt: skip
+    spec = JobSpec("opts", 4, 1, ["python", "t.py"], workdir="/workspace", kube=kube).validate()
+    job = manifests.mpijob(spec, "team-a", per_pod=2)
+    validate_crd(job, "kubeflow.org_mpijobs.yaml", "v2beta1")
+    assert job["spec"]["runPolicy"]["backoffLimit"] == 3 and job["metadata"]["labels"]["team"] == "nlp"
+    pods = _template_pods(job)
+    for template in pods.values():
+        kubernetes_validate.validate(template, "1.30", strict=True)
+        spec_ = template["spec"]
+        assert spec_["nodeSelector"] == {"pool": "a100"} and spec_["priorityClassName"] == "high"
+        assert spec_["tolerations"] == [{"key": "gpu", "operator": "Equal", "value": "yes", "effect": "NoSchedule"},
+                                        {"operator": "Exists"}]  # fmt: skip
+        assert spec_["imagePullSecrets"] == [{"name": "regcred"}]
+        assert spec_["volumes"][0]["hostPath"]["path"] == "/mnt/data"
+        assert spec_["containers"][0]["volumeMounts"][0]["mountPath"] == "/data"
+        assert spec_["containers"][0]["workingDir"] == "/workspace"
+        assert template["metadata"]["annotations"] == {"owner": "ann"}
+        assert template["metadata"]["labels"]["team"] == "nlp"
+    # two ranks per pod: twice one rank's requests
+    requests = pods["Worker"]["spec"]["containers"][0]["resources"]["requests"]
+    assert requests == {"cpu": "1000m", "memory": str(8 * 2**30)}
+    for bad in (KubeOptions(cpu="lots"), KubeOptions(tolerations=("a:Never",)), KubeOptions(retry=-1),
+                KubeOptions(selector=(("bad key", "v"),)), KubeOptions(data_dirs=("data:/data",))):
+        with pytest.raises(UsageError):
+            JobSpec("opts", 1, 0, ["true"], kube=bad).validate()
+
+
+def test_ranks_per_pod_is_the_largest_share_every_node_divides() -> None:
+    spec = JobSpec("p", 12, 1, ["true"])
+    assert manifests.ranks_per_pod(spec, ["a"] * 8 + ["b"] * 4) == 4
+    assert manifests.ranks_per_pod(spec, ["a"] * 12) == 12
+    assert manifests.ranks_per_pod(spec, ["a"] * 7 + ["b"] * 5) == 1
+    assert manifests.ranks_per_pod(spec, []) == 1  # no plan: one rank per pod
+    assert manifests.ranks_per_pod(JobSpec("c", 4, 0, ["true"]), ["a"] * 4) == 1  # CPU ranks: no NVLink to share
+
+
+# -- the admission policies, evaluated with a CEL implementation ----------------------------------------------
+# cel-python evaluates the policies' expressions on the objects the API server would hand them
+# (object, oldObject, request, variables); it does not type-check them against the schema or
+# estimate their cost, as the API server does when the policy is created.
+
+celpy = pytest.importorskip("celpy")
+
+
+def admit(policy: dict[str, Any], obj: dict[str, Any], old: dict[str, Any] | None = None, op: str = "CREATE",
+          user: str = "alice", extra: dict[str, list[str]] | None = None, sub: str = "") -> str:  # fmt: skip
+    """What the policy answers: "allowed", "not matched", or the message of the first failed rule."""
+    env = celpy.Environment()
+
+    def run(expr: str, ctx: Any) -> Any:
+        return env.program(env.compile(expr)).evaluate(ctx)
+
+    info: dict[str, Any] = {"username": user, **({"extra": extra} if extra is not None else {})}
+    ctx = celpy.json_to_cel({"object": obj, "oldObject": old,
+                             "request": {"operation": op, "subResource": sub, "userInfo": info}})  # fmt: skip
+    if not all(run(c["expression"], ctx) for c in policy["spec"].get("matchConditions", ())):
+        return "not matched"
+    variables = celpy.celtypes.MapType({})
+    ctx["variables"] = variables
+    for v in policy["spec"].get("variables", ()):
+        variables[celpy.celtypes.StringType(v["name"])] = run(v["expression"], ctx)
+    for rule in policy["spec"]["validations"]:
+        if not run(rule["expression"], ctx):
+            return str(rule["message"])
+    return "allowed"
+
+
+def _pod(spec: dict[str, Any], annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "p", "namespace": "team-a", **({"annotations": annotations} if annotations else {})}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def test_contract_env_policy_admits_ringleaders_templates_and_refuses_every_other_gpu_route() -> None:
+    policy, binding = env_policy("nvidia")
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    trusted = binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][0]["values"]
+    assert "gpu-operator" in trusted and names.SYSTEM_NAMESPACE in trusted
+    for per_pod in (1, 2):
+        for template in _template_pods(manifests.mpijob(SPEC, "team-a", per_pod=per_pod)).values():
+            assert admit(policy, template) == "allowed"
+    container = {"name": "c", "image": "nvcr.io/nvidia/pytorch:24.01-py3"}
+    for env in ({"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}, {"name": "CUDA_VISIBLE_DEVICES", "value": "0"},
+                {"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}):
+        assert admit(policy, _pod({"containers": [{**container, "env": [env]}]})).startswith("NVIDIA_* and")
+        init = {"containers": [container], "initContainers": [{**container, "env": [env]}]}
+        assert admit(policy, _pod(init)).startswith("NVIDIA_* and")
+    # the image's own ENV NVIDIA_VISIBLE_DEVICES=all only counts under the NVIDIA runtime: refused
+    assert admit(policy, _pod({"runtimeClassName": "nvidia", "containers": [container]})).startswith("runtimeClassName")
+    worker = _template_pods(manifests.mpijob(SPEC, "team-a"))["Worker"]
+    debug = copy.deepcopy(worker)  # `kubectl debug` adding a container that inherits the runtime
+    debug["spec"]["ephemeralContainers"] = [{**container, "name": "debugger"}]
+    assert admit(policy, debug, worker, op="UPDATE", sub="ephemeralcontainers") != "allowed"
+    # pods of device-plugin nodes (they request nvidia.com/gpu) are the plugin's business
+    plugin = {**container, "resources": {"limits": {"nvidia.com/gpu": 1}}}
+    assert admit(policy, _pod({"runtimeClassName": "nvidia", "containers": [plugin]})) == "allowed"
+    assert admit(policy, _pod({"containers": [{**container, "env": [{"name": "A", "value": "1"}]}]})) == "allowed"
+    # the GPU ids: written by the Binding only, never by a create or an update of the pod
+    stolen = copy.deepcopy(worker)
+    stolen["metadata"]["annotations"] = {names.GPU_IDS_ANNOTATION: "0,1,2,3,4,5,6,7"}
+    assert "written only by its scheduler's Binding" in admit(policy, stolen)
+    bound = copy.deepcopy(worker)
+    bound["metadata"]["annotations"] = {names.GPU_IDS_ANNOTATION: "2"}
+    assert "cannot be changed" in admit(policy, stolen, bound, op="UPDATE")
+    assert admit(policy, bound, bound, op="UPDATE") == "allowed"
+
+
+def test_contract_the_agent_may_change_only_its_own_node() -> None:
+    policy, _ = agent_policy("ringleader-agent")
+    me = f"system:serviceaccount:{names.SYSTEM_NAMESPACE}:ringleader-agent"
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-0", "labels": {"zone": "a"},
+            "annotations": {"other": "x"}}, "spec": {"podCIDR": "10.0.0.0/24"}}  # fmt: skip
+    published = copy.deepcopy(node)
+    published["metadata"]["annotations"][names.TOPOLOGY_ANNOTATION] = "{}"
+    on = {"authentication.kubernetes.io/node-name": ["gpu-0"]}
+    assert admit(policy, published, node, op="UPDATE", user=me, extra=on) == "allowed"
+    assert admit(policy, published, node, op="UPDATE", user=me, extra=on, sub="status") == "allowed"
+    elsewhere = {"authentication.kubernetes.io/node-name": ["gpu-1"]}
+    assert "only the node its pod runs on" in admit(policy, published, node, op="UPDATE", user=me, extra=elsewhere)
+    assert "only the node its pod runs on" in admit(policy, published, node, op="UPDATE", user=me)  # a legacy token
+    relabelled = copy.deepcopy(published)
+    relabelled["metadata"]["labels"]["ack.node.gpu.schedule"] = "topology"
+    assert "only the annotation" in admit(policy, relabelled, node, op="UPDATE", user=me, extra=on)
+    untainted = copy.deepcopy(published)
+    untainted["spec"]["taints"] = []
+    assert "only the annotation" in admit(policy, untainted, node, op="UPDATE", user=me, extra=on)
+    assert admit(policy, relabelled, node, op="UPDATE", user="kubernetes-admin") == "not matched"

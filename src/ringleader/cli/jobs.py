@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import click
 
+from ringleader.cli.kube import kube_submit_options, read_kube_options
 from ringleader.cli.output import (
     INDENT,
     console,
@@ -200,13 +201,16 @@ def submit() -> None:
 @click.option("--model", default=None, help="Model name (recorded; a hint for throughput predictions).")
 @click.option("--dry-run", is_flag=True, help="Print the placement plan; start and write nothing.")
 @click.option("--time-limit", "time_limit_s", metavar="DURATION", callback=_time_limit, help=TIME_LIMIT_HELP)
+@click.option("--working-dir", "working_dir", default=None,
+              help="Where the ranks start (default: here; on Kubernetes, the image's).")
+@kube_submit_options
 @output_option("json", "yaml")
 @click.argument("command", nargs=-1, required=True)
 @engine_option
 def submit_mpi(
     name: str, workers: int, gpus: int, gputopology: bool, gang: bool, priority: int, env: tuple[str, ...],
-    image: str | None, model: str | None, dry_run: bool, time_limit_s: float | None, output: str,
-    command: tuple[str, ...], engine: str | None,
+    image: str | None, model: str | None, dry_run: bool, time_limit_s: float | None, working_dir: str | None,
+    output: str, command: tuple[str, ...], engine: str | None, **kube: Any,
 ) -> None:  # fmt: skip
     """Submit an MPI job: COMMAND is one quoted string (an `mpirun ... program` line or a plain
     program started once per worker, torchrun-style) or the words after `--`. A quoted string
@@ -232,7 +236,7 @@ def submit_mpi(
     spec = JobSpec(
         name=name, workers=workers, gpus_per_worker=gpus, command=parse_command(command),
         env=parse_env(env), topology_aware=gputopology, priority=priority, image=image, model=model,
-        time_limit_s=time_limit_s,
+        time_limit_s=time_limit_s, workdir=working_dir, kube=read_kube_options(kube),
     )  # fmt: skip
     with using_engine(engine) as rt:
         result = rt.submit(spec, dry_run=dry_run)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ringleader.errors import UsageError
 
@@ -75,6 +75,79 @@ def submit_env(environ: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in environ.items() if k in SUBMIT_ENV_KEYS or k.startswith(SUBMIT_ENV_PREFIXES)}
 
 
+# Kubernetes names: label keys ([prefix/]name), label values, DNS-1123 names.
+_K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|Ki|Mi|Gi|Ti|k|M|G|T)?$")
+_TOLERATION = re.compile(r"^(all|[^=:\s]+(=[^=:\s]*)?(:(NoSchedule|PreferNoSchedule|NoExecute))?)$")
+_DATA_DIR = re.compile(r"^/[^:\s]*:/[^:\s]*$")
+
+
+@dataclass(frozen=True)
+class KubeOptions:
+    """arena's Kubernetes-only submit options (-n, --cpu, --selector, ...): the kubernetes engine
+    maps them onto the MPIJob's pods; every other engine refuses them (``Support.kube_options``)."""
+
+    namespace: str | None = None  # -n: the job's namespace (default: the engine's)
+    cpu: str | None = None  # CPU request of each worker pod (a quantity: 4, 500m)
+    memory: str | None = None  # memory request of each worker pod (8Gi)
+    selector: tuple[tuple[str, str], ...] = ()  # nodeSelector KEY=VALUE
+    tolerations: tuple[str, ...] = ()  # KEY[=VALUE][:EFFECT], or "all"
+    image_pull_secrets: tuple[str, ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()  # on the MPIJob and its pods
+    annotations: tuple[tuple[str, str], ...] = ()  # on the MPIJob and its pods
+    priority_class: str | None = None  # the pods' PriorityClass
+    retry: int | None = None  # runPolicy.backoffLimit
+    data_dirs: tuple[str, ...] = ()  # HOST_PATH:CONTAINER_PATH hostPath mounts
+
+    FLAGS: ClassVar[dict[str, str]] = {
+             "namespace": "-n/--namespace", "cpu": "--cpu", "memory": "--memory", "selector": "--selector",
+             "tolerations": "--toleration", "image_pull_secrets": "--image-pull-secret", "labels": "--label",
+             "annotations": "--annotation", "priority_class": "--priority-class", "retry": "--retry",
+             "data_dirs": "--data-dir"}  # fmt: skip
+
+    def given(self) -> str | None:
+        """The first option set, as the user spelled it (None: none)."""
+        return next((flag for key, flag in self.FLAGS.items() if getattr(self, key) not in (None, ())), None)
+
+    def validate(self) -> None:
+        def bad(flag: str, value: object, fix: str) -> UsageError:
+            return UsageError(f"{flag} {value!r} is not valid for Kubernetes", fix)
+
+        for name in (self.namespace, self.priority_class, *self.image_pull_secrets):
+            if name is not None and not _K8S_NAME.match(name):
+                raise bad("name", name, "use lowercase letters, digits, '-' and '.' (DNS-1123)")
+        for flag, value in (("--cpu", self.cpu), ("--memory", self.memory)):
+            if value is not None and not _QUANTITY.match(value):
+                raise bad(flag, value, "write a Kubernetes quantity, e.g. --cpu 4, --cpu 500m, --memory 16Gi")
+        for flag, pairs in (("--selector", self.selector), ("--label", self.labels)):
+            for key, value in pairs:
+                if not _LABEL_KEY.match(key) or not _LABEL_VALUE.match(value):
+                    raise bad(flag, f"{key}={value}", "write KEY=VALUE with a label key and value")
+        for key, _ in self.annotations:
+            if not _LABEL_KEY.match(key):
+                raise bad("--annotation", key, "write KEY=VALUE with KEY like example.com/name")
+        for tol in self.tolerations:
+            if not _TOLERATION.match(tol):
+                raise bad("--toleration", tol, "write KEY, KEY=VALUE, KEY[=VALUE]:EFFECT or all")
+        for mount in self.data_dirs:
+            if not _DATA_DIR.match(mount):
+                raise bad("--data-dir", mount, "write HOST_PATH:CONTAINER_PATH, both absolute")
+        if self.retry is not None and not (isinstance(self.retry, int) and 0 <= self.retry <= 100):
+            raise bad("--retry", self.retry, "give 0 to 100 retries")
+
+    @staticmethod
+    def from_dict(data: dict[str, Any] | None) -> KubeOptions | None:
+        if data is None:
+            return None
+        pairs = ("selector", "labels", "annotations")
+        fields: dict[str, Any] = {
+            k: tuple(tuple(p) for p in v) if k in pairs else tuple(v) if isinstance(v, list) else v
+            for k, v in data.items() if k in KubeOptions.FLAGS}  # fmt: skip
+        return KubeOptions(**fields)
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """A gang of ``workers`` processes with ``gpus_per_worker`` GPUs each, running ``command``.
@@ -101,6 +174,7 @@ class JobSpec:
     # Seconds the job may run; it is stopped (SIGTERM, grace, SIGKILL) and FAILED at the limit.
     # The queue plans reservations with it, and a job with one may backfill (see docs/scheduler.md).
     time_limit_s: float | None = None
+    kube: KubeOptions | None = None  # Kubernetes-only options (refused by other engines)
 
     def validate(self) -> JobSpec:
         from ringleader.topology.cluster import check_name
@@ -128,6 +202,10 @@ class JobSpec:
                 raise UsageError(f"invalid environment variable name {key!r}", "use -e NAME=VALUE")
         if self.image is not None:  # `--image ''` too: it is not "no image"
             check_image_reference(self.image)
+        if self.workdir is not None and not self.workdir.startswith("/"):
+            raise UsageError(f"--working-dir {self.workdir!r} is not an absolute path", "give a path from /")
+        if self.kube is not None:
+            self.kube.validate()
         return self
 
     def request(self) -> JobRequest:
@@ -151,4 +229,5 @@ class JobSpec:
             image=data.get("image"), model=data.get("model"), workdir=data.get("workdir"),
             submit_env=data.get("submit_env"), user_command=data.get("user_command"),
             time_limit_s=None if data.get("time_limit_s") is None else float(data["time_limit_s"]),
+            kube=KubeOptions.from_dict(data.get("kube")),
         )  # fmt: skip

@@ -43,6 +43,9 @@ def prepare_submit(spec: JobSpec, supports: Support, environ: Mapping[str, str] 
         supports.require("image", "--image")
     if spec.time_limit_s is not None:
         supports.require("time_limit", "--time-limit")
+    given = spec.kube.given() if spec.kube is not None else None
+    if given is not None:
+        supports.require("kube_options", given)
     if spec.workdir is None and supports.submitter_context:
         spec = dataclasses.replace(spec, workdir=working_directory())
     # -x NAME passes the submitter's value of NAME (the whole environment, not just the part a

@@ -47,3 +47,17 @@ JOB_ROLE_LABEL = "training.kubeflow.org/job-role"
 REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
 
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+
+# -- GPU delivery (docs/kubernetes.md, "How the GPUs reach the container") --
+# env: the worker's NVIDIA_VISIBLE_DEVICES from its gpu-ids annotation, run by the NVIDIA
+# container runtime that this RuntimeClass names (GPU Operator's default name; with CDI on, from
+# v25.10, it is no longer the node's default runtime, so pods must name it).
+DEFAULT_RUNTIME_CLASS = "nvidia"
+# dra: kube-scheduler binds, NVIDIA's DRA driver prepares the devices ringleader allocated.
+DELIVERIES = ("env", "dra")
+DRA_DRIVER = "gpu.nvidia.com"  # the driver's name, its DeviceClass's name and its attributes' domain
+DRA_DEVICE_CLASS = "gpu.nvidia.com"
+DRA_REQUEST = "gpus"  # the claim's one request, and the pod's claim entry
+GANG_GATE = f"{PREFIX}/gang"  # schedulingGate on DRA workers, removed once the whole gang is pinned
+# Install: which delivery the cluster uses, readable by every authenticated user (one ConfigMap).
+CLUSTER_CONFIG = "ringleader-cluster"
