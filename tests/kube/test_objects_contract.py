@@ -8,6 +8,7 @@ Objects the scheduler sends are taken from the requests the fake API server rece
 from __future__ import annotations
 
 import copy
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ from ringleader.engines.kubernetes.delivery import (
 )
 from ringleader.engines.kubernetes.scheduler import Scheduler
 from ringleader.errors import UsageError
-from ringleader.jobs.spec import JobSpec, KubeOptions
+from ringleader.jobs.spec import ContainerOptions, JobSpec, KubeOptions
 
 jsonschema = pytest.importorskip("jsonschema")
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
@@ -50,7 +51,12 @@ def crd_schema(filename: str, version: str) -> dict[str, Any]:
     path = CRDS / filename
     if not path.exists():
         pytest.skip(f"official CRD not present at {path} (checkout without ../shared)")
-    crd = yaml.safe_load(path.read_text())
+    return _crd_schema(path, version)
+
+
+@functools.lru_cache(maxsize=8)
+def _crd_schema(path: Path, version: str) -> dict[str, Any]:
+    crd = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     served = {v["name"]: v for v in crd["spec"]["versions"]}
     return served[version]["schema"]["openAPIV3Schema"]
 
@@ -288,6 +294,33 @@ def test_contract_kube_options_reach_the_pods() -> None:
                 KubeOptions(selector=(("bad key", "v"),)), KubeOptions(data_dirs=("data:/data",))):
         with pytest.raises(UsageError):
             JobSpec("opts", 1, 0, ["true"], kube=bad).validate()
+
+
+def test_contract_container_options_reach_the_pods() -> None:
+    """The options shared with the embedded engine's containers, as pods take them."""
+    opts = ContainerOptions(data=(("imagenet", "/data"),), shm_size=8 << 30, rdma=True, image_pull_policy="Always",
+                            user="1000:1000")  # fmt: skip
+    spec = JobSpec("c", 2, 1, ["python", "t.py"], container=opts).validate()
+    job = manifests.mpijob(spec, "team-a")
+    validate_crd(job, "kubeflow.org_mpijobs.yaml", "v2beta1")
+    pods = _template_pods(job)
+    for template in pods.values():
+        kubernetes_validate.validate(template, "1.30", strict=True)
+        volumes = {v["name"]: v for v in template["spec"]["volumes"]}
+        assert volumes["data-0"]["persistentVolumeClaim"] == {"claimName": "imagenet"}
+        assert volumes["dshm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": str(8 << 30)}
+        container = template["spec"]["containers"][0]
+        assert {m["mountPath"] for m in container["volumeMounts"]} == {"/data", "/dev/shm"}
+        assert container["imagePullPolicy"] == "Always"
+        assert container["securityContext"] == {"runAsUser": 1000, "runAsGroup": 1000,
+                                                "capabilities": {"add": ["IPC_LOCK"]}}  # fmt: skip
+    assert pods["Worker"]["spec"]["containers"][0]["resources"]["limits"][manifests.RDMA_RESOURCE] == 1
+    assert "limits" not in pods["Launcher"]["spec"]["containers"][0]["resources"]
+    # without --shm-size, /dev/shm is still memory, not the container's 64 MiB
+    plain = _template_pods(manifests.mpijob(JobSpec("p", 1, 1, ["true"]), "team-a"))["Worker"]["spec"]
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory"}} in plain["volumes"]
+    with pytest.raises(UsageError, match="source is a PersistentVolumeClaim's name"):
+        manifests.mpijob(JobSpec("d", 1, 0, ["true"], container=ContainerOptions(data=(("/mnt/x", "/x"),))), "ns")
 
 
 def test_ranks_per_pod_is_the_largest_share_every_node_divides() -> None:

@@ -84,6 +84,7 @@ class KubernetesEngine:
     # The job's image is its pods' image; the cluster, its labels and finished jobs are the
     # API server's (kubectl), not ringleader's.
     supports = Support("kubernetes", submitter_context=False, image="the pods' image", kube_options=True,
+                       container_options=("--data", "--shm-size", "--rdma", "--image-pull-policy", "--container-user"),
                        more_room="label more nodes for this kind of job")  # fmt: skip
 
     @property

@@ -13,6 +13,7 @@ docs/kubernetes.md compares this with a device plugin's Allocate, a runtime hook
 from __future__ import annotations
 
 import math
+import re
 import shlex
 from collections.abc import Sequence
 from typing import Any
@@ -152,13 +153,57 @@ def _tolerations(given: Sequence[str]) -> list[dict[str, str]]:
     return out
 
 
-def _data_volumes(kube: KubeOptions) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    volumes, mounts = [], []
+# The RDMA device plugin's resource (Mellanox's k8s-rdma-shared-dev-plugin, as arena's --rdma asks).
+RDMA_RESOURCE = "rdma/hca"
+PVC_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+
+
+def _volumes(spec: JobSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Volumes and mounts of every pod: -d PVC:DST, --data-dir HOST:DST, and /dev/shm in memory
+    (a container's own is 64 MiB: too small for NCCL's shared-memory transport between the ranks of
+    one pod and for DataLoader workers), sized by --shm-size."""
+    kube = spec.kube or KubeOptions()
+    volumes: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
+    for i, (claim, target) in enumerate(spec.container.data):
+        if not PVC_NAME.fullmatch(claim):
+            raise UsageError(f"--data {claim}:{target}: on Kubernetes the source is a PersistentVolumeClaim's "
+                             "name",
+                             "give -d PVC_NAME:/path, or --data-dir HOST_PATH:/path for a node's directory")  # fmt: skip
+        volumes.append({"name": f"data-{i}", "persistentVolumeClaim": {"claimName": claim}})
+        mounts.append({"name": f"data-{i}", "mountPath": target})
     for i, mount in enumerate(kube.data_dirs):
         host, container = mount.split(":", 1)
         volumes.append({"name": f"data-dir-{i}", "hostPath": {"path": host, "type": "Directory"}})
         mounts.append({"name": f"data-dir-{i}", "mountPath": container})
+    shm: dict[str, Any] = {"medium": "Memory"}
+    if spec.container.shm_size:
+        shm["sizeLimit"] = str(spec.container.shm_size)
+    volumes.append({"name": "dshm", "emptyDir": shm})
+    mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
     return volumes, mounts
+
+
+def _container_setup(spec: JobSpec, container: dict[str, Any], mounts: list[dict[str, Any]]) -> dict[str, Any]:
+    """What every container of the job shares: its working directory, mounts, pull policy and
+    user (--working-dir, -d, --data-dir, --shm-size, --image-pull-policy, --container-user, --rdma)."""
+    opts = spec.container
+    if spec.workdir:
+        container["workingDir"] = spec.workdir
+    container["volumeMounts"] = mounts
+    if opts.image_pull_policy:
+        container["imagePullPolicy"] = opts.image_pull_policy
+    security: dict[str, Any] = {}
+    if opts.user:
+        uid, _, gid = opts.user.partition(":")
+        security["runAsUser"] = int(uid)
+        if gid:
+            security["runAsGroup"] = int(gid)
+    if opts.rdma:  # verbs pin memory: unlimited memlock needs IPC_LOCK
+        security["capabilities"] = {"add": ["IPC_LOCK"]}
+    if security:
+        container["securityContext"] = security
+    return container
 
 
 # A plain program runs once per worker under mpirun with torchrun's variables, as on every other
@@ -211,13 +256,11 @@ def _worker_spec(spec: JobSpec, image: str, delivery: Delivery, per_pod: int, en
         resources["claims"] = [{"name": names.DRA_REQUEST}]
         pod = {"schedulerName": "default-scheduler", "schedulingGates": [{"name": names.GANG_GATE}],
                "resourceClaims": [{"name": names.DRA_REQUEST, "resourceClaimTemplateName": claim_template_name(spec)}]}
+    if spec.container.rdma:
+        resources.setdefault("limits", {})[RDMA_RESOURCE] = 1
     container: dict[str, Any] = {"name": "worker", "image": image, "command": list(WORKER_SSHD),
                                  "env": [*env, *(_gpu_env(delivery) if gpus else [])], "resources": resources}
-    if spec.workdir:
-        container["workingDir"] = spec.workdir
-    if mounts:
-        container["volumeMounts"] = mounts
-    return {**pod, "containers": [container]}
+    return {**pod, "containers": [_container_setup(spec, container, mounts)]}
 
 
 def mpijob(spec: JobSpec, namespace: str, image: str | None = None, line: CommandLine | None = None,
@@ -229,7 +272,7 @@ def mpijob(spec: JobSpec, namespace: str, image: str | None = None, line: Comman
     kube = spec.kube or KubeOptions()
     image = image or spec.image or DEFAULT_IMAGE
     pods = spec.workers // per_pod
-    volumes, mounts = _data_volumes(kube)
+    volumes, mounts = _volumes(spec)
     env = _env(spec)
     worker = _worker_spec(spec, image, delivery, per_pod, env, mounts)
     launcher: dict[str, Any] = {
@@ -237,16 +280,11 @@ def mpijob(spec: JobSpec, namespace: str, image: str | None = None, line: Comman
         "env": [*env, {"name": "NVIDIA_VISIBLE_DEVICES", "value": NO_GPU}],
         "resources": {"requests": dict(LAUNCHER_REQUESTS)},
     }  # fmt: skip
-    if spec.workdir:
-        launcher["workingDir"] = spec.workdir
-    if mounts:
-        launcher["volumeMounts"] = mounts
+    launcher = _container_setup(spec, launcher, mounts)
     # kube-scheduler places the DRA launcher (no GPU, no gate); in env mode ringleader puts it
     # next to the gang it belongs to.
     launcher_pod: dict[str, Any] = {"schedulerName": worker["schedulerName"], "containers": [launcher]}
-    common: dict[str, Any] = {}
-    if volumes:
-        common["volumes"] = volumes
+    common: dict[str, Any] = {"volumes": volumes}
     if kube.selector:
         common["nodeSelector"] = dict(kube.selector)
     if kube.tolerations:
