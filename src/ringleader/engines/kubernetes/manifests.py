@@ -169,7 +169,8 @@ def _volumes(spec: JobSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]
         if not PVC_NAME.fullmatch(claim):
             raise UsageError(f"--data {claim}:{target}: on Kubernetes the source is a PersistentVolumeClaim's "
                              "name",
-                             "give -d PVC_NAME:/path, or --data-dir HOST_PATH:/path for a node's directory")  # fmt: skip
+                             "give -d PVC_NAME:/path, or --data-dir HOST_PATH:/path for a node's "
+                             "directory")  # fmt: skip
         volumes.append({"name": f"data-{i}", "persistentVolumeClaim": {"claimName": claim}})
         mounts.append({"name": f"data-{i}", "mountPath": target})
     for i, mount in enumerate(kube.data_dirs):
