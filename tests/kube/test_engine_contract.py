@@ -225,4 +225,5 @@ def test_contract_the_fake_refuses_what_rbac_does_not_grant(run, fake: FakeApiSe
     code, out = run("submit", "mpi", "--engine", "kubernetes", "-n", "team-b", "--name", "x", "python x.py")
     assert code == 1 and out.count("\n") == 1, out
     assert 'User "alice" cannot get resource "mpijobs"' in out and 'namespace "team-b"' in out
+    assert "To fix: ask for the edit role in that namespace" in out  # not the scheduler's RBAC
     assert not fake.calls("create")

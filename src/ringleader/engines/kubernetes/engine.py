@@ -46,7 +46,16 @@ def refuse_gpu_env(spec: JobSpec) -> None:
 
 class EngineApi(JobsApi):
     """What only the engine writes or reads besides jobs: the install's ConfigMap, and objects
-    created beside an MPIJob (Secret, ResourceClaimTemplate)."""
+    created beside an MPIJob (Secret, ResourceClaimTemplate). A 403 says what a user needs."""
+
+    def _json(self, call: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super()._json(call, *args, **kwargs)
+        except ApiError as exc:
+            if exc.status != 403:
+                raise
+            raise ApiError(exc.message, 403, "ask for the edit role in that namespace (`kube manifests` aggregates "
+                                             "ringleader's job rights into it), or use -n with yours") from None
 
     def config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
