@@ -251,9 +251,9 @@ class KubernetesEngine:
         is `<job>-launcher-<suffix>`."""
         view = self.get(name)
         if instance == "launcher":
-            found = [i.name for i in view.instances if i.role == "launcher"]
-            if found:
-                return sorted(found)[-1]
+            found = [i for i in view.instances if i.role == "launcher"]
+            if found:  # a retried launcher Job leaves earlier pods: the newest one
+                return max(found, key=lambda i: (i.started_at or 0.0, i.name)).name
         return instance_name(view, instance)
 
     def logs(self, name: str, instance: str | None = None, tail: int | None = None, timestamps: bool = False) -> str:

@@ -1,12 +1,14 @@
 """Objects ringleader writes to a cluster, as plain dicts: a job's MPIJob and PodGroup, and the
 install (`ringleader kube manifests`): namespace, RBAC of least privilege, the scheduler
-Deployment and its config, the agent DaemonSet.
+Deployment and its config, the agent DaemonSet, the admission policies.
 
-How the GPU choice reaches the container: each worker's NVIDIA_VISIBLE_DEVICES comes from its
-own ``ringleader.io/gpu-ids`` annotation through the downward API. The scheduler's Binding
-carries that annotation (the API server sets it with the node), and kubelet resolves env vars
-only when it starts the container, after the pod is bound, so the container sees exactly the
-GPUs ``place()`` chose.
+How the GPU choice reaches the container depends on the install's delivery (delivery.py): with
+``env`` each worker's NVIDIA_VISIBLE_DEVICES comes from its own ``ringleader.io/gpu-ids``
+annotation through the downward API. The scheduler's Binding carries that annotation (the API
+server sets it with the node), and kubelet resolves env vars only when it starts the container,
+after the pod is bound, so the container sees exactly the GPUs ``place()`` chose; with ``dra``
+the worker's ResourceClaim is allocated to them. Ranks the plan puts on one node share one
+worker pod (``ranks_per_pod``), so NCCL can use NVLink between them.
 docs/kubernetes.md compares this with a device plugin's Allocate, a runtime hook and DRA.
 """
 
