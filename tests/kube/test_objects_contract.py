@@ -412,13 +412,19 @@ def test_contract_the_agent_may_change_only_its_own_node() -> None:
     on = {"authentication.kubernetes.io/node-name": ["gpu-0"]}
     assert admit(policy, published, node, op="UPDATE", user=me, extra=on) == "allowed"
     assert admit(policy, published, node, op="UPDATE", user=me, extra=on, sub="status") == "allowed"
+    with_uuids = copy.deepcopy(published)
+    with_uuids["metadata"]["annotations"][names.GPU_UUIDS_ANNOTATION] = "GPU-1,GPU-2"
+    assert admit(policy, with_uuids, published, op="UPDATE", user=me, extra=on) == "allowed"
+    other_note = copy.deepcopy(published)
+    other_note["metadata"]["annotations"]["other"] = "y"
+    assert "only the annotations" in admit(policy, other_note, node, op="UPDATE", user=me, extra=on)
     elsewhere = {"authentication.kubernetes.io/node-name": ["gpu-1"]}
     assert "only the node its pod runs on" in admit(policy, published, node, op="UPDATE", user=me, extra=elsewhere)
     assert "only the node its pod runs on" in admit(policy, published, node, op="UPDATE", user=me)  # a legacy token
     relabelled = copy.deepcopy(published)
     relabelled["metadata"]["labels"]["ack.node.gpu.schedule"] = "topology"
-    assert "only the annotation" in admit(policy, relabelled, node, op="UPDATE", user=me, extra=on)
+    assert "only the annotations" in admit(policy, relabelled, node, op="UPDATE", user=me, extra=on)
     untainted = copy.deepcopy(published)
     untainted["spec"]["taints"] = []
-    assert "only the annotation" in admit(policy, untainted, node, op="UPDATE", user=me, extra=on)
+    assert "only the annotations" in admit(policy, untainted, node, op="UPDATE", user=me, extra=on)
     assert admit(policy, relabelled, node, op="UPDATE", user="kubernetes-admin") == "not matched"

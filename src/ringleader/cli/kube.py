@@ -110,7 +110,7 @@ def agent(node: str | None, interval: float, once: bool, server: str | None, con
     api = Api(load_client(context=context, host=server))
     if once:
         found = find_topology()
-        wrote = publish(api, name, found.topology)
+        wrote = publish(api, name, found.topology, found.uuids)
         done = "published" if wrote else "unchanged"
         click.echo(f"node {name}: {found.topology.n_gpus} GPU(s) ({found.how}); {done}")
         return

@@ -139,16 +139,16 @@ def env_policy(runtime_class: str | None, trusted: Sequence[str] = TRUSTED_NAMES
 
 def agent_policy(agent_account: str) -> list[dict[str, Any]]:
     """The agent's ClusterRole may patch every Node; this policy narrows it to the Node its pod
-    runs on (the node name in its bound token), and to the topology annotation and status:
+    runs on (the node name in its bound token), and to its two annotations and the status:
     labels, taints and the rest of the spec stay as they are."""
     user = f"system:serviceaccount:{names.SYSTEM_NAMESPACE}:{agent_account}"
-    topo = names.TOPOLOGY_ANNOTATION
+    ours = f"['{names.TOPOLOGY_ANNOTATION}', '{names.GPU_UUIDS_ANNOTATION}']"
     same_labels = ("has(object.metadata.labels) == has(oldObject.metadata.labels) && "
                    "(!has(object.metadata.labels) || object.metadata.labels == oldObject.metadata.labels)")  # fmt: skip
-    kept = (f"(!has(oldObject.metadata.annotations) || oldObject.metadata.annotations.all(k, k == '{topo}' || "
+    kept = (f"(!has(oldObject.metadata.annotations) || oldObject.metadata.annotations.all(k, k in {ours} || "
             "(has(object.metadata.annotations) && k in object.metadata.annotations && "
             "object.metadata.annotations[k] == oldObject.metadata.annotations[k])))")  # fmt: skip
-    added = (f"(!has(object.metadata.annotations) || object.metadata.annotations.all(k, k == '{topo}' || "
+    added = (f"(!has(object.metadata.annotations) || object.metadata.annotations.all(k, k in {ours} || "
              "(has(oldObject.metadata.annotations) && k in oldObject.metadata.annotations)))")  # fmt: skip
     policy = {
         "apiVersion": ADMISSION, "kind": "ValidatingAdmissionPolicy", "metadata": {"name": AGENT_POLICY},
@@ -164,7 +164,8 @@ def agent_policy(agent_account: str) -> list[dict[str, Any]]:
                  "message": "the ringleader agent may change only the node its pod runs on", "reason": "Forbidden"},
                 {"expression": f"request.subResource == 'status' || ({same_labels} && {kept} && {added} && "
                                "object.spec == oldObject.spec)",
-                 "message": f"the ringleader agent may change only the annotation {topo} of its node",
+                 "message": f"the ringleader agent may change only the annotations {names.TOPOLOGY_ANNOTATION} and "
+                            f"{names.GPU_UUIDS_ANNOTATION} of its node",
                  "reason": "Forbidden"},
             ],
         },

@@ -14,6 +14,9 @@ GPU_RESOURCE = f"{PREFIX}/gpu"
 # Node: the topology the agent found (JSON, see topology_annotation()) and its network speed.
 TOPOLOGY_ANNOTATION = f"{PREFIX}/topology"
 NETWORK_LABEL = f"{PREFIX}/network-gbps"
+# Node: each GPU's UUID in index order (comma-separated), as the agent found them: an index can
+# name another GPU after a reboot or an Xid; the DRA driver names devices by UUID attribute.
+GPU_UUIDS_ANNOTATION = f"{PREFIX}/gpu-uuids"
 # Node: which jobs its GPUs serve. ringleader's own name and ACK's, read alike.
 SCHEDULE_LABELS = (f"{PREFIX}/gpu-schedule", "ack.node.gpu.schedule")
 # Pod: the GPU ids the scheduler chose (comma-separated, as NVIDIA_VISIBLE_DEVICES takes them),
