@@ -23,7 +23,7 @@ _PATH = re.compile(
     r"^/(?:api/v1|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
     r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[^/]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>[^/]+))?$"
 )
-CLUSTER_SCOPED = {"nodes", "namespaces"}
+CLUSTER_SCOPED = {"nodes", "namespaces", "resourceslices"}
 
 
 @dataclass(frozen=True)
@@ -46,9 +46,16 @@ class Request:
 
 
 def merge(target: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
-    """RFC 7386 JSON merge patch (what strategic merge does for maps)."""
+    """RFC 7386 JSON merge patch (what strategic merge does for maps), plus strategic merge's
+    ``{"$patch": "delete", "name": N}`` in a list merged by name (pods' schedulingGates)."""
     for key, value in patch.items():
-        if value is None:
+        if isinstance(value, list) and value and all(isinstance(v, dict) and v.get("$patch") == "delete"
+                                                     for v in value):  # fmt: skip
+            gone = {v.get("name") for v in value}
+            target[key] = [v for v in target.get(key) or () if v.get("name") not in gone]
+            if not target[key]:
+                target.pop(key)
+        elif value is None:
             target.pop(key, None)
         elif isinstance(value, dict) and isinstance(target.get(key), dict):
             merge(target[key], value)
@@ -240,6 +247,13 @@ class FakeApiServer:
                 return h._send(200, self._put(plural, copy.deepcopy(req.body)))
             if req.method == "PATCH":
                 patch = req.body if sub != "status" else {"status": req.body.get("status")}
+                spec_patch = patch.get("spec") or {}
+                # As the API server: a pod's node affinity and selector change only while it is gated.
+                if plural == "pods" and ({"affinity", "nodeSelector"} & set(spec_patch)) and not obj["spec"].get(
+                        "schedulingGates"):  # fmt: skip
+                    return h._status(422, f'Pod "{name}" is invalid: spec: Forbidden: pod updates may not change '
+                                          "fields other than ... (node affinity only while scheduling gates remain)",
+                                     "Invalid")  # fmt: skip
                 return h._send(200, self._put(plural, merge(obj, patch)))
             if req.method == "DELETE":
                 pre = ((req.body or {}).get("preconditions") or {}).get("uid")
