@@ -227,3 +227,21 @@ def test_contract_the_fake_refuses_what_rbac_does_not_grant(run, fake: FakeApiSe
     assert 'User "alice" cannot get resource "mpijobs"' in out and 'namespace "team-b"' in out
     assert "To fix: ask for the edit role in that namespace" in out  # not the scheduler's RBAC
     assert not fake.calls("create")
+
+
+def test_contract_n_picks_the_namespace_of_every_job_command(run, fake: FakeApiServer) -> None:  # type: ignore[no-untyped-def]
+    fake.put("nodes", node("gpu-0", mode=None))
+    code, out = run("submit", "mpi", "--engine", "kubernetes", "-n", "team-b", "--name", "x", "--workers", "2",
+                    "python x.py")  # fmt: skip
+    assert code == 0, out
+    assert fake.get("mpijobs", "x", "team-b") is not None and fake.get("podgroups", "x", "team-b") is not None
+    code, out = run("get", "--engine", "kubernetes", "x")  # the context's namespace (team-a) has no such job
+    assert code == 1 and "not found in namespace team-a" in out
+    for args in (("get", "-n", "team-b", "x"), ("list", "--namespace", "team-b"), ("delete", "-n", "team-b", "x")):
+        code, out = run(args[0], "--engine", "kubernetes", *args[1:])
+        assert code == 0 and "x" in out, (args, out)
+    assert fake.get("mpijobs", "x", "team-b") is None
+    code, out = run("list", "--engine", "kubernetes", "-n", "Team_B")
+    assert code == 2 and out.startswith("error: -n 'Team_B' is not a namespace name"), out
+    code, out = run("cluster", "get", "-n", "team-b")
+    assert code == 2 and "-n/--namespace does not apply to `cluster get`" in out, out

@@ -41,10 +41,24 @@ E = TypeVar("E", bound="Engine")
 
 def engine_option(f: F) -> F:
     """`--engine`: which engine runs the command (default: RINGLEADER_ENGINE, else the one set
-    with `ringleader engine use`, else embedded)."""
+    with `ringleader engine use`, else embedded); `-n/--namespace`: the kubernetes engine's
+    namespace for this command (arena's -n), kept in the click context for ``using_engine``."""
+    f = click.option("-n", "--namespace", default=None, expose_value=False, is_eager=True, metavar="NS",
+                     callback=_remember_namespace,
+                     help="[kubernetes] The namespace of the job(s) (default: the context's).")(f)  # fmt: skip
     return click.option(
         "--engine", default=None, metavar="NAME", help=f"Where jobs run: {', '.join(sorted(ENGINES))}."
     )(f)
+
+
+def _remember_namespace(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    del param
+    ctx.meta["ringleader.namespace"] = value
+
+
+def _namespace() -> str | None:
+    ctx = click.get_current_context(silent=True)
+    return ctx.meta.get("ringleader.namespace") if ctx is not None else None
 
 
 @contextmanager
@@ -66,6 +80,8 @@ def open_runtime(engine: str | None, operation: str, what: str) -> AbstractConte
     changed, when the engine chosen (--engine, RINGLEADER_ENGINE, `engine use`) is another."""
     home = default_home()
     name = chosen_engine(home, engine)
+    if _namespace() is not None:
+        raise UsageError(f"-n/--namespace does not apply to {what}", "leave -n out")
     if name != "embedded":
         other = open_engine(name, home, readonly=True)
         try:
@@ -80,7 +96,19 @@ def open_runtime(engine: str | None, operation: str, what: str) -> AbstractConte
 def using_engine(engine: str | None) -> AbstractContextManager[Engine]:
     """The engine a job command runs on: --engine, RINGLEADER_ENGINE, or the default."""
     home = default_home()
-    return _opened(open_engine(chosen_engine(home, engine), home))
+    opened = open_engine(chosen_engine(home, engine), home)
+    namespace = _namespace()
+    if namespace is not None:
+        try:
+            opened.supports.require("kube_options", "-n/--namespace")
+        except UsageError:
+            opened.close()
+            raise
+        from ringleader.engines.kubernetes.engine import KubernetesEngine
+
+        assert isinstance(opened, KubernetesEngine)  # the one engine with Kubernetes options
+        opened.use_namespace(namespace)
+    return _opened(opened)
 
 
 def complete_jobs(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:

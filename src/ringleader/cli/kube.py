@@ -148,7 +148,6 @@ def manifests_cmd(image: str | None, replicas: int, gpu_delivery: str, runtime_c
 # -- arena's Kubernetes-only submit options (JobSpec.kube; every other engine refuses them) -----------------
 
 _KUBE_OPTIONS = (
-    click.option("-n", "--namespace", "kube_namespace", default=None, help="[kubernetes] The job's namespace."),
     click.option("--cpu", "kube_cpu", default=None, help="[kubernetes] CPU request per worker (4, 500m; default 1)."),
     click.option("--memory", "kube_memory", default=None, help="[kubernetes] Memory request per worker (default 2Gi)."),
     click.option("--selector", "kube_selector", multiple=True, metavar="KEY=VALUE",
@@ -190,7 +189,7 @@ def read_kube_options(given: dict[str, Any]) -> KubeOptions | None:
     from ringleader.jobs.spec import KubeOptions
 
     opts = KubeOptions(
-        namespace=given["kube_namespace"], cpu=given["kube_cpu"], memory=given["kube_memory"],
+        cpu=given["kube_cpu"], memory=given["kube_memory"],
         selector=_pairs(given["kube_selector"], "--selector"), tolerations=tuple(given["kube_tolerations"]),
         image_pull_secrets=tuple(given["kube_pull_secrets"]), labels=_pairs(given["kube_labels"], "--label"),
         annotations=_pairs(given["kube_annotations"], "--annotation"), priority_class=given["kube_priority_class"],

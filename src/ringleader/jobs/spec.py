@@ -165,7 +165,6 @@ class KubeOptions:
     """arena's Kubernetes-only submit options (-n, --cpu, --selector, ...): the kubernetes engine
     maps them onto the MPIJob's pods; every other engine refuses them (``Support.kube_options``)."""
 
-    namespace: str | None = None  # -n: the job's namespace (default: the engine's)
     cpu: str | None = None  # CPU request of each worker pod (a quantity: 4, 500m)
     memory: str | None = None  # memory request of each worker pod (8Gi)
     selector: tuple[tuple[str, str], ...] = ()  # nodeSelector KEY=VALUE
@@ -178,7 +177,7 @@ class KubeOptions:
     data_dirs: tuple[str, ...] = ()  # HOST_PATH:CONTAINER_PATH hostPath mounts
 
     FLAGS: ClassVar[dict[str, str]] = {
-             "namespace": "-n/--namespace", "cpu": "--cpu", "memory": "--memory", "selector": "--selector",
+             "cpu": "--cpu", "memory": "--memory", "selector": "--selector",
              "tolerations": "--toleration", "image_pull_secrets": "--image-pull-secret", "labels": "--label",
              "annotations": "--annotation", "priority_class": "--priority-class", "retry": "--retry",
              "data_dirs": "--data-dir"}  # fmt: skip
@@ -191,7 +190,7 @@ class KubeOptions:
         def bad(flag: str, value: object, fix: str) -> UsageError:
             return UsageError(f"{flag} {value!r} is not valid for Kubernetes", fix)
 
-        for name in (self.namespace, self.priority_class, *self.image_pull_secrets):
+        for name in (self.priority_class, *self.image_pull_secrets):
             if name is not None and not _K8S_NAME.match(name):
                 raise bad("name", name, "use lowercase letters, digits, '-' and '.' (DNS-1123)")
         for flag, value in (("--cpu", self.cpu), ("--memory", self.memory)):

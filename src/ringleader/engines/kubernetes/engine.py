@@ -10,6 +10,7 @@ override the context and namespace.
 
 from __future__ import annotations
 
+import re
 import shlex
 import time
 from collections.abc import Iterator, Sequence
@@ -96,6 +97,12 @@ class KubernetesEngine:
                        container_options=("--data", "--shm-size", "--rdma", "--image-pull-policy", "--container-user"),
                        more_room="label more nodes for this kind of job")  # fmt: skip
 
+    def use_namespace(self, namespace: str) -> None:
+        """-n: this command's namespace instead of the context's."""
+        if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", namespace):
+            raise UsageError(f"-n {namespace!r} is not a namespace name", "give a DNS-1123 label (a-z, 0-9, -)")
+        self.namespace = namespace
+
     @property
     def api(self) -> EngineApi:
         if self._api is None:
@@ -149,7 +156,7 @@ class KubernetesEngine:
         sub = prepare_submit(spec, self.supports)
         spec = sub.spec
         refuse_gpu_env(spec)
-        namespace = (spec.kube.namespace if spec.kube else None) or self.namespace
+        namespace = self.namespace
         self.notes += sub.notes
         try:
             if not dry_run and self.api.get_mpijob(namespace, spec.name) is not None:
@@ -195,10 +202,6 @@ class KubernetesEngine:
                 raise
         where = f"{namespace}/{spec.name}"
         self.notes.append(f"note: MPIJob {where} created; `ringleader kube scheduler` places its pods")
-        if namespace != self.namespace:
-            self.notes.append(f"note: read it back with RINGLEADER_KUBE_NAMESPACE={namespace}")
-            return SubmitResult(decision, decision_to_dict(decision), dry_run=False,
-                                job=KubernetesEngine(self.api, namespace).get(spec.name), extra=extra)  # fmt: skip
         return SubmitResult(decision, decision_to_dict(decision), dry_run=False, job=self.get(spec.name), extra=extra)
 
     @staticmethod
