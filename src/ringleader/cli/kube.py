@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-import yaml
 
 from ringleader.errors import UsageError
 
@@ -33,6 +32,8 @@ def read_config(path: str | None) -> dict[str, Any]:
     """The scheduler's config file (the ConfigMap of `kube manifests`); {} when none is given."""
     if path is None:
         return {}
+    import yaml
+
     try:
         data = yaml.safe_load(Path(path).read_text()) or {}
     except OSError as exc:
