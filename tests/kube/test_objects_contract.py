@@ -1,7 +1,8 @@
 """Contract tests: every object ringleader writes is valid for the API server that receives it.
 
 MPIJob and PodGroup against the official CRDs' openAPIV3Schema (../shared/reference/kubernetes);
-built-in kinds with kubernetes-validate for Kubernetes 1.30, strict (unknown fields refused).
+built-in kinds with kubernetes-validate, strict (unknown fields refused), for the oldest and newest
+Kubernetes each delivery path supports (env: 1.30 and 1.37; dra: 1.34 and 1.37).
 Objects the scheduler sends are taken from the requests the fake API server received.
 """
 
@@ -36,7 +37,7 @@ from ringleader.jobs.spec import ContainerOptions, JobSpec, KubeOptions
 jsonschema = pytest.importorskip("jsonschema")
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 
-K8S_VERSION = "1.30"
+K8S_VERSIONS = ("1.30", "1.37")  # the oldest and newest the env path supports (see docs/kubernetes.md)
 CRDS = Path(__file__).resolve().parents[3] / "shared" / "reference" / "kubernetes"
 
 SPEC = JobSpec(
@@ -67,7 +68,8 @@ def validate_crd(obj: dict[str, Any], filename: str, version: str) -> None:
 
 
 def validate_builtin(obj: dict[str, Any]) -> None:
-    kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+    for version in K8S_VERSIONS:
+        kubernetes_validate.validate(obj, version, strict=True)
 
 
 def test_contract_mpijob_matches_official_crd() -> None:
