@@ -17,15 +17,13 @@ import pytest
 import yaml
 
 from kube.fakeapi import FakeApiServer
-from kube.kubeobjs import node, pod, podgroup
+from kube.kubeobjs import node, pod, podgroup, template_pods
 from ringleader.engines.kubernetes import manifests, names
 from ringleader.engines.kubernetes.client import Api, load_client
 from ringleader.engines.kubernetes.delivery import (
     Delivery,
-    agent_policy,
     claim_allocation,
     claim_template,
-    env_policy,
     node_devices,
     pin_patch,
     ungate_patch,
@@ -208,15 +206,8 @@ def test_contract_install_validates_for_the_versions_it_claims(delivery: Deliver
         kubernetes_validate.validate(policy, "1.29", strict=True)
 
 
-def _template_pods(job: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {role: {"apiVersion": "v1", "kind": "Pod",
-                   "metadata": {"name": f"x-{role.lower()}", "namespace": "team-a", **rep["template"]["metadata"]},
-                   "spec": rep["template"]["spec"]}
-            for role, rep in job["spec"]["mpiReplicaSpecs"].items()}  # fmt: skip
-
-
 def test_contract_env_workers_name_the_runtime_class_and_take_ids_from_the_binding() -> None:
-    pods = _template_pods(manifests.mpijob(SPEC, "team-a", delivery=Delivery("env", "nvidia-cdi")))
+    pods = template_pods(manifests.mpijob(SPEC, "team-a", delivery=Delivery("env", "nvidia-cdi")))
     worker, launcher = pods["Worker"]["spec"], pods["Launcher"]["spec"]
     assert worker["runtimeClassName"] == "nvidia-cdi" and "runtimeClassName" not in launcher
     env = {e["name"]: e for e in worker["containers"][0]["env"]}
@@ -224,14 +215,14 @@ def test_contract_env_workers_name_the_runtime_class_and_take_ids_from_the_bindi
     assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"} in launcher["containers"][0]["env"]
     # not BestEffort: requests by default, so the scheduler's room check counts them
     assert worker["containers"][0]["resources"]["requests"] == manifests.DEFAULT_WORKER_REQUESTS
-    plain = _template_pods(manifests.mpijob(SPEC, "team-a", delivery=Delivery("env", None)))["Worker"]["spec"]
+    plain = template_pods(manifests.mpijob(SPEC, "team-a", delivery=Delivery("env", None)))["Worker"]["spec"]
     assert "runtimeClassName" not in plain
 
 
 def test_contract_dra_objects_match_resource_k8s_io_v1() -> None:
     job = manifests.mpijob(SPEC, "team-a", delivery=Delivery("dra"), per_pod=2)
     validate_crd(job, "kubeflow.org_mpijobs.yaml", "v2beta1")
-    pods = _template_pods(job)
+    pods = template_pods(job)
     worker = pods["Worker"]["spec"]
     assert worker["schedulingGates"] == [{"name": names.GANG_GATE}] and worker["schedulerName"] == "default-scheduler"
     assert "runtimeClassName" not in worker
@@ -276,7 +267,7 @@ def test_contract_kube_options_reach_the_pods() -> None:
     job = manifests.mpijob(spec, "team-a", per_pod=2)
     validate_crd(job, "kubeflow.org_mpijobs.yaml", "v2beta1")
     assert job["spec"]["runPolicy"]["backoffLimit"] == 3 and job["metadata"]["labels"]["team"] == "nlp"
-    pods = _template_pods(job)
+    pods = template_pods(job)
     for template in pods.values():
         kubernetes_validate.validate(template, "1.30", strict=True)
         spec_ = template["spec"]
@@ -305,7 +296,7 @@ def test_contract_container_options_reach_the_pods() -> None:
     spec = JobSpec("c", 2, 1, ["python", "t.py"], container=opts).validate()
     job = manifests.mpijob(spec, "team-a")
     validate_crd(job, "kubeflow.org_mpijobs.yaml", "v2beta1")
-    pods = _template_pods(job)
+    pods = template_pods(job)
     for template in pods.values():
         kubernetes_validate.validate(template, "1.30", strict=True)
         volumes = {v["name"]: v for v in template["spec"]["volumes"]}
@@ -319,7 +310,7 @@ def test_contract_container_options_reach_the_pods() -> None:
     assert pods["Worker"]["spec"]["containers"][0]["resources"]["limits"][manifests.RDMA_RESOURCE] == 1
     assert "limits" not in pods["Launcher"]["spec"]["containers"][0]["resources"]
     # without --shm-size, /dev/shm is still memory, not the container's 64 MiB
-    plain = _template_pods(manifests.mpijob(JobSpec("p", 1, 1, ["true"]), "team-a"))["Worker"]["spec"]
+    plain = template_pods(manifests.mpijob(JobSpec("p", 1, 1, ["true"]), "team-a"))["Worker"]["spec"]
     assert {"name": "dshm", "emptyDir": {"medium": "Memory"}} in plain["volumes"]
     with pytest.raises(UsageError, match="source is a PersistentVolumeClaim's name"):
         manifests.mpijob(JobSpec("d", 1, 0, ["true"], container=ContainerOptions(data=(("/mnt/x", "/x"),))), "ns")
@@ -332,101 +323,3 @@ def test_ranks_per_pod_is_the_largest_share_every_node_divides() -> None:
     assert manifests.ranks_per_pod(spec, ["a"] * 7 + ["b"] * 5) == 1
     assert manifests.ranks_per_pod(spec, []) == 1  # no plan: one rank per pod
     assert manifests.ranks_per_pod(JobSpec("c", 4, 0, ["true"]), ["a"] * 4) == 1  # CPU ranks: no NVLink to share
-
-
-# -- the admission policies, evaluated with a CEL implementation ----------------------------------------------
-# cel-python evaluates the policies' expressions on the objects the API server would hand them
-# (object, oldObject, request, variables); it does not type-check them against the schema or
-# estimate their cost, as the API server does when the policy is created.
-
-celpy = pytest.importorskip("celpy")
-
-
-def admit(policy: dict[str, Any], obj: dict[str, Any], old: dict[str, Any] | None = None, op: str = "CREATE",
-          user: str = "alice", extra: dict[str, list[str]] | None = None, sub: str = "") -> str:  # fmt: skip
-    """What the policy answers: "allowed", "not matched", or the message of the first failed rule."""
-    env = celpy.Environment()
-
-    def run(expr: str, ctx: Any) -> Any:
-        return env.program(env.compile(expr)).evaluate(ctx)
-
-    info: dict[str, Any] = {"username": user, **({"extra": extra} if extra is not None else {})}
-    ctx = celpy.json_to_cel({"object": obj, "oldObject": old,
-                             "request": {"operation": op, "subResource": sub, "userInfo": info}})  # fmt: skip
-    if not all(run(c["expression"], ctx) for c in policy["spec"].get("matchConditions", ())):
-        return "not matched"
-    variables = celpy.celtypes.MapType({})
-    ctx["variables"] = variables
-    for v in policy["spec"].get("variables", ()):
-        variables[celpy.celtypes.StringType(v["name"])] = run(v["expression"], ctx)
-    for rule in policy["spec"]["validations"]:
-        if not run(rule["expression"], ctx):
-            return str(rule["message"])
-    return "allowed"
-
-
-def _pod(spec: dict[str, Any], annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": "p", "namespace": "team-a", **({"annotations": annotations} if annotations else {})}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
-
-
-def test_contract_env_policy_admits_ringleaders_templates_and_refuses_every_other_gpu_route() -> None:
-    policy, binding = env_policy("nvidia")
-    assert binding["spec"]["validationActions"] == ["Deny"]
-    trusted = binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][0]["values"]
-    assert "gpu-operator" in trusted and names.SYSTEM_NAMESPACE in trusted
-    for per_pod in (1, 2):
-        for template in _template_pods(manifests.mpijob(SPEC, "team-a", per_pod=per_pod)).values():
-            assert admit(policy, template) == "allowed"
-    container = {"name": "c", "image": "nvcr.io/nvidia/pytorch:24.01-py3"}
-    for env in ({"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}, {"name": "CUDA_VISIBLE_DEVICES", "value": "0"},
-                {"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}):
-        assert admit(policy, _pod({"containers": [{**container, "env": [env]}]})).startswith("NVIDIA_* and")
-        init = {"containers": [container], "initContainers": [{**container, "env": [env]}]}
-        assert admit(policy, _pod(init)).startswith("NVIDIA_* and")
-    # the image's own ENV NVIDIA_VISIBLE_DEVICES=all only counts under the NVIDIA runtime: refused
-    assert admit(policy, _pod({"runtimeClassName": "nvidia", "containers": [container]})).startswith("runtimeClassName")
-    worker = _template_pods(manifests.mpijob(SPEC, "team-a"))["Worker"]
-    debug = copy.deepcopy(worker)  # `kubectl debug` adding a container that inherits the runtime
-    debug["spec"]["ephemeralContainers"] = [{**container, "name": "debugger"}]
-    assert admit(policy, debug, worker, op="UPDATE", sub="ephemeralcontainers") != "allowed"
-    # pods of device-plugin nodes (they request nvidia.com/gpu) are the plugin's business
-    plugin = {**container, "resources": {"limits": {"nvidia.com/gpu": 1}}}
-    assert admit(policy, _pod({"runtimeClassName": "nvidia", "containers": [plugin]})) == "allowed"
-    assert admit(policy, _pod({"containers": [{**container, "env": [{"name": "A", "value": "1"}]}]})) == "allowed"
-    # the GPU ids: written by the Binding only, never by a create or an update of the pod
-    stolen = copy.deepcopy(worker)
-    stolen["metadata"]["annotations"] = {names.GPU_IDS_ANNOTATION: "0,1,2,3,4,5,6,7"}
-    assert "written only by its scheduler's Binding" in admit(policy, stolen)
-    bound = copy.deepcopy(worker)
-    bound["metadata"]["annotations"] = {names.GPU_IDS_ANNOTATION: "2"}
-    assert "cannot be changed" in admit(policy, stolen, bound, op="UPDATE")
-    assert admit(policy, bound, bound, op="UPDATE") == "allowed"
-
-
-def test_contract_the_agent_may_change_only_its_own_node() -> None:
-    policy, _ = agent_policy("ringleader-agent")
-    me = f"system:serviceaccount:{names.SYSTEM_NAMESPACE}:ringleader-agent"
-    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-0", "labels": {"zone": "a"},
-            "annotations": {"other": "x"}}, "spec": {"podCIDR": "10.0.0.0/24"}}  # fmt: skip
-    published = copy.deepcopy(node)
-    published["metadata"]["annotations"][names.TOPOLOGY_ANNOTATION] = "{}"
-    on = {"authentication.kubernetes.io/node-name": ["gpu-0"]}
-    assert admit(policy, published, node, op="UPDATE", user=me, extra=on) == "allowed"
-    assert admit(policy, published, node, op="UPDATE", user=me, extra=on, sub="status") == "allowed"
-    with_uuids = copy.deepcopy(published)
-    with_uuids["metadata"]["annotations"][names.GPU_UUIDS_ANNOTATION] = "GPU-1,GPU-2"
-    assert admit(policy, with_uuids, published, op="UPDATE", user=me, extra=on) == "allowed"
-    other_note = copy.deepcopy(published)
-    other_note["metadata"]["annotations"]["other"] = "y"
-    assert "only the annotations" in admit(policy, other_note, node, op="UPDATE", user=me, extra=on)
-    elsewhere = {"authentication.kubernetes.io/node-name": ["gpu-1"]}
-    assert "only the node its pod runs on" in admit(policy, published, node, op="UPDATE", user=me, extra=elsewhere)
-    assert "only the node its pod runs on" in admit(policy, published, node, op="UPDATE", user=me)  # a legacy token
-    relabelled = copy.deepcopy(published)
-    relabelled["metadata"]["labels"]["ack.node.gpu.schedule"] = "topology"
-    assert "only the annotations" in admit(policy, relabelled, node, op="UPDATE", user=me, extra=on)
-    untainted = copy.deepcopy(published)
-    untainted["spec"]["taints"] = []
-    assert "only the annotations" in admit(policy, untainted, node, op="UPDATE", user=me, extra=on)
-    assert admit(policy, relabelled, node, op="UPDATE", user="kubernetes-admin") == "not matched"
