@@ -55,8 +55,17 @@ def test_contract_env_policy_admits_ringleaders_templates_and_refuses_every_othe
     for per_pod in (1, 2):
         for template in template_pods(manifests.mpijob(SPEC, "team-a", per_pod=per_pod)).values():
             assert admit(policy, template) == "allowed"
+    # the launcher as mpi-operator creates it: its "no GPU" variables appended (empty values)
+    launcher = template_pods(manifests.mpijob(SPEC, "team-a"))["Launcher"]
+    launcher["spec"]["containers"][0]["env"] += [{"name": "OMPI_MCA_orte_keep_fqdn_hostnames", "value": "true"},
+                                                 {"name": "NVIDIA_VISIBLE_DEVICES"},
+                                                 {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": ""}]  # fmt: skip
+    assert admit(policy, launcher) == "allowed"
+    hidden = {"name": "c", "image": "i", "env": [{"name": "NVIDIA_VISIBLE_DEVICES"}]}
+    assert admit(policy, _pod({"containers": [hidden]})) == "allowed"  # an empty value hides every GPU
     container = {"name": "c", "image": "nvcr.io/nvidia/pytorch:24.01-py3"}
     for env in ({"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}, {"name": "CUDA_VISIBLE_DEVICES", "value": "0"},
+                {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "all"},
                 {"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}):
         assert admit(policy, _pod({"containers": [{**container, "env": [env]}]})).startswith("NVIDIA_* and")
         init = {"containers": [container], "initContainers": [{**container, "env": [env]}]}

@@ -50,6 +50,9 @@ def operator_makes_pods(fake: FakeApiServer, job_name: str, namespace: str = "te
             template = copy.deepcopy(replica["template"])
             name = f"{job_name}-worker-{i}" if role == "Worker" else f"{job_name}-launcher-{LAUNCHER_POD_SUFFIX}"
             labels = {**template["metadata"]["labels"], names.JOB_ROLE_LABEL: role.lower()}
+            if role == "Launcher":  # mpi-operator's "no GPU" for a launcher that runs no rank
+                template["spec"]["containers"][0]["env"] += [{"name": "NVIDIA_VISIBLE_DEVICES"},
+                                                             {"name": "NVIDIA_DRIVER_CAPABILITIES"}]
             fake.put("pods", {"apiVersion": "v1", "kind": "Pod",
                               "metadata": {"name": name, "namespace": namespace, "labels": labels},
                               "spec": template["spec"], "status": {"phase": "Pending"}})  # fmt: skip

@@ -81,13 +81,18 @@ def _env_rules(runtime_class: str | None) -> list[dict[str, str]]:
     # ringleader's own worker and launcher: NVIDIA_VISIBLE_DEVICES from the Binding's annotation, or void
     ours = (f"e.name == 'NVIDIA_VISIBLE_DEVICES' && ((has(e.valueFrom) && has(e.valueFrom.fieldRef) && "
             f"e.valueFrom.fieldRef.fieldPath == \"{ids_field}\") || (has(e.value) && e.value == 'void'))")  # fmt: skip
+    # "no GPU", which any pod may say: mpi-operator appends NVIDIA_VISIBLE_DEVICES and
+    # NVIDIA_DRIVER_CAPABILITIES with empty values to every launcher that runs no rank
+    none = ("(e.name == 'NVIDIA_VISIBLE_DEVICES' || e.name == 'NVIDIA_DRIVER_CAPABILITIES') && "
+            "!has(e.valueFrom) && (!has(e.value) || e.value == '' || "
+            "(e.name == 'NVIDIA_VISIBLE_DEVICES' && e.value == 'void'))")  # fmt: skip
     keys = "[" + ", ".join(f"'{k}'" for k in GPU_ANNOTATIONS) + "]"
 
     def value(obj: str, key: str) -> str:
         return f"(has({obj}.metadata.annotations) && {key} in {obj}.metadata.annotations ? {obj}.metadata.annotations[{key}] : '')"  # noqa: E501
 
     rules = [
-        {"expression": f"variables.devicePluginPod || ({_each(f'!has(c.env) || c.env.all(e, !{gpu_var} || (variables.templated && {ours}))')})",  # noqa: E501
+        {"expression": f"variables.devicePluginPod || ({_each(f'!has(c.env) || c.env.all(e, !{gpu_var} || ({none}) || (variables.templated && {ours}))')})",  # noqa: E501
          "message": "NVIDIA_* and CUDA_VISIBLE_DEVICES are set only by ringleader's job templates on pods that may "
                     "run on ringleader's nodes (pods that request no nvidia.com/gpu)",
          "reason": "Forbidden"},
