@@ -217,6 +217,8 @@ def test_contract_env_workers_name_the_runtime_class_and_take_ids_from_the_bindi
     assert worker["containers"][0]["resources"]["requests"] == manifests.DEFAULT_WORKER_REQUESTS
     plain = template_pods(manifests.mpijob(SPEC, "team-a", delivery=Delivery("env", None)))["Worker"]["spec"]
     assert "runtimeClassName" not in plain
+    cpu = template_pods(manifests.mpijob(JobSpec("cpu", 2, 0, ["true"]), "team-a"))["Worker"]["spec"]
+    assert "runtimeClassName" not in cpu and manifests.NO_GPU_ENV in cpu["containers"][0]["env"]
 
 
 def test_contract_dra_objects_match_resource_k8s_io_v1() -> None:

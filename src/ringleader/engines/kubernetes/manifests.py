@@ -45,8 +45,10 @@ def _gpu_env(delivery: Delivery) -> list[dict[str, Any]]:
 
 
 GPU_IDS_FIELD = f"metadata.annotations['{names.GPU_IDS_ANNOTATION}']"
-# The launcher sees no GPU even under the NVIDIA runtime with an image that sets NVIDIA_VISIBLE_DEVICES=all.
+# The launcher and CPU-only workers see no GPU, even on a node whose default runtime is NVIDIA's,
+# in an image that sets NVIDIA_VISIBLE_DEVICES=all.
 NO_GPU = "void"
+NO_GPU_ENV = {"name": "NVIDIA_VISIBLE_DEVICES", "value": NO_GPU}
 # What a worker pod asks for when the user gives no --cpu/--memory: non-zero requests, so it is
 # Burstable rather than BestEffort (evicted first under node pressure, and mpi-operator then fails
 # the whole job), and the scheduler's room check counts it.
@@ -262,7 +264,7 @@ def _worker_spec(spec: JobSpec, image: str, delivery: Delivery, per_pod: int, en
     if spec.container.rdma:
         resources.setdefault("limits", {})[RDMA_RESOURCE] = 1
     container: dict[str, Any] = {"name": "worker", "image": image, "command": list(WORKER_SSHD),
-                                 "env": [*env, *(_gpu_env(delivery) if gpus else [])], "resources": resources}
+                                 "env": [*env, *(_gpu_env(delivery) if gpus else [NO_GPU_ENV])], "resources": resources}
     return {**pod, "containers": [_container_setup(spec, container, mounts)]}
 
 
@@ -280,7 +282,7 @@ def mpijob(spec: JobSpec, namespace: str, image: str | None = None, line: Comman
     worker = _worker_spec(spec, image, delivery, per_pod, env, mounts)
     launcher: dict[str, Any] = {
         "name": "launcher", "image": image, "command": launcher_command(spec, namespace, line, per_pod),
-        "env": [*env, {"name": "NVIDIA_VISIBLE_DEVICES", "value": NO_GPU}],
+        "env": [*env, NO_GPU_ENV],
         "resources": {"requests": dict(LAUNCHER_REQUESTS)},
     }  # fmt: skip
     launcher = _container_setup(spec, launcher, mounts)
