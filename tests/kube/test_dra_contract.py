@@ -14,6 +14,7 @@ from kube.kubeobjs import node
 from ringleader.engines.kubernetes import manifests, names
 from ringleader.engines.kubernetes.client import load_client
 from ringleader.engines.kubernetes.delivery import Delivery
+from ringleader.engines.kubernetes.objects import pod_info
 from ringleader.engines.kubernetes.pinning import DraApi, Pin, PinError, pin_gang
 from ringleader.jobs.spec import JobSpec
 
@@ -119,3 +120,20 @@ def test_contract_the_fake_refuses_node_affinity_on_an_ungated_pod(fake: FakeApi
     pin_gang(api, pins(pods, [(0, 1)]))
     with pytest.raises(Exception, match="422"):
         api.patch_pod("team-a", pods[0], {"spec": {"affinity": {"nodeAffinity": {}}}})
+
+
+def test_dra_workers_are_read_with_their_claims_gpus() -> None:
+    """The scheduler's view of a DRA worker: gated and pending its pin, then holding its GPUs on
+    the node kube-scheduler bound it to (its claim is not on the pod; the template says how many)."""
+    job = manifests.mpijob(JobSpec("vgg", 4, 2, ["true"]), "team-a", delivery=Delivery("dra"), per_pod=2)
+    template = job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]
+    meta = {"name": "vgg-worker-0", "namespace": "team-a", "uid": "u0", **copy.deepcopy(template["metadata"])}
+    obj = {"metadata": meta, "spec": copy.deepcopy(template["spec"]), "status": {"phase": "Pending"}}
+    info = pod_info(obj)
+    assert info.gated and info.gpus == 4 and info.node is None
+    obj["spec"].pop("schedulingGates")
+    obj["spec"]["nodeName"] = "gpu-0"
+    info = pod_info(obj)
+    assert not info.gated and info.holds_resources and info.gpus == 4
+    launcher = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]
+    assert pod_info({"metadata": {"name": "l", **launcher["metadata"]}, "spec": launcher["spec"]}).gpus == 0

@@ -300,6 +300,10 @@ def mpijob(spec: JobSpec, namespace: str, image: str | None = None, line: Comman
         common["priorityClassName"] = kube.priority_class
     labels = {**dict(kube.labels), **_pod_labels(spec)}
     meta = {"labels": labels, **({"annotations": dict(kube.annotations)} if kube.annotations else {})}
+    worker_meta = meta
+    if delivery.mode == "dra" and spec.gpus_per_worker:
+        dra_gpus = {names.DRA_GPUS_ANNOTATION: str(spec.gpus_per_worker * per_pod)}
+        worker_meta = {**meta, "annotations": {**dict(kube.annotations), **dra_gpus}}
     launcher_meta = {**meta, "labels": {k: v for k, v in labels.items()
                                         if delivery.mode == "env" or k != names.PODGROUP_LABEL}}  # fmt: skip
     annotations = {**dict(kube.annotations), "ringleader.io/command": shlex.join(spec.command),
@@ -325,7 +329,7 @@ def mpijob(spec: JobSpec, namespace: str, image: str | None = None, line: Comman
                 "Launcher": {"replicas": 1, "restartPolicy": "OnFailure", "template": {
                     "metadata": launcher_meta, "spec": {**launcher_pod, **common}}},
                 "Worker": {"replicas": pods, "restartPolicy": "Never", "template": {
-                    "metadata": meta, "spec": {**worker, **common}}},
+                    "metadata": worker_meta, "spec": {**worker, **common}}},
             },
         },
     }  # fmt: skip

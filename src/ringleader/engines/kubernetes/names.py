@@ -62,5 +62,8 @@ DRA_DRIVER = "gpu.nvidia.com"  # the driver's name, its DeviceClass's name and i
 DRA_DEVICE_CLASS = "gpu.nvidia.com"
 DRA_REQUEST = "gpus"  # the claim's one request, and the pod's claim entry
 GANG_GATE = f"{PREFIX}/gang"  # schedulingGate on DRA workers, removed once the whole gang is pinned
+# Pod (DRA worker template): how many GPUs its claim asks for, so the scheduler counts a DRA
+# worker's GPUs as it counts a ringleader.io/gpu request (its claim is not on the pod).
+DRA_GPUS_ANNOTATION = f"{PREFIX}/dra-gpus"
 # Install: which delivery the cluster uses, readable by every authenticated user (one ConfigMap).
 CLUSTER_CONFIG = "ringleader-cluster"
