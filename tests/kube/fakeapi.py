@@ -32,6 +32,7 @@ class Request:
     path: str
     query: dict[str, str]
     body: Any
+    user: str = ""  # the bearer token, "" when none
 
     @property
     def verb(self) -> str:
@@ -66,7 +67,7 @@ def merge(target: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
 
 class FakeApiServer:
     def __init__(self) -> None:
-        self.rbac: Rbac | None = None  # None: every request allowed (a cluster admin)
+        self.users: dict[str, list[Rule]] = {}  # bearer token -> rules; none: no authorization
         self.lock = threading.Lock()
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}  # (plural, ns, name) -> obj
         self.log: list[tuple[int, str, str, str, dict[str, Any]]] = []  # (rv, plural, ns, type, obj)
@@ -82,6 +83,11 @@ class FakeApiServer:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server.server_port}"
+
+    def grant(self, token: str, rules: list[Rule]) -> None:
+        """Register a user (its bearer token) with RBAC rules; from then on every request is
+        authorized: 401 without a known token, 403 outside the user's rules."""
+        self.users[token] = list(rules)
 
     def start(self) -> FakeApiServer:
         self.thread.start()
@@ -167,14 +173,19 @@ class FakeApiServer:
                 url = urlparse(self.path)
                 query = {k: v[0] for k, v in parse_qs(url.query).items()}
                 body = self._body() if method in ("POST", "PUT", "PATCH", "DELETE") else None
-                request = Request(method, url.path, query, body)
+                auth = self.headers.get("Authorization") or ""
+                token = auth[len("Bearer "):] if auth.startswith("Bearer ") else ""
+                request = Request(method, url.path, query, body, token)
                 with fake.lock:
                     fake.requests.append(request)
                     target = (_PATH.match(url.path) or _EMPTY).group("name") or ""
                     injected = fake.fail.pop((request.verb, target), None)
-                denied = fake.rbac.denies(request) if fake.rbac else None
-                if denied:
-                    self._status(403, denied, "Forbidden")
+                users = dict(fake.users)
+                if users and request.user not in users:
+                    self._status(401, "Unauthorized", "Unauthorized")
+                    return
+                if users and not permitted(request, users[request.user]):
+                    self._status(403, forbidden(request, request.user), "Forbidden")
                     return
                 if injected:
                     self._status(injected, f"injected failure {injected}", "InternalError")
@@ -299,34 +310,35 @@ class _QuietServer(ThreadingHTTPServer):
 _EMPTY = re.compile("(?P<name>)").match("")
 
 
-# -- RBAC: the API server's authorizer for one user (namespace-only users in contract tests) ------------
+# -- RBAC: the API server's authorizer, once users are registered (``grant``) ------------------------
+
+Rule = tuple[dict[str, Any], str | None]  # an RBAC rule and the namespace it applies in (None: all)
 
 
-@dataclass
-class Rbac:
-    """What one user may do, as RBAC grants it: ``grants`` are (namespace or None for cluster-wide,
-    rules in a Role's shape). A request no rule allows gets 403 with the API server's wording."""
+def permitted(request: Request, rules: list[Rule]) -> bool:
+    """Whether RBAC ``rules`` allow ``request`` (a Binding is a create of pods/binding)."""
+    m = _PATH.match(request.path)
+    if not m:
+        return False
+    resource = m["plural"] + (f"/{m['sub']}" if m["sub"] else "")
+    verb = "create" if request.verb == "bind" else request.verb
+    for rule, namespace in rules:
+        if namespace is not None and m["ns"] != namespace:
+            continue
+        if (m["group"] or "") in rule["apiGroups"] and resource in rule["resources"] and verb in rule["verbs"]:
+            names_allowed = rule.get("resourceNames")
+            if not names_allowed or m["name"] in names_allowed:
+                return True
+    return False
 
-    user: str
-    grants: list[tuple[str | None, list[dict[str, Any]]]]
 
-    def denies(self, req: Request) -> str | None:
-        match = _PATH.match(req.path)
-        if not match:
-            return None
-        group, plural, sub = match.group("group") or "", match.group("plural"), match.group("sub")
-        ns = None if plural in CLUSTER_SCOPED else match.group("ns")
-        resource = f"{plural}/{sub}" if sub else plural
-        verb = "create" if req.verb == "bind" else req.verb
-        name = match.group("name") or ""
-        for where, rules in self.grants:
-            if where is not None and where != ns:
-                continue
-            for rule in rules:
-                if (group in rule["apiGroups"] or "*" in rule["apiGroups"]) and (
-                        resource in rule["resources"] or "*" in rule["resources"]) and (
-                        verb in rule["verbs"] or "*" in rule["verbs"]) and (
-                        not rule.get("resourceNames") or name in rule["resourceNames"]):  # fmt: skip
-                    return None
-        scope = f'in the namespace "{ns}"' if ns else "at the cluster scope"
-        return f'{resource} is forbidden: User "{self.user}" cannot {verb} resource "{resource}" in API group "{group}" {scope}'  # noqa: E501
+def forbidden(request: Request, user: str) -> str:
+    """The API server's wording of a 403."""
+    m = _PATH.match(request.path)
+    if not m:
+        return f'User "{user}" cannot {request.verb} {request.path}'
+    resource = m["plural"] + (f"/{m['sub']}" if m["sub"] else "")
+    scope = f'in the namespace "{m["ns"]}"' if m["ns"] else "at the cluster scope"
+    verb = "create" if request.verb == "bind" else request.verb
+    return (f'{resource} is forbidden: User "{user}" cannot {verb} resource "{resource}" in API group '
+            f'"{m["group"] or ""}" {scope}')

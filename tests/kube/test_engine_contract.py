@@ -5,11 +5,12 @@ kubelet's (phases, logs); the scheduler is ringleader's own."""
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 import yaml
 
-from kube.fakeapi import FakeApiServer, Rbac
+from kube.fakeapi import FakeApiServer, permitted
 from kube.kubeobjs import node
 from ringleader.cli.main import main
 from ringleader.engines.kubernetes import manifests, names
@@ -179,50 +180,88 @@ EDIT_ROLE = [
 ]  # fmt: skip
 
 
-def namespace_user(fake: FakeApiServer) -> Rbac:
-    """A user with `edit` in team-a (which the install's ClusterRole ringleader-jobs aggregates
-    into) and the install's read of its cluster ConfigMap: no right outside team-a."""
+SCHEDULER_ROLE = "ringleader-scheduler"
+SCHEDULER_ACCOUNT = "system:serviceaccount:ringleader-system:ringleader-scheduler"
+
+
+def as_namespace_user(fake: FakeApiServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """RBAC on, as a cluster has it: alice with `edit` in team-a (which the install's ClusterRole
+    ringleader-jobs aggregates into) and the install's read of its cluster ConfigMap, nothing
+    outside team-a; the scheduler's ServiceAccount with the install's roles. The CLI then talks
+    to the cluster as alice, through a kubeconfig with her token."""
     installed = manifests.install()
     jobs_role = next(o for o in installed if o["metadata"]["name"] == manifests.USER_ROLE)
     assert jobs_role["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
     config_role = next(o for o in installed if o["kind"] == "Role" and o["metadata"]["name"] == names.CLUSTER_CONFIG)
-    return Rbac("alice", [("team-a", EDIT_ROLE + jobs_role["rules"]),
-                          (names.SYSTEM_NAMESPACE, config_role["rules"])])  # fmt: skip
+    fake.grant("alice", [(r, "team-a") for r in EDIT_ROLE + jobs_role["rules"]]
+               + [(r, names.SYSTEM_NAMESPACE) for r in config_role["rules"]])  # fmt: skip
+    sched_role = next(o for o in installed if o["kind"] == "ClusterRole" and o["metadata"]["name"] == SCHEDULER_ROLE)
+    lease = next(o for o in installed if o["kind"] == "Role" and o["metadata"]["name"] == SCHEDULER_ROLE)
+    fake.grant(SCHEDULER_ACCOUNT, [(r, None) for r in sched_role["rules"]]
+               + [(r, names.SYSTEM_NAMESPACE) for r in lease["rules"]])  # fmt: skip
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "alice",
+        "clusters": [{"name": "fake", "cluster": {"server": fake.url}}],
+        "users": [{"name": "alice", "user": {"token": "alice"}}],
+        "contexts": [{"name": "alice", "context": {"cluster": "fake", "user": "alice", "namespace": "team-a"}}],
+    }))  # fmt: skip
+    monkeypatch.delenv("RINGLEADER_KUBE_SERVER")
+    monkeypatch.delenv("RINGLEADER_KUBE_NAMESPACE")
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    # the client read KUBECONFIG when it was first imported: point its default at the file too
+    from kubernetes.config import kube_config
+
+    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig))
 
 
-def test_contract_a_namespace_only_user_submits_gets_logs_and_deletes(run, fake: FakeApiServer) -> None:  # type: ignore[no-untyped-def]
+def scheduler_as_its_account(fake: FakeApiServer) -> Scheduler:
+    from kubernetes import client
+
+    configuration = client.Configuration()
+    configuration.host = fake.url
+    configuration.api_key = {"BearerToken": f"Bearer {SCHEDULER_ACCOUNT}"}
+    return Scheduler(Api(client.ApiClient(configuration)), "s")
+
+
+def test_contract_a_namespace_only_user_submits_gets_logs_and_deletes(run, fake: FakeApiServer, monkeypatch,
+                                                                      tmp_path) -> None:  # type: ignore[no-untyped-def]
     fake.put("nodes", node("gpu-0", mode=None))
-    user = namespace_user(fake)
-    fake.rbac = user
+    as_namespace_user(fake, monkeypatch, tmp_path)
     code, out = run("submit", "mpi", "--engine", "kubernetes", "--name", "vgg", "--workers", "2", "--gpus", "1",
                     "-e", "HF_TOKEN=t", "mpirun -np 2 python train.py")  # fmt: skip
     assert code == 0, out
     assert "no placement preview: you may not list nodes and pods cluster-wide (403)" in out
     assert fake.get("mpijobs", "vgg", "team-a") is not None and fake.get("secrets", "vgg-env", "team-a")
-    assert any(r.path == "/api/v1/nodes" for r in fake.requests)  # it tried, and was refused
+    assert any(r.path == "/api/v1/nodes" and r.user == "alice" for r in fake.requests)  # tried, refused
 
-    fake.rbac = None  # the scheduler and mpi-operator are the cluster's
-    operator_makes_pods(fake, "vgg")
-    sched = Scheduler(Api(load_client(host=fake.url)), "s")
+    operator_makes_pods(fake, "vgg")  # mpi-operator and the scheduler are the cluster's
+    sched = scheduler_as_its_account(fake)
     sched.sync()
     assert sched.elector.try_acquire_or_renew()
     assert [r.ok for r in sched.cycle()] == [True]
     operator_makes_pods(fake, "vgg", role="Launcher")
+    sched.sync()
+    sched.cycle()
     fake.pod_logs[f"team-a/vgg-launcher-{LAUNCHER_POD_SUFFIX}"] = "step 1\n"
 
-    fake.rbac = user
     for args, expect in ((("get", "vgg"), "vgg-worker-"), (("list",), "vgg"), (("logs", "vgg"), "step 1"),
-                         (("delete", "vgg"), "deleted")):  # fmt: skip
+                         (("logs", "vgg", "-i", "launcher"), "step 1"), (("delete", "vgg"), "deleted")):  # fmt: skip
         code, out = run(args[0], "--engine", "kubernetes", *args[1:])
         assert code == 0 and expect in out, (args, out)
     assert fake.get("mpijobs", "vgg", "team-a") is None
-    denied = [r.path for r in fake.requests if r.path in ("/api/v1/nodes", "/api/v1/pods")]
-    assert denied  # only the preview reached outside team-a
+    mine = [r for r in fake.requests if r.user == "alice"]
+    outside = {r.path for r in mine if "/namespaces/team-a/" not in r.path
+               and not r.path.endswith(f"/configmaps/{names.CLUSTER_CONFIG}")}  # fmt: skip
+    assert outside == {"/api/v1/nodes"}  # only the preview reached outside team-a, and was refused
+    assert not [r for r in fake.requests if r.user == SCHEDULER_ACCOUNT and not permitted(
+        r, fake.users[SCHEDULER_ACCOUNT])]  # the scheduler needed nothing beyond its install roles
 
 
-def test_contract_the_fake_refuses_what_rbac_does_not_grant(run, fake: FakeApiServer) -> None:  # type: ignore[no-untyped-def]
+def test_contract_the_fake_refuses_what_rbac_does_not_grant(run, fake: FakeApiServer, monkeypatch,
+                                                             tmp_path) -> None:  # type: ignore[no-untyped-def]
     """The check can fail: the same user in another namespace is refused in one line."""
-    fake.rbac = namespace_user(fake)
+    as_namespace_user(fake, monkeypatch, tmp_path)
     code, out = run("list", "--engine", "kubernetes")
     assert code == 0
     code, out = run("submit", "mpi", "--engine", "kubernetes", "-n", "team-b", "--name", "x", "python x.py")
