@@ -23,7 +23,7 @@ _PATH = re.compile(
     r"^/(?:api/v1|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
     r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[^/]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>[^/]+))?$"
 )
-CLUSTER_SCOPED = {"nodes", "namespaces"}
+CLUSTER_SCOPED = {"nodes", "namespaces", "resourceslices"}
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,7 @@ class Request:
     path: str
     query: dict[str, str]
     body: Any
+    user: str = ""  # the bearer token, "" when none
 
     @property
     def verb(self) -> str:
@@ -46,9 +47,16 @@ class Request:
 
 
 def merge(target: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
-    """RFC 7386 JSON merge patch (what strategic merge does for maps)."""
+    """RFC 7386 JSON merge patch (what strategic merge does for maps), plus strategic merge's
+    ``{"$patch": "delete", "name": N}`` in a list merged by name (pods' schedulingGates)."""
     for key, value in patch.items():
-        if value is None:
+        if isinstance(value, list) and value and all(isinstance(v, dict) and v.get("$patch") == "delete"
+                                                     for v in value):  # fmt: skip
+            gone = {v.get("name") for v in value}
+            target[key] = [v for v in target.get(key) or () if v.get("name") not in gone]
+            if not target[key]:
+                target.pop(key)
+        elif value is None:
             target.pop(key, None)
         elif isinstance(value, dict) and isinstance(target.get(key), dict):
             merge(target[key], value)
@@ -59,6 +67,7 @@ def merge(target: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
 
 class FakeApiServer:
     def __init__(self) -> None:
+        self.users: dict[str, list[Rule]] = {}  # bearer token -> rules; none: no authorization
         self.lock = threading.Lock()
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}  # (plural, ns, name) -> obj
         self.log: list[tuple[int, str, str, str, dict[str, Any]]] = []  # (rv, plural, ns, type, obj)
@@ -74,6 +83,11 @@ class FakeApiServer:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server.server_port}"
+
+    def grant(self, token: str, rules: list[Rule]) -> None:
+        """Register a user (its bearer token) with RBAC rules; from then on every request is
+        authorized: 401 without a known token, 403 outside the user's rules."""
+        self.users[token] = list(rules)
 
     def start(self) -> FakeApiServer:
         self.thread.start()
@@ -159,11 +173,20 @@ class FakeApiServer:
                 url = urlparse(self.path)
                 query = {k: v[0] for k, v in parse_qs(url.query).items()}
                 body = self._body() if method in ("POST", "PUT", "PATCH", "DELETE") else None
-                request = Request(method, url.path, query, body)
+                auth = self.headers.get("Authorization") or ""
+                token = auth[len("Bearer "):] if auth.startswith("Bearer ") else ""
+                request = Request(method, url.path, query, body, token)
                 with fake.lock:
                     fake.requests.append(request)
                     target = (_PATH.match(url.path) or _EMPTY).group("name") or ""
                     injected = fake.fail.pop((request.verb, target), None)
+                users = dict(fake.users)
+                if users and request.user not in users:
+                    self._status(401, "Unauthorized", "Unauthorized")
+                    return
+                if users and not permitted(request, users[request.user]):
+                    self._status(403, forbidden(request, request.user), "Forbidden")
+                    return
                 if injected:
                     self._status(injected, f"injected failure {injected}", "InternalError")
                     return
@@ -235,6 +258,13 @@ class FakeApiServer:
                 return h._send(200, self._put(plural, copy.deepcopy(req.body)))
             if req.method == "PATCH":
                 patch = req.body if sub != "status" else {"status": req.body.get("status")}
+                spec_patch = patch.get("spec") or {}
+                # As the API server: a pod's node affinity and selector change only while it is gated.
+                if plural == "pods" and ({"affinity", "nodeSelector"} & set(spec_patch)) and not obj["spec"].get(
+                        "schedulingGates"):  # fmt: skip
+                    return h._status(422, f'Pod "{name}" is invalid: spec: Forbidden: pod updates may not change '
+                                          "fields other than ... (node affinity only while scheduling gates remain)",
+                                     "Invalid")  # fmt: skip
                 return h._send(200, self._put(plural, merge(obj, patch)))
             if req.method == "DELETE":
                 pre = ((req.body or {}).get("preconditions") or {}).get("uid")
@@ -278,3 +308,37 @@ class _QuietServer(ThreadingHTTPServer):
 
 
 _EMPTY = re.compile("(?P<name>)").match("")
+
+
+# -- RBAC: the API server's authorizer, once users are registered (``grant``) ------------------------
+
+Rule = tuple[dict[str, Any], str | None]  # an RBAC rule and the namespace it applies in (None: all)
+
+
+def permitted(request: Request, rules: list[Rule]) -> bool:
+    """Whether RBAC ``rules`` allow ``request`` (a Binding is a create of pods/binding)."""
+    m = _PATH.match(request.path)
+    if not m:
+        return False
+    resource = m["plural"] + (f"/{m['sub']}" if m["sub"] else "")
+    verb = "create" if request.verb == "bind" else request.verb
+    for rule, namespace in rules:
+        if namespace is not None and m["ns"] != namespace:
+            continue
+        if (m["group"] or "") in rule["apiGroups"] and resource in rule["resources"] and verb in rule["verbs"]:
+            names_allowed = rule.get("resourceNames")
+            if not names_allowed or m["name"] in names_allowed:
+                return True
+    return False
+
+
+def forbidden(request: Request, user: str) -> str:
+    """The API server's wording of a 403."""
+    m = _PATH.match(request.path)
+    if not m:
+        return f'User "{user}" cannot {request.verb} {request.path}'
+    resource = m["plural"] + (f"/{m['sub']}" if m["sub"] else "")
+    scope = f'in the namespace "{m["ns"]}"' if m["ns"] else "at the cluster scope"
+    verb = "create" if request.verb == "bind" else request.verb
+    return (f'{resource} is forbidden: User "{user}" cannot {verb} resource "{resource}" in API group '
+            f'"{m["group"] or ""}" {scope}')

@@ -99,6 +99,7 @@ class PodInfo:
     # requiredDuringSchedulingIgnoredDuringExecution nodeSelectorTerms (any one must match)
     affinity: tuple[Mapping[str, Any], ...] = ()
     priority: int = 0  # spec.priority (from its PriorityClass): higher gangs are decided first
+    gated: bool = False  # a DRA worker still held by ringleader's scheduling gate (docs/kubernetes.md, "dra")
 
     @property
     def key(self) -> str:
@@ -249,10 +250,16 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo:
     except ValueError:
         gpu_ids = ()
     name = meta.get("name", "")
+    gpus = int(need(names.GPU_RESOURCE))
+    if not gpus and names.DRA_GPUS_ANNOTATION in annotations:  # a DRA worker: its claim's count
+        try:
+            gpus = max(0, int(annotations[names.DRA_GPUS_ANNOTATION]))
+        except ValueError:
+            gpus = 0
     return PodInfo(
         namespace=meta.get("namespace", "default"), name=name, uid=uid,
         gang=labels.get(names.PODGROUP_LABEL) or name, grouped=bool(labels.get(names.PODGROUP_LABEL)),
-        gpus=int(need(names.GPU_RESOURCE)),
+        gpus=gpus,
         cpu=need("cpu"), memory=need("memory"),
         topology_aware=str(labels.get(names.TOPOLOGY_LABEL, "")).lower() == "true",
         node=spec.get("nodeName") or None, scheduler=spec.get("schedulerName") or "default-scheduler",
@@ -261,6 +268,7 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo:
         created=meta.get("creationTimestamp") or "", role=labels.get(names.JOB_ROLE_LABEL, ""),
         deleting=bool(meta.get("deletionTimestamp")),
         affinity=_required_terms(spec), priority=int(spec.get("priority") or 0),
+        gated=any(g.get("name") == names.GANG_GATE for g in spec.get("schedulingGates") or ()),
     )  # fmt: skip
 
 
