@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ringleader.errors import ConflictError, DependencyError, RingleaderError, UsageError
+from ringleader.runtime.hostlock import host_lock
 from ringleader.runtime.procs import alive, start_time, stop_all
 from ringleader.topology import NodeSpec
 
@@ -157,9 +158,7 @@ def up(home: Path, nodes: Sequence[NodeSpec], scale: float = DEFAULT_SCALE) -> P
     names, edir = Names.for_home(home), emulation_dir(home)
     edir.mkdir(mode=0o700, parents=True, exist_ok=True)
     rec = Record(home)
-    subnet = free_subnet()
     rec.set("scale", scale)
-    rec.set("subnet", subnet)
     client_key, host_key = edir / "id_ed25519", edir / "host_ed25519"
     for key in (client_key, host_key):
         rec.add("files", str(key))
@@ -171,8 +170,11 @@ def up(home: Path, nodes: Sequence[NodeSpec], scale: float = DEFAULT_SCALE) -> P
     authorized.write_text(Path(str(client_key) + ".pub").read_text())
     authorized.chmod(0o600)
     rec.add("bridges", names.bridge)
-    _run(["ip", "link", "add", names.bridge, "type", "bridge"])
-    _run(["ip", "addr", "add", f"{subnet}.0.1/16", "dev", names.bridge])
+    with host_lock("subnets"):  # another `cluster up` must not pick the same subnet meanwhile
+        subnet = free_subnet()
+        rec.set("subnet", subnet)
+        _run(["ip", "link", "add", names.bridge, "type", "bridge"])
+        _run(["ip", "addr", "add", f"{subnet}.0.1/16", "dev", names.bridge])
     _run(["ip", "link", "set", names.bridge, "up"])
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation folder
     host_pub = Path(str(host_key) + ".pub").read_text().split()[:2]
