@@ -159,6 +159,27 @@ def _time_limit(ctx: click.Context, param: click.Parameter, value: str | None) -
     return None if value is None else parse_duration(value)
 
 
+def _shm_size(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    del ctx, param
+    from ringleader.jobs.spec import parse_size
+
+    return None if value is None else parse_size(value)
+
+
+def _data(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    del ctx, param
+    from ringleader.jobs.spec import parse_data
+
+    return tuple(parse_data(v) for v in value)
+
+
+def _container_user(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    del ctx, param
+    from ringleader.jobs.spec import parse_container_user
+
+    return None if value is None else parse_container_user(value)
+
+
 class SubmitGroup(click.Group):
     """arena's names for an MPI job; its other job kinds pointed at `submit mpi`, which runs them."""
 
@@ -197,6 +218,14 @@ def submit() -> None:
 @click.option("--priority", type=int, default=0, show_default=True, help="Higher runs first; FIFO among equals.")
 @click.option("-e", "--env", "env", multiple=True, metavar="NAME=VALUE", help="Environment variable (repeatable).")
 @click.option("--image", default=None, help="Run each rank in this container image (podman or docker on this host).")
+@click.option("-d", "--data", "data", multiple=True, metavar="SRC:DST", callback=_data,
+              help="Mount SRC (a host path; on Kubernetes a PVC name) at DST in each rank's container (repeatable).")
+@click.option("--shm-size", metavar="SIZE", callback=_shm_size, help="Size of /dev/shm in each container: 1g, 512m.")
+@click.option("--rdma", is_flag=True, help="Give each container /dev/infiniband and unlimited locked memory.")
+@click.option("--image-pull-policy", type=click.Choice(["Always", "IfNotPresent", "Never"]), default=None,
+              help="When to pull --image: Always, IfNotPresent (default), Never (it must be there).")
+@click.option("--container-user", metavar="UID[:GID]", callback=_container_user,
+              help="Run the program in the container as UID[:GID], or `submitter` for your own.")
 @click.option("--model", default=None, help="Model name (recorded; a hint for throughput predictions).")
 @click.option("--dry-run", is_flag=True, help="Print the placement plan; start and write nothing.")
 @click.option("--time-limit", "time_limit_s", metavar="DURATION", callback=_time_limit, help=TIME_LIMIT_HELP)
@@ -205,8 +234,9 @@ def submit() -> None:
 @engine_option
 def submit_mpi(
     name: str, workers: int, gpus: int, gputopology: bool, gang: bool, priority: int, env: tuple[str, ...],
-    image: str | None, model: str | None, dry_run: bool, time_limit_s: float | None, output: str,
-    command: tuple[str, ...], engine: str | None,
+    image: str | None, data: tuple[tuple[str, str], ...], shm_size: int | None, rdma: bool,
+    image_pull_policy: str | None, container_user: str | None, model: str | None, dry_run: bool,
+    time_limit_s: float | None, output: str, command: tuple[str, ...], engine: str | None,
 ) -> None:  # fmt: skip
     """Submit an MPI job: COMMAND is one quoted string (an `mpirun ... program` line or a plain
     program started once per worker, torchrun-style) or the words after `--`. A quoted string
@@ -228,11 +258,13 @@ def submit_mpi(
     """
     del gang
     from ringleader.engines.embedded.engine import JobSpec
+    from ringleader.jobs.spec import ContainerOptions
 
+    container = ContainerOptions(data, shm_size, rdma, image_pull_policy, container_user)
     spec = JobSpec(
         name=name, workers=workers, gpus_per_worker=gpus, command=parse_command(command),
         env=parse_env(env), topology_aware=gputopology, priority=priority, image=image, model=model,
-        time_limit_s=time_limit_s,
+        time_limit_s=time_limit_s, container=container,
     )  # fmt: skip
     with using_engine(engine) as rt:
         result = rt.submit(spec, dry_run=dry_run)

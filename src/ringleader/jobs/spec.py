@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -70,6 +71,81 @@ def check_image_reference(image: str) -> None:
         )
 
 
+PULL_POLICIES = ("Always", "IfNotPresent", "Never")  # Kubernetes' imagePullPolicy values
+_SIZE = re.compile(r"(\d+)([bkmgt]?)(?:i?b)?", re.ASCII | re.IGNORECASE)
+_SIZE_UNIT = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_CONTAINER_USER = re.compile(r"\d{1,10}(?::\d{1,10})?", re.ASCII)
+
+
+def parse_size(text: str, option: str = "--shm-size") -> int:
+    """'1g', '512m', '64MiB' or bytes -> bytes, units binary as podman and docker read them."""
+    found = _SIZE.fullmatch(text.strip())
+    size = int(found[1]) * _SIZE_UNIT[found[2].lower()] if found else 0
+    if not 0 < size < 1 << 50:
+        raise UsageError(f"{option} {text!r} is not a size", "write e.g. 1g, 512m or 64MiB")
+    return size
+
+
+def parse_data(text: str) -> tuple[str, str]:
+    """``-d SRC:DST`` -> (SRC, DST), split at the last ':' (SRC a host path or a volume's name,
+    per engine; DST an absolute path in the container)."""
+    source, sep, target = text.rpartition(":")
+    if not sep or not source or not target.startswith("/") or "\0" in text or "," in target:
+        raise UsageError(f"--data {text!r} is not SRC:DST", "write -d SRC:/path/in/container (DST absolute, no ',')")
+    return source, target
+
+
+def parse_container_user(text: str, uid: int | None = None, gid: int | None = None) -> str:
+    """``--container-user UID[:GID]`` (numbers: what a pod's runAsUser takes too), or
+    ``submitter``: the submitting user's own uid:gid."""
+    if text == "submitter":
+        return f"{os.getuid() if uid is None else uid}:{os.getgid() if gid is None else gid}"
+    if not _CONTAINER_USER.fullmatch(text):
+        raise UsageError(f"--container-user {text!r} is not UID[:GID]", "give numbers (e.g. 1000:1000) or submitter")
+    return text
+
+
+@dataclass(frozen=True)
+class ContainerOptions:
+    """How each rank's container is set up beyond its image (arena's names); the engine that runs
+    the containers checks what is engine-specific (a host path here, a PVC name in a pod)."""
+
+    data: tuple[tuple[str, str], ...] = ()  # -d SRC:DST, in order
+    shm_size: int | None = None  # bytes of /dev/shm
+    rdma: bool = False  # /dev/infiniband and unlimited memlock
+    image_pull_policy: str | None = None  # one of PULL_POLICIES; None: the engine's default
+    user: str | None = None  # "UID[:GID]" the program runs as; None: the image's user
+
+    def given(self) -> list[str]:
+        """The options set, as the CLI spells them (what an engine may refuse)."""
+        named = {"--data": bool(self.data), "--shm-size": self.shm_size is not None, "--rdma": self.rdma,
+                 "--image-pull-policy": self.image_pull_policy is not None, "--container-user": self.user is not None}
+        return [option for option, set_ in named.items() if set_]
+
+    def validate(self) -> None:
+        for pair in self.data:
+            parse_data(":".join(pair))
+        targets = [target for _, target in self.data]
+        if len(set(targets)) != len(targets):
+            raise UsageError("--data mounts two sources at the same path", "give each -d its own DST")
+        if self.shm_size is not None and not (isinstance(self.shm_size, int) and 0 < self.shm_size < 1 << 50):
+            raise UsageError(f"--shm-size must be a positive size, got {self.shm_size}", "write e.g. 1g")
+        if self.image_pull_policy is not None and self.image_pull_policy not in PULL_POLICIES:
+            raise UsageError(f"--image-pull-policy {self.image_pull_policy!r} is not one of "
+                             f"{', '.join(PULL_POLICIES)}", "give Always, IfNotPresent or Never")  # fmt: skip
+        if self.user is not None:
+            parse_container_user(self.user)
+
+    @staticmethod
+    def from_dict(data: dict[str, Any] | None) -> ContainerOptions:
+        data = data or {}
+        return ContainerOptions(
+            data=tuple((str(s), str(d)) for s, d in data.get("data") or ()),
+            shm_size=None if data.get("shm_size") is None else int(data["shm_size"]), rdma=bool(data.get("rdma")),
+            image_pull_policy=data.get("image_pull_policy"), user=data.get("user"),
+        )  # fmt: skip
+
+
 def submit_env(environ: dict[str, str]) -> dict[str, str]:
     """The part of the submitting environment a job keeps (see SUBMIT_ENV_KEYS)."""
     return {k: v for k, v in environ.items() if k in SUBMIT_ENV_KEYS or k.startswith(SUBMIT_ENV_PREFIXES)}
@@ -101,6 +177,7 @@ class JobSpec:
     # Seconds the job may run; it is stopped (SIGTERM, grace, SIGKILL) and FAILED at the limit.
     # The queue plans reservations with it, and a job with one may backfill (see docs/scheduler.md).
     time_limit_s: float | None = None
+    container: ContainerOptions = field(default_factory=ContainerOptions)  # --data, --shm-size, ...
 
     def validate(self) -> JobSpec:
         from ringleader.topology.cluster import check_name
@@ -128,6 +205,7 @@ class JobSpec:
                 raise UsageError(f"invalid environment variable name {key!r}", "use -e NAME=VALUE")
         if self.image is not None:  # `--image ''` too: it is not "no image"
             check_image_reference(self.image)
+        self.container.validate()
         return self
 
     def request(self) -> JobRequest:
@@ -151,4 +229,5 @@ class JobSpec:
             image=data.get("image"), model=data.get("model"), workdir=data.get("workdir"),
             submit_env=data.get("submit_env"), user_command=data.get("user_command"),
             time_limit_s=None if data.get("time_limit_s") is None else float(data["time_limit_s"]),
+            container=ContainerOptions.from_dict(data.get("container")),
         )  # fmt: skip

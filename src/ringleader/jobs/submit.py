@@ -43,6 +43,11 @@ def prepare_submit(spec: JobSpec, supports: Support, environ: Mapping[str, str] 
         supports.require("image", "--image")
     if spec.time_limit_s is not None:
         supports.require("time_limit", "--time-limit")
+    container_options = spec.container.given()
+    supports.require_container_options(container_options)
+    if container_options and spec.image is None and supports.submitter_context:
+        raise UsageError(f"{container_options[0]} sets up each rank's container and this job has none",
+                         "add --image IMAGE, or leave the container options out")  # fmt: skip
     if spec.workdir is None and supports.submitter_context:
         spec = dataclasses.replace(spec, workdir=working_directory())
     # -x NAME passes the submitter's value of NAME (the whole environment, not just the part a
