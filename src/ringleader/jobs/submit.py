@@ -58,7 +58,7 @@ def prepare_submit(spec: JobSpec, supports: Support, environ: Mapping[str, str] 
         environ = dict(os.environ)
     if spec.submit_env is None and supports.submitter_context:
         spec = dataclasses.replace(spec, submit_env=submit_env(dict(environ)))
-    spec, line, notes = prepare_spec(spec, environ)
+    spec, line, notes = prepare_spec(spec, environ, in_image=spec.image is not None or not supports.submitter_context)
     return Submission(spec, line, tuple(notes))
 
 

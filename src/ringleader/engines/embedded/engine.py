@@ -70,6 +70,7 @@ class Runtime:
 
     supports = Support("embedded", image="podman or docker on this host", cluster_file=True, node_labels=True,
                        prune=True, emulated_cluster=True, state_backup=True, time_limit=True,
+                       container_options=("--data", "--shm-size", "--rdma", "--image-pull-policy", "--container-user"),
                        more_room="declare bigger nodes (`ringleader cluster apply`)")  # fmt: skip
 
     @classmethod
@@ -225,9 +226,9 @@ class Runtime:
         sub = prepare_submit(spec, self.supports)
         spec, notes = sub.spec, list(sub.notes)
         if spec.image:
-            from ringleader.runtime.containers import spec_in_image
+            from ringleader.runtime.containers import job_label, spec_in_image
 
-            spec, note = spec_in_image(spec, sub.line, spec.submit_env or {})
+            spec, note = spec_in_image(spec, sub.line, spec.submit_env or {}, job_label(self.home, spec.name))
             notes.append(note)
         _check_size(spec, sub.line)  # a horovodrun line has become mpirun's: one more process
         _check_command(spec, sub.line)
@@ -390,6 +391,11 @@ class Runtime:
             # A wrapper the supervisor started but had not recorded yet: found by its plan file.
             targets += find_by_args(RANK_MODULE, str(plan_path(self.home, name)))
             stop_all(list(dict.fromkeys(targets)), grace_s)
+            spec = JobSpec.from_dict(json.loads(row["spec"]))
+            if spec.image:  # what the stopped ranks' container clients left
+                from ringleader.runtime.containers import remove_job_containers
+
+                remove_job_containers(self.home, spec)
         finally:
             heartbeat.stop()
 

@@ -95,7 +95,7 @@ def reconcile(db: store.Store) -> list[str]:
         return []
     from ringleader.engines.embedded.lifecycle import finish_job, schedule_pass, spawn_supervisors  # the scheduler
 
-    adopt, placed = [], []
+    adopt, placed, finished = [], [], []
     with db.write() as conn:
         now = time.time()  # taken under the lock: the wait for it may be long
         for name in suspects:
@@ -109,6 +109,7 @@ def reconcile(db: store.Store) -> list[str]:
                 adopt.append(name)
                 continue
             ok, first, ended = _close_instances(db.home, conn, name, now)
+            finished.append(row["spec"])
             who = f"supervisor pid {row['supervisor_pid']}" if row["supervisor_pid"] else "its supervisor"
             if ok:
                 reason = f"{who} was lost after every instance succeeded"
@@ -118,5 +119,20 @@ def reconcile(db: store.Store) -> list[str]:
                 finish_job(conn, name, JobStatus.FAILED, reason, now, ended_at=ended)
         if len(adopt) < len(suspects):
             placed = schedule_pass(conn, now)
+    _remove_containers(db.home, finished)
     spawn_supervisors(db.home, [*adopt, *placed])
     return suspects
+
+
+def _remove_containers(home: Path, specs: list[str]) -> None:
+    """What the lost supervisor would have removed: the container records its ranks left."""
+    import json
+
+    from ringleader.jobs.spec import JobSpec
+
+    for text in specs:
+        spec = JobSpec.from_dict(json.loads(text))
+        if spec.image:
+            from ringleader.runtime.containers import remove_job_containers
+
+            remove_job_containers(home, spec)

@@ -95,6 +95,8 @@ class Supervisor:
         self.time_limit_s: float | None = None
         self.deadline: float | None = None  # time.monotonic() at which the time limit is reached
         self.timed_out = False
+        self.spec: JobSpec | None = None
+        self.not_started: str | None = None  # why no rank could start (the image could not be had)
 
     def log(self, message: str) -> None:
         """A line in run/<job>/supervisor.log (this process's stdout)."""
@@ -145,6 +147,8 @@ class Supervisor:
 
     def launch(self, spec: JobSpec, placement_data: dict[str, Any]) -> bool:
         """Start every instance; False if the job was deleted meanwhile (then all is stopped)."""
+        if spec.image and self.resolve_image(spec):
+            return True
         with self.db.read() as conn:
             nodes = {n.name: n for n in store.get_nodes(conn)}
             settings = json.loads(store.get_meta(conn, HOSTS_SETTINGS) or "{}")
@@ -177,6 +181,30 @@ class Supervisor:
             self.abandon()
             return False
         return True
+
+    def resolve_image(self, spec: JobSpec) -> bool:
+        """The job's image made present on this host once, before any rank starts (per its
+        --image-pull-policy); when it cannot be, every instance fails with the one-line reason."""
+        from ringleader.runtime.containers import container_runtime_of, resolve_image
+
+        runtime = container_runtime_of(spec.command)
+        if runtime is None or spec.image is None:
+            return False
+        why = resolve_image(runtime, spec.image, spec.container.image_pull_policy, job_env(spec.submit_env),
+                            cancelled=lambda: self.interrupted or not self.still_mine())  # fmt: skip
+        if why is None:
+            return False
+        self.not_started = why
+        for w in self.watched:
+            self._end(w, None, time.time(), why)
+        return True
+
+    def remove_containers(self) -> None:
+        """What the job's ranks left in the container runtime (a killed client's record)."""
+        if self.spec is not None and self.spec.image:
+            from ringleader.runtime.containers import remove_job_containers
+
+            remove_job_containers(self.home, self.spec)
 
     def _start(self, instance: str, argv: list[str], spec: JobSpec) -> None:
         w = next(w for w in self.watched if w.name == instance)
@@ -332,6 +360,7 @@ class Supervisor:
             if w.popen is not None and w.popen.poll() is None:
                 w.popen.kill()
                 w.popen.wait()
+        self.remove_containers()
 
     def watch(self) -> bool:
         stopping = False
@@ -401,7 +430,9 @@ class Supervisor:
             row = store.job_row(conn, self.job)
             if row is None or row["supervisor_pid"] != self.me or row["status"] != JobStatus.RUNNING.value:
                 return
-            if self.timed_out:  # first: ranks that exit 0 on SIGTERM still did not finish
+            if self.not_started:
+                finish_job(conn, self.job, JobStatus.FAILED, self.not_started, now)
+            elif self.timed_out:  # first: ranks that exit 0 on SIGTERM still did not finish
                 grace = f"SIGTERM, then SIGKILL after {grace_seconds():g} s"
                 reason = f"TIMEOUT: reached its time limit of {self._limit_text()}; its processes were stopped "
                 reason += f"({grace})"
@@ -426,6 +457,7 @@ class Supervisor:
         if claimed is None:
             return 0
         spec, placement, launched = claimed
+        self.spec = spec
         if not launched:
             try:
                 ok = self.launch(spec, placement)
@@ -436,7 +468,9 @@ class Supervisor:
                 ok = True
             if not ok:
                 return 0
-        if self.watch():
+        finished = self.watch()
+        self.remove_containers()  # before the job is over: a `get` that says it ended finds none left
+        if finished:
             self.finalize()
         # Every supervisor reconciles when its job ends, so a peer whose supervisor was lost is
         # noticed (GPUs freed or the job adopted) without anyone running a command.
