@@ -242,7 +242,7 @@ def test_horovodrun_options_become_what_horovodrun_would_pass() -> None:
 
 @pytest.mark.slow
 def test_image_contract_with_a_stand_in_podman(seeds: Runtime, h, tmp_path, monkeypatch) -> None:
-    """Contract test: a stand-in `podman` that answers `info` and, for `run`, starts the program
+    """Contract test: a stand-in `podman` that answers `version` and, for `run`, starts the program
     with only the variables named by -e (by name, or by prefix with `*`, as podman does): the
     ranks' variables, Open MPI's and the job's -x values must be passed into the image."""
     fake = tmp_path / "bin" / "podman"
@@ -250,7 +250,7 @@ def test_image_contract_with_a_stand_in_podman(seeds: Runtime, h, tmp_path, monk
     fake.write_text(
         f"#!{PY}\nimport os, sys\n"
         "a = sys.argv[1:]\n"
-        "if a[0] == 'info': print('crun'); sys.exit(0)\n"
+        "if a[0] == 'version': print('4.3.1'); sys.exit(0)\n"
         "if a[:2] == ['image', 'exists']: sys.exit(0 if a[2] == 'example.org/train:1' else 1)\n"
         "if a[0] in ('ps', 'rm'): sys.exit(0)  # no container is left: each ran in this process\n"
         "i = a.index('example.org/train:1'); opts, prog = a[1:i], a[i + 1:]\n"

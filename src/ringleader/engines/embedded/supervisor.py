@@ -10,6 +10,7 @@ it stops every process it started.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import select
@@ -149,6 +150,11 @@ class Supervisor:
         """Start every instance; False if the job was deleted meanwhile (then all is stopped)."""
         if spec.image and self.resolve_image(spec):
             return True
+        local = spec
+        if spec.image:
+            from ringleader.runtime.containers import guard_here
+
+            local = dataclasses.replace(spec, command=guard_here(spec.command))
         with self.db.read() as conn:
             nodes = {n.name: n for n in store.get_nodes(conn)}
             settings = json.loads(store.get_meta(conn, HOSTS_SETTINGS) or "{}")
@@ -168,13 +174,13 @@ class Supervisor:
         elif is_mpirun(spec.command):
             _write_private(pfile, json.dumps(plan, indent=1))
             emulated = any(nodes[n].emulated for n in placement.nodes)
-            argv = rewrite_mpirun(spec.command, spec.workers, emulated, pfile)
+            argv = rewrite_mpirun(local.command, spec.workers, emulated, pfile)
             self._start(f"{spec.name}-launcher", [*rank_wrapper(pfile, launcher=True), *argv], spec)
             detail = shlex.join(argv)
         else:
             _write_private(pfile, json.dumps(plan, indent=1))
             for slot in placement.slots:
-                argv = [*rank_wrapper(pfile, rank=slot.index), *spec.command]
+                argv = [*rank_wrapper(pfile, rank=slot.index), *local.command]
                 self._start(f"{spec.name}-worker-{slot.index}", argv, spec)
             detail = shlex.join(spec.command)
         if not self.persist(event=("Started", f"{len(placement.slots)} worker(s): {detail}")):
@@ -469,7 +475,10 @@ class Supervisor:
             if not ok:
                 return 0
         finished = self.watch()
-        self.remove_containers()  # before the job is over: a `get` that says it ended finds none left
+        if not finished or any(w.status is not InstanceStatus.SUCCEEDED for w in self.watched):
+            # A client that was stopped can leave its container's record (one that ended by
+            # itself removed it: --rm). Before the job is over: a `get` that says so finds none.
+            self.remove_containers()
         if finished:
             self.finalize()
         # Every supervisor reconciles when its job ends, so a peer whose supervisor was lost is
