@@ -6,7 +6,6 @@ processes stopped) so no test leaves processes behind.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -87,21 +86,6 @@ def wait_for(check: Callable[[], bool], timeout: float = 90.0, what: str = "cond
 
 
 
-
-
-@pytest.fixture(scope="session")
-def train_image(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
-    """A local training image (python3, Open MPI; see trainimage.py) and the podman settings file
-    this host needs, built once per session (once per host: podman keeps it)."""
-    from trainimage import containers_conf, ensure_image, why_not
-
-    why = why_not()
-    if why:
-        pytest.skip(why)
-    conf = tmp_path_factory.mktemp("podman") / "containers.conf"
-    conf.write_text(containers_conf())
-    tag, _ = ensure_image({**os.environ, "CONTAINERS_CONF": str(conf)})
-    return tag, conf
 
 
 class Helpers:

@@ -167,7 +167,8 @@ def test_an_image_that_cannot_be_had_is_the_jobs_reason_in_one_line(small: Runti
     assert small.list_jobs() == []
     small.submit(h.spec("pull", ["true"], workers=2, gpus=0, image=missing))
     view = small.wait("pull", 120)
-    assert view.status is JobStatus.FAILED and view.reason.startswith(f"image {missing} could not be pulled: ")
+    assert view.status is JobStatus.FAILED, view.reason
+    assert view.reason.startswith(f"image {missing} could not be pulled on this host: "), view.reason
     assert "\n" not in view.reason
     small.submit(h.spec("present", ["true"], gpus=0, image=image, container=never))
     assert small.wait("present", 120).status is JobStatus.SUCCEEDED

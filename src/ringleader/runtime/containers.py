@@ -30,7 +30,6 @@ import os
 import re
 import shutil
 import subprocess
-import time
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -38,7 +37,13 @@ from pathlib import Path
 
 from ringleader.errors import DependencyError, UsageError
 from ringleader.jobs.commandline import CommandLine
-from ringleader.jobs.spec import ContainerOptions, JobSpec, check_image_reference, container_env
+from ringleader.jobs.spec import (
+    CONTAINER_RUNTIME_KEYS,
+    ContainerOptions,
+    JobSpec,
+    check_image_reference,
+    container_env,
+)
 from ringleader.runtime import container_guard
 
 PROBE_SECONDS = 20.0
@@ -242,61 +247,67 @@ def container_runtime_of(command: Sequence[str]) -> str | None:
     return None
 
 
+# Runs a runtime command where the job's ranks run: argv -> (exit code, stdout, stderr).
+Runner = Callable[[list[str]], tuple[int, str, str]]
+
+
+def local_runner(env: Mapping[str, str], cancelled: Callable[[], bool] = lambda: False) -> Runner:
+    """A Runner on this host with the job's runtime settings; a cancelled command is stopped."""
+
+    def run(argv: list[str]) -> tuple[int, str, str]:
+        try:
+            proc = subprocess.Popen(argv, env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)  # fmt: skip
+        except OSError as exc:
+            return 127, "", f"cannot run {argv[0]}: {exc.strerror}"
+        while True:
+            try:
+                out, err = proc.communicate(timeout=0.1)
+                return proc.returncode, out, err
+            except subprocess.TimeoutExpired:
+                if cancelled():
+                    proc.terminate()
+                    proc.communicate()
+                    return 130, "", "cancelled"
+
+    return run
+
+
 def image_present(runtime: str, image: str, env: Mapping[str, str]) -> bool:
-    check = [runtime, "image", "exists" if Path(runtime).name == "podman" else "inspect", image]
-    try:
-        return subprocess.run(check, env=dict(env), stdin=subprocess.DEVNULL, capture_output=True,
-                              timeout=PROBE_SECONDS).returncode == 0  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired):
-        return False
+    return local_runner(env)(_exists(runtime, image))[0] == 0
 
 
-def resolve_image(runtime: str, image: str, policy: str | None, env: Mapping[str, str],
-                  cancelled: Callable[[], bool] = lambda: False) -> str | None:  # fmt: skip
-    """Make ``image`` present on this host per ``policy`` (default IfNotPresent): None when it
-    is, else one line saying why not (the registry's own last word on a failed pull)."""
+def _exists(runtime: str, image: str) -> list[str]:
+    return [runtime, "image", "exists" if Path(runtime).name == "podman" else "inspect", image]
+
+
+def resolve_image(runtime: str, image: str, policy: str | None, run: Runner, where: str = "this host") -> str | None:
+    """Make ``image`` present where ``run`` runs, per ``policy`` (default IfNotPresent): None
+    when it is, else one line saying why not (the registry's own last word on a failed pull)."""
     policy = policy or "IfNotPresent"
-    if policy != "Always" and image_present(runtime, image, env):
+    if policy != "Always" and run(_exists(runtime, image))[0] == 0:
         return None
     if policy == "Never":
-        return f"image {image} is not on this host and --image-pull-policy is Never"
-    try:
-        pull = subprocess.Popen([runtime, "pull", "--quiet" if Path(runtime).name == "podman" else "-q", image],
-                                env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, text=True)  # fmt: skip
-    except OSError as exc:
-        return f"cannot run {runtime} to pull image {image}: {exc.strerror}"
-    while pull.poll() is None:
-        if cancelled():
-            pull.terminate()
-            pull.wait()
-            return f"the pull of image {image} was cancelled"
-        time.sleep(0.1)
-    said = (pull.stderr.read() if pull.stderr else "").strip().splitlines()
-    if pull.returncode == 0:
+        return f"image {image} is not on {where} and --image-pull-policy is Never"
+    code, _, err = run([runtime, "pull", "--quiet" if Path(runtime).name == "podman" else "-q", image])
+    if code == 0:
         return None
-    return f"image {image} could not be pulled: {(said or [f'exit code {pull.returncode}'])[-1][:300]}"
+    said = err.strip().splitlines() or [f"exit code {code}"]
+    return f"image {image} could not be pulled on {where}: {said[-1][:300]}"
 
 
-def remove_containers(runtime: str, label: str, env: Mapping[str, str]) -> int:
+def remove_containers(runtime: str, label: str, run: Runner) -> int:
     """Remove, by force, every container left with LABEL=``label``; how many there were."""
-    run = {"env": dict(env), "stdin": subprocess.DEVNULL, "capture_output": True, "text": True, "timeout": 120}
-    try:
-        listed = subprocess.run([runtime, "ps", "-aq", "--filter", f"label={LABEL}={label}"], **run)  # type: ignore[call-overload]
-        ids = listed.stdout.split()
-        if ids:
-            subprocess.run([runtime, "rm", "-f", *ids], **run)  # type: ignore[call-overload]
-    except (OSError, subprocess.TimeoutExpired):
-        return 0
+    code, out, _ = run([runtime, "ps", "-aq", "--filter", f"label={LABEL}={label}"])
+    ids = out.split() if code == 0 else []
+    if ids:
+        run([runtime, "rm", "-f", *ids])
     return len(ids)
 
 
-def remove_job_containers(home: Path, spec: JobSpec) -> int:
-    """What a job's ranks left in this host's container runtime, removed (none without --image)."""
-    from ringleader.runtime.plan import job_env
-
-    runtime = container_runtime_of(spec.command) if spec.image else None
-    return remove_containers(runtime, job_label(home, spec.name), job_env(spec.submit_env)) if runtime else 0
+def runtime_settings(env: Mapping[str, str]) -> list[str]:
+    """``NAME=VALUE`` of the runtime's own settings in ``env`` (for `env` on another host)."""
+    return [f"{k}={env[k]}" for k in CONTAINER_RUNTIME_KEYS if k in env]
 
 
 def guard_here(command: Sequence[str]) -> list[str]:

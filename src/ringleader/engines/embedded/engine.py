@@ -393,9 +393,11 @@ class Runtime:
             stop_all(list(dict.fromkeys(targets)), grace_s)
             spec = JobSpec.from_dict(json.loads(row["spec"]))
             if spec.image:  # what the stopped ranks' container clients left
-                from ringleader.runtime.containers import remove_job_containers
+                from ringleader.engines.embedded.containers import placed_nodes, remove_containers
 
-                remove_job_containers(self.home, spec)
+                with self.db.read() as conn:
+                    nodes = placed_nodes(conn, name, row["placement"])
+                remove_containers(self.home, spec, nodes)
         finally:
             heartbeat.stop()
 

@@ -18,6 +18,7 @@ from ringleader.engines.embedded.liveness import lease_seconds, seconds_since, s
 from ringleader.jobs.states import InstanceStatus, JobStatus
 from ringleader.runtime.plan import instance_targets, read_state, state_path
 from ringleader.runtime.procs import alive, signal_proc
+from ringleader.topology import NodeSpec
 
 # A job placed this recently may still be waiting for its supervisor to start and claim it.
 LAUNCH_GRACE_S = 30.0
@@ -93,6 +94,7 @@ def reconcile(db: store.Store) -> list[str]:
         suspects = [r["name"] for r in store.job_rows(conn, [JobStatus.RUNNING]) if _orphaned(db.home, r, now)]
     if not suspects:
         return []
+    from ringleader.engines.embedded.containers import placed_nodes
     from ringleader.engines.embedded.lifecycle import finish_job, schedule_pass, spawn_supervisors  # the scheduler
 
     adopt, placed, finished = [], [], []
@@ -109,7 +111,7 @@ def reconcile(db: store.Store) -> list[str]:
                 adopt.append(name)
                 continue
             ok, first, ended = _close_instances(db.home, conn, name, now)
-            finished.append(row["spec"])
+            finished.append((row["spec"], placed_nodes(conn, name, row["placement"])))
             who = f"supervisor pid {row['supervisor_pid']}" if row["supervisor_pid"] else "its supervisor"
             if ok:
                 reason = f"{who} was lost after every instance succeeded"
@@ -124,15 +126,14 @@ def reconcile(db: store.Store) -> list[str]:
     return suspects
 
 
-def _remove_containers(home: Path, specs: list[str]) -> None:
+def _remove_containers(home: Path, finished: list[tuple[str, list[NodeSpec]]]) -> None:
     """What the lost supervisor would have removed: the container records its ranks left."""
     import json
 
+    from ringleader.engines.embedded.containers import remove_containers
     from ringleader.jobs.spec import JobSpec
 
-    for text in specs:
+    for text, nodes in finished:
         spec = JobSpec.from_dict(json.loads(text))
         if spec.image:
-            from ringleader.runtime.containers import remove_job_containers
-
-            remove_job_containers(home, spec)
+            remove_containers(home, spec, nodes)

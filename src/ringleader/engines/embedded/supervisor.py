@@ -46,6 +46,7 @@ from ringleader.runtime.plan import (
 from ringleader.runtime.procs import alive, grace_seconds, start_time, stop_all
 from ringleader.runtime.rank import signal_name
 from ringleader.scheduler.types import approx_duration
+from ringleader.topology import NodeSpec
 
 POLL_S = 0.25
 # After adoption: how long an instance with neither a pid nor a state file may still be a
@@ -97,6 +98,7 @@ class Supervisor:
         self.deadline: float | None = None  # time.monotonic() at which the time limit is reached
         self.timed_out = False
         self.spec: JobSpec | None = None
+        self.nodes: list[NodeSpec] | None = None  # where the job's ranks run
         self.not_started: str | None = None  # why no rank could start (the image could not be had)
 
     def log(self, message: str) -> None:
@@ -148,13 +150,6 @@ class Supervisor:
 
     def launch(self, spec: JobSpec, placement_data: dict[str, Any]) -> bool:
         """Start every instance; False if the job was deleted meanwhile (then all is stopped)."""
-        if spec.image and self.resolve_image(spec):
-            return True
-        local = spec
-        if spec.image:
-            from ringleader.runtime.containers import guard_here
-
-            local = dataclasses.replace(spec, command=guard_here(spec.command))
         with self.db.read() as conn:
             nodes = {n.name: n for n in store.get_nodes(conn)}
             settings = json.loads(store.get_meta(conn, HOSTS_SETTINGS) or "{}")
@@ -162,6 +157,13 @@ class Supervisor:
         plan = build_plan(spec.name, placement, nodes, spec.env, self.home)
         pfile = plan_path(self.home, spec.name)
         pfile.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        local = spec
+        if spec.image:
+            if self.resolve_image(spec, [nodes[n] for n in placement.nodes]):
+                return True
+            from ringleader.runtime.containers import guard_here
+
+            local = dataclasses.replace(spec, command=guard_here(spec.command))  # for ranks on this host
         if any(nodes[n].address is not None for n in placement.nodes):
             # Ranks on ssh hosts: one mpirun on this machine starts them all (see engines.embedded.hosts).
             from ringleader.engines.embedded.hosts.launch import hosts_command, master_address
@@ -188,16 +190,13 @@ class Supervisor:
             return False
         return True
 
-    def resolve_image(self, spec: JobSpec) -> bool:
-        """The job's image made present on this host once, before any rank starts (per its
-        --image-pull-policy); when it cannot be, every instance fails with the one-line reason."""
-        from ringleader.runtime.containers import container_runtime_of, resolve_image
+    def resolve_image(self, spec: JobSpec, nodes: list[NodeSpec]) -> bool:
+        """The job's image made present once on each host of its ranks, before any starts (per
+        its --image-pull-policy); when it cannot be, every instance fails with the one-line reason."""
+        from ringleader.engines.embedded.containers import resolve_image
 
-        runtime = container_runtime_of(spec.command)
-        if runtime is None or spec.image is None:
-            return False
-        why = resolve_image(runtime, spec.image, spec.container.image_pull_policy, job_env(spec.submit_env),
-                            cancelled=lambda: self.interrupted or not self.still_mine())  # fmt: skip
+        self.nodes = nodes
+        why = resolve_image(self.home, spec, nodes, cancelled=lambda: self.interrupted or not self.still_mine())
         if why is None:
             return False
         self.not_started = why
@@ -208,9 +207,13 @@ class Supervisor:
     def remove_containers(self) -> None:
         """What the job's ranks left in the container runtime (a killed client's record)."""
         if self.spec is not None and self.spec.image:
-            from ringleader.runtime.containers import remove_job_containers
+            from ringleader.engines.embedded.containers import placed_nodes, remove_containers
 
-            remove_job_containers(self.home, self.spec)
+            if self.nodes is None:  # an adopted job: its nodes as stored
+                with self.db.read() as conn:
+                    row = store.job_row(conn, self.job)
+                    self.nodes = placed_nodes(conn, self.job, row["placement"] if row else None)
+            remove_containers(self.home, self.spec, self.nodes)
 
     def _start(self, instance: str, argv: list[str], spec: JobSpec) -> None:
         w = next(w for w in self.watched if w.name == instance)
