@@ -149,8 +149,10 @@ def test_data_shm_size_and_a_working_directory_with_a_colon(small: Runtime, h, i
     (data / "hello").write_text("from the host\n")
     monkeypatch.chdir(workdir)
     options = ContainerOptions(data=((str(data), "/data"),), shm_size=64 << 20, user="1234:1234")
-    line = "cat /data/hello; pwd; id -u; df -k /dev/shm | tail -1"
-    small.submit(h.spec("opts", ["sh", "-c", line], gpus=0, image=image, container=options))
+    script = data / "show.sh"  # /data/show.sh: a program only the container has (not checked on the host)
+    script.write_text("#!/bin/sh\ncat /data/hello; pwd; id -u; df -k /dev/shm | tail -1\n")
+    script.chmod(0o755)
+    small.submit(h.spec("opts", ["/data/show.sh"], gpus=0, image=image, container=options))
     view = small.wait("opts", 120)
     assert view.status is JobStatus.SUCCEEDED, (view.events, small.logs("opts", "worker-0"))
     out = small.logs("opts", "worker-0").splitlines()

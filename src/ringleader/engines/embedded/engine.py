@@ -449,7 +449,8 @@ def _check_size(spec: JobSpec, line: CommandLine) -> None:
 def _check_command(spec: JobSpec, line: CommandLine) -> None:
     if line.mpirun:
         _check_program(spec, line.argv[0], DependencyError)
-    _check_program(spec, line.program[0], UsageError)  # what runs once per rank
+    if spec.image is None:  # in an image, the program is the image's: this host may lack it
+        _check_program(spec, line.program[0], UsageError)  # what runs once per rank
 
 
 def _check_program(spec: JobSpec, program: str, err: type[UsageError]) -> None:
