@@ -43,6 +43,11 @@ def prepare_submit(spec: JobSpec, supports: Support, environ: Mapping[str, str] 
         supports.require("image", "--image")
     if spec.time_limit_s is not None:
         supports.require("time_limit", "--time-limit")
+    if spec.container.user == "submitter":  # an API caller's spelling: the CLI resolves it itself
+        from ringleader.jobs.spec import parse_container_user
+
+        mine = dataclasses.replace(spec.container, user=parse_container_user("submitter"))
+        spec = dataclasses.replace(spec, container=mine)
     container_options = spec.container.given()
     supports.require_container_options(container_options)
     if container_options and spec.image is None and supports.submitter_context:
