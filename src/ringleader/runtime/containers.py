@@ -300,8 +300,8 @@ def remove_containers(runtime: str, label: str, run: Runner) -> int:
     """Remove, by force, every container left with LABEL=``label``; how many there were."""
     code, out, _ = run([runtime, "ps", "-aq", "--filter", f"label={LABEL}={label}"])
     ids = out.split() if code == 0 else []
-    if ids:
-        run([runtime, "rm", "-f", *ids])
+    if ids:  # podman's -f would give a live program 10 s after SIGTERM: its rank is being stopped already
+        run([runtime, "rm", "-f", *(["-t", "0"] if Path(runtime).name == "podman" else []), *ids])
     return len(ids)
 
 

@@ -56,6 +56,7 @@ from ringleader.runtime.procs import find_by_args, grace_seconds, signal_proc, s
 
 if TYPE_CHECKING:  # the scheduler is imported by the calls that place: listing jobs does not need it
     from ringleader.scheduler import ClusterState
+    from ringleader.topology import NodeSpec
 
 __all__ = ["JobSpec", "JobView", "Runtime", "SubmitResult", "open_embedded"]
 
@@ -347,6 +348,7 @@ class Runtime:
             if not store.disk_full(exc):  # a full disk: deleting the job's logs is what frees it
                 raise
         grace = 0.0 if now else grace_seconds()
+        leftovers = self._containers(names)  # read before the jobs are forgotten
         for name in names:
             self._stop(name, grace)
         crash_point("delete-stopped")  # killed here: reconciliation fails the job, frees its GPUs
@@ -362,6 +364,13 @@ class Runtime:
 
         placed = store.while_disk_full(self.home, forget, attempts=10)
         crash_point("delete-forgotten")
+        if leftovers:
+            # What the stopped ranks' container clients left; once no job is held by this command
+            # (a long hold without a beat would look stuck to the peers that reconcile).
+            from ringleader.engines.embedded.containers import remove_containers
+
+            for spec, nodes in leftovers:
+                remove_containers(self.home, spec, nodes)
         spawn_supervisors(self.home, placed)
         return list(names)
 
@@ -391,15 +400,23 @@ class Runtime:
             # A wrapper the supervisor started but had not recorded yet: found by its plan file.
             targets += find_by_args(RANK_MODULE, str(plan_path(self.home, name)))
             stop_all(list(dict.fromkeys(targets)), grace_s)
-            spec = JobSpec.from_dict(json.loads(row["spec"]))
-            if spec.image:  # what the stopped ranks' container clients left
-                from ringleader.engines.embedded.containers import placed_nodes, remove_containers
-
-                with self.db.read() as conn:
-                    nodes = placed_nodes(conn, name, row["placement"])
-                remove_containers(self.home, spec, nodes)
         finally:
             heartbeat.stop()
+
+    def _containers(self, names: Sequence[str]) -> list[tuple[JobSpec, list[NodeSpec]]]:
+        """The jobs run in an image that are still live, with the nodes they were placed on."""
+        from ringleader.engines.embedded.containers import placed_nodes
+
+        out = []
+        with self.db.read() as conn:
+            for name in names:
+                row = store.job_row(conn, name)
+                if row is None or row["status"] in {s.value for s in JobStatus if s.is_terminal()}:
+                    continue
+                spec = JobSpec.from_dict(json.loads(row["spec"]))
+                if spec.image:
+                    out.append((spec, placed_nodes(conn, name, row["placement"])))
+        return out
 
     def _hold(self, name: str, me: int) -> None:
         try:
