@@ -95,10 +95,11 @@ def find_runtime(image: str, environ: Mapping[str, str]) -> ContainerRuntime:
 
 
 def guard_command() -> list[str]:
-    """``python3 -c <container_guard's source>``: it runs wherever a rank runs, ringleader
+    """``python3 -S -c <container_guard's source>``: it runs wherever a rank runs, ringleader
     installed there or not."""
     packed = base64.b64encode(zlib.compress(Path(container_guard.__file__).read_bytes(), 9)).decode()
-    return ["python3", "-c", f"import base64,zlib;exec(zlib.decompress(base64.b64decode('{packed}')))"]
+    # -S: the guard needs only the standard library, not site-packages (a few ms per rank).
+    return ["python3", "-S", "-c", f"import base64,zlib;exec(zlib.decompress(base64.b64decode('{packed}')))"]
 
 
 def job_label(home: Path, job: str) -> str:
@@ -241,7 +242,7 @@ def container_runtime_of(command: Sequence[str]) -> str | None:
     """The runtime (podman or docker) a prepared command runs its ranks' containers with, or None."""
     guard = guard_command()
     for i in range(len(command) - 2):
-        if command[i] == "-c" and command[i + 1].startswith(guard[2][:24]):
+        if command[i] == "-c" and command[i + 1].startswith(guard[-1][:24]):
             rest = [w for w in command[i + 2 : i + 4] if w != "--gpus"]
             return rest[0] if rest and rest[0] in ("podman", "docker") else None
     return None
@@ -317,7 +318,7 @@ def guard_here(command: Sequence[str]) -> list[str]:
 
     guard = guard_command()
     out = list(command)
-    for i in range(len(out) - 2):
-        if out[i] == guard[0] and out[i + 1] == "-c" and out[i + 2] == guard[2]:
+    for i in range(len(out) - len(guard) + 1):
+        if out[i : i + len(guard)] == guard:
             out[i] = sys.executable
     return out
