@@ -268,3 +268,29 @@ def test_a_submit_refuses_mounts_the_runtime_would_refuse(small: Runtime, h, tmp
     with pytest.raises(UsageError, match="--rdma sets up each rank's container and this job has none"):
         small.submit(spec)
 
+
+
+@pytest.mark.slow
+def test_the_cli_options_reach_the_container_and_get_shows_them(
+    home: Path, image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    from ringleader.cli.main import main
+
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "x").write_text("mounted\n")
+    monkeypatch.chdir(tmp_path)
+    args = ["submit", "mpi", "--name", "cli", "--image", image, "-d", f"{tmp_path / 'in'}:/in", "--shm-size", "32m",
+            "--container-user", "submitter", "--image-pull-policy", "IfNotPresent", "--", "sh", "-c",
+            "cat /in/x; id -u; df -k /dev/shm | tail -1"]  # fmt: skip
+    assert main(args) == 0, capsys.readouterr().err
+    rt = Runtime.open(home)
+    view = rt.wait("cli", 120)
+    assert view.status is JobStatus.SUCCEEDED, rt.logs("cli")
+    out = rt.logs("cli").splitlines()
+    assert out[:2] == ["mounted", str(os.getuid())] and out[2].split()[1] == str(32 * 1024)
+    capsys.readouterr()
+    assert main(["get", "cli", "-o", "json"]) == 0
+    shown = json.loads(capsys.readouterr().out)["container"]
+    rt.close()
+    assert shown == {"data": [[str(tmp_path / "in"), "/in"]], "shm_size": 32 << 20, "rdma": False,
+                     "image_pull_policy": "IfNotPresent", "user": f"{os.getuid()}:{os.getgid()}"}  # fmt: skip
