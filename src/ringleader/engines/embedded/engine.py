@@ -349,8 +349,17 @@ class Runtime:
                 raise
         grace = 0.0 if now else grace_seconds()
         leftovers = self._containers(names)  # read before the jobs are forgotten
-        for name in names:
-            self._stop(name, grace)
+        # Every job this command holds keeps beating until all are stopped: a held job whose beat
+        # stopped while the next ones were being stopped looked stuck to peers after the lease
+        # (20 jobs in containers take ~10 s), and they killed this command.
+        # (Their folders, beat files included, go next: then no peer takes them for stuck.)
+        beats: list[Heartbeat] = []
+        try:
+            for name in names:
+                self._stop(name, grace, beats)
+        finally:
+            for beat in beats:
+                beat.stop()
         crash_point("delete-stopped")  # killed here: reconciliation fails the job, frees its GPUs
         for name in names:  # first: on a full disk, the logs are what frees the room to record
             self._remove_folders(name)
@@ -377,7 +386,7 @@ class Runtime:
     def _remove_folders(self, name: str) -> None:
         remove_job_folders(self.home, name)  # never through a link put in a folder's place
 
-    def _stop(self, name: str, grace_s: float) -> None:
+    def _stop(self, name: str, grace_s: float, beats: list[Heartbeat]) -> None:
         with self.db.read() as conn:
             row = store.job_row(conn, name)
             insts = store.instances(conn, name)
@@ -387,21 +396,19 @@ class Runtime:
             return
         me = os.getpid()
         heartbeat = Heartbeat(self.home, name, me, start_time(me)).start()
-        try:
-            # This command takes the job over while its ranks stop: its supervisor can record
-            # nothing more (no sibling failure of ranks this delete stops), and peers that
-            # reconcile see a live, beating holder, so none adopts the job meanwhile.
-            self._hold(name, me)
-            # The supervisor goes first (SIGKILL: it must start nothing more), alone: its
-            # descendants are the ranks, which get their grace below.
-            if row["supervisor_pid"]:
-                signal_proc(row["supervisor_pid"], row["supervisor_start"], signal.SIGKILL)
-            targets = [t for i in insts for t in instance_targets(self.home, name, i["name"], i["pid"], i["pid_start"])]
-            # A wrapper the supervisor started but had not recorded yet: found by its plan file.
-            targets += find_by_args(RANK_MODULE, str(plan_path(self.home, name)))
-            stop_all(list(dict.fromkeys(targets)), grace_s)
-        finally:
-            heartbeat.stop()
+        beats.append(heartbeat)  # stopped by the caller once every job is stopped
+        # This command takes the job over while its ranks stop: its supervisor can record
+        # nothing more (no sibling failure of ranks this delete stops), and peers that
+        # reconcile see a live, beating holder, so none adopts the job meanwhile.
+        self._hold(name, me)
+        # The supervisor goes first (SIGKILL: it must start nothing more), alone: its
+        # descendants are the ranks, which get their grace below.
+        if row["supervisor_pid"]:
+            signal_proc(row["supervisor_pid"], row["supervisor_start"], signal.SIGKILL)
+        targets = [t for i in insts for t in instance_targets(self.home, name, i["name"], i["pid"], i["pid_start"])]
+        # A wrapper the supervisor started but had not recorded yet: found by its plan file.
+        targets += find_by_args(RANK_MODULE, str(plan_path(self.home, name)))
+        stop_all(list(dict.fromkeys(targets)), grace_s)
 
     def _containers(self, names: Sequence[str]) -> list[tuple[JobSpec, list[NodeSpec]]]:
         """The jobs run in an image that are still live, with the nodes they were placed on."""

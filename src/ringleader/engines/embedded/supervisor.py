@@ -478,9 +478,10 @@ class Supervisor:
             if not ok:
                 return 0
         finished = self.watch()
-        if not finished or any(w.status is not InstanceStatus.SUCCEEDED for w in self.watched):
+        if finished and any(w.status is not InstanceStatus.SUCCEEDED for w in self.watched):
             # A client that was stopped can leave its container's record (one that ended by
             # itself removed it: --rm). Before the job is over: a `get` that says so finds none.
+            # (Not finished: abandon() removed them.)
             self.remove_containers()
         if finished:
             self.finalize()
