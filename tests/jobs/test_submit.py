@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shlex
 import sys
 from collections.abc import Iterator
@@ -176,3 +177,18 @@ def test_an_engine_refuses_each_container_option_it_does_not_declare_in_one_line
     assert prepare_submit(spec, everything).spec.container == FULL
     with pytest.raises(UsageError, match="sets up each rank's container and this job has none"):
         prepare_submit(dataclasses.replace(spec, image=None), everything)
+
+
+def test_an_api_callers_submitter_is_the_submitting_users_own_ids() -> None:
+    spec = JobSpec("c", 1, 0, [PY, "-c", "pass"], image="img", container=ContainerOptions(user="submitter"))
+    everything = Support("plain", image="a runtime", container_options=tuple(FULL.given()))
+    assert prepare_submit(spec, everything).spec.container.user == f"{os.getuid()}:{os.getgid()}"
+
+
+def test_slurm_refuses_the_container_options_in_one_line() -> None:
+    """Slurm runs no container runtime for a job (docs/runtime.md, "Containers")."""
+    from ringleader.engines.slurm.engine import SlurmEngine
+
+    spec = JobSpec("c", 1, 0, [PY, "-c", "pass"], container=ContainerOptions(shm_size=1 << 20))
+    with pytest.raises(UsageError, match=r"^--shm-size is not supported by the slurm engine$"):
+        prepare_submit(spec, SlurmEngine.supports)

@@ -146,9 +146,31 @@ class ContainerOptions:
         )  # fmt: skip
 
 
+# The container runtime's own settings: kept with the job for the runtime that starts its ranks'
+# containers (a rank's `podman run` fails without them), never passed into a container.
+CONTAINER_RUNTIME_KEYS = (
+    "CONTAINERS_CONF", "CONTAINERS_STORAGE_CONF", "CONTAINERS_REGISTRIES_CONF", "REGISTRY_AUTH_FILE",
+    "XDG_RUNTIME_DIR", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "CONTAINER_HOST", "CONTAINER_CONNECTION",
+    "DOCKER_HOST", "DOCKER_CONFIG", "DOCKER_CONTEXT", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH",
+)  # fmt: skip
+# What the submitting shell says about its own host (its files, its user): in a container the
+# image's own values apply instead. Only these are left out; -e/-x values always go in.
+HOST_ONLY_KEYS = (
+    "PATH", "PYTHONPATH", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "LD_LIBRARY_PATH", "CUDA_HOME",
+    "HOME", "USER", "TMPDIR", *CONTAINER_RUNTIME_KEYS,
+)  # fmt: skip
+
+
 def submit_env(environ: dict[str, str]) -> dict[str, str]:
     """The part of the submitting environment a job keeps (see SUBMIT_ENV_KEYS)."""
-    return {k: v for k, v in environ.items() if k in SUBMIT_ENV_KEYS or k.startswith(SUBMIT_ENV_PREFIXES)}
+    kept = (*SUBMIT_ENV_KEYS, *CONTAINER_RUNTIME_KEYS)
+    return {k: v for k, v in environ.items() if k in kept or k.startswith(SUBMIT_ENV_PREFIXES)}
+
+
+def container_env(recorded: dict[str, str] | None, env: dict[str, str]) -> dict[str, str]:
+    """The job's environment in its containers, by one rule on every engine: what the job keeps
+    of the submitting shell (``recorded``) but HOST_ONLY_KEYS, then the job's -e/-x ``env``."""
+    return {**{k: v for k, v in (recorded or {}).items() if k not in HOST_ONLY_KEYS}, **env}
 
 
 # Kubernetes names: label keys ([prefix/]name), label values, DNS-1123 names.

@@ -46,6 +46,11 @@ def prepare_submit(spec: JobSpec, supports: Support, environ: Mapping[str, str] 
     given = spec.kube.given() if spec.kube is not None else None
     if given is not None:
         supports.require("kube_options", given)
+    if spec.container.user == "submitter":  # an API caller's spelling: the CLI resolves it itself
+        from ringleader.jobs.spec import parse_container_user
+
+        mine = dataclasses.replace(spec.container, user=parse_container_user("submitter"))
+        spec = dataclasses.replace(spec, container=mine)
     container_options = spec.container.given()
     supports.require_container_options(container_options)
     if container_options and spec.image is None and supports.submitter_context:
@@ -61,7 +66,7 @@ def prepare_submit(spec: JobSpec, supports: Support, environ: Mapping[str, str] 
         environ = dict(os.environ)
     if spec.submit_env is None and supports.submitter_context:
         spec = dataclasses.replace(spec, submit_env=submit_env(dict(environ)))
-    spec, line, notes = prepare_spec(spec, environ)
+    spec, line, notes = prepare_spec(spec, environ, in_image=spec.image is not None or not supports.submitter_context)
     return Submission(spec, line, tuple(notes))
 
 
