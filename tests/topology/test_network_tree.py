@@ -186,8 +186,8 @@ nodes:
   - {name: node, preset: dgx-a100, count: 4}
 network:
   levels:
-    - {name: rack, oversubscription: 1}
-    - {name: spine, oversubscription: 4, uplink_gbps: 800}
+    - {name: rack, oversubscription: 4, uplink_gbps: 800}
+    - {name: spine}
   switches:
     - {name: rack-1, nodes: "node-[0-1]"}
     - {name: rack-2, nodes: [node-2, node-3]}
@@ -199,7 +199,7 @@ def test_cluster_file_declares_racks_under_an_oversubscribed_spine(tmp_path: Pat
     specs = load_cluster_text(CLUSTER, tmp_path)
     place = specs[2].network
     assert place is not None and place.switches == ("rack-2", "spine")
-    assert [lv.name for lv in place.levels] == ["rack", "spine"] and place.levels[1].oversubscription == 4
+    assert [lv.name for lv in place.levels] == ["rack", "spine"] and place.levels[0].oversubscription == 4
 
 
 def test_cluster_file_reads_a_slurm_file_beside_it(tmp_path: Path) -> None:
