@@ -200,13 +200,15 @@ def submit() -> None:
 @click.option("--model", default=None, help="Model name (recorded; a hint for throughput predictions).")
 @click.option("--dry-run", is_flag=True, help="Print the placement plan; start and write nothing.")
 @click.option("--time-limit", "time_limit_s", metavar="DURATION", callback=_time_limit, help=TIME_LIMIT_HELP)
+@click.option("--topology-required", metavar="LEVEL", help="Stay under one switch of this network level, or wait.")
+@click.option("--topology-preferred", metavar="LEVEL", help="Prefer one switch of this level; spread if it must.")
 @output_option("json", "yaml")
 @click.argument("command", nargs=-1, required=True)
 @engine_option
 def submit_mpi(
     name: str, workers: int, gpus: int, gputopology: bool, gang: bool, priority: int, env: tuple[str, ...],
-    image: str | None, model: str | None, dry_run: bool, time_limit_s: float | None, output: str,
-    command: tuple[str, ...], engine: str | None,
+    image: str | None, model: str | None, dry_run: bool, time_limit_s: float | None, topology_required: str | None,
+    topology_preferred: str | None, output: str, command: tuple[str, ...], engine: str | None,
 ) -> None:  # fmt: skip
     """Submit an MPI job: COMMAND is one quoted string (an `mpirun ... program` line or a plain
     program started once per worker, torchrun-style) or the words after `--`. A quoted string
@@ -232,7 +234,7 @@ def submit_mpi(
     spec = JobSpec(
         name=name, workers=workers, gpus_per_worker=gpus, command=parse_command(command),
         env=parse_env(env), topology_aware=gputopology, priority=priority, image=image, model=model,
-        time_limit_s=time_limit_s,
+        time_limit_s=time_limit_s, topology_required=topology_required, topology_preferred=topology_preferred,
     )  # fmt: skip
     with using_engine(engine) as rt:
         result = rt.submit(spec, dry_run=dry_run)

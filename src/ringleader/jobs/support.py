@@ -25,6 +25,7 @@ class Support:
     emulated_cluster: bool = False  # `cluster up` / `cluster down`
     state_backup: bool = False  # `state export` / `state import`
     time_limit: bool = False  # `--time-limit`: the job is stopped at its limit
+    network_tree: bool = False  # `--topology-required/--topology-preferred LEVEL`: it places by the network tree
     more_room: str = "add nodes"  # how a user gives a job that can never fit the room it needs
 
     def require(self, operation: str, what: str) -> None:

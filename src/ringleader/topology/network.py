@@ -24,6 +24,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 from ringleader.errors import UsageError
 
@@ -141,6 +142,25 @@ class NetworkTree:
             ratio = f"{level.oversubscription:g}:1"
             parts.append(f"{level.name} ({len(switches)} switch{'es' if len(switches) != 1 else ''}, {ratio})")
         return f"{len(self.levels)} level(s): " + ", ".join(parts)
+
+
+def tree_to_dict(tree: NetworkTree) -> dict[str, Any]:
+    """JSON-ready: levels, then each node's switches (nearest first)."""
+    return {"levels": [{"name": lv.name, "oversubscription": lv.oversubscription, "uplink_gbps": lv.uplink_gbps}
+                       for lv in tree.levels], "switches": {node: list(path) for node, path in tree.paths}}  # fmt: skip
+
+
+def tree_from_dict(data: Mapping[str, Any]) -> NetworkTree:
+    levels = tuple(Level(str(lv["name"]), float(lv.get("oversubscription", 1.0)),
+                         None if lv.get("uplink_gbps") is None else float(lv["uplink_gbps"]))
+                   for lv in data["levels"])  # fmt: skip
+    return NetworkTree(levels, tuple((str(n), tuple(map(str, p))) for n, p in data["switches"].items()))
+
+
+def tree_of(places: Iterable[tuple[str, NetworkPlace | None]]) -> NetworkTree | None:
+    """The tree nodes' places make up (None when no node has one)."""
+    placed = [(name, place) for name, place in places if place is not None]
+    return NetworkTree(placed[0][1].levels, tuple((n, p.switches) for n, p in placed)) if placed else None
 
 
 def tree_from_edges(
