@@ -301,3 +301,18 @@ def test_edges_give_a_tree_or_a_one_line_refusal_naming_a_node(edges: list[tuple
         return
     assert not clash
     assert {n: p[0] for n, p in tree.paths} == dict(node_under)
+
+
+def test_a_kubernetes_scheduler_gets_the_tree_from_its_nodes_labels() -> None:
+    """The call the Kubernetes scheduler makes: node names and labels in, NodeSpecs placed out;
+    the convention is found from the labels, and an unlabelled node stays outside the tree."""
+    from ringleader.topology import NodeSpec, preset
+    from ringleader.topology.cluster import placed
+    from ringleader.topology.network_formats import tree_from_labels
+
+    nodes = [*labelled_nodes(network_reference("kubernetes/kueue_tas_node_labels_and_job.yaml")), ("plain", {})]
+    tree = tree_from_labels(nodes)
+    assert tree is not None and tree.level_names == ("topology-rack", "topology-block")
+    specs = placed([NodeSpec(name, preset("dgx-a100")) for name, _ in nodes], tree)
+    assert specs[1].switches == ("rack-2", "block-1") and specs[-1].network is None
+    assert tree_from_labels([("plain", {})]) is None

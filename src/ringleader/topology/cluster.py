@@ -23,7 +23,7 @@ A cluster file looks like::
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -140,6 +140,12 @@ def load_cluster_text(text: str, base_dir: Path, origin: str = "cluster file") -
         where = f"{origin} line {lines.get(('network',), '?')}"
         specs = with_network(specs, _network(cluster.network, base_dir, where), where)
     return specs
+
+
+def placed(specs: Iterable[NodeSpec], tree: NetworkTree | None) -> list[NodeSpec]:
+    """The nodes with their places in ``tree``; a node it does not hold stays outside (no
+    switch shared with any other node), as an unlabelled Kubernetes node does."""
+    return [replace(s, network=tree.place_of(s.name) if tree is not None else None) for s in specs]
 
 
 def _network(section: NetworkSection, base_dir: Path, where: str) -> NetworkTree:

@@ -169,6 +169,24 @@ def tree_from_node_labels(
     return tree_from_edges(node_under, switch_under, origin, names)
 
 
+def label_keys_in(nodes: Sequence[tuple[str, Mapping[str, str]]]) -> tuple[str, ...] | None:
+    """The level keys of the first of ``LABEL_KEYS``' conventions any node carries (None: none)."""
+    for keys in LABEL_KEYS.values():
+        if any(keys[0] in labels or keys[-1] in labels for _, labels in nodes):
+            return keys
+    return None
+
+
+def tree_from_labels(
+    nodes: Sequence[tuple[str, Mapping[str, str]]], level_keys: Sequence[str] | None = None
+) -> NetworkTree | None:
+    """What a Kubernetes scheduler calls with its nodes' names and labels: the tree of
+    ``level_keys`` (nearest the node first), or of the first known convention the nodes carry;
+    None when no node carries one."""
+    keys = tuple(level_keys) if level_keys else label_keys_in(nodes)
+    return tree_from_node_labels(nodes, keys) if keys else None
+
+
 def tree_from_hypernodes(
     hypernodes: Sequence[Mapping[str, Any]], nodes: Sequence[tuple[str, Mapping[str, str]]],
     origin: str = "HyperNodes",
