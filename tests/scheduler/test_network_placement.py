@@ -73,6 +73,8 @@ def test_required_level_waits_and_the_reason_names_the_level_and_the_best_switch
     assert place(state, gang(2, topology_required="rack")).ok
     assert place(state, gang(2, topology_required="row")).code is Code.UNRESOLVABLE
     assert "no network level 'row' (levels: rack, spine)" in place(state, gang(2, topology_required="row")).reasons[0]
+    unknown = place(state, gang(1, topology_preferred="row"))  # even a one-node gang: the name is wrong
+    assert unknown.code is Code.UNRESOLVABLE and "no network level 'row'" in unknown.reasons[0]
 
 
 def test_preferred_level_still_spreads_when_it_must() -> None:

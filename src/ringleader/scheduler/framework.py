@@ -257,7 +257,7 @@ def unresolvable(state: ClusterState, job: JobRequest, policy: Policy) -> bool:
 
 def pending_reason(state: ClusterState, job: JobRequest, policy: Policy) -> str:
     """One line with numbers: what the gang needs and the most any node or the cluster offers."""
-    if job.topology_required is not None:
+    if job.topology_required is not None or job.topology_preferred is not None:
         return required_level_reason(state, job, policy)
     need = f"needs {job.workers} worker(s) x {job.gpus_per_worker} GPU(s)"
     kind = "nodes serving --gputopology jobs" if job.topology_aware else "nodes serving non-topology jobs"
@@ -280,11 +280,15 @@ def required_level_reason(state: ClusterState, job: JobRequest, policy: Policy) 
 
     serving = [g for g in state.groups if policy.filter(g.first, replace(job, gpus_per_worker=0)) is None]
     levels = tree_levels(state.groups)
+    for name in (job.topology_required, job.topology_preferred):
+        if name is not None and level_index(levels, name) is None:
+            have = ", ".join(lv.name for lv in levels) or "none (the cluster declares no network tree)"
+            return f"the cluster has no network level {name!r} (levels: {have})"
+    if job.topology_required is None:  # preferred only: the gang does not fit at all
+        return pending_reason(state, replace(job, topology_preferred=None), policy)
     level = level_index(levels, job.topology_required)
+    assert level is not None
     need = f"needs {job.workers} worker(s) x {job.gpus_per_worker} GPU(s) under one {job.topology_required}"
-    if level is None:
-        have = ", ".join(lv.name for lv in levels) or "none (the cluster declares no network tree)"
-        return f"{need}, and the cluster has no network level {job.topology_required!r} (levels: {have})"
     slots, switch = most_free_under(serving, job, level)
     where = f" ({switch})" if slots else ""
     return f"{need}; most free under any {job.topology_required}: {slots} worker slot(s){where}"

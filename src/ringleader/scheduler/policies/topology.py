@@ -72,7 +72,7 @@ class TopologyPolicy(Policy):
             firsts = list(itertools.islice(itertools.chain.from_iterable(g.members() for g in groups), 2))
             return [make_candidate([ns], job, [(ns.name, ())] * job.workers, (-1.0,), ("-islands",)) for ns in firsts]
         levels = tree_levels(groups)
-        if levels or job.topology_required is not None:
+        if levels or job.topology_required is not None or job.topology_preferred is not None:
             return self._in_tree(groups, job, len(levels), level_index(levels, job.topology_required))
         found = self._single_node(groups, job)
         for domain in sorted({g.key[4] for g in groups} - {""}):
@@ -87,14 +87,15 @@ class TopologyPolicy(Policy):
         self, groups: Sequence[NodeGroup], job: JobRequest, levels: int, required: int | None
     ) -> list[Candidate]:
         """One node or one NVLink domain first (below every switch), then the lowest common switch."""
+        names = tree_levels(groups)
+        if any(name is not None and level_index(names, name) is None
+               for name in (job.topology_required, job.topology_preferred)):  # fmt: skip
+            return []  # a level the cluster does not have: the pending reason says so
         found = [_with_prefix(c, (1.0, 0.0, 0.0)) for c in self._single_node(groups, job)]
         for domain in sorted({g.key[4] for g in groups} - {""}):
             members = [g for g in groups if g.key[4] == domain]
             found.extend(_with_prefix(c, (1.0, 0.0, 0.0)) for c in self._across_nodes(members, job, one_island=True))
-        if job.topology_required is not None and required is None:
-            highest = -1  # a level the cluster does not have: only one node satisfies it
-        else:
-            highest = levels if required is None else required
+        highest = levels if required is None else required
         if len(found) < 2:
             for fit in lowest_fits(groups, job, highest):
                 # The nodes span exactly fit.level: had a lower switch held them, that level would have fit.
