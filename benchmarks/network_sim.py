@@ -17,10 +17,9 @@ import math
 import os
 import platform
 import random
-import statistics
 import time
 
-from ringleader.sim.engine import SimRun, simulate
+from ringleader.sim.engine import simulate
 from ringleader.sim.steptime import Memoised, model_step_time
 from ringleader.sim.summary import summarise
 from ringleader.sim.trace import MODELS, TraceJob
@@ -48,18 +47,6 @@ def trace(jobs: int, rate_per_h: float, seed: int) -> list[TraceJob]:
     return out
 
 
-def level_fragmentation(run: SimRun) -> list[float]:
-    """Per level, the time-weighted mean share of free GPUs under switches not wholly free."""
-    tl = run.timeline
-    sums, total = None, 0.0
-    for i in range(len(tl.times) - 1):
-        dt = tl.times[i + 1] - tl.times[i]
-        frag = tl.level_fragmentation[i]
-        sums = [a + f * dt for a, f in zip(sums or [0.0] * len(frag), frag, strict=True)]
-        total += dt
-    return [s / total for s in sums] if sums and total else []
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=384)
@@ -85,9 +72,7 @@ def main() -> None:
             run = simulate(specs, jobs, policy, step, network_aware=aware)
             wall = time.perf_counter() - t0
             s = summarise(run)
-            multi = [r for r in run.records if r.start_s is not None and r.nodes_used > 1]
-            across = statistics.mean(1.0 if r.span_level >= 1 else 0.0 for r in multi) if multi else 0.0
-            frag = level_fragmentation(run)
+            across, frag = s["cross_leaf_share"], s["level_fragmentation"]
             print(f"| {policy} | {'network-aware' if aware else 'tree hidden'} | {s['avg_jct_s'] / 3600:.2f} | "
                   f"{s['p95_jct_s'] / 3600:.2f} | {s['avg_queue_s'] / 3600:.2f} | {100 * across:.0f}% | "
                   f"{frag[0]:.2f} | {frag[1]:.2f} | {wall:.1f} |")  # fmt: skip

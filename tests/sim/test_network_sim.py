@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ringleader.sim.engine import simulate
 from ringleader.sim.steptime import Memoised, model_step_time
+from ringleader.sim.summary import summarise
 from ringleader.sim.trace import TraceJob
 from ringleader.topology import Level, NetworkPlace, NodeSpec, preset
 
@@ -37,3 +38,6 @@ def test_network_aware_placement_keeps_the_pair_in_a_rack_and_runs_faster() -> N
     # run, the 8 free GPUs sit in rack-0, which "hold" half uses.
     assert all(len(f) == 2 for f in aware.timeline.level_fragmentation)
     assert aware.timeline.level_fragmentation[1] == (1.0, 1.0)
+    summary, blind = summarise(aware), summarise(hidden)
+    assert summary["cross_leaf_share"] == 0.0 and blind["cross_leaf_share"] == 1.0
+    assert len(summary["level_fragmentation"]) == 2
