@@ -165,3 +165,9 @@ def test_placement_matches_brute_force_on_random_trees(
     span = -int(got["-span_level"]) if chosen.metrics.nodes_used > 1 else -1
     key = (span, chosen.metrics.nodes_used, -int(got["-switch_free_after"]) if span >= 0 else 0)
     assert key == best
+
+
+def test_a_one_node_gang_fills_a_partly_used_rack_and_keeps_whole_racks_whole() -> None:
+    racks = [[(), (), ()], [FULL, (), ()], [(), (), ()]]  # rack-1 is partly used
+    decision = place(tree_cluster(racks), gang(1))
+    assert decision.placement.nodes == ("r1n1",)  # type: ignore[union-attr]

@@ -14,12 +14,12 @@ per switch is kept on the snapshot (scheduler/switches.py) and updated by each c
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from ringleader.scheduler.switches import SwitchIndex
-from ringleader.scheduler.types import JobRequest, NodeGroup
+from ringleader.scheduler.types import JobRequest, NodeGroup, NodeState
 from ringleader.topology.network import Level
 
 ABOVE_TOP = "(no common switch)"
@@ -155,3 +155,24 @@ def most_free_under(groups: Sequence[NodeGroup], job: JobRequest, level: int) ->
         if slots > best[0]:
             best = (slots, switch)
     return best
+
+
+def fullest_switch_first(group: NodeGroup) -> Iterator[NodeState]:
+    """The group's nodes (interchangeable inside a node), those under the leaf with the fewest
+    free GPUs first, then by the fewest free under its parent, and so on: a one-node gang
+    fills a partly used rack and leaves whole ones whole."""
+    index = switch_index([group])
+    if index is None or not index.levels:
+        yield from group.members()
+        return
+    leaves = index.members[0]
+    nodes = group.all_nodes
+    here = [(sw, m[group.key]) for sw, m in leaves.items() if group.key in m]
+
+    def fill(item: tuple[str, tuple[int, ...]]) -> tuple[int, ...]:
+        path = nodes[item[1][0]].spec.switches
+        return tuple(sum(f * n for f, n in index.counts[k][path[k]].items()) for k in range(len(path)))
+
+    for _, positions in sorted(here, key=fill):  # stable: cluster order among equals
+        for pos in positions:
+            yield nodes[pos]

@@ -27,12 +27,12 @@ gang's workers are then ranked along the tree, so a ring crosses each uplink the
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
 from ringleader.scheduler.framework import Policy, fabric_gbs, make_candidate, register
 from ringleader.scheduler.gpuset import INF, GpuSet, NodeSearch, search_for
-from ringleader.scheduler.network import level_index, lowest_fits, tree_levels
+from ringleader.scheduler.network import fullest_switch_first, level_index, lowest_fits, tree_levels
 from ringleader.scheduler.split import Pool, Split, additive, best_split, fewest_nodes, node_phase
 from ringleader.scheduler.types import Candidate, ClusterState, JobRequest, NodeGroup, NodeState, group_key
 
@@ -40,6 +40,7 @@ OBJECTIVE = (
     "-islands", "bottleneck_gbs", "-node_phase", "-nodes", "sum_pair_gbs", "-numa_nodes", "nic_near",
     "-rail_load", "-free_after", "leftover_score",
 )  # fmt: skip
+Order = Callable[[NodeGroup], Iterator[NodeState]]
 TREE_OBJECTIVE = ("-span_level", "-nodes_spanned", "-switch_free_after", *OBJECTIVE)
 
 
@@ -91,7 +92,7 @@ class TopologyPolicy(Policy):
         if any(name is not None and level_index(names, name) is None
                for name in (job.topology_required, job.topology_preferred)):  # fmt: skip
             return []  # a level the cluster does not have: the pending reason says so
-        found = [_with_prefix(c, (1.0, 0.0, 0.0)) for c in self._single_node(groups, job)]
+        found = [_with_prefix(c, (1.0, 0.0, 0.0)) for c in self._single_node(groups, job, fullest_switch_first)]
         for domain in sorted({g.key[4] for g in groups} - {""}):
             members = [g for g in groups if g.key[4] == domain]
             found.extend(_with_prefix(c, (1.0, 0.0, 0.0)) for c in self._across_nodes(members, job, one_island=True))
@@ -107,7 +108,11 @@ class TopologyPolicy(Policy):
         return found[:2]
 
     # -- one node -----------------------------------------------------------------------------
-    def _single_node(self, groups: Sequence[NodeGroup], job: JobRequest) -> list[Candidate]:
+    def _single_node(
+        self, groups: Sequence[NodeGroup], job: JobRequest, order: Order | None = None
+    ) -> list[Candidate]:
+        """The best one-node plans; ``order`` gives the best group's nodes in the order to take
+        them (default: cluster order)."""
         need = job.total_gpus
         searches: dict[str, NodeSearch] = {}
         scored: list[tuple[tuple[float, ...], NodeGroup, GpuSet]] = []  # the best two, best first
@@ -130,7 +135,7 @@ class TopologyPolicy(Policy):
             return []
         picks: list[tuple[tuple[float, ...], NodeState, NodeGroup, GpuSet]] = []
         obj, group, best = scored[0]
-        members = group.members()
+        members = order(group) if order is not None else group.members()
         picks.append((obj, next(members), group, best))
         second = next(members, None)
         if second is not None:
