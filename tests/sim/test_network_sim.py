@@ -41,3 +41,4 @@ def test_network_aware_placement_keeps_the_pair_in_a_rack_and_runs_faster() -> N
     summary, blind = summarise(aware), summarise(hidden)
     assert summary["cross_leaf_share"] == 0.0 and blind["cross_leaf_share"] == 1.0
     assert len(summary["level_fragmentation"]) == 2
+    assert aware.timeline.level_whole_free[1] == (0, 0)  # both racks in use

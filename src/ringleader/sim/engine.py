@@ -100,6 +100,7 @@ class Timeline:
     stranded_share: list[float | None] = field(default_factory=list)  # None: no queue or no free GPU
     head_blocked: list[bool] = field(default_factory=list)  # enough free GPUs, head still waits
     level_fragmentation: list[tuple[float, ...]] = field(default_factory=list)  # per network level (sim/network.py)
+    level_whole_free: list[tuple[int, ...]] = field(default_factory=list)  # wholly free switches per level
 
 
 @dataclass
@@ -328,6 +329,7 @@ class Simulation:
         tl.busy_gpus.append(self.busy)
         if self.network.levels:
             tl.level_fragmentation.append(self.network.fragmentation())
+            tl.level_whole_free.append(self.network.whole_free())
         head = self._head()
         free = self.total_gpus - self.busy
         tl.queued.append(sum(len(q) for q in self.buckets.values()))

@@ -9,7 +9,8 @@ when others start or end: an approximation on the side of the start-time load).
 
 Fragmentation of a level, sampled after every instant: the share of the free GPUs that sit
 under a switch of that level which is not wholly free (a whole free rack or block is what the
-next big gang needs; Volcano's hypernode bin-packing keeps them).
+next big gang needs; Volcano's hypernode bin-packing keeps them), and how many switches of
+each level are wholly free.
 """
 
 from __future__ import annotations
@@ -62,6 +63,11 @@ class NetworkLoad:
     def node_free_changed(self, node: str, delta: int) -> None:
         for k, switch in enumerate(self.paths.get(node, ())):
             self.free[k][switch] += delta
+
+    def whole_free(self) -> tuple[int, ...]:
+        """Per level: how many of its switches have every GPU under them free."""
+        return tuple(sum(1 for s, f in free.items() if f == capacity[s])
+                     for capacity, free in zip(self.capacity, self.free, strict=True))  # fmt: skip
 
     def fragmentation(self) -> tuple[float, ...]:
         """Per level: the share of free GPUs under switches that are not wholly free."""

@@ -17,6 +17,7 @@
 * ``multi_node_share``: share of started jobs placed on more than one node;
 * on a cluster with a network tree only: ``level_fragmentation``, per level nearest the nodes
   first, the time average of the share of free GPUs under switches that are not wholly free;
+  ``level_whole_free``, per level, the time average of how many switches are wholly free;
   ``cross_leaf_share``, the share of multi-node jobs whose nodes span more than one leaf
   switch (sim/network.py);
 * ``wait_by_size``: per gang size (total GPUs), how many started and the p50 / p95 / max of
@@ -88,15 +89,18 @@ def _network(run: SimRun, started: Sequence[Any]) -> dict[str, Any]:
     tl = run.timeline
     if not tl.level_fragmentation:
         return {}
-    sums = [0.0] * len(tl.level_fragmentation[0])
+    levels = len(tl.level_fragmentation[0])
+    sums, whole = [0.0] * levels, [0.0] * levels
     total = 0.0
     for i in range(len(tl.times) - 1):
         dt = tl.times[i + 1] - tl.times[i]
         sums = [a + f * dt for a, f in zip(sums, tl.level_fragmentation[i], strict=True)]
+        whole = [a + w * dt for a, w in zip(whole, tl.level_whole_free[i], strict=True)]
         total += dt
     multi = [r for r in started if r.nodes_used > 1]
     return {
         "level_fragmentation": [s / total if total else 0.0 for s in sums],
+        "level_whole_free": [w / total if total else 0.0 for w in whole],
         "cross_leaf_share": _mean([1.0 if r.span_level >= 1 else 0.0 for r in multi]),
     }
 
