@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ringleader.scheduler.switches import SwitchIndex
 from ringleader.scheduler.types import JobRequest, NodeGroup, NodeState
@@ -125,32 +125,14 @@ def _counts(groups: Sequence[NodeGroup]) -> dict[int, int]:
 def under(
     groups: Sequence[NodeGroup], level: int, switch: str, eligible: AbstractSet[Hashable] | None = None
 ) -> tuple[NodeGroup, ...]:
-    """The eligible groups' nodes under ``switch``, as groups in cluster order. Above the leaves,
-    each group lists its nodes under the fullest switches below first (fewest free GPUs under
-    their leaf, then under its parent...): the plan takes a group's nodes in that order, so a
-    gang across leaves fills partly used ones and leaves whole ones whole."""
+    """The eligible groups' nodes under ``switch``, as groups (in cluster order)."""
     index = switch_index(groups)
     assert index is not None
-    state, nodes = groups[0].state, groups[0].all_nodes
+    state = groups[0].state
     keys = eligible if eligible is not None else {g.key for g in groups}
-    found = [NodeGroup(key, positions, nodes, state)  # type: ignore[arg-type]
+    found = [NodeGroup(key, positions, groups[0].all_nodes, state)  # type: ignore[arg-type]
              for key, positions in index.members[level].get(switch, {}).items() if key in keys]  # fmt: skip
-    found.sort(key=lambda g: g.positions[0])
-    if level == 0:
-        return tuple(found)
-    free: dict[tuple[int, str], int] = {}
-
-    def fill(pos: int) -> tuple[int, ...]:
-        path = nodes[pos].spec.switches
-        out = []
-        for k in range(level):
-            at = (k, path[k])
-            if at not in free:
-                free[at] = sum(f * n for f, n in index.counts[k][path[k]].items())
-            out.append(free[at])
-        return tuple(out)
-
-    return tuple(replace(g, positions=tuple(sorted(g.positions, key=fill))) for g in found)
+    return tuple(sorted(found, key=lambda g: g.positions[0]))
 
 
 def level_index(levels: Sequence[Level], name: str | None) -> int | None:
