@@ -316,3 +316,11 @@ def test_a_kubernetes_scheduler_gets_the_tree_from_its_nodes_labels() -> None:
     specs = placed([NodeSpec(name, preset("dgx-a100")) for name, _ in nodes], tree)
     assert specs[1].switches == ("rack-2", "block-1") and specs[-1].network is None
     assert tree_from_labels([("plain", {})]) is None
+
+
+def test_every_label_convention_carries_its_source() -> None:
+    from ringleader.reference import reference
+
+    keys = reference()["network"]["label_keys"]
+    assert set(LABEL_KEYS) == {"topograph", "topograph-leaf", "topograph-tiers", "kueue", "gke", "aws"}
+    assert all(keys[f"{name}_source"] for name in LABEL_KEYS)

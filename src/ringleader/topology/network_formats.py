@@ -22,20 +22,13 @@ from dataclasses import replace
 from typing import Any
 
 from ringleader.errors import UsageError
+from ringleader.reference import reference
 from ringleader.topology.network import NetworkTree, expand_hostlist, tree_from_edges
 
-#: Node label keys per level, nearest the node first.
+#: Node label keys per level, nearest the node first, per convention (data/reference.toml, with sources).
 LABEL_KEYS: dict[str, tuple[str, ...]] = {
-    "topograph": ("network.topology.nvidia.com/block", "network.topology.nvidia.com/spine",
-                  "network.topology.nvidia.com/datacenter"),
-    "topograph-leaf": ("network.topology.nvidia.com/leaf", "network.topology.nvidia.com/spine",
-                       "network.topology.nvidia.com/core"),
-    "topograph-tiers": ("fabric.topograph.run/tier-0", "fabric.topograph.run/tier-1", "fabric.topograph.run/tier-2"),
-    "kueue": ("cloud.provider.com/topology-rack", "cloud.provider.com/topology-block"),
-    "gke": ("cloud.google.com/gce-topology-subblock", "cloud.google.com/gce-topology-block"),
-    "aws": ("topology.k8s.aws/network-node-layer-3", "topology.k8s.aws/network-node-layer-2",
-            "topology.k8s.aws/network-node-layer-1"),
-}  # fmt: skip
+    name: tuple(keys) for name, keys in reference()["network"]["label_keys"].items() if not name.endswith("_source")
+}
 #: Level names for those keys (the last part of each key).
 LABEL_LEVEL_NAMES = {k: tuple(key.rsplit("/", 1)[-1] for key in keys) for k, keys in LABEL_KEYS.items()}
 _PAIR_RE = re.compile(r"(\S+?)=(\S+)")
