@@ -200,6 +200,9 @@ def test_cluster_file_declares_racks_under_an_oversubscribed_spine(tmp_path: Pat
     place = specs[2].network
     assert place is not None and place.switches == ("rack-2", "spine")
     assert [lv.name for lv in place.levels] == ["rack", "spine"] and place.levels[0].oversubscription == 4
+    # 2 nodes x 25 Gb/s under a rack with 10 Gb/s of uplink: 5:1, more than the 4:1 given
+    slow = load_cluster_text(CLUSTER.replace("uplink_gbps: 800", "uplink_gbps: 10"), tmp_path)
+    assert slow[0].network is not None and slow[0].network.levels[0].oversubscription == 5
 
 
 def test_cluster_file_reads_a_slurm_file_beside_it(tmp_path: Path) -> None:

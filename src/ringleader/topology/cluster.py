@@ -181,7 +181,20 @@ def with_network(specs: list[NodeSpec], tree: NetworkTree, origin: str) -> list[
     if missing is not None:
         raise UsageError(f"{origin}: node {missing!r} is under no switch of the network tree",
                          "list it under its leaf switch (or block)")  # fmt: skip
+    tree = with_uplink_ratios(tree, {s.name: s.network_gbps for s in specs})
     return [replace(s, network=tree.place_of(s.name)) for s in specs]
+
+
+def with_uplink_ratios(tree: NetworkTree, nic_gbps: Mapping[str, float]) -> NetworkTree:
+    """Levels with an ``uplink_gbps`` take as oversubscription the most, over their switches, of
+    the nodes' network Gb/s below a switch over its uplink (never less than the ratio given)."""
+    levels = []
+    for k, level in enumerate(tree.levels):
+        if level.uplink_gbps:
+            down = max(sum(nic_gbps.get(n, 0.0) for n in nodes) for nodes in tree.switches[k].values())
+            level = replace(level, oversubscription=max(level.oversubscription, round(down / level.uplink_gbps, 3)))
+        levels.append(level)
+    return tree.with_levels(levels)
 
 
 def load_cluster_file(path: str | Path) -> list[NodeSpec]:

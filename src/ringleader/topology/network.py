@@ -37,8 +37,8 @@ _RANGE_RE = re.compile(r"^(\d+)(?:-(\d+))?$")
 @dataclass(frozen=True)
 class Level:
     """One level of switches. ``oversubscription``: a switch's down:up bandwidth (4.0 = 4:1);
-    ``uplink_gbps``: one switch's total uplink, when known (it then sets the ratio with the
-    nodes below it); the top level's uplink is unused."""
+    ``uplink_gbps``: one switch's total uplink, when known (the cluster file then raises the
+    ratio to the nodes' network Gb/s below a switch over it, if that is more)."""
 
     name: str
     oversubscription: float = 1.0
