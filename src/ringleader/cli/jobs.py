@@ -261,6 +261,8 @@ def submit() -> None:
 @click.option("--working-dir", "working_dir", default=None,
               help="Where the ranks start (default: here; on Kubernetes, the image's).")
 @kube_submit_options
+@click.option("--topology-required", metavar="LEVEL", help="Stay under one switch of this network level, or wait.")
+@click.option("--topology-preferred", metavar="LEVEL", help="Prefer one switch of this level; spread if it must.")
 @output_option("json", "yaml")
 @click.argument("command", nargs=-1, required=True)
 @engine_option
@@ -268,7 +270,8 @@ def submit_mpi(
     name: str, workers: int, gpus: int, gputopology: bool, gang: bool, priority: int, env: tuple[str, ...],
     image: str | None, data: tuple[tuple[str, str], ...], shm_size: int | None, rdma: bool,
     image_pull_policy: str | None, container_user: str | None, model: str | None, dry_run: bool,
-    time_limit_s: float | None, working_dir: str | None, output: str, command: tuple[str, ...], engine: str | None,
+    time_limit_s: float | None, working_dir: str | None, topology_required: str | None,
+    topology_preferred: str | None, output: str, command: tuple[str, ...], engine: str | None,
     **kube: Any,
 ) -> None:  # fmt: skip
     """Submit an MPI job: COMMAND is one quoted string (an `mpirun ... program` line or a plain
@@ -298,6 +301,7 @@ def submit_mpi(
         name=name, workers=workers, gpus_per_worker=gpus, command=parse_command(command),
         env=parse_env(env), topology_aware=gputopology, priority=priority, image=image, model=model,
         time_limit_s=time_limit_s, container=container, workdir=working_dir, kube=read_kube_options(kube),
+        topology_required=topology_required, topology_preferred=topology_preferred,
     )  # fmt: skip
     with using_engine(engine) as rt:
         result = rt.submit(spec, dry_run=dry_run)

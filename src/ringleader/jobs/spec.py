@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from ringleader.scheduler import JobRequest
 
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_LEVEL = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")  # a network level's name
 # What a job takes from the shell it was submitted from, whichever process later starts it: the
 # search paths and the Python, CUDA and communication-library settings (not the whole env, so
 # tokens and passwords are never stored).
@@ -273,6 +274,10 @@ class JobSpec:
     time_limit_s: float | None = None
     container: ContainerOptions = field(default_factory=ContainerOptions)  # --data, --shm-size, ...
     kube: KubeOptions | None = None  # Kubernetes-only options (refused by other engines)
+    # A network level (docs/scheduler.md, Network tree): stay under one switch of it, or wait;
+    # or prefer to, spreading higher only when it must.
+    topology_required: str | None = None
+    topology_preferred: str | None = None
 
     def validate(self) -> JobSpec:
         from ringleader.topology.cluster import check_name
@@ -298,6 +303,10 @@ class JobSpec:
         for key in self.env:
             if not _ENV_KEY.match(key):
                 raise UsageError(f"invalid environment variable name {key!r}", "use -e NAME=VALUE")
+        for option, level in (("--topology-required", self.topology_required),
+                              ("--topology-preferred", self.topology_preferred)):  # fmt: skip
+            if level is not None and not (isinstance(level, str) and _LEVEL.match(level)):
+                raise UsageError(f"{option} {level!r} is not a level name", "name a level, e.g. rack or spine")
         if self.image is not None:  # `--image ''` too: it is not "no image"
             check_image_reference(self.image)
         self.container.validate()
@@ -312,8 +321,9 @@ class JobSpec:
 
         return JobRequest(
             self.name, self.workers, self.gpus_per_worker, self.topology_aware, self.priority, self.model,
-            time_limit_s=self.time_limit_s,
-        )
+            time_limit_s=self.time_limit_s, topology_required=self.topology_required,
+            topology_preferred=self.topology_preferred,
+        )  # fmt: skip
 
 
     def to_dict(self) -> dict[str, Any]:
@@ -330,4 +340,5 @@ class JobSpec:
             time_limit_s=None if data.get("time_limit_s") is None else float(data["time_limit_s"]),
             container=ContainerOptions.from_dict(data.get("container")),
             kube=KubeOptions.from_dict(data.get("kube")),
+            topology_required=data.get("topology_required"), topology_preferred=data.get("topology_preferred"),
         )  # fmt: skip

@@ -56,6 +56,8 @@ def prepare_submit(spec: JobSpec, supports: Support, environ: Mapping[str, str] 
     if container_options and spec.image is None and supports.submitter_context:
         raise UsageError(f"{container_options[0]} sets up each rank's container and this job has none",
                          "add --image IMAGE, or leave the container options out")  # fmt: skip
+    if spec.topology_required is not None or spec.topology_preferred is not None:
+        supports.require("network_tree", "--topology-required/--topology-preferred")
     if spec.workdir is None and supports.submitter_context:
         spec = dataclasses.replace(spec, workdir=working_directory())
     # -x NAME passes the submitter's value of NAME (the whole environment, not just the part a
@@ -85,7 +87,8 @@ def refuse_unresolvable(decision: Decision, supports: Support) -> None:
     if decision.code is Code.UNRESOLVABLE:
         raise UnschedulableError(
             f"job {decision.job.name} can never run on this cluster: {'; '.join(decision.reasons)}",
-            f"ask for fewer GPUs per worker or fewer workers, or {supports.more_room}",
+            f"ask for fewer GPUs per worker or fewer workers, or {supports.more_room}"
+            + (", or require a wider network level" if decision.job.topology_required else ""),
         )
 
 

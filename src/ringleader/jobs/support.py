@@ -29,6 +29,7 @@ class Support:
     # The container options (ContainerOptions.given() spellings: --data, --shm-size, --rdma,
     # --image-pull-policy, --container-user) the engine honours; any other is refused.
     container_options: tuple[str, ...] = ()
+    network_tree: bool = False  # `--topology-required/--topology-preferred LEVEL`: it places by the network tree
     more_room: str = "add nodes"  # how a user gives a job that can never fit the room it needs
 
     def require(self, operation: str, what: str) -> None:

@@ -15,6 +15,11 @@
 * ``placement_frag_after``: mean over placements of the scheduler's
   ``Metrics.fragmentation_after`` (share of the used nodes' free GPUs left stranded);
 * ``multi_node_share``: share of started jobs placed on more than one node;
+* on a cluster with a network tree only: ``level_fragmentation``, per level nearest the nodes
+  first, the time average of the share of free GPUs under switches that are not wholly free;
+  ``level_whole_free``, per level, the time average of how many switches are wholly free;
+  ``cross_leaf_share``, the share of multi-node jobs whose nodes span more than one leaf
+  switch (sim/network.py);
 * ``wait_by_size``: per gang size (total GPUs), how many started and the p50 / p95 / max of
   their queueing delay (start - arrival).
 """
@@ -76,6 +81,27 @@ def summarise(run: SimRun) -> dict[str, Any]:
         "frag_blocked": frag_blocked,
         "placement_frag_after": _mean([r.fragmentation_after for r in started]),
         "multi_node_share": _mean([1.0 if r.nodes_used > 1 else 0.0 for r in started]),
+        **_network(run, started),
+    }
+
+
+def _network(run: SimRun, started: Sequence[Any]) -> dict[str, Any]:
+    tl = run.timeline
+    if not tl.level_fragmentation:
+        return {}
+    levels = len(tl.level_fragmentation[0])
+    sums, whole = [0.0] * levels, [0.0] * levels
+    total = 0.0
+    for i in range(len(tl.times) - 1):
+        dt = tl.times[i + 1] - tl.times[i]
+        sums = [a + f * dt for a, f in zip(sums, tl.level_fragmentation[i], strict=True)]
+        whole = [a + w * dt for a, w in zip(whole, tl.level_whole_free[i], strict=True)]
+        total += dt
+    multi = [r for r in started if r.nodes_used > 1]
+    return {
+        "level_fragmentation": [s / total if total else 0.0 for s in sums],
+        "level_whole_free": [w / total if total else 0.0 for w in whole],
+        "cross_leaf_share": _mean([1.0 if r.span_level >= 1 else 0.0 for r in multi]),
     }
 
 

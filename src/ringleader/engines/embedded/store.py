@@ -32,6 +32,7 @@ T = TypeVar("T")
 APP_ID = "ringleader"
 SCHEMA_VERSION = 3
 DB_NAME = "state.db"
+NETWORK_KEY = "network_tree"  # meta: the declared network tree above the nodes (JSON), if any
 
 # Migrations by target version; each list runs in one transaction. Never edit a released one.
 MIGRATIONS: dict[int, list[str]] = {
@@ -452,6 +453,7 @@ def get_nodes(conn: sqlite3.Connection) -> list[NodeSpec]:
     object, so the scheduler fingerprints each distinct topology once."""
     from ringleader.jobs.codec import address_from_dict, labels_from_dict
     from ringleader.topology import NodeSpec
+    from ringleader.topology.network import tree_from_dict
 
     topologies = {r[0]: _stored_topology(r[0], r[1]) for r in conn.execute("SELECT id, spec FROM topologies")}
     labels: dict[str, tuple[tuple[str, str], ...]] = {}
@@ -459,12 +461,16 @@ def get_nodes(conn: sqlite3.Connection) -> list[NodeSpec]:
     rows = conn.execute(
         "SELECT name, topology, network_gbps, labels, emulated, address, nvlink_domain FROM nodes ORDER BY ord"
     )
+    stored_tree = get_meta(conn, NETWORK_KEY)  # the network tree above the nodes, when declared
+    tree = tree_from_dict(json.loads(stored_tree)) if stored_tree else None
     for name, topology, gbps, labels_text, emulated, address, domain in rows:
         node_labels = labels.get(labels_text)
         if node_labels is None:
             node_labels = labels[labels_text] = labels_from_dict(json.loads(labels_text))
         host = address_from_dict(json.loads(address)) if address else None
-        nodes.append(NodeSpec(name, topologies[topology], float(gbps), node_labels, bool(emulated), host, domain))
+        place = tree.place_of(name) if tree is not None else None
+        nodes.append(NodeSpec(name, topologies[topology], float(gbps), node_labels, bool(emulated), host, domain,
+                              place))  # fmt: skip
     return nodes
 
 
@@ -486,6 +492,7 @@ def _stored_topology(row: int, text: str) -> NodeTopology:
 
 def replace_nodes(conn: sqlite3.Connection, specs: Sequence[NodeSpec]) -> None:
     from ringleader.jobs.codec import address_to_dict, topology_to_dict
+    from ringleader.topology.network import tree_of, tree_to_dict
 
     conn.execute("DELETE FROM nodes")
     ids: dict[int, int] = {}  # id(topology object) -> row id: declared clusters share objects
@@ -505,6 +512,11 @@ def replace_nodes(conn: sqlite3.Connection, specs: Sequence[NodeSpec]) -> None:
         rows,
     )
     conn.execute("DELETE FROM topologies WHERE id NOT IN (SELECT topology FROM nodes)")
+    tree = tree_of((s.name, s.network) for s in specs)
+    if tree is None:
+        delete_meta(conn, NETWORK_KEY)
+    else:
+        set_meta(conn, NETWORK_KEY, json.dumps(tree_to_dict(tree), separators=(",", ":")))
 
 
 def get_meta(conn: sqlite3.Connection, key: str) -> str | None:

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,7 @@ class SlurmEngine:
         self.partition = settings.text("RINGLEADER_SLURM_PARTITION")
         self.notes: list[str] = []
 
-    supports = Support("slurm", time_limit=True, more_room="add nodes to the Slurm partition")
+    supports = Support("slurm", time_limit=True, network_tree=True, more_room="add nodes to the Slurm partition")
 
     def close(self) -> None:
         pass
@@ -65,6 +66,10 @@ class SlurmEngine:
         declared = state.declared_nodes(self.home)
         links = state.links_from_gres_conf(state.gres_conf_path())
         specs = {n.name: state.node_spec(n, declared, links) for n in nodes}
+        if not any(s.network for s in specs.values()):  # no network: in the cluster file: Slurm's own
+            tree = state.slurm_network(state.slurm_conf_dir())
+            if tree is not None:
+                specs = {name: replace(s, network=tree.place_of(name)) for name, s in specs.items()}
         # Records brought up to date first: a stale PENDING one would hold GPUs it no longer waits for.
         records = [self._refresh(r, jobs) for r in known]
         names = {r["slurm_id"]: r["name"] for r in records if r.get("slurm_id")}
