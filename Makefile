@@ -44,8 +44,10 @@ lint: setup
 typecheck: setup
 	$(VENV)/bin/mypy
 
+# The test files run side by side in 4 processes (most tests wait on processes, sockets and
+# daemons rather than compute, so 4 fill 2 cores); tests/conftest.py says what makes that safe.
 unit: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 4 --dist loadfile
 
 # Debian's Slurm (slurmctld, slurmd, clients) for the real-Slurm engine tests; installed only as
 # root, which those tests need anyway (they skip with a reason elsewhere).

@@ -89,3 +89,10 @@ def ensure_image(env: dict[str, str]) -> tuple[str, float]:
             subprocess.run(["podman", "import", "-", tag], stdin=tar.stdout, check=True, **run)  # type: ignore[call-overload]
             assert tar.wait() == 0
         return tag, time.monotonic() - started
+
+
+if __name__ == "__main__":  # the background build started at the beginning of a test session
+    with tempfile.TemporaryDirectory(prefix="ringleader-podman-") as settings:
+        conf = Path(settings) / "containers.conf"
+        conf.write_text(containers_conf())
+        ensure_image({**os.environ, "CONTAINERS_CONF": str(conf)})
