@@ -58,3 +58,32 @@ def test_following_a_waiting_job_says_what_it_waits_for(cli) -> None:  # type: i
         follow.kill()
         follow.wait()
     assert first.startswith("job later is PENDING (") and "its log follows once it starts" in first
+
+
+def test_top_refreshes_until_ctrl_c(seeds_cli) -> None:  # type: ignore[no-untyped-def]
+    """`top node -r` / `top job -r` piped: one snapshot after another, a blank line between;
+    Ctrl-C ends it cleanly (exit 0, no traceback)."""
+    import signal
+    import subprocess
+    import time
+
+    for args in (["top", "node", "-r", "0.2"], ["top", "job", "-r", "0.2"]):
+        proc = subprocess.Popen(seeds_cli.argv(*args), env=seeds_cli.env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)  # fmt: skip
+        time.sleep(2.5)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0 and "Traceback" not in err, err
+        snapshots = out.split("\n\n" if args[1] == "node" else "\n\nNAME")
+        assert len(snapshots) >= 2 and "GPU(Allocated)" in snapshots[1], out
+
+
+def test_top_node_addresses_and_gpu_mode(seeds_cli) -> None:  # type: ignore[no-untyped-def]
+    seeds_cli.ok("node", "label", "cn-shanghai-173", "gpu-schedule=default")
+    rows = {line.split()[0]: line.split() for line in seeds_cli.ok("top", "node").splitlines()[1:4]}
+    assert rows["local"][1] == "127.0.0.1" and rows["cn-shanghai-172"][1] == "-"  # emulated here
+    assert [r.split()[0] for r in seeds_cli.ok("top", "node", "-m", "t").splitlines()[1:2]] == ["cn-shanghai-172"]
+    assert "cn-shanghai-173" in seeds_cli.ok("top", "node", "-m", "e")
+    assert "local" in seeds_cli.ok("top", "node", "-m", "n")
+    assert "cn-shanghai-173" not in seeds_cli.ok("top", "node", "-m", "t")
+    assert seeds_cli("top", "node", "-r", "0").returncode == 2

@@ -21,6 +21,8 @@ from ringleader.cli.output import (
     emit_data,
     key_values,
     output_option,
+    refresh_option,
+    refreshing,
     shared_group,
     table,
 )
@@ -414,12 +416,17 @@ def list_jobs(output: str, engine: str | None) -> None:
 @click.command("job")
 @click.argument("name", required=False, shell_complete=complete_jobs)
 @output_option("json", "yaml", "wide")
+@refresh_option
 @engine_option
-def top_job(name: str | None, output: str, engine: str | None) -> None:
+def top_job(name: str | None, output: str, refresh: float | None, engine: str | None) -> None:
     """Jobs with their GPUs and nodes, or one job's instances and GPU ids (arena top job).
     AGE is the time since each job was created, as kubectl's.
 
     The footer counts GPUs held by running jobs / GPUs asked for by running and waiting jobs."""
+    refreshing(refresh, lambda: _draw_top_job(name, output, engine))
+
+
+def _draw_top_job(name: str | None, output: str, engine: str | None) -> None:
     with using_engine(engine) as rt:
         jobs = [rt.get(name)] if name else rt.list_jobs()
         usage = rt.gpu_usage(name) if name else {}

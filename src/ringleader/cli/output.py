@@ -4,6 +4,7 @@ layout, durations."""
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import os
 import sys
@@ -45,6 +46,38 @@ def emit_data(data: Any, fmt: str) -> None:
         click.echo(yaml.safe_dump(data, sort_keys=False), nl=False)
     else:
         raise ValueError(fmt)
+
+
+def refresh_option(f: F) -> F:
+    """arena's `top ... -r`: redraw until Ctrl-C, every SECONDS (2, arena's interval, when bare)."""
+    return click.option(
+        "-r", "--refresh", type=click.FloatRange(min=0.1), is_flag=False, flag_value=2.0, default=None,
+        metavar="[SECONDS]",
+        help="Redraw every SECONDS (2 when given alone) until Ctrl-C; piped, one snapshot after another.",
+    )(f)  # fmt: skip
+
+
+def refreshing(seconds: float | None, draw: Callable[[], None]) -> None:
+    """``draw()`` once, or every ``seconds`` until Ctrl-C (a clean exit, code 0): in place on a
+    terminal (cursor home, screen cleared), else snapshots separated by a blank line."""
+    if seconds is None:
+        draw()
+        return
+    import time
+
+    tty = sys.stdout.isatty()
+    try:
+        for frame in itertools.count():
+            if tty:
+                click.echo("\x1b[H\x1b[2J", nl=False)
+            elif frame:
+                click.echo("")
+            draw()
+            sys.stdout.flush()
+            time.sleep(seconds)
+    except KeyboardInterrupt:
+        if tty:
+            click.echo("")
 
 
 def console() -> Printer:
