@@ -4,6 +4,7 @@ the work lives in ringleader.bench."""
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import asdict
 from typing import Any
 
@@ -62,6 +63,7 @@ def _train_config(kw: dict[str, Any], output: str) -> Any:
         backend=kw["backend"], image_size=kw["image_size"], augment=kw["augment"],
         loader_workers=kw["loader_workers"], display_every=kw["display_every"], seed=kw["seed"],
         output=output, bucket_mb=kw["bucket_mb"], overlap=kw["overlap"],
+        progress=output == "table" and sys.stderr.isatty(),
     )  # fmt: skip
     cfg.validate()
     return cfg
@@ -103,8 +105,6 @@ def allreduce_cmd(minbytes: str, maxbytes: str, stepfactor: int, iters: int, war
                   output: str) -> None:  # fmt: skip
     """Collective bandwidth with nccl-tests' columns, busbw and #wrong checks. On a terminal,
     the size being measured shows on stderr until its row prints."""
-    import sys
-
     from ringleader.bench.allreduce import AllreduceConfig, check_root, parse_size
     from ringleader.bench.launch import dispatch
     from ringleader.bench.ranks import check_backend, discover
@@ -114,7 +114,7 @@ def allreduce_cmd(minbytes: str, maxbytes: str, stepfactor: int, iters: int, war
     cfg = AllreduceConfig(parse_size(minbytes), parse_size(maxbytes), stepfactor, iters,
                           warmup_iters, check, datatype, op, collective, root, backend, output,
                           average=average, blocking=blocking, nthreads=nthreads, ngpus=ngpus,
-                          progress=sys.stderr.isatty())  # fmt: skip
+                          progress=output == "table" and sys.stderr.isatty())  # fmt: skip
     cfg.validate()
     per_process = nthreads * ngpus
     info = discover()

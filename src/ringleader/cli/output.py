@@ -3,12 +3,13 @@ layout, durations."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -78,6 +79,29 @@ def refreshing(seconds: float | None, draw: Callable[[], None]) -> None:
     except KeyboardInterrupt:
         if tty:
             click.echo("")
+
+
+@contextlib.contextmanager
+def step_progress(total: int, enabled: bool = True) -> Iterator[Callable[[str], None]]:
+    """A transient progress bar on stderr over ``total`` steps, on a terminal only (stdout, and
+    any `-o json`, stay clean): ``step(description)`` announces the next step."""
+    if not enabled or not sys.stderr.isatty():
+        yield lambda description: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+               TimeElapsedColumn())  # fmt: skip
+    with Progress(*columns, console=Console(stderr=True), transient=True) as prog:
+        task = prog.add_task("", total=total)
+        started = [0]
+
+        def step(description: str) -> None:
+            prog.update(task, completed=started[0], description=description)
+            started[0] += 1
+
+        yield step
 
 
 def console() -> Printer:

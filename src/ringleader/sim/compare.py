@@ -12,7 +12,7 @@ import csv
 import json
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,8 +83,10 @@ def compare_policies(
     policies: Sequence[str],
     step_time: StepTimeFn | None = None,
     max_failures: int = DEFAULT_MAX_FAILURES,
+    on_policy: Callable[[str], None] | None = None,
 ) -> Comparison:
-    """Simulate ``jobs`` under each policy; one step-time cache is shared (the model is pure)."""
+    """Simulate ``jobs`` under each policy; one step-time cache is shared (the model is pure).
+    ``on_policy`` hears each policy's name as its run starts (a progress bar)."""
     for policy in policies:
         get_policy(policy)
     if "throughput" in policies:
@@ -96,6 +98,8 @@ def compare_policies(
     memo = Memoised(step_time if step_time is not None else model_step_time())
     runs, summaries = [], []
     for policy in policies:
+        if on_policy:
+            on_policy(policy)
         started = time.perf_counter()
         run = simulate(list(specs), list(jobs), policy, memo, max_failures)
         wall = time.perf_counter() - started
