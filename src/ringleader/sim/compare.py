@@ -58,11 +58,12 @@ class Comparison:
         ]
 
     def as_dict(self) -> dict[str, Any]:
-        from ringleader.sim.summary import identical_groups
+        from ringleader.sim.summary import identical_groups, near_jct_pairs
 
         return {"policies": [_clean(s) for s in self.summaries], "rejected": self.rejected(),
                 "identical_placements": identical_groups(self.runs),
-                "identical_job_times": identical_groups(self.runs, placements=False)}  # fmt: skip
+                "identical_job_times": identical_groups(self.runs, placements=False),
+                "near_identical_jct": [[a, b] for a, b, _ in near_jct_pairs(self.runs)]}  # fmt: skip
 
 
 def parse_policies(text: str) -> list[str]:
