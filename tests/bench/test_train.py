@@ -82,7 +82,7 @@ def test_scaling_through_the_runtime_writes_table_and_plots(
     # Each point's job is deleted once read: `list` shows none of them.
     assert json.loads(cli("list", "-o", "json", env=env).stdout) == []
     md = (out / "scaling.md").read_text()
-    assert "| Backend | Servers | GPUs per server | Avg step time (s) |" in md
+    assert "| Backend | Servers | Ranks per server | Median step time (s) |" in md
     assert (out / "scaling.csv").read_text().startswith("backend,servers,gpus_per_server,")
     assert json.loads((out / "scaling.json").read_text())["rows"] == res["rows"]
     for png in ("speedup.png", "busbw.png", "pipeline_scatter.png", "pipeline_ratio.png"):

@@ -243,7 +243,7 @@ def scaling_cmd(backends: str, workers: str, out_dir: str, repeat: int, threads:
              f"{r['speedup']:.2f}", f"{r['scaling_efficiency']:.0%}", "!" if r["warnings"] else "")
             for r in res["rows"]]  # fmt: skip
     # Lab 7's columns (HEADERS, in the .md and .csv) in short headers, so the table fits 80 columns.
-    headers = ["BACKEND", "SERVERS", "GPUS/SRV", "STEP(S)", "IMAGES/S", "MIN-MAX", "SPEEDUP", "EFF", "!"]
+    headers = ["BACKEND", "SERVERS", "RANKS/SRV", "MED STEP(S)", "MED IMG/S", "MIN-MAX", "SPEEDUP", "EFF", "!"]
     console().print(table(headers, rows, title=res["title"]))
     for warning in res["warnings"]:
         click.echo(f"warning: {warning}")
