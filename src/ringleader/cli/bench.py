@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from ringleader.cli.output import console, emit_data, output_option, shared_group, table
+from ringleader.cli.output import console, emit_data, output_option, shared_group, step_progress, table
 
 NP_HELP = ("Launch N local ranks (mpirun for mpi, processes for gloo/nccl); ignored when this "
            "process already is a rank of a job (mpirun, ringleader's runtime, RANK/WORLD_SIZE).")  # fmt: skip
@@ -208,8 +208,6 @@ def scaling_cmd(backends: str, workers: str, out_dir: str, repeat: int, threads:
                 **kw: Any) -> None:  # fmt: skip
     """Lab 7's scaling table (real multi-process runs, --repeat per point), plots and an HTML
     report. A row whose efficiency exceeds 100% or whose runs spread more than 10% is flagged."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
     from ringleader.bench.allreduce import parse_size
     from ringleader.bench.launchers import default_launcher
     from ringleader.bench.scaling import ScalingConfig, load_line, run_scaling
@@ -222,19 +220,8 @@ def scaling_cmd(backends: str, workers: str, out_dir: str, repeat: int, threads:
     cfg.validate()
     steps = len(cfg.backends) * (len(cfg.workers) * cfg.repeat + (1 if busbw else 0))
     run_with = default_launcher(launcher, keep=keep)
-    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-               TimeElapsedColumn())  # fmt: skip
-    # Progress goes to stderr, so `-o json > file` still shows it and stdout stays clean.
-    with Progress(*columns, console=stderr_console(), transient=True) as prog:
-        task = prog.add_task("scaling", total=steps)
-
-        started = [0]  # each message announces the next point, so points done = messages - 1
-
-        def tick(msg: str) -> None:
-            started[0] += 1
-            prog.update(task, completed=steps if msg == "done" else started[0] - 1, description=msg)
-
-        res = run_scaling(cfg, run_with, tick)
+    with step_progress(steps, output == "table") as step:  # each message announces the next point
+        res = run_scaling(cfg, run_with, step)
     if output == "json":
         emit_data({k: v for k, v in res.items() if k != "points"}, "json")
         return
@@ -273,7 +260,8 @@ def register(cli: click.Group) -> None:
         """Write a dataset of real JPEG files (one subfolder per class)."""
         from ringleader.bench.data import synth
 
-        res = synth(out_dir, images, size, classes, seed)
+        with step_progress(images, output == "table") as step:
+            res = synth(out_dir, images, size, classes, seed, on_image=step)
         if output == "json":
             emit_data(res, "json")
         else:
