@@ -367,7 +367,8 @@ def init(backend: str, info: RankInfo | None = None) -> Comm:
 def share_cores(info: RankInfo) -> None:
     """Without OMP_NUM_THREADS, split this machine's cores among the job's ranks on it, as `-np`
     does: each rank's torch would otherwise start a thread per core, and ranks launched by hand
-    (RANK=... WORLD_SIZE=...) ran 4x slower on 2 cores, their threads spinning on each other's."""
+    (RANK=... WORLD_SIZE=...) spun on each other's cores (a 2-rank sweep to 1M: 14-66 s against
+    12-23 s, on a 2-core machine under changing load)."""
     if not info.in_job or os.environ.get("OMP_NUM_THREADS"):
         return
     import torch
