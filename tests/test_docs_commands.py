@@ -49,6 +49,7 @@ SKIPS: list[tuple[str, str]] = [
     (r"\bsbatch\b|\bsrun\b|--engine[ =]slurm|\bengine use slurm\b|\bslurm gres-conf\b", "needs Slurm"),
     (r"--backend[ =]nccl|\bnvidia-smi\b", "needs a GPU"),
     (r"\bpip install\b", "needs the network (installs a package)"),
+    (r"--image[ =]", "needs a container image the reader builds or pulls first (podman or docker)"),
     (r"^make (demo|test)\b", "long: sets up and runs the demo or the whole suite"),
     (r"\bcluster up .*--scale 0\.04", "long: the reference scenario on the emulated cluster (make demo runs it)"),
     *([(r"\bcluster (up|down)\b", reason)] if (reason := _cannot_emulate()) else []),
