@@ -200,7 +200,8 @@ class Reader:
 
     def run(self, text: str) -> subprocess.CompletedProcess[str]:
         """Runs one command in bash; what it exports or sources stays for the next one."""
-        script = f"{text}\n__rc=$?\nwait\nenv -0 > {shlex.quote(str(self.env_file))}\nexit $__rc\n"
+        # set -e: in `a ; b` a failing `a` fails the line, not only a failing `b`.
+        script = f"set -eo pipefail\n{text}\n__rc=$?\nwait\nenv -0 > {shlex.quote(str(self.env_file))}\nexit $__rc\n"
         proc = subprocess.run(["bash", "-c", script], cwd=self.cwd, env=self.env, text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=TIMEOUT_S)  # fmt: skip
         if self.env_file.exists():
