@@ -148,7 +148,7 @@ def _terminal_width() -> int:
     except (KeyError, ValueError):
         pass
     try:
-        return os.get_terminal_size(sys.stdout.fileno()).columns
+        return os.get_terminal_size(sys.stdout.fileno()).columns or 80  # 0: a terminal that says nothing
     except (OSError, ValueError):
         return 80
 
