@@ -159,9 +159,8 @@ def pipeline_cmd(np_: int, launcher: str, keep: bool, output: str, **kw: Any) ->
     cfg = _train_config(kw, "json")
     check_available(cfg.backend, need_mpirun=cfg.backend == "mpi")
     check_np(cfg.backend, np_)
-    with stderr_console().status("bench pipeline") as status:  # drawn only on a terminal
-        run_with = default_launcher(launcher, keep=keep)
-        res = run_pipeline(cfg, run_with, np_, lambda msg: status.update(f"measuring: {msg}"))
+    with step_progress(3, output == "table") as step:  # the three measurements
+        res = run_pipeline(cfg, default_launcher(launcher, keep=keep), np_, step)
     if output == "json":
         emit_data(res, "json")
         return
@@ -236,12 +235,6 @@ def scaling_cmd(backends: str, workers: str, out_dir: str, repeat: int, threads:
         click.echo(f"warning: {warning}")
     click.echo(load_line(res["machine"]))
     click.echo("wrote: " + ", ".join(res["files"]))
-
-
-def stderr_console() -> Any:
-    from rich.console import Console
-
-    return Console(stderr=True)
 
 
 def register(cli: click.Group) -> None:
