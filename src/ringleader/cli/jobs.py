@@ -22,6 +22,8 @@ from ringleader.cli.output import (
     emit_data,
     key_values,
     output_option,
+    refresh_option,
+    refreshing,
     shared_group,
     table,
 )
@@ -483,12 +485,17 @@ def list_jobs(output: str, engine: str | None) -> None:
 @click.command("job")
 @click.argument("name", required=False, shell_complete=complete_jobs)
 @output_option("json", "yaml", "wide")
+@refresh_option
 @engine_option
-def top_job(name: str | None, output: str, engine: str | None) -> None:
+def top_job(name: str | None, output: str, refresh: float | None, engine: str | None) -> None:
     """Jobs with their GPUs and nodes, or one job's instances and GPU ids (arena top job).
     AGE is the time since each job was created, as kubectl's.
 
     The footer counts GPUs held by running jobs / GPUs asked for by running and waiting jobs."""
+    refreshing(refresh, lambda: _draw_top_job(name, output, engine))
+
+
+def _draw_top_job(name: str | None, output: str, engine: str | None) -> None:
     with using_engine(engine) as rt:
         jobs = [rt.get(name)] if name else rt.list_jobs()
         usage = rt.gpu_usage(name) if name else {}
@@ -532,14 +539,23 @@ def render_top_job(job: JobView, usage: dict[str, tuple[GpuUsage, ...] | None]) 
 @click.option("-t", "--tail", type=int, default=None, help="Only the last N lines.")
 @click.option("-i", "--instance", default=None, help="Instance name (default: the chief).")
 @click.option("--timestamps", is_flag=True, help="Prefix each line with its time (RFC 3339, UTC).")
+@click.option("--since", default=None, help="Only lines newer than this: 30s, 10m, 1h30m (arena's).")
+@click.option("--since-time", default=None, help="Only lines from this RFC 3339 time on, e.g. 2026-11-24T15:00:00Z.")
 @engine_option
-def logs(
-    name: str, follow: bool, tail: int | None, instance: str | None, timestamps: bool, engine: str | None
-) -> None:
+def logs(name: str, follow: bool, tail: int | None, instance: str | None, timestamps: bool, since: str | None,
+         since_time: str | None, engine: str | None) -> None:  # fmt: skip
     """Print a job instance's log (arena logs)."""
     if tail is not None and tail < 0:
         raise UsageError(f"--tail must be >= 0, got {tail}", "give a number of lines")
+    cutoff = since_cutoff(since, since_time)
     with using_engine(engine) as rt:
+        if cutoff is not None:  # read with the stamps, keep what is recent enough
+            from ringleader.jobs.logfiles import lines_since
+
+            read = rt.follow(name, instance, None, True) if follow else [rt.logs(name, instance, None, True)]
+            for chunk in lines_since(read, cutoff, timestamps, tail):
+                click.echo(chunk, nl=False)
+            return
         if not follow:
             click.echo(rt.logs(name, instance, tail, timestamps), nl=False)
             return
@@ -570,12 +586,32 @@ _SPAN = re.compile(r"(\d+)([smhdw])")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
-def parse_span(text: str) -> float:
+def parse_span(text: str, option: str = "--since") -> float:
     """'90s', '10m', '1h30m', '2d' -> seconds."""
     parts = _SPAN.findall(text)
     if not parts or "".join(n + u for n, u in parts) != text.strip():
-        raise UsageError(f"--since {text!r} is not a duration", "write e.g. 30m, 1h, 2d or 1h30m")
+        raise UsageError(f"{option} {text!r} is not a duration", "write e.g. 30m, 1h, 2d or 1h30m")
     return float(sum(int(n) * _UNIT[u] for n, u in parts))
+
+
+def since_cutoff(since: str | None, since_time: str | None) -> float | None:
+    """--since / --since-time as seconds since the epoch (None: the whole log)."""
+    import time
+    from datetime import datetime
+
+    if since and since_time:
+        raise UsageError("--since and --since-time both given", "give one of them")
+    if since:
+        return time.time() - parse_span(since, "--since")
+    if not since_time:
+        return None
+    try:
+        at = datetime.fromisoformat(since_time)
+    except ValueError:
+        at = None
+    if at is None or at.tzinfo is None:
+        raise UsageError(f"--since-time {since_time!r} is not an RFC 3339 time", "write e.g. 2026-11-24T15:00:00Z")
+    return at.timestamp()
 
 
 @click.command("prune")

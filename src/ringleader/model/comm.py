@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ringleader.errors import UsageError
@@ -310,6 +310,23 @@ def uplink_cap(
             if best is None or gbs < best[0]:
                 best = (gbs, f"{levels[k].name} {switch} uplink {ratio:g}:1 over {down} node(s), {crossing} gang(s)")
     return best
+
+
+def calibration_fabric_note(
+    cal: Calibration | None, nodes: Iterable[NodeState], backend: str | None = None
+) -> str | None:
+    """A warning when a calibration's network link is faster than any node of this cluster can
+    send at line rate: it was measured on another fabric (InfiniBand applied to 25 GbE), and
+    every prediction across nodes would use its speed while the bottleneck names this one's."""
+    fit = cal.link("network", backend) if cal else None
+    if fit is None:
+        return None
+    line = max((ns.spec.network_gbs * max(1, len(ns.spec.topology.nics)) for ns in nodes), default=0.0)
+    if not line or fit.gbs <= line * 1.05:
+        return None
+    return (f"the calibration's network link ({fit.gbs:.3g} GB/s) is faster than this cluster's NICs at line "
+            f"rate ({line:.3g} GB/s): it was measured on another fabric, and predictions across nodes use it; "
+            "calibrate on this cluster, or leave --calibration out")  # fmt: skip
 
 
 # -- alpha-beta costs ---------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from ringleader.errors import RingleaderError, TopologyError, UsageError
 from ringleader.reference import reference
-from ringleader.topology.bandwidth import parse_bandwidth_text
+from ringleader.topology.bandwidth import read_bandwidth_text
 from ringleader.topology.network import NetworkPlace, NetworkTree
 from ringleader.topology.node import NodeTopology
 from ringleader.topology.presets import preset
@@ -290,22 +290,22 @@ def _topology(entry: NodeEntry, base_dir: Path) -> NodeTopology:
         if isinstance(text, list):
             text = _rows_to_text(text)
         topo = parse_topo_text(text, gpu_model=gpu_model)
-    measured = None
+    measured, note = None, None
     if entry.bandwidth is not None or entry.bandwidth_file is not None:
         raw, choice = entry.bandwidth, entry.bandwidth_matrix
         if raw is None:
-            measured = parse_bandwidth_text(_read(base_dir, str(entry.bandwidth_file)), choice)
+            measured, note = read_bandwidth_text(_read(base_dir, str(entry.bandwidth_file)), choice)
         elif isinstance(raw, list):
             measured = tuple(tuple(row) for row in raw)
         else:
-            measured = parse_bandwidth_text(raw, choice)
+            measured, note = read_bandwidth_text(raw, choice)
     if measured is None and not gpu_model:
         return topo
     return NodeTopology(
         links=topo.links, gpu_model=gpu_model or topo.gpu_model, numa=topo.numa,
         cpu_affinity=topo.cpu_affinity, measured_gbs=measured, nics=topo.nics,
         nic_links=topo.nic_links, numa_affinity=topo.numa_affinity, gpu_numa_id=topo.gpu_numa_id,
-        source=topo.source,
+        source=topo.source, notes=(note,) if note else (),
     )  # fmt: skip
 
 

@@ -48,11 +48,21 @@ def host_alias(node: NodeSpec) -> str:
 
 
 def master_address(placement: Placement, nodes: Mapping[str, NodeSpec], settings: Mapping[str, Any]) -> str:
-    """MASTER_ADDR for torchrun-style programs: rank 0's host, as the other hosts reach it."""
+    """MASTER_ADDR for torchrun-style programs: rank 0's host, as the other hosts reach it. A
+    node of the emulated cluster is its name, its own hostname there (torchrun gives rank 0's
+    host name, not an address)."""
     first = nodes[placement.slots[0].node]
     if first.address is not None:
-        return first.address.host
+        return first.name if first.emulated and _resolves(first.name) else first.address.host
     return str(settings.get("head_address") or socket.getfqdn())
+
+
+def _resolves(name: str) -> bool:
+    try:
+        socket.getaddrinfo(name, None)
+    except OSError:
+        return False
+    return True
 
 
 def rank_table(plan: Mapping[str, Any]) -> dict[str, Any]:

@@ -278,8 +278,11 @@ def _hosts_marker(names: Names) -> str:
 
 def _add_hosts_entries(rec: Record, names: Names, entries: list[tuple[str, str]]) -> None:
     """/etc/hosts lines for the nodes' names, so programs inside the namespaces (gloo, c10d)
-    resolve their own hostname and each other's."""
-    lines = [f"{ip} {name} {_hosts_marker(names)}" for ip, name in entries]
+    resolve their own hostname and each other's, their addresses as IPv4-mapped IPv6 too: c10d's
+    dual-stack store sees its clients as ::ffff:a.b.c.d, and without a line for that form the
+    reverse lookup went to DNS, out of reach in the namespace ("[c10d] The hostname of the
+    client socket cannot be retrieved. err=-3" on every rank)."""
+    lines = [f"{addr} {name} {_hosts_marker(names)}" for ip, name in entries for addr in (ip, f"::ffff:{ip}")]
     for line in lines:
         rec.add("hosts_entries", line)
     with open(HOSTS_FILE, "a") as fh:
