@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTHON ?= python3
 
-.PHONY: setup demo test lint typecheck unit bench clean slurm
+.PHONY: setup demo test lint typecheck unit bench clean slurm containers
 
 setup: $(STAMP)
 
@@ -44,8 +44,10 @@ lint: setup
 typecheck: setup
 	$(VENV)/bin/mypy
 
+# The test files run side by side in 4 processes (most tests wait on processes, sockets and
+# daemons rather than compute, so 4 fill 2 cores); tests/conftest.py says what makes that safe.
 unit: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 4 --dist loadfile
 
 # Debian's Slurm (slurmctld, slurmd, clients) for the real-Slurm engine tests; installed only as
 # root, which those tests need anyway (they skip with a reason elsewhere).
@@ -56,7 +58,20 @@ slurm:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm; \
 	fi
 
-test: $(SLURM_FOR_TESTS) lint typecheck unit
+# A real container runtime for the --image tests, installed only as root: podman from Debian, runc
+# (crun, podman's default, cannot set up cgroups on a hybrid-cgroup host such as a container) and
+# debootstrap (the tests build their image from a minimal Debian root file system, no registry).
+# The tests give podman a settings file (CONTAINERS_CONF): runc, cgroupfs (no systemd), and
+# default ulimits within this host's hard limits (podman's defaults are higher, runc cannot raise
+# them); see tests/trainimage.py.
+CONTAINERS_FOR_TESTS := $(if $(filter 0,$(shell id -u)),containers,)
+
+containers:
+	@if ! command -v podman >/dev/null || ! command -v runc >/dev/null || ! command -v debootstrap >/dev/null; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc debootstrap; \
+	fi
+
+test: $(SLURM_FOR_TESTS) $(CONTAINERS_FOR_TESTS) lint typecheck unit
 
 bench: setup
 	$(PY) benchmarks/placement.py

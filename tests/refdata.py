@@ -16,3 +16,12 @@ def reference_file(name: str) -> Path:
     if not path.exists():
         pytest.skip(f"reference material not present at {path} (checkout without ../shared)")
     return path
+
+
+def network_reference(name: str) -> Path:
+    """A file of the network-topology reference material (fabric dumps, Slurm topology files,
+    Kubernetes labels), or skip the test with the reason."""
+    path = SHARED / "reference" / "network" / name
+    if not path.exists():
+        pytest.skip(f"network reference material not present at {path} (checkout without ../shared)")
+    return path

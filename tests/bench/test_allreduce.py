@@ -69,6 +69,9 @@ def test_planted_wrong_value_fails_the_run() -> None:
     assert len(rows) == 3 and all(ROW.match(r) for r in rows), proc.stdout
     assert all(r.split()[8] == "1" and r.split()[12] == "0" for r in rows)  # oop caught, ip fine
     assert "# Out of bounds values : 3 FAILED" in proc.stdout
+    mca = next(ln for ln in proc.stdout.splitlines() if ln.startswith("# MCA: "))  # they change the figures
+    assert "mpi_yield_when_idle=1" in mca and "btl_vader_single_copy_mechanism=none" in mca
+    assert "orte_" not in mca and "pmix" not in mca  # mpirun's bookkeeping is not a setting
 
 
 def _mpirun(*args: str) -> subprocess.CompletedProcess[str]:

@@ -82,7 +82,7 @@ def test_scaling_through_the_runtime_writes_table_and_plots(
     # Each point's job is deleted once read: `list` shows none of them.
     assert json.loads(cli("list", "-o", "json", env=env).stdout) == []
     md = (out / "scaling.md").read_text()
-    assert "| Backend | Servers | GPUs per server | Avg step time (s) |" in md
+    assert "| Backend | Servers | Ranks per server | Median step time (s) |" in md
     assert (out / "scaling.csv").read_text().startswith("backend,servers,gpus_per_server,")
     assert json.loads((out / "scaling.json").read_text())["rows"] == res["rows"]
     for png in ("speedup.png", "busbw.png", "pipeline_scatter.png", "pipeline_ratio.png"):
@@ -110,3 +110,39 @@ def test_mpi_gradient_buckets_average_exactly_what_every_rank_computed() -> None
         assert worst <= tolerance, name
         assert views_kept == 1.0, name
     assert res["float32/1024/after"][1] == 6 and res["float32/67108864/after"][1] == 1
+
+
+def _with_terminal_stderr(*args: str) -> tuple[str, str]:
+    """Run the CLI with stderr on a pseudo-terminal (as a user's), stdout piped."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "ringleader.cli.main", *args], stdout=subprocess.PIPE,
+                            stderr=slave, text=True)  # fmt: skip
+    os.close(slave)
+    out, _ = proc.communicate(timeout=120)
+    err = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the terminal's other end is closed: all read
+            break
+        if not chunk:
+            break
+        err += chunk
+    os.close(master)
+    assert proc.returncode == 0, err.decode()[-2000:]
+    return out, err.decode(errors="replace")
+
+
+def test_train_shows_what_it_does_on_a_terminal_only() -> None:
+    """`bench train` was silent for minutes: on a terminal, stderr names the phase and step;
+    stdout (the table) stays clean, and -o json shows no progress."""
+    out, err = _with_terminal_stderr("bench", "train", "--model", "trivial", *TINY)
+    assert "# measuring trivial: building the model" in err and "\r" not in out
+    assert out.splitlines()[0].startswith("Model:")
+    out, err = _with_terminal_stderr("bench", "train", "--model", "trivial", *TINY, "-o", "json")
+    assert "measuring" not in err and json.loads(out)["kind"] == "train"

@@ -58,3 +58,58 @@ def test_following_a_waiting_job_says_what_it_waits_for(cli) -> None:  # type: i
         follow.kill()
         follow.wait()
     assert first.startswith("job later is PENDING (") and "its log follows once it starts" in first
+
+
+def test_top_refreshes_until_ctrl_c(seeds_cli) -> None:  # type: ignore[no-untyped-def]
+    """`top node -r` / `top job -r` piped: one snapshot after another, a blank line between;
+    Ctrl-C ends it cleanly (exit 0, no traceback)."""
+    import signal
+    import subprocess
+    import time
+
+    for args in (["top", "node", "-r", "0.2"], ["top", "job", "-r", "0.2"]):
+        proc = subprocess.Popen(seeds_cli.argv(*args), env=seeds_cli.env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)  # fmt: skip
+        time.sleep(2.5)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0 and "Traceback" not in err, err
+        snapshots = out.split("\n\n" if args[1] == "node" else "\n\nNAME")
+        assert len(snapshots) >= 2 and "GPU(Allocated)" in snapshots[1], out
+
+
+def test_top_node_addresses_and_gpu_mode(seeds_cli) -> None:  # type: ignore[no-untyped-def]
+    seeds_cli.ok("node", "label", "cn-shanghai-173", "gpu-schedule=default")
+    rows = {line.split()[0]: line.split() for line in seeds_cli.ok("top", "node").splitlines()[1:4]}
+    assert rows["local"][1] == "127.0.0.1" and rows["cn-shanghai-172"][1] == "-"  # emulated here
+    assert [r.split()[0] for r in seeds_cli.ok("top", "node", "-m", "t").splitlines()[1:2]] == ["cn-shanghai-172"]
+    assert "cn-shanghai-173" in seeds_cli.ok("top", "node", "-m", "e")
+    assert "local" in seeds_cli.ok("top", "node", "-m", "n")
+    assert "cn-shanghai-173" not in seeds_cli.ok("top", "node", "-m", "t")
+    assert seeds_cli("top", "node", "-r", "0").returncode == 2
+
+
+def test_logs_since_and_since_time(seeds_cli) -> None:  # type: ignore[no-untyped-def]
+    """arena's `logs --since 10m` / `--since-time RFC3339`: only lines stamped from then on."""
+    seeds_cli.ok("submit", "mpi", "--name", "talk", "--workers", "2", "--gpus", "1", "--", PY, "-c",
+                 "print('one'); print('two')")  # fmt: skip
+    seeds_cli.ok("logs", "-f", "talk")
+    assert seeds_cli.ok("logs", "--since", "10m", "talk") == "one\ntwo\n"
+    assert seeds_cli.ok("logs", "--since", "10m", "-t", "1", "talk") == "two\n"
+    assert seeds_cli.ok("logs", "--since-time", "2999-01-01T00:00:00Z", "talk") == ""
+    stamped = seeds_cli.ok("logs", "-f", "--since-time", "2000-01-01T00:00:00+00:00", "--timestamps", "talk")
+    assert [ln.split(" ", 1)[1] for ln in stamped.splitlines()] == ["one", "two"]
+    for bad in (["--since", "ten"], ["--since-time", "yesterday"], ["--since-time", "2026-11-24T15:00:00"],
+                ["--since", "1m", "--since-time", "2026-11-24T15:00:00Z"]):  # fmt: skip
+        refused = seeds_cli("logs", *bad, "talk")
+        assert refused.returncode == 2 and refused.stderr.count("\n") == 1, (bad, refused.stderr)
+
+
+def test_lines_since_keeps_unstamped_lines_with_their_stamped_one() -> None:
+    from ringleader.jobs.logfiles import lines_since
+
+    text = "2026-11-24T10:00:00Z old\ncontinued\n2026-11-24T11:00:00.123456789Z new\nmore\n"
+    cutoff = 1795515600.0  # 2026-11-24T10:20:00Z
+    assert "".join(lines_since([text], cutoff, False)) == "new\nmore\n"
+    assert "".join(lines_since([text, "2026-11-24T12:00:00Z last\n"], cutoff, True, tail=1)) == (
+        "more\n2026-11-24T12:00:00Z last\n")

@@ -43,7 +43,7 @@ def test_cluster_get_and_top_node(seeds_inproc) -> None:
     assert [n["name"] for n in nodes] == ["local", "cn-shanghai-172", "cn-shanghai-173"]
     assert nodes[1]["emulated"] and nodes[1]["network_gbps"] == 25
     table = seeds_inproc.ok("top", "node")
-    assert table.splitlines()[0].split() == ["NAME", "GPU(Total)", "GPU(Allocated)", "MODE"]
+    assert table.splitlines()[0].split() == ["NAME", "IPADDRESS", "GPU(Total)", "GPU(Allocated)", "MODE"]
     assert "Allocated/Total GPUs In Cluster:\n0/16 (0.0%)\n" in table  # as arena: the numbers on the next line
     assert all(line == line.rstrip() for line in table.splitlines())  # no padding after the last column
     one = seeds_inproc.ok("top", "node", "cn-shanghai-173")

@@ -3,6 +3,9 @@ a real submit refuses, in the same words, on every engine."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
 import shlex
 import sys
 from collections.abc import Iterator
@@ -13,7 +16,9 @@ import pytest
 from ringleader.engines.embedded.engine import Runtime
 from ringleader.errors import RingleaderError, UsageError
 from ringleader.jobs import commandline
-from ringleader.jobs.spec import JobSpec
+from ringleader.jobs.spec import ContainerOptions, JobSpec, parse_container_user, parse_data, parse_size
+from ringleader.jobs.submit import prepare_submit
+from ringleader.jobs.support import Support
 
 PY = sys.executable
 CLUSTER = "nodes:\n  - name: box\n    preset: pcie-4gpu-workstation\n    emulated: true\n"
@@ -130,3 +135,60 @@ def test_a_spread_placement_names_the_packed_one(tmp_path: Path, monkeypatch: py
         assert not [n for n in seeds.notes if "--gputopology would place it" in n]
         seeds.submit(JobSpec("spread", 2, 1, [PY, "-c", "pass"]))
         assert any(e.kind == "Hint" and "(16.0x)" in e.message for e in seeds.get("spread").events)
+
+
+FULL = ContainerOptions(data=(("/srv/data", "/data"), ("/a:b", "/b")), shm_size=1 << 30, rdma=True,
+                        image_pull_policy="Never", user="1000:100")  # fmt: skip
+
+
+def test_container_options_are_kept_as_given_through_the_store() -> None:
+    spec = JobSpec("c", 1, 0, ["true"], image="img", container=FULL).validate()
+    assert JobSpec.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec
+    assert JobSpec.from_dict({"name": "old", "workers": 1, "gpus_per_worker": 0, "command": ["true"]}).container == (
+        ContainerOptions()
+    )  # a job stored before the options existed
+
+
+def test_container_option_values_are_read_as_podman_docker_and_kubernetes_read_them() -> None:
+    assert [parse_size(t) for t in ("1g", "512m", "64MiB", "2GB", "4096", "1k")] == [
+        1 << 30, 512 << 20, 64 << 20, 2 << 30, 4096, 1024]  # fmt: skip
+    assert parse_data("/a:b:/in/c") == ("/a:b", "/in/c")  # a host path may hold ':'; DST may not
+    assert parse_data("my-pvc:/data") == ("my-pvc", "/data")
+    assert parse_container_user("submitter", uid=1000, gid=100) == "1000:100"
+    assert parse_container_user("0") == "0"
+
+
+@pytest.mark.parametrize("options", [ContainerOptions(data=(("/x", "/d"), ("/y", "/d"))),
+                                     ContainerOptions(image_pull_policy="always"),
+                                     ContainerOptions(user="root"), ContainerOptions(shm_size=0)])  # fmt: skip
+def test_container_options_a_program_builds_are_checked_as_the_cli_checks_them(options: ContainerOptions) -> None:
+    with pytest.raises(UsageError):
+        JobSpec("c", 1, 0, ["true"], image="img", container=options).validate()
+
+
+@pytest.mark.parametrize("option", FULL.given())
+def test_an_engine_refuses_each_container_option_it_does_not_declare_in_one_line(option: str) -> None:
+    honoured = tuple(o for o in FULL.given() if o != option)
+    spec = JobSpec("c", 1, 0, [PY, "-c", "pass"], image="img", container=FULL)
+    with pytest.raises(UsageError) as refused:
+        prepare_submit(spec, Support("plain", image="a runtime", container_options=honoured))
+    assert refused.value.message == f"{option} is not supported by the plain engine"
+    everything = Support("plain", image="a runtime", container_options=tuple(FULL.given()))
+    assert prepare_submit(spec, everything).spec.container == FULL
+    with pytest.raises(UsageError, match="sets up each rank's container and this job has none"):
+        prepare_submit(dataclasses.replace(spec, image=None), everything)
+
+
+def test_an_api_callers_submitter_is_the_submitting_users_own_ids() -> None:
+    spec = JobSpec("c", 1, 0, [PY, "-c", "pass"], image="img", container=ContainerOptions(user="submitter"))
+    everything = Support("plain", image="a runtime", container_options=tuple(FULL.given()))
+    assert prepare_submit(spec, everything).spec.container.user == f"{os.getuid()}:{os.getgid()}"
+
+
+def test_slurm_refuses_the_container_options_in_one_line() -> None:
+    """Slurm runs no container runtime for a job (docs/runtime.md, "Containers")."""
+    from ringleader.engines.slurm.engine import SlurmEngine
+
+    spec = JobSpec("c", 1, 0, [PY, "-c", "pass"], container=ContainerOptions(shm_size=1 << 20))
+    with pytest.raises(UsageError, match=r"^--shm-size is not supported by the slurm engine$"):
+        prepare_submit(spec, SlurmEngine.supports)

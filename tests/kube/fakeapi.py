@@ -46,8 +46,9 @@ _PATH = re.compile(
     r"^/(?:api/v1|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
     r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[^/]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>[^/]+))?$"
 )
-CLUSTER_SCOPED = {"nodes", "namespaces"}
-BUILTIN_GROUPS = {"", "coordination.k8s.io", "events.k8s.io", "rbac.authorization.k8s.io", "apps", "batch"}
+CLUSTER_SCOPED = {"nodes", "namespaces", "resourceslices"}
+BUILTIN_GROUPS = {"", "coordination.k8s.io", "events.k8s.io", "rbac.authorization.k8s.io", "apps", "batch",
+                  "resource.k8s.io", "admissionregistration.k8s.io", "scheduling.k8s.io", "node.k8s.io", "policy"}
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 # The fields each resource can be selected by (kubernetes pkg/registry/core/pod/strategy.go
 # ToSelectableFields for pods, pkg/registry/core/node/strategy.go for nodes; every other
@@ -126,9 +127,16 @@ def permitted(request: Request, rules: list[Rule]) -> bool:
 
 def merge(target: dict[str, Any], patch: dict[str, Any], strategic: bool = False) -> dict[str, Any]:
     """RFC 7386 JSON merge patch; with ``strategic``, lists with a patch merge key are merged
-    item by item on that key (a condition of the same type replaced, others kept)."""
+    item by item on that key (a condition of the same type replaced, others kept); and strategic
+    merge's ``{"$patch": "delete", "name": N}`` in a list merged by name (pods' schedulingGates)."""
     for key, value in patch.items():
-        if value is None:
+        if isinstance(value, list) and value and all(isinstance(v, dict) and v.get("$patch") == "delete"
+                                                     for v in value):  # fmt: skip
+            gone = {v.get("name") for v in value}
+            target[key] = [v for v in target.get(key) or () if v.get("name") not in gone]
+            if not target[key]:
+                target.pop(key)
+        elif value is None:
             target.pop(key, None)
         elif isinstance(value, dict) and isinstance(target.get(key), dict):
             merge(target[key], value, strategic)
@@ -307,6 +315,11 @@ class FakeApiServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server.server_port}"
 
+    def grant(self, token: str, rules: list[Rule]) -> None:
+        """Register a user (its bearer token) with RBAC rules; from then on every request is
+        authorized: 401 without a known token, 403 outside the user's rules."""
+        self.users[token] = list(rules)
+
     def start(self) -> FakeApiServer:
         self.thread.start()
         return self
@@ -317,11 +330,6 @@ class FakeApiServer:
             self.logged.notify_all()
         self.server.shutdown()
         self.server.server_close()
-
-    def grant(self, token: str, rules: list[Rule]) -> None:
-        """Register a user (its bearer token) with RBAC rules; from then on every request is
-        authorized."""
-        self.users[token] = list(rules)
 
     # -- the store --------------------------------------------------------------------------------------
     def put(self, plural: str, obj: dict[str, Any], event: str | None = None) -> dict[str, Any]:
@@ -456,7 +464,7 @@ class FakeApiServer:
                         self._status(401, "Unauthorized", "Unauthorized")
                         return
                     if not permitted(request, users[token]):
-                        self._status(403, _forbidden(request, token), "Forbidden")
+                        self._status(403, forbidden(request, token), "Forbidden")
                         return
                 if injected:
                     self._status(injected, f"injected failure {injected}", "InternalError")
@@ -598,6 +606,14 @@ class FakeApiServer:
         # The status subresource changes status only; the main resource never changes status.
         patch = {"status": req.body.get("status")} if sub == "status" else {k: v for k, v in req.body.items()
                                                                              if k != "status"}  # fmt: skip
+        spec_patch = patch.get("spec") or {}
+        # As the API server: a pod's node affinity and selector change only while it is gated.
+        if plural == "pods" and ({"affinity", "nodeSelector"} & set(spec_patch)) and not obj["spec"].get(
+                "schedulingGates"):  # fmt: skip
+            name = obj["metadata"]["name"]
+            return h._status(422, f'Pod "{name}" is invalid: spec: Forbidden: pod updates may not change '
+                                  "fields other than ... (node affinity only while scheduling gates remain)",
+                             "Invalid")  # fmt: skip
         strategic = req.content_type == "application/strategic-merge-patch+json"
         return h._send(200, self._put(plural, merge(obj, patch, strategic)))
 
@@ -682,7 +698,8 @@ def _kind(plural: str) -> str:
     return {"pods": "Pod", "nodes": "Node", "podgroups": "PodGroup"}.get(plural, plural.rstrip("s").title())
 
 
-def _forbidden(request: Request, user: str) -> str:
+def forbidden(request: Request, user: str) -> str:
+    """The API server's wording of a 403."""
     m = _PATH.match(request.path)
     if not m:
         return f'User "{user}" cannot {request.verb} {request.path}'

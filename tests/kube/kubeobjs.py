@@ -53,3 +53,13 @@ def podgroup(name: str, min_member: int, namespace: str = "default") -> dict[str
         "apiVersion": f"{names.PODGROUP_GROUP}/{names.PODGROUP_VERSION}", "kind": "PodGroup",
         "metadata": {"name": name, "namespace": namespace}, "spec": {"minMember": min_member},
     }  # fmt: skip
+
+
+def template_pods(job: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """An MPIJob's pod templates as the Pods mpi-operator makes of them (name x-<role>)."""
+    return {role: {"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": f"x-{role.lower()}", "namespace": "team-a", **rep["template"]["metadata"]},
+                   "spec": rep["template"]["spec"]}
+            for role, rep in job["spec"]["mpiReplicaSpecs"].items()}  # fmt: skip
+
+

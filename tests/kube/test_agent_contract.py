@@ -8,7 +8,7 @@ import threading
 from kube.fakeapi import FakeApiServer
 from kube.kubeobjs import pod, podgroup
 from ringleader.engines.kubernetes import names
-from ringleader.engines.kubernetes.agent import Found, publish, run_agent
+from ringleader.engines.kubernetes.agent import Found, publish, run_agent, smi_uuids
 from ringleader.engines.kubernetes.client import Api, load_client
 from ringleader.engines.kubernetes.objects import parse_topology
 from ringleader.engines.kubernetes.scheduler import Scheduler
@@ -71,3 +71,25 @@ def test_contract_agent_loop_then_scheduler_places_on_published_topology(fake: F
                  for i in range(2))  # fmt: skip
     # Two GPUs joined by NV2 on a DGX-1V: the best pair the topology has.
     assert preset("dgx1v").links[ids[0]][ids[1]].nvlinks == 2
+
+
+def test_contract_agent_publishes_gpu_uuids_in_index_order(fake: FakeApiServer) -> None:
+    fake.put("nodes", bare_node("gpu-0"))
+    api = Api(load_client(host=fake.url))
+    uuids = tuple(f"GPU-{i:08x}-0000-0000-0000-000000000000" for i in range(8))
+    assert publish(api, "gpu-0", preset("dgx1v"), uuids)
+    annotations = fake.get("nodes", "gpu-0")["metadata"]["annotations"]
+    assert annotations[names.GPU_UUIDS_ANNOTATION].split(",") == list(uuids)
+    assert [r.verb for r in fake.requests if r.verb == "patch"] == ["patch", "patch"]  # both annotations in one
+    assert not publish(api, "gpu-0", preset("dgx1v"), uuids)
+    assert publish(api, "gpu-0", EMPTY)  # GPUs gone: no UUIDs either
+    assert names.GPU_UUIDS_ANNOTATION not in fake.get("nodes", "gpu-0")["metadata"]["annotations"]
+
+
+def test_uuids_from_nvidia_smi_listing() -> None:
+    listing = ("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-5a7c1d3e-1111-2222-3333-444455556666)\n"
+               "GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-9b8e2f4a-1111-2222-3333-444455556666)\n")  # fmt: skip
+    assert smi_uuids(listing, 2) == ("GPU-5a7c1d3e-1111-2222-3333-444455556666",
+                                     "GPU-9b8e2f4a-1111-2222-3333-444455556666")  # fmt: skip
+    assert smi_uuids(listing, 3) == ()  # one GPU without a UUID: none trusted
+    assert smi_uuids("GPU 0: NVIDIA A100 (UUID: GPU-abc)\n  MIG 1g.10gb Device 0: (UUID: MIG-x)\n", 1) == ("GPU-abc",)

@@ -5,14 +5,15 @@ kubelet's (phases, logs); the scheduler is ringleader's own."""
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 import yaml
 
-from kube.fakeapi import FakeApiServer
+from kube.fakeapi import FakeApiServer, permitted
 from kube.kubeobjs import node
 from ringleader.cli.main import main
-from ringleader.engines.kubernetes import names
+from ringleader.engines.kubernetes import manifests, names
 from ringleader.engines.kubernetes.client import Api, load_client
 from ringleader.engines.kubernetes.scheduler import Scheduler
 
@@ -22,6 +23,8 @@ def run(fake: FakeApiServer, tmp_path, monkeypatch, capsys):  # type: ignore[no-
     monkeypatch.setenv("RINGLEADER_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("RINGLEADER_KUBE_SERVER", fake.url)
     monkeypatch.setenv("RINGLEADER_KUBE_NAMESPACE", "team-a")
+    # the install's ConfigMap that says how GPUs reach workers (`kube manifests`)
+    fake.put("configmaps", next(o for o in manifests.install() if o["metadata"]["name"] == names.CLUSTER_CONFIG))
 
     def invoke(*args: str) -> tuple[int, str]:
         """The exit code and stdout+stderr of `ringleader ARGS`, through the real entry point."""
@@ -33,14 +36,24 @@ def run(fake: FakeApiServer, tmp_path, monkeypatch, capsys):  # type: ignore[no-
     return invoke
 
 
-def operator_makes_pods(fake: FakeApiServer, job_name: str, namespace: str = "team-a") -> None:
-    """What mpi-operator does for an MPIJob: one pod per replica, from the templates."""
+LAUNCHER_POD_SUFFIX = "x7k2p"  # the launcher is a batch Job: its pod gets a generated suffix
+
+
+def operator_makes_pods(fake: FakeApiServer, job_name: str, namespace: str = "team-a", role: str = "Worker") -> None:
+    """What mpi-operator does for an MPIJob: a pod per worker replica from its template, and
+    (with launcherCreationPolicy WaitForWorkersReady, once they are Ready) the launcher's Job,
+    whose pod is `<job>-launcher-<suffix>`."""
     job = fake.get("mpijobs", job_name, namespace)
-    for role, replica in job["spec"]["mpiReplicaSpecs"].items():
+    assert job["spec"]["launcherCreationPolicy"] == "WaitForWorkersReady"
+    replica = job["spec"]["mpiReplicaSpecs"][role]
+    if True:
         for i in range(replica["replicas"]):
             template = copy.deepcopy(replica["template"])
-            name = f"{job_name}-{role.lower()}" + (f"-{i}" if role == "Worker" else "")
+            name = f"{job_name}-worker-{i}" if role == "Worker" else f"{job_name}-launcher-{LAUNCHER_POD_SUFFIX}"
             labels = {**template["metadata"]["labels"], names.JOB_ROLE_LABEL: role.lower()}
+            if role == "Launcher":  # mpi-operator's "no GPU" for a launcher that runs no rank
+                template["spec"]["containers"][0]["env"] += [{"name": "NVIDIA_VISIBLE_DEVICES"},
+                                                             {"name": "NVIDIA_DRIVER_CAPABILITIES"}]
             fake.put("pods", {"apiVersion": "v1", "kind": "Pod",
                               "metadata": {"name": name, "namespace": namespace, "labels": labels},
                               "spec": template["spec"], "status": {"phase": "Pending"}})  # fmt: skip
@@ -67,8 +80,13 @@ def test_contract_submit_get_list_logs_delete(run, fake: FakeApiServer) -> None:
     assert creates == ["/apis/kubeflow.org/v2beta1/namespaces/team-a/mpijobs",
                        "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/team-a/podgroups"]  # fmt: skip
     group = fake.get("podgroups", "vgg", "team-a")
-    assert group["metadata"]["ownerReferences"][0]["uid"] == fake.get("mpijobs", "vgg", "team-a")["metadata"]["uid"]
-    assert group["spec"]["minMember"] == 5
+    job = fake.get("mpijobs", "vgg", "team-a")
+    assert group["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]
+    # the plan puts the 4 ranks on one node's NVLink quad: one worker pod holds them (NCCL P2P
+    # between ranks needs one host and one IPC namespace), the gang is the worker pods
+    assert job["spec"]["slotsPerWorker"] == 4 and job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 1
+    assert group["spec"]["minMember"] == 1
+    assert "4 ranks per worker pod" in out
     code, out = run("submit", "mpi", "--engine", "kubernetes", "--name", "vgg", "--workers", "1", "python x.py")
     assert code == 1 and "already exists" in out
 
@@ -77,15 +95,26 @@ def test_contract_submit_get_list_logs_delete(run, fake: FakeApiServer) -> None:
     sched.sync()
     assert sched.elector.try_acquire_or_renew()
     assert [r.ok for r in sched.cycle()] == [True]
-    launcher = fake.get("pods", "vgg-launcher", "team-a")
+    fake.get("pods", "vgg-worker-0", "team-a")["status"] = {"phase": "Running"}
+    operator_makes_pods(fake, "vgg", role="Launcher")  # the workers are Ready: now the launcher
+    launcher_pod = f"vgg-launcher-{LAUNCHER_POD_SUFFIX}"
+    sched.sync()
+    assert [r.ok for r in sched.cycle()] == [True]
+    launcher = fake.get("pods", launcher_pod, "team-a")
+    assert launcher["spec"]["nodeName"] == fake.get("pods", "vgg-worker-0", "team-a")["spec"]["nodeName"]
     launcher["status"] = {"phase": "Running"}
-    fake.pod_logs["team-a/vgg-launcher"] = "step 1\nstep 2\n"
+    fake.pod_logs[f"team-a/{launcher_pod}"] = "step 1\nstep 2\n"
+    fake.pod_logs["team-a/vgg-worker-0"] = "sshd\n"
 
     code, out = run("get", "--engine", "kubernetes", "vgg")
     assert code == 0, out
-    assert "vgg-worker-3" in out and "vgg-launcher" in out
+    assert "vgg-worker-0" in out and launcher_pod in out
     placement = next(line for line in out.splitlines() if line.startswith("Placement"))
     assert "4w: GPU" in placement  # all four workers on one node's NVLink quad
+    code, out = run("logs", "--engine", "kubernetes", "vgg", "-i", "launcher")
+    assert code == 0 and out == "step 1\nstep 2\n", out
+    code, out = run("logs", "--engine", "kubernetes", "vgg", "-i", "worker-0")
+    assert code == 0 and out == "sshd\n", out
     code, out = run("list", "--engine", "kubernetes")
     assert code == 0 and "vgg" in out and "MPIJOB" in out
     code, out = run("logs", "--engine", "kubernetes", "vgg", "--tail", "1")
@@ -138,3 +167,123 @@ def test_contract_unreachable_cluster_is_one_line(run, monkeypatch) -> None:  # 
     code, out = run("list", "--engine", "kubernetes")
     assert code == 1
     assert out.startswith("error: cannot reach the API server") and out.count("\n") == 1
+
+
+# Kubernetes' `edit` ClusterRole, the part of it the engine's calls touch (pods, their logs,
+# secrets, events), as the API server defines it; bound in one namespace only.
+EDIT_ROLE = [
+    {"apiGroups": [""], "resources": ["pods", "pods/attach", "pods/exec", "pods/portforward", "pods/proxy",
+                                      "configmaps", "secrets", "services", "persistentvolumeclaims"],
+     "verbs": ["create", "delete", "deletecollection", "patch", "update"]},
+    {"apiGroups": [""], "resources": ["pods", "pods/log", "pods/status", "configmaps", "events", "secrets",
+                                      "services", "persistentvolumeclaims"], "verbs": ["get", "list", "watch"]},
+]  # fmt: skip
+
+
+SCHEDULER_ROLE = "ringleader-scheduler"
+SCHEDULER_ACCOUNT = "system:serviceaccount:ringleader-system:ringleader-scheduler"
+
+
+def as_namespace_user(fake: FakeApiServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """RBAC on, as a cluster has it: alice with `edit` in team-a (which the install's ClusterRole
+    ringleader-jobs aggregates into) and the install's read of its cluster ConfigMap, nothing
+    outside team-a; the scheduler's ServiceAccount with the install's roles. The CLI then talks
+    to the cluster as alice, through a kubeconfig with her token."""
+    installed = manifests.install()
+    jobs_role = next(o for o in installed if o["metadata"]["name"] == manifests.USER_ROLE)
+    assert jobs_role["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
+    config_role = next(o for o in installed if o["kind"] == "Role" and o["metadata"]["name"] == names.CLUSTER_CONFIG)
+    fake.grant("alice", [(r, "team-a") for r in EDIT_ROLE + jobs_role["rules"]]
+               + [(r, names.SYSTEM_NAMESPACE) for r in config_role["rules"]])  # fmt: skip
+    sched_role = next(o for o in installed if o["kind"] == "ClusterRole" and o["metadata"]["name"] == SCHEDULER_ROLE)
+    lease = next(o for o in installed if o["kind"] == "Role" and o["metadata"]["name"] == SCHEDULER_ROLE)
+    fake.grant(SCHEDULER_ACCOUNT, [(r, None) for r in sched_role["rules"]]
+               + [(r, names.SYSTEM_NAMESPACE) for r in lease["rules"]])  # fmt: skip
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "alice",
+        "clusters": [{"name": "fake", "cluster": {"server": fake.url}}],
+        "users": [{"name": "alice", "user": {"token": "alice"}}],
+        "contexts": [{"name": "alice", "context": {"cluster": "fake", "user": "alice", "namespace": "team-a"}}],
+    }))  # fmt: skip
+    monkeypatch.delenv("RINGLEADER_KUBE_SERVER")
+    monkeypatch.delenv("RINGLEADER_KUBE_NAMESPACE")
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    # the client read KUBECONFIG when it was first imported: point its default at the file too
+    from kubernetes.config import kube_config
+
+    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig))
+
+
+def scheduler_as_its_account(fake: FakeApiServer) -> Scheduler:
+    from kubernetes import client
+
+    configuration = client.Configuration()
+    configuration.host = fake.url
+    configuration.api_key = {"BearerToken": f"Bearer {SCHEDULER_ACCOUNT}"}
+    return Scheduler(Api(client.ApiClient(configuration)), "s")
+
+
+def test_contract_a_namespace_only_user_submits_gets_logs_and_deletes(run, fake: FakeApiServer, monkeypatch,
+                                                                      tmp_path) -> None:  # type: ignore[no-untyped-def]
+    fake.put("nodes", node("gpu-0", mode=None))
+    as_namespace_user(fake, monkeypatch, tmp_path)
+    code, out = run("submit", "mpi", "--engine", "kubernetes", "--name", "vgg", "--workers", "2", "--gpus", "1",
+                    "-e", "HF_TOKEN=t", "mpirun -np 2 python train.py")  # fmt: skip
+    assert code == 0, out
+    assert "no placement preview: you may not list nodes and pods cluster-wide (403)" in out
+    assert fake.get("mpijobs", "vgg", "team-a") is not None and fake.get("secrets", "vgg-env", "team-a")
+    assert any(r.path == "/api/v1/nodes" and r.user == "alice" for r in fake.requests)  # tried, refused
+
+    operator_makes_pods(fake, "vgg")  # mpi-operator and the scheduler are the cluster's
+    sched = scheduler_as_its_account(fake)
+    sched.sync()
+    assert sched.elector.try_acquire_or_renew()
+    assert [r.ok for r in sched.cycle()] == [True]
+    operator_makes_pods(fake, "vgg", role="Launcher")
+    sched.sync()
+    sched.cycle()
+    fake.pod_logs[f"team-a/vgg-launcher-{LAUNCHER_POD_SUFFIX}"] = "step 1\n"
+
+    for args, expect in ((("get", "vgg"), "vgg-worker-"), (("list",), "vgg"), (("logs", "vgg"), "step 1"),
+                         (("logs", "vgg", "-i", "launcher"), "step 1"), (("delete", "vgg"), "deleted")):  # fmt: skip
+        code, out = run(args[0], "--engine", "kubernetes", *args[1:])
+        assert code == 0 and expect in out, (args, out)
+    assert fake.get("mpijobs", "vgg", "team-a") is None
+    mine = [r for r in fake.requests if r.user == "alice"]
+    outside = {r.path for r in mine if "/namespaces/team-a/" not in r.path
+               and not r.path.endswith(f"/configmaps/{names.CLUSTER_CONFIG}")}  # fmt: skip
+    assert outside == {"/api/v1/nodes"}  # only the preview reached outside team-a, and was refused
+    assert not [r for r in fake.requests if r.user == SCHEDULER_ACCOUNT and not permitted(
+        r, fake.users[SCHEDULER_ACCOUNT])]  # the scheduler needed nothing beyond its install roles
+
+
+def test_contract_the_fake_refuses_what_rbac_does_not_grant(run, fake: FakeApiServer, monkeypatch,
+                                                             tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The check can fail: the same user in another namespace is refused in one line."""
+    as_namespace_user(fake, monkeypatch, tmp_path)
+    code, out = run("list", "--engine", "kubernetes")
+    assert code == 0
+    code, out = run("submit", "mpi", "--engine", "kubernetes", "-n", "team-b", "--name", "x", "python x.py")
+    assert code == 1 and out.count("\n") == 1, out
+    assert 'User "alice" cannot get resource "mpijobs"' in out and 'namespace "team-b"' in out
+    assert "To fix: ask for the edit role in that namespace" in out  # not the scheduler's RBAC
+    assert not fake.calls("create")
+
+
+def test_contract_n_picks_the_namespace_of_every_job_command(run, fake: FakeApiServer) -> None:  # type: ignore[no-untyped-def]
+    fake.put("nodes", node("gpu-0", mode=None))
+    code, out = run("submit", "mpi", "--engine", "kubernetes", "-n", "team-b", "--name", "x", "--workers", "2",
+                    "python x.py")  # fmt: skip
+    assert code == 0, out
+    assert fake.get("mpijobs", "x", "team-b") is not None and fake.get("podgroups", "x", "team-b") is not None
+    code, out = run("get", "--engine", "kubernetes", "x")  # the context's namespace (team-a) has no such job
+    assert code == 1 and "not found in namespace team-a" in out
+    for args in (("get", "-n", "team-b", "x"), ("list", "--namespace", "team-b"), ("delete", "-n", "team-b", "x")):
+        code, out = run(args[0], "--engine", "kubernetes", *args[1:])
+        assert code == 0 and "x" in out, (args, out)
+    assert fake.get("mpijobs", "x", "team-b") is None
+    code, out = run("list", "--engine", "kubernetes", "-n", "Team_B")
+    assert code == 2 and out.startswith("error: -n 'Team_B' is not a namespace name"), out
+    code, out = run("cluster", "get", "-n", "team-b")
+    assert code == 2 and "-n/--namespace does not apply to `cluster get`" in out, out

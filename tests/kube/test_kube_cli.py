@@ -49,3 +49,40 @@ def test_scheduler_config_errors(tmp_path, capsys) -> None:  # type: ignore[no-u
     assert main(["kube", "scheduler", "--config", str(bad)]) == 2
     assert main(["kube", "scheduler", "--config", str(tmp_path / "absent.yaml")]) == 2
     assert "cannot read config" in capsys.readouterr().err
+
+
+def test_manifests_choose_the_gpu_delivery(capsys) -> None:  # type: ignore[no-untyped-def]
+    assert main(["kube", "manifests", "--gpu-delivery", "dra", "--runtime-class", "none"]) == 0
+    docs = list(yaml.safe_load_all(capsys.readouterr().out))
+    cluster = next(d for d in docs if d["metadata"]["name"] == names.CLUSTER_CONFIG and d["kind"] == "ConfigMap")
+    assert cluster["data"] == {"gpuDelivery": "dra", "runtimeClass": "none"}
+    assert [d["metadata"]["name"] for d in docs if d["kind"] == "ValidatingAdmissionPolicy"] == [
+        "ringleader-agent-own-node"]
+    assert main(["kube", "manifests", "--trusted-namespace", "ml-infra"]) == 0
+    docs = list(yaml.safe_load_all(capsys.readouterr().out))
+    binding = next(d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding"
+                   and d["metadata"]["name"] == "ringleader-gpu-env")  # fmt: skip
+    assert "ml-infra" in binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][0]["values"]
+    assert main(["kube", "manifests", "--runtime-class", "Bad_Name"]) == 2
+    assert capsys.readouterr().err.startswith("error: runtime class 'Bad_Name' is not a valid name")
+
+
+def test_kubernetes_options_are_refused_by_other_engines_in_one_line(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("RINGLEADER_HOME", str(tmp_path / "home"))
+    for extra in (["--dry-run"], []):
+        for option in (["--cpu", "4"], ["-n", "team-a"], ["--toleration", "all"], ["--priority-class", "high"]):
+            code = main(["submit", "mpi", "--engine", "embedded", "--name", "x", *option, *extra, "true"])
+            err = capsys.readouterr().err
+            assert code == 2 and err.count("\n") == 1, err
+            flag = "-n/--namespace" if option[0] == "-n" else option[0]
+            assert f"{flag} is not supported by the embedded engine" in err
+    assert main(["list", "--engine", "embedded", "-o", "json"]) == 0
+    assert '"x"' not in capsys.readouterr().out  # nothing was submitted
+
+
+def test_gpu_variables_are_refused_on_kubernetes(capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("RINGLEADER_KUBE_SERVER", "http://127.0.0.1:9")
+    code = main(["submit", "mpi", "--engine", "kubernetes", "--name", "x", "--dry-run", "-e",
+                 "NVIDIA_VISIBLE_DEVICES=all", "true"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: -e NVIDIA_VISIBLE_DEVICES is not allowed on the kubernetes engine")

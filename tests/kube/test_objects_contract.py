@@ -1,13 +1,15 @@
 """Contract tests: every object ringleader writes is valid for the API server that receives it.
 
 MPIJob and PodGroup against the official CRDs' openAPIV3Schema (../shared/reference/kubernetes);
-built-in kinds with kubernetes-validate for Kubernetes 1.30, strict (unknown fields refused).
+built-in kinds with kubernetes-validate, strict (unknown fields refused), for the oldest and newest
+Kubernetes each delivery path supports (env: 1.30 and 1.37; dra: 1.34 and 1.37).
 Objects the scheduler sends are taken from the requests the fake API server received.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -15,16 +17,25 @@ import pytest
 import yaml
 
 from kube.fakeapi import FakeApiServer
-from kube.kubeobjs import node, pod, podgroup
+from kube.kubeobjs import node, pod, podgroup, template_pods
 from ringleader.engines.kubernetes import manifests, names
 from ringleader.engines.kubernetes.client import Api, load_client
+from ringleader.engines.kubernetes.delivery import (
+    Delivery,
+    claim_allocation,
+    claim_template,
+    node_devices,
+    pin_patch,
+    ungate_patch,
+)
 from ringleader.engines.kubernetes.scheduler import Scheduler
-from ringleader.jobs.spec import JobSpec
+from ringleader.errors import UsageError
+from ringleader.jobs.spec import ContainerOptions, JobSpec, KubeOptions
 
 jsonschema = pytest.importorskip("jsonschema")
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 
-K8S_VERSION = "1.30"
+K8S_VERSIONS = ("1.30", "1.37")  # the oldest and newest the env path supports (see docs/kubernetes.md)
 CRDS = Path(__file__).resolve().parents[3] / "shared" / "reference" / "kubernetes"
 
 SPEC = JobSpec(
@@ -39,7 +50,12 @@ def crd_schema(filename: str, version: str) -> dict[str, Any]:
     path = CRDS / filename
     if not path.exists():
         pytest.skip(f"official CRD not present at {path} (checkout without ../shared)")
-    crd = yaml.safe_load(path.read_text())
+    return _crd_schema(path, version)
+
+
+@functools.lru_cache(maxsize=8)
+def _crd_schema(path: Path, version: str) -> dict[str, Any]:
+    crd = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     served = {v["name"]: v for v in crd["spec"]["versions"]}
     return served[version]["schema"]["openAPIV3Schema"]
 
@@ -50,7 +66,8 @@ def validate_crd(obj: dict[str, Any], filename: str, version: str) -> None:
 
 
 def validate_builtin(obj: dict[str, Any]) -> None:
-    kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+    for version in K8S_VERSIONS:
+        kubernetes_validate.validate(obj, version, strict=True)
 
 
 def test_contract_mpijob_matches_official_crd() -> None:
@@ -59,7 +76,8 @@ def test_contract_mpijob_matches_official_crd() -> None:
     # A plain program is wrapped in mpirun, and still valid.
     plain = manifests.mpijob(JobSpec("plain", 2, 2, ["python", "train.py"]), "team-a")
     validate_crd(plain, "kubeflow.org_mpijobs.yaml", "v2beta1")
-    assert plain["spec"]["slotsPerWorker"] == 2
+    # one rank per pod: -np 2 over mpi-operator's hostfile puts one rank on each worker pod
+    assert plain["spec"]["slotsPerWorker"] == 1 and plain["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
 
 
 def test_contract_crd_schema_rejects_a_broken_mpijob() -> None:
@@ -73,7 +91,7 @@ def test_contract_crd_schema_rejects_a_broken_mpijob() -> None:
 def test_contract_podgroup_matches_official_crd() -> None:
     group = manifests.podgroup(SPEC, "default", owner_uid="0b9f1c3e-0000-4000-8000-000000000001")
     validate_crd(group, "scheduling.x-k8s.io_podgroups.yaml", "v1alpha1")
-    assert group["spec"]["minMember"] == 5  # 4 workers and the launcher
+    assert group["spec"]["minMember"] == 4  # the workers: the launcher is created once they are Ready
     broken = copy.deepcopy(group)
     broken["spec"]["minMember"] = 0
     with pytest.raises(jsonschema.ValidationError):
@@ -101,7 +119,7 @@ def test_contract_install_manifests_are_valid() -> None:
 
 
 def test_contract_builtin_validation_can_fail() -> None:
-    bad = manifests.install()[-1]
+    bad = next(o for o in manifests.install() if o["kind"] == "DaemonSet")
     bad["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"] = 3
     with pytest.raises(kubernetes_validate.ValidationError):
         validate_builtin(bad)
@@ -166,3 +184,149 @@ def test_contract_secret_looking_env_goes_into_a_secret_the_pods_reference() -> 
     assert secret["stringData"] == {"HF_TOKEN": "hf_abc123", "DB_PASSWORD": "pw-42", "AWS_SECRET_ACCESS_KEY": "s3cr3t"}
     assert secret["metadata"]["ownerReferences"][0]["kind"] == "MPIJob"
     assert manifests.env_secret(JobSpec("plain", 1, 0, ["true"], env={"N": "1"}), "team-a") is None
+
+
+# -- GPU delivery: both paths' objects, for the oldest and newest Kubernetes each supports ---------------
+
+ENV_VERSIONS = ("1.30", "1.37")  # ValidatingAdmissionPolicy v1 and bound-token node names: 1.30
+DRA_VERSIONS = ("1.34", "1.37")  # resource.k8s.io/v1: 1.34
+
+
+@pytest.mark.parametrize(("delivery", "versions"), [
+    (Delivery(), ENV_VERSIONS), (Delivery("env", None), ENV_VERSIONS), (Delivery("dra"), DRA_VERSIONS)])
+def test_contract_install_validates_for_the_versions_it_claims(delivery: Delivery, versions: tuple[str, ...]) -> None:
+    objects = manifests.install(image="registry.example/ringleader:0.1.0", delivery=delivery)
+    for version in versions:
+        for obj in objects:
+            kubernetes_validate.validate(obj, version, strict=True)
+    kinds = [o["kind"] for o in objects]
+    agent = next(o for o in objects if o["kind"] == "DaemonSet")["spec"]["template"]["spec"]
+    assert agent.get("runtimeClassName") == delivery.runtime_class
+    assert kinds.count("ValidatingAdmissionPolicy") == (2 if delivery.mode == "env" else 1)
+    config = next(o for o in objects if o["metadata"]["name"] == names.CLUSTER_CONFIG and o["kind"] == "ConfigMap")
+    assert Delivery.parse(config["data"]["gpuDelivery"], config["data"]["runtimeClass"]) == delivery
+    # admissionregistration.k8s.io/v1 policies exist from 1.30 on: 1.29 has no such kind
+    policy = next(o for o in objects if o["kind"] == "ValidatingAdmissionPolicy")
+    with pytest.raises(kubernetes_validate.utils.SchemaNotFoundError):
+        kubernetes_validate.validate(policy, "1.29", strict=True)
+
+
+def test_contract_env_workers_name_the_runtime_class_and_take_ids_from_the_binding() -> None:
+    pods = template_pods(manifests.mpijob(SPEC, "team-a", delivery=Delivery("env", "nvidia-cdi")))
+    worker, launcher = pods["Worker"]["spec"], pods["Launcher"]["spec"]
+    assert worker["runtimeClassName"] == "nvidia-cdi" and "runtimeClassName" not in launcher
+    env = {e["name"]: e for e in worker["containers"][0]["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"]["valueFrom"]["fieldRef"]["fieldPath"] == manifests.GPU_IDS_FIELD
+    assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"} in launcher["containers"][0]["env"]
+    # not BestEffort: requests by default, so the scheduler's room check counts them
+    assert worker["containers"][0]["resources"]["requests"] == manifests.DEFAULT_WORKER_REQUESTS
+    plain = template_pods(manifests.mpijob(SPEC, "team-a", delivery=Delivery("env", None)))["Worker"]["spec"]
+    assert "runtimeClassName" not in plain
+    cpu = template_pods(manifests.mpijob(JobSpec("cpu", 2, 0, ["true"]), "team-a"))["Worker"]["spec"]
+    assert "runtimeClassName" not in cpu and manifests.NO_GPU_ENV in cpu["containers"][0]["env"]
+
+
+def test_contract_dra_objects_match_resource_k8s_io_v1() -> None:
+    job = manifests.mpijob(SPEC, "team-a", delivery=Delivery("dra"), per_pod=2)
+    validate_crd(job, "kubeflow.org_mpijobs.yaml", "v2beta1")
+    pods = template_pods(job)
+    worker = pods["Worker"]["spec"]
+    assert worker["schedulingGates"] == [{"name": names.GANG_GATE}] and worker["schedulerName"] == "default-scheduler"
+    assert "runtimeClassName" not in worker
+    assert not any(e["name"].startswith("NVIDIA_") for e in worker["containers"][0]["env"])  # CDI, not env
+    assert worker["containers"][0]["resources"]["claims"] == [{"name": names.DRA_REQUEST}]
+    assert names.PODGROUP_LABEL not in pods["Launcher"]["metadata"]["labels"]  # kube-scheduler places it
+    template = claim_template(manifests.claim_template_name(SPEC), "team-a", 2, SPEC.name,
+                              manifests.owner_reference(SPEC, "0b9f1c3e-0000-4000-8000-000000000001"))  # fmt: skip
+    assert worker["resourceClaims"][0]["resourceClaimTemplateName"] == template["metadata"]["name"]
+    slice_ = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "gpu-0-gpu.nvidia.com"},
+              "spec": {"driver": names.DRA_DRIVER, "nodeName": "gpu-0", "pool": {"name": "gpu-0", "generation": 1,
+                       "resourceSliceCount": 1},
+                       "devices": [{"name": f"gpu-{i}", "attributes": {"type": {"string": "gpu"},
+                                    "uuid": {"string": f"GPU-{i}aaa"}, "productName": {"string": "NVIDIA H100"}}}
+                                   for i in range(4)]}}  # fmt: skip
+    devices = [d for d in node_devices([slice_], "gpu-0") if d.uuid in ("GPU-2aaa", "GPU-3aaa")]
+    assert [d.name for d in devices] == ["gpu-2", "gpu-3"] and node_devices([slice_], "gpu-1") == []
+    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+             "metadata": {"name": "x-worker-0-gpus-k2x9z", "namespace": "team-a"},
+             "spec": template["spec"]["spec"], "status": claim_allocation("gpu-0", devices)}  # fmt: skip
+    for version in DRA_VERSIONS:
+        for obj in (template, slice_, claim, pods["Worker"], pods["Launcher"]):
+            kubernetes_validate.validate(obj, version, strict=True)
+    pinned = copy.deepcopy(pods["Worker"])
+    pin = pin_patch("gpu-0", {names.GPU_IDS_ANNOTATION: "2,3"})
+    pinned["metadata"]["annotations"] = pin["metadata"]["annotations"]
+    pinned["spec"]["affinity"] = pin["spec"]["affinity"]
+    kubernetes_validate.validate(pinned, DRA_VERSIONS[0], strict=True)
+    assert ungate_patch() == {"spec": {"schedulingGates": [{"$patch": "delete", "name": names.GANG_GATE}]}}
+    broken = copy.deepcopy(template)
+    broken["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"] = "two"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, DRA_VERSIONS[0], strict=True)
+
+
+def test_contract_kube_options_reach_the_pods() -> None:
+    kube = KubeOptions(cpu="500m", memory="4Gi", selector=(("pool", "a100"),),
+                       tolerations=("gpu=yes:NoSchedule", "all"),
+                       image_pull_secrets=("regcred",), labels=(("team", "nlp"),), annotations=(("owner", "ann"),),
+                       priority_class="high", retry=3, data_dirs=("/mnt/data:/data",))  # fmt: skip
+    spec = JobSpec("opts", 4, 1, ["python", "t.py"], workdir="/workspace", kube=kube).validate()
+    job = manifests.mpijob(spec, "team-a", per_pod=2)
+    validate_crd(job, "kubeflow.org_mpijobs.yaml", "v2beta1")
+    assert job["spec"]["runPolicy"]["backoffLimit"] == 3 and job["metadata"]["labels"]["team"] == "nlp"
+    pods = template_pods(job)
+    for template in pods.values():
+        kubernetes_validate.validate(template, "1.30", strict=True)
+        spec_ = template["spec"]
+        assert spec_["nodeSelector"] == {"pool": "a100"} and spec_["priorityClassName"] == "high"
+        assert spec_["tolerations"] == [{"key": "gpu", "operator": "Equal", "value": "yes", "effect": "NoSchedule"},
+                                        {"operator": "Exists"}]  # fmt: skip
+        assert spec_["imagePullSecrets"] == [{"name": "regcred"}]
+        assert spec_["volumes"][0]["hostPath"]["path"] == "/mnt/data"
+        assert spec_["containers"][0]["volumeMounts"][0]["mountPath"] == "/data"
+        assert spec_["containers"][0]["workingDir"] == "/workspace"
+        assert template["metadata"]["annotations"] == {"owner": "ann"}
+        assert template["metadata"]["labels"]["team"] == "nlp"
+    # two ranks per pod: twice one rank's requests
+    requests = pods["Worker"]["spec"]["containers"][0]["resources"]["requests"]
+    assert requests == {"cpu": "1000m", "memory": str(8 * 2**30)}
+    for bad in (KubeOptions(cpu="lots"), KubeOptions(tolerations=("a:Never",)), KubeOptions(retry=-1),
+                KubeOptions(selector=(("bad key", "v"),)), KubeOptions(data_dirs=("data:/data",))):
+        with pytest.raises(UsageError):
+            JobSpec("opts", 1, 0, ["true"], kube=bad).validate()
+
+
+def test_contract_container_options_reach_the_pods() -> None:
+    """The options shared with the embedded engine's containers, as pods take them."""
+    opts = ContainerOptions(data=(("imagenet", "/data"),), shm_size=8 << 30, rdma=True, image_pull_policy="Always",
+                            user="1000:1000")  # fmt: skip
+    spec = JobSpec("c", 2, 1, ["python", "t.py"], container=opts).validate()
+    job = manifests.mpijob(spec, "team-a")
+    validate_crd(job, "kubeflow.org_mpijobs.yaml", "v2beta1")
+    pods = template_pods(job)
+    for template in pods.values():
+        kubernetes_validate.validate(template, "1.30", strict=True)
+        volumes = {v["name"]: v for v in template["spec"]["volumes"]}
+        assert volumes["data-0"]["persistentVolumeClaim"] == {"claimName": "imagenet"}
+        assert volumes["dshm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": str(8 << 30)}
+        container = template["spec"]["containers"][0]
+        assert {m["mountPath"] for m in container["volumeMounts"]} == {"/data", "/dev/shm"}
+        assert container["imagePullPolicy"] == "Always"
+        assert container["securityContext"] == {"runAsUser": 1000, "runAsGroup": 1000,
+                                                "capabilities": {"add": ["IPC_LOCK"]}}  # fmt: skip
+    assert pods["Worker"]["spec"]["containers"][0]["resources"]["limits"][manifests.RDMA_RESOURCE] == 1
+    assert "limits" not in pods["Launcher"]["spec"]["containers"][0]["resources"]
+    # without --shm-size, /dev/shm is still memory, not the container's 64 MiB
+    plain = template_pods(manifests.mpijob(JobSpec("p", 1, 1, ["true"]), "team-a"))["Worker"]["spec"]
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory"}} in plain["volumes"]
+    with pytest.raises(UsageError, match="source is a PersistentVolumeClaim's name"):
+        manifests.mpijob(JobSpec("d", 1, 0, ["true"], container=ContainerOptions(data=(("/mnt/x", "/x"),))), "ns")
+
+
+def test_ranks_per_pod_is_the_largest_share_every_node_divides() -> None:
+    spec = JobSpec("p", 12, 1, ["true"])
+    assert manifests.ranks_per_pod(spec, ["a"] * 8 + ["b"] * 4) == 4
+    assert manifests.ranks_per_pod(spec, ["a"] * 12) == 12
+    assert manifests.ranks_per_pod(spec, ["a"] * 7 + ["b"] * 5) == 1
+    assert manifests.ranks_per_pod(spec, []) == 1  # no plan: one rank per pod
+    assert manifests.ranks_per_pod(JobSpec("c", 4, 0, ["true"]), ["a"] * 4) == 1  # CPU ranks: no NVLink to share

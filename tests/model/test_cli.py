@@ -122,3 +122,17 @@ def test_fabric_and_network_efficiency_change_a_multi_node_prediction(tmp_path, 
     tcp, ib = rate(), rate("--fabric", "infiniband")
     assert ib > 1.5 * tcp  # NCCL over sockets gets a fraction of what RDMA gets of 100 Gb/s
     assert rate("--fabric", "infiniband", "--network-efficiency", "0.2") < ib
+
+
+def test_a_calibration_from_a_faster_fabric_is_named(tmp_path, capsys):
+    """An InfiniBand calibration (12 GB/s) applied to the reference 25 Gb/s cluster used to
+    predict near-perfect scaling without a word; one measured at 1 GB/s fits this cluster."""
+    cal = tmp_path / "cal.json"
+    argv = ("predict", "--model", "vgg16", "--workers", "4", "--policy", "default", "--calibration", str(cal))
+    cal.write_text('{"kind": "calibration", "version": 1, "links": {"network": {"gbs": 12, "latency_us": 5}}}')
+    code, out, err = run(capsys, *argv)
+    assert code == 0 and "default" in out
+    assert err.count("\n") == 1 and "warning: the calibration's network link (12 GB/s) is faster" in err
+    assert "(3.12 GB/s)" in err
+    cal.write_text('{"kind": "calibration", "version": 1, "links": {"network": {"gbs": 1, "latency_us": 5}}}')
+    assert "warning" not in run(capsys, *argv)[2]

@@ -1,6 +1,7 @@
 """An unattended queue: nobody types a command, yet a supervisor killed -9 or stopped (SIGSTOP)
-is noticed by its peers, its job reconciled and the next pending job started within a stated
-bound; a supervisor outlasts a busy write lock. Nothing here calls Runtime.open or wait (both
+is noticed by its peers (or, for the last one running, by the queue's watchdog), its job
+reconciled and the next pending job started within a stated bound; a supervisor outlasts a busy
+write lock. Nothing here calls Runtime.open or wait (both
 reconcile): only reads of the state."""
 
 from __future__ import annotations
@@ -73,6 +74,70 @@ def test_killed_supervisor_is_reconciled_by_a_peer_and_the_next_job_starts_with_
     peer_release.touch()
     until(lambda: status(small, "next").is_terminal() and status(small, "peer").is_terminal(), 30, "the rest")
     assert status(small, "next") is JobStatus.SUCCEEDED
+
+
+def last_job(rt: Runtime, h, tmp_path: Path) -> Path:  # type: ignore[no-untyped-def]
+    """`victim` holds all 4 GPUs, so its supervisor is the only one; `next` waits behind it."""
+    victim_release = tmp_path / "victim-release"
+    rt.submit(h.spec("victim", h.py(waiting_rank(victim_release)), workers=4))
+    rt.submit(h.spec("next", h.py("print('next ran')"), workers=4))
+    h.wait_for(lambda: all("up" in rt.logs("victim", i.name) for i in rt.get("victim").instances),
+               what="victim's ranks to start")  # fmt: skip
+    assert status(rt, "next") is JobStatus.PENDING
+    return victim_release
+
+
+@pytest.mark.slow
+def test_the_last_supervisor_killed_is_noticed_by_the_watchdog_and_the_queue_goes_on(
+    small: Runtime, h, tmp_path: Path
+) -> None:
+    victim_release = last_job(small, h, tmp_path)
+    pid, started = supervisor_of(small, "victim")
+    os.kill(pid, signal.SIGKILL)
+    until(lambda: not alive(pid, started), 10, "the supervisor to die")
+    victim_release.touch()  # its ranks end while no supervisor of any job runs
+    took = until(lambda: status(small, "next") is not JobStatus.PENDING, 30, "the next job to start")
+    print(f"\nkill -9 of the last supervisor: next job placed {took:.2f} s after the ranks were released")
+    assert took < PEER_CHECK_S + 3.0
+    victim = small.get("victim")
+    assert victim.status is JobStatus.SUCCEEDED and f"supervisor pid {pid} was lost" in (victim.reason or "")
+    until(lambda: status(small, "next").is_terminal(), 30, "the next job to end")
+    assert status(small, "next") is JobStatus.SUCCEEDED
+    # The watchdog leaves with the last running job: nothing is left behind.
+    until(lambda: not watchdog_running(small.home), PEER_CHECK_S + 5.0, "the watchdog to exit")
+
+
+@pytest.mark.slow
+def test_the_last_supervisor_stopped_is_replaced_by_the_watchdog_within_the_lease(
+    small: Runtime, h, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RINGLEADER_LEASE_S", str(LEASE_S))
+    victim_release = last_job(small, h, tmp_path)
+    pid, started = supervisor_of(small, "victim")
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        took = until(lambda: supervisor_of(small, "victim")[0] != pid, 30, "a new supervisor to take the job")
+    finally:
+        if alive(pid, started):
+            os.kill(pid, signal.SIGCONT)
+    assert LEASE_S <= took < LEASE_S + PEER_CHECK_S + 3.0
+    assert not alive(pid, started)
+    victim_release.touch()
+    until(lambda: status(small, "next").is_terminal(), 30, "the next job to end")
+    assert status(small, "victim") is JobStatus.SUCCEEDED and status(small, "next") is JobStatus.SUCCEEDED
+
+
+def watchdog_running(home: Path) -> bool:
+    import fcntl
+
+    fd = os.open(home / "run" / "watchdog.lock", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
 
 
 @pytest.mark.slow

@@ -74,3 +74,23 @@ def test_report_is_self_contained_and_renders(spaced, tmp_path) -> None:
         assert all(f"same {'placements' if group in same_places else 'job times'} as {group[0]}" in
                    legend_labels(busy.runs)[name] for name in group[1:])  # fmt: skip
     check_in_chromium(report, images=2, shot="simulate-report.png")
+
+
+def test_a_curve_within_1_percent_of_another_is_named() -> None:
+    """JCT CDFs that differ by under 1% at every quantile draw as one curve: the legend, the
+    notes and the JSON name the hidden policy (runs built from one real run, JCTs scaled)."""
+    from dataclasses import replace
+
+    from ringleader.sim.summary import coincidence_notes, near_jct_pairs
+
+    base = compare_policies(load_cluster_file(CLUSTER), parse_trace(SPACED, "spaced.csv"), ["topology"]).runs[0]
+
+    def scaled(policy: str, factor: float):  # type: ignore[no-untyped-def]
+        records = [replace(r, finish_s=r.start_s + (r.finish_s - r.start_s) * factor) for r in base.records]
+        return replace(base, policy=policy, records=records)
+
+    runs = [base, scaled("close", 1.004), scaled("apart", 1.05)]
+    assert near_jct_pairs(runs) == [("close", "topology", pytest.approx(0.004, abs=1e-3))]
+    assert legend_labels(runs)["close"] == "close (JCTs within 0.4% of topology)"
+    assert legend_labels(runs)["apart"] == "apart"
+    assert "close's JCT CDF lies within 0.4% of topology's at every quantile" in " ".join(coincidence_notes(runs))

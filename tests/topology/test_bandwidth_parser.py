@@ -132,3 +132,25 @@ def test_a_choice_absent_from_the_output_lists_what_is_there() -> None:
         TopologyError, match=r"no bidirectional-p2p matrix in the text \(found: 'Unidirectional P2P=Enabled"
     ):
         parse_bandwidth_text(text, "bidirectional-p2p")
+
+
+def test_an_output_with_only_bidirectional_matrices_is_halved_with_a_note(tmp_path: Path) -> None:
+    """Some saved outputs keep only the bidirectional tables: used, halved, and said so (they
+    were refused, the fix naming the option); an explicit choice silences the note."""
+    full = p2p_test_output(hcm_matrix())
+    tables = full.split("Unidirectional P2P=Disabled")[0] + "Bidirectional P2P=Disabled" + full.split(
+        "Bidirectional P2P=Disabled", 1)[1]  # fmt: skip
+    assert "Unidirectional" not in tables
+    (tmp_path / "bw.txt").write_text(tables)
+    (spec,) = load_cluster_text("nodes:\n  - name: k\n    preset: dgx1v\n    bandwidth_file: bw.txt\n", tmp_path)
+    assert spec.topology.bandwidth_gbs[0][1] == pytest.approx(24.25 * 1.8 / 2, abs=0.01)
+    assert spec.topology.warnings[0].startswith("no unidirectional matrix: 'Bidirectional P2P=Enabled Bandwidth")
+    assert "halved" in spec.topology.warnings[0]
+    (spec,) = load_cluster_text("nodes:\n  - name: k\n    preset: dgx1v\n    bandwidth_file: bw.txt\n"
+                                "    bandwidth_matrix: bidirectional-p2p\n", tmp_path)  # fmt: skip
+    assert spec.topology.warnings == () and spec.topology.bandwidth_gbs[0][1] == pytest.approx(21.83, abs=0.01)
+    from ringleader.jobs.codec import topology_from_dict, topology_to_dict
+
+    stored = topology_from_dict(topology_to_dict(load_cluster_text(
+        "nodes:\n  - name: k\n    preset: dgx1v\n    bandwidth_file: bw.txt\n", tmp_path)[0].topology))  # fmt: skip
+    assert stored.notes and stored.warnings[0].startswith("no unidirectional matrix")  # kept in the state

@@ -117,16 +117,34 @@ def sizes(cfg: AllreduceConfig, world: int, elem: int) -> list[tuple[int, int]]:
     return out
 
 
-def _values(torch: Any, start: int, count: int, rank: int, dtype: Any, device: Any) -> Any:
-    """Small integers in [-2, 2] from a hash of (element, rank): sums stay exact in fp16/bf16,
-    the sum over ranks is not zero everywhere for any world size, and no two ranks send the
-    same pattern (so a collective that mixes up ranks' blocks is caught). Masks keep every
-    product inside int64."""
-    idx = torch.arange(start, start + count, dtype=torch.int64, device=device)
+PERIOD = 65521  # the check's inputs repeat with this prime period (see _values)
+
+
+def _pattern(torch: Any, rank: int, device: Any) -> Any:
+    """One period of rank ``rank``'s inputs: small integers in [-2, 2] from a hash of (element,
+    rank). Sums stay exact in fp16/bf16, the sum over ranks is not zero everywhere for any
+    world size, and no two ranks send the same pattern (so a collective that mixes up ranks'
+    blocks is caught). Masks keep every product inside int64."""
+    idx = torch.arange(PERIOD, dtype=torch.int64, device=device)
     h = (idx * 40503 + (rank + 1) * 2654435761) & 0x7FFFFFFF
     h = ((h ^ (h >> 13)) * 40503) & 0x7FFFFFFF
     h = h ^ (h >> 16)
-    return (h % 5 - 2).to(dtype)
+    return h % 5 - 2
+
+
+def _tile(period: Any, start: int, count: int) -> Any:
+    """Elements ``start`` to ``start + count`` of ``period`` repeated end to end."""
+    offset = start % PERIOD
+    return period.repeat(-(-(offset + count) // PERIOD))[offset:offset + count]
+
+
+def _values(torch: Any, start: int, count: int, rank: int, dtype: Any, device: Any) -> Any:
+    """Rank ``rank``'s inputs: its pattern repeated with a prime period, so filling a buffer
+    and computing the expected result cost one pass over memory each, far less than the timed
+    collectives (a hash per element made checking dominate large sizes). A prime period never
+    divides the power-of-two block sizes collectives split buffers into, so a block written
+    to the wrong place still differs."""
+    return _tile(_pattern(torch, rank, device).to(dtype), start, count)
 
 
 def _sentinel(world_size: int) -> int:
@@ -199,9 +217,8 @@ class Case:
         if cfg.collective == "allgather":
             return torch.cat([_values(torch, 0, per, r, self.dtype, dev) for r in range(n)])
         start = self.comm.rank * per if cfg.collective == "reducescatter" else 0
-        total = sum(_values(torch, start, self.out_count, r, torch.int64, dev) for r in range(n))
-        exp = total.to(self.dtype)
-        return exp.div_(n) if cfg.op == "avg" else exp
+        total = sum(_pattern(torch, r, dev) for r in range(n)).to(self.dtype)  # one period, exact
+        return _tile(total.div_(n) if cfg.op == "avg" else total, start, self.out_count)
 
 
 def count_wrong(result: Any, expected: Any) -> int:
@@ -319,6 +336,8 @@ def measure(cfg: AllreduceConfig, comm: Comm, on_row: Callable[[dict[str, Any]],
                 times = [r[0] for r in gather_floats(comm, [_time_op(case, inplace, tick)])]
                 t = combine_time(times, cfg.average)
                 algbw = size / t / 1e9
+                if on_progress and cfg.check:
+                    on_progress(f"{label}: checking")
                 wrong = _check(case, inplace) if cfg.check else None
                 row[key] = {"time_us": t * 1e6, "algbw_gbs": algbw,
                             "busbw_gbs": algbw * bus_factor(cfg.collective, n), "wrong": wrong}

@@ -21,7 +21,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ringleader.bench.ranks import RankInfo, check_available, discover, torch_rendezvous_env
+from ringleader.bench.ranks import RankInfo, check_available, discover, nodes, torch_rendezvous_env
 from ringleader.errors import UsageError
 
 OPS = ("sum", "avg")
@@ -357,7 +357,21 @@ def init(backend: str, info: RankInfo | None = None) -> Comm:
     """A communicator for this process (rank and world from the launcher's environment)."""
     info = info or discover()
     check_available(backend, need_mpirun=False)
+    share_cores(info)
     if backend == "mpi":
         os.environ.setdefault("OMPI_MCA_mpi_warn_on_fork", "0")
         return MpiComm(info)
     return TorchComm(backend, info)
+
+
+def share_cores(info: RankInfo) -> None:
+    """Without OMP_NUM_THREADS, split this machine's cores among the job's ranks on it, as `-np`
+    does: each rank's torch would otherwise start a thread per core, and ranks launched by hand
+    (RANK=... WORLD_SIZE=...) spun on each other's cores (a 2-rank sweep to 1M: 14-66 s against
+    12-23 s, on a 2-core machine under changing load)."""
+    if not info.in_job or os.environ.get("OMP_NUM_THREADS"):
+        return
+    import torch
+
+    local = max(1, info.world_size // nodes(info.world_size))
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // local))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import os
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -178,8 +178,9 @@ def batches(ds: ImageFolder, batch_size: int, workers: int, *, prefetch: int = 2
 
 
 def synth(out: str, images: int, size: int = 352, classes: int = 10, seed: int = 0,
-          quality: int = 90) -> dict[str, Any]:  # fmt: skip
-    """Write ``images`` real JPEG files (``size`` x ``size``) into ``out``/class_NNN/."""
+          quality: int = 90, on_image: Callable[[str], None] | None = None) -> dict[str, Any]:  # fmt: skip
+    """Write ``images`` real JPEG files (``size`` x ``size``) into ``out``/class_NNN/;
+    ``on_image`` hears each one as it starts (a progress bar)."""
     import numpy as np
     from PIL import Image, ImageDraw
 
@@ -191,6 +192,8 @@ def synth(out: str, images: int, size: int = 352, classes: int = 10, seed: int =
     yy, xx = np.mgrid[0:size, 0:size].astype(np.float32) / size
     total = 0
     for i in range(images):
+        if on_image:
+            on_image(f"image {i + 1}/{images}")
         label = i % classes
         folder = base / f"class_{label:03d}"
         folder.mkdir(parents=True, exist_ok=True)

@@ -29,6 +29,7 @@ def allreduce_header(cfg: Any, backend: str, world: int, devices: list[dict[str,
         *(f"#  Rank {d['rank']:2d} Group  0 Pid {d['pid']:6d} on {d['host']:>10s} device {d['device']}"
           for d in devices),
         *([f"# Machine: {machine}"] if machine else []),
+        *_mca_lines(backend),
         *(
             [f"# note: {backend} out-of-place = a copy of the input + the in-place collective "
              "(torch.distributed has no out-of-place allreduce/reduce-scatter)"]
@@ -47,6 +48,23 @@ def allreduce_header(cfg: Any, backend: str, world: int, devices: list[dict[str,
 
 
 _AVERAGE = {0: "rank0", 1: "avg", 2: "min", 3: "max"}
+
+
+# mpirun's own bookkeeping in every rank's environment, not settings that shape the figures.
+MCA_INTERNAL = ("orte_", "prte_", "ess", "pmix", "initial_wdir", "shmem_", "mpi_warn_on_fork")
+
+
+def _mca_lines(backend: str) -> list[str]:
+    """Open MPI's settings in this rank's environment (`-np` sets yielding while waiting, no
+    single-copy transfers, no binding, oversubscription): they change the figures, so the
+    table shows them."""
+    import os
+
+    if backend != "mpi":
+        return []
+    mca = sorted(f"{k[9:]}={v}" for k, v in os.environ.items()
+                 if k.startswith("OMPI_MCA_") and not k[9:].startswith(MCA_INTERNAL))  # fmt: skip
+    return [f"# MCA: {' '.join(mca)}"] if mca else []
 
 
 def allreduce_row(row: dict[str, Any]) -> str:

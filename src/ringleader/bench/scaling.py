@@ -1,5 +1,5 @@
-"""`bench scaling`: Lab 7's table (backend, servers, GPUs per server, average step time,
-average throughput, speedup, scaling efficiency), ``repeat`` real multi-process runs per point,
+"""`bench scaling`: Lab 7's table (backend, servers, ranks = GPUs per server, median step time,
+median throughput, speedup, scaling efficiency), ``repeat`` real multi-process runs per point,
 written as markdown, CSV, JSON and one self-contained HTML report, with PNG plots.
 
 Each row's figures are medians over the repeats, with min and max beside them. Speedup is a
@@ -30,8 +30,10 @@ from ringleader.errors import UsageError
 COLUMNS = ("backend", "servers", "gpus_per_server", "avg_step_time_s", "avg_throughput",
            "speedup", "scaling_efficiency", "throughput_min", "throughput_max", "spread",
            "repeats", "load_1m", "warnings")  # fmt: skip
-HEADERS = ("Backend", "Servers", "GPUs per server", "Avg step time (s)",
-           "Avg throughput (images/s)", "Speedup", "Scaling efficiency")  # fmt: skip
+# Lab 7's columns, named for what they hold: medians over the repeats (Lab 7 says "average"), and
+# ranks per server (one GPU each on GPUs; CPU processes on a machine without them).
+HEADERS = ("Backend", "Servers", "Ranks per server", "Median step time (s)",
+           "Median throughput (images/s)", "Speedup", "Scaling efficiency")  # fmt: skip
 MAX_SPREAD = 0.10  # beyond this (max - min) / median, a point's repeats disagree too much
 
 

@@ -46,6 +46,7 @@ class TrainConfig:
     output: str = "table"
     bucket_mb: float = 0.0  # mpi gradient buckets; 0: the fastest of a measured sweep
     overlap: bool = False  # mpi: start each bucket's allreduce during backward
+    progress: bool = False  # rank 0 shows what it is doing on stderr (a terminal, table output)
 
     def validate(self) -> None:
         models.spec(self.model)
@@ -222,16 +223,27 @@ def train(cfg: TrainConfig, comm: Comm) -> dict[str, Any]:
     from ringleader.bench import report
 
     cfg.validate()
+    status = report.Status() if cfg.progress and comm.rank == 0 else None
+    note = status.show if status else lambda text: None
+    sweep = cfg.backend == "mpi" and not cfg.bucket_mb
+    note(f"{cfg.model}: building the model" + (" and timing gradient bucket sizes" if sweep else ""))
     step = Step(cfg, comm)
     data, stats = _inputs(cfg, comm, step.device)
     timer = _StepTimer(step.torch, step.device)
     device_name = str(step.device)
-    for line in report.train_header(cfg, comm.world_size, device_name):
+
+    def emit(line: str) -> None:
+        if status:
+            status.clear()
         _emit(comm, cfg, line)
+
+    for line in report.train_header(cfg, comm.world_size, device_name):
+        emit(line)
     if cfg.precision == "fp16" and step.device.type == "cpu" and comm.rank == 0:
         print("note: fp16 on CPU runs in software (no fp16 units); expect it to be slow",
               file=sys.stderr)  # fmt: skip
-    for _ in range(cfg.num_warmup_batches):
+    for i in range(cfg.num_warmup_batches):
+        note(f"warm-up step {i + 1}/{cfg.num_warmup_batches}")
         step(*next(data))
     timer.sync()
     comm.barrier()
@@ -243,19 +255,20 @@ def train(cfg: TrainConfig, comm: Comm) -> dict[str, Any]:
         images, labels = next(data)
         loss = step(images, labels)
         timer.step_done()
+        note(f"step {i + 1}/{cfg.num_batches}")  # at most 4 writes a second, on rank 0
         images_seen += len(labels)
         if (i + 1) % cfg.display_every == 0 or i + 1 == cfg.num_batches:
             so_far = timer.times()  # waits for the GPU: training time, not printing time
             t1 = time.perf_counter()
             line = report.train_step_line(i + 1, cfg.batch_size, so_far, float(loss.detach()))
-            _emit(comm, cfg, line)
+            emit(line)
             printing += time.perf_counter() - t1
     timer.sync()
     times = timer.times()
     elapsed = time.perf_counter() - start - printing
     total = comm.world_size * images_seen / elapsed
     for line in report.train_footer(total):
-        _emit(comm, cfg, line)
+        emit(line)
     return {
         "kind": "train", "model": cfg.model, "batch_size": cfg.batch_size,
         "precision": cfg.precision, "backend": comm.backend, "world_size": comm.world_size,

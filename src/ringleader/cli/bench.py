@@ -4,12 +4,13 @@ the work lives in ringleader.bench."""
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import asdict
 from typing import Any
 
 import click
 
-from ringleader.cli.output import console, emit_data, output_option, shared_group, table
+from ringleader.cli.output import console, emit_data, output_option, shared_group, step_progress, table
 
 NP_HELP = ("Launch N local ranks (mpirun for mpi, processes for gloo/nccl); ignored when this "
            "process already is a rank of a job (mpirun, ringleader's runtime, RANK/WORLD_SIZE).")  # fmt: skip
@@ -62,6 +63,7 @@ def _train_config(kw: dict[str, Any], output: str) -> Any:
         backend=kw["backend"], image_size=kw["image_size"], augment=kw["augment"],
         loader_workers=kw["loader_workers"], display_every=kw["display_every"], seed=kw["seed"],
         output=output, bucket_mb=kw["bucket_mb"], overlap=kw["overlap"],
+        progress=output == "table" and sys.stderr.isatty(),
     )  # fmt: skip
     cfg.validate()
     return cfg
@@ -103,8 +105,6 @@ def allreduce_cmd(minbytes: str, maxbytes: str, stepfactor: int, iters: int, war
                   output: str) -> None:  # fmt: skip
     """Collective bandwidth with nccl-tests' columns, busbw and #wrong checks. On a terminal,
     the size being measured shows on stderr until its row prints."""
-    import sys
-
     from ringleader.bench.allreduce import AllreduceConfig, check_root, parse_size
     from ringleader.bench.launch import dispatch
     from ringleader.bench.ranks import check_backend, discover
@@ -114,7 +114,7 @@ def allreduce_cmd(minbytes: str, maxbytes: str, stepfactor: int, iters: int, war
     cfg = AllreduceConfig(parse_size(minbytes), parse_size(maxbytes), stepfactor, iters,
                           warmup_iters, check, datatype, op, collective, root, backend, output,
                           average=average, blocking=blocking, nthreads=nthreads, ngpus=ngpus,
-                          progress=sys.stderr.isatty())  # fmt: skip
+                          progress=output == "table" and sys.stderr.isatty())  # fmt: skip
     cfg.validate()
     per_process = nthreads * ngpus
     info = discover()
@@ -159,9 +159,8 @@ def pipeline_cmd(np_: int, launcher: str, keep: bool, output: str, **kw: Any) ->
     cfg = _train_config(kw, "json")
     check_available(cfg.backend, need_mpirun=cfg.backend == "mpi")
     check_np(cfg.backend, np_)
-    with stderr_console().status("bench pipeline") as status:  # drawn only on a terminal
-        run_with = default_launcher(launcher, keep=keep)
-        res = run_pipeline(cfg, run_with, np_, lambda msg: status.update(f"measuring: {msg}"))
+    with step_progress(3, output == "table") as step:  # the three measurements
+        res = run_pipeline(cfg, default_launcher(launcher, keep=keep), np_, step)
     if output == "json":
         emit_data(res, "json")
         return
@@ -208,8 +207,6 @@ def scaling_cmd(backends: str, workers: str, out_dir: str, repeat: int, threads:
                 **kw: Any) -> None:  # fmt: skip
     """Lab 7's scaling table (real multi-process runs, --repeat per point), plots and an HTML
     report. A row whose efficiency exceeds 100% or whose runs spread more than 10% is flagged."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
     from ringleader.bench.allreduce import parse_size
     from ringleader.bench.launchers import default_launcher
     from ringleader.bench.scaling import ScalingConfig, load_line, run_scaling
@@ -222,19 +219,8 @@ def scaling_cmd(backends: str, workers: str, out_dir: str, repeat: int, threads:
     cfg.validate()
     steps = len(cfg.backends) * (len(cfg.workers) * cfg.repeat + (1 if busbw else 0))
     run_with = default_launcher(launcher, keep=keep)
-    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-               TimeElapsedColumn())  # fmt: skip
-    # Progress goes to stderr, so `-o json > file` still shows it and stdout stays clean.
-    with Progress(*columns, console=stderr_console(), transient=True) as prog:
-        task = prog.add_task("scaling", total=steps)
-
-        started = [0]  # each message announces the next point, so points done = messages - 1
-
-        def tick(msg: str) -> None:
-            started[0] += 1
-            prog.update(task, completed=steps if msg == "done" else started[0] - 1, description=msg)
-
-        res = run_scaling(cfg, run_with, tick)
+    with step_progress(steps, output == "table") as step:  # each message announces the next point
+        res = run_scaling(cfg, run_with, step)
     if output == "json":
         emit_data({k: v for k, v in res.items() if k != "points"}, "json")
         return
@@ -243,18 +229,12 @@ def scaling_cmd(backends: str, workers: str, out_dir: str, repeat: int, threads:
              f"{r['speedup']:.2f}", f"{r['scaling_efficiency']:.0%}", "!" if r["warnings"] else "")
             for r in res["rows"]]  # fmt: skip
     # Lab 7's columns (HEADERS, in the .md and .csv) in short headers, so the table fits 80 columns.
-    headers = ["BACKEND", "SERVERS", "GPUS/SRV", "STEP(S)", "IMAGES/S", "MIN-MAX", "SPEEDUP", "EFF", "!"]
+    headers = ["BACKEND", "SERVERS", "RANKS/SRV", "MED STEP(S)", "MED IMG/S", "MIN-MAX", "SPEEDUP", "EFF", "!"]
     console().print(table(headers, rows, title=res["title"]))
     for warning in res["warnings"]:
         click.echo(f"warning: {warning}")
     click.echo(load_line(res["machine"]))
     click.echo("wrote: " + ", ".join(res["files"]))
-
-
-def stderr_console() -> Any:
-    from rich.console import Console
-
-    return Console(stderr=True)
 
 
 def register(cli: click.Group) -> None:
@@ -273,7 +253,8 @@ def register(cli: click.Group) -> None:
         """Write a dataset of real JPEG files (one subfolder per class)."""
         from ringleader.bench.data import synth
 
-        res = synth(out_dir, images, size, classes, seed)
+        with step_progress(images, output == "table") as step:
+            res = synth(out_dir, images, size, classes, seed, on_image=step)
         if output == "json":
             emit_data(res, "json")
         else:

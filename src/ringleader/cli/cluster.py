@@ -10,7 +10,16 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ringleader.cli.jobs import engine_option, open_runtime, top_group, using_engine
-from ringleader.cli.output import INDENT, console, emit_data, key_values, output_option, table
+from ringleader.cli.output import (
+    INDENT,
+    console,
+    emit_data,
+    key_values,
+    output_option,
+    refresh_option,
+    refreshing,
+    table,
+)
 from ringleader.errors import NotFoundError, UsageError
 
 if TYPE_CHECKING:  # the runtime and topologies are imported by the commands that use them
@@ -188,19 +197,48 @@ def _pct(used: int, total: int) -> str:
     return f"{100.0 * used / total:.1f}%" if total else "0.0%"
 
 
+# arena's -m/--gpu-mode letters, as this engine's modes: which nodes each keeps.
+GPU_MODES = {"t": "topology", "topology": "topology", "e": "default", "exclusive": "default",
+             "default": "default", "n": "none", "none": "none"}  # fmt: skip
+
+
+def _in_mode(ns: NodeState, wanted: str | None) -> bool:
+    if wanted is None:
+        return True
+    if wanted == "none":
+        return ns.spec.topology.n_gpus == 0
+    return ns.spec.topology.n_gpus > 0 and mode(ns) in (wanted, "both")
+
+
+def ip_address(ns: NodeState) -> str:
+    """Where the node's ranks run: its ssh host, this machine for `local`, - when emulated here."""
+    if ns.spec.address is not None:
+        return ns.spec.address.host
+    return "127.0.0.1" if not ns.spec.emulated else "-"
+
+
 @click.command("node")
 @click.argument("names", nargs=-1, shell_complete=complete_nodes)
 @click.option("-d", "--details", is_flag=True, help="Per node: link and bandwidth matrices, each GPU's job.")
+@click.option("-m", "--gpu-mode", type=click.Choice(sorted(GPU_MODES)), default=None,
+              help="Only nodes serving --gputopology jobs (t), plain jobs (e), or with no GPU (n), as arena's.")
 @output_option("json", "yaml")
+@refresh_option
 @engine_option
-def top_node(names: tuple[str, ...], details: bool, output: str, engine: str | None) -> None:
-    """GPUs per node: total, allocated, scheduling mode (arena top node); NAMES picks nodes."""
+def top_node(names: tuple[str, ...], details: bool, gpu_mode: str | None, output: str, refresh: float | None,
+             engine: str | None) -> None:  # fmt: skip
+    """GPUs per node: address, total, allocated, scheduling mode (arena top node); NAMES picks nodes."""
+    refreshing(refresh, lambda: _draw_top_node(names, details, GPU_MODES.get(gpu_mode or ""), output, engine))
+
+
+def _draw_top_node(names: tuple[str, ...], details: bool, gpu_mode: str | None, output: str,
+                   engine: str | None) -> None:  # fmt: skip
     with using_engine(engine) as rt:
         state = rt.nodes()
     unknown = [n for n in names if n not in state.by_name]
     if unknown:
         raise NotFoundError(f"node {unknown[0]!r} not found", f"use one of {', '.join(state.by_name)}")
-    shown = [ns for ns in state.nodes if not names or ns.name in names]
+    shown = [ns for ns in state.nodes if (not names or ns.name in names) and _in_mode(ns, gpu_mode)]
     if output != "table":
         emit_data([node_dict(ns) for ns in shown], output)
         return
@@ -208,8 +246,8 @@ def top_node(names: tuple[str, ...], details: bool, output: str, engine: str | N
         for ns in shown:
             node_detail(ns)
     else:
-        rows = [[ns.name, ns.spec.topology.n_gpus, len(ns.allocated), mode(ns)] for ns in shown]
-        console().print(table(["NAME", "GPU(Total)", "GPU(Allocated)", "MODE"], rows))
+        rows = [[ns.name, ip_address(ns), ns.spec.topology.n_gpus, len(ns.allocated), mode(ns)] for ns in shown]
+        console().print(table(["NAME", "IPADDRESS", "GPU(Total)", "GPU(Allocated)", "MODE"], rows))
     used = sum(len(ns.allocated) for ns in shown)
     total = sum(ns.spec.topology.n_gpus for ns in shown)
     click.echo(RULE)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import click
 
+from ringleader.cli.kube import kube_submit_options, read_kube_options
 from ringleader.cli.output import (
     INDENT,
     console,
@@ -21,6 +22,8 @@ from ringleader.cli.output import (
     emit_data,
     key_values,
     output_option,
+    refresh_option,
+    refreshing,
     shared_group,
     table,
 )
@@ -40,10 +43,24 @@ E = TypeVar("E", bound="Engine")
 
 def engine_option(f: F) -> F:
     """`--engine`: which engine runs the command (default: RINGLEADER_ENGINE, else the one set
-    with `ringleader engine use`, else embedded)."""
+    with `ringleader engine use`, else embedded); `-n/--namespace`: the kubernetes engine's
+    namespace for this command (arena's -n), kept in the click context for ``using_engine``."""
+    f = click.option("-n", "--namespace", default=None, expose_value=False, is_eager=True, metavar="NS",
+                     callback=_remember_namespace,
+                     help="[kubernetes] The namespace of the job(s) (default: the context's).")(f)  # fmt: skip
     return click.option(
         "--engine", default=None, metavar="NAME", help=f"Where jobs run: {', '.join(sorted(ENGINES))}."
     )(f)
+
+
+def _remember_namespace(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    del param
+    ctx.meta["ringleader.namespace"] = value
+
+
+def _namespace() -> str | None:
+    ctx = click.get_current_context(silent=True)
+    return ctx.meta.get("ringleader.namespace") if ctx is not None else None
 
 
 @contextmanager
@@ -65,6 +82,8 @@ def open_runtime(engine: str | None, operation: str, what: str) -> AbstractConte
     changed, when the engine chosen (--engine, RINGLEADER_ENGINE, `engine use`) is another."""
     home = default_home()
     name = chosen_engine(home, engine)
+    if _namespace() is not None:
+        raise UsageError(f"-n/--namespace does not apply to {what}", "leave -n out")
     if name != "embedded":
         other = open_engine(name, home, readonly=True)
         try:
@@ -79,7 +98,19 @@ def open_runtime(engine: str | None, operation: str, what: str) -> AbstractConte
 def using_engine(engine: str | None) -> AbstractContextManager[Engine]:
     """The engine a job command runs on: --engine, RINGLEADER_ENGINE, or the default."""
     home = default_home()
-    return _opened(open_engine(chosen_engine(home, engine), home))
+    opened = open_engine(chosen_engine(home, engine), home)
+    namespace = _namespace()
+    if namespace is not None:
+        try:
+            opened.supports.require("kube_options", "-n/--namespace")
+        except UsageError:
+            opened.close()
+            raise
+        from ringleader.engines.kubernetes.engine import KubernetesEngine
+
+        assert isinstance(opened, KubernetesEngine)  # the one engine with Kubernetes options
+        opened.use_namespace(namespace)
+    return _opened(opened)
 
 
 def complete_jobs(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
@@ -159,6 +190,27 @@ def _time_limit(ctx: click.Context, param: click.Parameter, value: str | None) -
     return None if value is None else parse_duration(value)
 
 
+def _shm_size(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    del ctx, param
+    from ringleader.jobs.spec import parse_size
+
+    return None if value is None else parse_size(value)
+
+
+def _data(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    del ctx, param
+    from ringleader.jobs.spec import parse_data
+
+    return tuple(parse_data(v) for v in value)
+
+
+def _container_user(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    del ctx, param
+    from ringleader.jobs.spec import parse_container_user
+
+    return None if value is None else parse_container_user(value)
+
+
 class SubmitGroup(click.Group):
     """arena's names for an MPI job; its other job kinds pointed at `submit mpi`, which runs them."""
 
@@ -197,16 +249,32 @@ def submit() -> None:
 @click.option("--priority", type=int, default=0, show_default=True, help="Higher runs first; FIFO among equals.")
 @click.option("-e", "--env", "env", multiple=True, metavar="NAME=VALUE", help="Environment variable (repeatable).")
 @click.option("--image", default=None, help="Run each rank in this container image (podman or docker on this host).")
+@click.option("-d", "--data", "data", multiple=True, metavar="SRC:DST", callback=_data,
+              help="Mount SRC (a host path; on Kubernetes a PVC name) at DST in each rank's container (repeatable).")
+@click.option("--shm-size", metavar="SIZE", callback=_shm_size, help="Size of /dev/shm in each container: 1g, 512m.")
+@click.option("--rdma", is_flag=True, help="Give each container /dev/infiniband and unlimited locked memory.")
+@click.option("--image-pull-policy", type=click.Choice(["Always", "IfNotPresent", "Never"]), default=None,
+              help="When to pull --image: Always, IfNotPresent (default), Never (it must be there).")
+@click.option("--container-user", metavar="UID[:GID]", callback=_container_user,
+              help="Run the program in the container as UID[:GID], or `submitter` for your own.")
 @click.option("--model", default=None, help="Model name (recorded; a hint for throughput predictions).")
 @click.option("--dry-run", is_flag=True, help="Print the placement plan; start and write nothing.")
 @click.option("--time-limit", "time_limit_s", metavar="DURATION", callback=_time_limit, help=TIME_LIMIT_HELP)
+@click.option("--working-dir", "working_dir", default=None,
+              help="Where the ranks start (default: here; on Kubernetes, the image's).")
+@kube_submit_options
+@click.option("--topology-required", metavar="LEVEL", help="Stay under one switch of this network level, or wait.")
+@click.option("--topology-preferred", metavar="LEVEL", help="Prefer one switch of this level; spread if it must.")
 @output_option("json", "yaml")
 @click.argument("command", nargs=-1, required=True)
 @engine_option
 def submit_mpi(
     name: str, workers: int, gpus: int, gputopology: bool, gang: bool, priority: int, env: tuple[str, ...],
-    image: str | None, model: str | None, dry_run: bool, time_limit_s: float | None, output: str,
-    command: tuple[str, ...], engine: str | None,
+    image: str | None, data: tuple[tuple[str, str], ...], shm_size: int | None, rdma: bool,
+    image_pull_policy: str | None, container_user: str | None, model: str | None, dry_run: bool,
+    time_limit_s: float | None, working_dir: str | None, topology_required: str | None,
+    topology_preferred: str | None, output: str, command: tuple[str, ...], engine: str | None,
+    **kube: Any,
 ) -> None:  # fmt: skip
     """Submit an MPI job: COMMAND is one quoted string (an `mpirun ... program` line or a plain
     program started once per worker, torchrun-style) or the words after `--`. A quoted string
@@ -228,11 +296,14 @@ def submit_mpi(
     """
     del gang
     from ringleader.engines.embedded.engine import JobSpec
+    from ringleader.jobs.spec import ContainerOptions
 
+    container = ContainerOptions(data, shm_size, rdma, image_pull_policy, container_user)
     spec = JobSpec(
         name=name, workers=workers, gpus_per_worker=gpus, command=parse_command(command),
         env=parse_env(env), topology_aware=gputopology, priority=priority, image=image, model=model,
-        time_limit_s=time_limit_s,
+        time_limit_s=time_limit_s, container=container, workdir=working_dir, kube=read_kube_options(kube),
+        topology_required=topology_required, topology_preferred=topology_preferred,
     )  # fmt: skip
     with using_engine(engine) as rt:
         result = rt.submit(spec, dry_run=dry_run)
@@ -414,12 +485,17 @@ def list_jobs(output: str, engine: str | None) -> None:
 @click.command("job")
 @click.argument("name", required=False, shell_complete=complete_jobs)
 @output_option("json", "yaml", "wide")
+@refresh_option
 @engine_option
-def top_job(name: str | None, output: str, engine: str | None) -> None:
+def top_job(name: str | None, output: str, refresh: float | None, engine: str | None) -> None:
     """Jobs with their GPUs and nodes, or one job's instances and GPU ids (arena top job).
     AGE is the time since each job was created, as kubectl's.
 
     The footer counts GPUs held by running jobs / GPUs asked for by running and waiting jobs."""
+    refreshing(refresh, lambda: _draw_top_job(name, output, engine))
+
+
+def _draw_top_job(name: str | None, output: str, engine: str | None) -> None:
     with using_engine(engine) as rt:
         jobs = [rt.get(name)] if name else rt.list_jobs()
         usage = rt.gpu_usage(name) if name else {}
@@ -463,14 +539,23 @@ def render_top_job(job: JobView, usage: dict[str, tuple[GpuUsage, ...] | None]) 
 @click.option("-t", "--tail", type=int, default=None, help="Only the last N lines.")
 @click.option("-i", "--instance", default=None, help="Instance name (default: the chief).")
 @click.option("--timestamps", is_flag=True, help="Prefix each line with its time (RFC 3339, UTC).")
+@click.option("--since", default=None, help="Only lines newer than this: 30s, 10m, 1h30m (arena's).")
+@click.option("--since-time", default=None, help="Only lines from this RFC 3339 time on, e.g. 2026-11-24T15:00:00Z.")
 @engine_option
-def logs(
-    name: str, follow: bool, tail: int | None, instance: str | None, timestamps: bool, engine: str | None
-) -> None:
+def logs(name: str, follow: bool, tail: int | None, instance: str | None, timestamps: bool, since: str | None,
+         since_time: str | None, engine: str | None) -> None:  # fmt: skip
     """Print a job instance's log (arena logs)."""
     if tail is not None and tail < 0:
         raise UsageError(f"--tail must be >= 0, got {tail}", "give a number of lines")
+    cutoff = since_cutoff(since, since_time)
     with using_engine(engine) as rt:
+        if cutoff is not None:  # read with the stamps, keep what is recent enough
+            from ringleader.jobs.logfiles import lines_since
+
+            read = rt.follow(name, instance, None, True) if follow else [rt.logs(name, instance, None, True)]
+            for chunk in lines_since(read, cutoff, timestamps, tail):
+                click.echo(chunk, nl=False)
+            return
         if not follow:
             click.echo(rt.logs(name, instance, tail, timestamps), nl=False)
             return
@@ -501,12 +586,32 @@ _SPAN = re.compile(r"(\d+)([smhdw])")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
-def parse_span(text: str) -> float:
+def parse_span(text: str, option: str = "--since") -> float:
     """'90s', '10m', '1h30m', '2d' -> seconds."""
     parts = _SPAN.findall(text)
     if not parts or "".join(n + u for n, u in parts) != text.strip():
-        raise UsageError(f"--since {text!r} is not a duration", "write e.g. 30m, 1h, 2d or 1h30m")
+        raise UsageError(f"{option} {text!r} is not a duration", "write e.g. 30m, 1h, 2d or 1h30m")
     return float(sum(int(n) * _UNIT[u] for n, u in parts))
+
+
+def since_cutoff(since: str | None, since_time: str | None) -> float | None:
+    """--since / --since-time as seconds since the epoch (None: the whole log)."""
+    import time
+    from datetime import datetime
+
+    if since and since_time:
+        raise UsageError("--since and --since-time both given", "give one of them")
+    if since:
+        return time.time() - parse_span(since, "--since")
+    if not since_time:
+        return None
+    try:
+        at = datetime.fromisoformat(since_time)
+    except ValueError:
+        at = None
+    if at is None or at.tzinfo is None:
+        raise UsageError(f"--since-time {since_time!r} is not an RFC 3339 time", "write e.g. 2026-11-24T15:00:00Z")
+    return at.timestamp()
 
 
 @click.command("prune")

@@ -9,14 +9,18 @@ import logging
 import os
 import socket
 import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-import yaml
 
 from ringleader.errors import UsageError
 
+if TYPE_CHECKING:
+    from ringleader.jobs.spec import KubeOptions
+
+F = TypeVar("F", bound=Callable[..., Any])
 CONFIG_KEYS = {"leaseSeconds", "metricsPort", "namespace", "bindThreads"}
 
 
@@ -28,6 +32,8 @@ def read_config(path: str | None) -> dict[str, Any]:
     """The scheduler's config file (the ConfigMap of `kube manifests`); {} when none is given."""
     if path is None:
         return {}
+    import yaml
+
     try:
         data = yaml.safe_load(Path(path).read_text()) or {}
     except OSError as exc:
@@ -105,7 +111,7 @@ def agent(node: str | None, interval: float, once: bool, server: str | None, con
     api = Api(load_client(context=context, host=server))
     if once:
         found = find_topology()
-        wrote = publish(api, name, found.topology)
+        wrote = publish(api, name, found.topology, found.uuids)
         done = "published" if wrote else "unchanged"
         click.echo(f"node {name}: {found.topology.n_gpus} GPU(s) ({found.how}); {done}")
         return
@@ -120,11 +126,77 @@ def agent(node: str | None, interval: float, once: bool, server: str | None, con
 @kube.command("manifests")
 @click.option("--image", default=None, help="ringleader's container image for the scheduler and agent.")
 @click.option("--replicas", type=click.IntRange(1, 9), default=2, show_default=True, help="Scheduler replicas.")
-def manifests_cmd(image: str | None, replicas: int) -> None:
-    """Print the install for `kubectl apply -f -`: namespace, RBAC, scheduler, agent."""
+@click.option("--gpu-delivery", type=click.Choice(["env", "dra"]), default="env", show_default=True,
+              help="env: the NVIDIA runtime and NVIDIA_VISIBLE_DEVICES (Kubernetes 1.30+); "
+                   "dra: ResourceClaims for NVIDIA's DRA driver (Kubernetes 1.34+).")
+@click.option("--runtime-class", default="nvidia", show_default=True, metavar="NAME|none",
+              help="RuntimeClass of the NVIDIA runtime on workers and the agent (none: the node's default).")
+@click.option("--trusted-namespace", "trusted", multiple=True, metavar="NS",
+              help="A namespace whose pods may set NVIDIA_* (repeatable; kube-system, ringleader-system, "
+                   "gpu-operator and nvidia-dra-driver-gpu always are).")
+def manifests_cmd(image: str | None, replicas: int, gpu_delivery: str, runtime_class: str,
+                  trusted: tuple[str, ...]) -> None:  # fmt: skip
+    """Print the install for `kubectl apply -f -`: namespace, RBAC, scheduler, agent, admission policies."""
     from ringleader.engines.kubernetes import manifests
+    from ringleader.engines.kubernetes.delivery import TRUSTED_NAMESPACES, Delivery
 
-    click.echo(manifests.dump_all(manifests.install(image or manifests.DEFAULT_IMAGE, replicas)), nl=False)
+    delivery = Delivery.parse(gpu_delivery, runtime_class)
+    objects = manifests.install(image or manifests.DEFAULT_IMAGE, replicas, delivery=delivery,
+                                trusted=(*TRUSTED_NAMESPACES, *trusted))  # fmt: skip
+    click.echo(manifests.dump_all(objects), nl=False)
+
+
+# -- arena's Kubernetes-only submit options (JobSpec.kube; every other engine refuses them) -----------------
+
+_KUBE_OPTIONS = (
+    click.option("--cpu", "kube_cpu", default=None, help="[kubernetes] CPU request per worker (4, 500m; default 1)."),
+    click.option("--memory", "kube_memory", default=None, help="[kubernetes] Memory request per worker (default 2Gi)."),
+    click.option("--selector", "kube_selector", multiple=True, metavar="KEY=VALUE",
+                 help="[kubernetes] Run on nodes with this label (repeatable)."),
+    click.option("--toleration", "kube_tolerations", multiple=True, metavar="KEY[=VALUE][:EFFECT]|all",
+                 help="[kubernetes] Tolerate this taint (repeatable)."),
+    click.option("--image-pull-secret", "kube_pull_secrets", multiple=True, metavar="NAME",
+                 help="[kubernetes] Secret to pull the image with (repeatable)."),
+    click.option("-l", "--label", "kube_labels", multiple=True, metavar="KEY=VALUE",
+                 help="[kubernetes] Label on the MPIJob and its pods (repeatable)."),
+    click.option("-a", "--annotation", "kube_annotations", multiple=True, metavar="KEY=VALUE",
+                 help="[kubernetes] Annotation on the MPIJob and its pods (repeatable)."),
+    click.option("--priority-class", "kube_priority_class", default=None, metavar="NAME",
+                 help="[kubernetes] The pods' PriorityClass (arena's -p; --priority is ringleader's queue order)."),
+    click.option("--retry", "kube_retry", type=int, default=None, help="[kubernetes] Retries (backoffLimit)."),
+    click.option("--data-dir", "kube_data_dirs", multiple=True, metavar="HOST_PATH:CONTAINER_PATH",
+                 help="[kubernetes] Mount a node's directory into every pod (repeatable)."),
+)
+
+
+def kube_submit_options(f: F) -> F:
+    for option in reversed(_KUBE_OPTIONS):
+        f = option(f)
+    return f
+
+
+def _pairs(values: Sequence[str], flag: str) -> tuple[tuple[str, str], ...]:
+    out = []
+    for text in values:
+        key, sep, value = text.partition("=")
+        if not sep or not key:
+            raise UsageError(f"{flag} {text!r} is not KEY=VALUE", f"write {flag} KEY=VALUE")
+        out.append((key, value))
+    return tuple(out)
+
+
+def read_kube_options(given: dict[str, Any]) -> KubeOptions | None:
+    """The KubeOptions of a submit's ``kube_*`` arguments; None when none was given."""
+    from ringleader.jobs.spec import KubeOptions
+
+    opts = KubeOptions(
+        cpu=given["kube_cpu"], memory=given["kube_memory"],
+        selector=_pairs(given["kube_selector"], "--selector"), tolerations=tuple(given["kube_tolerations"]),
+        image_pull_secrets=tuple(given["kube_pull_secrets"]), labels=_pairs(given["kube_labels"], "--label"),
+        annotations=_pairs(given["kube_annotations"], "--annotation"), priority_class=given["kube_priority_class"],
+        retry=given["kube_retry"], data_dirs=tuple(given["kube_data_dirs"]),
+    )  # fmt: skip
+    return opts if opts.given() else None
 
 
 def register(cli: click.Group) -> None:

@@ -12,7 +12,7 @@ from ringleader.errors import UsageError
 from ringleader.model import Prediction, compare_policies, known_models, load_calibration, predict_placement
 from ringleader.model.calibration import Calibration, save_calibration
 from ringleader.model.checks import check_point
-from ringleader.model.comm import ALGORITHMS, FABRICS, check_fabric
+from ringleader.model.comm import ALGORITHMS, FABRICS, calibration_fabric_note, check_fabric
 from ringleader.model.fidelity import seeds_cluster
 from ringleader.model.fit import fit_calibration_rows
 from ringleader.scheduler import ClusterState, JobRequest, Placement, WorkerSlot, policy_names
@@ -156,6 +156,9 @@ def predict_cmd(model: str, batch_size: int, precision: str, workers: int | None
             state, job, model=model, batch_size=batch_size, precision=precision, gpu_type=gpu_type,
             calibration=cal, policies=policies or None, **opts,
         )  # fmt: skip
+    mismatch = calibration_fabric_note(cal, state.nodes, backend)
+    if mismatch:
+        click.echo(f"warning: {mismatch}", err=True)
     if output in ("json", "yaml"):
         emit_data({"cluster": origin, "predictions": [{"policy": k, **(v.as_dict() if v else {"fits": False})}
                                                       for k, v in preds.items()]}, output)  # fmt: skip

@@ -3,11 +3,13 @@ layout, durations."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import itertools
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -45,6 +47,61 @@ def emit_data(data: Any, fmt: str) -> None:
         click.echo(yaml.safe_dump(data, sort_keys=False), nl=False)
     else:
         raise ValueError(fmt)
+
+
+def refresh_option(f: F) -> F:
+    """arena's `top ... -r`: redraw until Ctrl-C, every SECONDS (2, arena's interval, when bare)."""
+    return click.option(
+        "-r", "--refresh", type=click.FloatRange(min=0.1), is_flag=False, flag_value=2.0, default=None,
+        metavar="[SECONDS]",
+        help="Redraw every SECONDS (2 when given alone) until Ctrl-C; piped, one snapshot after another.",
+    )(f)  # fmt: skip
+
+
+def refreshing(seconds: float | None, draw: Callable[[], None]) -> None:
+    """``draw()`` once, or every ``seconds`` until Ctrl-C (a clean exit, code 0): in place on a
+    terminal (cursor home, screen cleared), else snapshots separated by a blank line."""
+    if seconds is None:
+        draw()
+        return
+    import time
+
+    tty = sys.stdout.isatty()
+    try:
+        for frame in itertools.count():
+            if tty:
+                click.echo("\x1b[H\x1b[2J", nl=False)
+            elif frame:
+                click.echo("")
+            draw()
+            sys.stdout.flush()
+            time.sleep(seconds)
+    except KeyboardInterrupt:
+        if tty:
+            click.echo("")
+
+
+@contextlib.contextmanager
+def step_progress(total: int, enabled: bool = True) -> Iterator[Callable[[str], None]]:
+    """A transient progress bar on stderr over ``total`` steps, on a terminal only (stdout, and
+    any `-o json`, stay clean): ``step(description)`` announces the next step."""
+    if not enabled or not sys.stderr.isatty():
+        yield lambda description: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+               TimeElapsedColumn())  # fmt: skip
+    with Progress(*columns, console=Console(stderr=True), transient=True) as prog:
+        task = prog.add_task("", total=total)
+        started = [0]
+
+        def step(description: str) -> None:
+            prog.update(task, completed=started[0], description=description)
+            started[0] += 1
+
+        yield step
 
 
 def console() -> Printer:
@@ -91,7 +148,7 @@ def _terminal_width() -> int:
     except (KeyError, ValueError):
         pass
     try:
-        return os.get_terminal_size(sys.stdout.fileno()).columns
+        return os.get_terminal_size(sys.stdout.fileno()).columns or 80  # 0: a terminal that says nothing
     except (OSError, ValueError):
         return 80
 

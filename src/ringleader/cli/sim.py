@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from ringleader.cli.output import console, emit_data, output_option, table
+from ringleader.cli.output import console, emit_data, output_option, step_progress, table
 
 
 class _DefaultRunGroup(click.Group):
@@ -53,8 +53,11 @@ def run_cmd(
     names = parse_policies(policies)
     specs = load_cluster_file(cluster_file)
     jobs = load_trace(trace_file)
-    result = compare_policies(specs, jobs, names, max_failures=max_failures)
-    written = write_outputs(result, out_dir, title=f"{len(jobs)} jobs, {len(specs)} nodes") if out_dir else []
+    with step_progress(len(names) + (1 if out_dir else 0), output == "table") as step:
+        result = compare_policies(specs, jobs, names, max_failures=max_failures,
+                                  on_policy=lambda p: step(f"simulating {p}"))  # fmt: skip
+        step("writing plots and report")
+        written = write_outputs(result, out_dir, title=f"{len(jobs)} jobs, {len(specs)} nodes") if out_dir else []
     if output == "json":
         data: dict[str, Any] = result.as_dict()
         data["files"] = [str(p) for p in written]

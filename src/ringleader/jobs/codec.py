@@ -21,6 +21,7 @@ def topology_to_dict(topo: NodeTopology) -> dict[str, Any]:
         "numa_affinity": [list(nodes) for nodes in topo.numa_affinity],
         "gpu_numa_id": list(topo.gpu_numa_id),
         "source": topo.source,
+        "notes": list(topo.notes),
     }
 
 
@@ -37,6 +38,7 @@ def topology_from_dict(t: dict[str, Any]) -> NodeTopology:
         numa_affinity=tuple(tuple(int(v) for v in nodes) for nodes in t.get("numa_affinity") or ()),
         gpu_numa_id=tuple(t.get("gpu_numa_id") or ()),
         source=t.get("source", ""),
+        notes=tuple(str(n) for n in t.get("notes") or ()),
     )
 
 

@@ -253,11 +253,12 @@ class Prepared:
 
 
 def prepare(command: Sequence[str], workers: int, env: Mapping[str, str], environ: Mapping[str, str],
-            name: str) -> Prepared:  # fmt: skip
+            name: str, in_image: bool = False) -> Prepared:  # fmt: skip
     """Normalise ``command`` for a job of ``workers`` ranks (see the module's docstring).
 
     ``env`` is the job's own -e variables, ``environ`` the submitter's environment. Idempotent:
-    a prepared command prepares to itself."""
+    a prepared command prepares to itself. ``in_image``: the ranks run in a container image, whose
+    own python3 runs a torchrun line's script (the submitter's interpreter is not there)."""
     out = Prepared(list(command), dict(env))
     if is_shell_line(out.command):
         _shell_line(out, workers)
@@ -265,7 +266,7 @@ def prepare(command: Sequence[str], workers: int, env: Mapping[str, str], enviro
     if launcher == "horovodrun":
         out.command = _horovodrun(out, workers, environ, name)
     elif launcher == "torchrun":
-        out.command = _torchrun(out, workers, environ, name)
+        out.command = _torchrun(out, workers, environ, name, in_image)
         inner = _launcher(out.command)
         if inner is not None:  # e.g. torchrun --no-python horovodrun ...
             raise UsageError(f"torchrun would start one {inner} per worker, {workers} {inner}s in all",
@@ -276,11 +277,12 @@ def prepare(command: Sequence[str], workers: int, env: Mapping[str, str], enviro
     return out
 
 
-def prepare_spec(spec: JobSpec, environ: Mapping[str, str]) -> tuple[JobSpec, CommandLine, list[str]]:
+def prepare_spec(spec: JobSpec, environ: Mapping[str, str],
+                 in_image: bool = False) -> tuple[JobSpec, CommandLine, list[str]]:  # fmt: skip
     """The spec as it will run (its command rewritten, -x values in its env), its command read,
     and the notes for the user. Always prepared from the line the user wrote."""
     written = spec.user_command or spec.command
-    out = prepare(written, spec.workers, spec.env, environ, spec.name)
+    out = prepare(written, spec.workers, spec.env, environ, spec.name, in_image or spec.image is not None)
     assert out.line is not None
     user_command = list(written) if out.command != list(written) else None
     return replace(spec, command=out.command, env=out.env, user_command=user_command), out.line, out.notes
@@ -591,7 +593,7 @@ _TORCH_FLAGS = {"standalone", "module", "no-python", "run-path", "virtual-local-
 _TORCH_ALIASES = {"m": "module", "r": "redirects", "t": "tee"}
 
 
-def _torchrun(out: Prepared, workers: int, environ: Mapping[str, str], name: str) -> list[str]:
+def _torchrun(out: Prepared, workers: int, environ: Mapping[str, str], name: str, in_image: bool) -> list[str]:
     argv = out.command
     kind = "torchrun"
     python: list[str] | None = None
@@ -612,6 +614,8 @@ def _torchrun(out: Prepared, workers: int, environ: Mapping[str, str], name: str
     if "OMP_NUM_THREADS" not in environ and "OMP_NUM_THREADS" not in out.env and nproc > 1:
         out.env["OMP_NUM_THREADS"] = "1"  # torchrun's default when it starts several per node
     torchrun = out.command[0] if kind == "torchrun" else None
+    if in_image and python is None:
+        torchrun = IMAGE_PYTHON  # the image's own interpreter: the submitter's torchrun is not there
     run = _torch_program(program, given, environ, python, torchrun,
                          local_rank_arg=kind == "launch" and "use-env" not in given)  # fmt: skip
     replaced = [f"{t} {v}" if v is not None and "=" not in t else t for t, o, v in options if o in _TORCH_REPLACED]
@@ -680,10 +684,15 @@ def _torch_program(program: list[str], given: Mapping[str, str | None], environ:
     return [*run, *args]
 
 
+IMAGE_PYTHON = "python3"  # found on the image's PATH
+
+
 def _interpreter_of_torchrun(torchrun: str | None, environ: Mapping[str, str]) -> str:
     """The Python the torchrun the user named runs with (its script's #! line: a path is that
     file, a bare name the first on the submitter's PATH), as torchrun starts its ranks with
     sys.executable; else the first python3 on the PATH."""
+    if torchrun == IMAGE_PYTHON:
+        return IMAGE_PYTHON
     path = environ.get("PATH", os.defpath)
     named = torchrun or "torchrun"
     found = named if "/" in named else shutil.which(named, path=path)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -109,6 +109,40 @@ def follow_log(
         if done:
             return
         time.sleep(poll_s)
+
+
+def stamp_seconds(line: str) -> float | None:
+    """The time a log line was stamped with (RFC 3339, as these files and the kubelet write it),
+    in seconds since the epoch; None for a line without one."""
+    from datetime import datetime
+
+    head = line.partition(" ")[0]
+    if not (head.endswith("Z") and head[:4].isdigit()):
+        return None
+    try:
+        return datetime.fromisoformat(head).timestamp()
+    except ValueError:
+        return None
+
+
+def lines_since(
+    chunks: Iterable[str], cutoff: float, timestamps: bool, tail: int | None = None
+) -> Iterator[str]:  # fmt: skip
+    """arena's `logs --since`: of ``chunks`` read with their stamps (whole lines each), the lines
+    stamped at or after ``cutoff`` (a line without a stamp goes with the one before it), then
+    ``tail`` of the first chunk's; stamps kept only with ``timestamps``."""
+    keep = False
+    for n, chunk in enumerate(chunks):
+        kept = []
+        for line in chunk.splitlines(keepends=True):
+            at = stamp_seconds(line)
+            keep = keep if at is None else at >= cutoff
+            if keep:
+                kept.append(line if timestamps else strip_stamp(line))
+        if n == 0 and tail is not None:
+            kept = kept[len(kept) - tail:] if tail else []
+        if kept:
+            yield "".join(kept)
 
 
 def wait_until_ended(get: Callable[[], JobView], timeout: float | None, poll_s: float,

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ringleader.errors import UsageError
 
@@ -12,6 +13,7 @@ if TYPE_CHECKING:
     from ringleader.scheduler import JobRequest
 
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_LEVEL = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")  # a network level's name
 # What a job takes from the shell it was submitted from, whichever process later starts it: the
 # search paths and the Python, CUDA and communication-library settings (not the whole env, so
 # tokens and passwords are never stored).
@@ -70,9 +72,178 @@ def check_image_reference(image: str) -> None:
         )
 
 
+PULL_POLICIES = ("Always", "IfNotPresent", "Never")  # Kubernetes' imagePullPolicy values
+_SIZE = re.compile(r"(\d+)([bkmgt]?)(?:i?b)?", re.ASCII | re.IGNORECASE)
+_SIZE_UNIT = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_CONTAINER_USER = re.compile(r"\d{1,10}(?::\d{1,10})?", re.ASCII)
+
+
+def parse_size(text: str, option: str = "--shm-size") -> int:
+    """'1g', '512m', '64MiB' or bytes -> bytes, units binary as podman and docker read them."""
+    found = _SIZE.fullmatch(text.strip())
+    size = int(found[1]) * _SIZE_UNIT[found[2].lower()] if found else 0
+    if not 0 < size < 1 << 50:
+        raise UsageError(f"{option} {text!r} is not a size", "write e.g. 1g, 512m or 64MiB")
+    return size
+
+
+def parse_data(text: str) -> tuple[str, str]:
+    """``-d SRC:DST`` -> (SRC, DST), split at the last ':' (SRC a host path or a volume's name,
+    per engine; DST an absolute path in the container)."""
+    source, sep, target = text.rpartition(":")
+    if not sep or not source or not target.startswith("/") or "\0" in text or "," in target:
+        raise UsageError(f"--data {text!r} is not SRC:DST", "write -d SRC:/path/in/container (DST absolute, no ',')")
+    return source, target
+
+
+def parse_container_user(text: str, uid: int | None = None, gid: int | None = None) -> str:
+    """``--container-user UID[:GID]`` (numbers: what a pod's runAsUser takes too), or
+    ``submitter``: the submitting user's own uid:gid."""
+    if text == "submitter":
+        return f"{os.getuid() if uid is None else uid}:{os.getgid() if gid is None else gid}"
+    if not _CONTAINER_USER.fullmatch(text):
+        raise UsageError(f"--container-user {text!r} is not UID[:GID]", "give numbers (e.g. 1000:1000) or submitter")
+    return text
+
+
+@dataclass(frozen=True)
+class ContainerOptions:
+    """How each rank's container is set up beyond its image (arena's names); the engine that runs
+    the containers checks what is engine-specific (a host path here, a PVC name in a pod)."""
+
+    data: tuple[tuple[str, str], ...] = ()  # -d SRC:DST, in order
+    shm_size: int | None = None  # bytes of /dev/shm
+    rdma: bool = False  # /dev/infiniband and unlimited memlock
+    image_pull_policy: str | None = None  # one of PULL_POLICIES; None: the engine's default
+    user: str | None = None  # "UID[:GID]" the program runs as; None: the image's user
+
+    def given(self) -> list[str]:
+        """The options set, as the CLI spells them (what an engine may refuse)."""
+        named = {"--data": bool(self.data), "--shm-size": self.shm_size is not None, "--rdma": self.rdma,
+                 "--image-pull-policy": self.image_pull_policy is not None, "--container-user": self.user is not None}
+        return [option for option, set_ in named.items() if set_]
+
+    def validate(self) -> None:
+        for pair in self.data:
+            parse_data(":".join(pair))
+        targets = [target for _, target in self.data]
+        if len(set(targets)) != len(targets):
+            raise UsageError("--data mounts two sources at the same path", "give each -d its own DST")
+        if self.shm_size is not None and not (isinstance(self.shm_size, int) and 0 < self.shm_size < 1 << 50):
+            raise UsageError(f"--shm-size must be a positive size, got {self.shm_size}", "write e.g. 1g")
+        if self.image_pull_policy is not None and self.image_pull_policy not in PULL_POLICIES:
+            raise UsageError(f"--image-pull-policy {self.image_pull_policy!r} is not one of "
+                             f"{', '.join(PULL_POLICIES)}", "give Always, IfNotPresent or Never")  # fmt: skip
+        if self.user is not None:
+            parse_container_user(self.user)
+
+    @staticmethod
+    def from_dict(data: dict[str, Any] | None) -> ContainerOptions:
+        data = data or {}
+        return ContainerOptions(
+            data=tuple((str(s), str(d)) for s, d in data.get("data") or ()),
+            shm_size=None if data.get("shm_size") is None else int(data["shm_size"]), rdma=bool(data.get("rdma")),
+            image_pull_policy=data.get("image_pull_policy"), user=data.get("user"),
+        )  # fmt: skip
+
+
+# The container runtime's own settings: kept with the job for the runtime that starts its ranks'
+# containers (a rank's `podman run` fails without them), never passed into a container.
+CONTAINER_RUNTIME_KEYS = (
+    "CONTAINERS_CONF", "CONTAINERS_STORAGE_CONF", "CONTAINERS_REGISTRIES_CONF", "REGISTRY_AUTH_FILE",
+    "XDG_RUNTIME_DIR", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "CONTAINER_HOST", "CONTAINER_CONNECTION",
+    "DOCKER_HOST", "DOCKER_CONFIG", "DOCKER_CONTEXT", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH",
+)  # fmt: skip
+# What the submitting shell says about its own host (its files, its user): in a container the
+# image's own values apply instead. Only these are left out; -e/-x values always go in.
+HOST_ONLY_KEYS = (
+    "PATH", "PYTHONPATH", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "LD_LIBRARY_PATH", "CUDA_HOME",
+    "HOME", "USER", "TMPDIR", *CONTAINER_RUNTIME_KEYS,
+)  # fmt: skip
+
+
 def submit_env(environ: dict[str, str]) -> dict[str, str]:
     """The part of the submitting environment a job keeps (see SUBMIT_ENV_KEYS)."""
-    return {k: v for k, v in environ.items() if k in SUBMIT_ENV_KEYS or k.startswith(SUBMIT_ENV_PREFIXES)}
+    kept = (*SUBMIT_ENV_KEYS, *CONTAINER_RUNTIME_KEYS)
+    return {k: v for k, v in environ.items() if k in kept or k.startswith(SUBMIT_ENV_PREFIXES)}
+
+
+def container_env(recorded: dict[str, str] | None, env: dict[str, str]) -> dict[str, str]:
+    """The job's environment in its containers, by one rule on every engine: what the job keeps
+    of the submitting shell (``recorded``) but HOST_ONLY_KEYS, then the job's -e/-x ``env``."""
+    return {**{k: v for k, v in (recorded or {}).items() if k not in HOST_ONLY_KEYS}, **env}
+
+
+# Kubernetes names: label keys ([prefix/]name), label values, DNS-1123 names.
+_K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|Ki|Mi|Gi|Ti|k|M|G|T)?$")
+_TOLERATION = re.compile(r"^(all|[^=:\s]+(=[^=:\s]*)?(:(NoSchedule|PreferNoSchedule|NoExecute))?)$")
+_DATA_DIR = re.compile(r"^/[^:\s]*:/[^:\s]*$")
+
+
+@dataclass(frozen=True)
+class KubeOptions:
+    """arena's Kubernetes-only submit options (-n, --cpu, --selector, ...): the kubernetes engine
+    maps them onto the MPIJob's pods; every other engine refuses them (``Support.kube_options``)."""
+
+    cpu: str | None = None  # CPU request of each worker pod (a quantity: 4, 500m)
+    memory: str | None = None  # memory request of each worker pod (8Gi)
+    selector: tuple[tuple[str, str], ...] = ()  # nodeSelector KEY=VALUE
+    tolerations: tuple[str, ...] = ()  # KEY[=VALUE][:EFFECT], or "all"
+    image_pull_secrets: tuple[str, ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()  # on the MPIJob and its pods
+    annotations: tuple[tuple[str, str], ...] = ()  # on the MPIJob and its pods
+    priority_class: str | None = None  # the pods' PriorityClass
+    retry: int | None = None  # runPolicy.backoffLimit
+    data_dirs: tuple[str, ...] = ()  # HOST_PATH:CONTAINER_PATH hostPath mounts
+
+    FLAGS: ClassVar[dict[str, str]] = {
+             "cpu": "--cpu", "memory": "--memory", "selector": "--selector",
+             "tolerations": "--toleration", "image_pull_secrets": "--image-pull-secret", "labels": "--label",
+             "annotations": "--annotation", "priority_class": "--priority-class", "retry": "--retry",
+             "data_dirs": "--data-dir"}  # fmt: skip
+
+    def given(self) -> str | None:
+        """The first option set, as the user spelled it (None: none)."""
+        return next((flag for key, flag in self.FLAGS.items() if getattr(self, key) not in (None, ())), None)
+
+    def validate(self) -> None:
+        def bad(flag: str, value: object, fix: str) -> UsageError:
+            return UsageError(f"{flag} {value!r} is not valid for Kubernetes", fix)
+
+        for name in (self.priority_class, *self.image_pull_secrets):
+            if name is not None and not _K8S_NAME.match(name):
+                raise bad("name", name, "use lowercase letters, digits, '-' and '.' (DNS-1123)")
+        for flag, value in (("--cpu", self.cpu), ("--memory", self.memory)):
+            if value is not None and not _QUANTITY.match(value):
+                raise bad(flag, value, "write a Kubernetes quantity, e.g. --cpu 4, --cpu 500m, --memory 16Gi")
+        for flag, pairs in (("--selector", self.selector), ("--label", self.labels)):
+            for key, value in pairs:
+                if not _LABEL_KEY.match(key) or not _LABEL_VALUE.match(value):
+                    raise bad(flag, f"{key}={value}", "write KEY=VALUE with a label key and value")
+        for key, _ in self.annotations:
+            if not _LABEL_KEY.match(key):
+                raise bad("--annotation", key, "write KEY=VALUE with KEY like example.com/name")
+        for tol in self.tolerations:
+            if not _TOLERATION.match(tol):
+                raise bad("--toleration", tol, "write KEY, KEY=VALUE, KEY[=VALUE]:EFFECT or all")
+        for mount in self.data_dirs:
+            if not _DATA_DIR.match(mount):
+                raise bad("--data-dir", mount, "write HOST_PATH:CONTAINER_PATH, both absolute")
+        if self.retry is not None and not (isinstance(self.retry, int) and 0 <= self.retry <= 100):
+            raise bad("--retry", self.retry, "give 0 to 100 retries")
+
+    @staticmethod
+    def from_dict(data: dict[str, Any] | None) -> KubeOptions | None:
+        if data is None:
+            return None
+        pairs = ("selector", "labels", "annotations")
+        fields: dict[str, Any] = {
+            k: tuple(tuple(p) for p in v) if k in pairs else tuple(v) if isinstance(v, list) else v
+            for k, v in data.items() if k in KubeOptions.FLAGS}  # fmt: skip
+        return KubeOptions(**fields)
 
 
 @dataclass(frozen=True)
@@ -101,6 +272,12 @@ class JobSpec:
     # Seconds the job may run; it is stopped (SIGTERM, grace, SIGKILL) and FAILED at the limit.
     # The queue plans reservations with it, and a job with one may backfill (see docs/scheduler.md).
     time_limit_s: float | None = None
+    container: ContainerOptions = field(default_factory=ContainerOptions)  # --data, --shm-size, ...
+    kube: KubeOptions | None = None  # Kubernetes-only options (refused by other engines)
+    # A network level (docs/scheduler.md, Network tree): stay under one switch of it, or wait;
+    # or prefer to, spreading higher only when it must.
+    topology_required: str | None = None
+    topology_preferred: str | None = None
 
     def validate(self) -> JobSpec:
         from ringleader.topology.cluster import check_name
@@ -126,8 +303,17 @@ class JobSpec:
         for key in self.env:
             if not _ENV_KEY.match(key):
                 raise UsageError(f"invalid environment variable name {key!r}", "use -e NAME=VALUE")
+        for option, level in (("--topology-required", self.topology_required),
+                              ("--topology-preferred", self.topology_preferred)):  # fmt: skip
+            if level is not None and not (isinstance(level, str) and _LEVEL.match(level)):
+                raise UsageError(f"{option} {level!r} is not a level name", "name a level, e.g. rack or spine")
         if self.image is not None:  # `--image ''` too: it is not "no image"
             check_image_reference(self.image)
+        self.container.validate()
+        if self.workdir is not None and not self.workdir.startswith("/"):
+            raise UsageError(f"--working-dir {self.workdir!r} is not an absolute path", "give a path from /")
+        if self.kube is not None:
+            self.kube.validate()
         return self
 
     def request(self) -> JobRequest:
@@ -135,8 +321,9 @@ class JobSpec:
 
         return JobRequest(
             self.name, self.workers, self.gpus_per_worker, self.topology_aware, self.priority, self.model,
-            time_limit_s=self.time_limit_s,
-        )
+            time_limit_s=self.time_limit_s, topology_required=self.topology_required,
+            topology_preferred=self.topology_preferred,
+        )  # fmt: skip
 
 
     def to_dict(self) -> dict[str, Any]:
@@ -151,4 +338,7 @@ class JobSpec:
             image=data.get("image"), model=data.get("model"), workdir=data.get("workdir"),
             submit_env=data.get("submit_env"), user_command=data.get("user_command"),
             time_limit_s=None if data.get("time_limit_s") is None else float(data["time_limit_s"]),
+            container=ContainerOptions.from_dict(data.get("container")),
+            kube=KubeOptions.from_dict(data.get("kube")),
+            topology_required=data.get("topology_required"), topology_preferred=data.get("topology_preferred"),
         )  # fmt: skip

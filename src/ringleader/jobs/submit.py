@@ -43,6 +43,21 @@ def prepare_submit(spec: JobSpec, supports: Support, environ: Mapping[str, str] 
         supports.require("image", "--image")
     if spec.time_limit_s is not None:
         supports.require("time_limit", "--time-limit")
+    given = spec.kube.given() if spec.kube is not None else None
+    if given is not None:
+        supports.require("kube_options", given)
+    if spec.container.user == "submitter":  # an API caller's spelling: the CLI resolves it itself
+        from ringleader.jobs.spec import parse_container_user
+
+        mine = dataclasses.replace(spec.container, user=parse_container_user("submitter"))
+        spec = dataclasses.replace(spec, container=mine)
+    container_options = spec.container.given()
+    supports.require_container_options(container_options)
+    if container_options and spec.image is None and supports.submitter_context:
+        raise UsageError(f"{container_options[0]} sets up each rank's container and this job has none",
+                         "add --image IMAGE, or leave the container options out")  # fmt: skip
+    if spec.topology_required is not None or spec.topology_preferred is not None:
+        supports.require("network_tree", "--topology-required/--topology-preferred")
     if spec.workdir is None and supports.submitter_context:
         spec = dataclasses.replace(spec, workdir=working_directory())
     # -x NAME passes the submitter's value of NAME (the whole environment, not just the part a
@@ -53,7 +68,7 @@ def prepare_submit(spec: JobSpec, supports: Support, environ: Mapping[str, str] 
         environ = dict(os.environ)
     if spec.submit_env is None and supports.submitter_context:
         spec = dataclasses.replace(spec, submit_env=submit_env(dict(environ)))
-    spec, line, notes = prepare_spec(spec, environ)
+    spec, line, notes = prepare_spec(spec, environ, in_image=spec.image is not None or not supports.submitter_context)
     return Submission(spec, line, tuple(notes))
 
 
@@ -72,7 +87,8 @@ def refuse_unresolvable(decision: Decision, supports: Support) -> None:
     if decision.code is Code.UNRESOLVABLE:
         raise UnschedulableError(
             f"job {decision.job.name} can never run on this cluster: {'; '.join(decision.reasons)}",
-            f"ask for fewer GPUs per worker or fewer workers, or {supports.more_room}",
+            f"ask for fewer GPUs per worker or fewer workers, or {supports.more_room}"
+            + (", or require a wider network level" if decision.job.topology_required else ""),
         )
 
 

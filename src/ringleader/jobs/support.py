@@ -25,6 +25,11 @@ class Support:
     emulated_cluster: bool = False  # `cluster up` / `cluster down`
     state_backup: bool = False  # `state export` / `state import`
     time_limit: bool = False  # `--time-limit`: the job is stopped at its limit
+    kube_options: bool = False  # arena's Kubernetes-only submit options (JobSpec.kube: -n, --cpu, ...)
+    # The container options (ContainerOptions.given() spellings: --data, --shm-size, --rdma,
+    # --image-pull-policy, --container-user) the engine honours; any other is refused.
+    container_options: tuple[str, ...] = ()
+    network_tree: bool = False  # `--topology-required/--topology-preferred LEVEL`: it places by the network tree
     more_room: str = "add nodes"  # how a user gives a job that can never fit the room it needs
 
     def require(self, operation: str, what: str) -> None:
@@ -34,3 +39,12 @@ class Support:
                 f"{what} is not supported by the {self.engine} engine",
                 f"use the tool the {self.engine} cluster already has for it, or --engine embedded",
             )
+
+    def require_container_options(self, given: list[str]) -> None:
+        """Refuse, in one line, the first container option given that the engine does not honour."""
+        for option in given:
+            if option not in self.container_options:
+                raise UsageError(
+                    f"{option} is not supported by the {self.engine} engine",
+                    f"leave {option} out, or use an engine that runs containers with it (--engine embedded)",
+                )

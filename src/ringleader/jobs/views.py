@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -142,6 +142,7 @@ class JobView:
             "workers": self.spec.workers, "gpus_per_worker": self.spec.gpus_per_worker,
             "topology_aware": self.spec.topology_aware, "command": self.spec.command,
             "image": self.spec.image, "model": self.spec.model,
+            **({"container": asdict(self.spec.container)} if self.spec.container.given() else {}),
             "bottleneck": self.bottleneck, "placement": self.placement,
             "gpus_requested": self.gpus_requested, "gpus_allocated": self.gpus_allocated,
             **({"instances": [i.to_dict() for i in self.instances]} if self.has_instances else {}),

@@ -11,7 +11,10 @@ Hops of a data-parallel job's allreduce:
   * across nodes, the network: per NIC Gb/s x the fabric's efficiency x the NICs near the job's
     GPUs, divided by the number of ring flows that share them in one direction (1 when the ring
     visits each node's GPUs together, as NCCL orders it; k when ranks alternate between nodes
-    and the library follows rank order, as gloo and MPI rings do).
+    and the library follows rank order, as gloo and MPI rings do), and never more than the flow's
+    share of the narrowest switch uplink it crosses on a cluster with a network tree
+    (``uplink_cap``: d nodes' NICs over the level's oversubscription, split among the gangs
+    crossing it);
 Ring: T = 2(n-1) a + 2(n-1)/n S/B; tree: T = 2 ceil(log2 n) a + 2 S/B, with B the slowest
 hop's GB/s and a the largest per-step latency among the hops. Hierarchical (NCCL only: inside
 each node, then across): T = 2(k-1)/k S/B_intra + 2(m-1)/m S/B_net plus their latencies, for k
@@ -23,7 +26,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ringleader.errors import UsageError
@@ -248,9 +251,10 @@ def nic_flows(placement: Placement, ring_order: str) -> int:
 def network_hop(
     nodes: Mapping[str, NodeState], placement: Placement, ring_order: str,
     cal: Calibration | None = None, backend: str | None = None, efficiency: float | None = None,
-    fabric: str | None = None,
+    fabric: str | None = None, uplink_flows: Mapping[str, int] | None = None,
 ) -> Hop | None:  # fmt: skip
-    """The inter-node hop: the slowest node's usable NIC bandwidth, shared by the ring's flows."""
+    """The inter-node hop: the slowest node's usable NIC bandwidth, shared by the ring's flows,
+    and never more than its share of the narrowest switch uplink it crosses (``uplink_cap``)."""
     used = placement.nodes
     if len(used) < 2:
         return None
@@ -274,7 +278,55 @@ def network_hop(
         gbs, _, what = min((usable(n) for n in used), key=lambda u: u[0])
         lat = net_latency_us()
     where = f"{' <-> '.join(used)} ({what}, {flows} flow(s) per NIC)"
+    capped = uplink_cap(nodes, placement, gbs, uplink_flows)
+    if capped is not None and capped[0] < gbs / flows:
+        return Hop("network", capped[0], lat, f"{where}, {capped[1]}")
     return Hop("network", gbs / flows, lat, where)
+
+
+def uplink_cap(
+    nodes: Mapping[str, NodeState], placement: Placement, nic_gbs: float, flows: Mapping[str, int] | None = None
+) -> tuple[float, str] | None:
+    """The GB/s one ring flow gets through the narrowest uplink it crosses, and where (None on
+    a cluster without a network tree, or inside one leaf). A switch of a level with down:up
+    ratio r over d nodes has d x NIC / r of uplink, shared by the flows crossing it: the gangs
+    whose rings leave it (``flows``: switch -> gangs, the simulator's count; 1 by default: a ring
+    in tree order leaves each switch once per direction). ``nodes`` should be the whole
+    cluster (``ClusterState.by_name``): d counts the nodes under the switch that it holds."""
+    specs = [nodes[n].spec for n in placement.nodes]
+    places = [s.network for s in specs]
+    if len(specs) < 2 or any(p is None for p in places):
+        return None
+    levels = places[0].levels if places[0] is not None else ()
+    paths = [p.switches for p in places if p is not None]
+    span = next((k for k in range(len(levels)) if len({p[k] for p in paths}) == 1), len(levels))
+    best: tuple[float, str] | None = None
+    for k in range(span):
+        ratio = levels[k].oversubscription
+        for switch in dict.fromkeys(p[k] for p in paths):
+            down = sum(1 for ns in nodes.values() if ns.spec.network is not None and ns.spec.switches[k] == switch)
+            crossing = max(1, (flows or {}).get(switch, 1))
+            gbs = nic_gbs * down / (ratio * crossing)
+            if best is None or gbs < best[0]:
+                best = (gbs, f"{levels[k].name} {switch} uplink {ratio:g}:1 over {down} node(s), {crossing} gang(s)")
+    return best
+
+
+def calibration_fabric_note(
+    cal: Calibration | None, nodes: Iterable[NodeState], backend: str | None = None
+) -> str | None:
+    """A warning when a calibration's network link is faster than any node of this cluster can
+    send at line rate: it was measured on another fabric (InfiniBand applied to 25 GbE), and
+    every prediction across nodes would use its speed while the bottleneck names this one's."""
+    fit = cal.link("network", backend) if cal else None
+    if fit is None:
+        return None
+    line = max((ns.spec.network_gbs * max(1, len(ns.spec.topology.nics)) for ns in nodes), default=0.0)
+    if not line or fit.gbs <= line * 1.05:
+        return None
+    return (f"the calibration's network link ({fit.gbs:.3g} GB/s) is faster than this cluster's NICs at line "
+            f"rate ({line:.3g} GB/s): it was measured on another fabric, and predictions across nodes use it; "
+            "calibrate on this cluster, or leave --calibration out")  # fmt: skip
 
 
 # -- alpha-beta costs ---------------------------------------------------------------------------
@@ -298,6 +350,7 @@ def placement_hops(
     nodes: Mapping[str, NodeState], placement: Placement, *, backend: str | None = None,
     ring_order: str | None = None, calibration: Calibration | None = None,
     network_efficiency: float | None = None, fabric: str | None = None,
+    uplink_flows: Mapping[str, int] | None = None,
 ) -> list[Hop]:  # fmt: skip
     order = ring_order or ("ranks" if backend in RANK_ORDER_BACKENDS else "nodes")
     if order not in RING_ORDERS:
@@ -310,7 +363,7 @@ def placement_hops(
         hop = intra_node_hop(nodes[name], placement.gpus_on(name), calibration, backend)
         if hop is not None:
             hops.append(hop)
-    net = network_hop(nodes, placement, order, calibration, backend, network_efficiency, fabric)
+    net = network_hop(nodes, placement, order, calibration, backend, network_efficiency, fabric, uplink_flows)
     if net is not None:
         hops.append(net)
     return hops
@@ -341,14 +394,14 @@ def allreduce_cost(
     nodes: Mapping[str, NodeState], placement: Placement, nbytes: float, *,
     algorithm: str = "auto", backend: str | None = None, ring_order: str | None = None,
     calibration: Calibration | None = None, network_efficiency: float | None = None,
-    fabric: str | None = None,
+    fabric: str | None = None, uplink_flows: Mapping[str, int] | None = None,
 ) -> AllreduceCost:  # fmt: skip
     """Allreduce of ``nbytes`` over every rank of ``placement`` (see the module docstring)."""
     if algorithm not in ALGORITHMS:
         raise UsageError(f"unknown allreduce algorithm {algorithm!r}", f"use one of {', '.join(ALGORITHMS)}")
     n = n_ranks(placement)
     hops = placement_hops(nodes, placement, backend=backend, ring_order=ring_order, calibration=calibration,
-                          network_efficiency=network_efficiency, fabric=fabric)  # fmt: skip
+                          network_efficiency=network_efficiency, fabric=fabric, uplink_flows=uplink_flows)  # fmt: skip
     if n < 2 or not hops:
         return AllreduceCost("none", 0.0, n, nbytes, None, 0.0)
     slow = min(hops, key=lambda h: h.gbs)

@@ -153,6 +153,7 @@ def predict_placement(
     fabric: str | None = None,
     data_images_per_s: float | None = None,
     sync: tuple[float, float] | None = None,
+    uplink_flows: Mapping[str, int] | None = None,
 ) -> Prediction:
     """Predict a synchronous data-parallel job of ``batch_size`` images per GPU on ``placement``.
 
@@ -172,7 +173,7 @@ def predict_placement(
     nbytes = grad_bytes(model, precision)
     cost = allreduce_cost(
         nodes, placement, nbytes, algorithm=algorithm, backend=backend, ring_order=ring_order,
-        calibration=calibration, network_efficiency=network_efficiency, fabric=fabric,
+        calibration=calibration, network_efficiency=network_efficiency, fabric=fabric, uplink_flows=uplink_flows,
     )  # fmt: skip
     phi = overlap if overlap is not None else (
         calibration.overlap if calibration and calibration.overlap is not None else scaling_constant("overlap")

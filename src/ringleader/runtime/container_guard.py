@@ -1,64 +1,49 @@
-"""``RUNTIME run ARGS`` for one rank, so that its container ends with it.
+"""``[--gpus] RUNTIME run ARGS``, completed for one rank and exec'd in this process's place.
 
-A container's client (podman or docker) stopped before it forwards signals, or killed, leaves
-its container behind (running, or exited and never removed). So the client writes the
-container's id to a file (--cidfile), and signals go to the client. When a stop comes (the
-first signal), a reaper starts in its own session, deaf to the stop's signals, holding the read
-end of a pipe only this guard writes to: once the guard is gone, however (ringleader kills a
-stopped rank's whole process tree with -9 after its grace period), the reaper removes the
-container by force. A rank that ends by itself is cleaned up by the guard.
+What only the rank knows is added here: with ``--gpus``, the rank's own GPUs (the host's
+indexes in CUDA_VISIBLE_DEVICES, set by the rank wrapper) become the container's only ones
+(podman: one CDI device ``nvidia.com/gpu=INDEX`` each; docker: ``--gpus "device=I,J"``), and
+CUDA_VISIBLE_DEVICES is renumbered as the container sees them (0..n-1).
+
+It then becomes the container's client (exec): no process of ours sits between the rank
+wrapper and the client, so signals reach the client directly, and nothing of ours needs
+cleaning up. What the client leaves behind (a container record when it is killed) is removed by
+label by whoever ends the job (see ``containers.remove_containers``).
 
 Standard library only: sent as source (``containers.guard_command``) to wherever a rank runs.
 """
 
 import os
-import signal
-import subprocess
 import sys
-import tempfile
-
-# Waits for the guard to be gone (end of file on its stdin), then removes what is left.
-REAPER = (
-    "import os, shutil, signal, subprocess, sys; "
-    "[signal.signal(s, signal.SIG_IGN) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)]; "
-    "sys.stdin.buffer.read(); rt, f, d = sys.argv[1:4]; "
-    "cid = open(f).read().strip() if os.path.exists(f) else ''; "
-    "cid and subprocess.run([rt, 'rm', '-f', *(['-t', '0'] if os.path.basename(rt) == 'podman' else []), cid], "
-    "stdin=subprocess.DEVNULL, capture_output=True, timeout=120); shutil.rmtree(d, ignore_errors=True)"
-)
 
 
-def remove(runtime: str, cidfile: str, folder: str) -> None:
-    """Remove the container if the client left it (no-op after --rm did), and the id's folder."""
-    reaper = [sys.executable, "-c", REAPER, runtime, cidfile, folder]
-    subprocess.run(reaper, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def completed(argv: list[str], environ: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    """The client's argv and environment for this rank."""
+    gpus = bool(argv) and argv[0] == "--gpus"
+    if gpus:
+        argv = argv[1:]
+    runtime, run, rest = argv[0], argv[1], argv[2:]
+    env = dict(environ)
+    visible = [g for g in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
+    extra: list[str] = []
+    if gpus and visible:
+        if os.path.basename(runtime) == "docker":
+            extra = ["--gpus", '"device=' + ",".join(visible) + '"']  # quoted: docker reads it as CSV
+        else:
+            extra = [word for g in visible for word in ("--device", "nvidia.com/gpu=" + g)]
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(visible)))
+    return [runtime, run, *extra, *rest], env
 
 
-def guard(argv: list[str]) -> int:
-    runtime, args = argv[0], argv[2:]  # RUNTIME run ARGS...
-    folder = tempfile.mkdtemp(prefix="ringleader-container-")
-    cidfile = os.path.join(folder, "cid")
-    client = subprocess.Popen([runtime, "run", "--cidfile", cidfile, *args], stdin=subprocess.DEVNULL)
-    write_end: list[int] = []
-
-    def stop(number: int, _frame: object) -> None:
-        if not write_end:  # the first stop: a reaper outlives this guard, however it ends
-            read_end, end = os.pipe()
-            subprocess.Popen([sys.executable, "-c", REAPER, runtime, cidfile, folder], stdin=read_end,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
-            os.close(read_end)
-            write_end.append(end)
-        client.send_signal(number)
-
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, stop)
-    code = client.wait()
-    if write_end:
-        os.close(write_end[0])  # the reaper takes it from here
-    else:
-        remove(runtime, cidfile, folder)
-    return code if code >= 0 else 128 - code
+def main(argv: list[str]) -> int:
+    args, env = completed(argv, dict(os.environ))
+    try:
+        os.execvpe(args[0], args, env)
+    except OSError as exc:
+        print(f"ringleader: cannot run the container runtime {args[0]!r} on this host: {exc.strerror}", flush=True)
+        return 127
+    return 0  # not reached: exec replaced this process
 
 
 if __name__ == "__main__":
-    sys.exit(guard(sys.argv[1:]))
+    sys.exit(main(sys.argv[1:]))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import ClassVar
 
 from ringleader.errors import UsageError
@@ -28,7 +29,7 @@ from ringleader.scheduler.types import (
     Placement,
     WorkerSlot,
 )
-from ringleader.topology.cluster import SCHEDULE_LABEL
+from ringleader.topology.cluster import SCHEDULE_LABEL, NodeSpec
 
 
 class Policy(ABC):
@@ -126,13 +127,32 @@ def placement_metrics(nodes: Mapping[str, NodeState], placement: Placement) -> M
                 bottleneck = Bottleneck("nvlink-domain", fabric, f"{' <-> '.join(used)} in NVLink domain {domain}")
         else:
             slowest = min(specs, key=lambda s: s.network_gbs)
-            if slowest.network_gbs < bottleneck.gbs:
-                where = f"{' <-> '.join(used)} over {slowest.network_gbps:g} Gb/s"
-                bottleneck = Bottleneck("network", slowest.network_gbs, where)
+            share, under = network_share(specs)
+            if slowest.network_gbs / share < bottleneck.gbs:
+                where = f"{' <-> '.join(used)} over {slowest.network_gbps:g} Gb/s{under}"
+                bottleneck = Bottleneck("network", slowest.network_gbs / share, where)
     if bottleneck.gbs == INF:
         bottleneck = Bottleneck("none", 0.0, "")
     frag = stranded / free_after if free_after else 0.0
     return Metrics(len(used), bottleneck, total, frag)
+
+
+def network_share(specs: Sequence[NodeSpec]) -> tuple[float, str]:
+    """How oversubscribed the links between these nodes are (the worst level below their lowest
+    common switch: a gang across racks shares its leaves' uplinks), and " under leaf rack-2" or
+    " across spines (4:1)" to name where; (1.0, "") on a cluster without a network tree."""
+    places = [s.network for s in specs]
+    if any(p is None for p in places):
+        return 1.0, ""
+    paths = [p.switches for p in places if p is not None]
+    levels = places[0].levels if places[0] is not None else ()
+    span = next((k for k in range(len(levels)) if len({p[k] for p in paths}) == 1), len(levels))
+    ratio = max((lv.oversubscription for lv in levels[:span]), default=1.0)
+    if span < len(levels):
+        where = f" under {levels[span].name} {paths[0][span]}"
+    else:
+        where = f" across {levels[-1].name}s" if levels else ""
+    return ratio, where + (f" ({ratio:g}:1 uplinks)" if ratio > 1 else "")
 
 
 def fabric_gbs(ns: NodeState) -> float:
@@ -237,6 +257,8 @@ def unresolvable(state: ClusterState, job: JobRequest, policy: Policy) -> bool:
 
 def pending_reason(state: ClusterState, job: JobRequest, policy: Policy) -> str:
     """One line with numbers: what the gang needs and the most any node or the cluster offers."""
+    if job.topology_required is not None or job.topology_preferred is not None:
+        return required_level_reason(state, job, policy)
     need = f"needs {job.workers} worker(s) x {job.gpus_per_worker} GPU(s)"
     kind = "nodes serving --gputopology jobs" if job.topology_aware else "nodes serving non-topology jobs"
     serving = [ns for ns in state.nodes if policy.filter(ns, JobRequest(job.name, 1, 0, job.topology_aware)) is None]
@@ -250,6 +272,26 @@ def pending_reason(state: ClusterState, job: JobRequest, policy: Policy) -> str:
         f"{need} = {job.total_gpus} GPUs on {kind}; most free on any such node: "
         f"{most.n_free}{where}; worker slots free over {len(serving)} such node(s): {slots}"
     )
+
+
+def required_level_reason(state: ClusterState, job: JobRequest, policy: Policy) -> str:
+    """ "needs 4 workers x 8 GPUs under one leaf; most free under any leaf: 3 worker slots (leaf-2)"."""
+    from ringleader.scheduler.network import level_index, most_free_under, tree_levels
+
+    serving = [g for g in state.groups if policy.filter(g.first, replace(job, gpus_per_worker=0)) is None]
+    levels = tree_levels(state.groups)
+    for name in (job.topology_required, job.topology_preferred):
+        if name is not None and level_index(levels, name) is None:
+            have = ", ".join(lv.name for lv in levels) or "none (the cluster declares no network tree)"
+            return f"the cluster has no network level {name!r} (levels: {have})"
+    if job.topology_required is None:  # preferred only: the gang does not fit at all
+        return pending_reason(state, replace(job, topology_preferred=None), policy)
+    level = level_index(levels, job.topology_required)
+    assert level is not None
+    need = f"needs {job.workers} worker(s) x {job.gpus_per_worker} GPU(s) under one {job.topology_required}"
+    slots, switch = most_free_under(serving, job, level)
+    where = f" ({switch})" if slots else ""
+    return f"{need}; most free under any {job.topology_required}: {slots} worker slot(s){where}"
 
 
 def free_ids(ns: NodeState) -> tuple[int, ...]:

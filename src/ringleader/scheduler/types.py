@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
+from ringleader.scheduler.switches import SwitchIndex
 from ringleader.topology.cluster import NodeSpec
 
 
@@ -28,6 +29,10 @@ class JobRequest:
     # Wall-clock limit in seconds: once the job starts, the queue plans with start + limit as
     # its end, and a job with a limit may backfill onto GPUs reserved from after that end.
     time_limit_s: float | None = None
+    # Network levels (names from the cluster's tree): the gang waits rather than spread past
+    # ``topology_required``'s switch; ``topology_preferred`` is spread past only when it must.
+    topology_required: str | None = None
+    topology_preferred: str | None = None
 
     @property
     def total_gpus(self) -> int:
@@ -35,7 +40,8 @@ class JobRequest:
 
     @property
     def policy_name(self) -> str:
-        return "topology" if self.topology_aware else "default"
+        network = self.topology_required is not None or self.topology_preferred is not None
+        return "topology" if self.topology_aware or network else "default"
 
 
 @dataclass(frozen=True)
@@ -109,8 +115,9 @@ GroupKey = tuple[str, int, float, tuple[tuple[str, str], ...], str]
 
 
 def group_key(ns: NodeState) -> GroupKey:
-    """Nodes with equal keys are interchangeable for placement: same topology, free GPUs,
-    network, labels and NVLink domain. Filters and searches run once per group, not per node."""
+    """Nodes with equal keys are interchangeable for placement inside a node: same topology,
+    free GPUs, network, labels and NVLink domain. Filters and searches run once per group, not
+    per node. (Where nodes sit in the network tree is the SwitchIndex's: a group spans switches.)"""
     spec = ns.spec
     return (spec.topology.fingerprint, ns.free_mask, spec.network_gbps, spec.labels, spec.nvlink_domain)
 
@@ -123,6 +130,7 @@ class NodeGroup:
     key: GroupKey
     positions: tuple[int, ...]
     all_nodes: tuple[NodeState, ...] = field(repr=False, compare=False)
+    state: ClusterState | None = field(default=None, repr=False, compare=False)  # the snapshot it is of
 
     @property
     def first(self) -> NodeState:
@@ -166,6 +174,7 @@ class ClusterState:
     nodes: tuple[NodeState, ...]
     carried_index: Mapping[GroupKey, tuple[int, ...]] | None = field(default=None, compare=False, repr=False)
     carried_positions: Mapping[str, int] | None = field(default=None, compare=False, repr=False)
+    carried_switches: SwitchIndex | None = field(default=None, compare=False, repr=False)
 
     @staticmethod
     def empty(specs: Iterable[NodeSpec]) -> ClusterState:
@@ -197,10 +206,21 @@ class ClusterState:
     def groups(self) -> list[NodeGroup]:
         """Groups of equivalent nodes, ordered by their first node's position."""
         items = sorted(self.index.items(), key=lambda kv: kv[1][0])
-        return [NodeGroup(key, positions, self.nodes) for key, positions in items]
+        return [NodeGroup(key, positions, self.nodes, self) for key, positions in items]
+
+    @cached_property
+    def switch_index(self) -> SwitchIndex:
+        """Nodes per switch of the network tree (no levels without one); built on first use,
+        then carried from commit to commit like the group index."""
+        if self.carried_switches is not None:
+            return self.carried_switches
+        return SwitchIndex.build(self.nodes, group_key)
 
     def _replaced(self, changed: Mapping[int, NodeState]) -> ClusterState:
         nodes = list(self.nodes)
+        switches = None
+        if self.carried_switches is not None or "switch_index" in self.__dict__:
+            switches = self.switch_index.updated(((pos, nodes[pos], new) for pos, new in changed.items()), group_key)
         index: dict[GroupKey, tuple[int, ...]] | None = None
         if self.carried_index is not None or "index" in self.__dict__:  # maintain a built index
             index = dict(self.index)
@@ -223,7 +243,7 @@ class ClusterState:
             new_bucket = index.get(new_key, ())
             at = bisect.bisect_left(new_bucket, pos)
             index[new_key] = (*new_bucket[:at], pos, *new_bucket[at:])
-        return ClusterState(tuple(nodes), index, self.positions)
+        return ClusterState(tuple(nodes), index, self.positions, switches)
 
     def with_placement(self, placement: Placement) -> ClusterState:
         """The state after committing ``placement`` (raises if a GPU is already taken)."""

@@ -12,7 +12,7 @@ import csv
 import json
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,11 +58,12 @@ class Comparison:
         ]
 
     def as_dict(self) -> dict[str, Any]:
-        from ringleader.sim.summary import identical_groups
+        from ringleader.sim.summary import identical_groups, near_jct_pairs
 
         return {"policies": [_clean(s) for s in self.summaries], "rejected": self.rejected(),
                 "identical_placements": identical_groups(self.runs),
-                "identical_job_times": identical_groups(self.runs, placements=False)}  # fmt: skip
+                "identical_job_times": identical_groups(self.runs, placements=False),
+                "near_identical_jct": [[a, b] for a, b, _ in near_jct_pairs(self.runs)]}  # fmt: skip
 
 
 def parse_policies(text: str) -> list[str]:
@@ -83,8 +84,10 @@ def compare_policies(
     policies: Sequence[str],
     step_time: StepTimeFn | None = None,
     max_failures: int = DEFAULT_MAX_FAILURES,
+    on_policy: Callable[[str], None] | None = None,
 ) -> Comparison:
-    """Simulate ``jobs`` under each policy; one step-time cache is shared (the model is pure)."""
+    """Simulate ``jobs`` under each policy; one step-time cache is shared (the model is pure).
+    ``on_policy`` hears each policy's name as its run starts (a progress bar)."""
     for policy in policies:
         get_policy(policy)
     if "throughput" in policies:
@@ -96,6 +99,8 @@ def compare_policies(
     memo = Memoised(step_time if step_time is not None else model_step_time())
     runs, summaries = [], []
     for policy in policies:
+        if on_policy:
+            on_policy(policy)
         started = time.perf_counter()
         run = simulate(list(specs), list(jobs), policy, memo, max_failures)
         wall = time.perf_counter() - started

@@ -33,7 +33,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ringleader.scheduler import (
     NO_RESERVATIONS,
@@ -41,6 +41,7 @@ from ringleader.scheduler import (
     ClusterState,
     Decision,
     JobRequest,
+    NodeState,
     Placement,
     QueuedJob,
     QueuePass,
@@ -48,6 +49,7 @@ from ringleader.scheduler import (
     place,
     queue_order,
 )
+from ringleader.sim.network import NetworkLoad
 from ringleader.sim.steptime import Memoised, StepTime, StepTimeFn
 from ringleader.sim.trace import TraceJob
 from ringleader.topology.cluster import NodeSpec
@@ -71,6 +73,7 @@ class JobRecord:
     bottleneck: str = ""
     fragmentation_after: float = 0.0
     rejected: str | None = None  # why the job can never run on this cluster
+    span_level: int = -1  # the network level its nodes' lowest common switch is at (-1: one node)
 
     @property
     def jct_s(self) -> float | None:
@@ -96,6 +99,8 @@ class Timeline:
     queued: list[int] = field(default_factory=list)
     stranded_share: list[float | None] = field(default_factory=list)  # None: no queue or no free GPU
     head_blocked: list[bool] = field(default_factory=list)  # enough free GPUs, head still waits
+    level_fragmentation: list[tuple[float, ...]] = field(default_factory=list)  # per network level (sim/network.py)
+    level_whole_free: list[tuple[int, ...]] = field(default_factory=list)  # wholly free switches per level
 
 
 @dataclass
@@ -129,10 +134,15 @@ class Simulation:
         step_time: StepTimeFn | Memoised,
         max_failures: int = DEFAULT_MAX_FAILURES,
         backfill: BackfillConfig = NO_RESERVATIONS,
+        network_aware: bool = True,
     ) -> None:
         self.policy = get_policy(policy).name  # unknown names fail here, listing the known ones
         self.specs = [s.with_labels({}) for s in specs]
-        self.state = ClusterState.empty(self.specs)
+        # The network tree prices every run; ``network_aware`` says whether placement sees it.
+        self.network = NetworkLoad(self.specs)
+        self.priced = {s.name: NodeState(s) for s in self.specs} if self.network.levels else {}
+        placed = self.specs if network_aware else [replace(s, network=None) for s in self.specs]
+        self.state = ClusterState.empty(placed)
         _ = self.state.index  # built once, then carried and updated by with/without_placement
         self.free = [ns.n_free for ns in self.state.nodes]
         self.total_gpus = sum(self.free)
@@ -271,8 +281,10 @@ class Simulation:
         when the caller has it already."""
         assert decision.chosen is not None
         placement = decision.chosen.placement
-        used = {name: self.state.node(name) for name in placement.nodes}
-        step = self.step_time(used, placement, job)
+        if self.network.levels:
+            step = self.step_time(self.priced, placement, job, self.network.start(placement))
+        else:
+            step = self.step_time({name: self.state.node(name) for name in placement.nodes}, placement, job)
         self._commit(after if after is not None else self.state.with_placement(placement), placement)
         self.queued.pop(job.name, None)
         if job.time_limit_s is not None:
@@ -283,6 +295,7 @@ class Simulation:
         record.nodes_used = metrics.nodes_used
         record.bottleneck = metrics.bottleneck.describe()  # submit's and predict's words
         record.fragmentation_after = metrics.fragmentation_after
+        record.span_level = self.network.span(placement)
         self.busy += job.total_gpus
         finish = now + job.iterations * step.step_time_s
         heapq.heappush(self.events, (finish, COMPLETION, next(self.seq), job.name))
@@ -298,6 +311,7 @@ class Simulation:
             self.hist[old] -= 1
             self.hist[new] += 1
             self.free[i] = new
+            self.network.node_free_changed(name, new - old)
 
     def _complete(self, name: str, now: float) -> None:
         record = self.records[name]
@@ -305,6 +319,7 @@ class Simulation:
         record.finish_s = now
         self.expected_ends.pop(name, None)
         self._commit(self.state.without_placement(record.placement), record.placement)
+        self.network.end(record.placement)
         self.busy -= record.job.total_gpus
         self.blocked.clear()
 
@@ -312,6 +327,9 @@ class Simulation:
         tl = self.timeline
         tl.times.append(now)
         tl.busy_gpus.append(self.busy)
+        if self.network.levels:
+            tl.level_fragmentation.append(self.network.fragmentation())
+            tl.level_whole_free.append(self.network.whole_free())
         head = self._head()
         free = self.total_gpus - self.busy
         tl.queued.append(sum(len(q) for q in self.buckets.values()))
@@ -332,10 +350,12 @@ def simulate(
     step_time: StepTimeFn | Memoised,
     max_failures: int = DEFAULT_MAX_FAILURES,
     backfill: BackfillConfig = NO_RESERVATIONS,
+    network_aware: bool = True,
 ) -> SimRun:
     """Simulate ``jobs`` on ``specs`` under ``policy``; ``backfill`` picks the queue discipline
-    (default: no reservation and no age, the queue before reservations)."""
-    return Simulation(specs, jobs, policy, step_time, max_failures, backfill).run()
+    (default: no reservation and no age, the queue before reservations); ``network_aware``
+    False hides the network tree from placement (it still prices the runs)."""
+    return Simulation(specs, jobs, policy, step_time, max_failures, backfill, network_aware).run()
 
 
 def request_of(job: TraceJob) -> JobRequest:

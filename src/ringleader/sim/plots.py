@@ -35,9 +35,11 @@ WIDTHS = (3.2, 2.4, 1.7, 1.1)
 def legend_labels(runs: Sequence[SimRun]) -> dict[str, str]:
     """Each policy's legend entry; one whose curve lies on an earlier policy's says so (the
     same placements where it has them, else the same job times)."""
-    from ringleader.sim.summary import identical_groups
+    from ringleader.sim.summary import identical_groups, near_jct_pairs
 
     labels = {run.policy: run.policy for run in runs}
+    for name, other, gap in near_jct_pairs(runs):
+        labels[name] = f"{name} (JCTs within {gap:.1%} of {other})"
     for what, groups in (("job times", identical_groups(runs, placements=False)),
                          ("placements", identical_groups(runs))):  # fmt: skip
         for group in groups:
@@ -139,7 +141,8 @@ def plot_utilization(runs: Sequence[SimRun], path: Path, title: str = "",
             ax.axhline(mean, color="0.25", linestyle="--", linewidth=1)
             ax.text(1.0, mean, f" mean {mean:.0%}", transform=ax.get_yaxis_transform(), va="center", fontsize=8)
         ax.set_ylim(0, 1.05)
-        short = re.sub(r" \(same (placements|job times) as ", "\n(= ", labels[run.policy])
+        label = run.policy if " (JCTs within " in labels[run.policy] else labels[run.policy]  # JCT only
+        short = re.sub(r" \(same (placements|job times) as ", "\n(= ", label)
         ax.set_ylabel(short, rotation=0, ha="right", va="center", fontsize=9)
         ax.grid(True, alpha=0.3)
     axes[-1, 0].set_xlabel(f"hours since the first arrival (each step: the mean over a {_width_label(width)} bin)")

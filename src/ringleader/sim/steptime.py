@@ -8,7 +8,7 @@ names do not matter, so a 1,000-node cluster of one machine type needs few disti
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +27,10 @@ class StepTime:
 
 
 StepTimeFn = Callable[[Mapping[str, NodeState], Placement, TraceJob], StepTime]
+# On a cluster with a network tree the simulator passes, per switch the gang crosses, the gangs
+# crossing it (sim/network.py), and ``nodes`` is the whole cluster; a function that prices the
+# tree says so with ``tree_aware = True`` (the model's does), others are called as above.
+Flows = Mapping[str, int]
 
 ShapeKey = tuple[
     str, int, tuple[tuple[str, str, float, tuple[str, ...]], ...], tuple[tuple[int, tuple[int, ...]], ...]
@@ -52,18 +56,26 @@ class Memoised:
 
     def __init__(self, fn: StepTimeFn) -> None:
         self.fn = fn
-        self.cache: dict[ShapeKey, StepTime] = {}
+        self.cache: dict[Hashable, StepTime] = {}
         self.hits = 0
         self.misses = 0
 
-    def __call__(self, nodes: Mapping[str, NodeState], placement: Placement, job: TraceJob) -> StepTime:
-        key = shape_key(nodes, placement, job)
+    def __call__(
+        self, nodes: Mapping[str, NodeState], placement: Placement, job: TraceJob, flows: Flows | None = None
+    ) -> StepTime:
+        key: Hashable = shape_key(nodes, placement, job)
+        tree = flows is not None and getattr(self.fn, "tree_aware", False)
+        if tree:  # where the gang sits and how loaded its uplinks are change the answer
+            key = (key, tuple(nodes[n].spec.switches for n in placement.nodes), tuple(sorted((flows or {}).items())))
         found = self.cache.get(key)
         if found is not None:
             self.hits += 1
             return found
         self.misses += 1
-        found = self.cache[key] = self.fn(nodes, placement, job)
+        if tree:
+            found = self.cache[key] = self.fn(nodes, placement, job, uplink_flows=flows)  # type: ignore[call-arg]
+        else:
+            found = self.cache[key] = self.fn(nodes, placement, job)
         if not (found.step_time_s > 0 and found.images_per_s >= 0):
             raise ValueError(f"step-time function gave {found} for {job.name}")
         return found
@@ -81,16 +93,20 @@ def model_step_time(precision: str = "fp32", calibration: Any = None) -> StepTim
 
     known = set(known_models())
 
-    def step(nodes: Mapping[str, NodeState], placement: Placement, job: TraceJob) -> StepTime:
+    def step(
+        nodes: Mapping[str, NodeState], placement: Placement, job: TraceJob, uplink_flows: Flows | None = None
+    ) -> StepTime:
         if job.model not in known:
             raise UsageError(f"job {job.name}: unknown model {job.model!r}", f"use one of {', '.join(sorted(known))}")
-        used = {name: nodes[name] for name in placement.nodes}
+        # With a tree the whole cluster goes in: an uplink's share counts the nodes under it.
+        used = nodes if uplink_flows is not None else {name: nodes[name] for name in placement.nodes}
         pred = predict_placement(
             used, placement, model=job.model, batch_size=job.batch_size, precision=precision,
-            gpu_type=None, calibration=calibration,
+            gpu_type=None, calibration=calibration, uplink_flows=uplink_flows,
         )  # fmt: skip
         return StepTime(float(pred.step_time_s), float(pred.images_per_s), str(getattr(pred, "bound", "")))
 
+    step.tree_aware = True  # type: ignore[attr-defined]
     return step
 
 

@@ -15,6 +15,11 @@
 * ``placement_frag_after``: mean over placements of the scheduler's
   ``Metrics.fragmentation_after`` (share of the used nodes' free GPUs left stranded);
 * ``multi_node_share``: share of started jobs placed on more than one node;
+* on a cluster with a network tree only: ``level_fragmentation``, per level nearest the nodes
+  first, the time average of the share of free GPUs under switches that are not wholly free;
+  ``level_whole_free``, per level, the time average of how many switches are wholly free;
+  ``cross_leaf_share``, the share of multi-node jobs whose nodes span more than one leaf
+  switch (sim/network.py);
 * ``wait_by_size``: per gang size (total GPUs), how many started and the p50 / p95 / max of
   their queueing delay (start - arrival).
 """
@@ -76,6 +81,27 @@ def summarise(run: SimRun) -> dict[str, Any]:
         "frag_blocked": frag_blocked,
         "placement_frag_after": _mean([r.fragmentation_after for r in started]),
         "multi_node_share": _mean([1.0 if r.nodes_used > 1 else 0.0 for r in started]),
+        **_network(run, started),
+    }
+
+
+def _network(run: SimRun, started: Sequence[Any]) -> dict[str, Any]:
+    tl = run.timeline
+    if not tl.level_fragmentation:
+        return {}
+    levels = len(tl.level_fragmentation[0])
+    sums, whole = [0.0] * levels, [0.0] * levels
+    total = 0.0
+    for i in range(len(tl.times) - 1):
+        dt = tl.times[i + 1] - tl.times[i]
+        sums = [a + f * dt for a, f in zip(sums, tl.level_fragmentation[i], strict=True)]
+        whole = [a + w * dt for a, w in zip(whole, tl.level_whole_free[i], strict=True)]
+        total += dt
+    multi = [r for r in started if r.nodes_used > 1]
+    return {
+        "level_fragmentation": [s / total if total else 0.0 for s in sums],
+        "level_whole_free": [w / total if total else 0.0 for w in whole],
+        "cross_leaf_share": _mean([1.0 if r.span_level >= 1 else 0.0 for r in multi]),
     }
 
 
@@ -148,15 +174,44 @@ def identical_groups(runs: Sequence[SimRun], placements: bool = True) -> list[li
     return [names for names in groups.values() if len(names) > 1]
 
 
+# JCT CDFs this close at every quantile draw as one curve at the plot's scale.
+NEAR_JCT = 0.01
+
+
+def near_jct_pairs(runs: Sequence[SimRun]) -> list[tuple[str, str, float]]:
+    """(policy, earlier policy, largest relative gap) for each policy whose JCT CDF lies within
+    NEAR_JCT of an earlier one's at every quantile without coinciding with it (identical_groups
+    names those): one curve hides the other in the plot, so the legend and notes say so."""
+    coinciding = {name for group in identical_groups(runs, placements=False) for name in group[1:]}
+    jcts = {run.policy: sorted(r.jct_s for r in run.records if r.jct_s is not None) for run in runs}
+    pairs = []
+    for i, run in enumerate(runs):
+        mine = jcts[run.policy]
+        if run.policy in coinciding or not mine:
+            continue
+        for earlier in runs[:i]:
+            theirs = jcts[earlier.policy]
+            if len(theirs) != len(mine):
+                continue
+            gap = max(abs(a - b) / b if b > 0 else abs(a - b) for a, b in zip(mine, theirs, strict=True))
+            if gap <= NEAR_JCT:
+                pairs.append((run.policy, earlier.policy, gap))
+                break
+    return pairs
+
+
 def coincidence_notes(runs: Sequence[SimRun]) -> list[str]:
     """One sentence per group of policies whose curves coincide: those that placed every job
-    identically, then those that only ran every job at the same times."""
+    identically, then those that only ran every job at the same times, then those whose JCT
+    CDFs lie within 1% of another's."""
     same_places = identical_groups(runs)
     notes = [f"{', '.join(g)} placed every job identically: their curves coincide" for g in same_places]
     for group in identical_groups(runs, placements=False):
         if group not in same_places:
             notes.append(f"{', '.join(group)} started and finished every job at the same times (on other GPUs "
                          "where their placements differ): their curves coincide")  # fmt: skip
+    for name, other, gap in near_jct_pairs(runs):
+        notes.append(f"{name}'s JCT CDF lies within {gap:.1%} of {other}'s at every quantile: the curves overlap")
     return notes
 
 

@@ -107,7 +107,7 @@ def _is_number(cell: str) -> bool:
     return True
 
 
-def _choose(tables: list[_Table], matrix: str | None) -> tuple[_Table, str]:
+def _choose(tables: list[_Table], matrix: str | None) -> tuple[_Table, str, str | None]:
     bandwidth = [t for t in tables if t.kind == "bandwidth"]
     if not bandwidth:
         raise TopologyError(
@@ -126,20 +126,33 @@ def _choose(tables: list[_Table], matrix: str | None) -> tuple[_Table, str]:
                 "keep only the one to use",
             )
         # A bare matrix: its direction is what the choice says (the default, one direction).
-        return bandwidth[0], direction
+        return bandwidth[0], direction, None
     found = [t for t in titled if (t.direction or "uni") == direction and (t.p2p or "enabled") == p2p]
+    both_ways = [t for t in titled if t.direction == "bi" and (t.p2p or "enabled") == p2p]
+    if not found and matrix is None and both_ways:
+        # An output that kept only the bidirectional matrices: both directions at once, so half
+        # of each figure is one direction's (what a link gives each way when both are busy).
+        note = (f"no unidirectional matrix: {both_ways[0].describe()} used, halved "
+                "(bandwidth_matrix: bidirectional-p2p says so and silences this)")
+        return both_ways[0], "bi", note
     if not found:
         present = "; ".join(t.describe() for t in titled)
         raise TopologyError(f"no {matrix or DEFAULT_MATRIX} matrix in the text (found: {present})",
                             f"choose one that is present ({', '.join(MATRICES)})")  # fmt: skip
-    return found[0], found[0].direction or direction  # P2P Writes come before Reads: first wins
+    return found[0], found[0].direction or direction, None  # P2P Writes come before Reads: first wins
 
 
 def parse_bandwidth_text(text: str, matrix: str | None = None) -> tuple[tuple[float, ...], ...]:
     """One direction's GB/s per GPU pair (diagonal 0) from a measured matrix or a whole
     p2pBandwidthLatencyTest output; ``matrix`` picks one of ``MATRICES`` (default:
-    unidirectional with P2P enabled). Bidirectional numbers are halved."""
-    table, direction = _choose(_tables(text), matrix)
+    unidirectional with P2P enabled, else, when the output holds only bidirectional matrices,
+    the bidirectional one). Bidirectional numbers are halved."""
+    return read_bandwidth_text(text, matrix)[0]
+
+
+def read_bandwidth_text(text: str, matrix: str | None = None) -> tuple[tuple[tuple[float, ...], ...], str | None]:
+    """``parse_bandwidth_text`` and a note for the user when it chose for them (None when not)."""
+    table, direction, note = _choose(_tables(text), matrix)
     n = table.size
     where = table.describe()
     if len(table.rows) != n:
@@ -172,4 +185,4 @@ def parse_bandwidth_text(text: str, matrix: str | None = None) -> tuple[tuple[fl
                 )
             row.append(value * scale)
         out.append(tuple(row))
-    return tuple(out)
+    return tuple(out), note

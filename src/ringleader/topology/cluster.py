@@ -23,7 +23,7 @@ A cluster file looks like::
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -31,13 +31,14 @@ from typing import TYPE_CHECKING
 
 from ringleader.errors import RingleaderError, TopologyError, UsageError
 from ringleader.reference import reference
-from ringleader.topology.bandwidth import parse_bandwidth_text
+from ringleader.topology.bandwidth import read_bandwidth_text
+from ringleader.topology.network import NetworkPlace, NetworkTree
 from ringleader.topology.node import NodeTopology
 from ringleader.topology.presets import preset
 from ringleader.topology.smi import decode_text, parse_topo_text
 
 if TYPE_CHECKING:  # the schema (and pydantic) is imported when a cluster file is read
-    from ringleader.topology.cluster_schema import NodeEntry
+    from ringleader.topology.cluster_schema import NetworkSection, NodeEntry
 
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 SCHEDULE_LABEL = "gpu-schedule"
@@ -87,6 +88,11 @@ class NodeSpec:
     emulated: bool = False
     address: SshAddress | None = None  # an ssh host; None: ranks run on this machine
     nvlink_domain: str = ""  # nodes with the same id share one NVLink fabric (NVL72 clique)
+    network: NetworkPlace | None = None  # its switch per level of the cluster's network tree
+
+    @property
+    def switches(self) -> tuple[str, ...]:
+        return self.network.switches if self.network is not None else ()
 
     @cached_property
     def schedule_mode(self) -> str | None:
@@ -130,7 +136,65 @@ def load_cluster_text(text: str, base_dir: Path, origin: str = "cluster file") -
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise UsageError(f"{origin}: node name {dupes[0]!r} declared twice", "give every node its own name")
+    if cluster.network is not None:
+        where = f"{origin} line {lines.get(('network',), '?')}"
+        specs = with_network(specs, _network(cluster.network, base_dir, where), where)
     return specs
+
+
+def placed(specs: Iterable[NodeSpec], tree: NetworkTree | None) -> list[NodeSpec]:
+    """The nodes with their places in ``tree``; a node it does not hold stays outside (no
+    switch shared with any other node), as an unlabelled Kubernetes node does."""
+    return [replace(s, network=tree.place_of(s.name) if tree is not None else None) for s in specs]
+
+
+def _network(section: NetworkSection, base_dir: Path, where: str) -> NetworkTree:
+    """The tree of a cluster file's ``network:`` section: its switches, or a file (the format
+    told by its content), with the levels' names and oversubscription given there."""
+    from ringleader.topology.network import Level, expand_hostlist, tree_from_edges
+    from ringleader.topology.network_formats import load_network_text
+
+    if (section.switches is None) == (section.file is None):
+        raise UsageError(f"{where}: network needs exactly one of `switches` and `file`",
+                         "list the switches, or give a Slurm topology.conf or topology.yaml, or ibnetdiscover output")
+    if section.file is not None:
+        path = Path(section.file) if Path(section.file).is_absolute() else base_dir / section.file
+        tree = load_network_text(read_bounded(path, "network file"), str(path))
+    else:
+        def names(value: str | list[str] | None) -> list[str]:
+            return expand_hostlist(value, where) if isinstance(value, str) else list(value or [])
+
+        switches = section.switches or []
+        node_under = [(n, sw.name) for sw in switches for n in names(sw.nodes)]
+        switch_under = [(c, sw.name) for sw in switches for c in names(sw.switches)]
+        tree = tree_from_edges(node_under, switch_under, where)
+    if section.levels:
+        tree = tree.with_levels([Level(lv.name, lv.oversubscription, lv.uplink_gbps) for lv in section.levels])
+    return tree
+
+
+def with_network(specs: list[NodeSpec], tree: NetworkTree, origin: str) -> list[NodeSpec]:
+    """The nodes with their places in ``tree``, which must name exactly the cluster's nodes
+    (refused in one line naming a node it lacks or one it has too many)."""
+    tree.check_nodes((s.name for s in specs), origin)
+    missing = next((s.name for s in specs if s.name not in tree.by_node), None)
+    if missing is not None:
+        raise UsageError(f"{origin}: node {missing!r} is under no switch of the network tree",
+                         "list it under its leaf switch (or block)")  # fmt: skip
+    tree = with_uplink_ratios(tree, {s.name: s.network_gbps for s in specs})
+    return [replace(s, network=tree.place_of(s.name)) for s in specs]
+
+
+def with_uplink_ratios(tree: NetworkTree, nic_gbps: Mapping[str, float]) -> NetworkTree:
+    """Levels with an ``uplink_gbps`` take as oversubscription the most, over their switches, of
+    the nodes' network Gb/s below a switch over its uplink (never less than the ratio given)."""
+    levels = []
+    for k, level in enumerate(tree.levels):
+        if level.uplink_gbps:
+            down = max(sum(nic_gbps.get(n, 0.0) for n in nodes) for nodes in tree.switches[k].values())
+            level = replace(level, oversubscription=max(level.oversubscription, round(down / level.uplink_gbps, 3)))
+        levels.append(level)
+    return tree.with_levels(levels)
 
 
 def load_cluster_file(path: str | Path) -> list[NodeSpec]:
@@ -226,22 +290,22 @@ def _topology(entry: NodeEntry, base_dir: Path) -> NodeTopology:
         if isinstance(text, list):
             text = _rows_to_text(text)
         topo = parse_topo_text(text, gpu_model=gpu_model)
-    measured = None
+    measured, note = None, None
     if entry.bandwidth is not None or entry.bandwidth_file is not None:
         raw, choice = entry.bandwidth, entry.bandwidth_matrix
         if raw is None:
-            measured = parse_bandwidth_text(_read(base_dir, str(entry.bandwidth_file)), choice)
+            measured, note = read_bandwidth_text(_read(base_dir, str(entry.bandwidth_file)), choice)
         elif isinstance(raw, list):
             measured = tuple(tuple(row) for row in raw)
         else:
-            measured = parse_bandwidth_text(raw, choice)
+            measured, note = read_bandwidth_text(raw, choice)
     if measured is None and not gpu_model:
         return topo
     return NodeTopology(
         links=topo.links, gpu_model=gpu_model or topo.gpu_model, numa=topo.numa,
         cpu_affinity=topo.cpu_affinity, measured_gbs=measured, nics=topo.nics,
         nic_links=topo.nic_links, numa_affinity=topo.numa_affinity, gpu_numa_id=topo.gpu_numa_id,
-        source=topo.source,
+        source=topo.source, notes=(note,) if note else (),
     )  # fmt: skip
 
 

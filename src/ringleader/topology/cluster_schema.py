@@ -56,9 +56,47 @@ class NodeEntry(BaseModel):
     identity_file: PathText | None = None
 
 
+class LevelEntry(BaseModel):
+    """One level of the network tree, nearest the nodes first (ringleader.topology.network)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
+    oversubscription: Annotated[float, Field(ge=1, le=1000, allow_inf_nan=False)] = 1.0
+    uplink_gbps: Annotated[float, Field(gt=0, le=1e7, allow_inf_nan=False)] | None = None
+
+
+Hostlist = Annotated[str, StringConstraints(min_length=1, max_length=65536)] | Annotated[
+    list[Name], Field(max_length=MAX_NODES)]  # fmt: skip
+
+
+class SwitchEntry(BaseModel):
+    """A switch (or block) and what is under it: nodes, other switches, as names or a Slurm
+    hostlist (``node-[0-15]``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: Name
+    nodes: Hostlist | None = None
+    switches: Hostlist | None = None
+
+
+class NetworkSection(BaseModel):
+    """The network above the nodes: its switches here, or a file in a format users have (Slurm
+    topology.conf / topology.yaml, ibnetdiscover output); ``levels`` names them and says their
+    oversubscription."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    levels: Annotated[list[LevelEntry], Field(max_length=16)] | None = None
+    switches: Annotated[list[SwitchEntry], Field(min_length=1, max_length=MAX_NODES)] | None = None
+    file: PathText | None = None
+
+
 class ClusterFile(BaseModel):
-    """A cluster file: a list of nodes, nothing else."""
+    """A cluster file: a list of nodes and, optionally, the network tree above them."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     nodes: Annotated[list[NodeEntry], Field(min_length=1, max_length=MAX_NODES)]
+    network: NetworkSection | None = None

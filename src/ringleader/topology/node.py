@@ -40,6 +40,7 @@ class NodeTopology:
     numa_affinity: tuple[tuple[int, ...], ...] = ()
     gpu_numa_id: tuple[int | None, ...] = ()
     source: str = field(default="", compare=False)
+    notes: tuple[str, ...] = field(default=(), compare=False)  # what reading the files chose for the user
 
     def __post_init__(self) -> None:
         n = len(self.links)
@@ -130,11 +131,11 @@ class NodeTopology:
 
     @cached_property
     def warnings(self) -> tuple[str, ...]:
-        """Measured bandwidths that contradict their link kind: an NVLink pair slower than the
-        fastest PCIe link (P2P off, a failed link, or a mislabelled matrix), or a PCIe pair
-        faster than one NVLink."""
+        """What reading the files chose (``notes``), then measured bandwidths that contradict
+        their link kind: an NVLink pair slower than the fastest PCIe link (P2P off, a failed
+        link, or a mislabelled matrix), or a PCIe pair faster than one NVLink."""
         if self.measured_gbs is None:
-            return ()
+            return self.notes
         bw = self.bandwidth_gbs
         pcie_best = default_bandwidth_gbs(Link("PIX"))
         pcie_max = float(reference()["links"]["pcie_max_gbs"])
@@ -146,7 +147,7 @@ class NodeTopology:
                     found.append(f"GPU{i}-GPU{j} is {link} but measured {gbs:g} GB/s, below PCIe ({pcie_best:g})")
                 elif not link.is_nvlink and gbs > pcie_max:
                     found.append(f"GPU{i}-GPU{j} is {link} but measured {gbs:g} GB/s, above any PCIe ({pcie_max:g})")
-        return tuple(found)
+        return (*self.notes, *found)
 
     @cached_property
     def all_mask(self) -> int:

@@ -50,8 +50,20 @@ def test_torch_gloo_program_across_hosts(hosts: Runtime, h) -> None:
     view = hosts.wait("gloo", timeout=180)
     assert view.status is JobStatus.SUCCEEDED, view.reason
     for i in range(8):
-        out = json.loads(hosts.logs("gloo", f"worker-{i}").strip().splitlines()[-1])
+        log = hosts.logs("gloo", f"worker-{i}")
+        out = json.loads(log.strip().splitlines()[-1])
         assert out["allreduce_sum"] == sum(range(8)) and out["world_size"] == 8
+        # c10d reverse-resolves its clients' (IPv4-mapped) addresses: no DNS detour in the namespace
+        assert "hostname of the client socket cannot be retrieved" not in log, log
+
+
+def test_each_node_has_its_own_host_name_and_master_addr_is_one(hosts: Runtime, h) -> None:
+    """As under torchrun: MASTER_ADDR is rank 0's host name; each node answers to its name."""
+    hosts.submit(h.job("names", ["sh", "-c", "echo $(hostname) $MASTER_ADDR $RINGLEADER_NODE"], workers=2, gpus=4))
+    assert hosts.wait("names", timeout=120).status is JobStatus.SUCCEEDED
+    lines = [hosts.logs("names", f"worker-{i}").split() for i in range(2)]
+    assert {ln[0] for ln in lines} == {ln[2] for ln in lines} and len({ln[0] for ln in lines}) == 2
+    assert all(ln[1] == lines[0][0] for ln in lines)  # rank 0's node, by name
 
 
 def test_remote_crash_fails_the_job_with_that_rank_as_root_cause(hosts: Runtime, h) -> None:

@@ -70,3 +70,20 @@ def test_torchrun_line_runs_once_per_worker_across_hosts(hosts: Runtime, h, tmp_
     assert sorted(r["RANK"] for r in seen) == [str(i) for i in range(8)]  # one process per worker, no copies
     assert all(r["WORLD_SIZE"] == "8" and r["argv"] == ["b"] for r in seen)
     assert sorted({r["host"] for r in seen}) == ["node-a", "node-b"]
+
+
+
+def test_an_image_is_resolved_on_each_host_before_its_ranks_start(
+    hosts: Runtime, h, train_image, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over ssh, with the job's runtime settings: an image no host can pull fails the job with the
+    first host's one-line reason, and no rank starts. (Running the containers needs cgroups, which
+    this rig's network-namespace hosts lack: runc finds no cgroup mount there.)"""
+    _, conf = train_image
+    monkeypatch.setenv("CONTAINERS_CONF", str(conf))
+    missing = "localhost/ringleader-no-such-image:2"
+    hosts.submit(h.job("himage", ["true"], workers=8, gpus=0, image=missing))
+    view = hosts.wait("himage", timeout=120)
+    assert view.status is JobStatus.FAILED, view.reason
+    assert view.reason.startswith(f"image {missing} could not be pulled on host node-"), view.reason
+    assert "\n" not in view.reason and not any(i.pid for i in view.instances)

@@ -14,7 +14,7 @@ import pytest
 from engines.slurm.helpers import PY, Outside, node_gpus_used, wait_for
 from rankprograms import checkpointing_rank
 from ringleader.engines.slurm import SlurmEngine
-from ringleader.errors import NotFoundError
+from ringleader.errors import NotFoundError, UnschedulableError
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import JobStatus
 
@@ -208,3 +208,22 @@ def test_delete_now_stops_every_rank_and_frees_the_gpus(engine: SlurmEngine, tmp
     engine.delete(["hasty"], now=True)
     wait_for(lambda: not any(_alive(p) for p in pids if p), 30, "rank processes gone")
     assert all(not ns.allocated for ns in engine.nodes().nodes)
+
+
+def test_slurms_topology_conf_is_the_network_tree_and_a_required_leaf_waits(engine: SlurmEngine) -> None:
+    conf_dir = Path(os.environ["SLURM_CONF"]).parent
+    topology = conf_dir / "topology.conf"
+    topology.write_text("SwitchName=leaf-a Nodes=node-a\nSwitchName=leaf-b Nodes=node-b\n"
+                        "SwitchName=spine Switches=leaf-a,leaf-b\n")  # fmt: skip
+    try:
+        state = engine.nodes()
+        assert [ns.spec.switches for ns in state.nodes] == [("leaf-a", "spine"), ("leaf-b", "spine")]
+        spread = engine.submit(job("spread", 2, 4, [PY, "-c", "pass"], topology_required="spine"), dry_run=True)
+        assert spread.decision.placement is not None and len(spread.decision.placement.nodes) == 2
+        with pytest.raises(UnschedulableError) as err:
+            engine.submit(job("in-leaf", 2, 4, [PY, "-c", "pass"], topology_required="leaf"), dry_run=True)
+        assert "needs 2 worker(s) x 4 GPU(s) under one leaf; most free under any leaf: 1 worker slot(s)" in str(
+            err.value
+        )
+    finally:
+        topology.unlink()

@@ -56,6 +56,7 @@ from ringleader.runtime.procs import find_by_args, grace_seconds, signal_proc, s
 
 if TYPE_CHECKING:  # the scheduler is imported by the calls that place: listing jobs does not need it
     from ringleader.scheduler import ClusterState
+    from ringleader.topology import NodeSpec
 
 __all__ = ["JobSpec", "JobView", "Runtime", "SubmitResult", "open_embedded"]
 
@@ -69,7 +70,8 @@ class Runtime:
         self.notes: list[str] = []  # one-line notes for the user (e.g. "no GPUs found")
 
     supports = Support("embedded", image="podman or docker on this host", cluster_file=True, node_labels=True,
-                       prune=True, emulated_cluster=True, state_backup=True, time_limit=True,
+                       prune=True, emulated_cluster=True, state_backup=True, time_limit=True, network_tree=True,
+                       container_options=("--data", "--shm-size", "--rdma", "--image-pull-policy", "--container-user"),
                        more_room="declare bigger nodes (`ringleader cluster apply`)")  # fmt: skip
 
     @classmethod
@@ -225,9 +227,9 @@ class Runtime:
         sub = prepare_submit(spec, self.supports)
         spec, notes = sub.spec, list(sub.notes)
         if spec.image:
-            from ringleader.runtime.containers import spec_in_image
+            from ringleader.runtime.containers import job_label, spec_in_image
 
-            spec, note = spec_in_image(spec, sub.line, spec.submit_env or {})
+            spec, note = spec_in_image(spec, sub.line, spec.submit_env or {}, job_label(self.home, spec.name))
             notes.append(note)
         _check_size(spec, sub.line)  # a horovodrun line has become mpirun's: one more process
         _check_command(spec, sub.line)
@@ -346,8 +348,18 @@ class Runtime:
             if not store.disk_full(exc):  # a full disk: deleting the job's logs is what frees it
                 raise
         grace = 0.0 if now else grace_seconds()
-        for name in names:
-            self._stop(name, grace)
+        leftovers = self._containers(names)  # read before the jobs are forgotten
+        # Every job this command holds keeps beating until all are stopped: a held job whose beat
+        # stopped while the next ones were being stopped looked stuck to peers after the lease
+        # (20 jobs in containers take ~10 s), and they killed this command.
+        # (Their folders, beat files included, go next: then no peer takes them for stuck.)
+        beats: list[Heartbeat] = []
+        try:
+            for name in names:
+                self._stop(name, grace, beats)
+        finally:
+            for beat in beats:
+                beat.stop()
         crash_point("delete-stopped")  # killed here: reconciliation fails the job, frees its GPUs
         for name in names:  # first: on a full disk, the logs are what frees the room to record
             self._remove_folders(name)
@@ -361,13 +373,20 @@ class Runtime:
 
         placed = store.while_disk_full(self.home, forget, attempts=10)
         crash_point("delete-forgotten")
+        if leftovers:
+            # What the stopped ranks' container clients left; once no job is held by this command
+            # (a long hold without a beat would look stuck to the peers that reconcile).
+            from ringleader.engines.embedded.containers import remove_containers
+
+            for spec, nodes in leftovers:
+                remove_containers(self.home, spec, nodes)
         spawn_supervisors(self.home, placed)
         return list(names)
 
     def _remove_folders(self, name: str) -> None:
         remove_job_folders(self.home, name)  # never through a link put in a folder's place
 
-    def _stop(self, name: str, grace_s: float) -> None:
+    def _stop(self, name: str, grace_s: float, beats: list[Heartbeat]) -> None:
         with self.db.read() as conn:
             row = store.job_row(conn, name)
             insts = store.instances(conn, name)
@@ -377,21 +396,34 @@ class Runtime:
             return
         me = os.getpid()
         heartbeat = Heartbeat(self.home, name, me, start_time(me)).start()
-        try:
-            # This command takes the job over while its ranks stop: its supervisor can record
-            # nothing more (no sibling failure of ranks this delete stops), and peers that
-            # reconcile see a live, beating holder, so none adopts the job meanwhile.
-            self._hold(name, me)
-            # The supervisor goes first (SIGKILL: it must start nothing more), alone: its
-            # descendants are the ranks, which get their grace below.
-            if row["supervisor_pid"]:
-                signal_proc(row["supervisor_pid"], row["supervisor_start"], signal.SIGKILL)
-            targets = [t for i in insts for t in instance_targets(self.home, name, i["name"], i["pid"], i["pid_start"])]
-            # A wrapper the supervisor started but had not recorded yet: found by its plan file.
-            targets += find_by_args(RANK_MODULE, str(plan_path(self.home, name)))
-            stop_all(list(dict.fromkeys(targets)), grace_s)
-        finally:
-            heartbeat.stop()
+        beats.append(heartbeat)  # stopped by the caller once every job is stopped
+        # This command takes the job over while its ranks stop: its supervisor can record
+        # nothing more (no sibling failure of ranks this delete stops), and peers that
+        # reconcile see a live, beating holder, so none adopts the job meanwhile.
+        self._hold(name, me)
+        # The supervisor goes first (SIGKILL: it must start nothing more), alone: its
+        # descendants are the ranks, which get their grace below.
+        if row["supervisor_pid"]:
+            signal_proc(row["supervisor_pid"], row["supervisor_start"], signal.SIGKILL)
+        targets = [t for i in insts for t in instance_targets(self.home, name, i["name"], i["pid"], i["pid_start"])]
+        # A wrapper the supervisor started but had not recorded yet: found by its plan file.
+        targets += find_by_args(RANK_MODULE, str(plan_path(self.home, name)))
+        stop_all(list(dict.fromkeys(targets)), grace_s)
+
+    def _containers(self, names: Sequence[str]) -> list[tuple[JobSpec, list[NodeSpec]]]:
+        """The jobs run in an image that are still live, with the nodes they were placed on."""
+        from ringleader.engines.embedded.containers import placed_nodes
+
+        out = []
+        with self.db.read() as conn:
+            for name in names:
+                row = store.job_row(conn, name)
+                if row is None or row["status"] in {s.value for s in JobStatus if s.is_terminal()}:
+                    continue
+                spec = JobSpec.from_dict(json.loads(row["spec"]))
+                if spec.image:
+                    out.append((spec, placed_nodes(conn, name, row["placement"])))
+        return out
 
     def _hold(self, name: str, me: int) -> None:
         try:
@@ -441,7 +473,8 @@ def _check_size(spec: JobSpec, line: CommandLine) -> None:
 def _check_command(spec: JobSpec, line: CommandLine) -> None:
     if line.mpirun:
         _check_program(spec, line.argv[0], DependencyError)
-    _check_program(spec, line.program[0], UsageError)  # what runs once per rank
+    if spec.image is None:  # in an image, the program is the image's: this host may lack it
+        _check_program(spec, line.program[0], UsageError)  # what runs once per rank
 
 
 def _check_program(spec: JobSpec, program: str, err: type[UsageError]) -> None:

@@ -61,11 +61,10 @@ def beat_path(home: Path, job: str) -> Path:
     return home / "run" / job / "supervisor.beat"
 
 
-def write_beat(home: Path, job: str, pid: int, pid_start: int | None) -> None:
+def write_beat_file(path: Path, pid: int, pid_start: int | None) -> None:
     """One beat, atomically and privately; a full disk or a removed folder skips it (the
     holder's pid still answers for it, and the lease is long enough to ride out a few)."""
-    path = beat_path(home, job)
-    tmp = path.with_name(f"supervisor.beat.tmp{os.getpid()}")
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
     with contextlib.suppress(OSError):
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as fh:
@@ -91,13 +90,14 @@ class Heartbeat:
     holder busy stopping processes or waiting for the write lock still beats; SIGSTOP stops it
     with the rest of the process, which is what peers must notice."""
 
-    def __init__(self, home: Path, job: str, pid: int, pid_start: int | None) -> None:
-        self.home, self.job, self.pid, self.pid_start = home, job, pid, pid_start
+    def __init__(self, home: Path, job: str, pid: int, pid_start: int | None, path: Path | None = None) -> None:
+        self.path = beat_path(home, job) if path is None else path
+        self.pid, self.pid_start = pid, pid_start
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"heartbeat-{job}", daemon=True)
 
     def start(self) -> Heartbeat:
-        write_beat(self.home, self.job, self.pid, self.pid_start)  # before the claim: never a gap
+        write_beat_file(self.path, self.pid, self.pid_start)  # before the claim: never a gap
         self._thread.start()
         return self
 
@@ -106,4 +106,4 @@ class Heartbeat:
 
     def _run(self) -> None:
         while not self._done.wait(HEARTBEAT_S):
-            write_beat(self.home, self.job, self.pid, self.pid_start)
+            write_beat_file(self.path, self.pid, self.pid_start)

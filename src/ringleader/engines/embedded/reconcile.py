@@ -18,6 +18,7 @@ from ringleader.engines.embedded.liveness import lease_seconds, seconds_since, s
 from ringleader.jobs.states import InstanceStatus, JobStatus
 from ringleader.runtime.plan import instance_targets, read_state, state_path
 from ringleader.runtime.procs import alive, signal_proc
+from ringleader.topology import NodeSpec
 
 # A job placed this recently may still be waiting for its supervisor to start and claim it.
 LAUNCH_GRACE_S = 30.0
@@ -93,9 +94,10 @@ def reconcile(db: store.Store) -> list[str]:
         suspects = [r["name"] for r in store.job_rows(conn, [JobStatus.RUNNING]) if _orphaned(db.home, r, now)]
     if not suspects:
         return []
+    from ringleader.engines.embedded.containers import placed_nodes
     from ringleader.engines.embedded.lifecycle import finish_job, schedule_pass, spawn_supervisors  # the scheduler
 
-    adopt, placed = [], []
+    adopt, placed, finished = [], [], []
     with db.write() as conn:
         now = time.time()  # taken under the lock: the wait for it may be long
         for name in suspects:
@@ -109,6 +111,7 @@ def reconcile(db: store.Store) -> list[str]:
                 adopt.append(name)
                 continue
             ok, first, ended = _close_instances(db.home, conn, name, now)
+            finished.append((row["spec"], placed_nodes(conn, name, row["placement"])))
             who = f"supervisor pid {row['supervisor_pid']}" if row["supervisor_pid"] else "its supervisor"
             if ok:
                 reason = f"{who} was lost after every instance succeeded"
@@ -118,5 +121,19 @@ def reconcile(db: store.Store) -> list[str]:
                 finish_job(conn, name, JobStatus.FAILED, reason, now, ended_at=ended)
         if len(adopt) < len(suspects):
             placed = schedule_pass(conn, now)
+    _remove_containers(db.home, finished)
     spawn_supervisors(db.home, [*adopt, *placed])
     return suspects
+
+
+def _remove_containers(home: Path, finished: list[tuple[str, list[NodeSpec]]]) -> None:
+    """What the lost supervisor would have removed: the container records its ranks left."""
+    import json
+
+    from ringleader.engines.embedded.containers import remove_containers
+    from ringleader.jobs.spec import JobSpec
+
+    for text, nodes in finished:
+        spec = JobSpec.from_dict(json.loads(text))
+        if spec.image:
+            remove_containers(home, spec, nodes)

@@ -32,6 +32,7 @@ T = TypeVar("T")
 APP_ID = "ringleader"
 SCHEMA_VERSION = 3
 DB_NAME = "state.db"
+NETWORK_KEY = "network_tree"  # meta: the declared network tree above the nodes (JSON), if any
 
 # Migrations by target version; each list runs in one transaction. Never edit a released one.
 MIGRATIONS: dict[int, list[str]] = {
@@ -101,8 +102,10 @@ class Store:
         return self.home / DB_NAME
 
     @staticmethod
-    def open(home: Path, create: bool) -> tuple[Store, bool]:
-        """Open (and with ``create`` make) the database; returns (store, created_now)."""
+    def open(home: Path, create: bool, reserve: bool = True) -> tuple[Store, bool]:
+        """Open (and with ``create`` make) the database; returns (store, created_now).
+        ``reserve=False``: leave the disk reserve alone (neither made nor given back), for a
+        background look that must not change what room a user's command finds."""
         path = home / DB_NAME
         exists = path.exists()
         if not exists and not create:
@@ -117,12 +120,12 @@ class Store:
                 "to start afresh",
             )
         try:
-            return _open_file(home, path, exists)
+            return _open_file(home, path, exists, reserve)
         except (OSError, sqlite3.OperationalError) as exc:
-            if not (disk_full(exc) and give_back_reserve(home)):
+            if not (reserve and disk_full(exc) and give_back_reserve(home)):
                 return _open_failed(home, path, exists, exc)
         try:  # once more, with the reserve's room
-            return _open_file(home, path, exists)
+            return _open_file(home, path, exists, reserve)
         except (OSError, sqlite3.OperationalError) as exc:
             return _open_failed(home, path, exists, exc)
 
@@ -282,7 +285,7 @@ def until_recorded(home: Path, fn: Callable[[], T], log: Callable[[str], None] |
             time.sleep(0.5)
 
 
-def _open_file(home: Path, path: Path, exists: bool) -> tuple[Store, bool]:
+def _open_file(home: Path, path: Path, exists: bool, reserve: bool = True) -> tuple[Store, bool]:
     try:
         make_private_home(home)
     except OSError as exc:
@@ -301,7 +304,8 @@ def _open_file(home: Path, path: Path, exists: bool) -> tuple[Store, bool]:
     except sqlite3.DatabaseError as exc:
         conn.close()
         raise _not_ours(path, str(exc)) from None
-    keep_reserve(home)
+    if reserve:
+        keep_reserve(home)
     return Store(home, conn), not exists
 
 
@@ -449,6 +453,7 @@ def get_nodes(conn: sqlite3.Connection) -> list[NodeSpec]:
     object, so the scheduler fingerprints each distinct topology once."""
     from ringleader.jobs.codec import address_from_dict, labels_from_dict
     from ringleader.topology import NodeSpec
+    from ringleader.topology.network import tree_from_dict
 
     topologies = {r[0]: _stored_topology(r[0], r[1]) for r in conn.execute("SELECT id, spec FROM topologies")}
     labels: dict[str, tuple[tuple[str, str], ...]] = {}
@@ -456,12 +461,16 @@ def get_nodes(conn: sqlite3.Connection) -> list[NodeSpec]:
     rows = conn.execute(
         "SELECT name, topology, network_gbps, labels, emulated, address, nvlink_domain FROM nodes ORDER BY ord"
     )
+    stored_tree = get_meta(conn, NETWORK_KEY)  # the network tree above the nodes, when declared
+    tree = tree_from_dict(json.loads(stored_tree)) if stored_tree else None
     for name, topology, gbps, labels_text, emulated, address, domain in rows:
         node_labels = labels.get(labels_text)
         if node_labels is None:
             node_labels = labels[labels_text] = labels_from_dict(json.loads(labels_text))
         host = address_from_dict(json.loads(address)) if address else None
-        nodes.append(NodeSpec(name, topologies[topology], float(gbps), node_labels, bool(emulated), host, domain))
+        place = tree.place_of(name) if tree is not None else None
+        nodes.append(NodeSpec(name, topologies[topology], float(gbps), node_labels, bool(emulated), host, domain,
+                              place))  # fmt: skip
     return nodes
 
 
@@ -483,6 +492,7 @@ def _stored_topology(row: int, text: str) -> NodeTopology:
 
 def replace_nodes(conn: sqlite3.Connection, specs: Sequence[NodeSpec]) -> None:
     from ringleader.jobs.codec import address_to_dict, topology_to_dict
+    from ringleader.topology.network import tree_of, tree_to_dict
 
     conn.execute("DELETE FROM nodes")
     ids: dict[int, int] = {}  # id(topology object) -> row id: declared clusters share objects
@@ -502,6 +512,11 @@ def replace_nodes(conn: sqlite3.Connection, specs: Sequence[NodeSpec]) -> None:
         rows,
     )
     conn.execute("DELETE FROM topologies WHERE id NOT IN (SELECT topology FROM nodes)")
+    tree = tree_of((s.name, s.network) for s in specs)
+    if tree is None:
+        delete_meta(conn, NETWORK_KEY)
+    else:
+        set_meta(conn, NETWORK_KEY, json.dumps(tree_to_dict(tree), separators=(",", ":")))
 
 
 def get_meta(conn: sqlite3.Connection, key: str) -> str | None:

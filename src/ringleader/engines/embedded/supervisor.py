@@ -10,6 +10,7 @@ it stops every process it started.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import select
@@ -28,6 +29,7 @@ from ringleader.engines.embedded import store
 from ringleader.engines.embedded.lifecycle import HOSTS_SETTINGS, finish_job, schedule_pass, spawn_supervisors
 from ringleader.engines.embedded.liveness import PEER_CHECK_S, Heartbeat
 from ringleader.engines.embedded.reconcile import reconcile
+from ringleader.engines.embedded.watchdog import ensure_watchdog
 from ringleader.errors import RingleaderError
 from ringleader.jobs.codec import placement_from_dict
 from ringleader.jobs.commandline import is_mpirun, read_line
@@ -45,6 +47,7 @@ from ringleader.runtime.plan import (
 from ringleader.runtime.procs import alive, grace_seconds, start_time, stop_all
 from ringleader.runtime.rank import signal_name
 from ringleader.scheduler.types import approx_duration
+from ringleader.topology import NodeSpec
 
 POLL_S = 0.25
 # After adoption: how long an instance with neither a pid nor a state file may still be a
@@ -95,6 +98,9 @@ class Supervisor:
         self.time_limit_s: float | None = None
         self.deadline: float | None = None  # time.monotonic() at which the time limit is reached
         self.timed_out = False
+        self.spec: JobSpec | None = None
+        self.nodes: list[NodeSpec] | None = None  # where the job's ranks run
+        self.not_started: str | None = None  # why no rank could start (the image could not be had)
 
     def log(self, message: str) -> None:
         """A line in run/<job>/supervisor.log (this process's stdout)."""
@@ -152,6 +158,13 @@ class Supervisor:
         plan = build_plan(spec.name, placement, nodes, spec.env, self.home)
         pfile = plan_path(self.home, spec.name)
         pfile.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        local = spec
+        if spec.image:
+            if self.resolve_image(spec, [nodes[n] for n in placement.nodes]):
+                return True
+            from ringleader.runtime.containers import guard_here
+
+            local = dataclasses.replace(spec, command=guard_here(spec.command))  # for ranks on this host
         if any(nodes[n].address is not None for n in placement.nodes):
             # Ranks on ssh hosts: one mpirun on this machine starts them all (see engines.embedded.hosts).
             from ringleader.engines.embedded.hosts.launch import hosts_command, master_address
@@ -164,19 +177,44 @@ class Supervisor:
         elif is_mpirun(spec.command):
             _write_private(pfile, json.dumps(plan, indent=1))
             emulated = any(nodes[n].emulated for n in placement.nodes)
-            argv = rewrite_mpirun(spec.command, spec.workers, emulated, pfile)
+            argv = rewrite_mpirun(local.command, spec.workers, emulated, pfile)
             self._start(f"{spec.name}-launcher", [*rank_wrapper(pfile, launcher=True), *argv], spec)
             detail = shlex.join(argv)
         else:
             _write_private(pfile, json.dumps(plan, indent=1))
             for slot in placement.slots:
-                argv = [*rank_wrapper(pfile, rank=slot.index), *spec.command]
+                argv = [*rank_wrapper(pfile, rank=slot.index), *local.command]
                 self._start(f"{spec.name}-worker-{slot.index}", argv, spec)
             detail = shlex.join(spec.command)
         if not self.persist(event=("Started", f"{len(placement.slots)} worker(s): {detail}")):
             self.abandon()
             return False
         return True
+
+    def resolve_image(self, spec: JobSpec, nodes: list[NodeSpec]) -> bool:
+        """The job's image made present once on each host of its ranks, before any starts (per
+        its --image-pull-policy); when it cannot be, every instance fails with the one-line reason."""
+        from ringleader.engines.embedded.containers import resolve_image
+
+        self.nodes = nodes
+        why = resolve_image(self.home, spec, nodes, cancelled=lambda: self.interrupted or not self.still_mine())
+        if why is None:
+            return False
+        self.not_started = why
+        for w in self.watched:
+            self._end(w, None, time.time(), why)
+        return True
+
+    def remove_containers(self) -> None:
+        """What the job's ranks left in the container runtime (a killed client's record)."""
+        if self.spec is not None and self.spec.image:
+            from ringleader.engines.embedded.containers import placed_nodes, remove_containers
+
+            if self.nodes is None:  # an adopted job: its nodes as stored
+                with self.db.read() as conn:
+                    row = store.job_row(conn, self.job)
+                    self.nodes = placed_nodes(conn, self.job, row["placement"] if row else None)
+            remove_containers(self.home, self.spec, self.nodes)
 
     def _start(self, instance: str, argv: list[str], spec: JobSpec) -> None:
         w = next(w for w in self.watched if w.name == instance)
@@ -332,6 +370,7 @@ class Supervisor:
             if w.popen is not None and w.popen.poll() is None:
                 w.popen.kill()
                 w.popen.wait()
+        self.remove_containers()
 
     def watch(self) -> bool:
         stopping = False
@@ -368,6 +407,7 @@ class Supervisor:
         if time.monotonic() - self.peers_checked_at < PEER_CHECK_S:
             return
         self.peers_checked_at = time.monotonic()
+        ensure_watchdog(self.home)  # the last supervisor's watcher (see watchdog)
         try:
             reconcile(self.db)
         except (RingleaderError, sqlite3.OperationalError, OSError) as exc:
@@ -401,7 +441,9 @@ class Supervisor:
             row = store.job_row(conn, self.job)
             if row is None or row["supervisor_pid"] != self.me or row["status"] != JobStatus.RUNNING.value:
                 return
-            if self.timed_out:  # first: ranks that exit 0 on SIGTERM still did not finish
+            if self.not_started:
+                finish_job(conn, self.job, JobStatus.FAILED, self.not_started, now)
+            elif self.timed_out:  # first: ranks that exit 0 on SIGTERM still did not finish
                 grace = f"SIGTERM, then SIGKILL after {grace_seconds():g} s"
                 reason = f"TIMEOUT: reached its time limit of {self._limit_text()}; its processes were stopped "
                 reason += f"({grace})"
@@ -426,6 +468,8 @@ class Supervisor:
         if claimed is None:
             return 0
         spec, placement, launched = claimed
+        ensure_watchdog(self.home)
+        self.spec = spec
         if not launched:
             try:
                 ok = self.launch(spec, placement)
@@ -436,7 +480,13 @@ class Supervisor:
                 ok = True
             if not ok:
                 return 0
-        if self.watch():
+        finished = self.watch()
+        if finished and any(w.status is not InstanceStatus.SUCCEEDED for w in self.watched):
+            # A client that was stopped can leave its container's record (one that ended by
+            # itself removed it: --rm). Before the job is over: a `get` that says so finds none.
+            # (Not finished: abandon() removed them.)
+            self.remove_containers()
+        if finished:
             self.finalize()
         # Every supervisor reconciles when its job ends, so a peer whose supervisor was lost is
         # noticed (GPUs freed or the job adopted) without anyone running a command.

@@ -17,6 +17,7 @@ looks again every ``interval`` seconds: an unchanged node costs no API write.
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 import subprocess
 import threading
@@ -38,33 +39,47 @@ log = logging.getLogger("ringleader.kube.agent")
 class Found:
     topology: NodeTopology
     how: str  # "nvml", "nvidia-smi" or why none was found
+    uuids: tuple[str, ...] = ()  # each GPU's UUID, in index order (empty when unknown)
+
+
+_SMI_UUID = re.compile(r"^GPU (\d+):.*\(UUID: (GPU-[0-9a-fA-F-]+)\)", re.MULTILINE)
+
+
+def smi_uuids(text: str, n_gpus: int) -> tuple[str, ...]:
+    """The UUIDs in `nvidia-smi -L` output, in index order; empty unless every GPU has one."""
+    found = {int(i): u for i, u in _SMI_UUID.findall(text)}
+    return tuple(found[i] for i in range(n_gpus)) if sorted(found) == list(range(n_gpus)) else ()
 
 
 def find_topology() -> Found:
     """NVML first (exact NVLink counts); `nvidia-smi topo -m` when the Python binding is missing."""
     found = discover()
     if found.topology.n_gpus:
-        return Found(found.topology, "nvml")
+        return Found(found.topology, "nvml", found.gpu_uuids if len(found.gpu_uuids) == found.topology.n_gpus else ())
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return Found(EMPTY, found.reason or "no NVML and no nvidia-smi")
     try:
         text = subprocess.run([smi, "topo", "-m"], capture_output=True, text=True, timeout=60, check=True).stdout
-        return Found(parse_topo_text(text, source="nvidia-smi topo -m"), "nvidia-smi")
+        topology = parse_topo_text(text, source="nvidia-smi topo -m")
+        listing = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=60, check=False).stdout
+        return Found(topology, "nvidia-smi", smi_uuids(listing, topology.n_gpus))
     except (OSError, subprocess.SubprocessError, TopologyError) as exc:
         return Found(EMPTY, f"nvidia-smi topo -m failed: {exc}")
 
 
-def publish(api: Api, node: str, topology: NodeTopology) -> bool:
-    """Write the node's topology and GPU count if they differ from what it carries now.
-    Returns whether anything was written."""
+def publish(api: Api, node: str, topology: NodeTopology, uuids: tuple[str, ...] = ()) -> bool:
+    """Write the node's topology, GPU UUIDs and GPU count if they differ from what it carries
+    now. Returns whether anything was written."""
     current = api.get_node(node)
     annotations = (current.get("metadata") or {}).get("annotations") or {}
     capacity = (current.get("status") or {}).get("capacity") or {}
-    wanted = topology_annotation(topology) if topology.n_gpus else None
+    wanted = {names.TOPOLOGY_ANNOTATION: topology_annotation(topology) if topology.n_gpus else None,
+              names.GPU_UUIDS_ANNOTATION: ",".join(uuids) if topology.n_gpus and uuids else None}  # fmt: skip
+    changed = {k: v for k, v in wanted.items() if annotations.get(k) != v}
     wrote = False
-    if annotations.get(names.TOPOLOGY_ANNOTATION) != wanted:
-        api.annotate_node(node, {names.TOPOLOGY_ANNOTATION: wanted})
+    if changed:
+        api.annotate_node(node, changed)
         wrote = True
     if str(capacity.get(names.GPU_RESOURCE, "0")) != str(topology.n_gpus):
         api.node_capacity(node, {names.GPU_RESOURCE: str(topology.n_gpus)})
@@ -79,7 +94,7 @@ def run_agent(api: Api, node: str, interval: float = 60.0, find: Callable[[], Fo
     while not stop.is_set():
         found = find()
         try:
-            if publish(api, node, found.topology):
+            if publish(api, node, found.topology, found.uuids):
                 log.info("node %s: published %d GPU(s) (%s)", node, found.topology.n_gpus, found.how)
         except ApiError as exc:
             log.warning("node %s: could not publish: %s", node, exc.message)

@@ -10,6 +10,7 @@ override the context and namespace.
 
 from __future__ import annotations
 
+import re
 import shlex
 import time
 from collections.abc import Iterator, Sequence
@@ -21,6 +22,7 @@ from ringleader import settings
 from ringleader.engines.kubernetes import manifests, names
 from ringleader.engines.kubernetes.cache import Cache
 from ringleader.engines.kubernetes.client import ApiError, JobsApi, current_namespace, load_client
+from ringleader.engines.kubernetes.delivery import Delivery, claim_template
 from ringleader.errors import ConflictError, NotFoundError, UsageError
 from ringleader.jobs.codec import decision_to_dict
 from ringleader.jobs.logfiles import instance_name, wait_until_ended
@@ -34,6 +36,46 @@ from ringleader.scheduler import ClusterState, Code, Decision, place
 TRAINER = "MPIJOB"
 
 
+def refuse_gpu_env(spec: JobSpec) -> None:
+    """The GPUs a worker sees are the scheduler's to set (the install's admission policy refuses
+    these variables on any pod but ringleader's templates): refused here, in one line, first."""
+    taken = sorted(k for k in spec.env if k.startswith("NVIDIA_") or k == "CUDA_VISIBLE_DEVICES")
+    if taken:
+        raise UsageError(f"-e {taken[0]} is not allowed on the kubernetes engine: each worker's GPUs are the ones "
+                         "ringleader's scheduler chose", f"drop -e {taken[0]}; ask for GPUs with --gpus")  # fmt: skip
+
+
+class EngineApi(JobsApi):
+    """What only the engine writes or reads besides jobs: the install's ConfigMap, and objects
+    created beside an MPIJob (Secret, ResourceClaimTemplate). A 403 says what a user needs."""
+
+    def _json(self, call: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super()._json(call, *args, **kwargs)
+        except ApiError as exc:
+            if exc.status != 403:
+                raise
+            raise ApiError(exc.message, 403, "ask for the edit role in that namespace (`kube manifests` aggregates "
+                                             "ringleader's job rights into it), or use -n with yours") from None
+
+    def config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            found: dict[str, Any] = self._json(self.core.read_namespaced_config_map, name, namespace)
+            return found
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def create(self, namespace: str, body: dict[str, Any]) -> None:
+        if body["kind"] == "Secret":
+            self.create_secret(namespace, body)
+            return
+        group, version = body["apiVersion"].split("/")  # resource.k8s.io/v1 ResourceClaimTemplate
+        self._json(self.custom.create_namespaced_custom_object, group, version, namespace,
+                   "resourceclaimtemplates", body)  # fmt: skip
+
+
 def _ts(text: str | None) -> float | None:
     if not text:
         return None
@@ -44,20 +86,27 @@ def _ts(text: str | None) -> float | None:
 
 
 class KubernetesEngine:
-    def __init__(self, api: JobsApi | None, namespace: str, connect: Any = None) -> None:
+    def __init__(self, api: EngineApi | None, namespace: str, connect: Any = None) -> None:
         self._api, self._connect = api, connect
         self.namespace = namespace
         self.notes: list[str] = []
 
     # The job's image is its pods' image; the cluster, its labels and finished jobs are the
     # API server's (kubectl), not ringleader's.
-    supports = Support("kubernetes", submitter_context=False, image="the pods' image",
+    supports = Support("kubernetes", submitter_context=False, image="the pods' image", kube_options=True,
+                       container_options=("--data", "--shm-size", "--rdma", "--image-pull-policy", "--container-user"),
                        more_room="label more nodes for this kind of job")  # fmt: skip
 
+    def use_namespace(self, namespace: str) -> None:
+        """-n: this command's namespace instead of the context's."""
+        if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", namespace):
+            raise UsageError(f"-n {namespace!r} is not a namespace name", "give a DNS-1123 label (a-z, 0-9, -)")
+        self.namespace = namespace
+
     @property
-    def api(self) -> JobsApi:
+    def api(self) -> EngineApi:
         if self._api is None:
-            self._api = JobsApi(self._connect())
+            self._api = EngineApi(self._connect())
         return self._api
 
     # -- the cluster ----------------------------------------------------------------------------------
@@ -69,49 +118,106 @@ class KubernetesEngine:
         return cache.state
 
     # -- submit ---------------------------------------------------------------------------------------
+    def delivery(self) -> Delivery:
+        """How this cluster delivers GPUs, as `kube manifests` published it (the ConfigMap
+        ringleader-cluster, readable by every authenticated user); env through the nvidia
+        RuntimeClass, with a note, where it is missing or unreadable."""
+        try:
+            config = self.api.config_map(names.SYSTEM_NAMESPACE, names.CLUSTER_CONFIG)
+        except ApiError as exc:
+            if exc.status not in (403, 404):
+                raise
+            config = None
+        if config is None:
+            self.notes.append(f"note: no readable ConfigMap {names.SYSTEM_NAMESPACE}/{names.CLUSTER_CONFIG} "
+                              f"(`ringleader kube manifests` installs it): GPU delivery env, runtime class "
+                              f"{names.DEFAULT_RUNTIME_CLASS}")  # fmt: skip
+            return Delivery()
+        data = config.get("data") or {}
+        return Delivery.parse(data.get("gpuDelivery"), data.get("runtimeClass"))
+
+    def _preview(self, spec: JobSpec) -> Decision:
+        """``place()`` over the cluster as it is now: best effort, since listing nodes and every
+        namespace's pods needs cluster-wide rights a user with rights in one namespace lacks."""
+        try:
+            return place(self.nodes(), spec.request())
+        except ApiError as exc:
+            if exc.status != 403:
+                raise
+            self.notes.append("note: no placement preview: you may not list nodes and pods cluster-wide (403); "
+                              "the scheduler decides once the pods exist")  # fmt: skip
+            return Decision(spec.request(), spec.request().policy_name, Code.UNSCHEDULABLE,
+                            reasons=("cluster not read (403), no preview",))  # fmt: skip
+
     def submit(self, spec: JobSpec, dry_run: bool = False) -> SubmitResult:
         """Create the MPIJob and its PodGroup; the plan shown is ``place()`` over the cluster as
         it is now (the scheduler decides for real when the pods exist). A dry run creates
         nothing; its -o yaml output is the manifests themselves."""
         sub = prepare_submit(spec, self.supports)
         spec = sub.spec
-        manifests.check_job_name_fits(spec)
+        refuse_gpu_env(spec)
+        namespace = self.namespace
         self.notes += sub.notes
-        job = manifests.mpijob(spec, self.namespace, line=sub.line)
-        secret = manifests.env_secret(spec, self.namespace)
-        shown = [job, manifests.podgroup(spec, self.namespace), *([secret] if secret else [])]
-        extra: dict[str, Any] = {"manifests": manifests.dump_all(shown), "namespace": self.namespace}
         try:
-            if not dry_run and self.api.get_mpijob(self.namespace, spec.name) is not None:
+            if not dry_run and self.api.get_mpijob(namespace, spec.name) is not None:
                 raise ConflictError(f"job {spec.name!r} already exists",
                                     f"pick another --name or `ringleader delete {spec.name}`")  # fmt: skip
-            decision = place(self.nodes(), spec.request())
+            delivery = self.delivery()
+            decision = self._preview(spec)
         except (ApiError, UsageError) as exc:  # unreachable, or no kubeconfig at all
             if not dry_run:
                 raise
+            delivery = Delivery()
             decision = Decision(spec.request(), spec.request().policy_name, Code.UNSCHEDULABLE,
                                 reasons=(f"cluster not read, no plan: {exc.message}",))  # fmt: skip
+        nodes = [slot.node for slot in decision.placement.slots] if decision.placement else []
+        per_pod = manifests.ranks_per_pod(spec, nodes)
+        manifests.check_job_name_fits(spec, per_pod)
+        if per_pod > 1:
+            self.notes.append(f"note: {per_pod} ranks per worker pod ({spec.workers // per_pod} pod(s) of "
+                              f"{per_pod * spec.gpus_per_worker} GPU(s)): ranks of one pod reach each other's GPUs "
+                              "over NVLink")  # fmt: skip
+        job = manifests.mpijob(spec, namespace, line=sub.line, delivery=delivery, per_pod=per_pod)
+        shown = [job, manifests.podgroup(spec, namespace, per_pod=per_pod),
+                 *self._extras(spec, namespace, delivery, per_pod, None)]  # fmt: skip
+        extra: dict[str, Any] = {"manifests": manifests.dump_all(shown), "namespace": namespace,
+                                 "gpu_delivery": delivery.mode, "ranks_per_pod": per_pod}  # fmt: skip
         if dry_run:  # the plan says what it says (Unresolvable too): the manifests are wanted anyway
             return SubmitResult(decision, decision_to_dict(decision), dry_run=True, extra=extra)
         refuse_unresolvable(decision, self.supports)
         try:
-            created = self.api.create_mpijob(self.namespace, job)
+            created = self.api.create_mpijob(namespace, job)
         except ApiError as exc:
             if exc.status == 409:
                 raise ConflictError(f"job {spec.name!r} already exists", "pick another --name") from None
             raise
         uid = (created.get("metadata") or {}).get("uid")
-        secret = manifests.env_secret(spec, self.namespace, uid)
-        if secret is not None:  # before any pod can start: the scheduler waits for the whole gang
-            self.api.create_secret(self.namespace, secret)
+        # before any pod can start: the scheduler waits for the whole gang
+        for obj in self._extras(spec, namespace, delivery, per_pod, uid):
+            self.api.create(namespace, obj)
         try:
-            self.api.create_podgroup(self.namespace, manifests.podgroup(spec, self.namespace, uid))
+            self.api.create_podgroup(namespace, manifests.podgroup(spec, namespace, uid, per_pod))
         except ApiError as exc:
             if exc.status != 409:  # mpi-operator running with --gang-scheduling made it first
                 raise
-        where = f"{self.namespace}/{spec.name}"
+        where = f"{namespace}/{spec.name}"
         self.notes.append(f"note: MPIJob {where} created; `ringleader kube scheduler` places its pods")
         return SubmitResult(decision, decision_to_dict(decision), dry_run=False, job=self.get(spec.name), extra=extra)
+
+    @staticmethod
+    def _extras(spec: JobSpec, namespace: str, delivery: Delivery, per_pod: int,
+                uid: str | None) -> list[dict[str, Any]]:  # fmt: skip
+        """The objects beside the MPIJob that its pods need, owned by it once it exists: the
+        Secret of secret-looking -e values, the ResourceClaimTemplate of a DRA cluster."""
+        out = []
+        secret = manifests.env_secret(spec, namespace, uid)
+        if secret is not None:
+            out.append(secret)
+        if delivery.mode == "dra" and spec.gpus_per_worker:
+            owner = manifests.owner_reference(spec, uid) if uid else None
+            out.append(claim_template(manifests.claim_template_name(spec), namespace,
+                                      spec.gpus_per_worker * per_pod, spec.name, owner))  # fmt: skip
+        return out
 
     # -- reads ----------------------------------------------------------------------------------------
     def get(self, name: str) -> JobView:
@@ -144,7 +250,14 @@ class KubernetesEngine:
         return [v for v in views if statuses is None or v.status in statuses]
 
     def _instance(self, name: str, instance: str | None) -> str:
-        return instance_name(self.get(name), instance)
+        """As on every engine, plus `launcher`: mpi-operator's launcher is a batch Job, whose pod
+        is `<job>-launcher-<suffix>`."""
+        view = self.get(name)
+        if instance == "launcher":
+            found = [i for i in view.instances if i.role == "launcher"]
+            if found:  # a retried launcher Job leaves earlier pods: the newest one
+                return max(found, key=lambda i: (i.started_at or 0.0, i.name)).name
+        return instance_name(view, instance)
 
     def logs(self, name: str, instance: str | None = None, tail: int | None = None, timestamps: bool = False) -> str:
         return self.api.pod_log(self.namespace, self._instance(name, instance), tail, timestamps)
@@ -202,14 +315,17 @@ def _spec(job: dict[str, Any]) -> JobSpec:
     container = ((template.get("spec") or {}).get("containers") or [{}])[0]
     limits = (container.get("resources") or {}).get("limits") or {}
     annotations = meta.get("annotations") or {}
+    per_pod = int(spec.get("slotsPerWorker") or 1)
+    gpus = annotations.get(manifests.GPUS_ANNOTATION)  # else a job written before it: one rank per pod
+    gpus_per_worker = int(gpus) if gpus is not None else int(limits.get(names.GPU_RESOURCE) or 0) // per_pod
     labels = (template.get("metadata") or {}).get("labels") or {}
     try:
         command = shlex.split(annotations.get("ringleader.io/command", "")) or ["?"]
     except ValueError:
         command = ["?"]
     return JobSpec(
-        name=meta.get("name", ""), workers=int(worker.get("replicas") or 0),
-        gpus_per_worker=int(limits.get(names.GPU_RESOURCE) or 0), command=command,
+        name=meta.get("name", ""), workers=int(worker.get("replicas") or 0) * per_pod,
+        gpus_per_worker=gpus_per_worker, command=command,
         topology_aware=labels.get(names.TOPOLOGY_LABEL) == "true", image=container.get("image"),
         model=annotations.get("ringleader.io/model"),
     )  # fmt: skip
@@ -228,6 +344,7 @@ def job_view(job: dict[str, Any], pods: Sequence[dict[str, Any]], group: dict[st
     """One MPIJob and its pods as the JobView every engine returns."""
     meta = job.get("metadata") or {}
     spec = _spec(job)
+    per_pod = int((job.get("spec") or {}).get("slotsPerWorker") or 1)
     instances: list[InstanceView] = []
     workers: list[dict[str, Any]] = []
     summary: str | None = None
@@ -239,7 +356,8 @@ def job_view(job: dict[str, Any], pods: Sequence[dict[str, Any]], group: dict[st
         code, ended = _exit_code(pod)
         instances.append(InstanceView(
             name=pmeta["name"], role=role, status=(pod.get("status") or {}).get("phase", "Pending"), exit_code=code,
-            node=pspec.get("nodeName"), gpus=gpus, gpu_requested=spec.gpus_per_worker if role == "worker" else 0,
+            node=pspec.get("nodeName"), gpus=gpus,
+            gpu_requested=spec.gpus_per_worker * per_pod if role == "worker" else 0,
             is_chief=role == "launcher", pid=None, started_at=_ts((pod.get("status") or {}).get("startTime")),
             ended_at=ended,
         ))  # fmt: skip
@@ -248,11 +366,11 @@ def job_view(job: dict[str, Any], pods: Sequence[dict[str, Any]], group: dict[st
             workers.append({"index": index, "node": pspec["nodeName"], "gpus": list(gpus)})
             summary = summary or notes.get(names.DECISION_ANNOTATION)
     placement = None
-    if workers and len(workers) == spec.workers:
+    if workers and len(workers) * per_pod == spec.workers:
         workers.sort(key=lambda w: w["index"])
         nodes = list(dict.fromkeys(w["node"] for w in workers))
         describe = " + ".join(
-            f"{n}[{sum(1 for w in workers if w['node'] == n)}w: GPU "
+            f"{n}[{per_pod * sum(1 for w in workers if w['node'] == n)}w: GPU "
             f"{','.join(str(g) for w in workers if w['node'] == n for g in w['gpus']) or '-'}]"
             for n in nodes
         )

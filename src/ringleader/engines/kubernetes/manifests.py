@@ -1,26 +1,33 @@
 """Objects ringleader writes to a cluster, as plain dicts: a job's MPIJob and PodGroup, and the
 install (`ringleader kube manifests`): namespace, RBAC of least privilege, the scheduler
-Deployment and its config, the agent DaemonSet.
+Deployment and its config, the agent DaemonSet, the admission policies.
 
-How the GPU choice reaches the container: each worker's NVIDIA_VISIBLE_DEVICES comes from its
-own ``ringleader.io/gpu-ids`` annotation through the downward API. The scheduler's Binding
-carries that annotation (the API server sets it with the node), and kubelet resolves env vars
-only when it starts the container, after the pod is bound, so the container sees exactly the
-GPUs ``place()`` chose.
+How the GPU choice reaches the container depends on the install's delivery (delivery.py): with
+``env`` each worker's NVIDIA_VISIBLE_DEVICES comes from its own ``ringleader.io/gpu-ids``
+annotation through the downward API. The scheduler's Binding carries that annotation (the API
+server sets it with the node), and kubelet resolves env vars only when it starts the container,
+after the pod is bound, so the container sees exactly the GPUs ``place()`` chose; with ``dra``
+the worker's ResourceClaim is allocated to them. Ranks the plan puts on one node share one
+worker pod (``ranks_per_pod``), so NCCL can use NVLink between them.
 docs/kubernetes.md compares this with a device plugin's Allocate, a runtime hook and DRA.
 """
 
 from __future__ import annotations
 
+import math
+import re
 import shlex
+from collections.abc import Sequence
 from typing import Any
 
 import yaml
 
 from ringleader.engines.kubernetes import names
+from ringleader.engines.kubernetes.delivery import TRUSTED_NAMESPACES, Delivery, agent_policy, env_policy
+from ringleader.engines.kubernetes.objects import quantity
 from ringleader.errors import UsageError
 from ringleader.jobs.commandline import CommandLine, read_line
-from ringleader.jobs.spec import JobSpec
+from ringleader.jobs.spec import JobSpec, KubeOptions
 
 DEFAULT_IMAGE = "ghcr.io/ringleader/ringleader:0.1.0"
 METRICS_PORT = 10259
@@ -29,13 +36,23 @@ LAUNCHER_REQUESTS = {"cpu": "500m", "memory": "512Mi"}
 WORKER_SSHD = ["/usr/sbin/sshd", "-De"]  # mpi-operator v2 reaches workers over ssh
 
 
-def _gpu_env() -> list[dict[str, Any]]:
-    return [
-        {"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": {"fieldRef": {
-            "fieldPath": f"metadata.annotations['{names.GPU_IDS_ANNOTATION}']"}}},
-        {"name": "RINGLEADER_WORKER_INDEX", "valueFrom": {"fieldRef": {
-            "fieldPath": f"metadata.annotations['{names.WORKER_INDEX_ANNOTATION}']"}}},
-    ]  # fmt: skip
+def _gpu_env(delivery: Delivery) -> list[dict[str, Any]]:
+    index = {"name": "RINGLEADER_WORKER_INDEX", "valueFrom": {"fieldRef": {
+        "fieldPath": f"metadata.annotations['{names.WORKER_INDEX_ANNOTATION}']"}}}  # fmt: skip
+    if delivery.mode == "dra":  # the DRA driver's CDI spec sets the devices; no env is trusted
+        return [index]
+    return [{"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": {"fieldRef": {"fieldPath": GPU_IDS_FIELD}}}, index]
+
+
+GPU_IDS_FIELD = f"metadata.annotations['{names.GPU_IDS_ANNOTATION}']"
+# The launcher and CPU-only workers see no GPU, even on a node whose default runtime is NVIDIA's,
+# in an image that sets NVIDIA_VISIBLE_DEVICES=all.
+NO_GPU = "void"
+NO_GPU_ENV = {"name": "NVIDIA_VISIBLE_DEVICES", "value": NO_GPU}
+# What a worker pod asks for when the user gives no --cpu/--memory: non-zero requests, so it is
+# Burstable rather than BestEffort (evicted first under node pressure, and mpi-operator then fails
+# the whole job), and the scheduler's room check counts it.
+DEFAULT_WORKER_REQUESTS = {"cpu": "1", "memory": "2Gi"}
 
 
 # -e variables whose name says they hold a secret: their values go into a Secret the pods read
@@ -68,11 +85,11 @@ def env_secret(spec: JobSpec, namespace: str, owner_uid: str | None = None) -> d
     meta: dict[str, Any] = {"name": env_secret_name(spec), "namespace": namespace,
                             "labels": {names.JOB_LABEL: spec.name}}  # fmt: skip
     if owner_uid:
-        meta["ownerReferences"] = [_owner(spec, owner_uid)]
+        meta["ownerReferences"] = [owner_reference(spec, owner_uid)]
     return {"apiVersion": "v1", "kind": "Secret", "metadata": meta, "type": "Opaque", "stringData": secret}
 
 
-def _owner(spec: JobSpec, uid: str) -> dict[str, Any]:
+def owner_reference(spec: JobSpec, uid: str) -> dict[str, Any]:
     return {"apiVersion": f"{names.MPIJOB_GROUP}/{names.MPIJOB_VERSION}", "kind": "MPIJob", "name": spec.name,
             "uid": uid, "controller": True, "blockOwnerDeletion": True}  # fmt: skip
 
@@ -80,14 +97,18 @@ def _owner(spec: JobSpec, uid: str) -> dict[str, Any]:
 # What mpi-operator names after the job: `<name>-worker-<index>` pods (their hostname too) and
 # `<name>-launcher`, DNS labels of at most 63 characters, as label values are.
 DNS_LABEL_MAX = 63
+GPUS_ANNOTATION = f"{names.PREFIX}/gpus-per-worker"  # on the MPIJob: what the user asked, read back by get
+RANKS_PER_POD_ANNOTATION = f"{names.PREFIX}/ranks-per-pod"
+DELIVERY_ANNOTATION = f"{names.PREFIX}/gpu-delivery"
 
 
-def check_job_name_fits(spec: JobSpec) -> None:
+def check_job_name_fits(spec: JobSpec, per_pod: int = 1) -> None:
     """Refuse a job whose objects would get names Kubernetes refuses (the MPIJob would be
     accepted, then never start a pod)."""
-    longest = f"{spec.name}-worker-{spec.workers - 1}"
+    last = spec.workers // per_pod - 1
+    longest = f"{spec.name}-worker-{last}"
     if len(longest) > DNS_LABEL_MAX:
-        room = DNS_LABEL_MAX - len(f"-worker-{spec.workers - 1}")
+        room = DNS_LABEL_MAX - len(f"-worker-{last}")
         raise UsageError(
             f"job name {spec.name!r} is too long for Kubernetes with {spec.workers} worker(s): its last worker "
             f"pod would be {longest!r}, {len(longest)} characters, over the {DNS_LABEL_MAX} of a pod's hostname",
@@ -95,11 +116,99 @@ def check_job_name_fits(spec: JobSpec) -> None:
         )
 
 
+def ranks_per_pod(spec: JobSpec, nodes: Sequence[str]) -> int:
+    """How many ranks share one worker pod, from the nodes the plan gives each rank: the largest
+    count that divides every node's share. Ranks in one pod share its hostname, /dev/shm, IPC
+    and network namespace and see each other's GPUs, so NCCL uses P2P (NVLink) between them;
+    ranks in separate pods of one node cannot (docs/kubernetes.md, "NVLink between workers")."""
+    if spec.gpus_per_worker == 0 or len(nodes) != spec.workers:
+        return 1
+    counts = [nodes.count(n) for n in dict.fromkeys(nodes)]
+    return math.gcd(*counts)
+
+
 def _pod_labels(spec: JobSpec) -> dict[str, str]:
     labels = {names.JOB_LABEL: spec.name, names.PODGROUP_LABEL: spec.name}
     if spec.topology_aware:
         labels[names.TOPOLOGY_LABEL] = "true"
     return labels
+
+
+def _scaled(value: str, times: int, unit: str) -> str:
+    """A per-rank quantity for a pod of ``times`` ranks (as given when ``times`` is 1)."""
+    if times == 1:
+        return value
+    total = quantity(value) * times
+    return f"{int(total * 1000)}m" if unit == "cpu" else str(int(total))
+
+
+def _tolerations(given: Sequence[str]) -> list[dict[str, str]]:
+    out = []
+    for text in given:
+        if text == "all":
+            out.append({"operator": "Exists"})
+            continue
+        key_value, _, effect = text.partition(":")
+        key, eq, value = key_value.partition("=")
+        tol = {"key": key, "operator": "Equal", "value": value} if eq else {"key": key, "operator": "Exists"}
+        if effect:
+            tol["effect"] = effect
+        out.append(tol)
+    return out
+
+
+# The RDMA device plugin's resource (Mellanox's k8s-rdma-shared-dev-plugin, as arena's --rdma asks).
+RDMA_RESOURCE = "rdma/hca"
+PVC_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+
+
+def _volumes(spec: JobSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Volumes and mounts of every pod: -d PVC:DST, --data-dir HOST:DST, and /dev/shm in memory
+    (a container's own is 64 MiB: too small for NCCL's shared-memory transport between the ranks of
+    one pod and for DataLoader workers), sized by --shm-size."""
+    kube = spec.kube or KubeOptions()
+    volumes: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
+    for i, (claim, target) in enumerate(spec.container.data):
+        if not PVC_NAME.fullmatch(claim):
+            raise UsageError(f"--data {claim}:{target}: on Kubernetes the source is a PersistentVolumeClaim's "
+                             "name",
+                             "give -d PVC_NAME:/path, or --data-dir HOST_PATH:/path for a node's "
+                             "directory")  # fmt: skip
+        volumes.append({"name": f"data-{i}", "persistentVolumeClaim": {"claimName": claim}})
+        mounts.append({"name": f"data-{i}", "mountPath": target})
+    for i, mount in enumerate(kube.data_dirs):
+        host, container = mount.split(":", 1)
+        volumes.append({"name": f"data-dir-{i}", "hostPath": {"path": host, "type": "Directory"}})
+        mounts.append({"name": f"data-dir-{i}", "mountPath": container})
+    shm: dict[str, Any] = {"medium": "Memory"}
+    if spec.container.shm_size:
+        shm["sizeLimit"] = str(spec.container.shm_size)
+    volumes.append({"name": "dshm", "emptyDir": shm})
+    mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
+    return volumes, mounts
+
+
+def _container_setup(spec: JobSpec, container: dict[str, Any], mounts: list[dict[str, Any]]) -> dict[str, Any]:
+    """What every container of the job shares: its working directory, mounts, pull policy and
+    user (--working-dir, -d, --data-dir, --shm-size, --image-pull-policy, --container-user, --rdma)."""
+    opts = spec.container
+    if spec.workdir:
+        container["workingDir"] = spec.workdir
+    container["volumeMounts"] = mounts
+    if opts.image_pull_policy:
+        container["imagePullPolicy"] = opts.image_pull_policy
+    security: dict[str, Any] = {}
+    if opts.user:
+        uid, _, gid = opts.user.partition(":")
+        security["runAsUser"] = int(uid)
+        if gid:
+            security["runAsGroup"] = int(gid)
+    if opts.rdma:  # verbs pin memory: unlimited memlock needs IPC_LOCK
+        security["capabilities"] = {"add": ["IPC_LOCK"]}
+    if security:
+        container["securityContext"] = security
+    return container
 
 
 # A plain program runs once per worker under mpirun with torchrun's variables, as on every other
@@ -115,88 +224,146 @@ TORCH_ENV = (
 MASTER_PORT = 29500
 
 
-def launcher_command(spec: JobSpec, namespace: str = "default", line: CommandLine | None = None) -> list[str]:
+def launcher_command(spec: JobSpec, namespace: str = "default", line: CommandLine | None = None,
+                     per_pod: int = 1) -> list[str]:  # fmt: skip
     """What the launcher runs: the prepared mpirun line with -np from the gang and without the
-    host options (mpi-operator's hostfile lists the workers the scheduler bound); a plain
-    program started once per worker through mpirun, torchrun's variables set."""
+    host options (mpi-operator's hostfile lists the workers, ``per_pod`` slots each); a plain
+    program started once per rank through mpirun, torchrun's variables set."""
     line = line or read_line(spec.command)
     if line.mpirun:
         return [line.argv[0], "-np", str(spec.workers), *line.kept, *line.program]
     master = f"{spec.name}-worker-0.{spec.name}.{namespace}.svc"
     return ["mpirun", "--allow-run-as-root", "-np", str(spec.workers), "-bind-to", "none", "-map-by", "slot",
             "-x", f"MASTER_ADDR={master}", "-x", f"MASTER_PORT={MASTER_PORT}",
-            # each worker pod is its own host: as many torchrun groups as workers
-            "-x", f"GROUP_WORLD_SIZE={spec.workers}", "-x", f"TORCHELASTIC_RUN_ID={spec.name}",
+            # each worker pod is one torchrun group of per_pod local ranks
+            "-x", f"GROUP_WORLD_SIZE={spec.workers // per_pod}", "-x", f"TORCHELASTIC_RUN_ID={spec.name}",
             "/bin/sh", "-c", TORCH_ENV, "rank", *line.program]  # fmt: skip
 
 
-def mpijob(spec: JobSpec, namespace: str, image: str | None = None, line: CommandLine | None = None) -> dict[str, Any]:
-    """A kubeflow.org/v2beta1 MPIJob: one launcher and ``workers`` workers, every pod scheduled
-    by ringleader as one gang (the PodGroup named like the job: workers + launcher). ``line``:
-    the spec's command as submit read it (read again when not given)."""
+def claim_template_name(spec: JobSpec) -> str:
+    return f"{spec.name}-{names.DRA_REQUEST}"
+
+
+def _worker_spec(spec: JobSpec, image: str, delivery: Delivery, per_pod: int, env: list[dict[str, Any]],
+                 mounts: list[dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
+    """The worker pod: ``per_pod`` ranks' GPUs, CPU and memory, delivered as the install says."""
+    kube = spec.kube or KubeOptions()
+    requests = {"cpu": _scaled(kube.cpu or DEFAULT_WORKER_REQUESTS["cpu"], per_pod, "cpu"),
+                "memory": _scaled(kube.memory or DEFAULT_WORKER_REQUESTS["memory"], per_pod, "memory")}  # fmt: skip
+    resources: dict[str, Any] = {"requests": requests}
+    gpus = spec.gpus_per_worker * per_pod
+    pod: dict[str, Any] = {"schedulerName": names.SCHEDULER_NAME}
+    if gpus and delivery.mode == "env":
+        resources["limits"] = {names.GPU_RESOURCE: gpus}
+        if delivery.runtime_class:
+            pod["runtimeClassName"] = delivery.runtime_class
+    elif gpus:  # dra: kube-scheduler binds once ringleader has pinned the whole gang
+        resources["claims"] = [{"name": names.DRA_REQUEST}]
+        pod = {"schedulerName": "default-scheduler", "schedulingGates": [{"name": names.GANG_GATE}],
+               "resourceClaims": [{"name": names.DRA_REQUEST, "resourceClaimTemplateName": claim_template_name(spec)}]}
+    if spec.container.rdma:
+        resources.setdefault("limits", {})[RDMA_RESOURCE] = 1
+    container: dict[str, Any] = {"name": "worker", "image": image, "command": list(WORKER_SSHD),
+                                 "env": [*env, *(_gpu_env(delivery) if gpus else [NO_GPU_ENV])], "resources": resources}
+    return {**pod, "containers": [_container_setup(spec, container, mounts)]}
+
+
+def mpijob(spec: JobSpec, namespace: str, image: str | None = None, line: CommandLine | None = None,
+           delivery: Delivery | None = None, per_pod: int = 1) -> dict[str, Any]:  # fmt: skip
+    """A kubeflow.org/v2beta1 MPIJob: ``workers / per_pod`` worker pods of ``per_pod`` ranks each
+    (``slotsPerWorker``) and a launcher created once every worker is Ready; the workers are one
+    gang (the PodGroup named like the job). ``line``: the spec's command as submit read it."""
+    delivery = delivery or Delivery()
+    kube = spec.kube or KubeOptions()
     image = image or spec.image or DEFAULT_IMAGE
-    pod_meta = {"labels": _pod_labels(spec)}
-    worker_resources: dict[str, Any] = {}
-    if spec.gpus_per_worker:
-        worker_resources = {"limits": {names.GPU_RESOURCE: spec.gpus_per_worker}}
-    launcher = {
-        "name": "launcher", "image": image, "command": launcher_command(spec, namespace, line),
-        # No GPU for the launcher even on a node whose default runtime is nvidia and an image
-        # that sets NVIDIA_VISIBLE_DEVICES=all.
-        "env": [*_env(spec), {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}],
+    pods = spec.workers // per_pod
+    volumes, mounts = _volumes(spec)
+    env = _env(spec)
+    worker = _worker_spec(spec, image, delivery, per_pod, env, mounts)
+    launcher: dict[str, Any] = {
+        "name": "launcher", "image": image, "command": launcher_command(spec, namespace, line, per_pod),
+        "env": [*env, NO_GPU_ENV],
         "resources": {"requests": dict(LAUNCHER_REQUESTS)},
     }  # fmt: skip
-    worker: dict[str, Any] = {"name": "worker", "image": image, "command": list(WORKER_SSHD),
-                              "env": [*_env(spec), *_gpu_env()]}  # fmt: skip
-    if worker_resources:
-        worker["resources"] = worker_resources
-    if spec.workdir and spec.workdir.startswith("/"):
-        launcher["workingDir"] = spec.workdir
-    annotations = {"ringleader.io/command": shlex.join(spec.command)}
+    launcher = _container_setup(spec, launcher, mounts)
+    # kube-scheduler places the DRA launcher (no GPU, no gate); in env mode ringleader puts it
+    # next to the gang it belongs to.
+    launcher_pod: dict[str, Any] = {"schedulerName": worker["schedulerName"], "containers": [launcher]}
+    common: dict[str, Any] = {"volumes": volumes}
+    if kube.selector:
+        common["nodeSelector"] = dict(kube.selector)
+    if kube.tolerations:
+        common["tolerations"] = _tolerations(kube.tolerations)
+    if kube.image_pull_secrets:
+        common["imagePullSecrets"] = [{"name": n} for n in kube.image_pull_secrets]
+    if kube.priority_class:
+        common["priorityClassName"] = kube.priority_class
+    labels = {**dict(kube.labels), **_pod_labels(spec)}
+    meta = {"labels": labels, **({"annotations": dict(kube.annotations)} if kube.annotations else {})}
+    worker_meta = meta
+    if delivery.mode == "dra" and spec.gpus_per_worker:
+        dra_gpus = {names.DRA_GPUS_ANNOTATION: str(spec.gpus_per_worker * per_pod)}
+        worker_meta = {**meta, "annotations": {**dict(kube.annotations), **dra_gpus}}
+    launcher_meta = {**meta, "labels": {k: v for k, v in labels.items()
+                                        if delivery.mode == "env" or k != names.PODGROUP_LABEL}}  # fmt: skip
+    annotations = {**dict(kube.annotations), "ringleader.io/command": shlex.join(spec.command),
+                   GPUS_ANNOTATION: str(spec.gpus_per_worker), RANKS_PER_POD_ANNOTATION: str(per_pod),
+                   DELIVERY_ANNOTATION: delivery.mode}  # fmt: skip
     if spec.model:
         annotations["ringleader.io/model"] = spec.model
+    run_policy: dict[str, Any] = {"cleanPodPolicy": "Running", "schedulingPolicy": {"minAvailable": pods}}
+    if kube.retry is not None:
+        run_policy["backoffLimit"] = kube.retry
     return {
         "apiVersion": f"{names.MPIJOB_GROUP}/{names.MPIJOB_VERSION}", "kind": "MPIJob",
-        "metadata": {"name": spec.name, "namespace": namespace, "labels": {names.JOB_LABEL: spec.name},
-                     "annotations": annotations},
+        "metadata": {"name": spec.name, "namespace": namespace,
+                     "labels": {**dict(kube.labels), names.JOB_LABEL: spec.name}, "annotations": annotations},
         "spec": {
-            "slotsPerWorker": max(1, spec.gpus_per_worker),
+            "slotsPerWorker": per_pod,
             "mpiImplementation": "OpenMPI",
-            "runPolicy": {
-                "cleanPodPolicy": "Running",
-                "schedulingPolicy": {"minAvailable": spec.workers + 1},
-            },
+            # the launcher starts mpirun only once every worker is Ready (its DNS name resolves):
+            # the gang is the workers; the launcher is scheduled after them
+            "launcherCreationPolicy": "WaitForWorkersReady",
+            "runPolicy": run_policy,
             "mpiReplicaSpecs": {
                 "Launcher": {"replicas": 1, "restartPolicy": "OnFailure", "template": {
-                    "metadata": pod_meta, "spec": {"schedulerName": names.SCHEDULER_NAME, "containers": [launcher]}}},
-                "Worker": {"replicas": spec.workers, "restartPolicy": "Never", "template": {
-                    "metadata": pod_meta, "spec": {"schedulerName": names.SCHEDULER_NAME, "containers": [worker]}}},
+                    "metadata": launcher_meta, "spec": {**launcher_pod, **common}}},
+                "Worker": {"replicas": pods, "restartPolicy": "Never", "template": {
+                    "metadata": worker_meta, "spec": {**worker, **common}}},
             },
         },
     }  # fmt: skip
 
 
-def podgroup(spec: JobSpec, namespace: str, owner_uid: str | None = None) -> dict[str, Any]:
-    """The gang: every worker and the launcher start together or not at all. Owned by the MPIJob
-    once it exists, so deleting the job deletes its group."""
+def podgroup(spec: JobSpec, namespace: str, owner_uid: str | None = None, per_pod: int = 1) -> dict[str, Any]:
+    """The gang: every worker pod starts together or not at all (the launcher comes after them).
+    Owned by the MPIJob once it exists, so deleting the job deletes its group."""
     meta: dict[str, Any] = {"name": spec.name, "namespace": namespace, "labels": {names.JOB_LABEL: spec.name}}
     if owner_uid:
-        meta["ownerReferences"] = [_owner(spec, owner_uid)]
+        meta["ownerReferences"] = [owner_reference(spec, owner_uid)]
     return {
         "apiVersion": f"{names.PODGROUP_GROUP}/{names.PODGROUP_VERSION}", "kind": "PodGroup",
-        "metadata": meta, "spec": {"minMember": spec.workers + 1},
+        "metadata": meta, "spec": {"minMember": spec.workers // per_pod},
     }  # fmt: skip
 
 
 # -- install ----------------------------------------------------------------------------------------------
 
 
-def _role_rules_scheduler() -> list[dict[str, Any]]:
+def _role_rules_scheduler(delivery: Delivery) -> list[dict[str, Any]]:
     """What the scheduler calls, nothing more (tests/kube checks each request it makes against
     these): it reads nodes, pods and PodGroups, binds pods (the GPU ids travel on the Binding,
     so it patches no pod), deletes the members of a gang whose bind failed half-way (their
-    controller makes them again), writes events and its PodGroups' status and reason."""
-    return [
+    controller makes them again), writes events and its PodGroups' status and reason. With DRA
+    it allocates the workers' claims (their status), pins and ungates the workers (a pod patch),
+    and reads the DRA driver's ResourceSlices."""
+    dra = [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]},
+        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims", "resourceslices"],
+         "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims/status"], "verbs": ["update", "patch"]},
+    ] if delivery.mode == "dra" else []  # fmt: skip
+    return [*dra,
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "delete"]},
         {"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["create"]},
@@ -207,7 +374,26 @@ def _role_rules_scheduler() -> list[dict[str, Any]]:
     ]
 
 
-def install(image: str = DEFAULT_IMAGE, replicas: int = 2, lease_seconds: int = 15) -> list[dict[str, Any]]:
+USER_ROLE = "ringleader-jobs"
+
+
+def _role_rules_user(delivery: Delivery) -> list[dict[str, Any]]:
+    """What `submit`, `get`, `list`, `logs` and `delete` need beyond the `edit` role's own rights
+    (pods, pods/log, secrets, events): MPIJobs, their PodGroups and, with DRA, claim templates."""
+    every = ["get", "list", "watch", "create", "update", "patch", "delete"]
+    rules = [{"apiGroups": [names.MPIJOB_GROUP], "resources": [names.MPIJOB_PLURAL], "verbs": every},
+             {"apiGroups": [names.PODGROUP_GROUP], "resources": [names.PODGROUP_PLURAL], "verbs": every}]
+    if delivery.mode == "dra":
+        rules.append({"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaimtemplates"], "verbs": every})
+    return rules
+
+
+def install(image: str = DEFAULT_IMAGE, replicas: int = 2, lease_seconds: int = 15, delivery: Delivery | None = None,
+            trusted: Sequence[str] = TRUSTED_NAMESPACES) -> list[dict[str, Any]]:  # fmt: skip
+    """Everything `kube manifests` prints. ``delivery``: how this cluster's GPUs reach workers
+    (published in the ConfigMap ringleader-cluster, which every authenticated user may read, so
+    each submit templates its jobs alike); ``trusted``: namespaces whose pods may set NVIDIA_*."""
+    delivery = delivery or Delivery()
     ns = names.SYSTEM_NAMESPACE
     sched, agent = "ringleader-scheduler", "ringleader-agent"
     config = {"leaseSeconds": lease_seconds, "metricsPort": METRICS_PORT, "namespace": ns, "bindThreads": 8}
@@ -219,7 +405,7 @@ def install(image: str = DEFAULT_IMAGE, replicas: int = 2, lease_seconds: int = 
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sched, "namespace": ns}},
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": agent, "namespace": ns}},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": sched},
-         "rules": _role_rules_scheduler()},
+         "rules": _role_rules_scheduler(delivery)},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": sched},
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": sched},
          "subjects": [{"kind": "ServiceAccount", "name": sched, "namespace": ns}]},
@@ -244,6 +430,23 @@ def install(image: str = DEFAULT_IMAGE, replicas: int = 2, lease_seconds: int = 
          "subjects": [{"kind": "ServiceAccount", "name": agent, "namespace": ns}]},
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": sched, "namespace": ns},
          "data": {"scheduler.yaml": yaml.safe_dump(config, sort_keys=True)}},
+        # Whoever has `edit` (or `admin`) in a namespace may run ringleader's jobs there: RBAC
+        # aggregates these rules into those roles.
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": USER_ROLE, "labels": {"rbac.authorization.k8s.io/aggregate-to-edit": "true",
+                                                    "rbac.authorization.k8s.io/aggregate-to-admin": "true"}},
+         "rules": _role_rules_user(delivery)},
+        # How this cluster delivers GPUs: every submit reads it, whoever submits.
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": names.CLUSTER_CONFIG, "namespace": ns},
+         "data": delivery.as_data()},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": names.CLUSTER_CONFIG, "namespace": ns},
+         "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"],
+                    "resourceNames": [names.CLUSTER_CONFIG]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": names.CLUSTER_CONFIG, "namespace": ns},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": names.CLUSTER_CONFIG},
+         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:authenticated"}]},
         {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {**in_ns, "labels": labels_s},
          "spec": {"replicas": replicas, "selector": {"matchLabels": labels_s}, "template": {
              "metadata": {"labels": labels_s},
@@ -262,6 +465,7 @@ def install(image: str = DEFAULT_IMAGE, replicas: int = 2, lease_seconds: int = 
          "spec": {"selector": {"matchLabels": labels_a}, "template": {
              "metadata": {"labels": labels_a},
              "spec": {"serviceAccountName": agent, "tolerations": [{"operator": "Exists"}],
+                      **({"runtimeClassName": delivery.runtime_class} if delivery.runtime_class else {}),
                       "priorityClassName": "system-node-critical", "containers": [{
                  "name": "agent", "image": image, "command": ["ringleader", "kube", "agent"],
                  # NVML only: the nvidia runtime mounts the driver's utility libraries, and the
@@ -272,6 +476,8 @@ def install(image: str = DEFAULT_IMAGE, replicas: int = 2, lease_seconds: int = 
                  "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
                  "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True},
              }]}}}},
+        *(env_policy(delivery.runtime_class, trusted) if delivery.mode == "env" else []),
+        *agent_policy(agent),
     ]  # fmt: skip
 
 

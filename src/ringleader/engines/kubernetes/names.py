@@ -14,6 +14,9 @@ GPU_RESOURCE = f"{PREFIX}/gpu"
 # Node: the topology the agent found (JSON, see topology_annotation()) and its network speed.
 TOPOLOGY_ANNOTATION = f"{PREFIX}/topology"
 NETWORK_LABEL = f"{PREFIX}/network-gbps"
+# Node: each GPU's UUID in index order (comma-separated), as the agent found them: an index can
+# name another GPU after a reboot or an Xid; the DRA driver names devices by UUID attribute.
+GPU_UUIDS_ANNOTATION = f"{PREFIX}/gpu-uuids"
 # Node: which jobs its GPUs serve. ringleader's own name and ACK's, read alike.
 SCHEDULE_LABELS = (f"{PREFIX}/gpu-schedule", "ack.node.gpu.schedule")
 # Pod: the GPU ids the scheduler chose (comma-separated, as NVIDIA_VISIBLE_DEVICES takes them),
@@ -47,3 +50,20 @@ JOB_ROLE_LABEL = "training.kubeflow.org/job-role"
 REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
 
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+
+# -- GPU delivery (docs/kubernetes.md, "How the GPUs reach the container") --
+# env: the worker's NVIDIA_VISIBLE_DEVICES from its gpu-ids annotation, run by the NVIDIA
+# container runtime that this RuntimeClass names (GPU Operator's default name; with CDI on, from
+# v25.10, it is no longer the node's default runtime, so pods must name it).
+DEFAULT_RUNTIME_CLASS = "nvidia"
+# dra: kube-scheduler binds, NVIDIA's DRA driver prepares the devices ringleader allocated.
+DELIVERIES = ("env", "dra")
+DRA_DRIVER = "gpu.nvidia.com"  # the driver's name, its DeviceClass's name and its attributes' domain
+DRA_DEVICE_CLASS = "gpu.nvidia.com"
+DRA_REQUEST = "gpus"  # the claim's one request, and the pod's claim entry
+GANG_GATE = f"{PREFIX}/gang"  # schedulingGate on DRA workers, removed once the whole gang is pinned
+# Pod (DRA worker template): how many GPUs its claim asks for, so the scheduler counts a DRA
+# worker's GPUs as it counts a ringleader.io/gpu request (its claim is not on the pod).
+DRA_GPUS_ANNOTATION = f"{PREFIX}/dra-gpus"
+# Install: which delivery the cluster uses, readable by every authenticated user (one ConfigMap).
+CLUSTER_CONFIG = "ringleader-cluster"

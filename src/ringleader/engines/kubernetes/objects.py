@@ -101,6 +101,7 @@ class PodInfo:
     priority: int = 0  # spec.priority (from its PriorityClass): higher gangs are decided first
     deadline_s: float | None = None  # spec.activeDeadlineSeconds: kubelet stops the pod then
     started: str = ""  # status.startTime, once kubelet has started it
+    gated: bool = False  # a DRA worker still held by ringleader's scheduling gate (docs/kubernetes.md, "dra")
 
     @property
     def key(self) -> str:
@@ -251,10 +252,16 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo:
     except ValueError:
         gpu_ids = ()
     name = meta.get("name", "")
+    gpus = int(need(names.GPU_RESOURCE))
+    if not gpus and names.DRA_GPUS_ANNOTATION in annotations:  # a DRA worker: its claim's count
+        try:
+            gpus = max(0, int(annotations[names.DRA_GPUS_ANNOTATION]))
+        except ValueError:
+            gpus = 0
     return PodInfo(
         namespace=meta.get("namespace", "default"), name=name, uid=uid,
         gang=labels.get(names.PODGROUP_LABEL) or name, grouped=bool(labels.get(names.PODGROUP_LABEL)),
-        gpus=int(need(names.GPU_RESOURCE)),
+        gpus=gpus,
         cpu=need("cpu"), memory=need("memory"),
         topology_aware=str(labels.get(names.TOPOLOGY_LABEL, "")).lower() == "true",
         node=spec.get("nodeName") or None, scheduler=spec.get("schedulerName") or "default-scheduler",
@@ -265,6 +272,7 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo:
         affinity=_required_terms(spec), priority=int(spec.get("priority") or 0),
         deadline_s=float(spec["activeDeadlineSeconds"]) if spec.get("activeDeadlineSeconds") else None,
         started=status.get("startTime") or "",
+        gated=any(g.get("name") == names.GANG_GATE for g in spec.get("schedulingGates") or ()),
     )  # fmt: skip
 
 

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ from ringleader.jobs.views import GpuUsage, JobView, SubmitResult
 from ringleader.scheduler import ClusterState, Decision, QueuedJob, place, schedule_queue
 
 DELETE_WAIT_S = 60.0
+KILL_STEPS_WAIT_S = 10.0  # a SIGKILLed step ends at once; beyond this the cancel goes anyway
 FIRST_LOOK_S = 3.0
 
 
@@ -51,7 +53,7 @@ class SlurmEngine:
         self.partition = settings.text("RINGLEADER_SLURM_PARTITION")
         self.notes: list[str] = []
 
-    supports = Support("slurm", time_limit=True, more_room="add nodes to the Slurm partition")
+    supports = Support("slurm", time_limit=True, network_tree=True, more_room="add nodes to the Slurm partition")
 
     def close(self) -> None:
         pass
@@ -64,6 +66,10 @@ class SlurmEngine:
         declared = state.declared_nodes(self.home)
         links = state.links_from_gres_conf(state.gres_conf_path())
         specs = {n.name: state.node_spec(n, declared, links) for n in nodes}
+        if not any(s.network for s in specs.values()):  # no network: in the cluster file: Slurm's own
+            tree = state.slurm_network(state.slurm_conf_dir())
+            if tree is not None:
+                specs = {name: replace(s, network=tree.place_of(name)) for name, s in specs.items()}
         # Records brought up to date first: a stale PENDING one would hold GPUs it no longer waits for.
         records = [self._refresh(r, jobs) for r in known]
         names = {r["slurm_id"]: r["name"] for r in records if r.get("slurm_id")}
@@ -293,8 +299,8 @@ class SlurmEngine:
             records = [self._record(n) for n in names]
             for record in records:
                 if record.get("slurm_id"):
-                    if now:  # SIGKILL to the steps' processes first; the cancel then ends the job
-                        slurmcli.run(["scancel", "--signal=KILL", record["slurm_id"]], check=False)
+                    if now:  # SIGKILL to the steps' processes, and only then the cancel
+                        self._kill_steps(record["slurm_id"])
                     slurmcli.run(["scancel", record["slurm_id"]], check=False)
             for record in records:
                 if record.get("slurm_id"):
@@ -305,6 +311,27 @@ class SlurmEngine:
         if not self.readonly:
             self.schedule()
         return list(names)
+
+    def _kill_steps(self, ident: str) -> None:
+        """SIGKILL every step's tasks, then wait (KILL_STEPS_WAIT_S at most) until no step is
+        left, so the cancel that follows has no process left to send its SIGTERM to. Each step
+        is named: `scancel --signal=KILL JOB` is a cancel of the job, which slurmd carries out
+        as SIGTERM, KillWait, SIGKILL (seen with Slurm 22.05), so every rank's checkpoint
+        handler ran; a step's signal goes to its tasks as it is."""
+        steps = self._running_steps(ident)
+        if steps:
+            slurmcli.run(["scancel", "--signal=KILL", *steps], check=False)
+        deadline = time.monotonic() + KILL_STEPS_WAIT_S
+        while steps and time.monotonic() < deadline:
+            time.sleep(0.1)
+            steps = self._running_steps(ident)
+
+    @staticmethod
+    def _running_steps(ident: str) -> list[str]:
+        """The job's srun steps still running (not its batch or extern step); [] once it is gone."""
+        done = slurmcli.run(["squeue", "-h", "--steps", "-j", ident, "-o", "%i"], check=False)
+        steps = done.stdout.split() if done.returncode == 0 else []
+        return [s for s in steps if s.rpartition(".")[2].isdigit()]
 
     def _wait_gone(self, ident: str) -> None:
         deadline = time.monotonic() + DELETE_WAIT_S

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from ringleader.engines.slurm.gres import gres_conf_lines, node_gres
 from ringleader.errors import DependencyError
+from ringleader.runtime.hostlock import host_lock
 from ringleader.topology.node import NodeTopology
 
 _SERIAL = itertools.count()  # several sandboxes in one process get distinct interface names
@@ -109,11 +110,12 @@ class Sandbox:
         for name in self.topologies:
             for sub in ("spool", "tmp"):
                 (self.root / sub / name).mkdir(parents=True, exist_ok=True)
-        net = _free_subnet()
-        hosts = list(net.hosts())
         self.bridge = f"{self.tag}br"
-        _run("ip", "link", "add", self.bridge, "type", "bridge")
-        _run("ip", "addr", "add", f"{hosts[0]}/24", "dev", self.bridge)
+        with host_lock("subnets"):  # another sandbox or `cluster up` must not pick it meanwhile
+            net = _free_subnet()
+            hosts = list(net.hosts())
+            _run("ip", "link", "add", self.bridge, "type", "bridge")
+            _run("ip", "addr", "add", f"{hosts[0]}/24", "dev", self.bridge)
         _run("ip", "link", "set", self.bridge, "up")
         addrs = {}
         for i, name in enumerate(self.topologies):

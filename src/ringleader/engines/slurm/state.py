@@ -4,7 +4,9 @@ GPUs in use come from `scontrol -d show node` (GresUsed with indices, whoever su
 job) and are attributed to jobs through `scontrol -d show job`; GPUs that ringleader's own
 submitted-but-not-started jobs are waiting for count as taken too, so two gangs never wait for
 the same GPU. Topologies come from ringleader's cluster file when one is given, else from
-gres.conf ``Links=``, else every pair is taken as the slowest PCIe link.
+gres.conf ``Links=``, else every pair is taken as the slowest PCIe link. The network tree comes
+from the cluster file's ``network:`` when it has one, else from Slurm's own topology.yaml or
+topology.conf beside slurm.conf (topology.yaml first, as Slurm 25.05+ reads it).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from ringleader.engines.slurm import slurmcli
 from ringleader.engines.slurm.gres import NO_NVLINK, topology_from_links, type_index
 from ringleader.errors import UsageError
 from ringleader.scheduler import ClusterState, NodeState
-from ringleader.topology import NodeSpec, NodeTopology, load_cluster_file
+from ringleader.topology import NetworkTree, NodeSpec, NodeTopology, load_cluster_file
 from ringleader.topology.links import SELF
 
 # Node states whose GPUs cannot be handed out (a base state, or a flag after '+').
@@ -77,8 +79,28 @@ def job_gpus(records: Iterable[Mapping[str, str]]) -> dict[str, dict[str, list[i
 
 
 def gres_conf_path() -> Path:
-    conf = Path(os.environ.get("SLURM_CONF", "/etc/slurm/slurm.conf"))
-    return conf.parent / "gres.conf"
+    return slurm_conf_dir() / "gres.conf"
+
+
+def slurm_conf_dir() -> Path:
+    return Path(os.environ.get("SLURM_CONF", "/etc/slurm/slurm.conf")).parent
+
+
+def slurm_network(conf_dir: Path) -> NetworkTree | None:
+    """Slurm's network tree from topology.yaml or topology.conf in ``conf_dir`` (None without
+    either, or when the default topology is flat)."""
+    from ringleader.topology.cluster import read_bounded
+    from ringleader.topology.network_formats import load_network_text, parse_slurm_topology_yaml
+
+    yaml_path, conf_path = conf_dir / "topology.yaml", conf_dir / "topology.conf"
+    if yaml_path.exists():
+        from ringleader.inputs import load_yaml
+
+        doc = load_yaml(read_bounded(yaml_path, "Slurm topology file"), str(yaml_path))[0]
+        return parse_slurm_topology_yaml(doc, str(yaml_path))
+    if conf_path.exists():
+        return load_network_text(read_bounded(conf_path, "Slurm topology file"), str(conf_path))
+    return None
 
 
 def links_from_gres_conf(path: Path) -> dict[str, list[tuple[int, list[int]]]]:
@@ -132,7 +154,7 @@ def node_spec(node: SlurmNode, declared: Mapping[str, NodeSpec],
                 f"the cluster file gives node {node.name} {spec.topology.n_gpus} GPUs but Slurm has {node.gpus}",
                 "make the cluster file match slurm.conf's Gres= for that node",
             )
-        return NodeSpec(spec.name, spec.topology, spec.network_gbps, spec.labels, emulated=False)
+        return NodeSpec(spec.name, spec.topology, spec.network_gbps, spec.labels, emulated=False, network=spec.network)
     rows = dict(links.get(node.name, []))
     if node.gpus and sorted(rows) == list(range(node.gpus)):
         topo = topology_from_links([rows[i] for i in range(node.gpus)])

@@ -17,15 +17,22 @@ Objective, compared in order (higher is better):
   10. ``leftover_score``: the GPUs left free stay well connected for the next job.
 Single-node search is exact (gpuset.NodeSearch); the split across nodes is chosen by the same
 ranking (split.best_split). Both work on groups of interchangeable nodes, never node by node.
+
+On a cluster with a network tree (scheduler/network.py) three terms come first:
+``-span_level`` (the lowest common switch: one node or one NVLink domain is below every
+switch), ``-nodes_spanned`` and ``-switch_free_after`` (best fit at that switch's level); the
+gang's workers are then ranked along the tree, so a ring crosses each uplink the fewest times.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 
 from ringleader.scheduler.framework import Policy, fabric_gbs, make_candidate, register
 from ringleader.scheduler.gpuset import INF, GpuSet, NodeSearch, search_for
+from ringleader.scheduler.network import fullest_switch_first, level_index, lowest_fits, tree_levels
 from ringleader.scheduler.split import Pool, Split, additive, best_split, fewest_nodes, node_phase
 from ringleader.scheduler.types import Candidate, ClusterState, JobRequest, NodeGroup, NodeState, group_key
 
@@ -33,6 +40,8 @@ OBJECTIVE = (
     "-islands", "bottleneck_gbs", "-node_phase", "-nodes", "sum_pair_gbs", "-numa_nodes", "nic_near",
     "-rail_load", "-free_after", "leftover_score",
 )  # fmt: skip
+Order = Callable[[NodeGroup], Iterator[NodeState]]
+TREE_OBJECTIVE = ("-span_level", "-nodes_spanned", "-switch_free_after", *OBJECTIVE)
 
 
 def group_search(group: NodeGroup) -> NodeSearch:
@@ -63,6 +72,9 @@ class TopologyPolicy(Policy):
             # CPU-only gang: all workers on the first node that serves it.
             firsts = list(itertools.islice(itertools.chain.from_iterable(g.members() for g in groups), 2))
             return [make_candidate([ns], job, [(ns.name, ())] * job.workers, (-1.0,), ("-islands",)) for ns in firsts]
+        levels = tree_levels(groups)
+        if levels or job.topology_required is not None or job.topology_preferred is not None:
+            return self._in_tree(groups, job, len(levels), level_index(levels, job.topology_required))
         found = self._single_node(groups, job)
         for domain in sorted({g.key[4] for g in groups} - {""}):
             members = [g for g in groups if g.key[4] == domain]
@@ -72,8 +84,35 @@ class TopologyPolicy(Policy):
         found.sort(key=lambda c: c.objective, reverse=True)  # stable: node order breaks ties
         return found[:2]
 
+    def _in_tree(
+        self, groups: Sequence[NodeGroup], job: JobRequest, levels: int, required: int | None
+    ) -> list[Candidate]:
+        """One node or one NVLink domain first (below every switch), then the lowest common switch."""
+        names = tree_levels(groups)
+        if any(name is not None and level_index(names, name) is None
+               for name in (job.topology_required, job.topology_preferred)):  # fmt: skip
+            return []  # a level the cluster does not have: the pending reason says so
+        found = [_with_prefix(c, (1.0, 0.0, 0.0)) for c in self._single_node(groups, job, fullest_switch_first)]
+        for domain in sorted({g.key[4] for g in groups} - {""}):
+            members = [g for g in groups if g.key[4] == domain]
+            found.extend(_with_prefix(c, (1.0, 0.0, 0.0)) for c in self._across_nodes(members, job, one_island=True))
+        highest = levels if required is None else required
+        if len(found) < 2:
+            for fit in lowest_fits(groups, job, highest):
+                # The nodes span exactly fit.level: had a lower switch held them, that level would have fit.
+                for c in self._across_nodes(fit.groups, job, one_island=False, tree=True):
+                    found.append(_with_prefix(c, (-float(fit.level), -float(fit.nodes), -float(fit.free_after))))
+                if len(found) >= 2:
+                    break
+        found.sort(key=lambda c: c.objective, reverse=True)  # stable: node order breaks ties
+        return found[:2]
+
     # -- one node -----------------------------------------------------------------------------
-    def _single_node(self, groups: Sequence[NodeGroup], job: JobRequest) -> list[Candidate]:
+    def _single_node(
+        self, groups: Sequence[NodeGroup], job: JobRequest, order: Order | None = None
+    ) -> list[Candidate]:
+        """The best one-node plans; ``order`` gives the best group's nodes in the order to take
+        them (default: cluster order)."""
         need = job.total_gpus
         searches: dict[str, NodeSearch] = {}
         scored: list[tuple[tuple[float, ...], NodeGroup, GpuSet]] = []  # the best two, best first
@@ -96,7 +135,7 @@ class TopologyPolicy(Policy):
             return []
         picks: list[tuple[tuple[float, ...], NodeState, NodeGroup, GpuSet]] = []
         obj, group, best = scored[0]
-        members = group.members()
+        members = order(group) if order is not None else group.members()
         picks.append((obj, next(members), group, best))
         second = next(members, None)
         if second is not None:
@@ -111,22 +150,24 @@ class TopologyPolicy(Policy):
         return out
 
     # -- several nodes --------------------------------------------------------------------------
-    def _across_nodes(self, groups: Sequence[NodeGroup], job: JobRequest, one_island: bool) -> list[Candidate]:
+    def _across_nodes(
+        self, groups: Sequence[NodeGroup], job: JobRequest, one_island: bool, tree: bool = False
+    ) -> list[Candidate]:
         planned = self._split(groups, job, one_island, None)
         if planned is None:
             return []
         pools, split = planned
-        best, first = self._materialize(pools, split, job, one_island, None)
+        best, first = self._materialize(pools, split, job, one_island, None, tree)
         # The runner-up is the best plan without the plan's first node. When that node's group has
         # another node the split does not use, the same split on that node is such a plan, and
         # none can be better (it is the best over all nodes): no second search.
         group_of_first = next(i for i, _, _ in split.shares)
         if pools[group_of_first].available > sum(1 for i, _, _ in split.shares if i == group_of_first):
-            return [best, self._materialize(pools, split, job, one_island, first)[0]]
+            return [best, self._materialize(pools, split, job, one_island, first, tree)[0]]
         runner = self._split(groups, job, one_island, first)
         if runner is None:
             return [best]
-        return [best, self._materialize(*runner, job, one_island, first)[0]]
+        return [best, self._materialize(*runner, job, one_island, first, tree)[0]]
 
     def _split(
         self, groups: Sequence[NodeGroup], job: JobRequest, one_island: bool, excluded: NodeState | None
@@ -146,10 +187,12 @@ class TopologyPolicy(Policy):
         return pools, best_split(pools, job.workers, job.gpus_per_worker, nodes, one_island)
 
     def _materialize(
-        self, pools: Sequence[Pool], split: Split, job: JobRequest, one_island: bool, excluded: NodeState | None
+        self, pools: Sequence[Pool], split: Split, job: JobRequest, one_island: bool, excluded: NodeState | None,
+        tree: bool = False,
     ) -> tuple[Candidate, NodeState]:
         """The plan of ``split``: each share on the next unused node of its pool (never
-        ``excluded``), and the plan's first node."""
+        ``excluded``), and the plan's first node. ``tree``: ranks follow the network tree (nodes
+        sharing a switch get consecutive ranks, so a ring crosses each uplink the fewest times)."""
         taken: dict[int, int] = {}
         slots: list[tuple[str, tuple[int, ...]]] = []
         chosen: list[NodeState] = []
@@ -162,12 +205,19 @@ class TopologyPolicy(Policy):
             chosen.append(ns)
             slots.extend((ns.name, gpus) for gpus in pool.search.split(gset.mask, job.gpus_per_worker))
             parts.append(additive(gset, pool.group.free_mask.bit_count() - workers * job.gpus_per_worker))
+        if tree:
+            path = {ns.name: ns.spec.switches[::-1] for ns in chosen}
+            slots.sort(key=lambda slot: path[slot[0]])  # stable: a node's workers stay in order
         if one_island:  # one NVLink fabric: the whole gang is one ring at the bottleneck
             k = job.total_gpus
             obj = objective(1, split.bottleneck_gbs, (k - 1) / (k * split.bottleneck_gbs), len(chosen), parts)
         else:
             obj = objective(len(chosen), split.bottleneck_gbs, split.node_phase, len(chosen), parts)
         return make_candidate(chosen, job, slots, obj, OBJECTIVE), chosen[0]
+
+
+def _with_prefix(candidate: Candidate, prefix: tuple[float, float, float]) -> Candidate:
+    return replace(candidate, objective=(*prefix, *candidate.objective), objective_names=TREE_OBJECTIVE)
 
 
 register(TopologyPolicy())

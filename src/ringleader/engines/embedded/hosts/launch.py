@@ -22,14 +22,16 @@ from typing import Any
 
 from ringleader.engines.embedded.hosts.ssh import write_config
 from ringleader.jobs.commandline import MpiOption, is_mpirun, option_words, read_line
-from ringleader.jobs.spec import JobSpec
+from ringleader.jobs.spec import CONTAINER_RUNTIME_KEYS, JobSpec
 from ringleader.runtime import rank as rank_module
 from ringleader.scheduler import Placement
 from ringleader.topology import NodeSpec
 
 LOCALHOST = "localhost"
-# Passed to the ranks on every host when the job has them (as `mpirun -x` users do by hand).
-FORWARDED_KEYS = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV", "OMP_NUM_THREADS", "CUDA_HOME")
+# Passed to the ranks on every host when the job has them (as `mpirun -x` users do by hand), and
+# the container runtime's settings to each rank's client (--image; never into the container).
+FORWARDED_KEYS = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV", "OMP_NUM_THREADS", "CUDA_HOME",
+                  *CONTAINER_RUNTIME_KEYS)  # fmt: skip
 FORWARDED_PREFIXES = ("NCCL_", "GLOO_", "TORCH_", "MKL_")
 # Placement decides where ranks go (a hostfile read by the sequential mapper): a user's mapping
 # options are replaced, and the job's Started event says so. (Those that would map ranks elsewhere
@@ -46,11 +48,21 @@ def host_alias(node: NodeSpec) -> str:
 
 
 def master_address(placement: Placement, nodes: Mapping[str, NodeSpec], settings: Mapping[str, Any]) -> str:
-    """MASTER_ADDR for torchrun-style programs: rank 0's host, as the other hosts reach it."""
+    """MASTER_ADDR for torchrun-style programs: rank 0's host, as the other hosts reach it. A
+    node of the emulated cluster is its name, its own hostname there (torchrun gives rank 0's
+    host name, not an address)."""
     first = nodes[placement.slots[0].node]
     if first.address is not None:
-        return first.address.host
+        return first.name if first.emulated and _resolves(first.name) else first.address.host
     return str(settings.get("head_address") or socket.getfqdn())
+
+
+def _resolves(name: str) -> bool:
+    try:
+        socket.getaddrinfo(name, None)
+    except OSError:
+        return False
+    return True
 
 
 def rank_table(plan: Mapping[str, Any]) -> dict[str, Any]:

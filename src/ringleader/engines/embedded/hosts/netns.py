@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ringleader.errors import ConflictError, DependencyError, RingleaderError, UsageError
+from ringleader.runtime.hostlock import host_lock
 from ringleader.runtime.procs import alive, start_time, stop_all
 from ringleader.topology import NodeSpec
 
@@ -157,9 +158,7 @@ def up(home: Path, nodes: Sequence[NodeSpec], scale: float = DEFAULT_SCALE) -> P
     names, edir = Names.for_home(home), emulation_dir(home)
     edir.mkdir(mode=0o700, parents=True, exist_ok=True)
     rec = Record(home)
-    subnet = free_subnet()
     rec.set("scale", scale)
-    rec.set("subnet", subnet)
     client_key, host_key = edir / "id_ed25519", edir / "host_ed25519"
     for key in (client_key, host_key):
         rec.add("files", str(key))
@@ -171,8 +170,11 @@ def up(home: Path, nodes: Sequence[NodeSpec], scale: float = DEFAULT_SCALE) -> P
     authorized.write_text(Path(str(client_key) + ".pub").read_text())
     authorized.chmod(0o600)
     rec.add("bridges", names.bridge)
-    _run(["ip", "link", "add", names.bridge, "type", "bridge"])
-    _run(["ip", "addr", "add", f"{subnet}.0.1/16", "dev", names.bridge])
+    with host_lock("subnets"):  # another `cluster up` must not pick the same subnet meanwhile
+        subnet = free_subnet()
+        rec.set("subnet", subnet)
+        _run(["ip", "link", "add", names.bridge, "type", "bridge"])
+        _run(["ip", "addr", "add", f"{subnet}.0.1/16", "dev", names.bridge])
     _run(["ip", "link", "set", names.bridge, "up"])
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation folder
     host_pub = Path(str(host_key) + ".pub").read_text().split()[:2]
@@ -276,8 +278,11 @@ def _hosts_marker(names: Names) -> str:
 
 def _add_hosts_entries(rec: Record, names: Names, entries: list[tuple[str, str]]) -> None:
     """/etc/hosts lines for the nodes' names, so programs inside the namespaces (gloo, c10d)
-    resolve their own hostname and each other's."""
-    lines = [f"{ip} {name} {_hosts_marker(names)}" for ip, name in entries]
+    resolve their own hostname and each other's, their addresses as IPv4-mapped IPv6 too: c10d's
+    dual-stack store sees its clients as ::ffff:a.b.c.d, and without a line for that form the
+    reverse lookup went to DNS, out of reach in the namespace ("[c10d] The hostname of the
+    client socket cannot be retrieved. err=-3" on every rank)."""
+    lines = [f"{addr} {name} {_hosts_marker(names)}" for ip, name in entries for addr in (ip, f"::ffff:{ip}")]
     for line in lines:
         rec.add("hosts_entries", line)
     with open(HOSTS_FILE, "a") as fh:

@@ -1,0 +1,142 @@
+"""The queue's watchdog: one small process per state folder, alive only while a job is running.
+
+Running supervisors reconcile each other every PEER_CHECK_S (see ``liveness``), but nobody
+watches the LAST one: killed -9 or stopped, its job would hold its GPUs and the jobs waiting for
+them would not start until someone typed a command. So every supervisor makes sure a watchdog
+runs (``ensure_watchdog``, at its start and at each peer check): it reconciles every PEER_CHECK_S
+and exits once no job is running. At most one runs per folder (an exclusive lock on
+``run/watchdog.lock``); it beats like a supervisor, so a stopped watchdog is killed and replaced
+by the next supervisor that looks. Nobody starts it by hand, and it never outlives the queue.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import sqlite3
+import sys
+import time
+from pathlib import Path
+
+from ringleader.engines.embedded.liveness import PEER_CHECK_S, Heartbeat, lease_seconds, seconds_since
+from ringleader.errors import RingleaderError
+from ringleader.runtime.procs import alive, signal_proc, start_time
+
+LOCK_NAME = "watchdog.lock"
+BEAT_NAME = "watchdog.beat"
+
+
+def _lock_path(home: Path) -> Path:
+    return home / "run" / LOCK_NAME
+
+
+def _open_lock(home: Path) -> int:
+    (home / "run").mkdir(mode=0o700, parents=True, exist_ok=True)
+    return os.open(_lock_path(home), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+
+
+def _held(fd: int) -> bool:
+    """Whether another process holds the lock (taking it here for a moment to find out)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    return False
+
+
+def _stuck_watchdog(home: Path) -> tuple[int, int | None] | None:
+    """(pid, start) of a watchdog that holds the lock but stopped beating for the lease."""
+    try:
+        beat = json.loads((home / "run" / BEAT_NAME).read_text())
+        pid, started = int(beat["pid"]), beat.get("pid_start")
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    silent = seconds_since(str(beat.get("at")))
+    if silent is None or silent <= lease_seconds() or not alive(pid, started):
+        return None
+    return pid, started
+
+
+def ensure_watchdog(home: Path, env: dict[str, str] | None = None) -> bool:
+    """Start the folder's watchdog unless one runs (a stopped one is killed first); True when
+    one was started. Cheap enough for every peer check: one non-blocking lock attempt."""
+    import subprocess
+    try:
+        fd = _open_lock(home)
+    except OSError:
+        return False  # a full or vanished folder: the next check tries again
+    try:
+        if _held(fd):
+            stuck = _stuck_watchdog(home)
+            if stuck is None:
+                return False
+            signal_proc(stuck[0], stuck[1], signal.SIGKILL)  # its lock goes with it
+            deadline = time.monotonic() + 2.0
+            while _held(fd) and time.monotonic() < deadline:
+                time.sleep(0.02)
+    finally:
+        os.close(fd)
+    log = os.open(home / "run" / "watchdog.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(log, "ab") as out:
+        subprocess.Popen(
+            [sys.executable, "-m", "ringleader.engines.embedded.watchdog", str(home)],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True, close_fds=True, env=env,
+        )  # fmt: skip
+    return True
+
+
+def _log(message: str) -> None:
+    print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} watchdog {os.getpid()}: {message}", flush=True)
+
+
+def watch(home: Path) -> int:
+    """Reconcile every PEER_CHECK_S while a job runs; 0 once none does (or another watchdog
+    holds the folder)."""
+    from ringleader.engines.embedded import store
+    from ringleader.engines.embedded.reconcile import reconcile
+    from ringleader.jobs.states import JobStatus
+
+    fd = _open_lock(home)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return 0
+    me, me_start = os.getpid(), start_time(os.getpid())
+    Heartbeat(home, "watchdog", me, me_start, path=home / "run" / BEAT_NAME).start()
+    while True:
+        time.sleep(PEER_CHECK_S)
+        if not (home / store.DB_NAME).exists():
+            return 0  # the folder was removed under us: nothing left to watch
+        try:
+            # Opened for each check, never held between them (an open connection would keep
+            # SQLite from removing its write-ahead log when the last command closes the state),
+            # and without touching the disk reserve, which is the user's commands' to use.
+            db, _ = store.Store.open(home, create=False, reserve=False)
+            try:
+                adopted_or_finished = reconcile(db)
+                with db.read() as conn:
+                    running = store.job_rows(conn, [JobStatus.RUNNING])
+            finally:
+                db.close()
+        except (RingleaderError, sqlite3.OperationalError, OSError) as exc:
+            _log(f"check skipped: {exc}")  # busy or full: the next check tries again
+            continue
+        if adopted_or_finished:
+            _log(f"reconciled {', '.join(adopted_or_finished)}")
+        if not running:
+            return 0  # a pending job with nothing running is placed by the command that queues it
+
+
+def main(argv: list[str]) -> int:
+    with contextlib.suppress(KeyboardInterrupt):
+        return watch(Path(argv[0]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

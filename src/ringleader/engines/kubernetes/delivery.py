@@ -1,0 +1,254 @@
+"""How the GPUs ringleader chose reach the worker's container, per install (docs/kubernetes.md,
+"GPU delivery"): pure builders of the objects each path needs.
+
+- ``env`` (Kubernetes 1.30+): NVIDIA_VISIBLE_DEVICES from the pod's own ``gpu-ids`` annotation,
+  which only the scheduler's Binding writes, run by the NVIDIA runtime that ``runtimeClassName``
+  names. A ValidatingAdmissionPolicy (CEL, no webhook server) keeps every other pod from setting
+  those variables or using that runtime, and from writing the annotation itself.
+- ``dra`` (Kubernetes 1.34+, resource.k8s.io/v1, NVIDIA's DRA driver): each worker's ResourceClaim
+  (from the job's ResourceClaimTemplate) is allocated by ringleader to the exact devices of its
+  decision, the pod pinned to the node and its scheduling gate removed once the whole gang is
+  pinned; kube-scheduler binds and the driver prepares exactly those devices through CDI.
+
+Both: the agent may change only its own Node (a second policy reads the node name that bound
+service-account tokens carry since Kubernetes 1.30).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ringleader.engines.kubernetes import names
+from ringleader.errors import UsageError
+
+_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+ADMISSION = "admissionregistration.k8s.io/v1"
+RESOURCE = "resource.k8s.io/v1"
+ENV_POLICY = "ringleader-gpu-env"
+AGENT_POLICY = "ringleader-agent-own-node"
+# Namespaces whose pods may set NVIDIA_* themselves: the control plane's, ringleader's own (the
+# agent reads NVML with NVIDIA_VISIBLE_DEVICES=all) and NVIDIA's operators' (device plugin, DCGM).
+TRUSTED_NAMESPACES = ("kube-system", names.SYSTEM_NAMESPACE, "gpu-operator", "nvidia-dra-driver-gpu")
+# Bound service-account tokens name the node of their pod (KEP-4193: beta and on by default in
+# Kubernetes 1.30, GA in 1.32); the API server puts it in the request's user extra.
+NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
+GPU_ANNOTATIONS = (names.GPU_IDS_ANNOTATION, names.GPU_IDS_UID_ANNOTATION, names.WORKER_INDEX_ANNOTATION)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """``mode`` env or dra; ``runtime_class``: the NVIDIA runtime's RuntimeClass on worker and
+    agent pods (None: the node's default runtime, for toolkit installs that make it the default)."""
+
+    mode: str = "env"
+    runtime_class: str | None = names.DEFAULT_RUNTIME_CLASS
+
+    def __post_init__(self) -> None:
+        if self.mode not in names.DELIVERIES:
+            raise UsageError(f"GPU delivery {self.mode!r} is not one of {', '.join(names.DELIVERIES)}",
+                             "use env (NVIDIA runtime) or dra (resource.k8s.io/v1, Kubernetes 1.34+)")  # fmt: skip
+        if self.runtime_class is not None and not _NAME.fullmatch(self.runtime_class):
+            raise UsageError(f"runtime class {self.runtime_class!r} is not a valid name",
+                             "give a RuntimeClass name (DNS-1123), or none for the node's default runtime")  # fmt: skip
+
+    @staticmethod
+    def parse(mode: str | None, runtime_class: str | None) -> Delivery:
+        """From text (the cluster's ConfigMap, an option): runtime class 'none' or '' is None."""
+        rc = names.DEFAULT_RUNTIME_CLASS if runtime_class is None else runtime_class.strip()
+        return Delivery((mode or "env").strip(), None if rc in ("", "none") else rc)
+
+    def as_data(self) -> dict[str, str]:
+        """The install's ConfigMap data, which every submit reads."""
+        return {"gpuDelivery": self.mode, "runtimeClass": self.runtime_class or "none"}
+
+
+# -- env: the admission policy ------------------------------------------------------------------------------
+
+_LISTS = ("containers", "initContainers", "ephemeralContainers")
+
+
+def _each(body: str) -> str:
+    """``body`` (over container ``c``) holds for the pod's every container list."""
+    return " && ".join(f"(!has(object.spec.{lst}) || object.spec.{lst}.all(c, {body}))" for lst in _LISTS)
+
+
+def _env_rules(runtime_class: str | None) -> list[dict[str, str]]:
+    ids_field = f"metadata.annotations['{names.GPU_IDS_ANNOTATION}']"
+    gpu_var = "(e.name.startsWith('NVIDIA_') || e.name == 'CUDA_VISIBLE_DEVICES')"
+    # ringleader's own worker and launcher: NVIDIA_VISIBLE_DEVICES from the Binding's annotation, or void
+    ours = (f"e.name == 'NVIDIA_VISIBLE_DEVICES' && ((has(e.valueFrom) && has(e.valueFrom.fieldRef) && "
+            f"e.valueFrom.fieldRef.fieldPath == \"{ids_field}\") || (has(e.value) && e.value == 'void'))")  # fmt: skip
+    # "no GPU", which any pod may say: mpi-operator appends NVIDIA_VISIBLE_DEVICES and
+    # NVIDIA_DRIVER_CAPABILITIES with empty values to every launcher that runs no rank
+    none = ("(e.name == 'NVIDIA_VISIBLE_DEVICES' || e.name == 'NVIDIA_DRIVER_CAPABILITIES') && "
+            "!has(e.valueFrom) && (!has(e.value) || e.value == '' || "
+            "(e.name == 'NVIDIA_VISIBLE_DEVICES' && e.value == 'void'))")  # fmt: skip
+    keys = "[" + ", ".join(f"'{k}'" for k in GPU_ANNOTATIONS) + "]"
+
+    def value(obj: str, key: str) -> str:
+        return f"(has({obj}.metadata.annotations) && {key} in {obj}.metadata.annotations ? {obj}.metadata.annotations[{key}] : '')"  # noqa: E501
+
+    rules = [
+        {"expression": f"variables.devicePluginPod || ({_each(f'!has(c.env) || c.env.all(e, !{gpu_var} || ({none}) || (variables.templated && {ours}))')})",  # noqa: E501
+         "message": "NVIDIA_* and CUDA_VISIBLE_DEVICES are set only by ringleader's job templates on pods that may "
+                    "run on ringleader's nodes (pods that request no nvidia.com/gpu)",
+         "reason": "Forbidden"},
+        {"expression": f"request.operation != 'CREATE' || !has(object.metadata.annotations) || "
+                       f"!{keys}.exists(k, k in object.metadata.annotations)",
+         "message": "ringleader's GPU annotations are written only by its scheduler's Binding", "reason": "Forbidden"},
+        {"expression": f"request.operation != 'UPDATE' || {keys}.all(k, {value('object', 'k')} == {value('oldObject', 'k')})",  # noqa: E501
+         "message": "ringleader's GPU annotations cannot be changed on a pod", "reason": "Forbidden"},
+    ]  # fmt: skip
+    if runtime_class:
+        rules.append({
+            "expression": f"!has(object.spec.runtimeClassName) || object.spec.runtimeClassName != '{runtime_class}' "
+                          "|| variables.templated || variables.devicePluginPod",
+            "message": f"runtimeClassName {runtime_class} (the NVIDIA runtime) is for ringleader's job templates and "
+                       "pods that request nvidia.com/gpu",
+            "reason": "Forbidden"})  # fmt: skip
+    return rules
+
+
+def env_policy(runtime_class: str | None, trusted: Sequence[str] = TRUSTED_NAMESPACES) -> list[dict[str, Any]]:
+    """The ValidatingAdmissionPolicy and its binding that make the env path safe: outside the
+    trusted namespaces, a pod that may land on ringleader's nodes (it requests no
+    nvidia.com/gpu, so a device-plugin node is not where it is going) may set NVIDIA_* or
+    CUDA_VISIBLE_DEVICES, or use the NVIDIA RuntimeClass, only in the shape of ringleader's
+    templates: schedulerName ringleader, every container setting NVIDIA_VISIBLE_DEVICES (which
+    overrides an image's ENV) from the gpu-ids annotation or to void, no envFrom; and nobody
+    writes that annotation but the Binding (it is not an update of the pod, so no policy on pods
+    sees it)."""
+    templated = ("has(object.spec.schedulerName) && object.spec.schedulerName == '" + names.SCHEDULER_NAME + "' && "
+                 + _each("has(c.env) && c.env.exists(e, e.name == 'NVIDIA_VISIBLE_DEVICES') && "
+                         "!has(c.envFrom)"))  # fmt: skip
+    plugin = ("object.spec.containers.exists(c, has(c.resources) && has(c.resources.limits) && "
+              "'nvidia.com/gpu' in c.resources.limits)")  # fmt: skip
+    policy = {
+        "apiVersion": ADMISSION, "kind": "ValidatingAdmissionPolicy", "metadata": {"name": ENV_POLICY},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+                "resources": ["pods", "pods/ephemeralcontainers"]}]},
+            "variables": [{"name": "templated", "expression": templated},
+                          {"name": "devicePluginPod", "expression": plugin}],
+            "validations": _env_rules(runtime_class),
+        },
+    }  # fmt: skip
+    return [policy, _binding(ENV_POLICY, {"namespaceSelector": {"matchExpressions": [
+        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": sorted(set(trusted))}]}})]  # fmt: skip
+
+
+def agent_policy(agent_account: str) -> list[dict[str, Any]]:
+    """The agent's ClusterRole may patch every Node; this policy narrows it to the Node its pod
+    runs on (the node name in its bound token), and to its two annotations and the status:
+    labels, taints and the rest of the spec stay as they are."""
+    user = f"system:serviceaccount:{names.SYSTEM_NAMESPACE}:{agent_account}"
+    ours = f"['{names.TOPOLOGY_ANNOTATION}', '{names.GPU_UUIDS_ANNOTATION}']"
+    same_labels = ("has(object.metadata.labels) == has(oldObject.metadata.labels) && "
+                   "(!has(object.metadata.labels) || object.metadata.labels == oldObject.metadata.labels)")  # fmt: skip
+    kept = (f"(!has(oldObject.metadata.annotations) || oldObject.metadata.annotations.all(k, k in {ours} || "
+            "(has(object.metadata.annotations) && k in object.metadata.annotations && "
+            "object.metadata.annotations[k] == oldObject.metadata.annotations[k])))")  # fmt: skip
+    added = (f"(!has(object.metadata.annotations) || object.metadata.annotations.all(k, k in {ours} || "
+             "(has(oldObject.metadata.annotations) && k in oldObject.metadata.annotations)))")  # fmt: skip
+    policy = {
+        "apiVersion": ADMISSION, "kind": "ValidatingAdmissionPolicy", "metadata": {"name": AGENT_POLICY},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
+                "resources": ["nodes", "nodes/status"]}]},
+            "matchConditions": [{"name": "is-the-agent", "expression": f"request.userInfo.username == '{user}'"}],
+            "validations": [
+                {"expression": f"has(request.userInfo.extra) && '{NODE_NAME_EXTRA}' in request.userInfo.extra && "
+                               f"request.userInfo.extra['{NODE_NAME_EXTRA}'].exists(n, n == object.metadata.name)",
+                 "message": "the ringleader agent may change only the node its pod runs on", "reason": "Forbidden"},
+                {"expression": f"request.subResource == 'status' || ({same_labels} && {kept} && {added} && "
+                               "object.spec == oldObject.spec)",
+                 "message": f"the ringleader agent may change only the annotations {names.TOPOLOGY_ANNOTATION} and "
+                            f"{names.GPU_UUIDS_ANNOTATION} of its node",
+                 "reason": "Forbidden"},
+            ],
+        },
+    }  # fmt: skip
+    return [policy, _binding(AGENT_POLICY, {})]
+
+
+def _binding(policy: str, match: dict[str, Any]) -> dict[str, Any]:
+    spec: dict[str, Any] = {"policyName": policy, "validationActions": ["Deny"]}
+    if match:
+        spec["matchResources"] = match
+    return {"apiVersion": ADMISSION, "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": policy},
+            "spec": spec}  # fmt: skip
+
+
+# -- dra: claims, allocation, pinning -------------------------------------------------------------------
+
+
+def claim_template(name: str, namespace: str, gpus: int, job: str, owner: Mapping[str, Any] | None = None
+                   ) -> dict[str, Any]:  # fmt: skip
+    """The job's ResourceClaimTemplate: each worker pod gets its own claim for ``gpus`` devices of
+    NVIDIA's DeviceClass. ringleader, not kube-scheduler, allocates it (``claim_allocation``): the
+    pod is gated until then."""
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": {names.JOB_LABEL: job}}
+    if owner:
+        meta["ownerReferences"] = [dict(owner)]
+    return {
+        "apiVersion": RESOURCE, "kind": "ResourceClaimTemplate", "metadata": meta,
+        "spec": {"spec": {"devices": {"requests": [{"name": names.DRA_REQUEST, "exactly": {
+            "deviceClassName": names.DRA_DEVICE_CLASS, "allocationMode": "ExactCount", "count": gpus}}]}}},
+    }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Device:
+    pool: str
+    name: str  # the driver's device name (gpu-<minor> for NVIDIA's driver)
+    uuid: str
+
+
+def node_devices(slices: Sequence[Mapping[str, Any]], node: str) -> list[Device]:
+    """The NVIDIA GPUs the DRA driver publishes for ``node`` (its ResourceSlices), each with its
+    pool, its device name and its ``uuid`` attribute; MIG devices and other drivers' left out."""
+    found = []
+    for sl in slices:
+        spec = sl.get("spec") or {}
+        if spec.get("driver") != names.DRA_DRIVER or spec.get("nodeName") != node:
+            continue
+        pool = (spec.get("pool") or {}).get("name", node)
+        for dev in spec.get("devices") or ():
+            attrs = dev.get("attributes") or {}
+            kind = (attrs.get("type") or {}).get("string")
+            uuid = (attrs.get("uuid") or {}).get("string")
+            if uuid and kind in (None, "gpu"):
+                found.append(Device(pool, dev.get("name", ""), uuid))
+    return found
+
+
+def claim_allocation(node: str, devices: Sequence[Device]) -> dict[str, Any]:
+    """The ``status`` of a worker's claim once ringleader allocated it: exactly these devices on
+    ``node``. kube-scheduler takes an allocated claim as it is (it only checks the node selector
+    and reserves it for the pod), and counts its devices as in use."""
+    return {"allocation": {
+        "devices": {"results": [{"request": names.DRA_REQUEST, "driver": names.DRA_DRIVER, "pool": d.pool,
+                                 "device": d.name} for d in devices]},
+        "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": [node]}]}]},
+    }}  # fmt: skip
+
+
+def pin_patch(node: str, annotations: Mapping[str, str]) -> dict[str, Any]:
+    """A strategic-merge patch of a gated worker: required node affinity to its node (allowed on
+    a pod with scheduling gates, which had none) and the decision's annotations."""
+    return {"metadata": {"annotations": dict(annotations)}, "spec": {"affinity": {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}}}  # fmt: skip
+
+
+def ungate_patch() -> dict[str, Any]:
+    """Removes ringleader's gate and only it (other gates, e.g. a queue's, stay)."""
+    return {"spec": {"schedulingGates": [{"$patch": "delete", "name": names.GANG_GATE}]}}

@@ -1,0 +1,43 @@
+"""Fixtures shared by every test folder: the local training image for the --image tests.
+
+`make test` runs the files side by side (pytest-xdist, --dist loadfile: each file's tests in one
+worker, so module fixtures such as a Slurm or emulated cluster are built once). What files share
+on this host is made safe for that: subnets are taken under a host-wide lock, the image build
+under its own, and every cluster, state folder and container is named per test."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Start building the training image at once, in the background, when it is not there yet:
+    on a fresh machine the build (~2 min) then overlaps the tests that do not need it. Once,
+    from the controlling process (not from each xdist worker); the fixture waits for it."""
+    from trainimage import why_not
+
+    if hasattr(session.config, "workerinput") or why_not() is not None:
+        return
+    build = Path(__file__).with_name("trainimage.py")
+    log = open(os.devnull, "wb")  # noqa: SIM115 - the build outlives this hook
+    subprocess.Popen([sys.executable, str(build)], stdout=log, stderr=log, start_new_session=True)
+
+
+@pytest.fixture(scope="session")
+def train_image(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    """A local training image (python3, Open MPI; see trainimage.py) and the podman settings file
+    this host needs, built once per session (once per host: podman keeps it)."""
+    from trainimage import containers_conf, ensure_image, why_not
+
+    why = why_not()
+    if why:
+        pytest.skip(why)
+    conf = tmp_path_factory.mktemp("podman") / "containers.conf"
+    conf.write_text(containers_conf())
+    tag, _ = ensure_image({**os.environ, "CONTAINERS_CONF": str(conf)})
+    return tag, conf
