@@ -38,8 +38,12 @@ def writes(fake: FakeApiServer) -> list[tuple[str, str]]:
 
 
 def test_contract_gang_annotations_then_bindings(fake: FakeApiServer) -> None:
+    uuids = [f"GPU-{g:08x}-aaaa-bbbb-cccc-{g:012x}" for g in range(8)]
     for i in range(2):
         fake.put("nodes", node(f"gpu-{i}"))
+        published = fake.get("nodes", f"gpu-{i}")
+        published["metadata"]["annotations"][names.GPU_UUIDS_ANNOTATION] = ",".join(uuids)  # the agent's
+        fake.put("nodes", published)
     gang(fake, "vgg", 4)
     s = scheduler(fake)
     results = s.cycle()
@@ -58,6 +62,9 @@ def test_contract_gang_annotations_then_bindings(fake: FakeApiServer) -> None:
                                           "annotations": notes},
                              "target": {"apiVersion": "v1", "kind": "Node", "name": binds[0].body["target"]["name"]}}
     assert notes[names.GPU_IDS_UID_ANNOTATION] == "uid-vgg-worker-0" and notes[names.WORKER_INDEX_ANNOTATION] == "0"
+    # The same GPU by its UUID, which a reboot or an Xid cannot make name another one.
+    assert [b.body["metadata"]["annotations"][names.GPU_DEVICES_ANNOTATION] for b in binds] == [
+        uuids[int(i)] for i in ids]  # fmt: skip
     # The API server put them on the pod with its node, in one update.
     assert fake.get("pods", "vgg-worker-0")["metadata"]["annotations"][names.GPU_IDS_ANNOTATION] == ids[0]
     assert fake.get("podgroups", "vgg")["status"]["phase"] == "Scheduled"
@@ -135,6 +142,9 @@ def test_contract_pending_reason_with_numbers_event_and_podgroup(fake: FakeApiSe
     # The Binding turned it True, the other conditions kept (a strategic merge by type).
     conditions = fake.get("pods", "big-worker-3")["status"]["conditions"]
     assert [(c["type"], c["status"], c.get("reason")) for c in conditions] == [("PodScheduled", "True", None)]
+    # Nodes whose agent published no UUIDs: the GPUs are named by their ids.
+    notes = [r.body["metadata"]["annotations"] for r in fake.calls("bind")]
+    assert len(notes) == 12 and all(n[names.GPU_DEVICES_ANNOTATION] == n[names.GPU_IDS_ANNOTATION] for n in notes)
 
 
 def test_contract_lists_in_pages_without_finished_pods_and_relists_an_expired_snapshot(fake: FakeApiServer) -> None:

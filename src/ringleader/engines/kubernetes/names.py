@@ -28,6 +28,10 @@ GPU_IDS_ANNOTATION = f"{PREFIX}/gpu-ids"
 # Binding. Ids without it (a pod bound by someone else, a copied or hand-written annotation) are
 # never trusted: the pod's GPUs are counted, not its claim to particular ones.
 GPU_IDS_UID_ANNOTATION = f"{PREFIX}/gpu-ids-pod-uid"
+# Pod: the same GPUs as NVIDIA_VISIBLE_DEVICES best names them: their UUIDs where the node's agent
+# publishes them (an index can name another GPU after a reboot or an Xid), else the ids; written
+# by the same Binding.
+GPU_DEVICES_ANNOTATION = f"{PREFIX}/gpu-devices"
 WORKER_INDEX_ANNOTATION = f"{PREFIX}/worker-index"
 DECISION_ANNOTATION = f"{PREFIX}/decision"  # one-line summary of the gang decision
 PENDING_ANNOTATION = f"{PREFIX}/pending-reason"  # on the PodGroup: why it waits, with numbers

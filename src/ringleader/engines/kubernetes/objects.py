@@ -68,6 +68,7 @@ class NodeInfo:
     labels: Mapping[str, str]
     ready: bool
     problem: str = ""  # why it serves no GPU job (bad label value, unreadable topology)
+    gpu_uuids: tuple[str, ...] = ()  # the agent's, in index order; empty unless one per GPU
 
     @property
     def name(self) -> str:
@@ -205,10 +206,12 @@ def node_info(obj: Mapping[str, Any]) -> NodeInfo:
         except ValueError:
             return Decimal(0)
 
+    uuids = tuple(u.strip() for u in str(annotations.get(names.GPU_UUIDS_ANNOTATION, "")).split(",") if u.strip())
     return NodeInfo(
         spec=NodeSpec(name, topology if not problem else EMPTY, network, spec_labels),
         cpu=amount("cpu", "0"), memory=amount("memory", "0"), pods=int(amount("pods", "110")),
         taints=taints, labels=labels, ready=ready, problem=problem,
+        gpu_uuids=uuids if len(uuids) == topology.n_gpus else (),
     )  # fmt: skip
 
 

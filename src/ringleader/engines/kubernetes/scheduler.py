@@ -311,11 +311,14 @@ class Scheduler:
         if not self.elector.leading:
             raise LostLease()
 
-    @staticmethod
-    def _annotations(a: Assignment, outcome: Outcome) -> Mapping[str, str]:
+    def _annotations(self, a: Assignment, outcome: Outcome) -> Mapping[str, str]:
         notes = {names.DECISION_ANNOTATION: outcome.summary}
         if a.worker is not None:
-            notes[names.GPU_IDS_ANNOTATION] = ",".join(map(str, a.gpus))
+            ids = ",".join(map(str, a.gpus))
+            node = self.cache.nodes.get(a.node)
+            uuids = node.gpu_uuids if node is not None else ()
+            notes[names.GPU_IDS_ANNOTATION] = ids
+            notes[names.GPU_DEVICES_ANNOTATION] = ",".join(uuids[g] for g in a.gpus) if uuids else ids
             notes[names.GPU_IDS_UID_ANNOTATION] = a.pod.uid
             notes[names.WORKER_INDEX_ANNOTATION] = str(a.worker)
         return notes
