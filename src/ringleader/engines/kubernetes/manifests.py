@@ -353,8 +353,9 @@ def podgroup(spec: JobSpec, namespace: str, owner_uid: str | None = None, per_po
 def _role_rules_scheduler(delivery: Delivery) -> list[dict[str, Any]]:
     """What the scheduler calls, nothing more (tests/kube checks each request it makes against
     these): it reads nodes, pods and PodGroups, binds pods (the GPU ids travel on the Binding,
-    so it patches no pod), deletes the members of a gang whose bind failed half-way (their
-    controller makes them again), writes events and its PodGroups' status and reason. With DRA
+    so it patches no pod, only a waiting pod's status: PodScheduled=False), deletes the members
+    of a gang whose bind failed half-way (their controller makes them again), writes events and
+    its PodGroups' status and reason. With DRA
     it allocates the workers' claims (their status), pins and ungates the workers (a pod patch),
     and reads the DRA driver's ResourceSlices."""
     dra = [
