@@ -355,9 +355,8 @@ def _role_rules_scheduler(delivery: Delivery) -> list[dict[str, Any]]:
     these): it reads nodes, pods and PodGroups, binds pods (the GPU ids travel on the Binding,
     so it patches no pod, only a waiting pod's status: PodScheduled=False), deletes the members
     of a gang whose bind failed half-way (their controller makes them again), writes events and
-    its PodGroups' status and reason. With DRA
-    it allocates the workers' claims (their status), pins and ungates the workers (a pod patch),
-    and reads the DRA driver's ResourceSlices."""
+    its PodGroups' status and reason. With DRA it allocates the workers' claims (their status),
+    pins and ungates the workers (a pod patch), and reads the DRA driver's ResourceSlices."""
     dra = [
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]},
         {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims", "resourceslices"],
