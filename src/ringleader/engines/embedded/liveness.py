@@ -61,15 +61,40 @@ def beat_path(home: Path, job: str) -> Path:
     return home / "run" / job / "supervisor.beat"
 
 
-def write_beat_file(path: Path, pid: int, pid_start: int | None) -> None:
-    """One beat, atomically and privately; a full disk or a removed folder skips it (the
-    holder's pid still answers for it, and the lease is long enough to ride out a few)."""
+BEAT_BYTES = 128  # a beat padded to a fixed size: rewritten in place, it needs no new disk space
+
+
+def _beat_record(pid: int, pid_start: int | None) -> bytes:
+    return json.dumps({"pid": pid, "pid_start": pid_start, "at": clock_stamp()}).encode().ljust(BEAT_BYTES)
+
+
+def write_beat_file(path: Path, pid: int, pid_start: int | None) -> int | None:
+    """A new beat file, atomically and privately; returns a descriptor open on it for the next
+    beats (``rewrite_beat``), or None where it could not be made (a full disk, a removed
+    folder: the holder's pid still answers for it, and the next beat tries again)."""
     tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
-    with contextlib.suppress(OSError):
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(json.dumps({"pid": pid, "pid_start": pid_start, "at": clock_stamp()}))
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return None
+    try:
+        os.write(fd, _beat_record(pid, pid_start))
         os.replace(tmp, path)
+    except OSError:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        return None
+    return fd
+
+
+def rewrite_beat(fd: int, pid: int, pid_start: int | None) -> bool:
+    """The next beat, over the last one's bytes: a disk that filled up since cannot stop it (a
+    holder that could not beat for the lease would be taken for stuck and killed)."""
+    try:
+        return os.pwrite(fd, _beat_record(pid, pid_start), 0) == BEAT_BYTES
+    except OSError:
+        return False
 
 
 def stale_for(home: Path, job: str, pid: int | None, pid_start: int | None) -> float | None:
@@ -93,11 +118,12 @@ class Heartbeat:
     def __init__(self, home: Path, job: str, pid: int, pid_start: int | None, path: Path | None = None) -> None:
         self.path = beat_path(home, job) if path is None else path
         self.pid, self.pid_start = pid, pid_start
+        self._fd: int | None = None
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"heartbeat-{job}", daemon=True)
 
     def start(self) -> Heartbeat:
-        write_beat_file(self.path, self.pid, self.pid_start)  # before the claim: never a gap
+        self._fd = write_beat_file(self.path, self.pid, self.pid_start)  # before the claim: never a gap
         self._thread.start()
         return self
 
@@ -106,4 +132,9 @@ class Heartbeat:
 
     def _run(self) -> None:
         while not self._done.wait(HEARTBEAT_S):
-            write_beat_file(self.path, self.pid, self.pid_start)
+            if self._fd is None or not rewrite_beat(self._fd, self.pid, self.pid_start):
+                if self._fd is not None:
+                    os.close(self._fd)
+                self._fd = write_beat_file(self.path, self.pid, self.pid_start)
+        if self._fd is not None:
+            os.close(self._fd)

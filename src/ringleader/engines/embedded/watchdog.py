@@ -91,7 +91,8 @@ def ensure_watchdog(home: Path, env: dict[str, str] | None = None) -> bool:
 
 
 def _log(message: str) -> None:
-    print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} watchdog {os.getpid()}: {message}", flush=True)
+    with contextlib.suppress(OSError):  # a full disk: the line is lost, the watch goes on
+        print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} watchdog {os.getpid()}: {message}", flush=True)
 
 
 def watch(home: Path) -> int:
