@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTHON ?= python3
 
-.PHONY: setup demo test lint typecheck unit bench clean slurm containers
+.PHONY: setup demo test lint typecheck unit bench clean test-packages
 
 setup: $(STAMP)
 
@@ -49,29 +49,26 @@ typecheck: setup
 unit: setup
 	$(PY) -m pytest -q -n 4 --dist loadfile
 
-# Debian's Slurm (slurmctld, slurmd, clients) for the real-Slurm engine tests; installed only as
-# root, which those tests need anyway (they skip with a reason elsewhere).
-SLURM_FOR_TESTS := $(if $(filter 0,$(shell id -u)),slurm,)
+# Debian packages for the tests that run real systems, installed only as root (those tests need
+# root anyway and skip with a reason elsewhere), in one apt run:
+# - Slurm (slurmctld, slurmd, clients) for the real-Slurm engine tests;
+# - a real container runtime for the --image tests: podman, runc (crun, podman's default, cannot
+#   set up cgroups on a hybrid-cgroup host such as a container) and debootstrap (the tests build
+#   their image from a minimal Debian root file system, no registry). The tests give podman a
+#   settings file (CONTAINERS_CONF): runc, cgroupfs (no systemd), and default ulimits within this
+#   host's hard limits (podman's defaults are higher, and runc cannot raise them); see
+#   tests/trainimage.py.
+TEST_DEBS := slurm-wlm podman runc debootstrap
+TEST_COMMANDS := slurmctld slurmd sbatch podman runc debootstrap
+TEST_PACKAGES := $(if $(filter 0,$(shell id -u)),test-packages,)
 
-slurm:
-	@if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! command -v sbatch >/dev/null; then \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm; \
+test-packages:
+	@for c in $(TEST_COMMANDS); do command -v $$c >/dev/null || missing=1; done; \
+	if [ -n "$$missing" ]; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(TEST_DEBS); \
 	fi
 
-# A real container runtime for the --image tests, installed only as root: podman from Debian, runc
-# (crun, podman's default, cannot set up cgroups on a hybrid-cgroup host such as a container) and
-# debootstrap (the tests build their image from a minimal Debian root file system, no registry).
-# The tests give podman a settings file (CONTAINERS_CONF): runc, cgroupfs (no systemd), and
-# default ulimits within this host's hard limits (podman's defaults are higher, runc cannot raise
-# them); see tests/trainimage.py.
-CONTAINERS_FOR_TESTS := $(if $(filter 0,$(shell id -u)),containers,)
-
-containers:
-	@if ! command -v podman >/dev/null || ! command -v runc >/dev/null || ! command -v debootstrap >/dev/null; then \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc debootstrap; \
-	fi
-
-test: $(SLURM_FOR_TESTS) $(CONTAINERS_FOR_TESTS) lint typecheck unit
+test: $(TEST_PACKAGES) lint typecheck unit
 
 bench: setup
 	$(PY) benchmarks/placement.py

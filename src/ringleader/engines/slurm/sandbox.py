@@ -41,7 +41,7 @@ def missing() -> str | None:
         return "needs root (network namespaces, mknod)"
     absent = [d for d in (*DAEMONS, "ip", "unshare") if shutil.which(d) is None]
     if absent:
-        return f"{', '.join(absent)} not installed (make slurm installs Debian's slurm-wlm)"
+        return f"{', '.join(absent)} not installed (make test-packages installs Debian's slurm-wlm)"
     return None
 
 
@@ -85,7 +85,7 @@ class Sandbox:
     ) -> Sandbox:
         why = missing()
         if why:
-            raise DependencyError(f"cannot start a Slurm sandbox: {why}", "run as root after `make slurm`")
+            raise DependencyError(f"cannot start a Slurm sandbox: {why}", "run as root after `make test-packages`")
         box = cls(root, topologies, typed)
         try:
             box._start(timeout)

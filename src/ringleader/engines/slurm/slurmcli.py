@@ -27,7 +27,7 @@ class SlurmError(RingleaderError):
 def run(argv: Sequence[str], check: bool = True) -> subprocess.CompletedProcess[str]:
     if shutil.which(argv[0]) is None:
         raise DependencyError(f"{argv[0]} not found: Slurm's client commands are missing",
-                              "install slurm-client (make slurm) or add Slurm's bin folder to PATH")  # fmt: skip
+                              "install slurm-client (make test-packages), or add Slurm's bin folder to PATH")
     try:
         done = subprocess.run(list(argv), capture_output=True, text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
