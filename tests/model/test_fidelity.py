@@ -16,7 +16,6 @@ from dataclasses import replace
 import pytest
 
 from ringleader.model.fidelity import (
-    AFTER_THE_FIT,
     Scaling,
     fidelity_rows,
     fidelity_table,
@@ -24,6 +23,7 @@ from ringleader.model.fidelity import (
     loss,
     predict_row,
     seed_results,
+    subsets,
     summarise,
 )
 from ringleader.model.tables import exposed_allreduce_s, grad_ready_curves
@@ -57,17 +57,17 @@ def test_median_error_does_not_regress(table):
 
 
 def test_mixed_precision_rows_within_8_percent(table):
-    rows = [r for r in table if r.row.precision == "fp16"]
+    rows = subsets(table)["mixed precision"]
     assert len(rows) >= 15 and {1, 2, 4} <= {r.row.nodes for r in rows}
     assert median_abs_error(rows) <= 0.08
 
 
 def test_multi_node_infiniband_rows_within_8_percent(table):
-    rows = [r for r in table if r.row.nodes > 1 and r.row.fabric == "infiniband"]
+    rows = subsets(table)["multi-node InfiniBand"]
     assert len(rows) >= 30
     assert median_abs_error(rows) <= 0.08
     # the rows added after the fit (DeepLearningExamples EfficientNet, DLPerf mixed precision) too
-    later = [r for r in table if AFTER_THE_FIT in r.row.source]
+    later = subsets(table)["added after the fit"]
     assert len(later) >= 16 and median_abs_error(later) <= 0.08
 
 
