@@ -181,7 +181,7 @@ def predict_placement(
         calibration.overlap if calibration and calibration.overlap is not None else scaling_constant("overlap")
     )  # fmt: skip
     if not 0.0 <= phi <= 1.0:
-        raise UsageError(f"overlap must be within 0..1, got {phi}", "give the share of backward that hides allreduce")
+        raise UsageError(f"overlap must be within 0..1, got {phi}", "give the share of allreduce to hide")
     compute_s = cpu_compute_s(rate, placement, calibration) if rate.gpu_type.lower() == "cpu" else rate.step_s
     backward_s = rate.backward_s * compute_s / rate.step_s
     hidden = phi * (cost.time_s - exposed_allreduce_s(model, cost.time_s, backward_s))
