@@ -110,7 +110,7 @@ def _row(name: str, pred: Prediction | None) -> list[Any]:
 @click.option("--algorithm", type=click.Choice(ALGORITHMS), default="auto", show_default=True,
               help="Allreduce algorithm (auto: the faster of ring and tree).")
 @click.option("--overlap", type=FiniteFloat(0.0, 1.0), default=None,
-              help="Share of backward that hides allreduce (0..1).")
+              help="Share of the hideable allreduce hidden behind backward (0..1).")
 @click.option("--fabric", default=None,
               help=f"Inter-node fabric: {', '.join(FABRICS)} (default: from the nodes' NIC names; none listed: tcp).")
 @click.option("--network-efficiency", type=float, default=None,

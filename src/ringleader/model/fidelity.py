@@ -346,7 +346,24 @@ def markdown(results: Sequence[FidelityResult]) -> str:
         f"{s.median_within_node_points:.1f} points over {len(s.within_node_points)} one-node rows, "
         f"{sum(p <= 3 for p in s.within_node_points)} of them within 3 points"
     )
+    for name, part in subsets(results).items():
+        if part:
+            errors = [r.error for r in part]
+            lines.append(
+                f"{name}: {len(part)} rows, median |error| {statistics.median(map(abs, errors)):.1%}, "
+                f"median error {statistics.median(errors):+.1%}"
+            )
     return "\n".join(lines)
+
+
+def subsets(results: Sequence[FidelityResult]) -> dict[str, list[FidelityResult]]:
+    """The parts of the table the model is judged on separately (docs/model.md)."""
+    return {
+        "mixed precision": [r for r in results if r.row.precision in ("fp16", "bf16")],
+        "mixed precision, one node": [r for r in results if r.row.precision in ("fp16", "bf16") and r.row.nodes == 1],
+        "multi-node InfiniBand": [r for r in results if r.row.nodes > 1 and r.row.fabric == "infiniband"],
+        "added after the fit": [r for r in results if AFTER_THE_FIT in r.row.source],
+    }
 
 
 if __name__ == "__main__":  # python -m ringleader.model.fidelity [rows.toml]

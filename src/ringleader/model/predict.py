@@ -4,9 +4,11 @@
     pred = predict_placement(state.by_name, decision.placement, model="vgg16", batch_size=64)
     print(f"predicted {pred.images_per_s:.0f} images/s ({pred.bound}-bound)")
 
-Step time (docs/model.md): t = t_compute + t_allreduce - overlap x min(t_allreduce, t_backward)
-+ t_sync, with t_sync the per-step cost of keeping k ranks per node and m nodes in step (grows
-with both); images/s = ranks x batch / t, capped by the input pipeline when its rate is given.
+Step time (docs/model.md): t = t_compute + t_allreduce - overlap x (t_allreduce - least exposed)
++ t_sync. The least exposed part follows the order backward makes gradients ready
+(tables.exposed_allreduce_s); t_sync is the per-step cost of keeping k ranks per node and m
+nodes in step (grows with both); images/s = ranks x batch / t, capped by the input pipeline
+when its rate is given.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from ringleader.errors import UsageError
 from ringleader.model.calibration import Calibration
 from ringleader.model.comm import AllreduceCost, allreduce_cost, n_ranks
 from ringleader.model.compute import ComputeRate, compute_rate, gpu_types
-from ringleader.model.tables import check_model, check_precision, grad_bytes
+from ringleader.model.tables import check_model, check_precision, exposed_allreduce_s, grad_bytes
 from ringleader.reference import reference
 from ringleader.scheduler.framework import get_policy, place, placement_metrics, policy_names
 from ringleader.scheduler.types import ClusterState, JobRequest, NodeState, Placement
@@ -179,10 +181,10 @@ def predict_placement(
         calibration.overlap if calibration and calibration.overlap is not None else scaling_constant("overlap")
     )  # fmt: skip
     if not 0.0 <= phi <= 1.0:
-        raise UsageError(f"overlap must be within 0..1, got {phi}", "give the share of backward that hides allreduce")
+        raise UsageError(f"overlap must be within 0..1, got {phi}", "give the share of allreduce to hide")
     compute_s = cpu_compute_s(rate, placement, calibration) if rate.gpu_type.lower() == "cpu" else rate.step_s
     backward_s = rate.backward_s * compute_s / rate.step_s
-    hidden = phi * min(cost.time_s, backward_s)
+    hidden = phi * (cost.time_s - exposed_allreduce_s(model, cost.time_s, backward_s))
     exposed = cost.time_s - hidden
     if sync is None and calibration is not None and calibration.sync is not None:
         sync = calibration.sync

@@ -239,3 +239,28 @@ def half_batch(model: str) -> float:
 
 def model_constant(name: str) -> float:
     return float(_ref()["model"][name])
+
+
+@functools.cache
+def grad_ready_curves() -> dict[str, tuple[float, ...]]:
+    """Per model, the share of gradient bytes ready at each 1/n of the backward pass
+    (reference.toml [grad_ready]); models without one are absent."""
+    table = _ref().get("grad_ready", {})
+    return {k: tuple(float(x) for x in v) for k, v in table.items() if isinstance(v, list)}
+
+
+def exposed_allreduce_s(model: str, allreduce_s: float, backward_s: float) -> float:
+    """The least part of an allreduce of ``allreduce_s`` that a bucketed allreduce running beside
+    a backward pass of ``backward_s`` (DDP, Horovod) must leave exposed. Gradients are sent in
+    the order backward makes them ready, so the bytes not ready before the k-th 1/n of backward
+    cannot finish before k/n x B + their allreduce time (a bucket is sent once it is full, so
+    bytes made ready within a slice count from its end):
+    exposed = max(B, max over k of (k/n B + C (1 - g((k-1)/n)))) - B.
+    A model without a readiness curve: every gradient ready at once, max(0, C - B)."""
+    curve = grad_ready_curves().get(check_model(model))
+    if curve is None or backward_s <= 0:
+        return max(0.0, allreduce_s - backward_s)
+    n = len(curve)
+    before = (0.0, *curve[:-1])
+    finish = max([backward_s] + [k / n * backward_s + allreduce_s * (1 - g) for k, g in enumerate(before, 1)])
+    return finish - backward_s
