@@ -76,6 +76,18 @@ def test_killed_supervisor_is_reconciled_by_a_peer_and_the_next_job_starts_with_
     assert status(small, "next") is JobStatus.SUCCEEDED
 
 
+def stop_until_replaced(rt: Runtime, job: str) -> tuple[int, int, float]:
+    """SIGSTOP the job's supervisor; (its pid, start time, seconds until another took the job)."""
+    pid, started = supervisor_of(rt, job)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        took = until(lambda: supervisor_of(rt, job)[0] != pid, 30, "a new supervisor to take the job")
+    finally:
+        if alive(pid, started):
+            os.kill(pid, signal.SIGCONT)
+    return pid, started, took
+
+
 def last_job(rt: Runtime, h, tmp_path: Path) -> Path:  # type: ignore[no-untyped-def]
     """`victim` holds all 4 GPUs, so its supervisor is the only one; `next` waits behind it."""
     victim_release = tmp_path / "victim-release"
@@ -113,13 +125,7 @@ def test_the_last_supervisor_stopped_is_replaced_by_the_watchdog_within_the_leas
 ) -> None:
     monkeypatch.setenv("RINGLEADER_LEASE_S", str(LEASE_S))
     victim_release = last_job(small, h, tmp_path)
-    pid, started = supervisor_of(small, "victim")
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        took = until(lambda: supervisor_of(small, "victim")[0] != pid, 30, "a new supervisor to take the job")
-    finally:
-        if alive(pid, started):
-            os.kill(pid, signal.SIGCONT)
+    pid, started, took = stop_until_replaced(small, "victim")
     assert LEASE_S <= took < LEASE_S + PEER_CHECK_S + 3.0
     assert not alive(pid, started)
     victim_release.touch()
@@ -146,13 +152,7 @@ def test_stopped_supervisor_is_replaced_within_the_lease_and_the_queue_goes_on(
 ) -> None:
     monkeypatch.setenv("RINGLEADER_LEASE_S", str(LEASE_S))  # supervisors inherit RINGLEADER_* settings
     peer_release, victim_release = three_jobs(small, h, tmp_path)
-    pid, started = supervisor_of(small, "victim")
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        took = until(lambda: supervisor_of(small, "victim")[0] != pid, 30, "a new supervisor to take the job")
-    finally:
-        if alive(pid, started):
-            os.kill(pid, signal.SIGCONT)
+    pid, started, took = stop_until_replaced(small, "victim")
     print(f"\nSIGSTOP of a supervisor: replaced {took:.2f} s later (lease {LEASE_S:g} s)")
     assert LEASE_S <= took < LEASE_S + PEER_CHECK_S + 3.0
     assert not alive(pid, started)  # killed, so it can never wake up and act on the job

@@ -12,9 +12,11 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from ringleader.topology.network import Level
+
+K = TypeVar("K", bound=Hashable)
 
 if TYPE_CHECKING:
     from ringleader.scheduler.types import NodeState
@@ -66,16 +68,7 @@ class SwitchIndex:
                 counts[k][switch] = by_free
                 if old_key != new_key:
                     groups = dict(members[k][switch])
-                    bucket = groups[old_key]
-                    at = bisect.bisect_left(bucket, pos)
-                    left = bucket[:at] + bucket[at + 1 :]
-                    if left:
-                        groups[old_key] = left
-                    else:
-                        del groups[old_key]
-                    bucket = groups.get(new_key, ())
-                    at = bisect.bisect_left(bucket, pos)
-                    groups[new_key] = (*bucket[:at], pos, *bucket[at:])
+                    move_position(groups, old_key, new_key, pos)
                     members[k][switch] = groups
         return SwitchIndex(self.levels, tuple(counts), tuple(members))
 
@@ -83,3 +76,19 @@ class SwitchIndex:
 def _path(ns: NodeState, levels: int) -> tuple[str, ...]:
     """A node's switches; a node outside the tree has one of its own at every level."""
     return ns.spec.switches if len(ns.spec.switches) == levels else tuple(f"({ns.name})" for _ in range(levels))
+
+
+def move_position(buckets: dict[K, tuple[int, ...]], old_key: K, new_key: K, pos: int) -> None:
+    """Move node position ``pos`` from bucket ``old_key`` to ``new_key`` (buckets are sorted
+    position tuples: bisect and slice, copies in C rather than per element); an emptied bucket
+    is dropped."""
+    bucket = buckets[old_key]
+    at = bisect.bisect_left(bucket, pos)
+    left = bucket[:at] + bucket[at + 1 :]
+    if left:
+        buckets[old_key] = left
+    else:
+        del buckets[old_key]
+    bucket = buckets.get(new_key, ())
+    at = bisect.bisect_left(bucket, pos)
+    buckets[new_key] = (*bucket[:at], pos, *bucket[at:])

@@ -6,13 +6,12 @@ is a value (``Code.UNSCHEDULABLE`` / ``Code.UNRESOLVABLE`` with reasons), never 
 
 from __future__ import annotations
 
-import bisect
 import enum
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
-from ringleader.scheduler.switches import SwitchIndex
+from ringleader.scheduler.switches import SwitchIndex, move_position
 from ringleader.topology.cluster import NodeSpec
 
 
@@ -232,17 +231,7 @@ class ClusterState:
             old_key, new_key = group_key(old), group_key(new)
             if old_key == new_key:
                 continue
-            # Buckets are sorted position tuples: bisect and slice (copies in C, not per element).
-            old_bucket = index[old_key]
-            at = bisect.bisect_left(old_bucket, pos)
-            left = old_bucket[:at] + old_bucket[at + 1 :]
-            if left:
-                index[old_key] = left
-            else:
-                del index[old_key]
-            new_bucket = index.get(new_key, ())
-            at = bisect.bisect_left(new_bucket, pos)
-            index[new_key] = (*new_bucket[:at], pos, *new_bucket[at:])
+            move_position(index, old_key, new_key, pos)
         return ClusterState(tuple(nodes), index, self.positions, switches)
 
     def with_placement(self, placement: Placement) -> ClusterState:
