@@ -12,6 +12,13 @@ default and --gputopology placement) and prints their measured images/s and rati
   * the model's prediction for the real 2 x 8 V100 cluster (NCCL), and the reference study's
     published measurement.
 Must show: measured ratio >= 3 and the calibrated predicted ratio within 25% of it.
+
+    python benchmarks/hosts_placement.py racks --in-rack JOB --across JOB --calibration FILE
+
+``racks`` does the same for one 2-node gang inside a rack and across two racks of the emulated
+cluster with a network tree (scripts/racks_demo.sh): the model calibrated on the in-rack link
+prices the gang across by its share of the rack uplinks (their oversubscription).
+Must show: the calibrated predicted across/in-rack ratio within 25% of the measured one.
 """
 
 from __future__ import annotations
@@ -94,6 +101,31 @@ def report(rt: Runtime, default_job: str, topology_job: str, calibration: Path) 
     return ok
 
 
+def report_racks(rt: Runtime, in_rack: str, across: str, calibration: Path) -> bool:
+    runs = {name: result_of(rt, name, "train") for name in (in_rack, across)}
+    batch = int(runs[in_rack]["batch_size"])
+    cal = load_calibration(calibration)
+    measured = [float(runs[j]["images_per_sec_total"]) for j in (in_rack, across)]
+    calibrated = [_predicted(rt, j, batch, calibration=cal, backend="gloo") for j in (in_rack, across)]
+    real = [_predicted(rt, j, batch) for j in (in_rack, across)]
+    print(f"{'':42}{'in rack':>10}{'across':>10}{'ratio':>9}")
+    for label, (a, b) in [("MEASURED here (emulated racks)", measured),
+                          ("PREDICTED here (model calibrated on it)", calibrated),
+                          ("PREDICTED on real 25 Gb/s racks, 4:1", real)]:  # fmt: skip
+        print(f"{label:42}{a:>10.1f}{b:>10.1f}{b / a:>8.2f}x")
+    for job in (in_rack, across):
+        placement = placement_from_plan(job, rt.get(job).placement)
+        nodes = placement.nodes if placement is not None else ()
+        r = runs[job]
+        print(f"{job}: on {', '.join(nodes)}; step {r['step_time_s']:.2f} s (allreduce {r['allreduce_s']:.2f} s)")
+    ratio, predicted_ratio = measured[1] / measured[0], calibrated[1] / calibrated[0]
+    error = predicted_ratio / ratio - 1
+    ok = abs(error) <= GOAL_ERROR
+    print(f"measured across/in-rack ratio {ratio:.2f}x; calibrated prediction {predicted_ratio:.2f}x, "
+          f"{error:+.0%} off (goal within {GOAL_ERROR:.0%}): {'met' if ok else 'NOT met'}")  # fmt: skip
+    return ok
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -104,12 +136,18 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("--default", dest="default_job", required=True)
     rep.add_argument("--topology", dest="topology_job", required=True)
     rep.add_argument("--calibration", type=Path, required=True)
+    racks = sub.add_parser("racks", help="measured vs predicted images/s inside a rack and across racks")
+    racks.add_argument("--in-rack", dest="in_rack", required=True)
+    racks.add_argument("--across", required=True)
+    racks.add_argument("--calibration", type=Path, required=True)
     a = p.parse_args(argv)
     try:
         with Runtime.open(readonly=True) as rt:
             if a.cmd == "extract":
                 extract(rt, a.jobs, a.out)
                 return 0
+            if a.cmd == "racks":
+                return 0 if report_racks(rt, a.in_rack, a.across, a.calibration) else 1
             return 0 if report(rt, a.default_job, a.topology_job, a.calibration) else 1
     except UsageError as exc:
         print(f"error: {exc.one_line()}", file=sys.stderr)
