@@ -167,14 +167,13 @@ class SwitchLink:
 
 
 def switch_links(nodes: Sequence[NodeSpec], scale: float) -> list[SwitchLink]:
-    """The switches above ``nodes`` (their network places), nearest the nodes first, each with
-    its parent and its shaped uplink: the network_gbps of the nodes under it over its level's
-    oversubscription (the model's uplink: model.comm.uplink_cap), times ``scale``."""
+    """The switches above ``nodes`` (their network places), in the order the nodes meet them,
+    each with its parent and its shaped uplink: the network_gbps of the nodes under it over its
+    level's oversubscription (the model's uplink: model.comm.uplink_cap), times ``scale``."""
     placed = [n for n in nodes if n.network is not None]
     links: dict[str, SwitchLink] = {}
     for node in placed:
-        assert node.network is not None
-        path, levels = node.network.switches, node.network.levels
+        path, levels = node.switches, node.network.levels if node.network is not None else ()
         for k, switch in enumerate(path):
             parent = next((p for p in path[k + 1 :] if p != switch), None)
             under = tuple(n.name for n in placed if switch in n.switches)
