@@ -167,11 +167,12 @@ class SwitchLink:
 
 
 def switch_links(nodes: Sequence[NodeSpec], scale: float) -> list[SwitchLink]:
-    """The switches above ``nodes`` (their network places), in the order the nodes meet them,
-    each with its parent and its shaped uplink: the network_gbps of the nodes under it over its
-    level's oversubscription (the model's uplink: model.comm.uplink_cap), times ``scale``."""
+    """The switches above ``nodes`` (their network places), nearest the nodes first, each with
+    its parent and its shaped uplink: the network_gbps of the nodes under it over its level's
+    oversubscription (the model's uplink: model.comm.uplink_cap), times ``scale``."""
     placed = [n for n in nodes if n.network is not None]
     links: dict[str, SwitchLink] = {}
+    level_of: dict[str, int] = {}
     for node in placed:
         path, levels = node.switches, node.network.levels if node.network is not None else ()
         for k, switch in enumerate(path):
@@ -182,7 +183,8 @@ def switch_links(nodes: Sequence[NodeSpec], scale: float) -> list[SwitchLink]:
             down = sum(n.network_gbps for n in placed if n.name in under)
             mbit = shaped_mbit(down / ratio, scale) if ratio > 1 else None
             links.setdefault(switch, SwitchLink(switch, parent, mbit, under))
-    return list(links.values())
+            level_of.setdefault(switch, k)
+    return sorted(links.values(), key=lambda link: level_of[link.switch])
 
 
 def _build_switches(rec: Record, names: Names, links: Sequence[SwitchLink]) -> dict[str, str]:
