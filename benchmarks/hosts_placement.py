@@ -64,11 +64,11 @@ def extract(rt: Runtime, jobs: list[str], out: Path) -> None:
         print(f"wrote {path}")
 
 
-def _predicted(rt: Runtime, job: str, batch: int, **kw: Any) -> float:
+def _predicted(rt: Runtime, job: str, batch: int, model: str = "vgg16", **kw: Any) -> float:
     placement = placement_from_plan(job, rt.get(job).placement)
     if placement is None:
         raise UsageError(f"job {job!r} has no placement", "run it first")
-    return predict_placement(rt.nodes().by_name, placement, "vgg16", batch, **kw).images_per_s
+    return predict_placement(rt.nodes().by_name, placement, model, batch, **kw).images_per_s
 
 
 def report(rt: Runtime, default_job: str, topology_job: str, calibration: Path) -> bool:
@@ -103,12 +103,13 @@ def report(rt: Runtime, default_job: str, topology_job: str, calibration: Path) 
 
 def report_racks(rt: Runtime, in_rack: str, across: str, calibration: Path) -> bool:
     runs = {name: result_of(rt, name, "train") for name in (in_rack, across)}
-    batch = int(runs[in_rack]["batch_size"])
+    batch, model = int(runs[in_rack]["batch_size"]), str(runs[in_rack]["model"])
     cal = load_calibration(calibration)
     measured = [float(runs[j]["images_per_sec_total"]) for j in (in_rack, across)]
-    calibrated = [_predicted(rt, j, batch, calibration=cal, backend="gloo") for j in (in_rack, across)]
-    real = [_predicted(rt, j, batch) for j in (in_rack, across)]
-    print(f"{'':42}{'in rack':>10}{'across':>10}{'ratio':>9}")
+    calibrated = [_predicted(rt, j, batch, model, calibration=cal, backend="gloo") for j in (in_rack, across)]
+    real = [_predicted(rt, j, batch, model) for j in (in_rack, across)]
+    head = f"{model}, 2 workers x batch {batch}"
+    print(f"{head:42}{'in rack':>10}{'across':>10}{'ratio':>9}")
     for label, (a, b) in [("MEASURED here (emulated racks)", measured),
                           ("PREDICTED here (model calibrated on it)", calibrated),
                           ("PREDICTED on real 25 Gb/s racks, 4:1", real)]:  # fmt: skip
