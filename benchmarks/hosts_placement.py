@@ -12,6 +12,13 @@ default and --gputopology placement) and prints their measured images/s and rati
   * the model's prediction for the real 2 x 8 V100 cluster (NCCL), and the reference study's
     published measurement.
 Must show: measured ratio >= 3 and the calibrated predicted ratio within 25% of it.
+
+    python benchmarks/hosts_placement.py racks --in-rack JOB --across JOB --calibration FILE
+
+``racks`` does the same for one 2-node gang inside a rack and across two racks of the emulated
+cluster with a network tree (scripts/racks_demo.sh): the model calibrated on the in-rack link
+prices the gang across by its share of the rack uplinks (their oversubscription).
+Must show: the calibrated predicted across/in-rack ratio within 25% of the measured one.
 """
 
 from __future__ import annotations
@@ -57,11 +64,11 @@ def extract(rt: Runtime, jobs: list[str], out: Path) -> None:
         print(f"wrote {path}")
 
 
-def _predicted(rt: Runtime, job: str, batch: int, **kw: Any) -> float:
+def _predicted(rt: Runtime, job: str, batch: int, model: str = "vgg16", **kw: Any) -> float:
     placement = placement_from_plan(job, rt.get(job).placement)
     if placement is None:
         raise UsageError(f"job {job!r} has no placement", "run it first")
-    return predict_placement(rt.nodes().by_name, placement, "vgg16", batch, **kw).images_per_s
+    return predict_placement(rt.nodes().by_name, placement, model, batch, **kw).images_per_s
 
 
 def report(rt: Runtime, default_job: str, topology_job: str, calibration: Path) -> bool:
@@ -94,6 +101,32 @@ def report(rt: Runtime, default_job: str, topology_job: str, calibration: Path) 
     return ok
 
 
+def report_racks(rt: Runtime, in_rack: str, across: str, calibration: Path) -> bool:
+    runs = {name: result_of(rt, name, "train") for name in (in_rack, across)}
+    batch, model = int(runs[in_rack]["batch_size"]), str(runs[in_rack]["model"])
+    cal = load_calibration(calibration)
+    measured = [float(runs[j]["images_per_sec_total"]) for j in (in_rack, across)]
+    calibrated = [_predicted(rt, j, batch, model, calibration=cal, backend="gloo") for j in (in_rack, across)]
+    real = [_predicted(rt, j, batch, model) for j in (in_rack, across)]
+    head = f"{model}, 2 workers x batch {batch}"
+    print(f"{head:42}{'in rack':>10}{'across':>10}{'ratio':>9}")
+    for label, (a, b) in [("MEASURED here (emulated racks)", measured),
+                          ("PREDICTED here (model calibrated on it)", calibrated),
+                          ("PREDICTED on real 25 Gb/s racks, 4:1", real)]:  # fmt: skip
+        print(f"{label:42}{a:>10.1f}{b:>10.1f}{b / a:>8.2f}x")
+    for job in (in_rack, across):
+        placement = placement_from_plan(job, rt.get(job).placement)
+        nodes = placement.nodes if placement is not None else ()
+        r = runs[job]
+        print(f"{job}: on {', '.join(nodes)}; step {r['step_time_s']:.2f} s (allreduce {r['allreduce_s']:.2f} s)")
+    ratio, predicted_ratio = measured[1] / measured[0], calibrated[1] / calibrated[0]
+    error = predicted_ratio / ratio - 1
+    ok = abs(error) <= GOAL_ERROR
+    print(f"measured across/in-rack ratio {ratio:.2f}x; calibrated prediction {predicted_ratio:.2f}x, "
+          f"{error:+.0%} off (goal within {GOAL_ERROR:.0%}): {'met' if ok else 'NOT met'}")  # fmt: skip
+    return ok
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -104,12 +137,18 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("--default", dest="default_job", required=True)
     rep.add_argument("--topology", dest="topology_job", required=True)
     rep.add_argument("--calibration", type=Path, required=True)
+    racks = sub.add_parser("racks", help="measured vs predicted images/s inside a rack and across racks")
+    racks.add_argument("--in-rack", dest="in_rack", required=True)
+    racks.add_argument("--across", required=True)
+    racks.add_argument("--calibration", type=Path, required=True)
     a = p.parse_args(argv)
     try:
         with Runtime.open(readonly=True) as rt:
             if a.cmd == "extract":
                 extract(rt, a.jobs, a.out)
                 return 0
+            if a.cmd == "racks":
+                return 0 if report_racks(rt, a.in_rack, a.across, a.calibration) else 1
             return 0 if report(rt, a.default_job, a.topology_job, a.calibration) else 1
     except UsageError as exc:
         print(f"error: {exc.one_line()}", file=sys.stderr)

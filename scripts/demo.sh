@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main scenario: the reference study's cluster (2 x 8 V100, 25 Gb/s) emulated on this box —
 # a network namespace with its own sshd per node, links shaped with tc — and its 4-worker VGG16
-# job run there with and without --gputopology: measured images/s beside the predicted ones.
+# job run there with and without --gputopology: measured images/s beside the predicted ones; then
+# racks (scripts/racks_demo.sh): a 2-node gang inside one rack and across 4:1 oversubscribed ones.
 # Without root (or iproute2 / sshd) it says why and runs the placement on processes of this host.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -68,6 +69,13 @@ emulated_demo() {
   section "Measured vs predicted images/s (links x $SCALE here: compare ratios, not images/s)"
   run python benchmarks/hosts_placement.py report --default pytorch-4-vgg16 --topology pytorch-topo-4-vgg16 \
     --calibration "$OUT/calibration.json" || true
+  section "Remove the emulated cluster"
+  trap - EXIT
+  run ringleader cluster down
+
+  # Beside it, the network above the nodes: the same exchange in one rack and across two racks
+  # whose uplinks are oversubscribed 4:1 (a bridge per rack, the uplinks shaped: about 2 minutes).
+  bash scripts/racks_demo.sh
 }
 
 # Without root: the placement, run for real on processes of this host (both runs measure the same).

@@ -101,12 +101,20 @@ def cluster_apply(path: str, output: str, engine: str | None) -> None:
 @engine_option
 def cluster_up(path: str, scale: float, engine: str | None) -> None:
     """Emulate the cluster on this box (root): per node a network namespace with its own sshd
-    and hostname, joined by a bridge, its link shaped with tc to its network_gbps x --scale.
+    and hostname, joined by a bridge, its link shaped with tc to its network_gbps x --scale;
+    with a `network:` tree, a bridge per switch (rack), each joined to its parent by an uplink
+    shaped to its nodes' network_gbps / the level's oversubscription x --scale.
     Jobs then run on the nodes over ssh, exactly as on real hosts."""
     with open_runtime(engine, "emulated_cluster", "`cluster up`") as rt:
         created, state = rt.cluster_up(path, scale)
     emulated = [ns for ns in state.nodes if ns.spec.address is not None]
     click.echo(f"cluster up: {len(emulated)} node(s) in network namespaces, links at network_gbps x {scale:g}")
+    from ringleader.engines.embedded.hosts.netns import switch_links
+
+    for link in switch_links([ns.spec for ns in emulated], scale):
+        shaped = f"shaped to {link.mbit:g} Mb/s" if link.mbit is not None else "unshaped (non-blocking)"
+        click.echo(f"switch {link.switch}: a bridge over {len(link.nodes)} node(s), its uplink to "
+                   f"{link.parent or 'the head'} {shaped}")  # fmt: skip
     click.echo(f"declared from {created}")
     show_nodes(state, "table")
 

@@ -173,12 +173,13 @@ class Runtime:
 
     def cluster_up(self, path: str | Path, scale: float) -> tuple[Path, ClusterState]:
         """Emulate the declared cluster on this box (root): a network namespace with sshd and a
-        shaped link per node (see engines.embedded.hosts.netns), then apply it with their ssh addresses."""
+        shaped link per node, a bridge per switch of its network tree with shaped uplinks (see
+        engines.embedded.hosts.netns), then apply it with their ssh addresses and the tree."""
         from ringleader.engines.embedded.hosts import netns
         from ringleader.topology import load_cluster_file
 
         declared = load_cluster_file(path)  # every node but `local` becomes an emulated ssh host
-        created = netns.up(self.home, declared, scale)
+        created = netns.up(self.home, declared, scale, netns.network_section(Path(path)))
         try:
             state = self.apply_cluster(created)
             with self.db.write() as conn:

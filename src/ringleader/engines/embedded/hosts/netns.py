@@ -9,8 +9,14 @@ inside the namespaces, and the traffic between nodes crosses the shaped links, s
 changes measured speed. `tc` tbf shapes each node's uplink (its egress) and downlink (the bridge
 port's egress) to ``network_gbps x scale``: a 2-core box cannot compute fast enough for
 25-100 Gb/s to matter, so links are scaled down with the compute (the factor is printed and
-recorded). Every object is recorded before it is created, so `cluster down` removes all of it,
-also after the head process was killed -9, and is idempotent.
+recorded). With a network tree in the cluster file (its `network:` section), every switch
+gets its own bridge (a rack's leaf switch, a spine, ...): a node's link joins its leaf's bridge,
+and each switch's bridge joins its parent's (the top level's join the head's bridge) by a veth
+pair shaped both ways to the switch's uplink, ``network_gbps`` of its nodes / the level's
+oversubscription x scale, so a gang across racks shares the uplinks as on real hardware. A
+non-blocking level's uplink is left unshaped: its nodes' links bound it already. Every object is
+recorded before it is created, so `cluster down` removes all of it, also after the head process
+was killed -9, and is idempotent.
 """
 
 from __future__ import annotations
@@ -69,6 +75,16 @@ class Names:
 
     def veth(self, k: int) -> str:
         return f"rl{self.tag}v{k}"
+
+    def switch_bridge(self, k: int) -> str:
+        return f"rl{self.tag}s{k}"
+
+    def uplink(self, k: int) -> str:
+        """The switch end of switch k's uplink pair; its peer (``downlink``) is on the parent."""
+        return f"rl{self.tag}u{k}"
+
+    def downlink(self, k: int) -> str:
+        return f"rl{self.tag}d{k}"
 
 
 def check_can_emulate() -> None:
@@ -139,9 +155,80 @@ def free_subnet() -> str:
     raise EmulationError("no free 10.N.0.0/16 subnet for the bridge", "run `ringleader cluster down` on other homes")
 
 
-def up(home: Path, nodes: Sequence[NodeSpec], scale: float = DEFAULT_SCALE) -> Path:
-    """Create the namespaces, bridge, shaped links and sshds; write and return the cluster file
-    that declares the nodes with their ssh addresses (``emulation/cluster.yaml``)."""
+@dataclass(frozen=True)
+class SwitchLink:
+    """One switch of the network tree as `cluster up` builds it: its bridge joins ``parent``'s
+    (None: the head's bridge) through an uplink of ``mbit`` (None: unshaped, non-blocking)."""
+
+    switch: str
+    parent: str | None
+    mbit: float | None
+    nodes: tuple[str, ...]
+
+
+def switch_links(nodes: Sequence[NodeSpec], scale: float) -> list[SwitchLink]:
+    """The switches above ``nodes`` (their network places), nearest the nodes first, each with
+    its parent and its shaped uplink: the network_gbps of the nodes under it over its level's
+    oversubscription (the model's uplink: model.comm.uplink_cap), times ``scale``."""
+    placed = [n for n in nodes if n.network is not None]
+    links: dict[str, SwitchLink] = {}
+    level_of: dict[str, int] = {}
+    for node in placed:
+        path, levels = node.switches, node.network.levels if node.network is not None else ()
+        for k, switch in enumerate(path):
+            parent = next((p for p in path[k + 1 :] if p != switch), None)
+            under = tuple(n.name for n in placed if switch in n.switches)
+            # A switch that stands at several levels (a shallower branch) takes the worst ratio.
+            ratio = max(levels[j].oversubscription for j, s in enumerate(path) if s == switch)
+            down = sum(n.network_gbps for n in placed if n.name in under)
+            mbit = shaped_mbit(down / ratio, scale) if ratio > 1 else None
+            links.setdefault(switch, SwitchLink(switch, parent, mbit, under))
+            level_of.setdefault(switch, k)
+    return sorted(links.values(), key=lambda link: level_of[link.switch])
+
+
+def _build_switches(rec: Record, names: Names, links: Sequence[SwitchLink]) -> dict[str, str]:
+    """A bridge per switch, each joined to its parent's (or the head's) by a shaped veth pair;
+    returns switch -> bridge."""
+    bridges = {link.switch: names.switch_bridge(k) for k, link in enumerate(links)}
+    for link in links:
+        rec.add("bridges", bridges[link.switch])
+        _run(["ip", "link", "add", bridges[link.switch], "type", "bridge"])
+        _run(["ip", "link", "set", bridges[link.switch], "up"])
+    for k, link in enumerate(links):
+        up_end, down_end = names.uplink(k), names.downlink(k)
+        rec.add("links", up_end)
+        _run(["ip", "link", "add", up_end, "type", "veth", "peer", "name", down_end])
+        _run(["ip", "link", "set", up_end, "master", bridges[link.switch], "up"])
+        parent = bridges[link.parent] if link.parent is not None else names.bridge
+        _run(["ip", "link", "set", down_end, "master", parent, "up"])
+        if link.mbit is not None:
+            _shape(up_end, link.mbit)  # traffic leaving the switch for its parent
+            _shape(down_end, link.mbit)  # and coming down into it
+    return bridges
+
+
+def network_section(path: Path) -> dict[str, Any] | None:
+    """The cluster file's `network:` section as written (a `file:` made absolute), for the
+    cluster file `cluster up` writes: the emulated nodes keep the declared tree and names."""
+    from ringleader.inputs import load_yaml
+    from ringleader.topology.cluster import read_bounded
+
+    doc, _ = load_yaml(read_bounded(path, "cluster file"), str(path))
+    section = doc.get("network") if isinstance(doc, dict) else None
+    if not isinstance(section, dict):
+        return None
+    if isinstance(section.get("file"), str) and not Path(section["file"]).is_absolute():
+        section = {**section, "file": str((path.parent / section["file"]).resolve())}
+    return section
+
+
+def up(
+    home: Path, nodes: Sequence[NodeSpec], scale: float = DEFAULT_SCALE, network: dict[str, Any] | None = None
+) -> Path:
+    """Create the namespaces, bridges, shaped links and sshds; write and return the cluster file
+    that declares the nodes with their ssh addresses (``emulation/cluster.yaml``) and the
+    ``network`` section given (the declared tree: ``network_section``)."""
     import yaml
 
     check_can_emulate()
@@ -176,6 +263,7 @@ def up(home: Path, nodes: Sequence[NodeSpec], scale: float = DEFAULT_SCALE) -> P
         _run(["ip", "link", "add", names.bridge, "type", "bridge"])
         _run(["ip", "addr", "add", f"{subnet}.0.1/16", "dev", names.bridge])
     _run(["ip", "link", "set", names.bridge, "up"])
+    bridge_of = _build_switches(rec, names, switch_links(emulated, scale))
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation folder
     host_pub = Path(str(host_key) + ".pub").read_text().split()[:2]
     declared, known = [], []
@@ -184,7 +272,8 @@ def up(home: Path, nodes: Sequence[NodeSpec], scale: float = DEFAULT_SCALE) -> P
         rec.add("namespaces", ns)
         _run(["ip", "netns", "add", ns])
         _run(["ip", "link", "add", veth, "type", "veth", "peer", "name", NS_IFACE, "netns", ns])
-        _run(["ip", "link", "set", veth, "master", names.bridge, "up"])
+        leaf = bridge_of.get(node.switches[0]) if node.switches else None
+        _run(["ip", "link", "set", veth, "master", leaf or names.bridge, "up"])
         _run(["ip", "-n", ns, "addr", "add", f"{ip}/16", "dev", NS_IFACE])
         _run(["ip", "-n", ns, "link", "set", NS_IFACE, "up"])
         _run(["ip", "-n", ns, "link", "set", "lo", "up"])
@@ -207,7 +296,8 @@ def up(home: Path, nodes: Sequence[NodeSpec], scale: float = DEFAULT_SCALE) -> P
         _wait_for_port(ip, 22, ns)
     cluster = edir / "cluster.yaml"
     rec.add("files", str(cluster))
-    cluster.write_text(yaml.safe_dump({"nodes": declared}, sort_keys=False))
+    doc: dict[str, Any] = {"nodes": declared, **({"network": network} if network else {})}
+    cluster.write_text(yaml.safe_dump(doc, sort_keys=False))
     cluster.chmod(0o600)
     return cluster
 
@@ -320,6 +410,9 @@ def down(home: Path) -> list[str]:
             stop_all([(p, s) for p in pids if (s := start_time(p)) is not None], 1.0)
             _run(["ip", "netns", "del", ns], check=False)
             removed.append(f"namespace {ns}")
+    for link in rec.data.get("links", []):  # a switch's uplink pair (its peer goes with it)
+        if _run(["ip", "link", "del", link], check=False).returncode == 0:
+            removed.append(f"link {link}")
     for bridge in rec.data.get("bridges", []):
         if _run(["ip", "link", "del", bridge], check=False).returncode == 0:
             removed.append(f"bridge {bridge}")
