@@ -61,3 +61,23 @@ def test_dead_supervisor_and_processes_fail_the_job_and_free_gpus(small: Runtime
     assert by_name["lost-worker-0"].exit_code == 0  # taken from the rank wrapper's file
     assert by_name["lost-worker-1"].status == "Failed"
     assert all(ns.allocated == () for ns in rt.nodes().nodes)
+
+
+def test_a_submit_whose_supervisor_cannot_start_is_still_submitted_and_says_so(small: Runtime, h, monkeypatch) -> None:
+    """The job is committed before its supervisor starts: a start that fails (a full disk, no
+    processes left) must not make the command report a failure for a job that is in the state."""
+    import subprocess
+
+    def no_process(*args: object, **kwargs: object) -> None:
+        raise OSError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(subprocess, "Popen", no_process)
+    result = small.submit(h.spec("lonely", h.py("print('ran')")))
+    monkeypatch.undo()
+    assert result.job is not None and result.job.status is JobStatus.RUNNING
+    note = next(n for n in small.notes if "lonely's supervisor could not start yet" in n)
+    assert "Resource temporarily unavailable" in note and "30 s after its placement" in note
+    with small.db.read() as conn:
+        from ringleader.engines.embedded import store
+
+        assert store.job_row(conn, "lonely")["supervisor_pid"] is None  # for reconciliation to start

@@ -30,7 +30,7 @@ from ringleader.engines.embedded.lifecycle import (
     spawn_supervisors,
 )
 from ringleader.engines.embedded.liveness import Heartbeat
-from ringleader.engines.embedded.reconcile import reconcile
+from ringleader.engines.embedded.reconcile import LAUNCH_GRACE_S, reconcile
 from ringleader.engines.embedded.views import job_view
 from ringleader.errors import (
     ConflictError,
@@ -265,7 +265,11 @@ class Runtime:
             # The cluster may have changed since the check above: refused here, nothing commits.
             refuse_unresolvable(mine, self.supports)
         crash_point("submit-committed")  # killed here: reconciliation starts the supervisor
-        spawn_supervisors(self.home, [d.job.name for d in decisions if d.ok])
+        unstarted = spawn_supervisors(self.home, [d.job.name for d in decisions if d.ok])
+        if spec.name in unstarted:  # submitted all the same: the state holds it, placed
+            why = unstarted[spec.name]
+            notes.append(f"note: job {spec.name}'s supervisor could not start yet ({why}); it is started "
+                         f"{LAUNCH_GRACE_S:g} s after its placement, by a running job's checks or the next command")
         self.notes += notes
         return SubmitResult(mine, decision_to_dict(mine), dry_run=False, job=self.get(spec.name))
 

@@ -135,18 +135,26 @@ def finish_job(
     store.add_event(conn, name, kind, f"{reason}; {freed} GPU(s) freed" if reason else f"{freed} GPU(s) freed", now)
 
 
-def spawn_supervisors(home: Path, jobs: Iterable[str]) -> None:
+def spawn_supervisors(home: Path, jobs: Iterable[str]) -> dict[str, str]:
     """Start one detached supervisor per job: it outlives the command that started it. Its
-    environment is minimal (see supervisor_env): a job's processes get only the job's own."""
+    environment is minimal (see supervisor_env): a job's processes get only the job's own.
+    Returns the jobs whose supervisor could not start, with why (a full disk, no processes
+    left): they are already placed in the state, so the command that placed them stays done,
+    and reconciliation starts their supervisor once LAUNCH_GRACE_S has passed."""
     import subprocess
 
+    failed: dict[str, str] = {}
     for job in jobs:
         run_dir = home / "run" / job
-        run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(run_dir / "supervisor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        with os.fdopen(fd, "ab") as out:
-            subprocess.Popen(
-                [sys.executable, "-m", "ringleader.engines.embedded.supervisor", str(home), job],
-                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True, close_fds=True, env=supervisor_env(),
-            )  # fmt: skip
+        try:
+            run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(run_dir / "supervisor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            with os.fdopen(fd, "ab") as out:
+                subprocess.Popen(
+                    [sys.executable, "-m", "ringleader.engines.embedded.supervisor", str(home), job],
+                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                    start_new_session=True, close_fds=True, env=supervisor_env(),
+                )  # fmt: skip
+        except OSError as exc:
+            failed[job] = exc.strerror or str(exc)
+    return failed
