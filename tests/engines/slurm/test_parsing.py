@@ -181,8 +181,6 @@ def test_a_step_that_stays_after_every_rank_ended_is_over(tmp_path: Path) -> Non
     ("DOWN+DRAIN", "NotReady"), ("DOWN", "NotReady"), ("IDLE*", "NotReady"), ("IDLE+MAINTENANCE", "NotReady"),
 ])  # fmt: skip
 def test_node_health_from_slurm_state(state: str, status: str) -> None:
-    from ringleader.engines.slurm.state import SlurmNode
-
     node = SlurmNode("n1", "n1", state, ("p",), 4, True, (), reason="bad dimm")
     health = node.health()
     assert health.status == status and health.unhealthy_gpus is None
