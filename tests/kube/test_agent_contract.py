@@ -109,4 +109,4 @@ def test_contract_agent_publishes_its_unhealthy_gpu_count_and_the_engine_reads_i
     assert publish(api, "gpu-0", topo, unhealthy=None)  # the agent cannot tell any more: n/a, not a stale 2
     assert node_health(fake.get("nodes", "gpu-0")).unhealthy_gpus is None
     engine = KubernetesEngine(EngineApi(load_client(host=fake.url)), "default")
-    assert engine.node_health(["gpu-0"])["gpu-0"].status == "Ready"
+    assert engine.node_health(names=["gpu-0"])["gpu-0"].status == "Ready"  # the keyword every engine takes

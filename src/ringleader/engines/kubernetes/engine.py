@@ -117,12 +117,12 @@ class KubernetesEngine:
         cache.replace("pods", self.api.list("pods")[0])
         return cache.state
 
-    def node_health(self, names_: Sequence[str] | None = None) -> dict[str, NodeHealth]:
+    def node_health(self, names: Sequence[str] | None = None) -> dict[str, NodeHealth]:
         """Each Node's Ready condition and cordon (spec.unschedulable); unhealthy GPUs as
-        ringleader's agent on the node last published them."""
-        nodes = self.api.list("nodes")[0]
-        found = (node_health(n) for n in nodes)
-        return {h.node: h for h in found if names_ is None or h.node in names_}
+        ringleader's agent on the node last published them. (``names`` as every engine calls
+        it: the module of that name is not used here.)"""
+        found = (node_health(n) for n in self.api.list("nodes")[0])
+        return {h.node: h for h in found if names is None or h.node in names}
 
     # -- submit ---------------------------------------------------------------------------------------
     def delivery(self) -> Delivery:
