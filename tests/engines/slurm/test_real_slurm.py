@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -17,6 +19,8 @@ from ringleader.engines.slurm import SlurmEngine
 from ringleader.errors import NotFoundError, UnschedulableError
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import JobStatus
+
+T = TypeVar("T")
 
 pytestmark = pytest.mark.slow
 
@@ -233,7 +237,7 @@ def test_top_node_status_follows_slurms_node_state_with_its_reason(slurm_box: ob
     """A node an admin sets DOWN shows NotReady with Slurm's Reason=, a drained one Drained; both
     Ready again once resumed. Slurm keeps no per-GPU health: UNHEALTHY is n/a. (The sandbox has
     ReturnToService=2: slurmctld returns a DOWN node whose slurmd answers its next ping, so each
-    look follows its own `state=down`.)"""
+    look is taken again unless node-b was still DOWN after it, i.e. throughout it.)"""
     env = {**os.environ, "RINGLEADER_HOME": str(tmp_path / "home")}
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -242,24 +246,27 @@ def test_top_node_status_follows_slurms_node_state_with_its_reason(slurm_box: ob
     def scontrol(*args: str, check: bool = True) -> None:
         subprocess.run(["scontrol", "update", *args], check=check, capture_output=True)
 
-    def down() -> None:
-        scontrol("nodename=node-b", "state=down", "reason=fan failure ticket 42")
+    def while_down(look: Callable[[], T]) -> T:
+        for _ in range(5):
+            scontrol("nodename=node-b", "state=down", "reason=fan failure ticket 42")
+            seen = look()
+            state = subprocess.run(["scontrol", "-o", "show", "node", "node-b"], capture_output=True, text=True)
+            if "State=DOWN" in state.stdout:
+                return seen
+        raise AssertionError("node-b kept returning to service before the look ended")
 
     assert cli("engine", "use", "slurm").returncode == 0
     eng = SlurmEngine(tmp_path / "home")
     assert {n: h.status for n, h in eng.node_health().items()} == {"node-a": "Ready", "node-b": "Ready"}
     try:
         scontrol("nodename=node-a", "state=drain", "reason=nccl tests")
-        down()
-        health = eng.node_health(names=["node-a", "node-b"])
+        health = while_down(lambda: eng.node_health(names=["node-a", "node-b"]))
         assert health["node-b"].status == "NotReady" and "fan failure ticket 42" in health["node-b"].reason
         assert health["node-a"].status == "Drained" and "nccl tests" in health["node-a"].reason
         assert health["node-a"].unhealthy_gpus is None
-        down()
-        rows = {ln.split()[0]: ln.split() for ln in cli("top", "node").stdout.splitlines()[1:3]}
+        rows = {ln.split()[0]: ln.split() for ln in while_down(lambda: cli("top", "node")).stdout.splitlines()[1:3]}
         assert rows["node-a"][2] == "Drained" and rows["node-b"][2] == "NotReady" and rows["node-b"][5] == "n/a"
-        down()
-        shown = json.loads(cli("top", "node", "node-b", "-o", "json").stdout)
+        shown = json.loads(while_down(lambda: cli("top", "node", "node-b", "-o", "json")).stdout)
         assert shown[0]["status"] == "NotReady" and "fan failure ticket 42" in shown[0]["reason"]
         assert "+DRAIN: nccl tests" in cli("top", "node", "-d", "node-a").stdout
     finally:
