@@ -161,7 +161,7 @@ def parse_usage_csv(text: str) -> dict[int, tuple[float, float, float]]:
 # only to a listener registered before they happen, as the device plugin keeps one.
 HEALTH_QUERY = ["nvidia-smi", "--query-gpu=index,retired_pages.pending,remapped_rows.pending,remapped_rows.failure",
                 "--format=csv,noheader"]  # fmt: skip
-HEALTH_FROM = "NVML: lost GPUs, retired pages pending, row remapping failed or pending"
+HEALTH_FROM = "NVML, else nvidia-smi: lost GPUs, retired pages pending, row remapping failed or pending"
 
 
 def unhealthy_gpus(expected: int) -> int | None:
