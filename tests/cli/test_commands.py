@@ -43,7 +43,11 @@ def test_cluster_get_and_top_node(seeds_inproc) -> None:
     assert [n["name"] for n in nodes] == ["local", "cn-shanghai-172", "cn-shanghai-173"]
     assert nodes[1]["emulated"] and nodes[1]["network_gbps"] == 25
     table = seeds_inproc.ok("top", "node")
-    assert table.splitlines()[0].split() == ["NAME", "IPADDRESS", "GPU(Total)", "GPU(Allocated)", "MODE"]
+    header = ["NAME", "IPADDRESS", "STATUS", "GPU(Total)", "GPU(Allocated)", "UNHEALTHY", "MODE"]
+    assert table.splitlines()[0].split() == header
+    rows = {line.split()[0]: line.split() for line in table.splitlines()[1:4]}
+    # This machine is Ready with no GPU to ask (n/a); emulated nodes run here, their GPUs virtual (n/a).
+    assert rows["local"][2] == rows["cn-shanghai-172"][2] == "Ready" and rows["cn-shanghai-172"][5] == "n/a"
     assert "Allocated/Total GPUs In Cluster:\n0/16 (0.0%)\n" in table  # as arena: the numbers on the next line
     assert all(line == line.rstrip() for line in table.splitlines())  # no padding after the last column
     one = seeds_inproc.ok("top", "node", "cn-shanghai-173")

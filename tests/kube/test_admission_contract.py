@@ -103,6 +103,9 @@ def test_contract_the_agent_may_change_only_its_own_node() -> None:
     with_uuids = copy.deepcopy(published)
     with_uuids["metadata"]["annotations"][names.GPU_UUIDS_ANNOTATION] = "GPU-1,GPU-2"
     assert admit(policy, with_uuids, published, op="UPDATE", user=me, extra=on) == "allowed"
+    with_health = copy.deepcopy(with_uuids)
+    with_health["metadata"]["annotations"][names.GPUS_UNHEALTHY_ANNOTATION] = "1"
+    assert admit(policy, with_health, with_uuids, op="UPDATE", user=me, extra=on) == "allowed"
     other_note = copy.deepcopy(published)
     other_note["metadata"]["annotations"]["other"] = "y"
     assert "only the annotations" in admit(policy, other_note, node, op="UPDATE", user=me, extra=on)

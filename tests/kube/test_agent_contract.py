@@ -93,3 +93,20 @@ def test_uuids_from_nvidia_smi_listing() -> None:
                                      "GPU-9b8e2f4a-1111-2222-3333-444455556666")  # fmt: skip
     assert smi_uuids(listing, 3) == ()  # one GPU without a UUID: none trusted
     assert smi_uuids("GPU 0: NVIDIA A100 (UUID: GPU-abc)\n  MIG 1g.10gb Device 0: (UUID: MIG-x)\n", 1) == ("GPU-abc",)
+
+
+def test_contract_agent_publishes_its_unhealthy_gpu_count_and_the_engine_reads_it(fake: FakeApiServer) -> None:
+    from ringleader.engines.kubernetes.engine import EngineApi, KubernetesEngine, node_health
+
+    fake.put("nodes", bare_node("gpu-0"))
+    api = Api(load_client(host=fake.url))
+    topo = preset("dgx1v")
+    assert publish(api, "gpu-0", topo, unhealthy=0)
+    assert fake.get("nodes", "gpu-0")["metadata"]["annotations"][names.GPUS_UNHEALTHY_ANNOTATION] == "0"
+    assert not publish(api, "gpu-0", topo, unhealthy=0)  # unchanged: no write
+    assert publish(api, "gpu-0", topo, unhealthy=2)  # a GPU lost its rows: written at the next look
+    assert node_health(fake.get("nodes", "gpu-0")).unhealthy_gpus == 2
+    assert publish(api, "gpu-0", topo, unhealthy=None)  # the agent cannot tell any more: n/a, not a stale 2
+    assert node_health(fake.get("nodes", "gpu-0")).unhealthy_gpus is None
+    engine = KubernetesEngine(EngineApi(load_client(host=fake.url)), "default")
+    assert engine.node_health(names=["gpu-0"])["gpu-0"].status == "Ready"  # the keyword every engine takes

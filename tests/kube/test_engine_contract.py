@@ -5,6 +5,7 @@ kubelet's (phases, logs); the scheduler is ringleader's own."""
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 import pytest
@@ -287,3 +288,30 @@ def test_contract_n_picks_the_namespace_of_every_job_command(run, fake: FakeApiS
     assert code == 2 and out.startswith("error: -n 'Team_B' is not a namespace name"), out
     code, out = run("cluster", "get", "-n", "team-b")
     assert code == 2 and "-n/--namespace does not apply to `cluster get`" in out, out
+
+
+def test_contract_top_node_status_and_unhealthy_gpus_from_the_nodes(run, fake: FakeApiServer) -> None:  # type: ignore[no-untyped-def]
+    """STATUS from each Node's Ready condition and cordon; UNHEALTHY from the agent's annotation,
+    n/a where no agent published it."""
+    ready = node("gpu-0")
+    ready["metadata"]["annotations"][names.GPUS_UNHEALTHY_ANNOTATION] = "1"
+    down = node("gpu-1")
+    down["status"]["conditions"] = [{"type": "Ready", "status": "False", "reason": "KubeletNotReady",
+                                     "message": "container runtime network not ready"}]  # fmt: skip
+    lost = node("gpu-2")
+    lost["status"]["conditions"] = [{"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
+                                     "message": "Kubelet stopped posting node status."}]  # fmt: skip
+    for obj in (ready, down, lost, node("gpu-3", unschedulable=True)):
+        fake.put("nodes", obj)
+    code, out = run("top", "node", "--engine", "kubernetes")
+    assert code == 0, out
+    rows = {ln.split()[0]: ln.split() for ln in out.splitlines()[1:5]}
+    assert {n: r[2] for n, r in rows.items()} == {"gpu-0": "Ready", "gpu-1": "NotReady", "gpu-2": "Unreachable",
+                                                  "gpu-3": "Cordoned"}  # fmt: skip
+    assert rows["gpu-0"][5] == "1" and rows["gpu-1"][5] == "n/a"
+    code, out = run("top", "node", "--engine", "kubernetes", "gpu-1", "gpu-2", "-o", "json")
+    shown = {n["name"]: n for n in json.loads(out)}
+    assert shown["gpu-1"]["reason"] == "KubeletNotReady: container runtime network not ready"
+    assert shown["gpu-2"]["reason"].startswith("NodeStatusUnknown") and shown["gpu-2"]["unhealthy_gpus"] is None
+    code, out = run("top", "node", "--engine", "kubernetes", "gpu-3", "-d")
+    assert "Status:         Cordoned" in out and "Reason:         spec.unschedulable (kubectl cordon)" in out

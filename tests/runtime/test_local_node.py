@@ -115,3 +115,101 @@ def test_usage_rows_nvidia_smi_cannot_read_are_left_out() -> None:
 
     text = "0, 45, 1024, 81559\n1, [N/A], [N/A], 81559\n2, 3\n"
     assert parse_usage_csv(text) == {0: (45.0, 1024.0, 81559.0)}
+
+
+def health_stand_in(folder: Path, topo: Path) -> None:
+    """nvidia-smi answering `topo -m` with a real 8-GPU machine's output and the health query as
+    the real one does: GPU 2 has failed row remapping, GPU 5 is off the bus (named on stderr,
+    no row), the others are fine (`[N/A]` where a field does not apply)."""
+    smi = folder / "nvidia-smi"
+    rows = "".join(f"{i}, No, {'Yes' if i == 2 else 'No'}, {'Yes' if i == 2 else 'No'}\\n" for i in range(8) if i != 5)
+    smi.write_text(
+        "#!/bin/sh\n"
+        f'case "$1" in topo) cat {topo} ;; --query-gpu=name) echo "NVIDIA A100-SXM4-80GB" ;;\n'
+        f'  --query-gpu=index,retired_pages.pending,remapped_rows.pending,remapped_rows.failure) printf "{rows}";'
+        ' echo "Unable to determine the device handle for GPU 0000:90:00.0: Unknown Error" >&2; exit 15 ;;\n'
+        "  *) exit 2 ;; esac\n"
+    )
+    smi.chmod(smi.stat().st_mode | stat.S_IXUSR)
+
+
+def test_top_node_counts_the_unhealthy_gpus_of_this_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    """Contract test (a stand-in nvidia-smi, as NVML is absent here): the GPU whose rows could not
+    be remapped and the GPU that fell off the bus are the node's 2 unhealthy GPUs."""
+    from ringleader.cli.main import main
+
+    health_stand_in(tmp_path, reference_file("a100_sxm_8gpu_nv12_17nics.txt"))
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("RINGLEADER_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    assert main(["top", "node"]) == 0
+    header, row = capsys.readouterr().out.splitlines()[:2]
+    assert header.split() == ["NAME", "IPADDRESS", "STATUS", "GPU(Total)", "GPU(Allocated)", "UNHEALTHY", "MODE"]
+    assert row.split() == ["local", "127.0.0.1", "Ready", "8", "0", "2", "both"]
+
+
+def test_health_rows_and_no_answer() -> None:
+    from ringleader.topology.nvml import parse_health_csv
+
+    assert parse_health_csv("0, No, No, No\n1, No, [N/A], [N/A]\n", 2) == 0  # a V100 has no row remapping
+    assert parse_health_csv("0, Yes, [N/A], [N/A]\n1, [GPU requires reset], No, No\n", 2) == 2
+    assert parse_health_csv("0, No, No, No\n", 4) == 3  # three GPUs nvidia-smi no longer lists
+    assert parse_health_csv("", 8) is None  # no nvidia-smi
+    assert parse_health_csv('Field "remapped_rows.pending" is not a valid field to query.\n', 8) is None  # old driver
+
+
+class FakeNvml:
+    """Contract stand-in for pynvml with the calls unhealthy_gpus() makes, answering as NVML does:
+    GPU 0 fine on Ampere (retired pages NotSupported), GPU 1 with a row remap pending, GPU 2 a
+    Volta with retired pages pending (row remapping NotSupported), GPU 3 lost (no handle)."""
+
+    NVML_FEATURE_ENABLED = 1
+
+    class NVMLError(Exception):
+        pass
+
+    class NVMLError_NotSupported(NVMLError):
+        pass
+
+    class NVMLError_GpuIsLost(NVMLError):
+        pass
+
+    def __init__(self) -> None:
+        self.shutdown = False
+
+    def nvmlInit(self) -> None:
+        pass
+
+    def nvmlShutdown(self) -> None:
+        self.shutdown = True
+
+    def nvmlDeviceGetCount(self) -> int:
+        return 4
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
+        if i == 3:
+            raise self.NVMLError_GpuIsLost()
+        return i
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, h: int) -> int:
+        if h != 2:
+            raise self.NVMLError_NotSupported()
+        return 1
+
+    def nvmlDeviceGetRemappedRows(self, h: int) -> tuple[int, int, int, int]:
+        if h == 2:
+            raise self.NVMLError_NotSupported()
+        return (0, 1, 1, 0) if h == 1 else (0, 0, 0, 0)
+
+
+def test_contract_nvml_health_counts_remap_pending_retired_pages_and_lost_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from ringleader.topology.nvml import unhealthy_gpus
+
+    fake = FakeNvml()
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    assert unhealthy_gpus(4) == 3 and fake.shutdown
+    assert unhealthy_gpus(5) == 4  # and one more GPU the node had that NVML no longer counts

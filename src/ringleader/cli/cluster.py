@@ -21,6 +21,7 @@ from ringleader.cli.output import (
     table,
 )
 from ringleader.errors import NotFoundError, UsageError
+from ringleader.jobs.views import NodeHealth
 
 if TYPE_CHECKING:  # the runtime and topologies are imported by the commands that use them
     from ringleader.scheduler import ClusterState, NodeState
@@ -177,13 +178,17 @@ def bandwidth_text(topo: NodeTopology) -> str:
     return "\n".join([head, *rows])
 
 
-def node_detail(ns: NodeState) -> None:
+def node_detail(ns: NodeState, health: NodeHealth) -> None:
     from ringleader.topology import render_topo_text
 
     topo = ns.spec.topology
     kind = "GPUTopology" if mode(ns) != "default" else "GPUExclusive"
-    key_values([("Name", ns.name), ("Type", kind), ("Mode", mode(ns)), ("Emulated", str(ns.spec.emulated).lower()),
-                ("Network", f"{ns.spec.network_gbps:g} Gb/s"), ("GPU Model", topo.gpu_model or "N/A")])  # fmt: skip
+    unhealthy = unhealthy_text(health) + (f" ({health.checked})" if health.checked else "")
+    status = [("Status", health.status), *([("Reason", health.reason)] if health.reason else []),
+              ("Unhealthy GPUs", unhealthy)]  # fmt: skip
+    key_values([("Name", ns.name), ("Type", kind), *status, ("Mode", mode(ns)),
+                ("Emulated", str(ns.spec.emulated).lower()), ("Network", f"{ns.spec.network_gbps:g} Gb/s"),
+                ("GPU Model", topo.gpu_model or "N/A")])  # fmt: skip
     click.echo(RULE)
     click.echo("GPUs:")
     rows = [[g, "used" if ns.owner(g) else "idle", ns.owner(g) or "-"] for g in range(topo.n_gpus)]
@@ -235,7 +240,9 @@ def ip_address(ns: NodeState) -> str:
 @engine_option
 def top_node(names: tuple[str, ...], details: bool, gpu_mode: str | None, output: str, refresh: float | None,
              engine: str | None) -> None:  # fmt: skip
-    """GPUs per node: address, total, allocated, scheduling mode (arena top node); NAMES picks nodes."""
+    """GPUs per node: address, status (Ready, NotReady, Unreachable, Drained, Cordoned; the reason
+    with -d or -o), total, allocated, unhealthy (n/a where unknown), scheduling mode (arena top
+    node); NAMES picks nodes."""
     refreshing(refresh, lambda: _draw_top_node(names, details, GPU_MODES.get(gpu_mode or ""), output, engine))
 
 
@@ -243,24 +250,33 @@ def _draw_top_node(names: tuple[str, ...], details: bool, gpu_mode: str | None, 
                    engine: str | None) -> None:  # fmt: skip
     with using_engine(engine) as rt:
         state = rt.nodes()
-    unknown = [n for n in names if n not in state.by_name]
-    if unknown:
-        raise NotFoundError(f"node {unknown[0]!r} not found", f"use one of {', '.join(state.by_name)}")
-    shown = [ns for ns in state.nodes if (not names or ns.name in names) and _in_mode(ns, gpu_mode)]
+        unknown = [n for n in names if n not in state.by_name]
+        if unknown:
+            raise NotFoundError(f"node {unknown[0]!r} not found", f"use one of {', '.join(state.by_name)}")
+        shown = [ns for ns in state.nodes if (not names or ns.name in names) and _in_mode(ns, gpu_mode)]
+        health = rt.node_health([ns.name for ns in shown])
+    unreported = NodeHealth("", "Unknown", "the engine did not report it")
+    seen = {ns.name: health.get(ns.name) or unreported for ns in shown}
     if output != "table":
-        emit_data([node_dict(ns) for ns in shown], output)
+        emit_data([{**node_dict(ns), **seen[ns.name].to_dict()} for ns in shown], output)
         return
     if details:
         for ns in shown:
-            node_detail(ns)
+            node_detail(ns, seen[ns.name])
     else:
-        rows = [[ns.name, ip_address(ns), ns.spec.topology.n_gpus, len(ns.allocated), mode(ns)] for ns in shown]
-        console().print(table(["NAME", "IPADDRESS", "GPU(Total)", "GPU(Allocated)", "MODE"], rows))
+        rows = [[ns.name, ip_address(ns), seen[ns.name].status, ns.spec.topology.n_gpus, len(ns.allocated),
+                 unhealthy_text(seen[ns.name]), mode(ns)] for ns in shown]  # fmt: skip
+        console().print(table(["NAME", "IPADDRESS", "STATUS", "GPU(Total)", "GPU(Allocated)", "UNHEALTHY", "MODE"],
+                              rows))  # fmt: skip
     used = sum(len(ns.allocated) for ns in shown)
     total = sum(ns.spec.topology.n_gpus for ns in shown)
     click.echo(RULE)
     click.echo("Allocated/Total GPUs In Cluster:")
     click.echo(f"{used}/{total} ({_pct(used, total)})")
+
+
+def unhealthy_text(health: NodeHealth) -> str:
+    return "n/a" if health.unhealthy_gpus is None else str(health.unhealthy_gpus)
 
 
 @click.command("topo")

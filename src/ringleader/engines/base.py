@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import JobStatus
 from ringleader.jobs.support import Support
-from ringleader.jobs.views import GpuUsage, JobView, SubmitResult
+from ringleader.jobs.views import GpuUsage, JobView, NodeHealth, SubmitResult
 
 if TYPE_CHECKING:  # the scheduler is imported by the calls that place: listing jobs does not need it
     from ringleader.scheduler import ClusterState
@@ -31,6 +31,12 @@ class Engine(Protocol):
     def nodes(self) -> ClusterState:
         """The cluster as the engine sees it now: nodes, topologies and GPUs in use (by any
         job, including jobs started outside ringleader)."""
+        ...
+
+    def node_health(self, names: Sequence[str] | None = None) -> dict[str, NodeHealth]:
+        """Each node's status now (Ready, NotReady, Unreachable, Drained, Cordoned, with the
+        engine's reason) and how many of its GPUs are unhealthy (None where that cannot be
+        known), from the engine's own truth; only ``names`` when given."""
         ...
 
     def submit(self, spec: JobSpec, dry_run: bool = False) -> SubmitResult:

@@ -66,6 +66,27 @@ class GpuUsage:
         return dict(self.__dict__)
 
 
+# Node statuses every engine answers with (arena's top node STATUS).
+READY, NOT_READY, UNREACHABLE, DRAINED, CORDONED = "Ready", "NotReady", "Unreachable", "Drained", "Cordoned"
+
+
+@dataclass(frozen=True)
+class NodeHealth:
+    """A node as its engine sees it now (arena's top node STATUS and UNHEALTHY): Ready, NotReady,
+    Unreachable, Drained (Slurm) or Cordoned (Kubernetes), with the engine's own reason when not
+    Ready; how many of its GPUs are unhealthy, None where that cannot be known."""
+
+    node: str
+    status: str
+    reason: str = ""
+    unhealthy_gpus: int | None = None
+    checked: str = ""  # what the health figure comes from, e.g. "NVML"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": self.status, "reason": self.reason, "unhealthy_gpus": self.unhealthy_gpus,
+                "health_from": self.checked}  # fmt: skip
+
+
 @dataclass(frozen=True)
 class EventView:
     at: float

@@ -154,6 +154,90 @@ def parse_usage_csv(text: str) -> dict[int, tuple[float, float, float]]:
     return out
 
 
+# What "unhealthy" means for a GPU, read on demand (no event listener runs between looks):
+# NVML cannot give a handle or answer for it (lost from the bus, "GPU requires reset"), it has
+# retired pages pending (Volta and older: a reset is needed to retire them), or row remapping
+# failed or waits for a reset (Ampere and newer). Xid events are not counted: NVML reports them
+# only to a listener registered before they happen, as the device plugin keeps one.
+HEALTH_QUERY = ["nvidia-smi", "--query-gpu=index,retired_pages.pending,remapped_rows.pending,remapped_rows.failure",
+                "--format=csv,noheader"]  # fmt: skip
+HEALTH_FROM = "NVML, else nvidia-smi: lost GPUs, retired pages pending, row remapping failed or pending"
+
+
+def unhealthy_gpus(expected: int) -> int | None:
+    """How many of this machine's ``expected`` GPUs are unhealthy (see HEALTH_QUERY), through
+    NVML, else `nvidia-smi --query-gpu`; a GPU that no longer shows up counts. None where
+    neither answers (no driver, no GPU here)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # no package, no driver: nvidia-smi may still answer
+        return parse_health_csv(_smi(HEALTH_QUERY), expected)
+    try:
+        seen, bad = pynvml.nvmlDeviceGetCount(), 0
+        for i in range(seen):
+            bad += not _healthy(pynvml, i)
+        return bad + max(0, expected - seen)
+    except Exception:
+        return parse_health_csv(_smi(HEALTH_QUERY), expected)
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _healthy(nvml: Any, index: int) -> bool:
+    try:
+        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+    except Exception:  # GPU_IS_LOST, UNKNOWN, ...: the driver lost it
+        return False
+    try:
+        if nvml.nvmlDeviceGetRetiredPagesPendingStatus(handle) == nvml.NVML_FEATURE_ENABLED:
+            return False
+    except nvml.NVMLError_NotSupported:
+        pass
+    except Exception:
+        return False
+    try:
+        _corrected, _uncorrected, pending, failed = nvml.nvmlDeviceGetRemappedRows(handle)
+        return not (pending or failed)
+    except nvml.NVMLError_NotSupported:
+        return True
+    except Exception:
+        return False
+
+
+def parse_health_csv(text: str, expected: int) -> int | None:
+    """Unhealthy GPUs in HEALTH_QUERY's output: a row saying Yes or an error ("[GPU requires
+    reset]", "[Unknown Error]"), a line naming a GPU nvidia-smi cannot reach, and each of the
+    ``expected`` GPUs not listed; None where nothing names a GPU (nvidia-smi absent, no driver,
+    or a driver refusing the query's fields)."""
+    rows = [line for line in text.splitlines() if line.strip()]
+    if not rows:
+        return None
+    seen = bad = 0
+    for line in rows:
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) == 4 and cells[0].isdigit():
+            seen += 1
+            bad += any(c == "Yes" or (c.startswith("[") and c != "[N/A]") for c in cells[1:])
+        elif "Unable to determine the device handle" in line or "GPU is lost" in line:
+            bad += 1
+    if not seen and not bad:
+        return None
+    return bad + max(0, expected - seen - bad)
+
+
+def _smi(argv: list[str]) -> str:
+    """nvidia-smi's stdout and stderr (a GPU it cannot reach is named on either); "" where absent."""
+    import subprocess
+
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout + done.stderr
+
+
 def main() -> int:
     """`python -m ringleader.topology.nvml`: this machine's GPUs as `nvidia-smi topo -m` text
     (how the head reads a host's topology over ssh when nvidia-smi is absent there)."""

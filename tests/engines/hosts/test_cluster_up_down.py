@@ -76,6 +76,37 @@ def test_up_then_down_removes_every_object(tmp_path: Path, spec: Path) -> None:
     assert not (home / "emulation" / "authorized_keys").exists()
 
 
+def test_top_node_shows_an_emulated_node_whose_sshd_stopped_unreachable(tmp_path: Path, spec: Path) -> None:
+    """Each emulated node is logged in to as the launcher does: Ready while its namespace's sshd
+    answers, Unreachable with ssh's error once it is gone, the other nodes still Ready."""
+    import json
+
+    home = tmp_path / "home"
+    assert cli(home, "cluster", "up", "-f", str(spec)).returncode == 0
+    try:
+        shown = {n["name"]: n for n in json.loads(cli(home, "top", "node", "-o", "json").stdout)}
+        assert {n: v["status"] for n, v in shown.items()} == {"local": "Ready", "n0": "Ready", "n1": "Ready",
+                                                              "n2": "Ready"}  # fmt: skip
+        assert shown["n1"]["unhealthy_gpus"] is None  # its GPUs are virtual
+        pids = subprocess.run(["ip", "netns", "pids", Names.for_home(home).namespace("n1")], capture_output=True,
+                              text=True, check=True).stdout.split()  # fmt: skip
+        assert pids  # the node's sshd, started by `cluster up` above
+        for pid in pids:
+            os.kill(int(pid), signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while subprocess.run(["ip", "netns", "pids", Names.for_home(home).namespace("n1")], capture_output=True,
+                             text=True).stdout.split() and time.monotonic() < deadline:  # fmt: skip
+            time.sleep(0.1)
+        table = cli(home, "top", "node").stdout
+        rows = {ln.split()[0]: ln.split() for ln in table.splitlines()[1:5]}
+        assert rows["n1"][2] == "Unreachable" and rows["n0"][2] == rows["n2"][2] == "Ready", table
+        detail = cli(home, "top", "node", "-d", "n1").stdout
+        assert "Status:         Unreachable" in detail and "Reason:         ssh to " in detail, detail
+    finally:
+        assert cli(home, "cluster", "down").returncode == 0
+    assert leftovers(home) == []
+
+
 def test_up_without_root_is_one_line_and_changes_nothing(spec: Path) -> None:
     # Outside pytest's private temporary folders, so that user nobody can read the cluster file.
     where = Path(tempfile.mkdtemp(prefix="ringleader-nonroot-"))

@@ -174,3 +174,14 @@ def test_a_step_that_stays_after_every_rank_ended_is_over(tmp_path: Path) -> Non
     assert slurm_status(running, tmp_path, _record())[:2] == (JobStatus.SUCCEEDED, None)
     (run / "1.json").write_text(json.dumps({"pid": 5}))
     assert slurm_status(running, tmp_path, _record())[0] is JobStatus.RUNNING  # a rank still runs
+
+
+@pytest.mark.parametrize(("state", "status"), [
+    ("IDLE", "Ready"), ("MIXED", "Ready"), ("ALLOCATED+DRAIN", "Drained"), ("IDLE+DRAIN", "Drained"),
+    ("DOWN+DRAIN", "NotReady"), ("DOWN", "NotReady"), ("IDLE*", "NotReady"), ("IDLE+MAINTENANCE", "NotReady"),
+])  # fmt: skip
+def test_node_health_from_slurm_state(state: str, status: str) -> None:
+    node = SlurmNode("n1", "n1", state, ("p",), 4, True, (), reason="bad dimm")
+    health = node.health()
+    assert health.status == status and health.unhealthy_gpus is None
+    assert (health.reason == "") == (status == "Ready") and (status == "Ready" or "bad dimm" in health.reason)

@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -17,6 +19,8 @@ from ringleader.engines.slurm import SlurmEngine
 from ringleader.errors import NotFoundError, UnschedulableError
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import JobStatus
+
+T = TypeVar("T")
 
 pytestmark = pytest.mark.slow
 
@@ -227,3 +231,45 @@ def test_slurms_topology_conf_is_the_network_tree_and_a_required_leaf_waits(engi
         )
     finally:
         topology.unlink()
+
+
+def test_top_node_status_follows_slurms_node_state_with_its_reason(slurm_box: object, tmp_path: Path) -> None:
+    """A node an admin sets DOWN shows NotReady with Slurm's Reason=, a drained one Drained; both
+    Ready again once resumed. Slurm keeps no per-GPU health: UNHEALTHY is n/a. (The sandbox has
+    ReturnToService=2: slurmctld returns a DOWN node whose slurmd answers its next ping, so each
+    look is taken again unless node-b was still DOWN after it, i.e. throughout it.)"""
+    env = {**os.environ, "RINGLEADER_HOME": str(tmp_path / "home")}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([PY, "-m", "ringleader.cli.main", *args], env=env, capture_output=True, text=True)
+
+    def scontrol(*args: str, check: bool = True) -> None:
+        subprocess.run(["scontrol", "update", *args], check=check, capture_output=True)
+
+    def while_down(look: Callable[[], T]) -> T:
+        for _ in range(5):
+            scontrol("nodename=node-b", "state=down", "reason=fan failure ticket 42")
+            seen = look()
+            state = subprocess.run(["scontrol", "-o", "show", "node", "node-b"], capture_output=True, text=True)
+            if "State=DOWN" in state.stdout:
+                return seen
+        raise AssertionError("node-b kept returning to service before the look ended")
+
+    assert cli("engine", "use", "slurm").returncode == 0
+    eng = SlurmEngine(tmp_path / "home")
+    assert {n: h.status for n, h in eng.node_health().items()} == {"node-a": "Ready", "node-b": "Ready"}
+    try:
+        scontrol("nodename=node-a", "state=drain", "reason=nccl tests")
+        health = while_down(lambda: eng.node_health(names=["node-a", "node-b"]))
+        assert health["node-b"].status == "NotReady" and "fan failure ticket 42" in health["node-b"].reason
+        assert health["node-a"].status == "Drained" and "nccl tests" in health["node-a"].reason
+        assert health["node-a"].unhealthy_gpus is None
+        rows = {ln.split()[0]: ln.split() for ln in while_down(lambda: cli("top", "node")).stdout.splitlines()[1:3]}
+        assert rows["node-a"][2] == "Drained" and rows["node-b"][2] == "NotReady" and rows["node-b"][5] == "n/a"
+        shown = json.loads(while_down(lambda: cli("top", "node", "node-b", "-o", "json")).stdout)
+        assert shown[0]["status"] == "NotReady" and "fan failure ticket 42" in shown[0]["reason"]
+        assert "+DRAIN: nccl tests" in cli("top", "node", "-d", "node-a").stdout
+    finally:
+        for node in ("node-a", "node-b"):
+            scontrol(f"nodename={node}", "state=resume", check=False)  # node-b may be back already
+    wait_for(lambda: all(h.status == "Ready" for h in eng.node_health().values()), 30, "nodes resumed")

@@ -45,7 +45,7 @@ from ringleader.jobs.prediction import placement_from_plan, predict_job
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import JobStatus
 from ringleader.jobs.support import Support
-from ringleader.jobs.views import GpuUsage, JobView, SubmitResult
+from ringleader.jobs.views import GpuUsage, JobView, NodeHealth, SubmitResult
 from ringleader.runtime.plan import (
     RANK_MODULE,
     instance_targets,
@@ -215,6 +215,13 @@ class Runtime:
     def nodes(self) -> ClusterState:
         with self.db.read() as conn:
             return store.cluster_state(conn)
+
+    def node_health(self, names: Sequence[str] | None = None) -> dict[str, NodeHealth]:
+        """This machine, emulated nodes and ssh hosts now (see engines.embedded.nodes.node_health)."""
+        from ringleader.engines.embedded.nodes import node_health
+
+        specs = [ns.spec for ns in self.nodes().nodes if names is None or ns.name in names]
+        return node_health(specs, self.home)
 
     def local_note(self) -> str:
         with self.db.read() as conn:

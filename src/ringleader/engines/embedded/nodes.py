@@ -11,6 +11,7 @@ from ringleader.errors import ConflictError, NotFoundError, UsageError
 from ringleader.topology.cluster import DISCOVER, NAME_RE, SCHEDULE_LABEL, SCHEDULE_MODES, NodeSpec
 
 if TYPE_CHECKING:
+    from ringleader.jobs.views import NodeHealth
     from ringleader.scheduler import ClusterState
     from ringleader.topology import NodeTopology
 
@@ -169,3 +170,58 @@ def node_gpu_usage(spec: NodeSpec, home: Path) -> dict[int, tuple[float, float, 
         config = write_config(Path(tmp) / "ssh_config", [spec], home)
         done = run_remote(config, spec.name, USAGE_QUERY, timeout=15)
     return parse_usage_csv(done.stdout) if done.returncode == 0 else {}
+
+
+def node_health(specs: Sequence[NodeSpec], home: Path) -> dict[str, NodeHealth]:
+    """Each node now: `local` is this machine (Ready; its GPUs' health from NVML, else nvidia-smi);
+    an emulated node without address runs here (Ready; virtual GPUs, health n/a); an ssh host
+    (emulated ones too: their namespace's sshd) is logged in to as the launcher does, all hosts
+    at once, each within a short timeout: Unreachable with ssh's error, else Ready with its
+    GPUs' health from `nvidia-smi --query-gpu` there."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ringleader.jobs.views import READY, NodeHealth
+    from ringleader.topology.nvml import HEALTH_FROM, unhealthy_gpus
+
+    out: dict[str, NodeHealth] = {}
+    hosts = [s for s in specs if s.address is not None]
+    for spec in specs:
+        if spec.address is not None:
+            continue
+        if spec.emulated:
+            out[spec.name] = NodeHealth(spec.name, READY, checked="emulated on this machine: virtual GPUs")
+        else:
+            bad = unhealthy_gpus(spec.topology.n_gpus)
+            how = HEALTH_FROM if bad is not None else "no NVML or nvidia-smi here"
+            out[spec.name] = NodeHealth(spec.name, READY, unhealthy_gpus=bad, checked=how)
+    if hosts:
+        import tempfile
+
+        from ringleader.engines.embedded.hosts.ssh import write_config
+
+        with tempfile.TemporaryDirectory(prefix="ringleader-health-") as tmp:
+            config = write_config(Path(tmp) / "ssh_config", hosts, home)
+            with ThreadPoolExecutor(max_workers=min(32, len(hosts))) as pool:
+                for health in pool.map(lambda s: _host_health(config, s), hosts):
+                    out[health.node] = health
+    return {s.name: out[s.name] for s in specs}
+
+
+def _host_health(config: Path, spec: NodeSpec) -> NodeHealth:
+    from ringleader.engines.embedded.hosts.ssh import CONNECT_TIMEOUT_S, SSH_FAILED, HostError, run_remote
+    from ringleader.jobs.views import READY, UNREACHABLE, NodeHealth
+    from ringleader.topology.nvml import HEALTH_QUERY, parse_health_csv
+
+    argv = ["true"] if spec.emulated else HEALTH_QUERY
+    try:
+        done = run_remote(config, spec.name, argv, timeout=CONNECT_TIMEOUT_S + 3)
+    except HostError as exc:
+        return NodeHealth(spec.name, UNREACHABLE, exc.message)
+    if done.returncode == SSH_FAILED:
+        why = (done.stderr.strip().splitlines() or [f"ssh exit code {done.returncode}"])[-1]
+        return NodeHealth(spec.name, UNREACHABLE, f"ssh to {spec.address}: {why}")
+    if spec.emulated:
+        return NodeHealth(spec.name, READY, checked="emulated: virtual GPUs")
+    bad = parse_health_csv(done.stdout + done.stderr, spec.topology.n_gpus)
+    return NodeHealth(spec.name, READY, unhealthy_gpus=bad,
+                      checked="nvidia-smi over ssh" if bad is not None else "no nvidia-smi on the host")  # fmt: skip

@@ -30,7 +30,7 @@ from ringleader.engines.kubernetes.objects import topology_annotation
 from ringleader.errors import TopologyError
 from ringleader.topology import NodeTopology, parse_topo_text
 from ringleader.topology.node import EMPTY
-from ringleader.topology.nvml import discover
+from ringleader.topology.nvml import discover, unhealthy_gpus
 
 log = logging.getLogger("ringleader.kube.agent")
 
@@ -40,6 +40,7 @@ class Found:
     topology: NodeTopology
     how: str  # "nvml", "nvidia-smi" or why none was found
     uuids: tuple[str, ...] = ()  # each GPU's UUID, in index order (empty when unknown)
+    unhealthy: int | None = None  # GPUs NVML (else nvidia-smi) reports unhealthy; None: cannot tell
 
 
 _SMI_UUID = re.compile(r"^GPU (\d+):.*\(UUID: (GPU-[0-9a-fA-F-]+)\)", re.MULTILINE)
@@ -55,7 +56,8 @@ def find_topology() -> Found:
     """NVML first (exact NVLink counts); `nvidia-smi topo -m` when the Python binding is missing."""
     found = discover()
     if found.topology.n_gpus:
-        return Found(found.topology, "nvml", found.gpu_uuids if len(found.gpu_uuids) == found.topology.n_gpus else ())
+        uuids = found.gpu_uuids if len(found.gpu_uuids) == found.topology.n_gpus else ()
+        return Found(found.topology, "nvml", uuids, unhealthy_gpus(found.topology.n_gpus))
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return Found(EMPTY, found.reason or "no NVML and no nvidia-smi")
@@ -63,19 +65,22 @@ def find_topology() -> Found:
         text = subprocess.run([smi, "topo", "-m"], capture_output=True, text=True, timeout=60, check=True).stdout
         topology = parse_topo_text(text, source="nvidia-smi topo -m")
         listing = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=60, check=False).stdout
-        return Found(topology, "nvidia-smi", smi_uuids(listing, topology.n_gpus))
+        return Found(topology, "nvidia-smi", smi_uuids(listing, topology.n_gpus), unhealthy_gpus(topology.n_gpus))
     except (OSError, subprocess.SubprocessError, TopologyError) as exc:
         return Found(EMPTY, f"nvidia-smi topo -m failed: {exc}")
 
 
-def publish(api: Api, node: str, topology: NodeTopology, uuids: tuple[str, ...] = ()) -> bool:
-    """Write the node's topology, GPU UUIDs and GPU count if they differ from what it carries
-    now. Returns whether anything was written."""
+def publish(api: Api, node: str, topology: NodeTopology, uuids: tuple[str, ...] = (),
+            unhealthy: int | None = None) -> bool:  # fmt: skip
+    """Write the node's topology, GPU UUIDs, unhealthy GPU count and GPU count if they differ
+    from what it carries now. Returns whether anything was written."""
     current = api.get_node(node)
     annotations = (current.get("metadata") or {}).get("annotations") or {}
     capacity = (current.get("status") or {}).get("capacity") or {}
+    health = str(unhealthy) if topology.n_gpus and unhealthy is not None else None
     wanted = {names.TOPOLOGY_ANNOTATION: topology_annotation(topology) if topology.n_gpus else None,
-              names.GPU_UUIDS_ANNOTATION: ",".join(uuids) if topology.n_gpus and uuids else None}  # fmt: skip
+              names.GPU_UUIDS_ANNOTATION: ",".join(uuids) if topology.n_gpus and uuids else None,
+              names.GPUS_UNHEALTHY_ANNOTATION: health}  # fmt: skip
     changed = {k: v for k, v in wanted.items() if annotations.get(k) != v}
     wrote = False
     if changed:
@@ -94,7 +99,7 @@ def run_agent(api: Api, node: str, interval: float = 60.0, find: Callable[[], Fo
     while not stop.is_set():
         found = find()
         try:
-            if publish(api, node, found.topology, found.uuids):
+            if publish(api, node, found.topology, found.uuids, found.unhealthy):
                 log.info("node %s: published %d GPU(s) (%s)", node, found.topology.n_gpus, found.how)
         except ApiError as exc:
             log.warning("node %s: could not publish: %s", node, exc.message)

@@ -144,10 +144,10 @@ def env_policy(runtime_class: str | None, trusted: Sequence[str] = TRUSTED_NAMES
 
 def agent_policy(agent_account: str) -> list[dict[str, Any]]:
     """The agent's ClusterRole may patch every Node; this policy narrows it to the Node its pod
-    runs on (the node name in its bound token), and to its two annotations and the status:
+    runs on (the node name in its bound token), and to its annotations and the status:
     labels, taints and the rest of the spec stay as they are."""
     user = f"system:serviceaccount:{names.SYSTEM_NAMESPACE}:{agent_account}"
-    ours = f"['{names.TOPOLOGY_ANNOTATION}', '{names.GPU_UUIDS_ANNOTATION}']"
+    ours = "[" + ", ".join(f"'{a}'" for a in names.AGENT_ANNOTATIONS) + "]"
     same_labels = ("has(object.metadata.labels) == has(oldObject.metadata.labels) && "
                    "(!has(object.metadata.labels) || object.metadata.labels == oldObject.metadata.labels)")  # fmt: skip
     kept = (f"(!has(oldObject.metadata.annotations) || oldObject.metadata.annotations.all(k, k in {ours} || "
@@ -169,8 +169,8 @@ def agent_policy(agent_account: str) -> list[dict[str, Any]]:
                  "message": "the ringleader agent may change only the node its pod runs on", "reason": "Forbidden"},
                 {"expression": f"request.subResource == 'status' || ({same_labels} && {kept} && {added} && "
                                "object.spec == oldObject.spec)",
-                 "message": f"the ringleader agent may change only the annotations {names.TOPOLOGY_ANNOTATION} and "
-                            f"{names.GPU_UUIDS_ANNOTATION} of its node",
+                 "message": f"the ringleader agent may change only the annotations "
+                            f"{', '.join(names.AGENT_ANNOTATIONS)} of its node",
                  "reason": "Forbidden"},
             ],
         },

@@ -30,7 +30,7 @@ from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import JobStatus
 from ringleader.jobs.submit import prepare_submit, refuse_unresolvable
 from ringleader.jobs.support import Support
-from ringleader.jobs.views import EventView, GpuUsage, InstanceView, JobView, SubmitResult
+from ringleader.jobs.views import EventView, GpuUsage, InstanceView, JobView, NodeHealth, SubmitResult
 from ringleader.scheduler import ClusterState, Code, Decision, place
 
 TRAINER = "MPIJOB"
@@ -116,6 +116,13 @@ class KubernetesEngine:
         cache.replace("nodes", self.api.list("nodes")[0])
         cache.replace("pods", self.api.list("pods")[0])
         return cache.state
+
+    def node_health(self, names: Sequence[str] | None = None) -> dict[str, NodeHealth]:
+        """Each Node's Ready condition and cordon (spec.unschedulable); unhealthy GPUs as
+        ringleader's agent on the node last published them. (``names`` as every engine calls
+        it: the module of that name is not used here.)"""
+        found = (node_health(n) for n in self.api.list("nodes")[0])
+        return {h.node: h for h in found if names is None or h.node in names}
 
     # -- submit ---------------------------------------------------------------------------------------
     def delivery(self) -> Delivery:
@@ -390,6 +397,27 @@ def job_view(job: dict[str, Any], pods: Sequence[dict[str, Any]], group: dict[st
         ended_at=_ts(status.get("completionTime")), spec=spec, reason=reason, placement=placement,
         instances=tuple(instances) if with_instances else (), events=events, has_instances=with_instances,
     )  # fmt: skip
+
+
+def node_health(node: dict[str, Any]) -> NodeHealth:
+    """A Node as kubectl shows it: its Ready condition (True: Ready; False: NotReady; Unknown:
+    Unreachable, the kubelet stopped posting status), Cordoned when Ready but unschedulable, with
+    the condition's reason and message; unhealthy GPUs from the agent's annotation."""
+    from ringleader.jobs.views import CORDONED, NOT_READY, READY, UNREACHABLE
+
+    name = node["metadata"]["name"]
+    conditions = (node.get("status") or {}).get("conditions") or ()
+    ready: dict[str, Any] = next((c for c in conditions if c.get("type") == "Ready"), {})
+    why = ": ".join(str(ready[k]) for k in ("reason", "message") if ready.get(k))
+    annotation = ((node.get("metadata") or {}).get("annotations") or {}).get(names.GPUS_UNHEALTHY_ANNOTATION)
+    unhealthy = int(annotation) if annotation is not None and annotation.isdigit() else None
+    checked = "ringleader agent (NVML)" if unhealthy is not None else "no health published by ringleader's agent"
+    if ready.get("status") == "True":
+        if (node.get("spec") or {}).get("unschedulable"):
+            return NodeHealth(name, CORDONED, "spec.unschedulable (kubectl cordon)", unhealthy, checked)
+        return NodeHealth(name, READY, "", unhealthy, checked)
+    status = UNREACHABLE if ready.get("status") == "Unknown" else NOT_READY
+    return NodeHealth(name, status, why or "no Ready condition", unhealthy, checked)
 
 
 def open_kubernetes(home: Path, readonly: bool = False) -> KubernetesEngine:

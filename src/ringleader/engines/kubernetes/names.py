@@ -17,6 +17,11 @@ NETWORK_LABEL = f"{PREFIX}/network-gbps"
 # Node: each GPU's UUID in index order (comma-separated), as the agent found them: an index can
 # name another GPU after a reboot or an Xid; the DRA driver names devices by UUID attribute.
 GPU_UUIDS_ANNOTATION = f"{PREFIX}/gpu-uuids"
+# Node: how many of its GPUs NVML reports unhealthy (topology.nvml.unhealthy_gpus), as the agent
+# last looked; absent where the agent cannot tell (no NVML, no nvidia-smi).
+GPUS_UNHEALTHY_ANNOTATION = f"{PREFIX}/gpus-unhealthy"
+# The only annotations the agent may change on its own Node (its admission policy, delivery.py).
+AGENT_ANNOTATIONS = (TOPOLOGY_ANNOTATION, GPU_UUIDS_ANNOTATION, GPUS_UNHEALTHY_ANNOTATION)
 # Node: which jobs its GPUs serve. ringleader's own name and ACK's, read alike.
 SCHEDULE_LABELS = (f"{PREFIX}/gpu-schedule", "ack.node.gpu.schedule")
 # Pod: the GPU ids the scheduler chose (comma-separated, as NVIDIA_VISIBLE_DEVICES takes them),

@@ -36,7 +36,7 @@ from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import JobStatus
 from ringleader.jobs.submit import placement_hint, prepare_submit, refuse_unresolvable
 from ringleader.jobs.support import Support
-from ringleader.jobs.views import GpuUsage, JobView, SubmitResult
+from ringleader.jobs.views import GpuUsage, JobView, NodeHealth, SubmitResult
 from ringleader.scheduler import ClusterState, Decision, QueuedJob, place, schedule_queue
 
 DELETE_WAIT_S = 60.0
@@ -84,6 +84,11 @@ class SlurmEngine:
 
     def nodes(self) -> ClusterState:
         return self._snapshot()[0]
+
+    def node_health(self, names: Sequence[str] | None = None) -> dict[str, NodeHealth]:
+        """Each node's State from `scontrol show node` (with its Reason=); GPU health n/a."""
+        nodes = [n for n in state.read_nodes() if not self.partition or self.partition in n.partitions]
+        return {n.name: n.health() for n in nodes if names is None or n.name in names}
 
     # -- submit and the queue -------------------------------------------------------------------
     def submit(self, spec: JobSpec, dry_run: bool = False) -> SubmitResult:

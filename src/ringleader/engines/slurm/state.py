@@ -21,6 +21,7 @@ from ringleader import settings
 from ringleader.engines.slurm import slurmcli
 from ringleader.engines.slurm.gres import NO_NVLINK, topology_from_links, type_index
 from ringleader.errors import UsageError
+from ringleader.jobs.views import DRAINED, NOT_READY, READY, NodeHealth
 from ringleader.scheduler import ClusterState, NodeState
 from ringleader.topology import NetworkTree, NodeSpec, NodeTopology, load_cluster_file
 from ringleader.topology.links import SELF
@@ -28,6 +29,7 @@ from ringleader.topology.links import SELF
 # Node states whose GPUs cannot be handed out (a base state, or a flag after '+').
 UNUSABLE = {"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "FUTURE", "NOT_RESPONDING",
             "POWERED_DOWN", "POWERING_DOWN", "REBOOT_REQUESTED", "MAINTENANCE", "UNKNOWN", "INVAL"}  # fmt: skip
+DOWN_STATES = {"DOWN", "FAIL", "NOT_RESPONDING", "POWERED_DOWN", "UNKNOWN", "INVAL"}
 RUNNING_STATES = {"RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING", "STOPPED", "SIGNALING", "STAGE_OUT"}
 
 
@@ -40,10 +42,27 @@ class SlurmNode:
     gpus: int
     typed: bool  # every GPU has its own ``g<index>`` type (exact ids can be requested)
     used: tuple[int, ...]
+    reason: str = ""  # Slurm's Reason= for a down or drained node ("maintenance [root@2026-11-24T16:20:05]")
+
+    @property
+    def flags(self) -> set[str]:
+        """The base state and its flags ("IDLE+DRAIN" -> IDLE, DRAIN)."""
+        return {s for s in re.split(r"[+*~#!%$@^-]", self.state.upper()) if s}
 
     @property
     def usable(self) -> bool:
-        return not {s for s in re.split(r"[+*~#!%$@^-]", self.state.upper()) if s} & UNUSABLE
+        return not self.flags & UNUSABLE
+
+    def health(self) -> NodeHealth:
+        """Ready while Slurm hands out its GPUs; Drained for DRAIN (Slurm's Reason=), NotReady
+        for any other unusable state. Slurm keeps no per-GPU health: unhealthy GPUs are n/a."""
+        if self.usable and "*" not in self.state:  # "IDLE*": the node does not answer slurmctld
+            return NodeHealth(self.name, READY, checked="Slurm keeps no GPU health")
+        drained = self.flags & {"DRAIN", "DRAINED", "DRAINING"} and not self.flags & DOWN_STATES
+        status = DRAINED if drained else NOT_READY
+        why = f"{self.state}: {self.reason}" if self.reason else self.state
+        why += " (not responding)" if "*" in self.state else ""
+        return NodeHealth(self.name, status, why, checked="Slurm keeps no GPU health")
 
 
 def read_nodes() -> list[SlurmNode]:
@@ -57,7 +76,7 @@ def read_nodes() -> list[SlurmNode]:
         nodes.append(SlurmNode(
             name=rec["NodeName"], address=rec.get("NodeAddr", rec["NodeName"]), state=rec.get("State", "UNKNOWN"),
             partitions=tuple(p for p in rec.get("Partitions", "").split(",") if p), gpus=count, typed=typed,
-            used=tuple(used),
+            used=tuple(used), reason=rec.get("Reason", "").strip(),
         ))  # fmt: skip
     return nodes
 

@@ -21,6 +21,7 @@ CONNECT_TIMEOUT_S = 5
 SERVER_ALIVE_S = 2
 SERVER_ALIVE_COUNT = 3
 KNOWN_HOSTS = "known_hosts"
+SSH_FAILED = 255  # ssh's own exit code when it cannot connect or log in (the remote command's otherwise)
 
 
 class HostError(RingleaderError):
