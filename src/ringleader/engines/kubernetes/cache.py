@@ -14,7 +14,6 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
-from ringleader.engines.kubernetes.names import SCHEDULER_NAME
 from ringleader.engines.kubernetes.objects import NodeInfo, PodInfo, node_info, pod_info, static_misfit
 from ringleader.scheduler import ClusterState, NodeState, Placement, WorkerSlot
 
@@ -328,7 +327,7 @@ class Cache:
         """Gangs with pending members, highest pod priority first, then oldest first."""
         by_key: dict[str, Gang] = {}
         for pod in self.pods.values():
-            if pod.scheduler != SCHEDULER_NAME or pod.terminal:
+            if not pod.ours or pod.terminal:
                 continue
             gang = by_key.get(pod.gang_key)
             if gang is None:

@@ -121,8 +121,17 @@ class PodInfo:
         return self.node is not None and not self.terminal
 
     @property
+    def ours(self) -> bool:
+        """Scheduled by ringleader: named so, or a DRA worker held by its gate (kube-scheduler
+        binds it once ringleader has pinned its gang), or one it pinned (ids written for its uid)."""
+        return self.scheduler == names.SCHEDULER_NAME or self.gated or bool(self.gpu_ids)
+
+    @property
     def pending(self) -> bool:
-        return self.node is None and not self.terminal and not self.deleting and self.scheduler == names.SCHEDULER_NAME
+        """Waits for ringleader's decision: unbound, and scheduled by ringleader or still gated (a
+        pinned DRA worker, ungated, waits for kube-scheduler, not for ringleader)."""
+        waits = self.scheduler == names.SCHEDULER_NAME or self.gated
+        return self.node is None and not self.terminal and not self.deleting and waits
 
 
 def topology_annotation(topology: NodeTopology) -> str:
