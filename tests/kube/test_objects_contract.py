@@ -217,6 +217,7 @@ def test_contract_env_workers_name_the_runtime_class_and_take_ids_from_the_bindi
     assert worker["runtimeClassName"] == "nvidia-cdi" and "runtimeClassName" not in launcher
     env = {e["name"]: e for e in worker["containers"][0]["env"]}
     assert env["NVIDIA_VISIBLE_DEVICES"]["valueFrom"]["fieldRef"]["fieldPath"] == manifests.GPU_IDS_FIELD
+    assert names.GPU_DEVICES_ANNOTATION in manifests.GPU_IDS_FIELD  # UUIDs where published, else ids
     assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"} in launcher["containers"][0]["env"]
     # not BestEffort: requests by default, so the scheduler's room check counts them
     assert worker["containers"][0]["resources"]["requests"] == manifests.DEFAULT_WORKER_REQUESTS

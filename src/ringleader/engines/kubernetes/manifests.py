@@ -3,9 +3,10 @@ install (`ringleader kube manifests`): namespace, RBAC of least privilege, the s
 Deployment and its config, the agent DaemonSet, the admission policies.
 
 How the GPU choice reaches the container depends on the install's delivery (delivery.py): with
-``env`` each worker's NVIDIA_VISIBLE_DEVICES comes from its own ``ringleader.io/gpu-ids``
-annotation through the downward API. The scheduler's Binding carries that annotation (the API
-server sets it with the node), and kubelet resolves env vars only when it starts the container,
+``env`` each worker's NVIDIA_VISIBLE_DEVICES comes from its own ``ringleader.io/gpu-devices``
+annotation (the GPUs' UUIDs, else their ids) through the downward API. The scheduler's Binding
+carries that annotation (the API server sets it with the node), and kubelet resolves env vars
+only when it starts the container,
 after the pod is bound, so the container sees exactly the GPUs ``place()`` chose; with ``dra``
 the worker's ResourceClaim is allocated to them. Ranks the plan puts on one node share one
 worker pod (``ranks_per_pod``), so NCCL can use NVLink between them.
@@ -23,7 +24,13 @@ from typing import Any
 import yaml
 
 from ringleader.engines.kubernetes import names
-from ringleader.engines.kubernetes.delivery import TRUSTED_NAMESPACES, Delivery, agent_policy, env_policy
+from ringleader.engines.kubernetes.delivery import (
+    GPU_IDS_FIELD,
+    TRUSTED_NAMESPACES,
+    Delivery,
+    agent_policy,
+    env_policy,
+)
 from ringleader.engines.kubernetes.objects import quantity
 from ringleader.errors import UsageError
 from ringleader.jobs.commandline import CommandLine, read_line
@@ -44,7 +51,6 @@ def _gpu_env(delivery: Delivery) -> list[dict[str, Any]]:
     return [{"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": {"fieldRef": {"fieldPath": GPU_IDS_FIELD}}}, index]
 
 
-GPU_IDS_FIELD = f"metadata.annotations['{names.GPU_IDS_ANNOTATION}']"
 # The launcher and CPU-only workers see no GPU, even on a node whose default runtime is NVIDIA's,
 # in an image that sets NVIDIA_VISIBLE_DEVICES=all.
 NO_GPU = "void"
