@@ -470,3 +470,68 @@ def test_contract_without_reservations_the_small_gangs_take_the_big_gangs_gpus(f
     s.sync()
     assert s.elector.try_acquire_or_renew()
     assert [(r.gang, r.ok) for r in s.cycle()] == [("default/small0", True)]
+
+
+RACK, BLOCK = "cloud.provider.com/topology-rack", "cloud.provider.com/topology-block"  # Kueue's example keys
+
+
+def racked(fake: FakeApiServer, name: str, rack: str) -> None:
+    fake.put("nodes", node(name, labels={RACK: rack, BLOCK: "block-1"}))
+
+
+def test_contract_a_gang_lands_under_one_rack_per_the_node_labels(fake: FakeApiServer) -> None:
+    """Racks from Kueue-style node labels: a 2-node gang goes to the rack that holds it whole,
+    not to the first free nodes of two racks; a gang that requires one rack (Kueue's pod-set
+    annotation, a label key) and fits under none waits, saying so; relabelling a node (read
+    from the watch) makes room under one rack and the gang starts there."""
+    racked(fake, "n0", "rack-a")
+    racked(fake, "n1", "rack-a")
+    racked(fake, "n2", "rack-b")
+    racked(fake, "n3", "rack-b")
+    fake.put("pods", pod("busy", gpus=4, nodeName="n1"))  # someone else's: rack-a has one whole node free
+    gang(fake, "two", 2, gpus=8)
+    s = scheduler(fake)
+    assert s.cache.tree is not None and s.cache.tree.level_names == ("topology-rack", "topology-block")
+    assert [r.ok for r in s.cycle()] == [True]
+    assert {b.body["target"]["name"] for b in fake.calls("bind")} == {"n2", "n3"}
+    fake.put("podgroups", podgroup("three", 2))
+    for i in range(2):
+        member = pod(f"three-worker-{i}", gang="three", gpus=4)
+        member["metadata"]["annotations"] = {"kueue.x-k8s.io/podset-required-topology": RACK}
+        fake.put("pods", member)
+    # a 2 x 4 gang that must stay under one rack (Kueue's annotation names the label key): it does
+    s.sync()
+    assert [r.ok for r in s.cycle()] == [True]
+    three = {b.body["target"]["name"] for b in fake.calls("bind") if b.body["metadata"]["name"].startswith("three")}
+    assert len({s.cache.tree.by_node[n][0] for n in three}) == 1
+    fake.put("podgroups", podgroup("wide", 2))
+    for i in range(2):
+        member = pod(f"wide-worker-{i}", gang="wide", gpus=8)
+        member["metadata"]["annotations"] = {names.TOPOLOGY_REQUIRED_ANNOTATIONS[0]: "topology-rack"}
+        fake.put("pods", member)
+    racked(fake, "n4", "rack-c")
+    racked(fake, "n5", "rack-d")  # two whole free nodes, in two racks
+    s.sync()
+    assert s.cycle() == []
+    reason = fake.get("podgroups", "wide")["metadata"]["annotations"][names.PENDING_ANNOTATION]
+    assert "under one topology-rack" in reason and "most free under any topology-rack: 1" in reason, reason
+    racked(fake, "n5", "rack-c")  # the labels change: the tree is rebuilt from the watch
+    s.sync()
+    assert [r.ok for r in s.cycle()] == [True]
+    wide = {b.body["target"]["name"] for b in fake.calls("bind") if b.body["metadata"]["name"].startswith("wide")}
+    assert wide == {"n4", "n5"}
+
+
+def test_contract_the_tree_is_rebuilt_only_when_network_labels_change(fake: FakeApiServer) -> None:
+    racked(fake, "n0", "rack-a")
+    racked(fake, "n1", "rack-b")
+    s = scheduler(fake)
+    tree = s.cache.state and s.cache.tree
+    beat = fake.get("nodes", "n0")
+    beat["metadata"]["labels"]["example.com/other"] = "x"  # not a network label
+    fake.put("nodes", beat)
+    s.sync()
+    assert s.cache.state and s.cache.tree is tree
+    racked(fake, "n1", "rack-a")
+    s.sync()
+    assert s.cache.state and s.cache.tree is not tree and s.cache.tree.common_level(["n0", "n1"]) == 0

@@ -9,13 +9,23 @@ forgets it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import logging
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
 from ringleader.engines.kubernetes.objects import NodeInfo, PodInfo, node_info, pod_info, static_misfit
+from ringleader.errors import UsageError
 from ringleader.scheduler import ClusterState, NodeState, Placement, WorkerSlot
+from ringleader.topology.cluster import placed
+from ringleader.topology.network import NetworkTree
+from ringleader.topology.network_formats import LABEL_KEYS, tree_from_labels
+
+log = logging.getLogger("ringleader.kube.cache")
+# The node labels a network tree may be read from when no level keys are configured: every known
+# convention's (Topograph's, Kueue's example, GKE's, AWS's), the first one the nodes carry wins.
+NETWORK_LABEL_KEYS = tuple(dict.fromkeys(k for keys in LABEL_KEYS.values() for k in keys))
 
 
 @dataclass(frozen=True)
@@ -54,7 +64,15 @@ class Gang:
 
 
 class Cache:
-    def __init__(self) -> None:
+    def __init__(self, level_keys: Sequence[str] | None = None) -> None:
+        # The network tree above the nodes, from their labels (``level_keys``, nearest the node
+        # first; None: the first known convention they carry). Rebuilt only when a node comes,
+        # goes or changes one of those labels.
+        self.level_keys = tuple(level_keys) if level_keys else None
+        self._network_keys = self.level_keys or NETWORK_LABEL_KEYS
+        self.tree: NetworkTree | None = None
+        self.tree_problem = ""  # why the labels give no usable tree (the scheduler then places flat)
+        self._tree_stale = True
         self.nodes: dict[str, NodeInfo] = {}
         self.pods: dict[str, PodInfo] = {}
         self.groups: dict[str, int] = {}  # namespace/name -> minMember
@@ -76,6 +94,7 @@ class Cache:
             for obj in objects:
                 info = node_info(obj)
                 self.nodes[info.name] = info
+            self._tree_stale = True
             self._node_set_changed()
         elif kind == "pods":
             fresh = {p.key: p for p in map(pod_info, objects)}
@@ -110,12 +129,16 @@ class Cache:
         if event_type == "DELETED":
             if old is not None:
                 del self.nodes[info.name]
+                self._tree_stale = True
                 self._node_set_changed()
             return
         if old == info:
             return  # a heartbeat: nothing the scheduler reads changed
         self.nodes[info.name] = info
-        if old is None or old.spec != info.spec:
+        if old is None or self._network_labels(old) != self._network_labels(info):
+            self._tree_stale = True
+            self._node_set_changed()
+        elif old.spec != info.spec:
             self._node_set_changed()
         else:
             self._misfits.clear()
@@ -128,6 +151,22 @@ class Cache:
             self.groups.pop(key, None)
         else:
             self.groups[key] = max(1, int((obj.get("spec") or {}).get("minMember") or 1))
+
+    def _network_labels(self, info: NodeInfo) -> tuple[str | None, ...]:
+        return tuple(info.labels.get(k) for k in self._network_keys)
+
+    def _network_tree(self) -> NetworkTree | None:
+        """The tree the nodes' labels describe, rebuilt only when they changed; None (flat) when
+        they describe none or an inconsistent one (said once in the log and in tree_problem)."""
+        if self._tree_stale:
+            self._tree_stale = False
+            try:
+                self.tree = tree_from_labels([(n, i.labels) for n, i in self.nodes.items()], self.level_keys)
+                self.tree_problem = ""
+            except UsageError as exc:
+                self.tree, self.tree_problem = None, exc.message
+                log.warning("node labels give no network tree: %s; placing as if flat", exc.message)
+        return self.tree
 
     def _node_set_changed(self) -> None:
         self._state = None
@@ -283,9 +322,11 @@ class Cache:
                 for gpu in holding.gpus:  # ids outside the topology or given twice: not counted twice
                     if 0 <= gpu < info.spec.topology.n_gpus and gpu not in taken:
                         taken[gpu] = self._gang_of(key)
+            tree = self._network_tree()
+            specs = [info.spec for info in self.nodes.values()]
+            specs = placed(specs, tree) if tree is not None else specs
             state = ClusterState(tuple(
-                NodeState(info.spec, tuple(sorted(allocated.get(name, {}).items())))
-                for name, info in self.nodes.items()
+                NodeState(spec, tuple(sorted(allocated.get(spec.name, {}).items()))) for spec in specs
             ))  # fmt: skip
             _ = state.index
             self._state = state

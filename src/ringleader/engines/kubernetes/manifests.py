@@ -306,10 +306,15 @@ def mpijob(spec: JobSpec, namespace: str, image: str | None = None, line: Comman
         common["priorityClassName"] = kube.priority_class
     labels = {**dict(kube.labels), **_pod_labels(spec)}
     meta = {"labels": labels, **({"annotations": dict(kube.annotations)} if kube.annotations else {})}
-    worker_meta = meta
+    worker_notes = dict(kube.annotations)
     if delivery.mode == "dra" and spec.gpus_per_worker:
-        dra_gpus = {names.DRA_GPUS_ANNOTATION: str(spec.gpus_per_worker * per_pod)}
-        worker_meta = {**meta, "annotations": {**dict(kube.annotations), **dra_gpus}}
+        worker_notes[names.DRA_GPUS_ANNOTATION] = str(spec.gpus_per_worker * per_pod)
+    # the network level the gang stays under or prefers, which the scheduler reads off its workers
+    for keys, level in ((names.TOPOLOGY_REQUIRED_ANNOTATIONS, spec.topology_required),
+                        (names.TOPOLOGY_PREFERRED_ANNOTATIONS, spec.topology_preferred)):  # fmt: skip
+        if level is not None:
+            worker_notes[keys[0]] = level
+    worker_meta = {**meta, "annotations": worker_notes} if worker_notes else meta
     launcher_meta = {**meta, "labels": {k: v for k, v in labels.items()
                                         if delivery.mode == "env" or k != names.PODGROUP_LABEL}}  # fmt: skip
     annotations = {**dict(kube.annotations), "ringleader.io/command": shlex.join(spec.command),

@@ -103,6 +103,8 @@ class PodInfo:
     deadline_s: float | None = None  # spec.activeDeadlineSeconds: kubelet stops the pod then
     started: str = ""  # status.startTime, once kubelet has started it
     gated: bool = False  # a DRA worker still held by ringleader's scheduling gate (docs/kubernetes.md, "dra")
+    topology_required: str | None = None  # network level name (names.TOPOLOGY_REQUIRED_ANNOTATIONS)
+    topology_preferred: str | None = None
 
     @property
     def key(self) -> str:
@@ -285,7 +287,19 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo:
         deadline_s=float(spec["activeDeadlineSeconds"]) if spec.get("activeDeadlineSeconds") else None,
         started=status.get("startTime") or "",
         gated=any(g.get("name") == names.GANG_GATE for g in spec.get("schedulingGates") or ()),
+        topology_required=_level(annotations, names.TOPOLOGY_REQUIRED_ANNOTATIONS),
+        topology_preferred=_level(annotations, names.TOPOLOGY_PREFERRED_ANNOTATIONS),
     )  # fmt: skip
+
+
+def _level(annotations: Mapping[str, str], keys: Sequence[str]) -> str | None:
+    """A network level by name from the first of ``keys`` set: a node label key (Kueue's) names
+    the level its last part names."""
+    for key in keys:
+        value = str(annotations.get(key) or "").strip()
+        if value:
+            return value.rsplit("/", 1)[-1]
+    return None
 
 
 def tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Taint) -> bool:

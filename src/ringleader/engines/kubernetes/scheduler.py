@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import datetime
@@ -111,14 +111,15 @@ class Scheduler:
     def __init__(self, api: Api, identity: str, namespace: str = names.SYSTEM_NAMESPACE, lease_seconds: int = 15,
                  events: bool = True, clock: Callable[[], float] = time.monotonic,
                  writers: int = 1, backfill: BackfillConfig | None = None,
-                 wall_clock: Callable[[], float] = time.time) -> None:  # fmt: skip
+                 wall_clock: Callable[[], float] = time.time,
+                 level_keys: Sequence[str] | None = None) -> None:  # fmt: skip
         self.api, self.identity, self.events = api, identity, events
         # Pinning DRA gangs (claims, ResourceSlices, a pod patch) on the same client.
         self.dra = api if isinstance(api, DraApi) else DraApi(api.api, api.timeout, api.watch_grace)
         # Gangs' Bindings go out on this many threads at once (each gang's in member order);
         # decisions never wait for them.
         self.writers = max(1, writers)
-        self.cache = Cache()
+        self.cache = Cache(level_keys)  # the network tree from these node labels (None: a known convention's)
         self.lock = threading.Lock()
         self.metrics = Metrics()
         self.informers = {kind: Informer(api, kind, self.cache, self.lock, self.metrics) for kind in KINDS}
