@@ -525,9 +525,12 @@ class FakeApiServer:
                     return h._status(409, "uid precondition failed", "Conflict")
                 grace = self._grace(plural, obj, req)
                 if grace:  # the pod's kubelet stops it first; finish_deletion() removes it
-                    if not obj["metadata"].get("deletionTimestamp"):
-                        obj["metadata"]["deletionTimestamp"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-                        obj["metadata"]["deletionGracePeriodSeconds"] = grace
+                    # A second deletion may only shorten the grace of one in progress, as the API
+                    # server's BeforeDelete allows.
+                    meta = obj["metadata"]
+                    if not meta.get("deletionTimestamp") or grace < meta.get("deletionGracePeriodSeconds", grace):
+                        meta["deletionTimestamp"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+                        meta["deletionGracePeriodSeconds"] = grace
                         self._put(plural, obj)
                     return h._send(200, obj)
                 return h._send(200, self._remove(plural, ns, name or ""))

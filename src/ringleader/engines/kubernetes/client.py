@@ -207,8 +207,11 @@ class Api:
         }  # fmt: skip
         self._json(self.core.create_namespaced_pod_binding, name, namespace, body)
 
-    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
-        body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
+    def delete_pod(self, namespace: str, name: str, uid: str, grace_s: int | None = None) -> None:
+        """Delete the pod if it is still the one of ``uid``, with its own grace period, or ``grace_s``."""
+        body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
+        if grace_s is not None:
+            body["gracePeriodSeconds"] = grace_s
         try:
             self._json(self.core.delete_namespaced_pod, name, namespace, body=body)
         except ApiError as exc:

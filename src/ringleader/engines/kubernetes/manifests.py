@@ -275,10 +275,15 @@ def _worker_spec(spec: JobSpec, image: str, delivery: Delivery, per_pod: int, en
 
 
 def mpijob(spec: JobSpec, namespace: str, image: str | None = None, line: CommandLine | None = None,
-           delivery: Delivery | None = None, per_pod: int = 1) -> dict[str, Any]:  # fmt: skip
+           delivery: Delivery | None = None, per_pod: int = 1,
+           grace_s: float | None = None) -> dict[str, Any]:  # fmt: skip
     """A kubeflow.org/v2beta1 MPIJob: ``workers / per_pod`` worker pods of ``per_pod`` ranks each
     (``slotsPerWorker``) and a launcher created once every worker is Ready; the workers are one
-    gang (the PodGroup named like the job). ``line``: the spec's command as submit read it."""
+    gang (the PodGroup named like the job). ``line``: the spec's command as submit read it.
+    ``grace_s`` (RINGLEADER_GRACE_S): the pods' terminationGracePeriodSeconds, the time between
+    SIGTERM and SIGKILL when they are deleted or reach the time limit (Kubernetes' 30 s if None);
+    ``spec.time_limit_s``: every pod's activeDeadlineSeconds (kubelet stops it then) and the
+    job's (mpi-operator fails it then)."""
     delivery = delivery or Delivery()
     kube = spec.kube or KubeOptions()
     image = image or spec.image or DEFAULT_IMAGE
@@ -296,6 +301,11 @@ def mpijob(spec: JobSpec, namespace: str, image: str | None = None, line: Comman
     # next to the gang it belongs to.
     launcher_pod: dict[str, Any] = {"schedulerName": worker["schedulerName"], "containers": [launcher]}
     common: dict[str, Any] = {"volumes": volumes}
+    if grace_s is not None:
+        common["terminationGracePeriodSeconds"] = math.ceil(grace_s)
+    deadline = max(1, math.ceil(spec.time_limit_s)) if spec.time_limit_s else None
+    if deadline is not None:
+        common["activeDeadlineSeconds"] = deadline
     if kube.selector:
         common["nodeSelector"] = dict(kube.selector)
     if kube.tolerations:
@@ -325,6 +335,8 @@ def mpijob(spec: JobSpec, namespace: str, image: str | None = None, line: Comman
     run_policy: dict[str, Any] = {"cleanPodPolicy": "Running", "schedulingPolicy": {"minAvailable": pods}}
     if kube.retry is not None:
         run_policy["backoffLimit"] = kube.retry
+    if deadline is not None:
+        run_policy["activeDeadlineSeconds"] = deadline
     return {
         "apiVersion": f"{names.MPIJOB_GROUP}/{names.MPIJOB_VERSION}", "kind": "MPIJob",
         "metadata": {"name": spec.name, "namespace": namespace,
