@@ -46,7 +46,7 @@ _PATH = re.compile(
     r"^/(?:api/v1|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
     r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[^/]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>[^/]+))?$"
 )
-CLUSTER_SCOPED = {"nodes", "namespaces", "resourceslices"}
+CLUSTER_SCOPED = {"nodes", "namespaces", "resourceslices", "hypernodes"}
 BUILTIN_GROUPS = {"", "coordination.k8s.io", "events.k8s.io", "rbac.authorization.k8s.io", "apps", "batch",
                   "resource.k8s.io", "admissionregistration.k8s.io", "scheduling.k8s.io", "node.k8s.io", "policy"}
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"

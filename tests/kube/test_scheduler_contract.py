@@ -535,3 +535,49 @@ def test_contract_the_tree_is_rebuilt_only_when_network_labels_change(fake: Fake
     racked(fake, "n1", "rack-a")
     s.sync()
     assert s.cache.state and s.cache.tree is not tree and s.cache.tree.common_level(["n0", "n1"]) == 0
+
+
+def hypernode(name: str, tier: int, members: list[dict[str, object]]) -> dict[str, object]:
+    return {"apiVersion": "topology.volcano.sh/v1alpha1", "kind": "HyperNode", "metadata": {"name": name},
+            "spec": {"tier": tier, "members": members}}  # fmt: skip
+
+
+def test_contract_the_tree_from_volcano_hypernodes_as_the_installed_role(fake: FakeApiServer) -> None:
+    """networkHyperNodes: the scheduler (as its installed role) also lists and watches Volcano's
+    HyperNodes and places by their tiers: the 2-node gang goes under the HyperNode that holds it;
+    a HyperNode changed on the watch rebuilds the tree."""
+    from kubernetes import client
+
+    for i in range(4):
+        fake.put("nodes", node(f"n{i}"))
+    fake.put("hypernodes", hypernode("rack-a", 1, [{"type": "Node", "selector": {"exactMatch": {"name": "n0"}}},
+                                                  {"type": "Node", "selector": {"exactMatch": {"name": "n1"}}}]))
+    fake.put("hypernodes", hypernode("rack-b", 1, [{"type": "Node", "selector": {"regexMatch": {"pattern": "n[23]"}}}]))
+    fake.put("hypernodes", hypernode("spine", 2, [{"type": "HyperNode", "selector": {"exactMatch": {"name": r}}}
+                                                  for r in ("rack-a", "rack-b")]))  # fmt: skip
+    fake.put("pods", pod("busy", gpus=4, nodeName="n1"))
+    gang(fake, "two", 2, gpus=8)
+    objects = manifests.install()
+    role = next(o for o in objects if o["kind"] == "ClusterRole" and o["metadata"]["name"] == "ringleader-scheduler")
+    lease = next(o for o in objects if o["kind"] == "Role")
+    rules = [(r, None) for r in role["rules"]] + [(r, names.SYSTEM_NAMESPACE) for r in lease["rules"]]
+    user = "system:serviceaccount:ringleader-system:ringleader-scheduler"
+    fake.grant(user, rules)
+    configuration = client.Configuration()
+    configuration.host = fake.url
+    configuration.api_key = {"BearerToken": f"Bearer {user}"}
+    s = Scheduler(Api(client.ApiClient(configuration)), "sched-hn", hypernodes=True)
+    s.sync()
+    assert s.elector.try_acquire_or_renew()
+    assert s.cache.state and s.cache.tree is not None and s.cache.tree.level_names == ("tier-1", "tier-2")
+    assert [r.ok for r in s.cycle()] == [True]
+    assert {b.body["target"]["name"] for b in fake.calls("bind")} == {"n2", "n3"}
+    assert any(r.path.endswith("/hypernodes") for r in fake.requests)
+    assert not [r for r in fake.requests if r.user and not permitted(r, rules)]
+    fake.put("hypernodes", hypernode("rack-b", 1, [{"type": "Node", "selector": {"exactMatch": {"name": "n2"}}},
+                                                  {"type": "Node", "selector": {"exactMatch": {"name": "n1"}}}]))
+    s.sync()  # n1 now under two racks: refused in one line naming it, the scheduler places flat meanwhile
+    assert s.cache.state and s.cache.tree is None and "node 'n1' is under two switches" in s.cache.tree_problem
+    fake.put("hypernodes", hypernode("rack-a", 1, [{"type": "Node", "selector": {"exactMatch": {"name": "n0"}}}]))
+    s.sync()
+    assert s.cache.state and s.cache.tree is not None and s.cache.tree.by_node["n1"][0] == "rack-b"

@@ -20,11 +20,12 @@ from ringleader.errors import UsageError
 from ringleader.scheduler import ClusterState, NodeState, Placement, WorkerSlot
 from ringleader.topology.cluster import placed
 from ringleader.topology.network import NetworkTree
-from ringleader.topology.network_formats import LABEL_KEYS, tree_from_labels
+from ringleader.topology.network_formats import LABEL_KEYS, tree_from_hypernodes, tree_from_labels
 
 log = logging.getLogger("ringleader.kube.cache")
 # The node labels a network tree may be read from when no level keys are configured: every known
 # convention's (Topograph's, Kueue's example, GKE's, AWS's), the first one the nodes carry wins.
+HYPERNODES = "hypernodes"  # the informer kind of Volcano's HyperNodes
 NETWORK_LABEL_KEYS = tuple(dict.fromkeys(k for keys in LABEL_KEYS.values() for k in keys))
 
 
@@ -64,11 +65,14 @@ class Gang:
 
 
 class Cache:
-    def __init__(self, level_keys: Sequence[str] | None = None) -> None:
+    def __init__(self, level_keys: Sequence[str] | None = None, hypernodes: bool = False) -> None:
         # The network tree above the nodes, from their labels (``level_keys``, nearest the node
-        # first; None: the first known convention they carry). Rebuilt only when a node comes,
-        # goes or changes one of those labels.
+        # first; None: the first known convention they carry), or with ``hypernodes`` from
+        # Volcano's HyperNode objects. Rebuilt only when a node comes, goes or changes one of
+        # those labels (any label, for HyperNodes, whose members may be chosen by label), or a
+        # HyperNode changes.
         self.level_keys = tuple(level_keys) if level_keys else None
+        self.hypernodes: dict[str, Mapping[str, Any]] | None = {} if hypernodes else None
         self._network_keys = self.level_keys or NETWORK_LABEL_KEYS
         self.tree: NetworkTree | None = None
         self.tree_problem = ""  # why the labels give no usable tree (the scheduler then places flat)
@@ -106,6 +110,10 @@ class Cache:
             # clashing ones, is then counted on the ids left, not on ids a bound pod really uses.
             for pod in sorted(fresh.values(), key=lambda p: (not p.gpu_ids, p.created)):
                 self._put_pod(pod)
+        elif kind == HYPERNODES:
+            self.hypernodes = {str((o.get("metadata") or {}).get("name")): o for o in objects}
+            self._tree_stale = True
+            self._node_set_changed()
         else:
             self.groups = {}
             for obj in objects:
@@ -120,6 +128,18 @@ class Cache:
                 self.delete_pod(f"{meta.get('namespace', 'default')}/{meta.get('name', '')}")
             else:
                 self._put_pod(pod_info(obj))
+        elif kind == HYPERNODES:
+            name = str((obj.get("metadata") or {}).get("name"))
+            hypernodes = self.hypernodes if self.hypernodes is not None else {}
+            if event_type == "DELETED":
+                hypernodes.pop(name, None)
+            elif hypernodes.get(name, {}).get("spec") == obj.get("spec"):
+                return  # a status or metadata change: the tree is the same
+            else:
+                hypernodes[name] = obj
+            self.hypernodes = hypernodes
+            self._tree_stale = True
+            self._node_set_changed()
         else:
             self.apply_group(event_type, obj)
 
@@ -152,7 +172,9 @@ class Cache:
         else:
             self.groups[key] = max(1, int((obj.get("spec") or {}).get("minMember") or 1))
 
-    def _network_labels(self, info: NodeInfo) -> tuple[str | None, ...]:
+    def _network_labels(self, info: NodeInfo) -> tuple[Any, ...]:
+        if self.hypernodes is not None:
+            return tuple(sorted(info.labels.items()))
         return tuple(info.labels.get(k) for k in self._network_keys)
 
     def _network_tree(self) -> NetworkTree | None:
@@ -161,11 +183,15 @@ class Cache:
         if self._tree_stale:
             self._tree_stale = False
             try:
-                self.tree = tree_from_labels([(n, i.labels) for n, i in self.nodes.items()], self.level_keys)
+                nodes = [(n, i.labels) for n, i in self.nodes.items()]
+                if self.hypernodes is None:
+                    self.tree = tree_from_labels(nodes, self.level_keys)
+                else:
+                    self.tree = tree_from_hypernodes(list(self.hypernodes.values()), nodes) if self.hypernodes else None
                 self.tree_problem = ""
             except UsageError as exc:
                 self.tree, self.tree_problem = None, exc.message
-                log.warning("node labels give no network tree: %s; placing as if flat", exc.message)
+                log.warning("no network tree: %s; placing as if flat", exc.message)
         return self.tree
 
     def _node_set_changed(self) -> None:

@@ -128,6 +128,8 @@ class Api:
             return self.core.list_node, ()
         if kind == "pods":
             return self.core.list_pod_for_all_namespaces, ()
+        if kind == names.HYPERNODE_PLURAL:
+            return self.custom.list_cluster_custom_object, (names.HYPERNODE_GROUP, names.HYPERNODE_VERSION, kind)
         group = (names.PODGROUP_GROUP, names.PODGROUP_VERSION, names.PODGROUP_PLURAL)
         return self.custom.list_cluster_custom_object, group
 

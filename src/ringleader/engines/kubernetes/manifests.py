@@ -394,6 +394,9 @@ def _role_rules_scheduler(delivery: Delivery) -> list[dict[str, Any]]:
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
         {"apiGroups": [names.PODGROUP_GROUP], "resources": ["podgroups"], "verbs": ["get", "list", "watch", "patch"]},
         {"apiGroups": [names.PODGROUP_GROUP], "resources": ["podgroups/status"], "verbs": ["patch"]},
+        # Volcano's HyperNodes, read when the config says networkHyperNodes: true
+        {"apiGroups": [names.HYPERNODE_GROUP], "resources": [names.HYPERNODE_PLURAL],
+         "verbs": ["get", "list", "watch"]},
     ]
 
 

@@ -50,6 +50,11 @@ PODGROUP_VERSION = "v1alpha1"
 PODGROUP_PLURAL = "podgroups"
 PODGROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 
+# Volcano's HyperNodes (cluster-scoped): the network tree, when the scheduler's config asks for it.
+HYPERNODE_GROUP = "topology.volcano.sh"
+HYPERNODE_VERSION = "v1alpha1"
+HYPERNODE_PLURAL = "hypernodes"
+
 MPIJOB_GROUP = "kubeflow.org"
 MPIJOB_VERSION = "v2beta1"
 MPIJOB_PLURAL = "mpijobs"

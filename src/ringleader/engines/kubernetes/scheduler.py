@@ -112,17 +112,19 @@ class Scheduler:
                  events: bool = True, clock: Callable[[], float] = time.monotonic,
                  writers: int = 1, backfill: BackfillConfig | None = None,
                  wall_clock: Callable[[], float] = time.time,
-                 level_keys: Sequence[str] | None = None) -> None:  # fmt: skip
+                 level_keys: Sequence[str] | None = None, hypernodes: bool = False) -> None:  # fmt: skip
         self.api, self.identity, self.events = api, identity, events
         # Pinning DRA gangs (claims, ResourceSlices, a pod patch) on the same client.
         self.dra = api if isinstance(api, DraApi) else DraApi(api.api, api.timeout, api.watch_grace)
         # Gangs' Bindings go out on this many threads at once (each gang's in member order);
         # decisions never wait for them.
         self.writers = max(1, writers)
-        self.cache = Cache(level_keys)  # the network tree from these node labels (None: a known convention's)
+        # The network tree from these node labels (None: a known convention's), or from HyperNodes.
+        self.cache = Cache(level_keys, hypernodes)
         self.lock = threading.Lock()
         self.metrics = Metrics()
-        self.informers = {kind: Informer(api, kind, self.cache, self.lock, self.metrics) for kind in KINDS}
+        kinds = (*KINDS, names.HYPERNODE_PLURAL) if hypernodes else KINDS
+        self.informers = {kind: Informer(api, kind, self.cache, self.lock, self.metrics) for kind in kinds}
         self.elector = LeaderElector(api, namespace, names.LEASE_NAME, identity, lease_seconds, clock)
         self._told: dict[str, str] = {}  # gang -> the pending reason last reported
         self._waiting: dict[str, tuple[int, int, int, int]] = {}  # gang -> what it was decided on, unfit
