@@ -8,7 +8,11 @@ fake API server.
    scheduler's cycle does before it writes anything. Two clusters: all GPUs free, and half of
    them held at random by running single-GPU pods (fragmented free masks). Reported: pods placed
    per second over the whole queue, and p50/p99/max of one gang's decision + assume.
-   Decisions go through the shared queue (``QueuePass``) as the cycle's do.
+   Decisions go through the shared queue (``QueuePass``) as the cycle's do. Both clusters again
+   WITH levels: every node labelled with Kueue's example keys (cloud.provider.com/topology-rack,
+   racks of 32 nodes; cloud.provider.com/topology-block, blocks of 16 racks), so the cache
+   builds the network tree from the labels and ``place()`` counts racks and blocks too;
+   reported beside them: gangs inside one rack.
 2. End to end: the scheduler process against the tests' fake API server over real HTTP with the
    official client (one Binding per pod carrying its GPU ids, one Event per pod), and the bare
    request rate of that client and server (a GET in a loop) to say what bounds it. The fake
@@ -42,9 +46,17 @@ from ringleader.topology import preset
 TOPOLOGY = topology_annotation(preset("dgx1v"))
 
 
-def node(i: int) -> dict[str, Any]:
+RACK_NODES, BLOCK_RACKS = 32, 16
+RACK_KEY, BLOCK_KEY = "cloud.provider.com/topology-rack", "cloud.provider.com/topology-block"
+
+
+def node(i: int, levels: bool = False) -> dict[str, Any]:
     alloc = {"cpu": "96", "memory": "768Gi", "pods": "110", names.GPU_RESOURCE: "8"}
-    return {"metadata": {"name": f"node-{i:05d}", "labels": {"ack.node.gpu.schedule": "topology"},
+    labels = {"ack.node.gpu.schedule": "topology"}
+    if levels:
+        rack = i // RACK_NODES
+        labels |= {RACK_KEY: f"rack-{rack:03d}", BLOCK_KEY: f"block-{rack // BLOCK_RACKS:02d}"}
+    return {"metadata": {"name": f"node-{i:05d}", "labels": labels,
                          "annotations": {names.TOPOLOGY_ANNOTATION: TOPOLOGY}},
             "spec": {}, "status": {"allocatable": alloc, "capacity": alloc,
                                    "conditions": [{"type": "Ready", "status": "True"}]}}  # fmt: skip
@@ -79,12 +91,13 @@ def pct(sorted_values: list[float], q: float) -> float:
     return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
 
 
-def bench_decisions(n_nodes: int, n_gangs: int, size: int, half_busy: bool, seed: int) -> dict[str, Any]:
+def bench_decisions(n_nodes: int, n_gangs: int, size: int, half_busy: bool, seed: int,
+                    levels: bool = False) -> dict[str, Any]:  # fmt: skip
     rng = random.Random(seed)
     groups, pending = gangs(n_gangs, size)
     cache = Cache()
     started = time.perf_counter()
-    cache.replace("nodes", [node(i) for i in range(n_nodes)])
+    cache.replace("nodes", [node(i, levels) for i in range(n_nodes)])
     cache.replace("podgroups", groups)
     cache.replace("pods", pending + (busy_pods(n_nodes, rng) if half_busy else []))
     _ = cache.state
@@ -106,8 +119,12 @@ def bench_decisions(n_nodes: int, n_gangs: int, size: int, half_busy: bool, seed
     latencies.sort()
     cpu.sort()
     single_node = sum(1 for g in queue if len({cache.assumed[p.key].node for p in g.pending}) == 1)
+    one_rack = sum(1 for g in queue if len({int(cache.assumed[p.key].node[5:]) // RACK_NODES for p in g.pending}) == 1)
+    assert not levels or (cache.tree is not None and len(cache.tree.levels) == 2), "no tree from the labels"
+    cluster = "half the GPUs busy (random)" if half_busy else "all GPUs free"
     return {
-        "cluster": "half the GPUs busy (random)" if half_busy else "all GPUs free",
+        "cluster": cluster + (", racks of 32 in blocks of 16 (labels)" if levels else ""),
+        "gangs_in_one_rack": one_rack,
         "nodes": n_nodes, "gangs": len(queue), "pods_placed": placed, "gangs_failed": failed,
         "gangs_on_one_node": single_node, "cache_load_s": round(load_s, 2), "total_s": round(total, 3),
         "pods_per_s": round(placed / total), "p50_ms": round(pct(latencies, 0.5) * 1e3, 3),
@@ -212,19 +229,19 @@ def main() -> None:
     args = parser.parse_args()
     report: dict[str, Any] = {
         "python": platform.python_version(), "cpus": os.cpu_count(), "load_avg": os.getloadavg(),
-        "decisions": [bench_decisions(args.nodes, args.gangs, args.size, half, args.seed)
-                      for half in (False, True)] if args.only != "e2e" else [],
+        "decisions": [bench_decisions(args.nodes, args.gangs, args.size, half, args.seed, levels)
+                      for levels in (False, True) for half in (False, True)] if args.only != "e2e" else [],
         "end_to_end": [bench_end_to_end(args.e2e_nodes, args.e2e_gangs, args.size, ev, w)
                        for ev in (True, False) for w in (1, 8)] if args.only != "decisions" else [],
     }  # fmt: skip
     report["load_avg_after"] = os.getloadavg()
     print("| cluster | gangs | pods placed | pods/s wall | p50 / p99 / max ms wall | pods/s CPU | p50 / p99 ms CPU "
-          "| gangs on one node | cache load s |")
-    print("|---|---:|---:|---:|---|---:|---|---:|---:|")
+          "| gangs on one node | gangs in one rack | cache load s |")
+    print("|---|---:|---:|---:|---|---:|---|---:|---:|---:|")
     for d in report["decisions"]:
         print(f"| {d['cluster']} | {d['gangs']} | {d['pods_placed']} | {d['pods_per_s']:,} | {d['p50_ms']} / "
               f"{d['p99_ms']} / {d['max_ms']} | {d['cpu_pods_per_s']:,} | {d['cpu_p50_ms']} / {d['cpu_p99_ms']} | "
-              f"{d['gangs_on_one_node']} | {d['cache_load_s']} |")  # fmt: skip
+              f"{d['gangs_on_one_node']} | {d['gangs_in_one_rack']} | {d['cache_load_s']} |")  # fmt: skip
     print()
     print("| events | bind threads | pods | binds/s | all bound in s | all written in s | requests | requests/s "
           "| bare GET/s | pod writes/pod | all bound |")

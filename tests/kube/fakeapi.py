@@ -46,7 +46,7 @@ _PATH = re.compile(
     r"^/(?:api/v1|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
     r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[^/]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>[^/]+))?$"
 )
-CLUSTER_SCOPED = {"nodes", "namespaces", "resourceslices"}
+CLUSTER_SCOPED = {"nodes", "namespaces", "resourceslices", "hypernodes"}
 BUILTIN_GROUPS = {"", "coordination.k8s.io", "events.k8s.io", "rbac.authorization.k8s.io", "apps", "batch",
                   "resource.k8s.io", "admissionregistration.k8s.io", "scheduling.k8s.io", "node.k8s.io", "policy"}
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
@@ -525,9 +525,12 @@ class FakeApiServer:
                     return h._status(409, "uid precondition failed", "Conflict")
                 grace = self._grace(plural, obj, req)
                 if grace:  # the pod's kubelet stops it first; finish_deletion() removes it
-                    if not obj["metadata"].get("deletionTimestamp"):
-                        obj["metadata"]["deletionTimestamp"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-                        obj["metadata"]["deletionGracePeriodSeconds"] = grace
+                    # A second deletion may only shorten the grace of one in progress, as the API
+                    # server's BeforeDelete allows.
+                    meta = obj["metadata"]
+                    if not meta.get("deletionTimestamp") or grace < meta.get("deletionGracePeriodSeconds", grace):
+                        meta["deletionTimestamp"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+                        meta["deletionGracePeriodSeconds"] = grace
                         self._put(plural, obj)
                     return h._send(200, obj)
                 return h._send(200, self._remove(plural, ns, name or ""))

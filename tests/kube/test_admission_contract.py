@@ -88,6 +88,21 @@ def test_contract_env_policy_admits_ringleaders_templates_and_refuses_every_othe
     bound["metadata"]["annotations"] = {names.GPU_IDS_ANNOTATION: "2"}
     assert "cannot be changed" in admit(policy, stolen, bound, op="UPDATE")
     assert admit(policy, bound, bound, op="UPDATE") == "allowed"
+    # the devices NVIDIA_VISIBLE_DEVICES reads (UUIDs): as protected as the ids
+    env = {e["name"]: e for e in worker["spec"]["containers"][0]["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"]["valueFrom"]["fieldRef"]["fieldPath"].endswith(
+        f"['{names.GPU_DEVICES_ANNOTATION}']")
+    uuids = copy.deepcopy(worker)
+    uuids["metadata"]["annotations"] = {names.GPU_DEVICES_ANNOTATION: "GPU-aaaa"}
+    assert "written only by its scheduler's Binding" in admit(policy, uuids)
+    other = copy.deepcopy(worker)
+    other["metadata"]["annotations"] = {names.GPU_DEVICES_ANNOTATION: "GPU-bbbb"}
+    assert "cannot be changed" in admit(policy, other, uuids, op="UPDATE")
+    ids_field = copy.deepcopy(worker)  # the env from the ids annotation is no longer the template's
+    ids_field["spec"]["containers"][0]["env"] = [
+        {"name": "NVIDIA_VISIBLE_DEVICES",
+         "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{names.GPU_IDS_ANNOTATION}']"}}}]
+    assert admit(policy, ids_field).startswith("NVIDIA_* and")
 
 
 def test_contract_the_agent_may_change_only_its_own_node() -> None:

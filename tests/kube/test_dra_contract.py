@@ -9,13 +9,14 @@ from typing import Any
 
 import pytest
 
-from kube.fakeapi import FakeApiServer
-from kube.kubeobjs import node
+from kube.fakeapi import FakeApiServer, permitted
+from kube.kubeobjs import node, podgroup
 from ringleader.engines.kubernetes import manifests, names
-from ringleader.engines.kubernetes.client import load_client
+from ringleader.engines.kubernetes.client import Api, load_client
 from ringleader.engines.kubernetes.delivery import Delivery
 from ringleader.engines.kubernetes.objects import pod_info
 from ringleader.engines.kubernetes.pinning import DraApi, Pin, PinError, pin_gang
+from ringleader.engines.kubernetes.scheduler import Scheduler
 from ringleader.jobs.spec import JobSpec
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
@@ -36,17 +37,24 @@ def dra_cluster(fake: FakeApiServer, workers: int = 2) -> list[str]:
                  "devices": [{"name": f"gpu-{7 - i}", "attributes": {"type": {"string": "gpu"},
                                                                      "uuid": {"string": UUIDS[i]}}} for i in range(8)]},
     })  # fmt: skip
-    job = manifests.mpijob(JobSpec("vgg", workers, 2, ["python", "t.py"]), "team-a", delivery=Delivery("dra"))
+    return dra_cluster_gang(fake, "vgg", workers)
+
+
+def dra_cluster_gang(fake: FakeApiServer, job_name: str, workers: int) -> list[str]:
+    """A DRA job's gated worker pods of 2 GPUs each, with their claims, as the controllers make them."""
+    spec = JobSpec(job_name, workers, 2, ["python", "t.py"], topology_aware=True)
+    job = manifests.mpijob(spec, "team-a", delivery=Delivery("dra"))
     template = job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]
     claim_spec = {"devices": {"requests": [{"name": names.DRA_REQUEST, "exactly": {
         "deviceClassName": names.DRA_DEVICE_CLASS, "allocationMode": "ExactCount", "count": 2}}]}}  # fmt: skip
     pods = []
     for i in range(workers):
-        name, claim = f"vgg-worker-{i}", f"vgg-worker-{i}-gpus-k2x9z"
+        name, claim = f"{job_name}-worker-{i}", f"{job_name}-worker-{i}-gpus-k2x9z"
+        uid = f"uid-{i}" if job_name == "vgg" else f"uid-{name}"
         fake.put("resourceclaims", {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
                                     "metadata": {"name": claim, "namespace": "team-a"}, "spec": claim_spec})
         fake.put("pods", {"apiVersion": "v1", "kind": "Pod",
-                          "metadata": {"name": name, "namespace": "team-a", "uid": f"uid-{i}",
+                          "metadata": {"name": name, "namespace": "team-a", "uid": uid,
                                        **copy.deepcopy(template["metadata"])},
                           "spec": copy.deepcopy(template["spec"]),
                           "status": {"phase": "Pending", "resourceClaimStatuses": [
@@ -137,3 +145,88 @@ def test_dra_workers_are_read_with_their_claims_gpus() -> None:
     assert not info.gated and info.holds_resources and info.gpus == 4
     launcher = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]
     assert pod_info({"metadata": {"name": "l", **launcher["metadata"]}, "spec": launcher["spec"]}).gpus == 0
+
+
+def _dra_scheduler(fake: FakeApiServer, token: str | None = None) -> Scheduler:
+    from kubernetes import client
+
+    configuration = client.Configuration()
+    configuration.host = fake.url
+    if token:
+        configuration.api_key = {"BearerToken": f"Bearer {token}"}
+    s = Scheduler(Api(client.ApiClient(configuration)), "sched-dra")
+    s.sync()
+    assert s.elector.try_acquire_or_renew()
+    return s
+
+
+def test_contract_the_scheduler_pins_a_gated_gang_then_ungates_it(fake: FakeApiServer) -> None:
+    """End to end, as the installed DRA scheduler role (403 for anything else): a gated gang is
+    the scheduler's, decided like a bound gang, its claims allocated to the decided GPUs, its
+    pods pinned with the decision's annotations, and only then ungated; no Binding is written
+    (kube-scheduler binds). A second gang that needs GPUs the first holds waits."""
+    pods = dra_cluster(fake)
+    fake.put("podgroups", podgroup("vgg", 2, namespace="team-a"))
+    objects = manifests.install(delivery=Delivery("dra"))
+    role = next(o for o in objects if o["kind"] == "ClusterRole" and o["metadata"]["name"] == "ringleader-scheduler")
+    lease = next(o for o in objects if o["kind"] == "Role")
+    rules = [(r, None) for r in role["rules"]] + [(r, names.SYSTEM_NAMESPACE) for r in lease["rules"]]
+    user = "system:serviceaccount:ringleader-system:ringleader-scheduler"
+    fake.grant(user, rules)
+    s = _dra_scheduler(fake, user)
+    assert [(r.gang, r.ok) for r in s.cycle()] == [("team-a/vgg", True)]
+    assert not [r for r in fake.requests if r.verb == "bind"]
+    denied = [f"{r.method} {r.path}" for r in fake.requests if r.user and not permitted(r, rules)]
+    assert not denied, denied
+    chosen = []
+    for i, name in enumerate(pods):
+        pod = fake.get("pods", name, "team-a")
+        notes = pod["metadata"]["annotations"]
+        ids = tuple(int(g) for g in notes[names.GPU_IDS_ANNOTATION].split(","))
+        chosen.append(ids)
+        assert "schedulingGates" not in pod["spec"] and notes[names.WORKER_INDEX_ANNOTATION] == str(i)
+        assert notes[names.GPU_DEVICES_ANNOTATION] == ",".join(UUIDS[g] for g in ids)
+        assert notes[names.GPU_IDS_UID_ANNOTATION] == f"uid-{i}"
+        claim = fake.get("resourceclaims", f"{name}-gpus-k2x9z", "team-a")
+        assert _results(claim) == [f"gpu-{7 - g}" for g in ids]  # the driver's names of the decided GPUs
+    assert len({g for ids in chosen for g in ids}) == 4
+    first_ungate = next(i for i, r in enumerate(fake.requests) if r.method == "PATCH" and "schedulingGates" in
+                        str((r.body or {}).get("spec")))  # fmt: skip
+    assert all(r.method != "PUT" for r in fake.requests[first_ungate:])
+    # The pinned pods, ungated and not yet bound, keep their GPUs in the cache; once
+    # kube-scheduler binds them, the ids they were pinned with are theirs.
+    s.sync()
+    assert s.cache.state.node("gpu-0").n_free == 4
+    for name in pods:
+        bound = fake.get("pods", name, "team-a")
+        bound["spec"]["nodeName"] = "gpu-0"
+        fake.put("pods", bound)
+    s.sync()
+    assert not s.cache.assumed and s.cache.state.node("gpu-0").n_free == 4
+    more = dra_cluster_gang(fake, "big", 3)
+    fake.put("podgroups", podgroup("big", 3, namespace="team-a"))
+    s.sync()
+    outcomes = s.cycle()
+    assert outcomes == [] and all(fake.get("pods", p, "team-a")["spec"].get("schedulingGates") for p in more)
+    assert "0/1 nodes" in fake.get("pods", more[0], "team-a")["status"]["conditions"][0]["message"]
+
+
+def test_contract_a_gang_that_cannot_be_pinned_is_undone_and_waits(fake: FakeApiServer) -> None:
+    """A decided gang whose GPUs have no DRA device (the agent published too few UUIDs): nothing
+    stays allocated or pinned, every member still gated, and it is decided again next cycle."""
+    pods = dra_cluster(fake)
+    fake.put("podgroups", podgroup("vgg", 2, namespace="team-a"))
+    gpu0 = fake.get("nodes", "gpu-0")
+    gpu0["metadata"]["annotations"][names.GPU_UUIDS_ANNOTATION] = ",".join(UUIDS[:1])
+    fake.put("nodes", gpu0)
+    s = _dra_scheduler(fake)
+    [result] = s.cycle()
+    assert not result.ok and "no UUID published" in result.error
+    assert not s.cache.assumed
+    for name in pods:
+        assert fake.get("pods", name, "team-a")["spec"]["schedulingGates"] == [{"name": names.GANG_GATE}]
+        assert "allocation" not in (fake.get("resourceclaims", f"{name}-gpus-k2x9z", "team-a").get("status") or {})
+    gpu0["metadata"]["annotations"][names.GPU_UUIDS_ANNOTATION] = ",".join(UUIDS)
+    fake.put("nodes", gpu0)
+    s.sync()
+    assert [r.ok for r in s.cycle()] == [True]

@@ -315,3 +315,41 @@ def test_contract_top_node_status_and_unhealthy_gpus_from_the_nodes(run, fake: F
     assert shown["gpu-2"]["reason"].startswith("NodeStatusUnknown") and shown["gpu-2"]["unhealthy_gpus"] is None
     code, out = run("top", "node", "--engine", "kubernetes", "gpu-3", "-d")
     assert "Status:         Cordoned" in out and "Reason:         spec.unschedulable (kubectl cordon)" in out
+
+
+def test_contract_time_limit_and_graceful_delete(run, fake: FakeApiServer, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """--time-limit: every pod's activeDeadlineSeconds (kubelet stops it then, SIGTERM first) and
+    the MPIJob's, which the scheduler reads as the gang's expected end; the pods' grace between
+    SIGTERM and SIGKILL is RINGLEADER_GRACE_S; `delete` leaves them that grace, `delete --now`
+    deletes the pods with kubectl --now's 1 s."""
+    for i in range(2):
+        fake.put("nodes", node(f"gpu-{i}"))
+    monkeypatch.setenv("RINGLEADER_GRACE_S", "12.5")
+    for job in ("slow", "quick"):
+        code, out = run("submit", "mpi", "--engine", "kubernetes", "--name", job, "--workers", "2", "--gpus", "4",
+                        "--gputopology=true", "--time-limit", "1h30m", "mpirun -np 2 python train.py")  # fmt: skip
+        assert code == 0, out
+        spec = fake.get("mpijobs", job, "team-a")["spec"]
+        assert spec["runPolicy"]["activeDeadlineSeconds"] == 5400
+        for role in ("Launcher", "Worker"):
+            pod_spec = spec["mpiReplicaSpecs"][role]["template"]["spec"]
+            assert pod_spec["activeDeadlineSeconds"] == 5400 and pod_spec["terminationGracePeriodSeconds"] == 13
+        operator_makes_pods(fake, job)
+    sched = Scheduler(Api(load_client(host=fake.url)), "s")
+    sched.sync()
+    assert sched.elector.try_acquire_or_renew()
+    assert [r.ok for r in sched.cycle()] == [True, True]
+    sched.sync()
+    ends = sched._expected_ends(1e9)
+    assert ends == {"team-a/slow": 1e9 + 5400, "team-a/quick": 1e9 + 5400}  # bound, not started: from now
+    before = len(fake.requests)
+    code, out = run("delete", "--engine", "kubernetes", "slow")
+    assert code == 0 and "deleted" in out
+    assert not [r for r in fake.requests[before:] if r.method == "DELETE" and "/pods/" in r.path]
+    assert fake.get("pods", "slow-worker-0", "team-a").get("metadata", {}).get("deletionTimestamp") is None
+    code, out = run("delete", "--engine", "kubernetes", "--now", "quick")
+    assert code == 0 and "deleted" in out
+    assert fake.get("mpijobs", "quick", "team-a") is None
+    replicas = spec["mpiReplicaSpecs"]["Worker"]["replicas"]
+    pods = [fake.get("pods", f"quick-worker-{i}", "team-a") for i in range(replicas)]
+    assert pods and all(p["metadata"]["deletionGracePeriodSeconds"] == 1 for p in pods)

@@ -49,6 +49,13 @@ def test_scheduler_config_errors(tmp_path, capsys) -> None:  # type: ignore[no-u
     assert main(["kube", "scheduler", "--config", str(bad)]) == 2
     assert main(["kube", "scheduler", "--config", str(tmp_path / "absent.yaml")]) == 2
     assert "cannot read config" in capsys.readouterr().err
+    bad.write_text("networkLevelKeys: example.com/rack\n")  # one key, not a list of them
+    assert main(["kube", "scheduler", "--config", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "networkLevelKeys must be a list of node label keys" in err and len(err.strip().splitlines()) == 1
+    bad.write_text("networkHyperNodes: volcano\n")
+    assert main(["kube", "scheduler", "--config", str(bad)]) == 2
+    assert "networkHyperNodes must be true or false" in capsys.readouterr().err
 
 
 def test_manifests_choose_the_gpu_delivery(capsys) -> None:  # type: ignore[no-untyped-def]

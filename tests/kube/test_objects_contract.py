@@ -217,6 +217,7 @@ def test_contract_env_workers_name_the_runtime_class_and_take_ids_from_the_bindi
     assert worker["runtimeClassName"] == "nvidia-cdi" and "runtimeClassName" not in launcher
     env = {e["name"]: e for e in worker["containers"][0]["env"]}
     assert env["NVIDIA_VISIBLE_DEVICES"]["valueFrom"]["fieldRef"]["fieldPath"] == manifests.GPU_IDS_FIELD
+    assert names.GPU_DEVICES_ANNOTATION in manifests.GPU_IDS_FIELD  # UUIDs where published, else ids
     assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"} in launcher["containers"][0]["env"]
     # not BestEffort: requests by default, so the scheduler's room check counts them
     assert worker["containers"][0]["resources"]["requests"] == manifests.DEFAULT_WORKER_REQUESTS
@@ -330,3 +331,20 @@ def test_ranks_per_pod_is_the_largest_share_every_node_divides() -> None:
     assert manifests.ranks_per_pod(spec, ["a"] * 7 + ["b"] * 5) == 1
     assert manifests.ranks_per_pod(spec, []) == 1  # no plan: one rank per pod
     assert manifests.ranks_per_pod(JobSpec("c", 4, 0, ["true"]), ["a"] * 4) == 1  # CPU ranks: no NVLink to share
+
+
+def test_network_levels_travel_on_the_worker_template_and_kueues_annotations_are_read_alike() -> None:
+    from ringleader.engines.kubernetes.cache import Gang
+    from ringleader.engines.kubernetes.decide import job_request
+    from ringleader.engines.kubernetes.objects import pod_info
+
+    spec = JobSpec("vgg", 2, 8, ["true"], topology_aware=True, topology_required="topology-rack",
+                   topology_preferred="topology-block")  # fmt: skip
+    worker = template_pods(manifests.mpijob(spec, "team-a"))["Worker"]
+    info = pod_info(worker)
+    assert (info.topology_required, info.topology_preferred) == ("topology-rack", "topology-block")
+    kueue = copy.deepcopy(template_pods(manifests.mpijob(JobSpec("k", 2, 8, ["true"]), "team-a"))["Worker"])
+    kueue["metadata"]["annotations"] = {"kueue.x-k8s.io/podset-required-topology": "cloud.provider.com/topology-rack"}
+    request = job_request(Gang("team-a/k", 2, [pod_info(kueue)]))
+    assert request.topology_required == "topology-rack" and request.topology_preferred is None
+    assert pod_info(template_pods(manifests.mpijob(SPEC, "team-a"))["Worker"]).topology_required is None

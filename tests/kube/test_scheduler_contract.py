@@ -470,3 +470,114 @@ def test_contract_without_reservations_the_small_gangs_take_the_big_gangs_gpus(f
     s.sync()
     assert s.elector.try_acquire_or_renew()
     assert [(r.gang, r.ok) for r in s.cycle()] == [("default/small0", True)]
+
+
+RACK, BLOCK = "cloud.provider.com/topology-rack", "cloud.provider.com/topology-block"  # Kueue's example keys
+
+
+def racked(fake: FakeApiServer, name: str, rack: str) -> None:
+    fake.put("nodes", node(name, labels={RACK: rack, BLOCK: "block-1"}))
+
+
+def test_contract_a_gang_lands_under_one_rack_per_the_node_labels(fake: FakeApiServer) -> None:
+    """Racks from Kueue-style node labels: a 2-node gang goes to the rack that holds it whole,
+    not to the first free nodes of two racks; a gang that requires one rack (Kueue's pod-set
+    annotation, a label key) and fits under none waits, saying so; relabelling a node (read
+    from the watch) makes room under one rack and the gang starts there."""
+    racked(fake, "n0", "rack-a")
+    racked(fake, "n1", "rack-a")
+    racked(fake, "n2", "rack-b")
+    racked(fake, "n3", "rack-b")
+    fake.put("pods", pod("busy", gpus=4, nodeName="n1"))  # someone else's: rack-a has one whole node free
+    gang(fake, "two", 2, gpus=8)
+    s = scheduler(fake)
+    assert s.cache.tree is not None and s.cache.tree.level_names == ("topology-rack", "topology-block")
+    assert [r.ok for r in s.cycle()] == [True]
+    assert {b.body["target"]["name"] for b in fake.calls("bind")} == {"n2", "n3"}
+    fake.put("podgroups", podgroup("three", 2))
+    for i in range(2):
+        member = pod(f"three-worker-{i}", gang="three", gpus=4)
+        member["metadata"]["annotations"] = {"kueue.x-k8s.io/podset-required-topology": RACK}
+        fake.put("pods", member)
+    # a 2 x 4 gang that must stay under one rack (Kueue's annotation names the label key): it does
+    s.sync()
+    assert [r.ok for r in s.cycle()] == [True]
+    three = {b.body["target"]["name"] for b in fake.calls("bind") if b.body["metadata"]["name"].startswith("three")}
+    assert len({s.cache.tree.by_node[n][0] for n in three}) == 1
+    fake.put("podgroups", podgroup("wide", 2))
+    for i in range(2):
+        member = pod(f"wide-worker-{i}", gang="wide", gpus=8)
+        member["metadata"]["annotations"] = {names.TOPOLOGY_REQUIRED_ANNOTATIONS[0]: "topology-rack"}
+        fake.put("pods", member)
+    racked(fake, "n4", "rack-c")
+    racked(fake, "n5", "rack-d")  # two whole free nodes, in two racks
+    s.sync()
+    assert s.cycle() == []
+    reason = fake.get("podgroups", "wide")["metadata"]["annotations"][names.PENDING_ANNOTATION]
+    assert "under one topology-rack" in reason and "most free under any topology-rack: 1" in reason, reason
+    racked(fake, "n5", "rack-c")  # the labels change: the tree is rebuilt from the watch
+    s.sync()
+    assert [r.ok for r in s.cycle()] == [True]
+    wide = {b.body["target"]["name"] for b in fake.calls("bind") if b.body["metadata"]["name"].startswith("wide")}
+    assert wide == {"n4", "n5"}
+
+
+def test_contract_the_tree_is_rebuilt_only_when_network_labels_change(fake: FakeApiServer) -> None:
+    racked(fake, "n0", "rack-a")
+    racked(fake, "n1", "rack-b")
+    s = scheduler(fake)
+    tree = s.cache.state and s.cache.tree
+    beat = fake.get("nodes", "n0")
+    beat["metadata"]["labels"]["example.com/other"] = "x"  # not a network label
+    fake.put("nodes", beat)
+    s.sync()
+    assert s.cache.state and s.cache.tree is tree
+    racked(fake, "n1", "rack-a")
+    s.sync()
+    assert s.cache.state and s.cache.tree is not tree and s.cache.tree.common_level(["n0", "n1"]) == 0
+
+
+def hypernode(name: str, tier: int, members: list[dict[str, object]]) -> dict[str, object]:
+    return {"apiVersion": "topology.volcano.sh/v1alpha1", "kind": "HyperNode", "metadata": {"name": name},
+            "spec": {"tier": tier, "members": members}}  # fmt: skip
+
+
+def test_contract_the_tree_from_volcano_hypernodes_as_the_installed_role(fake: FakeApiServer) -> None:
+    """networkHyperNodes: the scheduler (as its installed role) also lists and watches Volcano's
+    HyperNodes and places by their tiers: the 2-node gang goes under the HyperNode that holds it;
+    a HyperNode changed on the watch rebuilds the tree."""
+    from kubernetes import client
+
+    for i in range(4):
+        fake.put("nodes", node(f"n{i}"))
+    fake.put("hypernodes", hypernode("rack-a", 1, [{"type": "Node", "selector": {"exactMatch": {"name": "n0"}}},
+                                                  {"type": "Node", "selector": {"exactMatch": {"name": "n1"}}}]))
+    fake.put("hypernodes", hypernode("rack-b", 1, [{"type": "Node", "selector": {"regexMatch": {"pattern": "n[23]"}}}]))
+    fake.put("hypernodes", hypernode("spine", 2, [{"type": "HyperNode", "selector": {"exactMatch": {"name": r}}}
+                                                  for r in ("rack-a", "rack-b")]))  # fmt: skip
+    fake.put("pods", pod("busy", gpus=4, nodeName="n1"))
+    gang(fake, "two", 2, gpus=8)
+    objects = manifests.install()
+    role = next(o for o in objects if o["kind"] == "ClusterRole" and o["metadata"]["name"] == "ringleader-scheduler")
+    lease = next(o for o in objects if o["kind"] == "Role")
+    rules = [(r, None) for r in role["rules"]] + [(r, names.SYSTEM_NAMESPACE) for r in lease["rules"]]
+    user = "system:serviceaccount:ringleader-system:ringleader-scheduler"
+    fake.grant(user, rules)
+    configuration = client.Configuration()
+    configuration.host = fake.url
+    configuration.api_key = {"BearerToken": f"Bearer {user}"}
+    s = Scheduler(Api(client.ApiClient(configuration)), "sched-hn", hypernodes=True)
+    s.sync()
+    assert s.elector.try_acquire_or_renew()
+    assert s.cache.state and s.cache.tree is not None and s.cache.tree.level_names == ("tier-1", "tier-2")
+    assert [r.ok for r in s.cycle()] == [True]
+    assert {b.body["target"]["name"] for b in fake.calls("bind")} == {"n2", "n3"}
+    assert any(r.path.endswith("/hypernodes") for r in fake.requests)
+    assert not [r for r in fake.requests if r.user and not permitted(r, rules)]
+    fake.put("hypernodes", hypernode("rack-b", 1, [{"type": "Node", "selector": {"exactMatch": {"name": "n2"}}},
+                                                  {"type": "Node", "selector": {"exactMatch": {"name": "n1"}}}]))
+    s.sync()  # n1 now under two racks: refused in one line naming it, the scheduler places flat meanwhile
+    assert s.cache.state and s.cache.tree is None and "node 'n1' is under two switches" in s.cache.tree_problem
+    fake.put("hypernodes", hypernode("rack-a", 1, [{"type": "Node", "selector": {"exactMatch": {"name": "n0"}}}]))
+    s.sync()
+    assert s.cache.state and s.cache.tree is not None and s.cache.tree.by_node["n1"][0] == "rack-b"

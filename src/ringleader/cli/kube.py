@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from ringleader.jobs.spec import KubeOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
-CONFIG_KEYS = {"leaseSeconds", "metricsPort", "namespace", "bindThreads"}
+CONFIG_KEYS = {"leaseSeconds", "metricsPort", "namespace", "bindThreads", "networkLevelKeys", "networkHyperNodes"}
 
 
 def _logging() -> None:
@@ -48,6 +48,13 @@ def read_config(path: str | None) -> dict[str, Any]:
     for key in ("leaseSeconds", "metricsPort", "bindThreads"):
         if key in data and (not isinstance(data[key], int) or data[key] < 0):
             raise UsageError(f"config {path!r}: {key} must be a whole number >= 0", f"fix {key}")
+    keys = data.get("networkLevelKeys")
+    if keys is not None and (not isinstance(keys, list) or not all(isinstance(k, str) and k for k in keys)):
+        raise UsageError(f"config {path!r}: networkLevelKeys must be a list of node label keys",
+                         "list them nearest the node first, e.g. [example.com/rack, example.com/block]")  # fmt: skip
+    if not isinstance(data.get("networkHyperNodes", False), bool):
+        raise UsageError(f"config {path!r}: networkHyperNodes must be true or false",
+                         "true reads the network tree from Volcano's HyperNodes")  # fmt: skip
     return data
 
 
@@ -58,7 +65,8 @@ def kube() -> None:
 
 @kube.command("scheduler")
 @click.option("--config", "config_path", default=None,
-              help="Config file (leaseSeconds, metricsPort, namespace, bindThreads).")
+              help="Config file (leaseSeconds, metricsPort, namespace, bindThreads, networkLevelKeys, "
+                   "networkHyperNodes).")
 @click.option("--identity", default=None, help="This replica's name in the Lease (default: $POD_NAME, else host).")
 @click.option("--metrics-port", type=int, default=None, help="Port of /metrics and /healthz (default 10259).")
 @click.option("--server", default=None, help="API server URL (e.g. `kubectl proxy`'s); default: kubeconfig.")
@@ -79,7 +87,9 @@ def scheduler(config_path: str | None, identity: str | None, metrics_port: int |
     sched = Scheduler(Api(load_client(context=context, host=server)), me,
                       namespace=str(config.get("namespace", names.SYSTEM_NAMESPACE)),
                       lease_seconds=int(config.get("leaseSeconds", 15)),
-                      writers=int(config.get("bindThreads", 8)))  # fmt: skip
+                      writers=int(config.get("bindThreads", 8)),
+                      level_keys=config.get("networkLevelKeys"),
+                      hypernodes=bool(config.get("networkHyperNodes", False)))  # fmt: skip
     try:
         serve(sched.metrics, sched.health_problem, "0.0.0.0", port)
     except OSError as exc:

@@ -9,14 +9,24 @@ forgets it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import logging
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
-from ringleader.engines.kubernetes.names import SCHEDULER_NAME
 from ringleader.engines.kubernetes.objects import NodeInfo, PodInfo, node_info, pod_info, static_misfit
+from ringleader.errors import UsageError
 from ringleader.scheduler import ClusterState, NodeState, Placement, WorkerSlot
+from ringleader.topology.cluster import placed
+from ringleader.topology.network import NetworkTree
+from ringleader.topology.network_formats import LABEL_KEYS, tree_from_hypernodes, tree_from_labels
+
+log = logging.getLogger("ringleader.kube.cache")
+# The node labels a network tree may be read from when no level keys are configured: every known
+# convention's (Topograph's, Kueue's example, GKE's, AWS's), the first one the nodes carry wins.
+HYPERNODES = "hypernodes"  # the informer kind of Volcano's HyperNodes
+NETWORK_LABEL_KEYS = tuple(dict.fromkeys(k for keys in LABEL_KEYS.values() for k in keys))
 
 
 @dataclass(frozen=True)
@@ -55,7 +65,18 @@ class Gang:
 
 
 class Cache:
-    def __init__(self) -> None:
+    def __init__(self, level_keys: Sequence[str] | None = None, hypernodes: bool = False) -> None:
+        # The network tree above the nodes, from their labels (``level_keys``, nearest the node
+        # first; None: the first known convention they carry), or with ``hypernodes`` from
+        # Volcano's HyperNode objects. Rebuilt only when a node comes, goes or changes one of
+        # those labels (any label, for HyperNodes, whose members may be chosen by label), or a
+        # HyperNode changes.
+        self.level_keys = tuple(level_keys) if level_keys else None
+        self.hypernodes: dict[str, Mapping[str, Any]] | None = {} if hypernodes else None
+        self._network_keys = self.level_keys or NETWORK_LABEL_KEYS
+        self.tree: NetworkTree | None = None
+        self.tree_problem = ""  # why the labels give no usable tree (the scheduler then places flat)
+        self._tree_stale = True
         self.nodes: dict[str, NodeInfo] = {}
         self.pods: dict[str, PodInfo] = {}
         self.groups: dict[str, int] = {}  # namespace/name -> minMember
@@ -77,6 +98,7 @@ class Cache:
             for obj in objects:
                 info = node_info(obj)
                 self.nodes[info.name] = info
+            self._tree_stale = True
             self._node_set_changed()
         elif kind == "pods":
             fresh = {p.key: p for p in map(pod_info, objects)}
@@ -88,6 +110,10 @@ class Cache:
             # clashing ones, is then counted on the ids left, not on ids a bound pod really uses.
             for pod in sorted(fresh.values(), key=lambda p: (not p.gpu_ids, p.created)):
                 self._put_pod(pod)
+        elif kind == HYPERNODES:
+            self.hypernodes = {str((o.get("metadata") or {}).get("name")): o for o in objects}
+            self._tree_stale = True
+            self._node_set_changed()
         else:
             self.groups = {}
             for obj in objects:
@@ -102,6 +128,18 @@ class Cache:
                 self.delete_pod(f"{meta.get('namespace', 'default')}/{meta.get('name', '')}")
             else:
                 self._put_pod(pod_info(obj))
+        elif kind == HYPERNODES:
+            name = str((obj.get("metadata") or {}).get("name"))
+            hypernodes = self.hypernodes if self.hypernodes is not None else {}
+            if event_type == "DELETED":
+                hypernodes.pop(name, None)
+            elif hypernodes.get(name, {}).get("spec") == obj.get("spec"):
+                return  # a status or metadata change: the tree is the same
+            else:
+                hypernodes[name] = obj
+            self.hypernodes = hypernodes
+            self._tree_stale = True
+            self._node_set_changed()
         else:
             self.apply_group(event_type, obj)
 
@@ -111,12 +149,16 @@ class Cache:
         if event_type == "DELETED":
             if old is not None:
                 del self.nodes[info.name]
+                self._tree_stale = True
                 self._node_set_changed()
             return
         if old == info:
             return  # a heartbeat: nothing the scheduler reads changed
         self.nodes[info.name] = info
-        if old is None or old.spec != info.spec:
+        if old is None or self._network_labels(old) != self._network_labels(info):
+            self._tree_stale = True
+            self._node_set_changed()
+        elif old.spec != info.spec:
             self._node_set_changed()
         else:
             self._misfits.clear()
@@ -129,6 +171,28 @@ class Cache:
             self.groups.pop(key, None)
         else:
             self.groups[key] = max(1, int((obj.get("spec") or {}).get("minMember") or 1))
+
+    def _network_labels(self, info: NodeInfo) -> tuple[Any, ...]:
+        if self.hypernodes is not None:
+            return tuple(sorted(info.labels.items()))
+        return tuple(info.labels.get(k) for k in self._network_keys)
+
+    def _network_tree(self) -> NetworkTree | None:
+        """The tree the nodes' labels describe, rebuilt only when they changed; None (flat) when
+        they describe none or an inconsistent one (said once in the log and in tree_problem)."""
+        if self._tree_stale:
+            self._tree_stale = False
+            try:
+                nodes = [(n, i.labels) for n, i in self.nodes.items()]
+                if self.hypernodes is None:
+                    self.tree = tree_from_labels(nodes, self.level_keys)
+                else:
+                    self.tree = tree_from_hypernodes(list(self.hypernodes.values()), nodes) if self.hypernodes else None
+                self.tree_problem = ""
+            except UsageError as exc:
+                self.tree, self.tree_problem = None, exc.message
+                log.warning("no network tree: %s; placing as if flat", exc.message)
+        return self.tree
 
     def _node_set_changed(self) -> None:
         self._state = None
@@ -284,9 +348,11 @@ class Cache:
                 for gpu in holding.gpus:  # ids outside the topology or given twice: not counted twice
                     if 0 <= gpu < info.spec.topology.n_gpus and gpu not in taken:
                         taken[gpu] = self._gang_of(key)
+            tree = self._network_tree()
+            specs = [info.spec for info in self.nodes.values()]
+            specs = placed(specs, tree) if tree is not None else specs
             state = ClusterState(tuple(
-                NodeState(info.spec, tuple(sorted(allocated.get(name, {}).items())))
-                for name, info in self.nodes.items()
+                NodeState(spec, tuple(sorted(allocated.get(spec.name, {}).items()))) for spec in specs
             ))  # fmt: skip
             _ = state.index
             self._state = state
@@ -328,7 +394,7 @@ class Cache:
         """Gangs with pending members, highest pod priority first, then oldest first."""
         by_key: dict[str, Gang] = {}
         for pod in self.pods.values():
-            if pod.scheduler != SCHEDULER_NAME or pod.terminal:
+            if not pod.ours or pod.terminal:
                 continue
             gang = by_key.get(pod.gang_key)
             if gang is None:

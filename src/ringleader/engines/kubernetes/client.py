@@ -128,6 +128,8 @@ class Api:
             return self.core.list_node, ()
         if kind == "pods":
             return self.core.list_pod_for_all_namespaces, ()
+        if kind == names.HYPERNODE_PLURAL:
+            return self.custom.list_cluster_custom_object, (names.HYPERNODE_GROUP, names.HYPERNODE_VERSION, kind)
         group = (names.PODGROUP_GROUP, names.PODGROUP_VERSION, names.PODGROUP_PLURAL)
         return self.custom.list_cluster_custom_object, group
 
@@ -207,8 +209,11 @@ class Api:
         }  # fmt: skip
         self._json(self.core.create_namespaced_pod_binding, name, namespace, body)
 
-    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
-        body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
+    def delete_pod(self, namespace: str, name: str, uid: str, grace_s: int | None = None) -> None:
+        """Delete the pod if it is still the one of ``uid``, with its own grace period, or ``grace_s``."""
+        body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
+        if grace_s is not None:
+            body["gracePeriodSeconds"] = grace_s
         try:
             self._json(self.core.delete_namespaced_pod, name, namespace, body=body)
         except ApiError as exc:

@@ -80,6 +80,8 @@ def job_request(gang: Gang) -> JobRequest:
         topology_aware=bool(workers) and workers[0].topology_aware,
         priority=max((p.priority for p in gang.pending), default=0),
         time_limit_s=max(limits) if limits and len(limits) == len(gang.pending) else None,
+        topology_required=workers[0].topology_required if workers else None,
+        topology_preferred=workers[0].topology_preferred if workers else None,
     )  # fmt: skip
 
 

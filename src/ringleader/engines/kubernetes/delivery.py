@@ -1,7 +1,7 @@
 """How the GPUs ringleader chose reach the worker's container, per install (docs/kubernetes.md,
 "GPU delivery"): pure builders of the objects each path needs.
 
-- ``env`` (Kubernetes 1.30+): NVIDIA_VISIBLE_DEVICES from the pod's own ``gpu-ids`` annotation,
+- ``env`` (Kubernetes 1.30+): NVIDIA_VISIBLE_DEVICES from the pod's own ``gpu-devices`` annotation,
   which only the scheduler's Binding writes, run by the NVIDIA runtime that ``runtimeClassName``
   names. A ValidatingAdmissionPolicy (CEL, no webhook server) keeps every other pod from setting
   those variables or using that runtime, and from writing the annotation itself.
@@ -35,7 +35,12 @@ TRUSTED_NAMESPACES = ("kube-system", names.SYSTEM_NAMESPACE, "gpu-operator", "nv
 # Bound service-account tokens name the node of their pod (KEP-4193: beta and on by default in
 # Kubernetes 1.30, GA in 1.32); the API server puts it in the request's user extra.
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
-GPU_ANNOTATIONS = (names.GPU_IDS_ANNOTATION, names.GPU_IDS_UID_ANNOTATION, names.WORKER_INDEX_ANNOTATION)
+GPU_ANNOTATIONS = (names.GPU_IDS_ANNOTATION, names.GPU_IDS_UID_ANNOTATION, names.GPU_DEVICES_ANNOTATION,
+                   names.WORKER_INDEX_ANNOTATION)  # fmt: skip
+# A worker's NVIDIA_VISIBLE_DEVICES (downward API): its GPUs' UUIDs where the node's agent publishes
+# them, else their indexes, as the Binding wrote them (an index can name another GPU after a
+# reboot or an Xid; a UUID cannot).
+GPU_IDS_FIELD = f"metadata.annotations['{names.GPU_DEVICES_ANNOTATION}']"
 
 
 @dataclass(frozen=True)
@@ -76,7 +81,7 @@ def _each(body: str) -> str:
 
 
 def _env_rules(runtime_class: str | None) -> list[dict[str, str]]:
-    ids_field = f"metadata.annotations['{names.GPU_IDS_ANNOTATION}']"
+    ids_field = GPU_IDS_FIELD
     gpu_var = "(e.name.startsWith('NVIDIA_') || e.name == 'CUDA_VISIBLE_DEVICES')"
     # ringleader's own worker and launcher: NVIDIA_VISIBLE_DEVICES from the Binding's annotation, or void
     ours = (f"e.name == 'NVIDIA_VISIBLE_DEVICES' && ((has(e.valueFrom) && has(e.valueFrom.fieldRef) && "

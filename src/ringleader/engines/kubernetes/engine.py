@@ -45,6 +45,9 @@ def refuse_gpu_env(spec: JobSpec) -> None:
                          "ringleader's scheduler chose", f"drop -e {taken[0]}; ask for GPUs with --gpus")  # fmt: skip
 
 
+NOW_GRACE_S = 1  # delete --now: kubectl delete --now's grace period
+
+
 class EngineApi(JobsApi):
     """What only the engine writes or reads besides jobs: the install's ConfigMap, and objects
     created beside an MPIJob (Secret, ResourceClaimTemplate). A 403 says what a user needs."""
@@ -95,6 +98,7 @@ class KubernetesEngine:
     # API server's (kubectl), not ringleader's.
     supports = Support("kubernetes", submitter_context=False, image="the pods' image", kube_options=True,
                        container_options=("--data", "--shm-size", "--rdma", "--image-pull-policy", "--container-user"),
+                       network_tree=True, time_limit=True,
                        more_room="label more nodes for this kind of job")  # fmt: skip
 
     def use_namespace(self, namespace: str) -> None:
@@ -184,7 +188,8 @@ class KubernetesEngine:
             self.notes.append(f"note: {per_pod} ranks per worker pod ({spec.workers // per_pod} pod(s) of "
                               f"{per_pod * spec.gpus_per_worker} GPU(s)): ranks of one pod reach each other's GPUs "
                               "over NVLink")  # fmt: skip
-        job = manifests.mpijob(spec, namespace, line=sub.line, delivery=delivery, per_pod=per_pod)
+        job = manifests.mpijob(spec, namespace, line=sub.line, delivery=delivery, per_pod=per_pod,
+                               grace_s=settings.number("RINGLEADER_GRACE_S"))  # fmt: skip
         shown = [job, manifests.podgroup(spec, namespace, per_pod=per_pod),
                  *self._extras(spec, namespace, delivery, per_pod, None)]  # fmt: skip
         extra: dict[str, Any] = {"manifests": manifests.dump_all(shown), "namespace": namespace,
@@ -276,17 +281,20 @@ class KubernetesEngine:
         yield from self.api.follow_log(self.namespace, self._instance(name, instance), tail, timestamps)
 
     def delete(self, names_: Sequence[str], now: bool = False) -> list[str]:
-        if now:  # the garbage collector deletes the pods with their own grace period
-            raise UsageError(
-                "delete --now is not supported by the kubernetes engine: pods stop with their "
-                "terminationGracePeriodSeconds",
-                "delete without --now, or force the pods: kubectl delete pod --grace-period=0 --force",
-            )
+        """Delete the MPIJobs: their pods and PodGroups go with them (owner references), each pod
+        stopped by its kubelet with SIGTERM, then SIGKILL after its terminationGracePeriodSeconds
+        (RINGLEADER_GRACE_S at submit). ``now``: the pods are deleted too, with a grace of
+        NOW_GRACE_S (kubectl delete --now's: a grace of 0 would be a forced deletion, which frees
+        the pod's GPUs in the API before its containers have stopped)."""
         missing = [n for n in names_ if self.api.get_mpijob(self.namespace, n) is None]
         if missing:
             raise NotFoundError(f"job {missing[0]!r} not found in namespace {self.namespace}", "see `ringleader list`")
         for name in names_:
-            self.api.delete_mpijob(self.namespace, name)  # its pods and PodGroup go with it (owner references)
+            self.api.delete_mpijob(self.namespace, name)  # first: mpi-operator makes no new pods for it
+            if now:
+                for pod in self.api.pods(self.namespace, f"{names.JOB_LABEL}={name}"):
+                    meta = pod.get("metadata") or {}
+                    self.api.delete_pod(self.namespace, meta.get("name", ""), meta.get("uid", ""), NOW_GRACE_S)
         return list(names_)
 
     def wait(self, name: str, timeout: float | None = None) -> JobView:

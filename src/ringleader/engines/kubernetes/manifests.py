@@ -3,9 +3,10 @@ install (`ringleader kube manifests`): namespace, RBAC of least privilege, the s
 Deployment and its config, the agent DaemonSet, the admission policies.
 
 How the GPU choice reaches the container depends on the install's delivery (delivery.py): with
-``env`` each worker's NVIDIA_VISIBLE_DEVICES comes from its own ``ringleader.io/gpu-ids``
-annotation through the downward API. The scheduler's Binding carries that annotation (the API
-server sets it with the node), and kubelet resolves env vars only when it starts the container,
+``env`` each worker's NVIDIA_VISIBLE_DEVICES comes from its own ``ringleader.io/gpu-devices``
+annotation (the GPUs' UUIDs, else their ids) through the downward API. The scheduler's Binding
+carries that annotation (the API server sets it with the node), and kubelet resolves env vars
+only when it starts the container,
 after the pod is bound, so the container sees exactly the GPUs ``place()`` chose; with ``dra``
 the worker's ResourceClaim is allocated to them. Ranks the plan puts on one node share one
 worker pod (``ranks_per_pod``), so NCCL can use NVLink between them.
@@ -23,7 +24,13 @@ from typing import Any
 import yaml
 
 from ringleader.engines.kubernetes import names
-from ringleader.engines.kubernetes.delivery import TRUSTED_NAMESPACES, Delivery, agent_policy, env_policy
+from ringleader.engines.kubernetes.delivery import (
+    GPU_IDS_FIELD,
+    TRUSTED_NAMESPACES,
+    Delivery,
+    agent_policy,
+    env_policy,
+)
 from ringleader.engines.kubernetes.objects import quantity
 from ringleader.errors import UsageError
 from ringleader.jobs.commandline import CommandLine, read_line
@@ -44,7 +51,6 @@ def _gpu_env(delivery: Delivery) -> list[dict[str, Any]]:
     return [{"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": {"fieldRef": {"fieldPath": GPU_IDS_FIELD}}}, index]
 
 
-GPU_IDS_FIELD = f"metadata.annotations['{names.GPU_IDS_ANNOTATION}']"
 # The launcher and CPU-only workers see no GPU, even on a node whose default runtime is NVIDIA's,
 # in an image that sets NVIDIA_VISIBLE_DEVICES=all.
 NO_GPU = "void"
@@ -269,10 +275,15 @@ def _worker_spec(spec: JobSpec, image: str, delivery: Delivery, per_pod: int, en
 
 
 def mpijob(spec: JobSpec, namespace: str, image: str | None = None, line: CommandLine | None = None,
-           delivery: Delivery | None = None, per_pod: int = 1) -> dict[str, Any]:  # fmt: skip
+           delivery: Delivery | None = None, per_pod: int = 1,
+           grace_s: float | None = None) -> dict[str, Any]:  # fmt: skip
     """A kubeflow.org/v2beta1 MPIJob: ``workers / per_pod`` worker pods of ``per_pod`` ranks each
     (``slotsPerWorker``) and a launcher created once every worker is Ready; the workers are one
-    gang (the PodGroup named like the job). ``line``: the spec's command as submit read it."""
+    gang (the PodGroup named like the job). ``line``: the spec's command as submit read it.
+    ``grace_s`` (RINGLEADER_GRACE_S): the pods' terminationGracePeriodSeconds, the time between
+    SIGTERM and SIGKILL when they are deleted or reach the time limit (Kubernetes' 30 s if None);
+    ``spec.time_limit_s``: every pod's activeDeadlineSeconds (kubelet stops it then) and the
+    job's (mpi-operator fails it then)."""
     delivery = delivery or Delivery()
     kube = spec.kube or KubeOptions()
     image = image or spec.image or DEFAULT_IMAGE
@@ -290,6 +301,11 @@ def mpijob(spec: JobSpec, namespace: str, image: str | None = None, line: Comman
     # next to the gang it belongs to.
     launcher_pod: dict[str, Any] = {"schedulerName": worker["schedulerName"], "containers": [launcher]}
     common: dict[str, Any] = {"volumes": volumes}
+    if grace_s is not None:
+        common["terminationGracePeriodSeconds"] = math.ceil(grace_s)
+    deadline = max(1, math.ceil(spec.time_limit_s)) if spec.time_limit_s else None
+    if deadline is not None:
+        common["activeDeadlineSeconds"] = deadline
     if kube.selector:
         common["nodeSelector"] = dict(kube.selector)
     if kube.tolerations:
@@ -300,10 +316,15 @@ def mpijob(spec: JobSpec, namespace: str, image: str | None = None, line: Comman
         common["priorityClassName"] = kube.priority_class
     labels = {**dict(kube.labels), **_pod_labels(spec)}
     meta = {"labels": labels, **({"annotations": dict(kube.annotations)} if kube.annotations else {})}
-    worker_meta = meta
+    worker_notes = dict(kube.annotations)
     if delivery.mode == "dra" and spec.gpus_per_worker:
-        dra_gpus = {names.DRA_GPUS_ANNOTATION: str(spec.gpus_per_worker * per_pod)}
-        worker_meta = {**meta, "annotations": {**dict(kube.annotations), **dra_gpus}}
+        worker_notes[names.DRA_GPUS_ANNOTATION] = str(spec.gpus_per_worker * per_pod)
+    # the network level the gang stays under or prefers, which the scheduler reads off its workers
+    for keys, level in ((names.TOPOLOGY_REQUIRED_ANNOTATIONS, spec.topology_required),
+                        (names.TOPOLOGY_PREFERRED_ANNOTATIONS, spec.topology_preferred)):  # fmt: skip
+        if level is not None:
+            worker_notes[keys[0]] = level
+    worker_meta = {**meta, "annotations": worker_notes} if worker_notes else meta
     launcher_meta = {**meta, "labels": {k: v for k, v in labels.items()
                                         if delivery.mode == "env" or k != names.PODGROUP_LABEL}}  # fmt: skip
     annotations = {**dict(kube.annotations), "ringleader.io/command": shlex.join(spec.command),
@@ -314,6 +335,8 @@ def mpijob(spec: JobSpec, namespace: str, image: str | None = None, line: Comman
     run_policy: dict[str, Any] = {"cleanPodPolicy": "Running", "schedulingPolicy": {"minAvailable": pods}}
     if kube.retry is not None:
         run_policy["backoffLimit"] = kube.retry
+    if deadline is not None:
+        run_policy["activeDeadlineSeconds"] = deadline
     return {
         "apiVersion": f"{names.MPIJOB_GROUP}/{names.MPIJOB_VERSION}", "kind": "MPIJob",
         "metadata": {"name": spec.name, "namespace": namespace,
@@ -371,6 +394,9 @@ def _role_rules_scheduler(delivery: Delivery) -> list[dict[str, Any]]:
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
         {"apiGroups": [names.PODGROUP_GROUP], "resources": ["podgroups"], "verbs": ["get", "list", "watch", "patch"]},
         {"apiGroups": [names.PODGROUP_GROUP], "resources": ["podgroups/status"], "verbs": ["patch"]},
+        # Volcano's HyperNodes, read when the config says networkHyperNodes: true
+        {"apiGroups": [names.HYPERNODE_GROUP], "resources": [names.HYPERNODE_PLURAL],
+         "verbs": ["get", "list", "watch"]},
     ]
 
 

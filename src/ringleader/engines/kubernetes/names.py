@@ -40,6 +40,11 @@ GPU_DEVICES_ANNOTATION = f"{PREFIX}/gpu-devices"
 WORKER_INDEX_ANNOTATION = f"{PREFIX}/worker-index"
 DECISION_ANNOTATION = f"{PREFIX}/decision"  # one-line summary of the gang decision
 PENDING_ANNOTATION = f"{PREFIX}/pending-reason"  # on the PodGroup: why it waits, with numbers
+# Pod (template): the network level the gang must stay under (--topology-required) or prefers
+# (--topology-preferred), by level name; Kueue's pod-set annotations are read alike, their value
+# a node label key whose last part names the level (the tree's levels are named so).
+TOPOLOGY_REQUIRED_ANNOTATIONS = (f"{PREFIX}/topology-required", "kueue.x-k8s.io/podset-required-topology")
+TOPOLOGY_PREFERRED_ANNOTATIONS = (f"{PREFIX}/topology-preferred", "kueue.x-k8s.io/podset-preferred-topology")
 # Pod (template) label: ask for topology-aware placement (arena's --gputopology=true).
 TOPOLOGY_LABEL = f"{PREFIX}/gputopology"
 JOB_LABEL = f"{PREFIX}/job"
@@ -49,6 +54,11 @@ PODGROUP_GROUP = "scheduling.x-k8s.io"
 PODGROUP_VERSION = "v1alpha1"
 PODGROUP_PLURAL = "podgroups"
 PODGROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+
+# Volcano's HyperNodes (cluster-scoped): the network tree, when the scheduler's config asks for it.
+HYPERNODE_GROUP = "topology.volcano.sh"
+HYPERNODE_VERSION = "v1alpha1"
+HYPERNODE_PLURAL = "hypernodes"
 
 MPIJOB_GROUP = "kubeflow.org"
 MPIJOB_VERSION = "v2beta1"

@@ -103,6 +103,8 @@ class PodInfo:
     deadline_s: float | None = None  # spec.activeDeadlineSeconds: kubelet stops the pod then
     started: str = ""  # status.startTime, once kubelet has started it
     gated: bool = False  # a DRA worker still held by ringleader's scheduling gate (docs/kubernetes.md, "dra")
+    topology_required: str | None = None  # network level name (names.TOPOLOGY_REQUIRED_ANNOTATIONS)
+    topology_preferred: str | None = None
 
     @property
     def key(self) -> str:
@@ -121,8 +123,17 @@ class PodInfo:
         return self.node is not None and not self.terminal
 
     @property
+    def ours(self) -> bool:
+        """Scheduled by ringleader: named so, or a DRA worker held by its gate (kube-scheduler
+        binds it once ringleader has pinned its gang), or one it pinned (ids written for its uid)."""
+        return self.scheduler == names.SCHEDULER_NAME or self.gated or bool(self.gpu_ids)
+
+    @property
     def pending(self) -> bool:
-        return self.node is None and not self.terminal and not self.deleting and self.scheduler == names.SCHEDULER_NAME
+        """Waits for ringleader's decision: unbound, and scheduled by ringleader or still gated (a
+        pinned DRA worker, ungated, waits for kube-scheduler, not for ringleader)."""
+        waits = self.scheduler == names.SCHEDULER_NAME or self.gated
+        return self.node is None and not self.terminal and not self.deleting and waits
 
 
 def topology_annotation(topology: NodeTopology) -> str:
@@ -276,7 +287,19 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo:
         deadline_s=float(spec["activeDeadlineSeconds"]) if spec.get("activeDeadlineSeconds") else None,
         started=status.get("startTime") or "",
         gated=any(g.get("name") == names.GANG_GATE for g in spec.get("schedulingGates") or ()),
+        topology_required=_level(annotations, names.TOPOLOGY_REQUIRED_ANNOTATIONS),
+        topology_preferred=_level(annotations, names.TOPOLOGY_PREFERRED_ANNOTATIONS),
     )  # fmt: skip
+
+
+def _level(annotations: Mapping[str, str], keys: Sequence[str]) -> str | None:
+    """A network level by name from the first of ``keys`` set: a node label key (Kueue's) names
+    the level its last part names."""
+    for key in keys:
+        value = str(annotations.get(key) or "").strip()
+        if value:
+            return value.rsplit("/", 1)[-1]
+    return None
 
 
 def tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Taint) -> bool:

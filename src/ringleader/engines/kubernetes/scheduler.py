@@ -8,7 +8,10 @@ only while this replica holds the Lease, takes every gang whose members are all 
 it in ONE ``decide()`` over the cache and assumes it at once; then posts one Binding per member,
 which carries the member's GPU ids as annotations (one write per pod). A failed bind undoes the
 gang: members already bound are deleted (their controller recreates them), the others are
-forgotten, and the gang waits for the next cycle. Waiting gangs' pods get PodScheduled=False
+forgotten, and the gang waits for the next cycle. A DRA gang (workers held by the
+``ringleader.io/gang`` scheduling gate) is decided the same way, under the same queue, but pinned
+instead of bound (``pinning.pin_gang``: claims allocated to the decided GPUs, pods pinned to their
+nodes, then every gate removed; kube-scheduler binds). Waiting gangs' pods get PodScheduled=False
 (Unschedulable) and a FailedScheduling Event, and their PodGroup's status and annotation say
 why, with numbers, once per change of reason.
 """
@@ -18,7 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import datetime
@@ -31,6 +34,7 @@ from ringleader.engines.kubernetes.decide import Assignment, Outcome, decide, jo
 from ringleader.engines.kubernetes.leader import LeaderElector, micro_time
 from ringleader.engines.kubernetes.metrics import Metrics
 from ringleader.engines.kubernetes.objects import PodInfo
+from ringleader.engines.kubernetes.pinning import DraApi, Pin, PinError, pin_gang
 from ringleader.scheduler import BackfillConfig, Code, QueuedJob, QueuePass, Reservation, queue_order
 
 log = logging.getLogger("ringleader.kube.scheduler")
@@ -107,15 +111,20 @@ class Scheduler:
     def __init__(self, api: Api, identity: str, namespace: str = names.SYSTEM_NAMESPACE, lease_seconds: int = 15,
                  events: bool = True, clock: Callable[[], float] = time.monotonic,
                  writers: int = 1, backfill: BackfillConfig | None = None,
-                 wall_clock: Callable[[], float] = time.time) -> None:  # fmt: skip
+                 wall_clock: Callable[[], float] = time.time,
+                 level_keys: Sequence[str] | None = None, hypernodes: bool = False) -> None:  # fmt: skip
         self.api, self.identity, self.events = api, identity, events
+        # Pinning DRA gangs (claims, ResourceSlices, a pod patch) on the same client.
+        self.dra = api if isinstance(api, DraApi) else DraApi(api.api, api.timeout, api.watch_grace)
         # Gangs' Bindings go out on this many threads at once (each gang's in member order);
         # decisions never wait for them.
         self.writers = max(1, writers)
-        self.cache = Cache()
+        # The network tree from these node labels (None: a known convention's), or from HyperNodes.
+        self.cache = Cache(level_keys, hypernodes)
         self.lock = threading.Lock()
         self.metrics = Metrics()
-        self.informers = {kind: Informer(api, kind, self.cache, self.lock, self.metrics) for kind in KINDS}
+        kinds = (*KINDS, names.HYPERNODE_PLURAL) if hypernodes else KINDS
+        self.informers = {kind: Informer(api, kind, self.cache, self.lock, self.metrics) for kind in kinds}
         self.elector = LeaderElector(api, namespace, names.LEASE_NAME, identity, lease_seconds, clock)
         self._told: dict[str, str] = {}  # gang -> the pending reason last reported
         self._waiting: dict[str, tuple[int, int, int, int]] = {}  # gang -> what it was decided on, unfit
@@ -252,17 +261,28 @@ class Scheduler:
                 self._reports += [self._reporter.submit(write, *args) for write, args in later]
 
     def _bind(self, outcome: Outcome) -> BindResult:
+        """One Binding per member; gated members (DRA workers) are pinned instead, the whole
+        gang's at once, then ungated: kube-scheduler binds them where they are pinned."""
         gang, members = outcome.gang.key, outcome.assignments
+        gated = [a for a in members if a.pod.gated]
         bound: list[Assignment] = []
         try:
+            if gated:
+                self._check_lease()
+                pin_gang(self.dra, [Pin(a.pod.namespace, a.pod.name, a.node, a.gpus, self._annotations(a, outcome))
+                                    for a in gated])  # fmt: skip
+                for _ in gated:
+                    self.metrics.bound(True)
             for a in members:
+                if a.pod.gated:
+                    continue
                 self._check_lease()
                 self.api.bind(a.pod.namespace, a.pod.name, a.pod.uid, a.node, self._annotations(a, outcome))
                 bound.append(a)
                 self.metrics.bound(True)
-        except (ApiError, LostLease) as exc:
-            why = exc.message if isinstance(exc, ApiError) else "lost the scheduler Lease"
-            if isinstance(exc, ApiError) and len(bound) < len(members):
+        except (ApiError, PinError, LostLease) as exc:
+            why = exc.message if isinstance(exc, ApiError) else str(exc) or "lost the scheduler Lease"
+            if not isinstance(exc, LostLease) and len(bound) < len(members):
                 self.metrics.bound(False)
             self._roll_back(outcome, bound, why)
             return BindResult(gang, False, why)
