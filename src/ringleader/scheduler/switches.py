@@ -12,14 +12,30 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import Protocol, TypeVar
 
+from ringleader.topology.cluster import NodeSpec
 from ringleader.topology.network import Level
 
 K = TypeVar("K", bound=Hashable)
 
-if TYPE_CHECKING:
-    from ringleader.scheduler.types import NodeState
+
+
+class NodeState(Protocol):
+    """What the index reads of a node (``scheduler.types.NodeState``, which holds this index:
+    named by its shape here, so the two modules do not import each other)."""
+
+    @property
+    def spec(self) -> NodeSpec: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def n_free(self) -> int: ...
+
+
+N = TypeVar("N", bound=NodeState)
 
 Counts = Mapping[int, int]  # free GPUs -> nodes with that many
 Members = Mapping[Hashable, tuple[int, ...]]  # group key -> positions, sorted
@@ -32,7 +48,7 @@ class SwitchIndex:
     members: tuple[Mapping[str, Members], ...]  # per level: switch -> its nodes by group key
 
     @staticmethod
-    def build(nodes: Sequence[NodeState], key_of: Callable[[NodeState], Hashable]) -> SwitchIndex:
+    def build(nodes: Sequence[N], key_of: Callable[[N], Hashable]) -> SwitchIndex:
         """The index of ``nodes``; without levels when none of them has a place in a network
         tree (kept all the same, so that a commit does not look for a tree again)."""
         levels = next((ns.spec.network.levels for ns in nodes if ns.spec.network is not None), ())
@@ -50,7 +66,7 @@ class SwitchIndex:
         )  # fmt: skip
 
     def updated(
-        self, changes: Iterable[tuple[int, NodeState, NodeState]], key_of: Callable[[NodeState], Hashable]
+        self, changes: Iterable[tuple[int, N, N]], key_of: Callable[[N], Hashable]
     ) -> SwitchIndex:
         """The index after each (position, old, new) node change (copies only what changes)."""
         if not self.levels:
