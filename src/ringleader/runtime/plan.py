@@ -16,6 +16,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 RANK_MODULE = "ringleader.runtime.rank"
+# A rank's wrapper runs as this file, isolated (-I) and without site-packages (-S): it needs only
+# the standard library, and the site and package imports were a quarter of each rank's start.
+RANK_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rank.py")
 
 
 class _Slot(Protocol):
@@ -61,10 +64,12 @@ class StoredPlacement:
 
 
 def rank_wrapper(plan: Path, launcher: bool = False, rank: int | None = None) -> list[str]:
-    """The argv prefix that runs a program under ringleader's rank wrapper."""
-    cmd = [sys.executable, "-m", RANK_MODULE, str(plan)]
+    """The argv prefix that runs a program under ringleader's rank wrapper. A launcher runs it
+    as a module: for ranks on ssh hosts it imports ringleader's demultiplexer."""
     if launcher:
-        cmd.append("--launcher")
+        cmd = [sys.executable, "-m", RANK_MODULE, str(plan), "--launcher"]
+    else:
+        cmd = [sys.executable, "-I", "-S", RANK_FILE, str(plan)]
     if rank is not None:
         cmd += ["--rank", str(rank)]
     return [*cmd, "--"]
