@@ -101,7 +101,7 @@ class Supervisor:
         self.deadline: float | None = None  # time.monotonic() at which the time limit is reached
         self.timed_out = False
         self.spec: JobSpec | None = None
-        self.nodes: list[NodeSpec] | None = None  # where the job's ranks run
+        self.nodes: Sequence[NodeSpec | str] | None = None  # where the job's ranks run (see containers.Nodes)
         self.not_started: str | None = None  # why no rank could start (the image could not be had)
 
     def log(self, message: str) -> None:
@@ -157,15 +157,15 @@ class Supervisor:
         with self.db.read() as conn:
             kinds = store.node_kinds(conn)
             remote = any(kinds[n].remote for n in placement.nodes)
-            # Full node specs only where they are used: ssh hosts and images.
-            nodes = {n.name: n for n in store.get_nodes(conn)} if remote or spec.image else {}
+            # Full node specs only for ssh hosts.
+            nodes = {n.name: n for n in store.get_nodes(conn)} if remote else {}
             settings = json.loads(store.get_meta(conn, HOSTS_SETTINGS) or "{}") if remote else {}
         plan = build_plan(spec.name, placement, kinds, spec.env, self.home)
         pfile = plan_path(self.home, spec.name)
         pfile.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         local = spec
         if spec.image:
-            if self.resolve_image(spec, [nodes[n] for n in placement.nodes]):
+            if self.resolve_image(spec, [nodes[n] if remote else n for n in placement.nodes]):
                 return True
             from ringleader.runtime.containers import guard_here
 
@@ -198,7 +198,7 @@ class Supervisor:
             return False
         return True
 
-    def resolve_image(self, spec: JobSpec, nodes: list[NodeSpec]) -> bool:
+    def resolve_image(self, spec: JobSpec, nodes: Sequence[NodeSpec | str]) -> bool:
         """The job's image made present once on each host of its ranks, before any starts (per
         its --image-pull-policy); when it cannot be, every instance fails with the one-line reason."""
         from ringleader.engines.embedded.containers import resolve_image
