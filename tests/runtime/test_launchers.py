@@ -11,6 +11,7 @@ import pytest
 from ringleader.engines.embedded.supervisor import rewrite_mpirun
 from ringleader.errors import UsageError
 from ringleader.jobs.commandline import check_np, is_mpirun, read_line
+from ringleader.runtime.plan import RANK_FILE
 
 SEED = (
     'mpirun --allow-run-as-root -np "4" -bind-to none -map-by slot -x NCCL_DEBUG=INFO '
@@ -41,7 +42,7 @@ def test_rewrite_owns_np_and_hosts_and_wraps_each_rank() -> None:
     assert out.count("--allow-run-as-root") == 1
     for opt in ("-map-by", "NCCL_DEBUG=INFO", "btl_tcp_if_include", "^openib"):
         assert opt in out
-    wrap = out.index("ringleader.runtime.rank")
+    wrap = out.index(RANK_FILE)
     assert out[wrap + 1] == "/p/plan.json" and out[wrap + 2] == "--"
     assert out[wrap + 3 :] == shlex.split(SEED)[-5:]
 

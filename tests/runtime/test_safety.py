@@ -11,10 +11,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from ringleader.engines.embedded import store
 from ringleader.engines.embedded.engine import Runtime
 from ringleader.jobs.states import JobStatus
-from ringleader.runtime.plan import RANK_MODULE, instance_targets, plan_path, state_path
+from ringleader.runtime.plan import RANK_FILE, RANK_MODULE, instance_targets, plan_path, state_path
 from ringleader.runtime.procs import alive, start_time
 from statedb import supervisor_of
 
@@ -114,11 +116,12 @@ def test_supervisor_stops_its_processes_when_its_job_disappears(small: Runtime, 
                what="the supervisor to stop the job's processes")  # fmt: skip
 
 
-def test_delete_stops_a_wrapper_not_yet_recorded(small: Runtime, h, tmp_path) -> None:
+@pytest.mark.parametrize("wrapper", [RANK_MODULE, RANK_FILE], ids=["launcher", "rank"])
+def test_delete_stops_a_wrapper_not_yet_recorded(small: Runtime, h, tmp_path, wrapper: str) -> None:
     small.submit(h.spec("race", waiter(tmp_path / "release")))
     h.wait_for(lambda: started(small, "race"), what="the worker to start")
     # A wrapper started for this job whose pid nobody recorded yet (found by its plan file).
-    stray = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "-m", RANK_MODULE,
+    stray = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", wrapper,
                               str(plan_path(small.home, "race"))], start_new_session=True)  # fmt: skip
     try:
         h.wait_for(lambda: start_time(stray.pid) is not None, what="the stray to start")

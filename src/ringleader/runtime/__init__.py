@@ -2,6 +2,6 @@
 Slurm): the rank wrapper and its wire format, the per-rank plan files, process control and
 containers.
 
-The rank wrapper (``python -m ringleader.runtime.rank``) starts once per rank: this package
+The rank wrapper (``runtime/rank.py``, run as a file) starts once per rank: this package
 imports nothing, and the wrapper only the standard library. Never imports an engine.
 """

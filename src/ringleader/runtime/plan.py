@@ -10,29 +10,73 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from ringleader.scheduler import Placement
-    from ringleader.topology import NodeSpec
+from typing import Any, Protocol
 
 RANK_MODULE = "ringleader.runtime.rank"
+# A rank's wrapper runs as this file, isolated (-I) and without site-packages (-S): it needs only
+# the standard library, and the site and package imports were a quarter of each rank's start.
+RANK_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rank.py")
+
+
+class _Slot(Protocol):
+    """A rank's place: a scheduler WorkerSlot, or a Slot read back from the state."""
+
+    @property
+    def index(self) -> int: ...
+    @property
+    def node(self) -> str: ...
+    @property
+    def gpus(self) -> Sequence[int]: ...
+
+
+class _Placed(Protocol):
+    @property
+    def slots(self) -> Sequence[_Slot]: ...
+
+
+class _Node(Protocol):
+    @property
+    def emulated(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Slot:
+    index: int
+    node: str
+    gpus: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class StoredPlacement:
+    """A placement as stored (jobs.codec's JSON), read without the scheduler and the topology
+    packages: a job's supervisor starts its ranks from it, and every import there delays them."""
+
+    slots: tuple[Slot, ...]
+    nodes: tuple[str, ...]
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StoredPlacement:
+        slots = tuple(Slot(int(w["index"]), str(w["node"]), tuple(w["gpus"])) for w in data["workers"])
+        return cls(slots, tuple(str(n) for n in data["nodes"]))
 
 
 def rank_wrapper(plan: Path, launcher: bool = False, rank: int | None = None) -> list[str]:
-    """The argv prefix that runs a program under ringleader's rank wrapper."""
-    cmd = [sys.executable, "-m", RANK_MODULE, str(plan)]
+    """The argv prefix that runs a program under ringleader's rank wrapper. A launcher runs it
+    as a module: for ranks on ssh hosts it imports ringleader's demultiplexer."""
     if launcher:
-        cmd.append("--launcher")
+        cmd = [sys.executable, "-m", RANK_MODULE, str(plan), "--launcher"]
+    else:
+        cmd = [sys.executable, "-I", "-S", RANK_FILE, str(plan)]
     if rank is not None:
         cmd += ["--rank", str(rank)]
     return [*cmd, "--"]
 
 
 def build_plan(
-    job: str, placement: Placement, nodes: dict[str, NodeSpec], env: dict[str, str], home: Path
+    job: str, placement: _Placed, nodes: Mapping[str, _Node], env: dict[str, str], home: Path
 ) -> dict[str, Any]:
     """Per rank: node, its GPUs, local rank, log and state file; what the rank wrapper reads.
 
@@ -44,14 +88,15 @@ def build_plan(
     by_node: dict[str, list[int]] = {}
     for slot in placement.slots:
         by_node.setdefault(slot.node, []).append(slot.index)
-    node_order = list(placement.nodes)
+    node_order = list(by_node)  # first appearance: Placement.nodes
     for slot in placement.slots:
         peers = by_node[slot.node]
+        node_gpus = [g for s in placement.slots if s.node == slot.node for g in s.gpus]  # Placement.gpus_on
         instance = f"{job}-worker-{slot.index}"
         ranks.append({
             "rank": slot.index, "instance": instance, "node": slot.node,
             "node_rank": node_order.index(slot.node), "gpus": list(slot.gpus),
-            "node_gpus": list(placement.gpus_on(slot.node)), "local_rank": peers.index(slot.index),
+            "node_gpus": node_gpus, "local_rank": peers.index(slot.index),
             "local_world_size": len(peers), "emulated": nodes[slot.node].emulated,
             "log": str(log_path(home, job, instance)), "state": str(state_path(home, job, instance)),
         })  # fmt: skip

@@ -1,4 +1,5 @@
-"""The rank wrapper: ``python -m ringleader.runtime.rank PLAN [--launcher | --rank N] -- PROGRAM``.
+"""The rank wrapper: ``python -I -S .../rank.py PLAN --rank N -- PROGRAM`` (or ``python -m
+ringleader.runtime.rank PLAN --launcher -- MPIRUN ...``: a launcher may import the demultiplexer).
 
 Runs one instance's program with that rank's environment (GPUs, torchrun variables), writes its
 output with timestamps to the instance's log (and, under mpirun, to stdout too), records its pid,

@@ -8,24 +8,31 @@ import json
 import sqlite3
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ringleader.jobs.spec import JobSpec
 from ringleader.runtime import containers
 from ringleader.runtime.plan import job_env, plan_path
-from ringleader.topology import NodeSpec
+
+if TYPE_CHECKING:
+    from ringleader.topology import NodeSpec
+
+# A job's nodes: each a NodeSpec, or for a node on this host (emulated or the local one) its name
+# alone, so a supervisor starting a job here decodes no topology.
+Nodes = Sequence["NodeSpec | str"]
 
 REMOTE_PULL_S = 1800.0  # a pull of a large training image over a slow link
 
 
-def _runners(home: Path, spec: JobSpec, nodes: Sequence[NodeSpec],
+def _runners(home: Path, spec: JobSpec, nodes: Nodes,
              cancelled: Callable[[], bool]) -> list[tuple[str, containers.Runner]]:  # fmt: skip
     """(where, runner) once per host the job's ranks run on: this host for its own and emulated
     nodes, then each ssh host."""
     env = job_env(spec.submit_env)
     out: list[tuple[str, containers.Runner]] = []
-    if any(n.address is None for n in nodes):
+    remote = [n for n in nodes if not isinstance(n, str) and n.address is not None]
+    if len(remote) < len(nodes):
         out.append(("this host", containers.local_runner(env, cancelled)))
-    remote = [n for n in nodes if n.address is not None]
     if remote:
         from ringleader.engines.embedded.hosts.ssh import HostError, run_remote, write_config
 
@@ -46,7 +53,7 @@ def _runners(home: Path, spec: JobSpec, nodes: Sequence[NodeSpec],
     return out
 
 
-def resolve_image(home: Path, spec: JobSpec, nodes: Sequence[NodeSpec], cancelled: Callable[[], bool]) -> str | None:
+def resolve_image(home: Path, spec: JobSpec, nodes: Nodes, cancelled: Callable[[], bool]) -> str | None:
     """The job's image made present on every host its ranks run on (per --image-pull-policy):
     None, or the first host's one-line reason why it cannot be."""
     runtime = containers.container_runtime_of(spec.command)
@@ -60,7 +67,7 @@ def resolve_image(home: Path, spec: JobSpec, nodes: Sequence[NodeSpec], cancelle
     return None
 
 
-def remove_containers(home: Path, spec: JobSpec, nodes: Sequence[NodeSpec]) -> None:
+def remove_containers(home: Path, spec: JobSpec, nodes: Nodes) -> None:
     """What the job's ranks left in the container runtime of every host they ran on."""
     runtime = containers.container_runtime_of(spec.command) if spec.image else None
     if runtime is None:

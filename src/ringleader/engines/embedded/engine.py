@@ -47,6 +47,7 @@ from ringleader.jobs.states import JobStatus
 from ringleader.jobs.support import Support
 from ringleader.jobs.views import GpuUsage, JobView, NodeHealth, SubmitResult
 from ringleader.runtime.plan import (
+    RANK_FILE,
     RANK_MODULE,
     instance_targets,
     log_path,
@@ -419,7 +420,8 @@ class Runtime:
             signal_proc(row["supervisor_pid"], row["supervisor_start"], signal.SIGKILL)
         targets = [t for i in insts for t in instance_targets(self.home, name, i["name"], i["pid"], i["pid_start"])]
         # A wrapper the supervisor started but had not recorded yet: found by its plan file.
-        targets += find_by_args(RANK_MODULE, str(plan_path(self.home, name)))
+        for wrapper in (RANK_MODULE, RANK_FILE):  # a launcher's, a rank's
+            targets += find_by_args(wrapper, str(plan_path(self.home, name)))
         stop_all(list(dict.fromkeys(targets)), grace_s)
 
     def _containers(self, names: Sequence[str]) -> list[tuple[JobSpec, list[NodeSpec]]]:

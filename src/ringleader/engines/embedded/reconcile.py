@@ -12,13 +12,16 @@ from __future__ import annotations
 import sqlite3
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ringleader.engines.embedded import store
 from ringleader.engines.embedded.liveness import lease_seconds, seconds_since, stale_for
 from ringleader.jobs.states import InstanceStatus, JobStatus
 from ringleader.runtime.plan import instance_targets, read_state, state_path
 from ringleader.runtime.procs import alive, signal_proc
-from ringleader.topology import NodeSpec
+
+if TYPE_CHECKING:
+    from ringleader.topology import NodeSpec
 
 # A job placed this recently may still be waiting for its supervisor to start and claim it.
 LAUNCH_GRACE_S = 30.0

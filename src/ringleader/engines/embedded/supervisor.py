@@ -23,19 +23,18 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ringleader.engines.embedded import store
 from ringleader.engines.embedded.lifecycle import HOSTS_SETTINGS, finish_job, schedule_pass, spawn_supervisors
 from ringleader.engines.embedded.liveness import PEER_CHECK_S, Heartbeat
-from ringleader.engines.embedded.reconcile import reconcile
 from ringleader.engines.embedded.watchdog import ensure_watchdog
 from ringleader.errors import RingleaderError
-from ringleader.jobs.codec import placement_from_dict
 from ringleader.jobs.commandline import is_mpirun, read_line
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import InstanceStatus, JobStatus
 from ringleader.runtime.plan import (
+    StoredPlacement,
     build_plan,
     instance_targets,
     job_env,
@@ -46,8 +45,11 @@ from ringleader.runtime.plan import (
 )  # fmt: skip
 from ringleader.runtime.procs import alive, grace_seconds, start_time, stop_all
 from ringleader.runtime.rank import signal_name
-from ringleader.scheduler.types import approx_duration
-from ringleader.topology import NodeSpec
+
+# Every job's ranks wait for this process to start: what only some jobs need (the scheduler and
+# topology packages behind ssh hosts, images, a queue pass, reconciliation) is imported where used.
+if TYPE_CHECKING:
+    from ringleader.topology import NodeSpec
 
 POLL_S = 0.25
 # After adoption: how long an instance with neither a pid nor a state file may still be a
@@ -99,7 +101,7 @@ class Supervisor:
         self.deadline: float | None = None  # time.monotonic() at which the time limit is reached
         self.timed_out = False
         self.spec: JobSpec | None = None
-        self.nodes: list[NodeSpec] | None = None  # where the job's ranks run
+        self.nodes: Sequence[NodeSpec | str] | None = None  # where the job's ranks run (see containers.Nodes)
         self.not_started: str | None = None  # why no rank could start (the image could not be had)
 
     def log(self, message: str) -> None:
@@ -151,32 +153,37 @@ class Supervisor:
 
     def launch(self, spec: JobSpec, placement_data: dict[str, Any]) -> bool:
         """Start every instance; False if the job was deleted meanwhile (then all is stopped)."""
+        placement = StoredPlacement.from_dict(placement_data)
         with self.db.read() as conn:
-            nodes = {n.name: n for n in store.get_nodes(conn)}
-            settings = json.loads(store.get_meta(conn, HOSTS_SETTINGS) or "{}")
-        placement = placement_from_dict(spec.name, placement_data)
-        plan = build_plan(spec.name, placement, nodes, spec.env, self.home)
+            kinds = store.node_kinds(conn)
+            remote = any(kinds[n].remote for n in placement.nodes)
+            # Full node specs only for ssh hosts.
+            nodes = {n.name: n for n in store.get_nodes(conn)} if remote else {}
+            settings = json.loads(store.get_meta(conn, HOSTS_SETTINGS) or "{}") if remote else {}
+        plan = build_plan(spec.name, placement, kinds, spec.env, self.home)
         pfile = plan_path(self.home, spec.name)
         pfile.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         local = spec
         if spec.image:
-            if self.resolve_image(spec, [nodes[n] for n in placement.nodes]):
+            if self.resolve_image(spec, [nodes[n] if remote else n for n in placement.nodes]):
                 return True
             from ringleader.runtime.containers import guard_here
 
             local = dataclasses.replace(spec, command=guard_here(spec.command))  # for ranks on this host
-        if any(nodes[n].address is not None for n in placement.nodes):
+        if remote:
             # Ranks on ssh hosts: one mpirun on this machine starts them all (see engines.embedded.hosts).
             from ringleader.engines.embedded.hosts.launch import hosts_command, master_address
+            from ringleader.jobs.codec import placement_from_dict
 
-            plan.update(hosts=True, master_addr=master_address(placement, nodes, settings))
+            address = master_address(placement_from_dict(spec.name, placement_data), nodes, settings)
+            plan.update(hosts=True, master_addr=address)
             plan["env"] = {**settings.get("env", {}), **plan["env"]}
             _write_private(pfile, json.dumps(plan, indent=1))
             argv, detail = hosts_command(spec, plan, pfile, nodes, self.home, settings)
             self._start(f"{spec.name}-launcher", [*rank_wrapper(pfile, launcher=True), *argv], spec)
         elif is_mpirun(spec.command):
             _write_private(pfile, json.dumps(plan, indent=1))
-            emulated = any(nodes[n].emulated for n in placement.nodes)
+            emulated = any(kinds[n].emulated for n in placement.nodes)
             argv = rewrite_mpirun(local.command, spec.workers, emulated, pfile)
             self._start(f"{spec.name}-launcher", [*rank_wrapper(pfile, launcher=True), *argv], spec)
             detail = shlex.join(argv)
@@ -191,7 +198,7 @@ class Supervisor:
             return False
         return True
 
-    def resolve_image(self, spec: JobSpec, nodes: list[NodeSpec]) -> bool:
+    def resolve_image(self, spec: JobSpec, nodes: Sequence[NodeSpec | str]) -> bool:
         """The job's image made present once on each host of its ranks, before any starts (per
         its --image-pull-policy); when it cannot be, every instance fails with the one-line reason."""
         from ringleader.engines.embedded.containers import resolve_image
@@ -408,12 +415,16 @@ class Supervisor:
             return
         self.peers_checked_at = time.monotonic()
         ensure_watchdog(self.home)  # the last supervisor's watcher (see watchdog)
+        from ringleader.engines.embedded.reconcile import reconcile
+
         try:
             reconcile(self.db)
         except (RingleaderError, sqlite3.OperationalError, OSError) as exc:
             self.log(f"peer check skipped: {exc}")
 
     def _limit_text(self) -> str:
+        from ringleader.scheduler.types import approx_duration
+
         limit = self.time_limit_s or 0.0
         return f"{limit:g} s" if limit < 90 else approx_duration(limit).removeprefix("~")
 
@@ -490,6 +501,8 @@ class Supervisor:
             self.finalize()
         # Every supervisor reconciles when its job ends, so a peer whose supervisor was lost is
         # noticed (GPUs freed or the job adopted) without anyone running a command.
+        from ringleader.engines.embedded.reconcile import reconcile
+
         store.until_recorded(self.home, lambda: reconcile(self.db), self.log)
         return 0
 

@@ -1,0 +1,111 @@
+"""How long a trivial 2-rank job takes on the embedded engine, submit to SUCCEEDED, by phase.
+
+    python benchmarks/job_start.py --reps 10                          # this checkout
+    python benchmarks/job_start.py --reps 10 --image IMAGE            # the same job with --image
+    python benchmarks/job_start.py --reps 10 --src OLD/src --src src  # two source trees, interleaved
+
+Each repetition runs, in a fresh process (a program using the Python API: ringleader imported
+and one job run before the clock starts, as in container_overhead.py) and a fresh state folder
+on this host's local node, `submit` of a 2-worker 0-GPU job `-- true` (or `--image IMAGE --
+true`), then polls it every 20 ms until SUCCEEDED. With several --src trees the repetitions
+alternate between them, so each sees the same load; with --image each repetition also times
+the two hand-typed `podman run`s of container_overhead.py, and the ratio is reported.
+Phases, from the rank wrappers' state files and the job's record:
+submit (the call), to ranks (its return to the first rank wrapper's start), ranks (first start to
+last end), to SUCCEEDED (last rank end to the recorded end), and the total the poller saw.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from container_overhead import by_hand  # this folder is on sys.path: the script's own
+
+PHASES = ("submit", "to ranks", "ranks", "to SUCCEEDED", "total")
+
+
+def one_job(home: Path, image: str | None, name: str = "bench") -> list[float]:
+    from ringleader.engines.embedded.engine import JobSpec, Runtime
+    from ringleader.jobs.states import JobStatus
+
+    os.environ["RINGLEADER_HOME"] = str(home)
+    started = time.time()
+    with Runtime.open(home) as rt:
+        rt.submit(JobSpec(name, 2, 0, ["true"], image=image))
+        submitted = time.time()
+        while not (view := rt.get(name)).status.is_terminal():
+            time.sleep(0.02)
+        seen = time.time()
+    assert view.status is JobStatus.SUCCEEDED, view.reason
+    states = [json.loads(p.read_text()) for p in (home / "run" / name).glob(f"{name}-worker-*.json")]
+    first = min(s["started_at"] for s in states)
+    last = max(s["ended_at"] for s in states)
+    ended = view.ended_at or seen
+    return [submitted - started, first - submitted, last - first, ended - last, seen - started]
+
+
+def measure(src: str | None, home: Path, image: str | None) -> list[float]:
+    """One job in a fresh process importing ringleader from ``src`` (None: as installed)."""
+    env = dict(os.environ)
+    if src is not None:
+        env["PYTHONPATH"] = str(Path(src).resolve())
+    argv = [sys.executable, __file__, "--one", str(home), *(["--image", image] if image else [])]
+    out = subprocess.run(argv, env=env, check=True, capture_output=True, text=True).stdout
+    return [float(x) for x in out.split()]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--image")
+    parser.add_argument("--reps", type=int, default=10)
+    parser.add_argument("--src", action="append", help="a source tree to import ringleader from (repeatable)")
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        one_job(Path(args.one + "-warm"), args.image, "warm")  # this process's lazy imports
+        print(" ".join(f"{x:.4f}" for x in one_job(Path(args.one), args.image)))
+        return 0
+    trees: list[str | None] = list(args.src or [None])
+    runs: dict[str | None, list[list[float]]] = {t: [] for t in trees}
+    hand: list[float] = []
+    podman = shutil.which("podman")
+    if args.image and podman is None:
+        print("--image needs podman (for the hand-typed baseline)", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="ringleader-bench-") as folder:
+        for tree in trees:  # warm: page cache, compiled bytecode, the runtime's storage
+            measure(tree, Path(folder) / f"warm-{trees.index(tree)}", args.image)
+        for rep in range(args.reps):
+            if args.image and podman:
+                hand.append(by_hand(podman, args.image))
+            for i, tree in enumerate(trees):
+                runs[tree].append(measure(tree, Path(folder) / f"{rep}-{i}", args.image))
+    print(f"2-rank `true` job{' --image ' + args.image if args.image else ''}, {args.reps} reps, medians in s")
+    print(f"{'source':<40}" + "".join(f"{p:>14}" for p in PHASES))
+    medians = {}
+    for tree in trees:
+        medians[tree] = [statistics.median(col) for col in zip(*runs[tree], strict=True)]
+        print(f"{tree or '(installed)':<40}" + "".join(f"{m:>14.3f}" for m in medians[tree]))
+    if len(trees) > 1:
+        base = medians[trees[0]][-1]
+        for tree in trees[1:]:
+            print(f"total {tree} / {trees[0]}: {medians[tree][-1] / base:.2f}")
+    if hand:
+        h = statistics.median(hand)
+        print(f"by hand (2 x podman run): median {h:.3f} s; total / by hand: "
+              + ", ".join(f"{tree or '(installed)'} {medians[tree][-1] / h:.2f}x" for tree in trees))
+    print(f"load average {os.getloadavg()[0]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
