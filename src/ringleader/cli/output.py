@@ -64,8 +64,12 @@ def refreshing(seconds: float | None, draw: Callable[[], None]) -> None:
     if seconds is None:
         draw()
         return
+    import signal
     import time
 
+    # Ctrl-C is how a refresh ends: make sure it raises here even when this process was started
+    # with SIGINT ignored (a non-interactive shell's background job, nohup), or it never ends.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     tty = sys.stdout.isatty()
     try:
         for frame in itertools.count():
