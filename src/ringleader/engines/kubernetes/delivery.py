@@ -131,18 +131,11 @@ def env_policy(runtime_class: str | None, trusted: Sequence[str] = TRUSTED_NAMES
                          "!has(c.envFrom)"))  # fmt: skip
     plugin = ("object.spec.containers.exists(c, has(c.resources) && has(c.resources.limits) && "
               "'nvidia.com/gpu' in c.resources.limits)")  # fmt: skip
-    policy = {
-        "apiVersion": ADMISSION, "kind": "ValidatingAdmissionPolicy", "metadata": {"name": ENV_POLICY},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [{
-                "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
-                "resources": ["pods", "pods/ephemeralcontainers"]}]},
-            "variables": [{"name": "templated", "expression": templated},
-                          {"name": "devicePluginPod", "expression": plugin}],
-            "validations": _env_rules(runtime_class),
-        },
-    }  # fmt: skip
+    policy = _policy(ENV_POLICY, ["CREATE", "UPDATE"], ["pods", "pods/ephemeralcontainers"], {
+        "variables": [{"name": "templated", "expression": templated},
+                      {"name": "devicePluginPod", "expression": plugin}],
+        "validations": _env_rules(runtime_class),
+    })  # fmt: skip
     return [policy, _binding(ENV_POLICY, {"namespaceSelector": {"matchExpressions": [
         {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": sorted(set(trusted))}]}})]  # fmt: skip
 
@@ -160,27 +153,28 @@ def agent_policy(agent_account: str) -> list[dict[str, Any]]:
             "object.metadata.annotations[k] == oldObject.metadata.annotations[k])))")  # fmt: skip
     added = (f"(!has(object.metadata.annotations) || object.metadata.annotations.all(k, k in {ours} || "
              "(has(oldObject.metadata.annotations) && k in oldObject.metadata.annotations)))")  # fmt: skip
-    policy = {
-        "apiVersion": ADMISSION, "kind": "ValidatingAdmissionPolicy", "metadata": {"name": AGENT_POLICY},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [{
-                "apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
-                "resources": ["nodes", "nodes/status"]}]},
-            "matchConditions": [{"name": "is-the-agent", "expression": f"request.userInfo.username == '{user}'"}],
-            "validations": [
-                {"expression": f"has(request.userInfo.extra) && '{NODE_NAME_EXTRA}' in request.userInfo.extra && "
-                               f"request.userInfo.extra['{NODE_NAME_EXTRA}'].exists(n, n == object.metadata.name)",
-                 "message": "the ringleader agent may change only the node its pod runs on", "reason": "Forbidden"},
-                {"expression": f"request.subResource == 'status' || ({same_labels} && {kept} && {added} && "
-                               "object.spec == oldObject.spec)",
-                 "message": f"the ringleader agent may change only the annotations "
-                            f"{', '.join(names.AGENT_ANNOTATIONS)} of its node",
-                 "reason": "Forbidden"},
-            ],
-        },
-    }  # fmt: skip
+    policy = _policy(AGENT_POLICY, ["UPDATE"], ["nodes", "nodes/status"], {
+        "matchConditions": [{"name": "is-the-agent", "expression": f"request.userInfo.username == '{user}'"}],
+        "validations": [
+            {"expression": f"has(request.userInfo.extra) && '{NODE_NAME_EXTRA}' in request.userInfo.extra && "
+                           f"request.userInfo.extra['{NODE_NAME_EXTRA}'].exists(n, n == object.metadata.name)",
+             "message": "the ringleader agent may change only the node its pod runs on", "reason": "Forbidden"},
+            {"expression": f"request.subResource == 'status' || ({same_labels} && {kept} && {added} && "
+                           "object.spec == oldObject.spec)",
+             "message": f"the ringleader agent may change only the annotations "
+                        f"{', '.join(names.AGENT_ANNOTATIONS)} of its node",
+             "reason": "Forbidden"},
+        ],
+    })  # fmt: skip
     return [policy, _binding(AGENT_POLICY, {})]
+
+
+def _policy(name: str, operations: list[str], resources: list[str], rules: dict[str, Any]) -> dict[str, Any]:
+    """A ValidatingAdmissionPolicy over core ``resources`` that fails closed."""
+    match = {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": operations,
+                                "resources": resources}]}  # fmt: skip
+    return {"apiVersion": ADMISSION, "kind": "ValidatingAdmissionPolicy", "metadata": {"name": name},
+            "spec": {"failurePolicy": "Fail", "matchConstraints": match, **rules}}  # fmt: skip
 
 
 def _binding(policy: str, match: dict[str, Any]) -> dict[str, Any]:
