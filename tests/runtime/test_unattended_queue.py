@@ -189,3 +189,24 @@ def test_supervisor_outlasts_a_write_lock_held_longer_than_the_lock_timeout(
     view = small.get("patient")
     assert view.status is JobStatus.SUCCEEDED and view.reason is None  # recorded by its own supervisor
     assert "Traceback" not in (small.home / "run" / "patient" / "supervisor.log").read_text()
+
+
+def test_the_watchdog_leaves_a_state_no_command_can_open(small: Runtime, tmp_path: Path) -> None:
+    """A state folder refused to every command (here a link in place of its logs folder) has
+    nothing to watch: the watchdog says why in its log and exits, instead of living for ever."""
+    import shutil
+    import subprocess
+    import sys
+
+    logs = small.home / "logs"
+    shutil.rmtree(logs, ignore_errors=True)
+    logs.symlink_to(tmp_path)
+    try:
+        started = time.monotonic()
+        done = subprocess.run([sys.executable, "-m", "ringleader.engines.embedded.watchdog", str(small.home)],
+                              capture_output=True, text=True, timeout=30)  # fmt: skip
+        took = time.monotonic() - started
+    finally:
+        logs.unlink()
+    assert done.returncode == 1 and "stopped:" in done.stdout and "symbolic link" in done.stdout, done
+    assert took < PEER_CHECK_S + 10

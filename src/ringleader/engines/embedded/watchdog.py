@@ -125,6 +125,11 @@ def watch(home: Path) -> int:
             finally:
                 db.close()
         except (RingleaderError, sqlite3.OperationalError, OSError) as exc:
+            if not (store.busy(exc) or store.disk_full(exc)):
+                # A state no command can open either (a link in its place, damage): nothing to
+                # watch until a user mends it, and the next supervisor starts a watchdog again.
+                _log(f"stopped: {exc}")
+                return 1
             _log(f"check skipped: {exc}")  # busy or full: the next check tries again
             continue
         if adopted_or_finished:
