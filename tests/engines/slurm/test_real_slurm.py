@@ -195,9 +195,15 @@ def test_torch_gloo_rendezvous_across_two_nodes_from_the_rank_environment(engine
     assert (world, total) == ("2", "3") and master.startswith("10.213.")
 
 
+def training(engine: SlurmEngine, job: str) -> bool:
+    instances = engine.get(job).instances
+    return bool(instances) and all(i.pid and "training" in engine.logs(job, i.name) for i in instances)
+
+
 def test_delete_lets_every_rank_write_its_checkpoint_on_sigterm(engine: SlurmEngine, tmp_path: Path) -> None:
     engine.submit(job("ckpt", 2, 1, [PY, "-c", checkpointing_rank(tmp_path)]))
-    wait_for(lambda: all(i.pid for i in engine.get("ckpt").instances), 60, "both ranks running")
+    # Training: their SIGTERM handler is in place (a pid alone may be a program still starting).
+    wait_for(lambda: training(engine, "ckpt"), 60, "both ranks to train")
     engine.delete(["ckpt"])
     wait_for(lambda: len(list(tmp_path.glob("ckpt-*.terms"))) == 2, 10, "both ranks to write their checkpoint")
     for rank in ("0", "1"):
@@ -207,7 +213,8 @@ def test_delete_lets_every_rank_write_its_checkpoint_on_sigterm(engine: SlurmEng
 
 def test_delete_now_stops_every_rank_and_frees_the_gpus(engine: SlurmEngine, tmp_path: Path) -> None:
     engine.submit(job("hasty", 2, 1, [PY, "-c", checkpointing_rank(tmp_path)]))
-    wait_for(lambda: all(i.pid for i in engine.get("hasty").instances), 60, "both ranks running")
+    # Training: their SIGTERM handler is in place (a pid alone may be a program still starting).
+    wait_for(lambda: training(engine, "hasty"), 60, "both ranks to train")
     pids = [i.pid for i in engine.get("hasty").instances]
     engine.delete(["hasty"], now=True)
     wait_for(lambda: not any(_alive(p) for p in pids if p), 30, "rank processes gone")
