@@ -122,6 +122,16 @@ class Api:
             resp.release_conn()  # back to the pool for the next request, not left to the GC
         return json.loads(data) if data else {}
 
+    def _found(self, call: Any, *args: Any) -> dict[str, Any] | None:
+        """A read of one object: None when the server says 404 (gone, or never there)."""
+        try:
+            found: dict[str, Any] = self._json(call, *args)
+            return found
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
     # -- list + watch ---------------------------------------------------------------------------------
     def _lister(self, kind: str) -> tuple[Any, tuple[Any, ...]]:
         if kind == "nodes":
@@ -254,13 +264,7 @@ class Api:
 
     # -- leases ---------------------------------------------------------------------------------------
     def read_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            body: dict[str, Any] = self._json(self.coordination.read_namespaced_lease, name, namespace)
-            return body
-        except ApiError as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return self._found(self.coordination.read_namespaced_lease, name, namespace)
 
     def create_lease(self, namespace: str, lease: Mapping[str, Any]) -> dict[str, Any]:
         body: dict[str, Any] = self._json(self.coordination.create_namespaced_lease, namespace, dict(lease))
@@ -288,14 +292,7 @@ class JobsApi(Api):
         return created
 
     def get_mpijob(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            found: dict[str, Any] = self._json(self.custom.get_namespaced_custom_object,
-                                               *self._mpijobs(namespace), name)  # fmt: skip
-            return found
-        except ApiError as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return self._found(self.custom.get_namespaced_custom_object, *self._mpijobs(namespace), name)
 
     def list_mpijobs(self, namespace: str) -> list[dict[str, Any]]:
         body = self._json(self.custom.list_namespaced_custom_object, *self._mpijobs(namespace))
@@ -314,13 +311,7 @@ class JobsApi(Api):
 
     def get_podgroup(self, namespace: str, name: str) -> dict[str, Any] | None:
         group = (names.PODGROUP_GROUP, names.PODGROUP_VERSION, namespace, names.PODGROUP_PLURAL)
-        try:
-            found: dict[str, Any] = self._json(self.custom.get_namespaced_custom_object, *group, name)
-            return found
-        except ApiError as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return self._found(self.custom.get_namespaced_custom_object, *group, name)
 
     def pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         body = self._json(self.core.list_namespaced_pod, namespace, label_selector=selector)

@@ -62,13 +62,7 @@ class EngineApi(JobsApi):
                                              "ringleader's job rights into it), or use -n with yours") from None
 
     def config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            found: dict[str, Any] = self._json(self.core.read_namespaced_config_map, name, namespace)
-            return found
-        except ApiError as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return self._found(self.core.read_namespaced_config_map, name, namespace)
 
     def create(self, namespace: str, body: dict[str, Any]) -> None:
         if body["kind"] == "Secret":
