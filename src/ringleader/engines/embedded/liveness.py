@@ -97,17 +97,25 @@ def rewrite_beat(fd: int, pid: int, pid_start: int | None) -> bool:
         return False
 
 
+def read_beat(path: Path) -> tuple[int, int | None, float | None] | None:
+    """The holder a beat file names, (pid, start time, seconds since its last beat); None when
+    there is none or it is unreadable."""
+    try:
+        beat = json.loads(path.read_text())
+        pid, started = int(beat["pid"]), beat.get("pid_start")
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return pid, started, seconds_since(str(beat.get("at")))
+
+
 def stale_for(home: Path, job: str, pid: int | None, pid_start: int | None) -> float | None:
     """Seconds since the holder (``pid``, ``pid_start``) last beat, when its beat file names it;
     None when it names another process or there is none (then only the pid's liveness counts:
     a holder writes its first beat before it claims the job, see ``Heartbeat``)."""
-    try:
-        beat = json.loads(beat_path(home, job).read_text())
-    except (OSError, ValueError):
+    beat = read_beat(beat_path(home, job))
+    if beat is None or beat[:2] != (pid, pid_start):
         return None
-    if not isinstance(beat, dict) or beat.get("pid") != pid or beat.get("pid_start") != pid_start:
-        return None
-    return seconds_since(str(beat.get("at")))
+    return beat[2]
 
 
 class Heartbeat:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import signal
 import sqlite3
@@ -21,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from ringleader.engines.embedded.liveness import PEER_CHECK_S, Heartbeat, lease_seconds, seconds_since
+from ringleader.engines.embedded.liveness import PEER_CHECK_S, Heartbeat, lease_seconds, read_beat
 from ringleader.errors import RingleaderError
 from ringleader.runtime.procs import alive, signal_proc, start_time
 
@@ -50,12 +49,10 @@ def _held(fd: int) -> bool:
 
 def _stuck_watchdog(home: Path) -> tuple[int, int | None] | None:
     """(pid, start) of a watchdog that holds the lock but stopped beating for the lease."""
-    try:
-        beat = json.loads((home / "run" / BEAT_NAME).read_text())
-        pid, started = int(beat["pid"]), beat.get("pid_start")
-    except (OSError, ValueError, KeyError, TypeError):
+    beat = read_beat(home / "run" / BEAT_NAME)
+    if beat is None:
         return None
-    silent = seconds_since(str(beat.get("at")))
+    pid, started, silent = beat
     if silent is None or silent <= lease_seconds() or not alive(pid, started):
         return None
     return pid, started
