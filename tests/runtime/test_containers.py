@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -18,7 +19,7 @@ from ringleader.engines.embedded.engine import Runtime
 from ringleader.errors import DependencyError, UsageError
 from ringleader.jobs.spec import HOST_ONLY_KEYS, ContainerOptions, JobSpec
 from ringleader.jobs.states import JobStatus
-from ringleader.runtime import container_guard
+from ringleader.runtime import rank as rank_wrapper
 from ringleader.runtime.containers import LABEL, check_cdi, job_label
 from statedb import supervisor_of
 from trainimage import SITE_PACKAGES
@@ -176,6 +177,42 @@ def test_an_image_that_cannot_be_had_is_the_jobs_reason_in_one_line(small: Runti
     assert small.wait("present", 120).status is JobStatus.SUCCEEDED
 
 
+@pytest.mark.slow
+def test_a_job_started_by_its_submit_is_checked_once_and_a_queued_one_again_at_its_start(
+    small: Runtime, h, image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The submit's own question to podman (is the image here?) stands for the supervisor's check
+    when the job starts at once; a job that waited is checked again when it starts, so an image
+    removed meanwhile is its one-line reason, not a rank's exit code 125."""
+    calls = tmp_path / "podman-calls"
+    shim = tmp_path / "bin" / "podman"  # the real podman, each call written down
+    shim.parent.mkdir()
+    real = shutil.which("podman")
+    assert real is not None
+    shim.write_text(f'#!/bin/sh\necho "$*" >> {shlex.quote(str(calls))}\nexec {shlex.quote(real)} "$@"\n')
+    shim.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shim.parent}{os.pathsep}{os.environ['PATH']}")
+    small.submit(h.spec("at-once", ["true"], workers=2, gpus=0, image=image))
+    assert small.wait("at-once", 120).status is JobStatus.SUCCEEDED
+    asked = [c for c in calls.read_text().splitlines() if c.startswith("image exists")]
+    assert asked == [f"image exists {image}"]  # the submit's; the ranks ran: `run` twice
+    assert sum(c.startswith("run ") for c in calls.read_text().splitlines()) == 2
+
+    copy = "localhost/ringleader-test-queued:1"
+    subprocess.run([real, "tag", image, copy], check=True, capture_output=True)
+    try:
+        small.submit(h.spec("blocker", ["sleep", "300"], gpus=4))
+        small.submit(h.spec("waits", ["true"], gpus=1, image=copy))
+        assert small.get("waits").status is JobStatus.PENDING, small.get("waits").reason
+        subprocess.run([real, "rmi", copy], check=True, capture_output=True)  # the tag alone
+        small.delete(["blocker"])
+        view = small.wait("waits", 120)
+    finally:
+        subprocess.run([real, "rmi", "--ignore", copy], capture_output=True)
+    assert view.status is JobStatus.FAILED, view.reason
+    assert view.reason.startswith(f"image {copy} could not be pulled on this host: "), view.reason
+
+
 # -- per-GPU isolation (argv and CDI specs; no GPU here: unverified on one) ---------------------
 
 
@@ -188,11 +225,11 @@ def test_an_image_that_cannot_be_had_is_the_jobs_reason_in_one_line(small: Runti
 def test_each_rank_gets_only_its_own_gpus_numbered_as_the_container_sees_them(
     runtime: str, visible: str, devices: list[str], inside: str
 ) -> None:
-    argv, env = container_guard.completed(["--gpus", runtime, "run", "--rm", "img", "prog"],
+    argv, env = rank_wrapper.completed(["--gpus", runtime, "run", "--rm", "img", "prog"],
                                           {"CUDA_VISIBLE_DEVICES": visible, "X": "1"})  # fmt: skip
     assert argv == [runtime, "run", *devices, "--rm", "img", "prog"]
     assert env == {"CUDA_VISIBLE_DEVICES": inside, "X": "1"}
-    assert container_guard.completed([runtime, "run", "img"], {"CUDA_VISIBLE_DEVICES": visible})[0] == [
+    assert rank_wrapper.completed([runtime, "run", "img"], {"CUDA_VISIBLE_DEVICES": visible})[0] == [
         runtime, "run", "img"]  # a job without GPUs  # fmt: skip
 
 

@@ -1,11 +1,12 @@
 """``--image``: run each rank's program in a container image, through podman or docker.
 
-The container runtime is found on the submitter's PATH and asked to answer (``podman version``,
-``docker version``, which needs the daemon): a docker client whose daemon cannot be reached
-counts as none. With none, the job is refused; an image is never accepted and then ignored.
+The container runtime is found on the submitter's PATH and asked to answer (``podman image
+exists IMAGE``, which also says whether the image is here; ``docker version``, which needs the
+daemon): a docker client whose daemon cannot be reached counts as none. With none, the job is
+refused; an image is never accepted and then ignored.
 
 Each rank's wrapper runs ``RUNTIME run ... IMAGE PROGRAM`` in place of PROGRAM (completed per
-rank by ``container_guard``, which then execs the client), on the host's network, IPC and PID
+rank by the rank wrapper's guard: ``runtime.rank.completed``), on the host's network, IPC and PID
 namespaces (NCCL and Open MPI talk through shared memory and the host's interfaces), in the
 job's working directory mounted at the same path, with the job's environment passed by name
 (``jobs.spec.container_env``: every variable a rank sees without an image but the host's own
@@ -16,21 +17,22 @@ variables: podman passes them by prefix; docker cannot (no wildcards in ``-e``),
 job with an image needs podman.
 
 The image is resolved once per node by the job's supervisor before any rank starts
-(``resolve_image``, per --image-pull-policy); ranks run with ``--pull=never``. Every container
+(``resolve_image``, per --image-pull-policy); ranks run with ``--pull=never``. A job placed by
+its submit and started at once skips that check on this host: the submit's answer, seconds
+old, is the check (``ImageJob.here_at``). Every container
 carries the job's label, and whoever ends the job removes what is left by it
 (``remove_containers``): a killed client leaves a record that no process tree holds.
 """
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import hashlib
 import os
 import re
 import shutil
 import subprocess
-import zlib
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +46,7 @@ from ringleader.jobs.spec import (
     check_image_reference,
     container_env,
 )
-from ringleader.runtime import container_guard
+from ringleader.runtime.rank import GUARD_MARK
 
 PROBE_SECONDS = 20.0
 # Passed by prefix (podman only): what Open MPI's ranks need to join their job, and NCCL's settings.
@@ -60,6 +62,16 @@ CDI_FIX = "run `sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml` on t
 class ContainerRuntime:
     name: str  # "podman" or "docker"
     path: str
+    has_image: bool | None = None  # the image was on this host when the runtime answered; None: not asked
+
+
+@dataclass(frozen=True)
+class ImageJob:
+    """A spec prepared to run in its image (``spec_in_image``)."""
+
+    spec: JobSpec
+    note: str
+    here_at: float | None  # when (wall clock) the submit saw the image on this host; None: not seen
 
 
 def check_image(image: str) -> None:
@@ -70,8 +82,9 @@ def find_runtime(image: str, environ: Mapping[str, str]) -> ContainerRuntime:
     """The first of podman and docker on the submitter's PATH that answers; else a one-line
     refusal naming what was found and why it cannot run containers."""
     reasons = []
-    # `version`, not `info` (0.8 s for podman): docker's answers only through its daemon.
-    probes = {"podman": ["version", "--format", "{{.Client.Version}}"],
+    # Not `info` (0.8 s for podman). podman's `image exists` answers 0 (here) or 1 (not here),
+    # anything else is podman failing; docker's `version` answers only through its daemon.
+    probes = {"podman": ["image", "exists", image],
               "docker": ["version", "--format", "{{.Server.Version}}"]}  # fmt: skip
     for name, probe in probes.items():
         path = shutil.which(name, path=environ.get("PATH"))
@@ -84,7 +97,9 @@ def find_runtime(image: str, environ: Mapping[str, str]) -> ContainerRuntime:
         except (OSError, subprocess.TimeoutExpired):
             reasons.append(f"{name} at {path} did not answer")
             continue
-        if done.returncode == 0 and done.stdout.strip():
+        if name == "podman" and done.returncode in (0, 1):
+            return ContainerRuntime(name, path, has_image=done.returncode == 0)
+        if name == "docker" and done.returncode == 0 and done.stdout.strip():
             return ContainerRuntime(name, path)
         said = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
         reasons.append(f"{name} at {path} cannot run containers ({said[:160]})")
@@ -95,11 +110,12 @@ def find_runtime(image: str, environ: Mapping[str, str]) -> ContainerRuntime:
 
 
 def guard_command() -> list[str]:
-    """``python3 -S -c <container_guard's source>``: it runs wherever a rank runs, ringleader
-    installed there or not."""
-    packed = base64.b64encode(zlib.compress(Path(container_guard.__file__).read_bytes(), 9)).decode()
+    """``python3 -S -c <the rank wrapper's source> --guard``: it runs wherever a rank runs,
+    ringleader installed there or not; a rank wrapper completes it in its own process instead."""
+    from ringleader.runtime.plan import rank_source
+
     # -S: the guard needs only the standard library, not site-packages (a few ms per rank).
-    return ["python3", "-S", "-c", f"import base64,zlib;exec(zlib.decompress(base64.b64decode('{packed}')))"]
+    return ["python3", "-S", "-c", GUARD_MARK + rank_source(), "--guard"]
 
 
 def job_label(home: Path, job: str) -> str:
@@ -159,7 +175,7 @@ def in_image(runtime: ContainerRuntime, image: str, program: Sequence[str], work
              env_names: Iterable[str], gpus: bool, mpi: bool, options: ContainerOptions = NO_OPTIONS,
              label: str | None = None) -> list[str]:  # fmt: skip
     """``program`` as run in ``image``: what each rank's wrapper starts in its place (the
-    container's client, completed per rank by container_guard). The runtime is named, not its
+    container's client, completed per rank by the guard). The runtime is named, not its
     path here: it is found on the PATH of the host each rank runs on."""
     if mpi and runtime.name != "podman":
         raise DependencyError(
@@ -209,16 +225,19 @@ def check_mounts(workdir: str, options: ContainerOptions) -> None:
             raise UsageError(f"--data {source!r}: no such file or folder on this host", "create it or fix the path")
 
 
-def spec_in_image(spec: JobSpec, line: CommandLine, environ: Mapping[str, str],
-                  label: str | None = None) -> tuple[JobSpec, str]:  # fmt: skip
+def spec_in_image(spec: JobSpec, line: CommandLine, environ: Mapping[str, str], label: str | None = None) -> ImageJob:
     """A prepared spec whose program runs in ``spec.image`` through this host's podman or
-    docker (refused when there is none), and the note saying so."""
+    docker (refused when there is none), the note saying so, and when the image was seen here."""
     assert spec.image is not None
     check_image(spec.image)
     workdir = spec.workdir or os.getcwd()
     check_mounts(workdir, spec.container)
     runtime = find_runtime(spec.image, environ)
-    if spec.container.image_pull_policy == "Never" and not image_present(runtime.path, spec.image, environ):
+    seen = time.time()
+    present = runtime.has_image
+    if present is None and spec.container.image_pull_policy == "Never":
+        present = image_present(runtime.path, spec.image, environ)
+    if spec.container.image_pull_policy == "Never" and not present:
         raise UsageError(f"image {spec.image} is not on this host and --image-pull-policy is Never",
                          f"{runtime.name} pull {spec.image} (or build it), or use --image-pull-policy IfNotPresent")
     if spec.gpus_per_worker > 0 and runtime.name == "podman" and nvidia_gpu_indexes():
@@ -235,15 +254,17 @@ def spec_in_image(spec: JobSpec, line: CommandLine, environ: Mapping[str, str],
                        options=spec.container, label=label or spec.name)  # fmt: skip
     written = spec.user_command or spec.command
     spec = dataclasses.replace(spec, command=[*head, *wrapped], env=env, user_command=list(written))
-    return spec, f"note: each rank runs in image {spec.image} through {runtime.name} ({runtime.path})"
+    note = f"note: each rank runs in image {spec.image} through {runtime.name} ({runtime.path})"
+    # Always pulls at every start: a sighting does not stand for that.
+    here = present and spec.container.image_pull_policy != "Always"
+    return ImageJob(spec, note, seen if here else None)
 
 
 def container_runtime_of(command: Sequence[str]) -> str | None:
     """The runtime (podman or docker) a prepared command runs its ranks' containers with, or None."""
-    guard = guard_command()
-    for i in range(len(command) - 2):
-        if command[i] == "-c" and command[i + 1].startswith(guard[-1][:24]):
-            rest = [w for w in command[i + 2 : i + 4] if w != "--gpus"]
+    for i in range(len(command) - 3):
+        if command[i] == "-c" and command[i + 1].startswith(GUARD_MARK) and command[i + 2] == "--guard":
+            rest = [w for w in command[i + 3 : i + 5] if w != "--gpus"]
             return rest[0] if rest and rest[0] in ("podman", "docker") else None
     return None
 
@@ -309,16 +330,3 @@ def remove_containers(runtime: str, label: str, run: Runner) -> int:
 def runtime_settings(env: Mapping[str, str]) -> list[str]:
     """``NAME=VALUE`` of the runtime's own settings in ``env`` (for `env` on another host)."""
     return [f"{k}={env[k]}" for k in CONTAINER_RUNTIME_KEYS if k in env]
-
-
-def guard_here(command: Sequence[str]) -> list[str]:
-    """``command`` with its guard run by this interpreter, for ranks on this host: ``python3`` on
-    a PATH can be a version manager's shim costing a quarter of a second per rank."""
-    import sys
-
-    guard = guard_command()
-    out = list(command)
-    for i in range(len(out) - len(guard) + 1):
-        if out[i : i + len(guard)] == guard:
-            out[i] = sys.executable
-    return out

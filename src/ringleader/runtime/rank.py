@@ -10,6 +10,12 @@ head to write: the wrapper prints every line of its program prefixed with ``O``,
 ``S{json}`` lines and a heartbeat ``H`` every HEARTBEAT_S seconds to its stdout, which mpirun
 carries back to the head (see ringleader.runtime.demux).
 
+A container rank's program is this file's guard (``python3 -S -c SOURCE --guard [--gpus] RUNTIME
+run ARGS``, see ``guard_main``), which completes the client's line for the rank's own GPUs and
+execs it. The wrapper recognises its own guard and completes the line itself: the client is its
+child directly, one interpreter start fewer per rank. The guard stays a program of its own, so a
+prepared command runs the same under any wrapper.
+
 Standard library only and importing nothing of ringleader's: it starts once per rank, and the
 head sends this file's source to ssh hosts as ``python3 -c SOURCE`` (nothing to install there).
 """
@@ -33,6 +39,8 @@ if MYPY:
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 HEARTBEAT_S = 2.0
 STREAM_OUTPUT, STREAM_STATE, STREAM_HEARTBEAT = b"O", b"S", b"H"
+# The first line of a container guard's ``-c`` source: how the wrapper knows its own guard.
+GUARD_MARK = "# ringleader container guard\n"
 
 
 def start_time(pid: int) -> int | None:
@@ -268,6 +276,50 @@ class _Stream:
             self.write(STREAM_HEARTBEAT)
 
 
+def completed(argv: list[str], environ: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    """``[--gpus] RUNTIME run ARGS`` as this rank's container client runs it, with its environment.
+
+    With ``--gpus``, the rank's own GPUs (the host's indexes in CUDA_VISIBLE_DEVICES, set by the
+    wrapper) become the container's only ones (podman: one CDI device ``nvidia.com/gpu=INDEX``
+    each; docker: ``--gpus "device=I,J"``), and CUDA_VISIBLE_DEVICES is renumbered as the
+    container sees them (0..n-1)."""
+    gpus = bool(argv) and argv[0] == "--gpus"
+    if gpus:
+        argv = argv[1:]
+    runtime, run, rest = argv[0], argv[1], argv[2:]
+    env = dict(environ)
+    visible = [g for g in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
+    extra: list[str] = []
+    if gpus and visible:
+        if os.path.basename(runtime) == "docker":
+            extra = ["--gpus", '"device=' + ",".join(visible) + '"']  # quoted: docker reads it as CSV
+        else:
+            extra = [word for g in visible for word in ("--device", "nvidia.com/gpu=" + g)]
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(visible)))
+    return [runtime, run, *extra, *rest], env
+
+
+def guard_main(argv: list[str]) -> int:
+    """The guard as a program: the completed client exec'd in this process's place, so signals
+    reach the client directly. What a killed client leaves (its container record) is removed by
+    label by whoever ends the job."""
+    args, env = completed(argv, dict(os.environ))
+    try:
+        os.execvpe(args[0], args, env)
+    except OSError as exc:
+        print(f"ringleader: cannot run the container runtime {args[0]!r} on this host: {exc.strerror}", flush=True)
+        return 127
+    return 0  # not reached: exec replaced this process
+
+
+def unguarded(program: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    """``program`` and ``env``, with this file's own guard (``PYTHON -S -c GUARD --guard ARGS``)
+    completed here rather than in an interpreter of its own."""
+    if len(program) > 4 and program[2] == "-c" and program[3].startswith(GUARD_MARK) and program[4] == "--guard":
+        return completed(program[5:], env)
+    return program, env
+
+
 def _start(program: list[str], env: dict[str, str], forwarded: tuple[int, ...] = FORWARDED) -> subprocess.Popen[bytes]:
     child = subprocess.Popen(program, env=env, stdin=subprocess.DEVNULL,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
@@ -297,6 +349,7 @@ def stream_main(table: dict[str, Any], program: list[str]) -> int:
     entry = table["ranks"][rank]
     env = {**os.environ, **rank_env(table, entry, under_mpirun=True)}
     env.setdefault("PYTHONUNBUFFERED", "1")
+    program, env = unguarded(program, env)
     state: dict[str, Any] = {"pid": os.getpid(), "started_at": time.time(), "host": os.uname().nodename}
     out.state(state)
     try:
@@ -322,6 +375,8 @@ def stream_main(table: dict[str, Any], program: list[str]) -> int:
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--guard"]:
+        return guard_main(argv[1:])
     split = argv.index("--")
     own, program = argv[:split], argv[split + 1 :]
     if own and own[0] == "--stream":
@@ -334,6 +389,7 @@ def main(argv: list[str]) -> int:
     tee = not launcher and "OMPI_COMM_WORLD_RANK" in os.environ
     env = {**os.environ, **plan["env"], **env}
     env.setdefault("PYTHONUNBUFFERED", "1")
+    program, env = unguarded(program, env)
     state_file, log_file = str(entry["state"]), str(entry["log"])
     os.makedirs(os.path.dirname(state_file), mode=0o700, exist_ok=True)
     os.makedirs(os.path.dirname(log_file), mode=0o700, exist_ok=True)

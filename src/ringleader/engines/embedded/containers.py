@@ -24,14 +24,14 @@ Nodes = Sequence["NodeSpec | str"]
 REMOTE_PULL_S = 1800.0  # a pull of a large training image over a slow link
 
 
-def _runners(home: Path, spec: JobSpec, nodes: Nodes,
-             cancelled: Callable[[], bool]) -> list[tuple[str, containers.Runner]]:  # fmt: skip
+def _runners(home: Path, spec: JobSpec, nodes: Nodes, cancelled: Callable[[], bool],
+             here: bool = True) -> list[tuple[str, containers.Runner]]:  # fmt: skip
     """(where, runner) once per host the job's ranks run on: this host for its own and emulated
-    nodes, then each ssh host."""
+    nodes (unless not ``here``), then each ssh host."""
     env = job_env(spec.submit_env)
     out: list[tuple[str, containers.Runner]] = []
     remote = [n for n in nodes if not isinstance(n, str) and n.address is not None]
-    if len(remote) < len(nodes):
+    if len(remote) < len(nodes) and here:
         out.append(("this host", containers.local_runner(env, cancelled)))
     if remote:
         from ringleader.engines.embedded.hosts.ssh import HostError, run_remote, write_config
@@ -53,14 +53,16 @@ def _runners(home: Path, spec: JobSpec, nodes: Nodes,
     return out
 
 
-def resolve_image(home: Path, spec: JobSpec, nodes: Nodes, cancelled: Callable[[], bool]) -> str | None:
+def resolve_image(home: Path, spec: JobSpec, nodes: Nodes, cancelled: Callable[[], bool],
+                  here_known: bool = False) -> str | None:  # fmt: skip
     """The job's image made present on every host its ranks run on (per --image-pull-policy):
-    None, or the first host's one-line reason why it cannot be."""
+    None, or the first host's one-line reason why it cannot be. ``here_known``: it was just
+    seen on this host (by the submit), so this host is not asked again."""
     runtime = containers.container_runtime_of(spec.command)
     if runtime is None or spec.image is None:
         return None
     policy = spec.container.image_pull_policy
-    for where, run in _runners(home, spec, nodes, cancelled):
+    for where, run in _runners(home, spec, nodes, cancelled, here=not here_known):
         why = containers.resolve_image(runtime, spec.image, policy, run, where)
         if why is not None:
             return why

@@ -235,11 +235,15 @@ class Runtime:
 
         sub = prepare_submit(spec, self.supports)
         spec, notes = sub.spec, list(sub.notes)
+        image_here_at: dict[str, float] = {}  # the image seen on this host by the probe below
         if spec.image:
             from ringleader.runtime.containers import job_label, spec_in_image
 
-            spec, note = spec_in_image(spec, sub.line, spec.submit_env or {}, job_label(self.home, spec.name))
-            notes.append(note)
+            prepared = spec_in_image(spec, sub.line, spec.submit_env or {}, job_label(self.home, spec.name))
+            spec = prepared.spec
+            notes.append(prepared.note)
+            if prepared.here_at is not None:
+                image_here_at[spec.name] = prepared.here_at
         _check_size(spec, sub.line)  # a horovodrun line has become mpirun's: one more process
         _check_command(spec, sub.line)
         from ringleader.jobs.codec import decision_to_dict
@@ -273,7 +277,7 @@ class Runtime:
             # The cluster may have changed since the check above: refused here, nothing commits.
             refuse_unresolvable(mine, self.supports)
         crash_point("submit-committed")  # killed here: reconciliation starts the supervisor
-        unstarted = spawn_supervisors(self.home, [d.job.name for d in decisions if d.ok])
+        unstarted = spawn_supervisors(self.home, [d.job.name for d in decisions if d.ok], image_here_at)
         if spec.name in unstarted:  # submitted all the same: the state holds it, placed
             why = unstarted[spec.name]
             notes.append(f"note: job {spec.name}'s supervisor could not start yet ({why}); it is started "

@@ -7,7 +7,7 @@ import json
 import os
 import sqlite3
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 # meta key: how jobs on ssh hosts launch here (extra MCA parameters, rank env, the head's
 # address), written by `cluster up` for an emulated cluster; absent for real hosts.
 HOSTS_SETTINGS = "hosts_settings"
+# A supervisor's option: when (wall clock) the submit saw the job's image on this host.
+IMAGE_HERE_AT = "--image-here-at"
 
 
 def schedule_pass(conn: sqlite3.Connection, now: float) -> list[str]:
@@ -135,9 +137,12 @@ def finish_job(
     store.add_event(conn, name, kind, f"{reason}; {freed} GPU(s) freed" if reason else f"{freed} GPU(s) freed", now)
 
 
-def spawn_supervisors(home: Path, jobs: Iterable[str]) -> dict[str, str]:
+def spawn_supervisors(
+    home: Path, jobs: Iterable[str], image_here_at: Mapping[str, float] | None = None
+) -> dict[str, str]:
     """Start one detached supervisor per job: it outlives the command that started it. Its
     environment is minimal (see supervisor_env): a job's processes get only the job's own.
+    ``image_here_at``: when the submit saw a job's image on this host (the supervisor's check there).
     Returns the jobs whose supervisor could not start, with why (a full disk, no processes
     left): they are already placed in the state, so the command that placed them stays done,
     and reconciliation starts their supervisor once LAUNCH_GRACE_S has passed."""
@@ -150,8 +155,10 @@ def spawn_supervisors(home: Path, jobs: Iterable[str]) -> dict[str, str]:
             run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
             fd = os.open(run_dir / "supervisor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             with os.fdopen(fd, "ab") as out:
+                seen = (image_here_at or {}).get(job)
                 subprocess.Popen(
-                    [sys.executable, "-m", "ringleader.engines.embedded.supervisor", str(home), job],
+                    [sys.executable, "-m", "ringleader.engines.embedded.supervisor", str(home), job,
+                     *([IMAGE_HERE_AT, repr(seen)] if seen is not None else [])],
                     stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                     start_new_session=True, close_fds=True, env=supervisor_env(),
                 )  # fmt: skip

@@ -10,7 +10,6 @@ it stops every process it started.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import select
@@ -26,7 +25,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ringleader.engines.embedded import store
-from ringleader.engines.embedded.lifecycle import HOSTS_SETTINGS, finish_job, schedule_pass, spawn_supervisors
+from ringleader.engines.embedded.lifecycle import (
+    HOSTS_SETTINGS,
+    IMAGE_HERE_AT,
+    finish_job,
+    schedule_pass,
+    spawn_supervisors,
+)
 from ringleader.engines.embedded.liveness import PEER_CHECK_S, Heartbeat
 from ringleader.engines.embedded.watchdog import ensure_watchdog
 from ringleader.errors import RingleaderError
@@ -56,6 +61,9 @@ POLL_S = 0.25
 # wrapper that the lost supervisor started and that has not written its state file yet.
 START_GRACE_S = 5.0
 NEVER_STARTED = "never started: supervisor died during launch"
+# How old the submit's sighting of a job's image on this host may be and still stand for the
+# supervisor's own check there (about the same few-ms window as between that check and the ranks).
+IMAGE_SEEN_FRESH_S = 10.0
 
 
 @dataclass
@@ -84,8 +92,9 @@ class Watched:
 
 
 class Supervisor:
-    def __init__(self, home: Path, job: str) -> None:
+    def __init__(self, home: Path, job: str, image_here_at: float | None = None) -> None:
         self.home, self.job = home, job
+        self.image_here_at = image_here_at  # when the submit saw the job's image on this host
         self.db, _ = store.Store.open(home, create=False)
         self.me, self.me_start = os.getpid(), start_time(os.getpid())
         self.watched: list[Watched] = []
@@ -163,13 +172,8 @@ class Supervisor:
         plan = build_plan(spec.name, placement, kinds, spec.env, self.home)
         pfile = plan_path(self.home, spec.name)
         pfile.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        local = spec
-        if spec.image:
-            if self.resolve_image(spec, [nodes[n] if remote else n for n in placement.nodes]):
-                return True
-            from ringleader.runtime.containers import guard_here
-
-            local = dataclasses.replace(spec, command=guard_here(spec.command))  # for ranks on this host
+        if spec.image and self.resolve_image(spec, [nodes[n] if remote else n for n in placement.nodes]):
+            return True
         if remote:
             # Ranks on ssh hosts: one mpirun on this machine starts them all (see engines.embedded.hosts).
             from ringleader.engines.embedded.hosts.launch import hosts_command, master_address
@@ -184,13 +188,13 @@ class Supervisor:
         elif is_mpirun(spec.command):
             _write_private(pfile, json.dumps(plan, indent=1))
             emulated = any(kinds[n].emulated for n in placement.nodes)
-            argv = rewrite_mpirun(local.command, spec.workers, emulated, pfile)
+            argv = rewrite_mpirun(spec.command, spec.workers, emulated, pfile)
             self._start(f"{spec.name}-launcher", [*rank_wrapper(pfile, launcher=True), *argv], spec)
             detail = shlex.join(argv)
         else:
             _write_private(pfile, json.dumps(plan, indent=1))
             for slot in placement.slots:
-                argv = [*rank_wrapper(pfile, rank=slot.index), *local.command]
+                argv = [*rank_wrapper(pfile, rank=slot.index), *spec.command]
                 self._start(f"{spec.name}-worker-{slot.index}", argv, spec)
             detail = shlex.join(spec.command)
         if not self.persist(event=("Started", f"{len(placement.slots)} worker(s): {detail}")):
@@ -204,7 +208,10 @@ class Supervisor:
         from ringleader.engines.embedded.containers import resolve_image
 
         self.nodes = nodes
-        why = resolve_image(self.home, spec, nodes, cancelled=lambda: self.interrupted or not self.still_mine())
+        seen = self.image_here_at
+        here_known = seen is not None and 0.0 <= time.time() - seen <= IMAGE_SEEN_FRESH_S
+        why = resolve_image(self.home, spec, nodes, cancelled=lambda: self.interrupted or not self.still_mine(),
+                            here_known=here_known)  # fmt: skip
         if why is None:
             return False
         self.not_started = why
@@ -524,7 +531,8 @@ def _write_private(path: Path, text: str) -> None:
 
 def main(argv: list[str]) -> int:
     home, job = Path(argv[0]), argv[1]
-    return Supervisor(home, job).run()
+    seen = float(argv[3]) if argv[2:3] == [IMAGE_HERE_AT] else None
+    return Supervisor(home, job, image_here_at=seen).run()
 
 
 def rewrite_mpirun(argv: Sequence[str], workers: int, emulated: bool, plan: Path) -> list[str]:

@@ -10,12 +10,10 @@ within seconds (TCP keepalive), not minutes.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import shlex
 import socket
-import zlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -23,7 +21,7 @@ from typing import Any
 from ringleader.engines.embedded.hosts.ssh import write_config
 from ringleader.jobs.commandline import MpiOption, is_mpirun, option_words, read_line
 from ringleader.jobs.spec import CONTAINER_RUNTIME_KEYS, JobSpec
-from ringleader.runtime import rank as rank_module
+from ringleader.runtime.plan import rank_source
 from ringleader.scheduler import Placement
 from ringleader.topology import NodeSpec
 
@@ -129,7 +127,7 @@ def hosts_command(
     for name in forwarded_names(spec, plan):
         argv += ["-x", name]
     # -S: the wrapper needs only the standard library, not site-packages (a few ms per rank).
-    wrapper = ["python3", "-S", "-c", wrapper_bootstrap(), "--stream", json.dumps(rank_table(plan)), "--"]
+    wrapper = ["python3", "-S", "-c", rank_source(), "--stream", json.dumps(rank_table(plan)), "--"]
     kept = option_words(options)
     shown = shlex.join([*argv, *kept]) + " python3 -S -c <rank wrapper> " + shlex.join(program)
     if replaced:
@@ -139,13 +137,6 @@ def hosts_command(
         shown += (f" (mpirun {shlex.join(option_words(mca_replaced))} replaced: the launcher sets these for the "
                   "cluster's hosts and network)")  # fmt: skip
     return [*argv, *kept, *wrapper, *program], shown
-
-
-def wrapper_bootstrap() -> str:
-    """A short `python3 -c` program carrying the rank wrapper's source (compressed): the hosts
-    need nothing of ringleader installed."""
-    packed = base64.b64encode(zlib.compress(Path(rank_module.__file__).read_bytes(), 9)).decode()
-    return f"import base64,zlib;exec(zlib.decompress(base64.b64decode('{packed}')))"
 
 
 def _mca(option: MpiOption) -> str | None:
