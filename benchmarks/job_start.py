@@ -3,13 +3,16 @@
     python benchmarks/job_start.py --reps 10                          # this checkout
     python benchmarks/job_start.py --reps 10 --image IMAGE            # the same job with --image
     python benchmarks/job_start.py --reps 10 --src OLD/src --src src  # two source trees, interleaved
+    python benchmarks/job_start.py --reps 10 --busy                   # placed while another job runs
 
 Each repetition runs, in a fresh process (a program using the Python API: ringleader imported
 and one job run before the clock starts, as in container_overhead.py) and a fresh state folder
 on this host's local node, `submit` of a 2-worker 0-GPU job `-- true` (or `--image IMAGE --
 true`), then polls it every 20 ms until SUCCEEDED. With several --src trees the repetitions
 alternate between them, so each sees the same load; with --image each repetition also times
-the two hand-typed `podman run`s of container_overhead.py, and the ratio is reported.
+the two hand-typed `podman run`s of container_overhead.py, and the ratio is reported. With --busy
+the job is placed while another job of the folder runs (`sleep`), once the folder's spare
+supervisor waits (see ringleader.engines.embedded.spare): a queue at work, not an idle folder.
 Phases, from the rank wrappers' state files and the job's record:
 submit (the call), to ranks (its return to the first rank wrapper's start), ranks (first start to
 last end), to SUCCEEDED (last rank end to the recorded end), and the total the poller saw.
@@ -53,12 +56,39 @@ def one_job(home: Path, image: str | None, name: str = "bench") -> list[float]:
     return [submitted - started, first - submitted, last - first, ended - last, seen - started]
 
 
-def measure(src: str | None, home: Path, image: str | None) -> list[float]:
+def busy(home: Path) -> None:
+    """A job that runs until deleted, and the spare supervisor its watchdog then keeps."""
+    from ringleader.engines.embedded.engine import JobSpec, Runtime
+
+    os.environ["RINGLEADER_HOME"] = str(home)
+    with Runtime.open(home) as rt:
+        rt.submit(JobSpec("busy", 1, 0, ["sleep", "600"]))
+    try:
+        from ringleader.engines.embedded.spare import socket_path
+    except ImportError:  # a tree from before spare supervisors: the same running queue
+        time.sleep(3.0)
+        return
+    deadline = time.monotonic() + 30
+    while not socket_path(home).exists():
+        if time.monotonic() > deadline:
+            raise SystemExit("no spare supervisor came up in 30 s")
+        time.sleep(0.05)
+
+
+def unbusy(home: Path) -> None:
+    from ringleader.engines.embedded.engine import Runtime
+
+    with Runtime.open(home) as rt:
+        rt.delete(["busy"])
+
+
+def measure(src: str | None, home: Path, image: str | None, busy: bool = False) -> list[float]:
     """One job in a fresh process importing ringleader from ``src`` (None: as installed)."""
     env = dict(os.environ)
     if src is not None:
         env["PYTHONPATH"] = str(Path(src).resolve())
-    argv = [sys.executable, __file__, "--one", str(home), *(["--image", image] if image else [])]
+    argv = [sys.executable, __file__, "--one", str(home), *(["--image", image] if image else []),
+            *(["--busy"] if busy else [])]  # fmt: skip
     out = subprocess.run(argv, env=env, check=True, capture_output=True, text=True).stdout
     return [float(x) for x in out.split()]
 
@@ -68,11 +98,18 @@ def main() -> int:
     parser.add_argument("--image")
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--src", action="append", help="a source tree to import ringleader from (repeatable)")
+    parser.add_argument("--busy", action="store_true", help="place the job while another job runs")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
         one_job(Path(args.one + "-warm"), args.image, "warm")  # this process's lazy imports
-        print(" ".join(f"{x:.4f}" for x in one_job(Path(args.one), args.image)))
+        if args.busy:
+            busy(Path(args.one))
+        try:
+            print(" ".join(f"{x:.4f}" for x in one_job(Path(args.one), args.image)))
+        finally:
+            if args.busy:
+                unbusy(Path(args.one))
         return 0
     trees: list[str | None] = list(args.src or [None])
     runs: dict[str | None, list[list[float]]] = {t: [] for t in trees}
@@ -83,13 +120,14 @@ def main() -> int:
         return 2
     with tempfile.TemporaryDirectory(prefix="ringleader-bench-") as folder:
         for tree in trees:  # warm: page cache, compiled bytecode, the runtime's storage
-            measure(tree, Path(folder) / f"warm-{trees.index(tree)}", args.image)
+            measure(tree, Path(folder) / f"warm-{trees.index(tree)}", args.image, args.busy)
         for rep in range(args.reps):
             if args.image and podman:
                 hand.append(by_hand(podman, args.image))
             for i, tree in enumerate(trees):
-                runs[tree].append(measure(tree, Path(folder) / f"{rep}-{i}", args.image))
-    print(f"2-rank `true` job{' --image ' + args.image if args.image else ''}, {args.reps} reps, medians in s")
+                runs[tree].append(measure(tree, Path(folder) / f"{rep}-{i}", args.image, args.busy))
+    where = "placed while another job runs" if args.busy else "in an idle folder"
+    print(f"2-rank `true` job{' --image ' + args.image if args.image else ''}, {where}, {args.reps} reps, medians in s")
     print(f"{'source':<40}" + "".join(f"{p:>14}" for p in PHASES))
     medians = {}
     for tree in trees:

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 HOSTS_SETTINGS = "hosts_settings"
 # A supervisor's option: when (wall clock) the submit saw the job's image on this host.
 IMAGE_HERE_AT = "--image-here-at"
+# `python -m ringleader.engines.embedded.supervisor HOME --spare`: a spare supervisor (see spare).
+SPARE_FLAG = "--spare"
 
 
 def schedule_pass(conn: sqlite3.Connection, now: float) -> list[str]:
@@ -149,13 +151,20 @@ def spawn_supervisors(
     import subprocess
 
     failed: dict[str, str] = {}
+    spare = True  # the folder's spare supervisor takes the first job, if there is one and it will
     for job in jobs:
+        seen = (image_here_at or {}).get(job)
+        if spare:
+            from ringleader.engines.embedded.spare import hand_over
+
+            spare = False
+            if hand_over(home, job, seen):
+                continue
         run_dir = home / "run" / job
         try:
             run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
             fd = os.open(run_dir / "supervisor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             with os.fdopen(fd, "ab") as out:
-                seen = (image_here_at or {}).get(job)
                 subprocess.Popen(
                     [sys.executable, "-m", "ringleader.engines.embedded.supervisor", str(home), job,
                      *([IMAGE_HERE_AT, repr(seen)] if seen is not None else [])],

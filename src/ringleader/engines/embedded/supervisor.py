@@ -28,6 +28,7 @@ from ringleader.engines.embedded import store
 from ringleader.engines.embedded.lifecycle import (
     HOSTS_SETTINGS,
     IMAGE_HERE_AT,
+    SPARE_FLAG,
     finish_job,
     schedule_pass,
     spawn_supervisors,
@@ -532,7 +533,23 @@ def _write_private(path: Path, text: str) -> None:
 def main(argv: list[str]) -> int:
     home, job = Path(argv[0]), argv[1]
     seen = float(argv[3]) if argv[2:3] == [IMAGE_HERE_AT] else None
+    if job == SPARE_FLAG:  # a spare: it waits for the job a command hands it (see spare)
+        from ringleader.engines.embedded.spare import wait_for_job
+
+        _preload()
+        taken = wait_for_job(home)
+        if taken is None:
+            return 0
+        job, seen = taken
     return Supervisor(home, job, image_here_at=seen).run()
+
+
+def _preload() -> None:
+    """What a job's start imports where used (a supervisor started for one job imports only what
+    that job needs), imported by a spare while it waits."""
+    import ringleader.engines.embedded.containers
+    import ringleader.engines.embedded.reconcile
+    import ringleader.runtime.rank  # noqa: F401
 
 
 def rewrite_mpirun(argv: Sequence[str], workers: int, emulated: bool, plan: Path) -> list[str]:

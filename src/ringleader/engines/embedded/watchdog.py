@@ -7,6 +7,10 @@ runs (``ensure_watchdog``, at its start and at each peer check): it reconciles e
 and exits once no job is running. At most one runs per folder (an exclusive lock on
 ``run/watchdog.lock``); it beats like a supervisor, so a stopped watchdog is killed and replaced
 by the next supervisor that looks. Nobody starts it by hand, and it never outlives the queue.
+
+While it runs it also keeps a spare supervisor waiting (see ``spare``), so the next job placed
+here starts without waiting for an interpreter and its imports; it reaps the spare once that
+has become a job's supervisor and ended.
 """
 
 from __future__ import annotations
@@ -14,8 +18,10 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import select
 import signal
 import sqlite3
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -95,10 +101,6 @@ def _log(message: str) -> None:
 def watch(home: Path) -> int:
     """Reconcile every PEER_CHECK_S while a job runs; 0 once none does (or another watchdog
     holds the folder)."""
-    from ringleader.engines.embedded import store
-    from ringleader.engines.embedded.reconcile import reconcile
-    from ringleader.jobs.states import JobStatus
-
     fd = _open_lock(home)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -106,8 +108,20 @@ def watch(home: Path) -> int:
         return 0
     me, me_start = os.getpid(), start_time(os.getpid())
     Heartbeat(home, "watchdog", me, me_start, path=home / "run" / BEAT_NAME).start()
+    spares = Spares(home)
+    try:
+        return _watch(home, spares)
+    finally:
+        spares.close()
+
+
+def _watch(home: Path, spares: Spares) -> int:
+    from ringleader.engines.embedded import store
+    from ringleader.engines.embedded.reconcile import reconcile
+    from ringleader.jobs.states import JobStatus
+
     while True:
-        time.sleep(PEER_CHECK_S)
+        spares.wait(PEER_CHECK_S)
         if not (home / store.DB_NAME).exists():
             return 0  # the folder was removed under us: nothing left to watch
         try:
@@ -133,6 +147,80 @@ def watch(home: Path) -> int:
             _log(f"reconciled {', '.join(adopted_or_finished)}")
         if not running:
             return 0  # a pending job with nothing running is placed by the command that queues it
+        spares.keep_one()
+
+
+def _stopped(pid: int) -> bool:
+    """Stopped (SIGSTOP, or a debugger's)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rpartition(")")[2].split()[0] in ("T", "t")
+    except (OSError, IndexError):
+        return False
+
+
+class Spares:
+    """The watchdog's spare supervisor, and the ones it started that became jobs' supervisors
+    (its children: reaped as soon as they end, so none lingers as a zombie that looks alive)."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.spare: subprocess.Popen[bytes] | None = None
+        self.used: dict[int, subprocess.Popen[bytes]] = {}  # pidfd -> a former spare
+
+    def keep_one(self) -> None:
+        """A spare waiting, unless one is (started here; a failed start is tried at the next check)."""
+        if self.spare is not None:
+            if _stopped(self.spare.pid):  # each command would wait for its answer in vain
+                self.spare.kill()  # its pipe then reports no reader: reaped, and replaced next check
+            return
+        from ringleader.engines.embedded.lifecycle import SPARE_FLAG
+
+        try:
+            self.spare = subprocess.Popen(
+                [sys.executable, "-m", "ringleader.engines.embedded.supervisor", str(self.home), SPARE_FLAG],
+                stdin=subprocess.PIPE, stdout=sys.stdout, stderr=subprocess.STDOUT, cwd="/",
+                start_new_session=True, close_fds=True,
+            )  # fmt: skip
+        except OSError as exc:
+            _log(f"no spare supervisor: {exc}")
+
+    def wait(self, seconds: float) -> None:
+        """Sleep ``seconds``, meanwhile noticing the spare taken (its end of the pipe closed) and
+        reaping former spares that ended."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            waiting = select.poll()
+            if self.spare is not None and self.spare.stdin is not None:
+                waiting.register(self.spare.stdin.fileno(), select.POLLERR)
+            for fd in self.used:
+                waiting.register(fd, select.POLLIN)
+            for fd, _ in waiting.poll(left * 1000):
+                self._changed(fd)
+
+    def _changed(self, fd: int) -> None:
+        if fd in self.used:  # a former spare ended
+            self.used.pop(fd).wait()
+            os.close(fd)
+            return
+        spare, self.spare = self.spare, None  # taken, or ended
+        assert spare is not None and spare.stdin is not None
+        with contextlib.suppress(OSError):
+            spare.stdin.close()
+        try:
+            pidfd = os.pidfd_open(spare.pid)
+        except OSError:  # already reaped, or no pidfds (then it is reaped when this watchdog ends)
+            spare.poll()
+            return
+        self.used[pidfd] = spare
+
+    def close(self) -> None:
+        """The spare reads the end of its stdin and leaves; former spares are jobs' supervisors."""
+        if self.spare is not None and self.spare.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.spare.stdin.close()
+        for fd in self.used:
+            os.close(fd)
 
 
 def main(argv: list[str]) -> int:
