@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -75,12 +76,17 @@ def spec(name: str, command: list[str], workers: int = 1, gpus: int = 1, **kw: o
     return JobSpec(name=name, workers=workers, gpus_per_worker=gpus, command=command, **kw)
 
 
-def wait_for(check: Callable[[], bool], timeout: float = 90.0, what: str = "condition") -> None:
-    """Poll ``check`` until true; generous timeouts for a loaded 2-core box."""
+T = TypeVar("T")
+
+
+def wait_for(check: Callable[[], T], timeout: float = 90.0, what: str = "condition") -> T:
+    """Poll ``check`` until it gives a true value, and return that; generous timeouts for a
+    loaded 2-core box."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if check():
-            return
+        value = check()
+        if value:
+            return value
         time.sleep(0.2)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 

@@ -1,7 +1,8 @@
-"""The spare supervisor: while jobs run, the folder's watchdog keeps one supervisor waiting with
-its modules imported, and the next job a command places starts under it. A command whose
-process context differs, or facing a stopped spare, starts a supervisor of its own; the spare
-leaves with the watchdog."""
+"""Supervisors started before their job. The spare: while jobs run, the folder's watchdog keeps
+one supervisor waiting with its modules imported, and the next job a command places starts
+under it; a command whose process context differs, or facing a stopped spare, starts a
+supervisor of its own; the spare leaves with the watchdog. In an idle folder, a command starts
+its job's supervisor early, while it asks the runtime and commits; refused, it leaves none."""
 
 from __future__ import annotations
 
@@ -16,14 +17,16 @@ import pytest
 from ringleader.engines.embedded.engine import Runtime
 from ringleader.engines.embedded.liveness import PEER_CHECK_S
 from ringleader.engines.embedded.spare import ANSWER_S, socket_path
+from ringleader.errors import DependencyError
 from ringleader.jobs.states import JobStatus
 from statedb import supervisor_of
 
 SPARE_UP_S = PEER_CHECK_S + 15.0  # its first check, then an interpreter and imports on a loaded box
 
 
-def spares(home: Path) -> list[int]:
-    """The pids of the spare supervisors waiting for this folder's jobs."""
+def spares(home: Path, flag: str = "--spare") -> list[int]:
+    """The pids of the spare (or early) supervisors of this folder, whether or not they have
+    become a job's supervisor since."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -32,24 +35,14 @@ def spares(home: Path) -> list[int]:
             argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")[:-1]
         except OSError:
             continue
-        if argv[-2:] == [str(home).encode(), b"--spare"] and b"ringleader.engines.embedded.supervisor" in argv:
+        if argv[-2:] == [str(home).encode(), flag.encode()] and b"ringleader.engines.embedded.supervisor" in argv:
             found.append(int(entry))
     return found
 
 
-def until(check, timeout: float, what: str):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
-def claimed_by(rt: Runtime, job: str) -> int:
+def claimed_by(rt: Runtime, h, job: str) -> int:  # type: ignore[no-untyped-def]
     """The pid of the supervisor that claimed ``job`` (a supervisor claims it just after its start)."""
-    return int(until(lambda: supervisor_of(rt, job)[0], 30, f"{job}'s supervisor to claim it"))
+    return int(h.wait_for(lambda: supervisor_of(rt, job)[0], 30, f"{job}'s supervisor to claim it"))
 
 
 def running_queue(rt: Runtime, h, tmp_path: Path) -> tuple[Path, int]:  # type: ignore[no-untyped-def]
@@ -57,8 +50,8 @@ def running_queue(rt: Runtime, h, tmp_path: Path) -> tuple[Path, int]:  # type: 
     release = tmp_path / "release"
     rt.submit(h.spec("long", h.py(f"import os, time\nwhile not os.path.exists({str(release)!r}): time.sleep(0.05)"),
                      workers=1, gpus=0))  # fmt: skip
-    (spare,) = until(lambda: spares(rt.home), SPARE_UP_S, "a spare supervisor")
-    until(lambda: socket_path(rt.home).exists(), 10, "the spare to listen")
+    (spare,) = h.wait_for(lambda: spares(rt.home), SPARE_UP_S, "a spare supervisor")
+    h.wait_for(lambda: socket_path(rt.home).exists(), 10, "the spare to listen")
     return release, spare
 
 
@@ -68,19 +61,19 @@ def test_a_job_placed_while_another_runs_starts_under_the_spare_and_the_spare_le
 ) -> None:
     release, spare = running_queue(small, h, tmp_path)
     small.submit(h.spec("quick", h.py("print('quick ran')"), workers=2, gpus=0))
-    assert claimed_by(small, "quick") == spare
+    assert claimed_by(small, h, "quick") == spare
     view = small.wait("quick", 60)
     assert view.status is JobStatus.SUCCEEDED and "quick ran" in small.logs("quick", "worker-1")
     assert "quick" not in Path(small.home / "run" / "watchdog.log").read_text()  # its log is the job's own
-    (second,) = until(lambda: [p for p in spares(small.home) if p != spare], SPARE_UP_S, "the next spare")
-    until(lambda: socket_path(small.home).exists(), 10, "the next spare to listen")
+    (second,) = h.wait_for(lambda: [p for p in spares(small.home) if p != spare], SPARE_UP_S, "the next spare")
+    h.wait_for(lambda: socket_path(small.home).exists(), 10, "the next spare to listen")
     small.submit(h.spec("again", h.py("pass"), workers=1, gpus=0))
-    assert claimed_by(small, "again") == second
+    assert claimed_by(small, h, "again") == second
     assert small.wait("again", 60).status is JobStatus.SUCCEEDED
     release.touch()
     assert small.wait("long", 60).status is JobStatus.SUCCEEDED
     # No job runs: the watchdog leaves, and its spare with it.
-    until(lambda: not spares(small.home) and not socket_path(small.home).exists(), PEER_CHECK_S + 10, "no spare")
+    h.wait_for(lambda: not spares(small.home) and not socket_path(small.home).exists(), PEER_CHECK_S + 10, "no spare")
 
 
 @pytest.mark.slow
@@ -91,7 +84,7 @@ def test_a_command_from_another_context_or_facing_a_stopped_spare_starts_its_own
     # Another grace period: the job's processes must get the supervisor this command would start.
     monkeypatch.setenv("RINGLEADER_GRACE_S", "7")
     small.submit(h.spec("other-env", h.py("import os; print(os.environ.get('RINGLEADER_GRACE_S'))"), gpus=0))
-    assert claimed_by(small, "other-env") != spare
+    assert claimed_by(small, h, "other-env") != spare
     assert small.wait("other-env", 60).status is JobStatus.SUCCEEDED
     monkeypatch.delenv("RINGLEADER_GRACE_S")
     umask = os.umask(0o077)  # a umask other than the spare's (the one its ranks would inherit)
@@ -101,7 +94,7 @@ def test_a_command_from_another_context_or_facing_a_stopped_spare_starts_its_own
         small.submit(h.spec("other-umask", h.py("pass"), gpus=0))
     finally:
         os.umask(umask)
-    assert claimed_by(small, "other-umask") != spare
+    assert claimed_by(small, h, "other-umask") != spare
     assert small.wait("other-umask", 60).status is JobStatus.SUCCEEDED
     assert spares(small.home) == [spare]  # still waiting: it took neither
 
@@ -110,7 +103,7 @@ def test_a_command_from_another_context_or_facing_a_stopped_spare_starts_its_own
         started = time.monotonic()
         small.submit(h.spec("stopped-spare", h.py("pass"), gpus=0))
         took = time.monotonic() - started
-        assert claimed_by(small, "stopped-spare") != spare
+        assert claimed_by(small, h, "stopped-spare") != spare
         assert small.wait("stopped-spare", 60).status is JobStatus.SUCCEEDED
     finally:
         with contextlib.suppress(ProcessLookupError):  # the watchdog's check found it stopped: killed
@@ -118,7 +111,29 @@ def test_a_command_from_another_context_or_facing_a_stopped_spare_starts_its_own
     print(f"\nsubmit facing a stopped spare: {took:.2f} s (answer awaited {ANSWER_S} s)")
     # Woken, it refuses the request its command stopped waiting for (or, found stopped by the
     # watchdog's check, it was killed and replaced): a spare waits again.
-    until(lambda: socket_path(small.home).exists() and spares(small.home), SPARE_UP_S, "a spare waiting again")
-    assert claimed_by(small, "stopped-spare") != spare
+    h.wait_for(lambda: socket_path(small.home).exists() and spares(small.home), SPARE_UP_S, "a spare waiting again")
+    assert claimed_by(small, h, "stopped-spare") != spare
     release.touch()
     assert small.wait("long", 60).status is JobStatus.SUCCEEDED
+
+
+@pytest.mark.slow
+def test_in_an_idle_folder_a_jobs_supervisor_starts_early_and_a_refused_submit_leaves_none(
+    small: Runtime, h, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    release = tmp_path / "release"
+    assert not spares(small.home)  # no job runs: no watchdog, no spare
+    small.submit(h.spec("first", h.py(f"import os, time\nwhile not os.path.exists({str(release)!r}): time.sleep(0.05)"),
+                        gpus=0))  # fmt: skip
+    assert claimed_by(small, h, "first") in spares(small.home, "--early")
+    release.touch()
+    assert small.wait("first", 60).status is JobStatus.SUCCEEDED
+
+    empty = tmp_path / "no-runtime"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))  # no podman, no docker: the image is refused after the start
+    with pytest.raises(DependencyError, match="needs a container runtime"):
+        small.submit(h.spec("refused", ["true"], gpus=0, image="localhost/ringleader-refused:1"))
+    h.wait_for(lambda: not spares(small.home, "--early"), 10, "the refused job's early supervisor to leave")
+    assert [j.name for j in small.list_jobs()] == ["first"]
+    assert not (small.home / "run" / "refused").exists()

@@ -14,13 +14,16 @@ from __future__ import annotations
 import importlib
 import json
 import os
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
-from ringleader import settings
 from ringleader.errors import UsageError
 
+# Every engine process (a supervisor, the watchdog, a spare) imports this package first: what
+# only the CLI's engine choice needs (settings, pathlib, typing) is imported there.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any
+
     from ringleader.engines.base import Engine
 
 # name -> "module:factory"; a factory takes the ringleader home folder and returns an Engine.
@@ -66,6 +69,8 @@ def default_engine(home: Path) -> str:
 
 def chosen_engine(home: Path, flag: str | None = None) -> str:
     """--engine, else RINGLEADER_ENGINE, else the persistent default."""
+    from ringleader import settings
+
     name = flag or settings.text("RINGLEADER_ENGINE") or default_engine(home)
     return check_engine(name)
 

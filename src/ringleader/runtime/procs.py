@@ -7,8 +7,6 @@ import os
 import time
 from collections.abc import Iterable
 
-from ringleader import settings
-
 __all__ = ["alive", "find_by_args", "grace_seconds", "signal_proc", "start_time", "stop_all", "terminate"]
 
 
@@ -102,4 +100,6 @@ def find_by_args(*needles: str) -> list[tuple[int, int]]:
 def grace_seconds() -> float:
     """How long stopped processes get between SIGTERM and SIGKILL (RINGLEADER_GRACE_S, default
     5 s; raise it for programs whose checkpoint takes longer: Slurm's KillWait defaults to 30 s)."""
+    from ringleader import settings  # read when stopping: the watchdog's start skips it
+
     return settings.number("RINGLEADER_GRACE_S")

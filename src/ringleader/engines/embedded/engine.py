@@ -231,21 +231,12 @@ class Runtime:
     # -- jobs -----------------------------------------------------------------------------------
     def submit(self, spec: JobSpec, dry_run: bool = False) -> SubmitResult:
         """Queue a job (placed now if it fits), or with ``dry_run`` only show the plan."""
-        from ringleader.jobs.submit import placement_hint, prepare_submit, refuse_unresolvable  # submit only
+        from ringleader.engines.embedded.spare import start_early  # submit only
+        from ringleader.jobs.submit import placement_hint, prepare_submit, refuse_unresolvable
 
         sub = prepare_submit(spec, self.supports)
         spec, notes = sub.spec, list(sub.notes)
-        image_here_at: dict[str, float] = {}  # the image seen on this host by the probe below
-        if spec.image:
-            from ringleader.runtime.containers import job_label, spec_in_image
-
-            prepared = spec_in_image(spec, sub.line, spec.submit_env or {}, job_label(self.home, spec.name))
-            spec = prepared.spec
-            notes.append(prepared.note)
-            if prepared.here_at is not None:
-                image_here_at[spec.name] = prepared.here_at
         _check_size(spec, sub.line)  # a horovodrun line has become mpirun's: one more process
-        _check_command(spec, sub.line)
         from ringleader.jobs.codec import decision_to_dict
         from ringleader.scheduler import place
 
@@ -255,29 +246,47 @@ class Runtime:
             state = store.cluster_state(conn)
             decision = place(state, spec.request())
         refuse_unresolvable(decision, self.supports)
-        hint = placement_hint(state, decision)
-        notes += [hint] if hint else []
-        if dry_run:
-            self.notes += notes
-            prediction = predict_job(state, spec, decision.placement) if decision.placement else None
-            return SubmitResult(decision, decision_to_dict(decision), dry_run=True, extra={"prediction": prediction})
-        db = self._writable()
-        with db.write() as conn:
-            now = time.time()  # taken under the lock: the wait for it may be long
-            if store.job_row(conn, spec.name) is not None:
-                raise _duplicate(spec.name)
-            self._remove_folders(spec.name)  # left by a delete that was killed: not this job's
-            store.insert_job(conn, spec.to_dict(), spec.priority, now)
-            store.add_event(conn, spec.name, "Submitted", _describe(spec), now)
-            for note in notes:
-                kind = "Hint" if note == hint else "Command"
-                store.add_event(conn, spec.name, kind, note.removeprefix("note: "), now)
-            decisions = schedule_pass_decisions(conn, now)
-            mine = next(d for d in decisions if d.job.name == spec.name)
-            # The cluster may have changed since the check above: refused here, nothing commits.
-            refuse_unresolvable(mine, self.supports)
+        # It fits now: its supervisor starts while this command asks the runtime and commits.
+        early = start_early(self.home) if decision.ok and not dry_run else None
+        try:
+            image_here_at: dict[str, float] = {}  # the image seen on this host by the probe below
+            if spec.image:
+                from ringleader.runtime.containers import job_label, spec_in_image
+
+                prepared = spec_in_image(spec, sub.line, spec.submit_env or {}, job_label(self.home, spec.name))
+                spec = prepared.spec
+                notes.append(prepared.note)
+                if prepared.here_at is not None:
+                    image_here_at[spec.name] = prepared.here_at
+            _check_command(spec, sub.line)
+            hint = placement_hint(state, decision)
+            notes += [hint] if hint else []
+            if dry_run:
+                self.notes += notes
+                prediction = predict_job(state, spec, decision.placement) if decision.placement else None
+                return SubmitResult(decision, decision_to_dict(decision), dry_run=True,
+                                    extra={"prediction": prediction})  # fmt: skip
+            db = self._writable()
+            with db.write() as conn:
+                now = time.time()  # taken under the lock: the wait for it may be long
+                if store.job_row(conn, spec.name) is not None:
+                    raise _duplicate(spec.name)
+                self._remove_folders(spec.name)  # left by a delete that was killed: not this job's
+                store.insert_job(conn, spec.to_dict(), spec.priority, now)
+                store.add_event(conn, spec.name, "Submitted", _describe(spec), now)
+                for note in notes:
+                    kind = "Hint" if note == hint else "Command"
+                    store.add_event(conn, spec.name, kind, note.removeprefix("note: "), now)
+                decisions = schedule_pass_decisions(conn, now)
+                mine = next(d for d in decisions if d.job.name == spec.name)
+                # The cluster may have changed since the check above: refused here, nothing commits.
+                refuse_unresolvable(mine, self.supports)
+        except BaseException:
+            if early is not None:
+                early.release()
+            raise
         crash_point("submit-committed")  # killed here: reconciliation starts the supervisor
-        unstarted = spawn_supervisors(self.home, [d.job.name for d in decisions if d.ok], image_here_at)
+        unstarted = spawn_supervisors(self.home, [d.job.name for d in decisions if d.ok], image_here_at, early)
         if spec.name in unstarted:  # submitted all the same: the state holds it, placed
             why = unstarted[spec.name]
             notes.append(f"note: job {spec.name}'s supervisor could not start yet ({why}); it is started "

@@ -19,6 +19,7 @@ from ringleader.runtime.plan import supervisor_env
 from ringleader.runtime.procs import grace_seconds
 
 if TYPE_CHECKING:
+    from ringleader.engines.embedded.spare import EarlySupervisor
     from ringleader.scheduler import ClusterState, Decision
 
 # meta key: how jobs on ssh hosts launch here (extra MCA parameters, rank env, the head's
@@ -26,8 +27,6 @@ if TYPE_CHECKING:
 HOSTS_SETTINGS = "hosts_settings"
 # A supervisor's option: when (wall clock) the submit saw the job's image on this host.
 IMAGE_HERE_AT = "--image-here-at"
-# `python -m ringleader.engines.embedded.supervisor HOME --spare`: a spare supervisor (see spare).
-SPARE_FLAG = "--spare"
 
 
 def schedule_pass(conn: sqlite3.Connection, now: float) -> list[str]:
@@ -140,21 +139,28 @@ def finish_job(
 
 
 def spawn_supervisors(
-    home: Path, jobs: Iterable[str], image_here_at: Mapping[str, float] | None = None
+    home: Path, jobs: Iterable[str], image_here_at: Mapping[str, float] | None = None,
+    early: EarlySupervisor | None = None,
 ) -> dict[str, str]:
     """Start one detached supervisor per job: it outlives the command that started it. Its
     environment is minimal (see supervisor_env): a job's processes get only the job's own.
     ``image_here_at``: when the submit saw a job's image on this host (the supervisor's check there).
+    The first job goes to ``early``, the command's supervisor started before it placed the job,
+    else to the folder's spare supervisor (see spare) where one waits.
     Returns the jobs whose supervisor could not start, with why (a full disk, no processes
     left): they are already placed in the state, so the command that placed them stays done,
     and reconciliation starts their supervisor once LAUNCH_GRACE_S has passed."""
     import subprocess
 
     failed: dict[str, str] = {}
-    spare = True  # the folder's spare supervisor takes the first job, if there is one and it will
+    spare = early is None  # the folder's spare supervisor takes the first job, if one waits and it will
     for job in jobs:
         seen = (image_here_at or {}).get(job)
-        if spare:
+        if early is not None:
+            started, early = early.start(home, job, seen), None
+            if started:
+                continue
+        elif spare:
             from ringleader.engines.embedded.spare import hand_over
 
             spare = False
@@ -173,4 +179,6 @@ def spawn_supervisors(
                 )  # fmt: skip
         except OSError as exc:
             failed[job] = exc.strerror or str(exc)
+    if early is not None:  # no job placed for it
+        early.release()
     return failed

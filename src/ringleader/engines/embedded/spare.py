@@ -13,8 +13,14 @@ what a supervisor started by that command would have had.
 
 A spare serves one job. The watchdog notices (its end of the spare's stdin pipe reports no
 reader) and starts the next at its next check; when the watchdog ends, the spare reads the end
-of its stdin and leaves too. Nothing here is needed for correctness: without a spare every job
-starts as before.
+of its stdin and leaves too.
+
+In an idle folder there is no spare: a command whose job fits starts its supervisor early
+(``EarlySupervisor``), before it asks the container runtime and commits, and tells it the job
+placed through its stdin pipe once committed (or closes the pipe: the process leaves). The
+supervisor's start then overlaps the command's own work.
+
+Nothing here is needed for correctness: without them every job starts as before.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import os
 import resource
 import select
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -33,6 +40,9 @@ from typing import Any
 from ringleader.runtime.plan import supervisor_env
 
 SOCKET_NAME = "spare.sock"  # in HOME/run (0700)
+# `python -m ringleader.engines.embedded.supervisor HOME FLAG`: a supervisor before its job.
+SPARE_FLAG, EARLY_FLAG = "--spare", "--early"
+SUPERVISOR_MODULE = "ringleader.engines.embedded.supervisor"
 ANSWER_S = 0.5  # how long a command waits for the spare's answer before starting its own supervisor
 MAX_REQUEST = 1 << 16
 
@@ -150,26 +160,96 @@ def _take(listener: socket.socket, home: Path, mine: dict[str, Any]) -> tuple[st
             # A request its command stopped waiting for (this spare was stopped meanwhile) is
             # refused: that command started a supervisor of its own.
             late = time.monotonic() - float(request["sent"]) > ANSWER_S
-            if late or request.get("context") != mine or "/" in job or job in ("", ".", ".."):
+            if late or request.get("context") != mine or not _job_name(job):
                 conn.sendall(b"no\n")
                 return None
-            run_dir = home / "run" / job
-            run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-            log = os.open(run_dir / "supervisor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+            log = open_job_log(home, job)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             with contextlib.suppress(OSError):
                 conn.sendall(b"no\n")
             print(f"spare supervisor {os.getpid()}: a hand-over failed: {exc}", flush=True)
             return None
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.dup2(log, 1)
-        os.dup2(log, 2)
-        os.close(log)
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)  # the watchdog's pipe closed here: it starts the next spare
-        os.close(null)
+        _become(log)  # the watchdog's pipe closed here: it starts the next spare
         # Not heard: the command gave up waiting and started a supervisor; the claim lets one through.
         with contextlib.suppress(OSError):
             conn.sendall(b"ok\n")
         return job, float(seen) if isinstance(seen, (int, float)) else None
+
+
+def _job_name(job: str) -> bool:
+    return bool(job) and "/" not in job and job not in (".", "..") and not job.startswith("-")
+
+
+def open_job_log(home: Path, job: str) -> int:
+    """The job's supervisor log, opened for appending as a started supervisor's stdout."""
+    run_dir = home / "run" / job
+    run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return os.open(run_dir / "supervisor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+
+
+def _become(log: int) -> None:
+    """This process's stdout and stderr the job's log ``log``, its stdin /dev/null."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+
+
+class EarlySupervisor:
+    """A supervisor started before its job is placed, waiting on its stdin pipe."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+
+    def start(self, home: Path, job: str, image_here_at: float | None) -> bool:
+        """Make it ``job``'s supervisor; False (and it leaves) where that could not be said."""
+        assert self.proc.stdin is not None
+        try:
+            os.close(open_job_log(home, job))  # a full disk is found here, as spawning would find it
+            self.proc.stdin.write(json.dumps({"job": job, "image_here_at": image_here_at}).encode() + b"\n")
+            self.proc.stdin.close()
+        except OSError:
+            self.release()
+            return False
+        return True
+
+    def release(self) -> None:
+        """No job for it: it reads the end of its stdin and leaves."""
+        assert self.proc.stdin is not None
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()
+
+
+def start_early(home: Path) -> EarlySupervisor | None:
+    """A supervisor for the job this command is about to place, unless the folder's spare waits
+    for it (then the spare takes it) or none can start now (then one is started after)."""
+    if os.path.exists(socket_path(home)):
+        return None
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", SUPERVISOR_MODULE, str(home), EARLY_FLAG], stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True,
+            env=supervisor_env(),
+        )  # fmt: skip
+    except OSError:
+        return None
+    return EarlySupervisor(proc)
+
+
+def wait_for_placed(home: Path) -> tuple[str, float | None] | None:
+    """As an early supervisor: the job its command placed, (job, image_here_at), with this
+    process's output the job's log; None when the command placed none (end of file)."""
+    line = sys.stdin.buffer.readline(MAX_REQUEST)
+    try:
+        request = json.loads(line)
+        job, seen = str(request["job"]), request.get("image_here_at")
+        if not _job_name(job):
+            return None
+        _become(open_job_log(home, job))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # the command closed its pipe: no job (or a log that cannot be opened)
+    return job, float(seen) if isinstance(seen, (int, float)) else None

@@ -28,7 +28,6 @@ from ringleader.engines.embedded import store
 from ringleader.engines.embedded.lifecycle import (
     HOSTS_SETTINGS,
     IMAGE_HERE_AT,
-    SPARE_FLAG,
     finish_job,
     schedule_pass,
     spawn_supervisors,
@@ -206,11 +205,15 @@ class Supervisor:
     def resolve_image(self, spec: JobSpec, nodes: Sequence[NodeSpec | str]) -> bool:
         """The job's image made present once on each host of its ranks, before any starts (per
         its --image-pull-policy); when it cannot be, every instance fails with the one-line reason."""
-        from ringleader.engines.embedded.containers import resolve_image
-
         self.nodes = nodes
         seen = self.image_here_at
         here_known = seen is not None and 0.0 <= time.time() - seen <= IMAGE_SEEN_FRESH_S
+        if here_known and all(isinstance(n, str) for n in nodes):
+            return False  # every rank on this host, where the submit just saw the image
+        # Asking hosts, maybe pulling, can take long: watched meanwhile (see run).
+        ensure_watchdog(self.home)
+        from ringleader.engines.embedded.containers import resolve_image
+
         why = resolve_image(self.home, spec, nodes, cancelled=lambda: self.interrupted or not self.still_mine(),
                             here_known=here_known)  # fmt: skip
         if why is None:
@@ -487,7 +490,6 @@ class Supervisor:
         if claimed is None:
             return 0
         spec, placement, launched = claimed
-        ensure_watchdog(self.home)
         self.spec = spec
         if not launched:
             try:
@@ -499,6 +501,9 @@ class Supervisor:
                 ok = True
             if not ok:
                 return 0
+        # Once the ranks are started (milliseconds after the claim, unless an image is pulled:
+        # then before), so the watchdog's own start does not delay theirs on a busy host.
+        ensure_watchdog(self.home)
         finished = self.watch()
         if finished and any(w.status is not InstanceStatus.SUCCEEDED for w in self.watched):
             # A client that was stopped can leave its container's record (one that ended by
@@ -533,11 +538,14 @@ def _write_private(path: Path, text: str) -> None:
 def main(argv: list[str]) -> int:
     home, job = Path(argv[0]), argv[1]
     seen = float(argv[3]) if argv[2:3] == [IMAGE_HERE_AT] else None
-    if job == SPARE_FLAG:  # a spare: it waits for the job a command hands it (see spare)
-        from ringleader.engines.embedded.spare import wait_for_job
+    if job.startswith("--"):  # started before its job (see spare): a spare, or a command's early one
+        from ringleader.engines.embedded import spare
 
-        _preload()
-        taken = wait_for_job(home)
+        if job == spare.SPARE_FLAG:
+            _preload()  # a spare has time: a command's early one waits for a command busy with ms only
+            taken = spare.wait_for_job(home)
+        else:
+            taken = spare.wait_for_placed(home)
         if taken is None:
             return 0
         job, seen = taken

@@ -174,11 +174,11 @@ class Spares:
             if _stopped(self.spare.pid):  # each command would wait for its answer in vain
                 self.spare.kill()  # its pipe then reports no reader: reaped, and replaced next check
             return
-        from ringleader.engines.embedded.lifecycle import SPARE_FLAG
+        from ringleader.engines.embedded.spare import SPARE_FLAG, SUPERVISOR_MODULE
 
         try:
             self.spare = subprocess.Popen(
-                [sys.executable, "-m", "ringleader.engines.embedded.supervisor", str(self.home), SPARE_FLAG],
+                [sys.executable, "-m", SUPERVISOR_MODULE, str(self.home), SPARE_FLAG],
                 stdin=subprocess.PIPE, stdout=sys.stdout, stderr=subprocess.STDOUT, cwd="/",
                 start_new_session=True, close_fds=True,
             )  # fmt: skip
