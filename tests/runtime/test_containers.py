@@ -11,6 +11,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,8 @@ from ringleader.errors import DependencyError, UsageError
 from ringleader.jobs.spec import HOST_ONLY_KEYS, ContainerOptions, JobSpec
 from ringleader.jobs.states import JobStatus
 from ringleader.runtime import rank as rank_wrapper
-from ringleader.runtime.containers import LABEL, check_cdi, job_label
+from ringleader.runtime.containers import LABEL, check_cdi, container_runtime_of, guard_command, job_label
+from ringleader.runtime.rank import GUARD_MARK
 from statedb import supervisor_of
 from trainimage import SITE_PACKAGES
 
@@ -193,7 +195,10 @@ def test_a_job_started_by_its_submit_is_checked_once_and_a_queued_one_again_at_i
     shim.chmod(0o755)
     monkeypatch.setenv("PATH", f"{shim.parent}{os.pathsep}{os.environ['PATH']}")
     small.submit(h.spec("at-once", ["true"], workers=2, gpus=0, image=image))
-    assert small.wait("at-once", 120).status is JobStatus.SUCCEEDED
+    view = small.wait("at-once", 120)
+    assert view.status is JobStatus.SUCCEEDED
+    (started,) = [e.message for e in view.events if e.kind == "Started"]
+    assert "-c <guard> --guard podman run" in started and GUARD_MARK not in started  # not 9 KB of packed source
     asked = [c for c in calls.read_text().splitlines() if c.startswith("image exists")]
     assert asked == [f"image exists {image}"]  # the submit's; the ranks ran: `run` twice
     assert sum(c.startswith("run ") for c in calls.read_text().splitlines()) == 2
@@ -231,6 +236,26 @@ def test_each_rank_gets_only_its_own_gpus_numbered_as_the_container_sees_them(
     assert env == {"CUDA_VISIBLE_DEVICES": inside, "X": "1"}
     assert rank_wrapper.completed([runtime, "run", "img"], {"CUDA_VISIBLE_DEVICES": visible})[0] == [
         runtime, "run", "img"]  # a job without GPUs  # fmt: skip
+
+
+def test_the_guard_runs_as_a_program_of_its_own_and_a_queued_jobs_old_guard_is_still_read() -> None:
+    """A prepared command runs under any wrapper (its guard is a program); a rank wrapper
+    completes the same line itself. A job queued before the guard was the rank wrapper keeps
+    its image check and cleanup."""
+    guard = [sys.executable, *guard_command()[1:]]  # `python3` may be another interpreter here
+    done = subprocess.run([*guard, "--gpus", "/bin/echo", "run", "--rm", "img", "prog"], capture_output=True,
+                          text=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": "3"})  # fmt: skip
+    assert (done.returncode, done.stdout.split()) == (0, ["run", "--device", "nvidia.com/gpu=3", "--rm", "img", "prog"])
+    assert rank_wrapper.unguarded([*guard, "--gpus", "/bin/echo", "run", "img"], {"CUDA_VISIBLE_DEVICES": "3"}) == (
+        ["/bin/echo", "run", "--device", "nvidia.com/gpu=3", "img"], {"CUDA_VISIBLE_DEVICES": "0"})  # fmt: skip
+    missing = subprocess.run([*guard, "/nonexistent/podman", "run", "img"], capture_output=True, text=True)
+    assert missing.returncode == 127
+    assert missing.stdout.strip() == (
+        "ringleader: cannot run the container runtime '/nonexistent/podman' on this host: No such file or directory")
+    old = ["python3", "-S", "-c", "import base64,zlib;exec(zlib.decompress(b''))", "--gpus", "podman", "run", "img"]
+    assert container_runtime_of(old) == "podman"
+    assert container_runtime_of([*guard_command(), "docker", "run", "img"]) == "docker"
+    assert container_runtime_of(["python3", "-c", "print(1)", "podman", "run"]) is None
 
 
 CDI_SPEC = """cdiVersion: 0.5.0

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from ringleader.engines.embedded import spare as supervisors_before_jobs
 from ringleader.engines.embedded.engine import Runtime
 from ringleader.engines.embedded.liveness import PEER_CHECK_S
 from ringleader.engines.embedded.spare import ANSWER_S, socket_path
@@ -64,7 +65,8 @@ def test_a_job_placed_while_another_runs_starts_under_the_spare_and_the_spare_le
     assert claimed_by(small, h, "quick") == spare
     view = small.wait("quick", 60)
     assert view.status is JobStatus.SUCCEEDED and "quick ran" in small.logs("quick", "worker-1")
-    assert "quick" not in Path(small.home / "run" / "watchdog.log").read_text()  # its log is the job's own
+    log = (small.home / "run" / "quick" / "supervisor.log").read_text()  # the job's own, not the watchdog's
+    assert f"supervisor {spare}: started as the folder's spare, took job quick" in log
     (second,) = h.wait_for(lambda: [p for p in spares(small.home) if p != spare], SPARE_UP_S, "the next spare")
     h.wait_for(lambda: socket_path(small.home).exists(), 10, "the next spare to listen")
     small.submit(h.spec("again", h.py("pass"), workers=1, gpus=0))
@@ -83,7 +85,7 @@ def test_a_command_from_another_context_or_facing_a_stopped_spare_starts_its_own
     release, spare = running_queue(small, h, tmp_path)
     # Another grace period: the job's processes must get the supervisor this command would start.
     monkeypatch.setenv("RINGLEADER_GRACE_S", "7")
-    small.submit(h.spec("other-env", h.py("import os; print(os.environ.get('RINGLEADER_GRACE_S'))"), gpus=0))
+    small.submit(h.spec("other-env", h.py("pass"), gpus=0))
     assert claimed_by(small, h, "other-env") != spare
     assert small.wait("other-env", 60).status is JobStatus.SUCCEEDED
     monkeypatch.delenv("RINGLEADER_GRACE_S")
@@ -109,6 +111,7 @@ def test_a_command_from_another_context_or_facing_a_stopped_spare_starts_its_own
         with contextlib.suppress(ProcessLookupError):  # the watchdog's check found it stopped: killed
             os.kill(spare, signal.SIGCONT)
     print(f"\nsubmit facing a stopped spare: {took:.2f} s (answer awaited {ANSWER_S} s)")
+    assert took < ANSWER_S + 10.0  # waits for the answer, then goes on: never for the spare itself
     # Woken, it refuses the request its command stopped waiting for (or, found stopped by the
     # watchdog's check, it was killed and replaced): a spare waits again.
     h.wait_for(lambda: socket_path(small.home).exists() and spares(small.home), SPARE_UP_S, "a spare waiting again")
@@ -125,15 +128,23 @@ def test_in_an_idle_folder_a_jobs_supervisor_starts_early_and_a_refused_submit_l
     assert not spares(small.home)  # no job runs: no watchdog, no spare
     small.submit(h.spec("first", h.py(f"import os, time\nwhile not os.path.exists({str(release)!r}): time.sleep(0.05)"),
                         gpus=0))  # fmt: skip
-    assert claimed_by(small, h, "first") in spares(small.home, "--early")
+    pid = claimed_by(small, h, "first")
+    assert pid in spares(small.home, "--early")
+    log = (small.home / "run" / "first" / "supervisor.log").read_text()
+    assert f"supervisor {pid}: started early by the command that placed job first" in log
     release.touch()
     assert small.wait("first", 60).status is JobStatus.SUCCEEDED
+    h.wait_for(lambda: not socket_path(small.home).exists(), PEER_CHECK_S + 10, "the queue to be idle again")
 
+    started: list[supervisors_before_jobs.EarlySupervisor | None] = []
+    real = supervisors_before_jobs.start_early
+    monkeypatch.setattr(supervisors_before_jobs, "start_early", lambda home: started.append(real(home)) or started[-1])
     empty = tmp_path / "no-runtime"
     empty.mkdir()
     monkeypatch.setenv("PATH", str(empty))  # no podman, no docker: the image is refused after the start
     with pytest.raises(DependencyError, match="needs a container runtime"):
         small.submit(h.spec("refused", ["true"], gpus=0, image="localhost/ringleader-refused:1"))
-    h.wait_for(lambda: not spares(small.home, "--early"), 10, "the refused job's early supervisor to leave")
+    assert len(started) == 1 and started[0] is not None  # one was started for it
+    assert started[0].proc.wait(10) == 0  # and left, told of no job
     assert [j.name for j in small.list_jobs()] == ["first"]
     assert not (small.home / "run" / "refused").exists()

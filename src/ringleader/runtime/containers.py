@@ -30,6 +30,7 @@ import dataclasses
 import hashlib
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import time
@@ -55,6 +56,8 @@ LABEL = "io.ringleader.job"  # every container of a job carries LABEL=<job_label
 # Where nvidia-ctk writes the CDI spec that podman's `--device nvidia.com/gpu=N` reads.
 CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
 NO_OPTIONS = ContainerOptions()
+# How the guard's `-c` source began when it was a program of its own (container_guard.py).
+OLD_GUARD = "import base64,zlib;exec("
 CDI_FIX = "run `sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml` on this host, or submit without GPUs"
 
 
@@ -262,11 +265,23 @@ def spec_in_image(spec: JobSpec, line: CommandLine, environ: Mapping[str, str], 
 
 def container_runtime_of(command: Sequence[str]) -> str | None:
     """The runtime (podman or docker) a prepared command runs its ranks' containers with, or None."""
-    for i in range(len(command) - 3):
-        if command[i] == "-c" and command[i + 1].startswith(GUARD_MARK) and command[i + 2] == "--guard":
-            rest = [w for w in command[i + 3 : i + 5] if w != "--gpus"]
-            return rest[0] if rest and rest[0] in ("podman", "docker") else None
+    for i in range(len(command) - 2):
+        if command[i] != "-c":
+            continue
+        if command[i + 1].startswith(GUARD_MARK) and command[i + 2] == "--guard":
+            rest = command[i + 3 : i + 5]
+        elif command[i + 1].startswith(OLD_GUARD):  # a job queued before the guard was the rank wrapper
+            rest = command[i + 2 : i + 4]
+        else:
+            continue
+        rest = [w for w in rest if w != "--gpus"]
+        return rest[0] if rest and rest[0] in ("podman", "docker") else None
     return None
+
+
+def readable(command: Sequence[str]) -> str:
+    """``command`` as a shell line, the guard's packed source shown as ``<guard>``."""
+    return " ".join("<guard>" if w.startswith((GUARD_MARK, OLD_GUARD)) else shlex.quote(w) for w in command)
 
 
 # Runs a runtime command where the job's ranks run: argv -> (exit code, stdout, stderr).

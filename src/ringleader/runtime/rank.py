@@ -307,7 +307,7 @@ def guard_main(argv: list[str]) -> int:
     try:
         os.execvpe(args[0], args, env)
     except OSError as exc:
-        print(f"ringleader: cannot run the container runtime {args[0]!r} on this host: {exc.strerror}", flush=True)
+        print(cannot_start(args, [], exc), flush=True)
         return 127
     return 0  # not reached: exec replaced this process
 
@@ -318,6 +318,14 @@ def unguarded(program: list[str], env: dict[str, str]) -> tuple[list[str], dict[
     if len(program) > 4 and program[2] == "-c" and program[3].startswith(GUARD_MARK) and program[4] == "--guard":
         return completed(program[5:], env)
     return program, env
+
+
+def cannot_start(program: list[str], given: list[str], exc: OSError) -> str:
+    """The line a program that could not start leaves in its log (a container client: as its
+    guard would have said it)."""
+    if program is not given:
+        return f"ringleader: cannot run the container runtime {program[0]!r} on this host: {exc.strerror}"
+    return f"ringleader: cannot start {program[0]!r}: {exc.strerror}"
 
 
 def _start(program: list[str], env: dict[str, str], forwarded: tuple[int, ...] = FORWARDED) -> subprocess.Popen[bytes]:
@@ -349,13 +357,14 @@ def stream_main(table: dict[str, Any], program: list[str]) -> int:
     entry = table["ranks"][rank]
     env = {**os.environ, **rank_env(table, entry, under_mpirun=True)}
     env.setdefault("PYTHONUNBUFFERED", "1")
+    given = program
     program, env = unguarded(program, env)
     state: dict[str, Any] = {"pid": os.getpid(), "started_at": time.time(), "host": os.uname().nodename}
     out.state(state)
     try:
         child = _start(program, env)
     except OSError as exc:
-        out.write(STREAM_OUTPUT, f"ringleader: cannot start {program[0]!r}: {exc.strerror}".encode())
+        out.write(STREAM_OUTPUT, cannot_start(program, given, exc).encode())
         out.state({**state, "exit_code": 127, "ended_at": time.time()})
         return 127
     state["child_pid"] = child.pid
@@ -389,6 +398,7 @@ def main(argv: list[str]) -> int:
     tee = not launcher and "OMPI_COMM_WORLD_RANK" in os.environ
     env = {**os.environ, **plan["env"], **env}
     env.setdefault("PYTHONUNBUFFERED", "1")
+    given = program
     program, env = unguarded(program, env)
     state_file, log_file = str(entry["state"]), str(entry["log"])
     os.makedirs(os.path.dirname(state_file), mode=0o700, exist_ok=True)
@@ -408,7 +418,7 @@ def main(argv: list[str]) -> int:
         try:
             child = _start(program, env, forwarded)
         except OSError as exc:
-            log.write(stamp() + f"ringleader: cannot start {program[0]!r}: {exc.strerror}\n".encode())
+            log.write(stamp() + (cannot_start(program, given, exc) + "\n").encode())
             _write_state(state_file, {**state, "exit_code": 127, "ended_at": time.time()})
             return 127
         state.update(child_pid=child.pid, child_start=start_time(child.pid))

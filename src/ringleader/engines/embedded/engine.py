@@ -246,8 +246,9 @@ class Runtime:
             state = store.cluster_state(conn)
             decision = place(state, spec.request())
         refuse_unresolvable(decision, self.supports)
-        # It fits now: its supervisor starts while this command asks the runtime and commits.
-        early = start_early(self.home) if decision.ok and not dry_run else None
+        # It fits now: its supervisor starts while this command asks the runtime and commits
+        # (in a state folder that exists: a first submit's is made, and checked, below).
+        early = start_early(self.home) if decision.ok and not dry_run and not self.db.ephemeral else None
         try:
             image_here_at: dict[str, float] = {}  # the image seen on this host by the probe below
             if spec.image:

@@ -140,9 +140,18 @@ class Heartbeat:
 
     def _run(self) -> None:
         while not self._done.wait(HEARTBEAT_S):
-            if self._fd is None or not rewrite_beat(self._fd, self.pid, self.pid_start):
+            if self._fd is None or not self._own_file() or not rewrite_beat(self._fd, self.pid, self.pid_start):
                 if self._fd is not None:
                     os.close(self._fd)
                 self._fd = write_beat_file(self.path, self.pid, self.pid_start)
         if self._fd is not None:
             os.close(self._fd)
+
+    def _own_file(self) -> bool:
+        """Whether the beat file is still the one this holder writes: a second claimant (two
+        supervisors started for one job, the claim let one through) replaces it with its own
+        before it loses, and beats into a file no longer there would name the loser for ever."""
+        try:
+            return self._fd is not None and os.fstat(self._fd).st_ino == os.stat(self.path).st_ino
+        except OSError:
+            return False

@@ -1,26 +1,27 @@
-"""A spare supervisor: started by the folder's watchdog while jobs run, its modules imported, it
-waits to become the supervisor of the next job a command places here.
+"""Supervisors started before their job, so a job's ranks need not wait for an interpreter and
+its imports (about 80 ms on a 2-core box).
 
-Starting a supervisor costs an interpreter and its imports (about 80 ms on a 2-core box), and
-every job's ranks wait for it. A command that places a job hands it to the spare instead
-(``hand_over``): one request on the spare's socket, answered "ok" once the job's log is open and
-the spare is committed to it. Any other outcome (no spare, a busy or stopped one, no answer
-within ANSWER_S) and the command starts a supervisor of its own, as it would without one; two
-claimants are harmless, the claim lets one through. The spare takes a job only from a command
-whose process context is its own (``context``: interpreter, supervisor environment, umask,
-limits, cgroup, namespaces, ids): a job's ranks inherit those from their supervisor, so they are
-what a supervisor started by that command would have had.
+The spare: while jobs run, the folder's watchdog keeps one supervisor waiting with its modules
+imported, listening on ``run/spare.sock``. A command that places a job hands it over
+(``hand_over``): it sends the job; the spare opens the job's log and answers "ok"; the command,
+still within ANSWER_S of its start, answers "go", and only then is the spare the job's
+supervisor. Anything else (no spare, a busy or stopped one, a late answer, a refusal) and the
+command starts a supervisor of its own, as without a spare, and the spare goes on waiting. The
+spare takes a job only from a command of its own user (the socket's peer credentials) whose
+process context is its own (``context``: interpreter, code, supervisor environment, umask,
+limits, signal masks, capabilities, CPU and memory affinity, cgroup, namespaces, ids): a job's
+ranks inherit those from their supervisor, so they are what a supervisor started by that command
+would have had. It serves one job; the watchdog starts the next at its next check, and when the
+watchdog ends, the spare reads the end of its stdin and leaves too.
 
-A spare serves one job. The watchdog notices (its end of the spare's stdin pipe reports no
-reader) and starts the next at its next check; when the watchdog ends, the spare reads the end
-of its stdin and leaves too.
+The early supervisor: in an idle folder no watchdog runs, so there is no spare. A command whose
+job fits starts its supervisor early (``EarlySupervisor``), before it asks the container runtime
+and commits, and tells it the job placed through its stdin pipe (or closes the pipe: it leaves).
 
-In an idle folder there is no spare: a command whose job fits starts its supervisor early
-(``EarlySupervisor``), before it asks the container runtime and commits, and tells it the job
-placed through its stdin pipe once committed (or closes the pipe: the process leaves). The
-supervisor's start then overlaps the command's own work.
-
-Nothing here is needed for correctness: without them every job starts as before.
+Nothing here is needed for correctness: without them every job starts as before. In the one
+case where a command and a spare could disagree (the command sent "go" within its time and the
+spare, stopped past its own, closed without reading it), the job waits for reconciliation's
+LAUNCH_GRACE_S, as a job whose supervisor could not start does.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import os
 import resource
 import select
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -43,8 +45,14 @@ SOCKET_NAME = "spare.sock"  # in HOME/run (0700)
 # `python -m ringleader.engines.embedded.supervisor HOME FLAG`: a supervisor before its job.
 SPARE_FLAG, EARLY_FLAG = "--spare", "--early"
 SUPERVISOR_MODULE = "ringleader.engines.embedded.supervisor"
-ANSWER_S = 0.5  # how long a command waits for the spare's answer before starting its own supervisor
+EARLY_LOG = "early.log"  # in HOME/run: what an early supervisor says before it has a job
+ANSWER_S = 0.5  # a command's whole exchange with the spare, before it starts a supervisor itself
+GO_SLACK_S = 1.0  # how much longer than the command the spare waits for its "go"
 MAX_REQUEST = 1 << 16
+NOT_LISTENING = 3  # a spare's exit code when it cannot listen: the watchdog stops trying after a few
+# What ranks inherit from their supervisor's starter, as /proc/self/status names it.
+STATUS_KEYS = ("Umask", "NoNewPrivs", "Seccomp", "SigBlk", "SigIgn", "CapInh", "CapBnd", "CapAmb",
+               "Cpus_allowed_list", "Mems_allowed_list")  # fmt: skip
 
 
 def socket_path(home: Path) -> Path:
@@ -62,9 +70,10 @@ def _open_run_dir(home: Path) -> int:
 
 
 def context() -> dict[str, Any]:
-    """What a supervisor's processes inherit from whoever started it, beyond its environment."""
+    """What a supervisor's processes inherit from whoever started it, beyond its environment,
+    and the code it runs."""
     ns = {}
-    for name in ("mnt", "net", "pid", "uts", "ipc", "user", "cgroup"):
+    for name in ("mnt", "net", "pid", "uts", "ipc", "user", "cgroup", "time"):
         with contextlib.suppress(OSError):
             ns[name] = os.readlink(f"/proc/self/ns/{name}")
     limits = {}
@@ -74,61 +83,89 @@ def context() -> dict[str, Any]:
                 limits[name] = list(resource.getrlimit(getattr(resource, name)))
     status = {}
     with contextlib.suppress(OSError), open("/proc/self/status") as fh:
-        status = {k: v.strip() for k, _, v in (line.partition(":") for line in fh) if k in ("Umask", "NoNewPrivs")}
-    with contextlib.suppress(OSError), open("/proc/self/cgroup") as fh:
-        status["cgroup"] = fh.read()
+        status = {k: v.strip() for k, _, v in (line.partition(":") for line in fh) if k in STATUS_KEYS}
+    for name in ("cgroup", "oom_score_adj"):
+        with contextlib.suppress(OSError), open(f"/proc/self/{name}") as fh:
+            status[name] = fh.read()
     return {
-        "python": sys.executable, "env": supervisor_env(), "ids": [os.getuid(), os.geteuid(), os.getgid(),
-        os.getegid(), sorted(os.getgroups())], "nice": os.getpriority(os.PRIO_PROCESS, 0), "ns": ns,
-        "limits": limits, **status,
+        "python": sys.executable, "code": _code(), "env": supervisor_env(), "ids": [os.getuid(), os.geteuid(),
+        os.getgid(), os.getegid(), sorted(os.getgroups())], "nice": os.getpriority(os.PRIO_PROCESS, 0),
+        "ns": ns, "limits": limits, **status,
     }  # fmt: skip
+
+
+def _code() -> list[int]:
+    """ringleader's source as on disk (files, bytes, times): a spare started before an upgrade
+    runs the old code and takes no job of the new."""
+    package = Path(__file__).resolve().parents[2]
+    count = size = newest = total = 0
+    for folder, _, files in os.walk(package):
+        for name in files:
+            if name.endswith(".py"):
+                st = os.stat(os.path.join(folder, name))
+                count, size, total = count + 1, size + st.st_size, total + st.st_mtime_ns
+                newest = max(newest, st.st_mtime_ns)
+    return [count, size, newest, total]
+
+
+def listening(home: Path) -> bool:
+    """Whether a spare listens (a socket left by a killed one refuses the connection)."""
+    return _exchange(home, None) is not None
 
 
 def hand_over(home: Path, job: str, image_here_at: float | None) -> bool:
     """Give ``job`` to the folder's spare supervisor; True once it has taken it."""
     if not os.path.exists(socket_path(home)):
         return False
-    request = {"job": job, "image_here_at": image_here_at, "context": context(), "sent": time.monotonic()}
-    data = json.dumps(request).encode() + b"\n"
+    return bool(_exchange(home, (job, image_here_at)))
+
+
+def _exchange(home: Path, job: tuple[str, float | None] | None) -> bool | None:
+    """None: no spare listens; else, with a job, whether the spare took it (without one, True)."""
+    deadline = time.monotonic() + ANSWER_S
     try:
         dir_fd = _open_run_dir(home)
     except OSError:
-        return False
+        return None
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC) as conn:
             conn.settimeout(ANSWER_S)
             conn.connect(_short(dir_fd))
-            conn.sendall(data)
-            return conn.recv(16) == b"ok\n"
+            if job is None:
+                return True
+            request = {"job": job[0], "image_here_at": job[1], "context": context(), "deadline": deadline}
+            _send(conn, json.dumps(request).encode() + b"\n", deadline)
+            conn.settimeout(max(0.0, deadline - time.monotonic()))
+            if conn.recv(16) != b"ok\n" or time.monotonic() > deadline:
+                return False  # refused, or too late: the spare reads no "go" and goes on waiting
+            _send(conn, b"go\n", deadline + GO_SLACK_S)
+            return True
     except OSError:  # none listening, refused, reset, or no answer in time (socket.timeout)
-        return False
+        return None if job is None else False
     finally:
         os.close(dir_fd)
+
+
+def _send(conn: socket.socket, data: bytes, deadline: float) -> None:
+    conn.settimeout(max(0.0, deadline - time.monotonic()))
+    conn.sendall(data)
 
 
 def wait_for_job(home: Path) -> tuple[str, float | None] | None:
     """As the spare: wait for a job handed over and take it: (job, image_here_at), with this
     process's stdout and stderr the job's supervisor log and its stdin /dev/null; None once the
-    watchdog is gone (end of file on stdin)."""
+    watchdog is gone (end of file on stdin). OSError when it cannot listen."""
     mine = context()
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-    try:
-        dir_fd = _open_run_dir(home)
-    except OSError as exc:
-        print(f"spare supervisor {os.getpid()}: not started: {exc}", flush=True)
-        return None
+    dir_fd = _open_run_dir(home)
     address = _short(dir_fd)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    mine_ino = None
     try:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(address)  # a spare's that is gone: one spare per folder (the watchdog's)
         listener.bind(address)
         listener.listen(8)
-    except OSError as exc:  # a full disk: the watchdog tries again at its next check
-        print(f"spare supervisor {os.getpid()}: not started: {exc}", flush=True)
-        listener.close()
-        os.close(dir_fd)
-        return None
-    try:
+        mine_ino = os.stat(address).st_ino
         while True:
             ready, _, _ = select.select([listener, sys.stdin.fileno()], [], [])
             if listener in ready:
@@ -138,9 +175,10 @@ def wait_for_job(home: Path) -> tuple[str, float | None] | None:
             elif not os.read(sys.stdin.fileno(), 1):
                 return None  # the watchdog left
     finally:
-        listener.close()  # before the answer's reader returns: a second command is refused at once
+        listener.close()  # a second command is refused at once
         with contextlib.suppress(OSError):
-            os.unlink(address)
+            if mine_ino is not None and os.stat(address).st_ino == mine_ino:  # not a newer spare's
+                os.unlink(address)
         os.close(dir_fd)
 
 
@@ -149,31 +187,35 @@ def _take(listener: socket.socket, home: Path, mine: dict[str, Any]) -> tuple[st
     with conn:
         conn.settimeout(ANSWER_S)
         try:
+            _, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
             data = b""
-            while not data.endswith(b"\n") and len(data) < MAX_REQUEST:
+            while uid == os.getuid() and not data.endswith(b"\n") and len(data) < MAX_REQUEST:
                 chunk = conn.recv(MAX_REQUEST)
                 if not chunk:
-                    return None
+                    return None  # a command only asking whether a spare listens
                 data += chunk
-            request = json.loads(data)
-            job, seen = str(request["job"]), request.get("image_here_at")
-            # A request its command stopped waiting for (this spare was stopped meanwhile) is
+            request = json.loads(data) if uid == os.getuid() else {}
+            job, seen, deadline = str(request.get("job")), request.get("image_here_at"), request.get("deadline")
+            # A request its command no longer waits for (this spare was stopped meanwhile) is
             # refused: that command started a supervisor of its own.
-            late = time.monotonic() - float(request["sent"]) > ANSWER_S
-            if late or request.get("context") != mine or not _job_name(job):
+            if not isinstance(deadline, (int, float)) or time.monotonic() > deadline:
+                conn.sendall(b"no\n")
+                return None
+            if request.get("context") != mine or not _job_name(job):
                 conn.sendall(b"no\n")
                 return None
             log = open_job_log(home, job)
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            with contextlib.suppress(OSError):
-                conn.sendall(b"no\n")
+            conn.sendall(b"ok\n")
+            conn.settimeout(max(0.05, deadline + GO_SLACK_S - time.monotonic()))
+            if conn.recv(3) != b"go\n":
+                os.close(log)  # the command gave up: it starts a supervisor itself
+                return None
+        except (OSError, ValueError, TypeError, struct.error) as exc:
             print(f"spare supervisor {os.getpid()}: a hand-over failed: {exc}", flush=True)
             return None
-        _become(log)  # the watchdog's pipe closed here: it starts the next spare
-        # Not heard: the command gave up waiting and started a supervisor; the claim lets one through.
-        with contextlib.suppress(OSError):
-            conn.sendall(b"ok\n")
-        return job, float(seen) if isinstance(seen, (int, float)) else None
+    _become(log)  # the watchdog's pipe closed here: it starts the next spare
+    print(f"supervisor {os.getpid()}: started as the folder's spare, took job {job}", flush=True)
+    return job, float(seen) if isinstance(seen, (int, float)) else None
 
 
 def _job_name(job: str) -> bool:
@@ -227,16 +269,27 @@ class EarlySupervisor:
 def start_early(home: Path) -> EarlySupervisor | None:
     """A supervisor for the job this command is about to place, unless the folder's spare waits
     for it (then the spare takes it) or none can start now (then one is started after)."""
-    if os.path.exists(socket_path(home)):
+    if os.path.exists(socket_path(home)) and listening(home):
         return None
+    try:  # in the folder's own run/ (made by its first job), never through a link
+        dir_fd = _open_run_dir(home)
+    except OSError:
+        return None
+    try:
+        fd = os.open(EARLY_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600, dir_fd=dir_fd)
+    except OSError:
+        return None
+    finally:
+        os.close(dir_fd)
     try:
         proc = subprocess.Popen(
             [sys.executable, "-m", SUPERVISOR_MODULE, str(home), EARLY_FLAG], stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True,
-            env=supervisor_env(),
+            stdout=fd, stderr=fd, start_new_session=True, close_fds=True, env=supervisor_env(),
         )  # fmt: skip
     except OSError:
         return None
+    finally:
+        os.close(fd)
     return EarlySupervisor(proc)
 
 
@@ -247,9 +300,15 @@ def wait_for_placed(home: Path) -> tuple[str, float | None] | None:
     try:
         request = json.loads(line)
         job, seen = str(request["job"]), request.get("image_here_at")
-        if not _job_name(job):
-            return None
-        _become(open_job_log(home, job))
-    except (OSError, ValueError, KeyError, TypeError):
-        return None  # the command closed its pipe: no job (or a log that cannot be opened)
+    except (ValueError, KeyError, TypeError):
+        return None  # the command closed its pipe: no job
+    if not _job_name(job):
+        return None
+    try:
+        log = open_job_log(home, job)
+    except OSError as exc:  # the job is placed and this is its supervisor: it runs, unlogged
+        print(f"supervisor {os.getpid()}: job {job}: no log ({exc})", flush=True)
+        log = os.open(os.devnull, os.O_WRONLY)
+    _become(log)
+    print(f"supervisor {os.getpid()}: started early by the command that placed job {job}", flush=True)
     return job, float(seen) if isinstance(seen, (int, float)) else None

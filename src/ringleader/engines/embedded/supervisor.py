@@ -190,13 +190,13 @@ class Supervisor:
             emulated = any(kinds[n].emulated for n in placement.nodes)
             argv = rewrite_mpirun(spec.command, spec.workers, emulated, pfile)
             self._start(f"{spec.name}-launcher", [*rank_wrapper(pfile, launcher=True), *argv], spec)
-            detail = shlex.join(argv)
+            detail = _shown(argv, spec)
         else:
             _write_private(pfile, json.dumps(plan, indent=1))
             for slot in placement.slots:
                 argv = [*rank_wrapper(pfile, rank=slot.index), *spec.command]
                 self._start(f"{spec.name}-worker-{slot.index}", argv, spec)
-            detail = shlex.join(spec.command)
+            detail = _shown(spec.command, spec)
         if not self.persist(event=("Started", f"{len(placement.slots)} worker(s): {detail}")):
             self.abandon()
             return False
@@ -210,8 +210,6 @@ class Supervisor:
         here_known = seen is not None and 0.0 <= time.time() - seen <= IMAGE_SEEN_FRESH_S
         if here_known and all(isinstance(n, str) for n in nodes):
             return False  # every rank on this host, where the submit just saw the image
-        # Asking hosts, maybe pulling, can take long: watched meanwhile (see run).
-        ensure_watchdog(self.home)
         from ringleader.engines.embedded.containers import resolve_image
 
         why = resolve_image(self.home, spec, nodes, cancelled=lambda: self.interrupted or not self.still_mine(),
@@ -490,6 +488,7 @@ class Supervisor:
         if claimed is None:
             return 0
         spec, placement, launched = claimed
+        ensure_watchdog(self.home)
         self.spec = spec
         if not launched:
             try:
@@ -501,9 +500,6 @@ class Supervisor:
                 ok = True
             if not ok:
                 return 0
-        # Once the ranks are started (milliseconds after the claim, unless an image is pulled:
-        # then before), so the watchdog's own start does not delay theirs on a busy host.
-        ensure_watchdog(self.home)
         finished = self.watch()
         if finished and any(w.status is not InstanceStatus.SUCCEEDED for w in self.watched):
             # A client that was stopped can leave its container's record (one that ended by
@@ -518,6 +514,15 @@ class Supervisor:
 
         store.until_recorded(self.home, lambda: reconcile(self.db), self.log)
         return 0
+
+
+def _shown(argv: Sequence[str], spec: JobSpec) -> str:
+    """A started line as an event tells it (an image job's guard not spelled out)."""
+    if spec.image:
+        from ringleader.runtime.containers import readable
+
+        return readable(argv)
+    return shlex.join(argv)
 
 
 def _exit_fd(pid: int) -> int | None:
@@ -543,7 +548,11 @@ def main(argv: list[str]) -> int:
 
         if job == spare.SPARE_FLAG:
             _preload()  # a spare has time: a command's early one waits for a command busy with ms only
-            taken = spare.wait_for_job(home)
+            try:
+                taken = spare.wait_for_job(home)
+            except OSError as exc:  # cannot listen (a full disk, no /proc): the watchdog stops trying
+                print(f"spare supervisor {os.getpid()}: not started: {exc}", flush=True)
+                return spare.NOT_LISTENING
         else:
             taken = spare.wait_for_placed(home)
         if taken is None:

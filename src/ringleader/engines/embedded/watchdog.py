@@ -31,6 +31,7 @@ from ringleader.errors import RingleaderError
 from ringleader.runtime.procs import alive, signal_proc, start_time
 
 LOCK_NAME = "watchdog.lock"
+MAX_SPARE_FAILURES = 3
 BEAT_NAME = "watchdog.beat"
 
 
@@ -167,9 +168,13 @@ class Spares:
         self.home = home
         self.spare: subprocess.Popen[bytes] | None = None
         self.used: dict[int, subprocess.Popen[bytes]] = {}  # pidfd -> a former spare
+        self.failed = 0  # spares in a row that ended without taking a job
 
     def keep_one(self) -> None:
-        """A spare waiting, unless one is (started here; a failed start is tried at the next check)."""
+        """A spare waiting, unless one is (started here; a failed start is tried at the next
+        check, up to MAX_SPARE_FAILURES in a row: then jobs start their own supervisors)."""
+        if self.failed >= MAX_SPARE_FAILURES:
+            return
         if self.spare is not None:
             if _stopped(self.spare.pid):  # each command would wait for its answer in vain
                 self.spare.kill()  # its pipe then reports no reader: reaped, and replaced next check
@@ -207,6 +212,12 @@ class Spares:
         assert spare is not None and spare.stdin is not None
         with contextlib.suppress(OSError):
             spare.stdin.close()
+        if spare.poll() is not None and spare.returncode != 0:  # ended without a job
+            self.failed += 1
+            if self.failed == MAX_SPARE_FAILURES:
+                _log(f"no more spare supervisors: {self.failed} in a row ended without a job (see above)")
+            return
+        self.failed = 0
         try:
             pidfd = os.pidfd_open(spare.pid)
         except OSError:  # already reaped, or no pidfds (then it is reaped when this watchdog ends)
