@@ -12,7 +12,8 @@ true`), then polls it every 20 ms until SUCCEEDED. With several --src trees the 
 alternate between them, so each sees the same load; with --image each repetition also times
 the two hand-typed `podman run`s of container_overhead.py, and the ratio is reported. With --busy
 the job is placed while another job of the folder runs (`sleep`), once the folder's spare
-supervisor waits (see ringleader.engines.embedded.spare): a queue at work, not an idle folder.
+supervisor waits (see ringleader.engines.embedded.spare): a queue at work. Without it the
+folder is idle: it ran one job before, and its watchdog has left.
 Phases, from the rank wrappers' state files and the job's record:
 submit (the call), to ranks (its return to the first rank wrapper's start), ranks (first start to
 last end), to SUCCEEDED (last rank end to the recorded end), and the total the poller saw.
@@ -75,6 +76,28 @@ def busy(home: Path) -> None:
         time.sleep(0.05)
 
 
+def idle(home: Path) -> None:
+    """A folder in use but idle: it has run a job, and its watchdog has left."""
+    import fcntl
+
+    from ringleader.engines.embedded.engine import JobSpec, Runtime
+
+    os.environ["RINGLEADER_HOME"] = str(home)
+    with Runtime.open(home) as rt:
+        rt.submit(JobSpec("prior", 1, 0, ["true"]))
+        while not rt.get("prior").status.is_terminal():
+            time.sleep(0.02)
+    lock = home / "run" / "watchdog.lock"
+    deadline = time.monotonic() + 30
+    while lock.exists() and time.monotonic() < deadline:
+        with open(lock) as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                time.sleep(0.1)
+
+
 def unbusy(home: Path) -> None:
     from ringleader.engines.embedded.engine import Runtime
 
@@ -105,6 +128,8 @@ def main() -> int:
         one_job(Path(args.one + "-warm"), args.image, "warm")  # this process's lazy imports
         if args.busy:
             busy(Path(args.one))
+        else:
+            idle(Path(args.one))
         try:
             print(" ".join(f"{x:.4f}" for x in one_job(Path(args.one), args.image)))
         finally:
@@ -126,7 +151,7 @@ def main() -> int:
                 hand.append(by_hand(podman, args.image))
             for i, tree in enumerate(trees):
                 runs[tree].append(measure(tree, Path(folder) / f"{rep}-{i}", args.image, args.busy))
-    where = "placed while another job runs" if args.busy else "in an idle folder"
+    where = "placed while another job runs" if args.busy else "in an idle folder (a job ran there before)"
     print(f"2-rank `true` job{' --image ' + args.image if args.image else ''}, {where}, {args.reps} reps, medians in s")
     print(f"{'source':<40}" + "".join(f"{p:>14}" for p in PHASES))
     medians = {}
