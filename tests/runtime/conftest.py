@@ -94,6 +94,11 @@ def wait_for(check: Callable[[], T], timeout: float = 90.0, what: str = "conditi
 
 
 
+def waiting_rank(release: Path) -> str:
+    """A rank's Python program: prints `up`, then runs until ``release`` exists."""
+    return f"import os, time\nprint('up', flush=True)\nwhile not os.path.exists({str(release)!r}): time.sleep(0.05)"
+
+
 class Helpers:
     """The helpers above, as a fixture (test modules cannot import conftest under importlib)."""
 
@@ -102,6 +107,7 @@ class Helpers:
     py = staticmethod(py)
     spec = staticmethod(spec)
     wait_for = staticmethod(wait_for)
+    waiting_rank = staticmethod(waiting_rank)
     dump_db = staticmethod(dump_db)
 
 

@@ -16,16 +16,12 @@ from ringleader.engines.embedded.engine import Runtime
 from ringleader.jobs.states import JobStatus
 
 
-def waiting_rank(release: Path) -> str:
-    return f"import os, time\nwhile not os.path.exists({str(release)!r}): time.sleep(0.05)"
-
-
 @pytest.mark.slow
 def test_big_gang_gets_a_reservation_and_small_jobs_backfill_only_where_they_do_not_delay_it(
     small: Runtime, h, tmp_path: Path
 ) -> None:
     # One 4-GPU node: a 2-GPU job with a 60 s limit runs; a 4-GPU gang of higher priority waits.
-    small.submit(h.spec("holder", h.py(waiting_rank(tmp_path / "holder-done")), workers=2, time_limit_s=60))
+    small.submit(h.spec("holder", h.py(h.waiting_rank(tmp_path / "holder-done")), workers=2, time_limit_s=60))
     small.submit(h.spec("big", h.py("print('big ran')"), workers=4, priority=10))
     big = small.get("big")
     assert big.status is JobStatus.PENDING
@@ -42,7 +38,7 @@ def test_big_gang_gets_a_reservation_and_small_jobs_backfill_only_where_they_do_
     assert unlimited.status is JobStatus.PENDING
     assert unlimited.reason is not None and "waits for reservation of job big: it has no time limit" in unlimited.reason
     # One whose limit ends before the reservation starts backfills now, on a reserved GPU.
-    small.submit(h.spec("backfill", h.py(waiting_rank(tmp_path / "backfill-done")), workers=1, time_limit_s=20))
+    small.submit(h.spec("backfill", h.py(h.waiting_rank(tmp_path / "backfill-done")), workers=1, time_limit_s=20))
     assert small.get("backfill").status is JobStatus.RUNNING
 
     env = {**os.environ, "RINGLEADER_HOME": str(small.home)}

@@ -24,8 +24,7 @@ def test_pid_reuse_is_detected() -> None:
 
 def test_killed_supervisor_is_replaced_and_the_job_adopted(small: Runtime, h, tmp_path) -> None:
     release = tmp_path / "release"  # the workers run until the test creates it
-    code = f"import os, time\nprint('up', flush=True)\nwhile not os.path.exists({str(release)!r}): time.sleep(0.1)"
-    small.submit(h.spec("adopt", h.py(code), workers=2))
+    small.submit(h.spec("adopt", h.py(h.waiting_rank(release)), workers=2))
     h.wait_for(lambda: started(small, "adopt", "up"), what="both workers to start")
     pid, st = supervisor_of(small, "adopt")
     os.kill(pid, signal.SIGKILL)

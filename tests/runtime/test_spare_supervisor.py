@@ -49,7 +49,7 @@ def claimed_by(rt: Runtime, h, job: str) -> int:  # type: ignore[no-untyped-def]
 def running_queue(rt: Runtime, h, tmp_path: Path) -> tuple[Path, int]:  # type: ignore[no-untyped-def]
     """A job that runs until released (so the watchdog runs), and the spare it keeps waiting."""
     release = tmp_path / "release"
-    rt.submit(h.spec("long", h.py(f"import os, time\nwhile not os.path.exists({str(release)!r}): time.sleep(0.05)"),
+    rt.submit(h.spec("long", h.py(h.waiting_rank(release)),
                      workers=1, gpus=0))  # fmt: skip
     (spare,) = h.wait_for(lambda: spares(rt.home), SPARE_UP_S, "a spare supervisor")
     h.wait_for(lambda: socket_path(rt.home).exists(), 10, "the spare to listen")
@@ -126,7 +126,7 @@ def test_in_an_idle_folder_a_jobs_supervisor_starts_early_and_a_refused_submit_l
 ) -> None:
     release = tmp_path / "release"
     assert not spares(small.home)  # no job runs: no watchdog, no spare
-    small.submit(h.spec("first", h.py(f"import os, time\nwhile not os.path.exists({str(release)!r}): time.sleep(0.05)"),
+    small.submit(h.spec("first", h.py(h.waiting_rank(release)),
                         gpus=0))  # fmt: skip
     pid = claimed_by(small, h, "first")
     assert pid in spares(small.home, "--early")

@@ -33,9 +33,6 @@ def until(check, timeout: float, what: str) -> float:  # type: ignore[no-untyped
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
-def waiting_rank(release: Path) -> str:
-    return f"import os, time\nprint('up', flush=True)\nwhile not os.path.exists({str(release)!r}): time.sleep(0.05)"
-
 
 def status(rt: Runtime, job: str) -> JobStatus:
     return rt.get(job).status  # a plain read: no reconcile, no supervisor started
@@ -45,8 +42,8 @@ def three_jobs(rt: Runtime, h, tmp_path: Path) -> tuple[Path, Path]:  # type: ig
     """On one 4-GPU node: `peer` (1 GPU, its supervisor the only watcher left), `victim` (3 GPUs)
     and `next` (3 GPUs, pending behind victim). Returns the files that release their ranks."""
     peer_release, victim_release = tmp_path / "peer-release", tmp_path / "victim-release"
-    rt.submit(h.spec("peer", h.py(waiting_rank(peer_release)), workers=1))
-    rt.submit(h.spec("victim", h.py(waiting_rank(victim_release)), workers=3))
+    rt.submit(h.spec("peer", h.py(h.waiting_rank(peer_release)), workers=1))
+    rt.submit(h.spec("victim", h.py(h.waiting_rank(victim_release)), workers=3))
     rt.submit(h.spec("next", h.py("print('next ran')"), workers=3))
     h.wait_for(lambda: all("up" in rt.logs("victim", i.name) for i in rt.get("victim").instances),
                what="victim's ranks to start")  # fmt: skip
@@ -91,7 +88,7 @@ def stop_until_replaced(rt: Runtime, job: str) -> tuple[int, int, float]:
 def last_job(rt: Runtime, h, tmp_path: Path) -> Path:  # type: ignore[no-untyped-def]
     """`victim` holds all 4 GPUs, so its supervisor is the only one; `next` waits behind it."""
     victim_release = tmp_path / "victim-release"
-    rt.submit(h.spec("victim", h.py(waiting_rank(victim_release)), workers=4))
+    rt.submit(h.spec("victim", h.py(h.waiting_rank(victim_release)), workers=4))
     rt.submit(h.spec("next", h.py("print('next ran')"), workers=4))
     h.wait_for(lambda: all("up" in rt.logs("victim", i.name) for i in rt.get("victim").instances),
                what="victim's ranks to start")  # fmt: skip
@@ -172,7 +169,7 @@ def test_supervisor_outlasts_a_write_lock_held_longer_than_the_lock_timeout(
 ) -> None:
     monkeypatch.setenv("RINGLEADER_LOCK_TIMEOUT_S", "0.5")
     release = tmp_path / "release"
-    small.submit(h.spec("patient", h.py(waiting_rank(release)), workers=1))
+    small.submit(h.spec("patient", h.py(h.waiting_rank(release)), workers=1))
     h.wait_for(lambda: "up" in small.logs("patient"), what="the rank to start")
     holder = sqlite3.connect(small.home / "state.db", isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")  # another process holds the write lock
