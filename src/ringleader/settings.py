@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from ringleader.errors import UsageError
 
 ENGINE_NAMES = ("embedded", "kubernetes", "slurm")  # engines.ENGINES must list the same (a test checks)
-CRASH_POINTS = ("submit-committed", "delete-stopped", "delete-forgotten")
+CRASH_POINTS = ("submit-committed", "delete-stopped", "delete-forgotten", "early-started")
 PATH_MAX = 4096
 
 

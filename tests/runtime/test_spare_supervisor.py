@@ -2,32 +2,47 @@
 one supervisor waiting with its modules imported, and the next job a command places starts
 under it; a command whose process context differs, or facing a stopped spare, starts a
 supervisor of its own; the spare leaves with the watchdog. In an idle folder, a command starts
-its job's supervisor early, while it asks the runtime and commits; refused, it leaves none."""
+its job's supervisor early, while it asks the runtime and commits; that one starts the ranks
+before its imports, forks the folder's watchdog meanwhile, and, killed at either end of the
+hand-over (the command after its commit, the early supervisor after the ranks' start), loses
+no job; refused, it leaves none."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from ringleader.engines.embedded import spare as supervisors_before_jobs
+from ringleader.engines.embedded import early as supervisors_before_jobs
 from ringleader.engines.embedded.engine import Runtime
 from ringleader.engines.embedded.liveness import PEER_CHECK_S
 from ringleader.engines.embedded.spare import ANSWER_S, socket_path
 from ringleader.errors import DependencyError
 from ringleader.jobs.states import JobStatus
+from ringleader.runtime.procs import alive
 from statedb import supervisor_of
 
 SPARE_UP_S = PEER_CHECK_S + 15.0  # its first check, then an interpreter and imports on a loaded box
 
 
-def spares(home: Path, flag: str = "--spare") -> list[int]:
-    """The pids of the spare (or early) supervisors of this folder, whether or not they have
-    become a job's supervisor since."""
+def spares(home: Path) -> list[int]:
+    """The pids of the folder's spare supervisors, whether or not they have become a job's
+    supervisor since."""
+    return _started_as(home, ["ringleader.engines.embedded.supervisor", str(home), "--spare"])
+
+
+def early_supervisors(home: Path) -> list[int]:
+    """The pids of the folder's early supervisors (and of the watchdogs they forked)."""
+    return _started_as(home, ["ringleader.engines.embedded.early", str(home)])
+
+
+def _started_as(home: Path, tail: list[str]) -> list[int]:
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -36,9 +51,16 @@ def spares(home: Path, flag: str = "--spare") -> list[int]:
             argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")[:-1]
         except OSError:
             continue
-        if argv[-2:] == [str(home).encode(), flag.encode()] and b"ringleader.engines.embedded.supervisor" in argv:
+        if argv[-len(tail):] == [part.encode() for part in tail]:
             found.append(int(entry))
     return found
+
+
+def comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
 
 
 def claimed_by(rt: Runtime, h, job: str) -> int:  # type: ignore[no-untyped-def]
@@ -129,16 +151,18 @@ def test_in_an_idle_folder_a_jobs_supervisor_starts_early_and_a_refused_submit_l
     small.submit(h.spec("first", h.py(h.waiting_rank(release)),
                         gpus=0))  # fmt: skip
     pid = claimed_by(small, h, "first")
-    assert pid in spares(small.home, "--early")
-    log = (small.home / "run" / "first" / "supervisor.log").read_text()
-    assert f"supervisor {pid}: started early by the command that placed job first" in log
+    assert pid in early_supervisors(small.home)
+    log = small.home / "run" / "first" / "supervisor.log"  # claimed for it at the commit: it may not be up yet
+    said = f"supervisor {pid}: started early by the command that placed job first"
+    h.wait_for(lambda: log.exists() and said in log.read_text(), 30, "the early supervisor's first line")
     release.touch()
     assert small.wait("first", 60).status is JobStatus.SUCCEEDED
     h.wait_for(lambda: not socket_path(small.home).exists(), PEER_CHECK_S + 10, "the queue to be idle again")
 
     started: list[supervisors_before_jobs.EarlySupervisor | None] = []
     real = supervisors_before_jobs.start_early
-    monkeypatch.setattr(supervisors_before_jobs, "start_early", lambda home: started.append(real(home)) or started[-1])
+    monkeypatch.setattr(supervisors_before_jobs, "start_early",
+                        lambda home, job: started.append(real(home, job)) or started[-1])  # fmt: skip
     empty = tmp_path / "no-runtime"
     empty.mkdir()
     monkeypatch.setenv("PATH", str(empty))  # no podman, no docker: the image is refused after the start
@@ -148,3 +172,86 @@ def test_in_an_idle_folder_a_jobs_supervisor_starts_early_and_a_refused_submit_l
     assert started[0].proc.wait(10) == 0  # and left, told of no job
     assert [j.name for j in small.list_jobs()] == ["first"]
     assert not (small.home / "run" / "refused").exists()
+
+
+def idle_folder(rt: Runtime, h) -> None:  # type: ignore[no-untyped-def]
+    """A folder that ran a job (so it has its run/ folder) and whose watchdog has left."""
+    rt.submit(h.spec("prior", ["true"], gpus=0))
+    assert rt.wait("prior", 60).status is JobStatus.SUCCEEDED
+    h.wait_for(lambda: not watchdog_pid(rt.home), PEER_CHECK_S + 10, "the watchdog to leave")
+
+
+def watchdog_pid(home: Path) -> int | None:
+    from ringleader.engines.embedded.liveness import read_beat
+
+    beat = read_beat(home / "run" / "watchdog.beat")
+    return beat[0] if beat is not None and alive(beat[0], beat[1]) else None
+
+
+@pytest.mark.slow
+def test_in_an_idle_folder_the_early_supervisor_starts_the_ranks_itself_beside_a_forked_watchdog(
+    small: Runtime, h, tmp_path: Path
+) -> None:
+    idle_folder(small, h)
+    release = tmp_path / "release"
+    small.submit(h.spec("ranks-first", h.py(h.waiting_rank(release)), workers=2, gpus=1))
+    pid = claimed_by(small, h, "ranks-first")
+    assert pid in early_supervisors(small.home)
+    log = small.home / "run" / "ranks-first" / "supervisor.log"
+    h.wait_for(lambda: log.exists() and "started 2 rank(s) before its imports" in log.read_text(), 30, "the start")
+    # The ranks are its own children (it stops them, and waits for them, as any supervisor does).
+    wrappers = h.wait_for(lambda: [i.pid for i in small.get("ranks-first").instances if i.pid], 30, "pids")
+    for wrapper in wrappers:
+        assert int(Path(f"/proc/{wrapper}/stat").read_text().rpartition(")")[2].split()[1]) == pid
+    # The watchdog it forked watches the queue: a copy of it, named for what it does.
+    watchdog = h.wait_for(lambda: watchdog_pid(small.home), 10, "a watchdog")
+    assert watchdog != pid and comm(watchdog) == "rl-watchdog"
+    release.touch()
+    done = small.wait("ranks-first", 60)
+    assert done.status is JobStatus.SUCCEEDED
+    assert [i.exit_code for i in done.instances] == [0, 0]
+    assert "GPU" in small.get("ranks-first").events[-1].message  # freed, and said so
+    h.wait_for(lambda: not watchdog_pid(small.home), PEER_CHECK_S + 10, "the watchdog to leave with the queue")
+
+
+@pytest.mark.slow
+def test_a_command_killed_after_its_commit_leaves_its_job_to_the_early_supervisor(
+    small: Runtime, h, tmp_path: Path
+) -> None:
+    idle_folder(small, h)
+    env = {**os.environ, "RINGLEADER_HOME": str(small.home), "RINGLEADER_CRASH_AT": "submit-committed"}
+    done = subprocess.run([sys.executable, "-m", "ringleader.cli.main", "submit", "mpi", "--name", "orphaned",
+                           "--workers", "2", "--gpus", "1", "--", *h.py("print('ran')")],
+                          env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == -9, done.stderr
+    # No command runs after it: the early supervisor, told the job's name but not how to start
+    # it, finds the job committed for itself and starts it the usual way.
+    finished = small.wait("orphaned", 60)
+    assert finished.status is JobStatus.SUCCEEDED, finished.reason
+    assert small.logs("orphaned").strip() == "ran"
+    log = (small.home / "run" / "orphaned" / "supervisor.log").read_text()
+    assert "started early by the command that placed job orphaned" in log
+    assert "before its imports" not in log
+    assert "Adopted" not in [e.kind for e in small.get("orphaned").events]
+
+
+@pytest.mark.slow
+def test_an_early_supervisor_killed_after_starting_the_ranks_loses_nothing(
+    small: Runtime, h, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    idle_folder(small, h)
+    release = tmp_path / "release"
+    monkeypatch.setenv("RINGLEADER_CRASH_AT", "early-started")  # the early supervisor's environment has it
+    small.submit(h.spec("adopted", h.py(h.waiting_rank(release)), workers=2, gpus=1))
+    monkeypatch.delenv("RINGLEADER_CRASH_AT")
+    first = claimed_by(small, h, "adopted")
+    first_start = supervisor_of(small, "adopted")[1]  # claimed for it by the command, with its start time
+    h.wait_for(lambda: not alive(first, first_start) or None, 30, "the early supervisor's end")
+    # Its ranks run on; the watchdog it forked finds it lost and a new supervisor adopts them.
+    adopted = lambda: "Adopted" in [e.kind for e in small.get("adopted").events] or None  # noqa: E731
+    h.wait_for(adopted, PEER_CHECK_S + 30, "adoption")
+    assert supervisor_of(small, "adopted")[0] != first
+    release.touch()
+    done = small.wait("adopted", 60)
+    assert done.status is JobStatus.SUCCEEDED, done.reason
+    assert [i.exit_code for i in done.instances] == [0, 0]

@@ -25,6 +25,7 @@ from ringleader.engines.embedded.faults import crash_point
 from ringleader.engines.embedded.folders import remove_job_folders
 from ringleader.engines.embedded.lifecycle import (
     HOSTS_SETTINGS,
+    release_claim,
     schedule_pass,
     schedule_pass_decisions,
     spawn_supervisors,
@@ -231,7 +232,7 @@ class Runtime:
     # -- jobs -----------------------------------------------------------------------------------
     def submit(self, spec: JobSpec, dry_run: bool = False) -> SubmitResult:
         """Queue a job (placed now if it fits), or with ``dry_run`` only show the plan."""
-        from ringleader.engines.embedded.spare import start_early  # submit only
+        from ringleader.engines.embedded.early import rank_starts, start_early  # submit only
         from ringleader.jobs.submit import placement_hint, prepare_submit, refuse_unresolvable
 
         sub = prepare_submit(spec, self.supports)
@@ -248,7 +249,7 @@ class Runtime:
         refuse_unresolvable(decision, self.supports)
         # It fits now: its supervisor starts while this command asks the runtime and commits
         # (in a state folder that exists: a first submit's is made, and checked, below).
-        early = start_early(self.home) if decision.ok and not dry_run and not self.db.ephemeral else None
+        early = start_early(self.home, spec.name) if decision.ok and not dry_run and not self.db.ephemeral else None
         try:
             image_here_at: dict[str, float] = {}  # the image seen on this host by the probe below
             if spec.image:
@@ -282,12 +283,30 @@ class Runtime:
                 mine = next(d for d in decisions if d.job.name == spec.name)
                 # The cluster may have changed since the check above: refused here, nothing commits.
                 refuse_unresolvable(mine, self.supports)
+                placed = [d.job.name for d in decisions if d.ok]
+                if early is not None and mine.ok:
+                    early.claim_for(conn, spec.name, now)
+                    row = store.job_row(conn, spec.name)
+                    assert row is not None  # inserted and placed above
+                    placement, kinds = json.loads(row["placement"]), store.node_kinds(conn)
         except BaseException:
             if early is not None:
                 early.release()
             raise
-        crash_point("submit-committed")  # killed here: reconciliation starts the supervisor
-        unstarted = spawn_supervisors(self.home, [d.job.name for d in decisions if d.ok], image_here_at, early)
+        crash_point("submit-committed")  # killed here: the early supervisor, or reconciliation, starts the job
+        if early is not None and mine.ok:
+            placed.remove(spec.name)
+            try:
+                ranks = rank_starts(self.home, spec, placement, kinds, spec.name in image_here_at)
+            except OSError:  # no port for the rendezvous yet: the supervisor builds the plan itself
+                ranks = None
+            if not early.start(self.home, spec.name, image_here_at.get(spec.name), ranks):
+                with db.write() as conn:
+                    release_claim(conn, spec.name, early.proc.pid, early.pid_start)
+                placed.insert(0, spec.name)
+        elif early is not None:
+            early.release()
+        unstarted = spawn_supervisors(self.home, placed, image_here_at)
         if spec.name in unstarted:  # submitted all the same: the state holds it, placed
             why = unstarted[spec.name]
             notes.append(f"note: job {spec.name}'s supervisor could not start yet ({why}); it is started "

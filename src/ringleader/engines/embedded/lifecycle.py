@@ -19,7 +19,6 @@ from ringleader.runtime.plan import supervisor_env
 from ringleader.runtime.procs import grace_seconds
 
 if TYPE_CHECKING:
-    from ringleader.engines.embedded.spare import EarlySupervisor
     from ringleader.scheduler import ClusterState, Decision
 
 # meta key: how jobs on ssh hosts launch here (extra MCA parameters, rank env, the head's
@@ -138,29 +137,31 @@ def finish_job(
     store.add_event(conn, name, kind, f"{reason}; {freed} GPU(s) freed" if reason else f"{freed} GPU(s) freed", now)
 
 
+def release_claim(conn: sqlite3.Connection, job: str, pid: int, pid_start: int | None) -> None:
+    """A job claimed for a process that died before it started anything (an early supervisor
+    that could not be told, see early) waits for a supervisor again, as if just placed."""
+    row = store.job_row(conn, job)
+    if row is not None and (row["supervisor_pid"], row["supervisor_start"]) == (pid, pid_start):
+        store.update_job(conn, job, supervisor_pid=None, supervisor_start=None, launched_at=None)
+
+
 def spawn_supervisors(
-    home: Path, jobs: Iterable[str], image_here_at: Mapping[str, float] | None = None,
-    early: EarlySupervisor | None = None,
+    home: Path, jobs: Iterable[str], image_here_at: Mapping[str, float] | None = None
 ) -> dict[str, str]:
     """Start one detached supervisor per job: it outlives the command that started it. Its
     environment is minimal (see supervisor_env): a job's processes get only the job's own.
     ``image_here_at``: when the submit saw a job's image on this host (the supervisor's check there).
-    The first job goes to ``early``, the command's supervisor started before it placed the job,
-    else to the folder's spare supervisor (see spare) where one waits.
+    The first job goes to the folder's spare supervisor (see spare) where one waits.
     Returns the jobs whose supervisor could not start, with why (a full disk, no processes
     left): they are already placed in the state, so the command that placed them stays done,
     and reconciliation starts their supervisor once LAUNCH_GRACE_S has passed."""
     import subprocess
 
     failed: dict[str, str] = {}
-    spare = early is None  # the folder's spare supervisor takes the first job, if one waits and it will
+    spare = True  # the folder's spare supervisor takes the first job, if one waits and it will
     for job in jobs:
         seen = (image_here_at or {}).get(job)
-        if early is not None:
-            started, early = early.start(home, job, seen), None
-            if started:
-                continue
-        elif spare:
+        if spare:
             from ringleader.engines.embedded.spare import hand_over
 
             spare = False
@@ -179,6 +180,4 @@ def spawn_supervisors(
                 )  # fmt: skip
         except OSError as exc:
             failed[job] = exc.strerror or str(exc)
-    if early is not None:  # no job placed for it
-        early.release()
     return failed

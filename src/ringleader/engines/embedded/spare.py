@@ -1,26 +1,23 @@
-"""Supervisors started before their job, so a job's ranks need not wait for an interpreter and
-its imports (about 80 ms on a 2-core box).
+"""The spare supervisor, started before its job, so a job placed while others run need not wait
+for an interpreter and its imports (about 80 ms on a 2-core box).
 
-The spare: while jobs run, the folder's watchdog keeps one supervisor waiting with its modules
-imported, listening on ``run/spare.sock``. A command that places a job hands it over
-(``hand_over``): it sends the job; the spare opens the job's log and answers "ok"; the command,
-still within ANSWER_S of its start, answers "go", and only then is the spare the job's
-supervisor. Anything else (no spare, a busy or stopped one, a late answer, a refusal) and the
-command starts a supervisor of its own, as without a spare, and the spare goes on waiting. The
-spare takes a job only from a command of its own user (the socket's peer credentials) whose
-process context is its own (``context``: interpreter, code, supervisor environment, umask,
-limits, signal masks, capabilities, CPU and memory affinity, cgroup, namespaces, ids): a job's
-ranks inherit those from their supervisor, so they are what a supervisor started by that command
-would have had. It serves one job; the watchdog starts the next at its next check, and when the
-watchdog ends, the spare reads the end of its stdin and leaves too.
+While jobs run, the folder's watchdog keeps one supervisor waiting with its modules imported,
+listening on ``run/spare.sock``. A command that places a job hands it over (``hand_over``): it
+sends the job; the spare opens the job's log and answers "ok"; the command, still within
+ANSWER_S of its start, answers "go", and only then is the spare the job's supervisor. Anything
+else (no spare, a busy or stopped one, a late answer, a refusal) and the command starts a
+supervisor of its own, as without a spare, and the spare goes on waiting. The spare takes a job
+only from a command of its own user (the socket's peer credentials) whose process context is its
+own (``context``: interpreter, code, supervisor environment, umask, limits, signal masks,
+capabilities, CPU and memory affinity, cgroup, namespaces, ids): a job's ranks inherit those from
+their supervisor, so they are what a supervisor started by that command would have had. It serves
+one job; the watchdog starts the next at its next check, and when the watchdog ends, the spare
+reads the end of its stdin and leaves too. In an idle folder no watchdog runs, so there is no
+spare: a command starts its job's supervisor early instead (see ``early``).
 
-The early supervisor: in an idle folder no watchdog runs, so there is no spare. A command whose
-job fits starts its supervisor early (``EarlySupervisor``), before it asks the container runtime
-and commits, and tells it the job placed through its stdin pipe (or closes the pipe: it leaves).
-
-Nothing here is needed for correctness: without them every job starts as before. In the one
-case where a command and a spare could disagree (the command sent "go" within its time and the
-spare, stopped past its own, closed without reading it), the job waits for reconciliation's
+Nothing here is needed for correctness: without it every job starts as before. In the one case
+where a command and a spare could disagree (the command sent "go" within its time and the spare,
+stopped past its own, closed without reading it), the job waits for reconciliation's
 LAUNCH_GRACE_S, as a job whose supervisor could not start does.
 """
 
@@ -33,19 +30,18 @@ import resource
 import select
 import socket
 import struct
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from ringleader.engines.embedded.early import become, job_name_ok, open_job_log
 from ringleader.runtime.plan import supervisor_env
 
 SOCKET_NAME = "spare.sock"  # in HOME/run (0700)
-# `python -m ringleader.engines.embedded.supervisor HOME FLAG`: a supervisor before its job.
-SPARE_FLAG, EARLY_FLAG = "--spare", "--early"
+# `python -m ringleader.engines.embedded.supervisor HOME --spare`: a supervisor before its job.
+SPARE_FLAG = "--spare"
 SUPERVISOR_MODULE = "ringleader.engines.embedded.supervisor"
-EARLY_LOG = "early.log"  # in HOME/run: what an early supervisor says before it has a job
 ANSWER_S = 0.5  # a command's whole exchange with the spare, before it starts a supervisor itself
 GO_SLACK_S = 1.0  # how much longer than the command the spare waits for its "go"
 MAX_REQUEST = 1 << 16
@@ -201,7 +197,7 @@ def _take(listener: socket.socket, home: Path, mine: dict[str, Any]) -> tuple[st
             if not isinstance(deadline, (int, float)) or time.monotonic() > deadline:
                 conn.sendall(b"no\n")
                 return None
-            if request.get("context") != mine or not _job_name(job):
+            if request.get("context") != mine or not job_name_ok(job):
                 conn.sendall(b"no\n")
                 return None
             log = open_job_log(home, job)
@@ -213,102 +209,8 @@ def _take(listener: socket.socket, home: Path, mine: dict[str, Any]) -> tuple[st
         except (OSError, ValueError, TypeError, struct.error) as exc:
             print(f"spare supervisor {os.getpid()}: a hand-over failed: {exc}", flush=True)
             return None
-    _become(log)  # the watchdog's pipe closed here: it starts the next spare
+    become(log)  # the watchdog's pipe closed here: it starts the next spare
     print(f"supervisor {os.getpid()}: started as the folder's spare, took job {job}", flush=True)
     return job, float(seen) if isinstance(seen, (int, float)) else None
 
 
-def _job_name(job: str) -> bool:
-    return bool(job) and "/" not in job and job not in (".", "..") and not job.startswith("-")
-
-
-def open_job_log(home: Path, job: str) -> int:
-    """The job's supervisor log, opened for appending as a started supervisor's stdout."""
-    run_dir = home / "run" / job
-    run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return os.open(run_dir / "supervisor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
-
-
-def _become(log: int) -> None:
-    """This process's stdout and stderr the job's log ``log``, its stdin /dev/null."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    os.close(log)
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.close(null)
-
-
-class EarlySupervisor:
-    """A supervisor started before its job is placed, waiting on its stdin pipe."""
-
-    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
-        self.proc = proc
-
-    def start(self, home: Path, job: str, image_here_at: float | None) -> bool:
-        """Make it ``job``'s supervisor; False (and it leaves) where that could not be said."""
-        assert self.proc.stdin is not None
-        try:
-            os.close(open_job_log(home, job))  # a full disk is found here, as spawning would find it
-            self.proc.stdin.write(json.dumps({"job": job, "image_here_at": image_here_at}).encode() + b"\n")
-            self.proc.stdin.close()
-        except OSError:
-            self.release()
-            return False
-        return True
-
-    def release(self) -> None:
-        """No job for it: it reads the end of its stdin and leaves."""
-        assert self.proc.stdin is not None
-        with contextlib.suppress(OSError):
-            self.proc.stdin.close()
-
-
-def start_early(home: Path) -> EarlySupervisor | None:
-    """A supervisor for the job this command is about to place, unless the folder's spare waits
-    for it (then the spare takes it) or none can start now (then one is started after)."""
-    if os.path.exists(socket_path(home)) and listening(home):
-        return None
-    try:  # in the folder's own run/ (made by its first job), never through a link
-        dir_fd = _open_run_dir(home)
-    except OSError:
-        return None
-    try:
-        fd = os.open(EARLY_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600, dir_fd=dir_fd)
-    except OSError:
-        return None
-    finally:
-        os.close(dir_fd)
-    try:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", SUPERVISOR_MODULE, str(home), EARLY_FLAG], stdin=subprocess.PIPE,
-            stdout=fd, stderr=fd, start_new_session=True, close_fds=True, env=supervisor_env(),
-        )  # fmt: skip
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    return EarlySupervisor(proc)
-
-
-def wait_for_placed(home: Path) -> tuple[str, float | None] | None:
-    """As an early supervisor: the job its command placed, (job, image_here_at), with this
-    process's output the job's log; None when the command placed none (end of file)."""
-    line = sys.stdin.buffer.readline(MAX_REQUEST)
-    try:
-        request = json.loads(line)
-        job, seen = str(request["job"]), request.get("image_here_at")
-    except (ValueError, KeyError, TypeError):
-        return None  # the command closed its pipe: no job
-    if not _job_name(job):
-        return None
-    try:
-        log = open_job_log(home, job)
-    except OSError as exc:  # the job is placed and this is its supervisor: it runs, unlogged
-        print(f"supervisor {os.getpid()}: job {job}: no log ({exc})", flush=True)
-        log = os.open(os.devnull, os.O_WRONLY)
-    _become(log)
-    print(f"supervisor {os.getpid()}: started early by the command that placed job {job}", flush=True)
-    return job, float(seen) if isinstance(seen, (int, float)) else None

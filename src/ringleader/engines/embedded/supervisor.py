@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ringleader.engines.embedded import store
+from ringleader.engines.embedded.early import Started, start_rank, write_private
 from ringleader.engines.embedded.lifecycle import (
     HOSTS_SETTINGS,
     IMAGE_HERE_AT,
@@ -92,8 +93,11 @@ class Watched:
 
 
 class Supervisor:
-    def __init__(self, home: Path, job: str, image_here_at: float | None = None) -> None:
+    def __init__(
+        self, home: Path, job: str, image_here_at: float | None = None, started: Started | None = None
+    ) -> None:
         self.home, self.job = home, job
+        self.started = started  # the ranks its early supervisor started before importing this (see early)
         self.image_here_at = image_here_at  # when the submit saw the job's image on this host
         self.db, _ = store.Store.open(home, create=False)
         self.me, self.me_start = os.getpid(), start_time(os.getpid())
@@ -138,12 +142,15 @@ class Supervisor:
             if row is None or row["status"] != JobStatus.RUNNING.value:
                 return None
             other = row["supervisor_pid"]
-            if other and other != self.me and alive(other, row["supervisor_start"]):
+            # Claimed for this very process by the command that placed the job (see early):
+            # its own to start, not a lost supervisor's to adopt.
+            mine = (other, row["supervisor_start"]) == (self.me, self.me_start)
+            if other and not mine and alive(other, row["supervisor_start"]):
                 return None
-            launched = row["launched_at"] is not None
+            launched = row["launched_at"] is not None and not mine
             self.started_at = row["started_at"]
             fields: dict[str, Any] = {"supervisor_pid": self.me, "supervisor_start": self.me_start}
-            if not launched:
+            if row["launched_at"] is None:
                 fields["launched_at"] = time.time()  # the intent, before any process exists
             store.update_job(conn, self.job, **fields)
             if launched:
@@ -163,6 +170,8 @@ class Supervisor:
     def launch(self, spec: JobSpec, placement_data: dict[str, Any]) -> bool:
         """Start every instance; False if the job was deleted meanwhile (then all is stopped)."""
         placement = StoredPlacement.from_dict(placement_data)
+        if self.started is not None:
+            return self.take_over(spec, placement, self.started)
         with self.db.read() as conn:
             kinds = store.node_kinds(conn)
             remote = any(kinds[n].remote for n in placement.nodes)
@@ -182,22 +191,37 @@ class Supervisor:
             address = master_address(placement_from_dict(spec.name, placement_data), nodes, settings)
             plan.update(hosts=True, master_addr=address)
             plan["env"] = {**settings.get("env", {}), **plan["env"]}
-            _write_private(pfile, json.dumps(plan, indent=1))
+            write_private(pfile, json.dumps(plan, indent=1))
             argv, detail = hosts_command(spec, plan, pfile, nodes, self.home, settings)
             self._start(f"{spec.name}-launcher", [*rank_wrapper(pfile, launcher=True), *argv], spec)
         elif is_mpirun(spec.command):
-            _write_private(pfile, json.dumps(plan, indent=1))
+            write_private(pfile, json.dumps(plan, indent=1))
             emulated = any(kinds[n].emulated for n in placement.nodes)
             argv = rewrite_mpirun(spec.command, spec.workers, emulated, pfile)
             self._start(f"{spec.name}-launcher", [*rank_wrapper(pfile, launcher=True), *argv], spec)
             detail = _shown(argv, spec)
         else:
-            _write_private(pfile, json.dumps(plan, indent=1))
+            write_private(pfile, json.dumps(plan, indent=1))
             for slot in placement.slots:
                 argv = [*rank_wrapper(pfile, rank=slot.index), *spec.command]
                 self._start(f"{spec.name}-worker-{slot.index}", argv, spec)
             detail = _shown(spec.command, spec)
         if not self.persist(event=("Started", f"{len(placement.slots)} worker(s): {detail}")):
+            self.abandon()
+            return False
+        return True
+
+    def take_over(self, spec: JobSpec, placement: StoredPlacement, started: Started) -> bool:
+        """Watch the ranks the early supervisor started (see early) as if started here."""
+        if spec.image:
+            self.nodes = list(placement.nodes)  # every rank on this host, where the command saw the image
+        for instance, popen, pid_start, at in started.ranks:
+            self._track(next(w for w in self.watched if w.name == instance), popen, pid_start, at)
+        if started.failed is not None:
+            instance, exc = started.failed
+            self.starting = next(w for w in self.watched if w.name == instance)
+            raise exc
+        if not self.persist(event=("Started", f"{len(placement.slots)} worker(s): {_shown(spec.command, spec)}")):
             self.abandon()
             return False
         return True
@@ -236,16 +260,14 @@ class Supervisor:
         w = next(w for w in self.watched if w.name == instance)
         self.starting = w
         # The job's own recorded environment, never this supervisor's (see job_env).
-        env = job_env(spec.submit_env)
-        # Its own session (process group led by the wrapper), so stopping it reaches its program.
-        w.popen = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True, close_fds=True, cwd=spec.workdir, env=env,
-        )  # fmt: skip
-        w.pid, w.pid_start, w.started_at = w.popen.pid, start_time(w.popen.pid), time.time()
-        w.exit_fd = _exit_fd(w.popen.pid)
-        w.status, w.dirty = InstanceStatus.RUNNING, True
+        popen = start_rank(argv, spec.workdir, job_env(spec.submit_env))
+        self._track(w, popen, start_time(popen.pid), time.time())
         self.starting = None
+
+    def _track(self, w: Watched, popen: subprocess.Popen[bytes], pid_start: int | None, started_at: float) -> None:
+        w.popen, w.pid, w.pid_start, w.started_at = popen, popen.pid, pid_start, started_at
+        w.exit_fd = _exit_fd(popen.pid)
+        w.status, w.dirty = InstanceStatus.RUNNING, True
 
     # -- watching ---------------------------------------------------------------------------------
     def observe(self) -> None:
@@ -378,6 +400,17 @@ class Supervisor:
             if not w.done and not any(alive(p, s) for p, s in self.targets(w)):
                 self._end(w, w.popen.poll() if w.popen else None, time.time(), why)
 
+    def stop_started(self) -> None:
+        """The ranks the early supervisor started for a job that is no longer this process's
+        (deleted meanwhile): stopped, as abandon() stops the ones it watches."""
+        ranks = self.started.ranks if self.started is not None else []
+        targets = [instance_targets(self.home, self.job, name, p.pid, started) for name, p, started, _ in ranks]
+        stop_all([t for each in targets for t in each], grace_seconds())
+        for _, popen, _, _ in ranks:
+            if popen.poll() is None:
+                popen.kill()
+            popen.wait()
+
     def abandon(self) -> None:
         """The job is gone (deleted) or no longer ours: stop every process this supervisor
         started or adopted, recording nothing."""
@@ -483,9 +516,12 @@ class Supervisor:
     def run(self) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, lambda _s, _f: setattr(self, "interrupted", True))
+        if self.started is not None and self.started.interrupted:  # signalled before these handlers
+            self.interrupted = True
         self.heartbeat.start()  # before the claim, so the beat file names the holder from the first moment
         claimed = self.claim()
         if claimed is None:
+            self.stop_started()
             return 0
         spec, placement, launched = claimed
         ensure_watchdog(self.home)
@@ -534,27 +570,18 @@ def _exit_fd(pid: int) -> int | None:
         return None
 
 
-def _write_private(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-
-
 def main(argv: list[str]) -> int:
     home, job = Path(argv[0]), argv[1]
     seen = float(argv[3]) if argv[2:3] == [IMAGE_HERE_AT] else None
-    if job.startswith("--"):  # started before its job (see spare): a spare, or a command's early one
+    if job.startswith("--"):  # started before its job: the folder's spare (see spare)
         from ringleader.engines.embedded import spare
 
-        if job == spare.SPARE_FLAG:
-            _preload()  # a spare has time: a command's early one waits for a command busy with ms only
-            try:
-                taken = spare.wait_for_job(home)
-            except OSError as exc:  # cannot listen (a full disk, no /proc): the watchdog stops trying
-                print(f"spare supervisor {os.getpid()}: not started: {exc}", flush=True)
-                return spare.NOT_LISTENING
-        else:
-            taken = spare.wait_for_placed(home)
+        _preload()  # a spare has time
+        try:
+            taken = spare.wait_for_job(home)
+        except OSError as exc:  # cannot listen (a full disk, no /proc): the watchdog stops trying
+            print(f"spare supervisor {os.getpid()}: not started: {exc}", flush=True)
+            return spare.NOT_LISTENING
         if taken is None:
             return 0
         job, seen = taken

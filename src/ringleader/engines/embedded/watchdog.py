@@ -3,7 +3,8 @@
 Running supervisors reconcile each other every PEER_CHECK_S (see ``liveness``), but nobody
 watches the LAST one: killed -9 or stopped, its job would hold its GPUs and the jobs waiting for
 them would not start until someone typed a command. So every supervisor makes sure a watchdog
-runs (``ensure_watchdog``, at its start and at each peer check): it reconciles every PEER_CHECK_S
+runs (``ensure_watchdog``, at its start and at each peer check), and an early supervisor forks
+one while its command commits (``fork_watchdog``, see early): it reconciles every PEER_CHECK_S
 and exits once no job is running. At most one runs per folder (an exclusive lock on
 ``run/watchdog.lock``); it beats like a supervisor, so a stopped watchdog is killed and replaced
 by the next supervisor that looks. Nobody starts it by hand, and it never outlives the queue.
@@ -20,7 +21,6 @@ import fcntl
 import os
 import select
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -65,10 +65,9 @@ def _stuck_watchdog(home: Path) -> tuple[int, int | None] | None:
     return pid, started
 
 
-def ensure_watchdog(home: Path, env: dict[str, str] | None = None) -> bool:
-    """Start the folder's watchdog unless one runs (a stopped one is killed first); True when
-    one was started. Cheap enough for every peer check: one non-blocking lock attempt."""
-    import subprocess
+def _none_running(home: Path) -> bool:
+    """Whether the folder needs a watchdog started: none holds the lock, or the one holding it
+    stopped beating (it is killed first). Cheap: one non-blocking lock attempt."""
     try:
         fd = _open_lock(home)
     except OSError:
@@ -84,6 +83,14 @@ def ensure_watchdog(home: Path, env: dict[str, str] | None = None) -> bool:
                 time.sleep(0.02)
     finally:
         os.close(fd)
+    return True
+
+
+def ensure_watchdog(home: Path, env: dict[str, str] | None = None) -> bool:
+    """Start the folder's watchdog unless one runs (a stopped one is killed first); True when
+    one was started. Cheap enough for every peer check."""
+    if not _none_running(home):
+        return False
     log = os.open(home / "run" / "watchdog.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
     with os.fdopen(log, "ab") as out:
         subprocess.Popen(
@@ -92,6 +99,60 @@ def ensure_watchdog(home: Path, env: dict[str, str] | None = None) -> bool:
             start_new_session=True, close_fds=True, env=env,
         )  # fmt: skip
     return True
+
+
+def fork_watchdog(home: Path) -> None:
+    """Start the folder's watchdog as a copy of this process: no interpreter to start, and
+    nothing more to import before its first check, so a job starting beside it gets the CPU.
+    Only from the early supervisor waiting for its job (see early): a process of ringleader's
+    own, with one thread and no state open. A copy that finds a watchdog running leaves."""
+    if len(os.listdir("/proc/self/task")) != 1:
+        return  # a thread's locks would stay taken in the copy
+    if not _none_running(home):
+        return
+    try:
+        log = os.open(home / "run" / "watchdog.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+    except OSError:
+        return  # the job's supervisor starts one (ensure_watchdog)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        middle = os.fork()
+    except OSError:
+        os.close(log)
+        return
+    if middle:
+        os.close(log)
+        os.waitpid(middle, 0)
+        return
+    code = 1
+    try:  # the middle process: in a session of its own, it leaves once the watchdog is forked (init reaps that)
+        os.setsid()
+        code = 0 if os.fork() else _as_forked_watchdog(home, log)
+    finally:
+        os._exit(code)
+
+
+def _as_forked_watchdog(home: Path, log: int) -> int:
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)  # not the command's pipe, which the early supervisor reads
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+    try:
+        with open("/proc/self/comm", "w") as fh:  # what ps and top show: the command line is the early supervisor's
+            fh.write("rl-watchdog")
+    except OSError:
+        pass
+    try:
+        return watch(home)
+    except KeyboardInterrupt:
+        return 0
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        return 1
 
 
 def _log(message: str) -> None:
@@ -117,6 +178,8 @@ def watch(home: Path) -> int:
 
 
 def _watch(home: Path, spares: Spares) -> int:
+    import sqlite3
+
     from ringleader.engines.embedded import store
     from ringleader.engines.embedded.reconcile import reconcile
     from ringleader.jobs.states import JobStatus
