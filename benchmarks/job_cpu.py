@@ -2,8 +2,9 @@
 
     CONTAINERS_CONF=/path/containers.conf PYTHONPATH=src python benchmarks/job_cpu.py --image IMAGE --reps 6
 
-Each repetition submits (Python API) a 2-worker 0-GPU job `--image IMAGE -- true` in a fresh
-state folder (an idle folder: no watchdog yet) and waits for its end, then runs the two
+Each repetition submits (Python API) a 2-worker 0-GPU job `--image IMAGE -- true` in an idle
+state folder (it ran a job before, and its watchdog has left, as in job_start.py) and waits for
+its end, then runs the two
 `podman run`s of container_overhead.py side by side. What each cost is the host's busy CPU time
 (/proc/stat: all but idle and iowait) from just before it to 0.3 s after it ended (the job's
 watchdog start and exit, the containers' cleanup): so it counts every process the job started,
@@ -22,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from container_overhead import by_hand  # this folder is on sys.path: the script's own
+from job_start import idle
 
 SETTLE_S = 0.3
 TICK_MS = 1000 / os.sysconf("SC_CLK_TCK")
@@ -60,8 +62,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="ringleader-bench-") as folder:
         job(Path(folder) / "warm", args.image, "warm")  # imports, page cache
         for rep in range(args.reps):
-            time.sleep(3.0)  # the last folder's watchdog has left
-            costs["ringleader --image"].append(cost(lambda rep=rep: job(Path(folder) / str(rep), args.image, "j")))
+            home = Path(folder) / str(rep)
+            idle(home)  # not counted: a job before, and the wait for its watchdog to leave
+            time.sleep(1.0)
+            costs["ringleader --image"].append(cost(lambda home=home: job(home, args.image, "j")))
             time.sleep(1.0)
             costs["by hand"].append(cost(lambda: by_hand(podman, args.image)))
     for what, values in costs.items():

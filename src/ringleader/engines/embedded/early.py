@@ -290,4 +290,7 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    # Run as a script, this module is __main__: the supervisor's import of it finds this one,
+    # not a second copy (its Started is this one's).
+    sys.modules.setdefault(EARLY_MODULE, sys.modules[__name__])
     sys.exit(main(sys.argv[1:]))
