@@ -255,3 +255,50 @@ def test_an_early_supervisor_killed_after_starting_the_ranks_loses_nothing(
     done = small.wait("adopted", 60)
     assert done.status is JobStatus.SUCCEEDED, done.reason
     assert [i.exit_code for i in done.instances] == [0, 0]
+
+
+@pytest.mark.slow
+def test_an_early_supervisor_stopped_before_it_was_told_is_replaced_and_its_job_started(
+    small: Runtime, h, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Committed for a process that then never read how to start it (stopped, as a Ctrl-Z'd
+    command leaves it waiting): its first heartbeat, written by the command, goes stale, it is
+    killed as stuck, and as it wrote no plan, the job is started afresh, not failed."""
+    idle_folder(small, h)
+    monkeypatch.setenv("RINGLEADER_LEASE_S", "3")
+    stopped: list[int] = []
+    real = supervisors_before_jobs.EarlySupervisor.start
+
+    def stop_then_tell(self, *args):  # type: ignore[no-untyped-def]
+        os.kill(self.proc.pid, signal.SIGSTOP)
+        stopped.append(self.proc.pid)
+        return real(self, *args)
+
+    monkeypatch.setattr(supervisors_before_jobs.EarlySupervisor, "start", stop_then_tell)
+    small.submit(h.spec("untold", h.py("print('ran')"), workers=2, gpus=1))
+    assert supervisor_of(small, "untold")[0] == stopped[0]  # claimed for it in the commit
+    done = small.wait("untold", 60)  # reconciles every 2 s, as any waiting command does
+    assert done.status is JobStatus.SUCCEEDED, done.reason
+    assert small.logs("untold").strip() == "ran"
+    kinds = [e.kind for e in done.events]
+    assert "SupervisorStuck" in kinds and "Adopted" not in kinds
+    assert not alive(stopped[0], None)
+
+
+@pytest.mark.slow
+def test_an_early_supervisor_gone_before_it_was_told_leaves_the_job_to_a_supervisor_of_the_command(
+    small: Runtime, h, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    idle_folder(small, h)
+    real = supervisors_before_jobs.EarlySupervisor.start
+
+    def kill_then_tell(self, *args):  # type: ignore[no-untyped-def]
+        self.proc.kill()
+        self.proc.wait()
+        return real(self, *args)  # the pipe has no reader: False
+
+    monkeypatch.setattr(supervisors_before_jobs.EarlySupervisor, "start", kill_then_tell)
+    small.submit(h.spec("retold", h.py("print('ran')"), workers=2, gpus=1))
+    done = small.wait("retold", 30)
+    assert done.status is JobStatus.SUCCEEDED, done.reason
+    assert "started early" not in (small.home / "run" / "retold" / "supervisor.log").read_text()

@@ -132,6 +132,13 @@ def plan_path(home: Path, job: str) -> Path:
     return home / "run" / job / "plan.json"
 
 
+def plan_written(home: Path, job: str) -> bool:
+    """Whether a job's ranks may have been started: every supervisor (and an early one) writes
+    the plan before it starts any, and a submit removes a former job's. Without it, a job whose
+    holder was lost was never launched, whatever it had claimed: it is started, not adopted."""
+    return os.path.lexists(plan_path(home, job))
+
+
 def read_state(path: Path) -> dict[str, Any] | None:
     """The rank wrapper's state file (pid, start times, child, exit code), if written yet."""
     try:

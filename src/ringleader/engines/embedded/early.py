@@ -11,7 +11,8 @@ Its stdin pipe carries two lines from the command (JSON):
    (``claim_for``, in the placing transaction: no process of the job exists before that), and
    written this process's first heartbeat: how to start the ranks (``rank_starts``) where the
    job needs no more than that (ranks on this host's own nodes, no mpirun, the image seen here
-   by the command).
+   by the command). The plan is written before any rank starts, so a holder lost before it
+   leaves a job that is started again, never adopted (``plan_written``).
 
 This module imports only what starting the ranks takes; it starts them, and only then imports
 the supervisor, which takes them over (``Started``). A command that ends without the second
@@ -40,6 +41,9 @@ if MYPY:
 
 EARLY_MODULE = "ringleader.engines.embedded.early"
 EARLY_LOG = "early.log"  # in HOME/run: what an early supervisor says before it has a job
+# How old the submit's sighting of a job's image on this host may be and still stand for the
+# supervisor's own check there (about the same few-ms window as between that check and the ranks).
+IMAGE_SEEN_FRESH_S = 10.0
 MAX_NAME_LINE = 1 << 12
 
 
@@ -99,7 +103,12 @@ class Started:
     def start(self, go: dict[str, Any]) -> None:
         from ringleader.runtime.procs import start_time
 
-        write_private(go["plan_path"], go["plan"])
+        try:
+            os.makedirs(os.path.dirname(go["plan_path"]), mode=0o700, exist_ok=True)
+            write_private(go["plan_path"], go["plan"])
+        except OSError as exc:  # a full disk: the first rank cannot start, said as a supervisor says it
+            self.failed = (go["ranks"][0][0], exc)
+            return
         for instance, argv in go["ranks"]:
             if self.interrupted:  # the job is being deleted: the supervisor records it
                 return
@@ -133,7 +142,11 @@ class EarlySupervisor:
         from ringleader.engines.embedded.liveness import beat_path, write_beat_file
 
         assert self.proc.stdin is not None
-        fd = write_beat_file(beat_path(home, job), self.proc.pid, self.pid_start)
+        beat = beat_path(home, job)
+        # Its folder: the commit removed a former job's. (Full disk: its pid alone answers for it.)
+        with contextlib.suppress(OSError):
+            os.makedirs(beat.parent, mode=0o700, exist_ok=True)
+        fd = write_beat_file(beat, self.proc.pid, self.pid_start)
         if fd is not None:
             os.close(fd)
         try:
@@ -194,16 +207,17 @@ def start_early(home: Path, job: str) -> EarlySupervisor | None:
 
 
 def rank_starts(
-    home: Path, spec: JobSpec, placement_data: dict[str, Any], kinds: dict[str, NodeKind], image_here: bool
+    home: Path, spec: JobSpec, placement_data: dict[str, Any], kinds: dict[str, NodeKind], image_here_at: float | None
 ) -> dict[str, Any] | None:
     """How an early supervisor starts the job's ranks itself, before its imports: the plan, its
     file, and each rank's wrapper line, with the job's folder and environment; None where the job
-    needs more (ranks on ssh hosts, an mpirun line, an image not seen here): the supervisor then
-    starts them."""
+    needs more (ranks on ssh hosts, an mpirun line, an image not seen here within
+    IMAGE_SEEN_FRESH_S): the supervisor then starts them."""
     from ringleader.jobs.commandline import is_mpirun
     from ringleader.runtime.plan import StoredPlacement, build_plan, job_env, plan_path, rank_wrapper
 
     placement = StoredPlacement.from_dict(placement_data)
+    image_here = image_here_at is not None and 0.0 <= time.time() - image_here_at <= IMAGE_SEEN_FRESH_S
     if any(kinds[n].remote for n in placement.nodes) or is_mpirun(spec.command) or (spec.image and not image_here):
         return None
     plan = build_plan(spec.name, placement, kinds, spec.env, home)

@@ -38,6 +38,7 @@ from ringleader.errors import (
     DependencyError,
     DiskFullError,
     NotFoundError,
+    RingleaderError,
     UsageError,
 )
 from ringleader.jobs.commandline import CommandLine
@@ -297,13 +298,16 @@ class Runtime:
         if early is not None and mine.ok:
             placed.remove(spec.name)
             try:
-                ranks = rank_starts(self.home, spec, placement, kinds, spec.name in image_here_at)
+                ranks = rank_starts(self.home, spec, placement, kinds, image_here_at.get(spec.name))
             except OSError:  # no port for the rendezvous yet: the supervisor builds the plan itself
                 ranks = None
             if not early.start(self.home, spec.name, image_here_at.get(spec.name), ranks):
-                with db.write() as conn:
-                    release_claim(conn, spec.name, early.proc.pid, early.pid_start)
-                placed.insert(0, spec.name)
+                try:
+                    with db.write() as conn:
+                        release_claim(conn, spec.name, early.proc.pid, early.pid_start)
+                    placed.insert(0, spec.name)
+                except (RingleaderError, sqlite3.Error, OSError):
+                    pass  # still claimed by a process that is gone and wrote no plan: reconciliation starts it
         elif early is not None:
             early.release()
         unstarted = spawn_supervisors(self.home, placed, image_here_at)

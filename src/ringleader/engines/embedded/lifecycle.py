@@ -141,7 +141,9 @@ def release_claim(conn: sqlite3.Connection, job: str, pid: int, pid_start: int |
     """A job claimed for a process that died before it started anything (an early supervisor
     that could not be told, see early) waits for a supervisor again, as if just placed."""
     row = store.job_row(conn, job)
-    if row is not None and (row["supervisor_pid"], row["supervisor_start"]) == (pid, pid_start):
+    if row is None or row["status"] != JobStatus.RUNNING.value:  # a reconciliation finished it meanwhile
+        return
+    if (row["supervisor_pid"], row["supervisor_start"]) == (pid, pid_start):
         store.update_job(conn, job, supervisor_pid=None, supervisor_start=None, launched_at=None)
 
 

@@ -3,8 +3,9 @@ supervisor, and by every supervisor when its job ends: no GPU stays allocated to
 
 For each RUNNING job whose supervisor is gone (checked by pid and start time, so a reused PID is
 not mistaken for it) or stuck (alive, but no heartbeat for the lease: SIGSTOP, a deadlock; it is
-killed first): if any of its processes still lives, a new supervisor adopts the job; if none
-does, the job is finished here, with exit codes and end times from the rank wrapper's state files.
+killed first): if any of its processes still lives, a new supervisor adopts the job, and if the
+lost one never wrote the job's plan (no rank can have started), a new supervisor starts it; else
+the job is finished here, with exit codes and end times from the rank wrapper's state files.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING
 from ringleader.engines.embedded import store
 from ringleader.engines.embedded.liveness import lease_seconds, seconds_since, stale_for
 from ringleader.jobs.states import InstanceStatus, JobStatus
-from ringleader.runtime.plan import instance_targets, read_state, state_path
+from ringleader.runtime.plan import instance_targets, plan_written, read_state, state_path
 from ringleader.runtime.procs import alive, signal_proc
 
 if TYPE_CHECKING:
@@ -110,8 +111,8 @@ def reconcile(db: store.Store) -> list[str]:
             killed = _kill_stuck(db.home, row) if row["supervisor_pid"] and _stuck(db.home, row) else ""
             if killed:
                 store.add_event(conn, name, "SupervisorStuck", killed, now)
-            if row["launched_at"] is None or _live(db.home, conn, name):
-                adopt.append(name)
+            if row["launched_at"] is None or not plan_written(db.home, name) or _live(db.home, conn, name):
+                adopt.append(name)  # (never launched: its new supervisor starts it)
                 continue
             ok, first, ended = _close_instances(db.home, conn, name, now)
             finished.append((row["spec"], placed_nodes(conn, name, row["placement"])))

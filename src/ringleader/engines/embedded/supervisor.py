@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ringleader.engines.embedded import store
-from ringleader.engines.embedded.early import Started, start_rank, write_private
+from ringleader.engines.embedded.early import IMAGE_SEEN_FRESH_S, Started, start_rank, write_private
 from ringleader.engines.embedded.lifecycle import (
     HOSTS_SETTINGS,
     IMAGE_HERE_AT,
@@ -45,6 +45,7 @@ from ringleader.runtime.plan import (
     instance_targets,
     job_env,
     plan_path,
+    plan_written,
     rank_wrapper,
     read_state,
     state_path,
@@ -62,9 +63,6 @@ POLL_S = 0.25
 # wrapper that the lost supervisor started and that has not written its state file yet.
 START_GRACE_S = 5.0
 NEVER_STARTED = "never started: supervisor died during launch"
-# How old the submit's sighting of a job's image on this host may be and still stand for the
-# supervisor's own check there (about the same few-ms window as between that check and the ranks).
-IMAGE_SEEN_FRESH_S = 10.0
 
 
 @dataclass
@@ -147,7 +145,8 @@ class Supervisor:
             mine = (other, row["supervisor_start"]) == (self.me, self.me_start)
             if other and not mine and alive(other, row["supervisor_start"]):
                 return None
-            launched = row["launched_at"] is not None and not mine
+            # A lost holder that had not written the plan started no rank: started afresh here.
+            launched = row["launched_at"] is not None and not mine and plan_written(self.home, self.job)
             self.started_at = row["started_at"]
             fields: dict[str, Any] = {"supervisor_pid": self.me, "supervisor_start": self.me_start}
             if row["launched_at"] is None:
@@ -221,7 +220,7 @@ class Supervisor:
             instance, exc = started.failed
             self.starting = next(w for w in self.watched if w.name == instance)
             raise exc
-        if not self.persist(event=("Started", f"{len(placement.slots)} worker(s): {_shown(spec.command, spec)}")):
+        if not self.persist(event=("Started", f"{len(started.ranks)} worker(s): {_shown(spec.command, spec)}")):
             self.abandon()
             return False
         return True
