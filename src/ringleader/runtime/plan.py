@@ -132,6 +132,13 @@ def plan_path(home: Path, job: str) -> Path:
     return home / "run" / job / "plan.json"
 
 
+def worker_lines(
+    job: str, command: Sequence[str], placement: StoredPlacement, plan: Path
+) -> list[tuple[str, list[str]]]:
+    """Each worker instance and its line where every rank runs under its own wrapper (no mpirun)."""
+    return [(f"{job}-worker-{s.index}", [*rank_wrapper(plan, rank=s.index), *command]) for s in placement.slots]
+
+
 def plan_written(home: Path, job: str) -> bool:
     """Whether a job's ranks may have been started: every supervisor (and an early one) writes
     the plan before it starts any, and a submit removes a former job's. Without it, a job whose

@@ -169,14 +169,14 @@ class EarlySupervisor:
 def start_early(home: Path, job: str) -> EarlySupervisor | None:
     """A supervisor for ``job``, which this command is about to place, unless the folder's spare
     waits for it (then the spare takes it) or none can start now (then one is started after)."""
-    from ringleader.engines.embedded.spare import listening, socket_path
+    from ringleader.engines.embedded.spare import listening, open_run_dir, socket_path
     from ringleader.runtime.plan import supervisor_env
     from ringleader.runtime.procs import start_time
 
     if os.path.exists(socket_path(home)) and listening(home):
         return None
     try:  # in the folder's own run/ (made by its first job), never through a link
-        dir_fd = os.open(home / "run", os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        dir_fd = open_run_dir(home)
     except OSError:
         return None
     try:
@@ -214,7 +214,7 @@ def rank_starts(
     needs more (ranks on ssh hosts, an mpirun line, an image not seen here within
     IMAGE_SEEN_FRESH_S): the supervisor then starts them."""
     from ringleader.jobs.commandline import is_mpirun
-    from ringleader.runtime.plan import StoredPlacement, build_plan, job_env, plan_path, rank_wrapper
+    from ringleader.runtime.plan import StoredPlacement, build_plan, job_env, plan_path, worker_lines
 
     placement = StoredPlacement.from_dict(placement_data)
     image_here = image_here_at is not None and 0.0 <= time.time() - image_here_at <= IMAGE_SEEN_FRESH_S
@@ -222,8 +222,7 @@ def rank_starts(
         return None
     plan = build_plan(spec.name, placement, kinds, spec.env, home)
     pfile = plan_path(home, spec.name)
-    ranks = [(f"{spec.name}-worker-{slot.index}", [*rank_wrapper(pfile, rank=slot.index), *spec.command])
-             for slot in placement.slots]  # fmt: skip
+    ranks = worker_lines(spec.name, spec.command, placement, pfile)
     return {"plan_path": str(pfile), "plan": json.dumps(plan, indent=1), "ranks": ranks,
             "cwd": spec.workdir, "env": job_env(spec.submit_env)}  # fmt: skip
 
@@ -259,7 +258,7 @@ def _committed_for_me(home: str, job: str) -> bool:
         print(f"early supervisor {os.getpid()}: job {job}: {exc}", flush=True)
         return False
     me = os.getpid()
-    return row is not None and (row["supervisor_pid"], row["supervisor_start"]) == (me, start_time(me))
+    return row is not None and store.held_by(row, me, start_time(me))
 
 
 def main(argv: list[str]) -> int:

@@ -143,7 +143,7 @@ def release_claim(conn: sqlite3.Connection, job: str, pid: int, pid_start: int |
     row = store.job_row(conn, job)
     if row is None or row["status"] != JobStatus.RUNNING.value:  # a reconciliation finished it meanwhile
         return
-    if (row["supervisor_pid"], row["supervisor_start"]) == (pid, pid_start):
+    if store.held_by(row, pid, pid_start):
         store.update_job(conn, job, supervisor_pid=None, supervisor_start=None, launched_at=None)
 
 

@@ -61,7 +61,7 @@ def _short(dir_fd: int) -> str:
     return f"/proc/self/fd/{dir_fd}/{SOCKET_NAME}"
 
 
-def _open_run_dir(home: Path) -> int:
+def open_run_dir(home: Path) -> int:
     return os.open(home / "run", os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
 
 
@@ -120,7 +120,7 @@ def _exchange(home: Path, job: tuple[str, float | None] | None) -> bool | None:
     """None: no spare listens; else, with a job, whether the spare took it (without one, True)."""
     deadline = time.monotonic() + ANSWER_S
     try:
-        dir_fd = _open_run_dir(home)
+        dir_fd = open_run_dir(home)
     except OSError:
         return None
     try:
@@ -152,7 +152,7 @@ def wait_for_job(home: Path) -> tuple[str, float | None] | None:
     process's stdout and stderr the job's supervisor log and its stdin /dev/null; None once the
     watchdog is gone (end of file on stdin). OSError when it cannot listen."""
     mine = context()
-    dir_fd = _open_run_dir(home)
+    dir_fd = open_run_dir(home)
     address = _short(dir_fd)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     mine_ino = None

@@ -557,6 +557,11 @@ def cluster_state(conn: sqlite3.Connection) -> ClusterState:
 # -- jobs -------------------------------------------------------------------------------------
 
 
+def held_by(row: sqlite3.Row, pid: int, pid_start: int | None) -> bool:
+    """Whether the job ``row`` is held by that process (pid and start time: never a reused pid)."""
+    return (row["supervisor_pid"], row["supervisor_start"]) == (pid, pid_start)
+
+
 def job_row(conn: sqlite3.Connection, name: str) -> sqlite3.Row | None:
     return conn.execute("SELECT * FROM jobs WHERE name = ?", (name,)).fetchone()
 

@@ -49,6 +49,7 @@ from ringleader.runtime.plan import (
     rank_wrapper,
     read_state,
     state_path,
+    worker_lines,
 )  # fmt: skip
 from ringleader.runtime.procs import alive, grace_seconds, start_time, stop_all
 from ringleader.runtime.rank import signal_name
@@ -142,7 +143,7 @@ class Supervisor:
             other = row["supervisor_pid"]
             # Claimed for this very process by the command that placed the job (see early):
             # its own to start, not a lost supervisor's to adopt.
-            mine = (other, row["supervisor_start"]) == (self.me, self.me_start)
+            mine = store.held_by(row, self.me, self.me_start)
             if other and not mine and alive(other, row["supervisor_start"]):
                 return None
             # A lost holder that had not written the plan started no rank: started afresh here.
@@ -201,9 +202,8 @@ class Supervisor:
             detail = _shown(argv, spec)
         else:
             write_private(pfile, json.dumps(plan, indent=1))
-            for slot in placement.slots:
-                argv = [*rank_wrapper(pfile, rank=slot.index), *spec.command]
-                self._start(f"{spec.name}-worker-{slot.index}", argv, spec)
+            for instance, argv in worker_lines(spec.name, spec.command, placement, pfile):
+                self._start(instance, argv, spec)
             detail = _shown(spec.command, spec)
         if not self.persist(event=("Started", f"{len(placement.slots)} worker(s): {detail}")):
             self.abandon()

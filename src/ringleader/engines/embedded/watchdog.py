@@ -86,12 +86,16 @@ def _none_running(home: Path) -> bool:
     return True
 
 
+def _open_log(home: Path) -> int:
+    return os.open(home / "run" / "watchdog.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+
+
 def ensure_watchdog(home: Path, env: dict[str, str] | None = None) -> bool:
     """Start the folder's watchdog unless one runs (a stopped one is killed first); True when
     one was started. Cheap enough for every peer check."""
     if not _none_running(home):
         return False
-    log = os.open(home / "run" / "watchdog.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+    log = _open_log(home)
     with os.fdopen(log, "ab") as out:
         subprocess.Popen(
             [sys.executable, "-m", "ringleader.engines.embedded.watchdog", str(home)],
@@ -111,7 +115,7 @@ def fork_watchdog(home: Path) -> None:
     if not _none_running(home):
         return
     try:
-        log = os.open(home / "run" / "watchdog.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+        log = _open_log(home)
     except OSError:
         return  # the job's supervisor starts one (ensure_watchdog)
     sys.stdout.flush()
