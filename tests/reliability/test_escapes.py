@@ -55,3 +55,26 @@ def test_a_setsid_escapee_does_not_outlive_its_job(tmp_path, monkeypatch, ending
         rt.wait("esc", timeout=60)
     wait_for(lambda: not running(marker), 15, "the escapee to be stopped")
     rt.close()
+
+
+# Ignores SIGTERM, and on it makes an escapee: one no scan before the first signal could find.
+LATE_ESCAPE = (
+    "import signal, subprocess, sys, time\n"
+    "def escape(*_):\n"
+    "    subprocess.Popen(['setsid', sys.executable, '-c', 'import time; time.sleep(300)', sys.argv[1]])\n"
+    "signal.signal(signal.SIGTERM, escape)\n"
+    "print('up', flush=True)\n"
+    "time.sleep(300)\n"
+)
+
+
+@pytest.mark.slow
+def test_an_escapee_made_during_the_grace_does_not_outlive_a_deleted_job(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("RINGLEADER_GRACE_S", "2")
+    rt = Runtime.open(tmp_path / "home")
+    marker = f"late-escapee-{os.getpid()}"
+    rt.submit(JobSpec("late", 1, 0, [sys.executable, "-c", LATE_ESCAPE, marker]))
+    wait_for(lambda: "up" in rt.logs("late"), 60, f"the program to start: {rt.get('late')}")
+    rt.delete(["late"])  # SIGTERM (the escapee is made), 2 s, then SIGKILL to the wrapper and all below it
+    wait_for(lambda: not running(marker), 15, "the late escapee to be stopped")
+    rt.close()

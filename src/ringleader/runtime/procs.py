@@ -43,8 +43,9 @@ def signal_proc(pid: int, started: int | None, sig: int) -> None:
 def stop_all(procs: Iterable[tuple[int, int | None]], grace_s: float) -> None:
     """Stop processes the way training programs expect (as Slurm, mpirun and torchrun do):
     SIGTERM once, up to ``grace_s`` seconds to checkpoint and exit, then SIGKILL to whatever is
-    left, every descendant found before the first signal included (one that left the process
-    group with setsid too: the rank wrapper is a subreaper, so its program's orphans stay its own).
+    left, every descendant found before the first signal or at the end of the grace included (one
+    that left the process group with setsid too: the rank wrapper is a subreaper, so its program's
+    orphans stay its own).
 
     SIGTERM goes only to the processes no other target is an ancestor of: a rank wrapper passes
     it on to its program and mpirun to its ranks, so each program gets it exactly once (a second
@@ -65,6 +66,8 @@ def stop_all(procs: Iterable[tuple[int, int | None]], grace_s: float) -> None:
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline and any(alive(p, s) for p, s in targets):
             time.sleep(0.05)
+        # Found again: what a program started during its grace (its orphans are a live wrapper's).
+        targets += [d for d in descendants(*(pid for pid, _ in listed)) if d not in targets]
     for pid, st in targets:
         signal_proc(pid, st, signal.SIGKILL)
 
