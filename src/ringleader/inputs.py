@@ -17,17 +17,21 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import os
 import reprlib
 import types
 import typing
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ringleader.errors import UsageError
+from ringleader.errors import TopologyError, UsageError
 
 if TYPE_CHECKING:
     from pydantic import BaseModel, ValidationError
 
+# A file a user gives (a cluster, matrix, calibration, trace or topology file) is read up to
+# MAX_FILE_BYTES before anything is built from it.
+MAX_FILE_BYTES = 16 << 20
 MAX_DEPTH = 32
 MAX_INT_DIGITS = 18  # below 2**63: every count, size and rate the files hold fits, with room
 Path = tuple[str | int, ...]  # where a value sits in a document: keys and list indexes
@@ -35,6 +39,37 @@ Path = tuple[str | int, ...]  # where a value sits in a document: keys and list 
 
 class InputError(UsageError):
     """A refused input file: the message names the file (and line) and what is wrong."""
+
+
+def decode_text(data: bytes, origin: str, fix: str = "give the text the tool printed, saved as UTF-8") -> str:
+    """``data`` as text; binary data or bytes that are not UTF-8 fail in one line naming
+    ``origin`` and the line."""
+    if b"\x00" in data:
+        line = data[: data.index(b"\x00")].count(b"\n") + 1
+        raise TopologyError(f"{origin} line {line}: binary data (a NUL byte), not text", fix)
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise TopologyError(
+            f"{origin} line {line}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})", fix
+        ) from None
+
+
+def read_bounded(path: str | os.PathLike[str], what: str, limit: int = MAX_FILE_BYTES, fix: str | None = None) -> str:
+    """A text file's content, refused in one line when it is bigger than ``limit`` (checked while
+    reading: /dev/zero or a FIFO has no size) or not UTF-8 (``fix`` says what to give instead)."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(limit + 1)
+    except OSError as exc:
+        raise UsageError(f"cannot read {what} {str(path)!r}: {exc.strerror}", "check the path") from None
+    if len(data) > limit:
+        raise UsageError(f"{what} {str(path)!r} is too big (over {limit >> 20} MiB)", "give the real file")
+    if fix is None:
+        fix = "give the text the tool printed" if what == "file" else "give a YAML text file"
+        fix += ", saved as UTF-8"
+    return decode_text(data, f"{what} {str(path)!r}", fix)
 
 
 def _short(value: Any) -> str:

@@ -10,7 +10,8 @@ import pytest
 from ringleader.cli.main import main
 from ringleader.model import load_calibration, predict_placement
 from ringleader.model.checks import emulated_job
-from ringleader.model.fit import TrainPoint, calibrate_files
+from ringleader.model.fit import TrainPoint
+from ringleader.model.rows import calibrate_files
 
 SIZES = [2**k for k in range(10, 29, 2)]  # 1 KiB .. 256 MiB
 
@@ -179,7 +180,7 @@ def test_a_throughput_csv_fits_scaling_and_predicts_its_rows(tmp_path):
     (fit,) = cal.compute
     assert (fit.gpu_type, fit.batch_size, fit.images_per_s) == ("V100", 128, 384.85)
     assert "network" in cal.links  # the rows span nodes on one fabric: a network link is fitted
-    from ringleader.model.fit import fit_calibration_rows
+    from ringleader.model.rows import fit_calibration_rows
 
     _, _, rows = fit_calibration_rows([str(path)])
     assert len(rows) == 3 and all(abs(r.error) < 0.03 for r in rows)
@@ -208,7 +209,7 @@ def test_bench_train_runs_on_gpus_fit_the_scaling_too(tmp_path):
     one = {**train_doc(64, 2470.0), "device": "cuda", "device_name": "NVIDIA A100-SXM4-80GB", "precision": "fp16"}
     eight = {**train_doc(64, 16621.0, world=8, backend="nccl"), "device": "cuda",
              "device_name": "NVIDIA A100-SXM4-80GB", "precision": "fp16"}  # fmt: skip
-    from ringleader.model.fit import fit_calibration_rows
+    from ringleader.model.rows import fit_calibration_rows
 
     cal, _, rows = fit_calibration_rows([write(tmp_path, "1.json", one), write(tmp_path, "8.json", eight)])
     assert cal.sync is not None and cal.sync[0] > 0

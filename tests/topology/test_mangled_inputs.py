@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from refdata import REFERENCE_TOPOLOGIES
 from ringleader.errors import TopologyError
+from ringleader.inputs import decode_text
 from ringleader.topology import NodeTopology, parse_bandwidth_text, parse_topo_text
-from ringleader.topology.smi import decode_text
 
 TOPO_FILES = sorted(REFERENCE_TOPOLOGIES.glob("*.txt")) if REFERENCE_TOPOLOGIES.exists() else []
 BW_FILES = sorted((REFERENCE_TOPOLOGIES / "bandwidth").glob("*.txt")) if REFERENCE_TOPOLOGIES.exists() else []

@@ -186,8 +186,6 @@ def run_scaling(cfg: ScalingConfig, launcher: Launcher,
     files = _write(out, doc)
     pngs = plots.all_plots(out, rows, sweeps, pipelines, model=cfg.train.model, batch=cfg.train.batch_size)
     files += pngs
-    from ringleader.bench.plots import scaling_report
-
     files.append(str(scaling_report(doc, [Path(p) for p in pngs], out / "report.html")))
     tick("done")
     return {**doc, "files": files}
@@ -201,3 +199,25 @@ def _write(out: Path, doc: dict[str, Any]) -> list[str]:
         w.writerows({**r, "warnings": "; ".join(r["warnings"])} for r in doc["rows"])
     (out / "scaling.json").write_text(json.dumps(doc, indent=2))
     return [str(out / n) for n in ("scaling.md", "scaling.csv", "scaling.json")]
+
+
+def scaling_report(doc: dict[str, Any], pngs: list[Path], path: Path) -> Path:
+    """`bench scaling`'s self-contained HTML: the table with ranges and warnings, the machine's
+    load, then every plot."""
+    from ringleader import htmlreport as h
+
+    headers = [*HEADERS, "Min-max (images/s)", "Spread", "Runs", "Load (1m)"]
+    rows = [[r["backend"], r["servers"], r["gpus_per_server"], f"{r['avg_step_time_s']:.4f}",
+             f"{r['avg_throughput']:.1f}", f"{r['speedup']:.2f}", f"{r['scaling_efficiency']:.0%}",
+             f"{r['throughput_min']:.1f}-{r['throughput_max']:.1f}",
+             "-" if r["spread"] is None else f"{r['spread']:.0%}", r["repeats"],
+             "-" if r["load_1m"] is None else f"{r['load_1m']:.2f}"] for r in doc["rows"]]  # fmt: skip
+    notes = [h.Note(w, warning=True) for w in doc["warnings"]]
+    results = h.Section("Results", [h.Table(headers, rows), *notes, h.Note(load_line(doc["machine"]))])
+    captions = {"speedup.png": "Median speedup per backend; bars span the fastest and slowest run.",
+                "busbw.png": "Allreduce bus bandwidth by message size (nccl-tests' busbw).",
+                "pipeline_scatter.png": "Real-data pipeline vs synthetic (compute only) throughput.",
+                "pipeline_ratio.png": "Pipeline / compute-only throughput per model."}  # fmt: skip
+    plots = h.Section("Plots", [h.Figure(p, captions.get(p.name, "")) for p in pngs])
+    subtitle = f"{doc['launcher']} launcher, {doc['repeat']} run(s) per point"
+    return h.write(path, doc["title"], [results, plots], subtitle)

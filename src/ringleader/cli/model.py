@@ -14,7 +14,7 @@ from ringleader.model.calibration import Calibration, save_calibration
 from ringleader.model.checks import check_point
 from ringleader.model.comm import ALGORITHMS, FABRICS, calibration_fabric_note, check_fabric
 from ringleader.model.fidelity import seeds_cluster
-from ringleader.model.fit import fit_calibration_rows
+from ringleader.model.rows import fit_calibration_rows
 from ringleader.scheduler import ClusterState, JobRequest, Placement, WorkerSlot, policy_names
 from ringleader.topology import load_cluster_file
 

@@ -133,8 +133,7 @@ def read_json(path: str | Path, what: str, fix: str) -> Any:
     """The JSON document in ``path``, read bounded and strictly (ringleader.inputs.load_json: no
     NaN, no key twice, bounded depth and integers); anything else is a UsageError naming the file."""
     p = Path(path)
-    from ringleader.inputs import load_json
-    from ringleader.topology.cluster import read_bounded
+    from ringleader.inputs import load_json, read_bounded
 
     text = read_bounded(p, what, fix=f"{fix} (UTF-8 JSON)")  # bounded, UTF-8, one line naming the file otherwise
     return load_json(text, f"{what} {str(p)!r}", fix)

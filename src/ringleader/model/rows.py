@@ -28,7 +28,7 @@ from ringleader.errors import UsageError
 from ringleader.model.calibration import Calibration, ComputeFit
 from ringleader.model.comm import check_fabric
 from ringleader.model.fidelity import EMULATED, FidelityResult, FidelityRow, Scaling, fidelity_table, fit_scaling
-from ringleader.model.fit import TrainPoint
+from ringleader.model.fit import FIX, TrainPoint, fit_calibration, read_bench_files
 from ringleader.model.tables import check_model, check_precision, normalize_gpu_type
 from ringleader.topology.presets import preset
 
@@ -46,7 +46,7 @@ def _positive(text: str, what: str) -> float:
 def read_throughput_csv(path: str | Path) -> tuple[list[FidelityRow], list[ComputeFit]]:
     """Multi-GPU rows and the 1-GPU rates of a throughput CSV; bad input is a UsageError naming
     the file, the line and the problem."""
-    from ringleader.topology.cluster import read_bounded
+    from ringleader.inputs import read_bounded
 
     p = Path(path)
     # restval: a short line gives empty cells (refused by name below), not None
@@ -131,3 +131,40 @@ def fit_rows(cal: Calibration, rows: Sequence[FidelityRow]) -> tuple[Calibration
         links["network"] = LinkFit(gbs, net_latency_us(), len(spanning))
     out = replace(cal, links=links, overlap=fitted.overlap, sync=(fitted.host_us_per_image, fitted.node_jitter))
     return out, fidelity_table(fitted, rows)
+
+
+def calibrate_files(paths: Sequence[str | Path]) -> tuple[Calibration, list[TrainPoint]]:
+    """The calibration fitted from ``paths`` (bench JSON, throughput CSV) and the multi-worker
+    train results to check it on. Multi-GPU throughput rows (CSV lines, or bench train runs on
+    GPUs) also fit overlap, the sync terms and the network (``fit_calibration_rows``)."""
+    cal, multi, _ = fit_calibration_rows(paths)
+    return cal, multi
+
+
+def fit_calibration_rows(paths: Sequence[str | Path]) -> tuple[Calibration, list[TrainPoint], list[FidelityResult]]:
+    """As ``calibrate_files``, plus the fitted rows' predictions (``fidelity.FidelityResult``)."""
+    if not paths:
+        raise UsageError("no bench result files given", FIX)
+    json_paths = [p for p in paths if not str(p).lower().endswith(".csv")]
+    rows, singles = [], []
+    for p in paths:
+        if str(p).lower().endswith(".csv"):
+            more, one = read_throughput_csv(p)
+            rows.extend(more)
+            singles.extend(one)
+    allreduce, train = read_bench_files(json_paths) if json_paths else ([], [])
+    multi = [t for t in train if t.world_size > 1]
+    if not allreduce and not any(t.world_size == 1 for t in train) and not singles and not rows:
+        raise UsageError(
+            "nothing to calibrate: no allreduce result with 2+ ranks, no 1-worker train result and no "
+            "multi-GPU throughput row",
+            "run `ringleader bench allreduce` with 2+ ranks or `ringleader bench train`, or pass a throughput CSV",
+        )
+    if allreduce or any(t.world_size == 1 for t in train):
+        cal = fit_calibration(allreduce, train, [str(p) for p in paths])
+    else:
+        cal = Calibration(sources=tuple(str(p) for p in paths))
+    cal = Calibration(cal.links, (*cal.compute, *singles), cal.overlap, cal.sources, cal.sync)
+    gpu_rows = [r for r in rows_from_train(multi, cal) if r.gpu.lower() != "cpu"]
+    cal, results = fit_rows(cal, [*rows, *gpu_rows])
+    return cal, multi, results

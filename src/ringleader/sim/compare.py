@@ -159,5 +159,5 @@ def write_outputs(comparison: Comparison, out_dir: str | Path, title: str = "") 
     written.append(plot_jct_cdf(comparison.runs, out / "jct_cdf.png", title and f"JCT CDF: {title}"))
     written.append(plot_utilization(comparison.runs, out / "utilization.png",
                                     title and f"GPU utilization: {title}", comparison.summaries))  # fmt: skip
-    written.append(sim_report(comparison, written[-2:], out / "report.html", title))
+    written.append(sim_report(comparison, (headers, rows), written[-2:], out / "report.html", title))
     return written

@@ -153,14 +153,14 @@ def plot_utilization(runs: Sequence[SimRun], path: Path, title: str = "",
     return path
 
 
-def sim_report(comparison: Any, pngs: Sequence[Path], path: Path, title: str = "") -> Path:
-    """The comparison as one self-contained HTML file: the summary table, what the numbers mean
-    where they could mislead, the rejected jobs, and the plots."""
+def sim_report(comparison: Any, table: tuple[list[str], list[list[str]]], pngs: Sequence[Path], path: Path,
+               title: str = "") -> Path:  # fmt: skip
+    """The comparison as one self-contained HTML file: the summary ``table`` (its headers and
+    rows), what the numbers mean where they could mislead, the rejected jobs, and the plots."""
     from ringleader import htmlreport as h
-    from ringleader.sim.compare import table_rows
     from ringleader.sim.summary import coincidence_notes, utilization_note
 
-    headers, rows = table_rows(comparison)
+    headers, rows = table
     notes = [h.Note(f"{note}.") for note in coincidence_notes(comparison.runs)]
     util = utilization_note(comparison.summaries)
     if util:

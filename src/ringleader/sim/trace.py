@@ -170,7 +170,7 @@ def _cell_problem(key: str, raw: str, kind: str, ctx: dict[str, object]) -> str:
 
 
 def load_trace(path: str | Path) -> list[TraceJob]:
-    from ringleader.topology.cluster import read_bounded
+    from ringleader.inputs import read_bounded
 
     p = Path(path)
     return parse_trace(read_bounded(p, "trace", fix="give a CSV trace saved as UTF-8"), origin=str(p))

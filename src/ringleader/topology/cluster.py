@@ -30,12 +30,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ringleader.errors import RingleaderError, TopologyError, UsageError
+from ringleader.inputs import read_bounded
 from ringleader.reference import reference
 from ringleader.topology.bandwidth import read_bandwidth_text
 from ringleader.topology.network import NetworkPlace, NetworkTree
 from ringleader.topology.node import NodeTopology
 from ringleader.topology.presets import preset
-from ringleader.topology.smi import decode_text, parse_topo_text
+from ringleader.topology.smi import parse_topo_text
 
 if TYPE_CHECKING:  # the schema (and pydantic) is imported when a cluster file is read
     from ringleader.topology.cluster_schema import NetworkSection, NodeEntry
@@ -43,10 +44,6 @@ if TYPE_CHECKING:  # the schema (and pydantic) is imported when a cluster file i
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 SCHEDULE_LABEL = "gpu-schedule"
 SCHEDULE_MODES = ("topology", "default")
-# Bounds checked before anything is built: a cluster file or matrix file is read up to
-# MAX_FILE_BYTES, and a cluster has at most MAX_NODES nodes (`count` included).
-MAX_FILE_BYTES = 16 << 20
-MAX_NODES = 10_000
 # The topology source of an ssh host declared without one: read over ssh at `cluster apply`.
 DISCOVER = "discover over ssh"
 _HOST_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9.:]*[A-Za-z0-9])?$")
@@ -112,7 +109,7 @@ def load_cluster_text(text: str, base_dir: Path, origin: str = "cluster file") -
     no key twice, bounded depth and numbers: ringleader.inputs) and checked against the schema
     of ``cluster_schema``; any refusal is one line naming ``origin``, the line and the key."""
     from ringleader.inputs import load_yaml, validate
-    from ringleader.topology.cluster_schema import ClusterFile
+    from ringleader.topology.cluster_schema import MAX_NODES, ClusterFile
 
     doc, lines = load_yaml(text, origin)
     if not isinstance(doc, dict) or not isinstance(doc.get("nodes"), list) or not doc["nodes"]:
@@ -202,22 +199,6 @@ def load_cluster_file(path: str | Path) -> list[NodeSpec]:
     return load_cluster_text(read_bounded(p, "cluster file"), p.parent, origin=str(p))
 
 
-def read_bounded(path: Path, what: str, limit: int = MAX_FILE_BYTES, fix: str | None = None) -> str:
-    """A text file's content, refused in one line when it is bigger than ``limit`` (checked while
-    reading: /dev/zero or a FIFO has no size) or not UTF-8 (``fix`` says what to give instead)."""
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read(limit + 1)
-    except OSError as exc:
-        raise UsageError(f"cannot read {what} {str(path)!r}: {exc.strerror}", "check the path") from None
-    if len(data) > limit:
-        raise UsageError(f"{what} {str(path)!r} is too big (over {limit >> 20} MiB)", "give the real file")
-    if fix is None:
-        fix = "give the text the tool printed" if what == "file" else "give a YAML text file"
-        fix += ", saved as UTF-8"
-    return decode_text(data, f"{what} {str(path)!r}", fix)
-
-
 def _node_specs(entry: NodeEntry, base_dir: Path, where: str, room: int) -> list[NodeSpec]:
     """The node(s) of one schema-checked entry of ``nodes:``; ``where`` is "FILE line N"."""
     try:
@@ -229,6 +210,8 @@ def _node_specs(entry: NodeEntry, base_dir: Path, where: str, room: int) -> list
         if mode is not None and mode not in SCHEDULE_MODES:
             raise UsageError(f"label {SCHEDULE_LABEL}={mode!r} is not a mode", "use topology or default")
         if entry.count > room:
+            from ringleader.topology.cluster_schema import MAX_NODES
+
             raise UsageError(f"count must be a whole number from 1 to {room}, got {entry.count!r}",
                              f"a cluster has at most {MAX_NODES} nodes")  # fmt: skip
     except RingleaderError as exc:

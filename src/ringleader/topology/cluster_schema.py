@@ -13,7 +13,9 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from ringleader.topology.cluster import MAX_FILE_BYTES, MAX_NODES
+from ringleader.inputs import MAX_FILE_BYTES
+
+MAX_NODES = 10_000  # a cluster's nodes, `count` included: checked before anything is built
 
 # Lengths: DNS names are at most 253 characters; paths at most PATH_MAX; a link kind of a
 # `nvidia-smi topo -m` matrix is a few characters (NV18, SYS, PIX, X).

@@ -110,11 +110,6 @@ class NetworkTree:
                 return k
         return len(self.levels)
 
-    def restricted(self, nodes: Iterable[str]) -> NetworkTree:
-        """The same tree over ``nodes`` only (those it holds)."""
-        keep = set(nodes)
-        return NetworkTree(self.levels, tuple((n, p) for n, p in self.paths if n in keep))
-
     def with_levels(self, levels: Sequence[Level]) -> NetworkTree:
         """The tree with its levels' names and bandwidths replaced (same count)."""
         if len(levels) != len(self.levels):

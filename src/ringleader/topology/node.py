@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -152,11 +151,6 @@ class NodeTopology:
     @cached_property
     def all_mask(self) -> int:
         return (1 << self.n_gpus) - 1
-
-
-def matrix_from_rows(rows: Sequence[Sequence[str]]) -> tuple[tuple[Link, ...], ...]:
-    """Link matrix from rows of `nvidia-smi topo -m` cells (["X", "NV1", ...], ...)."""
-    return tuple(tuple(Link.parse(cell) for cell in row) for row in rows)
 
 
 EMPTY = NodeTopology(links=())

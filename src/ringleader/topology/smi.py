@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ringleader.errors import TopologyError, UsageError
+from ringleader.inputs import decode_text
 from ringleader.topology.links import Link
 from ringleader.topology.node import MAX_GPUS_PER_NODE, NodeTopology
 
@@ -39,21 +40,6 @@ def read_text_file(path: str | Path, what: str = "topology file") -> str:
     except OSError as exc:
         raise UsageError(f"cannot read {what} {str(p)!r}: {exc.strerror}", "check the path") from None
     return decode_text(data, f"{what} {str(p)!r}")
-
-
-def decode_text(data: bytes, origin: str, fix: str = "give the text the tool printed, saved as UTF-8") -> str:
-    """``data`` as text; binary data or bytes that are not UTF-8 fail in one line naming
-    ``origin`` and the line."""
-    if b"\x00" in data:
-        line = data[: data.index(b"\x00")].count(b"\n") + 1
-        raise TopologyError(f"{origin} line {line}: binary data (a NUL byte), not text", fix)
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise TopologyError(
-            f"{origin} line {line}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})", fix
-        ) from None
 
 
 def _fail(line_no: int, problem: str, fix: str) -> TopologyError:

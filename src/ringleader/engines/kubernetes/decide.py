@@ -218,9 +218,3 @@ def _plain_reason(cache: Cache, pod: PodInfo, pods: int) -> str:
         reason = static_misfit(info, pod) or cache.room(info, pod.cpu, pod.memory) or "full with this gang's pods"
         why[reason] += 1
     return f"0/{len(cache.nodes)} nodes can take pod {pod.name} of a {pods}-pod gang: {_counts(why)}"
-
-
-def describe_pending(outcome: Outcome) -> str:
-    return f"gang {outcome.gang.key} waits: {outcome.reason}"
-
-

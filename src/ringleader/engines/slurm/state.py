@@ -108,7 +108,7 @@ def slurm_conf_dir() -> Path:
 def slurm_network(conf_dir: Path) -> NetworkTree | None:
     """Slurm's network tree from topology.yaml or topology.conf in ``conf_dir`` (None without
     either, or when the default topology is flat)."""
-    from ringleader.topology.cluster import read_bounded
+    from ringleader.inputs import read_bounded
     from ringleader.topology.network_formats import load_network_text, parse_slurm_topology_yaml
 
     yaml_path, conf_path = conf_dir / "topology.yaml", conf_dir / "topology.conf"

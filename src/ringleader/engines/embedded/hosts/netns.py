@@ -211,8 +211,7 @@ def _build_switches(rec: Record, names: Names, links: Sequence[SwitchLink]) -> d
 def network_section(path: Path) -> dict[str, Any] | None:
     """The cluster file's `network:` section as written (a `file:` made absolute), for the
     cluster file `cluster up` writes: the emulated nodes keep the declared tree and names."""
-    from ringleader.inputs import load_yaml
-    from ringleader.topology.cluster import read_bounded
+    from ringleader.inputs import load_yaml, read_bounded
 
     doc, _ = load_yaml(read_bounded(path, "cluster file"), str(path))
     section = doc.get("network") if isinstance(doc, dict) else None
