@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import sqlite3
+import time
 from pathlib import Path
 
 from ringleader.engines.embedded import store
@@ -22,8 +26,38 @@ def dump_db(home: Path) -> list[str]:
 
 
 def supervisor_of(rt: Runtime, job: str) -> tuple[int, int]:
-    """The (pid, start time) recorded for a job's supervisor."""
+    """The (pid, start time) of the agent recorded as holding a job."""
     with rt.db.read() as conn:
         row = store.job_row(conn, job)
         assert row is not None
         return row["supervisor_pid"], row["supervisor_start"]
+
+
+def agent_pids(home: Path) -> list[int]:
+    """The folder's agent processes (serving or standby), by their command line."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                args = fh.read().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if "ringleader.engines.embedded.agent" in args and str(home) in args:
+            found.append(int(entry))
+    return found
+
+
+def kill_agents(home: Path) -> None:
+    """SIGKILL every agent of the folder, serving and standby, until none is left (an agent
+    killed second may have started a standby meanwhile)."""
+    quiet_since = time.monotonic()
+    while time.monotonic() - quiet_since < 0.5:
+        pids = agent_pids(home)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if pids:
+            quiet_since = time.monotonic()
+        time.sleep(0.05)

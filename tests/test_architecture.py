@@ -103,12 +103,83 @@ def test_what_each_lower_unit_may_import(unit: str, allowed: set[str]) -> None:
     assert not extra, "\n".join(extra)
 
 
-def test_rank_wrapper_imports_only_the_standard_library_at_start() -> None:
-    """It starts once per rank on every host: no ringleader import before it runs the program."""
+def test_rank_wrapper_imports_only_the_standard_library() -> None:
+    """It starts once per rank on every host, and travels to ssh hosts as its own source: no
+    ringleader import anywhere in it (the head's relay of ssh hosts' output imports it instead)."""
     tree = ast.parse((PACKAGE / "runtime" / "rank.py").read_text())
-    top = [n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)]
-    ours = [ast.unparse(n) for n in top if "ringleader" in ast.unparse(n)]
+    ours = [ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)
+            and "ringleader" in ast.unparse(n)]  # fmt: skip
     assert not ours, ours
+
+
+def module_arrows(path: Path) -> set[str]:
+    """The ringleader modules ``path`` imports, lazily too: `from ringleader.engines.slurm import
+    slurmcli` is an arrow to the module slurmcli, `from ringleader.jobs.spec import JobSpec` one
+    to ringleader.jobs.spec."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("ringleader"):
+            where = PACKAGE.joinpath(*node.module.split(".")[1:])
+            for alias in node.names:
+                below = where / alias.name
+                found.add(f"{node.module}.{alias.name}" if below.with_suffix(".py").is_file() or below.is_dir()
+                          else node.module)  # fmt: skip
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("ringleader")}
+    return found
+
+
+def circles(modules: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles among ``modules`` (module -> what it imports): every strongly connected
+    set of two or more modules, found by Tarjan's algorithm."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in sorted(modules[module]):
+            if target not in modules:
+                continue
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            members = []
+            while True:
+                member = stack.pop()
+                members.append(member)
+                if member == module:
+                    break
+            if len(members) > 1:
+                found.append(sorted(members))
+
+    for module in sorted(modules):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_no_import_circle_inside_a_package() -> None:
+    """Lazy imports included: a circle of modules is one module in several files, which no one
+    can read, move or test apart (docs/architecture.md records each package's files)."""
+    modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        # Inside its own package; a package's __init__ re-exporting its modules is no circle.
+        inside = set() if path.name == "__init__.py" else module_arrows(path)
+        graph[name] = {t for t in inside if t != name and t.rpartition(".")[0] == package}
+    assert not circles(graph), circles(graph)
+
+
+def test_the_circle_check_finds_a_circle() -> None:
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
 
 
 def test_the_rules_catch_an_upward_import(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from ringleader.errors import UsageError
 
 ENGINE_NAMES = ("embedded", "kubernetes", "slurm")  # engines.ENGINES must list the same (a test checks)
-CRASH_POINTS = ("submit-committed", "delete-stopped", "delete-forgotten", "early-started")
+CRASH_POINTS = ("submit-committed", "delete-requested")
 PATH_MAX = 4096
 
 
@@ -62,8 +62,9 @@ SETTINGS: dict[str, Setting] = {
                 default=30.0, low=0.1, high=86400.0),
         Setting("RINGLEADER_GRACE_S", "number", "how long stopped processes get between SIGTERM and SIGKILL",
                 default=5.0, low=0.0, high=3600.0),
-        Setting("RINGLEADER_LEASE_S", "number", "how long a running job's supervisor may go without a heartbeat "
-                "before a peer supervisor takes it for stuck and replaces it", default=10.0, low=3.0, high=86400.0),
+        Setting("RINGLEADER_LEASE_S", "number", "how long the state folder's agent may go without a heartbeat "
+                "before a command or its standby takes it for stuck, kills it and replaces it", default=10.0,
+                low=3.0, high=86400.0),
         Setting("RINGLEADER_MAX_PROCS", "integer", "the most processes one embedded job may run on this host "
                 "(default max(64, 8 x CPU cores))", low=1, high=1_000_000),
         Setting("RINGLEADER_DEBUG", "text", "1: show a traceback instead of the one-line error", default="0",

@@ -161,27 +161,19 @@ def test_get_and_top_job_layouts_as_arena(seeds_inproc, tmp_path) -> None:
 
 
 def test_shell_completion_changes_nothing(cli) -> None:
-    from ringleader.engines.embedded import store
     from ringleader.engines.embedded.engine import JobSpec, Runtime
-    from ringleader.runtime.procs import alive
-
-    def supervisor() -> tuple[int | None, int | None]:
-        with Runtime.open(cli.home, readonly=True) as rt, rt.db.read() as conn:
-            row = store.job_row(conn, "orphan")
-            return row["supervisor_pid"], row["supervisor_start"]
+    from statedb import agent_pids, kill_agents, supervisor_of
 
     with Runtime.open(cli.home) as rt:
         rt.submit(JobSpec("orphan", 1, 0, [sys.executable, "-c", "import time; time.sleep(120)"]))
-    deadline = time.monotonic() + 60
-    while supervisor()[0] is None and time.monotonic() < deadline:
-        time.sleep(0.2)
-    pid, started = supervisor()
-    assert pid is not None
-    os.kill(pid, 9)  # a lost supervisor: any ordinary command would reconcile (and adopt the job)
-    while alive(pid, started) and time.monotonic() < deadline:
-        time.sleep(0.1)
+        deadline = time.monotonic() + 60
+        while rt.get("orphan").instances[0].status != "Running" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert supervisor_of(rt, "orphan")[0] is not None
+    kill_agents(cli.home)  # a lost agent: any ordinary command would start one (and adopt the job)
     before = cli.dump()
     env = {**cli.env, "_RINGLEADER_COMPLETE": "bash_complete", "COMP_WORDS": "ringleader get or", "COMP_CWORD": "2"}
     out = subprocess.run(cli.argv(), env=env, capture_output=True, text=True, timeout=60)
     assert "orphan" in out.stdout
-    assert cli.dump() == before  # no reconcile, no adoption, no supervisor started
+    assert cli.dump() == before  # no agent started, no adoption
+    assert not agent_pids(cli.home)

@@ -207,22 +207,24 @@ def test_a_command_over_its_disk_quota_is_one_line_and_changes_nothing(tmp_path:
 
 
 def test_a_holder_keeps_beating_on_a_full_disk(small_disk: Path) -> None:
-    """A supervisor whose job filled the disk must not look stuck to its peers (they would kill
-    it after the lease): its heartbeat is rewritten in place, needing no new room."""
-    from ringleader.engines.embedded.liveness import HEARTBEAT_S, Heartbeat, stale_for
+    """An agent whose job filled the disk must not look stuck to its standby or a command (they
+    would kill it after the lease): its heartbeat is rewritten in place, needing no new room."""
+    from ringleader.engines.embedded.liveness import HEARTBEAT_S, Heartbeat, read_beat
     from ringleader.runtime.procs import start_time
 
-    home = small_disk / "home"
-    (home / "run" / "job").mkdir(parents=True)
+    path = small_disk / "home" / "run" / "agent.beat"
+    path.parent.mkdir(parents=True)
     me = os.getpid()
-    beat = Heartbeat(home, "job", me, start_time(me)).start()
+    beat = Heartbeat(path, me, start_time(me)).start()
     try:
         with contextlib.suppress(OSError), open(small_disk / "filler", "wb") as fh:
             while True:
                 fh.write(b"\0" * (64 << 10))
         assert os.statvfs(small_disk).f_bavail == 0
         time.sleep(4 * HEARTBEAT_S)
-        silent = stale_for(home, "job", me, start_time(me))
+        read = read_beat(path)
+        assert read is not None and read[:2] == (me, start_time(me))
+        silent = read[2]
         assert silent is not None and silent < 2 * HEARTBEAT_S, f"no beat for {silent} s on a full disk"
     finally:
         beat.stop()

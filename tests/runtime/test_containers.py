@@ -130,14 +130,14 @@ def test_a_killed_supervisor_and_a_time_limit_leave_no_container_record(rt: Runt
     rt.submit(h.spec("limited", ["sleep", "300"], gpus=0, image=image, time_limit_s=4.0))
     rt.submit(h.spec("orphan", ["sleep", "300"], gpus=0, image=image))
     h.wait_for(lambda: len(records(home)) == 2, 120, "both containers up")
-    # The orphan's supervisor and every process of its rank killed at once, its client among them.
+    # The agent and every process of the orphan's rank killed at once, its client among them.
     supervisor, _ = supervisor_of(rt, "orphan")
     tree = subprocess.run(["ps", "-eo", "pid=,sid="], capture_output=True, text=True, check=True).stdout
     inst = rt.get("orphan").instances[0]
     sid = int(next(line.split()[1] for line in tree.splitlines() if int(line.split()[0]) == inst.pid))
     os.kill(supervisor, signal.SIGKILL)
     os.killpg(sid, signal.SIGKILL)
-    h.wait_for(lambda: rt.reconcile() is not None and rt.get("orphan").status.is_terminal(), 60, "reconciled")
+    h.wait_for(lambda: rt.ensure_agent() is None and rt.get("orphan").status.is_terminal(), 60, "finished")
     view = rt.wait("limited", 60)
     assert view.status is JobStatus.FAILED and view.reason.startswith("TIMEOUT"), view.reason
     assert records(home) == []
@@ -180,12 +180,12 @@ def test_an_image_that_cannot_be_had_is_the_jobs_reason_in_one_line(small: Runti
 
 
 @pytest.mark.slow
-def test_a_job_started_by_its_submit_is_checked_once_and_a_queued_one_again_at_its_start(
+def test_the_image_is_checked_at_submit_and_again_at_each_start(
     small: Runtime, h, image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The submit's own question to podman (is the image here?) stands for the supervisor's check
-    when the job starts at once; a job that waited is checked again when it starts, so an image
-    removed meanwhile is its one-line reason, not a rank's exit code 125."""
+    """The submit asks podman once (is the image here?) and the agent asks again when the job
+    starts, once per host, so an image removed while a job waited is its one-line reason, not a
+    rank's exit code 125."""
     calls = tmp_path / "podman-calls"
     shim = tmp_path / "bin" / "podman"  # the real podman, each call written down
     shim.parent.mkdir()
@@ -200,7 +200,7 @@ def test_a_job_started_by_its_submit_is_checked_once_and_a_queued_one_again_at_i
     (started,) = [e.message for e in view.events if e.kind == "Started"]
     assert "-c <guard> --guard podman run" in started and GUARD_MARK not in started  # not 9 KB of packed source
     asked = [c for c in calls.read_text().splitlines() if c.startswith("image exists")]
-    assert asked == [f"image exists {image}"]  # the submit's; the ranks ran: `run` twice
+    assert asked == [f"image exists {image}"] * 2  # the submit's and the start's; the ranks ran: `run` twice
     assert sum(c.startswith("run ") for c in calls.read_text().splitlines()) == 2
 
     copy = "localhost/ringleader-test-queued:1"

@@ -1,5 +1,5 @@
 """Process safety: a job's environment is its own, pids are never signalled blindly, a deleted
-job's processes stop, an adopted half-launched job fails, supervisors reconcile their peers."""
+job's processes stop, an adopted half-launched job fails, a killed agent's jobs are finished."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from ringleader.engines.embedded.engine import Runtime
 from ringleader.jobs.states import JobStatus
 from ringleader.runtime.plan import RANK_FILE, RANK_MODULE, instance_targets, plan_path, state_path
 from ringleader.runtime.procs import alive, start_time
-from statedb import supervisor_of
+from statedb import kill_agents, supervisor_of
 
 WAIT = "import os, sys, time\nprint('up', flush=True)\nwhile not os.path.exists(sys.argv[1]): time.sleep(0.1)"
 
@@ -44,10 +44,11 @@ def kill_instance(home: Path, job: str, instance: str) -> dict:
     return st
 
 
-def kill_supervisor(rt: Runtime, job: str, h) -> None:
+def kill_agent(rt: Runtime, job: str, h) -> None:
+    """The agent holding the job killed -9; its standby takes over."""
     pid, st = supervisor_of(rt, job)
     os.kill(pid, signal.SIGKILL)
-    h.wait_for(lambda: not alive(pid, st), what="the supervisor to die")
+    h.wait_for(lambda: not alive(pid, st), what="the agent to die")
 
 
 def test_a_job_gets_its_recorded_environment_not_the_starters(small: Runtime, h, monkeypatch) -> None:
@@ -82,38 +83,42 @@ def test_final_state_keeps_start_times_and_finished_pids_are_never_signalled(sma
         other.wait()
 
 
-def test_adopted_job_whose_worker_never_started_fails_and_frees_gpus(small: Runtime, h, tmp_path) -> None:
+def test_a_gang_half_started_by_a_lost_agent_is_stopped_and_started_again_whole(small: Runtime, h, tmp_path) -> None:
     release = tmp_path / "release"
     small.submit(h.spec("half", waiter(release), workers=2))
     h.wait_for(lambda: started(small, "half"), what="both workers to start")
-    kill_supervisor(small, "half", h)
-    # As if the supervisor had died in its launch loop before starting worker 1.
+    kill_agents(small.home)  # its standby too: nothing adopts the job while it is changed below
+    # As if the agent had died in its launch loop before starting worker 1.
     st = kill_instance(small.home, "half", "half-worker-1")
     h.wait_for(lambda: not alive(st["pid"], st["pid_start"]), what="worker 1 to die")
     state_path(small.home, "half", "half-worker-1").unlink()
     with small.db.write() as conn:
         store.update_instance(conn, "half", "half-worker-1", status="Pending", pid=None, pid_start=None,
                               started_at=None)  # fmt: skip
+        conn.execute("UPDATE jobs SET launch = 'starting' WHERE name = 'half'")
     w0 = state(small.home, "half", "half-worker-0")
-    rt = Runtime.open(small.home)  # reconciles: worker 0 lives, so a new supervisor adopts the job
-    h.wait_for(lambda: rt.get("half").status.is_terminal(), what="the adopted job to end")
-    view = rt.get("half")
-    assert view.status is JobStatus.FAILED
-    assert view.reason is not None and "half-worker-1" in view.reason and "never started" in view.reason
-    assert {i.name: i.status for i in view.instances} == {"half-worker-0": "Stopped", "half-worker-1": "Failed"}
-    assert not alive(w0["child_pid"], w0["child_start"])
+    rt = Runtime.open(small.home)  # starts an agent: worker 0 waits for a peer that never comes
+    h.wait_for(lambda: "Restarted" in {e.kind for e in rt.get("half").events}, what="the gang to be restarted")
+    assert not alive(w0["child_pid"], w0["child_start"])  # the half that had started was stopped
+    restarted = next(e.message for e in rt.get("half").events if e.kind == "Restarted")
+    assert "had started 1 of 2 instance(s)" in restarted
+    h.wait_for(lambda: started(rt, "half") and all(i.pid not in (None, w0["pid"]) for i in rt.get("half").instances),
+               what="both workers to run again")  # fmt: skip
+    release.touch()
+    view = rt.wait("half", 60)
+    assert view.status is JobStatus.SUCCEEDED, view.reason
     assert all(ns.allocated == () for ns in rt.nodes().nodes)
     rt.close()
 
 
-def test_supervisor_stops_its_processes_when_its_job_disappears(small: Runtime, h, tmp_path) -> None:
+def test_the_agent_stops_a_jobs_processes_when_the_job_disappears(small: Runtime, h, tmp_path) -> None:
     small.submit(h.spec("vanish", waiter(tmp_path / "release")))
     h.wait_for(lambda: started(small, "vanish"), what="the worker to start")
     st = state(small.home, "vanish", "vanish-worker-0")
-    with small.db.write() as conn:  # gone behind the supervisor's back
+    with small.db.write() as conn:  # gone behind the agent's back
         store.delete_job(conn, "vanish")
     h.wait_for(lambda: not alive(st["child_pid"], st["child_start"]) and not alive(st["pid"], st["pid_start"]),
-               what="the supervisor to stop the job's processes")  # fmt: skip
+               what="the agent to stop the job's processes")  # fmt: skip
 
 
 @pytest.mark.parametrize("wrapper", [RANK_MODULE, RANK_FILE], ids=["launcher", "rank"])
@@ -133,13 +138,13 @@ def test_delete_stops_a_wrapper_not_yet_recorded(small: Runtime, h, tmp_path, wr
         stray.wait()
 
 
-def test_a_supervisor_reconciles_its_peers_when_its_job_ends(small: Runtime, h, tmp_path) -> None:
+def test_a_killed_agents_job_whose_rank_died_meanwhile_fails(small: Runtime, h, tmp_path) -> None:
     small.submit(h.spec("victim", waiter(tmp_path / "never")))
     small.submit(h.spec("peer", waiter(tmp_path / "go")))
     h.wait_for(lambda: started(small, "victim") and started(small, "peer"), what="both jobs to start")
-    kill_supervisor(small, "victim", h)
+    kill_agent(small, "victim", h)
     st = kill_instance(small.home, "victim", "victim-worker-0")
     h.wait_for(lambda: not alive(st["pid"], st["pid_start"]), what="the victim's worker to die")
-    (tmp_path / "go").touch()  # the peer ends; no command runs (get does not reconcile)
-    h.wait_for(lambda: small.get("victim").status is JobStatus.FAILED, what="the peer's supervisor to reconcile")
+    (tmp_path / "go").touch()  # the peer ends; no command runs (get starts no agent)
+    h.wait_for(lambda: small.get("victim").status is JobStatus.FAILED, what="the standby to finish the victim")
     assert all("victim" not in (j for _, j in ns.allocated) for ns in small.nodes().nodes)

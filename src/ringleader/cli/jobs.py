@@ -114,8 +114,8 @@ def using_engine(engine: str | None) -> AbstractContextManager[Engine]:
 
 
 def complete_jobs(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
-    """Shell completion of job names (through click's _RINGLEADER_COMPLETE): read only, no
-    reconcile, no supervisor started."""
+    """Shell completion of job names (through click's _RINGLEADER_COMPLETE): read only,
+    no agent started."""
     del ctx, param
     from ringleader.engines.embedded.engine import Runtime
 

@@ -14,17 +14,11 @@ from __future__ import annotations
 import importlib
 import json
 import os
+from pathlib import Path
 
+from ringleader import settings
+from ringleader.engines.base import Engine
 from ringleader.errors import UsageError
-
-# Every engine process (a supervisor, the watchdog, a spare) imports this package first: what
-# only the CLI's engine choice needs (settings, pathlib, typing) is imported there.
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from pathlib import Path
-    from typing import Any
-
-    from ringleader.engines.base import Engine
 
 # name -> "module:factory"; a factory takes the ringleader home folder and returns an Engine.
 ENGINES: dict[str, str] = {
@@ -36,15 +30,6 @@ DEFAULT = "embedded"
 CONFIG = "config.json"
 
 __all__ = ["DEFAULT", "ENGINES", "Engine", "chosen_engine", "open_engine", "set_default_engine"]
-
-
-def __getattr__(name: str) -> Any:
-    """``Engine``, the protocol, loaded on first use: a command that only lists jobs skips it."""
-    if name == "Engine":
-        from ringleader.engines.base import Engine
-
-        return Engine
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def check_engine(name: str) -> str:
@@ -69,8 +54,6 @@ def default_engine(home: Path) -> str:
 
 def chosen_engine(home: Path, flag: str | None = None) -> str:
     """--engine, else RINGLEADER_ENGINE, else the persistent default."""
-    from ringleader import settings
-
     name = flag or settings.text("RINGLEADER_ENGINE") or default_engine(home)
     return check_engine(name)
 

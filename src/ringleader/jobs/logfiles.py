@@ -148,7 +148,7 @@ def lines_since(
 def wait_until_ended(get: Callable[[], JobView], timeout: float | None, poll_s: float,
                      tick: Callable[[], object] | None = None, tick_s: float = 2.0) -> JobView:  # fmt: skip
     """Poll until the job is SUCCEEDED or FAILED; TimeoutError after ``timeout`` seconds. ``tick``
-    runs every ``tick_s`` seconds (the embedded engine reconciles: a lost supervisor must not make
+    runs every ``tick_s`` seconds (the embedded engine looks after its agent: a lost one must not make
     a wait hang)."""
     deadline = None if timeout is None else time.monotonic() + timeout
     last_tick = time.monotonic()

@@ -316,6 +316,12 @@ class JobSpec:
             self.kube.validate()
         return self
 
+    def describe(self) -> str:
+        """One line of what was asked for, as a job's `Submitted` event tells it."""
+        kind = "--gputopology" if self.topology_aware else "default scheduling"
+        extra = "".join(f", {k} {v}" for k, v in (("image", self.image), ("model", self.model)) if v)
+        return f"{self.workers} worker(s) x {self.gpus_per_worker} GPU(s), {kind}, priority {self.priority}{extra}"
+
     def request(self) -> JobRequest:
         from ringleader.scheduler import JobRequest
 

@@ -17,7 +17,8 @@ class JobStatus(enum.Enum):
     with numbers, is the job's latest event."""
 
     RUNNING = "RUNNING"
-    """Placed: its GPUs are allocated and its supervisor starts or watches its processes."""
+    """Placed: its GPUs are allocated; where it is in being started, watched or stopped is its
+    ``Launch``."""
 
     SUCCEEDED = "SUCCEEDED"
     """Every instance exited with code 0; its GPUs are free."""
@@ -43,6 +44,40 @@ TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
 
 def can_move(old: JobStatus, new: JobStatus) -> bool:
     return old == new or new in TRANSITIONS[old]
+
+
+class Launch(enum.Enum):
+    """Where a RUNNING job is between its placement and its end, as the engine that keeps time
+    for it (the embedded engine's agent) records it: what a new agent does with a job the last
+    one left follows from this alone."""
+
+    PLACED = "placed"
+    """GPUs allocated, no process started: the agent starts it."""
+
+    STARTING = "starting"
+    """An agent holds it and starts its ranks (it writes the job's plan before the first): with
+    no plan written nothing was started, and it is started afresh; with one, it is adopted."""
+
+    STARTED = "started"
+    """Every rank was started and recorded: an agent that finds it watches what is alive."""
+
+    STOPPING = "stopping"
+    """A delete was requested: every rank gets SIGTERM, the grace, then SIGKILL, and the job is
+    forgotten."""
+
+
+# The only moves of a running job's launch; store.update_job refuses anything else. A delete may
+# come at any point; an agent lost while starting leaves STARTING for the next one.
+LAUNCH_TRANSITIONS: dict[Launch, frozenset[Launch]] = {
+    Launch.PLACED: frozenset({Launch.STARTING, Launch.STOPPING}),
+    Launch.STARTING: frozenset({Launch.STARTED, Launch.STOPPING}),
+    Launch.STARTED: frozenset({Launch.STOPPING}),
+    Launch.STOPPING: frozenset(),
+}
+
+
+def can_launch_move(old: Launch, new: Launch) -> bool:
+    return old == new or new in LAUNCH_TRANSITIONS[old]
 
 
 class InstanceStatus(enum.Enum):

@@ -17,9 +17,7 @@ variables: podman passes them by prefix; docker cannot (no wildcards in ``-e``),
 job with an image needs podman.
 
 The image is resolved once per node by the job's supervisor before any rank starts
-(``resolve_image``, per --image-pull-policy); ranks run with ``--pull=never``. A job placed by
-its submit and started at once skips that check on this host: the submit's answer, seconds
-old, is the check (``ImageJob.here_at``). Every container
+(``resolve_image``, per --image-pull-policy); ranks run with ``--pull=never``. Every container
 carries the job's label, and whoever ends the job removes what is left by it
 (``remove_containers``): a killed client leaves a record that no process tree holds.
 """
@@ -33,7 +31,6 @@ import re
 import shlex
 import shutil
 import subprocess
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,7 +71,6 @@ class ImageJob:
 
     spec: JobSpec
     note: str
-    here_at: float | None  # when (wall clock) the submit saw the image on this host; None: not seen
 
 
 def check_image(image: str) -> None:
@@ -230,13 +226,12 @@ def check_mounts(workdir: str, options: ContainerOptions) -> None:
 
 def spec_in_image(spec: JobSpec, line: CommandLine, environ: Mapping[str, str], label: str | None = None) -> ImageJob:
     """A prepared spec whose program runs in ``spec.image`` through this host's podman or
-    docker (refused when there is none), the note saying so, and when the image was seen here."""
+    docker (refused when there is none), and the note saying so."""
     assert spec.image is not None
     check_image(spec.image)
     workdir = spec.workdir or os.getcwd()
     check_mounts(workdir, spec.container)
     runtime = find_runtime(spec.image, environ)
-    seen = time.time()
     present = runtime.has_image
     if present is None and spec.container.image_pull_policy == "Never":
         present = image_present(runtime.path, spec.image, environ)
@@ -258,9 +253,7 @@ def spec_in_image(spec: JobSpec, line: CommandLine, environ: Mapping[str, str], 
     written = spec.user_command or spec.command
     spec = dataclasses.replace(spec, command=[*head, *wrapped], env=env, user_command=list(written))
     note = f"note: each rank runs in image {spec.image} through {runtime.name} ({runtime.path})"
-    # Always pulls at every start: a sighting does not stand for that.
-    here = present and spec.container.image_pull_policy != "Always"
-    return ImageJob(spec, note, seen if here else None)
+    return ImageJob(spec, note)
 
 
 def container_runtime_of(command: Sequence[str]) -> str | None:

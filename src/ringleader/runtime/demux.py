@@ -1,5 +1,9 @@
 """The head's side of a job on ssh hosts: mpirun's tagged output, split back into ranks.
 
+    python -m ringleader.runtime.demux PLAN --launcher -- MPIRUN ...
+
+runs the rank wrapper's launcher (``rank.main``) with this module's relay of mpirun's output.
+
 mpirun runs with ``--tag-output``, so every line a rank prints reaches the head as
 ``[JOB,RANK]<stdout>:PAYLOAD``; the remote rank wrapper (``rank.py --stream``) prefixes its
 program's lines with ``O``, its state with ``S`` and heartbeats with ``H``. Here each rank gets its
@@ -19,12 +23,14 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from ringleader.runtime.rank import HEARTBEAT_S, STREAM_HEARTBEAT, STREAM_OUTPUT, STREAM_STATE, stamp
+from ringleader.runtime.rank import HEARTBEAT_S, STREAM_HEARTBEAT, STREAM_OUTPUT, STREAM_STATE, main, stamp
 
 # Longer than a heartbeat period plus ssh's own keepalive budget (see hosts.ssh).
 HOST_SILENCE_S = 5 * HEARTBEAT_S
@@ -166,3 +172,12 @@ class Demux:
                     self.log.write(stamp() + f"ringleader: host {node} silent, stopping mpirun\n".encode())
                     self.log.flush()
                     self.mpirun.send_signal(signal.SIGTERM)
+
+
+def relay(plan: dict[str, Any], launcher_log: BinaryIO, mpirun: subprocess.Popen[bytes]) -> Callable[[BinaryIO], None]:
+    """The launcher's pump over mpirun's stdout (see ``rank.main``)."""
+    return Demux(plan, launcher_log, mpirun).run
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:], relay=relay))

@@ -11,11 +11,14 @@ import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from ringleader.scheduler import Placement
 
 RANK_MODULE = "ringleader.runtime.rank"
+DEMUX_MODULE = "ringleader.runtime.demux"  # a launcher of ranks on ssh hosts: the wrapper with its relay
 # A rank's wrapper runs as this file, isolated (-I) and without site-packages (-S): it needs only
 # the standard library, and the site and package imports were a quarter of each rank's start.
 RANK_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rank.py")
@@ -32,53 +35,16 @@ def rank_source() -> str:
     return f"import base64,zlib;exec(zlib.decompress(base64.b64decode('{packed}')))"
 
 
-class _Slot(Protocol):
-    """A rank's place: a scheduler WorkerSlot, or a Slot read back from the state."""
-
-    @property
-    def index(self) -> int: ...
-    @property
-    def node(self) -> str: ...
-    @property
-    def gpus(self) -> Sequence[int]: ...
-
-
-class _Placed(Protocol):
-    @property
-    def slots(self) -> Sequence[_Slot]: ...
-
-
 class _Node(Protocol):
     @property
     def emulated(self) -> bool: ...
 
 
-@dataclass(frozen=True)
-class Slot:
-    index: int
-    node: str
-    gpus: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class StoredPlacement:
-    """A placement as stored (jobs.codec's JSON), read without the scheduler and the topology
-    packages: a job's supervisor starts its ranks from it, and every import there delays them."""
-
-    slots: tuple[Slot, ...]
-    nodes: tuple[str, ...]
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> StoredPlacement:
-        slots = tuple(Slot(int(w["index"]), str(w["node"]), tuple(w["gpus"])) for w in data["workers"])
-        return cls(slots, tuple(str(n) for n in data["nodes"]))
-
-
-def rank_wrapper(plan: Path, launcher: bool = False, rank: int | None = None) -> list[str]:
+def rank_wrapper(plan: Path, launcher: bool = False, rank: int | None = None, hosts: bool = False) -> list[str]:
     """The argv prefix that runs a program under ringleader's rank wrapper. A launcher runs it
-    as a module: for ranks on ssh hosts it imports ringleader's demultiplexer."""
+    as a module; for ranks on ssh hosts, as ringleader's demultiplexer (which runs the wrapper)."""
     if launcher:
-        cmd = [sys.executable, "-m", RANK_MODULE, str(plan), "--launcher"]
+        cmd = [sys.executable, "-m", DEMUX_MODULE if hosts else RANK_MODULE, str(plan), "--launcher"]
     else:
         cmd = [sys.executable, "-I", "-S", RANK_FILE, str(plan)]
     if rank is not None:
@@ -87,7 +53,7 @@ def rank_wrapper(plan: Path, launcher: bool = False, rank: int | None = None) ->
 
 
 def build_plan(
-    job: str, placement: _Placed, nodes: Mapping[str, _Node], env: dict[str, str], home: Path
+    job: str, placement: Placement, nodes: Mapping[str, _Node], env: dict[str, str], home: Path
 ) -> dict[str, Any]:
     """Per rank: node, its GPUs, local rank, log and state file; what the rank wrapper reads.
 
@@ -132,9 +98,7 @@ def plan_path(home: Path, job: str) -> Path:
     return home / "run" / job / "plan.json"
 
 
-def worker_lines(
-    job: str, command: Sequence[str], placement: StoredPlacement, plan: Path
-) -> list[tuple[str, list[str]]]:
+def worker_lines(job: str, command: Sequence[str], placement: Placement, plan: Path) -> list[tuple[str, list[str]]]:
     """Each worker instance and its line where every rank runs under its own wrapper (no mpirun)."""
     return [(f"{job}-worker-{s.index}", [*rank_wrapper(plan, rank=s.index), *command]) for s in placement.slots]
 

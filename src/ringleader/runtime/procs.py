@@ -103,6 +103,6 @@ def find_by_args(*needles: str) -> list[tuple[int, int]]:
 def grace_seconds() -> float:
     """How long stopped processes get between SIGTERM and SIGKILL (RINGLEADER_GRACE_S, default
     5 s; raise it for programs whose checkpoint takes longer: Slurm's KillWait defaults to 30 s)."""
-    from ringleader import settings  # read when stopping: the watchdog's start skips it
+    from ringleader import settings  # read when stopping
 
     return settings.number("RINGLEADER_GRACE_S")

@@ -1,5 +1,6 @@
 """The rank wrapper: ``python -I -S .../rank.py PLAN --rank N -- PROGRAM`` (or ``python -m
-ringleader.runtime.rank PLAN --launcher -- MPIRUN ...``: a launcher may import the demultiplexer).
+ringleader.runtime.rank PLAN --launcher -- MPIRUN ...``; for ranks on ssh hosts the same runs as
+``python -m ringleader.runtime.demux``, which hands this wrapper its relay of mpirun's output).
 
 Runs one instance's program with that rank's environment (GPUs, torchrun variables), writes its
 output with timestamps to the instance's log (and, under mpirun, to stdout too), records its pid,
@@ -34,7 +35,12 @@ import time
 # datetime or contextlib: a third of its start-up). Type checkers take MYPY as true.
 MYPY = False
 if MYPY:
+    from collections.abc import Callable
     from typing import Any, BinaryIO
+
+    # What reads a launcher's mpirun output for ranks on ssh hosts (``demux.relay``): given the
+    # plan, the launcher's log and mpirun, the function its pump thread runs over mpirun's stdout.
+    Relay = Callable[[dict[str, Any], BinaryIO, subprocess.Popen[bytes]], Callable[[BinaryIO], object]]
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 HEARTBEAT_S = 2.0
@@ -383,7 +389,7 @@ def stream_main(table: dict[str, Any], program: list[str]) -> int:
     return int(final["exit_code"])
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], relay: Relay | None = None) -> int:
     if argv[:1] == ["--guard"]:
         return guard_main(argv[1:])
     split = argv.index("--")
@@ -424,12 +430,9 @@ def main(argv: list[str]) -> int:
         state.update(child_pid=child.pid, child_start=start_time(child.pid))
         _write_state(state_file, state)
         assert child.stdout is not None
-        if launcher and plan.get("hosts"):
+        if relay is not None:
             # mpirun over ssh hosts: its tagged output carries every remote rank's lines and states.
-            from ringleader.runtime.demux import Demux
-
-            demux = Demux(plan, log, child)
-            pump = threading.Thread(target=demux.run, args=(child.stdout,), daemon=True)
+            pump = threading.Thread(target=relay(plan, log, child), args=(child.stdout,), daemon=True)
         else:
             pump = threading.Thread(target=_pump, args=(child.stdout, log, tee), daemon=True)
         pump.start()

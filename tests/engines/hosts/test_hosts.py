@@ -104,7 +104,7 @@ def test_host_cut_off_mid_job_fails_it_naming_the_host_in_bounded_time(hosts: Ru
     h.wait_for(lambda: not h.processes_with(marker), 30, "the cut-off ranks to end")
 
 
-def test_supervisor_killed_mid_job_is_reconciled(hosts: Runtime, h) -> None:
+def test_agent_killed_mid_job_adopts_the_job(hosts: Runtime, h) -> None:
     hosts.submit(h.job("orphan", h.py("import time; time.sleep(6)"), workers=4))
     h.wait_for(lambda: all(i.status == "Running" for i in hosts.get("orphan").instances), 60, "ranks running")
     row = hosts.get("orphan")

@@ -1,9 +1,9 @@
 """`ringleader state export|import`: a consistent copy of the state database, and its restore.
 
 Export uses SQLite's online backup, so it is a consistent snapshot even while other commands and
-supervisors write. Import checks the copy (a ringleader database of a schema this version reads,
+the agent write. Import checks the copy (a ringleader database of a schema this version reads,
 passing SQLite's integrity check) and replaces the state only while no job is RUNNING (a running
-job's supervisor and processes belong to the state they were started from).
+job's agent and processes belong to the state they were started from).
 """
 
 from __future__ import annotations

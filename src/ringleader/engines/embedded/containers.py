@@ -8,14 +8,14 @@ import json
 import sqlite3
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from ringleader.engines.embedded import store
+from ringleader.engines.embedded.hosts.ssh import HostError, run_remote, write_config
+from ringleader.jobs.codec import placement_from_dict
 from ringleader.jobs.spec import JobSpec
 from ringleader.runtime import containers
 from ringleader.runtime.plan import job_env, plan_path
-
-if TYPE_CHECKING:
-    from ringleader.topology import NodeSpec
+from ringleader.topology import NodeSpec
 
 # A job's nodes: each a NodeSpec, or for a node on this host (emulated or the local one) its name
 # alone, so a supervisor starting a job here decodes no topology.
@@ -24,18 +24,17 @@ Nodes = Sequence["NodeSpec | str"]
 REMOTE_PULL_S = 1800.0  # a pull of a large training image over a slow link
 
 
-def _runners(home: Path, spec: JobSpec, nodes: Nodes, cancelled: Callable[[], bool],
-             here: bool = True) -> list[tuple[str, containers.Runner]]:  # fmt: skip
+def _runners(
+    home: Path, spec: JobSpec, nodes: Nodes, cancelled: Callable[[], bool]
+) -> list[tuple[str, containers.Runner]]:
     """(where, runner) once per host the job's ranks run on: this host for its own and emulated
-    nodes (unless not ``here``), then each ssh host."""
+    nodes, then each ssh host."""
     env = job_env(spec.submit_env)
     out: list[tuple[str, containers.Runner]] = []
     remote = [n for n in nodes if not isinstance(n, str) and n.address is not None]
-    if len(remote) < len(nodes) and here:
+    if len(remote) < len(nodes):
         out.append(("this host", containers.local_runner(env, cancelled)))
     if remote:
-        from ringleader.engines.embedded.hosts.ssh import HostError, run_remote, write_config
-
         config = write_config(plan_path(home, spec.name).parent / "ssh_config", remote, home)
         settings = containers.runtime_settings(env)
 
@@ -53,16 +52,14 @@ def _runners(home: Path, spec: JobSpec, nodes: Nodes, cancelled: Callable[[], bo
     return out
 
 
-def resolve_image(home: Path, spec: JobSpec, nodes: Nodes, cancelled: Callable[[], bool],
-                  here_known: bool = False) -> str | None:  # fmt: skip
+def resolve_image(home: Path, spec: JobSpec, nodes: Nodes, cancelled: Callable[[], bool]) -> str | None:
     """The job's image made present on every host its ranks run on (per --image-pull-policy):
-    None, or the first host's one-line reason why it cannot be. ``here_known``: it was just
-    seen on this host (by the submit), so this host is not asked again."""
+    None, or the first host's one-line reason why it cannot be."""
     runtime = containers.container_runtime_of(spec.command)
     if runtime is None or spec.image is None:
         return None
     policy = spec.container.image_pull_policy
-    for where, run in _runners(home, spec, nodes, cancelled, here=not here_known):
+    for where, run in _runners(home, spec, nodes, cancelled):
         why = containers.resolve_image(runtime, spec.image, policy, run, where)
         if why is not None:
             return why
@@ -81,9 +78,6 @@ def remove_containers(home: Path, spec: JobSpec, nodes: Nodes) -> None:
 
 def placed_nodes(conn: sqlite3.Connection, job: str, placement: str | None) -> list[NodeSpec]:
     """The nodes a job's stored placement (JSON) put its ranks on."""
-    from ringleader.engines.embedded import store
-    from ringleader.jobs.codec import placement_from_dict
-
     if not placement:
         return []
     names = set(placement_from_dict(job, json.loads(placement)).nodes)

@@ -12,54 +12,52 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import sqlite3
+import shutil
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ringleader import settings
-from ringleader.engines.embedded import store
+from ringleader.engines.embedded import agentctl, store
 from ringleader.engines.embedded.faults import crash_point
 from ringleader.engines.embedded.folders import remove_job_folders
-from ringleader.engines.embedded.lifecycle import (
-    HOSTS_SETTINGS,
-    release_claim,
-    schedule_pass,
-    schedule_pass_decisions,
-    spawn_supervisors,
+from ringleader.engines.embedded.hosts import netns
+from ringleader.engines.embedded.lifecycle import HOSTS_SETTINGS, schedule_pass, schedule_pass_decisions
+from ringleader.engines.embedded.liveness import lease_seconds
+from ringleader.engines.embedded.nodes import (
+    LOCAL,
+    check_declared,
+    discover_hosts,
+    label_node,
+    local_node,
+    merge_declared,
+    node_gpu_usage,
+    node_health,
+    shrinking,
 )
-from ringleader.engines.embedded.liveness import Heartbeat
-from ringleader.engines.embedded.reconcile import LAUNCH_GRACE_S, reconcile
 from ringleader.engines.embedded.views import job_view
 from ringleader.errors import (
     ConflictError,
     DependencyError,
-    DiskFullError,
     NotFoundError,
-    RingleaderError,
+    StateError,
     UsageError,
 )
+from ringleader.jobs.codec import decision_to_dict
 from ringleader.jobs.commandline import CommandLine
 from ringleader.jobs.logfiles import follow_log, instance_name, read_log, wait_until_ended
 from ringleader.jobs.prediction import placement_from_plan, predict_job
 from ringleader.jobs.spec import JobSpec
-from ringleader.jobs.states import JobStatus
+from ringleader.jobs.states import JobStatus, Launch
+from ringleader.jobs.submit import placement_hint, prepare_submit, refuse_unresolvable
 from ringleader.jobs.support import Support
 from ringleader.jobs.views import GpuUsage, JobView, NodeHealth, SubmitResult
-from ringleader.runtime.plan import (
-    RANK_FILE,
-    RANK_MODULE,
-    instance_targets,
-    log_path,
-    plan_path,
-)  # fmt: skip
-from ringleader.runtime.procs import find_by_args, grace_seconds, signal_proc, start_time, stop_all
-
-if TYPE_CHECKING:  # the scheduler is imported by the calls that place: listing jobs does not need it
-    from ringleader.scheduler import ClusterState
-    from ringleader.topology import NodeSpec
+from ringleader.runtime.containers import job_label, spec_in_image
+from ringleader.runtime.plan import log_path
+from ringleader.runtime.procs import grace_seconds
+from ringleader.scheduler import ClusterState, Code, place
+from ringleader.topology import load_cluster_file
 
 __all__ = ["JobSpec", "JobView", "Runtime", "SubmitResult", "open_embedded"]
 
@@ -79,9 +77,10 @@ class Runtime:
 
     @classmethod
     def open(cls, home: str | Path | None = None, readonly: bool = False) -> Runtime:
-        """Open the state (reconciling crashed jobs first); ``readonly`` (shell completion) has
-        no side effect at all: no reconcile, no supervisor started, no GPU discovery."""
-        # Absolute: supervisors and ranks start in the job's own working directory.
+        """Open the state, and start the folder's agent if jobs run and none serves them (it was
+        killed or stopped); ``readonly`` (shell completion) has no side effect at all: no agent
+        started, no GPU discovery."""
+        # Absolute: the agent and ranks start in their own working directories.
         path = (Path(home) if home is not None else store.default_home()).absolute()
         db, _ = store.Store.open(path, create=False)
         rt = cls(path, db)
@@ -92,7 +91,7 @@ class Runtime:
         rt._init_cluster()
         if not db.ephemeral:
             rt._reclaim_orphan_allocations()
-            reconcile(db)
+            rt._wake()
         return rt
 
     def close(self) -> None:
@@ -104,6 +103,17 @@ class Runtime:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _running(self) -> bool:
+        with self.db.read() as conn:
+            return bool(store.job_rows(conn, [JobStatus.RUNNING]))
+
+    def _wake(self, needed: Callable[[], bool] | None = None) -> str | None:
+        """The folder's agent told that something was committed; started if none runs and
+        ``needed`` (by default: a job runs) says there is work."""
+        if self.db.ephemeral or self.db.read_only:
+            return None
+        return agentctl.wake(self.home, self._running if needed is None else needed)
+
     # -- state file -----------------------------------------------------------------------------
     def _init_cluster(self) -> None:
         """The embedded default cluster: this machine as node `local` (its GPUs from NVML)."""
@@ -111,8 +121,6 @@ class Runtime:
             done = store.get_meta(conn, "cluster") is not None
         if done:
             return
-        from ringleader.engines.embedded.nodes import LOCAL, local_node  # GPU discovery: first use only
-
         spec, note = local_node()
         with self.db.write() as conn:
             if store.get_meta(conn, "cluster") is None:
@@ -131,8 +139,9 @@ class Runtime:
         with self.db.write() as conn:
             freed = store.orphan_allocations(conn)
             store.free_orphans(conn)
-            placed = schedule_pass(conn, time.time()) if freed else []
-        spawn_supervisors(self.home, placed)
+            if freed:
+                schedule_pass(conn, time.time())
+        self._wake()
         held: dict[str, list[str]] = {}
         for row in freed:
             held.setdefault(str(row["job"]), []).append(f"{row['node']}:{row['gpu']}")
@@ -152,10 +161,6 @@ class Runtime:
     def apply_cluster(self, path: str | Path) -> ClusterState:
         """Replace the declared cluster; refused if a node holding running jobs' GPUs would
         disappear or shrink."""
-        from ringleader.engines.embedded.nodes import check_declared, discover_hosts, merge_declared, shrinking
-        from ringleader.scheduler import Code
-        from ringleader.topology import load_cluster_file
-
         declared = load_cluster_file(path)
         check_declared(declared)  # bad input must not even create the database
         declared = discover_hosts(declared)
@@ -169,7 +174,7 @@ class Runtime:
             store.replace_nodes(conn, nodes)
             store.set_meta(conn, "cluster", str(Path(path).resolve()))
             decisions = schedule_pass_decisions(conn, now)
-        spawn_supervisors(self.home, [d.job.name for d in decisions if d.ok])
+        self._wake()
         self.notes += [f"note: waiting job {d.job.name} can never run on this cluster now: {'; '.join(d.reasons)}"
                        for d in decisions if d.code is Code.UNRESOLVABLE]  # fmt: skip
         return self.nodes()
@@ -178,9 +183,6 @@ class Runtime:
         """Emulate the declared cluster on this box (root): a network namespace with sshd and a
         shaped link per node, a bridge per switch of its network tree with shaped uplinks (see
         engines.embedded.hosts.netns), then apply it with their ssh addresses and the tree."""
-        from ringleader.engines.embedded.hosts import netns
-        from ringleader.topology import load_cluster_file
-
         declared = load_cluster_file(path)  # every node but `local` becomes an emulated ssh host
         created = netns.up(self.home, declared, scale, netns.network_section(Path(path)))
         try:
@@ -195,8 +197,6 @@ class Runtime:
     def cluster_down(self) -> list[str]:
         """Remove the emulated cluster: every namespace, bridge, process, key and hosts entry
         `cluster up` made (also after a crash); its nodes stay declared until the next apply."""
-        from ringleader.engines.embedded.hosts import netns
-
         removed = netns.down(self.home)
         if not self.db.ephemeral:
             with self.db.write() as conn:
@@ -205,15 +205,13 @@ class Runtime:
 
     def label_node(self, node: str, key: str, value: str | None, overwrite: bool = False) -> None:
         """Set (or with value None remove) a node label; changing a value needs ``overwrite``."""
-        from ringleader.engines.embedded.nodes import label_node
-
         label_node([ns.spec for ns in self.nodes().nodes], node, key, value, overwrite)  # check first
         db = self._writable()
         with db.write() as conn:
             nodes = label_node(store.get_nodes(conn), node, key, value, overwrite)
             store.replace_nodes(conn, nodes)
-            placed = schedule_pass(conn, time.time())
-        spawn_supervisors(self.home, placed)
+            schedule_pass(conn, time.time())
+        self._wake()
 
     def nodes(self) -> ClusterState:
         with self.db.read() as conn:
@@ -221,8 +219,6 @@ class Runtime:
 
     def node_health(self, names: Sequence[str] | None = None) -> dict[str, NodeHealth]:
         """This machine, emulated nodes and ssh hosts now (see engines.embedded.nodes.node_health)."""
-        from ringleader.engines.embedded.nodes import node_health
-
         specs = [ns.spec for ns in self.nodes().nodes if names is None or ns.name in names]
         return node_health(specs, self.home)
 
@@ -233,88 +229,45 @@ class Runtime:
     # -- jobs -----------------------------------------------------------------------------------
     def submit(self, spec: JobSpec, dry_run: bool = False) -> SubmitResult:
         """Queue a job (placed now if it fits), or with ``dry_run`` only show the plan."""
-        from ringleader.engines.embedded.early import rank_starts, start_early  # submit only
-        from ringleader.jobs.submit import placement_hint, prepare_submit, refuse_unresolvable
-
         sub = prepare_submit(spec, self.supports)
         spec, notes = sub.spec, list(sub.notes)
-        _check_size(spec, sub.line)  # a horovodrun line has become mpirun's: one more process
-        from ringleader.jobs.codec import decision_to_dict
-        from ringleader.scheduler import place
-
+        if spec.image:
+            prepared = spec_in_image(spec, sub.line, spec.submit_env or {}, job_label(self.home, spec.name))
+            spec = prepared.spec
+            notes.append(prepared.note)
+        _check_here(spec, sub.line)
         with self.db.read() as conn:  # checked before anything is written (or created)
             if store.job_row(conn, spec.name) is not None:
                 raise _duplicate(spec.name)
             state = store.cluster_state(conn)
             decision = place(state, spec.request())
         refuse_unresolvable(decision, self.supports)
-        # It fits now: its supervisor starts while this command asks the runtime and commits
-        # (in a state folder that exists: a first submit's is made, and checked, below).
-        early = start_early(self.home, spec.name) if decision.ok and not dry_run and not self.db.ephemeral else None
-        try:
-            image_here_at: dict[str, float] = {}  # the image seen on this host by the probe below
-            if spec.image:
-                from ringleader.runtime.containers import job_label, spec_in_image
-
-                prepared = spec_in_image(spec, sub.line, spec.submit_env or {}, job_label(self.home, spec.name))
-                spec = prepared.spec
-                notes.append(prepared.note)
-                if prepared.here_at is not None:
-                    image_here_at[spec.name] = prepared.here_at
-            _check_command(spec, sub.line)
-            hint = placement_hint(state, decision)
-            notes += [hint] if hint else []
-            if dry_run:
-                self.notes += notes
-                prediction = predict_job(state, spec, decision.placement) if decision.placement else None
-                return SubmitResult(decision, decision_to_dict(decision), dry_run=True,
-                                    extra={"prediction": prediction})  # fmt: skip
-            db = self._writable()
-            with db.write() as conn:
-                now = time.time()  # taken under the lock: the wait for it may be long
-                if store.job_row(conn, spec.name) is not None:
-                    raise _duplicate(spec.name)
-                self._remove_folders(spec.name)  # left by a delete that was killed: not this job's
-                store.insert_job(conn, spec.to_dict(), spec.priority, now)
-                store.add_event(conn, spec.name, "Submitted", _describe(spec), now)
-                for note in notes:
-                    kind = "Hint" if note == hint else "Command"
-                    store.add_event(conn, spec.name, kind, note.removeprefix("note: "), now)
-                decisions = schedule_pass_decisions(conn, now)
-                mine = next(d for d in decisions if d.job.name == spec.name)
-                # The cluster may have changed since the check above: refused here, nothing commits.
-                refuse_unresolvable(mine, self.supports)
-                placed = [d.job.name for d in decisions if d.ok]
-                if early is not None and mine.ok:
-                    early.claim_for(conn, spec.name, now)
-                    row = store.job_row(conn, spec.name)
-                    assert row is not None  # inserted and placed above
-                    placement, kinds = json.loads(row["placement"]), store.node_kinds(conn)
-        except BaseException:
-            if early is not None:
-                early.release()
-            raise
-        crash_point("submit-committed")  # killed here: the early supervisor, or reconciliation, starts the job
-        if early is not None and mine.ok:
-            placed.remove(spec.name)
-            try:
-                ranks = rank_starts(self.home, spec, placement, kinds, image_here_at.get(spec.name))
-            except OSError:  # no port for the rendezvous yet: the supervisor builds the plan itself
-                ranks = None
-            if not early.start(self.home, spec.name, image_here_at.get(spec.name), ranks):
-                try:
-                    with db.write() as conn:
-                        release_claim(conn, spec.name, early.proc.pid, early.pid_start)
-                    placed.insert(0, spec.name)
-                except (RingleaderError, sqlite3.Error, OSError):
-                    pass  # still claimed by a process that is gone and wrote no plan: reconciliation starts it
-        elif early is not None:
-            early.release()
-        unstarted = spawn_supervisors(self.home, placed, image_here_at)
-        if spec.name in unstarted:  # submitted all the same: the state holds it, placed
-            why = unstarted[spec.name]
-            notes.append(f"note: job {spec.name}'s supervisor could not start yet ({why}); it is started "
-                         f"{LAUNCH_GRACE_S:g} s after its placement, by a running job's checks or the next command")
+        hint = placement_hint(state, decision)
+        notes += [hint] if hint else []
+        if dry_run:
+            self.notes += notes
+            prediction = predict_job(state, spec, decision.placement) if decision.placement else None
+            return SubmitResult(decision, decision_to_dict(decision), dry_run=True, extra={"prediction": prediction})
+        db = self._writable()
+        with db.write() as conn:
+            now = time.time()  # taken under the lock: the wait for it may be long
+            if store.job_row(conn, spec.name) is not None:
+                raise _duplicate(spec.name)
+            remove_job_folders(self.home, spec.name)  # left by a delete that was killed: not this job's
+            store.insert_job(conn, spec.to_dict(), spec.priority, now)
+            store.add_event(conn, spec.name, "Submitted", spec.describe(), now)
+            for note in notes:
+                kind = "Hint" if note == hint else "Command"
+                store.add_event(conn, spec.name, kind, note.removeprefix("note: "), now)
+            decisions = schedule_pass_decisions(conn, now)
+            mine = next(d for d in decisions if d.job.name == spec.name)
+            # The cluster may have changed since the check above: refused here, nothing commits.
+            refuse_unresolvable(mine, self.supports)
+        crash_point("submit-committed")  # killed here: the next command's agent starts the job
+        why = self._wake()
+        if why is not None and any(d.ok for d in decisions):  # submitted all the same: the state holds it
+            notes.append(f"note: the folder's agent, which starts job {spec.name}, could not start yet ({why}); "
+                         "the next ringleader command starts it")  # fmt: skip
         self.notes += notes
         return SubmitResult(mine, decision_to_dict(mine), dry_run=False, job=self.get(spec.name))
 
@@ -340,8 +293,6 @@ class Runtime:
         """Each running instance's GPUs now (duty cycle, memory); None where it cannot be read:
         an emulated node (virtual GPU ids), an instance without GPUs or not running, a node
         whose GPUs do not answer."""
-        from ringleader.engines.embedded.nodes import node_gpu_usage
-
         job = self.get(name)
         specs = {ns.name: ns.spec for ns in self.nodes().nodes}
         read: dict[str, dict[int, tuple[float, float, float]]] = {}
@@ -367,8 +318,8 @@ class Runtime:
 
     def wait(self, name: str, timeout: float | None = None) -> JobView:
         """Block until the job is SUCCEEDED or FAILED; TimeoutError after ``timeout`` seconds."""
-        # Reconciling every 2 s: a supervisor that died must not make us wait forever.
-        return wait_until_ended(lambda: self.get(name), timeout, 0.2, tick=lambda: reconcile(self.db))
+        # The agent looked after every 2 s: one that was killed or stopped must not make us wait forever.
+        return wait_until_ended(lambda: self.get(name), timeout, 0.2, tick=self._wake)
 
     # -- logs -----------------------------------------------------------------------------------
     def log_file(self, name: str, instance: str | None = None) -> Path:
@@ -387,103 +338,65 @@ class Runtime:
     # -- removal --------------------------------------------------------------------------------
     def delete(self, names: Sequence[str], now: bool = False) -> list[str]:
         """Stop each job's processes, free its GPUs, remove its state and logs. Every rank gets
-        SIGTERM, then RINGLEADER_GRACE_S to exit, then SIGKILL; ``now``: SIGKILL at once."""
+        SIGTERM, then RINGLEADER_GRACE_S to exit, then SIGKILL; ``now``: SIGKILL at once.
+
+        A waiting or finished job is forgotten here; a running one is asked of the folder's agent
+        (its stop recorded, then the agent woken), and this returns once the agent forgot it."""
+        grace = 0.0 if now else grace_seconds()
         with self.db.read() as conn:
             missing = [n for n in names if store.job_row(conn, n) is None]
         if missing:
             raise NotFoundError(f"job {missing[0]!r} not found", "see `ringleader list`")
-        try:
-            self._writable().check_writable()  # stopping processes cannot be undone: refuse first
-        except (sqlite3.OperationalError, OSError, DiskFullError) as exc:
-            if not store.disk_full(exc):  # a full disk: deleting the job's logs is what frees it
-                raise
-        grace = 0.0 if now else grace_seconds()
-        leftovers = self._containers(names)  # read before the jobs are forgotten
-        # Every job this command holds keeps beating until all are stopped: a held job whose beat
-        # stopped while the next ones were being stopped looked stuck to peers after the lease
-        # (20 jobs in containers take ~10 s), and they killed this command.
-        # (Their folders, beat files included, go next: then no peer takes them for stuck.)
-        beats: list[Heartbeat] = []
-        try:
-            for name in names:
-                self._stop(name, grace, beats)
-        finally:
-            for beat in beats:
-                beat.stop()
-        crash_point("delete-stopped")  # killed here: reconciliation fails the job, frees its GPUs
-        for name in names:  # first: on a full disk, the logs are what frees the room to record
-            self._remove_folders(name)
         db = self._writable()
 
-        def forget() -> list[str]:
+        def request() -> list[str]:
+            stopping = []
             with db.write() as conn:
+                at = time.time()
                 for name in names:
-                    store.delete_job(conn, name)
-                return schedule_pass(conn, time.time())
+                    row = store.job_row(conn, name)
+                    if row is None:
+                        continue
+                    if row["status"] != JobStatus.RUNNING.value:  # no process: forgotten now
+                        store.delete_job(conn, name)
+                        continue
+                    if row["launch"] != Launch.STOPPING.value:
+                        store.update_job(conn, name, launch=Launch.STOPPING, stop_grace=grace)
+                        how = "SIGKILL at once" if grace <= 0 else f"SIGTERM, then SIGKILL after {grace:g} s"
+                        store.add_event(conn, name, "Deleting", f"stop requested ({how})", at)
+                    stopping.append(name)
+            return stopping
 
-        placed = store.while_disk_full(self.home, forget, attempts=10)
-        crash_point("delete-forgotten")
-        if leftovers:
-            # What the stopped ranks' container clients left; once no job is held by this command
-            # (a long hold without a beat would look stuck to the peers that reconcile).
-            from ringleader.engines.embedded.containers import remove_containers
-
-            for spec, nodes in leftovers:
-                remove_containers(self.home, spec, nodes)
-        spawn_supervisors(self.home, placed)
+        # A full disk: the reserve given back first (the agent then removes the logs, which frees it).
+        stopping = store.while_disk_full(self.home, request, attempts=10)
+        for name in names:
+            if name not in stopping:
+                remove_job_folders(self.home, name)  # never through a link put in a folder's place
+        crash_point("delete-requested")  # killed here: the agent stops and forgets the jobs all the same
+        if stopping:
+            self._until_forgotten(stopping, grace)
         return list(names)
 
-    def _remove_folders(self, name: str) -> None:
-        remove_job_folders(self.home, name)  # never through a link put in a folder's place
-
-    def _stop(self, name: str, grace_s: float, beats: list[Heartbeat]) -> None:
-        with self.db.read() as conn:
-            row = store.job_row(conn, name)
-            insts = store.instances(conn, name)
-        # A status this version does not know (a damaged row) is stopped like a live job: delete
-        # is how a user clears it.
-        if row is None or row["status"] in {s.value for s in JobStatus if s.is_terminal()}:
-            return
-        me = os.getpid()
-        heartbeat = Heartbeat(self.home, name, me, start_time(me)).start()
-        beats.append(heartbeat)  # stopped by the caller once every job is stopped
-        # This command takes the job over while its ranks stop: its supervisor can record
-        # nothing more (no sibling failure of ranks this delete stops), and peers that
-        # reconcile see a live, beating holder, so none adopts the job meanwhile.
-        self._hold(name, me)
-        # The supervisor goes first (SIGKILL: it must start nothing more), alone: its
-        # descendants are the ranks, which get their grace below.
-        if row["supervisor_pid"]:
-            signal_proc(row["supervisor_pid"], row["supervisor_start"], signal.SIGKILL)
-        targets = [t for i in insts for t in instance_targets(self.home, name, i["name"], i["pid"], i["pid_start"])]
-        # A wrapper the supervisor started but had not recorded yet: found by its plan file.
-        for wrapper in (RANK_MODULE, RANK_FILE):  # a launcher's, a rank's
-            targets += find_by_args(wrapper, str(plan_path(self.home, name)))
-        stop_all(list(dict.fromkeys(targets)), grace_s)
-
-    def _containers(self, names: Sequence[str]) -> list[tuple[JobSpec, list[NodeSpec]]]:
-        """The jobs run in an image that are still live, with the nodes they were placed on."""
-        from ringleader.engines.embedded.containers import placed_nodes
-
-        out = []
-        with self.db.read() as conn:
-            for name in names:
-                row = store.job_row(conn, name)
-                if row is None or row["status"] in {s.value for s in JobStatus if s.is_terminal()}:
-                    continue
-                spec = JobSpec.from_dict(json.loads(row["spec"]))
-                if spec.image:
-                    out.append((spec, placed_nodes(conn, name, row["placement"])))
-        return out
-
-    def _hold(self, name: str, me: int) -> None:
-        try:
-            with self.db.write() as conn:
-                store.update_job(conn, name, supervisor_pid=me, supervisor_start=start_time(me))
-                store.add_event(conn, name, "Deleting", f"pid {me} stops the job's processes", time.time())
-        except (sqlite3.OperationalError, OSError, DiskFullError) as exc:
-            if not store.disk_full(exc):  # a full disk: stop the ranks all the same (their logs free it)
-                raise
+    def _until_forgotten(self, names: list[str], grace: float) -> None:
+        """Wait while the agent stops the jobs and forgets them, waking it (or a new one) every
+        second; bounded, so a folder whose agent cannot start says so."""
+        bound = grace + 2 * lease_seconds() + 60.0
+        deadline = time.monotonic() + bound
+        woken = 0.0
+        while True:
+            with self.db.read() as conn:
+                left = [n for n in names if store.job_row(conn, n) is not None]
+            if not left:
+                return
+            if time.monotonic() > deadline:
+                raise StateError(
+                    f"job {left[0]!r} is being stopped, and the folder's agent has not finished it in {bound:g} s",
+                    f"see {self.home / 'run' / agentctl.LOG}; `ringleader get {left[0]}` shows when it is gone",
+                )
+            if time.monotonic() - woken >= 1.0:
+                self._wake(needed=lambda: True)
+                woken = time.monotonic()
+            time.sleep(0.05)
 
     def prune(self, since_seconds: float) -> list[str]:
         """Delete finished jobs that ended more than ``since_seconds`` ago."""
@@ -491,8 +404,9 @@ class Runtime:
         old = [v.name for v in self.list_jobs() if v.status.is_terminal() and (v.ended_at or 0) < cutoff]
         return self.delete(old) if old else []
 
-    def reconcile(self) -> list[str]:
-        return [] if self.db.ephemeral else reconcile(self.db)
+    def ensure_agent(self) -> str | None:
+        """Start the folder's agent if jobs run and none serves them; why it could not, if not."""
+        return self._wake()
 
 
 def open_embedded(home: Path, readonly: bool = False) -> Runtime:
@@ -510,8 +424,10 @@ def max_procs() -> int:
     return settings.integer("RINGLEADER_MAX_PROCS") or max(64, 8 * (os.cpu_count() or 1))
 
 
-def _check_size(spec: JobSpec, line: CommandLine) -> None:
-    procs = spec.workers + (1 if line.mpirun else 0)
+def _check_here(spec: JobSpec, line: CommandLine) -> None:
+    """What this host must have for the job: room for its processes, and its programs (the
+    program of an image job is the image's)."""
+    procs = spec.workers + (1 if line.mpirun else 0)  # a horovodrun line has become mpirun's: one more
     limit = max_procs()
     if procs > limit:
         raise UsageError(
@@ -519,9 +435,6 @@ def _check_size(spec: JobSpec, line: CommandLine) -> None:
             "(every worker runs here, on emulated nodes too)",
             "ask for fewer --workers, or raise the limit with RINGLEADER_MAX_PROCS",
         )
-
-
-def _check_command(spec: JobSpec, line: CommandLine) -> None:
     if line.mpirun:
         _check_program(spec, line.argv[0], DependencyError)
     if spec.image is None:  # in an image, the program is the image's: this host may lack it
@@ -529,8 +442,6 @@ def _check_command(spec: JobSpec, line: CommandLine) -> None:
 
 
 def _check_program(spec: JobSpec, program: str, err: type[UsageError]) -> None:
-    import shutil
-
     if "/" in program:
         path = Path(spec.workdir or ".") / program
         if not path.exists():
@@ -545,10 +456,3 @@ def _check_program(spec: JobSpec, program: str, err: type[UsageError]) -> None:
             )
     elif shutil.which(program, path=(spec.submit_env or {}).get("PATH", os.environ.get("PATH"))) is None:
         raise err(f"program {program!r} not found on PATH", "install it or give its full path")
-
-
-def _describe(spec: JobSpec) -> str:
-    kind = "--gputopology" if spec.topology_aware else "default scheduling"
-    extra = "".join(f", {k} {v}" for k, v in (("image", spec.image), ("model", spec.model)) if v)
-    return f"{spec.workers} worker(s) x {spec.gpus_per_worker} GPU(s), {kind}, priority {spec.priority}{extra}"
-

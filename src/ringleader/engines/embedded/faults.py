@@ -5,6 +5,7 @@ truthful. Nothing happens unless that variable names the point."""
 from __future__ import annotations
 
 import os
+import signal
 
 from ringleader import settings
 
@@ -13,6 +14,4 @@ POINTS = settings.CRASH_POINTS
 
 def crash_point(name: str) -> None:
     if settings.text("RINGLEADER_CRASH_AT") == name:
-        import signal  # only when a test asks for the crash: commands start quicker
-
         os.kill(os.getpid(), signal.SIGKILL)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import pwd
 import shutil
 import stat
 from collections.abc import Iterator
@@ -125,8 +126,6 @@ def _make_private(fd: int, path: Path, home: Path) -> None:
 
 
 def _user(uid: int) -> str:
-    import pwd
-
     try:
         return pwd.getpwuid(uid).pw_name
     except KeyError:

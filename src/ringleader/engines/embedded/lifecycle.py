@@ -1,37 +1,29 @@
 """Moves of a job through its states inside one write transaction: the scheduling pass, placing,
-pending, finishing; and starting a detached supervisor once the transaction has committed."""
+pending, finishing. Whoever commits a placement wakes the folder's agent (see ``agent``), which
+starts the job."""
 
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
-import sys
-from collections.abc import Iterable, Mapping
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ringleader.engines.embedded import store
-from ringleader.engines.embedded.liveness import clock_stamp
+from ringleader.jobs.codec import decision_to_dict, placement_to_dict
+from ringleader.jobs.commandline import is_mpirun
 from ringleader.jobs.spec import JobSpec
-from ringleader.jobs.states import InstanceStatus, JobStatus
-from ringleader.runtime.plan import supervisor_env
+from ringleader.jobs.states import InstanceStatus, JobStatus, Launch
 from ringleader.runtime.procs import grace_seconds
-
-if TYPE_CHECKING:
-    from ringleader.scheduler import ClusterState, Decision
+from ringleader.scheduler import ClusterState, Code, Decision, QueuedJob, schedule_queue
 
 # meta key: how jobs on ssh hosts launch here (extra MCA parameters, rank env, the head's
 # address), written by `cluster up` for an emulated cluster; absent for real hosts.
 HOSTS_SETTINGS = "hosts_settings"
-# A supervisor's option: when (wall clock) the submit saw the job's image on this host.
-IMAGE_HERE_AT = "--image-here-at"
 
 
 def schedule_pass(conn: sqlite3.Connection, now: float) -> list[str]:
     """Place every waiting job that fits now (priority, then FIFO; gangs all or nothing).
 
-    Returns the names of the jobs placed; the caller starts their supervisors after COMMIT."""
+    Returns the names of the jobs placed; the caller wakes the agent after COMMIT."""
     return [d.job.name for d in schedule_pass_decisions(conn, now) if d.ok]
 
 
@@ -40,8 +32,6 @@ def schedule_pass_decisions(conn: sqlite3.Connection, now: float) -> list[Decisi
     rows = store.job_rows(conn, [JobStatus.QUEUING, JobStatus.PENDING])
     if not rows:
         return []
-    from ringleader.scheduler import QueuedJob, schedule_queue
-
     specs = {r["name"]: JobSpec.from_dict(json.loads(r["spec"])) for r in rows}
     queued = [QueuedJob(specs[r["name"]].request(), int(r["seq"]), float(r["created_at"])) for r in rows]
     state = store.cluster_state(conn)
@@ -69,21 +59,17 @@ def expected_ends(conn: sqlite3.Connection) -> dict[str, float]:
 def has_launcher(spec: JobSpec, decision: Decision, state: ClusterState) -> bool:
     """An mpirun line has its launcher; so has every job with ranks on ssh hosts (mpirun starts
     them there)."""
-    from ringleader.jobs.commandline import is_mpirun  # placing only: reads stay light
-
     placement = decision.placement
     remote = placement is not None and any(state.node(n).spec.address is not None for n in placement.nodes)
     return is_mpirun(spec.command) or remote
 
 
 def place_job(conn: sqlite3.Connection, spec: JobSpec, decision: Decision, now: float, launcher: bool) -> None:
-    from ringleader.jobs.codec import decision_to_dict, placement_to_dict
-
     placement = decision.placement
     assert placement is not None
     store.allocate(conn, placement)
     store.update_job(
-        conn, spec.name, status=JobStatus.RUNNING, started_at=now, reason=None, placed_clock=clock_stamp(),
+        conn, spec.name, status=JobStatus.RUNNING, started_at=now, reason=None, launch=Launch.PLACED,
         decision=json.dumps(decision_to_dict(decision)), placement=json.dumps(placement_to_dict(placement)),
     )  # fmt: skip
     pending = InstanceStatus.PENDING.value
@@ -102,9 +88,6 @@ def place_job(conn: sqlite3.Connection, spec: JobSpec, decision: Decision, now: 
 
 
 def pend_job(conn: sqlite3.Connection, name: str, decision: Decision, now: float) -> None:
-    from ringleader.jobs.codec import decision_to_dict
-    from ringleader.scheduler import Code
-
     # The reservation is stored with the decision and told from it when read ("expected start in
     # ~14 min" counted from then), so the reason and its events stay the same while time passes.
     held = decision.reservation.describe() if decision.reservation else None
@@ -135,51 +118,3 @@ def finish_job(
             store.update_instance(conn, name, inst["name"], status=InstanceStatus.STOPPED.value, ended_at=now)
     kind = "Succeeded" if status is JobStatus.SUCCEEDED else "Failed"
     store.add_event(conn, name, kind, f"{reason}; {freed} GPU(s) freed" if reason else f"{freed} GPU(s) freed", now)
-
-
-def release_claim(conn: sqlite3.Connection, job: str, pid: int, pid_start: int | None) -> None:
-    """A job claimed for a process that died before it started anything (an early supervisor
-    that could not be told, see early) waits for a supervisor again, as if just placed."""
-    row = store.job_row(conn, job)
-    if row is None or row["status"] != JobStatus.RUNNING.value:  # a reconciliation finished it meanwhile
-        return
-    if store.held_by(row, pid, pid_start):
-        store.update_job(conn, job, supervisor_pid=None, supervisor_start=None, launched_at=None)
-
-
-def spawn_supervisors(
-    home: Path, jobs: Iterable[str], image_here_at: Mapping[str, float] | None = None
-) -> dict[str, str]:
-    """Start one detached supervisor per job: it outlives the command that started it. Its
-    environment is minimal (see supervisor_env): a job's processes get only the job's own.
-    ``image_here_at``: when the submit saw a job's image on this host (the supervisor's check there).
-    The first job goes to the folder's spare supervisor (see spare) where one waits.
-    Returns the jobs whose supervisor could not start, with why (a full disk, no processes
-    left): they are already placed in the state, so the command that placed them stays done,
-    and reconciliation starts their supervisor once LAUNCH_GRACE_S has passed."""
-    import subprocess
-
-    failed: dict[str, str] = {}
-    spare = True  # the folder's spare supervisor takes the first job, if one waits and it will
-    for job in jobs:
-        seen = (image_here_at or {}).get(job)
-        if spare:
-            from ringleader.engines.embedded.spare import hand_over
-
-            spare = False
-            if hand_over(home, job, seen):
-                continue
-        run_dir = home / "run" / job
-        try:
-            run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd = os.open(run_dir / "supervisor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-            with os.fdopen(fd, "ab") as out:
-                subprocess.Popen(
-                    [sys.executable, "-m", "ringleader.engines.embedded.supervisor", str(home), job,
-                     *([IMAGE_HERE_AT, repr(seen)] if seen is not None else [])],
-                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                    start_new_session=True, close_fds=True, env=supervisor_env(),
-                )  # fmt: skip
-        except OSError as exc:
-            failed[job] = exc.strerror or str(exc)
-    return failed

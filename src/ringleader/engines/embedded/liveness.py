@@ -1,11 +1,10 @@
-"""Heartbeats and leases: how supervisors tell a live peer from a dead or stopped one.
+"""Heartbeats and the lease: how a command or a standby agent tells a live agent from a stopped one.
 
-Whoever holds a running job (its supervisor, or the `delete` that is stopping it) beats: every
-HEARTBEAT_S it writes ``run/<job>/supervisor.beat`` with its pid, start time and the time on
-CLOCK_BOOTTIME (monotonic, shared by every process of this boot, counting suspend; a change of
-the wall clock moves nothing). A holder whose last beat is older than the lease
-(``RINGLEADER_LEASE_S``, default 10 s) is stuck (SIGSTOP, a frozen machine, a deadlock); every
-running supervisor looks at its peers every PEER_CHECK_S (see ``reconcile``).
+The folder's agent (see ``agent``) beats: every HEARTBEAT_S it rewrites its beat file with its
+pid, start time and the time on CLOCK_BOOTTIME (monotonic, shared by every process of this boot,
+counting suspend; a change of the wall clock moves nothing). An agent whose last beat is older
+than the lease (``RINGLEADER_LEASE_S``, default 10 s) is stuck (SIGSTOP, a frozen machine, a
+deadlock): whoever finds it so kills it and takes its place.
 """
 
 from __future__ import annotations
@@ -17,15 +16,14 @@ import threading
 import time
 from pathlib import Path
 
+from ringleader import settings
+
 HEARTBEAT_S = 1.0
-PEER_CHECK_S = 2.0
 
 
 def lease_seconds() -> float:
     """How long a holder may go without a beat before peers take it for stuck (RINGLEADER_LEASE_S,
     at least 3 heartbeats)."""
-    from ringleader import settings
-
     return settings.number("RINGLEADER_LEASE_S")
 
 
@@ -55,10 +53,6 @@ def seconds_since(stamp: str | None) -> float | None:
     if boot != boot_id():
         return float("inf")
     return max(0.0, time.clock_gettime(time.CLOCK_BOOTTIME) - then)
-
-
-def beat_path(home: Path, job: str) -> Path:
-    return home / "run" / job / "supervisor.beat"
 
 
 BEAT_BYTES = 128  # a beat padded to a fixed size: rewritten in place, it needs no new disk space
@@ -108,30 +102,20 @@ def read_beat(path: Path) -> tuple[int, int | None, float | None] | None:
     return pid, started, seconds_since(str(beat.get("at")))
 
 
-def stale_for(home: Path, job: str, pid: int | None, pid_start: int | None) -> float | None:
-    """Seconds since the holder (``pid``, ``pid_start``) last beat, when its beat file names it;
-    None when it names another process or there is none (then only the pid's liveness counts:
-    a holder writes its first beat before it claims the job, see ``Heartbeat``)."""
-    beat = read_beat(beat_path(home, job))
-    if beat is None or beat[:2] != (pid, pid_start):
-        return None
-    return beat[2]
-
-
 class Heartbeat:
-    """A thread that beats for a job every HEARTBEAT_S while its holder runs. A thread, so a
-    holder busy stopping processes or waiting for the write lock still beats; SIGSTOP stops it
-    with the rest of the process, which is what peers must notice."""
+    """A thread that beats into ``path`` every HEARTBEAT_S while its process runs. A thread, so
+    a process busy stopping ranks or waiting for the write lock still beats; SIGSTOP stops it
+    with the rest of the process, which is what others must notice."""
 
-    def __init__(self, home: Path, job: str, pid: int, pid_start: int | None, path: Path | None = None) -> None:
-        self.path = beat_path(home, job) if path is None else path
+    def __init__(self, path: Path, pid: int, pid_start: int | None) -> None:
+        self.path = path
         self.pid, self.pid_start = pid, pid_start
         self._fd: int | None = None
         self._done = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"heartbeat-{job}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
 
     def start(self) -> Heartbeat:
-        self._fd = write_beat_file(self.path, self.pid, self.pid_start)  # before the claim: never a gap
+        self._fd = write_beat_file(self.path, self.pid, self.pid_start)  # at once: never a gap
         self._thread.start()
         return self
 
@@ -148,9 +132,9 @@ class Heartbeat:
             os.close(self._fd)
 
     def _own_file(self) -> bool:
-        """Whether the beat file is still the one this holder writes: a second claimant (two
-        supervisors started for one job, the claim let one through) replaces it with its own
-        before it loses, and beats into a file no longer there would name the loser for ever."""
+        """Whether the beat file is still the one this process writes: another that replaced it
+        (a new agent after this one was taken for stuck) must not be named by beats into a file
+        no longer there."""
         try:
             return self._fd is not None and os.fstat(self._fd).st_ino == os.stat(self.path).st_ino
         except OSError:

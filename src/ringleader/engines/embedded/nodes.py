@@ -2,18 +2,41 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import tempfile
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from ringleader.errors import ConflictError, NotFoundError, UsageError
+from ringleader.engines.embedded.hosts.ssh import (
+    CONNECT_TIMEOUT_S,
+    SSH_FAILED,
+    HostError,
+    check_reachable,
+    discover,
+    run_remote,
+    write_config,
+)
+from ringleader.engines.embedded.store import default_home
+from ringleader.errors import ConflictError, NotFoundError, RingleaderError, UsageError
+from ringleader.jobs.views import READY, UNREACHABLE, NodeHealth
+from ringleader.scheduler import ClusterState
+from ringleader.topology import NodeTopology
 from ringleader.topology.cluster import DISCOVER, NAME_RE, SCHEDULE_LABEL, SCHEDULE_MODES, NodeSpec
-
-if TYPE_CHECKING:
-    from ringleader.jobs.views import NodeHealth
-    from ringleader.scheduler import ClusterState
-    from ringleader.topology import NodeTopology
+from ringleader.topology.nvml import (
+    HEALTH_FROM,
+    HEALTH_QUERY,
+    USAGE_QUERY,
+    gpu_usage,
+    parse_health_csv,
+    parse_usage_csv,
+    short_model,
+    unhealthy_gpus,
+)
+from ringleader.topology.nvml import discover as discover_gpus
+from ringleader.topology.smi import parse_topo_text
 
 LOCAL = "local"
 # ACK's label name, accepted as a spelling of ours.
@@ -24,9 +47,7 @@ def local_node() -> tuple[NodeSpec, str]:
     """This machine with its GPUs, read as on an ssh host: `nvidia-smi topo -m` (links, NICs and
     each GPU's CPU and NUMA affinity), else NVML (links only); (spec, note) with a note when it has
     none."""
-    from ringleader.topology.nvml import discover
-
-    found = discover()
+    found = discover_gpus()
     smi = _smi_topology(found.topology.gpu_model)
     if smi is not None and smi.n_gpus >= found.topology.n_gpus:
         return NodeSpec(LOCAL, smi), ""
@@ -37,13 +58,6 @@ def local_node() -> tuple[NodeSpec, str]:
 def _smi_topology(gpu_model: str) -> NodeTopology | None:
     """`nvidia-smi topo -m` of this machine, its GPUs named by NVML or `nvidia-smi`; None where
     nvidia-smi is absent, fails, or shows no GPU."""
-    import shutil
-    import subprocess
-
-    from ringleader.errors import RingleaderError
-    from ringleader.topology.nvml import short_model
-    from ringleader.topology.smi import parse_topo_text
-
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return None
@@ -77,11 +91,6 @@ def discover_hosts(declared: Sequence[NodeSpec]) -> list[NodeSpec]:
     """Declared nodes with the topology of every ssh host declared without one read over ssh
     (`nvidia-smi topo -m`, else NVML); every ssh host is checked reachable. One line naming the
     host when one is not."""
-    import tempfile
-
-    from ringleader.engines.embedded.hosts.ssh import check_reachable, discover, write_config
-    from ringleader.engines.embedded.store import default_home
-
     hosts = [s for s in declared if s.address is not None]
     if not hosts:
         return list(declared)
@@ -156,16 +165,10 @@ def node_gpu_usage(spec: NodeSpec, home: Path) -> dict[int, tuple[float, float, 
     """A node's GPUs now, by index: NVML (else nvidia-smi) here for `local`, `nvidia-smi
     --query-gpu` over ssh for an ssh host; empty for an emulated node (its GPU ids are virtual)
     or where nothing answers."""
-    from ringleader.topology.nvml import USAGE_QUERY, gpu_usage, parse_usage_csv
-
     if spec.emulated:
         return {}
     if spec.address is None:
         return gpu_usage()
-    import tempfile
-
-    from ringleader.engines.embedded.hosts.ssh import run_remote, write_config
-
     with tempfile.TemporaryDirectory(prefix="ringleader-usage-") as tmp:
         config = write_config(Path(tmp) / "ssh_config", [spec], home)
         done = run_remote(config, spec.name, USAGE_QUERY, timeout=15)
@@ -178,11 +181,6 @@ def node_health(specs: Sequence[NodeSpec], home: Path) -> dict[str, NodeHealth]:
     (emulated ones too: their namespace's sshd) is logged in to as the launcher does, all hosts
     at once, each within a short timeout: Unreachable with ssh's error, else Ready with its
     GPUs' health from `nvidia-smi --query-gpu` there."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from ringleader.jobs.views import READY, NodeHealth
-    from ringleader.topology.nvml import HEALTH_FROM, unhealthy_gpus
-
     out: dict[str, NodeHealth] = {}
     hosts = [s for s in specs if s.address is not None]
     for spec in specs:
@@ -195,10 +193,6 @@ def node_health(specs: Sequence[NodeSpec], home: Path) -> dict[str, NodeHealth]:
             how = HEALTH_FROM if bad is not None else "no NVML or nvidia-smi here"
             out[spec.name] = NodeHealth(spec.name, READY, unhealthy_gpus=bad, checked=how)
     if hosts:
-        import tempfile
-
-        from ringleader.engines.embedded.hosts.ssh import write_config
-
         with tempfile.TemporaryDirectory(prefix="ringleader-health-") as tmp:
             config = write_config(Path(tmp) / "ssh_config", hosts, home)
             with ThreadPoolExecutor(max_workers=min(32, len(hosts))) as pool:
@@ -208,10 +202,6 @@ def node_health(specs: Sequence[NodeSpec], home: Path) -> dict[str, NodeHealth]:
 
 
 def _host_health(config: Path, spec: NodeSpec) -> NodeHealth:
-    from ringleader.engines.embedded.hosts.ssh import CONNECT_TIMEOUT_S, SSH_FAILED, HostError, run_remote
-    from ringleader.jobs.views import READY, UNREACHABLE, NodeHealth
-    from ringleader.topology.nvml import HEALTH_QUERY, parse_health_csv
-
     argv = ["true"] if spec.emulated else HEALTH_QUERY
     try:
         done = run_remote(config, spec.name, argv, timeout=CONNECT_TIMEOUT_S + 3)

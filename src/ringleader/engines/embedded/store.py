@@ -17,20 +17,26 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from ringleader import settings
 from ringleader.engines.embedded.folders import make_private_home
 from ringleader.errors import BusyError, DiskFullError, RingleaderError, StateError
-from ringleader.jobs.states import JobStatus, can_move
-
-if TYPE_CHECKING:  # node decoding imports the scheduler's types: commands that list jobs do not
-    from ringleader.scheduler import ClusterState, Placement
-    from ringleader.topology import NodeSpec, NodeTopology
+from ringleader.jobs.codec import (
+    address_from_dict,
+    address_to_dict,
+    labels_from_dict,
+    topology_from_dict,
+    topology_to_dict,
+)
+from ringleader.jobs.states import JobStatus, Launch, can_launch_move, can_move
+from ringleader.scheduler import ClusterState, NodeState, Placement
+from ringleader.topology import NodeSpec, NodeTopology
+from ringleader.topology.network import tree_from_dict, tree_of, tree_to_dict
 
 T = TypeVar("T")
 APP_ID = "ringleader"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 DB_NAME = "state.db"
 NETWORK_KEY = "network_tree"  # meta: the declared network tree above the nodes (JSON), if any
 
@@ -79,6 +85,16 @@ MIGRATIONS: dict[int, list[str]] = {
     # When a job was placed, on the boot-time clock (liveness.clock_stamp): how long its
     # supervisor has had to claim it, whatever the wall clock does meanwhile.
     3: ["ALTER TABLE jobs ADD COLUMN placed_clock TEXT"],
+    # One agent per folder: a running job's launch (jobs.states.Launch) and a delete's request
+    # (the grace its ranks get) replace per-job supervisors' claims and their clocks.
+    4: [
+        "ALTER TABLE jobs ADD COLUMN launch TEXT",
+        "ALTER TABLE jobs ADD COLUMN stop_grace REAL",
+        """UPDATE jobs SET launch = CASE WHEN launched_at IS NULL THEN 'placed' ELSE 'starting' END
+            WHERE status = 'RUNNING'""",
+        "ALTER TABLE jobs DROP COLUMN launched_at",
+        "ALTER TABLE jobs DROP COLUMN placed_clock",
+    ],
 }
 
 
@@ -161,12 +177,6 @@ class Store:
         self.conn.close()
         self.conn, self.read_only, self.full_when_opened = writable.conn, False, False
 
-    def check_writable(self) -> None:
-        """Refuse now, before anything irreversible (stopping processes), if the state cannot
-        be written: a read-only file system, a lock held too long."""
-        with self.write() as conn:  # a read-only connection refuses only an actual write
-            conn.execute("UPDATE meta SET value = value WHERE key = 'app'")
-
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
         """A consistent snapshot for reading."""
@@ -199,7 +209,7 @@ class Store:
 
 
 # A reserve file, made with the database and given back when the disk is full, so that SQLite
-# (its -shm and -wal files) and the supervisors can still record what happened: a job must
+# (its -shm and -wal files) and the agent can still record what happened: a job must
 # never stay RUNNING with its GPUs held because its end could not be written.
 RESERVE = ".reserve"
 RESERVE_BYTES = 64 << 10
@@ -464,10 +474,6 @@ def node_kinds(conn: sqlite3.Connection) -> dict[str, NodeKind]:
 def get_nodes(conn: sqlite3.Connection) -> list[NodeSpec]:
     """The declared nodes in order; nodes with equal topologies (or labels) share one decoded
     object, so the scheduler fingerprints each distinct topology once."""
-    from ringleader.jobs.codec import address_from_dict, labels_from_dict
-    from ringleader.topology import NodeSpec
-    from ringleader.topology.network import tree_from_dict
-
     topologies = {r[0]: _stored_topology(r[0], r[1]) for r in conn.execute("SELECT id, spec FROM topologies")}
     labels: dict[str, tuple[tuple[str, str], ...]] = {}
     nodes = []
@@ -491,8 +497,6 @@ def _stored_topology(row: int, text: str) -> NodeTopology:
     """A stored topology row, decoded; whatever it holds that is not a topology (a damaged or
     hand-edited row: `[]`, a matrix that is not one) is a ValueError, which reads as a damaged
     state, not as the cluster file's own error with its fix."""
-    from ringleader.jobs.codec import topology_from_dict
-
     try:
         doc = json.loads(text)
         if not isinstance(doc, dict):
@@ -504,9 +508,6 @@ def _stored_topology(row: int, text: str) -> NodeTopology:
 
 
 def replace_nodes(conn: sqlite3.Connection, specs: Sequence[NodeSpec]) -> None:
-    from ringleader.jobs.codec import address_to_dict, topology_to_dict
-    from ringleader.topology.network import tree_of, tree_to_dict
-
     conn.execute("DELETE FROM nodes")
     ids: dict[int, int] = {}  # id(topology object) -> row id: declared clusters share objects
     rows = []
@@ -546,8 +547,6 @@ def delete_meta(conn: sqlite3.Connection, key: str) -> None:
 
 
 def cluster_state(conn: sqlite3.Connection) -> ClusterState:
-    from ringleader.scheduler import ClusterState, NodeState
-
     alloc: dict[str, list[tuple[int, str]]] = {}
     for r in conn.execute("SELECT node, gpu, job FROM allocations ORDER BY node, gpu"):
         alloc.setdefault(r["node"], []).append((int(r["gpu"]), str(r["job"])))
@@ -555,11 +554,6 @@ def cluster_state(conn: sqlite3.Connection) -> ClusterState:
 
 
 # -- jobs -------------------------------------------------------------------------------------
-
-
-def held_by(row: sqlite3.Row, pid: int, pid_start: int | None) -> bool:
-    """Whether the job ``row`` is held by that process (pid and start time: never a reused pid)."""
-    return (row["supervisor_pid"], row["supervisor_start"]) == (pid, pid_start)
 
 
 def job_row(conn: sqlite3.Connection, name: str) -> sqlite3.Row | None:
@@ -594,6 +588,16 @@ def update_job(conn: sqlite3.Connection, name: str, **fields: Any) -> None:
                 "this is a ringleader bug; please report it with `ringleader get NAME -e -o json`",
             )
         fields["status"] = new.value
+    if "launch" in fields:
+        step = Launch(fields["launch"])
+        row = job_row(conn, name)
+        was = Launch(row["launch"]) if row and row["launch"] else None
+        if was is not None and not can_launch_move(was, step):
+            raise StateError(
+                f"job {name}: launch {was.value} -> {step.value} is not an allowed transition",
+                "this is a ringleader bug; please report it with `ringleader get NAME -e -o json`",
+            )
+        fields["launch"] = step.value
     cols = ", ".join(f"{k} = ?" for k in fields)
     conn.execute(f"UPDATE jobs SET {cols} WHERE name = ?", [*fields.values(), name])
 
@@ -643,10 +647,6 @@ def orphan_allocations(conn: sqlite3.Connection) -> list[sqlite3.Row]:
 
 def free_orphans(conn: sqlite3.Connection) -> int:
     return conn.execute("DELETE FROM allocations WHERE job NOT IN (SELECT name FROM jobs)").rowcount
-
-
-def allocations(conn: sqlite3.Connection) -> list[sqlite3.Row]:
-    return conn.execute("SELECT * FROM allocations ORDER BY node, gpu").fetchall()
 
 
 def instances(conn: sqlite3.Connection, job: str) -> list[sqlite3.Row]:

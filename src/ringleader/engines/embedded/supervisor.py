@@ -1,46 +1,40 @@
-"""One detached supervisor per running job: ``python -m ringleader.engines.embedded.supervisor HOME JOB``.
+"""One running job as the folder's agent supervises it, in a thread of its own (see ``agent``).
 
-It claims the job (one live supervisor per job), starts the job's instances (or adopts them
-after a crash), watches them, fails the job on the first failure (earliest failure = root
-cause; siblings get SIGTERM, then SIGKILL after a grace period), frees the GPUs, runs a
-scheduling pass so pending jobs start without anyone acting, and reconciles (so a peer job
-whose supervisor was lost is noticed without a user command). If its job disappears (deleted)
-it stops every process it started.
+It holds the job for the agent, starts the job's instances (or adopts them from the last agent:
+rank state files, pids with start times), watches them, fails the job on the first failure
+(earliest failure = root cause; siblings get SIGTERM, then SIGKILL after a grace period), stops
+it at its time limit, frees the GPUs and runs a scheduling pass. A delete requested meanwhile
+(``Launch.STOPPING``) stops every process with the grace asked for and forgets the job.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
 import shlex
-import signal
-import sqlite3
 import subprocess
-import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ringleader.engines.embedded import store
-from ringleader.engines.embedded.early import IMAGE_SEEN_FRESH_S, Started, start_rank, write_private
-from ringleader.engines.embedded.lifecycle import (
-    HOSTS_SETTINGS,
-    IMAGE_HERE_AT,
-    finish_job,
-    schedule_pass,
-    spawn_supervisors,
-)
-from ringleader.engines.embedded.liveness import PEER_CHECK_S, Heartbeat
-from ringleader.engines.embedded.watchdog import ensure_watchdog
-from ringleader.errors import RingleaderError
+from ringleader.engines.embedded.containers import placed_nodes, remove_containers, resolve_image
+from ringleader.engines.embedded.folders import remove_job_folders
+from ringleader.engines.embedded.hosts.launch import hosts_command, master_address
+from ringleader.engines.embedded.lifecycle import HOSTS_SETTINGS, finish_job, schedule_pass
+from ringleader.jobs.codec import placement_from_dict
 from ringleader.jobs.commandline import is_mpirun, read_line
 from ringleader.jobs.spec import JobSpec
-from ringleader.jobs.states import InstanceStatus, JobStatus
+from ringleader.jobs.states import InstanceStatus, JobStatus, Launch
+from ringleader.runtime.containers import readable
 from ringleader.runtime.plan import (
-    StoredPlacement,
+    DEMUX_MODULE,
+    RANK_FILE,
+    RANK_MODULE,
     build_plan,
     instance_targets,
     job_env,
@@ -51,19 +45,18 @@ from ringleader.runtime.plan import (
     state_path,
     worker_lines,
 )  # fmt: skip
-from ringleader.runtime.procs import alive, grace_seconds, start_time, stop_all
+from ringleader.runtime.procs import alive, find_by_args, grace_seconds, start_time, stop_all
 from ringleader.runtime.rank import signal_name
-
-# Every job's ranks wait for this process to start: what only some jobs need (the scheduler and
-# topology packages behind ssh hosts, images, a queue pass, reconciliation) is imported where used.
-if TYPE_CHECKING:
-    from ringleader.topology import NodeSpec
+from ringleader.scheduler.types import approx_duration
+from ringleader.topology import NodeSpec
 
 POLL_S = 0.25
 # After adoption: how long an instance with neither a pid nor a state file may still be a
-# wrapper that the lost supervisor started and that has not written its state file yet.
+# wrapper that the lost agent started and that has not written its state file yet.
 START_GRACE_S = 5.0
-NEVER_STARTED = "never started: supervisor died during launch"
+NEVER_STARTED = "never started: its agent died during launch"
+# stop_request(), besides a delete's grace: the job was forgotten, or is held by another agent.
+GONE, OTHER = -1.0, -2.0
 
 
 @dataclass
@@ -92,22 +85,22 @@ class Watched:
 
 
 class Supervisor:
-    def __init__(
-        self, home: Path, job: str, image_here_at: float | None = None, started: Started | None = None
-    ) -> None:
+    """One job, for the agent (``holder``: its pid and start time). ``placed`` is called with
+    the jobs a scheduling pass placed, once committed: the agent starts them."""
+
+    def __init__(self, home: Path, job: str, holder: tuple[int, int | None],
+                 placed: Callable[[], None] = lambda: None) -> None:  # fmt: skip
         self.home, self.job = home, job
-        self.started = started  # the ranks its early supervisor started before importing this (see early)
-        self.image_here_at = image_here_at  # when the submit saw the job's image on this host
+        self.me, self.me_start = holder
+        self.placed = placed
         self.db, _ = store.Store.open(home, create=False)
-        self.me, self.me_start = os.getpid(), start_time(os.getpid())
         self.watched: list[Watched] = []
         self.root: Watched | None = None
-        self.interrupted = False
-        self.adopted_at: float | None = None  # time.monotonic() when this supervisor adopted the job
-        self.checked_at = 0.0  # when still_mine() last read the job
+        self.adopted_at: float | None = None  # time.monotonic() when adopted from a lost agent
+        self.half_started = False  # adopted while its lost agent was starting it
+        self.checked_at = 0.0  # when stop_request() last read the job
+        self.stop_grace: float | None = None  # a delete's request: the grace its ranks get
         self.starting: Watched | None = None  # the instance being started, if Popen raises
-        self.heartbeat = Heartbeat(home, job, self.me, self.me_start)
-        self.peers_checked_at = time.monotonic()
         self.started_at: float | None = None  # when the job was placed (wall clock, as recorded)
         self.time_limit_s: float | None = None
         self.deadline: float | None = None  # time.monotonic() at which the time limit is reached
@@ -117,12 +110,23 @@ class Supervisor:
         self.not_started: str | None = None  # why no rank could start (the image could not be had)
 
     def log(self, message: str) -> None:
-        """A line in run/<job>/supervisor.log (this process's stdout)."""
-        print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} supervisor {self.me}: {message}", flush=True)
+        """A line in run/<job>/supervisor.log (never through a link; lost on a full disk)."""
+        line = f"{time.strftime('%Y-%m-%dT%H:%M:%S')} agent {self.me}: {message}\n"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+        with contextlib.suppress(OSError):
+            fd = os.open(self.home / "run" / self.job / "supervisor.log", flags, 0o600)
+            try:
+                os.write(fd, line.encode())
+            finally:
+                os.close(fd)
+
+    def poke(self) -> None:
+        """Read the job at the next check (the agent was woken: a delete may have come)."""
+        self.checked_at = 0.0
 
     # -- claim, launch, adopt -------------------------------------------------------------------
     def claim(self) -> tuple[JobSpec, dict[str, Any], bool] | None:
-        """Become the job's supervisor unless another live one is; (spec, placement, launched)."""
+        """Hold the job for the agent; (spec, placement, whether its ranks may run already)."""
         claimed = store.until_recorded(self.home, self._claim, self.log)
         if claimed is not None:
             spec, _, _ = claimed
@@ -140,22 +144,22 @@ class Supervisor:
             row = store.job_row(conn, self.job)
             if row is None or row["status"] != JobStatus.RUNNING.value:
                 return None
-            other = row["supervisor_pid"]
-            # Claimed for this very process by the command that placed the job (see early):
-            # its own to start, not a lost supervisor's to adopt.
-            mine = store.held_by(row, self.me, self.me_start)
-            if other and not mine and alive(other, row["supervisor_start"]):
-                return None
-            # A lost holder that had not written the plan started no rank: started afresh here.
-            launched = row["launched_at"] is not None and not mine and plan_written(self.home, self.job)
+            launch = Launch(row["launch"] or Launch.PLACED.value)
+            # Its plan is written before any rank starts: without it, nothing was started.
+            launched = launch is not Launch.PLACED and plan_written(self.home, self.job)
             self.started_at = row["started_at"]
+            self.stop_grace = row["stop_grace"] if launch is Launch.STOPPING else None
+            lost = row["supervisor_pid"]
             fields: dict[str, Any] = {"supervisor_pid": self.me, "supervisor_start": self.me_start}
-            if row["launched_at"] is None:
-                fields["launched_at"] = time.time()  # the intent, before any process exists
+            if launch is Launch.PLACED:
+                fields["launch"] = Launch.STARTING  # the intent, before any process exists
             store.update_job(conn, self.job, **fields)
             if launched:
                 self.adopted_at = time.monotonic()
-                store.add_event(conn, self.job, "Adopted", f"supervisor pid {self.me} watches the job", time.time())
+                self.half_started = launch is Launch.STARTING
+            if launched and lost != self.me:
+                said = f"agent pid {self.me} watches the job (its agent pid {lost} was lost)"
+                store.add_event(conn, self.job, "Adopted", said, time.time())
             for inst in store.instances(conn, self.job):
                 self.watched.append(Watched(
                     inst["name"], inst["role"], state_path(self.home, self.job, inst["name"]),
@@ -167,11 +171,9 @@ class Supervisor:
     def targets(self, w: Watched) -> list[tuple[int, int]]:
         return instance_targets(self.home, self.job, w.name, w.pid, w.pid_start)
 
-    def launch(self, spec: JobSpec, placement_data: dict[str, Any]) -> bool:
-        """Start every instance; False if the job was deleted meanwhile (then all is stopped)."""
-        placement = StoredPlacement.from_dict(placement_data)
-        if self.started is not None:
-            return self.take_over(spec, placement, self.started)
+    def launch(self, spec: JobSpec, placement_data: dict[str, Any]) -> None:
+        """Start every instance (each recorded as it starts, then the job as STARTED)."""
+        placement = placement_from_dict(spec.name, placement_data)
         with self.db.read() as conn:
             kinds = store.node_kinds(conn)
             remote = any(kinds[n].remote for n in placement.nodes)
@@ -182,18 +184,15 @@ class Supervisor:
         pfile = plan_path(self.home, spec.name)
         pfile.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         if spec.image and self.resolve_image(spec, [nodes[n] if remote else n for n in placement.nodes]):
-            return True
+            return
         if remote:
             # Ranks on ssh hosts: one mpirun on this machine starts them all (see engines.embedded.hosts).
-            from ringleader.engines.embedded.hosts.launch import hosts_command, master_address
-            from ringleader.jobs.codec import placement_from_dict
-
-            address = master_address(placement_from_dict(spec.name, placement_data), nodes, settings)
+            address = master_address(placement, nodes, settings)
             plan.update(hosts=True, master_addr=address)
             plan["env"] = {**settings.get("env", {}), **plan["env"]}
             write_private(pfile, json.dumps(plan, indent=1))
             argv, detail = hosts_command(spec, plan, pfile, nodes, self.home, settings)
-            self._start(f"{spec.name}-launcher", [*rank_wrapper(pfile, launcher=True), *argv], spec)
+            self._start(f"{spec.name}-launcher", [*rank_wrapper(pfile, launcher=True, hosts=True), *argv], spec)
         elif is_mpirun(spec.command):
             write_private(pfile, json.dumps(plan, indent=1))
             emulated = any(kinds[n].emulated for n in placement.nodes)
@@ -205,38 +204,36 @@ class Supervisor:
             for instance, argv in worker_lines(spec.name, spec.command, placement, pfile):
                 self._start(instance, argv, spec)
             detail = _shown(spec.command, spec)
-        if not self.persist(event=("Started", f"{len(placement.slots)} worker(s): {detail}")):
-            self.abandon()
-            return False
-        return True
+        self.persist(event=("Started", f"{len(placement.slots)} worker(s): {detail}"), launch=Launch.STARTED)
 
-    def take_over(self, spec: JobSpec, placement: StoredPlacement, started: Started) -> bool:
-        """Watch the ranks the early supervisor started (see early) as if started here."""
-        if spec.image:
-            self.nodes = list(placement.nodes)  # every rank on this host, where the command saw the image
-        for instance, popen, pid_start, at in started.ranks:
-            self._track(next(w for w in self.watched if w.name == instance), popen, pid_start, at)
-        if started.failed is not None:
-            instance, exc = started.failed
-            self.starting = next(w for w in self.watched if w.name == instance)
-            raise exc
-        if not self.persist(event=("Started", f"{len(started.ranks)} worker(s): {_shown(spec.command, spec)}")):
-            self.abandon()
+    def restart_unstarted(self) -> bool:
+        """A gang its lost agent was still starting: adopted as it is when every instance had
+        started (its launcher, or each worker, has a pid or a state file); otherwise its ranks
+        wait for peers that will never come, so whatever had started is stopped and the whole
+        gang is started afresh (True): a job is never failed for its agent's death."""
+        firsts = [w for w in self.watched if w.role == "launcher"] or self.watched
+        if all(w.pid is not None or read_state(w.state_file) is not None for w in firsts):
             return False
+        targets = [t for w in self.watched for t in self.targets(w)]
+        for wrapper in (RANK_MODULE, DEMUX_MODULE, RANK_FILE):  # started, not recorded yet
+            targets += find_by_args(wrapper, str(plan_path(self.home, self.job)))
+        stop_all(list(dict.fromkeys(targets)), grace_seconds())
+        started = 0
+        for w in self.watched:
+            started += w.pid is not None or w.state_file.exists()
+            with contextlib.suppress(FileNotFoundError):
+                w.state_file.unlink()
+            w.status, w.pid, w.pid_start, w.started_at, w.dirty = InstanceStatus.PENDING, None, None, None, True
+        self.persist(event=("Restarted", f"its lost agent had started {started} of {len(self.watched)} instance(s): "
+                                         "those were stopped, and the whole gang is started again"))  # fmt: skip
+        self.adopted_at = None
         return True
 
     def resolve_image(self, spec: JobSpec, nodes: Sequence[NodeSpec | str]) -> bool:
         """The job's image made present once on each host of its ranks, before any starts (per
         its --image-pull-policy); when it cannot be, every instance fails with the one-line reason."""
         self.nodes = nodes
-        seen = self.image_here_at
-        here_known = seen is not None and 0.0 <= time.time() - seen <= IMAGE_SEEN_FRESH_S
-        if here_known and all(isinstance(n, str) for n in nodes):
-            return False  # every rank on this host, where the submit just saw the image
-        from ringleader.engines.embedded.containers import resolve_image
-
-        why = resolve_image(self.home, spec, nodes, cancelled=lambda: self.interrupted or not self.still_mine(),
-                            here_known=here_known)  # fmt: skip
+        why = resolve_image(self.home, spec, nodes, cancelled=lambda: self.stop_request() is not None)
         if why is None:
             return False
         self.not_started = why
@@ -247,8 +244,6 @@ class Supervisor:
     def remove_containers(self) -> None:
         """What the job's ranks left in the container runtime (a killed client's record)."""
         if self.spec is not None and self.spec.image:
-            from ringleader.engines.embedded.containers import placed_nodes, remove_containers
-
             if self.nodes is None:  # an adopted job: its nodes as stored
                 with self.db.read() as conn:
                     row = store.job_row(conn, self.job)
@@ -258,15 +253,12 @@ class Supervisor:
     def _start(self, instance: str, argv: list[str], spec: JobSpec) -> None:
         w = next(w for w in self.watched if w.name == instance)
         self.starting = w
-        # The job's own recorded environment, never this supervisor's (see job_env).
+        # The job's own recorded environment, never the agent's (see job_env).
         popen = start_rank(argv, spec.workdir, job_env(spec.submit_env))
-        self._track(w, popen, start_time(popen.pid), time.time())
-        self.starting = None
-
-    def _track(self, w: Watched, popen: subprocess.Popen[bytes], pid_start: int | None, started_at: float) -> None:
-        w.popen, w.pid, w.pid_start, w.started_at = popen, popen.pid, pid_start, started_at
+        w.popen, w.pid, w.pid_start, w.started_at = popen, popen.pid, start_time(popen.pid), time.time()
         w.exit_fd = _exit_fd(popen.pid)
         w.status, w.dirty = InstanceStatus.RUNNING, True
+        self.starting = None
 
     # -- watching ---------------------------------------------------------------------------------
     def observe(self) -> None:
@@ -314,8 +306,8 @@ class Supervisor:
             self._end(w, None, now, f"no exit code came back from host {st.get('host')} (see the launcher's log)")
 
     def _launch_lost(self, now: float) -> bool:
-        """Adopted, and long enough ago that a wrapper the lost supervisor started would have
-        written its state file by now."""
+        """Adopted while its ranks were being started, and long enough ago that a wrapper the
+        lost agent started would have written its state file by now."""
         del now
         return self.adopted_at is not None and time.monotonic() - self.adopted_at > START_GRACE_S
 
@@ -348,15 +340,15 @@ class Supervisor:
                 w.status, w.dirty = InstanceStatus.STOPPED, True
         return self.root
 
-    def persist(self, event: tuple[str, str] | None = None) -> bool:
-        """Write changed instances; False if the job was deleted or taken over meanwhile. On a
-        full disk it waits for space (the job's processes keep running meanwhile)."""
-        return store.until_recorded(self.home, lambda: self._persist(event), self.log)
+    def persist(self, event: tuple[str, str] | None = None, launch: Launch | None = None) -> bool:
+        """Write changed instances; False if the job was forgotten meanwhile. On a full disk or
+        a busy state it waits (the job's processes keep running meanwhile)."""
+        return store.until_recorded(self.home, lambda: self._persist(event, launch), self.log)
 
-    def _persist(self, event: tuple[str, str] | None) -> bool:
+    def _persist(self, event: tuple[str, str] | None, launch: Launch | None) -> bool:
         dirty = [w for w in self.watched if w.dirty]
         if not dirty and event is None:
-            return self.still_mine()
+            return self.stop_request() != GONE
         with self.db.write() as conn:
             now = time.time()  # taken under the lock: the wait for it may be long
             row = store.job_row(conn, self.job)
@@ -375,17 +367,26 @@ class Supervisor:
                 w.dirty = False
             if event:
                 store.add_event(conn, self.job, event[0], event[1], now)
+            if launch is not None and row["launch"] != Launch.STOPPING.value:
+                store.update_job(conn, self.job, launch=launch)
         return True
 
-    def still_mine(self) -> bool:
-        """A read (no lock): is the job still there and still ours? At most once a second."""
+    def stop_request(self) -> float | None:
+        """A read (no lock), at most once a second unless poked: the grace a delete asked for,
+        GONE when the job was forgotten, None when neither."""
         now = time.monotonic()
         if now - self.checked_at < 1.0:
-            return True
+            return self.stop_grace
         self.checked_at = now
         with self.db.read() as conn:
             row = store.job_row(conn, self.job)
-        return row is not None and row["supervisor_pid"] == self.me
+        if row is None:
+            self.stop_grace = GONE
+        elif row["supervisor_pid"] != self.me:
+            self.stop_grace = OTHER
+        elif row["launch"] == Launch.STOPPING.value:
+            self.stop_grace = float(row["stop_grace"] or 0.0)
+        return self.stop_grace
 
     def stop_others(self, why: str) -> None:
         """SIGTERM, grace, SIGKILL every instance still running; they end as STOPPED."""
@@ -399,28 +400,37 @@ class Supervisor:
             if not w.done and not any(alive(p, s) for p, s in self.targets(w)):
                 self._end(w, w.popen.poll() if w.popen else None, time.time(), why)
 
-    def stop_started(self) -> None:
-        """The ranks the early supervisor started for a job that is no longer this process's
-        (deleted meanwhile): stopped, as abandon() stops the ones it watches."""
-        ranks = self.started.ranks if self.started is not None else []
-        targets = [instance_targets(self.home, self.job, name, p.pid, started) for name, p, started, _ in ranks]
-        stop_all([t for each in targets for t in each], grace_seconds())
-        for _, popen, _, _ in ranks:
-            if popen.poll() is None:
-                popen.kill()
-            popen.wait()
-
-    def abandon(self) -> None:
-        """The job is gone (deleted) or no longer ours: stop every process this supervisor
-        started or adopted, recording nothing."""
-        stop_all([t for w in self.watched for t in self.targets(w)], grace_seconds())
+    def forget(self, grace_s: float) -> None:
+        """A delete's request: every process of the job stopped (SIGTERM, ``grace_s``, SIGKILL),
+        what its containers left removed, its folders, then its rows (the logs first: on a full
+        disk they are what frees the room to record), and the queue's pass."""
+        if grace_s == GONE:  # forgotten already: only this supervisor's own children are left
+            grace_s = 0.0
+        targets = [t for w in self.watched for t in self.targets(w)]
+        # A wrapper started but not recorded yet (its agent was lost): found by its plan file.
+        for wrapper in (RANK_MODULE, DEMUX_MODULE, RANK_FILE):  # a launcher's, an ssh hosts' launcher's, a rank's
+            targets += find_by_args(wrapper, str(plan_path(self.home, self.job)))
+        stop_all(list(dict.fromkeys(targets)), grace_s)
         for w in self.watched:  # reap our own children
             if w.popen is not None and w.popen.poll() is None:
                 w.popen.kill()
+            if w.popen is not None:
                 w.popen.wait()
         self.remove_containers()
+        remove_job_folders(self.home, self.job)  # never through a link put in a folder's place
+        if store.until_recorded(self.home, self._forget_rows, self.log):
+            self.placed()
+
+    def _forget_rows(self) -> bool:
+        with self.db.write() as conn:
+            row = store.job_row(conn, self.job)
+            if row is None or row["launch"] != Launch.STOPPING.value:
+                return False
+            store.delete_job(conn, self.job)
+            return bool(schedule_pass(conn, time.time()))
 
     def watch(self) -> bool:
+        """Until every instance ended (True) or a delete was requested (False)."""
         stopping = False
         while True:
             self.observe()
@@ -428,44 +438,21 @@ class Supervisor:
                 self.root = self.pick_root()
             if not stopping and self.root is None and self.deadline is not None and time.monotonic() >= self.deadline:
                 self.timed_out = True
-            if (self.root or self.interrupted or self.timed_out) and not stopping:
+            if (self.root or self.timed_out) and not stopping:
                 stopping = True
                 if self.root:
                     why = f"stopped: {self.root.name} failed"
-                elif self.timed_out:
-                    why = f"stopped: the job reached its time limit ({self._limit_text()})"
                 else:
-                    why = "stopped: supervisor was signalled"
-                if not self.persist():
-                    self.abandon()
-                    return False
+                    why = f"stopped: the job reached its time limit ({self._limit_text()})"
+                self.persist()
                 self.stop_others(why)
-            if not self.persist():
-                self.abandon()
+            if self.stop_request() is not None or not self.persist():
                 return False
             if all(w.done for w in self.watched):
                 return True
-            self.watch_peers()
             self.pause()
 
-    def watch_peers(self) -> None:
-        """Every PEER_CHECK_S: reconcile, so a peer job whose supervisor died or stopped
-        answering is adopted or finished, and the jobs waiting for its GPUs start, with no
-        command typed. A busy or full state only delays it to the next check."""
-        if time.monotonic() - self.peers_checked_at < PEER_CHECK_S:
-            return
-        self.peers_checked_at = time.monotonic()
-        ensure_watchdog(self.home)  # the last supervisor's watcher (see watchdog)
-        from ringleader.engines.embedded.reconcile import reconcile
-
-        try:
-            reconcile(self.db)
-        except (RingleaderError, sqlite3.OperationalError, OSError) as exc:
-            self.log(f"peer check skipped: {exc}")
-
     def _limit_text(self) -> str:
-        from ringleader.scheduler.types import approx_duration
-
         limit = self.time_limit_s or 0.0
         return f"{limit:g} s" if limit < 90 else approx_duration(limit).removeprefix("~")
 
@@ -484,15 +471,23 @@ class Supervisor:
                 waiting.register(w.exit_fd, select.POLLIN)
         waiting.poll(POLL_S * 1000)
 
-    def finalize(self) -> None:
-        store.until_recorded(self.home, self._finalize, self.log)
+    def finalize(self) -> bool:
+        """The job's end recorded, its GPUs freed and the queue's pass run; False when a delete
+        came first (the caller then forgets it)."""
+        return store.until_recorded(self.home, self._finalize, self.log)
 
-    def _finalize(self) -> None:
+    def _finalize(self) -> bool:
         with self.db.write() as conn:
             now = time.time()  # taken under the lock: the wait for it may be long
             row = store.job_row(conn, self.job)
             if row is None or row["supervisor_pid"] != self.me or row["status"] != JobStatus.RUNNING.value:
-                return
+                return True
+            if row["launch"] == Launch.STOPPING.value:
+                self.stop_grace = float(row["stop_grace"] or 0.0)
+                return False
+            # The job's true end is its last instance's own (an adopted job's may be long before now).
+            ends = [w.ended_at for w in self.watched]
+            ended = max(e for e in ends if e is not None) if ends and None not in ends else None
             if self.not_started:
                 finish_job(conn, self.job, JobStatus.FAILED, self.not_started, now)
             elif self.timed_out:  # first: ranks that exit 0 on SIGTERM still did not finish
@@ -504,60 +499,73 @@ class Supervisor:
                 code = "none" if self.root.exit_code is None else self.root.exit_code
                 reason = f"root cause: {self.root.name} failed (exit code {code})"
                 reason += f": {self.root.note}" if self.root.note else ""
-                finish_job(conn, self.job, JobStatus.FAILED, reason, now)
-            elif self.interrupted or any(w.status is not InstanceStatus.SUCCEEDED for w in self.watched):
+                finish_job(conn, self.job, JobStatus.FAILED, reason, now, ended_at=ended)
+            elif any(w.status is not InstanceStatus.SUCCEEDED for w in self.watched):
                 finish_job(conn, self.job, JobStatus.FAILED, "stopped before every instance succeeded", now)
             else:
-                finish_job(conn, self.job, JobStatus.SUCCEEDED, "", now)
+                finish_job(conn, self.job, JobStatus.SUCCEEDED, "", now, ended_at=ended)
             placed = schedule_pass(conn, now)
-        spawn_supervisors(self.home, placed)
+        if placed:
+            self.placed()
+        return True
 
-    def run(self) -> int:
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(sig, lambda _s, _f: setattr(self, "interrupted", True))
-        if self.started is not None and self.started.interrupted:  # signalled before these handlers
-            self.interrupted = True
-        self.heartbeat.start()  # before the claim, so the beat file names the holder from the first moment
+    def run(self) -> None:
         claimed = self.claim()
         if claimed is None:
-            self.stop_started()
-            return 0
+            return
         spec, placement, launched = claimed
-        ensure_watchdog(self.home)
         self.spec = spec
-        if not launched:
+        if self.stop_grace is None and self.half_started:
+            launched = not self.restart_unstarted()
+        if self.stop_grace is None and not launched:
             try:
-                ok = self.launch(spec, placement)
+                self.launch(spec, placement)
             except OSError as exc:
                 # The instance whose start raised is the root cause, not merely the first one.
                 self.root = self.starting or self.watched[0]
                 self._end(self.root, None, time.time(), f"cannot start: {exc}")
-                ok = True
-            if not ok:
-                return 0
-        finished = self.watch()
-        if finished and any(w.status is not InstanceStatus.SUCCEEDED for w in self.watched):
-            # A client that was stopped can leave its container's record (one that ended by
-            # itself removed it: --rm). Before the job is over: a `get` that says so finds none.
-            # (Not finished: abandon() removed them.)
-            self.remove_containers()
-        if finished:
-            self.finalize()
-        # Every supervisor reconciles when its job ends, so a peer whose supervisor was lost is
-        # noticed (GPUs freed or the job adopted) without anyone running a command.
-        from ringleader.engines.embedded.reconcile import reconcile
+        if self.stop_grace is None and self.watch():
+            if any(w.status is not InstanceStatus.SUCCEEDED for w in self.watched):
+                # A client that was stopped can leave its container's record (one that ended by
+                # itself removed it: --rm). Before the job is over: a `get` that says so finds none.
+                self.remove_containers()
+            if self.finalize():
+                self._close()
+                return
+        self.poke()
+        request = self.stop_request()
+        if request != OTHER:  # (another agent's: it is never this one's to stop)
+            self.forget(request or 0.0)
+        self._close()
 
-        store.until_recorded(self.home, lambda: reconcile(self.db), self.log)
-        return 0
+    def _close(self) -> None:
+        for w in self.watched:
+            if w.exit_fd is not None:
+                os.close(w.exit_fd)
+                w.exit_fd = None
+        self.db.close()
 
 
 def _shown(argv: Sequence[str], spec: JobSpec) -> str:
     """A started line as an event tells it (an image job's guard not spelled out)."""
     if spec.image:
-        from ringleader.runtime.containers import readable
-
         return readable(argv)
     return shlex.join(argv)
+
+
+def write_private(path: str | Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+
+
+def start_rank(argv: list[str], cwd: str | None, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """One rank wrapper, in its own session (a process group it leads, so stopping it reaches
+    its program), with the job's own environment and folder."""
+    return subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True, close_fds=True, cwd=cwd, env=env,
+    )  # fmt: skip
 
 
 def _exit_fd(pid: int) -> int | None:
@@ -567,32 +575,6 @@ def _exit_fd(pid: int) -> int | None:
         return os.pidfd_open(pid)
     except (AttributeError, OSError):
         return None
-
-
-def main(argv: list[str]) -> int:
-    home, job = Path(argv[0]), argv[1]
-    seen = float(argv[3]) if argv[2:3] == [IMAGE_HERE_AT] else None
-    if job.startswith("--"):  # started before its job: the folder's spare (see spare)
-        from ringleader.engines.embedded import spare
-
-        _preload()  # a spare has time
-        try:
-            taken = spare.wait_for_job(home)
-        except OSError as exc:  # cannot listen (a full disk, no /proc): the watchdog stops trying
-            print(f"spare supervisor {os.getpid()}: not started: {exc}", flush=True)
-            return spare.NOT_LISTENING
-        if taken is None:
-            return 0
-        job, seen = taken
-    return Supervisor(home, job, image_here_at=seen).run()
-
-
-def _preload() -> None:
-    """What a job's start imports where used (a supervisor started for one job imports only what
-    that job needs), imported by a spare while it waits."""
-    import ringleader.engines.embedded.containers
-    import ringleader.engines.embedded.reconcile
-    import ringleader.runtime.rank  # noqa: F401
 
 
 def rewrite_mpirun(argv: Sequence[str], workers: int, emulated: bool, plan: Path) -> list[str]:
@@ -610,7 +592,3 @@ def rewrite_mpirun(argv: Sequence[str], workers: int, emulated: bool, plan: Path
     # Every node is a process group on this host, so all ranks go to localhost.
     head = [argv[0], "-np", str(workers), "--host", f"localhost:{workers}"]
     return [*head, *extra, *line.kept, *rank_wrapper(plan), *line.program]
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
