@@ -3,11 +3,11 @@
     CONTAINERS_CONF=/path/containers.conf PYTHONPATH=src python benchmarks/job_cpu.py --image IMAGE --reps 6
 
 Each repetition submits (Python API) a 2-worker 0-GPU job `--image IMAGE -- true` in an idle
-state folder (it ran a job before, and its watchdog has left, as in job_start.py) and waits for
+state folder (it ran a job before, and its agent has left, as in job_start.py) and waits for
 its end, then runs the two
 `podman run`s of container_overhead.py side by side. What each cost is the host's busy CPU time
-(/proc/stat: all but idle and iowait) from just before it to 0.3 s after it ended (the job's
-watchdog start and exit, the containers' cleanup): so it counts every process the job started,
+(/proc/stat: all but idle and iowait) from just before it to 0.3 s after it ended (the containers'
+cleanup; the agent's exit a second later is not counted): so it counts every process the job started,
 and the rest of the host's load too; run it on a quiet host and compare medians.
 """
 

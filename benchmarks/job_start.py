@@ -11,9 +11,9 @@ on this host's local node, `submit` of a 2-worker 0-GPU job `-- true` (or `--ima
 true`), then polls it every 20 ms until SUCCEEDED. With several --src trees the repetitions
 alternate between them, so each sees the same load; with --image each repetition also times
 the two hand-typed `podman run`s of container_overhead.py, and the ratio is reported. With --busy
-the job is placed while another job of the folder runs (`sleep`), once the folder's spare
-supervisor waits (see ringleader.engines.embedded.spare): a queue at work. Without it the
-folder is idle: it ran one job before, and its watchdog has left.
+the job is placed while another job of the folder runs (`sleep`): a queue at work, its agent
+serving (and, on trees from before the agent, the spare supervisor waiting). Without it the
+folder is idle: it ran one job before, and its agent (or watchdog) has left.
 Phases, from the rank wrappers' state files and the job's record:
 submit (the call), to ranks (its return to the first rank wrapper's start), ranks (first start to
 last end), to SUCCEEDED (last rank end to the recorded end), and the total the poller saw.
@@ -58,15 +58,16 @@ def one_job(home: Path, image: str | None, name: str = "bench") -> list[float]:
 
 
 def busy(home: Path) -> None:
-    """A job that runs until deleted, and the spare supervisor its watchdog then keeps."""
+    """A job that runs until deleted, with the folder's agent and its standby up (on a tree from
+    before the agent: the spare supervisor its watchdog keeps)."""
     from ringleader.engines.embedded.engine import JobSpec, Runtime
 
     os.environ["RINGLEADER_HOME"] = str(home)
     with Runtime.open(home) as rt:
         rt.submit(JobSpec("busy", 1, 0, ["sleep", "600"]))
     try:
-        from ringleader.engines.embedded.spare import socket_path
-    except ImportError:  # a tree from before spare supervisors: the same running queue
+        from ringleader.engines.embedded.spare import socket_path  # type: ignore[import-not-found]
+    except ImportError:  # the agent: serving at once, its standby started within a tick
         time.sleep(3.0)
         return
     deadline = time.monotonic() + 30
@@ -77,9 +78,8 @@ def busy(home: Path) -> None:
 
 
 def idle(home: Path) -> None:
-    """A folder in use but idle: it has run a job, and its watchdog has left."""
-    import fcntl
-
+    """A folder in use but idle: it has run a job, and its agent (or, on a tree from before the
+    agent, its watchdog) has left."""
     from ringleader.engines.embedded.engine import JobSpec, Runtime
 
     os.environ["RINGLEADER_HOME"] = str(home)
@@ -87,15 +87,25 @@ def idle(home: Path) -> None:
         rt.submit(JobSpec("prior", 1, 0, ["true"]))
         while not rt.get("prior").status.is_terminal():
             time.sleep(0.02)
-    lock = home / "run" / "watchdog.lock"
     deadline = time.monotonic() + 30
-    while lock.exists() and time.monotonic() < deadline:
-        with open(lock) as fh:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
-            except BlockingIOError:
-                time.sleep(0.1)
+    locks = [home / "run" / n for n in ("watchdog.lock", "agent.lock", "agent.standby.lock")]
+    quiet = 0  # the locks found free twice in a row, 1.5 s apart (a standby takes over, then leaves)
+    while quiet < 2 and time.monotonic() < deadline:
+        quiet = quiet + 1 if all(_free(lock) for lock in locks) else 0
+        time.sleep(1.5 if quiet else 0.1)
+
+
+def _free(lock: Path) -> bool:
+    import fcntl
+
+    if not lock.exists():
+        return True
+    with open(lock) as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+    return True
 
 
 def unbusy(home: Path) -> None:
