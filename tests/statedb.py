@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ringleader.engines.embedded import store
 from ringleader.engines.embedded.engine import Runtime
+from ringleader.runtime.procs import find_by_args
 
 
 def dump_db(home: Path) -> list[str]:
@@ -35,18 +36,7 @@ def supervisor_of(rt: Runtime, job: str) -> tuple[int, int]:
 
 def agent_pids(home: Path) -> list[int]:
     """The folder's agent processes (serving or standby), by their command line."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                args = fh.read().decode(errors="replace").split("\0")
-        except OSError:
-            continue
-        if "ringleader.engines.embedded.agent" in args and str(home) in args:
-            found.append(int(entry))
-    return found
+    return [pid for pid, _ in find_by_args("ringleader.engines.embedded.agent", str(home))]
 
 
 def kill_agents(home: Path) -> None:
