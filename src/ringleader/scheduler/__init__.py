@@ -7,6 +7,7 @@ No I/O, no clock, no globals beyond memoised pure searches: the CLI, the runtime
 and a Kubernetes scheduler extender all call the same functions.
 """
 
+from ringleader.scheduler import policies  # noqa: F401  (the built-in policies register themselves)
 from ringleader.scheduler.framework import (
     Policy,
     get_policy,

@@ -76,19 +76,13 @@ def register(policy: Policy) -> Policy:
 
 
 def get_policy(name: str) -> Policy:
-    _load_builtin_policies()
     if name not in _REGISTRY:
         raise UsageError(f"unknown policy {name!r}", f"use one of {', '.join(policy_names())}")
     return _REGISTRY[name]
 
 
 def policy_names() -> list[str]:
-    _load_builtin_policies()
     return sorted(_REGISTRY)
-
-
-def _load_builtin_policies() -> None:
-    import ringleader.scheduler.policies  # noqa: F401  (registers on import)
 
 
 # -- metrics shared by every policy -------------------------------------------------------------
