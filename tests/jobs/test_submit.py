@@ -16,6 +16,8 @@ import pytest
 from ringleader.engines.embedded.engine import Runtime
 from ringleader.errors import RingleaderError, UsageError
 from ringleader.jobs import commandline
+from ringleader.jobs import line as line_module
+from ringleader.jobs import spec as spec_module
 from ringleader.jobs.spec import ContainerOptions, JobSpec, parse_container_user, parse_data, parse_size
 from ringleader.jobs.submit import prepare_submit
 from ringleader.jobs.support import Support
@@ -41,7 +43,7 @@ def rt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Runtime]:
 def readings(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
     """Every reading of a command line (and every walk over an mpirun line) in this process."""
     seen: list[tuple[str, ...]] = []
-    read, scan = commandline.read_line, commandline.scan_mpirun
+    read, scan = line_module.read_line, line_module.scan_mpirun
 
     def counted_read(argv):  # type: ignore[no-untyped-def]
         seen.append(tuple(argv))
@@ -51,8 +53,9 @@ def readings(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
         seen.append(("scan", *argv))
         return scan(argv)
 
-    monkeypatch.setattr(commandline, "read_line", counted_read)
-    monkeypatch.setattr(commandline, "scan_mpirun", counted_scan)
+    for module in (line_module, commandline, spec_module):  # every name the reading goes by
+        monkeypatch.setattr(module, "read_line", counted_read)
+    monkeypatch.setattr(line_module, "scan_mpirun", counted_scan)
     return seen
 
 
@@ -192,3 +195,11 @@ def test_slurm_refuses_the_container_options_in_one_line() -> None:
     spec = JobSpec("c", 1, 0, [PY, "-c", "pass"], container=ContainerOptions(shm_size=1 << 20))
     with pytest.raises(UsageError, match=r"^--shm-size is not supported by the slurm engine$"):
         prepare_submit(spec, SlurmEngine.supports)
+
+
+def test_the_line_read_at_submit_is_kept_with_the_job_for_its_launcher(rt: Runtime) -> None:
+    rt.submit(JobSpec("kept", 2, 1, shlex.split(LINES["horovodrun"])))
+    stored = rt.get("kept").spec  # as the agent reads it back from the state
+    assert stored.line is not None and stored.line.mpirun and list(stored.line.argv) == stored.command
+    assert stored.line.kept == line_module.read_line(stored.command).kept  # horovodrun's line as mpirun's
+    assert JobSpec.from_dict(json.loads(json.dumps(stored.to_dict()))) == stored

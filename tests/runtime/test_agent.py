@@ -47,7 +47,6 @@ def test_the_ranks_of_every_job_are_the_one_agents_children_and_it_leaves_when_n
     assert small.wait("one", 60).status is JobStatus.SUCCEEDED
     assert small.wait("two", 60).status is JobStatus.SUCCEEDED
     h.wait_for(lambda: not agent_pids(small.home), 15, "the agent and its standby to leave")
-    assert not agentctl.running(small.home)
 
 
 def cli(home: Path, *args: str) -> subprocess.Popen[str]:

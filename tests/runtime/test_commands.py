@@ -291,7 +291,8 @@ def test_any_line_is_prepared_or_refused_and_never_runs_a_launcher_per_rank() ->
     from hypothesis import strategies as st
 
     from ringleader.errors import UsageError
-    from ringleader.jobs.commandline import _launcher, scan_mpirun
+    from ringleader.jobs.commandline import _launcher
+    from ringleader.jobs.line import scan_mpirun
 
     @settings(max_examples=400, deadline=None)
     @given(st.lists(st.sampled_from(TOKENS), min_size=1, max_size=10), st.integers(1, 4))

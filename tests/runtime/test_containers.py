@@ -137,7 +137,7 @@ def test_a_killed_supervisor_and_a_time_limit_leave_no_container_record(rt: Runt
     sid = int(next(line.split()[1] for line in tree.splitlines() if int(line.split()[0]) == inst.pid))
     os.kill(supervisor, signal.SIGKILL)
     os.killpg(sid, signal.SIGKILL)
-    h.wait_for(lambda: rt.ensure_agent() is None and rt.get("orphan").status.is_terminal(), 60, "finished")
+    h.wait_for(lambda: rt.get("orphan").status.is_terminal(), 60, "the standby to finish it")
     view = rt.wait("limited", 60)
     assert view.status is JobStatus.FAILED and view.reason.startswith("TIMEOUT"), view.reason
     assert records(home) == []

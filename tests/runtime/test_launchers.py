@@ -10,7 +10,8 @@ import pytest
 
 from ringleader.engines.embedded.supervisor import rewrite_mpirun
 from ringleader.errors import UsageError
-from ringleader.jobs.commandline import check_np, is_mpirun, read_line
+from ringleader.jobs.commandline import check_np
+from ringleader.jobs.line import is_mpirun, read_line
 from ringleader.runtime.plan import RANK_FILE
 
 SEED = (
@@ -33,7 +34,7 @@ def test_seed_line_is_split_into_options_and_program() -> None:
 
 def test_rewrite_owns_np_and_hosts_and_wraps_each_rank() -> None:
     argv = shlex.split(SEED.replace("-np \"4\"", "-np 4 -H a,b --hostfile hosts.txt"))
-    out = rewrite_mpirun(argv, 4, emulated=True, plan=Path("/p/plan.json"))
+    out = rewrite_mpirun(read_line(argv), 4, emulated=True, plan=Path("/p/plan.json"))
     assert out[:5] == ["mpirun", "-np", "4", "--host", "localhost:4"]
     assert "-H" not in out and "--hostfile" not in out and "hosts.txt" not in out
     assert out.count("-np") == 1
@@ -48,7 +49,7 @@ def test_rewrite_owns_np_and_hosts_and_wraps_each_rank() -> None:
 
 
 def test_rewrite_adds_what_emulated_nodes_need() -> None:
-    out = rewrite_mpirun(["mpirun", "python", "t.py"], 2, emulated=True, plan=Path("p"))
+    out = rewrite_mpirun(read_line(["mpirun", "python", "t.py"]), 2, emulated=True, plan=Path("p"))
     assert "--oversubscribe" in out and out[out.index("--bind-to") + 1] == "none"
     if os.geteuid() == 0:
         assert "--allow-run-as-root" in out

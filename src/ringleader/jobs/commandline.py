@@ -33,118 +33,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ringleader.errors import UsageError
+from ringleader.jobs.line import (
+    OWNED,
+    CommandLine,
+    is_mpirun,
+    read_line,
+    split_option,
+)
 from ringleader.jobs.spec import JobSpec
-
-# -- reading an mpirun line -----------------------------------------------------------------------
-
-MPI_LAUNCHERS = ("mpirun", "mpiexec", "orterun")
-
-
-# Open MPI options that take one value (all others are taken as flags); --mca takes two.
-_TWO_VALUES = {"mca", "gmca"}
-_ONE_VALUE = {
-    "np", "n", "c", "x", "map-by", "bind-to", "rank-by", "wdir", "wd", "path", "prefix",
-    "output-filename", "npernode", "npersocket", "cpus-per-proc", "cpus-per-rank", "cpu-set",
-    "tune", "am", "launch-agent", "report-bindings-file", "timeout", "stdin", "display-map-file",
-    "N", "ppr", "max-vm-size", "merge-stderr-to-stdout-file", "app", "preload-files",
-    "set-cwd-to-session-dir", "tmpdir", "report-uri", "report-pid", "xml-file", "debugger",
-    "H", "host", "hostfile", "machinefile", "default-hostfile", "rf", "rankfile",
-}  # fmt: skip
-_OWNED = {"np", "n", "c", "H", "host", "hostfile", "machinefile", "default-hostfile"}
-_NP = {"np", "n", "c"}
-
-
-def is_mpirun(argv: Sequence[str]) -> bool:
-    return bool(argv) and Path(argv[0]).name in MPI_LAUNCHERS
-
-
-def _split_option(token: str) -> tuple[str, str | None]:
-    name = token.lstrip("-")
-    if "=" in name and token.startswith("--"):
-        key, value = name.split("=", 1)
-        return key, value
-    return name, None
-
-
-@dataclass(frozen=True)
-class MpiOption:
-    token: str  # as written, e.g. "-H" or "--host=a:2"
-    name: str  # without its dashes, e.g. "H", "host"
-    values: tuple[str, ...]  # the values that follow it (none when given inline: --host=a:2)
-
-    def text(self) -> str:
-        return shlex.join([self.token, *self.values])
-
-
-def scan_mpirun(argv: Sequence[str]) -> tuple[list[MpiOption], list[str]]:
-    """An mpirun line's options (each with its values) and the program it runs: the one walk
-    over an mpirun line that every reader of one uses."""
-    options: list[MpiOption] = []
-    i = 1
-    while i < len(argv):
-        token = argv[i]
-        if not token.startswith("-") or token == "-":
-            break
-        name, inline = _split_option(token)
-        count = 0 if inline is not None else 2 if name in _TWO_VALUES else 1 if name in _ONE_VALUE else 0
-        values = tuple(argv[i + 1 : i + 1 + count])
-        if len(values) < count:
-            raise UsageError(f"mpirun option {token} lacks its value", "complete the mpirun line")
-        options.append(MpiOption(token, name, values))
-        i += 1 + count
-    return options, list(argv[i:])
-
-
-def option_words(options: Sequence[MpiOption]) -> list[str]:
-    """Options as the argv words they were written as."""
-    return [word for o in options for word in (o.token, *o.values)]
-
-
-@dataclass(frozen=True)
-class CommandLine:
-    """A prepared command line, read once: every check and every engine's launcher reads this.
-
-    ``mpirun`` lines keep their options (``options``, ``kept``: those the placement does not
-    own) and the program they run; any other line is a program started once per worker."""
-
-    argv: tuple[str, ...]
-    mpirun: bool
-    options: tuple[MpiOption, ...]
-    program: tuple[str, ...]
-    np: str | None  # the mpirun line's own -np, if given
-
-    @property
-    def kept_options(self) -> list[MpiOption]:
-        """The mpirun options ringleader passes on: all but -np and the host options."""
-        return [o for o in self.options if o.name not in _OWNED]
-
-    @property
-    def kept(self) -> list[str]:
-        """``kept_options`` as argv words."""
-        return option_words(self.kept_options)
-
-    @property
-    def head(self) -> list[str]:
-        """mpirun and its options as written (the line minus its program)."""
-        return list(self.argv[: len(self.argv) - len(self.program)])
-
-
-def read_line(argv: Sequence[str]) -> CommandLine:
-    """The one reading of a command line; a malformed mpirun line is refused (exit 2)."""
-    if not argv:
-        raise UsageError("no command given", "give the command as one quoted string or after --")
-    if not is_mpirun(argv):
-        return CommandLine(tuple(argv), False, (), tuple(argv), None)
-    options, program = scan_mpirun(argv)
-    if not program:
-        raise UsageError("the mpirun line names no program", "end it with the program to run, e.g. python train.py")
-    if ":" in program:
-        raise UsageError("MPMD mpirun lines (with ':') are not supported", "run one program per job")
-    np_value = None
-    for opt in options:
-        if opt.name in _NP:
-            np_value = opt.values[0] if opt.values else _split_option(opt.token)[1]
-    return CommandLine(tuple(argv), True, tuple(options), tuple(program), np_value)
 
 
 def check_np(line: CommandLine, workers: int) -> None:
@@ -228,7 +124,7 @@ def is_shell_line(argv: Sequence[str]) -> bool:
 # -- preparing a user's line ---------------------------------------------------------------------
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_HOSTS = _OWNED - {"np", "n", "c"}
+_HOSTS = OWNED - {"np", "n", "c"}
 # Mapping and ranking policies that fill hosts in another order than the placement's slots.
 _OFF_PLACEMENT_POLICIES = {"node", "board", "ppr", "seq", "dist", "rankfile"}
 _PER_NODE = {"N", "npernode", "npersocket", "bynode", "rf", "rankfile"}
@@ -301,7 +197,7 @@ def _mpirun(out: Prepared, line: CommandLine, workers: int, environ: Mapping[str
         )
     hosts, unset = [], []
     for opt in line.options:
-        value = opt.values[0] if opt.values else _split_option(opt.token)[1] or ""
+        value = opt.values[0] if opt.values else split_option(opt.token)[1] or ""
         if opt.name in _HOSTS:
             hosts.append(opt.text())
         elif opt.name == "app":
@@ -498,7 +394,7 @@ def _options(argv: Sequence[str], values: set[str], flags: set[str], aliases: Ma
             break
         if not token.startswith("-") or token == "-":
             break
-        raw, inline = _split_option(token) if token.startswith("--") else (token.lstrip("-"), None)
+        raw, inline = split_option(token) if token.startswith("--") else (token.lstrip("-"), None)
         name = aliases.get(raw, raw)
         name = aliases.get(name.replace("_", "-"), name.replace("_", "-"))
         if name in values:

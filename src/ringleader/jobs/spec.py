@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ringleader.errors import UsageError
+from ringleader.jobs.line import CommandLine, line_from_dict, read_line
 
 if TYPE_CHECKING:
     from ringleader.scheduler import JobRequest
@@ -278,6 +279,13 @@ class JobSpec:
     # or prefer to, spreading higher only when it must.
     topology_required: str | None = None
     topology_preferred: str | None = None
+    # ``command`` as submit read it, once (jobs.line): kept with the job, so whoever launches it
+    # reads this instead of parsing the line again.
+    line: CommandLine | None = None
+
+    def command_line(self) -> CommandLine:
+        """The command as read at submit; read now only for a spec kept before it was stored."""
+        return self.line if self.line is not None else read_line(self.command)
 
     def validate(self) -> JobSpec:
         from ringleader.topology.cluster import check_name
@@ -347,4 +355,5 @@ class JobSpec:
             container=ContainerOptions.from_dict(data.get("container")),
             kube=KubeOptions.from_dict(data.get("kube")),
             topology_required=data.get("topology_required"), topology_preferred=data.get("topology_preferred"),
+            line=line_from_dict(data["line"]) if data.get("line") else None,
         )  # fmt: skip

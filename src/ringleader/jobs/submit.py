@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ringleader.errors import UnschedulableError, UsageError
-from ringleader.jobs.commandline import CommandLine, prepare_spec
+from ringleader.jobs.commandline import prepare_spec
+from ringleader.jobs.line import CommandLine
 from ringleader.jobs.spec import JobSpec, submit_env
 from ringleader.jobs.support import Support
 
@@ -69,7 +70,7 @@ def prepare_submit(spec: JobSpec, supports: Support, environ: Mapping[str, str] 
     if spec.submit_env is None and supports.submitter_context:
         spec = dataclasses.replace(spec, submit_env=submit_env(dict(environ)))
     spec, line, notes = prepare_spec(spec, environ, in_image=spec.image is not None or not supports.submitter_context)
-    return Submission(spec, line, tuple(notes))
+    return Submission(dataclasses.replace(spec, line=line), line, tuple(notes))
 
 
 def working_directory() -> str:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ringleader.errors import DependencyError, UsageError
-from ringleader.jobs.commandline import CommandLine
+from ringleader.jobs.line import CommandLine
 from ringleader.jobs.spec import (
     CONTAINER_RUNTIME_KEYS,
     ContainerOptions,
@@ -251,7 +251,10 @@ def spec_in_image(spec: JobSpec, line: CommandLine, environ: Mapping[str, str], 
     wrapped = in_image(runtime, spec.image, program, workdir, names, gpus=spec.gpus_per_worker > 0, mpi=mpi,
                        options=spec.container, label=label or spec.name)  # fmt: skip
     written = spec.user_command or spec.command
-    spec = dataclasses.replace(spec, command=[*head, *wrapped], env=env, user_command=list(written))
+    command = [*head, *wrapped]
+    in_container = dataclasses.replace(line, argv=tuple(command), program=tuple(wrapped)) if mpi else \
+        CommandLine(tuple(command), False, (), tuple(command), None)  # fmt: skip
+    spec = dataclasses.replace(spec, command=command, env=env, user_command=list(written), line=in_container)
     note = f"note: each rank runs in image {spec.image} through {runtime.name} ({runtime.path})"
     return ImageJob(spec, note)
 

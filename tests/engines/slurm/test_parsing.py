@@ -14,7 +14,7 @@ from ringleader.engines.slurm.gres import gres_conf_lines, node_gres, request_gr
 from ringleader.engines.slurm.launch import by_node, mpi_program
 from ringleader.engines.slurm.slurmcli import expand_indices, job_node_gres, parse_gres, parse_records
 from ringleader.engines.slurm.state import SlurmNode, cluster_state, unknown_topology
-from ringleader.jobs.commandline import read_line
+from ringleader.jobs.line import read_line
 from ringleader.scheduler import Placement, WorkerSlot
 from ringleader.topology import NodeSpec, preset
 

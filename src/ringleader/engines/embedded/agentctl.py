@@ -2,7 +2,6 @@
 and starting it. Light on purpose: every command that opens the state looks here.
 
     wake(home)      after a commit: wake the agent, or start one (killing one that is stuck)
-    running(home)   whether an agent holds the folder
 """
 
 from __future__ import annotations
@@ -125,22 +124,6 @@ def start(home: Path, lock: int | None) -> str | None:
     if beat is not None:
         os.close(beat)
     return None
-
-
-def running(home: Path) -> bool:
-    """Whether an agent holds the folder now."""
-    try:
-        lock = open_lock(home, LOCK)
-    except OSError:
-        return False
-    try:
-        if try_lock(lock):
-            return False
-    finally:
-        os.close(lock)
-    return True
-
-
 
 
 def log_line(home: Path, message: str) -> None:

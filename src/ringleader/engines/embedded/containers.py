@@ -17,21 +17,17 @@ from ringleader.runtime import containers
 from ringleader.runtime.plan import job_env, plan_path
 from ringleader.topology import NodeSpec
 
-# A job's nodes: each a NodeSpec, or for a node on this host (emulated or the local one) its name
-# alone, so a supervisor starting a job here decodes no topology.
-Nodes = Sequence["NodeSpec | str"]
-
 REMOTE_PULL_S = 1800.0  # a pull of a large training image over a slow link
 
 
 def _runners(
-    home: Path, spec: JobSpec, nodes: Nodes, cancelled: Callable[[], bool]
+    home: Path, spec: JobSpec, nodes: Sequence[NodeSpec], cancelled: Callable[[], bool]
 ) -> list[tuple[str, containers.Runner]]:
     """(where, runner) once per host the job's ranks run on: this host for its own and emulated
     nodes, then each ssh host."""
     env = job_env(spec.submit_env)
     out: list[tuple[str, containers.Runner]] = []
-    remote = [n for n in nodes if not isinstance(n, str) and n.address is not None]
+    remote = [n for n in nodes if n.address is not None]
     if len(remote) < len(nodes):
         out.append(("this host", containers.local_runner(env, cancelled)))
     if remote:
@@ -52,7 +48,7 @@ def _runners(
     return out
 
 
-def resolve_image(home: Path, spec: JobSpec, nodes: Nodes, cancelled: Callable[[], bool]) -> str | None:
+def resolve_image(home: Path, spec: JobSpec, nodes: Sequence[NodeSpec], cancelled: Callable[[], bool]) -> str | None:
     """The job's image made present on every host its ranks run on (per --image-pull-policy):
     None, or the first host's one-line reason why it cannot be."""
     runtime = containers.container_runtime_of(spec.command)
@@ -66,7 +62,7 @@ def resolve_image(home: Path, spec: JobSpec, nodes: Nodes, cancelled: Callable[[
     return None
 
 
-def remove_containers(home: Path, spec: JobSpec, nodes: Nodes) -> None:
+def remove_containers(home: Path, spec: JobSpec, nodes: Sequence[NodeSpec]) -> None:
     """What the job's ranks left in the container runtime of every host they ran on."""
     runtime = containers.container_runtime_of(spec.command) if spec.image else None
     if runtime is None:

@@ -45,7 +45,7 @@ from ringleader.errors import (
     UsageError,
 )
 from ringleader.jobs.codec import decision_to_dict
-from ringleader.jobs.commandline import CommandLine
+from ringleader.jobs.line import CommandLine
 from ringleader.jobs.logfiles import follow_log, instance_name, read_log, wait_until_ended
 from ringleader.jobs.prediction import placement_from_plan, predict_job
 from ringleader.jobs.spec import JobSpec
@@ -403,10 +403,6 @@ class Runtime:
         cutoff = time.time() - since_seconds
         old = [v.name for v in self.list_jobs() if v.status.is_terminal() and (v.ended_at or 0) < cutoff]
         return self.delete(old) if old else []
-
-    def ensure_agent(self) -> str | None:
-        """Start the folder's agent if jobs run and none serves them; why it could not, if not."""
-        return self._wake()
 
 
 def open_embedded(home: Path, readonly: bool = False) -> Runtime:

@@ -9,7 +9,6 @@ import sqlite3
 
 from ringleader.engines.embedded import store
 from ringleader.jobs.codec import decision_to_dict, placement_to_dict
-from ringleader.jobs.commandline import is_mpirun
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import InstanceStatus, JobStatus, Launch
 from ringleader.runtime.procs import grace_seconds
@@ -61,7 +60,7 @@ def has_launcher(spec: JobSpec, decision: Decision, state: ClusterState) -> bool
     them there)."""
     placement = decision.placement
     remote = placement is not None and any(state.node(n).spec.address is not None for n in placement.nodes)
-    return is_mpirun(spec.command) or remote
+    return spec.command_line().mpirun or remote
 
 
 def place_job(conn: sqlite3.Connection, spec: JobSpec, decision: Decision, now: float, launcher: bool) -> None:

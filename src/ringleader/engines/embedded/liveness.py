@@ -22,7 +22,7 @@ HEARTBEAT_S = 1.0
 
 
 def lease_seconds() -> float:
-    """How long a holder may go without a beat before peers take it for stuck (RINGLEADER_LEASE_S,
+    """How long an agent may go without a beat before it is taken for stuck (RINGLEADER_LEASE_S,
     at least 3 heartbeats)."""
     return settings.number("RINGLEADER_LEASE_S")
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
 from ringleader import settings
 from ringleader.engines.embedded.folders import make_private_home
@@ -456,19 +456,6 @@ def _version(conn: sqlite3.Connection, path: Path) -> int:
 
 
 # -- nodes ------------------------------------------------------------------------------------
-
-
-class NodeKind(NamedTuple):
-    """What starting a job's ranks needs to know of a node, read without decoding topologies."""
-
-    emulated: bool
-    remote: bool  # an ssh host (it has an address)
-
-
-def node_kinds(conn: sqlite3.Connection) -> dict[str, NodeKind]:
-    rows = conn.execute("SELECT name, emulated, address FROM nodes")
-    # remote exactly when get_nodes would decode an address
-    return {name: NodeKind(bool(emulated), bool(address and json.loads(address))) for name, emulated, address in rows}
 
 
 def get_nodes(conn: sqlite3.Connection) -> list[NodeSpec]:

@@ -27,7 +27,7 @@ from ringleader.engines.embedded.folders import remove_job_folders
 from ringleader.engines.embedded.hosts.launch import hosts_command, master_address
 from ringleader.engines.embedded.lifecycle import HOSTS_SETTINGS, finish_job, schedule_pass
 from ringleader.jobs.codec import placement_from_dict
-from ringleader.jobs.commandline import is_mpirun, read_line
+from ringleader.jobs.line import CommandLine
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import InstanceStatus, JobStatus, Launch
 from ringleader.runtime.containers import readable
@@ -106,7 +106,7 @@ class Supervisor:
         self.deadline: float | None = None  # time.monotonic() at which the time limit is reached
         self.timed_out = False
         self.spec: JobSpec | None = None
-        self.nodes: Sequence[NodeSpec | str] | None = None  # where the job's ranks run (see containers.Nodes)
+        self.nodes: Sequence[NodeSpec] | None = None  # where the job's ranks run
         self.not_started: str | None = None  # why no rank could start (the image could not be had)
 
     def log(self, message: str) -> None:
@@ -171,19 +171,25 @@ class Supervisor:
     def targets(self, w: Watched) -> list[tuple[int, int]]:
         return instance_targets(self.home, self.job, w.name, w.pid, w.pid_start)
 
+    def every_process(self) -> list[tuple[int, int]]:
+        """Every recorded process of the job, and every wrapper started but not recorded yet (its
+        agent was lost): a launcher's, an ssh hosts' launcher's or a rank's, found by its plan."""
+        found = [t for w in self.watched for t in self.targets(w)]
+        for wrapper in (RANK_MODULE, DEMUX_MODULE, RANK_FILE):
+            found += find_by_args(wrapper, str(plan_path(self.home, self.job)))
+        return list(dict.fromkeys(found))
+
     def launch(self, spec: JobSpec, placement_data: dict[str, Any]) -> None:
         """Start every instance (each recorded as it starts, then the job as STARTED)."""
         placement = placement_from_dict(spec.name, placement_data)
         with self.db.read() as conn:
-            kinds = store.node_kinds(conn)
-            remote = any(kinds[n].remote for n in placement.nodes)
-            # Full node specs only for ssh hosts.
-            nodes = {n.name: n for n in store.get_nodes(conn)} if remote else {}
-            settings = json.loads(store.get_meta(conn, HOSTS_SETTINGS) or "{}") if remote else {}
-        plan = build_plan(spec.name, placement, kinds, spec.env, self.home)
+            nodes = {n.name: n for n in store.get_nodes(conn)}
+            settings = json.loads(store.get_meta(conn, HOSTS_SETTINGS) or "{}")
+        remote = any(nodes[n].address is not None for n in placement.nodes)
+        plan = build_plan(spec.name, placement, nodes, spec.env, self.home)
         pfile = plan_path(self.home, spec.name)
         pfile.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if spec.image and self.resolve_image(spec, [nodes[n] if remote else n for n in placement.nodes]):
+        if spec.image and self.resolve_image(spec, [nodes[n] for n in placement.nodes]):
             return
         if remote:
             # Ranks on ssh hosts: one mpirun on this machine starts them all (see engines.embedded.hosts).
@@ -193,10 +199,10 @@ class Supervisor:
             write_private(pfile, json.dumps(plan, indent=1))
             argv, detail = hosts_command(spec, plan, pfile, nodes, self.home, settings)
             self._start(f"{spec.name}-launcher", [*rank_wrapper(pfile, launcher=True, hosts=True), *argv], spec)
-        elif is_mpirun(spec.command):
+        elif spec.command_line().mpirun:
             write_private(pfile, json.dumps(plan, indent=1))
-            emulated = any(kinds[n].emulated for n in placement.nodes)
-            argv = rewrite_mpirun(spec.command, spec.workers, emulated, pfile)
+            emulated = any(nodes[n].emulated for n in placement.nodes)
+            argv = rewrite_mpirun(spec.command_line(), spec.workers, emulated, pfile)
             self._start(f"{spec.name}-launcher", [*rank_wrapper(pfile, launcher=True), *argv], spec)
             detail = _shown(argv, spec)
         else:
@@ -214,10 +220,7 @@ class Supervisor:
         firsts = [w for w in self.watched if w.role == "launcher"] or self.watched
         if all(w.pid is not None or read_state(w.state_file) is not None for w in firsts):
             return False
-        targets = [t for w in self.watched for t in self.targets(w)]
-        for wrapper in (RANK_MODULE, DEMUX_MODULE, RANK_FILE):  # started, not recorded yet
-            targets += find_by_args(wrapper, str(plan_path(self.home, self.job)))
-        stop_all(list(dict.fromkeys(targets)), grace_seconds())
+        stop_all(self.every_process(), grace_seconds())
         started = 0
         for w in self.watched:
             started += w.pid is not None or w.state_file.exists()
@@ -229,7 +232,7 @@ class Supervisor:
         self.adopted_at = None
         return True
 
-    def resolve_image(self, spec: JobSpec, nodes: Sequence[NodeSpec | str]) -> bool:
+    def resolve_image(self, spec: JobSpec, nodes: Sequence[NodeSpec]) -> bool:
         """The job's image made present once on each host of its ranks, before any starts (per
         its --image-pull-policy); when it cannot be, every instance fails with the one-line reason."""
         self.nodes = nodes
@@ -253,8 +256,12 @@ class Supervisor:
     def _start(self, instance: str, argv: list[str], spec: JobSpec) -> None:
         w = next(w for w in self.watched if w.name == instance)
         self.starting = w
-        # The job's own recorded environment, never the agent's (see job_env).
-        popen = start_rank(argv, spec.workdir, job_env(spec.submit_env))
+        # In its own session (a process group it leads, so stopping it reaches its program), in
+        # the job's folder, with the job's own recorded environment, never the agent's (job_env).
+        popen = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True, close_fds=True, cwd=spec.workdir, env=job_env(spec.submit_env),
+        )  # fmt: skip
         w.popen, w.pid, w.pid_start, w.started_at = popen, popen.pid, start_time(popen.pid), time.time()
         w.exit_fd = _exit_fd(popen.pid)
         w.status, w.dirty = InstanceStatus.RUNNING, True
@@ -406,11 +413,7 @@ class Supervisor:
         disk they are what frees the room to record), and the queue's pass."""
         if grace_s == GONE:  # forgotten already: only this supervisor's own children are left
             grace_s = 0.0
-        targets = [t for w in self.watched for t in self.targets(w)]
-        # A wrapper started but not recorded yet (its agent was lost): found by its plan file.
-        for wrapper in (RANK_MODULE, DEMUX_MODULE, RANK_FILE):  # a launcher's, an ssh hosts' launcher's, a rank's
-            targets += find_by_args(wrapper, str(plan_path(self.home, self.job)))
-        stop_all(list(dict.fromkeys(targets)), grace_s)
+        stop_all(self.every_process(), grace_s)
         for w in self.watched:  # reap our own children
             if w.popen is not None and w.popen.poll() is None:
                 w.popen.kill()
@@ -559,15 +562,6 @@ def write_private(path: str | Path, text: str) -> None:
         fh.write(text)
 
 
-def start_rank(argv: list[str], cwd: str | None, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    """One rank wrapper, in its own session (a process group it leads, so stopping it reaches
-    its program), with the job's own environment and folder."""
-    return subprocess.Popen(
-        argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True, close_fds=True, cwd=cwd, env=env,
-    )  # fmt: skip
-
-
 def _exit_fd(pid: int) -> int | None:
     """A pidfd for our own child (it cannot be a reused pid: we have not reaped it yet); None
     where the kernel has no pidfd_open (before Linux 5.3): then polling alone notices exits."""
@@ -577,9 +571,8 @@ def _exit_fd(pid: int) -> int | None:
         return None
 
 
-def rewrite_mpirun(argv: Sequence[str], workers: int, emulated: bool, plan: Path) -> list[str]:
+def rewrite_mpirun(line: CommandLine, workers: int, emulated: bool, plan: Path) -> list[str]:
     """The mpirun line that starts ``workers`` ranks on this host, each under the rank wrapper."""
-    line = read_line(argv)
     names = {o.name for o in line.kept_options}
     extra: list[str] = []
     if os.geteuid() == 0 and "allow-run-as-root" not in names:
@@ -590,5 +583,5 @@ def rewrite_mpirun(argv: Sequence[str], workers: int, emulated: bool, plan: Path
     if emulated and "bind-to" not in names:
         extra += ["--bind-to", "none"]
     # Every node is a process group on this host, so all ranks go to localhost.
-    head = [argv[0], "-np", str(workers), "--host", f"localhost:{workers}"]
+    head = [line.argv[0], "-np", str(workers), "--host", f"localhost:{workers}"]
     return [*head, *extra, *line.kept, *rank_wrapper(plan), *line.program]

@@ -33,7 +33,7 @@ from ringleader.engines.kubernetes.delivery import (
 )
 from ringleader.engines.kubernetes.objects import quantity
 from ringleader.errors import UsageError
-from ringleader.jobs.commandline import CommandLine, read_line
+from ringleader.jobs.line import CommandLine
 from ringleader.jobs.spec import JobSpec, KubeOptions
 
 DEFAULT_IMAGE = "ghcr.io/ringleader/ringleader:0.1.0"
@@ -235,7 +235,7 @@ def launcher_command(spec: JobSpec, namespace: str = "default", line: CommandLin
     """What the launcher runs: the prepared mpirun line with -np from the gang and without the
     host options (mpi-operator's hostfile lists the workers, ``per_pod`` slots each); a plain
     program started once per rank through mpirun, torchrun's variables set."""
-    line = line or read_line(spec.command)
+    line = line or spec.command_line()
     if line.mpirun:
         return [line.argv[0], "-np", str(spec.workers), *line.kept, *line.program]
     master = f"{spec.name}-worker-0.{spec.name}.{namespace}.svc"

@@ -19,7 +19,7 @@ from typing import Any
 from ringleader.engines.slurm.gres import request_gres
 from ringleader.engines.slurm.records import private_dir, write_private
 from ringleader.engines.slurm.task import TASK_FILE
-from ringleader.jobs.commandline import CommandLine, read_line
+from ringleader.jobs.line import CommandLine
 from ringleader.jobs.spec import JobSpec
 from ringleader.runtime.plan import build_plan, job_env
 from ringleader.scheduler import Placement, WorkerSlot
@@ -54,7 +54,7 @@ def write_launch(
     """The rank plan (``<root>/run/<job>/plan.json``) and the batch script next to it."""
     placement = by_node(placement)
     env = job_env(spec.submit_env)
-    line = read_line(spec.command)
+    line = spec.command_line()
     if line.mpirun:
         program, mpi_env = mpi_program(line)
         env.update(mpi_env)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ringleader.engines.embedded.hosts.ssh import write_config
-from ringleader.jobs.commandline import MpiOption, is_mpirun, option_words, read_line
+from ringleader.jobs.line import MpiOption, option_words
 from ringleader.jobs.spec import CONTAINER_RUNTIME_KEYS, JobSpec
 from ringleader.runtime.plan import rank_source
 from ringleader.scheduler import Placement
@@ -94,8 +94,8 @@ def hosts_command(
     fd = os.open(hostfile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:
         fh.write("".join(host_alias(nodes[r["node"]]) + "\n" for r in plan["ranks"]))
-    if is_mpirun(spec.command):
-        line = read_line(spec.command)
+    line = spec.command_line()
+    if line.mpirun:
         options, program, mpirun = line.kept_options, list(line.program), line.argv[0]
     else:
         options, program, mpirun = [], list(spec.command), "mpirun"
