@@ -140,3 +140,36 @@ def test_a_delete_asks_the_agent_and_returns_once_the_job_is_forgotten(small: Ru
     assert not (small.home / "logs" / "gone").exists() and not (small.home / "run" / "gone").exists()
     assert all(p is not None and not Path(f"/proc/{p}").exists() for p in wrappers)  # stopped and reaped
     assert small.nodes().free_gpus == small.nodes().total_gpus
+
+
+@pytest.mark.slow
+def test_a_job_the_agent_cannot_supervise_is_failed_not_held_for_ever(small: Runtime, h, tmp_path: Path) -> None:
+    """Its row damaged while no agent ran (its placement no longer JSON): each thread the new
+    agent gives it fails; after the third the job is FAILED saying why, its ranks are stopped,
+    and its GPUs go back to the queue, where a waiting job starts."""
+    import json
+    import sqlite3
+
+    small.submit(h.spec("damaged", h.py(h.waiting_rank(tmp_path / "never")), workers=2, gpus=2))
+    small.submit(h.spec("behind", h.py("print('ran')"), workers=2, gpus=2))
+    small.submit(h.spec("waits", h.py("print('ran')"), workers=1, gpus=4))
+    h.wait_for(lambda: all("up" in small.logs("damaged", i.name) for i in small.get("damaged").instances),
+               what="the ranks to start")  # fmt: skip
+    states = [json.loads((small.home / "run" / "damaged" / f"damaged-worker-{r}.json").read_text()) for r in (0, 1)]
+    kill_agents(small.home)
+    with sqlite3.connect(small.home / "state.db") as conn:
+        conn.execute("UPDATE jobs SET placement = 'not JSON' WHERE name = 'damaged'")
+
+    def status() -> tuple[str, str | None]:
+        with sqlite3.connect(small.home / "state.db") as conn:
+            return conn.execute("SELECT status, reason FROM jobs WHERE name = 'damaged'").fetchone()
+
+    Runtime.open(small.home).close()  # starts an agent
+    h.wait_for(lambda: status()[0] == "FAILED", 60, "the job to be failed")
+    assert "the agent could not supervise it" in (status()[1] or "") and "processes were stopped" in status()[1]
+    from ringleader.runtime.procs import alive
+
+    assert not any(alive(s[p], s[s_]) for s in states for p, s_ in (("pid", "pid_start"), ("child_pid", "child_start")))
+    h.wait_for(lambda: small.get("waits").status.is_terminal(), 60, "the waiting job to start and end")
+    assert small.get("waits").status is JobStatus.SUCCEEDED
+    assert "job damaged" in (small.home / "run" / agentctl.LOG).read_text()

@@ -49,16 +49,18 @@ from ringleader.engines.embedded.agentctl import (
     start,
     try_lock,
 )  # fmt: skip
+from ringleader.engines.embedded.lifecycle import finish_job, schedule_pass
 from ringleader.engines.embedded.liveness import Heartbeat
-from ringleader.engines.embedded.supervisor import Supervisor
+from ringleader.engines.embedded.supervisor import Supervisor, job_processes
 from ringleader.errors import RingleaderError
 from ringleader.jobs.states import JobStatus
-from ringleader.runtime.procs import start_time
+from ringleader.runtime.procs import grace_seconds, start_time, stop_all
 
 TICK_S = 1.0  # how often the agent reads the state when nothing wakes it
 IDLE_EXIT_S = 1.0  # how long an agent with no running job waits for one before it leaves
 TAKE_OVER_POLL_S = 0.25  # how often a standby tries the lock
-RETRY_S = 2.0  # before a job whose thread failed gets another
+RETRY_S = 2.0  # before a job whose thread failed gets another (times the failures so far)
+MAX_FAILURES = 3  # threads of one job that raised: then the job is failed, its processes stopped
 
 # -- the agent ---------------------------------------------------------------------------------
 def _log(message: str) -> None:
@@ -73,7 +75,7 @@ class Agent:
         self.home, self.lock = home, lock
         self.me, self.me_start = os.getpid(), start_time(os.getpid())
         self.jobs: dict[str, tuple[threading.Thread, Supervisor | None]] = {}
-        self.failed_at: dict[str, float] = {}  # a job whose thread raised: when
+        self.failed_at: dict[str, tuple[float, int]] = {}  # a job whose thread raised: when, how often
         self.leaving = False
         self.wake_fd = -1
         self.standby_checked_at = 0.0
@@ -164,7 +166,8 @@ class Agent:
             if not thread.is_alive():
                 del self.jobs[name]
         for name in jobs:
-            if name in self.jobs or time.monotonic() - self.failed_at.get(name, -RETRY_S) < RETRY_S:
+            at, failures = self.failed_at.get(name, (0.0, 0))
+            if name in self.jobs or (failures and time.monotonic() - at < min(60.0, RETRY_S * failures)):
                 continue
             thread = threading.Thread(target=self._job, args=(name,), name=f"job-{name}", daemon=True)
             self.jobs[name] = (thread, None)
@@ -175,11 +178,35 @@ class Agent:
             sup = Supervisor(self.home, name, (self.me, self.me_start), placed=self._self_wake)
             self.jobs[name] = (self.jobs[name][0], sup)
             sup.run()
-        except BaseException as exc:
-            self.failed_at[name] = time.monotonic()
+        except Exception as exc:  # said in the log; the job gets another thread, or is failed
+            failures = self.failed_at.get(name, (0.0, 0))[1] + 1
+            self.failed_at[name] = (time.monotonic(), failures)
             _log(f"job {name}: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+            if failures >= MAX_FAILURES:
+                self._give_up(name, f"{type(exc).__name__}: {exc}")
         finally:
             self._self_wake()
+
+    def _give_up(self, name: str, why: str) -> None:
+        """A job its threads could not supervise (a damaged row, a bug): its processes stopped,
+        then the job FAILED with the reason and its GPUs given to the queue, rather than held
+        by a job nobody watches. A state that cannot record even that is left to the next try."""
+        try:
+            db, _ = store.Store.open(self.home, create=False)
+            try:
+                with db.read() as conn:
+                    insts = [(i["name"], i["pid"], i["pid_start"]) for i in store.instances(conn, name)]
+                stop_all(job_processes(self.home, name, insts), grace_seconds())
+                with db.write() as conn:
+                    row = store.job_row(conn, name)
+                    if row is not None and row["status"] == JobStatus.RUNNING.value:
+                        reason = f"the agent could not supervise it ({why}); its processes were stopped"
+                        finish_job(conn, name, JobStatus.FAILED, reason, time.time())
+                        schedule_pass(conn, time.time())
+            finally:
+                db.close()
+        except (RingleaderError, sqlite3.Error, OSError) as exc:
+            _log(f"job {name}: not failed either: {exc}")
 
     def _keep_standby(self) -> None:
         """One standby while jobs run: started when none holds the standby lock (one that stopped

@@ -172,12 +172,7 @@ class Supervisor:
         return instance_targets(self.home, self.job, w.name, w.pid, w.pid_start)
 
     def every_process(self) -> list[tuple[int, int]]:
-        """Every recorded process of the job, and every wrapper started but not recorded yet (its
-        agent was lost): a launcher's, an ssh hosts' launcher's or a rank's, found by its plan."""
-        found = [t for w in self.watched for t in self.targets(w)]
-        for wrapper in (RANK_MODULE, DEMUX_MODULE, RANK_FILE):
-            found += find_by_args(wrapper, str(plan_path(self.home, self.job)))
-        return list(dict.fromkeys(found))
+        return job_processes(self.home, self.job, [(w.name, w.pid, w.pid_start) for w in self.watched])
 
     def launch(self, spec: JobSpec, placement_data: dict[str, Any]) -> None:
         """Start every instance (each recorded as it starts, then the job as STARTED)."""
@@ -554,6 +549,18 @@ def _shown(argv: Sequence[str], spec: JobSpec) -> str:
     if spec.image:
         return readable(argv)
     return shlex.join(argv)
+
+
+def job_processes(
+    home: Path, job: str, instances: Sequence[tuple[str, int | None, int | None]]
+) -> list[tuple[int, int]]:
+    """Every recorded process of a job's ``instances`` (name, pid, start), and every wrapper
+    started but not recorded yet (its agent was lost): a launcher's, an ssh hosts' launcher's
+    or a rank's, found by its plan."""
+    found = [t for name, pid, started in instances for t in instance_targets(home, job, name, pid, started)]
+    for wrapper in (RANK_MODULE, DEMUX_MODULE, RANK_FILE):
+        found += find_by_args(wrapper, str(plan_path(home, job)))
+    return list(dict.fromkeys(found))
 
 
 def write_private(path: str | Path, text: str) -> None:
