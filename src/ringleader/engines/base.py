@@ -20,13 +20,8 @@ if TYPE_CHECKING:  # the scheduler is imported by the calls that place: listing 
     from ringleader.scheduler import ClusterState
 
 
-@runtime_checkable
-class Engine(Protocol):
-    """Start a placed gang, report its instances' states and exit codes, stream their logs,
-    stop it; read a cluster snapshot. Errors a user can act on are ``ringleader.errors``."""
-
-    notes: list[str]  # one-line notes for the user, printed after a successful command
-    supports: Support  # what it does beyond jobs; anything else is refused before it is tried
+class NodeReads(Protocol):
+    """The cluster as the engine sees it: its nodes, their health and their GPUs' use."""
 
     def nodes(self) -> ClusterState:
         """The cluster as the engine sees it now: nodes, topologies and GPUs in use (by any
@@ -39,15 +34,25 @@ class Engine(Protocol):
         known), from the engine's own truth; only ``names`` when given."""
         ...
 
-    def submit(self, spec: JobSpec, dry_run: bool = False) -> SubmitResult:
-        """``prepare_submit`` first (the same checks, rewrites and notes on every engine), then
-        place the gang with ``place()`` and start all of it, or queue it whole; with ``dry_run``
-        only show the decision."""
+    def gpu_usage(self, name: str) -> dict[str, tuple[GpuUsage, ...] | None]:
+        """Each instance's GPUs now (duty cycle, memory), None where they cannot be read."""
         ...
+
+
+class JobReads(Protocol):
+    """Jobs as the shared read models."""
 
     def get(self, name: str) -> JobView: ...
 
     def list_jobs(self, statuses: Sequence[JobStatus] | None = None, with_instances: bool = False) -> list[JobView]: ...
+
+    def wait(self, name: str, timeout: float | None = None) -> JobView: ...
+
+    def prediction(self, name: str) -> dict[str, Any] | None: ...
+
+
+class JobLogs(Protocol):
+    """Each instance's log."""
 
     def logs(
         self, name: str, instance: str | None = None, tail: int | None = None, timestamps: bool = False
@@ -59,17 +64,24 @@ class Engine(Protocol):
         """The log so far, then new lines as they come, until the job ends."""
         ...
 
+
+@runtime_checkable
+class Engine(NodeReads, JobReads, JobLogs, Protocol):
+    """Start a placed gang and stop it, behind the reads every engine answers. Errors a user can
+    act on are ``ringleader.errors``; a submit goes through ``jobs.submit.submit_job`` (the
+    embedded and Slurm engines) over the engine's own verbs."""
+
+    notes: list[str]  # one-line notes for the user, printed after a successful command
+    supports: Support  # what it does beyond jobs; anything else is refused before it is tried
+
+    def submit(self, spec: JobSpec, dry_run: bool = False) -> SubmitResult:
+        """Place the gang with ``place()`` and start all of it, or queue it whole; with
+        ``dry_run`` only show the decision."""
+        ...
+
     def delete(self, names: Sequence[str], now: bool = False) -> list[str]:
         """Stop every rank of each job on every host, free its GPUs, forget it: SIGTERM, a grace
         period to checkpoint and exit, then SIGKILL; ``now``: SIGKILL at once."""
-        ...
-
-    def wait(self, name: str, timeout: float | None = None) -> JobView: ...
-
-    def prediction(self, name: str) -> dict[str, Any] | None: ...
-
-    def gpu_usage(self, name: str) -> dict[str, tuple[GpuUsage, ...] | None]:
-        """Each instance's GPUs now (duty cycle, memory), None where they cannot be read."""
         ...
 
     def close(self) -> None: ...

@@ -1,6 +1,7 @@
-"""One preparation of a submit, before any engine: every engine refuses, replaces and notes the
-same things in the same words, because they all start from what this returns.
+"""A submit, written once for every engine: each refuses, replaces and notes the same things in
+the same words, because they all go through this.
 
+    submit_job(provisioner, spec, dry_run)          # the whole submit, over an engine's verbs
     sub = prepare_submit(spec, engine.supports)     # validate, record, read the line once
     sub.spec      the spec as it will run (the user's line translated, -x values captured)
     sub.line      its command, read once: what checks and launchers read
@@ -8,6 +9,7 @@ same things in the same words, because they all start from what this returns.
 
 Engines declare what they support (``jobs.support.Support``, as SkyPilot's provisioners do); a request for
 something an engine does not support is refused here, in one line, before anything is created.
+What differs between engines is the few verbs of ``Provisioner``.
 """
 
 from __future__ import annotations
@@ -16,16 +18,17 @@ import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from ringleader.errors import UnschedulableError, UsageError
+from ringleader.errors import ConflictError, UnschedulableError, UsageError
+from ringleader.jobs.codec import decision_to_dict
 from ringleader.jobs.commandline import prepare_spec
 from ringleader.jobs.line import CommandLine
+from ringleader.jobs.prediction import predict_job
 from ringleader.jobs.spec import JobSpec, submit_env
 from ringleader.jobs.support import Support
-
-if TYPE_CHECKING:
-    from ringleader.scheduler import ClusterState, Decision
+from ringleader.jobs.views import JobView, SubmitResult
+from ringleader.scheduler import ClusterState, Code, Decision, place
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,68 @@ class Submission:
     spec: JobSpec
     line: CommandLine
     notes: tuple[str, ...]
+
+
+class Provisioner(Protocol):
+    """What differs between engines when a job is submitted; the rest is ``submit_job``."""
+
+    supports: Support
+    notes: list[str]  # for the user, printed after the command succeeded
+
+    def prepare(self, sub: Submission) -> Submission:
+        """The engine's own checks and rewrites of the prepared job (its image, what its hosts
+        must have); a refusal is one line and changes nothing."""
+        ...
+
+    def exists(self, name: str) -> bool:
+        """Whether the engine already has a job of that name."""
+        ...
+
+    def snapshot(self) -> ClusterState:
+        """The cluster as the engine sees it now, to place the job on."""
+        ...
+
+    def check(self, decision: Decision, state: ClusterState) -> None:
+        """The engine's own refusals and notes on the plan (what it cannot start there)."""
+        ...
+
+    def commit(self, sub: Submission, notes: list[str], hint: str | None) -> Decision:
+        """Record the job (with ``notes``, ``hint`` among them) and run the engine's queue pass,
+        starting it if it fits; the job's decision in that pass."""
+        ...
+
+    def started(self, name: str) -> JobView:
+        """The job as the user sees it once submitted."""
+        ...
+
+
+def submit_job(engine: Provisioner, spec: JobSpec, dry_run: bool = False) -> SubmitResult:
+    """Queue a job (started if it fits now), or with ``dry_run`` only show the plan: prepare it
+    once, refuse a name in use and a gang that can never fit, note a better placement, predict."""
+    sub = engine.prepare(prepare_submit(spec, engine.supports))
+    spec = sub.spec
+    if engine.exists(spec.name):  # checked before anything is written (or created)
+        raise duplicate(spec.name, engine.supports)
+    state = engine.snapshot()
+    decision = place(state, spec.request())
+    refuse_unresolvable(decision, engine.supports)
+    engine.check(decision, state)
+    hint = placement_hint(state, decision)
+    notes = [*sub.notes, *([hint] if hint else [])]
+    if dry_run:
+        engine.notes += notes
+        prediction = predict_job(state, spec, decision.placement) if decision.placement else None
+        return SubmitResult(decision, decision_to_dict(decision), dry_run=True, extra={"prediction": prediction})
+    said = len(engine.notes)
+    mine = engine.commit(sub, notes, hint)
+    engine.notes[said:said] = notes  # before what the commit itself had to say
+    return SubmitResult(mine, decision_to_dict(mine), dry_run=False, job=engine.started(spec.name))
+
+
+def duplicate(name: str, supports: Support) -> ConflictError:
+    """The refusal of a name in use, naming the engine to delete it from unless it is the default."""
+    where = "" if supports.engine == "embedded" else f" --engine {supports.engine}"
+    return ConflictError(f"job {name!r} already exists", f"pick another --name or `ringleader delete {name}{where}`")
 
 
 def prepare_submit(spec: JobSpec, supports: Support, environ: Mapping[str, str] | None = None) -> Submission:
@@ -83,8 +148,6 @@ def working_directory() -> str:
 def refuse_unresolvable(decision: Decision, supports: Support) -> None:
     """A gang that can never fit this cluster (not "not now": never) is refused at submit, in
     the same words on every engine."""
-    from ringleader.scheduler import Code
-
     if decision.code is Code.UNRESOLVABLE:
         raise UnschedulableError(
             f"job {decision.job.name} can never run on this cluster: {'; '.join(decision.reasons)}",
@@ -101,8 +164,6 @@ HINT_RATIO = 2.0
 def placement_hint(state: ClusterState, decision: Decision) -> str | None:
     """For a job placed without --gputopology: a note when the topology policy would have given
     it a bottleneck link at least HINT_RATIO times faster (fewer nodes, NVLink), else None."""
-    from ringleader.scheduler import place
-
     chosen = decision.chosen
     if chosen is None or decision.job.topology_aware or decision.job.workers * decision.job.gpus_per_worker < 2:
         return None

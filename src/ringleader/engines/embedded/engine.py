@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -44,19 +45,18 @@ from ringleader.errors import (
     StateError,
     UsageError,
 )
-from ringleader.jobs.codec import decision_to_dict
 from ringleader.jobs.line import CommandLine
 from ringleader.jobs.logfiles import follow_log, instance_name, read_log, wait_until_ended
 from ringleader.jobs.prediction import placement_from_plan, predict_job
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import JobStatus, Launch
-from ringleader.jobs.submit import placement_hint, prepare_submit, refuse_unresolvable
+from ringleader.jobs.submit import Submission, duplicate, refuse_unresolvable, submit_job
 from ringleader.jobs.support import Support
 from ringleader.jobs.views import GpuUsage, JobView, NodeHealth, SubmitResult
 from ringleader.runtime.containers import job_label, spec_in_image
 from ringleader.runtime.plan import log_path
 from ringleader.runtime.procs import grace_seconds
-from ringleader.scheduler import ClusterState, Code, place
+from ringleader.scheduler import ClusterState, Code, Decision
 from ringleader.topology import load_cluster_file
 
 __all__ = ["JobSpec", "JobView", "Runtime", "SubmitResult", "open_embedded"]
@@ -229,30 +229,36 @@ class Runtime:
     # -- jobs -----------------------------------------------------------------------------------
     def submit(self, spec: JobSpec, dry_run: bool = False) -> SubmitResult:
         """Queue a job (placed now if it fits), or with ``dry_run`` only show the plan."""
-        sub = prepare_submit(spec, self.supports)
-        spec, notes = sub.spec, list(sub.notes)
-        if spec.image:
-            prepared = spec_in_image(spec, sub.line, spec.submit_env or {}, job_label(self.home, spec.name))
-            spec = prepared.spec
-            notes.append(prepared.note)
-        _check_here(spec, sub.line)
-        with self.db.read() as conn:  # checked before anything is written (or created)
-            if store.job_row(conn, spec.name) is not None:
-                raise _duplicate(spec.name)
-            state = store.cluster_state(conn)
-            decision = place(state, spec.request())
-        refuse_unresolvable(decision, self.supports)
-        hint = placement_hint(state, decision)
-        notes += [hint] if hint else []
-        if dry_run:
-            self.notes += notes
-            prediction = predict_job(state, spec, decision.placement) if decision.placement else None
-            return SubmitResult(decision, decision_to_dict(decision), dry_run=True, extra={"prediction": prediction})
-        db = self._writable()
-        with db.write() as conn:
+        return submit_job(self, spec, dry_run)
+
+    # -- what submit_job asks of this engine ------------------------------------------------------
+    def prepare(self, sub: Submission) -> Submission:
+        """Ranks run here: an image job is prepared for this host's podman or docker, and this host
+        must have room for the job's processes and its programs."""
+        if sub.spec.image:
+            label = job_label(self.home, sub.spec.name)
+            prepared = spec_in_image(sub.spec, sub.line, sub.spec.submit_env or {}, label)
+            sub = dataclasses.replace(sub, spec=prepared.spec, notes=(*sub.notes, prepared.note))
+        _check_here(sub.spec, sub.line)
+        return sub
+
+    def exists(self, name: str) -> bool:
+        with self.db.read() as conn:
+            return store.job_row(conn, name) is not None
+
+    def snapshot(self) -> ClusterState:
+        return self.nodes()
+
+    def check(self, decision: Decision, state: ClusterState) -> None:
+        """Nothing more: every node declared here can start what fits on it."""
+
+    def commit(self, sub: Submission, notes: list[str], hint: str | None) -> Decision:
+        """The job inserted and the queue's pass run in one transaction, then the agent woken."""
+        spec = sub.spec
+        with self._writable().write() as conn:
             now = time.time()  # taken under the lock: the wait for it may be long
             if store.job_row(conn, spec.name) is not None:
-                raise _duplicate(spec.name)
+                raise duplicate(spec.name, self.supports)
             remove_job_folders(self.home, spec.name)  # left by a delete that was killed: not this job's
             store.insert_job(conn, spec.to_dict(), spec.priority, now)
             store.add_event(conn, spec.name, "Submitted", spec.describe(), now)
@@ -261,15 +267,17 @@ class Runtime:
                 store.add_event(conn, spec.name, kind, note.removeprefix("note: "), now)
             decisions = schedule_pass_decisions(conn, now)
             mine = next(d for d in decisions if d.job.name == spec.name)
-            # The cluster may have changed since the check above: refused here, nothing commits.
+            # The cluster may have changed since it was placed on: refused here, nothing commits.
             refuse_unresolvable(mine, self.supports)
         crash_point("submit-committed")  # killed here: the next command's agent starts the job
         why = self._wake()
         if why is not None and any(d.ok for d in decisions):  # submitted all the same: the state holds it
-            notes.append(f"note: the folder's agent, which starts job {spec.name}, could not start yet ({why}); "
-                         "the next ringleader command starts it")  # fmt: skip
-        self.notes += notes
-        return SubmitResult(mine, decision_to_dict(mine), dry_run=False, job=self.get(spec.name))
+            self.notes.append(f"note: the folder's agent, which starts job {spec.name}, could not start yet "
+                              f"({why}); the next ringleader command starts it")  # fmt: skip
+        return mine
+
+    def started(self, name: str) -> JobView:
+        return self.get(name)
 
     def get(self, name: str) -> JobView:
         with self.db.read() as conn:
@@ -408,10 +416,6 @@ class Runtime:
 def open_embedded(home: Path, readonly: bool = False) -> Runtime:
     """The embedded engine (see ``ringleader.engines``): this runtime."""
     return Runtime.open(home, readonly=readonly)
-
-
-def _duplicate(name: str) -> ConflictError:
-    return ConflictError(f"job {name!r} already exists", f"pick another --name or `ringleader delete {name}`")
 
 
 def max_procs() -> int:

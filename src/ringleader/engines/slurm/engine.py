@@ -28,16 +28,16 @@ from ringleader.engines.slurm import slurmcli, state
 from ringleader.engines.slurm.launch import sbatch_argv, write_launch
 from ringleader.engines.slurm.records import Records, add_event, private_dir
 from ringleader.engines.slurm.views import NOT_YET, job_view, slurm_status
-from ringleader.errors import ConflictError, NotFoundError, UsageError
+from ringleader.errors import NotFoundError, UsageError
 from ringleader.jobs.codec import decision_to_dict
 from ringleader.jobs.logfiles import follow_log, instance_name, read_log, wait_until_ended
 from ringleader.jobs.prediction import placement_from_plan, predict_job
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import JobStatus
-from ringleader.jobs.submit import placement_hint, prepare_submit, refuse_unresolvable
+from ringleader.jobs.submit import Submission, duplicate, submit_job
 from ringleader.jobs.support import Support
 from ringleader.jobs.views import GpuUsage, JobView, NodeHealth, SubmitResult
-from ringleader.scheduler import ClusterState, Decision, QueuedJob, place, schedule_queue
+from ringleader.scheduler import ClusterState, Decision, QueuedJob, schedule_queue
 
 DELETE_WAIT_S = 60.0
 KILL_STEPS_WAIT_S = 10.0  # a SIGKILLed step ends at once; beyond this the cancel goes anyway
@@ -52,6 +52,7 @@ class SlurmEngine:
         self.readonly = readonly
         self.partition = settings.text("RINGLEADER_SLURM_PARTITION")
         self.notes: list[str] = []
+        self._slurm_nodes: dict[str, state.SlurmNode] = {}  # as the last snapshot() read them
 
     supports = Support("slurm", time_limit=True, network_tree=True, more_room="add nodes to the Slurm partition")
 
@@ -92,39 +93,46 @@ class SlurmEngine:
 
     # -- submit and the queue -------------------------------------------------------------------
     def submit(self, spec: JobSpec, dry_run: bool = False) -> SubmitResult:
-        sub = prepare_submit(spec, self.supports)
-        spec = sub.spec
-        # Checked before anything is written: a refused or dry-run submit leaves no trace.
-        self._check_new(spec.name)
-        snapshot, nodes, _ = self._snapshot()
-        decision = place(snapshot, spec.request())
-        refuse_unresolvable(decision, self.supports)
-        if decision.ok and spec.gpus_per_worker:
-            _require_typed(decision, nodes)
-        blind = [ns.name for ns in snapshot.nodes if ns.spec.topology.source.startswith("unknown")]
-        if blind and spec.topology_aware:
+        return submit_job(self, spec, dry_run)
+
+    # -- what submit_job asks of this engine ------------------------------------------------------
+    def prepare(self, sub: Submission) -> Submission:
+        return sub  # Slurm runs the prepared line as it is (what it refuses, Support declares)
+
+    def exists(self, name: str) -> bool:
+        return self.records.load(name) is not None
+
+    def snapshot(self) -> ClusterState:
+        snapshot, self._slurm_nodes, _ = self._snapshot()
+        return snapshot
+
+    def check(self, decision: Decision, state: ClusterState) -> None:
+        """Slurm can be asked for exact GPU ids only on nodes with one GRES type per GPU; a node
+        whose GPU links nobody declared places as if every pair were SYS (a note)."""
+        if decision.ok and decision.job.gpus_per_worker:
+            _require_typed(decision, self._slurm_nodes)
+        blind = [ns.name for ns in state.nodes if ns.spec.topology.source.startswith("unknown")]
+        if blind and decision.job.topology_aware:
             how = "add Links= to gres.conf with `ringleader slurm gres-conf`, or a cluster file"
             self.notes.append(f"note: no GPU links known for {', '.join(blind)}: every pair taken as SYS ({how})")
-        self.notes += sub.notes
-        hint = placement_hint(snapshot, decision)
-        self.notes += [hint] if hint else []
-        if dry_run:
-            prediction = predict_job(snapshot, spec, decision.placement) if decision.placement else None
-            return SubmitResult(decision, decision_to_dict(decision), True, extra={"prediction": prediction})
+
+    def commit(self, sub: Submission, notes: list[str], hint: str | None) -> Decision:
+        """Recorded in ringleader's queue, then the queue's pass: sbatch when it fits."""
+        spec = sub.spec
         private_dir(self.home)
         with self.records.locked():
-            self._check_new(spec.name)
+            if self.exists(spec.name):
+                raise duplicate(spec.name, self.supports)
             record: dict[str, Any] = {
                 "name": spec.name, "spec": spec.to_dict(), "created_at": time.time(), "priority": spec.priority,
-                "status": JobStatus.PENDING.value, "reason": None, "plan": decision_to_dict(decision),
+                "status": JobStatus.PENDING.value, "reason": None, "plan": None,
                 "slurm_id": None, "started_at": None, "ended_at": None, "events": [],
             }  # fmt: skip
-            add_event(record, "Submitted", f"{spec.workers} worker(s) x {spec.gpus_per_worker} GPU(s), "
-                                           f"{decision.policy} policy, priority {spec.priority}")  # fmt: skip
+            add_event(record, "Submitted", spec.describe())  # the same words as every engine's
             for note in sub.notes:
                 add_event(record, "Command", note.removeprefix("note: "))
             self.records.save(record)
-            mine = self._schedule_locked().get(spec.name, decision)
+            mine = self._schedule_locked()[spec.name]
             refused = self.records.load(spec.name) or {}
             if refused.get("status") == JobStatus.FAILED.value and not refused.get("slurm_id"):
                 self.records.remove(spec.name)  # sbatch refused it: nothing stays behind
@@ -133,7 +141,10 @@ class SlurmEngine:
                 raise slurmcli.SlurmError(refused["reason"], "see Slurm's message; fix the cluster or the request")
         if not mine.ok:
             self._start_watcher()
-        return SubmitResult(mine, decision_to_dict(mine), dry_run=False, job=self._first_look(spec.name))
+        return mine
+
+    def started(self, name: str) -> JobView:
+        return self._first_look(name)
 
     def _first_look(self, name: str) -> JobView:
         """The job once Slurm has considered it (a moment after sbatch), so submit reports
@@ -144,11 +155,6 @@ class SlurmEngine:
             time.sleep(0.2)
             view = self.get(name)
         return view
-
-    def _check_new(self, name: str) -> None:
-        if self.records.load(name) is not None:
-            fix = f"pick another --name or `ringleader delete {name} --engine slurm`"
-            raise ConflictError(f"job {name!r} already exists", fix)
 
     def schedule(self) -> int:
         """One pass over ringleader's queue; how many jobs still wait in it."""
