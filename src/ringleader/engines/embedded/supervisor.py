@@ -186,22 +186,20 @@ class Supervisor:
         pfile.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         if spec.image and self.resolve_image(spec, [nodes[n] for n in placement.nodes]):
             return
-        if remote:
-            # Ranks on ssh hosts: one mpirun on this machine starts them all (see engines.embedded.hosts).
-            address = master_address(placement, nodes, settings)
-            plan.update(hosts=True, master_addr=address)
+        line = spec.command_line()
+        if remote:  # ranks on ssh hosts: one mpirun on this machine starts them all (engines.embedded.hosts)
+            plan.update(hosts=True, master_addr=master_address(placement, nodes, settings))
             plan["env"] = {**settings.get("env", {}), **plan["env"]}
-            write_private(pfile, json.dumps(plan, indent=1))
+        write_private(pfile, json.dumps(plan, indent=1))  # before any rank starts (see plan_written)
+        if remote:
             argv, detail = hosts_command(spec, plan, pfile, nodes, self.home, settings)
             self._start(f"{spec.name}-launcher", [*rank_wrapper(pfile, launcher=True, hosts=True), *argv], spec)
-        elif spec.command_line().mpirun:
-            write_private(pfile, json.dumps(plan, indent=1))
+        elif line.mpirun:
             emulated = any(nodes[n].emulated for n in placement.nodes)
-            argv = rewrite_mpirun(spec.command_line(), spec.workers, emulated, pfile)
+            argv = rewrite_mpirun(line, spec.workers, emulated, pfile)
             self._start(f"{spec.name}-launcher", [*rank_wrapper(pfile, launcher=True), *argv], spec)
             detail = _shown(argv, spec)
         else:
-            write_private(pfile, json.dumps(plan, indent=1))
             for instance, argv in worker_lines(spec.name, spec.command, placement, pfile):
                 self._start(instance, argv, spec)
             detail = _shown(spec.command, spec)
@@ -508,6 +506,14 @@ class Supervisor:
         return True
 
     def run(self) -> None:
+        """Supervise the job until it ends or is forgotten; what it holds open is closed
+        whatever happens (the agent lives on after a thread that raised)."""
+        try:
+            self._run()
+        finally:
+            self._close()
+
+    def _run(self) -> None:
         claimed = self.claim()
         if claimed is None:
             return
@@ -528,13 +534,11 @@ class Supervisor:
                 # itself removed it: --rm). Before the job is over: a `get` that says so finds none.
                 self.remove_containers()
             if self.finalize():
-                self._close()
                 return
         self.poke()
         request = self.stop_request()
         if request != OTHER:  # (another agent's: it is never this one's to stop)
             self.forget(request or 0.0)
-        self._close()
 
     def _close(self) -> None:
         for w in self.watched:
