@@ -44,8 +44,10 @@ from ringleader.engines.embedded.agentctl import (
     STANDBY_LOCK,
     WAKE,
     kill_if_stuck,
+    log_entry,
     open_in_run,
     open_lock,
+    open_run_dir,
     start,
     try_lock,
 )  # fmt: skip
@@ -62,10 +64,11 @@ TAKE_OVER_POLL_S = 0.25  # how often a standby tries the lock
 RETRY_S = 2.0  # before a job whose thread failed gets another (times the failures so far)
 MAX_FAILURES = 3  # threads of one job that raised: then the job is failed, its processes stopped
 
-# -- the agent ---------------------------------------------------------------------------------
+
 def _log(message: str) -> None:
+    """A line of the agent's log: its stdout, which whoever started it pointed at run/agent.log."""
     with contextlib.suppress(OSError):  # a full disk: the line is lost, the loop goes on
-        print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} agent {os.getpid()}: {message}", flush=True)
+        print(log_entry(message), flush=True)
 
 
 class Agent:
@@ -110,7 +113,7 @@ class Agent:
     def _open_wake(self) -> int:
         """The FIFO commands wake it through, read and written here (so it never reads an end)."""
         with contextlib.suppress(FileExistsError):
-            run = os.open(self.home / "run", os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            run = open_run_dir(self.home)
             try:
                 os.mkfifo(WAKE, 0o600, dir_fd=run)
             finally:

@@ -28,9 +28,14 @@ WAKE, LOG = "agent.wake", "agent.log"
 KILL_WAIT_S = 2.0
 
 
+def open_run_dir(home: Path) -> int:
+    """The state folder's ``run/``, never through a link put in its place."""
+    return os.open(home / "run", os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+
+
 def open_in_run(home: Path, name: str, flags: int) -> int:
     """A file of ``run/`` opened without following a link at any step below the state folder."""
-    run = os.open(home / "run", os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    run = open_run_dir(home)
     try:
         return os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=run)
     finally:
@@ -56,7 +61,9 @@ def kill_if_stuck(home: Path, beat_name: str, lock: int) -> bool:
     if beat is None:
         return False
     pid, started, silent = beat
-    if silent is None or silent <= lease_seconds() or not alive(pid, started):
+    # Never the caller itself: an agent that was the standby may still be named by a standby
+    # beat that a full disk kept its successor from rewriting.
+    if pid == os.getpid() or silent is None or silent <= lease_seconds() or not alive(pid, started):
         return False
     log_line(home, f"pid {pid} stopped beating {silent:.0f} s ago (lease {lease_seconds():g} s): killed and replaced")
     signal_proc(pid, started, signal.SIGKILL)
@@ -126,11 +133,16 @@ def start(home: Path, lock: int | None) -> str | None:
     return None
 
 
+def log_entry(message: str) -> str:
+    """A line of ``run/agent.log`` as every process that writes there words it."""
+    return f"{time.strftime('%Y-%m-%dT%H:%M:%S')} pid {os.getpid()}: {message}"
+
+
 def log_line(home: Path, message: str) -> None:
-    """A line in ``run/agent.log``, from whichever process says it (lost on a full disk)."""
+    """A line in ``run/agent.log`` from a process whose stdout is elsewhere (lost on a full disk)."""
     with contextlib.suppress(OSError):
         fd = open_in_run(home, LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         try:
-            os.write(fd, f"{time.strftime('%Y-%m-%dT%H:%M:%S')} pid {os.getpid()}: {message}\n".encode())
+            os.write(fd, (log_entry(message) + "\n").encode())
         finally:
             os.close(fd)
