@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def checkpointing_rank(folder: Path) -> str:
-    """A rank that trains until SIGTERM, then takes a moment to write its checkpoint (counting
-    the SIGTERMs it got: a second one would interrupt a real program's checkpoint) and exits."""
+def checkpointing_rank(folder: Path, write_s: float = 0.5) -> str:
+    """A rank that trains until SIGTERM, then takes ``write_s`` seconds to write its checkpoint
+    (counting the SIGTERMs it got: a second one would interrupt a real program's checkpoint) and
+    exits."""
     return f"""
 import os, signal, sys, time
 got = []
@@ -15,7 +16,7 @@ def on_term(signum, frame):
     got.append(signum)
     if len(got) > 1:
         return
-    time.sleep(0.5)  # writing the checkpoint takes a while
+    time.sleep({write_s!r})  # writing the checkpoint takes a while
     path = os.path.join({str(folder)!r}, "ckpt-" + os.environ["RANK"])
     with open(path + ".tmp", "w") as fh:
         fh.write("step 42")

@@ -94,7 +94,7 @@ def test_no_engine_imports_another() -> None:
     ("unit", "allowed"),
     [
         ("scheduler", {"topology", "errors", "reference"}),  # pure: no engine, no model, no I/O layer
-        ("jobs", {"scheduler", "topology", "model", "errors", "reference"}),
+        ("jobs", {"scheduler", "topology", "model", "errors", "reference", "settings"}),  # settings: a job's grace
         ("runtime", {"jobs", "scheduler", "topology", "errors", "reference", "settings"}),
     ],
 )

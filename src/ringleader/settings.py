@@ -60,7 +60,8 @@ SETTINGS: dict[str, Setting] = {
                 "else embedded)", choices=ENGINE_NAMES),
         Setting("RINGLEADER_LOCK_TIMEOUT_S", "number", "how long a write waits for the state's lock",
                 default=30.0, low=0.1, high=86400.0),
-        Setting("RINGLEADER_GRACE_S", "number", "how long stopped processes get between SIGTERM and SIGKILL",
+        Setting("RINGLEADER_GRACE_S", "number", "how long a job's processes get between SIGTERM and SIGKILL when it "
+                "is stopped; read at submit and kept with the job",
                 default=5.0, low=0.0, high=3600.0),
         Setting("RINGLEADER_LEASE_S", "number", "how long the state folder's agent may go without a heartbeat "
                 "before a command or its standby takes it for stuck, kills it and replaces it", default=10.0,

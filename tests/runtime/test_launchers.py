@@ -34,7 +34,7 @@ def test_seed_line_is_split_into_options_and_program() -> None:
 
 def test_rewrite_owns_np_and_hosts_and_wraps_each_rank() -> None:
     argv = shlex.split(SEED.replace("-np \"4\"", "-np 4 -H a,b --hostfile hosts.txt"))
-    out = rewrite_mpirun(read_line(argv), 4, emulated=True, plan=Path("/p/plan.json"))
+    out = rewrite_mpirun(read_line(argv), 4, emulated=True, plan=Path("/p/plan.json"), grace_s=5.0)
     assert out[:5] == ["mpirun", "-np", "4", "--host", "localhost:4"]
     assert "-H" not in out and "--hostfile" not in out and "hosts.txt" not in out
     assert out.count("-np") == 1
@@ -48,8 +48,19 @@ def test_rewrite_owns_np_and_hosts_and_wraps_each_rank() -> None:
     assert out[wrap + 3 :] == shlex.split(SEED)[-5:]
 
 
+def test_mpirun_is_told_to_stop_its_ranks_as_every_launcher_does() -> None:
+    line = read_line(["mpirun", "-np", "2", "--mca", "ess_base_forward_signals", "SIGALRM",
+                      "--mca", "odls_base_sigkill_timeout", "1", "python", "train.py"])  # fmt: skip
+    argv = rewrite_mpirun(line, 2, True, Path("plan.json"), 6.5)
+    pairs = {argv[i + 1]: argv[i + 2] for i, word in enumerate(argv) if word == "--mca"}
+    assert pairs["ess_base_forward_signals"] == "SIGALRM,SIGURG"  # the user's own forwarded signal kept
+    assert pairs["odls_base_signal_direct_children_only"] == "1"
+    assert pairs["odls_base_sigkill_timeout"] == "7"  # not the user's 1 s: mpirun never cuts the grace
+    assert argv.count("--mca") == 3 and argv[-2:] == ["python", "train.py"]
+
+
 def test_rewrite_adds_what_emulated_nodes_need() -> None:
-    out = rewrite_mpirun(read_line(["mpirun", "python", "t.py"]), 2, emulated=True, plan=Path("p"))
+    out = rewrite_mpirun(read_line(["mpirun", "python", "t.py"]), 2, emulated=True, plan=Path("p"), grace_s=5.0)
     assert "--oversubscribe" in out and out[out.index("--bind-to") + 1] == "none"
     if os.geteuid() == 0:
         assert "--allow-run-as-root" in out

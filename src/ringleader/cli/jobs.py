@@ -179,8 +179,9 @@ def parse_command(words: Sequence[str]) -> list[str]:
     return read_command(words)
 
 
-TIME_LIMIT_HELP = ("Stop the job (SIGTERM, then SIGKILL after RINGLEADER_GRACE_S) and fail it after this long: "
-                   "90s, 30m, 2h, 1h30m or seconds. Lets it start early on GPUs reserved for a bigger job.")
+TIME_LIMIT_HELP = ("Stop the job (SIGTERM, then SIGKILL after the job's grace, RINGLEADER_GRACE_S at submit) "
+                   "and fail it after this long: 90s, 30m, 2h, 1h30m or seconds. Lets it start early on GPUs "
+                   "reserved for a bigger job.")
 
 
 def _time_limit(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
@@ -574,8 +575,9 @@ def logs(name: str, follow: bool, tail: int | None, instance: str | None, timest
 def delete(names: tuple[str, ...], now: bool, engine: str | None) -> None:
     """Stop jobs, free their GPUs, remove their state and logs (arena delete).
 
-    Every rank gets SIGTERM (on Slurm: scancel's, forwarded by Slurm), then RINGLEADER_GRACE_S
-    seconds (default 5) to write a checkpoint and exit, then SIGKILL; --now kills at once."""
+    Every rank gets SIGTERM (on Slurm: scancel's, forwarded by Slurm), then the job's grace
+    (RINGLEADER_GRACE_S when it was submitted, default 5 s) to write a checkpoint and exit, then
+    SIGKILL; --now kills at once."""
     with using_engine(engine) as rt:
         gone = rt.delete(list(dict.fromkeys(names)), now=now)
     for name in gone:

@@ -7,6 +7,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from ringleader import settings
 from ringleader.errors import UsageError
 from ringleader.jobs.line import CommandLine, line_from_dict, read_line
 
@@ -23,6 +24,7 @@ SUBMIT_ENV_KEYS = (
     "CUDA_HOME", "HOME", "USER", "LANG", "LC_ALL", "TMPDIR", "OMP_NUM_THREADS",
 )  # fmt: skip
 MAX_TIME_LIMIT_S = 365 * 24 * 3600.0  # a year: beyond it a limit is a typo, not a plan
+MAX_GRACE_S = settings.SETTINGS["RINGLEADER_GRACE_S"].high or 0.0
 SUBMIT_ENV_PREFIXES = ("NCCL_", "OMPI_MCA_", "PMIX_MCA_", "GLOO_", "TORCH_", "MKL_")
 
 
@@ -282,6 +284,16 @@ class JobSpec:
     # ``command`` as submit read it, once (jobs.line): kept with the job, so whoever launches it
     # reads this instead of parsing the line again.
     line: CommandLine | None = None
+    # Seconds between the SIGTERM of any stop (delete, time limit, a failed sibling) and SIGKILL:
+    # RINGLEADER_GRACE_S at submit, kept with the job as Kubernetes keeps a pod's
+    # terminationGracePeriodSeconds, so the agent's own environment never decides it.
+    grace_s: float | None = None
+
+    def stop_grace(self) -> float:
+        """The grace its ranks get when stopped (a job kept before it was recorded: the default)."""
+        if self.grace_s is not None:
+            return self.grace_s
+        return settings.number("RINGLEADER_GRACE_S")
 
     def command_line(self) -> CommandLine:
         """The command as read at submit; read now only for a spec kept before it was stored."""
@@ -304,6 +316,11 @@ class JobSpec:
         priority = self.priority
         if isinstance(priority, bool) or not isinstance(priority, int) or not -(2**31) <= priority < 2**31:
             raise UsageError(f"--priority must be a 32-bit integer, got {priority}", "give -2147483648 to 2147483647")
+        grace = self.grace_s
+        if grace is not None and (isinstance(grace, bool) or not isinstance(grace, int | float)
+                                  or not 0 <= grace <= MAX_GRACE_S):  # fmt: skip
+            raise UsageError(f"the grace must be 0 to {MAX_GRACE_S:g} seconds, got {grace}",
+                             "set RINGLEADER_GRACE_S to a number of seconds")  # fmt: skip
         limit = self.time_limit_s
         numeric = isinstance(limit, int | float) and not isinstance(limit, bool)
         if limit is not None and not (numeric and 0 < limit < MAX_TIME_LIMIT_S):
@@ -356,4 +373,5 @@ class JobSpec:
             kube=KubeOptions.from_dict(data.get("kube")),
             topology_required=data.get("topology_required"), topology_preferred=data.get("topology_preferred"),
             line=line_from_dict(data["line"]) if data.get("line") else None,
+            grace_s=None if data.get("grace_s") is None else float(data["grace_s"]),
         )  # fmt: skip

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from ringleader import settings
 from ringleader.errors import ConflictError, UnschedulableError, UsageError
 from ringleader.jobs.codec import decision_to_dict
 from ringleader.jobs.commandline import prepare_spec
@@ -104,6 +105,8 @@ def prepare_submit(spec: JobSpec, supports: Support, environ: Mapping[str, str] 
     """Validate ``spec``, record where and from what environment it was submitted, and read and
     prepare its command line once. ``environ`` is the submitter's environment (default: this
     process's); an API caller's explicit ``spec.submit_env`` stands for it."""
+    if spec.grace_s is None:  # the grace its ranks get when stopped, fixed now (see JobSpec.grace_s)
+        spec = dataclasses.replace(spec, grace_s=settings.number("RINGLEADER_GRACE_S"))
     spec.validate()
     if spec.image is not None:
         supports.require("image", "--image")

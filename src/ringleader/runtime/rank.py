@@ -43,6 +43,13 @@ if MYPY:
     Relay = Callable[[dict[str, Any], BinaryIO, subprocess.Popen[bytes]], Callable[[BinaryIO], object]]
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+# How a stop reaches ranks under mpirun. Open MPI's mpirun, on SIGTERM, signals its ranks only
+# after odls_base_sigkill_timeout (1 s) and SIGKILLs them one timeout later, and it refuses to
+# forward SIGTERM; it does forward the signals of ess_base_forward_signals. So the launcher
+# wrapper turns its SIGTERM into this signal to mpirun, mpirun forwards it to every rank wrapper
+# (on ssh hosts too), and each turns it into one SIGTERM to its program: the grace starts at
+# once everywhere. SIGURG: ignored by default, so a process it strays to is not harmed.
+STOP_SIGNAL = signal.SIGURG
 HEARTBEAT_S = 2.0
 STREAM_OUTPUT, STREAM_STATE, STREAM_HEARTBEAT = b"O", b"S", b"H"
 # The first line of a container guard's ``-c`` source: how the wrapper knows its own guard.
@@ -334,9 +341,10 @@ def cannot_start(program: list[str], given: list[str], exc: OSError) -> str:
     return f"ringleader: cannot start {program[0]!r}: {exc.strerror}"
 
 
-def _start(program: list[str], env: dict[str, str], forwarded: tuple[int, ...] = FORWARDED) -> subprocess.Popen[bytes]:
-    child = subprocess.Popen(program, env=env, stdin=subprocess.DEVNULL,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+def _start(program: list[str], env: dict[str, str], forwarded: tuple[int, ...] = FORWARDED,
+           launcher: bool = False) -> subprocess.Popen[bytes]:  # fmt: skip
+    child = subprocess.Popen(program, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)  # fmt: skip
     for sig in forwarded:
         signal.signal(sig, lambda s, _f: child.send_signal(s))
     if signal.SIGTERM not in forwarded:
@@ -344,7 +352,44 @@ def _start(program: list[str], env: dict[str, str], forwarded: tuple[int, ...] =
         # give the program a second SIGTERM in the middle of its handler. The wrapper stays up
         # to record the program's exit code.
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        return child
+    stopped: list[int] = []
+
+    def stop(_sig: int, _frame: object) -> None:
+        # A stop reaches the program once: ringleader's SIGTERM, the stop signal mpirun
+        # forwarded, then mpirun's own SIGTERM when another rank ends early must not interrupt
+        # the handler that writes its checkpoint.
+        if not stopped:
+            stopped.append(1)
+            child.send_signal(STOP_SIGNAL if launcher else signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(STOP_SIGNAL, stop)
     return child
+
+
+def _die_with_parent() -> None:
+    """In the program, before it runs: SIGKILL when this wrapper dies. mpirun signals only its
+    direct children (the wrappers, see ``stop_mca``), so a wrapper it SIGKILLs must not leave
+    the program running on its host (Linux PR_SET_PDEATHSIG)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def stop_mca(given: dict[str, str], grace_s: float) -> dict[str, str]:
+    """The mpirun parameters (``--mca NAME VALUE``) that stop its ranks as ringleader stops any
+    rank: the stop signal forwarded (beside any the user forwards), signals to the rank wrappers
+    alone (each passes one on), and no SIGKILL of mpirun's own before the grace has passed."""
+    forwards = [s for s in given.get("ess_base_forward_signals", "").split(",") if s and s != "none"]
+    return {
+        "ess_base_forward_signals": ",".join([*forwards, signal.Signals(STOP_SIGNAL).name]),
+        "odls_base_signal_direct_children_only": "1",
+        "odls_base_sigkill_timeout": str(max(1, -int(-grace_s // 1))),
+    }
 
 
 def _final(state: dict[str, Any], code: int) -> dict[str, Any]:
@@ -422,7 +467,7 @@ def main(argv: list[str], relay: Relay | None = None) -> int:
     forwarded = tuple(s for s in FORWARDED if s != signal.SIGTERM) if "--no-term-forward" in own else FORWARDED
     with os.fdopen(fd, "ab") as log:
         try:
-            child = _start(program, env, forwarded)
+            child = _start(program, env, forwarded, launcher=launcher)
         except OSError as exc:
             log.write(stamp() + (cannot_start(program, given, exc) + "\n").encode())
             _write_state(state_file, {**state, "exit_code": 127, "ended_at": time.time()})

@@ -14,6 +14,7 @@ import dataclasses
 import json
 import os
 import shutil
+import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -346,11 +347,12 @@ class Runtime:
     # -- removal --------------------------------------------------------------------------------
     def delete(self, names: Sequence[str], now: bool = False) -> list[str]:
         """Stop each job's processes, free its GPUs, remove its state and logs. Every rank gets
-        SIGTERM, then RINGLEADER_GRACE_S to exit, then SIGKILL; ``now``: SIGKILL at once.
+        SIGTERM, then the job's grace to exit (RINGLEADER_GRACE_S at its submit), then SIGKILL;
+        ``now``: SIGKILL at once.
 
         A waiting or finished job is forgotten here; a running one is asked of the folder's agent
         (its stop recorded, then the agent woken), and this returns once the agent forgot it."""
-        grace = 0.0 if now else grace_seconds()
+        graces: dict[str, float] = {}
         with self.db.read() as conn:
             missing = [n for n in names if store.job_row(conn, n) is None]
         if missing:
@@ -369,9 +371,12 @@ class Runtime:
                         store.delete_job(conn, name)
                         continue
                     if row["launch"] != Launch.STOPPING.value:
+                        grace = graces[name] = 0.0 if now else job_grace(row)
                         store.update_job(conn, name, launch=Launch.STOPPING, stop_grace=grace)
                         how = "SIGKILL at once" if grace <= 0 else f"SIGTERM, then SIGKILL after {grace:g} s"
                         store.add_event(conn, name, "Deleting", f"stop requested ({how})", at)
+                    else:  # another delete asked first: its grace holds
+                        graces[name] = float(row["stop_grace"] or 0.0)
                     stopping.append(name)
             return stopping
 
@@ -382,7 +387,7 @@ class Runtime:
                 remove_job_folders(self.home, name)  # never through a link put in a folder's place
         crash_point("delete-requested")  # killed here: the agent stops and forgets the jobs all the same
         if stopping:
-            self._until_forgotten(stopping, grace)
+            self._until_forgotten(stopping, max(graces.values(), default=0.0))
         return list(names)
 
     def _until_forgotten(self, names: list[str], grace: float) -> None:
@@ -411,6 +416,14 @@ class Runtime:
         cutoff = time.time() - since_seconds
         old = [v.name for v in self.list_jobs() if v.status.is_terminal() and (v.ended_at or 0) < cutoff]
         return self.delete(old) if old else []
+
+
+def job_grace(row: sqlite3.Row) -> float:
+    """The grace a job's ranks get (its spec's); a row too damaged to read gets the default."""
+    try:
+        return JobSpec.from_dict(json.loads(row["spec"])).stop_grace()
+    except (ValueError, TypeError, KeyError):
+        return grace_seconds()
 
 
 def open_embedded(home: Path, readonly: bool = False) -> Runtime:

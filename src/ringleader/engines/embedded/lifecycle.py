@@ -11,7 +11,6 @@ from ringleader.engines.embedded import store
 from ringleader.jobs.codec import decision_to_dict, placement_to_dict
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import InstanceStatus, JobStatus, Launch
-from ringleader.runtime.procs import grace_seconds
 from ringleader.scheduler import ClusterState, Code, Decision, QueuedJob, schedule_queue
 
 # meta key: how jobs on ssh hosts launch here (extra MCA parameters, rank env, the head's
@@ -49,9 +48,9 @@ def expected_ends(conn: sqlite3.Connection) -> dict[str, float]:
     and the grace its ranks get between SIGTERM and SIGKILL at the limit."""
     ends = {}
     for row in store.job_rows(conn, [JobStatus.RUNNING]):
-        limit = JobSpec.from_dict(json.loads(row["spec"])).time_limit_s
-        if limit is not None and row["started_at"] is not None:
-            ends[row["name"]] = float(row["started_at"]) + limit + grace_seconds()
+        spec = JobSpec.from_dict(json.loads(row["spec"]))
+        if spec.time_limit_s is not None and row["started_at"] is not None:
+            ends[row["name"]] = float(row["started_at"]) + spec.time_limit_s + spec.stop_grace()
     return ends
 
 

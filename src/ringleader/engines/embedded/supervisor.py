@@ -24,10 +24,10 @@ from typing import Any
 from ringleader.engines.embedded import store
 from ringleader.engines.embedded.containers import placed_nodes, remove_containers, resolve_image
 from ringleader.engines.embedded.folders import remove_job_folders
-from ringleader.engines.embedded.hosts.launch import hosts_command, master_address
+from ringleader.engines.embedded.hosts.launch import hosts_command, master_address, stop_options
 from ringleader.engines.embedded.lifecycle import HOSTS_SETTINGS, finish_job, schedule_pass
 from ringleader.jobs.codec import placement_from_dict
-from ringleader.jobs.line import CommandLine
+from ringleader.jobs.line import CommandLine, option_words
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import InstanceStatus, JobStatus, Launch
 from ringleader.runtime.containers import readable
@@ -45,7 +45,7 @@ from ringleader.runtime.plan import (
     state_path,
     worker_lines,
 )  # fmt: skip
-from ringleader.runtime.procs import alive, find_by_args, grace_seconds, start_time, stop_all
+from ringleader.runtime.procs import alive, find_by_args, start_time, stop_all
 from ringleader.runtime.rank import signal_name
 from ringleader.scheduler.types import approx_duration
 from ringleader.topology import NodeSpec
@@ -103,6 +103,7 @@ class Supervisor:
         self.starting: Watched | None = None  # the instance being started, if Popen raises
         self.started_at: float | None = None  # when the job was placed (wall clock, as recorded)
         self.time_limit_s: float | None = None
+        self.grace_s = 0.0  # the job's grace (JobSpec.grace_s), read at the claim
         self.deadline: float | None = None  # time.monotonic() at which the time limit is reached
         self.timed_out = False
         self.spec: JobSpec | None = None
@@ -131,6 +132,7 @@ class Supervisor:
         if claimed is not None:
             spec, _, _ = claimed
             self.time_limit_s = spec.time_limit_s
+            self.grace_s = spec.stop_grace()
             if spec.time_limit_s is not None:
                 # The wall clock read once, for the time already run (an adopted job); from
                 # here on the limit runs on the monotonic clock, which no clock change moves.
@@ -196,7 +198,7 @@ class Supervisor:
             self._start(f"{spec.name}-launcher", [*rank_wrapper(pfile, launcher=True, hosts=True), *argv], spec)
         elif line.mpirun:
             emulated = any(nodes[n].emulated for n in placement.nodes)
-            argv = rewrite_mpirun(line, spec.workers, emulated, pfile)
+            argv = rewrite_mpirun(line, spec.workers, emulated, pfile, spec.stop_grace())
             self._start(f"{spec.name}-launcher", [*rank_wrapper(pfile, launcher=True), *argv], spec)
             detail = _shown(argv, spec)
         else:
@@ -213,7 +215,7 @@ class Supervisor:
         firsts = [w for w in self.watched if w.role == "launcher"] or self.watched
         if all(w.pid is not None or read_state(w.state_file) is not None for w in firsts):
             return False
-        stop_all(self.every_process(), grace_seconds())
+        stop_all(self.every_process(), self.grace_s)
         started = 0
         for w in self.watched:
             started += w.pid is not None or w.state_file.exists()
@@ -394,7 +396,7 @@ class Supervisor:
             if not w.done:
                 w.note, w.stopping = why, True
         # Every instance's processes, finished ones too: a lost wrapper may leave its program behind.
-        stop_all([t for w in self.watched for t in self.targets(w)], grace_seconds())
+        stop_all([t for w in self.watched for t in self.targets(w)], self.grace_s)
         self.observe()
         for w in self.watched:
             if not w.done and not any(alive(p, s) for p, s in self.targets(w)):
@@ -487,7 +489,7 @@ class Supervisor:
             if self.not_started:
                 finish_job(conn, self.job, JobStatus.FAILED, self.not_started, now)
             elif self.timed_out:  # first: ranks that exit 0 on SIGTERM still did not finish
-                grace = f"SIGTERM, then SIGKILL after {grace_seconds():g} s"
+                grace = f"SIGTERM, then SIGKILL after {self.grace_s:g} s"
                 reason = f"TIMEOUT: reached its time limit of {self._limit_text()}; its processes were stopped "
                 reason += f"({grace})"
                 finish_job(conn, self.job, JobStatus.FAILED, reason, now)
@@ -582,8 +584,9 @@ def _exit_fd(pid: int) -> int | None:
         return None
 
 
-def rewrite_mpirun(line: CommandLine, workers: int, emulated: bool, plan: Path) -> list[str]:
-    """The mpirun line that starts ``workers`` ranks on this host, each under the rank wrapper."""
+def rewrite_mpirun(line: CommandLine, workers: int, emulated: bool, plan: Path, grace_s: float) -> list[str]:
+    """The mpirun line that starts ``workers`` ranks on this host, each under the rank wrapper
+    and stopped as every rank is (``grace_s`` between SIGTERM and SIGKILL)."""
     names = {o.name for o in line.kept_options}
     extra: list[str] = []
     if os.geteuid() == 0 and "allow-run-as-root" not in names:
@@ -595,4 +598,5 @@ def rewrite_mpirun(line: CommandLine, workers: int, emulated: bool, plan: Path) 
         extra += ["--bind-to", "none"]
     # Every node is a process group on this host, so all ranks go to localhost.
     head = [line.argv[0], "-np", str(workers), "--host", f"localhost:{workers}"]
-    return [*head, *extra, *line.kept, *rank_wrapper(plan), *line.program]
+    kept, stopping = stop_options(list(line.kept_options), grace_s)
+    return [*head, *extra, *stopping, *option_words(kept), *rank_wrapper(plan), *line.program]

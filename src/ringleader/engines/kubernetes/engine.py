@@ -183,7 +183,7 @@ class KubernetesEngine:
                               f"{per_pod * spec.gpus_per_worker} GPU(s)): ranks of one pod reach each other's GPUs "
                               "over NVLink")  # fmt: skip
         job = manifests.mpijob(spec, namespace, line=sub.line, delivery=delivery, per_pod=per_pod,
-                               grace_s=settings.number("RINGLEADER_GRACE_S"))  # fmt: skip
+                               grace_s=spec.stop_grace())  # fmt: skip
         shown = [job, manifests.podgroup(spec, namespace, per_pod=per_pod),
                  *self._extras(spec, namespace, delivery, per_pod, None)]  # fmt: skip
         extra: dict[str, Any] = {"manifests": manifests.dump_all(shown), "namespace": namespace,

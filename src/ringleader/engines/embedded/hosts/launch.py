@@ -22,6 +22,7 @@ from ringleader.engines.embedded.hosts.ssh import write_config
 from ringleader.jobs.line import MpiOption, option_words
 from ringleader.jobs.spec import CONTAINER_RUNTIME_KEYS, JobSpec
 from ringleader.runtime.plan import rank_source
+from ringleader.runtime.rank import stop_mca
 from ringleader.scheduler import Placement
 from ringleader.topology import NodeSpec
 
@@ -117,7 +118,7 @@ def hosts_command(
     # mapper, an emulated cluster's interfaces) replace a user's setting that asks for another
     # value; keepalive tuning is the user's where given.
     owned = {"plm_rsh_agent": f"ssh -F {config}", "plm_rsh_no_tree_spawn": "1", "rmaps": "seq",
-             **settings.get("mca", {})}  # fmt: skip
+             **settings.get("mca", {}), **stop_mca(mca_values(options), spec.stop_grace())}  # fmt: skip
     mca_replaced = [o for o in options if _mca(o) in owned and o.values[1] != str(owned[o.values[0]])]
     options = [o for o in options if _mca(o) not in owned]
     given_mca = {_mca(o) for o in options}
@@ -137,6 +138,18 @@ def hosts_command(
         shown += (f" (mpirun {shlex.join(option_words(mca_replaced))} replaced: the launcher sets these for the "
                   "cluster's hosts and network)")  # fmt: skip
     return [*argv, *kept, *wrapper, *program], shown
+
+
+def stop_options(options: list[MpiOption], grace_s: float) -> tuple[list[MpiOption], list[str]]:
+    """``options`` without the parameters that decide how ranks are stopped, and the words that
+    set those as every launcher of ringleader's does (``rank.stop_mca``)."""
+    mca = stop_mca(mca_values(options), grace_s)
+    return [o for o in options if _mca(o) not in mca], [w for k, v in mca.items() for w in ("--mca", k, v)]
+
+
+def mca_values(options: list[MpiOption]) -> dict[str, str]:
+    """The ``--mca NAME VALUE`` settings among ``options``."""
+    return {o.values[0]: o.values[1] for o in options if _mca(o) is not None}
 
 
 def _mca(option: MpiOption) -> str | None:
