@@ -228,3 +228,20 @@ def test_a_holder_keeps_beating_on_a_full_disk(small_disk: Path) -> None:
         assert silent is not None and silent < 2 * HEARTBEAT_S, f"no beat for {silent} s on a full disk"
     finally:
         beat.stop()
+
+
+@pytest.mark.parametrize("room", [0, 4 << 10, 16 << 10, 40 << 10, 96 << 10])
+def test_a_first_command_on_a_full_disk_leaves_a_folder_that_works_once_there_is_room(
+    small_disk: Path, room: int
+) -> None:
+    home = small_disk / "home"
+    filler = fill_leaving(small_disk, room)
+    done = cli(home, "submit", "mpi", "--name", "first", "--", "true")
+    filler.unlink()
+    if done.returncode != 0:
+        assert refusal_problem(done) is None, refusal_problem(done)
+        db = home / "state.db"
+        assert not db.exists() or db.stat().st_size > 0, "a 0-byte state.db was left behind"
+    listed = cli(home, "list")
+    assert listed.returncode == 0, listed.stderr  # never "its jobs and cluster are lost"
+    assert cli(home, "submit", "mpi", "--name", "second", "--", "true").returncode == 0

@@ -145,3 +145,16 @@ def test_gpus_held_by_a_job_that_no_longer_exists_are_freed(tmp_path: Path) -> N
     conn = sqlite3.connect(home / "state.db")
     assert conn.execute("SELECT count(*) FROM allocations").fetchone()[0] == 0
     conn.close()
+
+
+def test_racing_first_commands_on_a_new_folder_all_work(tmp_path: Path) -> None:
+    home = tmp_path / "new"
+    env = {**os.environ, "RINGLEADER_HOME": str(home)}
+    line = [sys.executable, "-m", "ringleader.cli.main"]
+    racers = [subprocess.Popen([*line, "submit", "mpi", "--name", f"j{n}", "--", "true"], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+              for n in range(10)]  # fmt: skip
+    results = [(p.wait(timeout=120), p.stderr.read() if p.stderr else "") for p in racers]
+    assert all(code == 0 for code, _ in results), [err for code, err in results if code]
+    with Runtime.open(home) as rt:
+        assert {j.name for j in rt.list_jobs()} == {f"j{n}" for n in range(10)}

@@ -12,6 +12,7 @@ import errno
 import json
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -302,8 +303,8 @@ def _open_file(home: Path, path: Path, exists: bool, reserve: bool = True) -> tu
         if not exists or exc.errno != errno.EROFS:
             raise
         return _open_read_only(home, path), False  # a read-only file system: reads still work
-    if not exists:  # created private: SQLite gives its -wal and -shm files the same mode
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+    if not exists:
+        _create(path)
     conn = _connect(str(path))
     try:
         conn.execute("PRAGMA journal_mode=WAL")
@@ -317,6 +318,29 @@ def _open_file(home: Path, path: Path, exists: bool, reserve: bool = True) -> tu
     if reserve:
         keep_reserve(home)
     return Store(home, conn), not exists
+
+
+def _create(path: Path) -> None:
+    """Make the database whole beside ``path`` and link it into place, so that ``path`` is
+    either a complete database or absent: a first write that fails (a full disk) leaves nothing
+    to mistake for a lost state, and racing first commands find a database or make theirs (the
+    first link wins; the others use it). Created private: SQLite gives its -wal and -shm files
+    the same mode."""
+    fresh = path.with_name(f".{path.name}.new-{os.getpid()}-{threading.get_ident()}")
+    parts = [fresh.with_name(fresh.name + suffix) for suffix in ("", "-wal", "-shm", "-journal")]
+    try:
+        os.close(os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+        conn = _connect(str(fresh))
+        try:
+            _migrate(conn, str(path))  # with a rollback journal: committed in the file itself
+        finally:
+            conn.close()
+        with contextlib.suppress(FileExistsError):
+            os.link(fresh, path)
+    finally:
+        for part in parts:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(part)
 
 
 def _open_failed(home: Path, path: Path, exists: bool, exc: Exception) -> tuple[Store, bool]:
@@ -417,7 +441,8 @@ def _migrate(conn: sqlite3.Connection, where: str) -> None:
     try:
         current = _version(conn, Path(where)) == SCHEMA_VERSION
     finally:
-        conn.execute("ROLLBACK")
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
     if current:
         return
     _begin_immediate(conn, Path(where))
@@ -438,7 +463,8 @@ def _migrate(conn: sqlite3.Connection, where: str) -> None:
             else:
                 conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(target),))
     except BaseException:
-        conn.execute("ROLLBACK")
+        if conn.in_transaction:  # SQLite rolls back by itself on a full disk
+            conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
 
