@@ -143,6 +143,32 @@ def test_a_delete_asks_the_agent_and_returns_once_the_job_is_forgotten(small: Ru
 
 
 @pytest.mark.slow
+def test_racing_deletes_of_the_same_jobs_each_return_and_none_is_failed(small: Runtime, h, tmp_path: Path) -> None:
+    """`delete a b c d` racing `delete a` and `delete a`: each command deletes its jobs, or, when
+    another deleted one first, says so in one line and changes nothing; nobody is killed and no
+    job ends FAILED on the way."""
+    for name in "abcd":
+        small.submit(h.spec(name, h.py(h.waiting_rank(tmp_path / "never")), workers=1, gpus=1))
+    h.wait_for(lambda: all("up" in small.logs(n, f"{n}-worker-0") for n in "abcd"), what="the ranks to start")
+    env = {**os.environ, "RINGLEADER_HOME": str(small.home)}
+    line = [sys.executable, "-m", "ringleader.cli.main", "delete"]
+    asked = (["a", "b", "c", "d"], ["a"], ["a"])
+    racers = [subprocess.Popen([*line, *names], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+              for names in asked]  # fmt: skip
+    left = set("abcd")
+    for names, racer in zip(asked, racers, strict=True):
+        out, err = racer.communicate(timeout=120)
+        if racer.returncode == 0:
+            assert out.splitlines() == [f"job {n!r} deleted" for n in names]
+            left -= set(names)
+        else:
+            assert (racer.returncode, err) == (1, "error: job 'a' not found. To fix: see `ringleader list`\n")
+    jobs = small.list_jobs()
+    assert {j.name for j in jobs} == left and "a" not in left
+    assert all(j.status is JobStatus.RUNNING for j in jobs)  # never FAILED by a sibling's stop
+
+
+@pytest.mark.slow
 def test_a_job_the_agent_cannot_supervise_is_failed_not_held_for_ever(small: Runtime, h, tmp_path: Path) -> None:
     """Its row damaged while no agent ran (its placement no longer JSON): each thread the new
     agent gives it fails; after the third the job is FAILED saying why, its ranks are stopped,
