@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from ringleader.engines.embedded.engine import JobSpec, Runtime
+from statedb import kill_agents
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -51,6 +52,7 @@ def test_export_under_concurrent_writers_then_import_after_the_state_is_lost(tmp
         writer.join()
     assert done.returncode == 0, done.stderr
     assert oct(backup.stat().st_mode & 0o777) == "0o600"
+    kill_agents(home)  # nothing may write the file back (the agent leaves a second after the jobs end)
     (home / "state.db").write_bytes(b"")  # lost
     assert cli(home, "list").returncode == 2
     restored = cli(home, "state", "import", str(backup))

@@ -158,3 +158,123 @@ def test_racing_first_commands_on_a_new_folder_all_work(tmp_path: Path) -> None:
     assert all(code == 0 for code, _ in results), [err for code, err in results if code]
     with Runtime.open(home) as rt:
         assert {j.name for j in rt.list_jobs()} == {f"j{n}" for n in range(10)}
+
+
+def test_engine_use_never_writes_through_a_link_nor_into_a_refused_folder(tmp_path: Path, victim: Path) -> None:
+    home = tmp_path / "home"
+    assert cli(home, "engine", "use", "embedded").returncode == 0  # the folder made
+    (home / "config.json").unlink()
+    (home / "config.json").symlink_to(victim / "notes.txt")
+    before = snapshot(victim)
+    err = one_line(cli(home, "engine", "use", "slurm"))
+    assert f"{home / 'config.json'} in the state folder is a symbolic link" in err
+    one_line(cli(home, "list"))  # every command: the default engine is never read through it either
+    assert snapshot(victim) == before
+    (home / "config.json").unlink()
+    home.chmod(0o777)
+    err = one_line(cli(home, "engine", "use", "slurm"))
+    assert "can be written by" in err and not (home / "config.json").exists()
+    home.chmod(0o700)
+    assert cli(home, "engine", "use", "slurm").returncode == 0
+    assert (home / "config.json").read_text() == '{"engine": "slurm"}'
+
+
+def test_engine_use_on_a_read_only_folder_is_one_line(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a read-only folder")
+    home = tmp_path / "home"
+    assert cli(home, "engine", "use", "embedded").returncode == 0  # the folder made
+    subprocess.run(["mount", "--bind", str(home), str(home)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(home)], check=True)
+        err = one_line(cli(home, "engine", "use", "slurm"))
+        assert f"cannot write {home / 'config.json'} (Read-only file system)" in err
+    finally:
+        subprocess.run(["umount", str(home)], check=False)
+
+
+def test_a_folder_above_the_state_folder_others_may_write_is_refused(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)  # not sticky: anyone may rename what is in it
+    home = shared / "home"
+    err = one_line(submit(home))
+    assert f"{shared}, above the state folder, can be written by others" in err
+    assert not home.exists()
+    shared.chmod(0o1777)  # sticky, like /tmp: only an entry's owner may replace it
+    assert submit(home).returncode == 0
+
+
+def test_a_link_another_user_planted_on_the_way_is_not_followed(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to plant a link as another user")
+    public = tmp_path / "public"
+    public.mkdir()
+    public.chmod(0o1777)
+    target = tmp_path / "where-they-want-it"
+    (public / "rl").symlink_to(target)
+    os.chown(public / "rl", 65534, 65534, follow_symlinks=False)
+    err = one_line(submit(public / "rl"))
+    assert f"goes through {public / 'rl'}, a link nobody owns and could point anywhere" in err
+    assert not target.exists()
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, 65534, 65534)
+    err = one_line(submit(theirs / "home"))
+    assert f"{theirs}, above the state folder, belongs to" in err and "could replace" in err
+    assert not (theirs / "home").exists()
+
+
+def test_a_link_planted_in_a_waiting_jobs_log_folder_is_never_written_through(tmp_path: Path, victim: Path) -> None:
+    home = tmp_path / "home"
+    (tmp_path / "c.yaml").write_text(CLUSTER)
+    assert cli(home, "cluster", "apply", "-f", str(tmp_path / "c.yaml")).returncode == 0
+    hold = ["submit", "mpi", "--name", "hold", "--gpus", "4", "--", sys.executable, "-c",
+            "import time; time.sleep(300)"]
+    assert cli(home, *hold).returncode == 0
+    assert cli(home, "submit", "mpi", "--name", "job", "--gpus", "1", "--", sys.executable, "-c",
+               "print('hello')").returncode == 0  # fmt: skip
+    (home / "logs" / "job").mkdir(mode=0o700, exist_ok=True)
+    (home / "logs" / "job" / "job-worker-0.log").symlink_to(victim / "notes.txt")
+    before = snapshot(victim)
+    assert cli(home, "delete", "hold").returncode == 0  # the job starts now
+    view = Runtime.open(home).wait("job", timeout=60)
+    assert view.status.value == "SUCCEEDED", view
+    assert snapshot(victim) == before
+    assert "hello" in cli(home, "logs", "job").stdout
+    log = home / "logs" / "job" / "job-worker-0.log"
+    log.unlink()
+    log.symlink_to(victim / "notes.txt")
+    err = one_line(cli(home, "logs", "job"))
+    assert "is a symbolic link" in err and "keep me too" not in err
+
+
+def test_a_state_database_that_is_a_link_is_refused(tmp_path: Path, victim: Path) -> None:
+    home = tmp_path / "home"
+    assert submit(home, "first").returncode == 0
+    Runtime.open(home).wait("first", timeout=60)
+    (home / "state.db").rename(victim / "state.db")
+    (home / "state.db").symlink_to(victim / "state.db")
+    before = snapshot(victim)
+    for args in (["list"], ["submit", "mpi", "--name", "x", "--", "true"]):
+        err = one_line(cli(home, *args))
+        assert f"{home / 'state.db'} in the state folder is a symbolic link" in err
+    assert snapshot(victim) == before
+
+
+@pytest.mark.parametrize("planted", ["folder", "link"])
+def test_something_else_at_the_agents_log_does_not_stop_the_queue(tmp_path: Path, victim: Path, planted: str) -> None:
+    home = tmp_path / "home"
+    assert cli(home, "engine", "use", "embedded").returncode == 0  # the folder made
+    log = home / "run" / "agent.log"
+    log.unlink(missing_ok=True)
+    if planted == "folder":
+        log.mkdir()
+    else:
+        log.symlink_to(victim / "notes.txt")
+    before = snapshot(victim)
+    assert submit(home).returncode == 0
+    view = Runtime.open(home).wait("job", timeout=60)
+    assert view.status.value == "SUCCEEDED", view
+    assert snapshot(victim) == before
+    assert log.is_file() and not log.is_symlink()

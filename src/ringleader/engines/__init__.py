@@ -18,7 +18,8 @@ from pathlib import Path
 
 from ringleader import settings
 from ringleader.engines.base import Engine
-from ringleader.errors import UsageError
+from ringleader.errors import StateError, UsageError
+from ringleader.statefolder import make_private_home, open_file, write_file
 
 # name -> "module:factory"; a factory takes the ringleader home folder and returns an Engine.
 ENGINES: dict[str, str] = {
@@ -28,6 +29,7 @@ ENGINES: dict[str, str] = {
 }
 DEFAULT = "embedded"
 CONFIG = "config.json"
+MAX_CONFIG_BYTES = 64 << 10  # it holds one name: anything bigger is not ringleader's
 
 __all__ = ["DEFAULT", "ENGINES", "Engine", "chosen_engine", "open_engine", "set_default_engine"]
 
@@ -38,16 +40,23 @@ def check_engine(name: str) -> str:
     return name
 
 
-def _config_path(home: Path) -> Path:
-    return home / CONFIG
+def _read_config(home: Path) -> object:
+    """config.json as JSON, never read through a link (StateError); None where it is missing
+    or unreadable."""
+    try:
+        fd = open_file(home, CONFIG)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        try:
+            return json.loads(fh.read(MAX_CONFIG_BYTES))
+        except ValueError:
+            return None
 
 
 def default_engine(home: Path) -> str:
     """The persistent default (`ringleader engine use`), else `embedded`."""
-    try:
-        data = json.loads(_config_path(home).read_text())
-    except (OSError, ValueError):
-        return DEFAULT
+    data = _read_config(home)
     name = data.get("engine") if isinstance(data, dict) else None
     return name if isinstance(name, str) and name in ENGINES else DEFAULT
 
@@ -59,20 +68,18 @@ def chosen_engine(home: Path, flag: str | None = None) -> str:
 
 
 def set_default_engine(home: Path, name: str) -> None:
+    """Record ``name`` as the folder's default engine: in a state folder checked as every
+    command checks it, the file replaced whole, never written through a link."""
     check_engine(name)
-    home.mkdir(mode=0o700, parents=True, exist_ok=True)
-    path = _config_path(home)
-    try:
-        data = json.loads(path.read_text())
-        data = data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        data = {}
+    read = _read_config(home)
+    data = read if isinstance(read, dict) else {}
     data["engine"] = name
-    tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(data, fh)
-    os.replace(tmp, path)
+    try:
+        make_private_home(home)
+        write_file(home, CONFIG, json.dumps(data).encode())
+    except OSError as exc:
+        raise StateError(f"cannot write {home / CONFIG} ({exc.strerror or exc})",
+                         "free some space, or make the folder writable, then retry") from None  # fmt: skip
 
 
 def open_engine(name: str, home: Path, readonly: bool = False) -> Engine:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from ringleader.errors import NotFoundError
+from ringleader.errors import NotFoundError, StateError
 from ringleader.jobs.views import JobView
 
 
@@ -45,11 +45,23 @@ def read_log(path: Path, tail: int | None = None, timestamps: bool = False) -> s
     return _read_log(path, tail, timestamps)[0]
 
 
+def _open_log(path: Path) -> BinaryIO:
+    """A job's log for reading, never through a link in its place or in its job's folder's
+    (the folders above are checked whenever the state is opened): one planted there would
+    show the user another file. FileNotFoundError while it does not exist."""
+    for step in (path.parent, path):
+        if step.is_symlink():
+            raise StateError(f"{step} is a symbolic link (ringleader never reads a log through one)",
+                             f"remove the link (rm {step})")  # fmt: skip
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    return os.fdopen(fd, "rb")
+
+
 def _read_log(path: Path, tail: int | None, timestamps: bool) -> tuple[str, int]:
     """The log's lines (its last ``tail``: read from the end, so the memory needed is that of
     the lines shown, not of the whole log) and the offset just past what was read."""
     try:
-        fh = open(path, "rb")  # noqa: SIM115 - closed by the with below
+        fh = _open_log(path)
     except FileNotFoundError:
         return "", 0
     with fh:
@@ -100,7 +112,7 @@ def follow_log(
     while True:
         done = get().status.is_terminal()
         if path.exists() and path.stat().st_size > offset:
-            with open(path, "rb") as fh:
+            with _open_log(path) as fh:
                 fh.seek(offset)
                 chunk = fh.read()
             cut = len(chunk) if done else chunk.rfind(b"\n") + 1

@@ -219,6 +219,19 @@ def _entry(plan: dict[str, Any], args: list[str]) -> tuple[dict[str, Any], dict[
 STATE_RETRY_S = 120.0
 
 
+def _open_log(path: str) -> int:
+    """The instance's log, for appending; a link planted in its place is removed, never
+    written through (its folder is ringleader's own: see statefolder.make_job_folders)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
+    try:
+        return os.open(path, flags, 0o600)
+    except OSError:
+        if not os.path.islink(path):
+            raise
+        os.unlink(path)
+        return os.open(path, flags, 0o600)
+
+
 def _write_state(path: str, data: dict[str, Any], retry_s: float = 0.0) -> None:
     """Atomically, privately; on a full disk retried for ``retry_s`` seconds, then given up (the
     supervisor then records the exit code it sees itself, or the instance as lost)."""
@@ -226,7 +239,7 @@ def _write_state(path: str, data: dict[str, Any], retry_s: float = 0.0) -> None:
     tmp = f"{os.path.splitext(path)[0]}.tmp{os.getpid()}"
     while True:
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
             with os.fdopen(fd, "w") as fh:
                 fh.write(json.dumps(data))
             os.replace(tmp, path)
@@ -460,7 +473,7 @@ def main(argv: list[str], relay: Relay | None = None) -> int:
     }  # fmt: skip
     _write_state(state_file, state, retry_s=STATE_RETRY_S)
     try:
-        fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        fd = _open_log(log_file)
     except OSError:  # a full disk cannot create the log: the program still runs
         fd = os.open(os.devnull, os.O_WRONLY)
     # --no-term-forward: under Slurm, whose scancel sends SIGTERM to every process of the job.

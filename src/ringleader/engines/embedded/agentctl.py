@@ -20,6 +20,7 @@ from pathlib import Path
 from ringleader.engines.embedded.liveness import lease_seconds, read_beat, write_beat_file
 from ringleader.runtime.plan import supervisor_env
 from ringleader.runtime.procs import alive, signal_proc, start_time
+from ringleader.statefolder import remove_entry
 
 AGENT_MODULE = "ringleader.engines.embedded.agent"
 LOCK, STANDBY_LOCK = "agent.lock", "agent.standby.lock"
@@ -34,9 +35,16 @@ def open_run_dir(home: Path) -> int:
 
 
 def open_in_run(home: Path, name: str, flags: int) -> int:
-    """A file of ``run/`` opened without following a link at any step below the state folder."""
+    """A file of ``run/`` opened without following a link at any step below the state folder.
+    One ringleader makes (``flags`` with O_CREAT) is made afresh where something else took its
+    name (a link, a folder, a FIFO): run/ is ringleader's own, and a log or lock that cannot be
+    opened would stop the folder's agent, and with it the queue."""
     run = open_run_dir(home)
     try:
+        if flags & os.O_CREAT:
+            with contextlib.suppress(FileNotFoundError):
+                if not stat.S_ISREG(os.lstat(name, dir_fd=run).st_mode):
+                    remove_entry(run, name)
         return os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=run)
     finally:
         os.close(run)

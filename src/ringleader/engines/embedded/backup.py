@@ -13,9 +13,9 @@ import sqlite3
 from pathlib import Path
 
 from ringleader.engines.embedded import store
-from ringleader.engines.embedded.folders import make_private_home
 from ringleader.errors import ConflictError, StateError, UsageError
 from ringleader.jobs.states import JobStatus
+from ringleader.statefolder import make_private_home
 
 
 def export_state(home: Path, target: Path) -> int:

@@ -23,7 +23,6 @@ from typing import Any
 from ringleader import settings
 from ringleader.engines.embedded import agentctl, store
 from ringleader.engines.embedded.faults import crash_point
-from ringleader.engines.embedded.folders import remove_job_folders
 from ringleader.engines.embedded.hosts import netns
 from ringleader.engines.embedded.lifecycle import HOSTS_SETTINGS, schedule_pass, schedule_pass_decisions
 from ringleader.engines.embedded.liveness import lease_seconds
@@ -58,6 +57,7 @@ from ringleader.runtime.containers import job_label, spec_in_image
 from ringleader.runtime.plan import log_path
 from ringleader.runtime.procs import grace_seconds
 from ringleader.scheduler import ClusterState, Code, Decision
+from ringleader.statefolder import remove_job_folders
 from ringleader.topology import load_cluster_file
 
 __all__ = ["JobSpec", "JobView", "Runtime", "SubmitResult", "open_embedded"]

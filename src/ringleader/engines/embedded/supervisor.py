@@ -23,7 +23,6 @@ from typing import Any
 
 from ringleader.engines.embedded import store
 from ringleader.engines.embedded.containers import placed_nodes, remove_containers, resolve_image
-from ringleader.engines.embedded.folders import remove_job_folders
 from ringleader.engines.embedded.hosts.launch import hosts_command, master_address, stop_options
 from ringleader.engines.embedded.lifecycle import HOSTS_SETTINGS, finish_job, schedule_pass
 from ringleader.jobs.codec import placement_from_dict
@@ -48,6 +47,7 @@ from ringleader.runtime.plan import (
 from ringleader.runtime.procs import alive, find_by_args, start_time, stop_all
 from ringleader.runtime.rank import signal_name
 from ringleader.scheduler.types import approx_duration
+from ringleader.statefolder import make_job_folders, remove_job_folders
 from ringleader.topology import NodeSpec
 
 POLL_S = 0.25
@@ -185,7 +185,7 @@ class Supervisor:
         remote = any(nodes[n].address is not None for n in placement.nodes)
         plan = build_plan(spec.name, placement, nodes, spec.env, self.home)
         pfile = plan_path(self.home, spec.name)
-        pfile.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        make_job_folders(self.home, spec.name)  # what its ranks write: real folders, not links
         if spec.image and self.resolve_image(spec, [nodes[n] for n in placement.nodes]):
             return
         line = spec.command_line()
