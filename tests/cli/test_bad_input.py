@@ -45,6 +45,11 @@ CASES = {
     "unknown-preset-topo": ["topo", "--presets", "nope"],
     "bad-prune-span": ["prune", "--since", "soon"],
     "missing-cluster-file": ["cluster", "apply", "-f", "/nonexistent/cluster.yaml"],
+    # One word after -- is a program's name, never a shell line (it names no program here).
+    "one-word-after-dashes": ["submit", "mpi", "--name", "sh1", "--", "true;touch /tmp/ringleader-never-made"],
+    # A word of --mpi-args that is no mpirun option would stand where mpirun reads its program.
+    "mpi-args-with-a-program": ["submit", "mpi", "--name", "hv", "--", "horovodrun", "-np", "1", "--mpi-args",
+                                "--mca btl ^openib python3 other.py", PY, "-c", "pass"],
 }
 FILES = {
     "unknown-preset": "nodes:\n  - name: a\n    preset: dgx9000\n    emulated: true\n",

@@ -19,6 +19,7 @@ from ringleader.cli.output import (
     INDENT,
     console,
     duration,
+    echo_raw,
     emit_data,
     key_values,
     output_option,
@@ -140,6 +141,9 @@ def prediction_line(prediction: dict[str, Any] | None) -> str | None:
 # -- submit ---------------------------------------------------------------------------------------
 
 
+AFTER_DASHES = "ringleader.command_after_dashes"
+
+
 class ArenaCommand(click.Command):
     """Also accepts arena's ``--gputopology=true|false`` and ``--gang=true|false`` spellings."""
 
@@ -148,7 +152,8 @@ class ArenaCommand(click.Command):
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         out = []
         for i, arg in enumerate(args):
-            if arg == "--":
+            if arg == "--":  # the command's words follow, to be run exactly as they are
+                ctx.meta[AFTER_DASHES] = True
                 out += args[i:]
                 break
             flag, sep, value = arg.partition("=")
@@ -173,10 +178,10 @@ def parse_env(pairs: Sequence[str]) -> dict[str, str]:
 
 def parse_command(words: Sequence[str]) -> list[str]:
     """One quoted string (split like a shell would; run by /bin/sh only when it holds shell
-    syntax) or the words after --."""
+    syntax) or the words after -- (as they are, one word included)."""
     from ringleader.jobs.commandline import read_command
 
-    return read_command(words)
+    return read_command(words, literal=click.get_current_context().meta.get(AFTER_DASHES, False))
 
 
 TIME_LIMIT_HELP = ("Stop the job (SIGTERM, then SIGKILL after the job's grace, RINGLEADER_GRACE_S at submit) "
@@ -555,17 +560,17 @@ def logs(name: str, follow: bool, tail: int | None, instance: str | None, timest
 
             read = rt.follow(name, instance, None, True) if follow else [rt.logs(name, instance, None, True)]
             for chunk in lines_since(read, cutoff, timestamps, tail):
-                click.echo(chunk, nl=False)
+                echo_raw(chunk)  # the program's own output, as it wrote it (kubectl logs)
             return
         if not follow:
-            click.echo(rt.logs(name, instance, tail, timestamps), nl=False)
+            echo_raw(rt.logs(name, instance, tail, timestamps))
             return
         job = rt.get(name)
         if not job.status.is_terminal() and job.status is not JobStatus.RUNNING:  # silence would look hung
             click.echo(f"job {name} is {job.status.value} ({job.reason or 'not placed yet'}): its log follows once "
                        "it starts; Ctrl-C stops waiting", err=True)  # fmt: skip
         for chunk in rt.follow(name, instance, tail, timestamps):
-            click.echo(chunk, nl=False)
+            echo_raw(chunk)
 
 
 @click.command("delete")

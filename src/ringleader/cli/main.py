@@ -8,6 +8,7 @@ import sys
 import click
 
 from ringleader import __version__, settings
+from ringleader.cli.output import PrintableStdout, printable
 from ringleader.errors import RingleaderError
 
 # Every top-level command: the command modules that add it (a shared group such as `top` gets
@@ -122,13 +123,14 @@ NO_ARGS_IS_HELP: type[click.UsageError] | tuple[()] = getattr(click.exceptions, 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; a RingleaderError becomes one line on stderr and its exit code."""
+    stdout, sys.stdout = sys.stdout, PrintableStdout(sys.stdout)
     try:
         settings.check_all()  # a bad RINGLEADER_* value: one line before any command runs
         cli.main(args=argv, prog_name="ringleader", standalone_mode=False)
     except RingleaderError as exc:
         if settings.debug():
             raise
-        click.echo(f"error: {exc.one_line()}", err=True)
+        click.echo(f"error: {printable(exc.one_line())}", err=True)
         return exc.exit_code
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
@@ -143,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except BrokenPipeError:
         return 0
+    finally:
+        sys.stdout = stdout
     return 0
 
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
 import itertools
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -26,6 +28,58 @@ SHORT_WORD = 14
 INDENT = 2
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+# What a terminal would act on rather than show: C0 controls but tab and newline, DEL, C1
+# controls, and the bidirectional overrides that reorder what is read. Rich's own styling (SGR:
+# ESC [ ... m, colours and bold, as `less -R` passes) is kept.
+_SGR = r"\x1b\[[0-9;]*m"
+_UNSAFE = re.compile(rf"({_SGR})|[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character shown escaped (``\\x1b``), so that data from
+    elsewhere (a node's GPU model, a job's command, a label) cannot move the cursor, retitle the
+    terminal, ring it or hide what follows."""
+    return _UNSAFE.sub(lambda m: m.group(1) or m.group().encode("unicode_escape").decode(), text)
+
+
+class PrintableStdout(io.TextIOBase):
+    """stdout as every command prints to it (``printable``). What ringleader itself means as
+    terminal control (the refresh's clear screen) and a job's own log go to ``raw``."""
+
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+
+    def write(self, text: str) -> int:
+        self.raw.write(printable(text))  # bytes raise: click then takes it for the text stream it is
+        return len(text)
+
+    def flush(self) -> None:
+        self.raw.flush()
+
+    @property
+    def buffer(self) -> Any:
+        """Where bytes go as they are (``state export -``: a file, not text for a terminal)."""
+        return self.raw.buffer
+
+    def isatty(self) -> bool:
+        return bool(self.raw.isatty())
+
+    def fileno(self) -> int:
+        return int(self.raw.fileno())
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return str(getattr(self.raw, "encoding", "utf-8"))
+
+    @property
+    def errors(self) -> str | None:  # type: ignore[override]
+        return getattr(self.raw, "errors", None)
+
+
+def echo_raw(text: str) -> None:
+    """``text`` to stdout as it is: terminal control ringleader means, a job's own output."""
+    click.echo(text, file=getattr(sys.stdout, "raw", sys.stdout), nl=False, color=True)  # not stripped in a pipe
 
 
 def output_option(*choices: str) -> Callable[[F], F]:
@@ -74,7 +128,7 @@ def refreshing(seconds: float | None, draw: Callable[[], None]) -> None:
     try:
         for frame in itertools.count():
             if tty:
-                click.echo("\x1b[H\x1b[2J", nl=False)
+                echo_raw("\x1b[H\x1b[2J")
             elif frame:
                 click.echo("")
             draw()

@@ -37,7 +37,9 @@ from ringleader.jobs.line import (
     OWNED,
     CommandLine,
     is_mpirun,
+    option_words,
     read_line,
+    scan_mpirun,
     split_option,
 )
 from ringleader.jobs.spec import JobSpec
@@ -67,12 +69,13 @@ SHELL_BUILTINS = {"cd", "export", "source", ".", "set", "unset", "ulimit", "umas
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
 
-def read_command(words: Sequence[str]) -> list[str]:
-    """The job's argv from what the user typed: the words after ``--`` as they are, or one quoted
-    string split like a shell would (never run by one) - unless it holds shell syntax (``&&``,
-    ``|``, ``>``, ``$VAR``, a glob, ``cd`` ...): then each rank runs it with ``/bin/sh -c``, as
-    arena runs a job's command, and nothing of it is passed to a program as an argument."""
-    if len(words) != 1:
+def read_command(words: Sequence[str], literal: bool = False) -> list[str]:
+    """The job's argv from what the user typed: the words after ``--`` (``literal``) as they
+    are, even one, or one quoted string split like a shell would (never run by one) - unless it
+    holds shell syntax (``&&``, ``|``, ``>``, ``$VAR``, a glob, ``cd`` ...): then each rank runs
+    it with ``/bin/sh -c``, as arena runs a job's command, and nothing of it is passed to a
+    program as an argument."""
+    if literal or len(words) != 1:
         argv = list(words)
     else:
         try:
@@ -438,9 +441,9 @@ def _horovodrun(out: Prepared, workers: int, environ: Mapping[str, str], name: s
         elif opt in ("hosts", "hostfile"):
             hosts.append(shown)
         elif opt == "mpi-args":
-            extra += _split(value, "--mpi-args")
+            extra += _mpirun_options(value, "--mpi-args")
         elif opt == "binding-args":
-            binding = _split(value, "--binding-args")
+            binding = _mpirun_options(value, "--binding-args")
         elif opt == "output-filename":
             extra += ["--output-filename", str(value)]
         elif opt == "prefix-output-with-timestamp":
@@ -469,6 +472,18 @@ def _horovodrun(out: Prepared, workers: int, environ: Mapping[str, str], name: s
         said += f"; ignored (hosts are reached as the cluster file says): {' '.join(ignored)}"
     out.notes.append(said)
     return line
+
+
+def _mpirun_options(value: str | None, what: str) -> list[str]:
+    """horovodrun's words for mpirun: options only, each with its values. A word that is none
+    would stand where mpirun reads its program, and run instead of the user's."""
+    words = _split(value, what)
+    options, stray = scan_mpirun(["mpirun", *words])
+    if stray:
+        raise UsageError(f"horovodrun {what} {value!r} holds {stray[0]!r}, which is not an mpirun option "
+                         "(mpirun would run it as the program)",
+                         f"give {what} mpirun options only, e.g. {what} '--mca btl ^openib'")  # fmt: skip
+    return option_words(options)
 
 
 def _split(value: str | None, what: str) -> list[str]:
