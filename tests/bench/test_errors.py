@@ -10,14 +10,14 @@ from ringleader.cli.main import main
 
 
 @pytest.mark.parametrize(("argv", "needle"), [
-    (["bench", "allreduce", "--backend", "ucc"], "gloo, mpi, nccl"),
+    (["bench", "allreduce", "--backend", "ucc"], "is not one of 'gloo', 'mpi', 'nccl'"),
     (["bench", "allreduce", "-b", "1M", "-e", "1K"], "larger than -e"),
     (["bench", "allreduce", "-np", "65"], "-np 65"),
     (["bench", "allreduce", "-np", "999", "--backend", "mpi"], "-np 999"),
     (["bench", "allreduce", "--backend", "nccl", "-np", "2"], "CUDA"),
     (["bench", "allreduce", "-d", "int8"], "float, half or bfloat16"),
     (["bench", "train", "--model", "lenet"], "resnet50"),
-    (["bench", "train", "--backend", "smoke"], "gloo, mpi, nccl"),
+    (["bench", "train", "--backend", "smoke"], "is not one of 'gloo', 'mpi', 'nccl'"),
     (["bench", "train", "--precision", "fp8"], "fp32"),
     (["bench", "scaling", "--workers", "1,x", "--out", "o"], "--workers"),
 ])  # fmt: skip

@@ -50,8 +50,31 @@ CASES = {
     # A word of --mpi-args that is no mpirun option would stand where mpirun reads its program.
     "mpi-args-with-a-program": ["submit", "mpi", "--name", "hv", "--", "horovodrun", "-np", "1", "--mpi-args",
                                 "--mca btl ^openib python3 other.py", PY, "-c", "pass"],
+    # Numbers outside what they mean, NaN and infinity: one usage line, never a traceback or a hang.
+    "refresh-nan": ["top", "node", "-r", "nan"],
+    "refresh-inf": ["top", "job", "-r", "inf"],
+    "predict-unknown-backend": ["predict", "--model", "resnet50", "--workers", "1", "--backend", "smoke"],
+    "predict-huge-batch": ["predict", "--model", "resnet50", "--workers", "1", "--batch-size", str(2**62)],
+    "trace-of-10^20-jobs": ["simulate", "gen-trace", "--jobs", str(10**20), "--arrival-rate", "1", "--out", "t.csv"],
+    "bucket-nan": ["bench", "train", "--bucket-mb", "nan"],
+    "kube-image-with-a-newline": ["kube", "manifests", "--image", "ringleader\nevil"],
+    "kube-image-with-a-space": ["kube", "manifests", "--image", "ringleader evil"],
+    "kube-bad-trusted-namespace": ["kube", "manifests", "--trusted-namespace", "Bad NS"],
+    "missing-working-dir": ["submit", "mpi", "--name", "wd", "--working-dir", "/nonexistent", "--", "true"],
+    "working-dir-a-file": ["submit", "mpi", "--name", "wd", "--working-dir", "/etc/hostname", "--", "true"],
+    "level-the-cluster-lacks": ["submit", "mpi", "--name", "lv", "--topology-required", "rack", "--", "true"],
+    # Labels are Kubernetes labels on every engine: at most 63 characters, no space, newline, unicode.
+    "label-value-too-long": ["node", "label", "cn-shanghai-172", "zone=" + "z" * 64],
+    "label-value-with-a-space": ["node", "label", "cn-shanghai-172", "zone=a b"],
+    "label-value-with-a-newline": ["node", "label", "cn-shanghai-172", "zone=a\nb"],
+    "label-value-unicode": ["node", "label", "cn-shanghai-172", "zone=\u00e9t\u00e9"],
 }
+NODE = "nodes:\n  - name: a\n    preset: dgx1v\n    emulated: true\n"
 FILES = {
+    "label-with-a-semicolon": NODE + "    labels: {zone: 'a;b'}\n",
+    "nvlink-domain-with-a-command": NODE + "    nvlink_domain: '$(reboot)'\n",
+    "switch-with-a-command": NODE + "network:\n  switches:\n    - name: 'leaf;rm'\n      nodes: [a]\n",
+    "unknown-bandwidth-matrix": NODE + "    bandwidth: [[0, 1], [1, 0]]\n    bandwidth_matrix: sideways\n",
     "unknown-preset": "nodes:\n  - name: a\n    preset: dgx9000\n    emulated: true\n",
     "malformed-yaml": "nodes:\n  - name: a\n    preset: [dgx1v\n",
     "malformed-matrix": MATRIX_BAD,
@@ -229,3 +252,37 @@ def test_image_references_the_grammar_takes(image: str) -> None:
     from ringleader.jobs.spec import check_image_reference
 
     check_image_reference(image)
+
+
+DAMAGE = [("created_at", 1e308), ("started_at", -5.0), ("placement", '{"nodes": 5}'), ("priority", 2**63 - 1),
+          ("spec", "[]")]  # fmt: skip
+
+
+@pytest.mark.parametrize(("column", "value"), DAMAGE)
+def test_a_damaged_row_is_one_line_or_shown_never_a_traceback(cli, column: str, value: object) -> None:
+    cli.ok("submit", "mpi", "--name", "hurt", "--", PY, "-c", "pass")
+    Runtime.open(cli.home).wait("hurt", 60)
+    conn = sqlite3.connect(cli.home / "state.db")
+    conn.execute(f"UPDATE jobs SET {column} = ? WHERE name = 'hurt'", (value,))
+    conn.commit()
+    conn.close()
+    for args in (["list"], ["get", "hurt"], ["get", "hurt", "-e"], ["list", "-o", "json"]):
+        out = cli(*args)
+        assert "Traceback" not in out.stderr, out.stderr
+        if out.returncode != 0:
+            lines = out.stderr.strip().splitlines()
+            assert out.returncode == 2 and len(lines) == 1 and "is damaged" in lines[0] and "To fix:" in lines[0], out
+    conn = sqlite3.connect(cli.home / "state.db")  # the repair the line names, for the fixture's cleanup
+    conn.execute("PRAGMA foreign_keys = ON")
+    conn.execute("DELETE FROM jobs WHERE name = 'hurt'")
+    conn.commit()
+    conn.close()
+
+
+def test_a_command_with_stdout_closed_is_one_line(cli) -> None:
+    import subprocess
+
+    out = subprocess.run([*cli.argv("list")], env=cli.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: os.close(1))  # fmt: skip
+    assert out.returncode == 1 and out.stderr == "error: standard output is closed. To fix: run it with stdout open " \
+        "(a terminal, a file, a pipe)\n"

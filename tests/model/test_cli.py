@@ -63,7 +63,8 @@ def test_predict_with_a_cluster_file(tmp_path, capsys):
     [
         (["--model", "lenet", "--workers", "4"], "unknown model 'lenet'"),
         (["--model", "vgg16", "--workers", "4", "--fabric", "carrier-pigeon"], "unknown fabric 'carrier-pigeon'"),
-        (["--model", "vgg16", "--workers", "4", "--network-efficiency", "1.5"], "--network-efficiency must be"),
+        (["--model", "vgg16", "--workers", "4", "--network-efficiency", "1.5"],
+         "'--network-efficiency': '1.5' is not a finite number > 0 and <= 1"),
         (["--model", "vgg16", "--workers", "4", "--gpu-type", "TPU"], "unknown GPU type 'TPU'"),
         (["--model", "vgg16"], "--workers is required"),
         (["--model", "vgg16", "--placement", "node-z:0"], "unknown node 'node-z'"),

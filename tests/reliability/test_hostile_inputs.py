@@ -102,7 +102,7 @@ def test_deep_or_huge_values_in_every_input_file_are_one_line(
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        ([*PREDICT, "--gpus", "-3"], "Invalid value for '--gpus': -3 is not in the range x>=1"),
+        ([*PREDICT, "--gpus", "-3"], "Invalid value for '--gpus': -3 is not in the range 1<=x<=1024"),
         ([*PREDICT, "--batch-size", "0"], "'--batch-size'"),
         ([*PREDICT, "--data-rate", "nan"], "'--data-rate': 'nan' is not a finite number > 0"),
         ([*PREDICT, "--overlap", "inf"], "'--overlap': 'inf' is not a finite number >= 0 and <= 1"),

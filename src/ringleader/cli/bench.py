@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from ringleader.cli.output import console, emit_data, output_option, shared_group, step_progress, table
+from ringleader.cli.params import BACKENDS, FiniteFloat, count
 
 NP_HELP = ("Launch N local ranks (mpirun for mpi, processes for gloo/nccl); ignored when this "
            "process already is a rank of a job (mpirun, ringleader's runtime, RANK/WORLD_SIZE).")  # fmt: skip
@@ -28,23 +29,24 @@ def _train_options(f: Any) -> Any:
     opts = [
         click.option("--model", default="trivial", show_default=True,
                      help="trivial, mnist, alexnet, googlenet, resnet50, resnet152 or vgg16."),
-        click.option("--batch-size", default=32, show_default=True, help="Images per worker."),
-        click.option("--num-batches", default=100, show_default=True, help="Timed steps."),
-        click.option("--num-warmup-batches", default=10, show_default=True,
+        click.option("--batch-size", default=32, show_default=True, type=count(1, 1 << 16), help="Images per worker."),
+        click.option("--num-batches", default=100, show_default=True, type=count(1, 1 << 24), help="Timed steps."),
+        click.option("--num-warmup-batches", default=10, show_default=True, type=count(0, 1 << 24),
                      help="Untimed steps first."),
         click.option("--precision", default="fp32", show_default=True, help="fp32, fp16, bf16."),
         click.option("--data", default="synthetic", show_default=True,
                      help="'synthetic' or a folder of class subfolders of JPEGs."),
-        click.option("--backend", default="gloo", show_default=True, help="gloo, mpi or nccl."),
-        click.option("--image-size", default=224, show_default=True, help="Input side, pixels."),
+        click.option("--backend", default="gloo", show_default=True, type=click.Choice(BACKENDS),
+                     help="Communication backend."),
+        click.option("--image-size", default=224, show_default=True, type=count(8, 4096), help="Input side, pixels."),
         click.option("--augment", default="standard", show_default=True,
                      help="simple, standard or complex (real data)."),
-        click.option("--loader-workers", default=2, show_default=True,
+        click.option("--loader-workers", default=2, show_default=True, type=count(0, 256),
                      help="Loader processes (real data)."),
-        click.option("--display-every", default=10, show_default=True,
+        click.option("--display-every", default=10, show_default=True, type=count(1, 1 << 24),
                      help="Print a progress line every N steps."),
-        click.option("--seed", default=0, show_default=True, help="Random seed."),
-        click.option("--bucket-mb", default=0.0, show_default=True,
+        click.option("--seed", default=0, show_default=True, type=count(0, 2**32 - 1), help="Random seed."),
+        click.option("--bucket-mb", default=0.0, show_default=True, type=FiniteFloat(0.0, 65536.0),
                      help="mpi: gradient bucket size in MiB; 0 measures the fastest at start-up."),
         click.option("--overlap/--no-overlap", default=False, show_default=True,
                      help="mpi: start each bucket's allreduce during backward."),
@@ -96,8 +98,9 @@ def bench_group() -> None:
 @click.option("--collective", default="allreduce", show_default=True,
               help="allreduce, allgather, broadcast or reducescatter.")
 @click.option("--root", default=0, show_default=True, help="Root rank (broadcast).")
-@click.option("--backend", default="gloo", show_default=True, help="gloo, mpi or nccl.")
-@click.option("-np", "--np", "np_", type=int, default=None, help=NP_HELP)
+@click.option("--backend", default="gloo", show_default=True, type=click.Choice(BACKENDS),
+              help="Communication backend.")
+@click.option("-np", "--np", "np_", type=count(1, 4096), default=None, help=NP_HELP)
 @output_option("json")
 def allreduce_cmd(minbytes: str, maxbytes: str, stepfactor: int, iters: int, warmup_iters: int,
                   check: int, datatype: str, op: str, average: int, blocking: int, nthreads: int,

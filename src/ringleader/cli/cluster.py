@@ -20,6 +20,7 @@ from ringleader.cli.output import (
     refreshing,
     table,
 )
+from ringleader.cli.params import FiniteFloat
 from ringleader.errors import NotFoundError, UsageError
 from ringleader.jobs.views import NodeHealth
 
@@ -97,7 +98,7 @@ def cluster_apply(path: str, output: str, engine: str | None) -> None:
 
 @cluster.command("up")
 @click.option("-f", "--file", "path", required=True, type=click.Path(dir_okay=False), help="Cluster YAML.")
-@click.option("--scale", type=float, default=0.02, show_default=True,
+@click.option("--scale", type=FiniteFloat(0.0, 1000.0, low_open=True), default=0.02, show_default=True,
               help="Each node's link is shaped to network_gbps x SCALE (a small box computes slowly).")
 @engine_option
 def cluster_up(path: str, scale: float, engine: str | None) -> None:

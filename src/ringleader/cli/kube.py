@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from ringleader.cli.params import DAY_S, FiniteFloat, count
 from ringleader.errors import UsageError
 
 if TYPE_CHECKING:
@@ -68,7 +69,8 @@ def kube() -> None:
               help="Config file (leaseSeconds, metricsPort, namespace, bindThreads, networkLevelKeys, "
                    "networkHyperNodes).")
 @click.option("--identity", default=None, help="This replica's name in the Lease (default: $POD_NAME, else host).")
-@click.option("--metrics-port", type=int, default=None, help="Port of /metrics and /healthz (default 10259).")
+@click.option("--metrics-port", type=count(1, 65535), default=None,
+              help="Port of /metrics and /healthz (default 10259).")
 @click.option("--server", default=None, help="API server URL (e.g. `kubectl proxy`'s); default: kubeconfig.")
 @click.option("--context", default=None, help="kubeconfig context (default: the current one).")
 def scheduler(config_path: str | None, identity: str | None, metrics_port: int | None, server: str | None,
@@ -104,7 +106,8 @@ def scheduler(config_path: str | None, identity: str | None, metrics_port: int |
 
 @kube.command("agent")
 @click.option("--node", default=None, help="This node's name (default: $NODE_NAME).")
-@click.option("--interval", type=float, default=60.0, show_default=True, help="Seconds between looks.")
+@click.option("--interval", type=FiniteFloat(1.0, DAY_S), default=60.0, show_default=True,
+              help="Seconds between looks.")
 @click.option("--once", is_flag=True, help="Publish once and exit.")
 @click.option("--server", default=None, help="API server URL; default: in-cluster, else kubeconfig.")
 @click.option("--context", default=None, help="kubeconfig context (default: the current one).")

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
 
 import click
 
 from ringleader import __version__, settings
+from ringleader.cli import QUIET_INTERRUPT
 from ringleader.cli.output import PrintableStdout, printable
 from ringleader.errors import RingleaderError
 
@@ -123,6 +125,12 @@ NO_ARGS_IS_HELP: type[click.UsageError] | tuple[()] = getattr(click.exceptions, 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; a RingleaderError becomes one line on stderr and its exit code."""
+    if QUIET_INTERRUPT:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if sys.stdout is None:  # started with stdout closed (`ringleader list >&-`)
+        click.echo("error: standard output is closed. To fix: run it with stdout open (a terminal, a file, a pipe)",
+                   err=True)  # fmt: skip
+        return 1
     stdout, sys.stdout = sys.stdout, PrintableStdout(sys.stdout)
     try:
         settings.check_all()  # a bad RINGLEADER_* value: one line before any command runs

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import click
 
 from ringleader.cli.output import console, emit_data, output_option, table
+from ringleader.cli.params import BACKENDS, FiniteFloat, count
 from ringleader.errors import UsageError
 from ringleader.model import Prediction, compare_policies, known_models, load_calibration, predict_placement
 from ringleader.model.calibration import Calibration, save_calibration
@@ -17,28 +17,6 @@ from ringleader.model.fidelity import seeds_cluster
 from ringleader.model.rows import fit_calibration_rows
 from ringleader.scheduler import ClusterState, JobRequest, Placement, WorkerSlot, policy_names
 from ringleader.topology import load_cluster_file
-
-
-class FiniteFloat(click.ParamType):
-    """A float option within a range, NaN and infinity refused (click's FloatRange lets NaN
-    through: every comparison with it is false)."""
-
-    name = "float"
-
-    def __init__(self, low: float, high: float = math.inf, low_open: bool = False) -> None:
-        self.low, self.high, self.low_open = low, high, low_open
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            self.fail(f"{value!r} is not a number", param, ctx)
-        above = number > self.low if self.low_open else number >= self.low
-        if not (math.isfinite(number) and above and number <= self.high):
-            side = ">" if self.low_open else ">="
-            upper = "" if self.high == math.inf else f" and <= {self.high:g}"
-            self.fail(f"{value!r} is not a finite number {side} {self.low:g}{upper}", param, ctx)
-        return number
 
 
 def parse_placement(spec: str, state: ClusterState, gpus_per_worker: int, job: str = "predict") -> Placement:
@@ -95,25 +73,27 @@ def _row(name: str, pred: Prediction | None) -> list[Any]:
 
 @click.command("predict")
 @click.option("--model", "model", required=True, help=f"Model ({', '.join(known_models())}).")
-@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True,
+@click.option("--batch-size", type=count(1, 1 << 20), default=64, show_default=True,
               help="Images per GPU per step.")
 @click.option("--precision", default="fp32", show_default=True, help="fp32, tf32, fp16 (amp) or bf16.")
-@click.option("--workers", type=int, default=None, help="Workers of the gang (required without --placement).")
-@click.option("--gpus", "gpus", type=click.IntRange(min=1), default=1, show_default=True, help="GPUs per worker.")
+@click.option("--workers", type=count(1, 1 << 20), default=None,
+              help="Workers of the gang (required without --placement).")
+@click.option("--gpus", "gpus", type=count(1, 1 << 10), default=1, show_default=True, help="GPUs per worker.")
 @click.option("--gpu-type", default=None, help="GPU type (default: each node's GPU model).")
 @click.option("--cluster", type=click.Path(dir_okay=False), default=None,
               help="Cluster YAML (default: the applied cluster, as submit sees it now).")  # fmt: skip
 @click.option("--policy", "policies", multiple=True, help="Policy to predict (repeatable; default: all).")
 @click.option("--placement", "placement_spec", default=None, help="Predict this placement: node-a:0,1+node-b:0,1.")
 @click.option("--calibration", type=click.Path(dir_okay=False), default=None, help="Calibration JSON.")
-@click.option("--backend", default=None, help="Communication backend (nccl, gloo, mpi) for calibrated links.")
+@click.option("--backend", type=click.Choice(BACKENDS), default=None,
+              help="Communication backend for calibrated links.")
 @click.option("--algorithm", type=click.Choice(ALGORITHMS), default="auto", show_default=True,
               help="Allreduce algorithm (auto: the faster of ring and tree).")
 @click.option("--overlap", type=FiniteFloat(0.0, 1.0), default=None,
               help="Share of the hideable allreduce hidden behind backward (0..1).")
 @click.option("--fabric", default=None,
               help=f"Inter-node fabric: {', '.join(FABRICS)} (default: from the nodes' NIC names; none listed: tcp).")
-@click.option("--network-efficiency", type=float, default=None,
+@click.option("--network-efficiency", type=FiniteFloat(0.0, 1.0, low_open=True), default=None,
               help="Share of the line rate the inter-node hop gets (default: the fabric's).")
 @click.option("--data-rate", type=FiniteFloat(0.0, low_open=True), default=None,
               help="Input pipeline images/s per worker (ceiling).")
@@ -127,9 +107,6 @@ def predict_cmd(model: str, batch_size: int, precision: str, workers: int | None
     from ringleader.model.tables import check_model
 
     check_model(model)  # first, with a suggestion: before any cluster or calibration is read
-    if network_efficiency is not None and not 0.0 < network_efficiency <= 1.0:
-        raise UsageError(f"--network-efficiency must be within (0, 1], got {network_efficiency}",
-                         "give the share of the line rate, e.g. 0.9")  # fmt: skip
     if fabric is not None:
         fabric = check_fabric(fabric)
     state, origin = _state(cluster)

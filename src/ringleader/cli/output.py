@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from ringleader.cli.params import DAY_S, FiniteFloat
+
 if TYPE_CHECKING:  # rich and yaml are imported when something is rendered: start-up stays quick
     from rich.console import Console, ConsoleOptions, RenderResult
     from rich.segment import Segment
@@ -106,7 +108,7 @@ def emit_data(data: Any, fmt: str) -> None:
 def refresh_option(f: F) -> F:
     """arena's `top ... -r`: redraw until Ctrl-C, every SECONDS (2, arena's interval, when bare)."""
     return click.option(
-        "-r", "--refresh", type=click.FloatRange(min=0.1), is_flag=False, flag_value=2.0, default=None,
+        "-r", "--refresh", type=FiniteFloat(0.1, DAY_S), is_flag=False, flag_value=2.0, default=None,
         metavar="[SECONDS]",
         help="Redraw every SECONDS (2 when given alone) until Ctrl-C; piped, one snapshot after another.",
     )(f)  # fmt: skip

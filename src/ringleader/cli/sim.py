@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from ringleader.cli.output import console, emit_data, output_option, step_progress, table
+from ringleader.cli.params import FiniteFloat, count
 
 
 class _DefaultRunGroup(click.Group):
@@ -82,10 +83,12 @@ def run_cmd(
 
 
 @simulate_group.command("gen-trace")
-@click.option("--jobs", "n_jobs", required=True, type=int, help="Number of jobs.")
-@click.option("--seed", default=0, show_default=True, type=int, help="Random seed (same seed, same trace).")
-@click.option("--arrival-rate", required=True, type=float, help="Poisson arrivals, jobs per hour.")
-@click.option("--cluster-gpus", type=int, help="Largest gang to generate (GPUs); default 16.")
+@click.option("--jobs", "n_jobs", required=True, type=count(1, 1_000_000), help="Number of jobs.")
+@click.option("--seed", default=0, show_default=True, type=count(0, 2**32 - 1),
+              help="Random seed (same seed, same trace).")
+@click.option("--arrival-rate", required=True, type=FiniteFloat(0.0, 1e6, low_open=True),
+              help="Poisson arrivals, jobs per hour.")
+@click.option("--cluster-gpus", type=count(1, 1 << 16), help="Largest gang to generate (GPUs); default 16.")
 @click.option("--out", "out_file", required=True, type=click.Path(dir_okay=False), help="Trace CSV to write.")
 def gen_trace_cmd(n_jobs: int, seed: int, arrival_rate: float, cluster_gpus: int | None, out_file: str) -> None:
     """Write a seeded trace: Poisson arrivals, gangs of 1-16 GPUs, CNN models."""

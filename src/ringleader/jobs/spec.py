@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from ringleader import settings
 from ringleader.errors import UsageError
 from ringleader.jobs.line import CommandLine, line_from_dict, read_line
+from ringleader.topology.grammar import LABEL_KEY_RE, LABEL_VALUE_RE
 
 if TYPE_CHECKING:
     from ringleader.scheduler import JobRequest
@@ -179,8 +180,6 @@ def container_env(recorded: dict[str, str] | None, env: dict[str, str]) -> dict[
 
 # Kubernetes names: label keys ([prefix/]name), label values, DNS-1123 names.
 _K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
-_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
-_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|Ki|Mi|Gi|Ti|k|M|G|T)?$")
 _TOLERATION = re.compile(r"^(all|[^=:\s]+(=[^=:\s]*)?(:(NoSchedule|PreferNoSchedule|NoExecute))?)$")
 _DATA_DIR = re.compile(r"^/[^:\s]*:/[^:\s]*$")
@@ -224,10 +223,10 @@ class KubeOptions:
                 raise bad(flag, value, "write a Kubernetes quantity, e.g. --cpu 4, --cpu 500m, --memory 16Gi")
         for flag, pairs in (("--selector", self.selector), ("--label", self.labels)):
             for key, value in pairs:
-                if not _LABEL_KEY.match(key) or not _LABEL_VALUE.match(value):
+                if not LABEL_KEY_RE.fullmatch(key) or not LABEL_VALUE_RE.fullmatch(value):
                     raise bad(flag, f"{key}={value}", "write KEY=VALUE with a label key and value")
         for key, _ in self.annotations:
-            if not _LABEL_KEY.match(key):
+            if not LABEL_KEY_RE.fullmatch(key):
                 raise bad("--annotation", key, "write KEY=VALUE with KEY like example.com/name")
         for tol in self.tolerations:
             if not _TOLERATION.match(tol):

@@ -30,6 +30,7 @@ from ringleader.jobs.spec import JobSpec, submit_env
 from ringleader.jobs.support import Support
 from ringleader.jobs.views import JobView, SubmitResult
 from ringleader.scheduler import ClusterState, Code, Decision, place
+from ringleader.scheduler.framework import NO_SUCH_LEVEL
 
 
 @dataclass(frozen=True)
@@ -129,6 +130,9 @@ def prepare_submit(spec: JobSpec, supports: Support, environ: Mapping[str, str] 
         supports.require("network_tree", "--topology-required/--topology-preferred")
     if spec.workdir is None and supports.submitter_context:
         spec = dataclasses.replace(spec, workdir=working_directory())
+    elif spec.workdir is not None and supports.submitter_context and not os.path.isdir(spec.workdir):
+        raise UsageError(f"--working-dir {spec.workdir!r} is not a folder here: the job would fail when it starts",
+                         "give an existing folder (the ranks start in it)")  # fmt: skip
     # -x NAME passes the submitter's value of NAME (the whole environment, not just the part a
     # job keeps), captured now: a queued job may start from another process much later.
     if spec.submit_env is not None:
@@ -151,6 +155,11 @@ def working_directory() -> str:
 def refuse_unresolvable(decision: Decision, supports: Support) -> None:
     """A gang that can never fit this cluster (not "not now": never) is refused at submit, in
     the same words on every engine."""
+    if decision.code is Code.UNRESOLVABLE and decision.reasons[0].startswith(NO_SUCH_LEVEL):
+        raise UsageError(
+            f"job {decision.job.name} names a network level the cluster lacks: {decision.reasons[0]}",
+            "name one of its levels, or declare the network tree (docs/scheduler.md, Network tree)",
+        )
     if decision.code is Code.UNRESOLVABLE:
         raise UnschedulableError(
             f"job {decision.job.name} can never run on this cluster: {'; '.join(decision.reasons)}",

@@ -179,6 +179,9 @@ def place(state: ClusterState, job: JobRequest, policy: str | None = None) -> De
     chosen_policy = get_policy(policy or job.policy_name)
     if job.workers < 1 or job.gpus_per_worker < 0:
         return Decision(job, chosen_policy.name, Code.UNRESOLVABLE, reasons=("workers must be >= 1 and gpus >= 0",))
+    unknown_level = missing_level(state, job)
+    if unknown_level is not None:  # a level the cluster lacks can never be kept to (nor preferred)
+        return Decision(job, chosen_policy.name, Code.UNRESOLVABLE, reasons=(unknown_level,))
     filtered: list[tuple[NodeGroup, str]] = []
     eligible: list[NodeGroup] = []
     for group in state.groups:  # a filter sees only what makes nodes equivalent: once per group
@@ -268,16 +271,32 @@ def pending_reason(state: ClusterState, job: JobRequest, policy: Policy) -> str:
     )
 
 
+NO_SUCH_LEVEL = "the cluster has no network level"
+
+
+def missing_level(state: ClusterState, job: JobRequest) -> str | None:
+    """Why the network level the job names is not the cluster's, or None."""
+    from ringleader.scheduler.network import level_index, tree_levels
+
+    if job.topology_required is None and job.topology_preferred is None:
+        return None
+    levels = tree_levels(state.groups)
+    for name in (job.topology_required, job.topology_preferred):
+        if name is not None and level_index(levels, name) is None:
+            have = ", ".join(lv.name for lv in levels) or "none (the cluster declares no network tree)"
+            return f"{NO_SUCH_LEVEL} {name!r} (levels: {have})"
+    return None
+
+
 def required_level_reason(state: ClusterState, job: JobRequest, policy: Policy) -> str:
     """ "needs 4 workers x 8 GPUs under one leaf; most free under any leaf: 3 worker slots (leaf-2)"."""
     from ringleader.scheduler.network import level_index, most_free_under, tree_levels
 
     serving = [g for g in state.groups if policy.filter(g.first, replace(job, gpus_per_worker=0)) is None]
+    missing = missing_level(state, job)
+    if missing is not None:
+        return missing
     levels = tree_levels(state.groups)
-    for name in (job.topology_required, job.topology_preferred):
-        if name is not None and level_index(levels, name) is None:
-            have = ", ".join(lv.name for lv in levels) or "none (the cluster declares no network tree)"
-            return f"the cluster has no network level {name!r} (levels: {have})"
     if job.topology_required is None:  # preferred only: the gang does not fit at all
         return pending_reason(state, replace(job, topology_preferred=None), policy)
     level = level_index(levels, job.topology_required)

@@ -33,6 +33,7 @@ from ringleader.errors import RingleaderError, TopologyError, UsageError
 from ringleader.inputs import read_bounded
 from ringleader.reference import reference
 from ringleader.topology.bandwidth import read_bandwidth_text
+from ringleader.topology.grammar import check_label
 from ringleader.topology.network import NetworkPlace, NetworkTree
 from ringleader.topology.node import NodeTopology
 from ringleader.topology.presets import preset
@@ -224,16 +225,11 @@ def _node_specs(entry: NodeEntry, base_dir: Path, where: str, room: int) -> list
                      entry.nvlink_domain) for n in names]  # fmt: skip
 
 
-def check_label_key(key: str) -> str:
-    """A label key as `ringleader node label` accepts it: dot-separated DNS-1123 labels
-    (underscores and capitals allowed, as Kubernetes' own keys have them)."""
-    if not key or not all(NAME_RE.fullmatch(part) for part in key.replace("_", "-").lower().split(".")):
-        raise UsageError(f"invalid label key {key!r}", "use a name like gpu-schedule")
-    return key
-
-
 def _labels(raw: Mapping[str, str]) -> dict[str, str]:
-    return {check_label_key(key): value for key, value in raw.items()}
+    """The labels as `ringleader node label` takes them (one grammar: topology.grammar)."""
+    for key, value in raw.items():
+        check_label(key, value)
+    return dict(raw)
 
 
 def _address(entry: NodeEntry, where: str) -> SshAddress | None:

@@ -14,6 +14,8 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from ringleader.inputs import MAX_FILE_BYTES
+from ringleader.topology.bandwidth import MATRICES
+from ringleader.topology.grammar import WORD_PATTERN
 
 MAX_NODES = 10_000  # a cluster's nodes, `count` included: checked before anything is built
 
@@ -29,8 +31,9 @@ GbPerS = Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)]
 BandwidthRows = Annotated[list[Annotated[list[GbPerS], Field(max_length=MAX_MATRIX_ROWS)]],
                           Field(max_length=MAX_MATRIX_ROWS)]  # fmt: skip
 # A label value as Kubernetes allows (at most 63 characters); the key's rule is `node label`'s.
-LabelKey = Annotated[str, StringConstraints(min_length=1, max_length=253)]
+LabelKey = Annotated[str, StringConstraints(min_length=1, max_length=253)]  # the grammar: cluster.py, as node label's
 LabelValue = Annotated[str, StringConstraints(max_length=63)]
+Word = Annotated[str, StringConstraints(max_length=253, pattern=WORD_PATTERN)]
 
 
 class NodeEntry(BaseModel):
@@ -44,8 +47,8 @@ class NodeEntry(BaseModel):
     matrix_file: PathText | None = None
     bandwidth: Annotated[str, StringConstraints(max_length=MAX_FILE_BYTES)] | BandwidthRows | None = None
     bandwidth_file: PathText | None = None
-    bandwidth_matrix: Annotated[str, StringConstraints(max_length=64)] | None = None
-    nvlink_domain: Name = ""
+    bandwidth_matrix: Annotated[str, StringConstraints(pattern=f"^({'|'.join(MATRICES)})$")] | None = None
+    nvlink_domain: Word = ""
     # Gb/s of the inter-node network: above 0, and below any link built so far by a wide margin.
     network_gbps: Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)] | None = None
     emulated: bool = False
@@ -78,7 +81,7 @@ class SwitchEntry(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: Name
+    name: Word
     nodes: Hostlist | None = None
     switches: Hostlist | None = None
 

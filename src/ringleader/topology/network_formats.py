@@ -121,7 +121,7 @@ def parse_slurm_topology_yaml(doc: Any, origin: str = "topology.yaml", name: str
     if isinstance(topo.get("tree"), Mapping):
         node_under: list[tuple[str, str]] = []
         switch_under: list[tuple[str, str]] = []
-        for sw in topo["tree"].get("switches") or []:
+        for sw in _entries(topo["tree"].get("switches"), f"{where} tree.switches"):
             sname = str(sw.get("switch"))
             node_under += [(n, sname) for n in expand_hostlist(str(sw.get("nodes") or ""), where)]
             switch_under += [(c, sname) for c in expand_hostlist(str(sw.get("children") or ""), where)]
@@ -129,9 +129,21 @@ def parse_slurm_topology_yaml(doc: Any, origin: str = "topology.yaml", name: str
     if isinstance(topo.get("block"), Mapping):
         block = topo["block"]
         blocks = [(str(b.get("block")), expand_hostlist(str(b.get("nodes") or ""), where))
-                  for b in block.get("blocks") or []]  # fmt: skip
-        return block_tree(blocks, [int(s) for s in block.get("block_sizes") or []], where)
+                  for b in _entries(block.get("blocks"), f"{where} block.blocks")]  # fmt: skip
+        sizes = block.get("block_sizes") or []
+        if not isinstance(sizes, list) or not all(isinstance(s, int) and not isinstance(s, bool) for s in sizes):
+            raise UsageError(f"{where}: block_sizes is not a list of whole numbers", "write e.g. block_sizes: [4, 16]")
+        return block_tree(blocks, sizes, where)
     raise UsageError(f"{where}: neither tree, block nor flat", "give a tree: or block: section")
+
+
+def _entries(value: Any, where: str) -> list[Mapping[str, Any]]:
+    """A list of mappings (switches, blocks) as Slurm's topology.yaml gives them; one line else."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, Mapping) for v in value):
+        raise UsageError(f"{where} is not a list of entries", "give each as `- switch: NAME` / `- block: NAME`")
+    return value
 
 
 def tree_from_node_labels(

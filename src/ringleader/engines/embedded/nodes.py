@@ -24,7 +24,8 @@ from ringleader.errors import ConflictError, NotFoundError, RingleaderError, Usa
 from ringleader.jobs.views import READY, UNREACHABLE, NodeHealth
 from ringleader.scheduler import ClusterState
 from ringleader.topology import NodeTopology
-from ringleader.topology.cluster import DISCOVER, NAME_RE, SCHEDULE_LABEL, SCHEDULE_MODES, NodeSpec
+from ringleader.topology.cluster import DISCOVER, SCHEDULE_LABEL, SCHEDULE_MODES, NodeSpec
+from ringleader.topology.grammar import check_label
 from ringleader.topology.nvml import (
     HEALTH_FROM,
     HEALTH_QUERY,
@@ -141,8 +142,7 @@ def label_node(
 ) -> list[NodeSpec]:
     """Nodes with ``node``'s label ``key`` set to ``value`` (removed if None); kubectl rules."""
     key = LABEL_ALIASES.get(key, key)
-    if not key or not all(NAME_RE.fullmatch(part) for part in key.replace("_", "-").lower().split(".")):
-        raise UsageError(f"invalid label key {key!r}", "use a name like gpu-schedule")
+    check_label(key, value)
     if key == SCHEDULE_LABEL and value is not None and value not in SCHEDULE_MODES:
         raise UsageError(f"label {SCHEDULE_LABEL}={value!r} is not a mode", "use topology or default")
     target = next((s for s in nodes if s.name == node), None)

@@ -34,7 +34,8 @@ from ringleader.engines.kubernetes.delivery import (
 from ringleader.engines.kubernetes.objects import quantity
 from ringleader.errors import UsageError
 from ringleader.jobs.line import CommandLine
-from ringleader.jobs.spec import JobSpec, KubeOptions
+from ringleader.jobs.spec import JobSpec, KubeOptions, check_image_reference
+from ringleader.topology.cluster import check_name
 
 DEFAULT_IMAGE = "ghcr.io/ringleader/ringleader:0.1.0"
 METRICS_PORT = 10259
@@ -419,6 +420,9 @@ def install(image: str = DEFAULT_IMAGE, replicas: int = 2, lease_seconds: int = 
     """Everything `kube manifests` prints. ``delivery``: how this cluster's GPUs reach workers
     (published in the ConfigMap ringleader-cluster, which every authenticated user may read, so
     each submit templates its jobs alike); ``trusted``: namespaces whose pods may set NVIDIA_*."""
+    check_image_reference(image)
+    for namespace in trusted:
+        check_name(namespace, "namespace")
     delivery = delivery or Delivery()
     ns = names.SYSTEM_NAMESPACE
     sched, agent = "ringleader-scheduler", "ringleader-agent"
