@@ -60,6 +60,11 @@ CASES = {
     "kube-image-with-a-newline": ["kube", "manifests", "--image", "ringleader\nevil"],
     "kube-image-with-a-space": ["kube", "manifests", "--image", "ringleader evil"],
     "kube-bad-trusted-namespace": ["kube", "manifests", "--trusted-namespace", "Bad NS"],
+    # ringleader's own annotations are its scheduler's decisions: a job never sets one.
+    "kube-own-annotation": ["submit", "mpi", "--name", "own", "--engine", "kubernetes", "--dry-run", "-a",
+                            "ringleader.io/dra-gpus=8", "--", "true"],
+    "kube-own-label": ["submit", "mpi", "--name", "own", "--engine", "kubernetes", "--dry-run", "-l",
+                       "gpu.ringleader.io/x=1", "--", "true"],
     "missing-working-dir": ["submit", "mpi", "--name", "wd", "--working-dir", "/nonexistent", "--", "true"],
     "working-dir-a-file": ["submit", "mpi", "--name", "wd", "--working-dir", "/etc/hostname", "--", "true"],
     "level-the-cluster-lacks": ["submit", "mpi", "--name", "lv", "--topology-required", "rack", "--", "true"],

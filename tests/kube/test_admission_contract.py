@@ -12,7 +12,7 @@ import pytest
 
 from kube.kubeobjs import template_pods
 from ringleader.engines.kubernetes import manifests, names
-from ringleader.engines.kubernetes.delivery import agent_policy, env_policy
+from ringleader.engines.kubernetes.delivery import Delivery, agent_policy, env_policy
 from ringleader.jobs.spec import JobSpec
 
 SPEC = JobSpec("vgg", 4, 1, ["mpirun", "-np", "4", "python", "train.py"], topology_aware=True)
@@ -134,3 +134,64 @@ def test_contract_the_agent_may_change_only_its_own_node() -> None:
     untainted["spec"]["taints"] = []
     assert "only the annotations" in admit(policy, untainted, node, op="UPDATE", user=me, extra=on)
     assert admit(policy, relabelled, node, op="UPDATE", user="kubernetes-admin") == "not matched"
+
+
+def test_contract_a_request_for_no_gpu_is_no_device_plugin_pod() -> None:
+    """`nvidia.com/gpu: 0` asks the device plugin for nothing and may land anywhere (by nodeName
+    too): it does not make NVIDIA_VISIBLE_DEVICES=all or the NVIDIA runtime admissible."""
+    policy, _ = env_policy("nvidia")
+    everything = {"name": "c", "image": "i", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}
+    for zero in (0, "0", "00", "0.0", "+0"):
+        asks = {**everything, "resources": {"limits": {"nvidia.com/gpu": zero}}}
+        assert admit(policy, _pod({"containers": [asks]})).startswith("NVIDIA_* and"), zero
+        plain = {"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/gpu": zero}}}
+        assert admit(policy, _pod({"runtimeClassName": "nvidia", "containers": [plain]})).startswith("runtimeClassName")
+    one = {**everything, "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+    assert admit(policy, _pod({"nodeName": "gpu-0", "containers": [one]})) == "allowed"  # the plugin's business
+
+
+def test_contract_envfrom_cannot_bring_nvidia_variables_where_the_default_runtime_reads_them() -> None:
+    """With no RuntimeClass (the nodes' default runtime is NVIDIA's), a ConfigMap holding
+    NVIDIA_VISIBLE_DEVICES=all through envFrom would reach the runtime: each envFrom needs a
+    prefix that no NVIDIA_* or CUDA_VISIBLE_DEVICES can come out of."""
+    policy, _ = env_policy(None)
+    for per_pod in (1, 2):
+        for template in template_pods(manifests.mpijob(SPEC, "team-a", per_pod=per_pod)).values():
+            assert admit(policy, template) == "allowed"
+    source = {"configMapRef": {"name": "gpus"}}
+    for prefix in (None, "", "N", "NVIDIA_", "NVIDIA_X", "CUDA_", "CUDA_VISIBLE_DEVICES"):
+        env_from = {**source, **({"prefix": prefix} if prefix is not None else {})}
+        pod = _pod({"containers": [{"name": "c", "image": "i", "envFrom": [env_from]}]})
+        assert admit(policy, pod).startswith("envFrom without a prefix"), prefix
+    for prefix in ("APP_", "CUDA_HOME_", "X"):
+        pod = _pod({"containers": [{"name": "c", "image": "i", "envFrom": [{**source, "prefix": prefix}]}]})
+        assert admit(policy, pod) == "allowed", prefix
+    assert admit(env_policy("nvidia")[0], _pod({"containers": [{"name": "c", "image": "i", "envFrom": [source]}]})) \
+        == "allowed"  # runc ignores the variables: only the NVIDIA RuntimeClass reads them, and it is guarded
+
+
+def test_contract_with_dra_delivery_no_pod_but_the_agent_reaches_the_nvidia_runtime() -> None:
+    """DRA delivery: the DRA driver gives workers their GPUs; the agent's NVIDIA RuntimeClass and
+    NVIDIA_* stay refused to every other pod outside the trusted namespaces."""
+    policy, binding = env_policy("nvidia", templates=False)
+    trusted = binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][0]["values"]
+    assert names.SYSTEM_NAMESPACE in trusted  # the agent's own namespace
+    dra = manifests.mpijob(SPEC, "team-a", delivery=Delivery("dra", "nvidia"))
+    for template in template_pods(dra).values():
+        assert admit(policy, template) == "allowed"
+    container = {"name": "c", "image": "i"}
+    assert admit(policy, _pod({"runtimeClassName": "nvidia", "containers": [container]})).startswith("runtimeClassName")
+    env = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
+    assert admit(policy, _pod({"containers": [{**container, "env": env}]})).startswith("NVIDIA_* and")
+    worker = template_pods(manifests.mpijob(SPEC, "team-a"))["Worker"]  # an env-mode template, here
+    assert admit(policy, worker) != "allowed"
+
+
+def test_contract_only_a_pod_with_the_dra_claim_counts_as_holding_gpus() -> None:
+    from ringleader.engines.kubernetes.objects import pod_info
+
+    worker = template_pods(manifests.mpijob(SPEC, "team-a", delivery=Delivery("dra", "nvidia")))["Worker"]
+    assert pod_info(worker).gpus == 1
+    squatter = _pod({"nodeName": "gpu-0", "containers": [{"name": "c", "image": "busybox"}]},
+                    {names.DRA_GPUS_ANNOTATION: "8"})  # fmt: skip
+    assert pod_info(squatter).gpus == 0

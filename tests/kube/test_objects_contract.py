@@ -202,7 +202,7 @@ def test_contract_install_validates_for_the_versions_it_claims(delivery: Deliver
     kinds = [o["kind"] for o in objects]
     agent = next(o for o in objects if o["kind"] == "DaemonSet")["spec"]["template"]["spec"]
     assert agent.get("runtimeClassName") == delivery.runtime_class
-    assert kinds.count("ValidatingAdmissionPolicy") == (2 if delivery.mode == "env" else 1)
+    assert kinds.count("ValidatingAdmissionPolicy") == 2  # NVIDIA_* guarded whatever the delivery
     config = next(o for o in objects if o["metadata"]["name"] == names.CLUSTER_CONFIG and o["kind"] == "ConfigMap")
     assert Delivery.parse(config["data"]["gpuDelivery"], config["data"]["runtimeClass"]) == delivery
     # admissionregistration.k8s.io/v1 policies exist from 1.30 on: 1.29 has no such kind

@@ -178,6 +178,9 @@ def container_env(recorded: dict[str, str] | None, env: dict[str, str]) -> dict[
     return {**{k: v for k, v in (recorded or {}).items() if k not in HOST_ONLY_KEYS}, **env}
 
 
+# The prefix of ringleader's own labels and annotations on Kubernetes objects (see
+# engines/kubernetes/names.py): a user's job never sets one.
+OWN_PREFIX = "ringleader.io"
 # Kubernetes names: label keys ([prefix/]name), label values, DNS-1123 names.
 _K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|Ki|Mi|Gi|Ti|k|M|G|T)?$")
@@ -228,6 +231,14 @@ class KubeOptions:
         for key, _ in self.annotations:
             if not LABEL_KEY_RE.fullmatch(key):
                 raise bad("--annotation", key, "write KEY=VALUE with KEY like example.com/name")
+        for flag, pairs in (("--label", self.labels), ("--annotation", self.annotations)):
+            for key, _ in pairs:
+                domain, _, name = key.rpartition("/")
+                if domain == OWN_PREFIX or domain.endswith("." + OWN_PREFIX):
+                    raise UsageError(
+                        f"{flag} {key!r}: {OWN_PREFIX}/ keys are ringleader's own (its scheduler reads them as its "
+                        "own decisions)", f"use a key of your own, e.g. example.com/{name}",
+                    )
         for tol in self.tolerations:
             if not _TOLERATION.match(tol):
                 raise bad("--toleration", tol, "write KEY, KEY=VALUE, KEY[=VALUE]:EFFECT or all")

@@ -107,6 +107,18 @@ def _env_rules(runtime_class: str | None) -> list[dict[str, str]]:
         {"expression": f"request.operation != 'UPDATE' || {keys}.all(k, {value('object', 'k')} == {value('oldObject', 'k')})",  # noqa: E501
          "message": "ringleader's GPU annotations cannot be changed on a pod", "reason": "Forbidden"},
     ]  # fmt: skip
+    if not runtime_class:
+        # The nodes' default runtime is NVIDIA's: it reads the variables envFrom brings too (a
+        # ConfigMap holding NVIDIA_VISIBLE_DEVICES=all), which no policy can look into. So each
+        # envFrom must have a prefix that no NVIDIA_* or CUDA_VISIBLE_DEVICES can come out of.
+        safe = " && ".join(f"!'{v}'.startsWith(f.prefix) && !f.prefix.startsWith('{v}')"
+                           for v in ("NVIDIA_", "CUDA_VISIBLE_DEVICES"))  # fmt: skip
+        rules.append({
+            "expression": f"variables.devicePluginPod || "
+                          f"({_each(f'!has(c.envFrom) || c.envFrom.all(f, has(f.prefix) && {safe})')})",
+            "message": "envFrom without a prefix (or one that makes NVIDIA_* or CUDA_VISIBLE_DEVICES) is refused "
+                       "where the nodes' default runtime is NVIDIA's: give each envFrom a prefix such as APP_",
+            "reason": "Forbidden"})  # fmt: skip
     if runtime_class:
         rules.append({
             "expression": f"!has(object.spec.runtimeClassName) || object.spec.runtimeClassName != '{runtime_class}' "
@@ -117,7 +129,8 @@ def _env_rules(runtime_class: str | None) -> list[dict[str, str]]:
     return rules
 
 
-def env_policy(runtime_class: str | None, trusted: Sequence[str] = TRUSTED_NAMESPACES) -> list[dict[str, Any]]:
+def env_policy(runtime_class: str | None, trusted: Sequence[str] = TRUSTED_NAMESPACES,
+               templates: bool = True) -> list[dict[str, Any]]:  # fmt: skip
     """The ValidatingAdmissionPolicy and its binding that make the env path safe: outside the
     trusted namespaces, a pod that may land on ringleader's nodes (it requests no
     nvidia.com/gpu, so a device-plugin node is not where it is going) may set NVIDIA_* or
@@ -125,12 +138,17 @@ def env_policy(runtime_class: str | None, trusted: Sequence[str] = TRUSTED_NAMES
     templates: schedulerName ringleader, every container setting NVIDIA_VISIBLE_DEVICES (which
     overrides an image's ENV) from the gpu-ids annotation or to void, no envFrom; and nobody
     writes that annotation but the Binding (it is not an update of the pod, so no policy on pods
-    sees it)."""
+    sees it). ``templates`` False (DRA delivery: the DRA driver gives workers their GPUs, no
+    template sets NVIDIA_*): no pod outside them but a device-plugin pod may, while the agent's
+    NVIDIA RuntimeClass exists."""
     templated = ("has(object.spec.schedulerName) && object.spec.schedulerName == '" + names.SCHEDULER_NAME + "' && "
                  + _each("has(c.env) && c.env.exists(e, e.name == 'NVIDIA_VISIBLE_DEVICES') && "
-                         "!has(c.envFrom)"))  # fmt: skip
+                         "!has(c.envFrom)")) if templates else "false"  # fmt: skip
+    # A pod that asks the device plugin for GPUs (a count above 0: `nvidia.com/gpu: 0` asks for none
+    # and would land anywhere, by nodeName too).
     plugin = ("object.spec.containers.exists(c, has(c.resources) && has(c.resources.limits) && "
-              "'nvidia.com/gpu' in c.resources.limits)")  # fmt: skip
+              "'nvidia.com/gpu' in c.resources.limits && "
+              "!string(c.resources.limits['nvidia.com/gpu']).matches('^[+]?0*([.]0*)?$'))")  # fmt: skip
     policy = _policy(ENV_POLICY, ["CREATE", "UPDATE"], ["pods", "pods/ephemeralcontainers"], {
         "variables": [{"name": "templated", "expression": templated},
                       {"name": "devicePluginPod", "expression": plugin}],

@@ -506,7 +506,7 @@ def install(image: str = DEFAULT_IMAGE, replicas: int = 2, lease_seconds: int = 
                  "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
                  "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True},
              }]}}}},
-        *(env_policy(delivery.runtime_class, trusted) if delivery.mode == "env" else []),
+        *env_policy(delivery.runtime_class, trusted, templates=delivery.mode == "env"),
         *agent_policy(agent),
     ]  # fmt: skip
 

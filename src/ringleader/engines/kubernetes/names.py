@@ -3,10 +3,12 @@ the manifests and the engine can never disagree about a label or an annotation."
 
 from __future__ import annotations
 
+from ringleader.jobs.spec import OWN_PREFIX
+
 SCHEDULER_NAME = "ringleader"  # pods' spec.schedulerName
 SYSTEM_NAMESPACE = "ringleader-system"
 LEASE_NAME = "ringleader-scheduler"
-PREFIX = "ringleader.io"
+PREFIX = OWN_PREFIX
 
 # Extended resource the agent advertises per node and GPU workers request (a node-level extended
 # resource: kubelet admits against it, no device plugin is involved).

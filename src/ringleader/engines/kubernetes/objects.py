@@ -267,7 +267,10 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo:
         gpu_ids = ()
     name = meta.get("name", "")
     gpus = int(need(names.GPU_RESOURCE))
-    if not gpus and names.DRA_GPUS_ANNOTATION in annotations:  # a DRA worker: its claim's count
+    # A DRA worker: its claim's count. Only a pod that has that claim: any pod may carry the
+    # annotation (a busybox placed by nodeName would otherwise hold a node's GPUs).
+    claims = {c.get("name") for c in spec.get("resourceClaims") or () if isinstance(c, Mapping)}
+    if not gpus and names.DRA_GPUS_ANNOTATION in annotations and names.DRA_REQUEST in claims:
         try:
             gpus = max(0, int(annotations[names.DRA_GPUS_ANNOTATION]))
         except ValueError:
