@@ -230,3 +230,20 @@ def test_contract_a_gang_that_cannot_be_pinned_is_undone_and_waits(fake: FakeApi
     fake.put("nodes", gpu0)
     s.sync()
     assert [r.ok for r in s.cycle()] == [True]
+
+
+def test_contract_a_device_another_claim_holds_is_never_allocated_twice(fake: FakeApiServer) -> None:
+    """kube-scheduler allocates the claims of pods ringleader does not place from the same
+    slices: a device one of them holds is refused, and nothing is written."""
+    pods = dra_cluster(fake)
+    fake.put("resourceclaims", {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                                "metadata": {"name": "notebook-gpu", "namespace": "team-b"},
+                                "spec": {}, "status": {"allocation": {"devices": {"results": [
+                                    {"request": "gpu", "driver": names.DRA_DRIVER, "pool": "gpu-0",
+                                     "device": "gpu-5"}]}}}})  # fmt: skip
+    api = DraApi(load_client(host=fake.url))
+    with pytest.raises(PinError, match="device gpu-5 .* is allocated to claim team-b/notebook-gpu"):
+        pin_gang(api, pins(pods, [(0, 1), (2, 3)]))  # GPU 2 is device gpu-5 (names run opposite)
+    assert not [r for r in fake.requests if r.method in ("PUT", "PATCH")]
+    pin_gang(api, pins(pods, [(0, 1), (3, 4)]))  # around it
+    assert _results(fake.get("resourceclaims", "vgg-worker-1-gpus-k2x9z", "team-a")) == ["gpu-4", "gpu-3"]

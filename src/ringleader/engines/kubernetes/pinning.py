@@ -43,6 +43,11 @@ class DraApi(Api):
         body = self._json(self.custom.list_cluster_custom_object, RESOURCE_GROUP, RESOURCE_VERSION, "resourceslices")
         return list(body.get("items") or [])
 
+    def resource_claims(self) -> list[dict[str, Any]]:
+        """Every namespace's claims: the devices kube-scheduler (or anyone) allocated already."""
+        body = self._json(self.custom.list_cluster_custom_object, RESOURCE_GROUP, RESOURCE_VERSION, "resourceclaims")
+        return list(body.get("items") or [])
+
     def read_pod(self, namespace: str, name: str) -> dict[str, Any]:
         body: dict[str, Any] = self._json(self.core.read_namespaced_pod, name, namespace)
         return body
@@ -82,16 +87,36 @@ def _devices(api: DraApi, pin: Pin, slices: Sequence[Mapping[str, Any]]) -> list
     return devices
 
 
+def allocated_devices(claims: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str, str], str]:
+    """(driver, pool, device) -> "namespace/claim" of every device some claim holds."""
+    taken = {}
+    for claim in claims:
+        meta = claim.get("metadata") or {}
+        allocation = (claim.get("status") or {}).get("allocation") or {}
+        for result in (allocation.get("devices") or {}).get("results") or ():
+            key = (str(result.get("driver")), str(result.get("pool")), str(result.get("device")))
+            taken[key] = f"{meta.get('namespace')}/{meta.get('name')}"
+    return taken
+
+
 def pin_gang(api: DraApi, pins: Sequence[Pin]) -> None:
     """Allocate, pin, then ungate every member of one gang; PinError (nothing left allocated)
-    when a member cannot be pinned as decided."""
+    when a member cannot be pinned as decided: among others, a device that some other claim
+    holds (kube-scheduler allocates claims of pods ringleader does not place, from the same
+    slices), which would otherwise be handed out twice."""
     slices = api.resource_slices()
+    taken = allocated_devices(api.resource_claims())
     plan = []
     for pin in pins:
         claim = _claim_name(api.read_pod(pin.namespace, pin.pod))
         if claim is None:
             raise PinError(f"pod {pin.namespace}/{pin.pod}: its ResourceClaim is not created yet")
-        plan.append((pin, claim, _devices(api, pin, slices)))
+        devices = _devices(api, pin, slices)
+        for device in devices:
+            holder = taken.get((names.DRA_DRIVER, device.pool, device.name))
+            if holder is not None and holder != f"{pin.namespace}/{claim}":
+                raise PinError(f"node {pin.node}: device {device.name} ({device.uuid}) is allocated to claim {holder}")
+        plan.append((pin, claim, devices))
     done: list[tuple[Pin, str]] = []
     try:
         for pin, claim, devices in plan:
