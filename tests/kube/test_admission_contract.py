@@ -195,3 +195,52 @@ def test_contract_only_a_pod_with_the_dra_claim_counts_as_holding_gpus() -> None
     squatter = _pod({"nodeName": "gpu-0", "containers": [{"name": "c", "image": "busybox"}]},
                     {names.DRA_GPUS_ANNOTATION: "8"})  # fmt: skip
     assert pod_info(squatter).gpus == 0
+
+
+def _patched(pod: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """``pod`` after the strategic-merge ``patch`` pinning writes (annotations merged, affinity
+    set, a gate deleted by name), as the API server would apply it."""
+    out = copy.deepcopy(pod)
+    out["metadata"].setdefault("annotations", {}).update((patch.get("metadata") or {}).get("annotations") or {})
+    spec = patch.get("spec") or {}
+    if "affinity" in spec:
+        out["spec"]["affinity"] = spec["affinity"]
+    for gate in spec.get("schedulingGates") or ():
+        if gate.get("$patch") == "delete":
+            out["spec"]["schedulingGates"] = [g for g in out["spec"]["schedulingGates"] if g["name"] != gate["name"]]
+    return out
+
+
+def test_contract_the_dra_schedulers_pins_pass_and_nothing_else_it_could_patch() -> None:
+    """With DRA the scheduler patches pods (RBAC: every pod). Its pin and ungate pass both
+    policies; a change of image, label, other annotation, toleration or an added gate does not;
+    nobody else may change the GPU annotations."""
+    from ringleader.engines.kubernetes.delivery import SCHEDULER_USER, pin_patch, scheduler_policy, ungate_patch
+
+    env, _ = env_policy("nvidia", templates=False)
+    sched, binding = scheduler_policy()
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    worker = template_pods(manifests.mpijob(SPEC, "team-a", delivery=Delivery("dra", "nvidia")))["Worker"]
+    notes = {names.GPU_IDS_ANNOTATION: "0", names.GPU_DEVICES_ANNOTATION: "GPU-1", names.WORKER_INDEX_ANNOTATION: "0"}
+    pinned = _patched(worker, pin_patch("gpu-0", notes))
+    ungated = _patched(pinned, ungate_patch())
+    assert "schedulingGates" in worker["spec"] and ungated["spec"]["schedulingGates"] == []
+    for old, new in ((worker, pinned), (pinned, ungated)):
+        for policy in (env, sched):
+            assert admit(policy, new, old, op="UPDATE", user=SCHEDULER_USER) == "allowed"
+    assert "cannot be changed" in admit(env, pinned, worker, op="UPDATE", user="alice")
+    assert admit(sched, pinned, worker, op="UPDATE", user="alice") == "not matched"
+    for change in ("image", "label", "annotation", "toleration", "gate"):
+        bad = copy.deepcopy(pinned)
+        if change == "image":
+            bad["spec"]["containers"][0]["image"] = "evil:latest"
+        elif change == "label":
+            bad["metadata"]["labels"]["team"] = "b"
+        elif change == "annotation":
+            bad["metadata"]["annotations"]["example.com/owner"] = "mallory"
+        elif change == "toleration":
+            bad["spec"]["tolerations"] = [{"operator": "Exists"}]
+        else:
+            bad["spec"]["schedulingGates"] = [*bad["spec"]["schedulingGates"], {"name": "example.com/hold"}]
+        assert admit(sched, bad, worker, op="UPDATE", user=SCHEDULER_USER).startswith(
+            "ringleader's scheduler may change"), change

@@ -242,7 +242,7 @@ def test_contract_a_device_another_claim_holds_is_never_allocated_twice(fake: Fa
                                     {"request": "gpu", "driver": names.DRA_DRIVER, "pool": "gpu-0",
                                      "device": "gpu-5"}]}}}})  # fmt: skip
     api = DraApi(load_client(host=fake.url))
-    with pytest.raises(PinError, match="device gpu-5 .* is allocated to claim team-b/notebook-gpu"):
+    with pytest.raises(PinError, match=r"device gpu-5 .* is allocated to claim team-b/notebook-gpu"):
         pin_gang(api, pins(pods, [(0, 1), (2, 3)]))  # GPU 2 is device gpu-5 (names run opposite)
     assert not [r for r in fake.requests if r.method in ("PUT", "PATCH")]
     pin_gang(api, pins(pods, [(0, 1), (3, 4)]))  # around it

@@ -64,7 +64,7 @@ def test_manifests_choose_the_gpu_delivery(capsys) -> None:  # type: ignore[no-u
     cluster = next(d for d in docs if d["metadata"]["name"] == names.CLUSTER_CONFIG and d["kind"] == "ConfigMap")
     assert cluster["data"] == {"gpuDelivery": "dra", "runtimeClass": "none"}
     assert [d["metadata"]["name"] for d in docs if d["kind"] == "ValidatingAdmissionPolicy"] == [
-        "ringleader-gpu-env", "ringleader-agent-own-node"]  # NVIDIA_* guarded with DRA too
+        "ringleader-gpu-env", "ringleader-agent-own-node", "ringleader-scheduler-pins-only"]  # NVIDIA_* guarded
     assert main(["kube", "manifests", "--trusted-namespace", "ml-infra"]) == 0
     docs = list(yaml.safe_load_all(capsys.readouterr().out))
     binding = next(d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding"

@@ -29,6 +29,9 @@ ADMISSION = "admissionregistration.k8s.io/v1"
 RESOURCE = "resource.k8s.io/v1"
 ENV_POLICY = "ringleader-gpu-env"
 AGENT_POLICY = "ringleader-agent-own-node"
+SCHEDULER_POLICY = "ringleader-scheduler-pins-only"
+SCHEDULER_ACCOUNT = "ringleader-scheduler"
+SCHEDULER_USER = f"system:serviceaccount:{names.SYSTEM_NAMESPACE}:{SCHEDULER_ACCOUNT}"
 # Namespaces whose pods may set NVIDIA_* themselves: the control plane's, ringleader's own (the
 # agent reads NVML with NVIDIA_VISIBLE_DEVICES=all) and NVIDIA's operators' (device plugin, DCGM).
 TRUSTED_NAMESPACES = ("kube-system", names.SYSTEM_NAMESPACE, "gpu-operator", "nvidia-dra-driver-gpu")
@@ -104,8 +107,10 @@ def _env_rules(runtime_class: str | None) -> list[dict[str, str]]:
         {"expression": f"request.operation != 'CREATE' || !has(object.metadata.annotations) || "
                        f"!{keys}.exists(k, k in object.metadata.annotations)",
          "message": "ringleader's GPU annotations are written only by its scheduler's Binding", "reason": "Forbidden"},
-        {"expression": f"request.operation != 'UPDATE' || {keys}.all(k, {value('object', 'k')} == {value('oldObject', 'k')})",  # noqa: E501
-         "message": "ringleader's GPU annotations cannot be changed on a pod", "reason": "Forbidden"},
+        {"expression": f"request.operation != 'UPDATE' || request.userInfo.username == '{SCHEDULER_USER}' || "
+                       f"{keys}.all(k, {value('object', 'k')} == {value('oldObject', 'k')})",
+         "message": "ringleader's GPU annotations cannot be changed on a pod (but by its DRA scheduler's pin)",
+         "reason": "Forbidden"},
     ]  # fmt: skip
     if not runtime_class:
         # The nodes' default runtime is NVIDIA's: it reads the variables envFrom brings too (a
@@ -185,6 +190,41 @@ def agent_policy(agent_account: str) -> list[dict[str, Any]]:
         ],
     })  # fmt: skip
     return [policy, _binding(AGENT_POLICY, {})]
+
+
+def scheduler_policy() -> list[dict[str, Any]]:
+    """With DRA the scheduler's ClusterRole may patch every pod (RBAC cannot say "the gated
+    workers of ringleader's gangs"); this policy narrows its updates of pods to what pinning
+    writes: ringleader.io/ annotations, node affinity (which the API server allows on a gated
+    pod only) and the removal of scheduling gates. Images, labels, other annotations,
+    tolerations and deadlines stay as they are, and no gate is added."""
+    def unchanged(field: str) -> str:
+        return (f"has(object.{field}) == has(oldObject.{field}) && "
+                f"(!has(object.{field}) || object.{field} == oldObject.{field})")
+
+    def images(kind: str) -> str:
+        return (f"has(object.spec.{kind}) == has(oldObject.spec.{kind}) && (!has(object.spec.{kind}) || "
+                f"object.spec.{kind}.map(c, c.image) == oldObject.spec.{kind}.map(c, c.image))")
+
+    mine = f"k.startsWith('{names.PREFIX}/')"
+    kept = (f"(!has(oldObject.metadata.annotations) || oldObject.metadata.annotations.all(k, {mine} || "
+            "(has(object.metadata.annotations) && k in object.metadata.annotations && "
+            "object.metadata.annotations[k] == oldObject.metadata.annotations[k])))")  # fmt: skip
+    added = (f"(!has(object.metadata.annotations) || object.metadata.annotations.all(k, {mine} || "
+             "(has(oldObject.metadata.annotations) && k in oldObject.metadata.annotations)))")  # fmt: skip
+    gates = ("!has(object.spec.schedulingGates) || (has(oldObject.spec.schedulingGates) && "
+             "object.spec.schedulingGates.all(g, oldObject.spec.schedulingGates.exists(o, o.name == g.name)))")
+    parts = [unchanged("metadata.labels"), kept, added, images("containers"), images("initContainers"),
+             unchanged("spec.tolerations"), unchanged("spec.activeDeadlineSeconds"), gates]
+    same = " && ".join(f"({part})" for part in parts)  # each whole: `||` binds looser than `&&`
+    policy = _policy(SCHEDULER_POLICY, ["UPDATE"], ["pods"], {
+        "matchConditions": [{"name": "is-the-scheduler",
+                             "expression": f"request.userInfo.username == '{SCHEDULER_USER}'"}],
+        "validations": [{"expression": same, "reason": "Forbidden",
+                         "message": f"ringleader's scheduler may change on a pod only its {names.PREFIX}/ annotations, "
+                                    "its node affinity and its scheduling gates (removed)"}],
+    })  # fmt: skip
+    return [policy, _binding(SCHEDULER_POLICY, {})]
 
 
 def _policy(name: str, operations: list[str], resources: list[str], rules: dict[str, Any]) -> dict[str, Any]:

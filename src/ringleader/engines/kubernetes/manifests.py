@@ -26,10 +26,12 @@ import yaml
 from ringleader.engines.kubernetes import names
 from ringleader.engines.kubernetes.delivery import (
     GPU_IDS_FIELD,
+    SCHEDULER_ACCOUNT,
     TRUSTED_NAMESPACES,
     Delivery,
     agent_policy,
     env_policy,
+    scheduler_policy,
 )
 from ringleader.engines.kubernetes.objects import quantity
 from ringleader.errors import UsageError
@@ -425,7 +427,7 @@ def install(image: str = DEFAULT_IMAGE, replicas: int = 2, lease_seconds: int = 
         check_name(namespace, "namespace")
     delivery = delivery or Delivery()
     ns = names.SYSTEM_NAMESPACE
-    sched, agent = "ringleader-scheduler", "ringleader-agent"
+    sched, agent = SCHEDULER_ACCOUNT, "ringleader-agent"
     config = {"leaseSeconds": lease_seconds, "metricsPort": METRICS_PORT, "namespace": ns, "bindThreads": 8}
     labels_s, labels_a = {"app.kubernetes.io/name": sched}, {"app.kubernetes.io/name": agent}
     in_ns = {"name": sched, "namespace": ns}
@@ -508,6 +510,7 @@ def install(image: str = DEFAULT_IMAGE, replicas: int = 2, lease_seconds: int = 
              }]}}}},
         *env_policy(delivery.runtime_class, trusted, templates=delivery.mode == "env"),
         *agent_policy(agent),
+        *(scheduler_policy() if delivery.mode == "dra" else []),
     ]  # fmt: skip
 
 
