@@ -47,6 +47,30 @@ def make_private_home(home: Path) -> None:
                 _make_private(fd, home / name, home)
 
 
+def check_reachable(home: Path) -> None:
+    """One line (StateError) where this user may not even look into the state folder (another
+    user's RINGLEADER_HOME, a folder under another user's 0700 folder)."""
+    try:
+        os.stat(os.path.join(home, "."))  # pathlib would drop the "."; looking in needs the right to search it
+    except FileNotFoundError:
+        return
+    except (PermissionError, NotADirectoryError) as exc:
+        owner = next((p for p in (home, *home.parents) if _exists(p)), home)
+        raise StateError(
+            f"cannot look into the state folder {home} ({exc.strerror}): {owner} belongs to "
+            f"{_user(os.stat(owner).st_uid)}",
+            "set RINGLEADER_HOME to a folder of your own",
+        ) from None
+
+
+def _exists(path: Path) -> bool:
+    try:
+        os.stat(path)
+    except OSError:
+        return False
+    return True
+
+
 def check_ancestors(home: Path) -> None:
     """Refuse a state folder another user could redirect: a link on the way to it that another
     user owns, or a folder above it (on the way as written, and as resolved) that another user

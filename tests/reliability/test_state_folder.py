@@ -6,6 +6,7 @@ removal. Also: GPUs held by a job that no longer exists are freed."""
 from __future__ import annotations
 
 import os
+import shutil
 import sqlite3
 import stat
 import subprocess
@@ -278,3 +279,33 @@ def test_something_else_at_the_agents_log_does_not_stop_the_queue(tmp_path: Path
     assert view.status.value == "SUCCEEDED", view
     assert snapshot(victim) == before
     assert log.is_file() and not log.is_symlink()
+
+
+def test_another_users_state_folder_is_one_line_for_every_command(tmp_path: Path) -> None:
+    """RINGLEADER_HOME naming root's private folder, as another user: one line, never a traceback."""
+    import sysconfig
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run a command as another user")
+    runuser = shutil.which("runuser", path=f"{os.defpath}:/usr/sbin:/sbin")
+    if runuser is None:
+        pytest.skip("runuser (util-linux) is not installed")
+    src = str(REPO / "src")
+    packages = sysconfig.get_paths()["purelib"]
+    python = "/usr/bin/python3"
+    probe = subprocess.run([runuser, "-u", "nobody", "--", python, "-c",
+                            f"import sys, os; assert sys.version_info[:2] == {sys.version_info[:2]!r}; "
+                            f"assert os.access({src!r}, os.R_OK | os.X_OK) and os.access({packages!r}, os.R_OK)"],
+                           capture_output=True)  # fmt: skip
+    if probe.returncode != 0:
+        pytest.skip(f"user nobody cannot run this checkout with {python} (a private clone, another Python)")
+    home = tmp_path / "home"
+    assert submit(home, "mine").returncode == 0
+    tmp_path.chmod(0o755)
+    env = {"PATH": os.defpath, "RINGLEADER_HOME": str(home), "PYTHONPATH": f"{src}:{packages}"}
+    for args in (["list"], ["get", "mine"], ["submit", "mpi", "--name", "theirs", "--", "true"], ["logs", "mine"]):
+        out = subprocess.run([runuser, "-u", "nobody", "--", python, "-m", "ringleader.cli.main", *args], env=env,
+                             capture_output=True, text=True, cwd="/", timeout=60)  # fmt: skip
+        assert "Traceback" not in out.stderr, out.stderr
+        assert out.returncode == 2 and out.stderr.count("\n") == 1, (args, out.stderr)
+        assert f"cannot look into the state folder {home} (Permission denied)" in out.stderr

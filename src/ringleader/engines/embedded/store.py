@@ -31,7 +31,7 @@ from ringleader.jobs.codec import (
 )
 from ringleader.jobs.states import JobStatus, Launch, can_launch_move, can_move
 from ringleader.scheduler import ClusterState, NodeState, Placement
-from ringleader.statefolder import make_private_home
+from ringleader.statefolder import check_reachable, make_private_home
 from ringleader.topology import NodeSpec, NodeTopology
 from ringleader.topology.network import tree_from_dict, tree_of, tree_to_dict
 
@@ -124,6 +124,7 @@ class Store:
         ``reserve=False``: leave the disk reserve alone (neither made nor given back), for a
         background look that must not change what room a user's command finds."""
         path = home / DB_NAME
+        check_reachable(home)
         for part in (path, *(path.with_name(path.name + s) for s in ("-wal", "-shm"))):
             if part.is_symlink():  # SQLite opens by name: it would follow one
                 raise StateError(
