@@ -245,3 +245,15 @@ def test_a_first_command_on_a_full_disk_leaves_a_folder_that_works_once_there_is
     listed = cli(home, "list")
     assert listed.returncode == 0, listed.stderr  # never "its jobs and cluster are lost"
     assert cli(home, "submit", "mpi", "--name", "second", "--", "true").returncode == 0
+
+
+def test_state_export_onto_a_full_disk_is_one_line_and_leaves_no_partial_copy(small_disk: Path,
+                                                                               tmp_path: Path) -> None:  # fmt: skip
+    home = tmp_path / "home"  # the state elsewhere, with room; the copy goes to the full disk
+    assert cli(home, "submit", "mpi", "--name", "a", "--", "true").returncode == 0
+    filler = fill_leaving(small_disk, 4 << 10)
+    done = cli(home, "state", "export", str(small_disk / "backup.db"))
+    filler.unlink()
+    assert done.returncode in (1, 2) and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.count("\n") == 1 and "cannot write" in done.stderr and "To fix:" in done.stderr
+    assert not (small_disk / "backup.db").exists()

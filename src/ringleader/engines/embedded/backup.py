@@ -35,6 +35,10 @@ def export_state(home: Path, target: Path) -> int:
     out = sqlite3.connect(target)
     try:
         db.conn.backup(out)
+    except sqlite3.OperationalError as exc:  # a full disk: no half-written copy left to restore from
+        out.close()
+        target.unlink(missing_ok=True)
+        raise StateError(f"cannot write {target}: {exc}", "free some space there, or give a path elsewhere") from None
     finally:
         out.close()
         db.close()
