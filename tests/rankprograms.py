@@ -2,7 +2,30 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+
+# A checkpoint that takes 3 s to write under a 6 s grace: every launcher must give the grace, once
+# (Open MPI's mpirun on SIGTERM would signal its ranks only after 1 s and SIGKILL them 1 s later).
+SLOW_WRITE_S, GRACE_S = 3.0, "6"
+# The lines users write for one program (each test file says how, for its hosts) and the stops.
+LAUNCHERS, STOPS = ("plain", "mpirun", "horovodrun", "torchrun"), ("delete", "time-limit")
+
+
+def slow_checkpointing_program(folder: Path, setenv: Callable[[str, str], None]) -> Path:
+    """A file of ``checkpointing_rank`` taking SLOW_WRITE_S to checkpoint, and the grace GRACE_S
+    set for the submit that follows (``setenv``: the test's monkeypatch.setenv)."""
+    setenv("RINGLEADER_GRACE_S", GRACE_S)  # at submit: the job keeps it
+    program = folder / "rank.py"
+    program.write_text(checkpointing_rank(folder, write_s=SLOW_WRITE_S))
+    return program
+
+
+def assert_checkpoints_kept(folder: Path, ranks: int = 2) -> None:
+    """Every rank of ``checkpointing_rank`` wrote its checkpoint, having had SIGTERM once."""
+    for rank in map(str, range(ranks)):
+        assert (folder / f"ckpt-{rank}").read_text() == "step 42", f"rank {rank} lost its checkpoint"
+        assert (folder / f"ckpt-{rank}.terms").read_text() == "1"  # a second SIGTERM interrupts a handler
 
 
 def checkpointing_rank(folder: Path, write_s: float = 0.5) -> str:

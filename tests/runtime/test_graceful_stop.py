@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rankprograms import checkpointing_rank
+from rankprograms import LAUNCHERS, STOPS, assert_checkpoints_kept, checkpointing_rank, slow_checkpointing_program
 from ringleader.engines.embedded.engine import Runtime
 from ringleader.errors import UsageError
 from ringleader.jobs.spec import parse_duration
@@ -85,10 +85,6 @@ def test_bad_time_limit_is_one_usage_line(tmp_path: Path) -> None:
     assert not (tmp_path / "home" / "state.db").exists()
 
 
-# A checkpoint that takes 3 s to write, a grace of 6 s: every launcher must give the grace once.
-# Open MPI's mpirun on SIGTERM would signal its ranks only after 1 s and SIGKILL them 1 s later.
-SLOW_WRITE_S, GRACE_S = 3.0, "6"
-
 
 def users_line(kind: str, program: Path) -> list[str]:
     """The same two-rank program as a user writes it for each launcher."""
@@ -101,14 +97,11 @@ def users_line(kind: str, program: Path) -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("stop", ["delete", "time-limit"])
-@pytest.mark.parametrize("kind", ["plain", "mpirun", "horovodrun", "torchrun"])
+@pytest.mark.parametrize(("kind", "stop"), [(k, s) for k in LAUNCHERS for s in STOPS])
 def test_a_slow_checkpoint_is_kept_on_every_launcher(
     small: Runtime, h, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str, stop: str
 ) -> None:
-    monkeypatch.setenv("RINGLEADER_GRACE_S", GRACE_S)  # at submit: the job keeps it
-    program = tmp_path / "rank.py"
-    program.write_text(checkpointing_rank(tmp_path, write_s=SLOW_WRITE_S))
+    program = slow_checkpointing_program(tmp_path, monkeypatch.setenv)
     limit = {"time_limit_s": 2.0} if stop == "time-limit" else {}
     small.submit(h.spec("slow", users_line(kind, program), workers=2, gpus=0, **limit))
     monkeypatch.setenv("RINGLEADER_GRACE_S", "1")  # what a later command's environment says does not count
@@ -118,7 +111,5 @@ def test_a_slow_checkpoint_is_kept_on_every_launcher(
     else:
         view = small.wait("slow", 60)
         assert view.reason is not None and "SIGKILL after 6 s" in view.reason, view.reason
-    for rank in ("0", "1"):
-        assert (tmp_path / f"ckpt-{rank}").read_text() == "step 42", f"rank {rank} lost its checkpoint"
-        assert (tmp_path / f"ckpt-{rank}.terms").read_text() == "1"  # SIGTERM exactly once
+    assert_checkpoints_kept(tmp_path)
 

@@ -11,12 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from rankprograms import checkpointing_rank
+from rankprograms import LAUNCHERS, STOPS, assert_checkpoints_kept, slow_checkpointing_program
 from ringleader.engines.embedded.engine import Runtime
 
 pytestmark = pytest.mark.slow
-
-SLOW_WRITE_S, GRACE_S = 3.0, "6"
 
 
 def users_line(kind: str, program: Path) -> list[str]:
@@ -34,14 +32,11 @@ def training(rt: Runtime, job: str) -> bool:
     return all("training" in rt.logs(job, f"worker-{i}") for i in range(2))
 
 
-@pytest.mark.parametrize("stop", ["delete", "time-limit"])
-@pytest.mark.parametrize("kind", ["plain", "mpirun", "horovodrun", "torchrun"])
+@pytest.mark.parametrize(("kind", "stop"), [(k, s) for k in LAUNCHERS for s in STOPS])
 def test_a_slow_checkpoint_is_kept_on_every_host(
     hosts: Runtime, h, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str, stop: str
 ) -> None:
-    monkeypatch.setenv("RINGLEADER_GRACE_S", GRACE_S)  # at submit: the job keeps it
-    program = tmp_path / "rank.py"
-    program.write_text(checkpointing_rank(tmp_path, write_s=SLOW_WRITE_S))
+    program = slow_checkpointing_program(tmp_path, monkeypatch.setenv)
     limit = {"time_limit_s": 4.0} if stop == "time-limit" else {}
     name = f"slow-{kind}-{stop}"
     hosts.submit(h.job(name, users_line(kind, program), workers=2, gpus=4, **limit))
@@ -52,7 +47,5 @@ def test_a_slow_checkpoint_is_kept_on_every_host(
     else:
         view = hosts.wait(name, 60)
         assert view.reason is not None and "SIGKILL after 6 s" in view.reason, view.reason
-    for rank in ("0", "1"):
-        assert (tmp_path / f"ckpt-{rank}").read_text() == "step 42", f"rank {rank} lost its checkpoint"
-        assert (tmp_path / f"ckpt-{rank}.terms").read_text() == "1"  # SIGTERM exactly once
+    assert_checkpoints_kept(tmp_path)
     assert hosts.nodes().free_gpus == hosts.nodes().total_gpus
