@@ -113,3 +113,23 @@ def test_lines_since_keeps_unstamped_lines_with_their_stamped_one() -> None:
     assert "".join(lines_since([text], cutoff, False)) == "new\nmore\n"
     assert "".join(lines_since([text, "2026-11-24T12:00:00Z last\n"], cutoff, True, tail=1)) == (
         "more\n2026-11-24T12:00:00Z last\n")
+
+
+def test_flags_after_a_quoted_command_are_read_as_arena_reads_them(seeds_cli) -> None:  # type: ignore[no-untyped-def]
+    """arena takes the command as one string and reads flags after it."""
+    plan = seeds_cli.ok("submit", "mpi", "--name", "dr", "--workers", "2", f"{PY} -c pass", "--dry-run", "--gpus", "1")
+    assert plan.startswith("Plan for job dr (dry run") and "2 worker(s) x 1 GPU(s)" in plan  # nothing submitted
+    assert "dr" not in seeds_cli.ok("ls")
+    # words after -- or after a command of several words stay the program's
+    seeds_cli.ok("submit", "mpi", "--name", "args", "--", PY, "-c", "import sys; print(sys.argv[1:])", "--dry-run")
+    seeds_cli.ok("logs", "-f", "args")
+    assert seeds_cli.ok("logs", "args") == "['--dry-run']\n"
+
+
+@pytest.mark.parametrize(("value", "mode"), [("true", "topology"), ("false", "default"), ("yes", "topology")])
+def test_a_boolean_flag_with_its_value_as_a_word_of_its_own(seeds_cli, value: str, mode: str) -> None:  # type: ignore[no-untyped-def]
+    """`--gputopology true` (a space, as many write arena's boolean flags) is the flag's value,
+    never the program `true`."""
+    plan = seeds_cli.ok("submit", "mpi", "--name", "gt", "--workers", "2", "--gpus", "1", "--gputopology", value,
+                        "--dry-run", "--", PY, "-c", "pass")  # fmt: skip
+    assert f"2 worker(s) x 1 GPU(s), policy {mode}\n" in plan, plan

@@ -145,25 +145,66 @@ AFTER_DASHES = "ringleader.command_after_dashes"
 
 
 class ArenaCommand(click.Command):
-    """Also accepts arena's ``--gputopology=true|false`` and ``--gang=true|false`` spellings."""
+    """Reads a line as arena does: its ``--gputopology=true|false`` and ``--gang=true|false``
+    spellings, the same with the value as a word of its own (``--gputopology true``), and flags
+    after a command given as one quoted string (``"python train.py" --dry-run``)."""
 
     BOOL_FLAGS = ("--gputopology", "--gang")
+    TRUTH: ClassVar[dict[str, bool]] = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         out = []
-        for i, arg in enumerate(args):
+        i = 0
+        while i < len(args):
+            arg = args[i]
             if arg == "--":  # the command's words follow, to be run exactly as they are
                 ctx.meta[AFTER_DASHES] = True
                 out += args[i:]
                 break
             flag, sep, value = arg.partition("=")
+            if flag in self.BOOL_FLAGS and not sep and i + 1 < len(args) and args[i + 1].lower() in self.TRUTH:
+                sep, value = "=", args[i + 1]  # arena's `--gputopology true`: the word is the flag's value
+                i += 1
             if sep and flag in self.BOOL_FLAGS:
                 truth = value.strip().lower()
-                if truth not in ("true", "false", "1", "0", "yes", "no"):
+                if truth not in self.TRUTH:
                     raise click.BadParameter(f"{value!r} is not true or false", param_hint=flag)
-                arg = flag if truth in ("true", "1", "yes") else "--no-" + flag[2:]
+                arg = flag if self.TRUTH[truth] else "--no-" + flag[2:]
             out.append(arg)
-        return super().parse_args(ctx, out)
+            i += 1
+        return super().parse_args(ctx, self._flags_after_the_command(out))
+
+    def _flags_after_the_command(self, args: list[str]) -> list[str]:
+        """arena takes the command as one string and reads flags after it: a quoted command
+        (one word with a space) followed only by this command's own options and their values has
+        those options moved before it. Anything else is left for the usual reading."""
+        arity: dict[str, int] = {}
+        for param in self.params:
+            if isinstance(param, click.Option):
+                for name in (*param.opts, *param.secondary_opts):
+                    arity[name] = 0 if param.is_flag or param.count else param.nargs
+
+        def option_end(at: int) -> int | None:  # where the option at ``at`` and its values end
+            name, inline, _ = args[at].partition("=")
+            if name not in arity:
+                return None
+            return at + 1 + (0 if inline else arity[name])
+
+        at = 0
+        while at < len(args) and args[at].startswith("-") and args[at] != "-":
+            end = option_end(at)
+            if end is None or args[at] == "--":
+                return args
+            at = end
+        if at >= len(args) or " " not in args[at].strip():
+            return args
+        command, rest, after = args[at], args[at + 1 :], at + 1
+        while after < len(args):
+            end = option_end(after) if args[after].startswith("-") else None
+            if end is None or end > len(args):
+                return args
+            after = end
+        return [*args[:at], *rest, command]
 
 
 def parse_env(pairs: Sequence[str]) -> dict[str, str]:
