@@ -125,7 +125,8 @@ def cluster_up(path: str, scale: float, engine: str | None) -> None:
 @engine_option
 def cluster_down(engine: str | None) -> None:
     """Remove the emulated cluster: every namespace, bridge, sshd, key and hosts entry that
-    `cluster up` made (also after a crash). Safe to run twice."""
+    `cluster up` made (also after a crash), and its nodes from the declared cluster. Safe to run
+    twice."""
     with open_runtime(engine, "emulated_cluster", "`cluster down`") as rt:
         removed = rt.cluster_down()
     click.echo(f"cluster down: removed {len(removed)} object(s)" if removed else "cluster down: nothing to remove")

@@ -6,6 +6,7 @@ Parse and render only: every command calls ``ringleader.engines.embedded.engine.
 from __future__ import annotations
 
 import re
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -604,6 +605,8 @@ def logs(name: str, follow: bool, tail: int | None, instance: str | None, timest
                 echo_raw(chunk)  # the program's own output, as it wrote it (kubectl logs)
             return
         if not follow:
+            if instance is None:
+                _lead_with_the_failure(rt, name, timestamps)
             echo_raw(rt.logs(name, instance, tail, timestamps))
             return
         job = rt.get(name)
@@ -612,6 +615,29 @@ def logs(name: str, follow: bool, tail: int | None, instance: str | None, timest
                        "it starts; Ctrl-C stops waiting", err=True)  # fmt: skip
         for chunk in rt.follow(name, instance, tail, timestamps):
             echo_raw(chunk)
+
+
+FAILURE_LINES = 20  # of the failing instance, before a failed job's chief log
+
+
+def _lead_with_the_failure(rt: Any, name: str, timestamps: bool) -> None:
+    """A failed job whose root cause is not its chief: that instance's last lines first (the
+    chief, an mpirun launcher, often said nothing), each part named on stderr."""
+    job = rt.get(name)
+    if job.status is not JobStatus.FAILED:
+        return
+    failed = [i for i in job.instances if i.exit_code not in (None, 0)]
+    chief = next((i for i in job.instances if i.is_chief), None)
+    if not failed or chief is None:
+        return
+    root = min(failed, key=lambda i: (i.ended_at if i.ended_at is not None else float("inf"), i.is_chief))
+    if root.is_chief:
+        return
+    click.echo(f"==> {name} failed at {root.name} (exit code {root.exit_code}); its last {FAILURE_LINES} lines "
+               f"(all of them: `ringleader logs {name} -i {root.name}`):", err=True)  # fmt: skip
+    echo_raw(rt.logs(name, root.name, FAILURE_LINES, timestamps))
+    sys.stdout.flush()  # its lines before the next header, on a terminal showing both
+    click.echo(f"==> {chief.name}, the chief:", err=True)
 
 
 @click.command("delete")

@@ -74,6 +74,10 @@ def test_up_then_down_removes_every_object(tmp_path: Path, spec: Path) -> None:
     assert leftovers(home) == []
     assert not (home / "emulation" / "id_ed25519").exists()
     assert not (home / "emulation" / "authorized_keys").exists()
+    # the hosts are gone from the declared cluster too: the next job runs here, not on a dead host
+    assert "NAME" in cli(home, "top", "node").stdout and "n0" not in cli(home, "top", "node").stdout
+    submitted = cli(home, "submit", "mpi", "--name", "after", "--", "true")
+    assert submitted.returncode == 0 and "on local" in submitted.stdout, submitted.stdout + submitted.stderr
 
 
 def test_top_node_shows_an_emulated_node_whose_sshd_stopped_unreachable(tmp_path: Path, spec: Path) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 import sqlite3
 import time
@@ -176,9 +177,13 @@ class Runtime:
             store.set_meta(conn, "cluster", str(Path(path).resolve()))
             decisions = schedule_pass_decisions(conn, now)
         self._wake()
+        self._note_never_runs(decisions)
+        return self.nodes()
+
+    def _note_never_runs(self, decisions: Sequence[Decision]) -> None:
+        """A note for each waiting job the cluster as declared now can never run."""
         self.notes += [f"note: waiting job {d.job.name} can never run on this cluster now: {'; '.join(d.reasons)}"
                        for d in decisions if d.code is Code.UNRESOLVABLE]  # fmt: skip
-        return self.nodes()
 
     def cluster_up(self, path: str | Path, scale: float) -> tuple[Path, ClusterState]:
         """Emulate the declared cluster on this box (root): a network namespace with sshd and a
@@ -197,11 +202,21 @@ class Runtime:
 
     def cluster_down(self) -> list[str]:
         """Remove the emulated cluster: every namespace, bridge, process, key and hosts entry
-        `cluster up` made (also after a crash); its nodes stay declared until the next apply."""
+        `cluster up` made (also after a crash), and its nodes from the declared cluster (which
+        falls back to this machine alone when nothing else is left), so that no job is placed
+        on a host that is gone. Nodes that running jobs hold stay until those jobs end."""
         removed = netns.down(self.home)
         if not self.db.ephemeral:
             with self.db.write() as conn:
                 store.delete_meta(conn, HOSTS_SETTINGS)
+                nodes = store.get_nodes(conn)
+                kept = [n for n in nodes if not (n.emulated and n.address is not None)]
+                if len(kept) < len(nodes) and shrinking(store.cluster_state(conn), kept) is None:
+                    if not kept:
+                        kept = [local_node()[0]]
+                        store.set_meta(conn, "cluster", "local")
+                    store.replace_nodes(conn, kept)
+                    self._note_never_runs(schedule_pass_decisions(conn, time.time()))
         return removed
 
     def label_node(self, node: str, key: str, value: str | None, overwrite: bool = False) -> None:
@@ -256,6 +271,8 @@ class Runtime:
     def commit(self, sub: Submission, notes: list[str], hint: str | None) -> Decision:
         """The job inserted and the queue's pass run in one transaction, then the agent woken."""
         spec = sub.spec
+        if spec.image is None:  # checked for a job that will run, not for a plan (--dry-run)
+            _check_script(spec, sub.line.program)
         with self._writable().write() as conn:
             now = time.time()  # taken under the lock: the wait for it may be long
             if store.job_row(conn, spec.name) is not None:
@@ -452,6 +469,29 @@ def _check_here(spec: JobSpec, line: CommandLine) -> None:
         _check_program(spec, line.argv[0], DependencyError)
     if spec.image is None:  # in an image, the program is the image's: this host may lack it
         _check_program(spec, line.program[0], UsageError)  # what runs once per rank
+
+
+PYTHON = re.compile(r"python[0-9.]*")
+
+
+def _check_script(spec: JobSpec, program: Sequence[str]) -> None:
+    """A Python script the ranks would not find (`python nosuchfile.py`): refused at submit
+    rather than every rank failing at start, its error in each rank's log. Not for a dry run:
+    a plan may name the script it will have."""
+    if not program or not PYTHON.fullmatch(os.path.basename(program[0])):
+        return
+    words = iter(program[1:])
+    for word in words:
+        if word in ("-c", "-m", "-") or word.startswith(("-c", "-m")):
+            return  # code or a module, not a file
+        if word in ("-W", "-X", "-Q"):
+            next(words, None)
+        elif not word.startswith("-"):
+            script = Path(spec.workdir or ".") / word
+            if word.endswith(".py") and not script.exists():
+                raise UsageError(f"script {word!r} does not exist in {spec.workdir or os.getcwd()}",
+                                 "check the path: the ranks start in --working-dir (default: here)")  # fmt: skip
+            return
 
 
 def _check_program(spec: JobSpec, program: str, err: type[UsageError]) -> None:

@@ -395,8 +395,11 @@ class Supervisor:
         for w in self.watched:
             if not w.done:
                 w.note, w.stopping = why, True
+        # A launcher whose ranks have all ended has nothing left to stop gracefully: mpirun,
+        # aborting, would only sit out its own kill timeout (the grace) before it exits.
+        ranks_over = all(w.done for w in self.watched if w.role != "launcher")
         # Every instance's processes, finished ones too: a lost wrapper may leave its program behind.
-        stop_all([t for w in self.watched for t in self.targets(w)], self.grace_s)
+        stop_all([t for w in self.watched for t in self.targets(w)], 0.0 if ranks_over else self.grace_s)
         self.observe()
         for w in self.watched:
             if not w.done and not any(alive(p, s) for p, s in self.targets(w)):
