@@ -268,7 +268,12 @@ class PlainTable:
         left = room - sum(n for n, s in zip(natural, short, strict=True) if s)
         long_total = sum(n for n, s in zip(natural, short, strict=True) if not s)
         if not long_total or left < 4 * short.count(False):
-            return free  # not even the short columns fit: rich folds every column
+            # Not even the short columns fit whole with their headers: let the headers wrap at
+            # their spaces ("MED" over "STEP(S)") before any number is broken across lines.
+            cells = [max([len(r[i]) for r in self.rows if i < len(r)], default=0) for i in range(len(natural))]
+            words = [max([len(w) for w in col.split()], default=0) for col in self.columns]
+            compact = [max(c, w) for c, w in zip(cells, words, strict=True)]
+            return list(compact) if sum(compact) <= room else free  # else rich folds every column
         return [n if is_short else max(4, left * n // long_total) for n, is_short in zip(natural, short, strict=True)]
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
