@@ -113,3 +113,21 @@ def test_a_slow_checkpoint_is_kept_on_every_launcher(
         assert view.reason is not None and "SIGKILL after 6 s" in view.reason, view.reason
     assert_checkpoints_kept(tmp_path)
 
+
+
+@pytest.mark.slow
+def test_a_sibling_of_a_failed_mpirun_rank_keeps_its_slow_checkpoint(
+    small: Runtime, h, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rank 1 crashes while rank 0 trains: rank 0 gets one SIGTERM at once and the whole grace
+    (mpirun, aborting, forwards nothing and would signal it only after its own kill timeout)."""
+    program = slow_checkpointing_program(tmp_path, monkeypatch.setenv)
+    crashing = tmp_path / "crashing.py"
+    crashing.write_text("import os, sys, time\nif os.environ['RANK'] == '1':\n    time.sleep(1)\n    sys.exit(3)\n"
+                        f"exec(open({str(program)!r}).read())\n")  # fmt: skip
+    small.submit(h.spec("crash", ["mpirun", "-np", "2", sys.executable, str(crashing)], workers=2, gpus=0))
+    view = small.wait("crash", 60)
+    assert view.reason is not None and view.reason.startswith("root cause: crash-worker-1 failed (exit code 3)")
+    assert (tmp_path / "ckpt-0").read_text() == "step 42"
+    assert (tmp_path / "ckpt-0.terms").read_text() == "1"
+    assert view.duration is not None and view.duration < 1 + 3 + 2  # rank 0's checkpoint, not a grace more

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 __all__ = ["alive", "find_by_args", "grace_seconds", "signal_proc", "start_time", "stop_all", "terminate"]
 
@@ -40,17 +40,25 @@ def signal_proc(pid: int, started: int | None, sig: int) -> None:
         pass
 
 
-def stop_all(procs: Iterable[tuple[int, int | None]], grace_s: float) -> None:
+def stop_all(
+    procs: Iterable[tuple[int, int | None]], grace_s: float, settled: Callable[[], bool] | None = None,
+    told: Iterable[tuple[int, int | None]] | None = None,
+) -> None:
     """Stop processes the way training programs expect (as Slurm, mpirun and torchrun do):
     SIGTERM once, up to ``grace_s`` seconds to checkpoint and exit, then SIGKILL to whatever is
     left, every descendant found before the first signal or at the end of the grace included (one
     that left the process group with setsid too: the rank wrapper is a subreaper, so its program's
     orphans stay its own).
 
-    SIGTERM goes only to the processes no other target is an ancestor of: a rank wrapper passes
-    it on to its program and mpirun to its ranks, so each program gets it exactly once (a second
-    SIGTERM would interrupt its handler while it writes a checkpoint). ``grace_s`` <= 0 is
-    SIGKILL at once (`delete --now`)."""
+    SIGTERM goes to ``told`` (default: the listed processes whose parent is not listed): the
+    rank wrappers and launchers, never a wrapper's program. A rank wrapper passes the first stop
+    it gets to its program and drops any later one, so each program gets SIGTERM exactly once (a
+    second would interrupt its handler while it writes a checkpoint) even when its stop also
+    comes through mpirun. The supervisor tells a local rank under mpirun directly too: an mpirun
+    that is aborting (a rank failed) forwards nothing and signals its ranks only after its own
+    kill timeout. ``grace_s`` <= 0 is
+    SIGKILL at once (`delete --now`). ``settled``: the grace ends early once it says so (every
+    rank of an mpirun job ended: mpirun itself would sit out its own kill timeout)."""
     import signal  # here, not at the top: commands that only read start quicker
 
     from ringleader.runtime.rank import descendants
@@ -59,17 +67,27 @@ def stop_all(procs: Iterable[tuple[int, int | None]], grace_s: float) -> None:
     below = descendants(*(pid for pid, _ in listed))
     targets = listed + [d for d in below if d not in listed]
     if grace_s > 0:
-        below_pids = {pid for pid, _ in below}
-        for pid, st in listed:
-            if pid not in below_pids:
+        listed_pids = {pid for pid, _ in listed}
+        for pid, st in listed if told is None else dict.fromkeys(told):
+            if told is not None or parent_of(pid) not in listed_pids:
                 terminate(pid, st)
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline and any(alive(p, s) for p, s in targets):
+            if settled is not None and settled():
+                break
             time.sleep(0.05)
         # Found again: what a program started during its grace (its orphans are a live wrapper's).
         targets += [d for d in descendants(*(pid for pid, _ in listed)) if d not in targets]
     for pid, st in targets:
         signal_proc(pid, st, signal.SIGKILL)
+
+
+def parent_of(pid: int) -> int | None:
+    """The parent's pid (/proc/<pid>/stat field 4), None if gone."""
+    from ringleader.runtime.rank import stat_fields
+
+    fields = stat_fields(pid)
+    return int(fields[1]) if fields and len(fields) > 1 else None
 
 
 def terminate(pid: int, started: int | None) -> None:

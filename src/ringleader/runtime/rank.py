@@ -59,13 +59,13 @@ GUARD_MARK = "# ringleader container guard\n"
 def start_time(pid: int) -> int | None:
     """Start time (clock ticks since boot, /proc/<pid>/stat field 22); None if gone or a zombie."""
     # The command name (field 2) is in parentheses and may itself contain spaces or ')'.
-    fields = _stat_fields(pid)
+    fields = stat_fields(pid)
     if fields is None or len(fields) < 20 or fields[0] in ("Z", "X"):
         return None
     return int(fields[19])
 
 
-def _stat_fields(pid: int) -> list[str] | None:
+def stat_fields(pid: int) -> list[str] | None:
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             data = fh.read().decode(errors="replace")
@@ -79,7 +79,7 @@ def descendants(*roots: int) -> list[tuple[int, int]]:
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
-            fields = _stat_fields(int(entry))
+            fields = stat_fields(int(entry))
             if fields and len(fields) > 19 and fields[0] not in ("Z", "X"):
                 children.setdefault(int(fields[1]), []).append(int(entry))
     found: list[tuple[int, int]] = []
@@ -356,8 +356,11 @@ def cannot_start(program: list[str], given: list[str], exc: OSError) -> str:
 
 def _start(program: list[str], env: dict[str, str], forwarded: tuple[int, ...] = FORWARDED,
            launcher: bool = False) -> subprocess.Popen[bytes]:  # fmt: skip
+    # The program in a process group of its own: mpirun, aborting, signals each rank's whole
+    # group (whatever odls_base_signal_direct_children_only says), which would give the
+    # program a second SIGTERM past the wrapper's one.
     child = subprocess.Popen(program, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)  # fmt: skip
+                             stderr=subprocess.STDOUT, preexec_fn=_die_with_parent, process_group=0)  # fmt: skip
     for sig in forwarded:
         signal.signal(sig, lambda s, _f: child.send_signal(s))
     if signal.SIGTERM not in forwarded:

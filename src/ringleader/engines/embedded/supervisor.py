@@ -395,15 +395,34 @@ class Supervisor:
         for w in self.watched:
             if not w.done:
                 w.note, w.stopping = why, True
+        # Every instance's processes, finished ones too: a lost wrapper may leave its program behind.
         # A launcher whose ranks have all ended has nothing left to stop gracefully: mpirun,
         # aborting, would only sit out its own kill timeout (the grace) before it exits.
-        ranks_over = all(w.done for w in self.watched if w.role != "launcher")
-        # Every instance's processes, finished ones too: a lost wrapper may leave its program behind.
-        stop_all([t for w in self.watched for t in self.targets(w)], 0.0 if ranks_over else self.grace_s)
+        stop_all([t for w in self.watched for t in self.targets(w)], self.grace_s, self._ranks_over, self.wrappers())
         self.observe()
         for w in self.watched:
             if not w.done and not any(alive(p, s) for p, s in self.targets(w)):
                 self._end(w, w.popen.poll() if w.popen else None, time.time(), why)
+
+    def wrappers(self) -> list[tuple[int, int]]:
+        """Each running instance's wrapper (the launcher's and every local rank's), which stops
+        its program once: what a stop tells."""
+        found = []
+        for w in self.watched:
+            st = read_state(w.state_file) or {}
+            if w.done or "exit_code" in st or st.get("remote"):
+                continue
+            pid, start = (w.pid, w.pid_start) if w.pid else (st.get("pid"), st.get("pid_start"))
+            if pid and start is not None:
+                found.append((int(pid), int(start)))
+        return found
+
+    def _ranks_over(self) -> bool:
+        """Whether an mpirun job's ranks have all ended (read afresh); False without a launcher."""
+        if not any(w.role == "launcher" for w in self.watched):
+            return False
+        self.observe()
+        return all(w.done for w in self.watched if w.role != "launcher")
 
     def forget(self, grace_s: float) -> None:
         """A delete's request: every process of the job stopped (SIGTERM, ``grace_s``, SIGKILL),
