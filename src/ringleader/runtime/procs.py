@@ -50,8 +50,8 @@ def stop_all(
     that left the process group with setsid too: the rank wrapper is a subreaper, so its program's
     orphans stay its own).
 
-    SIGTERM goes to ``told`` (default: the listed processes whose parent is not listed): the
-    rank wrappers and launchers, never a wrapper's program. A rank wrapper passes the first stop
+    SIGTERM goes to ``told`` (default: the listed processes no other listed one is an ancestor
+    of): the rank wrappers and launchers, never a wrapper's program. A rank wrapper passes the first stop
     it gets to its program and drops any later one, so each program gets SIGTERM exactly once (a
     second would interrupt its handler while it writes a checkpoint) even when its stop also
     comes through mpirun. The supervisor tells a local rank under mpirun directly too: an mpirun
@@ -67,10 +67,9 @@ def stop_all(
     below = descendants(*(pid for pid, _ in listed))
     targets = listed + [d for d in below if d not in listed]
     if grace_s > 0:
-        listed_pids = {pid for pid, _ in listed}
-        for pid, st in listed if told is None else dict.fromkeys(told):
-            if told is not None or parent_of(pid) not in listed_pids:
-                terminate(pid, st)
+        below_pids = {pid for pid, _ in below}
+        for pid, st in [p for p in listed if p[0] not in below_pids] if told is None else dict.fromkeys(told):
+            terminate(pid, st)
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline and any(alive(p, s) for p, s in targets):
             if settled is not None and settled():
@@ -80,14 +79,6 @@ def stop_all(
         targets += [d for d in descendants(*(pid for pid, _ in listed)) if d not in targets]
     for pid, st in targets:
         signal_proc(pid, st, signal.SIGKILL)
-
-
-def parent_of(pid: int) -> int | None:
-    """The parent's pid (/proc/<pid>/stat field 4), None if gone."""
-    from ringleader.runtime.rank import stat_fields
-
-    fields = stat_fields(pid)
-    return int(fields[1]) if fields and len(fields) > 1 else None
 
 
 def terminate(pid: int, started: int | None) -> None:

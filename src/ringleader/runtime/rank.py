@@ -59,13 +59,13 @@ GUARD_MARK = "# ringleader container guard\n"
 def start_time(pid: int) -> int | None:
     """Start time (clock ticks since boot, /proc/<pid>/stat field 22); None if gone or a zombie."""
     # The command name (field 2) is in parentheses and may itself contain spaces or ')'.
-    fields = stat_fields(pid)
+    fields = _stat_fields(pid)
     if fields is None or len(fields) < 20 or fields[0] in ("Z", "X"):
         return None
     return int(fields[19])
 
 
-def stat_fields(pid: int) -> list[str] | None:
+def _stat_fields(pid: int) -> list[str] | None:
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             data = fh.read().decode(errors="replace")
@@ -79,7 +79,7 @@ def descendants(*roots: int) -> list[tuple[int, int]]:
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
-            fields = stat_fields(int(entry))
+            fields = _stat_fields(int(entry))
             if fields and len(fields) > 19 and fields[0] not in ("Z", "X"):
                 children.setdefault(int(fields[1]), []).append(int(entry))
     found: list[tuple[int, int]] = []
@@ -385,9 +385,10 @@ def _start(program: list[str], env: dict[str, str], forwarded: tuple[int, ...] =
 
 
 def _die_with_parent() -> None:
-    """In the program, before it runs: SIGKILL when this wrapper dies. mpirun signals only its
-    direct children (the wrappers, see ``stop_mca``), so a wrapper it SIGKILLs must not leave
-    the program running on its host (Linux PR_SET_PDEATHSIG)."""
+    """In the program, before it runs: SIGKILL when this wrapper dies. The program has a process
+    group of its own (see ``_start``), so mpirun's SIGKILL of the wrapper's group does not reach
+    it: a wrapper it kills must not leave the program running on its host (Linux
+    PR_SET_PDEATHSIG)."""
     try:
         import ctypes
 
@@ -398,8 +399,10 @@ def _die_with_parent() -> None:
 
 def stop_mca(given: dict[str, str], grace_s: float) -> dict[str, str]:
     """The mpirun parameters (``--mca NAME VALUE``) that stop its ranks as ringleader stops any
-    rank: the stop signal forwarded (beside any the user forwards), signals to the rank wrappers
-    alone (each passes one on), and no SIGKILL of mpirun's own before the grace has passed."""
+    rank: the stop signal forwarded (beside any the user forwards), forwarded signals to the rank
+    wrappers alone (each passes one on; mpirun's kill of an aborting job signals each rank's
+    process group all the same, hence the program's own group), and no SIGKILL of mpirun's own
+    before the grace has passed."""
     forwards = [s for s in given.get("ess_base_forward_signals", "").split(",") if s and s != "none"]
     return {
         "ess_base_forward_signals": ",".join([*forwards, signal.Signals(STOP_SIGNAL).name]),
