@@ -55,20 +55,12 @@ def check_reachable(home: Path) -> None:
     except FileNotFoundError:
         return
     except (PermissionError, NotADirectoryError) as exc:
-        owner = next((p for p in (home, *home.parents) if _exists(p)), home)
+        owner = next((p for p in (home, *home.parents) if os.path.exists(p)), home)
         raise StateError(
             f"cannot look into the state folder {home} ({exc.strerror}): {owner} belongs to "
             f"{_user(os.stat(owner).st_uid)}",
             "set RINGLEADER_HOME to a folder of your own",
         ) from None
-
-
-def _exists(path: Path) -> bool:
-    try:
-        os.stat(path)
-    except OSError:
-        return False
-    return True
 
 
 def check_ancestors(home: Path) -> None:

@@ -169,13 +169,8 @@ def agent_policy(agent_account: str) -> list[dict[str, Any]]:
     labels, taints and the rest of the spec stay as they are."""
     user = f"system:serviceaccount:{names.SYSTEM_NAMESPACE}:{agent_account}"
     ours = "[" + ", ".join(f"'{a}'" for a in names.AGENT_ANNOTATIONS) + "]"
-    same_labels = ("has(object.metadata.labels) == has(oldObject.metadata.labels) && "
-                   "(!has(object.metadata.labels) || object.metadata.labels == oldObject.metadata.labels)")  # fmt: skip
-    kept = (f"(!has(oldObject.metadata.annotations) || oldObject.metadata.annotations.all(k, k in {ours} || "
-            "(has(object.metadata.annotations) && k in object.metadata.annotations && "
-            "object.metadata.annotations[k] == oldObject.metadata.annotations[k])))")  # fmt: skip
-    added = (f"(!has(object.metadata.annotations) || object.metadata.annotations.all(k, k in {ours} || "
-             "(has(oldObject.metadata.annotations) && k in oldObject.metadata.annotations)))")  # fmt: skip
+    same_labels = _unchanged("metadata.labels")
+    kept, added = _other_annotations_kept(f"k in {ours}")
     policy = _policy(AGENT_POLICY, ["UPDATE"], ["nodes", "nodes/status"], {
         "matchConditions": [{"name": "is-the-agent", "expression": f"request.userInfo.username == '{user}'"}],
         "validations": [
@@ -198,24 +193,15 @@ def scheduler_policy() -> list[dict[str, Any]]:
     writes: ringleader.io/ annotations, node affinity (which the API server allows on a gated
     pod only) and the removal of scheduling gates. Images, labels, other annotations,
     tolerations and deadlines stay as they are, and no gate is added."""
-    def unchanged(field: str) -> str:
-        return (f"has(object.{field}) == has(oldObject.{field}) && "
-                f"(!has(object.{field}) || object.{field} == oldObject.{field})")
-
     def images(kind: str) -> str:
         return (f"has(object.spec.{kind}) == has(oldObject.spec.{kind}) && (!has(object.spec.{kind}) || "
                 f"object.spec.{kind}.map(c, c.image) == oldObject.spec.{kind}.map(c, c.image))")
 
-    mine = f"k.startsWith('{names.PREFIX}/')"
-    kept = (f"(!has(oldObject.metadata.annotations) || oldObject.metadata.annotations.all(k, {mine} || "
-            "(has(object.metadata.annotations) && k in object.metadata.annotations && "
-            "object.metadata.annotations[k] == oldObject.metadata.annotations[k])))")  # fmt: skip
-    added = (f"(!has(object.metadata.annotations) || object.metadata.annotations.all(k, {mine} || "
-             "(has(oldObject.metadata.annotations) && k in oldObject.metadata.annotations)))")  # fmt: skip
+    kept, added = _other_annotations_kept(f"k.startsWith('{names.PREFIX}/')")
     gates = ("!has(object.spec.schedulingGates) || (has(oldObject.spec.schedulingGates) && "
              "object.spec.schedulingGates.all(g, oldObject.spec.schedulingGates.exists(o, o.name == g.name)))")
-    parts = [unchanged("metadata.labels"), kept, added, images("containers"), images("initContainers"),
-             unchanged("spec.tolerations"), unchanged("spec.activeDeadlineSeconds"), gates]
+    parts = [_unchanged("metadata.labels"), kept, added, images("containers"), images("initContainers"),
+             _unchanged("spec.tolerations"), _unchanged("spec.activeDeadlineSeconds"), gates]
     same = " && ".join(f"({part})" for part in parts)  # each whole: `||` binds looser than `&&`
     policy = _policy(SCHEDULER_POLICY, ["UPDATE"], ["pods"], {
         "matchConditions": [{"name": "is-the-scheduler",
@@ -225,6 +211,23 @@ def scheduler_policy() -> list[dict[str, Any]]:
                                     "its node affinity and its scheduling gates (removed)"}],
     })  # fmt: skip
     return [policy, _binding(SCHEDULER_POLICY, {})]
+
+
+def _unchanged(field: str) -> str:
+    """CEL: ``field`` of the object is as it was (absent on both, or equal)."""
+    return (f"has(object.{field}) == has(oldObject.{field}) && "
+            f"(!has(object.{field}) || object.{field} == oldObject.{field})")
+
+
+def _other_annotations_kept(is_ours: str) -> tuple[str, str]:
+    """CEL over annotation key ``k``: every annotation but those ``is_ours`` says are the
+    updater's own kept as it was, and none added."""
+    kept = (f"(!has(oldObject.metadata.annotations) || oldObject.metadata.annotations.all(k, {is_ours} || "
+            "(has(object.metadata.annotations) && k in object.metadata.annotations && "
+            "object.metadata.annotations[k] == oldObject.metadata.annotations[k])))")  # fmt: skip
+    added = (f"(!has(object.metadata.annotations) || object.metadata.annotations.all(k, {is_ours} || "
+             "(has(oldObject.metadata.annotations) && k in oldObject.metadata.annotations)))")  # fmt: skip
+    return kept, added
 
 
 def _policy(name: str, operations: list[str], resources: list[str], rules: dict[str, Any]) -> dict[str, Any]:
