@@ -11,32 +11,46 @@ scheduler reads no clock.
 A running job without a known end is planned as running until every job with a known end has
 ended; a gang that only fits once such a job ends gets a reservation with an unknown start, and
 its GPUs that are free now are still held, so a stream of small jobs cannot take them.
+
+A gang's start rule (``types.StartRule``) may make it wait although it fits the free GPUs: rule
+``finish`` waits when a placement freeing later finishes its work sooner, rule ``best`` waits for
+one as fast as its best (``weigh_start``). A gang that waits so holds the later placement as a
+reservation, whatever the reservation depth: a wait nobody holds for would be undone by the next
+gang that fits.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ringleader.scheduler.framework import get_policy, place
 from ringleader.scheduler.gpuset import bits
+from ringleader.scheduler.policies.throughput import Estimator, current_estimator
 from ringleader.scheduler.types import (
     ClusterState,
     Code,
     Decision,
     JobRequest,
     NodeState,
+    Option,
     Placement,
     Reservation,
+    StartRule,
+    WhenChoice,
     WorkerSlot,
     approx_duration,
+    as_good,
+    finish_of,
 )
 
 HELD = "reserved"  # owner name of reserved GPUs in the working states a pass builds
 # Owner of GPUs an engine masks out of a decision (a cordoned node, an untolerated taint): no
 # job may take them, and no plan counts on them ever coming free.
 UNUSABLE = "\x00unusable"
+# Later starts a start rule looks at per decision (each costs a ``place`` on the future cluster).
+MAX_OPTIONS = 16
 
 
 @dataclass(frozen=True)
@@ -95,6 +109,10 @@ class QueuePass:
     expected_ends: Mapping[str, float] = field(default_factory=dict)  # running job -> end
     config: BackfillConfig = BackfillConfig()
     reservations: tuple[Reservation, ...] = ()
+    # images/s of a placement (None: the estimator the model installs, else link bandwidth)
+    estimate: Estimator | None = field(default=None, compare=False)
+    # gang shape -> images/s on its best placement; shared by the passes that copy this one
+    ideal: dict[tuple[object, ...], float | None] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.now is None and self.expected_ends:
@@ -120,15 +138,29 @@ class QueuePass:
                 usable = usable.with_placement(free_part)
         return usable
 
-    def decide(self, job: JobRequest, policy: str | None = None, explain: bool = True) -> tuple[Decision, QueuePass]:
-        """Start ``job`` if it fits without delaying a reservation; else pend it, with a
-        reservation while fewer than ``reservation_depth`` exist. Without ``explain`` a pending
-        decision carries only its code and reservation (the simulator needs no reasons)."""
+    def decide(
+        self, job: JobRequest, policy: str | None = None, explain: bool = True, submit_s: float | None = None
+    ) -> tuple[Decision, QueuePass]:
+        """Start ``job`` if it fits without delaying a reservation, unless its start rule finds
+        a later start on better GPUs (``weigh_start``); else pend it, with a reservation while
+        fewer than ``reservation_depth`` exist. Without ``explain`` a pending decision carries
+        only its code and reservation (the simulator needs no reasons). ``submit_s``: when the
+        job was submitted (its longest wait counts from then; None: from now)."""
         usable = self.usable_state(job)
+        fits_now: Decision | None = None
         if enough_worker_slots(usable, job):
             decision = place(usable, job, policy)
             if decision.placement is not None:
-                return decision, self._started(job, decision.placement)
+                fits_now = decision
+        when = self.weigh_start(job, policy, fits_now, submit_s)
+        if fits_now is not None and (when is None or when.starts_now):
+            placement = fits_now.placement
+            assert placement is not None
+            if when is not None:
+                fits_now = replace(fits_now, reasons=(*fits_now.reasons, when.describe()), when=when)
+            return fits_now, self._started(job, placement)
+        if when is not None:  # it waits for a better placement than the free GPUs give
+            return self._waits_for_better(job, policy, when)
         policy_name = get_policy(policy or job.policy_name).name
         now_decision = place(self.state, job, policy) if explain else None
         if now_decision is not None and now_decision.code is Code.UNRESOLVABLE:
@@ -170,13 +202,23 @@ class QueuePass:
     def plan_reservation(self, job: JobRequest, policy: str | None = None) -> Reservation | None:
         """The GPUs ``job`` would take at the first expected end after which it fits.
 
-        Running jobs release their GPUs at their expected ends, earliest first; reservations
-        made before this one hold theirs until their own end (from now: simple and never late).
-        Jobs without a known end release last, all at once, and then the start is unknown.
         None for a gang that cannot fit beside the earlier reservations, or never fits.
         """
+        for start, placement in self.future_options(job, policy):
+            return self._reservation(job, placement, start)
+        return None
+
+    def future_options(self, job: JobRequest, policy: str | None = None) -> Iterator[tuple[float | None, Placement]]:
+        """Where ``job`` would go at each expected end after which it fits, earliest first.
+
+        Running jobs release their GPUs at their expected ends, earliest first; reservations
+        made before this one hold theirs until their own end (from now: simple and never late).
+        Jobs without a known end release last, all at once: that last option's start is None
+        (unknown). A gang that fits only on GPUs an earlier reservation holds for good gets no
+        option (it could not start before that one ends, whenever that is).
+        """
         if job.gpus_per_worker == 0:
-            return None  # a CPU-only gang fits whenever a node serves it
+            return  # a CPU-only gang fits whenever a node serves it
         nodes = self.state.nodes
         holds: list[list[_Hold]] = [[] for _ in nodes]
         for pos, ns in enumerate(nodes):
@@ -195,16 +237,116 @@ class QueuePass:
             if planner.release(_ended_by(end)) >= job.workers:
                 found = planner.try_place(job, policy)
                 if found is not None:
-                    start = end if self.now is None else max(end, self.now)
-                    return self._reservation(job, found, start)
-        # Unknown ends: once every running job has ended, earlier reservations still held. A gang
-        # that fits only on GPUs an earlier reservation holds for good gets none (it could not
-        # start before that one ends, whenever that is).
+                    yield (end if self.now is None else max(end, self.now)), found
         if planner.release(_is_running) >= job.workers:
             found = planner.try_place(job, policy)
             if found is not None:
-                return self._reservation(job, found, None)
-        return None
+                yield None, found
+
+    # -- when it starts (types.StartRule) -------------------------------------------------------
+    def weigh_start(
+        self, job: JobRequest, policy: str | None, fits_now: Decision | None, submit_s: float | None = None
+    ) -> WhenChoice | None:
+        """Weigh starting now on the free GPUs (``fits_now``, None if the gang fits none)
+        against waiting for better ones, by the job's start rule. None when there is nothing to
+        weigh: rule ``now``, no clock, a CPU-only gang, the best placement free now, rule
+        ``finish`` without a known amount of work, or the longest wait over."""
+        rule = StartRule(job.start_rule)
+        if rule is StartRule.NOW or self.now is None or job.gpus_per_worker == 0:
+            return None
+        work = job.work_s if job.work_s is not None else job.time_limit_s
+        if rule is StartRule.FINISH and work is None:
+            return None
+        deadline = math.inf
+        if job.max_wait_s is not None:
+            deadline = (self.now if submit_s is None else submit_s) + job.max_wait_s
+            if deadline <= self.now:
+                return None  # waited its longest: it starts as rule "now" would
+        ideal = self.ideal_rate(job, policy)
+        if ideal is None:
+            return None
+        estimate = self.estimator()
+        nodes = self.state.by_name
+        now_option = None
+        if fits_now is not None and fits_now.placement is not None:
+            rate = estimate(nodes, fits_now.placement, job)
+            if as_good(rate, ideal):
+                return None
+            now_option = Option(fits_now.placement, self.now, rate, finish_of(self.now, work, ideal, rate))
+        wait = self._best_wait(job, policy, rule, ideal, work, deadline, now_option)
+        if now_option is None and wait is None:
+            return None  # no start to weigh: it pends as any gang that does not fit
+        # "best" never starts on a placement slower than its best; "finish" starts now unless
+        # a later start finishes sooner
+        starts_now = (now_option is not None and rule is StartRule.FINISH
+                      and (wait is None or _finish(now_option) <= _finish(wait)))  # fmt: skip
+        return WhenChoice(rule, self.now, ideal, now_option, wait, starts_now)
+
+    def _best_wait(
+        self,
+        job: JobRequest,
+        policy: str | None,
+        rule: StartRule,
+        ideal: float,
+        work: float | None,
+        deadline: float,
+        now_option: Option | None,
+    ) -> Option | None:
+        """The later start the rule weighs: for ``best`` the first as fast as the best placement,
+        for ``finish`` the one that finishes first. Each option looked at costs a ``place`` on
+        the future cluster, so the walk stops once no later start can finish sooner (it would
+        need less than ``work``) or after ``MAX_OPTIONS``."""
+        assert self.now is not None
+        estimate = self.estimator()
+        nodes = self.state.by_name
+        best: Option | None = None
+        bound = _finish(now_option) if now_option is not None else math.inf
+        for count, (start, placement) in enumerate(self.future_options(job, policy)):
+            if start is None or start > deadline or count >= MAX_OPTIONS:
+                break
+            if work is not None and start + work >= bound:
+                break
+            rate = estimate(nodes, placement, job)
+            option = Option(placement, start, rate, finish_of(start, work, ideal, rate))
+            if rule is StartRule.BEST:
+                if as_good(rate, ideal):
+                    return option
+                continue
+            if best is None or _finish(option) < _finish(best):
+                best = option
+                bound = min(bound, _finish(option))
+            if as_good(rate, ideal):
+                break
+        return best
+
+    def ideal_rate(self, job: JobRequest, policy: str | None = None) -> float | None:
+        """images/s of ``job`` on the placement ``place`` gives it on the empty cluster (only
+        unusable GPUs held); None if it fits nowhere. Memoised per gang shape in ``ideal``."""
+        key = (job.workers, job.gpus_per_worker, job.model, job.topology_aware, job.topology_required,
+               job.topology_preferred, policy)  # fmt: skip
+        if key not in self.ideal:
+            empty = ClusterState(tuple(
+                replace(ns, allocated=tuple(a for a in ns.allocated if a[1] == UNUSABLE)) for ns in self.state.nodes
+            ))  # fmt: skip
+            placement = place(empty, job, policy).placement
+            self.ideal[key] = None if placement is None else self.estimator()(empty.by_name, placement, job)
+        return self.ideal[key]
+
+    def estimator(self) -> Estimator:
+        return self.estimate or current_estimator()
+
+    def _waits_for_better(self, job: JobRequest, policy: str | None, when: WhenChoice) -> tuple[Decision, QueuePass]:
+        """Pend ``job`` for the later start ``when`` chose. Its GPUs are reserved whatever the
+        reservation depth: a wait nobody holds for would be undone by the next gang that fits."""
+        policy_name = get_policy(policy or job.policy_name).name
+        reservation = None
+        if when.wait is not None:
+            reservation = self._reservation(job, when.wait.placement, when.wait.start_s)
+        lines = [when.describe()] + ([reservation.describe()] if reservation else [])
+        decision = Decision(job, policy_name, Code.UNSCHEDULABLE, reasons=tuple(lines), reservation=reservation,
+                            when=when)  # fmt: skip
+        after = replace(self, reservations=(*self.reservations, reservation)) if reservation else self
+        return decision, after
 
     def _reservation(self, job: JobRequest, placement: Placement, start: float | None) -> Reservation:
         starts_in = None if start is None or self.now is None else start - self.now
@@ -271,6 +413,10 @@ def _union(holds: Sequence[_Hold]) -> int:
     return mask
 
 
+def _finish(option: Option) -> float:
+    return math.inf if option.finish_s is None else option.finish_s
+
+
 def _gpu_set(placement: Placement) -> set[tuple[str, int]]:
     return {(s.node, g) for s in placement.slots for g in s.gpus}
 
@@ -318,6 +464,6 @@ def schedule_queue(
     current = QueuePass(state, now, dict(expected_ends or {}), config)
     decisions = []
     for queued in queue_order(pending, now, config):
-        decision, current = current.decide(queued.job, policy)
+        decision, current = current.decide(queued.job, policy, submit_s=queued.submit_s)
         decisions.append(decision)
     return current.state, decisions

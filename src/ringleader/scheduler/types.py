@@ -32,6 +32,14 @@ class JobRequest:
     # ``topology_required``'s switch; ``topology_preferred`` is spread past only when it must.
     topology_required: str | None = None
     topology_preferred: str | None = None
+    # When it starts (StartRule, below): "now" on whatever free GPUs fit it, "best" only on a
+    # placement as fast as its best, "finish" whichever finishes first. ``work_s``: seconds of
+    # training on its best placement (None: the time limit stands in, as in Slurm's backfill);
+    # ``max_wait_s``: the longest it waits for a better placement, counted from its submit; then
+    # it starts as "now" would (Slurm's --switches=N@max-time in spirit).
+    start_rule: str = "now"
+    work_s: float | None = None
+    max_wait_s: float | None = None
 
     @property
     def total_gpus(self) -> int:
@@ -380,6 +388,86 @@ def approx_duration(seconds: float) -> str:
     return f"~{seconds / 3600:.1f} h"
 
 
+# -- when a gang starts ---------------------------------------------------------------------------
+# A gang whose best placement is busy can start now on the best placement the free GPUs give
+# (degraded: spread over nodes or across switches) or wait until a better one frees. Which finishes
+# sooner follows from the job's work (seconds of training on its best placement), each placement's
+# predicted speed (images/s from the throughput estimator) and when GPUs free (the expected ends
+# reservations use): a placement at r images/s runs the work in work_s * ideal / r seconds, ideal
+# being the rate of the job's best placement on an empty cluster. QueuePass.decide weighs them.
+
+#: Placements within this share of the best one's rate count as the best (the model is not
+#: more exact than that; the throughput policy's 0.5% grid is finer, for ranking only).
+AS_GOOD = 0.02
+
+
+class StartRule(enum.Enum):
+    NOW = "now"
+    BEST = "best"
+    FINISH = "finish"
+
+
+START_RULES = tuple(rule.value for rule in StartRule)
+
+
+@dataclass(frozen=True)
+class Option:
+    """Start ``placement`` at ``start_s`` (the caller's clock), training at ``images_per_s``;
+    ``finish_s`` None when the job's work is unknown (the ``best`` rule needs none)."""
+
+    placement: Placement
+    start_s: float
+    images_per_s: float
+    finish_s: float | None
+
+    def describe(self, now: float) -> str:
+        when = "now" if self.start_s <= now else f"in {approx_duration(self.start_s - now)}"
+        finish = "" if self.finish_s is None else f", finishes in {approx_duration(self.finish_s - now)}"
+        return f"start {when} on {self.placement.describe()} at {self.images_per_s:.0f} images/s{finish}"
+
+
+@dataclass(frozen=True)
+class WhenChoice:
+    """What a start rule weighed and chose: ``now`` (the free placement, None when the gang fits
+    no free GPUs), ``wait`` (the later option weighed against it, None when none was known) and
+    whether the gang starts now."""
+
+    rule: StartRule
+    now_s: float
+    ideal_images_per_s: float
+    now: Option | None
+    wait: Option | None
+    starts_now: bool
+
+    def describe(self) -> str:
+        """ "starts now: start now on ... finishes in ~2 h; start in ~10 min on ... finishes in ~45 min" """
+        parts = [o.describe(self.now_s) for o in (self.now, self.wait) if o is not None]
+        if self.starts_now:
+            verdict = "starts now"
+        elif self.rule is StartRule.BEST:
+            verdict = "waits for a placement as fast as its best"
+        else:
+            verdict = "waits: it finishes sooner"
+        if self.rule is StartRule.FINISH and self.now is not None and self.wait is not None:
+            assert self.now.finish_s is not None and self.wait.finish_s is not None
+            gain = abs(self.now.finish_s - self.wait.finish_s)
+            verdict += f" (by {approx_duration(gain)})"
+        return f"{verdict}: " + "; ".join(parts) if parts else verdict
+
+
+def finish_of(start_s: float, work_s: float | None, ideal: float, images_per_s: float) -> float | None:
+    """When ``work_s`` seconds of training at ``ideal`` images/s end at ``images_per_s``."""
+    if work_s is None:
+        return None
+    if images_per_s <= 0:
+        return float("inf")
+    return start_s + work_s * ideal / images_per_s
+
+
+def as_good(images_per_s: float, ideal: float) -> bool:
+    return images_per_s >= ideal * (1.0 - AS_GOOD)
+
+
 @dataclass(frozen=True)
 class Decision:
     """What the engine decided for one job, with everything needed to explain it."""
@@ -393,6 +481,7 @@ class Decision:
     node_reasons: Mapping[str, str] = field(default_factory=dict)  # node -> why it was filtered
     candidates_considered: int = 0
     reservation: Reservation | None = None  # pending only: the GPUs held for it and when
+    when: WhenChoice | None = None  # the start rule's weighing, where it weighed a later start
 
     @property
     def placement(self) -> Placement | None:

@@ -47,6 +47,7 @@ def rounded(images_per_s: float) -> float:
     step = math.log1p(TOLERANCE)
     return float(round(math.exp(round(math.log(images_per_s) / step) * step), 1))
 
+
 Estimator = Callable[[Mapping[str, NodeState], Placement, JobRequest], float]
 
 
@@ -69,7 +70,7 @@ class ThroughputPolicy(Policy):
 
     @property
     def estimator(self) -> Estimator:
-        return self._own or ThroughputPolicy.installed or bandwidth_estimate
+        return self._own or current_estimator()
 
     def choose(self, nodes: Sequence[NodeState], job: JobRequest) -> list[Candidate]:
         return self.choose_groups(ClusterState(tuple(nodes)).groups, job)
@@ -178,6 +179,11 @@ def _subsets(free: int, k: int) -> list[int] | None:
     if math.comb(len(ids), k) > MAX_SUBSETS:
         return None
     return [sum(1 << g for g in combo) for combo in itertools.combinations(ids, k)]
+
+
+def current_estimator() -> Estimator:
+    """The estimator the model installed, else the bandwidth fallback."""
+    return ThroughputPolicy.installed or bandwidth_estimate
 
 
 def install_estimator(estimator: Estimator | None) -> None:

@@ -1,0 +1,197 @@
+"""When a gang starts: rule "finish" waits for a better placement exactly when it finishes sooner,
+rule "best" waits for a placement as fast as the best one, rule "now" starts on the free GPUs;
+and a hypothesis property: "finish" never chooses a start that finishes later than another it
+could have taken, and never waits past its longest wait."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import ringleader.model  # noqa: F401  (installs the throughput model's estimator)
+from builders import preset_cluster
+from ringleader.scheduler import ClusterState, JobRequest, QueuedJob, QueuePass, schedule_queue
+from ringleader.scheduler.policies.throughput import current_estimator
+from ringleader.scheduler.types import AS_GOOD, StartRule
+
+NOW = 1000.0
+
+
+def vgg(rule: str, work_s: float | None = 3600.0, **extra: object) -> JobRequest:
+    """The reference study's job: 4 VGG16 workers of one GPU, with --gputopology."""
+    return JobRequest("vgg", 4, 1, topology_aware=True, model="vgg16", start_rule=rule, work_s=work_s,
+                      **extra)  # type: ignore[arg-type]  # fmt: skip
+
+
+def two_busy_nodes() -> ClusterState:
+    """2 x DGX-1V, six GPUs busy on each: 4 workers fit only spread, 2 + 2."""
+    return preset_cluster(("node-a", "dgx1v", (0, 1, 2, 3, 4, 5)), ("node-b", "dgx1v", (0, 1, 2, 3, 4, 5)))
+
+
+def one_pass(job: JobRequest, ends: dict[str, float], state: ClusterState | None = None):  # type: ignore[no-untyped-def]
+    _, decisions = schedule_queue(state or two_busy_nodes(), [QueuedJob(job, 0, NOW)], now=NOW, expected_ends=ends)
+    return decisions[0]
+
+
+def rates() -> tuple[float, float]:
+    """The model's images/s for the job on one node's four GPUs and spread 2 + 2."""
+    state = two_busy_nodes()
+    spread = schedule_queue(state, [QueuedJob(vgg("now"), 0)])[1][0].placement
+    whole = schedule_queue(preset_cluster(("node-a", "dgx1v", ())), [QueuedJob(vgg("now"), 0)])[1][0].placement
+    assert spread is not None and whole is not None
+    estimate = current_estimator()
+    return estimate(state.by_name, whole, vgg("now")), estimate(state.by_name, spread, vgg("now"))
+
+
+def test_finish_waits_ten_minutes_for_one_node_rather_than_run_spread() -> None:
+    ideal, spread = rates()
+    assert ideal / spread > 4  # the reference study's 992 vs 200 images/s, as the model predicts it
+    decision = one_pass(vgg("finish"), {"busy-node-a": NOW + 600})
+    assert decision.placement is None and decision.when is not None and not decision.when.starts_now
+    assert decision.reservation is not None and decision.reservation.placement.nodes == ("node-a",)
+    assert decision.reservation.start_s == NOW + 600
+    wait, now = decision.when.wait, decision.when.now
+    assert wait is not None and now is not None
+    assert wait.finish_s == pytest.approx(NOW + 600 + 3600)
+    assert now.finish_s == pytest.approx(NOW + 3600 * ideal / spread)
+    assert decision.reasons[0] == (
+        f"waits: it finishes sooner (by ~{(now.finish_s - wait.finish_s) / 3600:.1f} h): "
+        f"start now on node-a[2w: GPU 6,7] + node-b[2w: GPU 6,7] at {spread:.0f} images/s, "
+        f"finishes in ~{(now.finish_s - NOW) / 3600:.1f} h; "
+        f"start in ~10 min on node-a[4w: GPU 0,1,2,3] at {ideal:.0f} images/s, finishes in ~70 min"
+    )
+
+
+def test_finish_starts_spread_when_the_node_frees_too_late() -> None:
+    ideal, spread = rates()
+    late = 3600 * ideal / spread  # waiting this long and then running the hour ends later
+    decision = one_pass(vgg("finish"), {"busy-node-a": NOW + late})
+    assert decision.ok and decision.placement is not None and len(decision.placement.nodes) == 2
+    assert decision.when is not None and decision.when.starts_now
+    assert decision.reasons[-1].startswith("starts now: start now on node-a[2w")
+
+
+def test_finish_weighs_the_time_limit_when_no_work_is_given() -> None:
+    # 10 min to wait, a 1 h limit taken as the work (Slurm's backfill does the same)
+    decision = one_pass(vgg("finish", work_s=None, time_limit_s=3600.0), {"busy-node-a": NOW + 600})
+    assert not decision.ok and decision.when is not None and decision.when.wait is not None
+    # without either there is nothing to weigh: it starts as rule "now" would
+    decision = one_pass(vgg("finish", work_s=None), {"busy-node-a": NOW + 600})
+    assert decision.ok and decision.when is None
+
+
+def test_the_longest_wait_bounds_the_wait_from_submit() -> None:
+    ends = {"busy-node-a": NOW + 600}
+    assert one_pass(vgg("finish", max_wait_s=900.0), ends).when.wait is not None  # type: ignore[union-attr]
+    short = one_pass(vgg("finish", max_wait_s=300.0), ends)
+    assert short.ok and len(short.placement.nodes) == 2  # type: ignore[union-attr]
+    # submitted 800 s ago with a 900 s longest wait: 100 s left, the node frees in 600 s
+    _, decisions = schedule_queue(two_busy_nodes(), [QueuedJob(vgg("finish", max_wait_s=900.0), 0, NOW - 800)],
+                                  now=NOW, expected_ends=ends)  # fmt: skip
+    assert decisions[0].ok
+
+
+def test_best_waits_even_when_waiting_finishes_later_and_now_starts_spread() -> None:
+    far = {"busy-node-a": NOW + 10 * 3600}
+    best = one_pass(vgg("best", work_s=None), far)
+    assert not best.ok and best.reservation is not None and best.reservation.placement.nodes == ("node-a",)
+    assert best.reasons[0].startswith("waits for a placement as fast as its best: start now on")
+    now = one_pass(vgg("now"), far)
+    assert now.ok and len(now.placement.nodes) == 2 and now.when is None  # type: ignore[union-attr]
+    # "best" with no known end to wait for: it pends, and holds nothing it cannot count on
+    unknown = one_pass(vgg("best", work_s=None), {})
+    assert not unknown.ok and unknown.reservation is None and unknown.when is not None
+
+
+def test_a_free_best_placement_starts_at_once_with_nothing_weighed() -> None:
+    state = preset_cluster(("node-a", "dgx1v", (0, 1, 2, 3)), ("node-b", "dgx1v", (0, 1, 2, 3, 4, 5)))
+    decision = one_pass(vgg("finish"), {"busy-node-b": NOW + 60}, state)
+    assert decision.ok and decision.placement.nodes == ("node-a",) and decision.when is None  # type: ignore[union-attr]
+
+
+def test_a_waiting_gang_holds_its_gpus_against_the_jobs_behind_it() -> None:
+    # node-a frees in 10 min; its free GPU 0 is one of the 4 (0-3) the waiting gang will take
+    state = preset_cluster(("node-a", "dgx1v", (1, 2, 3, 4, 5)), ("node-b", "dgx1v", (0, 1, 2, 3, 4, 5)))
+    filler = JobRequest("filler", 3, 1, topology_aware=True, model="vgg16", time_limit_s=7200.0)
+    _, decisions = schedule_queue(state, [QueuedJob(vgg("finish"), 0, NOW), QueuedJob(filler, 1, NOW)], now=NOW,
+                                  expected_ends={"busy-node-a": NOW + 600})  # fmt: skip
+    first, second = decisions
+    assert not first.ok and first.reservation is not None
+    held = {("node-a", g) for g in first.reservation.placement.gpus_on("node-a")}
+    assert ("node-a", 0) in held
+    # the 2-hour filler would have taken node-a's three free GPUs; GPU 0 is held, so it spreads
+    assert second.ok and second.placement is not None
+    taken = {(s.node, g) for s in second.placement.slots for g in s.gpus}
+    assert not taken & held and ("node-a", 0) not in taken
+    # without the waiting gang it takes node-a's 0, 6 and 7
+    _, alone = schedule_queue(state, [QueuedJob(filler, 1, NOW)], now=NOW, expected_ends={"busy-node-a": NOW + 600})
+    assert alone[0].placement is not None and alone[0].placement.gpus_on("node-a") == (0, 6, 7)
+
+
+# -- the property ------------------------------------------------------------------------------
+
+
+@st.composite
+def busy_clusters(draw: st.DrawFn) -> tuple[ClusterState, dict[str, float]]:
+    nodes = []
+    ends: dict[str, float] = {}
+    for i in range(draw(st.integers(1, 4))):
+        busy = tuple(sorted(draw(st.sets(st.integers(0, 7), max_size=8))))
+        nodes.append((f"node-{i}", "dgx1v", busy))
+        end = draw(st.one_of(st.none(), st.floats(0.0, 20_000.0)))
+        if busy and end is not None:
+            ends[f"busy-node-{i}"] = NOW + end
+    return preset_cluster(*nodes), ends
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    busy_clusters(),
+    st.sampled_from([(2, 1), (4, 1), (8, 1), (2, 4), (3, 2)]),
+    st.floats(60.0, 20_000.0),
+    st.one_of(st.none(), st.floats(0.0, 20_000.0)),
+    st.sampled_from(["vgg16", "resnet50", "alexnet"]),
+)
+def test_finish_takes_the_start_that_finishes_first_and_never_waits_past_its_limit(
+    cluster_ends: tuple[ClusterState, dict[str, float]], shape: tuple[int, int], work: float,
+    max_wait: float | None, model: str,
+) -> None:  # fmt: skip
+    state, ends = cluster_ends
+    job = JobRequest("j", shape[0], shape[1], topology_aware=True, model=model, start_rule="finish",
+                     work_s=work, max_wait_s=max_wait)  # fmt: skip
+    queue = QueuePass(state, NOW, ends)
+    decision, after = queue.decide(job)
+    ideal = queue.ideal_rate(job)
+    if ideal is None:  # never fits: nothing is weighed, nothing started
+        assert decision.when is None and not decision.ok
+        return
+    estimate = current_estimator()
+    # every start it could take: now on the free GPUs, or at an expected end within its wait
+    finishes = []
+    if decision.ok:
+        assert decision.placement is not None
+        taken = estimate(state.by_name, decision.placement, job)
+        finishes.append(NOW + work * ideal / taken)
+        assert after.state == state.with_placement(decision.placement)  # a whole gang, committed
+    limit = math.inf if max_wait is None else NOW + max_wait
+    later = [s + work * ideal / estimate(state.by_name, p, job)
+             for s, p in queue.future_options(job) if s is not None and s <= limit]  # fmt: skip
+    when = decision.when
+    if when is None:
+        # nothing weighed: it started on a placement as good as the best, or waits as any gang
+        # that fits no free GPUs with no later start in reach
+        if decision.ok:
+            assert finishes[0] <= NOW + work / (1 - AS_GOOD) + 1e-6
+        return
+    assert when.rule is StartRule.FINISH
+    chosen = when.now if when.starts_now else when.wait
+    assert chosen is not None and chosen.finish_s is not None
+    for other in [*finishes, *later[:16]]:
+        assert chosen.finish_s <= other + 1e-6
+    if not when.starts_now:
+        assert chosen.start_s <= limit and chosen.start_s > NOW - 1e-9
+        assert decision.reservation is not None and decision.reservation.start_s == chosen.start_s
+        assert after.state == state  # nothing committed while it waits
