@@ -172,3 +172,38 @@ def test_binned_utilization_integrates_the_timeline() -> None:
     assert ys == pytest.approx([1.0, 1.0, 0.5, 0.5])
     xs, ys = binned_utilization(run, width_s=120)  # the last bin covers only 120..200 s
     assert ys == pytest.approx([(100 * 8 + 20 * 4) / (120 * 8), 0.5])
+
+
+# -- start rules ----------------------------------------------------------------------------------
+
+
+def blocked_vgg_trace(blocker_b_iters: int) -> list[TraceJob]:
+    """node n0 busy for 600 s, n1 for ``blocker_b_iters`` s (6 GPUs each); then 4 one-GPU
+    workers with 3,600 s of work: they fit now only spread, 2 + 2, at half speed."""
+    return [job("blocker-a", 0, 6, 1, 600), job("blocker-b", 0, 6, 1, blocker_b_iters), job("vgg", 1, 4, 1, 3600)]
+
+
+@pytest.mark.parametrize(("rule", "blocker_b", "vgg_jct"), [
+    ("now", 36_000, 2 * 3600),  # spread at once: twice as slow
+    ("finish", 36_000, 599 + 3600),  # waits for n0 (599 s), then its hour
+    ("best", 36_000, 599 + 3600),
+    ("finish", 300, 299 + 3600),  # n1 frees first: waits for n1
+])  # fmt: skip
+def test_start_rules_in_the_simulator(rule: str, blocker_b: int, vgg_jct: float) -> None:
+    run = simulate(nodes(2), blocked_vgg_trace(blocker_b), "topology", one_second_steps, start_rule=rule)
+    vgg = next(r for r in run.records if r.job.name == "vgg")
+    assert vgg.jct_s == pytest.approx(vgg_jct)
+    assert vgg.nodes_used == (2 if rule == "now" else 1)
+
+
+def test_finish_starts_spread_when_waiting_is_longer_than_the_slowdown() -> None:
+    # n0 frees after 2 h: spread (2 h of running) finishes first
+    trace = [job("blocker-a", 0, 6, 1, 7300), job("blocker-b", 0, 6, 1, 36_000), job("vgg", 1, 4, 1, 3600)]
+    run = simulate(nodes(2), trace, "topology", one_second_steps, start_rule="finish")
+    vgg = next(r for r in run.records if r.job.name == "vgg")
+    assert vgg.queue_s == 0 and vgg.nodes_used == 2
+    # misjudging the work by up to 4x changes the queue's view, not the runs: the blockers' and
+    # the gang's real run times are the same
+    misjudged = simulate(nodes(2), trace, "topology", one_second_steps, start_rule="finish", work_error=3.0, seed=5)
+    took = [(r.start_s, r.finish_s) for r in run.records]
+    assert [(r.start_s, r.finish_s) for r in misjudged.records] == took

@@ -14,9 +14,9 @@ its GPUs that are free now are still held, so a stream of small jobs cannot take
 
 A gang's start rule (``types.StartRule``) may make it wait although it fits the free GPUs: rule
 ``finish`` waits when a placement freeing later finishes its work sooner, rule ``best`` waits for
-one as fast as its best (``weigh_start``). A gang that waits so holds the later placement as a
-reservation, whatever the reservation depth: a wait nobody holds for would be undone by the next
-gang that fits.
+one as fast as its best (``weigh_start``). A gang that fits now but waits holds the later
+placement as a reservation whatever the reservation depth: a wait nobody holds for would be undone
+by the next gang that fits.
 """
 
 from __future__ import annotations
@@ -152,7 +152,10 @@ class QueuePass:
             decision = place(usable, job, policy)
             if decision.placement is not None:
                 fits_now = decision
-        when = self.weigh_start(job, policy, fits_now, submit_s)
+        # A gang that fits no free GPUs weighs its later starts only while it may still get a
+        # reservation, as any gang that waits (the simulator skips such gangs then).
+        may_reserve = len(self.reservations) < self.config.reservation_depth
+        when = self.weigh_start(job, policy, fits_now, submit_s) if fits_now is not None or may_reserve else None
         if fits_now is not None and (when is None or when.starts_now):
             placement = fits_now.placement
             assert placement is not None
@@ -232,13 +235,13 @@ class QueuePass:
             for node in reservation.placement.nodes:
                 mask = sum(1 << g for g in reservation.placement.gpus_on(node))
                 holds[self.state.positions[node]].append(_Hold(end, mask, True))
-        planner = _FuturePlanner(nodes, holds, job.gpus_per_worker)
+        planner = _FuturePlanner(self.state, holds, job.gpus_per_worker)
         for end in sorted({h.end for per_node in holds for h in per_node if h.end != math.inf}):
-            if planner.release(_ended_by(end)) >= job.workers:
+            if planner.release_until(end) >= job.workers:
                 found = planner.try_place(job, policy)
                 if found is not None:
                     yield (end if self.now is None else max(end, self.now)), found
-        if planner.release(_is_running) >= job.workers:
+        if planner.release_running() >= job.workers:
             found = planner.try_place(job, policy)
             if found is not None:
                 yield None, found
@@ -365,45 +368,62 @@ class _Hold:
 
 class _FuturePlanner:
     """Free GPU masks per node as holds expire; counts worker slots incrementally so ``place``
-    runs only once the gang can fit (the slot count is necessary for every policy)."""
+    runs only once the gang can fit (the slot count is necessary for every policy). The future
+    cluster is ``base`` with the changed nodes replaced, so it carries ``base``'s group and
+    switch indexes instead of building them again for every expected end."""
 
-    def __init__(self, nodes: Sequence[NodeState], holds: Sequence[Sequence[_Hold]], gpus: int) -> None:
-        self.nodes = nodes
+    def __init__(self, base: ClusterState, holds: Sequence[Sequence[_Hold]], gpus: int) -> None:
+        self.base = base
         self.holds = [list(h) for h in holds]
         self.gpus = gpus
         self.held = [_union(h) for h in self.holds]
-        self.slots = sum(self._node_slots(pos) for pos in range(len(nodes)))
+        self.slots = sum(self._node_slots(pos) for pos in range(len(base.nodes)))
+        self.changed: dict[int, NodeState] = {}
+        for pos, ns in enumerate(base.nodes):
+            if self.held[pos] != ns.used_mask:
+                self._note(pos)
+        # holds with a known end, by end: each is dropped once, when its end is reached
+        self.ending = sorted((h.end, pos) for pos, per_node in enumerate(self.holds) for h in per_node
+                             if h.end != math.inf)  # fmt: skip
+        self.next_end = 0
 
     def _node_slots(self, pos: int) -> int:
-        free = self.nodes[pos].spec.topology.all_mask & ~self.held[pos]
+        free = self.base.nodes[pos].spec.topology.all_mask & ~self.held[pos]
         return free.bit_count() // self.gpus
 
-    def release(self, ended: Callable[[_Hold], bool]) -> int:
-        """Drop the holds that have ``ended``; returns the worker slots free then."""
-        for pos, per_node in enumerate(self.holds):
-            kept = [h for h in per_node if not ended(h)]
-            if len(kept) != len(per_node):
+    def _note(self, pos: int) -> None:
+        ns = self.base.nodes[pos]
+        if self.held[pos] == ns.used_mask:
+            self.changed.pop(pos, None)
+        else:
+            self.changed[pos] = replace(ns, allocated=tuple((g, HELD) for g in bits(self.held[pos])))
+
+    def _drop(self, positions: set[int], ended: Callable[[_Hold], bool]) -> None:
+        for pos in positions:
+            kept = [h for h in self.holds[pos] if not ended(h)]
+            if len(kept) != len(self.holds[pos]):
                 before = self._node_slots(pos)
                 self.holds[pos] = kept
                 self.held[pos] = _union(kept)
                 self.slots += self._node_slots(pos) - before
+                self._note(pos)
+
+    def release_until(self, t: float) -> int:
+        """Drop the holds that end by ``t``; returns the worker slots free then."""
+        touched: set[int] = set()
+        while self.next_end < len(self.ending) and self.ending[self.next_end][0] <= t:
+            touched.add(self.ending[self.next_end][1])
+            self.next_end += 1
+        self._drop(touched, lambda hold: hold.end <= t)
+        return self.slots
+
+    def release_running(self) -> int:
+        """Drop every running job's hold (those without a known end too); reservations stay."""
+        self._drop(set(range(len(self.holds))), lambda hold: not hold.reservation)
         return self.slots
 
     def try_place(self, job: JobRequest, policy: str | None) -> Placement | None:
-        future = ClusterState(tuple(
-            ns if self.held[pos] == ns.used_mask else
-            replace(ns, allocated=tuple((g, HELD) for g in bits(self.held[pos])))
-            for pos, ns in enumerate(self.nodes)
-        ))  # fmt: skip
-        return place(future, job, policy).placement
-
-
-def _ended_by(t: float) -> Callable[[_Hold], bool]:
-    return lambda hold: hold.end <= t
-
-
-def _is_running(hold: _Hold) -> bool:
-    return not hold.reservation
+        return place(self.base.with_nodes(self.changed), job, policy).placement
 
 
 def _union(holds: Sequence[_Hold]) -> int:

@@ -242,6 +242,11 @@ class ClusterState:
             move_position(index, old_key, new_key, pos)
         return ClusterState(tuple(nodes), index, self.positions, switches)
 
+    def with_nodes(self, changed: Mapping[int, NodeState]) -> ClusterState:
+        """The state with the nodes at these positions replaced (same specs, other allocations);
+        the group and switch indexes are carried and updated for those nodes only."""
+        return self._replaced(changed) if changed else self
+
     def with_placement(self, placement: Placement) -> ClusterState:
         """The state after committing ``placement`` (raises if a GPU is already taken)."""
         added: dict[str, list[int]] = {}

@@ -26,13 +26,23 @@ With a ``BackfillConfig`` that reserves (or ages), a pass instead walks the whol
 simulated queue is the runtime's; it only skips jobs that cannot start by the free worker slots
 once no reservation is left to give. A running job's expected end is its start plus the trace's
 ``time_limit_s`` (unknown without one); it actually ends after ``iterations x step time``.
+
+With a ``start_rule`` (``types.StartRule``: now, best, finish) every job gets that rule and its
+work: ``iterations x`` the step time of its best placement on the empty cluster. Running jobs'
+expected ends are then their predicted ends (``iterations x`` the step time of their placement as
+priced when they started, the time limit if sooner). The model is both the queue's predictor and
+the simulated world, so predictions are exact but for two things: a placement is weighed with the
+uplink load of the moment, and ``work_error`` misjudges every job's work by a seeded factor.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+import math
+import random
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from ringleader.scheduler import (
@@ -135,6 +145,9 @@ class Simulation:
         max_failures: int = DEFAULT_MAX_FAILURES,
         backfill: BackfillConfig = NO_RESERVATIONS,
         network_aware: bool = True,
+        start_rule: str | None = None,
+        work_error: float = 0.0,
+        seed: int = 0,
     ) -> None:
         self.policy = get_policy(policy).name  # unknown names fail here, listing the known ones
         self.specs = [s.with_labels({}) for s in specs]
@@ -152,6 +165,13 @@ class Simulation:
         self.step_time = step_time if isinstance(step_time, Memoised) else Memoised(step_time)
         self.max_failures = max_failures
         self.backfill = backfill
+        self.start_rule = start_rule
+        if not work_error >= 0:
+            raise ValueError(f"work_error must be >= 0, got {work_error}")
+        self.work_error = work_error
+        self.seed = seed
+        self.work: dict[tuple[int, int, str, int], float] = {}  # gang shape -> seconds per iteration, best placement
+        self.ideal: dict[tuple[object, ...], float | None] = {}  # QueuePass's memo, kept across passes
         self.queued: dict[str, QueuedJob] = {}  # waiting jobs as the queue sees them
         self.expected_ends: dict[str, float] = {}  # running jobs with a time limit
         self.jobs = sorted(jobs, key=lambda j: j.arrival_s)
@@ -195,8 +215,8 @@ class Simulation:
                     job = self.records[name].job
                     shape = (job.priority, job.workers, job.gpus)
                     self.buckets.setdefault(shape, deque()).append((order, job))
-                    self.queued[name] = QueuedJob(request_of(job), order, job.arrival_s)
-            if self.backfill == NO_RESERVATIONS:
+                    self.queued[name] = QueuedJob(self._request(job), order, job.arrival_s)
+            if self.backfill == NO_RESERVATIONS and self.start_rule is None:
                 self._pass(now)
             else:
                 self._reserving_pass(now)
@@ -205,6 +225,45 @@ class Simulation:
         self.stats.step_time_misses = self.step_time.misses - misses0
         records = [self.records[j.name] for j in self.jobs]
         return SimRun(self.policy, self.total_gpus, records, self.timeline, self.stats)
+
+    # -- start rules ------------------------------------------------------------------------------
+    def _request(self, job: TraceJob) -> JobRequest:
+        request = request_of(job)
+        if self.start_rule is None:
+            return request
+        work = job.iterations * self._best_step_s(job) * self._misjudged(job)
+        return replace(request, start_rule=self.start_rule, work_s=work)
+
+    def _misjudged(self, job: TraceJob) -> float:
+        """How far off the queue's idea of ``job``'s work is: a seeded factor, log-uniform in
+        [1/(1+E), 1+E] for ``work_error`` E (1 without error)."""
+        if self.work_error == 0:
+            return 1.0
+        spread = math.log1p(self.work_error)
+        return math.exp(random.Random(f"{self.seed}:{job.name}").uniform(-spread, spread))
+
+    def _best_step_s(self, job: TraceJob) -> float:
+        """The step time of ``job`` on its best placement: the one ``place`` gives on the empty cluster."""
+        key = (job.workers, job.gpus, job.model, job.batch_size)
+        if key not in self.work:
+            empty = ClusterState.empty([ns.spec for ns in self.state.nodes])
+            placement = place(empty, request_of(job), self.policy).placement
+            assert placement is not None  # jobs that never fit were rejected before any arrival
+            nodes = {n: empty.node(n) for n in placement.nodes}
+            if self.network.levels:  # alone on the network: its own uplinks, nobody else's
+                step = self.step_time(self.priced, placement, job, dict.fromkeys(self.network.crossed(placement), 1))
+            else:
+                step = self.step_time(nodes, placement, job)
+            self.work[key] = step.step_time_s
+        return self.work[key]
+
+    def _images_per_s(self, nodes: Mapping[str, NodeState], placement: Placement, request: JobRequest) -> float:
+        """The start rules' estimator: the simulator's own step-time model, with the uplink load
+        of the gangs running now where there is a network tree."""
+        job = self.records[request.name].job
+        if self.network.levels:
+            return self.step_time(self.priced, placement, job, self.network.peek(placement)).images_per_s
+        return self.step_time(nodes, placement, job).images_per_s
 
     def _slots(self, gpus: int) -> int:
         return sum(count * (f // gpus) for f, count in enumerate(self.hist) if count and f >= gpus)
@@ -249,7 +308,8 @@ class Simulation:
 
     def _reserving_pass(self, now: float) -> None:
         self.stats.passes += 1
-        current = QueuePass(self.state, now, self.expected_ends, self.backfill)
+        current = QueuePass(self.state, now, self.expected_ends, self.backfill, estimate=self._images_per_s,
+                            ideal=self.ideal)  # fmt: skip
         for queued in queue_order(list(self.queued.values()), now, self.backfill):
             request = queued.job
             if len(current.reservations) >= self.backfill.reservation_depth and (
@@ -257,7 +317,7 @@ class Simulation:
             ):
                 continue  # cannot start on the free GPUs, and no reservation is left to give
             self.stats.place_calls += 1
-            decision, current = current.decide(request, self.policy, explain=False)
+            decision, current = current.decide(request, self.policy, explain=False, submit_s=queued.submit_s)
             if decision.chosen is None:
                 self.stats.failed_places += 1
                 continue
@@ -287,8 +347,11 @@ class Simulation:
             step = self.step_time({name: self.state.node(name) for name in placement.nodes}, placement, job)
         self._commit(after if after is not None else self.state.with_placement(placement), placement)
         self.queued.pop(job.name, None)
-        if job.time_limit_s is not None:
-            self.expected_ends[job.name] = now + job.time_limit_s
+        ends = [now + job.time_limit_s] if job.time_limit_s is not None else []
+        if self.start_rule is not None:  # the end the queue predicts (the run may differ: see above)
+            ends.append(now + job.iterations * step.step_time_s * self._misjudged(job))
+        if ends:
+            self.expected_ends[job.name] = min(ends)
         record = self.records[job.name]
         record.start_s, record.placement, record.step = now, placement, step
         metrics = decision.chosen.metrics
@@ -351,11 +414,17 @@ def simulate(
     max_failures: int = DEFAULT_MAX_FAILURES,
     backfill: BackfillConfig = NO_RESERVATIONS,
     network_aware: bool = True,
+    start_rule: str | None = None,
+    work_error: float = 0.0,
+    seed: int = 0,
 ) -> SimRun:
     """Simulate ``jobs`` on ``specs`` under ``policy``; ``backfill`` picks the queue discipline
     (default: no reservation and no age, the queue before reservations); ``network_aware``
-    False hides the network tree from placement (it still prices the runs)."""
-    return Simulation(specs, jobs, policy, step_time, max_failures, backfill, network_aware).run()
+    False hides the network tree from placement (it still prices the runs); ``start_rule``
+    gives every job that rule and its work (see the module's docstring), misjudged by a seeded
+    factor up to ``work_error`` (0.5: the queue sees between 1/1.5 and 1.5 times the truth)."""
+    return Simulation(specs, jobs, policy, step_time, max_failures, backfill, network_aware, start_rule,
+                      work_error, seed).run()  # fmt: skip
 
 
 def request_of(job: TraceJob) -> JobRequest:

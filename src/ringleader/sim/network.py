@@ -56,6 +56,10 @@ class NetworkLoad:
             flows[switch] = self.crossing[switch] = self.crossing.get(switch, 0) + 1
         return flows
 
+    def peek(self, placement: Placement) -> dict[str, int]:
+        """What ``start`` would return, counting nothing in (to price a placement not taken)."""
+        return {switch: self.crossing.get(switch, 0) + 1 for switch in self.crossed(placement)}
+
     def end(self, placement: Placement) -> None:
         for switch in self.crossed(placement):
             self.crossing[switch] -= 1
