@@ -231,11 +231,19 @@ TIME_LIMIT_HELP = ("Stop the job (SIGTERM, then SIGKILL after the job's grace, R
                    "reserved for a bigger job.")
 
 
-def _time_limit(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
-    del ctx, param
+START_HELP = ("When the gang starts if its best placement is busy: `now` on the free GPUs, `best` only on a "
+              "placement as fast as its best, `finish` whichever the model predicts finishes first (the default "
+              "with --run-time).")
+RUN_TIME_HELP = ("How long the job trains on its best placement (your estimate): the queue weighs starting now "
+                 "on slower GPUs against waiting for better ones by it.")
+MAX_WAIT_HELP = "The longest it waits for better GPUs, from submit; then it starts on whatever fits."
+
+
+def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    del ctx
     from ringleader.jobs.spec import parse_duration
 
-    return None if value is None else parse_duration(value)
+    return None if value is None else parse_duration(value, param.opts[0])
 
 
 def _shm_size(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
@@ -307,7 +315,10 @@ def submit() -> None:
               help="Run the program in the container as UID[:GID], or `submitter` for your own.")
 @click.option("--model", default=None, help="Model name (recorded; a hint for throughput predictions).")
 @click.option("--dry-run", is_flag=True, help="Print the placement plan; start and write nothing.")
-@click.option("--time-limit", "time_limit_s", metavar="DURATION", callback=_time_limit, help=TIME_LIMIT_HELP)
+@click.option("--time-limit", "time_limit_s", metavar="DURATION", callback=_duration, help=TIME_LIMIT_HELP)
+@click.option("--start", type=click.Choice(["now", "best", "finish"]), default=None, help=START_HELP)
+@click.option("--run-time", "run_time_s", metavar="DURATION", callback=_duration, help=RUN_TIME_HELP)
+@click.option("--max-wait", "max_wait_s", metavar="DURATION", callback=_duration, help=MAX_WAIT_HELP)
 @click.option("--working-dir", "working_dir", default=None,
               help="Where the ranks start (default: here; on Kubernetes, the image's).")
 @kube_submit_options
@@ -320,7 +331,8 @@ def submit_mpi(
     name: str, workers: int, gpus: int, gputopology: bool, gang: bool, priority: int, env: tuple[str, ...],
     image: str | None, data: tuple[tuple[str, str], ...], shm_size: int | None, rdma: bool,
     image_pull_policy: str | None, container_user: str | None, model: str | None, dry_run: bool,
-    time_limit_s: float | None, working_dir: str | None, topology_required: str | None,
+    time_limit_s: float | None, start: str | None, run_time_s: float | None, max_wait_s: float | None,
+    working_dir: str | None, topology_required: str | None,
     topology_preferred: str | None, output: str, command: tuple[str, ...], engine: str | None,
     **kube: Any,
 ) -> None:  # fmt: skip
@@ -351,7 +363,8 @@ def submit_mpi(
         name=name, workers=workers, gpus_per_worker=gpus, command=parse_command(command),
         env=parse_env(env), topology_aware=gputopology, priority=priority, image=image, model=model,
         time_limit_s=time_limit_s, container=container, workdir=working_dir, kube=read_kube_options(kube),
-        topology_required=topology_required, topology_preferred=topology_preferred,
+        topology_required=topology_required, topology_preferred=topology_preferred, start=start,
+        run_time_s=run_time_s, max_wait_s=max_wait_s,
     )  # fmt: skip
     with using_engine(engine) as rt:
         result = rt.submit(spec, dry_run=dry_run)

@@ -6,6 +6,7 @@ import dataclasses
 from typing import Any
 
 from ringleader.scheduler import Candidate, Decision, Placement, Reservation, WorkerSlot
+from ringleader.scheduler.types import Option, WhenChoice
 from ringleader.topology import Link, NodeSpec, NodeTopology, SshAddress
 
 
@@ -111,6 +112,9 @@ def decision_to_dict(decision: Decision) -> dict[str, Any]:
             "priority": job.priority,
             "model": job.model,
             "time_limit_s": job.time_limit_s,
+            "start": job.start_rule,
+            "run_time_s": job.work_s,
+            "max_wait_s": job.max_wait_s,
         },
         "policy": decision.policy,
         "code": decision.code.value,
@@ -121,7 +125,38 @@ def decision_to_dict(decision: Decision) -> dict[str, Any]:
         "node_reasons": dict(decision.node_reasons),
         "candidates_considered": decision.candidates_considered,
         "reservation": reservation_to_dict(decision.reservation),
+        "when": when_to_dict(decision.when),
+        "predicted_run_s": decision.predicted_run_s,
     }
+
+
+def when_to_dict(when: WhenChoice | None) -> dict[str, Any] | None:
+    """A start rule's weighing: both starts with their predicted finishes (the caller's clock),
+    what it chose, and the line that says so."""
+    if when is None:
+        return None
+
+    def option(o: Option | None) -> dict[str, Any] | None:
+        if o is None:
+            return None
+        return {**placement_to_dict(o.placement), "placement": o.placement.describe(), "start_s": o.start_s,
+                "images_per_s": round(o.images_per_s, 1), "finish_s": o.finish_s}  # fmt: skip
+
+    return {"rule": when.rule.value, "best_images_per_s": round(when.ideal_images_per_s, 1),
+            "now": option(when.now), "wait": option(when.wait), "starts_now": when.starts_now,
+            "says": when.describe()}  # fmt: skip
+
+
+def expected_end(plan: dict[str, Any] | None, started_at: float, time_limit_s: float | None,
+                 stop_s: float = 0.0) -> float | None:  # fmt: skip
+    """When a running job is expected to have freed its GPUs: at the end of the run its start
+    decision (``plan``, ``decision_to_dict``) predicted, or at its time limit plus ``stop_s``
+    (the stop's grace), whichever comes first; None when neither is known."""
+    ends = [started_at + time_limit_s + stop_s] if time_limit_s is not None else []
+    run = (plan or {}).get("predicted_run_s")
+    if run is not None:
+        ends.append(started_at + float(run))
+    return min(ends) if ends else None
 
 
 def reservation_to_dict(reservation: Reservation | None) -> dict[str, Any] | None:

@@ -8,14 +8,15 @@ else the reference study's batch of 64 in fp32.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ringleader.errors import RingleaderError
 from ringleader.jobs.spec import JobSpec
 
 if TYPE_CHECKING:
-    from ringleader.scheduler import ClusterState, Placement
+    from ringleader.scheduler import ClusterState, JobRequest, Placement
+    from ringleader.scheduler.policies.throughput import Estimator
 
 DEFAULT_BATCH = 64
 _BATCH_FLAGS = ("--batch_size", "--batch-size")
@@ -93,3 +94,13 @@ def predict_job(state: ClusterState, spec: JobSpec, placement: Placement) -> dic
         summary += f"; {other} placement would give {alt.images_per_s:.0f} ({ratio:.2f}x)"
     out["summary"] = summary
     return out
+
+
+def queue_estimator(requests: Iterable[JobRequest]) -> Estimator | None:
+    """The model's images/s for a queue pass that weighs start rules (``--start``/``--run-time``);
+    None when no job asks for it, so a pass without one never loads the model."""
+    if all(r.start_rule == "now" for r in requests):
+        return None
+    from ringleader.model import placement_images_per_s
+
+    return placement_images_per_s

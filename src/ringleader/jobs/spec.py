@@ -298,6 +298,19 @@ class JobSpec:
     # RINGLEADER_GRACE_S at submit, kept with the job as Kubernetes keeps a pod's
     # terminationGracePeriodSeconds, so the agent's own environment never decides it.
     grace_s: float | None = None
+    # When it starts if its best placement is busy (scheduler.types.StartRule): "now" on the free
+    # GPUs, "best" only on a placement as fast as its best, "finish" whichever the model says
+    # finishes first; None: "finish" when it gives a run time, else "now". ``run_time_s``: how long
+    # it trains on its best placement (the user's estimate); ``max_wait_s``: the longest it waits
+    # for better GPUs, from submit.
+    start: str | None = None
+    run_time_s: float | None = None
+    max_wait_s: float | None = None
+
+    def start_rule(self) -> str:
+        if self.start is not None:
+            return self.start
+        return "finish" if self.run_time_s is not None else "now"
 
     def stop_grace(self) -> float:
         """The grace its ranks get when stopped (a job kept before it was recorded: the default)."""
@@ -335,6 +348,7 @@ class JobSpec:
         numeric = isinstance(limit, int | float) and not isinstance(limit, bool)
         if limit is not None and not (numeric and 0 < limit < MAX_TIME_LIMIT_S):
             raise UsageError(f"--time-limit must be a positive duration, got {limit}", "write e.g. 90s, 30m or 2h")
+        self._validate_start()
         for key in self.env:
             if not _ENV_KEY.match(key):
                 raise UsageError(f"invalid environment variable name {key!r}", "use -e NAME=VALUE")
@@ -351,6 +365,23 @@ class JobSpec:
             self.kube.validate()
         return self
 
+    def _validate_start(self) -> None:
+        from ringleader.scheduler.types import START_RULES
+
+        if self.start is not None and self.start not in START_RULES:
+            raise UsageError(f"--start {self.start!r} is not a start rule", f"use one of {', '.join(START_RULES)}")
+        for option, value in (("--run-time", self.run_time_s), ("--max-wait", self.max_wait_s)):
+            numeric = isinstance(value, int | float) and not isinstance(value, bool)
+            if value is not None and not (numeric and 0 < value < MAX_TIME_LIMIT_S):
+                raise UsageError(f"{option} must be a positive duration, got {value}", "write e.g. 90s, 30m or 2h")
+        rule = self.start_rule()
+        if rule == "finish" and self.run_time_s is None and self.time_limit_s is None:
+            raise UsageError("--start finish weighs how long the job runs, and it gives no run time",
+                             "add --run-time DURATION (its run on its best placement) or --time-limit")  # fmt: skip
+        if self.max_wait_s is not None and rule == "now":
+            raise UsageError("--max-wait bounds a wait for better GPUs, and this job starts on whatever is free",
+                             "add --start finish or --start best, or leave --max-wait out")  # fmt: skip
+
     def describe(self) -> str:
         """One line of what was asked for, as a job's `Submitted` event tells it."""
         kind = "--gputopology" if self.topology_aware else "default scheduling"
@@ -363,7 +394,8 @@ class JobSpec:
         return JobRequest(
             self.name, self.workers, self.gpus_per_worker, self.topology_aware, self.priority, self.model,
             time_limit_s=self.time_limit_s, topology_required=self.topology_required,
-            topology_preferred=self.topology_preferred,
+            topology_preferred=self.topology_preferred, start_rule=self.start_rule(), work_s=self.run_time_s,
+            max_wait_s=self.max_wait_s,
         )  # fmt: skip
 
 
@@ -378,10 +410,16 @@ class JobSpec:
             topology_aware=bool(data.get("topology_aware")), priority=int(data.get("priority", 0)),
             image=data.get("image"), model=data.get("model"), workdir=data.get("workdir"),
             submit_env=data.get("submit_env"), user_command=data.get("user_command"),
-            time_limit_s=None if data.get("time_limit_s") is None else float(data["time_limit_s"]),
+            time_limit_s=_seconds(data.get("time_limit_s")),
             container=ContainerOptions.from_dict(data.get("container")),
             kube=KubeOptions.from_dict(data.get("kube")),
             topology_required=data.get("topology_required"), topology_preferred=data.get("topology_preferred"),
             line=line_from_dict(data["line"]) if data.get("line") else None,
-            grace_s=None if data.get("grace_s") is None else float(data["grace_s"]),
+            grace_s=_seconds(data.get("grace_s")),
+            start=data.get("start"), run_time_s=_seconds(data.get("run_time_s")),
+            max_wait_s=_seconds(data.get("max_wait_s")),
         )  # fmt: skip
+
+
+def _seconds(value: Any) -> float | None:
+    return None if value is None else float(value)

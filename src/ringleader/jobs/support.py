@@ -30,6 +30,7 @@ class Support:
     # --image-pull-policy, --container-user) the engine honours; any other is refused.
     container_options: tuple[str, ...] = ()
     network_tree: bool = False  # `--topology-required/--topology-preferred LEVEL`: it places by the network tree
+    start_rules: bool = False  # `--start best|finish`, `--run-time`, `--max-wait`: its queue weighs when to start
     more_room: str = "add nodes"  # how a user gives a job that can never fit the room it needs
 
     def require(self, operation: str, what: str) -> None:

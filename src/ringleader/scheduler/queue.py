@@ -472,6 +472,7 @@ def schedule_queue(
     now: float | None = None,
     expected_ends: Mapping[str, float] | None = None,
     config: BackfillConfig = BackfillConfig(),
+    estimate: Estimator | None = None,
 ) -> tuple[ClusterState, list[Decision]]:
     """Decide every pending job in queue order on a working copy of ``state``.
 
@@ -479,9 +480,10 @@ def schedule_queue(
     the same GPU. ``now`` and ``expected_ends`` (running job name -> expected end, on the same
     clock) give reservations their start and let jobs with a time limit backfill onto reserved
     GPUs; without them reservations still hold the GPUs they name. The caller persists the
-    returned state only as a whole.
+    returned state only as a whole. ``estimate`` prices placements for the start rules (None:
+    the installed estimator).
     """
-    current = QueuePass(state, now, dict(expected_ends or {}), config)
+    current = QueuePass(state, now, dict(expected_ends or {}), config, estimate=estimate)
     decisions = []
     for queued in queue_order(pending, now, config):
         decision, current = current.decide(queued.job, policy, submit_s=queued.submit_s)

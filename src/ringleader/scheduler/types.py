@@ -496,11 +496,23 @@ class Decision:
     def ok(self) -> bool:
         return self.code is Code.SUCCESS
 
+    @property
+    def predicted_run_s(self) -> float | None:
+        """How long a gang this decision starts is predicted to run: its work on the placement
+        it got, as the start rule weighed it (its work as given where nothing was weighed)."""
+        if not self.ok:
+            return None
+        when = self.when
+        if when is not None and when.starts_now and when.now is not None and when.now.finish_s is not None:
+            return when.now.finish_s - when.now.start_s
+        return self.job.work_s
+
     def summary(self) -> str:
         if self.chosen is None:
             return "; ".join(self.reasons)
         m = self.chosen.metrics
+        weighed = f"; {self.when.describe()}" if self.when is not None else ""
         return (
             f"{self.policy}: {self.chosen.placement.describe()}; {m.nodes_used} node(s), "
-            f"bottleneck {m.bottleneck.describe()}"
+            f"bottleneck {m.bottleneck.describe()}{weighed}"
         )

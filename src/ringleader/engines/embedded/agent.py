@@ -51,7 +51,7 @@ from ringleader.engines.embedded.agentctl import (
     start,
     try_lock,
 )  # fmt: skip
-from ringleader.engines.embedded.lifecycle import finish_job, schedule_pass
+from ringleader.engines.embedded.lifecycle import finish_job, schedule_pass, waits_over
 from ringleader.engines.embedded.liveness import Heartbeat
 from ringleader.engines.embedded.supervisor import Supervisor, job_processes
 from ringleader.errors import RingleaderError
@@ -95,6 +95,7 @@ class Agent:
             if jobs is None:
                 return 1
             self._supervise(jobs)
+            self._decide_again_if_a_wait_is_over()
             if jobs or any(t.is_alive() for t, _ in self.jobs.values()):
                 idle_since = None
                 self._keep_standby()
@@ -210,6 +211,25 @@ class Agent:
                 db.close()
         except (RingleaderError, sqlite3.Error, OSError) as exc:
             _log(f"job {name}: not failed either: {exc}")
+
+    def _decide_again_if_a_wait_is_over(self) -> None:
+        """The queue's pass once a job waiting for better GPUs reaches its longest wait: no end
+        of a job prompts it then. Read once a tick; a busy or full state waits for the next."""
+        try:
+            db, _ = store.Store.open(self.home, create=False, reserve=False)
+            try:
+                with db.read() as conn:
+                    if not waits_over(conn, time.time()):
+                        return
+                with db.write() as conn:
+                    placed = schedule_pass(conn, time.time())
+            finally:
+                db.close()
+        except (RingleaderError, sqlite3.Error, OSError) as exc:
+            _log(f"pass skipped: {exc}")
+            return
+        if placed:
+            self._self_wake()
 
     def _keep_standby(self) -> None:
         """One standby while jobs run: started when none holds the standby lock (one that stopped

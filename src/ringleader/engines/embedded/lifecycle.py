@@ -8,7 +8,8 @@ import json
 import sqlite3
 
 from ringleader.engines.embedded import store
-from ringleader.jobs.codec import decision_to_dict, placement_to_dict
+from ringleader.jobs.codec import decision_to_dict, expected_end, placement_to_dict
+from ringleader.jobs.prediction import queue_estimator
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import InstanceStatus, JobStatus, Launch
 from ringleader.scheduler import ClusterState, Code, Decision, QueuedJob, schedule_queue
@@ -33,7 +34,8 @@ def schedule_pass_decisions(conn: sqlite3.Connection, now: float) -> list[Decisi
     specs = {r["name"]: JobSpec.from_dict(json.loads(r["spec"])) for r in rows}
     queued = [QueuedJob(specs[r["name"]].request(), int(r["seq"]), float(r["created_at"])) for r in rows]
     state = store.cluster_state(conn)
-    _, decisions = schedule_queue(state, queued, now=now, expected_ends=expected_ends(conn))
+    estimate = queue_estimator(q.job for q in queued)
+    _, decisions = schedule_queue(state, queued, now=now, expected_ends=expected_ends(conn), estimate=estimate)
     for decision in decisions:
         spec = specs[decision.job.name]
         if decision.placement is not None:
@@ -44,14 +46,32 @@ def schedule_pass_decisions(conn: sqlite3.Connection, now: float) -> list[Decisi
 
 
 def expected_ends(conn: sqlite3.Connection) -> dict[str, float]:
-    """When each running job with a time limit will have released its GPUs: its start, its limit,
-    and the grace its ranks get between SIGTERM and SIGKILL at the limit."""
+    """When each running job will have released its GPUs, where known: at the end of the run its
+    start predicted (a job with --run-time), or at its limit and the grace its ranks get between
+    SIGTERM and SIGKILL there, whichever comes first."""
     ends = {}
     for row in store.job_rows(conn, [JobStatus.RUNNING]):
+        if row["started_at"] is None:
+            continue
         spec = JobSpec.from_dict(json.loads(row["spec"]))
-        if spec.time_limit_s is not None and row["started_at"] is not None:
-            ends[row["name"]] = float(row["started_at"]) + spec.time_limit_s + spec.stop_grace()
+        plan = json.loads(row["decision"]) if row["decision"] else None
+        end = expected_end(plan, float(row["started_at"]), spec.time_limit_s, spec.stop_grace())
+        if end is not None:
+            ends[row["name"]] = end
     return ends
+
+
+def waits_over(conn: sqlite3.Connection, now: float) -> bool:
+    """Whether a job that chose to wait for better GPUs has reached its --max-wait: then the
+    queue decides again (it starts on what is free), although no job ended."""
+    for row in store.job_rows(conn, [JobStatus.PENDING]):
+        plan = json.loads(row["decision"]) if row["decision"] else None
+        if not plan or not plan.get("when"):
+            continue
+        spec = JobSpec.from_dict(json.loads(row["spec"]))
+        if spec.max_wait_s is not None and float(row["created_at"]) + spec.max_wait_s <= now:
+            return True
+    return False
 
 
 def has_launcher(spec: JobSpec, decision: Decision, state: ClusterState) -> bool:

@@ -29,9 +29,9 @@ from ringleader.engines.slurm.launch import sbatch_argv, write_launch
 from ringleader.engines.slurm.records import Records, add_event, private_dir
 from ringleader.engines.slurm.views import NOT_YET, job_view, slurm_status
 from ringleader.errors import NotFoundError, UsageError
-from ringleader.jobs.codec import decision_to_dict
+from ringleader.jobs.codec import decision_to_dict, expected_end
 from ringleader.jobs.logfiles import follow_log, instance_name, read_log, wait_until_ended
-from ringleader.jobs.prediction import placement_from_plan, predict_job
+from ringleader.jobs.prediction import placement_from_plan, predict_job, queue_estimator
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import JobStatus
 from ringleader.jobs.submit import Submission, duplicate, submit_job
@@ -54,7 +54,8 @@ class SlurmEngine:
         self.notes: list[str] = []
         self._slurm_nodes: dict[str, state.SlurmNode] = {}  # as the last snapshot() read them
 
-    supports = Support("slurm", time_limit=True, network_tree=True, more_room="add nodes to the Slurm partition")
+    supports = Support("slurm", time_limit=True, network_tree=True, start_rules=True,
+                       more_room="add nodes to the Slurm partition")  # fmt: skip
 
     def close(self) -> None:
         pass
@@ -174,7 +175,8 @@ class SlurmEngine:
         snapshot, nodes, _ = self._snapshot()
         specs = {r["name"]: JobSpec.from_dict(r["spec"]) for r in queued}
         order = [QueuedJob(specs[r["name"]].request(), i, r.get("created_at")) for i, r in enumerate(queued)]
-        _, decisions = schedule_queue(snapshot, order, now=time.time(), expected_ends=self._expected_ends())
+        _, decisions = schedule_queue(snapshot, order, now=time.time(), expected_ends=self._expected_ends(),
+                                      estimate=queue_estimator(q.job for q in order))  # fmt: skip
         out = {}
         for decision in decisions:
             record = next(r for r in queued if r["name"] == decision.job.name)
@@ -195,13 +197,17 @@ class SlurmEngine:
         return out
 
     def _expected_ends(self) -> dict[str, float]:
-        """When ringleader's running Slurm jobs with a time limit end at the latest: Slurm stops
-        them at the limit (SIGTERM, then SIGKILL after its KillWait)."""
+        """When ringleader's running Slurm jobs are expected to end: at the end of the run their
+        start predicted (--run-time), or at their limit (Slurm stops them there: SIGTERM, then
+        SIGKILL after its KillWait), whichever comes first."""
         ends = {}
         for record in self.records.all():
+            if record["status"] != JobStatus.RUNNING.value or not record.get("started_at"):
+                continue
             limit = record["spec"].get("time_limit_s")
-            if record["status"] == JobStatus.RUNNING.value and limit and record.get("started_at"):
-                ends[record["name"]] = float(record["started_at"]) + float(limit)
+            end = expected_end(record.get("plan"), float(record["started_at"]), float(limit) if limit else None)
+            if end is not None:
+                ends[record["name"]] = end
         return ends
 
     def _launch(self, record: dict[str, Any], spec: JobSpec, decision: Decision, snapshot: ClusterState,

@@ -1,0 +1,94 @@
+"""`submit --run-time/--start/--max-wait` on the embedded engine: a gang that finishes sooner by
+waiting says so with both predicted finishes and holds its GPUs; it starts on them when they free,
+or on what is free once its longest wait is over; bad combinations are refused in one line."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+Cli = Any  # the `seeds_cli` fixture of tests/cli/conftest.py
+
+
+def busy(cli: Cli, name: str, run_time: str) -> None:
+    """Six of a node's eight GPUs, for ``run_time`` as far as the queue knows."""
+    cli.ok("submit", "mpi", "--name", name, "--workers", "6", "--gpus", "1", "--gputopology",
+           "--run-time", run_time, "--", "sleep", "600")  # fmt: skip
+
+
+def vgg(cli: Cli, name: str, *extra: str) -> str:
+    return cli.ok("submit", "mpi", "--name", name, "--workers", "4", "--gpus", "1", "--gputopology",
+                  "--model", "vgg16", "--run-time", "1h", *extra, "--", "sleep", "600")  # fmt: skip
+
+
+def job(cli: Cli, name: str) -> dict[str, Any]:
+    return json.loads(cli.ok("get", name, "-o", "json"))  # type: ignore[no-any-return]
+
+
+def nodes_of(data: dict[str, Any]) -> set[str]:
+    return {w["node"] for w in data["placement"]["chosen"]["workers"]}
+
+
+def test_a_gang_waits_for_one_node_when_that_finishes_sooner_and_starts_there(seeds_cli: Cli) -> None:
+    busy(seeds_cli, "block-a", "10m")
+    busy(seeds_cli, "block-b", "10h")
+    first = nodes_of(job(seeds_cli, "block-a"))
+    vgg(seeds_cli, "vgg")
+    data = job(seeds_cli, "vgg")
+    assert data["status"] == "PENDING"
+    reason = data["reason"]
+    assert "waits: it finishes sooner (by ~" in reason
+    assert "start now on cn-shanghai-172[2w: GPU 6,7] + cn-shanghai-173[2w: GPU 6,7] at " in reason
+    assert "start in ~10 min on " in reason and "finishes in ~70 min" in reason
+    when = data["placement"]["when"]
+    assert when["rule"] == "finish" and not when["starts_now"]
+    assert when["wait"]["finish_s"] < when["now"]["finish_s"]
+    text = seeds_cli.ok("get", "vgg")
+    assert "waits: it finishes sooner" in text and "reserved GPUs" in text
+    held = {(w["node"], g) for w in data["placement"]["reservation"]["workers"] for g in w["gpus"]}
+    assert {node for node, _ in held} == first
+    # a 2-GPU job behind it takes no GPU it holds
+    seeds_cli.ok("submit", "mpi", "--name", "small", "--workers", "2", "--gpus", "1", "--gputopology",
+                 "--", "sleep", "600")  # fmt: skip
+    small = job(seeds_cli, "small")["placement"]["chosen"]["workers"]
+    assert not held & {(w["node"], g) for w in small for g in w["gpus"]}
+    # the node frees: the gang starts on it, all four workers on one node
+    seeds_cli.ok("delete", "block-a")
+    started = job(seeds_cli, "vgg")
+    assert started["status"] == "RUNNING" and nodes_of(started) == first
+
+
+def test_the_longest_wait_ends_the_wait_without_any_job_ending(seeds_cli: Cli) -> None:
+    # block-a was to end in 2 s and runs on: at the longest wait, 6 s, the gang starts spread
+    busy(seeds_cli, "block-a", "2s")
+    busy(seeds_cli, "block-b", "10h")
+    vgg(seeds_cli, "vgg", "--max-wait", "6s")
+    assert job(seeds_cli, "vgg")["status"] == "PENDING"
+    deadline = time.monotonic() + 30
+    while (data := job(seeds_cli, "vgg"))["status"] == "PENDING" and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert data["status"] == "RUNNING" and len(nodes_of(data)) == 2  # spread, as rule "now" would
+
+
+def test_best_waits_however_long_and_now_starts_spread(seeds_cli: Cli) -> None:
+    busy(seeds_cli, "block-a", "5h")
+    busy(seeds_cli, "block-b", "10h")
+    vgg(seeds_cli, "best", "--start", "best")
+    assert job(seeds_cli, "best")["reason"].startswith("waits for a placement as fast as its best")
+    seeds_cli.ok("delete", "best")
+    vgg(seeds_cli, "now", "--start", "now")
+    assert len(nodes_of(job(seeds_cli, "now"))) == 2
+
+
+def test_start_options_refused_in_one_line(seeds_cli: Cli) -> None:
+    for extra, words in (
+        (("--start", "finish"), "--start finish weighs how long the job runs"),
+        (("--max-wait", "10m"), "--max-wait bounds a wait for better GPUs"),
+        (("--run-time", "0s"), "--run-time '0s' must be more than 0 s"),
+        (("--start", "later"), "Invalid value for '--start'"),
+    ):
+        out = seeds_cli("submit", "mpi", "--name", "x", "--workers", "2", "--gpus", "1", *extra, "--", "true")
+        assert out.returncode == 2, out
+        assert words in out.stderr and len(out.stderr.strip().splitlines()) <= 2, out.stderr
+    assert seeds_cli.ok("list").count("\n") <= 1  # nothing was queued
