@@ -36,7 +36,9 @@ from ringleader.scheduler.types import (
     Metrics,
     NodeState,
     Placement,
+    Preemption,
     Reservation,
+    RunningGang,
     WorkerSlot,
 )
 
@@ -53,9 +55,11 @@ __all__ = [
     "NodeState",
     "Placement",
     "Policy",
+    "Preemption",
     "QueuePass",
     "QueuedJob",
     "Reservation",
+    "RunningGang",
     "WorkerSlot",
     "effective_priority",
     "get_policy",

@@ -17,6 +17,10 @@ A gang's start rule (``types.StartRule``) may make it wait although it fits the 
 one as fast as its best (``weigh_start``). A gang that fits now but waits holds the later
 placement as a reservation whatever the reservation depth: a wait nobody holds for would be undone
 by the next gang that fits.
+
+A gang that would wait may instead preempt running gangs of lower priority (``plan_preemption``,
+``scheduler/preempt.py``): the decision names its victims, and it holds the GPUs they free as
+its reservation until they have stopped.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from ringleader.scheduler.framework import get_policy, place
 from ringleader.scheduler.gpuset import bits
 from ringleader.scheduler.policies.throughput import Estimator, current_estimator
+from ringleader.scheduler.preempt import plan_preemption
 from ringleader.scheduler.types import (
     ClusterState,
     Code,
@@ -36,7 +41,9 @@ from ringleader.scheduler.types import (
     NodeState,
     Option,
     Placement,
+    Preemption,
     Reservation,
+    RunningGang,
     StartRule,
     WhenChoice,
     WorkerSlot,
@@ -113,6 +120,11 @@ class QueuePass:
     estimate: Estimator | None = field(default=None, compare=False)
     # gang shape -> images/s on its best placement; shared by the passes that copy this one
     ideal: dict[tuple[object, ...], float | None] = field(default_factory=dict, compare=False, repr=False)
+    # Running gangs that may be preempted, by name (those not named never are; a gang already
+    # being stopped is left out, with its stop's end as its expected end), and how long a
+    # victim takes to stop (its grace: SIGTERM, then SIGKILL).
+    running: Mapping[str, RunningGang] = field(default_factory=dict)
+    preempt_delay_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.now is None and self.expected_ends:
@@ -162,6 +174,9 @@ class QueuePass:
             if when is not None:
                 fits_now = replace(fits_now, reasons=(*fits_now.reasons, when.describe()), when=when)
             return fits_now, self._started(job, placement)
+        preemption = self.plan_preemption(job, policy, when, usable)
+        if preemption is not None:
+            return self._preempts(job, policy, preemption, when)
         if when is not None:  # it waits for a better placement than the free GPUs give
             return self._waits_for_better(job, policy, when)
         policy_name = get_policy(policy or job.policy_name).name
@@ -338,6 +353,45 @@ class QueuePass:
     def estimator(self) -> Estimator:
         return self.estimate or current_estimator()
 
+    # -- preemption (scheduler/preempt.py) -------------------------------------------------------
+    def plan_preemption(
+        self, job: JobRequest, policy: str | None, when: WhenChoice | None, usable: ClusterState
+    ) -> Preemption | None:
+        """The gangs to stop so that ``job``, which would wait, starts on a placement as fast as
+        its best; None when no running gang of lower priority may be preempted, or when such a
+        placement frees by itself within the time victims take to stop (``preempt_delay_s``)."""
+        if not any(g.preemptible and g.priority < job.priority for g in self.running.values()):
+            return None
+        ideal = self.ideal_rate(job, policy)
+        if ideal is None:
+            return None
+        estimate = self.estimator()
+        nodes = self.state.by_name
+        soon = math.inf if self.now is None else self.now + self.preempt_delay_s
+        for count, (start, placement) in enumerate(self.future_options(job, policy)):
+            if start is None or start > soon or count >= MAX_OPTIONS:
+                break
+            if as_good(estimate(nodes, placement, job), ideal):
+                return None  # it frees as soon as victims would stop: nobody is preempted
+        spared = frozenset((node, gpu) for r in self.blocking(job) for node in r.placement.nodes
+                           for gpu in r.placement.gpus_on(node))  # fmt: skip
+        return plan_preemption(usable, job, self.running, ideal, lambda state, p: estimate(state.by_name, p, job),
+                               policy, spared)  # fmt: skip
+
+    def _preempts(
+        self, job: JobRequest, policy: str | None, preemption: Preemption, when: WhenChoice | None
+    ) -> tuple[Decision, QueuePass]:
+        """Pend ``job`` until its victims have stopped, holding the GPUs they free for it; they
+        are no victims for the gangs decided after it in this pass."""
+        policy_name = get_policy(policy or job.policy_name).name
+        start = None if self.now is None else self.now + self.preempt_delay_s
+        reservation = self._reservation(job, preemption.placement, start)
+        lines = [preemption.describe(), *([when.describe()] if when else []), reservation.describe()]
+        decision = Decision(job, policy_name, Code.UNSCHEDULABLE, reasons=tuple(lines), reservation=reservation,
+                            when=when, preemption=preemption)  # fmt: skip
+        running = {name: g for name, g in self.running.items() if name not in preemption.names}
+        return decision, replace(self, reservations=(*self.reservations, reservation), running=running)
+
     def _waits_for_better(self, job: JobRequest, policy: str | None, when: WhenChoice) -> tuple[Decision, QueuePass]:
         """Pend ``job`` for the later start ``when`` chose. Its GPUs are reserved whatever the
         reservation depth: a wait nobody holds for would be undone by the next gang that fits."""
@@ -473,6 +527,8 @@ def schedule_queue(
     expected_ends: Mapping[str, float] | None = None,
     config: BackfillConfig = BackfillConfig(),
     estimate: Estimator | None = None,
+    running: Mapping[str, RunningGang] | None = None,
+    preempt_delay_s: float = 0.0,
 ) -> tuple[ClusterState, list[Decision]]:
     """Decide every pending job in queue order on a working copy of ``state``.
 
@@ -481,9 +537,11 @@ def schedule_queue(
     clock) give reservations their start and let jobs with a time limit backfill onto reserved
     GPUs; without them reservations still hold the GPUs they name. The caller persists the
     returned state only as a whole. ``estimate`` prices placements for the start rules (None:
-    the installed estimator).
+    the installed estimator); ``running`` names the gangs that may be preempted, which take
+    ``preempt_delay_s`` to stop (see ``QueuePass``).
     """
-    current = QueuePass(state, now, dict(expected_ends or {}), config, estimate=estimate)
+    current = QueuePass(state, now, dict(expected_ends or {}), config, estimate=estimate, running=dict(running or {}),
+                        preempt_delay_s=preempt_delay_s)  # fmt: skip
     decisions = []
     for queued in queue_order(pending, now, config):
         decision, current = current.decide(queued.job, policy, submit_s=queued.submit_s)

@@ -473,6 +473,43 @@ def as_good(images_per_s: float, ideal: float) -> bool:
     return images_per_s >= ideal * (1.0 - AS_GOOD)
 
 
+# -- gang preemption (scheduler/preempt.py) -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunningGang:
+    """A running gang as preemption sees it."""
+
+    name: str
+    priority: int
+    preemptible: bool = True
+
+
+@dataclass(frozen=True)
+class Preemption:
+    """Stop ``victims`` (whole gangs), then start the gang on ``placement``."""
+
+    victims: tuple[RunningGang, ...]
+    placement: Placement
+    images_per_s: float
+    freed: Mapping[str, tuple[tuple[str, tuple[int, ...]], ...]]  # victim -> (node, GPU ids) it held
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(v.name for v in self.victims)
+
+    def describe(self) -> str:
+        """ "preempts job a (priority 0, GPUs 0-3 on n1): then starts on n1[4w: ...] at 910 images/s" """
+        held = [
+            f"job {v.name} (priority {v.priority}, GPUs "
+            + ", ".join(f"{gpu_ranges(gpus)} on {node}" for node, gpus in self.freed[v.name])
+            + ")"
+            for v in self.victims
+        ]
+        return (f"preempts {', '.join(held)}: then starts on {self.placement.describe()} "
+                f"at {self.images_per_s:.0f} images/s")  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Decision:
     """What the engine decided for one job, with everything needed to explain it."""
@@ -487,6 +524,7 @@ class Decision:
     candidates_considered: int = 0
     reservation: Reservation | None = None  # pending only: the GPUs held for it and when
     when: WhenChoice | None = None  # the start rule's weighing, where it weighed a later start
+    preemption: Preemption | None = None  # pending only: the gangs it stops to start on their GPUs
 
     @property
     def placement(self) -> Placement | None:
