@@ -207,3 +207,25 @@ def test_finish_starts_spread_when_waiting_is_longer_than_the_slowdown() -> None
     misjudged = simulate(nodes(2), trace, "topology", one_second_steps, start_rule="finish", work_error=3.0, seed=5)
     took = [(r.start_s, r.finish_s) for r in run.records]
     assert [(r.start_s, r.finish_s) for r in misjudged.records] == took
+
+
+# -- preemption -----------------------------------------------------------------------------------
+
+
+def test_a_priority_gang_preempts_one_whole_gang_which_resumes_from_its_checkpoint() -> None:
+    from ringleader.sim import Preemption
+
+    trace = [job("low-a", 0, 8, 1, 1000), job("low-b", 0, 8, 1, 2000), job("urgent", 100, 8, 1, 200, priority=5)]
+    rule = Preemption(checkpoint_s=30.0, restart_s=10.0)
+    run = simulate(nodes(2), trace, "topology", one_second_steps, backfill=BackfillConfig(), preemption=rule)
+    by = {r.job.name: r for r in run.records}
+    urgent, a, b = by["urgent"], by["low-a"], by["low-b"]
+    assert urgent.queue_s == 0 and urgent.finish_s == 300  # low-a (first by name among equals) stops at 100
+    assert (a.preempted, b.preempted) == (1, 0)
+    # low-a trained 100 s, kept its 90 s checkpoint, lost 10 s; back at 300: 10 s restart + 910 s
+    assert a.lost_s == pytest.approx(10.0)
+    assert a.start_s == 0 and a.finish_s == pytest.approx(300 + 10 + 910)
+    assert b.finish_s == 2000
+    # without preemption the urgent gang waits for low-a's end
+    plain = simulate(nodes(2), trace, "topology", one_second_steps, backfill=BackfillConfig())
+    assert {r.job.name: r.finish_s for r in plain.records}["urgent"] == 1200

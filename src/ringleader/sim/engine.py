@@ -55,6 +55,7 @@ from ringleader.scheduler import (
     Placement,
     QueuedJob,
     QueuePass,
+    RunningGang,
     get_policy,
     place,
     queue_order,
@@ -68,6 +69,20 @@ COMPLETION, ARRIVAL = 0, 1
 DEFAULT_MAX_FAILURES = 32
 
 _Shape = tuple[int, int, int]  # (priority, workers, gpus per worker)
+
+
+@dataclass(frozen=True)
+class Preemption:
+    """Gang preemption in a simulation: a victim keeps what it trained up to its last checkpoint
+    (every ``checkpoint_s`` of its run) and pays ``restart_s`` (loading it, starting again) when
+    it runs again."""
+
+    checkpoint_s: float = 600.0
+    restart_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if not (self.checkpoint_s > 0 and self.restart_s >= 0):
+            raise ValueError(f"need checkpoint_s > 0 and restart_s >= 0, got {self}")
 
 
 @dataclass
@@ -84,6 +99,8 @@ class JobRecord:
     fragmentation_after: float = 0.0
     rejected: str | None = None  # why the job can never run on this cluster
     span_level: int = -1  # the network level its nodes' lowest common switch is at (-1: one node)
+    preempted: int = 0  # times it was stopped for a gang of higher priority and requeued
+    lost_s: float = 0.0  # seconds of its runs lost to preemption (since its last checkpoint)
 
     @property
     def jct_s(self) -> float | None:
@@ -148,6 +165,7 @@ class Simulation:
         start_rule: str | None = None,
         work_error: float = 0.0,
         seed: int = 0,
+        preemption: Preemption | None = None,
     ) -> None:
         self.policy = get_policy(policy).name  # unknown names fail here, listing the known ones
         self.specs = [s.with_labels({}) for s in specs]
@@ -170,6 +188,11 @@ class Simulation:
             raise ValueError(f"work_error must be >= 0, got {work_error}")
         self.work_error = work_error
         self.seed = seed
+        self.preemption = preemption
+        self.gangs: dict[str, RunningGang] = {}  # running jobs, as preemption sees them
+        self.left: dict[str, int] = {}  # iterations left to a job that was preempted
+        self.run_of: dict[str, tuple[int, float]] = {}  # running job -> (its completion event, run start)
+        self.order_of: dict[str, int] = {}  # arrival order (its place in FIFO), kept when requeued
         self.work: dict[tuple[int, int, str, int], float] = {}  # gang shape -> seconds per iteration, best placement
         self.ideal: dict[tuple[object, ...], float | None] = {}  # QueuePass's memo, kept across passes
         self.queued: dict[str, QueuedJob] = {}  # waiting jobs as the queue sees them
@@ -210,13 +233,12 @@ class Simulation:
                 _, kind, order, name = heapq.heappop(self.events)
                 self.stats.events += 1
                 if kind == COMPLETION:
-                    self._complete(name, now)
+                    if self.run_of.get(name, (None,))[0] == order:  # else: a run preemption ended
+                        self._complete(name, now)
                 else:
-                    job = self.records[name].job
-                    shape = (job.priority, job.workers, job.gpus)
-                    self.buckets.setdefault(shape, deque()).append((order, job))
-                    self.queued[name] = QueuedJob(self._request(job), order, job.arrival_s)
-            if self.backfill == NO_RESERVATIONS and self.start_rule is None:
+                    self.order_of[name] = order
+                    self._enqueue(self.records[name].job)
+            if self.backfill == NO_RESERVATIONS and self.start_rule is None and self.preemption is None:
                 self._pass(now)
             else:
                 self._reserving_pass(now)
@@ -225,6 +247,29 @@ class Simulation:
         self.stats.step_time_misses = self.step_time.misses - misses0
         records = [self.records[j.name] for j in self.jobs]
         return SimRun(self.policy, self.total_gpus, records, self.timeline, self.stats)
+
+    def _enqueue(self, job: TraceJob) -> None:
+        order = self.order_of[job.name]
+        self.buckets.setdefault((job.priority, job.workers, job.gpus), deque()).append((order, job))
+        self.queued[job.name] = QueuedJob(self._request(job), order, job.arrival_s)
+
+    # -- preemption -------------------------------------------------------------------------------
+    def _evict(self, name: str, now: float) -> None:
+        """Stop ``name`` for a gang of higher priority: it keeps what it trained up to its last
+        checkpoint and goes back to the queue in its old place."""
+        assert self.preemption is not None
+        record = self.records[name]
+        assert record.placement is not None and record.step is not None
+        _, started = self.run_of.pop(name)
+        restarting = self.preemption.restart_s if record.preempted else 0.0
+        trained = max(now - started - restarting, 0.0)
+        kept = math.floor(trained / self.preemption.checkpoint_s) * self.preemption.checkpoint_s
+        done = min(int(kept / record.step.step_time_s), self.left.get(name, record.job.iterations))
+        self.left[name] = self.left.get(name, record.job.iterations) - done
+        record.preempted += 1
+        record.lost_s += trained - done * record.step.step_time_s
+        self._release(name, record.placement)
+        self._enqueue(record.job)
 
     # -- start rules ------------------------------------------------------------------------------
     def _request(self, job: TraceJob) -> JobRequest:
@@ -307,17 +352,30 @@ class Simulation:
                 return
 
     def _reserving_pass(self, now: float) -> None:
+        """One pass of the shared queue; after a preemption, the victims are stopped and the
+        pass runs again on the GPUs they freed (the simulator stops a victim at once)."""
+        while self._one_reserving_pass(now):
+            pass
+
+    def _one_reserving_pass(self, now: float) -> bool:
         self.stats.passes += 1
+        running = self.gangs if self.preemption is not None else {}
+        lowest = min((g.priority for g in running.values()), default=None)
         current = QueuePass(self.state, now, self.expected_ends, self.backfill, estimate=self._images_per_s,
-                            ideal=self.ideal)  # fmt: skip
+                            ideal=self.ideal, running=running)  # fmt: skip
         for queued in queue_order(list(self.queued.values()), now, self.backfill):
             request = queued.job
-            if len(current.reservations) >= self.backfill.reservation_depth and (
+            may_preempt = lowest is not None and request.priority > lowest
+            if len(current.reservations) >= self.backfill.reservation_depth and not may_preempt and (
                 self._slots(request.gpus_per_worker) < request.workers
             ):
                 continue  # cannot start on the free GPUs, and no reservation is left to give
             self.stats.place_calls += 1
             decision, current = current.decide(request, self.policy, explain=False, submit_s=queued.submit_s)
+            if decision.preemption is not None:
+                for victim in decision.preemption.names:
+                    self._evict(victim, now)
+                return True
             if decision.chosen is None:
                 self.stats.failed_places += 1
                 continue
@@ -326,6 +384,7 @@ class Simulation:
             if not self.buckets[(job.priority, job.workers, job.gpus)]:
                 del self.buckets[(job.priority, job.workers, job.gpus)]
             self._start(job, decision, now, current.state)
+        return False
 
     def _try(self, job: TraceJob, now: float) -> bool:
         self.stats.place_calls += 1
@@ -347,21 +406,28 @@ class Simulation:
             step = self.step_time({name: self.state.node(name) for name in placement.nodes}, placement, job)
         self._commit(after if after is not None else self.state.with_placement(placement), placement)
         self.queued.pop(job.name, None)
+        record = self.records[job.name]
+        iterations = self.left.get(job.name, job.iterations)
+        run_s = iterations * step.step_time_s + (self.preemption.restart_s if record.preempted and self.preemption
+                                                 else 0.0)  # fmt: skip
         ends = [now + job.time_limit_s] if job.time_limit_s is not None else []
         if self.start_rule is not None:  # the end the queue predicts (the run may differ: see above)
-            ends.append(now + job.iterations * step.step_time_s * self._misjudged(job))
+            ends.append(now + run_s * self._misjudged(job))
         if ends:
             self.expected_ends[job.name] = min(ends)
-        record = self.records[job.name]
-        record.start_s, record.placement, record.step = now, placement, step
+        if record.start_s is None:  # a requeued job keeps its first start (its queueing ended then)
+            record.start_s = now
+        record.placement, record.step = placement, step
         metrics = decision.chosen.metrics
         record.nodes_used = metrics.nodes_used
         record.bottleneck = metrics.bottleneck.describe()  # submit's and predict's words
         record.fragmentation_after = metrics.fragmentation_after
         record.span_level = self.network.span(placement)
         self.busy += job.total_gpus
-        finish = now + job.iterations * step.step_time_s
-        heapq.heappush(self.events, (finish, COMPLETION, next(self.seq), job.name))
+        run = next(self.seq)
+        self.run_of[job.name] = (run, now)
+        self.gangs[job.name] = RunningGang(job.name, job.priority)
+        heapq.heappush(self.events, (now + run_s, COMPLETION, run, job.name))
 
     def _commit(self, state: ClusterState, placement: Placement) -> None:
         # Touch the index so the next with/without_placement carries it (it updates only an
@@ -380,10 +446,15 @@ class Simulation:
         record = self.records[name]
         assert record.placement is not None
         record.finish_s = now
+        self.run_of.pop(name, None)
+        self._release(name, record.placement)
+
+    def _release(self, name: str, placement: Placement) -> None:
         self.expected_ends.pop(name, None)
-        self._commit(self.state.without_placement(record.placement), record.placement)
-        self.network.end(record.placement)
-        self.busy -= record.job.total_gpus
+        self.gangs.pop(name, None)
+        self._commit(self.state.without_placement(placement), placement)
+        self.network.end(placement)
+        self.busy -= self.records[name].job.total_gpus
         self.blocked.clear()
 
     def _sample(self, now: float) -> None:
@@ -417,14 +488,16 @@ def simulate(
     start_rule: str | None = None,
     work_error: float = 0.0,
     seed: int = 0,
+    preemption: Preemption | None = None,
 ) -> SimRun:
     """Simulate ``jobs`` on ``specs`` under ``policy``; ``backfill`` picks the queue discipline
     (default: no reservation and no age, the queue before reservations); ``network_aware``
     False hides the network tree from placement (it still prices the runs); ``start_rule``
     gives every job that rule and its work (see the module's docstring), misjudged by a seeded
-    factor up to ``work_error`` (0.5: the queue sees between 1/1.5 and 1.5 times the truth)."""
+    factor up to ``work_error`` (0.5: the queue sees between 1/1.5 and 1.5 times the truth);
+    with ``preemption`` a gang of higher priority may stop running ones (``Preemption``)."""
     return Simulation(specs, jobs, policy, step_time, max_failures, backfill, network_aware, start_rule,
-                      work_error, seed).run()  # fmt: skip
+                      work_error, seed, preemption).run()  # fmt: skip
 
 
 def request_of(job: TraceJob) -> JobRequest:
