@@ -172,13 +172,14 @@ def make_job_folders(home: Path, job: str) -> None:
                     os.mkdir(job, 0o700, dir_fd=parent_fd)
 
 
-def remove_job_folders(home: Path, job: str) -> None:
-    """Remove ``logs/<job>`` and ``run/<job>`` without following a link anywhere: a link in
-    their place is removed itself, never what it points to. Missing folders are fine."""
+def remove_job_folders(home: Path, job: str, which: tuple[str, ...] = PRIVATE_DIRS) -> None:
+    """Remove ``logs/<job>`` and ``run/<job>`` (or only those of ``which``) without following a
+    link anywhere: a link in their place is removed itself, never what it points to. Missing
+    folders are fine."""
     if not home.is_dir():
         return
     with _opened(home) as home_fd:
-        for name in PRIVATE_DIRS:
+        for name in which:
             try:
                 with _opened_below(home_fd, name, home) as parent_fd:
                     remove_entry(parent_fd, job)

@@ -34,7 +34,7 @@ def running(*gangs: tuple[str, str, tuple[int, ...]], nodes: int = 2) -> Cluster
 
 
 def urgent(workers: int, gpus: int = 1, priority: int = 10) -> JobRequest:
-    return JobRequest("urgent", workers, gpus, topology_aware=True, priority=priority, model="vgg16")
+    return JobRequest("urgent", workers, gpus, topology_aware=True, priority=priority, model="vgg16", may_preempt=True)
 
 
 def decide(state: ClusterState, job: JobRequest, gangs: dict[str, RunningGang], **extra: object):  # type: ignore[no-untyped-def]
@@ -71,6 +71,9 @@ def test_never_its_priority_or_above_and_never_a_non_preemptible_gang() -> None:
     assert decide(state, urgent(8, priority=5), gangs).preemption is None
     # gangs the engine does not name (already stopping, or not its own) are never victims
     assert decide(state, urgent(8), {}).preemption is None
+    # and a gang that does not ask to preempt (preemptionPolicy Never) waits
+    never = JobRequest("urgent", 8, 1, topology_aware=True, priority=10)
+    assert decide(state, never, {"a": RunningGang("a", 0), "b": RunningGang("b", 0)}).preemption is None
 
 
 def test_no_preemption_when_the_gpus_free_as_soon_as_a_victim_would_stop() -> None:
@@ -85,8 +88,8 @@ def test_no_preemption_when_the_gpus_free_as_soon_as_a_victim_would_stop() -> No
 def test_a_victim_is_taken_once_per_pass() -> None:
     state = running(("a", "n0", tuple(range(8))), ("b", "n1", tuple(range(8))))
     gangs = {"a": RunningGang("a", 0), "b": RunningGang("b", 0)}
-    first = JobRequest("first", 8, 1, topology_aware=True, priority=10)
-    second = JobRequest("second", 8, 1, topology_aware=True, priority=9)
+    first = JobRequest("first", 8, 1, topology_aware=True, priority=10, may_preempt=True)
+    second = JobRequest("second", 8, 1, topology_aware=True, priority=9, may_preempt=True)
     _, decisions = schedule_queue(state, [QueuedJob(first, 0, NOW), QueuedJob(second, 1, NOW)], now=NOW,
                                   running=gangs)  # fmt: skip
     taken = [d.preemption.names for d in decisions if d.preemption]
@@ -122,7 +125,7 @@ def test_preemption_takes_whole_lower_gangs_and_the_gang_then_fits_well(
     cluster_gangs: tuple[ClusterState, dict[str, RunningGang]], shape: tuple[int, int], priority: int
 ) -> None:
     state, gangs = cluster_gangs
-    job = JobRequest("p", shape[0], shape[1], topology_aware=True, priority=priority, model="vgg16")
+    job = JobRequest("p", shape[0], shape[1], topology_aware=True, priority=priority, model="vgg16", may_preempt=True)
     queue = QueuePass(state, NOW, {}, running=gangs)
     decision, after = queue.decide(job)
     preemption = decision.preemption

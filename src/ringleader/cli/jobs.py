@@ -319,6 +319,9 @@ def submit() -> None:
 @click.option("--start", type=click.Choice(["now", "best", "finish"]), default=None, help=START_HELP)
 @click.option("--run-time", "run_time_s", metavar="DURATION", callback=_duration, help=RUN_TIME_HELP)
 @click.option("--max-wait", "max_wait_s", metavar="DURATION", callback=_duration, help=MAX_WAIT_HELP)
+@click.option("--preempt", is_flag=True, help="May stop preemptible jobs of lower priority to start (requeued).")
+@click.option("--preemptible/--non-preemptible", default=True, show_default=True,
+              help="Whether a job of higher priority with --preempt may stop and requeue this one.")
 @click.option("--working-dir", "working_dir", default=None,
               help="Where the ranks start (default: here; on Kubernetes, the image's).")
 @kube_submit_options
@@ -332,7 +335,7 @@ def submit_mpi(
     image: str | None, data: tuple[tuple[str, str], ...], shm_size: int | None, rdma: bool,
     image_pull_policy: str | None, container_user: str | None, model: str | None, dry_run: bool,
     time_limit_s: float | None, start: str | None, run_time_s: float | None, max_wait_s: float | None,
-    working_dir: str | None, topology_required: str | None,
+    preempt: bool, preemptible: bool, working_dir: str | None, topology_required: str | None,
     topology_preferred: str | None, output: str, command: tuple[str, ...], engine: str | None,
     **kube: Any,
 ) -> None:  # fmt: skip
@@ -364,7 +367,7 @@ def submit_mpi(
         env=parse_env(env), topology_aware=gputopology, priority=priority, image=image, model=model,
         time_limit_s=time_limit_s, container=container, workdir=working_dir, kube=read_kube_options(kube),
         topology_required=topology_required, topology_preferred=topology_preferred, start=start,
-        run_time_s=run_time_s, max_wait_s=max_wait_s,
+        run_time_s=run_time_s, max_wait_s=max_wait_s, preempt=preempt, preemptible=preemptible,
     )  # fmt: skip
     with using_engine(engine) as rt:
         result = rt.submit(spec, dry_run=dry_run)
@@ -476,6 +479,9 @@ def render_job(job: JobView, wide: bool, events: bool, prediction: dict[str, Any
         lines.append(("Bottleneck", job.bottleneck or "N/A"))
     if job.reason:
         lines.append(("Reason", job.reason))
+    if job.restarts:
+        preempted = [e.message for e in job.events if e.kind == "Preempted"]
+        lines.append(("Restarts", f"{job.restarts}" + (f" (last preempted {preempted[-1]})" if preempted else "")))
     line = prediction_line(prediction)
     if line:
         lines.append(("Prediction", line))

@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any
 
 from ringleader.scheduler import Candidate, Decision, Placement, Reservation, WorkerSlot
-from ringleader.scheduler.types import Option, WhenChoice
+from ringleader.scheduler.types import Option, Preemption, WhenChoice
 from ringleader.topology import Link, NodeSpec, NodeTopology, SshAddress
 
 
@@ -126,6 +126,7 @@ def decision_to_dict(decision: Decision) -> dict[str, Any]:
         "candidates_considered": decision.candidates_considered,
         "reservation": reservation_to_dict(decision.reservation),
         "when": when_to_dict(decision.when),
+        "preemption": preemption_to_dict(decision.preemption),
         "predicted_run_s": decision.predicted_run_s,
     }
 
@@ -145,6 +146,17 @@ def when_to_dict(when: WhenChoice | None) -> dict[str, Any] | None:
     return {"rule": when.rule.value, "best_images_per_s": round(when.ideal_images_per_s, 1),
             "now": option(when.now), "wait": option(when.wait), "starts_now": when.starts_now,
             "says": when.describe()}  # fmt: skip
+
+
+def preemption_to_dict(preemption: Preemption | None) -> dict[str, Any] | None:
+    """The gangs a pending gang stops, the GPUs each held, and where it then starts."""
+    if preemption is None:
+        return None
+    return {"victims": list(preemption.names),
+            "freed": {name: [{"node": node, "gpus": list(gpus)} for node, gpus in held]
+                      for name, held in preemption.freed.items()},
+            "then": {**placement_to_dict(preemption.placement), "placement": preemption.placement.describe()},
+            "images_per_s": round(preemption.images_per_s, 1), "says": preemption.describe()}  # fmt: skip
 
 
 def expected_end(plan: dict[str, Any] | None, started_at: float, time_limit_s: float | None,

@@ -97,9 +97,10 @@ def predict_job(state: ClusterState, spec: JobSpec, placement: Placement) -> dic
 
 
 def queue_estimator(requests: Iterable[JobRequest]) -> Estimator | None:
-    """The model's images/s for a queue pass that weighs start rules (``--start``/``--run-time``);
-    None when no job asks for it, so a pass without one never loads the model."""
-    if all(r.start_rule == "now" for r in requests):
+    """The model's images/s for a queue pass that weighs start rules (``--start``/``--run-time``)
+    or preemptions (``--preempt``); None when no job asks for either, so a pass without one never
+    loads the model."""
+    if all(r.start_rule == "now" and not r.may_preempt for r in requests):
         return None
     from ringleader.model import placement_images_per_s
 

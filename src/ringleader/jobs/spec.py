@@ -306,6 +306,11 @@ class JobSpec:
     start: str | None = None
     run_time_s: float | None = None
     max_wait_s: float | None = None
+    # Gang preemption (scheduler/preempt.py): ``preempt`` lets it stop preemptible jobs of lower
+    # priority to start (Kubernetes' preemptionPolicy PreemptLowerPriority; off: Never);
+    # ``preemptible`` False keeps it from ever being stopped for another job.
+    preempt: bool = False
+    preemptible: bool = True
 
     def start_rule(self) -> str:
         if self.start is not None:
@@ -395,7 +400,7 @@ class JobSpec:
             self.name, self.workers, self.gpus_per_worker, self.topology_aware, self.priority, self.model,
             time_limit_s=self.time_limit_s, topology_required=self.topology_required,
             topology_preferred=self.topology_preferred, start_rule=self.start_rule(), work_s=self.run_time_s,
-            max_wait_s=self.max_wait_s,
+            max_wait_s=self.max_wait_s, may_preempt=self.preempt,
         )  # fmt: skip
 
 
@@ -417,7 +422,8 @@ class JobSpec:
             line=line_from_dict(data["line"]) if data.get("line") else None,
             grace_s=_seconds(data.get("grace_s")),
             start=data.get("start"), run_time_s=_seconds(data.get("run_time_s")),
-            max_wait_s=_seconds(data.get("max_wait_s")),
+            max_wait_s=_seconds(data.get("max_wait_s")), preempt=bool(data.get("preempt", False)),
+            preemptible=bool(data.get("preemptible", True)),
         )  # fmt: skip
 
 

@@ -32,11 +32,13 @@ class JobStatus(enum.Enum):
 
 
 # The only moves a job may make; store.update_job refuses anything else. A queuing or pending
-# job only ever moves to RUNNING (or PENDING again): `delete` removes it, it never "fails".
+# job only ever moves to RUNNING (or PENDING again): `delete` removes it, it never "fails". A
+# running job moves back to QUEUING only when a gang of higher priority preempted it.
 TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
     JobStatus.QUEUING: frozenset({JobStatus.PENDING, JobStatus.RUNNING}),
     JobStatus.PENDING: frozenset({JobStatus.RUNNING}),
-    JobStatus.RUNNING: frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED}),
+    # back to QUEUING: requeued once preempted and stopped (Launch.PREEMPTING)
+    JobStatus.RUNNING: frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.QUEUING}),
     JobStatus.SUCCEEDED: frozenset(),
     JobStatus.FAILED: frozenset(),
 }
@@ -65,13 +67,20 @@ class Launch(enum.Enum):
     """A delete was requested: every rank gets SIGTERM, the grace, then SIGKILL, and the job is
     forgotten."""
 
+    PREEMPTING = "preempting"
+    """A gang of higher priority takes its GPUs: every rank gets SIGTERM, the grace, then
+    SIGKILL, and the job is requeued (QUEUING, its restart count raised) to resume from its own
+    checkpoint when it runs again."""
 
-# The only moves of a running job's launch; store.update_job refuses anything else. A delete may
-# come at any point; an agent lost while starting leaves STARTING for the next one.
+
+# The only moves of a running job's launch; store.update_job refuses anything else. A delete or a
+# preemption may come at any point; an agent lost while starting leaves STARTING for the next one.
+# A requeued job has no launch until it is placed again.
 LAUNCH_TRANSITIONS: dict[Launch, frozenset[Launch]] = {
-    Launch.PLACED: frozenset({Launch.STARTING, Launch.STOPPING}),
-    Launch.STARTING: frozenset({Launch.STARTED, Launch.STOPPING}),
-    Launch.STARTED: frozenset({Launch.STOPPING}),
+    Launch.PLACED: frozenset({Launch.STARTING, Launch.STOPPING, Launch.PREEMPTING}),
+    Launch.STARTING: frozenset({Launch.STARTED, Launch.STOPPING, Launch.PREEMPTING}),
+    Launch.STARTED: frozenset({Launch.STOPPING, Launch.PREEMPTING}),
+    Launch.PREEMPTING: frozenset({Launch.STOPPING}),  # a delete while it stops: it is forgotten
     Launch.STOPPING: frozenset(),
 }
 

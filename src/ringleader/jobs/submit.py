@@ -130,6 +130,8 @@ def prepare_submit(spec: JobSpec, supports: Support, environ: Mapping[str, str] 
         supports.require("network_tree", "--topology-required/--topology-preferred")
     if spec.start_rule() != "now" or spec.run_time_s is not None or spec.max_wait_s is not None:
         supports.require("start_rules", "--start/--run-time/--max-wait")
+    if spec.preempt:
+        supports.require("preemption", "--preempt")
     if spec.workdir is None and supports.submitter_context:
         spec = dataclasses.replace(spec, workdir=working_directory())
     elif spec.workdir is not None and supports.submitter_context and not os.path.isdir(spec.workdir):

@@ -31,6 +31,7 @@ class Support:
     container_options: tuple[str, ...] = ()
     network_tree: bool = False  # `--topology-required/--topology-preferred LEVEL`: it places by the network tree
     start_rules: bool = False  # `--start best|finish`, `--run-time`, `--max-wait`: its queue weighs when to start
+    preemption: bool = False  # `--preempt`: its queue stops lower-priority gangs and requeues them
     more_room: str = "add nodes"  # how a user gives a job that can never fit the room it needs
 
     def require(self, operation: str, what: str) -> None:

@@ -114,6 +114,7 @@ class JobView:
     instances: tuple[InstanceView, ...] = ()
     events: tuple[EventView, ...] = ()
     has_instances: bool = True  # False when listed without them (list_jobs)
+    restarts: int = 0  # times it was preempted and requeued
 
     @property
     def duration(self) -> float | None:
@@ -159,7 +160,7 @@ class JobView:
             "name": self.name, "status": self.status.value, "priority": self.priority,
             "trainer": self.trainer, "created_at": rfc3339(self.created_at),
             "started_at": rfc3339(self.started_at), "ended_at": rfc3339(self.ended_at),
-            "duration_s": self.duration, "reason": self.reason,
+            "duration_s": self.duration, "reason": self.reason, "restarts": self.restarts,
             "workers": self.spec.workers, "gpus_per_worker": self.spec.gpus_per_worker,
             "topology_aware": self.spec.topology_aware, "command": self.spec.command,
             "image": self.spec.image, "model": self.spec.model,

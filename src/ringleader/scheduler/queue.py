@@ -360,7 +360,7 @@ class QueuePass:
         """The gangs to stop so that ``job``, which would wait, starts on a placement as fast as
         its best; None when no running gang of lower priority may be preempted, or when such a
         placement frees by itself within the time victims take to stop (``preempt_delay_s``)."""
-        if not any(g.preemptible and g.priority < job.priority for g in self.running.values()):
+        if not job.may_preempt or not any(g.preemptible and g.priority < job.priority for g in self.running.values()):
             return None
         ideal = self.ideal_rate(job, policy)
         if ideal is None:

@@ -40,6 +40,8 @@ class JobRequest:
     start_rule: str = "now"
     work_s: float | None = None
     max_wait_s: float | None = None
+    # Whether it may stop running gangs of lower priority to start (scheduler/preempt.py).
+    may_preempt: bool = False
 
     @property
     def total_gpus(self) -> int:

@@ -273,7 +273,7 @@ class Simulation:
 
     # -- start rules ------------------------------------------------------------------------------
     def _request(self, job: TraceJob) -> JobRequest:
-        request = request_of(job)
+        request = replace(request_of(job), may_preempt=self.preemption is not None)
         if self.start_rule is None:
             return request
         work = job.iterations * self._best_step_s(job) * self._misjudged(job)

@@ -12,7 +12,7 @@ from ringleader.jobs.codec import decision_to_dict, expected_end, placement_to_d
 from ringleader.jobs.prediction import queue_estimator
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import InstanceStatus, JobStatus, Launch
-from ringleader.scheduler import ClusterState, Code, Decision, QueuedJob, schedule_queue
+from ringleader.scheduler import ClusterState, Code, Decision, QueuedJob, RunningGang, schedule_queue
 
 # meta key: how jobs on ssh hosts launch here (extra MCA parameters, rank env, the head's
 # address), written by `cluster up` for an emulated cluster; absent for real hosts.
@@ -35,22 +35,63 @@ def schedule_pass_decisions(conn: sqlite3.Connection, now: float) -> list[Decisi
     queued = [QueuedJob(specs[r["name"]].request(), int(r["seq"]), float(r["created_at"])) for r in rows]
     state = store.cluster_state(conn)
     estimate = queue_estimator(q.job for q in queued)
-    _, decisions = schedule_queue(state, queued, now=now, expected_ends=expected_ends(conn), estimate=estimate)
+    running, delay = preemptible_gangs(conn) if any(q.job.may_preempt for q in queued) else ({}, 0.0)
+    _, decisions = schedule_queue(state, queued, now=now, expected_ends=expected_ends(conn, now), estimate=estimate,
+                                  running=running, preempt_delay_s=delay)  # fmt: skip
     for decision in decisions:
         spec = specs[decision.job.name]
         if decision.placement is not None:
             place_job(conn, spec, decision, now, has_launcher(spec, decision, state))
         else:
             pend_job(conn, spec.name, decision, now)
+            if decision.preemption is not None:
+                for victim in decision.preemption.names:
+                    preempt_job(conn, victim, decision, now)
     return decisions
 
 
-def expected_ends(conn: sqlite3.Connection) -> dict[str, float]:
+def preemptible_gangs(conn: sqlite3.Connection) -> tuple[dict[str, RunningGang], float]:
+    """The running jobs a gang of higher priority may preempt (not --non-preemptible, not being
+    stopped already), and the longest grace among them: how long a preemption takes."""
+    gangs, longest = {}, 0.0
+    for row in store.job_rows(conn, [JobStatus.RUNNING]):
+        if row["launch"] in STOPPING:
+            continue
+        spec = JobSpec.from_dict(json.loads(row["spec"]))
+        if spec.preemptible:
+            gangs[spec.name] = RunningGang(spec.name, spec.priority)
+            longest = max(longest, spec.stop_grace())
+    return gangs, longest
+
+
+def preempt_job(conn: sqlite3.Connection, name: str, by: Decision, now: float) -> None:
+    """Ask the agent to stop ``name`` (SIGTERM, its grace, SIGKILL) and requeue it, for ``by``'s
+    gang; said in its events with who preempted it and why."""
+    row = store.job_row(conn, name)
+    if row is None or row["status"] != JobStatus.RUNNING.value or row["launch"] in STOPPING:
+        return
+    grace = JobSpec.from_dict(json.loads(row["spec"])).stop_grace()
+    store.update_job(conn, name, launch=Launch.PREEMPTING, stop_grace=grace)
+    assert by.preemption is not None
+    how = "SIGKILL at once" if grace <= 0 else f"SIGTERM, then SIGKILL after {grace:g} s"
+    store.add_event(conn, name, "Preempted", f"by job {by.job.name} (priority {by.job.priority}), which starts on "
+                    f"{by.preemption.placement.describe()} at {by.preemption.images_per_s:.0f} images/s: {how}; "
+                    f"then requeued", now)  # fmt: skip
+
+
+# A running job whose ranks are being stopped: a delete's or a preemption's.
+STOPPING = (Launch.STOPPING.value, Launch.PREEMPTING.value)
+
+
+def expected_ends(conn: sqlite3.Connection, now: float) -> dict[str, float]:
     """When each running job will have released its GPUs, where known: at the end of the run its
     start predicted (a job with --run-time), or at its limit and the grace its ranks get between
-    SIGTERM and SIGKILL there, whichever comes first."""
+    SIGTERM and SIGKILL there, whichever comes first; a job being stopped within its grace."""
     ends = {}
     for row in store.job_rows(conn, [JobStatus.RUNNING]):
+        if row["launch"] in STOPPING:
+            ends[row["name"]] = now + float(row["stop_grace"] or 0.0)
+            continue
         if row["started_at"] is None:
             continue
         spec = JobSpec.from_dict(json.loads(row["spec"]))
@@ -122,6 +163,21 @@ def pend_job(conn: sqlite3.Connection, name: str, decision: Decision, now: float
     gpus = f"reserved {decision.reservation.gpus()}" if decision.reservation else None
     if gpus and store.last_event(conn, name, "Reserved") != gpus:
         store.add_event(conn, name, "Reserved", gpus, now)
+
+
+def requeue_job(conn: sqlite3.Connection, name: str, now: float) -> None:
+    """A preempted job whose ranks have stopped: its GPUs freed, its instances gone (the next
+    run has its own), and back in the queue in its old place with its restart count raised."""
+    row = store.job_row(conn, name)
+    assert row is not None
+    restarts = int(row["restarts"] or 0) + 1
+    freed = store.free(conn, name)
+    store.delete_instances(conn, name)
+    store.update_job(conn, name, status=JobStatus.QUEUING, launch=None, stop_grace=None, started_at=None,
+                     supervisor_pid=None, supervisor_start=None, placement=None, restarts=restarts,
+                     reason=f"preempted; requeued (restart {restarts})")  # fmt: skip
+    store.add_event(conn, name, "Requeued", f"its ranks stopped and {freed} GPU(s) freed; back in the queue, to run "
+                    f"again with RINGLEADER_RESTARTS={restarts} (resume from your checkpoint)", now)  # fmt: skip
 
 
 def finish_job(

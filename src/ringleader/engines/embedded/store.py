@@ -37,7 +37,7 @@ from ringleader.topology.network import tree_from_dict, tree_of, tree_to_dict
 
 T = TypeVar("T")
 APP_ID = "ringleader"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 DB_NAME = "state.db"
 NETWORK_KEY = "network_tree"  # meta: the declared network tree above the nodes (JSON), if any
 
@@ -96,6 +96,9 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE jobs DROP COLUMN launched_at",
         "ALTER TABLE jobs DROP COLUMN placed_clock",
     ],
+    # Gang preemption: how often a job was preempted and requeued (its ranks see it as
+    # RINGLEADER_RESTARTS, to resume from their checkpoint).
+    5: ["ALTER TABLE jobs ADD COLUMN restarts INTEGER NOT NULL DEFAULT 0"],
 }
 
 
@@ -608,7 +611,9 @@ def update_job(conn: sqlite3.Connection, name: str, **fields: Any) -> None:
                 "this is a ringleader bug; please report it with `ringleader get NAME -e -o json`",
             )
         fields["status"] = new.value
-    if "launch" in fields:
+    if "launch" in fields and fields["launch"] is None:  # requeued: no launch until placed again
+        pass
+    elif "launch" in fields:
         step = Launch(fields["launch"])
         row = job_row(conn, name)
         was = Launch(row["launch"]) if row and row["launch"] else None
@@ -620,6 +625,10 @@ def update_job(conn: sqlite3.Connection, name: str, **fields: Any) -> None:
         fields["launch"] = step.value
     cols = ", ".join(f"{k} = ?" for k in fields)
     conn.execute(f"UPDATE jobs SET {cols} WHERE name = ?", [*fields.values(), name])
+
+
+def delete_instances(conn: sqlite3.Connection, job: str) -> None:
+    conn.execute("DELETE FROM instances WHERE job = ?", (job,))
 
 
 def delete_job(conn: sqlite3.Connection, name: str) -> None:

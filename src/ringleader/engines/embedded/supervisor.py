@@ -24,7 +24,7 @@ from typing import Any
 from ringleader.engines.embedded import store
 from ringleader.engines.embedded.containers import placed_nodes, remove_containers, resolve_image
 from ringleader.engines.embedded.hosts.launch import hosts_command, master_address, stop_options
-from ringleader.engines.embedded.lifecycle import HOSTS_SETTINGS, finish_job, schedule_pass
+from ringleader.engines.embedded.lifecycle import HOSTS_SETTINGS, finish_job, requeue_job, schedule_pass
 from ringleader.jobs.codec import placement_from_dict
 from ringleader.jobs.line import CommandLine, option_words
 from ringleader.jobs.spec import JobSpec
@@ -100,6 +100,8 @@ class Supervisor:
         self.half_started = False  # adopted while its lost agent was starting it
         self.checked_at = 0.0  # when stop_request() last read the job
         self.stop_grace: float | None = None  # a delete's request: the grace its ranks get
+        self.preempting = False  # the stop is a preemption's: the job is requeued, not forgotten
+        self.restarts = 0  # times it was requeued before this run (RINGLEADER_RESTARTS)
         self.starting: Watched | None = None  # the instance being started, if Popen raises
         self.started_at: float | None = None  # when the job was placed (wall clock, as recorded)
         self.time_limit_s: float | None = None
@@ -150,7 +152,9 @@ class Supervisor:
             # Its plan is written before any rank starts: without it, nothing was started.
             launched = launch is not Launch.PLACED and plan_written(self.home, self.job)
             self.started_at = row["started_at"]
-            self.stop_grace = row["stop_grace"] if launch is Launch.STOPPING else None
+            self.stop_grace = row["stop_grace"] if launch in (Launch.STOPPING, Launch.PREEMPTING) else None
+            self.preempting = launch is Launch.PREEMPTING
+            self.restarts = int(row["restarts"] or 0)
             lost = row["supervisor_pid"]
             fields: dict[str, Any] = {"supervisor_pid": self.me, "supervisor_start": self.me_start}
             if launch is Launch.PLACED:
@@ -183,7 +187,8 @@ class Supervisor:
             nodes = {n.name: n for n in store.get_nodes(conn)}
             settings = json.loads(store.get_meta(conn, HOSTS_SETTINGS) or "{}")
         remote = any(nodes[n].address is not None for n in placement.nodes)
-        plan = build_plan(spec.name, placement, nodes, spec.env, self.home)
+        env = {**spec.env, "RINGLEADER_RESTARTS": str(self.restarts)}  # to resume from its checkpoint
+        plan = build_plan(spec.name, placement, nodes, env, self.home)
         pfile = plan_path(self.home, spec.name)
         make_job_folders(self.home, spec.name)  # what its ranks write: real folders, not links
         if spec.image and self.resolve_image(spec, [nodes[n] for n in placement.nodes]):
@@ -386,8 +391,9 @@ class Supervisor:
             self.stop_grace = GONE
         elif row["supervisor_pid"] != self.me:
             self.stop_grace = OTHER
-        elif row["launch"] == Launch.STOPPING.value:
+        elif row["launch"] in (Launch.STOPPING.value, Launch.PREEMPTING.value):
             self.stop_grace = float(row["stop_grace"] or 0.0)
+            self.preempting = row["launch"] == Launch.PREEMPTING.value
         return self.stop_grace
 
     def stop_others(self, why: str) -> None:
@@ -440,6 +446,35 @@ class Supervisor:
         remove_job_folders(self.home, self.job)  # never through a link put in a folder's place
         if store.until_recorded(self.home, self._forget_rows, self.log):
             self.placed()
+
+    def requeue(self, grace_s: float) -> bool:
+        """A preemption's request: every process stopped as for a delete (SIGTERM, ``grace_s``,
+        SIGKILL), what its containers left removed and its run folder (rank states, plan) with
+        them; its logs are kept, and its next run appends to them. Then the job is back in the
+        queue with its GPUs freed, and the queue's pass runs (its preemptor starts). False when a
+        delete came meanwhile: that one forgets it."""
+        stop_all(self.every_process(), grace_s)
+        for w in self.watched:  # reap our own children
+            if w.popen is not None and w.popen.poll() is None:
+                w.popen.kill()
+            if w.popen is not None:
+                w.popen.wait()
+        self.remove_containers()
+        remove_job_folders(self.home, self.job, ("run",))
+        requeued = store.until_recorded(self.home, self._requeue_rows, self.log)
+        if requeued:
+            self.placed()
+        return requeued is not None
+
+    def _requeue_rows(self) -> list[str] | None:
+        """The queue's placements after the requeue (None: not requeued, a delete came first)."""
+        with self.db.write() as conn:
+            row = store.job_row(conn, self.job)
+            if row is None or row["launch"] != Launch.PREEMPTING.value:
+                return None
+            now = time.time()
+            requeue_job(conn, self.job, now)
+            return schedule_pass(conn, now)
 
     def _forget_rows(self) -> bool:
         with self.db.write() as conn:
@@ -561,7 +596,13 @@ class Supervisor:
                 return
         self.poke()
         request = self.stop_request()
-        if request != OTHER:  # (another agent's: it is never this one's to stop)
+        if request == OTHER:  # another agent's: it is never this one's to stop
+            return
+        if self.preempting and request not in (None, GONE) and self.requeue(request or 0.0):
+            return
+        self.poke()
+        request = self.stop_request()  # a delete that came while it was being preempted
+        if request != OTHER:
             self.forget(request or 0.0)
 
     def _close(self) -> None:

@@ -46,5 +46,5 @@ def job_view(
         name=row["name"], status=JobStatus(row["status"]), priority=row["priority"], trainer=TRAINER,
         created_at=when(row["created_at"]) or 0.0, started_at=when(row["started_at"]), ended_at=when(row["ended_at"]),
         spec=JobSpec.from_dict(json.loads(row["spec"])), reason=reason, placement=decision,
-        instances=instances, events=events, has_instances=with_instances,
+        instances=instances, events=events, has_instances=with_instances, restarts=int(row["restarts"] or 0),
     )  # fmt: skip
