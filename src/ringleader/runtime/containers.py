@@ -123,13 +123,15 @@ def job_label(home: Path, job: str) -> str:
 
 
 def rank_variable_names() -> list[str]:
-    """Every variable the rank wrapper sets for a rank (rank.rank_env, under mpirun too)."""
+    """Every variable the rank wrapper sets for a rank (rank.rank_env, under mpirun too), and
+    the run's own: RINGLEADER_RESTARTS (set for each run by its supervisor)."""
     from ringleader.runtime.rank import rank_env
 
     plan = {"world_size": 1, "master_addr": "", "master_port": 0, "job": "", "nnodes": 1}
     entry = {"rank": 0, "local_rank": 0, "local_world_size": 1, "node_rank": 0, "instance": "", "node": "",
              "gpus": [], "node_gpus": [], "emulated": False}  # fmt: skip
-    return [*rank_env(plan, entry, under_mpirun=True), "RINGLEADER_VIRTUAL_GPUS", "PYTHONUNBUFFERED"]
+    return [*rank_env(plan, entry, under_mpirun=True), "RINGLEADER_VIRTUAL_GPUS", "PYTHONUNBUFFERED",
+            "RINGLEADER_RESTARTS"]
 
 
 def nvidia_gpu_indexes() -> list[int]:
