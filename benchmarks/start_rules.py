@@ -16,6 +16,11 @@ most GPU time, run times spread over orders of magnitude); the weights are ours,
 that trace. Arrivals are Poisson; the sweep scales the arrival rate so the offered load (GPU
 seconds of work on best placements per GPU second of arrivals) runs from light to overloaded.
 
+A share of the jobs (``--urgent``, default 20%) has priority 10, the rest 0, as a team's
+production runs beside experiments. Each rule runs without and with preemption (``--preempt``:
+victims keep what they trained up to their last checkpoint, every 10 min of their run, and pay
+1 min to restart).
+
 Every rule runs the same trace with the same queue (no reservations beyond those the rules
 make: ``NO_RESERVATIONS``, the queue engines run when a job asks nothing of it); the simulator
 predicts with the same model it prices runs with, plus each gang's uplink share where there is
@@ -23,7 +28,8 @@ a tree. ``--error E`` multiplies every job's work as the queue sees it by a seed
 [1/(1+E), 1+E] (users misjudge their run time; the runs themselves are unchanged).
 
     python benchmarks/start_rules.py --cluster 2x8 [--jobs 400] [--seeds 1,2,3] [--loads 0.5,0.7,0.9,1.1]
-    python benchmarks/start_rules.py --cluster 1000 --jobs 4000 --seeds 1 --loads 0.6,0.8,0.95
+        [--urgent 0.2] [--preempt]
+    python benchmarks/start_rules.py --cluster 1000 --jobs 6000 --seeds 1 --loads 1.05,1.2
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ import time
 from dataclasses import replace
 
 from ringleader.scheduler import NO_RESERVATIONS, ClusterState, JobRequest, place
-from ringleader.sim import Memoised, TraceJob, model_step_time, simulate, summarise
+from ringleader.sim import Memoised, PreemptionCost, TraceJob, model_step_time, simulate, summarise
 from ringleader.sim.trace import MAX_ITERATIONS, MIN_ITERATIONS, MODELS, SHAPES, SIZE_WEIGHTS
 from ringleader.topology import Level, NetworkPlace, NodeSpec, preset
 
@@ -66,16 +72,18 @@ def shapes(kind: str) -> tuple[list[tuple[int, int]], list[float]]:
     return [p for p, _ in pairs], [w for _, w in pairs]
 
 
-def draw_jobs(kind: str, n_jobs: int, seed: int) -> list[TraceJob]:
-    """Jobs without arrival times yet (arrival 0): shapes, models, iterations."""
+def draw_jobs(kind: str, n_jobs: int, seed: int, urgent: float = 0.0) -> list[TraceJob]:
+    """Jobs without arrival times yet (arrival 0): shapes, models, iterations, priorities."""
     rng = random.Random(seed)
+    ranks = random.Random(seed + 104729)  # its own stream: the shapes do not depend on --urgent
     options, weights = shapes(kind)
     jobs = []
     for i in range(n_jobs):
         workers, gpus = rng.choices(options, weights)[0]
         model, batch = rng.choice(MODELS)
         iterations = int(math.exp(rng.uniform(math.log(MIN_ITERATIONS), math.log(MAX_ITERATIONS))))
-        jobs.append(TraceJob(f"job-{i:05d}", 0.0, workers, gpus, model, batch, iterations))
+        priority = 10 if ranks.random() < urgent else 0
+        jobs.append(TraceJob(f"job-{i:05d}", 0.0, workers, gpus, model, batch, iterations, priority))
     return jobs
 
 
@@ -107,44 +115,56 @@ def main() -> None:
     ap.add_argument("--loads", default="0.5,0.7,0.9,1.1")
     ap.add_argument("--error", type=float, default=0.0)
     ap.add_argument("--policy", default="topology")
+    ap.add_argument("--urgent", type=float, default=0.2)
+    ap.add_argument("--preempt", action="store_true", help="also run every rule with preemption")
     args = ap.parse_args()
     specs = cluster(args.cluster)
     gpus = sum(s.topology.n_gpus for s in specs)
     memo = Memoised(model_step_time())
     print(f"# {args.cluster}: {len(specs)} nodes, {gpus} GPUs; {args.jobs} jobs; policy {args.policy}; "
-          f"work error {args.error:g}; load average {os.getloadavg()[0]:.2f}")  # fmt: skip
-    print("| load | seed | rule | mean JCT h | p95 JCT h | mean queue h | multi-node | wall s |")
-    print("|---:|---:|---|---:|---:|---:|---:|---:|")
+          f"work error {args.error:g}; urgent {args.urgent:g}; load average {os.getloadavg()[0]:.2f}")  # fmt: skip
+    print("| load | seed | rule | mean JCT h | p95 JCT h | mean queue h | urgent mean JCT h | preempted | multi-node "
+          "| wall s |")  # fmt: skip
+    print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    variants = [(rule, None) for rule in RULES]
+    if args.preempt:
+        variants += [(rule, PreemptionCost(checkpoint_s=600.0, restart_s=60.0)) for rule in RULES]
     totals: dict[tuple[float, str], list[float]] = {}
     for seed in (int(s) for s in args.seeds.split(",")):
-        drawn = draw_jobs(args.cluster, args.jobs, seed)
+        drawn = draw_jobs(args.cluster, args.jobs, seed, args.urgent)
         work = best_gpu_seconds(specs, drawn, memo)
         for load in (float(x) for x in args.loads.split(",")):
             # offered load = work / (GPUs x arrival span); span = jobs / rate
             rate = load * gpus * args.jobs / work
             jobs = with_arrivals(drawn, rate, seed)
-            for rule in RULES:
+            for rule, preemption in variants:
+                name = rule + ("+preempt" if preemption else "")
                 started = time.perf_counter()
                 run = simulate(specs, jobs, args.policy, memo, backfill=NO_RESERVATIONS, start_rule=rule,
-                               work_error=args.error, seed=seed)  # fmt: skip
+                               work_error=args.error, seed=seed, preemption=preemption)  # fmt: skip
                 wall = time.perf_counter() - started
                 s = summarise(run)
-                totals.setdefault((load, rule), []).append(s["avg_jct_s"])
-                totals.setdefault((load, rule + ":p95"), []).append(s["p95_jct_s"])
+                totals.setdefault((load, name), []).append(s["avg_jct_s"])
+                totals.setdefault((load, name + ":p95"), []).append(s["p95_jct_s"])
                 hours = " | ".join(f"{s[key] / 3600:.2f}" for key in ("avg_jct_s", "p95_jct_s", "avg_queue_s"))
+                urgent = [r.jct_s for r in run.records if r.job.priority and r.jct_s is not None]
+                urgent_h = f"{statistics.fmean(urgent) / 3600:.2f}" if urgent else "-"
+                stopped = sum(r.preempted for r in run.records)
                 share = f"{s['multi_node_share']:.1%}"
-                print(f"| {load:g} | {seed} | {rule} | {hours} | {share} | {wall:.1f} |", flush=True)
+                print(f"| {load:g} | {seed} | {name} | {hours} | {urgent_h} | {stopped} | {share} | {wall:.1f} |",
+                      flush=True)  # fmt: skip
     print()
     print("| load | mean JCT now / best / finish (h) | finish vs better | finish vs worse | p95 finish vs better |")
     print("|---:|---|---:|---:|---:|")
-    for load in sorted({k[0] for k in totals}):
-        mean = {r: statistics.fmean(totals[(load, r)]) for r in RULES}
-        p95 = {r: statistics.fmean(totals[(load, r + ":p95")]) for r in RULES}
-        better, worse = sorted((mean["now"], mean["best"]))
-        p95_better = min(p95["now"], p95["best"])
-        print(f"| {load:g} | {mean['now'] / 3600:.2f} / {mean['best'] / 3600:.2f} / {mean['finish'] / 3600:.2f} | "
-              f"{mean['finish'] / better - 1:+.1%} | {mean['finish'] / worse - 1:+.1%} | "
-              f"{p95['finish'] / p95_better - 1:+.1%} |")  # fmt: skip
+    for suffix in ("", "+preempt") if args.preempt else ("",):
+        for load in sorted({k[0] for k in totals}):
+            mean = {r: statistics.fmean(totals[(load, r + suffix)]) for r in RULES}
+            p95 = {r: statistics.fmean(totals[(load, r + suffix + ":p95")]) for r in RULES}
+            better, worse = sorted((mean["now"], mean["best"]))
+            p95_better = min(p95["now"], p95["best"])
+            hours = " / ".join(f"{mean[r] / 3600:.2f}" for r in RULES)
+            print(f"| {load:g}{suffix} | {hours} | {mean['finish'] / better - 1:+.1%} | "
+                  f"{mean['finish'] / worse - 1:+.1%} | {p95['finish'] / p95_better - 1:+.1%} |")  # fmt: skip
 
 
 if __name__ == "__main__":

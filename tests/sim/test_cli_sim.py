@@ -139,3 +139,22 @@ def test_every_simulate_command_has_help_and_docs() -> None:
             if param.name not in ("help",) and getattr(param, "opts", None):
                 opt = max(param.opts, key=len)
                 assert opt in docs or opt == "--output", opt  # -o json is documented
+
+
+def test_start_rules_and_preemption_compared(files: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    cluster, trace = files
+    code = main(["simulate", "--cluster", str(cluster), "--trace", str(trace), "--policies", "topology,default",
+                 "--start", "now,finish", "--preempt", "-o", "json"])  # fmt: skip
+    assert code == 0
+    names = [p["policy"] for p in json.loads(capsys.readouterr().out)["policies"]]
+    assert names == ["topology/now", "topology/finish", "default/now", "default/finish"]
+
+
+@pytest.mark.parametrize(("value", "words"), [
+    ("later", "unknown start rule 'later'"), ("now,now", "a start rule is given twice"), (",", "--start is empty"),
+])  # fmt: skip
+def test_bad_start_rules(files: tuple[Path, Path], capsys: pytest.CaptureFixture[str], value: str, words: str) -> None:
+    cluster, trace = files
+    assert main(["simulate", "--cluster", str(cluster), "--trace", str(trace), "--start", value]) == 2
+    err = capsys.readouterr().err
+    assert words in err and len(err.strip().splitlines()) <= 2

@@ -213,10 +213,10 @@ def test_finish_starts_spread_when_waiting_is_longer_than_the_slowdown() -> None
 
 
 def test_a_priority_gang_preempts_one_whole_gang_which_resumes_from_its_checkpoint() -> None:
-    from ringleader.sim import Preemption
+    from ringleader.sim import PreemptionCost
 
     trace = [job("low-a", 0, 8, 1, 1000), job("low-b", 0, 8, 1, 2000), job("urgent", 100, 8, 1, 200, priority=5)]
-    rule = Preemption(checkpoint_s=30.0, restart_s=10.0)
+    rule = PreemptionCost(checkpoint_s=30.0, restart_s=10.0)
     run = simulate(nodes(2), trace, "topology", one_second_steps, backfill=BackfillConfig(), preemption=rule)
     by = {r.job.name: r for r in run.records}
     urgent, a, b = by["urgent"], by["low-a"], by["low-b"]

@@ -42,21 +42,32 @@ def simulate_group() -> None:
     "--max-failures", default=32, show_default=True, type=click.IntRange(min=1),
     help="Failed placement attempts allowed per scheduling pass.",
 )  # fmt: skip
+@click.option(
+    "--start", "start_rules", metavar="RULES",
+    help="Also compare start rules, e.g. now,best,finish: every job waits or starts degraded by the rule "
+         "(finish: whichever the model predicts finishes first; its work is its iterations on its best placement).",
+)  # fmt: skip
+@click.option("--preempt", is_flag=True,
+              help="Jobs of higher priority may preempt lower ones (requeued; they keep their 10-minute checkpoints).")
 @output_option("json")
 def run_cmd(
-    cluster_file: str, trace_file: str, policies: str, out_dir: str | None, max_failures: int, output: str
-) -> None:
+    cluster_file: str, trace_file: str, policies: str, out_dir: str | None, max_failures: int,
+    start_rules: str | None, preempt: bool, output: str,
+) -> None:  # fmt: skip
     """Run the trace under each policy; print JCT, queueing, makespan, utilization, throughput."""
-    from ringleader.sim import compare_policies, load_trace, parse_policies, write_outputs
-    from ringleader.sim.compare import table_rows
+    from ringleader.sim import PreemptionCost, compare_policies, load_trace, parse_policies, write_outputs
+    from ringleader.sim.compare import parse_start_rules, table_rows
     from ringleader.topology import load_cluster_file
 
     names = parse_policies(policies)
+    rules = parse_start_rules(start_rules) if start_rules is not None else []
     specs = load_cluster_file(cluster_file)
     jobs = load_trace(trace_file)
-    with step_progress(len(names) + (1 if out_dir else 0), output == "table") as step:
+    runs = len(names) * max(len(rules), 1)
+    with step_progress(runs + (1 if out_dir else 0), output == "table") as step:
         result = compare_policies(specs, jobs, names, max_failures=max_failures,
-                                  on_policy=lambda p: step(f"simulating {p}"))  # fmt: skip
+                                  on_policy=lambda p: step(f"simulating {p}"), start_rules=rules,
+                                  preemption=PreemptionCost() if preempt else None)  # fmt: skip
         step("writing plots and report")
         written = write_outputs(result, out_dir, title=f"{len(jobs)} jobs, {len(specs)} nodes") if out_dir else []
     if output == "json":

@@ -19,7 +19,7 @@ from typing import Any
 
 from ringleader.errors import UsageError
 from ringleader.scheduler import get_policy
-from ringleader.sim.engine import DEFAULT_MAX_FAILURES, SimRun, simulate
+from ringleader.sim.engine import DEFAULT_MAX_FAILURES, PreemptionCost, SimRun, simulate
 from ringleader.sim.steptime import Memoised, StepTimeFn, check_models, model_step_time
 from ringleader.sim.summary import job_rows, summarise
 from ringleader.sim.trace import TraceJob
@@ -51,7 +51,7 @@ class Comparison:
     def rejected(self) -> list[dict[str, str]]:
         """Jobs that can never fit, per policy, with the reason."""
         return [
-            {"policy": run.policy, "job": r.job.name, "reason": r.rejected}
+            {"policy": run.name, "job": r.job.name, "reason": r.rejected}
             for run in self.runs
             for r in run.records
             if r.rejected is not None
@@ -78,6 +78,21 @@ def parse_policies(text: str) -> list[str]:
     return names
 
 
+def parse_start_rules(text: str) -> list[str]:
+    """ "now,best,finish" -> the rules, each known and named once."""
+    from ringleader.scheduler.types import START_RULES
+
+    rules = [r.strip() for r in text.split(",") if r.strip()]
+    if not rules:
+        raise UsageError("--start is empty", f"give start rules separated by commas: {','.join(START_RULES)}")
+    for rule in rules:
+        if rule not in START_RULES:
+            raise UsageError(f"unknown start rule {rule!r}", f"use one of {', '.join(START_RULES)}")
+    if len(set(rules)) != len(rules):
+        raise UsageError("a start rule is given twice", "name each rule once")
+    return rules
+
+
 def compare_policies(
     specs: list[NodeSpec],
     jobs: Sequence[TraceJob],
@@ -85,9 +100,13 @@ def compare_policies(
     step_time: StepTimeFn | None = None,
     max_failures: int = DEFAULT_MAX_FAILURES,
     on_policy: Callable[[str], None] | None = None,
+    start_rules: Sequence[str] = (),
+    preemption: PreemptionCost | None = None,
 ) -> Comparison:
     """Simulate ``jobs`` under each policy; one step-time cache is shared (the model is pure).
-    ``on_policy`` hears each policy's name as its run starts (a progress bar)."""
+    ``on_policy`` hears each run's name as it starts (a progress bar). With ``start_rules``,
+    each policy runs once per rule (named ``topology/finish``), every job given the rule and
+    its work; with ``preemption``, a job of higher priority may preempt (``sim.PreemptionCost``)."""
     for policy in policies:
         get_policy(policy)
     if "throughput" in policies:
@@ -98,11 +117,15 @@ def compare_policies(
         check_models(jobs)
     memo = Memoised(step_time if step_time is not None else model_step_time())
     runs, summaries = [], []
-    for policy in policies:
+    variants = [(policy, rule) for policy in policies for rule in (start_rules or (None,))]
+    for policy, rule in variants:
+        label = policy if rule is None else f"{policy}/{rule}"
         if on_policy:
-            on_policy(policy)
+            on_policy(label)
         started = time.perf_counter()
-        run = simulate(list(specs), list(jobs), policy, memo, max_failures)
+        run = simulate(list(specs), list(jobs), policy, memo, max_failures, start_rule=rule, preemption=preemption)
+        if rule is not None:
+            run.label = label
         wall = time.perf_counter() - started
         summary = summarise(run)
         summary["wall_s"] = wall
@@ -149,7 +172,7 @@ def write_outputs(comparison: Comparison, out_dir: str | Path, title: str = "") 
         writer.writerow(headers)
         writer.writerows(rows)
     for run in comparison.runs:
-        path = out / f"jobs-{run.policy}.csv"
+        path = out / f"jobs-{run.name}.csv"
         job_table = job_rows(run)
         with path.open("w", newline="") as fh:
             writer2 = csv.DictWriter(fh, fieldnames=list(job_table[0]) if job_table else ["name"])

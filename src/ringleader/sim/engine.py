@@ -72,7 +72,7 @@ _Shape = tuple[int, int, int]  # (priority, workers, gpus per worker)
 
 
 @dataclass(frozen=True)
-class Preemption:
+class PreemptionCost:
     """Gang preemption in a simulation: a victim keeps what it trained up to its last checkpoint
     (every ``checkpoint_s`` of its run) and pays ``restart_s`` (loading it, starting again) when
     it runs again."""
@@ -148,6 +148,11 @@ class SimRun:
     records: list[JobRecord]
     timeline: Timeline
     stats: SimStats
+    label: str = ""  # its name in tables and plots when not the policy's ("topology/finish")
+
+    @property
+    def name(self) -> str:
+        return self.label or self.policy
 
 
 class Simulation:
@@ -165,7 +170,7 @@ class Simulation:
         start_rule: str | None = None,
         work_error: float = 0.0,
         seed: int = 0,
-        preemption: Preemption | None = None,
+        preemption: PreemptionCost | None = None,
     ) -> None:
         self.policy = get_policy(policy).name  # unknown names fail here, listing the known ones
         self.specs = [s.with_labels({}) for s in specs]
@@ -488,14 +493,14 @@ def simulate(
     start_rule: str | None = None,
     work_error: float = 0.0,
     seed: int = 0,
-    preemption: Preemption | None = None,
+    preemption: PreemptionCost | None = None,
 ) -> SimRun:
     """Simulate ``jobs`` on ``specs`` under ``policy``; ``backfill`` picks the queue discipline
     (default: no reservation and no age, the queue before reservations); ``network_aware``
     False hides the network tree from placement (it still prices the runs); ``start_rule``
     gives every job that rule and its work (see the module's docstring), misjudged by a seeded
     factor up to ``work_error`` (0.5: the queue sees between 1/1.5 and 1.5 times the truth);
-    with ``preemption`` a gang of higher priority may stop running ones (``Preemption``)."""
+    with ``preemption`` a gang of higher priority may stop running ones (``PreemptionCost``)."""
     return Simulation(specs, jobs, policy, step_time, max_failures, backfill, network_aware, start_rule,
                       work_error, seed, preemption).run()  # fmt: skip
 

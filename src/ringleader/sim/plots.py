@@ -37,7 +37,7 @@ def legend_labels(runs: Sequence[SimRun]) -> dict[str, str]:
     same placements where it has them, else the same job times)."""
     from ringleader.sim.summary import identical_groups, near_jct_pairs
 
-    labels = {run.policy: run.policy for run in runs}
+    labels = {run.name: run.name for run in runs}
     for name, other, gap in near_jct_pairs(runs):
         labels[name] = f"{name} (JCTs within {gap:.1%} of {other})"
     for what, groups in (("job times", identical_groups(runs, placements=False)),
@@ -57,7 +57,7 @@ def plot_jct_cdf(runs: Sequence[SimRun], path: Path, title: str = "") -> Path:
         if not jcts:
             continue
         ys = [(k + 1) / len(jcts) for k in range(len(jcts))]
-        ax.step(jcts, ys, where="post", label=labels[run.policy], linestyle=STYLES[i % len(STYLES)],
+        ax.step(jcts, ys, where="post", label=labels[run.name], linestyle=STYLES[i % len(STYLES)],
                 linewidth=WIDTHS[i % len(WIDTHS)], marker=MARKERS[i % len(MARKERS)],
                 markevery=max(1, len(jcts) // 8), markersize=6, alpha=0.9)  # fmt: skip
     ax.set_xscale("log")
@@ -136,12 +136,12 @@ def plot_utilization(runs: Sequence[SimRun], path: Path, title: str = "",
             edges = [*xs, xs[-1] + width / 3600.0]
             ax.stairs(ys, edges, fill=True, alpha=0.35, color=colour)
             ax.stairs(ys, edges, color=colour, linewidth=1.2)
-        mean = means.get(run.policy)
+        mean = means.get(run.name)
         if isinstance(mean, float) and not math.isnan(mean):
             ax.axhline(mean, color="0.25", linestyle="--", linewidth=1)
             ax.text(1.0, mean, f" mean {mean:.0%}", transform=ax.get_yaxis_transform(), va="center", fontsize=8)
         ax.set_ylim(0, 1.05)
-        label = run.policy if " (JCTs within " in labels[run.policy] else labels[run.policy]  # JCT only
+        label = run.name if " (JCTs within " in labels[run.name] else labels[run.name]  # JCT only
         short = re.sub(r" \(same (placements|job times) as ", "\n(= ", label)
         ax.set_ylabel(short, rotation=0, ha="right", va="center", fontsize=9)
         ax.grid(True, alpha=0.3)

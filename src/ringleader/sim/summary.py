@@ -65,7 +65,7 @@ def summarise(run: SimRun) -> dict[str, Any]:
     images = sum(r.images for r in done)
     frag_stranded, frag_blocked = _fragmentation(run)
     return {
-        "policy": run.policy,
+        "policy": run.name,
         "jobs": len(run.records),
         "completed": len(done),
         "rejected": len(rejected),
@@ -170,7 +170,7 @@ def identical_groups(runs: Sequence[SimRun], placements: bool = True) -> list[li
             (r.job.name, r.start_s, r.finish_s, r.placement.describe() if placements and r.placement else None)
             for r in run.records
         )
-        groups.setdefault(key, []).append(run.policy)
+        groups.setdefault(key, []).append(run.name)
     return [names for names in groups.values() if len(names) > 1]
 
 
@@ -183,19 +183,19 @@ def near_jct_pairs(runs: Sequence[SimRun]) -> list[tuple[str, str, float]]:
     NEAR_JCT of an earlier one's at every quantile without coinciding with it (identical_groups
     names those): one curve hides the other in the plot, so the legend and notes say so."""
     coinciding = {name for group in identical_groups(runs, placements=False) for name in group[1:]}
-    jcts = {run.policy: sorted(r.jct_s for r in run.records if r.jct_s is not None) for run in runs}
+    jcts = {run.name: sorted(r.jct_s for r in run.records if r.jct_s is not None) for run in runs}
     pairs = []
     for i, run in enumerate(runs):
-        mine = jcts[run.policy]
-        if run.policy in coinciding or not mine:
+        mine = jcts[run.name]
+        if run.name in coinciding or not mine:
             continue
         for earlier in runs[:i]:
-            theirs = jcts[earlier.policy]
+            theirs = jcts[earlier.name]
             if len(theirs) != len(mine):
                 continue
             gap = max(abs(a - b) / b if b > 0 else abs(a - b) for a, b in zip(mine, theirs, strict=True))
             if gap <= NEAR_JCT:
-                pairs.append((run.policy, earlier.policy, gap))
+                pairs.append((run.name, earlier.name, gap))
                 break
     return pairs
 
