@@ -349,3 +349,20 @@ def test_network_levels_travel_on_the_worker_template_and_kueues_annotations_are
     request = job_request(Gang("team-a/k", 2, [pod_info(kueue)]))
     assert request.topology_required == "topology-rack" and request.topology_preferred is None
     assert pod_info(template_pods(manifests.mpijob(SPEC, "team-a"))["Worker"]).topology_required is None
+
+
+def test_start_rules_travel_on_the_worker_template_and_a_bad_value_changes_nothing() -> None:
+    from ringleader.engines.kubernetes.cache import Gang
+    from ringleader.engines.kubernetes.decide import job_request
+    from ringleader.engines.kubernetes.objects import pod_info
+
+    spec = JobSpec("vgg", 4, 1, ["true"], topology_aware=True, run_time_s=3600.0, max_wait_s=900.0)
+    worker = template_pods(manifests.mpijob(spec, "team-a"))["Worker"]
+    request = job_request(Gang("team-a/vgg", 4, [pod_info(worker)]))
+    assert (request.start_rule, request.work_s, request.max_wait_s) == ("finish", 3600.0, 900.0)
+    plain = template_pods(manifests.mpijob(SPEC, "team-a"))["Worker"]
+    assert names.START_ANNOTATION not in (plain["metadata"].get("annotations") or {})
+    typo = copy.deepcopy(worker)
+    typo["metadata"]["annotations"] |= {names.START_ANNOTATION: "soonest", names.RUN_TIME_ANNOTATION: "-5"}
+    info = pod_info(typo)
+    assert (info.start_rule, info.run_time_s) == ("now", None)

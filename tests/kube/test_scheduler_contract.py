@@ -581,3 +581,54 @@ def test_contract_the_tree_from_volcano_hypernodes_as_the_installed_role(fake: F
     fake.put("hypernodes", hypernode("rack-a", 1, [{"type": "Node", "selector": {"exactMatch": {"name": "n0"}}}]))
     s.sync()
     assert s.cache.state and s.cache.tree is not None and s.cache.tree.by_node["n1"][0] == "rack-b"
+
+
+def running_gang(fake: FakeApiServer, name: str, node_name: str, pods: int, run_time_s: float) -> None:
+    """A gang running on ``node_name`` since now, its run time written on its pods."""
+    from datetime import UTC, datetime
+
+    stamp = datetime.fromtimestamp(time.time(), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    fake.put("podgroups", podgroup(name, pods))
+    for i in range(pods):
+        worker = pod(f"{name}-worker-{i}", gang=name, nodeName=node_name)
+        worker["metadata"]["annotations"] = {names.RUN_TIME_ANNOTATION: f"{run_time_s:g}"}
+        fake.put("pods", worker | {"status": {"phase": "Running", "startTime": stamp}})
+
+
+def test_contract_a_gang_that_finishes_sooner_by_waiting_waits_then_lands_on_one_node(fake: FakeApiServer) -> None:
+    """The start rules on Kubernetes: the workers' annotations (what `submit --run-time` writes)
+    make the gang wait for one node freeing in ~10 min rather than bind spread over two, with
+    both predicted finishes in its pending reason; once the node frees it is bound there whole.
+    Without them (rule "now") the same gang binds spread at once."""
+    fake.put("nodes", node("gpu-0"))
+    fake.put("nodes", node("gpu-1"))
+    running_gang(fake, "a", "gpu-0", 6, 600)
+    running_gang(fake, "b", "gpu-1", 6, 36_000)
+    fake.put("podgroups", podgroup("vgg", 4))
+    for i in range(4):
+        worker = pod(f"vgg-worker-{i}", gang="vgg")
+        worker["metadata"]["annotations"] = {names.START_ANNOTATION: "finish", names.RUN_TIME_ANNOTATION: "3600"}
+        fake.put("pods", worker)
+    s = scheduler(fake)
+    assert s.cycle() == [] and not fake.calls("bind")
+    note = fake.get("podgroups", "vgg")["metadata"]["annotations"][names.PENDING_ANNOTATION]
+    assert "waits: it finishes sooner" in note and "start in ~10 min on gpu-0[4w" in note
+    assert s._reservations["default/vgg"].placement.nodes == ("gpu-0",)
+    for i in range(6):
+        ended = fake.get("pods", f"a-worker-{i}")
+        ended["status"]["phase"] = "Succeeded"
+        fake.put("pods", ended)
+    s.sync()
+    assert [(r.gang, r.ok) for r in s.cycle()] == [("default/vgg", True)]
+    assert {fake.get("pods", f"vgg-worker-{i}")["spec"]["nodeName"] for i in range(4)} == {"gpu-0"}
+
+
+def test_contract_without_a_start_rule_the_gang_binds_spread_at_once(fake: FakeApiServer) -> None:
+    fake.put("nodes", node("gpu-0"))
+    fake.put("nodes", node("gpu-1"))
+    running_gang(fake, "a", "gpu-0", 6, 600)
+    running_gang(fake, "b", "gpu-1", 6, 36_000)
+    gang(fake, "vgg", 4)
+    s = scheduler(fake)
+    assert [(r.gang, r.ok) for r in s.cycle()] == [("default/vgg", True)]
+    assert {fake.get("pods", f"vgg-worker-{i}")["spec"]["nodeName"] for i in range(4)} == {"gpu-0", "gpu-1"}

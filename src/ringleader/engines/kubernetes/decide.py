@@ -82,12 +82,15 @@ def job_request(gang: Gang) -> JobRequest:
         time_limit_s=max(limits) if limits and len(limits) == len(gang.pending) else None,
         topology_required=workers[0].topology_required if workers else None,
         topology_preferred=workers[0].topology_preferred if workers else None,
+        start_rule=workers[0].start_rule if workers else "now",
+        work_s=workers[0].run_time_s if workers else None, max_wait_s=workers[0].max_wait_s if workers else None,
     )  # fmt: skip
 
 
-def decide(cache: Cache, gang: Gang, queue: QueuePass | None = None) -> Outcome:
+def decide(cache: Cache, gang: Gang, queue: QueuePass | None = None, submit_s: float | None = None) -> Outcome:
     """Place every pending member of ``gang`` at once, or none; with ``queue``, only where no
-    reservation of a gang ahead of it is delayed. Pure over the cache: nothing is assumed or
+    reservation of a gang ahead of it is delayed and its start rule does not wait (``submit_s``:
+    when it was created, for its longest wait). Pure over the cache: nothing is assumed or
     written here."""
     gpu_pods = sorted((p for p in gang.pending if p.gpus), key=_worker_order)
     other_pods = sorted((p for p in gang.pending if not p.gpus), key=lambda p: p.name)
@@ -100,7 +103,7 @@ def decide(cache: Cache, gang: Gang, queue: QueuePass | None = None) -> Outcome:
     summary = ""
     taken: dict[str, Usage] = {}  # what this gang's members take per node, for the room checks
     if gpu_pods:
-        placed = _place_workers(cache, gang, gpu_pods, queue)
+        placed = _place_workers(cache, gang, gpu_pods, queue, submit_s)
         if isinstance(placed, Outcome):
             return placed
         placement, summary = placed
@@ -124,8 +127,8 @@ def _add(taken: dict[str, Usage], node: str, pod: PodInfo) -> None:
     usage.pods += 1
 
 
-def _place_workers(cache: Cache, gang: Gang, pods: Sequence[PodInfo],
-                   queue: QueuePass | None) -> tuple[Placement, str] | Outcome:  # fmt: skip
+def _place_workers(cache: Cache, gang: Gang, pods: Sequence[PodInfo], queue: QueuePass | None,
+                   submit_s: float | None = None) -> tuple[Placement, str] | Outcome:  # fmt: skip
     first = pods[0]
     state = cache.state
     misfit = cache.misfits(first)
@@ -133,7 +136,7 @@ def _place_workers(cache: Cache, gang: Gang, pods: Sequence[PodInfo],
     job = job_request(gang)
     short: dict[int, str] = {}
     for _ in range(MAX_REPLACEMENTS + 1):
-        decision = place(masked, job) if queue is None else _queue_decision(replace(queue, state=masked), job)
+        decision = place(masked, job) if queue is None else _queue_decision(replace(queue, state=masked), job, submit_s)
         if decision.placement is None or not decision.ok:
             code = decision.code
             if code is Code.UNRESOLVABLE and misfit:
@@ -153,16 +156,18 @@ def _place_workers(cache: Cache, gang: Gang, pods: Sequence[PodInfo],
     return Outcome(gang, Code.UNSCHEDULABLE, reason=_gpu_reason(cache, (), misfit, short, len(pods)))
 
 
-def _queue_decision(queue: QueuePass, job: JobRequest) -> Decision:
-    """``queue.decide(job)``'s decision. Its first step (place on the GPUs no reservation ahead
-    holds) is taken here, so a gang that starts costs one ``place()`` and no copy of the state
-    with it committed (the cache assumes it instead)."""
-    usable = queue.usable_state(job)
-    if enough_worker_slots(usable, job):
-        decision = place(usable, job)
-        if decision.placement is not None:
-            return decision
-    return queue.decide(job)[0]
+def _queue_decision(queue: QueuePass, job: JobRequest, submit_s: float | None = None) -> Decision:
+    """``queue.decide(job)``'s decision. For a gang that starts on whatever fits (start rule
+    "now") its first step (place on the GPUs no reservation ahead holds) is taken here, so a gang
+    that starts costs one ``place()`` and no copy of the state with it committed (the cache
+    assumes it instead)."""
+    if job.start_rule == "now":
+        usable = queue.usable_state(job)
+        if enough_worker_slots(usable, job):
+            decision = place(usable, job)
+            if decision.placement is not None:
+                return decision
+    return queue.decide(job, submit_s=submit_s)[0]
 
 
 def _masked(state: ClusterState, positions: Iterable[int]) -> ClusterState:

@@ -327,6 +327,12 @@ def mpijob(spec: JobSpec, namespace: str, image: str | None = None, line: Comman
                         (names.TOPOLOGY_PREFERRED_ANNOTATIONS, spec.topology_preferred)):  # fmt: skip
         if level is not None:
             worker_notes[keys[0]] = level
+    # when it starts (scheduler/queue.py, start rules), which the scheduler reads off its workers too
+    if spec.start_rule() != "now":
+        worker_notes[names.START_ANNOTATION] = spec.start_rule()
+    for key, seconds in ((names.RUN_TIME_ANNOTATION, spec.run_time_s), (names.MAX_WAIT_ANNOTATION, spec.max_wait_s)):
+        if seconds is not None:
+            worker_notes[key] = f"{seconds:g}"
     worker_meta = {**meta, "annotations": worker_notes} if worker_notes else meta
     launcher_meta = {**meta, "labels": {k: v for k, v in labels.items()
                                         if delivery.mode == "env" or k != names.PODGROUP_LABEL}}  # fmt: skip

@@ -47,6 +47,12 @@ PENDING_ANNOTATION = f"{PREFIX}/pending-reason"  # on the PodGroup: why it waits
 # a node label key whose last part names the level (the tree's levels are named so).
 TOPOLOGY_REQUIRED_ANNOTATIONS = (f"{PREFIX}/topology-required", "kueue.x-k8s.io/podset-required-topology")
 TOPOLOGY_PREFERRED_ANNOTATIONS = (f"{PREFIX}/topology-preferred", "kueue.x-k8s.io/podset-preferred-topology")
+# Pod (template): when the gang starts if its best placement is busy (submit --start, resolved:
+# now, best or finish), its run on its best placement in seconds (--run-time) and its longest
+# wait for better GPUs in seconds (--max-wait); the scheduler reads them off its workers.
+START_ANNOTATION = f"{PREFIX}/start"
+RUN_TIME_ANNOTATION = f"{PREFIX}/run-time-s"
+MAX_WAIT_ANNOTATION = f"{PREFIX}/max-wait-s"
 # Pod (template) label: ask for topology-aware placement (arena's --gputopology=true).
 TOPOLOGY_LABEL = f"{PREFIX}/gputopology"
 JOB_LABEL = f"{PREFIX}/job"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from ringleader.engines.kubernetes import names
 from ringleader.errors import TopologyError
 from ringleader.jobs.codec import node_from_dict
 from ringleader.reference import reference
+from ringleader.scheduler.types import START_RULES
 from ringleader.topology import NodeSpec, NodeTopology
 from ringleader.topology.cluster import SCHEDULE_LABEL, SCHEDULE_MODES
 from ringleader.topology.node import EMPTY
@@ -105,6 +107,9 @@ class PodInfo:
     gated: bool = False  # a DRA worker still held by ringleader's scheduling gate (docs/kubernetes.md, "dra")
     topology_required: str | None = None  # network level name (names.TOPOLOGY_REQUIRED_ANNOTATIONS)
     topology_preferred: str | None = None
+    start_rule: str = "now"  # names.START_ANNOTATION; a value the scheduler does not know: "now"
+    run_time_s: float | None = None  # names.RUN_TIME_ANNOTATION
+    max_wait_s: float | None = None  # names.MAX_WAIT_ANNOTATION
 
     @property
     def key(self) -> str:
@@ -292,7 +297,25 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo:
         gated=any(g.get("name") == names.GANG_GATE for g in spec.get("schedulingGates") or ()),
         topology_required=_level(annotations, names.TOPOLOGY_REQUIRED_ANNOTATIONS),
         topology_preferred=_level(annotations, names.TOPOLOGY_PREFERRED_ANNOTATIONS),
+        start_rule=_start_rule(annotations.get(names.START_ANNOTATION)),
+        run_time_s=_seconds(annotations.get(names.RUN_TIME_ANNOTATION)),
+        max_wait_s=_seconds(annotations.get(names.MAX_WAIT_ANNOTATION)),
     )  # fmt: skip
+
+
+def _start_rule(value: str | None) -> str:
+    """A start rule written on a pod; anything else (a hand-written pod's typo) is "now", the
+    rule that changes nothing."""
+    return value if value in START_RULES else "now"
+
+
+def _seconds(value: str | None) -> float | None:
+    """A positive, finite number of seconds written on a pod, else None (not known)."""
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and 0 < seconds < math.inf else None
 
 
 def _level(annotations: Mapping[str, str], keys: Sequence[str]) -> str | None:

@@ -35,6 +35,7 @@ from ringleader.engines.kubernetes.leader import LeaderElector, micro_time
 from ringleader.engines.kubernetes.metrics import Metrics
 from ringleader.engines.kubernetes.objects import PodInfo
 from ringleader.engines.kubernetes.pinning import DraApi, Pin, PinError, pin_gang
+from ringleader.jobs.prediction import queue_estimator
 from ringleader.scheduler import BackfillConfig, Code, QueuedJob, QueuePass, Reservation, queue_order
 
 log = logging.getLogger("ringleader.kube.scheduler")
@@ -178,6 +179,7 @@ class Scheduler:
             ready = [g for g in self.cache.gangs() if g.ready]
             by_key = {g.key: g for g in ready}
             queued = [QueuedJob(job_request(g), i, _created_s(g)) for i, g in enumerate(ready)]
+            estimate = queue_estimator(q.job for q in queued)  # the model, where a gang weighs its start
             held: list[Reservation] = []  # reservations of the gangs ahead, in queue order
             ends: dict[str, float] | None = None
             waiting = 0
@@ -197,7 +199,8 @@ class Scheduler:
                 if ends is None:
                     ends = self._expected_ends(now)
                 started = time.perf_counter()
-                outcome = decide(self.cache, gang, QueuePass(self.cache.state, now, ends, self.backfill, tuple(held)))
+                queue = QueuePass(self.cache.state, now, ends, self.backfill, tuple(held), estimate=estimate)
+                outcome = decide(self.cache, gang, queue, entry.submit_s)
                 self._reserve(gang.key, outcome.reservation)
                 if outcome.reservation is not None:
                     held.append(outcome.reservation)
@@ -223,18 +226,20 @@ class Scheduler:
 
     def _expected_ends(self, now: float) -> dict[str, float]:
         """When each running gang ends, on the wall clock, where every pod it runs has
-        activeDeadlineSeconds (kubelet stops the pod that long after its start); gangs with a
-        pod without one have no known end."""
+        activeDeadlineSeconds (kubelet stops the pod that long after its start) or a run time
+        (names.RUN_TIME_ANNOTATION: the run its user expects, on its best placement), whichever
+        is sooner; gangs with a pod with neither have no known end."""
         ends: dict[str, float] = {}
         unknown: set[str] = set()
         for pod in self.cache.pods.values():
             if not pod.holds_resources:
                 continue
-            if pod.deadline_s is None:
+            known = [d for d in (pod.deadline_s, pod.run_time_s) if d is not None]
+            if not known:
                 unknown.add(pod.gang_key)
                 continue
             start = _wall(pod.started) or now  # bound, not started yet: ends no sooner than that
-            ends[pod.gang_key] = max(ends.get(pod.gang_key, 0.0), start + pod.deadline_s)
+            ends[pod.gang_key] = max(ends.get(pod.gang_key, 0.0), start + min(known))
         return {gang: end for gang, end in ends.items() if gang not in unknown}
 
     def cycle(self) -> list[BindResult]:
