@@ -632,3 +632,44 @@ def test_contract_without_a_start_rule_the_gang_binds_spread_at_once(fake: FakeA
     s = scheduler(fake)
     assert [(r.gang, r.ok) for r in s.cycle()] == [("default/vgg", True)]
     assert {fake.get("pods", f"vgg-worker-{i}")["spec"]["nodeName"] for i in range(4)} == {"gpu-0", "gpu-1"}
+
+
+def test_contract_a_priority_gang_preempts_one_whole_gang_as_kube_scheduler_does(fake: FakeApiServer) -> None:
+    """Gang preemption on Kubernetes: a gang with ringleader.io/preempt at priority 10 stops the
+    one gang of lower priority whose node then gives it four NVLinked GPUs: every pod of that
+    gang gets DisruptionTarget=True (PreemptionByScheduler) and a graceful delete with its own
+    grace; nothing is bound until its kubelet has removed them; then the preemptor is bound
+    there whole. A non-preemptible gang and one of equal priority are never touched."""
+    fake.put("nodes", node("gpu-0"))
+    fake.put("nodes", node("gpu-1"))
+    running_gang(fake, "low", "gpu-0", 8, 36_000)
+    running_gang(fake, "kept", "gpu-1", 8, 36_000)
+    for i in range(8):
+        kept = fake.get("pods", f"kept-worker-{i}")
+        kept["metadata"]["annotations"][names.PREEMPTIBLE_ANNOTATION] = "false"
+        fake.put("pods", kept)
+    fake.put("podgroups", podgroup("urgent", 4))
+    for i in range(4):
+        worker = pod(f"urgent-worker-{i}", gang="urgent", priority=10, terminationGracePeriodSeconds=30)
+        worker["metadata"]["annotations"] = {names.PREEMPT_ANNOTATION: "true"}
+        fake.put("pods", worker)
+    s = scheduler(fake)
+    assert s.cycle() == [] and not fake.calls("bind")
+    for i in range(8):
+        victim = fake.get("pods", f"low-worker-{i}")
+        assert victim["metadata"].get("deletionTimestamp") and victim["metadata"]["deletionGracePeriodSeconds"] == 30
+        [condition] = [c for c in victim["status"]["conditions"] if c["type"] == "DisruptionTarget"]
+        assert condition["reason"] == "PreemptionByScheduler"
+        assert "preempted by gang default/urgent" in condition["message"]
+        assert not fake.get("pods", f"kept-worker-{i}")["metadata"].get("deletionTimestamp")
+    note = fake.get("podgroups", "urgent")["metadata"]["annotations"][names.PENDING_ANNOTATION]
+    assert "preempts job default/low (priority 0, GPUs 0-7 on gpu-0): then starts on gpu-0[4w" in note
+    # the next cycle, victims still stopping: nobody else is preempted, nothing bound
+    s.sync()
+    assert s.cycle() == [] and not fake.calls("bind")
+    assert sum(1 for r in fake.requests if r.verb == "delete") == 8
+    for i in range(8):
+        fake.finish_deletion(f"low-worker-{i}")
+    s.sync()
+    assert [(r.gang, r.ok) for r in s.cycle()] == [("default/urgent", True)]
+    assert {fake.get("pods", f"urgent-worker-{i}")["spec"]["nodeName"] for i in range(4)} == {"gpu-0"}

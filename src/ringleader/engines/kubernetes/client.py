@@ -238,6 +238,13 @@ class Api:
                      "message": message, "lastTransitionTime": now}  # fmt: skip
         self._json(self.core.patch_namespaced_pod_status, name, namespace, {"status": {"conditions": [condition]}})
 
+    def pod_disruption_target(self, namespace: str, name: str, message: str, now: str) -> None:
+        """``DisruptionTarget=True`` with reason PreemptionByScheduler, as kube-scheduler writes it
+        on a victim before deleting it (Jobs' podFailurePolicy and controllers read it)."""
+        condition = {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
+                     "message": message, "lastTransitionTime": now}  # fmt: skip
+        self._json(self.core.patch_namespaced_pod_status, name, namespace, {"status": {"conditions": [condition]}})
+
     def create_event(self, namespace: str, event: Mapping[str, Any]) -> None:
         self._json(self.core.create_namespaced_event, namespace, dict(event))
 

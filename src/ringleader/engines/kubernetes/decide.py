@@ -28,6 +28,7 @@ from ringleader.scheduler import (
     Decision,
     JobRequest,
     Placement,
+    Preemption,
     QueuePass,
     Reservation,
     WorkerSlot,
@@ -58,6 +59,7 @@ class Outcome:
     reason: str = ""
     summary: str = ""
     reservation: Reservation | None = None  # pending: the GPUs held for it until it can start
+    preemption: Preemption | None = None  # pending: the gangs it stops to start on their GPUs
 
     @property
     def ok(self) -> bool:
@@ -84,6 +86,7 @@ def job_request(gang: Gang) -> JobRequest:
         topology_preferred=workers[0].topology_preferred if workers else None,
         start_rule=workers[0].start_rule if workers else "now",
         work_s=workers[0].run_time_s if workers else None, max_wait_s=workers[0].max_wait_s if workers else None,
+        may_preempt=bool(workers) and workers[0].may_preempt,
     )  # fmt: skip
 
 
@@ -142,7 +145,7 @@ def _place_workers(cache: Cache, gang: Gang, pods: Sequence[PodInfo], queue: Que
             if code is Code.UNRESOLVABLE and misfit:
                 code = Code.UNSCHEDULABLE  # masked nodes may come back (uncordon, taint removed)
             return Outcome(gang, code, reason=_gpu_reason(cache, decision.reasons, misfit, short, len(pods)),
-                           reservation=decision.reservation)  # fmt: skip
+                           reservation=decision.reservation, preemption=decision.preemption)  # fmt: skip
         per_node = Counter(slot.node for slot in decision.placement.slots)
         lacking: dict[int, str] = {}
         for node, count in per_node.items():

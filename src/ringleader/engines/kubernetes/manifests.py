@@ -333,6 +333,10 @@ def mpijob(spec: JobSpec, namespace: str, image: str | None = None, line: Comman
     for key, seconds in ((names.RUN_TIME_ANNOTATION, spec.run_time_s), (names.MAX_WAIT_ANNOTATION, spec.max_wait_s)):
         if seconds is not None:
             worker_notes[key] = f"{seconds:g}"
+    if spec.preempt:
+        worker_notes[names.PREEMPT_ANNOTATION] = "true"
+    if not spec.preemptible:
+        worker_notes[names.PREEMPTIBLE_ANNOTATION] = "false"
     worker_meta = {**meta, "annotations": worker_notes} if worker_notes else meta
     launcher_meta = {**meta, "labels": {k: v for k, v in labels.items()
                                         if delivery.mode == "env" or k != names.PODGROUP_LABEL}}  # fmt: skip

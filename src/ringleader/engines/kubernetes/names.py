@@ -50,6 +50,11 @@ TOPOLOGY_PREFERRED_ANNOTATIONS = (f"{PREFIX}/topology-preferred", "kueue.x-k8s.i
 # Pod (template): when the gang starts if its best placement is busy (submit --start, resolved:
 # now, best or finish), its run on its best placement in seconds (--run-time) and its longest
 # wait for better GPUs in seconds (--max-wait); the scheduler reads them off its workers.
+# Pod (template): "true" lets the gang preempt gangs of lower priority (submit --preempt; a
+# pod's own preemptionPolicy is PreemptLowerPriority by default in every cluster, so it cannot
+# tell an opt-in); "false" under PREEMPTIBLE keeps a gang from ever being a victim.
+PREEMPT_ANNOTATION = f"{PREFIX}/preempt"
+PREEMPTIBLE_ANNOTATION = f"{PREFIX}/preemptible"
 START_ANNOTATION = f"{PREFIX}/start"
 RUN_TIME_ANNOTATION = f"{PREFIX}/run-time-s"
 MAX_WAIT_ANNOTATION = f"{PREFIX}/max-wait-s"

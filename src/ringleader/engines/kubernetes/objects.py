@@ -110,6 +110,9 @@ class PodInfo:
     start_rule: str = "now"  # names.START_ANNOTATION; a value the scheduler does not know: "now"
     run_time_s: float | None = None  # names.RUN_TIME_ANNOTATION
     max_wait_s: float | None = None  # names.MAX_WAIT_ANNOTATION
+    may_preempt: bool = False  # names.PREEMPT_ANNOTATION "true"
+    preemptible: bool = True  # names.PREEMPTIBLE_ANNOTATION "false": never a victim
+    grace_s: float = 30.0  # spec.terminationGracePeriodSeconds (the API's default 30)
 
     @property
     def key(self) -> str:
@@ -300,6 +303,9 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo:
         start_rule=_start_rule(annotations.get(names.START_ANNOTATION)),
         run_time_s=_seconds(annotations.get(names.RUN_TIME_ANNOTATION)),
         max_wait_s=_seconds(annotations.get(names.MAX_WAIT_ANNOTATION)),
+        may_preempt=annotations.get(names.PREEMPT_ANNOTATION) == "true",
+        preemptible=annotations.get(names.PREEMPTIBLE_ANNOTATION) != "false",
+        grace_s=float(spec.get("terminationGracePeriodSeconds", 30) or 0),
     )  # fmt: skip
 
 

@@ -36,7 +36,7 @@ from ringleader.engines.kubernetes.metrics import Metrics
 from ringleader.engines.kubernetes.objects import PodInfo
 from ringleader.engines.kubernetes.pinning import DraApi, Pin, PinError, pin_gang
 from ringleader.jobs.prediction import queue_estimator
-from ringleader.scheduler import BackfillConfig, Code, QueuedJob, QueuePass, Reservation, queue_order
+from ringleader.scheduler import BackfillConfig, Code, QueuedJob, QueuePass, Reservation, RunningGang, queue_order
 
 log = logging.getLogger("ringleader.kube.scheduler")
 RESULTS = {Code.SUCCESS: "scheduled", Code.UNSCHEDULABLE: "unschedulable", Code.UNRESOLVABLE: "unresolvable"}
@@ -180,6 +180,7 @@ class Scheduler:
             by_key = {g.key: g for g in ready}
             queued = [QueuedJob(job_request(g), i, _created_s(g)) for i, g in enumerate(ready)]
             estimate = queue_estimator(q.job for q in queued)  # the model, where a gang weighs its start
+            running, delay = self._preemptible() if any(q.job.may_preempt for q in queued) else ({}, 0.0)
             held: list[Reservation] = []  # reservations of the gangs ahead, in queue order
             ends: dict[str, float] | None = None
             waiting = 0
@@ -199,8 +200,11 @@ class Scheduler:
                 if ends is None:
                     ends = self._expected_ends(now)
                 started = time.perf_counter()
-                queue = QueuePass(self.cache.state, now, ends, self.backfill, tuple(held), estimate=estimate)
+                queue = QueuePass(self.cache.state, now, ends, self.backfill, tuple(held), estimate=estimate,
+                                  running=running, preempt_delay_s=delay)  # fmt: skip
                 outcome = decide(self.cache, gang, queue, entry.submit_s)
+                if outcome.preemption is not None:  # its victims are no victims for the gangs behind it
+                    running = {k: g for k, g in running.items() if k not in outcome.preemption.names}
                 self._reserve(gang.key, outcome.reservation)
                 if outcome.reservation is not None:
                     held.append(outcome.reservation)
@@ -224,6 +228,22 @@ class Scheduler:
         if old is not None and (reservation is None or reservation.placement != old.placement):
             self._reservations_moved += 1  # GPUs held for it are free again: gangs that waited may fit
 
+    def _preemptible(self) -> tuple[dict[str, RunningGang], float]:
+        """The running gangs a gang with ringleader.io/preempt may preempt: bound, none of their
+        pods being deleted or marked non-preemptible; with the longest grace among their pods
+        (how long a preemption takes)."""
+        gangs: dict[str, list[PodInfo]] = {}
+        for pod in self.cache.pods.values():
+            if pod.holds_resources and pod.ours:
+                gangs.setdefault(pod.gang_key, []).append(pod)
+        running, longest = {}, 0.0
+        for key, pods in gangs.items():
+            if any(p.deleting or not p.preemptible for p in pods):
+                continue
+            running[key] = RunningGang(key, max(p.priority for p in pods))
+            longest = max(longest, *(p.grace_s for p in pods))
+        return running, longest
+
     def _expected_ends(self, now: float) -> dict[str, float]:
         """When each running gang ends, on the wall clock, where every pod it runs has
         activeDeadlineSeconds (kubelet stops the pod that long after its start) or a run time
@@ -233,6 +253,9 @@ class Scheduler:
         unknown: set[str] = set()
         for pod in self.cache.pods.values():
             if not pod.holds_resources:
+                continue
+            if pod.deleting:  # being deleted (preempted, rolled back): gone within its grace
+                ends[pod.gang_key] = max(ends.get(pod.gang_key, 0.0), now + pod.grace_s)
                 continue
             known = [d for d in (pod.deadline_s, pod.run_time_s) if d is not None]
             if not known:
@@ -249,6 +272,8 @@ class Scheduler:
             return []
         outcomes = self.decide_all()
         for outcome in outcomes:
+            if outcome.preemption is not None:
+                self._preempt(outcome)
             if not outcome.ok:
                 self._report_pending(outcome)
         placed = [o for o in outcomes if o.ok]
@@ -294,6 +319,30 @@ class Scheduler:
         self._told.pop(gang, None)
         self._report(self._report_bound, outcome)
         return BindResult(gang, True)
+
+    def _preempt(self, outcome: Outcome) -> None:
+        """Each victim gang's pods marked DisruptionTarget and deleted with their own grace, as
+        kube-scheduler preempts (SIGTERM from kubelet, the grace, SIGKILL); their controller
+        (mpi-operator) makes new pods, which wait in the queue again. The preemptor holds the
+        GPUs they free as its reservation meanwhile."""
+        assert outcome.preemption is not None
+        victims = set(outcome.preemption.names)
+        with self.lock:
+            pods = [p for p in self.cache.pods.values() if p.gang_key in victims and p.holds_resources]
+        now = micro_time(time.time()).split(".")[0] + "Z"
+        why = (f"{names.SCHEDULER_NAME}: preempted by gang {outcome.gang.key} (priority "
+               f"{max(p.priority for p in outcome.gang.pending)}): {outcome.preemption.describe()}")  # fmt: skip
+        for pod in pods:
+            try:
+                self._check_lease()
+                self.api.pod_disruption_target(pod.namespace, pod.name, why[:1024], now)
+                self.api.delete_pod(pod.namespace, pod.name, pod.uid)
+            except (ApiError, LostLease) as exc:
+                log.warning("pod %s: not preempted: %s", pod.key, exc.message if isinstance(exc, ApiError) else exc)
+                continue
+            with self.lock:
+                self.cache.doomed(pod.key)
+            self._report(self._event, pod, "Normal", "Preempted", why)
 
     def _report_bound(self, outcome: Outcome) -> None:
         for a in outcome.assignments:
