@@ -280,3 +280,34 @@ def test_top_node_status_follows_slurms_node_state_with_its_reason(slurm_box: ob
         for node in ("node-a", "node-b"):
             scontrol(f"nodename={node}", "state=resume", check=False)  # node-b may be back already
     wait_for(lambda: all(h.status == "Ready" for h in eng.node_health().values()), 30, "nodes resumed")
+
+
+def test_a_priority_job_preempts_a_whole_slurm_job_which_checkpoints_and_is_requeued(
+    engine: SlurmEngine, tmp_path: Path
+) -> None:
+    """--preempt on Slurm: the victim's Slurm job is cancelled (SIGTERM, KillWait, SIGKILL), its
+    ranks write their checkpoint, it goes back to ringleader's queue, the preemptor starts on its
+    node's NVLink quad, and the victim runs again with RINGLEADER_RESTARTS=1 when GPUs free."""
+    low_a, low_b = tmp_path / "a", tmp_path / "b"
+    low_a.mkdir()
+    low_b.mkdir()
+    engine.submit(job("low-a", 4, 1, [PY, "-c", checkpointing_rank(low_a)], topology_aware=True))
+    engine.submit(job("low-b", 4, 1, [PY, "-c", checkpointing_rank(low_b)], topology_aware=True))
+    wait_for(lambda: training(engine, "low-a") and training(engine, "low-b"), 60, "both jobs to train")
+    first = {w.node for w in engine.get("low-a").instances}
+    result = engine.submit(job("urgent", 4, 1, [PY, "-c", "import time; time.sleep(3)"], topology_aware=True,
+                               priority=10, preempt=True))  # fmt: skip
+    preemption = result.decision.preemption
+    assert preemption is not None and preemption.names == ("low-a",)
+    wait_for(lambda: engine.get("urgent").status is JobStatus.RUNNING, 60, "the preemptor to start")
+    assert {w.node for w in engine.get("urgent").instances} == first
+    for rank in range(4):
+        assert (low_a / f"ckpt-{rank}").read_text() == "step 42"  # each rank checkpointed on SIGTERM
+    kinds = [e.kind for e in engine.get("low-a").events]
+    assert "Preempted" in kinds and "Requeued" in kinds
+    assert engine.get("low-b").status is JobStatus.RUNNING and not (low_b / "ckpt-0").exists()
+    wait_for(lambda: engine.get("low-a").status is JobStatus.RUNNING, 90, "the victim to run again")
+    view = engine.get("low-a")
+    assert view.restarts == 1
+    plan = json.loads((engine.root / "run" / "low-a" / "plan.json").read_text())
+    assert plan["env"]["RINGLEADER_RESTARTS"] == "1"

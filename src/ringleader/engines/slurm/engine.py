@@ -37,9 +37,12 @@ from ringleader.jobs.states import JobStatus
 from ringleader.jobs.submit import Submission, duplicate, submit_job
 from ringleader.jobs.support import Support
 from ringleader.jobs.views import GpuUsage, JobView, NodeHealth, SubmitResult
-from ringleader.scheduler import ClusterState, Decision, QueuedJob, schedule_queue
+from ringleader.scheduler import ClusterState, Decision, QueuedJob, RunningGang, schedule_queue
 
 DELETE_WAIT_S = 60.0
+# How long a preempted Slurm job takes to free its GPUs, as the queue plans it: Slurm's KillWait
+# (slurm.conf; its default 30 s) between the SIGTERM of the cancel and the SIGKILL.
+PREEMPT_DELAY_S = 30.0
 KILL_STEPS_WAIT_S = 10.0  # a SIGKILLed step ends at once; beyond this the cancel goes anyway
 FIRST_LOOK_S = 3.0
 
@@ -54,7 +57,7 @@ class SlurmEngine:
         self.notes: list[str] = []
         self._slurm_nodes: dict[str, state.SlurmNode] = {}  # as the last snapshot() read them
 
-    supports = Support("slurm", time_limit=True, network_tree=True, start_rules=True,
+    supports = Support("slurm", time_limit=True, network_tree=True, start_rules=True, preemption=True,
                        more_room="add nodes to the Slurm partition")  # fmt: skip
 
     def close(self) -> None:
@@ -175,8 +178,10 @@ class SlurmEngine:
         snapshot, nodes, _ = self._snapshot()
         specs = {r["name"]: JobSpec.from_dict(r["spec"]) for r in queued}
         order = [QueuedJob(specs[r["name"]].request(), i, r.get("created_at")) for i, r in enumerate(queued)]
+        running = self._preemptible() if any(q.job.may_preempt for q in order) else {}
         _, decisions = schedule_queue(snapshot, order, now=time.time(), expected_ends=self._expected_ends(),
-                                      estimate=queue_estimator(q.job for q in order))  # fmt: skip
+                                      estimate=queue_estimator(q.job for q in order), running=running,
+                                      preempt_delay_s=PREEMPT_DELAY_S)  # fmt: skip
         out = {}
         for decision in decisions:
             record = next(r for r in queued if r["name"] == decision.job.name)
@@ -192,9 +197,49 @@ class SlurmEngine:
                 if record.get("reason") != reason:
                     add_event(record, "Pending", reason)
                 record["reason"] = reason
+                if decision.preemption is not None:
+                    for victim in decision.preemption.names:
+                        self._preempt(victim, decision)
             self.records.save(record)
             out[decision.job.name] = decision
         return out
+
+    def _preemptible(self) -> dict[str, RunningGang]:
+        """ringleader's running Slurm jobs a job with --preempt may preempt: not being preempted
+        already, not --non-preemptible."""
+        gangs = {}
+        for record in self.records.all():
+            spec = JobSpec.from_dict(record["spec"])
+            if (record["status"] == JobStatus.RUNNING.value and record.get("slurm_id") and spec.preemptible
+                    and not record.get("preempted_by")):  # fmt: skip
+                gangs[record["name"]] = RunningGang(record["name"], spec.priority)
+        return gangs
+
+    def _preempt(self, name: str, by: Decision) -> None:
+        """scancel the victim's Slurm job (Slurm stops it as for a delete: SIGTERM, KillWait,
+        SIGKILL); once Slurm reports it ended it goes back to ringleader's queue (``_refresh``)."""
+        record = self.records.load(name)
+        if record is None or not record.get("slurm_id") or record.get("preempted_by"):
+            return
+        assert by.preemption is not None
+        slurmcli.run(["scancel", record["slurm_id"]], check=False)
+        record["preempted_by"] = by.job.name
+        add_event(record, "Preempted", f"by job {by.job.name} (priority {by.job.priority}), which starts on "
+                                       f"{by.preemption.placement.describe()} at {by.preemption.images_per_s:.0f} "
+                                       f"images/s: Slurm job {record['slurm_id']} cancelled (SIGTERM, then SIGKILL "
+                                       "after KillWait); then requeued")  # fmt: skip
+        self.records.save(record)
+
+    def _requeue(self, record: dict[str, Any]) -> None:
+        """A preempted job whose Slurm job has ended: back in ringleader's queue, its restart count
+        raised (its next run gets RINGLEADER_RESTARTS); its logs are kept, its run folder not."""
+        restarts = int(record.get("restarts", 0)) + 1
+        shutil.rmtree(self.root / "run" / record["name"], ignore_errors=True)
+        add_event(record, "Requeued", f"Slurm job {record['slurm_id']} ended; back in the queue, to run again with "
+                                      f"RINGLEADER_RESTARTS={restarts} (resume from your checkpoint)")  # fmt: skip
+        record.update(status=JobStatus.PENDING.value, slurm_id=None, started_at=None, ended_at=None,
+                      restarts=restarts, preempted_by=None,
+                      reason=f"preempted; requeued (restart {restarts})")  # fmt: skip
 
     def _expected_ends(self) -> dict[str, float]:
         """When ringleader's running Slurm jobs are expected to end: at the end of the run their
@@ -203,6 +248,9 @@ class SlurmEngine:
         ends = {}
         for record in self.records.all():
             if record["status"] != JobStatus.RUNNING.value or not record.get("started_at"):
+                continue
+            if record.get("preempted_by"):  # cancelled: gone within Slurm's KillWait
+                ends[record["name"]] = time.time() + PREEMPT_DELAY_S
                 continue
             limit = record["spec"].get("time_limit_s")
             end = expected_end(record.get("plan"), float(record["started_at"]), float(limit) if limit else None)
@@ -215,6 +263,7 @@ class SlurmEngine:
         assert decision.placement is not None
         specs = {ns.name: ns.spec for ns in snapshot.nodes}
         addresses = {name: n.address for name, n in nodes.items()}
+        spec = replace(spec, env={**spec.env, "RINGLEADER_RESTARTS": str(record.get("restarts", 0))})
         script, plan = write_launch(self.root, spec, decision.placement, specs, addresses)
         done = slurmcli.run(sbatch_argv(spec, plan, script, self.root, self.partition))
         record["slurm_id"] = done.stdout.strip().split(";")[0]
@@ -251,6 +300,11 @@ class SlurmEngine:
             components = slurmcli.show("job", ident)
         before = dict(record)
         status, reason, started, ended = slurm_status(components, self.root, record)
+        if record.get("preempted_by") and status.is_terminal():
+            if not self.readonly:
+                self._requeue(record)
+                self.records.save(record)
+            return record
         if status is not JobStatus(record["status"]):
             add_event(record, status.value.capitalize(), reason or f"Slurm job {ident}")
         if status.is_terminal() and any(c.get("JobState") in state.RUNNING_STATES for c in components):

@@ -127,5 +127,5 @@ def job_view(record: dict[str, Any], root: Path, with_instances: bool = True) ->
         name=record["name"], status=status, priority=int(record.get("priority", 0)), trainer=TRAINER,
         created_at=record["created_at"], started_at=record.get("started_at"), ended_at=record.get("ended_at"),
         spec=JobSpec.from_dict(record["spec"]), reason=record.get("reason"), placement=record.get("plan"),
-        instances=instances, events=events, has_instances=with_instances,
+        instances=instances, events=events, has_instances=with_instances, restarts=int(record.get("restarts", 0)),
     )  # fmt: skip
