@@ -82,6 +82,7 @@ class Agent:
         self.leaving = False
         self.wake_fd = -1
         self.standby_checked_at = 0.0
+        self.waits_checked_at = time.monotonic()  # the first look a tick after it starts serving
         # At once: the beat file must name the holder of the lock from its first moment.
         Heartbeat(self.home / "run" / BEAT, self.me, self.me_start).start()
 
@@ -214,7 +215,11 @@ class Agent:
 
     def _decide_again_if_a_wait_is_over(self) -> None:
         """The queue's pass once a job waiting for better GPUs reaches its longest wait: no end
-        of a job prompts it then. Read once a tick; a busy or full state waits for the next."""
+        of a job prompts it then. Read once a tick (not on every wake: a job's start wakes the
+        agent several times); a busy or full state waits for the next."""
+        if time.monotonic() - self.waits_checked_at < TICK_S:
+            return
+        self.waits_checked_at = time.monotonic()
         try:
             db, _ = store.Store.open(self.home, create=False, reserve=False)
             try:
