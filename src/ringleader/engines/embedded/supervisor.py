@@ -436,16 +436,21 @@ class Supervisor:
         disk they are what frees the room to record), and the queue's pass."""
         if grace_s == GONE:  # forgotten already: only this supervisor's own children are left
             grace_s = 0.0
+        self._stop_everything(grace_s)
+        remove_job_folders(self.home, self.job)  # never through a link put in a folder's place
+        if store.until_recorded(self.home, self._forget_rows, self.log):
+            self.placed()
+
+    def _stop_everything(self, grace_s: float) -> None:
+        """Every process of the job stopped (SIGTERM, ``grace_s``, SIGKILL), our own children
+        reaped, and what its containers left removed: a delete's and a preemption's stop."""
         stop_all(self.every_process(), grace_s)
-        for w in self.watched:  # reap our own children
+        for w in self.watched:
             if w.popen is not None and w.popen.poll() is None:
                 w.popen.kill()
             if w.popen is not None:
                 w.popen.wait()
         self.remove_containers()
-        remove_job_folders(self.home, self.job)  # never through a link put in a folder's place
-        if store.until_recorded(self.home, self._forget_rows, self.log):
-            self.placed()
 
     def requeue(self, grace_s: float) -> bool:
         """A preemption's request: every process stopped as for a delete (SIGTERM, ``grace_s``,
@@ -453,13 +458,7 @@ class Supervisor:
         them; its logs are kept, and its next run appends to them. Then the job is back in the
         queue with its GPUs freed, and the queue's pass runs (its preemptor starts). False when a
         delete came meanwhile: that one forgets it."""
-        stop_all(self.every_process(), grace_s)
-        for w in self.watched:  # reap our own children
-            if w.popen is not None and w.popen.poll() is None:
-                w.popen.kill()
-            if w.popen is not None:
-                w.popen.wait()
-        self.remove_containers()
+        self._stop_everything(grace_s)
         remove_job_folders(self.home, self.job, ("run",))
         requeued = store.until_recorded(self.home, self._requeue_rows, self.log)
         if requeued:
