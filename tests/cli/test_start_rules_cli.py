@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 Cli = Any  # the `seeds_cli` fixture of tests/cli/conftest.py
@@ -92,3 +93,22 @@ def test_start_options_refused_in_one_line(seeds_cli: Cli) -> None:
         assert out.returncode == 2, out
         assert words in out.stderr and len(out.stderr.strip().splitlines()) <= 2, out.stderr
     assert seeds_cli.ok("list").count("\n") <= 1  # nothing was queued
+
+
+def test_a_calibration_kept_with_the_job_prices_its_placements(seeds_cli: Cli, tmp_path: Path) -> None:
+    """--calibration: measured on this cluster, the network is as fast as NVLink, so starting
+    spread now costs nothing and the gang starts at once; a bad file is one line, nothing queued."""
+    fast = tmp_path / "fast.json"
+    fast.write_text(json.dumps({"kind": "calibration", "version": 1, "sources": [], "compute": [], "overlap": None,
+                                "sync": None, "links": {"network": {"gbs": 300.0, "latency_us": 1.0}}}))  # fmt: skip
+    busy(seeds_cli, "block-a", "10m")
+    busy(seeds_cli, "block-b", "10h")
+    vgg(seeds_cli, "vgg", "--calibration", str(fast))
+    data = job(seeds_cli, "vgg")
+    assert data["status"] == "RUNNING" and len(nodes_of(data)) == 2
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    out = seeds_cli("submit", "mpi", "--name", "x", "--workers", "4", "--gpus", "1", "--run-time", "1h",
+                    "--calibration", str(bad), "--", "true")  # fmt: skip
+    assert out.returncode == 2 and "calibration file" in out.stderr and len(out.stderr.strip().splitlines()) <= 2
+    assert "x" not in [line.split()[0] for line in seeds_cli.ok("list").splitlines()[1:]]

@@ -239,6 +239,15 @@ RUN_TIME_HELP = ("How long the job trains on its best placement (your estimate):
 MAX_WAIT_HELP = "The longest it waits for better GPUs, from submit; then it starts on whatever fits."
 
 
+def read_calibration(path: str | None) -> dict[str, Any] | None:
+    """The calibration file's document, checked (a malformed one is one line naming it)."""
+    if path is None:
+        return None
+    from ringleader.model import load_calibration
+
+    return load_calibration(path).as_dict()
+
+
 def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
     del ctx
     from ringleader.jobs.spec import parse_duration
@@ -319,6 +328,9 @@ def submit() -> None:
 @click.option("--start", type=click.Choice(["now", "best", "finish"]), default=None, help=START_HELP)
 @click.option("--run-time", "run_time_s", metavar="DURATION", callback=_duration, help=RUN_TIME_HELP)
 @click.option("--max-wait", "max_wait_s", metavar="DURATION", callback=_duration, help=MAX_WAIT_HELP)
+@click.option("--calibration", "calibration_file", type=click.Path(dir_okay=False), default=None,
+              help="A calibration (`ringleader calibrate --out`) the queue prices this job's placements with "
+                   "when it weighs its start or a preemption (default: the published rates).")
 @click.option("--preempt", is_flag=True, help="May stop preemptible jobs of lower priority to start (requeued).")
 @click.option("--preemptible/--non-preemptible", default=True, show_default=True,
               help="Whether a job of higher priority with --preempt may stop and requeue this one.")
@@ -335,9 +347,9 @@ def submit_mpi(
     image: str | None, data: tuple[tuple[str, str], ...], shm_size: int | None, rdma: bool,
     image_pull_policy: str | None, container_user: str | None, model: str | None, dry_run: bool,
     time_limit_s: float | None, start: str | None, run_time_s: float | None, max_wait_s: float | None,
-    preempt: bool, preemptible: bool, working_dir: str | None, topology_required: str | None,
-    topology_preferred: str | None, output: str, command: tuple[str, ...], engine: str | None,
-    **kube: Any,
+    calibration_file: str | None, preempt: bool, preemptible: bool, working_dir: str | None,
+    topology_required: str | None, topology_preferred: str | None, output: str, command: tuple[str, ...],
+    engine: str | None, **kube: Any,
 ) -> None:  # fmt: skip
     """Submit an MPI job: COMMAND is one quoted string (an `mpirun ... program` line or a plain
     program started once per worker, torchrun-style) or the words after `--`. A quoted string
@@ -368,6 +380,7 @@ def submit_mpi(
         time_limit_s=time_limit_s, container=container, workdir=working_dir, kube=read_kube_options(kube),
         topology_required=topology_required, topology_preferred=topology_preferred, start=start,
         run_time_s=run_time_s, max_wait_s=max_wait_s, preempt=preempt, preemptible=preemptible,
+        calibration=read_calibration(calibration_file),
     )  # fmt: skip
     with using_engine(engine) as rt:
         result = rt.submit(spec, dry_run=dry_run)

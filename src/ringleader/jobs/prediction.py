@@ -15,7 +15,7 @@ from ringleader.errors import RingleaderError
 from ringleader.jobs.spec import JobSpec
 
 if TYPE_CHECKING:
-    from ringleader.scheduler import ClusterState, JobRequest, Placement
+    from ringleader.scheduler import ClusterState, Placement
     from ringleader.scheduler.policies.throughput import Estimator
 
 DEFAULT_BATCH = 64
@@ -96,12 +96,16 @@ def predict_job(state: ClusterState, spec: JobSpec, placement: Placement) -> dic
     return out
 
 
-def queue_estimator(requests: Iterable[JobRequest]) -> Estimator | None:
+def queue_estimator(specs: Iterable[JobSpec]) -> Estimator | None:
     """The model's images/s for a queue pass that weighs start rules (``--start``/``--run-time``)
-    or preemptions (``--preempt``); None when no job asks for either, so a pass without one never
+    or preemptions (``--preempt``), each job's placements priced with its own calibration where it
+    has one (``--calibration``); None when no job asks for either, so a pass without one never
     loads the model."""
-    if all(r.start_rule == "now" and not r.may_preempt for r in requests):
+    weighing = [s for s in specs if s.start_rule() != "now" or s.preempt]
+    if not weighing:
         return None
-    from ringleader.model import placement_images_per_s
+    from ringleader.model import calibrated_estimator, placement_images_per_s
+    from ringleader.model.calibration import calibration_from_dict
 
-    return placement_images_per_s
+    calibrations = {s.name: calibration_from_dict(s.calibration) for s in weighing if s.calibration is not None}
+    return calibrated_estimator(calibrations) if calibrations else placement_images_per_s

@@ -311,6 +311,10 @@ class JobSpec:
     # ``preemptible`` False keeps it from ever being stopped for another job.
     preempt: bool = False
     preemptible: bool = True
+    # The model calibration (``ringleader calibrate --out``'s document, kept with the job) the
+    # queue prices this job's placements with when it weighs a start or a preemption; None: the
+    # published rates.
+    calibration: dict[str, Any] | None = None
 
     def start_rule(self) -> str:
         if self.start is not None:
@@ -423,7 +427,7 @@ class JobSpec:
             grace_s=_seconds(data.get("grace_s")),
             start=data.get("start"), run_time_s=_seconds(data.get("run_time_s")),
             max_wait_s=_seconds(data.get("max_wait_s")), preempt=bool(data.get("preempt", False)),
-            preemptible=bool(data.get("preemptible", True)),
+            preemptible=bool(data.get("preemptible", True)), calibration=data.get("calibration"),
         )  # fmt: skip
 
 

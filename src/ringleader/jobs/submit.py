@@ -132,6 +132,8 @@ def prepare_submit(spec: JobSpec, supports: Support, environ: Mapping[str, str] 
         supports.require("start_rules", "--start/--run-time/--max-wait")
     if spec.preempt:
         supports.require("preemption", "--preempt")
+    if spec.calibration is not None:
+        supports.require("calibration", "--calibration")
     if spec.workdir is None and supports.submitter_context:
         spec = dataclasses.replace(spec, workdir=working_directory())
     elif spec.workdir is not None and supports.submitter_context and not os.path.isdir(spec.workdir):

@@ -19,6 +19,7 @@ from ringleader.model.comm import AllreduceCost, Hop, allreduce_cost, allreduce_
 from ringleader.model.compute import ComputeRate, compute_rate
 from ringleader.model.predict import (
     Prediction,
+    calibrated_estimator,
     compare_policies,
     comparison_line,
     placement_images_per_s,
@@ -58,6 +59,7 @@ __all__ = [
     "Prediction",
     "allreduce_cost",
     "allreduce_time_s",
+    "calibrated_estimator",
     "compare_policies",
     "comparison_line",
     "compute_rate",

@@ -14,7 +14,7 @@ when its rate is given.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -256,16 +256,32 @@ ESTIMATE_BATCH = 64
 ESTIMATE_GPU = "V100"
 
 
-def placement_images_per_s(nodes: Mapping[str, NodeState], placement: Placement, job: JobRequest) -> float:
+def placement_images_per_s(
+    nodes: Mapping[str, NodeState], placement: Placement, job: JobRequest, calibration: Calibration | None = None
+) -> float:
     """The throughput policy's estimator: predicted images/s of ``job`` on ``placement``, for its
     model hint at batch 64 in fp32 (ResNet-50 without a known hint). Nodes without a known GPU
     model are estimated as the reference V100: the ranking of placements needs the ratio of
-    communication to compute, not the exact rate."""
+    communication to compute, not the exact rate. ``calibration``: the links and rates measured
+    on this cluster (``ringleader calibrate``) instead of the published ones."""
     try:
         model = check_model(job.model) if job.model else ESTIMATE_MODEL
     except UsageError:
         model = ESTIMATE_MODEL
     try:
-        return predict_placement(nodes, placement, model, ESTIMATE_BATCH).images_per_s
+        return predict_placement(nodes, placement, model, ESTIMATE_BATCH, calibration=calibration).images_per_s
     except UsageError:
-        return predict_placement(nodes, placement, model, ESTIMATE_BATCH, gpu_type=ESTIMATE_GPU).images_per_s
+        return predict_placement(nodes, placement, model, ESTIMATE_BATCH, gpu_type=ESTIMATE_GPU,
+                                 calibration=calibration).images_per_s  # fmt: skip
+
+
+def calibrated_estimator(
+    calibrations: Mapping[str, Calibration],
+) -> Callable[[Mapping[str, NodeState], Placement, JobRequest], float]:
+    """The queue's estimator where some jobs carry a calibration (``submit --calibration``): each
+    job's placements priced with its own, the others with the published rates."""
+
+    def estimate(nodes: Mapping[str, NodeState], placement: Placement, job: JobRequest) -> float:
+        return placement_images_per_s(nodes, placement, job, calibrations.get(job.name))
+
+    return estimate

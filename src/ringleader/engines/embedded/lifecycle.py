@@ -34,7 +34,7 @@ def schedule_pass_decisions(conn: sqlite3.Connection, now: float) -> list[Decisi
     specs = {r["name"]: JobSpec.from_dict(json.loads(r["spec"])) for r in rows}
     queued = [QueuedJob(specs[r["name"]].request(), int(r["seq"]), float(r["created_at"])) for r in rows]
     state = store.cluster_state(conn)
-    estimate = queue_estimator(q.job for q in queued)
+    estimate = queue_estimator(specs.values())
     running, delay = preemptible_gangs(conn) if any(q.job.may_preempt for q in queued) else ({}, 0.0)
     _, decisions = schedule_queue(state, queued, now=now, expected_ends=expected_ends(conn, now), estimate=estimate,
                                   running=running, preempt_delay_s=delay)  # fmt: skip

@@ -35,7 +35,7 @@ from ringleader.engines.kubernetes.leader import LeaderElector, micro_time
 from ringleader.engines.kubernetes.metrics import Metrics
 from ringleader.engines.kubernetes.objects import PodInfo
 from ringleader.engines.kubernetes.pinning import DraApi, Pin, PinError, pin_gang
-from ringleader.jobs.prediction import queue_estimator
+from ringleader.model import placement_images_per_s
 from ringleader.scheduler import BackfillConfig, Code, QueuedJob, QueuePass, Reservation, RunningGang, queue_order
 
 log = logging.getLogger("ringleader.kube.scheduler")
@@ -179,7 +179,8 @@ class Scheduler:
             ready = [g for g in self.cache.gangs() if g.ready]
             by_key = {g.key: g for g in ready}
             queued = [QueuedJob(job_request(g), i, _created_s(g)) for i, g in enumerate(ready)]
-            estimate = queue_estimator(q.job for q in queued)  # the model, where a gang weighs its start
+            weighs = any(q.job.start_rule != "now" or q.job.may_preempt for q in queued)
+            estimate = placement_images_per_s if weighs else None  # the model, where a gang weighs its start
             running, delay = self._preemptible() if any(q.job.may_preempt for q in queued) else ({}, 0.0)
             held: list[Reservation] = []  # reservations of the gangs ahead, in queue order
             ends: dict[str, float] | None = None

@@ -58,6 +58,7 @@ class SlurmEngine:
         self._slurm_nodes: dict[str, state.SlurmNode] = {}  # as the last snapshot() read them
 
     supports = Support("slurm", time_limit=True, network_tree=True, start_rules=True, preemption=True,
+                       calibration=True,
                        more_room="add nodes to the Slurm partition")  # fmt: skip
 
     def close(self) -> None:
@@ -180,7 +181,7 @@ class SlurmEngine:
         order = [QueuedJob(specs[r["name"]].request(), i, r.get("created_at")) for i, r in enumerate(queued)]
         running = self._preemptible() if any(q.job.may_preempt for q in order) else {}
         _, decisions = schedule_queue(snapshot, order, now=time.time(), expected_ends=self._expected_ends(),
-                                      estimate=queue_estimator(q.job for q in order), running=running,
+                                      estimate=queue_estimator(specs.values()), running=running,
                                       preempt_delay_s=PREEMPT_DELAY_S)  # fmt: skip
         out = {}
         for decision in decisions:
