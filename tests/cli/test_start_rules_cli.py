@@ -112,3 +112,22 @@ def test_a_calibration_kept_with_the_job_prices_its_placements(seeds_cli: Cli, t
                     "--calibration", str(bad), "--", "true")  # fmt: skip
     assert out.returncode == 2 and "calibration file" in out.stderr and len(out.stderr.strip().splitlines()) <= 2
     assert "x" not in [line.split()[0] for line in seeds_cli.ok("list").splitlines()[1:]]
+
+
+def test_steps_and_the_models_step_time_give_the_run_time(seeds_cli: Cli) -> None:
+    busy(seeds_cli, "block-a", "10m")
+    busy(seeds_cli, "block-b", "10h")
+    out = seeds_cli("submit", "mpi", "--name", "vgg", "--workers", "4", "--gpus", "1", "--gputopology",
+                    "--model", "vgg16", "--steps", "14000", "--", "sleep", "600")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    # 4 x 64 images a step at the model's 910 images/s; said with the other notes, on stderr
+    assert "run time from --steps: 14000 steps x 0.28" in out.stderr
+    data = job(seeds_cli, "vgg")
+    request = data["placement"]["request"]
+    assert request["start"] == "finish" and 3800 < request["run_time_s"] < 4100
+    assert data["status"] == "PENDING" and "waits: it finishes sooner" in data["reason"]
+    for extra, words in (((), "--steps needs the model's step time"),
+                         (("--model", "vgg16", "--run-time", "1h"), "--steps and --run-time both say")):  # fmt: skip
+        bad = seeds_cli("submit", "mpi", "--name", "x", "--workers", "2", "--gpus", "1", "--steps", "10", *extra,
+                        "--", "true")  # fmt: skip
+        assert bad.returncode == 2 and words in bad.stderr, bad.stderr

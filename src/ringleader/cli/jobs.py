@@ -327,6 +327,9 @@ def submit() -> None:
 @click.option("--time-limit", "time_limit_s", metavar="DURATION", callback=_duration, help=TIME_LIMIT_HELP)
 @click.option("--start", type=click.Choice(["now", "best", "finish"]), default=None, help=START_HELP)
 @click.option("--run-time", "run_time_s", metavar="DURATION", callback=_duration, help=RUN_TIME_HELP)
+@click.option("--steps", type=click.IntRange(min=1), default=None,
+              help="Training steps the job runs: with --model, the model's step time on its best placement "
+                   "gives its run time (as --run-time does).")
 @click.option("--max-wait", "max_wait_s", metavar="DURATION", callback=_duration, help=MAX_WAIT_HELP)
 @click.option("--calibration", "calibration_file", type=click.Path(dir_okay=False), default=None,
               help="A calibration (`ringleader calibrate --out`) the queue prices this job's placements with "
@@ -347,7 +350,7 @@ def submit_mpi(
     image: str | None, data: tuple[tuple[str, str], ...], shm_size: int | None, rdma: bool,
     image_pull_policy: str | None, container_user: str | None, model: str | None, dry_run: bool,
     time_limit_s: float | None, start: str | None, run_time_s: float | None, max_wait_s: float | None,
-    calibration_file: str | None, preempt: bool, preemptible: bool, working_dir: str | None,
+    steps: int | None, calibration_file: str | None, preempt: bool, preemptible: bool, working_dir: str | None,
     topology_required: str | None, topology_preferred: str | None, output: str, command: tuple[str, ...],
     engine: str | None, **kube: Any,
 ) -> None:  # fmt: skip
@@ -380,7 +383,7 @@ def submit_mpi(
         time_limit_s=time_limit_s, container=container, workdir=working_dir, kube=read_kube_options(kube),
         topology_required=topology_required, topology_preferred=topology_preferred, start=start,
         run_time_s=run_time_s, max_wait_s=max_wait_s, preempt=preempt, preemptible=preemptible,
-        calibration=read_calibration(calibration_file),
+        calibration=read_calibration(calibration_file), steps=steps,
     )  # fmt: skip
     with using_engine(engine) as rt:
         result = rt.submit(spec, dry_run=dry_run)

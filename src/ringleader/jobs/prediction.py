@@ -9,6 +9,7 @@ else the reference study's batch of 64 in fp32.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ringleader.errors import RingleaderError
@@ -109,3 +110,25 @@ def queue_estimator(specs: Iterable[JobSpec]) -> Estimator | None:
 
     calibrations = {s.name: calibration_from_dict(s.calibration) for s in weighing if s.calibration is not None}
     return calibrated_estimator(calibrations) if calibrations else placement_images_per_s
+
+
+def run_time_from_steps(spec: JobSpec, state: ClusterState) -> tuple[JobSpec, str]:
+    """``spec`` with its run time: its --steps times the model's step time on its best placement
+    (the one ``place`` gives it on the cluster with every GPU free), for the batch and precision
+    its command line names, with its calibration if it has one; and the line that says so."""
+    from ringleader.model import predict_placement
+    from ringleader.model.calibration import calibration_from_dict
+    from ringleader.scheduler import ClusterState, NodeState, place
+
+    assert spec.steps is not None and spec.model is not None
+    empty = ClusterState(tuple(NodeState(ns.spec) for ns in state.nodes))
+    best = place(empty, spec.request()).placement
+    if best is None:  # never fits: submit refuses it in its own words next
+        return spec, ""
+    batch, precision = workload_hints(spec.command)
+    calibration = calibration_from_dict(spec.calibration) if spec.calibration is not None else None
+    step = predict_placement(empty.by_name, best, spec.model, batch, precision, calibration=calibration).step_time_s
+    run_time = spec.steps * step
+    said = (f"run time from --steps: {spec.steps} steps x {step:.3g} s ({spec.model}, batch {batch}/GPU, "
+            f"{precision}, on {best.describe()}) = {run_time:.0f} s")  # fmt: skip
+    return replace(spec, run_time_s=run_time), said

@@ -315,11 +315,14 @@ class JobSpec:
     # queue prices this job's placements with when it weighs a start or a preemption; None: the
     # published rates.
     calibration: dict[str, Any] | None = None
+    # Training steps the job runs (--steps): at submit, times the model's step time on its best
+    # placement, it gives ``run_time_s`` (needs --model).
+    steps: int | None = None
 
     def start_rule(self) -> str:
         if self.start is not None:
             return self.start
-        return "finish" if self.run_time_s is not None else "now"
+        return "finish" if self.run_time_s is not None or self.steps is not None else "now"
 
     def stop_grace(self) -> float:
         """The grace its ranks get when stopped (a job kept before it was recorded: the default)."""
@@ -383,8 +386,17 @@ class JobSpec:
             numeric = isinstance(value, int | float) and not isinstance(value, bool)
             if value is not None and not (numeric and 0 < value < MAX_TIME_LIMIT_S):
                 raise UsageError(f"{option} must be a positive duration, got {value}", "write e.g. 90s, 30m or 2h")
+        if self.steps is not None:
+            if isinstance(self.steps, bool) or not isinstance(self.steps, int) or not 0 < self.steps < 2**40:
+                raise UsageError(f"--steps must be a positive whole number, got {self.steps}", "give e.g. --steps 5000")
+            if self.run_time_s is not None:
+                raise UsageError("--steps and --run-time both say how long the job runs",
+                                 "give one of them")  # fmt: skip
+            if not self.model or not self.gpus_per_worker:
+                raise UsageError("--steps needs the model's step time, and this job names no model or GPU",
+                                 "add --model NAME (e.g. vgg16) and --gpus N, or give --run-time")  # fmt: skip
         rule = self.start_rule()
-        if rule == "finish" and self.run_time_s is None and self.time_limit_s is None:
+        if rule == "finish" and self.run_time_s is None and self.time_limit_s is None and self.steps is None:
             raise UsageError("--start finish weighs how long the job runs, and it gives no run time",
                              "add --run-time DURATION (its run on its best placement) or --time-limit")  # fmt: skip
         if self.max_wait_s is not None and rule == "now":
@@ -428,6 +440,7 @@ class JobSpec:
             start=data.get("start"), run_time_s=_seconds(data.get("run_time_s")),
             max_wait_s=_seconds(data.get("max_wait_s")), preempt=bool(data.get("preempt", False)),
             preemptible=bool(data.get("preemptible", True)), calibration=data.get("calibration"),
+            steps=None if data.get("steps") is None else int(data["steps"]),
         )  # fmt: skip
 
 

@@ -25,7 +25,7 @@ from ringleader.errors import ConflictError, UnschedulableError, UsageError
 from ringleader.jobs.codec import decision_to_dict
 from ringleader.jobs.commandline import prepare_spec
 from ringleader.jobs.line import CommandLine
-from ringleader.jobs.prediction import predict_job
+from ringleader.jobs.prediction import predict_job, run_time_from_steps
 from ringleader.jobs.spec import JobSpec, submit_env
 from ringleader.jobs.support import Support
 from ringleader.jobs.views import JobView, SubmitResult
@@ -81,6 +81,9 @@ def submit_job(engine: Provisioner, spec: JobSpec, dry_run: bool = False) -> Sub
     if engine.exists(spec.name):  # checked before anything is written (or created)
         raise duplicate(spec.name, engine.supports)
     state = engine.snapshot()
+    if spec.steps is not None and spec.run_time_s is None:
+        spec, how = run_time_from_steps(spec, state)
+        sub = dataclasses.replace(sub, spec=spec, notes=(*sub.notes, f"note: {how}") if how else sub.notes)
     decision = place(state, spec.request())
     refuse_unresolvable(decision, engine.supports)
     engine.check(decision, state)
