@@ -301,7 +301,8 @@ class SlurmEngine:
             components = slurmcli.show("job", ident)
         before = dict(record)
         status, reason, started, ended = slurm_status(components, self.root, record)
-        if record.get("preempted_by") and status.is_terminal():
+        # Cancelled for a preemption: requeued; one that succeeded before the cancel came is done.
+        if record.get("preempted_by") and status is JobStatus.FAILED:
             if not self.readonly:
                 self._requeue(record)
                 self.records.save(record)
