@@ -102,7 +102,7 @@ def queue_estimator(specs: Iterable[JobSpec]) -> Estimator | None:
     or preemptions (``--preempt``), each job's placements priced with its own calibration where it
     has one (``--calibration``); None when no job asks for either, so a pass without one never
     loads the model."""
-    weighing = [s for s in specs if s.start_rule() != "now" or s.preempt]
+    weighing = [s for s in specs if s.request().prices_placements]
     if not weighing:
         return None
     from ringleader.model import calibrated_estimator, placement_images_per_s
@@ -118,10 +118,10 @@ def run_time_from_steps(spec: JobSpec, state: ClusterState) -> tuple[JobSpec, st
     its command line names, with its calibration if it has one; and the line that says so."""
     from ringleader.model import predict_placement
     from ringleader.model.calibration import calibration_from_dict
-    from ringleader.scheduler import ClusterState, NodeState, place
+    from ringleader.scheduler import place
 
     assert spec.steps is not None and spec.model is not None
-    empty = ClusterState(tuple(NodeState(ns.spec) for ns in state.nodes))
+    empty = state.all_free()
     best = place(empty, spec.request()).placement
     if best is None:  # never fits: submit refuses it in its own words next
         return spec, ""

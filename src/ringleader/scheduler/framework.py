@@ -247,7 +247,7 @@ def _why_chosen(candidates: Sequence[Candidate]) -> tuple[str, ...]:
 
 def unresolvable(state: ClusterState, job: JobRequest, policy: Policy) -> bool:
     """True if the job could not be placed even with every GPU of the cluster free."""
-    empty = ClusterState(tuple(NodeState(ns.spec) for ns in state.nodes))
+    empty = state.all_free()
     eligible = [g for g in empty.groups if policy.filter(g.first, job) is None]
     return not eligible or not policy.choose_groups(eligible, job)
 

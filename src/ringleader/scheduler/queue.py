@@ -314,7 +314,6 @@ class QueuePass:
         for ``finish`` the one that finishes first. Each option looked at costs a ``place`` on
         the future cluster, so the walk stops once no later start can finish sooner (it would
         need less than ``work``) or after ``MAX_OPTIONS``."""
-        assert self.now is not None
         estimate = self.estimator()
         nodes = self.state.by_name
         best: Option | None = None
@@ -365,16 +364,11 @@ class QueuePass:
         ideal = self.ideal_rate(job, policy)
         if ideal is None:
             return None
-        estimate = self.estimator()
-        nodes = self.state.by_name
         soon = math.inf if self.now is None else self.now + self.preempt_delay_s
-        for count, (start, placement) in enumerate(self.future_options(job, policy)):
-            if start is None or start > soon or count >= MAX_OPTIONS:
-                break
-            if as_good(estimate(nodes, placement, job), ideal):
-                return None  # it frees as soon as victims would stop: nobody is preempted
-        spared = frozenset((node, gpu) for r in self.blocking(job) for node in r.placement.nodes
-                           for gpu in r.placement.gpus_on(node))  # fmt: skip
+        if self._best_wait(job, policy, StartRule.BEST, ideal, None, soon, None) is not None:
+            return None  # a placement as good frees as soon as victims would stop: nobody is preempted
+        estimate = self.estimator()
+        spared = frozenset().union(*(_gpu_set(r.placement) for r in self.blocking(job)))
         return plan_preemption(usable, job, self.running, ideal, lambda state, p: estimate(state.by_name, p, job),
                                policy, spared)  # fmt: skip
 

@@ -48,6 +48,12 @@ class JobRequest:
         return self.workers * self.gpus_per_worker
 
     @property
+    def prices_placements(self) -> bool:
+        """Whether deciding it needs each placement's predicted speed: it weighs its start, or
+        may preempt (the model is loaded only for such a queue)."""
+        return self.start_rule != "now" or self.may_preempt
+
+    @property
     def policy_name(self) -> str:
         network = self.topology_required is not None or self.topology_preferred is not None
         return "topology" if self.topology_aware or network else "default"
@@ -243,6 +249,10 @@ class ClusterState:
                 continue
             move_position(index, old_key, new_key, pos)
         return ClusterState(tuple(nodes), index, self.positions, switches)
+
+    def all_free(self) -> ClusterState:
+        """The same nodes with every GPU free (the cluster a gang's best placement is found on)."""
+        return ClusterState(tuple(NodeState(ns.spec) for ns in self.nodes))
 
     def with_nodes(self, changed: Mapping[int, NodeState]) -> ClusterState:
         """The state with the nodes at these positions replaced (same specs, other allocations);

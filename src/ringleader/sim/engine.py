@@ -296,7 +296,7 @@ class Simulation:
         """The step time of ``job`` on its best placement: the one ``place`` gives on the empty cluster."""
         key = (job.workers, job.gpus, job.model, job.batch_size)
         if key not in self.work:
-            empty = ClusterState.empty([ns.spec for ns in self.state.nodes])
+            empty = self.state.all_free()
             placement = place(empty, request_of(job), self.policy).placement
             assert placement is not None  # jobs that never fit were rejected before any arrival
             nodes = {n: empty.node(n) for n in placement.nodes}

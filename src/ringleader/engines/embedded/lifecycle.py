@@ -17,6 +17,8 @@ from ringleader.scheduler import ClusterState, Code, Decision, QueuedJob, Runnin
 # meta key: how jobs on ssh hosts launch here (extra MCA parameters, rank env, the head's
 # address), written by `cluster up` for an emulated cluster; absent for real hosts.
 HOSTS_SETTINGS = "hosts_settings"
+# A running job whose ranks are being stopped: a delete's or a preemption's.
+STOPPING = (Launch.STOPPING.value, Launch.PREEMPTING.value)
 
 
 def schedule_pass(conn: sqlite3.Connection, now: float) -> list[str]:
@@ -77,10 +79,6 @@ def preempt_job(conn: sqlite3.Connection, name: str, by: Decision, now: float) -
     store.add_event(conn, name, "Preempted", f"by job {by.job.name} (priority {by.job.priority}), which starts on "
                     f"{by.preemption.placement.describe()} at {by.preemption.images_per_s:.0f} images/s: {how}; "
                     f"then requeued", now)  # fmt: skip
-
-
-# A running job whose ranks are being stopped: a delete's or a preemption's.
-STOPPING = (Launch.STOPPING.value, Launch.PREEMPTING.value)
 
 
 def expected_ends(conn: sqlite3.Connection, now: float) -> dict[str, float]:

@@ -179,7 +179,7 @@ class Scheduler:
             ready = [g for g in self.cache.gangs() if g.ready]
             by_key = {g.key: g for g in ready}
             queued = [QueuedJob(job_request(g), i, _created_s(g)) for i, g in enumerate(ready)]
-            weighs = any(q.job.start_rule != "now" or q.job.may_preempt for q in queued)
+            weighs = any(q.job.prices_placements for q in queued)
             estimate = placement_images_per_s if weighs else None  # the model, where a gang weighs its start
             running, delay = self._preemptible() if any(q.job.may_preempt for q in queued) else ({}, 0.0)
             held: list[Reservation] = []  # reservations of the gangs ahead, in queue order
