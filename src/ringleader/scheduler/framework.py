@@ -16,6 +16,7 @@ from typing import ClassVar
 
 from ringleader.errors import UsageError
 from ringleader.scheduler.gpuset import INF, bits, search_for
+from ringleader.scheduler.teams import gpu_type
 from ringleader.scheduler.types import (
     Bottleneck,
     Candidate,
@@ -48,6 +49,8 @@ class Policy(ABC):
             return f"{SCHEDULE_LABEL}=default (serves only jobs without --gputopology)"
         if not job.topology_aware and mode == "topology":
             return f"{SCHEDULE_LABEL}=topology (serves only --gputopology jobs)"
+        if job.gpu_types is not None and gpu_type(node) not in job.gpu_types:
+            return f"its queue has no quota left for {gpu_type(node)} GPUs"
         if node.n_free < job.gpus_per_worker:
             return f"{node.n_free} free GPU(s) < {job.gpus_per_worker} per worker"
         return None

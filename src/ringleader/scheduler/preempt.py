@@ -44,10 +44,11 @@ def plan_preemption(
 ) -> Preemption | None:
     """The preemption that gives ``job`` a placement as fast as ``ideal`` images/s, or None.
 
-    ``running``: the gangs that hold GPUs in ``state``, by name (those not named are never
-    victims); ``spared``: (node, GPU) pairs no victim may hold (reserved for gangs ahead)."""
-    held = _held(state)
-    possible = [g for g in running.values() if g.preemptible and g.priority < job.priority and g.name in held
+    ``running``: the gangs that may be stopped for it, by name (those not named are never
+    victims: the caller picks them, by priority); ``spared``: (node, GPU) pairs no victim may
+    hold (reserved for gangs ahead)."""
+    held = gpus_held(state)
+    possible = [g for g in running.values() if g.preemptible and g.name in held
                 and not spared & {(n, gpu) for n, gpus in held[g.name] for gpu in gpus}]  # fmt: skip
     if not possible or job.gpus_per_worker == 0:
         return None
@@ -63,7 +64,7 @@ def plan_preemption(
     return best[1] if best else None
 
 
-def _held(state: ClusterState) -> dict[str, list[tuple[str, tuple[int, ...]]]]:
+def gpus_held(state: ClusterState) -> dict[str, list[tuple[str, tuple[int, ...]]]]:
     """Each owner's GPUs, per node in cluster order."""
     out: dict[str, list[tuple[str, tuple[int, ...]]]] = {}
     for ns in state.nodes:

@@ -21,6 +21,11 @@ by the next gang that fits.
 A gang that would wait may instead preempt running gangs of lower priority (``plan_preemption``,
 ``scheduler/preempt.py``): the decision names its victims, and it holds the GPUs they free as
 its reservation until they have stopped.
+
+With team queues (``scheduler/teams.py``) a gang starts only within its queue's quota and what
+it may borrow from its cohort; a gang over quota pends with the queue's numbers and holds
+nothing. A gang within its queue's own quota may reclaim: stop gangs of queues that borrow, as a
+preemption. Queues' fair-share factors add to priority (``effective_priority``).
 """
 
 from __future__ import annotations
@@ -32,7 +37,8 @@ from dataclasses import dataclass, field, replace
 from ringleader.scheduler.framework import get_policy, place
 from ringleader.scheduler.gpuset import bits
 from ringleader.scheduler.policies.throughput import Estimator, current_estimator
-from ringleader.scheduler.preempt import plan_preemption
+from ringleader.scheduler.preempt import gpus_held, plan_preemption
+from ringleader.scheduler.teams import QuotaCheck, Teams, gpu_type, queue_of
 from ringleader.scheduler.types import (
     ClusterState,
     Code,
@@ -79,6 +85,9 @@ class BackfillConfig:
     reservation_depth: int = 2  # how many gangs that cannot start get a reservation
     age_weight: float = 100.0
     max_age_s: float = 24 * 3600.0
+    # Priority points of a queue's fair-share factor (1: it used nothing of its share); as much
+    # as a day's wait, so fair share and age weigh alike (Slurm's PriorityWeightFairshare).
+    fair_share_weight: float = 100.0
 
     def __post_init__(self) -> None:
         if self.reservation_depth < 0:
@@ -91,17 +100,27 @@ class BackfillConfig:
 NO_RESERVATIONS = BackfillConfig(reservation_depth=0, age_weight=0.0)
 
 
-def effective_priority(queued: QueuedJob, now: float | None, config: BackfillConfig) -> float:
+def effective_priority(
+    queued: QueuedJob, now: float | None, config: BackfillConfig, shares: Mapping[str, float] | None = None
+) -> float:
+    """Priority, plus the age term, plus the fair-share term of the job's queue where queues
+    have factors (``shares``: queue -> factor, ``teams.fair_share``)."""
+    priority = float(queued.job.priority)
+    if shares:
+        priority += config.fair_share_weight * shares.get(queue_of(queued.job), 1.0)
     if now is None or queued.submit_s is None or config.age_weight == 0:
-        return float(queued.job.priority)
+        return priority
     wait = min(max(now - queued.submit_s, 0.0), config.max_age_s)
-    return queued.job.priority + config.age_weight * wait / config.max_age_s
+    return priority + config.age_weight * wait / config.max_age_s
 
 
 def queue_order(
-    jobs: Sequence[QueuedJob], now: float | None = None, config: BackfillConfig = BackfillConfig()
+    jobs: Sequence[QueuedJob],
+    now: float | None = None,
+    config: BackfillConfig = BackfillConfig(),
+    shares: Mapping[str, float] | None = None,
 ) -> list[QueuedJob]:
-    return sorted(jobs, key=lambda q: (-effective_priority(q, now, config), q.seq))
+    return sorted(jobs, key=lambda q: (-effective_priority(q, now, config, shares), q.seq))
 
 
 @dataclass(frozen=True)
@@ -125,6 +144,8 @@ class QueuePass:
     # victim takes to stop (its grace: SIGTERM, then SIGKILL).
     running: Mapping[str, RunningGang] = field(default_factory=dict)
     preempt_delay_s: float = 0.0
+    # Team queues, their quotas and the GPUs they hold (None: one queue, no quota).
+    teams: Teams | None = None
 
     def __post_init__(self) -> None:
         if self.now is None and self.expected_ends:
@@ -158,10 +179,25 @@ class QueuePass:
         fewer than ``reservation_depth`` exist. Without ``explain`` a pending decision carries
         only its code and reservation (the simulator needs no reasons). ``submit_s``: when the
         job was submitted (its longest wait counts from then; None: from now)."""
+        over_quota, job = self._quota_limits(job)
+        if over_quota is not None:
+            reclaim = self._reclaim(job, policy, over_quota)
+            if reclaim is not None:
+                decision, after = self._preempts(job, policy, reclaim, None)
+                return replace(decision, reasons=(over_quota.reason or "", *decision.reasons)), after
+            assert over_quota.reason is not None
+            return self._over_quota(job, policy, over_quota.reason), self
         usable = self.usable_state(job)
         fits_now: Decision | None = None
+        borrows: str | None = None
         if enough_worker_slots(usable, job):
             decision = place(usable, job, policy)
+            if decision.placement is not None and self.teams is not None:
+                check = self.teams.check(job, self.teams.demand_of(job, usable, decision.placement))
+                if not check.ok:  # the GPUs it got span types its quota cannot take together
+                    assert check.reason is not None
+                    return self._over_quota(job, policy, check.reason), self
+                borrows = check.reason
             if decision.placement is not None:
                 fits_now = decision
         # A gang that fits no free GPUs weighs its later starts only while it may still get a
@@ -173,6 +209,8 @@ class QueuePass:
             assert placement is not None
             if when is not None:
                 fits_now = replace(fits_now, reasons=(*fits_now.reasons, when.describe()), when=when)
+            if borrows is not None:
+                fits_now = replace(fits_now, reasons=(*fits_now.reasons, borrows))
             return fits_now, self._started(job, placement)
         preemption = self.plan_preemption(job, policy, when, usable)
         if preemption is not None:
@@ -182,7 +220,9 @@ class QueuePass:
         policy_name = get_policy(policy or job.policy_name).name
         now_decision = place(self.state, job, policy) if explain else None
         if now_decision is not None and now_decision.code is Code.UNRESOLVABLE:
-            return now_decision, self
+            if job.gpu_types is None:
+                return now_decision, self
+            now_decision = replace(now_decision, code=Code.UNSCHEDULABLE)  # on the types its quota leaves
         reservation = None
         if len(self.reservations) < self.config.reservation_depth:
             reservation = self.plan_reservation(job, policy)
@@ -190,6 +230,9 @@ class QueuePass:
         if now_decision is None:
             return Decision(job, policy_name, Code.UNSCHEDULABLE, reservation=reservation), after
         lines = [reservation.describe()] if reservation else []
+        use = self.teams.describe_use(job) if self.teams is not None else None
+        if use is not None:
+            lines.append(use)
         if now_decision.ok:  # it fits the free GPUs: only reservations stop it
             lines.append(self._waits_for(job, now_decision.placement))
             blocked = place(usable, job, policy)
@@ -201,7 +244,53 @@ class QueuePass:
     def _started(self, job: JobRequest, placement: Placement) -> QueuePass:
         end = self.end_of(job)
         ends = {**self.expected_ends, job.name: end} if end is not None else self.expected_ends
-        return replace(self, state=self.state.with_placement(placement), expected_ends=ends)
+        teams = self.teams.with_started(job, self.state, placement) if self.teams is not None else None
+        return replace(self, state=self.state.with_placement(placement), expected_ends=ends, teams=teams)
+
+    # -- team queues (scheduler/teams.py) --------------------------------------------------------
+    def _quota_limits(self, job: JobRequest) -> tuple[QuotaCheck | None, JobRequest]:
+        """Why ``job`` is over its queue's quota on every GPU type (None: it is not; the check
+        with the smallest reclaim first), and the job limited to the GPU types its quota leaves it."""
+        teams = self.teams
+        queue = teams.queue(job) if teams is not None else None
+        if teams is None or queue is None or job.gpus_per_worker == 0:
+            return None, job
+        types = {gpu_type(g.first) for g in self.state.groups if g.first.spec.topology.n_gpus}
+        refused: dict[str, QuotaCheck] = {}
+        for name in sorted(types):
+            check = teams.check(job, {queue.key_of(name): job.total_gpus})
+            if not check.ok:
+                refused[name] = check
+        if refused and len(refused) == len(types):
+            reclaims = [c for c in refused.values() if c.shortfall]
+            if reclaims:
+                return min(reclaims, key=lambda c: c.shortfall), job
+            # the reason of a type it has quota for says more than "its quota of 0"
+            return max(refused.items(), key=lambda kv: queue.nominal(queue.key_of(kv[0])) > 0)[1], job
+        return None, (replace(job, gpu_types=frozenset(types - set(refused))) if refused else job)
+
+    def _reclaim(self, job: JobRequest, policy: str | None, check: QuotaCheck) -> Preemption | None:
+        """For a gang within its queue's own quota that its cohort lent out: the borrowing
+        gangs to stop to take it back, and where the gang starts once they have stopped."""
+        if not check.shortfall or self.teams is None:
+            return None
+        victims = self.teams.reclaim(job, check.shortfall, self.running)
+        if not victims:
+            return None
+        freed = self.usable_state(job)
+        held = gpus_held(freed)
+        for victim in victims:
+            freed = freed.without_job(victim.name)
+        placement = place(freed, job, policy).placement
+        if placement is None:  # its GPUs are taken by gangs that lend nothing: it waits for them
+            return None
+        rate = self.estimator()(freed.by_name, placement, job)
+        return Preemption(victims, placement, rate, {v.name: tuple(held[v.name]) for v in victims}, reclaim=True)
+
+    def _over_quota(self, job: JobRequest, policy: str | None, reason: str) -> Decision:
+        """A gang its queue's quota stops pends with the queue's numbers and holds no GPUs:
+        it could not start on them."""
+        return Decision(job, get_policy(policy or job.policy_name).name, Code.UNSCHEDULABLE, reasons=(reason,))
 
     def _waits_for(self, job: JobRequest, wanted: Placement | None) -> str:
         """Which reservations hold the GPUs ``job`` would take, and why it may not use them."""
@@ -359,7 +448,10 @@ class QueuePass:
         """The gangs to stop so that ``job``, which would wait, starts on a placement as fast as
         its best; None when no running gang of lower priority may be preempted, or when such a
         placement frees by itself within the time victims take to stop (``preempt_delay_s``)."""
-        if not job.may_preempt or not any(g.preemptible and g.priority < job.priority for g in self.running.values()):
+        if not job.may_preempt:
+            return None
+        eligible = {name: g for name, g in self.running.items() if g.preemptible and g.priority < job.priority}
+        if not eligible:
             return None
         ideal = self.ideal_rate(job, policy)
         if ideal is None:
@@ -369,7 +461,7 @@ class QueuePass:
             return None  # a placement as good frees as soon as victims would stop: nobody is preempted
         estimate = self.estimator()
         spared = frozenset().union(*(_gpu_set(r.placement) for r in self.blocking(job)))
-        return plan_preemption(usable, job, self.running, ideal, lambda state, p: estimate(state.by_name, p, job),
+        return plan_preemption(usable, job, eligible, ideal, lambda state, p: estimate(state.by_name, p, job),
                                policy, spared)  # fmt: skip
 
     def _preempts(
@@ -384,7 +476,8 @@ class QueuePass:
         decision = Decision(job, policy_name, Code.UNSCHEDULABLE, reasons=tuple(lines), reservation=reservation,
                             when=when, preemption=preemption)  # fmt: skip
         running = {name: g for name, g in self.running.items() if name not in preemption.names}
-        return decision, replace(self, reservations=(*self.reservations, reservation), running=running)
+        teams = self.teams.without(preemption.names) if self.teams is not None else None
+        return decision, replace(self, reservations=(*self.reservations, reservation), running=running, teams=teams)
 
     def _waits_for_better(self, job: JobRequest, policy: str | None, when: WhenChoice) -> tuple[Decision, QueuePass]:
         """Pend ``job`` for the later start ``when`` chose. Its GPUs are reserved whatever the
@@ -523,6 +616,7 @@ def schedule_queue(
     estimate: Estimator | None = None,
     running: Mapping[str, RunningGang] | None = None,
     preempt_delay_s: float = 0.0,
+    teams: Teams | None = None,
 ) -> tuple[ClusterState, list[Decision]]:
     """Decide every pending job in queue order on a working copy of ``state``.
 
@@ -532,12 +626,13 @@ def schedule_queue(
     GPUs; without them reservations still hold the GPUs they name. The caller persists the
     returned state only as a whole. ``estimate`` prices placements for the start rules (None:
     the installed estimator); ``running`` names the gangs that may be preempted, which take
-    ``preempt_delay_s`` to stop (see ``QueuePass``).
+    ``preempt_delay_s`` to stop (see ``QueuePass``); ``teams`` the team queues, their quotas,
+    use and fair-share factors.
     """
     current = QueuePass(state, now, dict(expected_ends or {}), config, estimate=estimate, running=dict(running or {}),
-                        preempt_delay_s=preempt_delay_s)  # fmt: skip
+                        preempt_delay_s=preempt_delay_s, teams=teams)  # fmt: skip
     decisions = []
-    for queued in queue_order(pending, now, config):
+    for queued in queue_order(pending, now, config, teams.shares if teams is not None else None):
         decision, current = current.decide(queued.job, policy, submit_s=queued.submit_s)
         decisions.append(decision)
     return current.state, decisions

@@ -40,8 +40,15 @@ class JobRequest:
     start_rule: str = "now"
     work_s: float | None = None
     max_wait_s: float | None = None
-    # Whether it may stop running gangs of lower priority to start (scheduler/preempt.py).
+    # Whether it may stop running gangs of lower priority to start (scheduler/preempt.py), and
+    # whether it may be stopped (a gang that may not never borrows another queue's quota).
     may_preempt: bool = False
+    preemptible: bool = True
+    # The team queue it counts against (scheduler/teams.py; None: the default queue), and the
+    # GPU types (lower case) its queue's quota leaves it this pass (None: any; as Kueue's flavor
+    # assignment adds a node selector).
+    queue: str | None = None
+    gpu_types: frozenset[str] | None = None
 
     @property
     def total_gpus(self) -> int:
@@ -505,6 +512,7 @@ class Preemption:
     placement: Placement
     images_per_s: float
     freed: Mapping[str, tuple[tuple[str, tuple[int, ...]], ...]]  # victim -> (node, GPU ids) it held
+    reclaim: bool = False  # the victims' queues borrow the quota of the gang's queue (scheduler/teams.py)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -518,7 +526,8 @@ class Preemption:
             + ")"
             for v in self.victims
         ]
-        return (f"preempts {', '.join(held)}: then starts on {self.placement.describe()} "
+        verb = "reclaims its queue's quota from" if self.reclaim else "preempts"
+        return (f"{verb} {', '.join(held)}: then starts on {self.placement.describe()} "
                 f"at {self.images_per_s:.0f} images/s")  # fmt: skip
 
 

@@ -1,0 +1,306 @@
+"""Queues that several teams share: nominal GPU quotas, borrowing inside a cohort, fair share.
+
+The shape is Kueue's ClusterQueue and cohort, the order Slurm's fair-share factor:
+
+- A queue has a nominal quota of GPUs, for all GPU types at once (``*``) or per GPU type (the
+  node's GPU model, as ``top node`` shows it). A queue without quota is unlimited: it neither
+  borrows nor lends (the ``default`` queue of jobs submitted without ``--queue`` is one).
+- A gang starts only within its queue's quota plus what it may borrow: the quota that the other
+  queues of its cohort leave idle (nominal minus the GPUs their running gangs hold). A gang that
+  cannot be stopped (``--non-preemptible``) never borrows, so a lender always gets its quota back.
+- A gang that fits its queue's nominal quota may reclaim: stop gangs of the cohort's queues that
+  hold more than their own quota (whole gangs, whatever their priority), as a gang with
+  ``--preempt`` stops gangs of lower priority.
+- Between queues, order follows each queue's fair-share factor ``F = 2^(-U/S)`` (Slurm's
+  classic formula): U is the queue's share of the cluster's recent GPU-seconds (decayed with a
+  half-life, Slurm's PriorityDecayHalfLife), S its weight's share of all weights. A queue that
+  used less than its weight entitles it to ranks first; the factor times the queue config's
+  ``fair_share_weight`` adds to a job's priority, beside the age term.
+
+Pure: the caller gives the queues, the GPUs each queue's running gangs hold and their recent
+usage; no clock is read.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from ringleader.scheduler.types import ClusterState, JobRequest, NodeState, Placement, RunningGang
+
+ANY_TYPE = "*"  # a quota for every GPU type at once
+DEFAULT_QUEUE = "default"  # the queue of jobs submitted without one: no quota, weight 1
+# Slurm's PriorityDecayHalfLife default: usage a week old counts half.
+DECAY_HALF_LIFE_S = 7 * 24 * 3600.0
+
+
+@dataclass(frozen=True)
+class TeamQueue:
+    """A team's queue: ``quota`` is (GPU type or ``*``, nominal GPUs) pairs with the types in
+    lower case (empty: unlimited); ``weight`` its fair-share weight; ``cohort`` the queues it
+    borrows from and lends to (None: none)."""
+
+    name: str
+    quota: tuple[tuple[str, int], ...] = ()
+    weight: float = 1.0
+    cohort: str | None = None
+
+    @property
+    def limited(self) -> bool:
+        return bool(self.quota)
+
+    def key_of(self, gpu_type: str) -> str:
+        """The quota the GPUs of ``gpu_type`` count against: their type's, else ``*``'s, else
+        their own type's nominal of 0 (the queue may only borrow them)."""
+        wanted = gpu_type.lower()
+        keys = dict(self.quota)
+        if wanted in keys:
+            return wanted
+        return ANY_TYPE if ANY_TYPE in keys else wanted
+
+    def nominal(self, key: str) -> int:
+        return dict(self.quota).get(key, 0)
+
+    def describe_quota(self) -> str:
+        """ "8 GPUs", "v100=8, a100=4", "unlimited" """
+        if not self.quota:
+            return "unlimited"
+        if len(self.quota) == 1 and self.quota[0][0] == ANY_TYPE:
+            return f"{self.quota[0][1]} GPUs"
+        return ", ".join(f"{key}={n}" for key, n in self.quota)
+
+
+def gpu_type(node: NodeState) -> str:
+    return node.spec.topology.gpu_model.lower() or "gpu"
+
+
+def queue_of(job: JobRequest) -> str:
+    return job.queue or DEFAULT_QUEUE
+
+
+@dataclass(frozen=True)
+class QuotaCheck:
+    """Whether a gang's GPUs fit its queue: ``ok``; ``borrowed`` GPUs over its quota after it
+    starts (taken from the cohort's idle quota); ``shortfall`` GPUs of its own quota that the
+    cohort lent out and a reclaim must take back first; ``reason`` why not, or what it borrows."""
+
+    ok: bool
+    borrowed: int = 0
+    shortfall: int = 0
+    reason: str | None = None
+
+
+GangUse = tuple[str, Mapping[str, int]]  # a running gang's queue and its GPUs per quota key
+
+
+@dataclass(frozen=True)
+class Teams:
+    """The queues of one scheduling pass and the GPUs their running gangs hold, per quota key.
+
+    ``gangs`` holds each running gang's queue and GPUs (those started earlier in the pass too,
+    ``with_started``); gangs being stopped are left out: their quota is back (Kueue releases a
+    preempted workload's quota at once) though their GPUs free only once they have stopped."""
+
+    queues: Mapping[str, TeamQueue]
+    gangs: Mapping[str, GangUse] = field(default_factory=dict)
+    shares: Mapping[str, float] = field(default_factory=dict)  # queue -> fair-share factor in (0, 1]
+
+    @staticmethod
+    def of(
+        queues: Iterable[TeamQueue],
+        state: ClusterState,
+        gang_queue: Mapping[str, str],
+        usage: Mapping[str, float] | None = None,
+    ) -> Teams:
+        """The queues with the GPUs each holds in ``state`` (owners named in ``gang_queue``;
+        others, such as reserved, unusable or stopping gangs' GPUs, count for no queue) and
+        fair-share factors from ``usage`` (queue -> recent GPU-seconds)."""
+        by_name = {q.name: q for q in queues}
+        gangs: dict[str, tuple[str, dict[str, int]]] = {}
+        for ns in state.nodes:
+            for _, owner in ns.allocated:
+                name = gang_queue.get(owner)
+                if name is None:
+                    continue
+                queue = by_name.get(name) or TeamQueue(name)
+                per_key = gangs.setdefault(owner, (name, {}))[1]
+                key = queue.key_of(gpu_type(ns))
+                per_key[key] = per_key.get(key, 0) + 1
+        return Teams(by_name, gangs, fair_share(by_name.values(), usage or {}))
+
+    def queue(self, job: JobRequest) -> TeamQueue | None:
+        """The limited queue ``job`` counts against (None: unlimited, or not a queue known here)."""
+        queue = self.queues.get(queue_of(job))
+        return queue if queue is not None and queue.limited else None
+
+    @cached_property
+    def use(self) -> dict[str, dict[str, int]]:
+        """Queue -> quota key -> GPUs its running gangs hold."""
+        out: dict[str, dict[str, int]] = {}
+        for name, per_key in self.gangs.values():
+            totals = out.setdefault(name, {})
+            for key, count in per_key.items():
+                totals[key] = totals.get(key, 0) + count
+        return out
+
+    def held(self, queue: str, key: str) -> int:
+        return self.use.get(queue, {}).get(key, 0)
+
+    def borrowed(self, queue: TeamQueue) -> dict[str, int]:
+        """GPUs ``queue`` holds over its quota, per key (those it borrows)."""
+        out = {}
+        for key, count in self.use.get(queue.name, {}).items():
+            over = count - queue.nominal(key)
+            if over > 0:
+                out[key] = over
+        return out
+
+    def cohort(self, queue: TeamQueue) -> list[TeamQueue]:
+        """The limited queues that share quota with ``queue`` (itself included)."""
+        if queue.cohort is None:
+            return [queue]
+        return [q for q in self.queues.values() if q.cohort == queue.cohort and q.limited]
+
+    def room(self, queue: TeamQueue, key: str) -> int:
+        """The cohort's quota under ``key`` that no queue of it holds."""
+        members = self.cohort(queue)
+        return sum(q.nominal(key) for q in members) - sum(self.held(q.name, key) for q in members)
+
+    def demand_of(self, job: JobRequest, state: ClusterState, placement: Placement) -> dict[str, int]:
+        """The GPUs of ``placement`` per quota key of ``job``'s queue."""
+        queue = self.queues.get(queue_of(job)) or TeamQueue(queue_of(job))
+        out: dict[str, int] = {}
+        for slot in placement.slots:
+            key = queue.key_of(gpu_type(state.node(slot.node)))
+            out[key] = out.get(key, 0) + len(slot.gpus)
+        return out
+
+    def check(self, job: JobRequest, demand: Mapping[str, int]) -> QuotaCheck:
+        """Whether ``demand`` (quota key -> GPUs) fits ``job``'s queue: within its own quota as
+        long as the cohort has not lent it out (else a reclaim's ``shortfall``), beyond it only
+        for a preemptible gang and only from the cohort's quota no queue holds."""
+        queue = self.queue(job)
+        if queue is None:
+            return QuotaCheck(True)
+        borrowed = shortfall = 0
+        for key, count in demand.items():
+            held, nominal, room = self.held(queue.name, key), queue.nominal(key), self.room(queue, key)
+            over = held + count - nominal
+            if over <= 0:
+                shortfall = max(shortfall, count - room)
+                continue
+            if not job.preemptible or count > room:
+                own_idle = max(nominal - held, 0)
+                return QuotaCheck(False, reason=self._full(job, queue, key, count, max(room - own_idle, 0)))
+            borrowed += min(over, count)
+        if shortfall > 0:
+            return QuotaCheck(False, shortfall=shortfall, reason=self._lent(queue, shortfall))
+        reason = None
+        if borrowed:
+            reason = (f"queue {queue.name} borrows {borrowed} GPU(s) of cohort {queue.cohort}'s idle quota "
+                      "(reclaimed when their queues need them)")  # fmt: skip
+        return QuotaCheck(True, borrowed, reason=reason)
+
+    def reclaim(self, job: JobRequest, shortfall: int, may_stop: Mapping[str, RunningGang]) -> tuple[RunningGang, ...]:
+        """Whole gangs of queues in ``job``'s cohort that hold more than their quota, to stop
+        until ``shortfall`` GPUs of quota are back: lowest priority first, then the biggest, and
+        only while their queue still borrows (Kueue's reclaim within a cohort). Empty when
+        stopping all of them would not be enough."""
+        queue = self.queue(job)
+        if queue is None:
+            return ()
+        over = {q.name: sum(self.borrowed(q).values()) for q in self.cohort(queue) if q.name != queue.name}
+        candidates = sorted(
+            (g for name, g in may_stop.items() if g.preemptible and self.gangs.get(name, ("", {}))[0] in over),
+            key=lambda g: (g.priority, -sum(self.gangs[g.name][1].values()), g.name),
+        )
+        chosen: list[RunningGang] = []
+        back = 0
+        for gang in candidates:
+            owner, per_key = self.gangs[gang.name]
+            if over[owner] <= 0:
+                continue
+            gpus = sum(per_key.values())
+            chosen.append(gang)
+            over[owner] -= gpus
+            back += gpus
+            if back >= shortfall:
+                return tuple(chosen)
+        return ()
+
+    def _lent(self, queue: TeamQueue, shortfall: int) -> str:
+        over = {q.name: sum(self.borrowed(q).values()) for q in self.cohort(queue)}
+        lenders = ", ".join(f"{name} ({count})" for name, count in over.items() if count)
+        return (f"queue {queue.name} is within its quota of {queue.describe_quota()}, but cohort {queue.cohort} has "
+                f"lent {shortfall} of them to queues over quota: {lenders or 'none'}")  # fmt: skip
+
+    def _full(self, job: JobRequest, queue: TeamQueue, key: str, count: int, lendable: int) -> str:
+        held, nominal = self.held(queue.name, key), queue.nominal(key)
+        what = "GPUs" if key == ANY_TYPE else f"{key} GPUs"
+        text = f"queue {queue.name} holds {held} of its quota of {nominal} {what}"
+        lent = sum(self.borrowed(queue).values())
+        if lent:
+            text += f" ({lent} borrowed)"
+        if not job.preemptible:
+            return f"{text}; it needs {count} more, and a --non-preemptible job does not borrow"
+        if queue.cohort is None:
+            return f"{text}; it needs {count} more and the queue is in no cohort to borrow from"
+        return f"{text}; it needs {count} more, and cohort {queue.cohort} has {lendable} idle to lend"
+
+    def describe_use(self, job: JobRequest) -> str | None:
+        """ "queue team-a holds 6 of its quota of 8 GPUs (2 borrowed)" for a pending reason."""
+        queue = self.queue(job)
+        if queue is None:
+            return None
+        parts = []
+        for key, nominal in queue.quota:
+            what = "GPUs" if key == ANY_TYPE else f"{key} GPUs"
+            parts.append(f"{self.held(queue.name, key)} of its quota of {nominal} {what}")
+        lent = sum(self.borrowed(queue).values())
+        return f"queue {queue.name} holds " + ", ".join(parts) + (f" ({lent} borrowed)" if lent else "")
+
+    def with_started(self, job: JobRequest, state: ClusterState, placement: Placement) -> Teams:
+        """The use after ``job`` starts on ``placement``."""
+        gangs = {**self.gangs, job.name: (queue_of(job), self.demand_of(job, state, placement))}
+        return Teams(self.queues, gangs, self.shares)
+
+    def without(self, gangs: Iterable[str]) -> Teams:
+        """The use once ``gangs`` are stopped: their quota is back at once."""
+        gone = set(gangs)
+        return Teams(self.queues, {g: u for g, u in self.gangs.items() if g not in gone}, self.shares)
+
+
+def fair_share(queues: Iterable[TeamQueue], usage: Mapping[str, float]) -> dict[str, float]:
+    """Slurm's fair-share factor per queue, ``2^(-U/S)``: U its share of all recent usage, S its
+    weight's share of all weights (queues of weight 0 get 0). 1 for every queue while nothing
+    has been used."""
+    queues = list(queues)
+    total_weight = sum(q.weight for q in queues)
+    total_use = sum(max(usage.get(q.name, 0.0), 0.0) for q in queues)
+    out = {}
+    for queue in queues:
+        if queue.weight <= 0 or total_weight <= 0:
+            out[queue.name] = 0.0
+        elif total_use <= 0:
+            out[queue.name] = 1.0
+        else:
+            used = max(usage.get(queue.name, 0.0), 0.0) / total_use
+            out[queue.name] = 2.0 ** (-used / (queue.weight / total_weight))
+    return out
+
+
+def decayed(gpu_s: float, since_s: float, now: float, half_life_s: float = DECAY_HALF_LIFE_S) -> float:
+    """``gpu_s`` GPU-seconds counted at ``since_s``, as they count at ``now``."""
+    return gpu_s * 2.0 ** (-max(now - since_s, 0.0) / half_life_s)
+
+
+def run_usage(gpus: int, start_s: float, end_s: float, now: float, half_life_s: float = DECAY_HALF_LIFE_S) -> float:
+    """The decayed GPU-seconds at ``now`` of ``gpus`` GPUs held from ``start_s`` to ``end_s``:
+    each second counts ``2^(-age/half_life)``, integrated exactly."""
+    end_s = min(end_s, now)
+    if end_s <= start_s:
+        return 0.0
+    rate = math.log(2.0) / half_life_s
+    return gpus * math.exp(-rate * (now - end_s)) * -math.expm1(-rate * (end_s - start_s)) / rate

@@ -1,0 +1,169 @@
+"""Team queues in the shared queue: a gang starts within its queue's quota and what its cohort
+lends, pends with the queue's numbers when over it, a lender reclaims borrowed GPUs by stopping
+whole borrowing gangs, quotas per GPU type steer a gang to the types it may use, and queues'
+fair-share factors order the queue."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import ringleader.model  # noqa: F401  (installs the throughput model's estimator)
+from ringleader.scheduler import ClusterState, JobRequest, Placement, QueuedJob, RunningGang, WorkerSlot
+from ringleader.scheduler import schedule_queue as run_pass
+from ringleader.scheduler.queue import BackfillConfig, queue_order
+from ringleader.scheduler.teams import ANY_TYPE, TeamQueue, Teams, decayed, fair_share, run_usage
+from ringleader.topology import NodeSpec, preset
+
+NOW = 1000.0
+LAB = (TeamQueue("a", ((ANY_TYPE, 8),), cohort="lab"), TeamQueue("b", ((ANY_TYPE, 8),), cohort="lab"))
+
+
+def nodes(*kinds: str) -> ClusterState:
+    return ClusterState.empty([NodeSpec(f"n{i}", preset(kind)) for i, kind in enumerate(kinds)])
+
+
+def holding(state: ClusterState, *gangs: tuple[str, str, tuple[int, ...]]) -> ClusterState:
+    for gang, node, gpus in gangs:
+        state = state.with_placement(Placement(gang, (WorkerSlot(0, node, gpus),)))
+    return state
+
+
+def gang(name: str, queue: str, gpus: int, **extra: object) -> JobRequest:
+    return JobRequest(name, 1, gpus, topology_aware=True, model="vgg16", queue=queue, **extra)  # type: ignore[arg-type]
+
+
+def decide(state: ClusterState, queues: tuple[TeamQueue, ...], owners: dict[str, str], *jobs: JobRequest):  # type: ignore[no-untyped-def]
+    teams = Teams.of(queues, state, owners)
+    running = {g: RunningGang(g, 0) for g in owners}
+    _, decisions = run_pass(state, [QueuedJob(j, i, NOW) for i, j in enumerate(jobs)], now=NOW, teams=teams,
+                            running=running)  # fmt: skip
+    return decisions
+
+
+def test_a_queue_borrows_its_cohorts_idle_quota_and_says_so() -> None:
+    first, second = decide(nodes("dgx1v", "dgx1v"), LAB, {}, gang("b1", "b", 8), gang("b2", "b", 8))
+    assert first.ok and second.ok
+    assert not any("borrows" in r for r in first.reasons)
+    assert "queue b borrows 8 GPU(s) of cohort lab's idle quota" in second.reasons[-1]
+
+
+def test_over_quota_it_pends_with_the_queues_numbers_and_holds_nothing() -> None:
+    alone = (TeamQueue("c", ((ANY_TYPE, 4),)),)
+    state = holding(nodes("dgx1v", "dgx1v"), ("c1", "n0", (0, 1, 2, 3)))
+    (decision,) = decide(state, alone, {"c1": "c"}, gang("c2", "c", 4))
+    assert not decision.ok and decision.reservation is None and decision.preemption is None
+    assert decision.reasons == ("queue c holds 4 of its quota of 4 GPUs; it needs 4 more and the queue is in no "
+                                "cohort to borrow from",)  # fmt: skip
+    # in a cohort whose other queue uses its own quota, there is nothing to lend either
+    state = holding(nodes("dgx1v", "dgx1v", "dgx1v"), ("a1", "n0", tuple(range(8))), ("b1", "n1", tuple(range(8))))
+    (decision,) = decide(state, LAB, {"a1": "a", "b1": "b"}, gang("a2", "a", 2))
+    assert decision.reasons == ("queue a holds 8 of its quota of 8 GPUs; it needs 2 more, and cohort lab has 0 "
+                                "idle to lend",)  # fmt: skip
+
+
+def test_what_the_cohort_lends_is_counted_once() -> None:
+    queues = (*LAB, TeamQueue("c", ((ANY_TYPE, 0),), cohort="lab"))
+    # a lends its 8 idle GPUs; b borrowed 6 of them already: c may borrow 2, not 8
+    state = holding(nodes("dgx1v", "dgx1v", "dgx1v"), ("b1", "n0", tuple(range(8))), ("b2", "n1", tuple(range(6))))
+    owners = {"b1": "b", "b2": "b"}
+    two, four = decide(state, queues, owners, gang("c1", "c", 2)), decide(state, queues, owners, gang("c2", "c", 4))
+    assert two[0].ok and not four[0].ok
+    assert "cohort lab has 2 idle to lend" in four[0].reasons[0]
+
+
+def test_a_non_preemptible_gang_never_borrows() -> None:
+    state = holding(nodes("dgx1v", "dgx1v"), ("b1", "n0", tuple(range(8))))
+    (decision,) = decide(state, LAB, {"b1": "b"}, gang("b2", "b", 4, preemptible=False))
+    assert not decision.ok
+    assert decision.reasons[0].endswith("it needs 4 more, and a --non-preemptible job does not borrow")
+
+
+def test_a_lender_reclaims_by_stopping_a_whole_borrowing_gang_whatever_its_priority() -> None:
+    state = holding(nodes("dgx1v", "dgx1v"), ("b1", "n0", tuple(range(8))), ("b2", "n1", tuple(range(8))))
+    owners = {"b1": "b", "b2": "b"}
+    teams = Teams.of(LAB, state, owners)
+    running = {"b1": RunningGang("b1", 50), "b2": RunningGang("b2", 50)}
+    job = gang("a1", "a", 4)  # priority 0, no --preempt: within its quota, it reclaims
+    _, (decision,) = run_pass(state, [QueuedJob(job, 0, NOW)], now=NOW, teams=teams, running=running)
+    assert not decision.ok and decision.preemption is not None
+    assert len(decision.preemption.names) == 1 and decision.preemption.names[0] in owners
+    assert decision.reservation is not None and decision.reservation.start_s == NOW
+    # b within its own quota lends nothing, so nothing of it is reclaimed
+    state = holding(nodes("dgx1v", "dgx1v"), ("b1", "n0", tuple(range(8))), ("x", "n1", tuple(range(8))))
+    teams = Teams.of(LAB, state, {"b1": "b"})
+    _, (decision,) = run_pass(state, [QueuedJob(job, 0, NOW)], now=NOW, teams=teams,
+                              running={"b1": RunningGang("b1", 0), "x": RunningGang("x", 0)})  # fmt: skip
+    assert decision.preemption is None
+    assert "queue a holds 0 of its quota of 8 GPUs" in decision.reasons
+
+
+def test_a_gang_over_its_own_quota_reclaims_nothing() -> None:
+    state = holding(nodes("dgx1v", "dgx1v"), ("a1", "n0", tuple(range(6))), ("b1", "n1", tuple(range(8))),
+                    ("b2", "n0", (6, 7)))  # fmt: skip
+    owners = {"a1": "a", "b1": "b", "b2": "b"}
+    (decision,) = decide(state, LAB, owners, gang("a2", "a", 4))  # 6 + 4 > 8: it would have to borrow
+    assert decision.preemption is None
+
+
+def test_a_quota_per_gpu_type_steers_the_gang_to_the_types_it_may_use() -> None:
+    state = nodes("dgx-a100", "dgx1v")
+    queues = (TeamQueue("v", (("v100", 8),)),)
+    (decision,) = decide(state, queues, {}, gang("v1", "v", 4))
+    assert decision.ok and decision.placement is not None and decision.placement.nodes == ("n1",)
+    # with the V100s held, the A100s (no quota of its own, no cohort) are not taken
+    state = holding(state, ("v0", "n1", tuple(range(8))))
+    (decision,) = decide(state, queues, {"v0": "v"}, gang("v1", "v", 4))
+    assert not decision.ok and decision.reasons[0].startswith("queue v holds 8 of its quota of 8 v100 GPUs")
+
+
+def test_teams_fair_share_follows_slurms_factor() -> None:
+    queues = [TeamQueue("a", weight=1), TeamQueue("b", weight=2), TeamQueue("c", weight=1)]
+    assert fair_share(queues, {}) == {"a": 1.0, "b": 1.0, "c": 1.0}
+    shares = fair_share(queues, {"a": 25.0, "b": 50.0, "c": 25.0})  # each used exactly its share
+    assert shares == pytest.approx({"a": 0.5, "b": 0.5, "c": 0.5})
+    shares = fair_share(queues, {"a": 50.0, "b": 50.0})
+    assert shares["c"] == 1.0 and shares["b"] > shares["a"]
+    # order: the queue that used less than its share first, then priority and submit order
+    jobs = [QueuedJob(gang(f"{q}{i}", q, 1), i * 3 + k, NOW) for i in range(2) for k, q in enumerate("abc")]
+    order = [q.job.queue for q in queue_order(jobs, NOW, BackfillConfig(), shares)]
+    assert order == ["c", "c", "b", "b", "a", "a"]
+
+
+def test_usage_decays_with_its_half_life() -> None:
+    assert decayed(100.0, 0.0, 7 * 24 * 3600.0) == pytest.approx(50.0)
+    assert run_usage(2, 0.0, 10.0, 10.0, half_life_s=1e12) == pytest.approx(20.0)
+    steps = 100_000  # the closed form against a sum over the run, a half-life long
+    h = 3600.0
+    numeric = sum(2 * 2 ** (-(h - (i + 0.5) * h / steps) / h) * h / steps for i in range(steps))
+    assert run_usage(2, 0.0, h, h, half_life_s=h) == pytest.approx(numeric, rel=1e-6)
+    assert run_usage(2, 5.0, 100.0, 50.0, half_life_s=h) == pytest.approx(run_usage(2, 5.0, 50.0, 50.0, half_life_s=h))
+    assert math.isclose(run_usage(3, 10.0, 5.0, 20.0), 0.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    quotas=st.lists(st.integers(0, 16), min_size=2, max_size=3),
+    jobs=st.lists(st.tuples(st.integers(0, 2), st.sampled_from([1, 2, 4, 8]), st.booleans()), min_size=1, max_size=10),
+)
+def test_no_pass_takes_more_than_quota_plus_what_the_cohort_lends(quotas: list[int], jobs: list) -> None:  # type: ignore[type-arg]
+    """Whatever arrives, after one pass every queue holds at most its quota plus GPUs borrowed
+    from queues of its cohort that had them idle, and a non-preemptible gang never borrows."""
+    queues = tuple(TeamQueue(f"q{i}", ((ANY_TYPE, n),), cohort="lab") for i, n in enumerate(quotas))
+    state = nodes("dgx1v", "dgx1v", "dgx1v")
+    requests = [gang(f"j{i}", f"q{q % len(queues)}", g, preemptible=p) for i, (q, g, p) in enumerate(jobs)]
+    teams = Teams.of(queues, state, {})
+    after, decisions = run_pass(state, [QueuedJob(j, i, NOW) for i, j in enumerate(requests)], now=NOW, teams=teams)
+    held = {q.name: 0 for q in queues}
+    for decision in decisions:
+        if decision.ok:
+            held[decision.job.queue or ""] += decision.job.total_gpus
+            if not decision.job.preemptible:
+                assert not any("borrows" in r for r in decision.reasons)
+    over = sum(max(held[q.name] - q.quota[0][1], 0) for q in queues)
+    idle = sum(max(q.quota[0][1] - held[q.name], 0) for q in queues)
+    assert over <= idle  # what is borrowed came from quota left idle
+    assert sum(held.values()) == 24 - after.free_gpus
