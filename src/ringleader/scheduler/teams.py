@@ -117,7 +117,7 @@ class Teams:
         """The queues with the GPUs each holds in ``state`` (owners named in ``gang_queue``;
         others, such as reserved, unusable or stopping gangs' GPUs, count for no queue) and
         fair-share factors from ``usage`` (queue -> recent GPU-seconds)."""
-        by_name = {q.name: q for q in queues}
+        by_name = {DEFAULT_QUEUE: TeamQueue(DEFAULT_QUEUE)} | {q.name: q for q in queues}
         gangs: dict[str, tuple[str, dict[str, int]]] = {}
         for ns in state.nodes:
             for _, owner in ns.allocated:

@@ -33,6 +33,11 @@ expected ends are then their predicted ends (``iterations x`` the step time of t
 priced when they started, the time limit if sooner). The model is both the queue's predictor and
 the simulated world, so predictions are exact but for two things: a placement is weighed with the
 uplink load of the moment, and ``work_error`` misjudges every job's work by a seeded factor.
+
+With team ``queues`` (``scheduler/teams.py``) every pass sees the queues' quotas, the GPUs each
+queue's running gangs hold and the fair-share factors of their usage so far (decayed GPU-seconds
+of every run); a gang within its queue's quota reclaims what others borrowed as a preemption
+does (``PreemptionCost``, its default where none is given).
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ from ringleader.scheduler import (
     place,
     queue_order,
 )
+from ringleader.scheduler.teams import TeamQueue, Teams, decayed, queue_of, run_usage
 from ringleader.sim.network import NetworkLoad
 from ringleader.sim.steptime import Memoised, StepTime, StepTimeFn
 from ringleader.sim.trace import TraceJob
@@ -171,6 +177,7 @@ class Simulation:
         work_error: float = 0.0,
         seed: int = 0,
         preemption: PreemptionCost | None = None,
+        queues: tuple[TeamQueue, ...] = (),
     ) -> None:
         self.policy = get_policy(policy).name  # unknown names fail here, listing the known ones
         self.specs = [s.with_labels({}) for s in specs]
@@ -194,6 +201,8 @@ class Simulation:
         self.work_error = work_error
         self.seed = seed
         self.preemption = preemption
+        self.queues = queues
+        self.usage: dict[str, tuple[float, float]] = {}  # queue -> (ended runs' decayed GPU-s, as of)
         self.gangs: dict[str, RunningGang] = {}  # running jobs, as preemption sees them
         self.left: dict[str, int] = {}  # iterations left to a job that was preempted
         self.run_of: dict[str, tuple[int, float]] = {}  # running job -> (its completion event, run start)
@@ -243,7 +252,8 @@ class Simulation:
                 else:
                     self.order_of[name] = order
                     self._enqueue(self.records[name].job)
-            if self.backfill == NO_RESERVATIONS and self.start_rule is None and self.preemption is None:
+            if (self.backfill == NO_RESERVATIONS and self.start_rule is None and self.preemption is None
+                    and not self.queues):  # fmt: skip
                 self._pass(now)
             else:
                 self._reserving_pass(now)
@@ -262,13 +272,14 @@ class Simulation:
     def _evict(self, name: str, now: float) -> None:
         """Stop ``name`` for a gang of higher priority: it keeps what it trained up to its last
         checkpoint and goes back to the queue in its old place."""
-        assert self.preemption is not None
+        cost = self.preemption or PreemptionCost()
         record = self.records[name]
         assert record.placement is not None and record.step is not None
         _, started = self.run_of.pop(name)
-        restarting = self.preemption.restart_s if record.preempted else 0.0
+        self._account(record.job, started, now)
+        restarting = cost.restart_s if record.preempted else 0.0
         trained = max(now - started - restarting, 0.0)
-        kept = math.floor(trained / self.preemption.checkpoint_s) * self.preemption.checkpoint_s
+        kept = math.floor(trained / cost.checkpoint_s) * cost.checkpoint_s
         done = min(int(kept / record.step.step_time_s), self.left.get(name, record.job.iterations))
         self.left[name] = self.left.get(name, record.job.iterations) - done
         record.preempted += 1
@@ -364,13 +375,16 @@ class Simulation:
 
     def _one_reserving_pass(self, now: float) -> bool:
         self.stats.passes += 1
-        running = self.gangs if self.preemption is not None else {}
+        running = self.gangs if self.preemption is not None or self.queues else {}
         lowest = min((g.priority for g in running.values()), default=None)
+        teams = self._teams(now) if self.queues else None
         current = QueuePass(self.state, now, self.expected_ends, self.backfill, estimate=self._images_per_s,
-                            ideal=self.ideal, running=running)  # fmt: skip
-        for queued in queue_order(list(self.queued.values()), now, self.backfill):
+                            ideal=self.ideal, running=running, teams=teams)  # fmt: skip
+        shares = teams.shares if teams is not None else None
+        for queued in queue_order(list(self.queued.values()), now, self.backfill, shares):
             request = queued.job
-            may_preempt = lowest is not None and request.priority > lowest
+            may_preempt = (lowest is not None and request.priority > lowest) or (
+                teams is not None and teams.queue(request) is not None)  # fmt: skip
             if len(current.reservations) >= self.backfill.reservation_depth and not may_preempt and (
                 self._slots(request.gpus_per_worker) < request.workers
             ):
@@ -390,6 +404,26 @@ class Simulation:
                 del self.buckets[(job.priority, job.workers, job.gpus)]
             self._start(job, decision, now, current.state)
         return False
+
+    # -- team queues -------------------------------------------------------------------------------
+    def _teams(self, now: float) -> Teams:
+        """The queues with their running gangs' GPUs and the fair-share factors of their usage:
+        ended runs' decayed GPU-seconds and the running ones' so far."""
+        usage = {name: decayed(total, as_of, now) for name, (total, as_of) in self.usage.items()}
+        for name, (_, started) in self.run_of.items():
+            job = self.records[name].job
+            usage[queue_of(request_of(job))] = usage.get(queue_of(request_of(job)), 0.0) + run_usage(
+                job.total_gpus, started, now, now)  # fmt: skip
+        gang_queue = {name: queue_of(request_of(self.records[name].job)) for name in self.run_of}
+        return Teams.of(self.queues, self.state, gang_queue, usage)
+
+    def _account(self, job: TraceJob, started: float, now: float) -> None:
+        """Add a run that ended at ``now`` to its queue's usage."""
+        if not self.queues:
+            return
+        name = queue_of(request_of(job))
+        total, as_of = self.usage.get(name, (0.0, now))
+        self.usage[name] = (decayed(total, as_of, now) + run_usage(job.total_gpus, started, now, now), now)
 
     def _try(self, job: TraceJob, now: float) -> bool:
         self.stats.place_calls += 1
@@ -451,7 +485,9 @@ class Simulation:
         record = self.records[name]
         assert record.placement is not None
         record.finish_s = now
-        self.run_of.pop(name, None)
+        run = self.run_of.pop(name, None)
+        if run is not None:
+            self._account(record.job, run[1], now)
         self._release(name, record.placement)
 
     def _release(self, name: str, placement: Placement) -> None:
@@ -494,18 +530,19 @@ def simulate(
     work_error: float = 0.0,
     seed: int = 0,
     preemption: PreemptionCost | None = None,
+    queues: tuple[TeamQueue, ...] = (),
 ) -> SimRun:
     """Simulate ``jobs`` on ``specs`` under ``policy``; ``backfill`` picks the queue discipline
     (default: no reservation and no age, the queue before reservations); ``network_aware``
     False hides the network tree from placement (it still prices the runs); ``start_rule``
     gives every job that rule and its work (see the module's docstring), misjudged by a seeded
     factor up to ``work_error`` (0.5: the queue sees between 1/1.5 and 1.5 times the truth);
-    with ``preemption`` a gang of higher priority may stop running ones (``PreemptionCost``)."""
+    with ``preemption`` a gang of higher priority may stop running ones (``PreemptionCost``);
+    ``queues`` are the team queues the trace's jobs name (quotas, cohorts, fair-share weights)."""
     return Simulation(specs, jobs, policy, step_time, max_failures, backfill, network_aware, start_rule,
-                      work_error, seed, preemption).run()  # fmt: skip
+                      work_error, seed, preemption, queues).run()  # fmt: skip
 
 
 def request_of(job: TraceJob) -> JobRequest:
-    return JobRequest(
-        job.name, job.workers, job.gpus, priority=job.priority, model=job.model, time_limit_s=job.time_limit_s
-    )
+    return JobRequest(job.name, job.workers, job.gpus, priority=job.priority, model=job.model,
+                      time_limit_s=job.time_limit_s, queue=job.queue)  # fmt: skip

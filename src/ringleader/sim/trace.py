@@ -2,12 +2,13 @@
 
 A trace is CSV with a header::
 
-    name,arrival_s,workers,gpus,model,batch_size,iterations[,priority][,time_limit_s]
-    job-0001,0.0,4,1,vgg16,64,2000,0,3600
+    name,arrival_s,workers,gpus,model,batch_size,iterations[,priority][,time_limit_s][,queue]
+    job-0001,0.0,4,1,vgg16,64,2000,0,3600,team-a
 
 ``gpus`` is GPUs per worker, ``batch_size`` the per-GPU batch, ``iterations`` the training steps
 the job runs; ``priority`` (optional, default 0) orders the queue before arrival time;
-``time_limit_s`` (optional, empty for none) is the wall-clock limit the queue plans with.
+``time_limit_s`` (optional, empty for none) is the wall-clock limit the queue plans with;
+``queue`` (optional, empty for the default queue) the team queue it is submitted to.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from ringleader.errors import UsageError
 from ringleader.topology.cluster import check_name
 
 COLUMNS = ("name", "arrival_s", "workers", "gpus", "model", "batch_size", "iterations")
-OPTIONAL = ("priority", "time_limit_s")
+OPTIONAL = ("priority", "time_limit_s", "queue")
 
 # Gang shapes (workers, GPUs per worker) per total size, and how often each size arrives:
 # most jobs are small, as in published cluster traces (Philly, Helios: most jobs use 1-4 GPUs).
@@ -62,6 +63,7 @@ class TraceJob:
     iterations: int
     priority: int = 0
     time_limit_s: float | None = None  # what the user promised; the queue plans with it
+    queue: str | None = None  # its team queue (None: the default queue)
 
     @property
     def total_gpus(self) -> int:
@@ -138,7 +140,12 @@ def _job(values: dict[str, str], origin: str, line: int) -> TraceJob:
     if not values["model"]:
         raise _fail(origin, line, "empty model", "name a model such as resnet50 or vgg16")
     # empty optional cells: priority 0, no time limit
-    cells = {key: value for key, value in values.items() if key not in ("priority", "time_limit_s") or value}
+    cells = {key: value for key, value in values.items() if key not in OPTIONAL or value}
+    if cells.get("queue"):
+        try:
+            check_name(cells["queue"], "queue")
+        except UsageError as exc:
+            raise _fail(origin, line, exc.message, exc.fix) from None
     try:
         row = TraceRow.model_validate(cells)
     except ValidationError as exc:
@@ -147,7 +154,7 @@ def _job(values: dict[str, str], origin: str, line: int) -> TraceJob:
         raise _fail(origin, line, _cell_problem(key, values[key], error["type"], error.get("ctx") or {}),
                     f"give {key} as {_KINDS.get(key, 'a number')} within its range") from None  # fmt: skip
     return TraceJob(name, row.arrival_s, row.workers, row.gpus, row.model, row.batch_size, row.iterations,
-                    row.priority, row.time_limit_s)  # fmt: skip
+                    row.priority, row.time_limit_s, row.queue)  # fmt: skip
 
 
 _KINDS = {"arrival_s": "a number of seconds", "model": "a model name"}
@@ -179,12 +186,16 @@ def load_trace(path: str | Path) -> list[TraceJob]:
 def format_trace(jobs: Sequence[TraceJob]) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    limits = any(j.time_limit_s is not None for j in jobs)  # the column only where it says something
-    writer.writerow((*COLUMNS, *OPTIONAL) if limits else (*COLUMNS, "priority"))
+    # the optional columns only where they say something
+    limits = any(j.time_limit_s is not None for j in jobs)
+    queues = any(j.queue is not None for j in jobs)
+    writer.writerow((*COLUMNS, "priority", *(["time_limit_s"] if limits else []), *(["queue"] if queues else [])))
     for j in jobs:
         row = [j.name, f"{j.arrival_s:.3f}", j.workers, j.gpus, j.model, j.batch_size, j.iterations, j.priority]
         if limits:
             row.append("" if j.time_limit_s is None else f"{j.time_limit_s:.3f}")
+        if queues:
+            row.append(j.queue or "")
         writer.writerow(row)
     return out.getvalue()
 
