@@ -203,3 +203,10 @@ def test_the_line_read_at_submit_is_kept_with_the_job_for_its_launcher(rt: Runti
     assert stored.line is not None and stored.line.mpirun and list(stored.line.argv) == stored.command
     assert stored.line.kept == line_module.read_line(stored.command).kept  # horovodrun's line as mpirun's
     assert JobSpec.from_dict(json.loads(json.dumps(stored.to_dict()))) == stored
+
+
+def test_the_queue_and_start_options_are_kept_through_the_store() -> None:
+    spec = JobSpec("q", 2, 1, ["true"], priority=3, model="vgg16", time_limit_s=600.0, start="best", run_time_s=300.0,
+                   max_wait_s=60.0, preempt=True, preemptible=False, queue="team-a").validate()  # fmt: skip
+    kept = JobSpec.from_dict(json.loads(json.dumps(spec.to_dict())))
+    assert kept == spec and kept.request().queue == "team-a" and not kept.request().preemptible

@@ -312,6 +312,8 @@ def submit() -> None:
 @click.option("--gputopology/--no-gputopology", default=False, help="Topology-aware placement (also =true|false).")
 @click.option("--gang/--no-gang", default=True, help="Accepted for compatibility: MPI jobs are always gang-scheduled.")
 @click.option("--priority", type=int, default=0, show_default=True, help="Higher runs first; FIFO among equals.")
+@click.option("--queue", default=None, metavar="NAME",
+              help="The team queue it counts against (`ringleader queue list`): its quota, borrowing, fair share.")
 @click.option("-e", "--env", "env", multiple=True, metavar="NAME=VALUE", help="Environment variable (repeatable).")
 @click.option("--image", default=None, help="Run each rank in this container image (podman or docker on this host).")
 @click.option("-d", "--data", "data", multiple=True, metavar="SRC:DST", callback=_data,
@@ -346,7 +348,8 @@ def submit() -> None:
 @click.argument("command", nargs=-1, required=True)
 @engine_option
 def submit_mpi(
-    name: str, workers: int, gpus: int, gputopology: bool, gang: bool, priority: int, env: tuple[str, ...],
+    name: str, workers: int, gpus: int, gputopology: bool, gang: bool, priority: int, queue: str | None,
+    env: tuple[str, ...],
     image: str | None, data: tuple[tuple[str, str], ...], shm_size: int | None, rdma: bool,
     image_pull_policy: str | None, container_user: str | None, model: str | None, dry_run: bool,
     time_limit_s: float | None, start: str | None, run_time_s: float | None, max_wait_s: float | None,
@@ -383,7 +386,7 @@ def submit_mpi(
         time_limit_s=time_limit_s, container=container, workdir=working_dir, kube=read_kube_options(kube),
         topology_required=topology_required, topology_preferred=topology_preferred, start=start,
         run_time_s=run_time_s, max_wait_s=max_wait_s, preempt=preempt, preemptible=preemptible,
-        calibration=read_calibration(calibration_file), steps=steps,
+        calibration=read_calibration(calibration_file), steps=steps, queue=queue,
     )  # fmt: skip
     with using_engine(engine) as rt:
         result = rt.submit(spec, dry_run=dry_run)
@@ -487,7 +490,8 @@ def render_job(job: JobView, wide: bool, events: bool, prediction: dict[str, Any
                usage: dict[str, tuple[GpuUsage, ...] | None] | None = None) -> None:  # fmt: skip
     lines: list[tuple[str, Any]] = [
         ("Name", job.name), ("Status", job.status.value), ("Priority", job.priority),
-        ("Trainer", job.trainer), ("Duration", duration(job.duration)),
+        *([("Queue", job.spec.queue)] if job.spec.queue else []), ("Trainer", job.trainer),
+        ("Duration", duration(job.duration)),
         ("CreateTime", when(job.created_at)), ("EndTime", when(job.ended_at)),
     ]  # fmt: skip
     if job.placement and job.placement.get("chosen"):

@@ -37,6 +37,8 @@ COMMANDS: dict[str, tuple[tuple[str, ...], str]] = {
     "predict": (("model",), "Predict images/s of a data-parallel job for the placement each policy picks (or one "
                             "given)."),
     "prune": (("jobs",), "Delete finished jobs older than --since (arena prune)."),
+    "queue": (("queues",), "Team queues: GPU quotas, borrowing inside a cohort, fair share (as Kueue's "
+                           "ClusterQueues)."),
     "simulate": (("sim",), "Simulate a job trace on a declared cluster under several placement policies."),
     "slurm": (("slurm",), "Slurm helpers (jobs run on Slurm with --engine slurm, or `ringleader engine use "
                           "slurm`)."),

@@ -127,6 +127,7 @@ def decision_to_dict(decision: Decision) -> dict[str, Any]:
         "reservation": reservation_to_dict(decision.reservation),
         "when": when_to_dict(decision.when),
         "preemption": preemption_to_dict(decision.preemption),
+        "borrows": decision.borrows,
         "predicted_run_s": decision.predicted_run_s,
     }
 

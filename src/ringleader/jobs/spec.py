@@ -318,6 +318,9 @@ class JobSpec:
     # Training steps the job runs (--steps): at submit, times the model's step time on its best
     # placement, it gives ``run_time_s`` (needs --model).
     steps: int | None = None
+    # The team queue it is submitted to (arena's --queue; scheduler/teams.py): its quota, what it
+    # may borrow and its fair share. None: the default queue, without quota.
+    queue: str | None = None
 
     def start_rule(self) -> str:
         if self.start is not None:
@@ -338,6 +341,8 @@ class JobSpec:
         from ringleader.topology.cluster import check_name
 
         check_name(self.name, "job")
+        if self.queue is not None:
+            check_name(self.queue, "queue")
         if not isinstance(self.workers, int) or self.workers < 1:
             raise UsageError(f"--workers must be >= 1, got {self.workers}", "give at least one worker")
         if not isinstance(self.gpus_per_worker, int) or self.gpus_per_worker < 0:
@@ -406,7 +411,8 @@ class JobSpec:
     def describe(self) -> str:
         """One line of what was asked for, as a job's `Submitted` event tells it."""
         kind = "--gputopology" if self.topology_aware else "default scheduling"
-        extra = "".join(f", {k} {v}" for k, v in (("image", self.image), ("model", self.model)) if v)
+        extra = "".join(f", {k} {v}" for k, v in (("image", self.image), ("model", self.model), ("queue", self.queue))
+                        if v)  # fmt: skip
         return f"{self.workers} worker(s) x {self.gpus_per_worker} GPU(s), {kind}, priority {self.priority}{extra}"
 
     def request(self) -> JobRequest:
@@ -416,7 +422,7 @@ class JobSpec:
             self.name, self.workers, self.gpus_per_worker, self.topology_aware, self.priority, self.model,
             time_limit_s=self.time_limit_s, topology_required=self.topology_required,
             topology_preferred=self.topology_preferred, start_rule=self.start_rule(), work_s=self.run_time_s,
-            max_wait_s=self.max_wait_s, may_preempt=self.preempt,
+            max_wait_s=self.max_wait_s, may_preempt=self.preempt, preemptible=self.preemptible, queue=self.queue,
         )  # fmt: skip
 
 
@@ -440,7 +446,7 @@ class JobSpec:
             start=data.get("start"), run_time_s=_seconds(data.get("run_time_s")),
             max_wait_s=_seconds(data.get("max_wait_s")), preempt=bool(data.get("preempt", False)),
             preemptible=bool(data.get("preemptible", True)), calibration=data.get("calibration"),
-            steps=None if data.get("steps") is None else int(data["steps"]),
+            steps=None if data.get("steps") is None else int(data["steps"]), queue=data.get("queue"),
         )  # fmt: skip
 
 

@@ -210,7 +210,7 @@ class QueuePass:
             if when is not None:
                 fits_now = replace(fits_now, reasons=(*fits_now.reasons, when.describe()), when=when)
             if borrows is not None:
-                fits_now = replace(fits_now, reasons=(*fits_now.reasons, borrows))
+                fits_now = replace(fits_now, borrows=borrows)
             return fits_now, self._started(job, placement)
         preemption = self.plan_preemption(job, policy, when, usable)
         if preemption is not None:

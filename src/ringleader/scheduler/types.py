@@ -546,6 +546,7 @@ class Decision:
     reservation: Reservation | None = None  # pending only: the GPUs held for it and when
     when: WhenChoice | None = None  # the start rule's weighing, where it weighed a later start
     preemption: Preemption | None = None  # pending only: the gangs it stops to start on their GPUs
+    borrows: str | None = None  # started only: what it borrows of its cohort's idle quota (scheduler/teams.py)
 
     @property
     def placement(self) -> Placement | None:
@@ -571,7 +572,8 @@ class Decision:
             return "; ".join(self.reasons)
         m = self.chosen.metrics
         weighed = f"; {self.when.describe()}" if self.when is not None else ""
+        borrows = f"; {self.borrows}" if self.borrows is not None else ""
         return (
             f"{self.policy}: {self.chosen.placement.describe()}; {m.nodes_used} node(s), "
-            f"bottleneck {m.bottleneck.describe()}{weighed}"
+            f"bottleneck {m.bottleneck.describe()}{weighed}{borrows}"
         )

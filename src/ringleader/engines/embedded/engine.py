@@ -25,7 +25,7 @@ from ringleader import settings
 from ringleader.engines.embedded import agentctl, store
 from ringleader.engines.embedded.faults import crash_point
 from ringleader.engines.embedded.hosts import netns
-from ringleader.engines.embedded.lifecycle import HOSTS_SETTINGS, schedule_pass, schedule_pass_decisions
+from ringleader.engines.embedded.lifecycle import HOSTS_SETTINGS, schedule_pass, schedule_pass_decisions, team_queues
 from ringleader.engines.embedded.liveness import lease_seconds
 from ringleader.engines.embedded.nodes import (
     LOCAL,
@@ -49,6 +49,7 @@ from ringleader.errors import (
 from ringleader.jobs.line import CommandLine
 from ringleader.jobs.logfiles import follow_log, instance_name, read_log, wait_until_ended
 from ringleader.jobs.prediction import placement_from_plan, predict_job
+from ringleader.jobs.queues import QueueView, check_queue
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import JobStatus, Launch
 from ringleader.jobs.submit import Submission, duplicate, refuse_unresolvable, submit_job
@@ -58,6 +59,7 @@ from ringleader.runtime.containers import job_label, spec_in_image
 from ringleader.runtime.plan import log_path
 from ringleader.runtime.procs import grace_seconds
 from ringleader.scheduler import ClusterState, Code, Decision
+from ringleader.scheduler.teams import DEFAULT_QUEUE, TeamQueue
 from ringleader.statefolder import remove_job_folders
 from ringleader.topology import load_cluster_file
 
@@ -74,7 +76,7 @@ class Runtime:
 
     supports = Support("embedded", image="podman or docker on this host", cluster_file=True, node_labels=True,
                        prune=True, emulated_cluster=True, state_backup=True, time_limit=True, network_tree=True,
-                       start_rules=True, preemption=True, calibration=True,
+                       start_rules=True, preemption=True, calibration=True, queues=True,
                        container_options=("--data", "--shm-size", "--rdma", "--image-pull-policy", "--container-user"),
                        more_room="declare bigger nodes (`ringleader cluster apply`)")  # fmt: skip
 
@@ -267,7 +269,10 @@ class Runtime:
         return self.nodes()
 
     def check(self, decision: Decision, state: ClusterState) -> None:
-        """Nothing more: every node declared here can start what fits on it."""
+        """Its queue must exist (checked again when it commits); every node declared here can
+        start what fits on it."""
+        with self.db.read() as conn:
+            _check_queue_exists(conn, decision.job.queue)
 
     def commit(self, sub: Submission, notes: list[str], hint: str | None) -> Decision:
         """The job inserted and the queue's pass run in one transaction, then the agent woken."""
@@ -278,6 +283,7 @@ class Runtime:
             now = time.time()  # taken under the lock: the wait for it may be long
             if store.job_row(conn, spec.name) is not None:
                 raise duplicate(spec.name, self.supports)
+            _check_queue_exists(conn, spec.queue)
             remove_job_folders(self.home, spec.name)  # left by a delete that was killed: not this job's
             store.insert_job(conn, spec.to_dict(), spec.priority, now)
             store.add_event(conn, spec.name, "Submitted", spec.describe(), now)
@@ -297,6 +303,54 @@ class Runtime:
 
     def started(self, name: str) -> JobView:
         return self.get(name)
+
+    # -- team queues (scheduler/teams.py) ---------------------------------------------------------
+    def create_queue(self, queue: TeamQueue, overwrite: bool = False) -> None:
+        """Keep ``queue`` (with ``overwrite``, replace the one of that name) and run the queue's
+        pass: a new quota may start or stop what waits."""
+        with self._writable().write() as conn:
+            kept = store.queues(conn)
+            check_queue(queue, kept)
+            if not overwrite and any(q.name == queue.name for q in kept):
+                fix = f"give --overwrite to change it, or `ringleader queue delete {queue.name}`"
+                raise ConflictError(f"queue {queue.name!r} already exists", fix)
+            store.put_queue(conn, queue, time.time())
+            schedule_pass(conn, time.time())
+        self._wake()
+
+    def delete_queue(self, name: str) -> None:
+        """Forget a queue that no waiting or running job is in."""
+        with self._writable().write() as conn:
+            if not any(q.name == name for q in store.queues(conn)):
+                raise NotFoundError(f"queue {name!r} not found", "see `ringleader queue list`")
+            active = [r["name"] for r in store.job_rows(conn, [JobStatus.QUEUING, JobStatus.PENDING, JobStatus.RUNNING])
+                      if JobSpec.from_dict(json.loads(r["spec"])).queue == name]  # fmt: skip
+            if active:
+                raise ConflictError(f"queue {name!r} has {len(active)} waiting or running job(s), {active[0]} first",
+                                    f"delete them first (`ringleader delete {' '.join(active[:3])}`)")  # fmt: skip
+            store.delete_queue(conn, name)
+
+    def queues(self) -> list[QueueView]:
+        """Every queue with its quota, what its running jobs hold and borrow, its jobs and its
+        fair share (the default queue, of jobs without --queue, last)."""
+        with self.db.read() as conn:
+            now = time.time()
+            kept = store.queues(conn)
+            teams = team_queues(conn, store.cluster_state(conn), now)
+            counts: dict[str, list[int]] = {}
+            for row in store.job_rows(conn, [JobStatus.QUEUING, JobStatus.PENDING, JobStatus.RUNNING]):
+                name = JobSpec.from_dict(json.loads(row["spec"])).queue or DEFAULT_QUEUE
+                counts.setdefault(name, [0, 0])[row["status"] != JobStatus.RUNNING.value] += 1
+            usage = store.queue_usage(conn, now)
+        views = []
+        for queue in [*kept, TeamQueue(DEFAULT_QUEUE)]:
+            running, pending = counts.get(queue.name, [0, 0])
+            held = teams.use.get(queue.name, {}) if teams is not None else {}
+            borrowed = sum(teams.borrowed(queue).values()) if teams is not None and queue.limited else 0
+            share = teams.shares.get(queue.name, 1.0) if teams is not None else 1.0
+            views.append(QueueView(queue.name, queue.quota, queue.weight, queue.cohort, dict(held), borrowed, running,
+                                   pending, share, usage.get(queue.name, 0.0) / 3600))  # fmt: skip
+        return views
 
     def get(self, name: str) -> JobView:
         with self.db.read() as conn:
@@ -510,3 +564,9 @@ def _check_program(spec: JobSpec, program: str, err: type[UsageError]) -> None:
             )
     elif shutil.which(program, path=(spec.submit_env or {}).get("PATH", os.environ.get("PATH"))) is None:
         raise err(f"program {program!r} not found on PATH", "install it or give its full path")
+
+
+def _check_queue_exists(conn: sqlite3.Connection, queue: str | None) -> None:
+    if queue is not None and not any(q.name == queue for q in store.queues(conn)):
+        raise NotFoundError(f"queue {queue!r} not found", f"create it (`ringleader queue create {queue} --gpus N`) "
+                            "or see `ringleader queue list`")  # fmt: skip

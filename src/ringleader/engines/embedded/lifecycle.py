@@ -13,6 +13,7 @@ from ringleader.jobs.prediction import queue_estimator
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import InstanceStatus, JobStatus, Launch
 from ringleader.scheduler import ClusterState, Code, Decision, QueuedJob, RunningGang, schedule_queue
+from ringleader.scheduler.teams import DEFAULT_QUEUE, Teams, run_usage
 
 # meta key: how jobs on ssh hosts launch here (extra MCA parameters, rank env, the head's
 # address), written by `cluster up` for an emulated cluster; absent for real hosts.
@@ -37,9 +38,11 @@ def schedule_pass_decisions(conn: sqlite3.Connection, now: float) -> list[Decisi
     queued = [QueuedJob(specs[r["name"]].request(), int(r["seq"]), float(r["created_at"])) for r in rows]
     state = store.cluster_state(conn)
     estimate = queue_estimator(specs.values())
-    running, delay = preemptible_gangs(conn) if any(q.job.may_preempt for q in queued) else ({}, 0.0)
+    teams = team_queues(conn, state, now)
+    reclaims = teams is not None and any(teams.queue(q.job) is not None for q in queued)
+    running, delay = preemptible_gangs(conn) if reclaims or any(q.job.may_preempt for q in queued) else ({}, 0.0)
     _, decisions = schedule_queue(state, queued, now=now, expected_ends=expected_ends(conn, now), estimate=estimate,
-                                  running=running, preempt_delay_s=delay)  # fmt: skip
+                                  running=running, preempt_delay_s=delay, teams=teams)  # fmt: skip
     for decision in decisions:
         spec = specs[decision.job.name]
         if decision.placement is not None:
@@ -50,6 +53,36 @@ def schedule_pass_decisions(conn: sqlite3.Connection, now: float) -> list[Decisi
                 for victim in decision.preemption.names:
                     preempt_job(conn, victim, decision, now)
     return decisions
+
+
+def team_queues(conn: sqlite3.Connection, state: ClusterState, now: float) -> Teams | None:
+    """The team queues with the GPUs their running gangs hold (a gang being stopped has given
+    its quota back) and their fair-share factors: ended runs' usage plus the running ones' so
+    far. None while no queue was created."""
+    queues = store.queues(conn)
+    if not queues:
+        return None
+    usage = store.queue_usage(conn, now)
+    gang_queue = {}
+    for row in store.job_rows(conn, [JobStatus.RUNNING]):
+        spec = JobSpec.from_dict(json.loads(row["spec"]))
+        queue = spec.queue or DEFAULT_QUEUE
+        if row["started_at"] is not None:
+            usage[queue] = usage.get(queue, 0.0) + run_usage(spec.workers * spec.gpus_per_worker,
+                                                             float(row["started_at"]), now, now)  # fmt: skip
+        if row["launch"] not in STOPPING:
+            gang_queue[spec.name] = queue
+    return Teams.of(queues, state, gang_queue, usage)
+
+
+def account_usage(conn: sqlite3.Connection, row: sqlite3.Row, now: float) -> None:
+    """Add a run that ends at ``now`` to its queue's usage (fair share counts it from then on);
+    nothing while no queue was created (a folder without queues writes no more than before)."""
+    if row["started_at"] is None or not store.queues(conn):
+        return
+    spec = JobSpec.from_dict(json.loads(row["spec"]))
+    gpu_s = run_usage(spec.workers * spec.gpus_per_worker, float(row["started_at"]), now, now)
+    store.add_usage(conn, spec.queue or DEFAULT_QUEUE, gpu_s, now)
 
 
 def preemptible_gangs(conn: sqlite3.Connection) -> tuple[dict[str, RunningGang], float]:
@@ -76,9 +109,11 @@ def preempt_job(conn: sqlite3.Connection, name: str, by: Decision, now: float) -
     store.update_job(conn, name, launch=Launch.PREEMPTING, stop_grace=grace)
     assert by.preemption is not None
     how = "SIGKILL at once" if grace <= 0 else f"SIGTERM, then SIGKILL after {grace:g} s"
-    store.add_event(conn, name, "Preempted", f"by job {by.job.name} (priority {by.job.priority}), which starts on "
-                    f"{by.preemption.placement.describe()} at {by.preemption.images_per_s:.0f} images/s: {how}; "
-                    f"then requeued", now)  # fmt: skip
+    who = f"job {by.job.name} (priority {by.job.priority}), which"
+    if by.preemption.reclaim:
+        who = f"job {by.job.name} of queue {by.job.queue}, which takes back the quota this job's queue borrowed and"
+    store.add_event(conn, name, "Preempted", f"by {who} starts on {by.preemption.placement.describe()} at "
+                    f"{by.preemption.images_per_s:.0f} images/s: {how}; then requeued", now)  # fmt: skip
 
 
 def expected_ends(conn: sqlite3.Connection, now: float) -> dict[str, float]:
@@ -169,6 +204,7 @@ def requeue_job(conn: sqlite3.Connection, name: str, now: float) -> None:
     row = store.job_row(conn, name)
     assert row is not None
     restarts = int(row["restarts"] or 0) + 1
+    account_usage(conn, row, now)
     freed = store.free(conn, name)
     store.delete_instances(conn, name)
     store.update_job(conn, name, status=JobStatus.QUEUING, launch=None, stop_grace=None, started_at=None,
@@ -183,6 +219,9 @@ def finish_job(
 ) -> None:
     """Terminal status, end time (``ended_at`` when known to be earlier than ``now``, e.g. from
     the rank state files of a job whose supervisor was lost), GPUs freed, open instances closed."""
+    row = store.job_row(conn, name)
+    if row is not None and row["status"] == JobStatus.RUNNING.value:
+        account_usage(conn, row, now if ended_at is None else ended_at)
     store.update_job(conn, name, status=status, ended_at=now if ended_at is None else ended_at, reason=reason or None)
     freed = store.free(conn, name)
     for inst in store.instances(conn, name):

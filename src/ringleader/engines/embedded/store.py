@@ -31,13 +31,14 @@ from ringleader.jobs.codec import (
 )
 from ringleader.jobs.states import JobStatus, Launch, can_launch_move, can_move
 from ringleader.scheduler import ClusterState, NodeState, Placement
+from ringleader.scheduler.teams import TeamQueue, decayed
 from ringleader.statefolder import check_reachable, make_private_home
 from ringleader.topology import NodeSpec, NodeTopology
 from ringleader.topology.network import tree_from_dict, tree_of, tree_to_dict
 
 T = TypeVar("T")
 APP_ID = "ringleader"
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 DB_NAME = "state.db"
 NETWORK_KEY = "network_tree"  # meta: the declared network tree above the nodes (JSON), if any
 
@@ -99,6 +100,14 @@ MIGRATIONS: dict[int, list[str]] = {
     # Gang preemption: how often a job was preempted and requeued (its ranks see it as
     # RINGLEADER_RESTARTS, to resume from their checkpoint).
     5: ["ALTER TABLE jobs ADD COLUMN restarts INTEGER NOT NULL DEFAULT 0"],
+    # Team queues (scheduler/teams.py): quota as JSON [[type, GPUs], ...]; and each queue's
+    # usage of ended runs, decayed GPU-seconds as of a time, for fair share.
+    6: [
+        """CREATE TABLE queues (
+            name TEXT PRIMARY KEY, quota TEXT NOT NULL, weight REAL NOT NULL, cohort TEXT,
+            created_at REAL NOT NULL)""",
+        "CREATE TABLE queue_usage (queue TEXT PRIMARY KEY, gpu_s REAL NOT NULL, as_of REAL NOT NULL)",
+    ],
 }
 
 
@@ -693,3 +702,42 @@ def insert_instance(conn: sqlite3.Connection, job: str, name: str, idx: int, rol
 def update_instance(conn: sqlite3.Connection, job: str, name: str, **fields: Any) -> None:
     cols = ", ".join(f"{k} = ?" for k in fields)
     conn.execute(f"UPDATE instances SET {cols} WHERE job = ? AND name = ?", [*fields.values(), job, name])
+
+
+# -- team queues ----------------------------------------------------------------------------------
+
+
+def queues(conn: sqlite3.Connection) -> list[TeamQueue]:
+    rows = conn.execute("SELECT name, quota, weight, cohort FROM queues ORDER BY name").fetchall()
+    return [TeamQueue(r["name"], tuple((str(k), int(n)) for k, n in json.loads(r["quota"])), float(r["weight"]),
+                      r["cohort"]) for r in rows]  # fmt: skip
+
+
+def put_queue(conn: sqlite3.Connection, queue: TeamQueue, now: float) -> None:
+    conn.execute(
+        """INSERT INTO queues (name, quota, weight, cohort, created_at) VALUES (?, ?, ?, ?, ?)
+           ON CONFLICT (name) DO UPDATE SET quota = excluded.quota, weight = excluded.weight,
+           cohort = excluded.cohort""",
+        (queue.name, json.dumps([list(q) for q in queue.quota]), queue.weight, queue.cohort, now),
+    )
+
+
+def delete_queue(conn: sqlite3.Connection, name: str) -> bool:
+    conn.execute("DELETE FROM queue_usage WHERE queue = ?", (name,))
+    return conn.execute("DELETE FROM queues WHERE name = ?", (name,)).rowcount > 0
+
+
+def queue_usage(conn: sqlite3.Connection, now: float) -> dict[str, float]:
+    """Each queue's ended runs, in GPU-seconds decayed to ``now``."""
+    rows = conn.execute("SELECT queue, gpu_s, as_of FROM queue_usage").fetchall()
+    return {r["queue"]: decayed(float(r["gpu_s"]), float(r["as_of"]), now) for r in rows}
+
+
+def add_usage(conn: sqlite3.Connection, queue: str, gpu_s: float, now: float) -> None:
+    """Add a run that ended at ``now`` (its decayed GPU-seconds) to ``queue``'s usage."""
+    before = queue_usage(conn, now).get(queue, 0.0)
+    conn.execute(
+        """INSERT INTO queue_usage (queue, gpu_s, as_of) VALUES (?, ?, ?)
+           ON CONFLICT (queue) DO UPDATE SET gpu_s = excluded.gpu_s, as_of = excluded.as_of""",
+        (queue, before + gpu_s, now),
+    )

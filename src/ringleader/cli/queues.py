@@ -1,0 +1,72 @@
+"""Team queue commands: queue create / list / delete (the rules: docs/queues.md).
+
+Parse and render only: every command calls the embedded engine's ``Runtime``.
+"""
+
+from __future__ import annotations
+
+import click
+
+from ringleader.cli.jobs import engine_option, open_runtime
+from ringleader.cli.output import console, emit_data, output_option, table
+from ringleader.cli.params import FiniteFloat
+from ringleader.jobs.queues import parse_quota
+
+
+@click.group("queue")
+def queue() -> None:
+    """Team queues: GPU quotas, borrowing inside a cohort, fair share (as Kueue's ClusterQueues)."""
+
+
+@queue.command("create")
+@click.argument("name")
+@click.option("--gpus", "quota", multiple=True, required=True, metavar="N|TYPE=N",
+              help="The queue's quota: N GPUs of every type, or N of one GPU type (repeatable; the type as "
+                   "`top node` shows it, e.g. v100=8).")  # fmt: skip
+@click.option("--weight", type=FiniteFloat(0, 1e6, low_open=True), default=1.0, show_default=True,
+              help="Its fair share against the other queues' weights.")
+@click.option("--cohort", default=None, metavar="NAME",
+              help="Queues of one cohort lend each other the quota they leave idle, and take it back.")
+@click.option("--overwrite", is_flag=True, help="Replace the queue of that name (as kubectl's --overwrite).")
+@engine_option
+def queue_create(name: str, quota: tuple[str, ...], weight: float, cohort: str | None, overwrite: bool,
+                 engine: str | None) -> None:  # fmt: skip
+    """Create a team queue; jobs join it with `submit --queue NAME`."""
+    from ringleader.scheduler.teams import TeamQueue
+
+    made = TeamQueue(name, parse_quota(quota), weight, cohort)
+    with open_runtime(engine, "queues", "`queue create`") as rt:
+        rt.create_queue(made, overwrite)
+    click.echo(f"queue/{name} {'configured' if overwrite else 'created'}")
+
+
+@queue.command("list")
+@output_option("json", "yaml")
+@engine_option
+def queue_list(output: str, engine: str | None) -> None:
+    """Each queue: quota, cohort, weight, the GPUs its running jobs hold and borrow, its jobs,
+    its fair-share factor (1: it used nothing of its share) and recent GPU-hours."""
+    with open_runtime(engine, "queues", "`queue list`") as rt:
+        views = rt.queues()
+    if output != "table":
+        emit_data([v.to_dict() for v in views], output)
+        return
+    rows = [[v.name, v.quota_text, v.cohort or "-", f"{v.weight:g}", sum(v.held.values()), v.borrowed, v.running,
+             v.pending, f"{v.fair_share:.2f}", f"{v.usage_gpu_h:.2f}"] for v in views]  # fmt: skip
+    console().print(table(["NAME", "QUOTA", "COHORT", "WEIGHT", "GPUS_HELD", "BORROWED", "RUNNING", "PENDING",
+                           "FAIR_SHARE", "GPU_HOURS"], rows))  # fmt: skip
+
+
+@queue.command("delete")
+@click.argument("names", nargs=-1, required=True)
+@engine_option
+def queue_delete(names: tuple[str, ...], engine: str | None) -> None:
+    """Delete queues no waiting or running job is in."""
+    with open_runtime(engine, "queues", "`queue delete`") as rt:
+        for name in names:
+            rt.delete_queue(name)
+            click.echo(f"queue/{name} deleted")
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(queue)

@@ -1,0 +1,97 @@
+"""Team queues as users give and read them: the quota's spelling, the checks a queue must pass
+before it is kept (the same on every engine that keeps queues), and the view `queue list` shows.
+The rules themselves (quota, borrowing, reclaim, fair share) are ``scheduler/teams.py``'s."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ringleader.errors import UsageError
+from ringleader.scheduler.teams import ANY_TYPE, DEFAULT_QUEUE, TeamQueue
+from ringleader.topology.cluster import check_name
+
+GPU_TYPE_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
+MAX_GPUS = 1 << 24  # far beyond any cluster, small enough for the arithmetic
+
+
+def parse_quota(values: Sequence[str]) -> tuple[tuple[str, int], ...]:
+    """``--gpus 8`` (every GPU type) or ``--gpus v100=8 --gpus a100=4`` (per type, the node's
+    GPU model as `top node` shows it, in any case) -> sorted (type, GPUs) pairs."""
+    quota: dict[str, int] = {}
+    for value in values:
+        key, sep, count = value.rpartition("=")
+        key = key.strip().lower() if sep else ANY_TYPE
+        if sep and not GPU_TYPE_RE.fullmatch(key):
+            raise UsageError(f"--gpus {value!r}: {key!r} is not a GPU type", "give e.g. --gpus v100=8, or --gpus 8")
+        try:
+            gpus = int(count.strip())
+        except ValueError:
+            fix = "give e.g. --gpus 8 or --gpus v100=8"
+            raise UsageError(f"--gpus {value!r} is not a number of GPUs", fix) from None
+        if not 0 <= gpus <= MAX_GPUS:
+            raise UsageError(f"--gpus {value!r} must be 0 to {MAX_GPUS}", "give the GPUs the queue may hold")
+        if key in quota:
+            what = "a quota for every GPU type" if key == ANY_TYPE else f"type {key}"
+            raise UsageError(f"--gpus gives {what} twice", "give each GPU type once")
+        quota[key] = gpus
+    if ANY_TYPE in quota and len(quota) > 1:
+        raise UsageError("--gpus N (every type) and --gpus TYPE=N (one type) are both given",
+                         "give one quota for every type, or one per type")  # fmt: skip
+    return tuple(sorted(quota.items()))
+
+
+def check_queue(queue: TeamQueue, others: Iterable[TeamQueue]) -> TeamQueue:
+    """A queue as it may be kept beside ``others``: a DNS-1123 name that is not the default
+    queue's, a quota, a finite positive weight, and a cohort whose queues all count their quota
+    the same way (every type at once, or per type), so that what one lends the other can take."""
+    check_name(queue.name, "queue")
+    if queue.name == DEFAULT_QUEUE:
+        raise UsageError(f"{DEFAULT_QUEUE!r} is the queue of jobs submitted without --queue, and has no quota",
+                         "pick another name")  # fmt: skip
+    if not queue.quota:
+        raise UsageError("a queue needs a quota", "give --gpus N (every GPU type) or --gpus TYPE=N")
+    if isinstance(queue.weight, bool) or not (math.isfinite(queue.weight) and 0 < queue.weight <= 1e6):
+        raise UsageError(f"--weight must be above 0 (up to 1000000), got {queue.weight}", "give e.g. --weight 2")
+    if queue.cohort is not None:
+        check_name(queue.cohort, "cohort")
+        pooled = queue.quota[0][0] == ANY_TYPE
+        for other in others:
+            if other.name != queue.name and other.cohort == queue.cohort and (other.quota[0][0] == ANY_TYPE) != pooled:
+                raise UsageError(
+                    f"queue {other.name} of cohort {queue.cohort} counts its quota "
+                    + ("per GPU type" if pooled else "for every GPU type at once") + ", and this one does not",
+                    "give the queues of one cohort the same kind of quota (--gpus N, or --gpus TYPE=N)",
+                )
+    return queue
+
+
+@dataclass(frozen=True)
+class QueueView:
+    """A queue as `queue list` shows it: its settings, the GPUs its running jobs hold (per quota
+    key), how many of them it borrows, its jobs, and its fair share."""
+
+    name: str
+    quota: tuple[tuple[str, int], ...]
+    weight: float
+    cohort: str | None
+    held: dict[str, int] = field(default_factory=dict)
+    borrowed: int = 0
+    running: int = 0
+    pending: int = 0
+    fair_share: float = 1.0  # Slurm's factor 2^(-usage share / weight share): 1 used nothing
+    usage_gpu_h: float = 0.0  # recent GPU-hours, decayed with the half-life
+
+    @property
+    def quota_text(self) -> str:
+        return TeamQueue(self.name, self.quota).describe_quota()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "quota": {k: n for k, n in self.quota}, "weight": self.weight, "cohort": self.cohort,
+            "held": dict(self.held), "borrowed": self.borrowed, "running": self.running, "pending": self.pending,
+            "fair_share": round(self.fair_share, 4), "usage_gpu_h": round(self.usage_gpu_h, 4),
+        }  # fmt: skip
