@@ -131,7 +131,8 @@ def test_teams_fair_share_follows_slurms_factor() -> None:
     assert shares["c"] == 1.0 and shares["b"] > shares["a"]
     # order: the queue that used less than its share first, then priority and submit order
     jobs = [QueuedJob(gang(f"{q}{i}", q, 1), i * 3 + k, NOW) for i in range(2) for k, q in enumerate("abc")]
-    order = [q.job.queue for q in queue_order(jobs, NOW, BackfillConfig(), shares)]
+    teams = Teams({q.name: q for q in queues}, shares=shares)
+    order = [q.job.queue for q in queue_order(jobs, NOW, BackfillConfig(), teams)]
     assert order == ["c", "c", "b", "b", "a", "a"]
 
 

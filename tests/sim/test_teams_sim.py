@@ -3,8 +3,12 @@
 
 from __future__ import annotations
 
+import json
 import random
+import subprocess
+import sys
 from collections.abc import Mapping
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +16,8 @@ from ringleader.scheduler import BackfillConfig, NodeState, Placement
 from ringleader.scheduler.teams import ANY_TYPE, TeamQueue
 from ringleader.sim import StepTime, TraceJob, simulate
 from ringleader.topology import NodeSpec, preset
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def one_second_steps(nodes: Mapping[str, NodeState], placement: Placement, job: TraceJob) -> StepTime:
@@ -74,3 +80,37 @@ def test_a_lender_reclaims_its_quota_from_a_borrowing_queue() -> None:
     by = {r.job.name: r for r in run.records}
     assert sorted(by[f"b{i}"].start_s or 0 for i in range(4)) == [0, 0, 1000, 1000]
     assert all(by[f"a{i}"].start_s == 100 and by[f"a{i}"].preempted == 0 for i in range(4))
+
+
+def ringleader(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ringleader.cli.main", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+
+
+def test_simulate_compares_queues_from_a_file_and_refuses_a_bad_one_in_one_line(tmp_path: Path) -> None:
+    cluster = REPO / "examples" / "sim" / "cluster-2x8-v100.yaml"
+    out = ringleader("simulate", "gen-trace", "--jobs", "60", "--seed", "1", "--arrival-rate", "60", "--cluster-gpus",
+                     "8", "--queues", "vision,speech", "--out", "t.csv", cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert {row.split(",")[-1] for row in (tmp_path / "t.csv").read_text().splitlines()[1:]} == {"vision", "speech"}
+    (tmp_path / "q.yaml").write_text("queues:\n  - {name: vision, gpus: 8, cohort: lab}\n"
+                                     "  - {name: speech, gpus: 8, weight: 2, cohort: lab}\n")  # fmt: skip
+    out = ringleader("simulate", "--cluster", str(cluster), "--trace", "t.csv", "--policies", "topology", "--queues",
+                     "q.yaml", "-o", "json", cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    [summary] = json.loads(out.stdout)["policies"]
+    rows = {q["queue"]: q for q in summary["queues"]}
+    assert set(rows) == {"vision", "speech"} and rows["speech"]["weight_share"] == pytest.approx(2 / 3)
+    assert sum(q["jobs"] for q in rows.values()) == 60
+    bad = {
+        "queues:\n  - {name: a, gpus: 8, colour: red}\n": "q.yaml line 2: unknown key 'colour'",
+        "queues:\n  - {name: a, gpus: -1}\n": "q.yaml line 2: queues[0].gpus",
+        "queues:\n  - {name: a, gpus: 8, cohort: lab}\n  - {name: b, gpus: {v100: 8}, cohort: lab}\n":
+            "q.yaml line 3: queue a of cohort lab counts its quota for every GPU type at once",
+        "queues:\n  - {name: a, gpus: 8}\n  - {name: a, gpus: 4}\n": "q.yaml: queue 'a' declared twice",
+    }  # fmt: skip
+    for text, said in bad.items():
+        (tmp_path / "q.yaml").write_text(text)
+        out = ringleader("simulate", "--cluster", str(cluster), "--trace", "t.csv", "--queues", "q.yaml", cwd=tmp_path)
+        assert out.returncode == 2 and out.stderr.count("\n") == 1, (text, out.stderr)
+        assert out.stderr.startswith(f"error: {said}"), (text, out.stderr)

@@ -49,12 +49,15 @@ def simulate_group() -> None:
 )  # fmt: skip
 @click.option("--preempt", is_flag=True,
               help="Jobs of higher priority may preempt lower ones (requeued; they keep their 10-minute checkpoints).")
+@click.option("--queues", "queues_file", type=click.Path(dir_okay=False),
+              help="Team queues (YAML: quotas, weights, cohorts; docs/queues.md) the trace's `queue` column names.")
 @output_option("json")
 def run_cmd(
     cluster_file: str, trace_file: str, policies: str, out_dir: str | None, max_failures: int,
-    start_rules: str | None, preempt: bool, output: str,
+    start_rules: str | None, preempt: bool, queues_file: str | None, output: str,
 ) -> None:  # fmt: skip
     """Run the trace under each policy; print JCT, queueing, makespan, utilization, throughput."""
+    from ringleader.jobs.queues import load_queues
     from ringleader.sim import PreemptionCost, compare_policies, load_trace, parse_policies, write_outputs
     from ringleader.sim.compare import parse_start_rules, table_rows
     from ringleader.topology import load_cluster_file
@@ -63,11 +66,12 @@ def run_cmd(
     rules = parse_start_rules(start_rules) if start_rules is not None else []
     specs = load_cluster_file(cluster_file)
     jobs = load_trace(trace_file)
+    queues = load_queues(queues_file) if queues_file is not None else ()
     runs = len(names) * max(len(rules), 1)
     with step_progress(runs + (1 if out_dir else 0), output == "table") as step:
         result = compare_policies(specs, jobs, names, max_failures=max_failures,
                                   on_policy=lambda p: step(f"simulating {p}"), start_rules=rules,
-                                  preemption=PreemptionCost() if preempt else None)  # fmt: skip
+                                  preemption=PreemptionCost() if preempt else None, queues=queues)  # fmt: skip
         step("writing plots and report")
         written = write_outputs(result, out_dir, title=f"{len(jobs)} jobs, {len(specs)} nodes") if out_dir else []
     if output == "json":
@@ -80,6 +84,9 @@ def run_cmd(
     headers, rows = table_rows(result)
     con = console()
     con.print(table(headers, rows))
+    if queues:
+        con.print(table(["POLICY", "QUEUE", "JOBS", "GPU_HOURS", "SHARE", "WEIGHT_SHARE", "AVG_JCT(h)", "AVG_QUEUE(h)",
+                         "PREEMPTED"], queue_rows(result.summaries)))  # fmt: skip
     for item in result.rejected():
         con.print(f"rejected ({item['policy']}): {item['job']}: {item['reason']}")
     for line in coincidence_notes(result.runs):
@@ -101,12 +108,19 @@ def run_cmd(
               help="Poisson arrivals, jobs per hour.")
 @click.option("--cluster-gpus", type=count(1, 1 << 16), help="Largest gang to generate (GPUs); default 16.")
 @click.option("--out", "out_file", required=True, type=click.Path(dir_okay=False), help="Trace CSV to write.")
-def gen_trace_cmd(n_jobs: int, seed: int, arrival_rate: float, cluster_gpus: int | None, out_file: str) -> None:
+@click.option("--queues", "queue_names", metavar="NAMES",
+              help="Comma-separated team queues: each job goes to one of them at random (the `queue` column).")
+def gen_trace_cmd(n_jobs: int, seed: int, arrival_rate: float, cluster_gpus: int | None, out_file: str,
+                  queue_names: str | None) -> None:  # fmt: skip
     """Write a seeded trace: Poisson arrivals, gangs of 1-16 GPUs, CNN models."""
     from ringleader.errors import UsageError
     from ringleader.sim import generate_trace, write_trace
+    from ringleader.topology.cluster import check_name
 
-    jobs = generate_trace(n_jobs, seed, arrival_rate, cluster_gpus)
+    names = [check_name(n.strip(), "queue") for n in (queue_names or "").split(",") if n.strip()]
+    if queue_names is not None and not names:
+        raise UsageError("--queues is empty", "give queue names separated by commas, e.g. vision,speech")
+    jobs = generate_trace(n_jobs, seed, arrival_rate, cluster_gpus, queues=names)
     try:
         write_trace(jobs, out_file)
     except OSError as exc:
@@ -116,3 +130,15 @@ def gen_trace_cmd(n_jobs: int, seed: int, arrival_rate: float, cluster_gpus: int
 
 def register(cli: click.Group) -> None:
     cli.add_command(simulate_group)
+
+
+def queue_rows(summaries: list[dict[str, Any]]) -> list[list[str]]:
+    def pct(v: float) -> str:
+        return "-" if v != v else f"{v:.1%}"
+
+    def hours(v: float) -> str:
+        return "-" if v != v else f"{v / 3600:.2f}"
+
+    return [[s["policy"], q["queue"], str(q["jobs"]), f"{q['gpu_hours']:.1f}", pct(q["share"]), pct(q["weight_share"]),
+             hours(q["avg_jct_s"]), hours(q["avg_queue_s"]), str(q["preempted"])]
+            for s in summaries for q in s.get("queues", [])]  # fmt: skip

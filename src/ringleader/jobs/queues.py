@@ -11,11 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ringleader.errors import UsageError
-from ringleader.scheduler.teams import ANY_TYPE, DEFAULT_QUEUE, TeamQueue
+from ringleader.scheduler.teams import ANY_TYPE, DEFAULT_QUEUE, MAX_GPUS, TeamQueue
 from ringleader.topology.cluster import check_name
 
 GPU_TYPE_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
-MAX_GPUS = 1 << 24  # far beyond any cluster, small enough for the arithmetic
 
 
 def parse_quota(values: Sequence[str]) -> tuple[tuple[str, int], ...]:
@@ -67,6 +66,40 @@ def check_queue(queue: TeamQueue, others: Iterable[TeamQueue]) -> TeamQueue:
                     "give the queues of one cohort the same kind of quota (--gpus N, or --gpus TYPE=N)",
                 )
     return queue
+
+
+def load_queues(path: str) -> tuple[TeamQueue, ...]:
+    """The team queues a YAML file declares (``simulate --queues``), each checked as `queue
+    create` checks it; a refusal is one line naming the file, the line and the key::
+
+        queues:
+          - {name: vision, gpus: 8, cohort: lab}
+          - {name: speech, gpus: {v100: 8}, weight: 2}
+    """
+    from ringleader.inputs import load_yaml, read_bounded, validate  # the schema's pydantic: only when read
+    from ringleader.jobs.queues_schema import QueuesFile
+
+    doc, lines = load_yaml(read_bounded(path, "queues file"), path)
+
+    def line_of(where: tuple[str | int, ...]) -> int | None:
+        while where and where not in lines:
+            where = where[:-1]
+        return lines.get(where)
+
+    fix = "give `queues:` as a list of {name, gpus: N or {TYPE: N}, weight, cohort} (docs/queues.md)"
+    parsed = validate(QueuesFile, doc, path, fix, line_of, strict=False)
+    kept: list[TeamQueue] = []
+    for index, entry in enumerate(parsed.queues):
+        gpus = entry.gpus if isinstance(entry.gpus, dict) else {ANY_TYPE: entry.gpus}
+        try:
+            quota = parse_quota([f"{k}={n}" if k != ANY_TYPE else str(n) for k, n in gpus.items()])
+            queue = check_queue(TeamQueue(entry.name, quota, entry.weight, entry.cohort), kept)
+        except UsageError as exc:
+            raise UsageError(f"{path} line {line_of(('queues', index))}: {exc.message}", exc.fix) from None
+        if any(q.name == queue.name for q in kept):
+            raise UsageError(f"{path}: queue {queue.name!r} declared twice", "give every queue its own name")
+        kept.append(queue)
+    return tuple(kept)
 
 
 @dataclass(frozen=True)

@@ -118,9 +118,16 @@ def queue_order(
     jobs: Sequence[QueuedJob],
     now: float | None = None,
     config: BackfillConfig = BackfillConfig(),
-    shares: Mapping[str, float] | None = None,
+    teams: Teams | None = None,
 ) -> list[QueuedJob]:
-    return sorted(jobs, key=lambda q: (-effective_priority(q, now, config, shares), q.seq))
+    """Effective priority, then submit order. With team queues, gangs that fit their queue's own
+    quota come first (as Kueue's scheduler orders them), then those that would borrow, the one
+    whose queue would borrow least per weight first (Kueue's fair sharing): a gang whose quota
+    was taken back never borrows it again before the gang it was taken back for."""
+    if teams is None:
+        return sorted(jobs, key=lambda q: (-effective_priority(q, now, config), q.seq))
+    return sorted(jobs, key=lambda q: (teams.borrow_share(q.job), -effective_priority(q, now, config, teams.shares),
+                                       q.seq))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -226,7 +233,7 @@ class QueuePass:
         reservation = None
         if len(self.reservations) < self.config.reservation_depth:
             reservation = self.plan_reservation(job, policy)
-        after = replace(self, reservations=(*self.reservations, reservation)) if reservation else self
+        after = self._holding(job, reservation)
         if now_decision is None:
             return Decision(job, policy_name, Code.UNSCHEDULABLE, reservation=reservation), after
         lines = [reservation.describe()] if reservation else []
@@ -262,11 +269,12 @@ class QueuePass:
             if not check.ok:
                 refused[name] = check
         if refused and len(refused) == len(types):
-            reclaims = [c for c in refused.values() if c.shortfall]
-            if reclaims:
-                return min(reclaims, key=lambda c: c.shortfall), job
-            # the reason of a type it has quota for says more than "its quota of 0"
-            return max(refused.items(), key=lambda kv: queue.nominal(queue.key_of(kv[0])) > 0)[1], job
+            # a type it has quota for says more than "its quota of 0"; then the smallest reclaim
+            def rank(item: tuple[str, QuotaCheck]) -> tuple[bool, bool, int]:
+                check = item[1]
+                return queue.nominal(queue.key_of(item[0])) == 0, not check.shortfall, check.shortfall
+
+            return min(refused.items(), key=rank)[1], job
         return None, (replace(job, gpu_types=frozenset(types - set(refused))) if refused else job)
 
     def _reclaim(self, job: JobRequest, policy: str | None, check: QuotaCheck) -> Preemption | None:
@@ -274,7 +282,7 @@ class QueuePass:
         gangs to stop to take it back, and where the gang starts once they have stopped."""
         if not check.shortfall or self.teams is None:
             return None
-        victims = self.teams.reclaim(job, check.shortfall, self.running)
+        victims = self.teams.reclaim(job, check.shortfall, self.running, check.over_after)
         if not victims:
             return None
         freed = self.usable_state(job)
@@ -476,8 +484,20 @@ class QueuePass:
         decision = Decision(job, policy_name, Code.UNSCHEDULABLE, reasons=tuple(lines), reservation=reservation,
                             when=when, preemption=preemption)  # fmt: skip
         running = {name: g for name, g in self.running.items() if name not in preemption.names}
-        teams = self.teams.without(preemption.names) if self.teams is not None else None
-        return decision, replace(self, reservations=(*self.reservations, reservation), running=running, teams=teams)
+        after = self._holding(job, reservation)
+        teams = after.teams.without(preemption.names) if after.teams is not None else None
+        return decision, replace(after, running=running, teams=teams)
+
+    def _holding(self, job: JobRequest, reservation: Reservation | None) -> QueuePass:
+        """The pass with ``reservation`` held for ``job``, and its GPUs counted against its
+        queue's quota for the rest of the pass (Kueue reserves a workload's quota before its
+        pods run): no gang decided after it borrows the quota it waits for."""
+        if reservation is None:
+            return self
+        teams = self.teams
+        if teams is not None and teams.queue(job) is not None:
+            teams = teams.with_started(job, self.state, reservation.placement)
+        return replace(self, reservations=(*self.reservations, reservation), teams=teams)
 
     def _waits_for_better(self, job: JobRequest, policy: str | None, when: WhenChoice) -> tuple[Decision, QueuePass]:
         """Pend ``job`` for the later start ``when`` chose. Its GPUs are reserved whatever the
@@ -489,7 +509,7 @@ class QueuePass:
         lines = [when.describe()] + ([reservation.describe()] if reservation else [])
         decision = Decision(job, policy_name, Code.UNSCHEDULABLE, reasons=tuple(lines), reservation=reservation,
                             when=when)  # fmt: skip
-        after = replace(self, reservations=(*self.reservations, reservation)) if reservation else self
+        after = self._holding(job, reservation)
         return decision, after
 
     def _reservation(self, job: JobRequest, placement: Placement, start: float | None) -> Reservation:
@@ -632,7 +652,7 @@ def schedule_queue(
     current = QueuePass(state, now, dict(expected_ends or {}), config, estimate=estimate, running=dict(running or {}),
                         preempt_delay_s=preempt_delay_s, teams=teams)  # fmt: skip
     decisions = []
-    for queued in queue_order(pending, now, config, teams.shares if teams is not None else None):
+    for queued in queue_order(pending, now, config, teams):
         decision, current = current.decide(queued.job, policy, submit_s=queued.submit_s)
         decisions.append(decision)
     return current.state, decisions

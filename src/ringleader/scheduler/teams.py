@@ -34,6 +34,7 @@ ANY_TYPE = "*"  # a quota for every GPU type at once
 DEFAULT_QUEUE = "default"  # the queue of jobs submitted without one: no quota, weight 1
 # Slurm's PriorityDecayHalfLife default: usage a week old counts half.
 DECAY_HALF_LIFE_S = 7 * 24 * 3600.0
+MAX_GPUS = 1 << 24  # the most a quota may name: far beyond any cluster, small for the arithmetic
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,7 @@ class QuotaCheck:
     borrowed: int = 0
     shortfall: int = 0
     reason: str | None = None
+    over_after: int = 0  # GPUs over its quota it would hold once started (0: within it)
 
 
 GangUse = tuple[str, Mapping[str, int]]  # a running gang's queue and its GPUs per quota key
@@ -193,7 +195,9 @@ class Teams:
                 continue
             if not job.preemptible or count > room:
                 own_idle = max(nominal - held, 0)
-                return QuotaCheck(False, reason=self._full(job, queue, key, count, max(room - own_idle, 0)))
+                refusal = self._full(job, queue, key, count, max(room - own_idle, 0))
+                shortfall = count - room if job.preemptible else 0
+                return QuotaCheck(False, shortfall=max(shortfall, 0), reason=refusal, over_after=over)
             borrowed += min(over, count)
         if shortfall > 0:
             return QuotaCheck(False, shortfall=shortfall, reason=self._lent(queue, shortfall))
@@ -203,15 +207,30 @@ class Teams:
                       "(reclaimed when their queues need them)")  # fmt: skip
         return QuotaCheck(True, borrowed, reason=reason)
 
-    def reclaim(self, job: JobRequest, shortfall: int, may_stop: Mapping[str, RunningGang]) -> tuple[RunningGang, ...]:
+    def borrow_share(self, job: JobRequest) -> float:
+        """GPUs over its queue's quota per weight that ``job`` would leave its queue holding
+        (the least over any key of it); 0 for a gang that fits its queue's quota."""
+        queue = self.queue(job)
+        if queue is None:
+            return 0.0
+        over = min(self.held(queue.name, key) + job.total_gpus - nominal for key, nominal in queue.quota)
+        return max(over, 0) / queue.weight
+
+    def reclaim(
+        self, job: JobRequest, shortfall: int, may_stop: Mapping[str, RunningGang], over_after: int = 0
+    ) -> tuple[RunningGang, ...]:
         """Whole gangs of queues in ``job``'s cohort that hold more than their quota, to stop
         until ``shortfall`` GPUs of quota are back: lowest priority first, then the biggest, and
-        only while their queue still borrows (Kueue's reclaim within a cohort). Empty when
-        stopping all of them would not be enough."""
+        only while their queue still borrows (Kueue's reclaim within a cohort). A gang that
+        would itself borrow (``over_after`` GPUs over its quota) stops only gangs whose queue
+        still borrows at least as much per weight once they are gone (Kueue's fair-sharing rule
+        LessThanOrEqualToFinalShare): a queue that borrows less takes from one that borrows
+        more, never back and forth. Empty when stopping all of them would not be enough."""
         queue = self.queue(job)
         if queue is None:
             return ()
         over = {q.name: sum(self.borrowed(q).values()) for q in self.cohort(queue) if q.name != queue.name}
+        weight = {q.name: q.weight for q in self.cohort(queue)}
         candidates = sorted(
             (g for name, g in may_stop.items() if g.preemptible and self.gangs.get(name, ("", {}))[0] in over),
             key=lambda g: (g.priority, -sum(self.gangs[g.name][1].values()), g.name),
@@ -220,9 +239,9 @@ class Teams:
         back = 0
         for gang in candidates:
             owner, per_key = self.gangs[gang.name]
-            if over[owner] <= 0:
-                continue
             gpus = sum(per_key.values())
+            if over[owner] <= 0 or (over_after and (over[owner] - gpus) / weight[owner] < over_after / queue.weight):
+                continue
             chosen.append(gang)
             over[owner] -= gpus
             back += gpus

@@ -107,6 +107,7 @@ class JobRecord:
     span_level: int = -1  # the network level its nodes' lowest common switch is at (-1: one node)
     preempted: int = 0  # times it was stopped for a gang of higher priority and requeued
     lost_s: float = 0.0  # seconds of its runs lost to preemption (since its last checkpoint)
+    runs: list[tuple[float, float]] = field(default_factory=list)  # (start, end) of each run, a preempted one too
 
     @property
     def jct_s(self) -> float | None:
@@ -115,6 +116,10 @@ class JobRecord:
     @property
     def queue_s(self) -> float | None:
         return None if self.start_s is None else self.start_s - self.job.arrival_s
+
+    def gpu_seconds(self, until: float = math.inf) -> float:
+        """GPU-seconds its runs held (up to ``until``): a preempted job's wait in between is not counted."""
+        return self.job.total_gpus * sum(max(min(end, until) - start, 0.0) for start, end in self.runs)
 
     @property
     def images(self) -> float:
@@ -276,6 +281,7 @@ class Simulation:
         record = self.records[name]
         assert record.placement is not None and record.step is not None
         _, started = self.run_of.pop(name)
+        record.runs.append((started, now))
         self._account(record.job, started, now)
         restarting = cost.restart_s if record.preempted else 0.0
         trained = max(now - started - restarting, 0.0)
@@ -370,8 +376,10 @@ class Simulation:
     def _reserving_pass(self, now: float) -> None:
         """One pass of the shared queue; after a preemption, the victims are stopped and the
         pass runs again on the GPUs they freed (the simulator stops a victim at once)."""
-        while self._one_reserving_pass(now):
-            pass
+        for _ in range(len(self.records) + 1):  # each pass that preempts stops at least one gang
+            if not self._one_reserving_pass(now):
+                return
+        self.stats.capped_passes += 1  # a bound, not a path: no queue should preempt this often
 
     def _one_reserving_pass(self, now: float) -> bool:
         self.stats.passes += 1
@@ -380,8 +388,7 @@ class Simulation:
         teams = self._teams(now) if self.queues else None
         current = QueuePass(self.state, now, self.expected_ends, self.backfill, estimate=self._images_per_s,
                             ideal=self.ideal, running=running, teams=teams)  # fmt: skip
-        shares = teams.shares if teams is not None else None
-        for queued in queue_order(list(self.queued.values()), now, self.backfill, shares):
+        for queued in queue_order(list(self.queued.values()), now, self.backfill, teams):
             request = queued.job
             may_preempt = (lowest is not None and request.priority > lowest) or (
                 teams is not None and teams.queue(request) is not None)  # fmt: skip
@@ -487,6 +494,7 @@ class Simulation:
         record.finish_s = now
         run = self.run_of.pop(name, None)
         if run is not None:
+            record.runs.append((run[1], now))
             self._account(record.job, run[1], now)
         self._release(name, record.placement)
 

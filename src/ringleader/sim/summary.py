@@ -30,6 +30,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from ringleader.scheduler.teams import DEFAULT_QUEUE, TeamQueue
 from ringleader.sim.engine import SimRun
 
 
@@ -59,9 +60,7 @@ def summarise(run: SimRun) -> dict[str, Any]:
         makespan = max(r.finish_s for r in done if r.finish_s is not None) - first
     else:
         makespan = 0.0
-    gpu_seconds = sum(
-        r.job.total_gpus * (r.finish_s - r.start_s) for r in done if r.start_s is not None and r.finish_s is not None
-    )
+    gpu_seconds = sum(r.gpu_seconds() for r in done)
     images = sum(r.images for r in done)
     frag_stranded, frag_blocked = _fragmentation(run)
     return {
@@ -83,6 +82,35 @@ def summarise(run: SimRun) -> dict[str, Any]:
         "multi_node_share": _mean([1.0 if r.nodes_used > 1 else 0.0 for r in started]),
         **_network(run, started),
     }
+
+
+def queue_summary(run: SimRun, queues: Sequence[TeamQueue]) -> list[dict[str, Any]]:
+    """Per team queue: its jobs, the GPU-hours they ran, their share of the GPU-hours run while
+    every queue had a job to start (until the first queue's last start: after it, shares follow
+    what is left, not the weights) beside the share its weight entitles it to, mean JCT and
+    queueing, and preemptions (reclaims)."""
+    members: dict[str, list[Any]] = {}
+    for record in run.records:
+        members.setdefault(record.job.queue or DEFAULT_QUEUE, []).append(record)
+    contended = min((max(r.start_s for r in records if r.start_s is not None) for records in members.values()
+                     if any(r.start_s is not None for r in records)), default=0.0)  # fmt: skip
+    used = {name: sum(r.gpu_seconds(contended) for r in records) for name, records in members.items()}
+    names = [q.name for q in queues] + [n for n in members if n not in {q.name for q in queues}]
+    weights = {q.name: q.weight for q in queues}
+    total_used = sum(used.values())
+    total_weight = sum(weights.get(n, 1.0) for n in names if n in members)
+    out = []
+    for name in names:
+        records = members.get(name, [])
+        jcts = [r.jct_s for r in records if r.jct_s is not None]
+        waits = [r.queue_s for r in records if r.queue_s is not None]
+        out.append({
+            "queue": name, "jobs": len(records), "gpu_hours": sum(r.gpu_seconds() for r in records) / 3600.0,
+            "share": used.get(name, 0.0) / total_used if total_used else math.nan,
+            "weight_share": weights.get(name, 1.0) / total_weight if records and total_weight else math.nan,
+            "avg_jct_s": _mean(jcts), "avg_queue_s": _mean(waits), "preempted": sum(r.preempted for r in records),
+        })  # fmt: skip
+    return out
 
 
 def _network(run: SimRun, started: Sequence[Any]) -> dict[str, Any]:

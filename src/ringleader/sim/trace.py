@@ -205,10 +205,11 @@ def write_trace(jobs: Sequence[TraceJob], path: str | Path) -> None:
 
 
 def generate_trace(
-    n_jobs: int, seed: int, arrival_rate_per_h: float, cluster_gpus: int | None = None
+    n_jobs: int, seed: int, arrival_rate_per_h: float, cluster_gpus: int | None = None, queues: Sequence[str] = ()
 ) -> list[TraceJob]:
     """Seeded trace: Poisson arrivals at ``arrival_rate_per_h`` jobs/hour, gang sizes 1-16 GPUs
-    (no bigger than ``cluster_gpus``), models from MODELS, log-uniform iterations."""
+    (no bigger than ``cluster_gpus``), models from MODELS, log-uniform iterations; each job in
+    one of ``queues`` at random (from its own seeded stream: the rest is the trace without)."""
     if n_jobs < 1:
         raise UsageError(f"--jobs must be >= 1, got {n_jobs}", "give how many jobs to generate")
     if not arrival_rate_per_h > 0:
@@ -219,6 +220,7 @@ def generate_trace(
     rng = random.Random(seed)
     weights = [SIZE_WEIGHTS[s] for s in sizes]
     width = len(str(n_jobs))
+    pick = random.Random(f"{seed}:queues")
     t = 0.0
     jobs = []
     for i in range(n_jobs):
@@ -227,5 +229,6 @@ def generate_trace(
         workers, gpus = rng.choice(SHAPES[size])
         model, batch = rng.choice(MODELS)
         iterations = int(math.exp(rng.uniform(math.log(MIN_ITERATIONS), math.log(MAX_ITERATIONS))))
-        jobs.append(TraceJob(f"job-{i:0{width}d}", round(t, 3), workers, gpus, model, batch, iterations))
+        queue = pick.choice(queues) if queues else None
+        jobs.append(TraceJob(f"job-{i:0{width}d}", round(t, 3), workers, gpus, model, batch, iterations, queue=queue))
     return jobs
