@@ -220,3 +220,5 @@ def test_engines_without_team_queues_refuse_queue_in_one_line(engine: str) -> No
     supports = {"slurm": SlurmEngine.supports, "kubernetes": KubernetesEngine.supports}[engine]
     with pytest.raises(UsageError, match=f"--queue is not supported by the {engine} engine"):
         prepare_submit(JobSpec("q", 1, 1, ["true"], queue="team-a"), supports)
+    with pytest.raises(UsageError, match=f"--max-restarts is not supported by the {engine} engine"):
+        prepare_submit(JobSpec("q", 1, 1, ["true"], max_restarts=2), supports)

@@ -146,7 +146,7 @@ def cluster_get(output: str, engine: str | None) -> None:
 
 @click.group("node")
 def node() -> None:
-    """Label nodes (kubectl's rules: changing a value needs --overwrite)."""
+    """Label, cordon and uncordon nodes (kubectl's rules: changing a label needs --overwrite)."""
 
 
 @node.command("label")
@@ -167,6 +167,28 @@ def node_label(name: str, labels: tuple[str, ...], overwrite: bool, engine: str 
             else:
                 raise UsageError(f"label {item!r} is not KEY=VALUE or KEY-", "write e.g. gpu-schedule=topology")
     click.echo(f"node/{name} labeled")
+
+
+@node.command("cordon")
+@click.argument("name", shell_complete=complete_nodes)
+@click.option("--reason", default="cordoned by hand", show_default=True, help="Why: `top node -d` shows it.")
+@engine_option
+def node_cordon(name: str, reason: str, engine: str | None) -> None:
+    """Place no new job on a node (what runs there runs on), as kubectl cordon. ringleader
+    cordons a node itself once it is blamed for two failed gangs (submit --max-restarts)."""
+    with open_runtime(engine, "restarts", "`node cordon`") as rt:
+        rt.cordon_node(name, reason)
+    click.echo(f"node/{name} cordoned")
+
+
+@node.command("uncordon")
+@click.argument("name", shell_complete=complete_nodes)
+@engine_option
+def node_uncordon(name: str, engine: str | None) -> None:
+    """Let jobs be placed on a cordoned node again, its blamed faults forgotten."""
+    with open_runtime(engine, "restarts", "`node uncordon`") as rt:
+        rt.uncordon_node(name)
+    click.echo(f"node/{name} uncordoned")
 
 
 # -- top node / topo ------------------------------------------------------------------------------

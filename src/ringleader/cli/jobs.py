@@ -314,6 +314,9 @@ def submit() -> None:
 @click.option("--priority", type=int, default=0, show_default=True, help="Higher runs first; FIFO among equals.")
 @click.option("--queue", default=None, metavar="NAME",
               help="The team queue it counts against (`ringleader queue list`): its quota, borrowing, fair share.")
+@click.option("--max-restarts", type=click.IntRange(0, 100), default=0, show_default=True,
+              help="Restart a failed gang this often (placed again; RINGLEADER_RESTARTS and "
+                   "TORCHELASTIC_RESTART_COUNT count them), a node blamed for two failures cordoned.")
 @click.option("-e", "--env", "env", multiple=True, metavar="NAME=VALUE", help="Environment variable (repeatable).")
 @click.option("--image", default=None, help="Run each rank in this container image (podman or docker on this host).")
 @click.option("-d", "--data", "data", multiple=True, metavar="SRC:DST", callback=_data,
@@ -349,7 +352,7 @@ def submit() -> None:
 @engine_option
 def submit_mpi(
     name: str, workers: int, gpus: int, gputopology: bool, gang: bool, priority: int, queue: str | None,
-    env: tuple[str, ...],
+    max_restarts: int, env: tuple[str, ...],
     image: str | None, data: tuple[tuple[str, str], ...], shm_size: int | None, rdma: bool,
     image_pull_policy: str | None, container_user: str | None, model: str | None, dry_run: bool,
     time_limit_s: float | None, start: str | None, run_time_s: float | None, max_wait_s: float | None,
@@ -386,7 +389,7 @@ def submit_mpi(
         time_limit_s=time_limit_s, container=container, workdir=working_dir, kube=read_kube_options(kube),
         topology_required=topology_required, topology_preferred=topology_preferred, start=start,
         run_time_s=run_time_s, max_wait_s=max_wait_s, preempt=preempt, preemptible=preemptible,
-        calibration=read_calibration(calibration_file), steps=steps, queue=queue,
+        calibration=read_calibration(calibration_file), steps=steps, queue=queue, max_restarts=max_restarts,
     )  # fmt: skip
     with using_engine(engine) as rt:
         result = rt.submit(spec, dry_run=dry_run)

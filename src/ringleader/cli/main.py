@@ -33,7 +33,8 @@ COMMANDS: dict[str, tuple[tuple[str, ...], str]] = {
     "kube": (("kube",), "Run ringleader on Kubernetes: its scheduler, its node agent, their install manifests."),
     "list": (("jobs",), "List jobs (arena list); -o wide adds priority, age, GPU ids and the bottleneck link."),
     "logs": (("jobs",), "Print a job instance's log (arena logs)."),
-    "node": (("cluster",), "Label nodes (kubectl's rules: changing a value needs --overwrite)."),
+    "node": (("cluster",), "Label, cordon and uncordon nodes (kubectl's rules: changing a label needs "
+                           "--overwrite)."),
     "predict": (("model",), "Predict images/s of a data-parallel job for the placement each policy picks (or one "
                             "given)."),
     "prune": (("jobs",), "Delete finished jobs older than --since (arena prune)."),

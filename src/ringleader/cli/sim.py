@@ -57,9 +57,9 @@ def run_cmd(
     start_rules: str | None, preempt: bool, queues_file: str | None, output: str,
 ) -> None:  # fmt: skip
     """Run the trace under each policy; print JCT, queueing, makespan, utilization, throughput."""
-    from ringleader.jobs.queues import load_queues
     from ringleader.sim import PreemptionCost, compare_policies, load_trace, parse_policies, write_outputs
     from ringleader.sim.compare import parse_start_rules, table_rows
+    from ringleader.sim.queues_file import load_queues
     from ringleader.topology import load_cluster_file
 
     names = parse_policies(policies)

@@ -68,40 +68,6 @@ def check_queue(queue: TeamQueue, others: Iterable[TeamQueue]) -> TeamQueue:
     return queue
 
 
-def load_queues(path: str) -> tuple[TeamQueue, ...]:
-    """The team queues a YAML file declares (``simulate --queues``), each checked as `queue
-    create` checks it; a refusal is one line naming the file, the line and the key::
-
-        queues:
-          - {name: vision, gpus: 8, cohort: lab}
-          - {name: speech, gpus: {v100: 8}, weight: 2}
-    """
-    from ringleader.inputs import load_yaml, read_bounded, validate  # the schema's pydantic: only when read
-    from ringleader.jobs.queues_schema import QueuesFile
-
-    doc, lines = load_yaml(read_bounded(path, "queues file"), path)
-
-    def line_of(where: tuple[str | int, ...]) -> int | None:
-        while where and where not in lines:
-            where = where[:-1]
-        return lines.get(where)
-
-    fix = "give `queues:` as a list of {name, gpus: N or {TYPE: N}, weight, cohort} (docs/queues.md)"
-    parsed = validate(QueuesFile, doc, path, fix, line_of, strict=False)
-    kept: list[TeamQueue] = []
-    for index, entry in enumerate(parsed.queues):
-        gpus = entry.gpus if isinstance(entry.gpus, dict) else {ANY_TYPE: entry.gpus}
-        try:
-            quota = parse_quota([f"{k}={n}" if k != ANY_TYPE else str(n) for k, n in gpus.items()])
-            queue = check_queue(TeamQueue(entry.name, quota, entry.weight, entry.cohort), kept)
-        except UsageError as exc:
-            raise UsageError(f"{path} line {line_of(('queues', index))}: {exc.message}", exc.fix) from None
-        if any(q.name == queue.name for q in kept):
-            raise UsageError(f"{path}: queue {queue.name!r} declared twice", "give every queue its own name")
-        kept.append(queue)
-    return tuple(kept)
-
-
 @dataclass(frozen=True)
 class QueueView:
     """A queue as `queue list` shows it: its settings, the GPUs its running jobs hold (per quota

@@ -259,6 +259,8 @@ class KubeOptions:
         return KubeOptions(**fields)
 
 
+MAX_RESTARTS = 100  # restarts a job may ask for: a gang failing more often is not going to succeed
+
 @dataclass(frozen=True)
 class JobSpec:
     """A gang of ``workers`` processes with ``gpus_per_worker`` GPUs each, running ``command``.
@@ -321,6 +323,10 @@ class JobSpec:
     # The team queue it is submitted to (arena's --queue; scheduler/teams.py): its quota, what it
     # may borrow and its fair share. None: the default queue, without quota.
     queue: str | None = None
+    # How often a gang that fails is stopped whole, placed again and restarted, with its count in
+    # RINGLEADER_RESTARTS and TORCHELASTIC_RESTART_COUNT (torchrun's --max-restarts, arena's
+    # --retry); a node blamed for two failures is cordoned (jobs/failures.py).
+    max_restarts: int = 0
 
     def start_rule(self) -> str:
         if self.start is not None:
@@ -343,6 +349,10 @@ class JobSpec:
         check_name(self.name, "job")
         if self.queue is not None:
             check_name(self.queue, "queue")
+        if isinstance(self.max_restarts, bool) or not isinstance(self.max_restarts, int) or not (
+                0 <= self.max_restarts <= MAX_RESTARTS):  # fmt: skip
+            raise UsageError(f"--max-restarts must be 0 to {MAX_RESTARTS}, got {self.max_restarts}",
+                             "give how often a failed gang is restarted, e.g. --max-restarts 3")  # fmt: skip
         if not isinstance(self.workers, int) or self.workers < 1:
             raise UsageError(f"--workers must be >= 1, got {self.workers}", "give at least one worker")
         if not isinstance(self.gpus_per_worker, int) or self.gpus_per_worker < 0:
@@ -447,6 +457,7 @@ class JobSpec:
             max_wait_s=_seconds(data.get("max_wait_s")), preempt=bool(data.get("preempt", False)),
             preemptible=bool(data.get("preemptible", True)), calibration=data.get("calibration"),
             steps=None if data.get("steps") is None else int(data["steps"]), queue=data.get("queue"),
+            max_restarts=int(data.get("max_restarts", 0)),
         )  # fmt: skip
 
 

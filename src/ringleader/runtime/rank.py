@@ -178,10 +178,11 @@ def rank_env(plan: dict[str, Any], entry: dict[str, Any], under_mpirun: bool) ->
         "LOCAL_RANK": str(entry["local_rank"]), "LOCAL_WORLD_SIZE": str(entry["local_world_size"]),
         "GROUP_RANK": str(entry["node_rank"]), "NODE_RANK": str(entry["node_rank"]),
         "MASTER_ADDR": plan["master_addr"], "MASTER_PORT": str(plan["master_port"]),
-        # The rest of what torchrun's agent sets (one role, no restarts: a failed rank fails the job).
+        # The rest of what torchrun's agent sets: one role, and the restart count and limit (--max-restarts).
         "GROUP_WORLD_SIZE": str(plan.get("nnodes", 1)), "ROLE_NAME": "default",
         "ROLE_RANK": str(entry["rank"]), "ROLE_WORLD_SIZE": str(plan["world_size"]),
-        "TORCHELASTIC_RUN_ID": plan["job"], "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0",
+        "TORCHELASTIC_RUN_ID": plan["job"], "TORCHELASTIC_RESTART_COUNT": str(plan.get("restarts", 0)),
+        "TORCHELASTIC_MAX_RESTARTS": str(plan.get("max_restarts", 0)),
         "RINGLEADER_JOB": plan["job"], "RINGLEADER_INSTANCE": entry["instance"],
         "RINGLEADER_NODE": entry["node"],
         "RINGLEADER_WORKER_GPUS": ",".join(str(g) for g in entry["gpus"]),

@@ -54,7 +54,7 @@ from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import JobStatus, Launch
 from ringleader.jobs.submit import Submission, duplicate, refuse_unresolvable, submit_job
 from ringleader.jobs.support import Support
-from ringleader.jobs.views import GpuUsage, JobView, NodeHealth, SubmitResult
+from ringleader.jobs.views import CORDONED, GpuUsage, JobView, NodeHealth, SubmitResult
 from ringleader.runtime.containers import job_label, spec_in_image
 from ringleader.runtime.plan import log_path
 from ringleader.runtime.procs import grace_seconds
@@ -76,7 +76,7 @@ class Runtime:
 
     supports = Support("embedded", image="podman or docker on this host", cluster_file=True, node_labels=True,
                        prune=True, emulated_cluster=True, state_backup=True, time_limit=True, network_tree=True,
-                       start_rules=True, preemption=True, calibration=True, queues=True,
+                       start_rules=True, preemption=True, calibration=True, queues=True, restarts=True,
                        container_options=("--data", "--shm-size", "--rdma", "--image-pull-policy", "--container-user"),
                        more_room="declare bigger nodes (`ringleader cluster apply`)")  # fmt: skip
 
@@ -239,7 +239,32 @@ class Runtime:
     def node_health(self, names: Sequence[str] | None = None) -> dict[str, NodeHealth]:
         """This machine, emulated nodes and ssh hosts now (see engines.embedded.nodes.node_health)."""
         specs = [ns.spec for ns in self.nodes().nodes if names is None or ns.name in names]
-        return node_health(specs, self.home)
+        health = node_health(specs, self.home)
+        with self.db.read() as conn:
+            cordoned = store.cordons(conn)
+        for name, why in cordoned.items():
+            if name in health:  # what ringleader decided beats what the node says of itself
+                health[name] = dataclasses.replace(health[name], status=CORDONED, reason=why)
+        return health
+
+    def cordon_node(self, node: str, reason: str) -> None:
+        """Place no new job on ``node`` (what runs there runs on), with the reason `top node` shows."""
+        self._known_node(node)
+        with self._writable().write() as conn:
+            store.cordon(conn, node, reason, time.time())
+
+    def uncordon_node(self, node: str) -> None:
+        """End a cordon, forget the faults blamed on ``node``, and run the queue's pass."""
+        self._known_node(node)
+        with self._writable().write() as conn:
+            if not store.uncordon(conn, node):
+                raise ConflictError(f"node {node!r} is not cordoned", "see `ringleader top node`")
+            schedule_pass(conn, time.time())
+        self._wake()
+
+    def _known_node(self, node: str) -> None:
+        if node not in self.nodes().by_name:
+            raise NotFoundError(f"node {node!r} not found", "see `ringleader top node`")
 
     def local_note(self) -> str:
         with self.db.read() as conn:

@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Mapping
+from dataclasses import replace
 
 from ringleader.engines.embedded import store
 from ringleader.jobs.codec import decision_to_dict, expected_end, placement_to_dict
+from ringleader.jobs.failures import BLAMES_TO_CORDON, Failure
 from ringleader.jobs.prediction import queue_estimator
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import InstanceStatus, JobStatus, Launch
 from ringleader.scheduler import ClusterState, Code, Decision, QueuedJob, RunningGang, schedule_queue
+from ringleader.scheduler.queue import UNUSABLE
 from ringleader.scheduler.teams import DEFAULT_QUEUE, Teams, run_usage
 
 # meta key: how jobs on ssh hosts launch here (extra MCA parameters, rank env, the head's
@@ -36,7 +40,7 @@ def schedule_pass_decisions(conn: sqlite3.Connection, now: float) -> list[Decisi
         return []
     specs = {r["name"]: JobSpec.from_dict(json.loads(r["spec"])) for r in rows}
     queued = [QueuedJob(specs[r["name"]].request(), int(r["seq"]), float(r["created_at"])) for r in rows]
-    state = store.cluster_state(conn)
+    state = without_cordoned(store.cluster_state(conn), store.cordons(conn))
     estimate = queue_estimator(specs.values())
     teams = team_queues(conn, state, now)
     reclaims = teams is not None and any(teams.queue(q.job) is not None for q in queued)
@@ -198,9 +202,10 @@ def pend_job(conn: sqlite3.Connection, name: str, decision: Decision, now: float
         store.add_event(conn, name, "Reserved", gpus, now)
 
 
-def requeue_job(conn: sqlite3.Connection, name: str, now: float) -> None:
-    """A preempted job whose ranks have stopped: its GPUs freed, its instances gone (the next
-    run has its own), and back in the queue in its old place with its restart count raised."""
+def requeue_job(conn: sqlite3.Connection, name: str, now: float, why: str = "preempted") -> None:
+    """A preempted (or failed, restarted) job whose ranks have stopped: its GPUs freed, its
+    instances gone (the next run has its own), and back in the queue in its old place with its
+    restart count raised."""
     row = store.job_row(conn, name)
     assert row is not None
     restarts = int(row["restarts"] or 0) + 1
@@ -209,9 +214,55 @@ def requeue_job(conn: sqlite3.Connection, name: str, now: float) -> None:
     store.delete_instances(conn, name)
     store.update_job(conn, name, status=JobStatus.QUEUING, launch=None, stop_grace=None, started_at=None,
                      supervisor_pid=None, supervisor_start=None, placement=None, restarts=restarts,
-                     reason=f"preempted; requeued (restart {restarts})")  # fmt: skip
+                     reason=f"{why}; requeued (restart {restarts})")  # fmt: skip
     store.add_event(conn, name, "Requeued", f"its ranks stopped and {freed} GPU(s) freed; back in the queue, to run "
                     f"again with RINGLEADER_RESTARTS={restarts} (resume from your checkpoint)", now)  # fmt: skip
+
+
+def failed_runs(conn: sqlite3.Connection, name: str) -> int:
+    """How often ``name`` failed and was restarted (its preemptions not counted)."""
+    return sum(1 for e in store.events(conn, name) if e["kind"] == "Restarting")
+
+
+def restart_job(conn: sqlite3.Connection, name: str, failure: Failure, root_cause: str, now: float) -> None:
+    """A failed gang with restarts left, its processes stopped: the fault blamed on its node
+    (cordoned once blamed ``BLAMES_TO_CORDON`` times), then requeued as a preemption is, so
+    that the queue places it again."""
+    row = store.job_row(conn, name)
+    assert row is not None
+    spec = JobSpec.from_dict(json.loads(row["spec"]))
+    count = failed_runs(conn, name) + 1
+    store.add_event(conn, name, "Restarting", f"{root_cause}; {failure.why}; restart {count} of "
+                    f"{spec.max_restarts} (--max-restarts)", now)  # fmt: skip
+    blame_node(conn, name, failure, now)
+    requeue_job(conn, name, now, why=f"failed ({failure.why})")
+
+
+def blame_node(conn: sqlite3.Connection, name: str, failure: Failure, now: float) -> None:
+    """A node or network fault is recorded against the node; the node is cordoned once it is
+    blamed ``BLAMES_TO_CORDON`` times (said in the job's events)."""
+    if not failure.node_fault or failure.node is None:
+        return
+    blamed = store.add_fault(conn, failure.node, name, failure.why, now)
+    if blamed >= BLAMES_TO_CORDON and failure.node not in store.cordons(conn):
+        reason = f"blamed for {blamed} failures, the last of job {name}: {failure.why}"
+        store.cordon(conn, failure.node, reason, now)
+        store.add_event(conn, name, "NodeCordoned", f"node {failure.node} cordoned: {reason}; `ringleader node "
+                        f"uncordon {failure.node}` ends it", now)  # fmt: skip
+
+
+def without_cordoned(state: ClusterState, cordoned: Mapping[str, str]) -> ClusterState:
+    """``state`` with the free GPUs of cordoned nodes held (UNUSABLE): no gang is placed there,
+    and no plan counts on them; what runs there runs on."""
+    changed = {}
+    for name in cordoned:
+        pos = state.positions.get(name)
+        if pos is None:
+            continue
+        ns = state.nodes[pos]
+        held = tuple(sorted([*ns.allocated, *((g, UNUSABLE) for g in ns.free_gpus)]))
+        changed[pos] = replace(ns, allocated=held)
+    return state.with_nodes(changed)
 
 
 def finish_job(

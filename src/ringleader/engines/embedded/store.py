@@ -107,6 +107,12 @@ MIGRATIONS: dict[int, list[str]] = {
             name TEXT PRIMARY KEY, quota TEXT NOT NULL, weight REAL NOT NULL, cohort TEXT,
             created_at REAL NOT NULL)""",
         "CREATE TABLE queue_usage (queue TEXT PRIMARY KEY, gpu_s REAL NOT NULL, as_of REAL NOT NULL)",
+        # Restarts (jobs/failures.py): faults blamed on a node, and nodes cordoned (no new job
+        # placed there) with the reason, until `node uncordon`.
+        """CREATE TABLE node_faults (
+            id INTEGER PRIMARY KEY AUTOINCREMENT, node TEXT NOT NULL, job TEXT NOT NULL, at REAL NOT NULL,
+            why TEXT NOT NULL)""",
+        "CREATE TABLE cordons (node TEXT PRIMARY KEY, reason TEXT NOT NULL, at REAL NOT NULL)",
     ],
 }
 
@@ -741,3 +747,28 @@ def add_usage(conn: sqlite3.Connection, queue: str, gpu_s: float, now: float) ->
            ON CONFLICT (queue) DO UPDATE SET gpu_s = excluded.gpu_s, as_of = excluded.as_of""",
         (queue, before + gpu_s, now),
     )
+
+
+# -- node faults and cordons ----------------------------------------------------------------------
+
+
+def add_fault(conn: sqlite3.Connection, node: str, job: str, why: str, now: float) -> int:
+    """Record a fault blamed on ``node``; returns how many faults it has since it was last
+    uncordoned."""
+    conn.execute("INSERT INTO node_faults (node, job, at, why) VALUES (?, ?, ?, ?)", (node, job, now, why))
+    return int(conn.execute("SELECT count(*) FROM node_faults WHERE node = ?", (node,)).fetchone()[0])
+
+
+def cordons(conn: sqlite3.Connection) -> dict[str, str]:
+    """Cordoned node -> why."""
+    return {r["node"]: r["reason"] for r in conn.execute("SELECT node, reason FROM cordons ORDER BY node")}
+
+
+def cordon(conn: sqlite3.Connection, node: str, reason: str, now: float) -> None:
+    conn.execute("INSERT OR REPLACE INTO cordons (node, reason, at) VALUES (?, ?, ?)", (node, reason, now))
+
+
+def uncordon(conn: sqlite3.Connection, node: str) -> bool:
+    """End a cordon and forget the node's faults; False when it was not cordoned."""
+    conn.execute("DELETE FROM node_faults WHERE node = ?", (node,))
+    return conn.execute("DELETE FROM cordons WHERE node = ?", (node,)).rowcount > 0

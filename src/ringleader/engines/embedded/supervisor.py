@@ -14,6 +14,7 @@ import json
 import os
 import select
 import shlex
+import sqlite3
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -24,9 +25,20 @@ from typing import Any
 from ringleader.engines.embedded import store
 from ringleader.engines.embedded.containers import placed_nodes, remove_containers, resolve_image
 from ringleader.engines.embedded.hosts.launch import hosts_command, master_address, stop_options
-from ringleader.engines.embedded.lifecycle import HOSTS_SETTINGS, finish_job, requeue_job, schedule_pass
+from ringleader.engines.embedded.lifecycle import (
+    HOSTS_SETTINGS,
+    blame_node,
+    failed_runs,
+    finish_job,
+    requeue_job,
+    restart_job,
+    schedule_pass,
+)
+from ringleader.errors import RingleaderError
 from ringleader.jobs.codec import placement_from_dict
+from ringleader.jobs.failures import LOG_TAIL_BYTES, Failure, classify
 from ringleader.jobs.line import CommandLine, option_words
+from ringleader.jobs.logfiles import read_log
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import InstanceStatus, JobStatus, Launch
 from ringleader.runtime.containers import readable
@@ -37,6 +49,7 @@ from ringleader.runtime.plan import (
     build_plan,
     instance_targets,
     job_env,
+    log_path,
     plan_path,
     plan_written,
     rank_wrapper,
@@ -189,6 +202,7 @@ class Supervisor:
         remote = any(nodes[n].address is not None for n in placement.nodes)
         env = {**spec.env, "RINGLEADER_RESTARTS": str(self.restarts)}  # to resume from its checkpoint
         plan = build_plan(spec.name, placement, nodes, env, self.home)
+        plan.update(restarts=self.restarts, max_restarts=spec.max_restarts)  # torchrun's names for them too
         pfile = plan_path(self.home, spec.name)
         make_job_folders(self.home, spec.name)  # what its ranks write: real folders, not links
         if spec.image and self.resolve_image(spec, [nodes[n] for n in placement.nodes]):
@@ -553,7 +567,14 @@ class Supervisor:
                 code = "none" if self.root.exit_code is None else self.root.exit_code
                 reason = f"root cause: {self.root.name} failed (exit code {code})"
                 reason += f": {self.root.note}" if self.root.note else ""
-                finish_job(conn, self.job, JobStatus.FAILED, reason, now, ended_at=ended)
+                failure = self._failure(conn, self.root)
+                if self.spec is not None and failed_runs(conn, self.job) < self.spec.max_restarts:
+                    remove_job_folders(self.home, self.job, ("run",))  # the next run makes its own
+                    restart_job(conn, self.job, failure, reason, now)
+                else:
+                    blame_node(conn, self.job, failure, now)
+                    reason += f" ({failure.why})" if failure.node_fault else ""
+                    finish_job(conn, self.job, JobStatus.FAILED, reason, now, ended_at=ended)
             elif any(w.status is not InstanceStatus.SUCCEEDED for w in self.watched):
                 finish_job(conn, self.job, JobStatus.FAILED, "stopped before every instance succeeded", now)
             else:
@@ -562,6 +583,19 @@ class Supervisor:
         if placed:
             self.placed()
         return True
+
+    def _failure(self, conn: sqlite3.Connection, root: Watched) -> Failure:
+        """How ``root`` failed (jobs/failures.py): its exit, its node, the end of its log."""
+        instances = store.instances(conn, self.job)
+        node = next((i["node"] for i in instances if i["name"] == root.name), None)
+        nodes = {s.name: s for s in store.get_nodes(conn)}
+        remote = node in nodes and nodes[node].address is not None
+        job_nodes = sorted({i["node"] for i in instances if i["node"]})
+        try:
+            tail = read_log(log_path(self.home, self.job, root.name), tail=200)[-LOG_TAIL_BYTES:]
+        except (OSError, RingleaderError):
+            tail = ""
+        return classify(root.exit_code, root.note, node, remote, tail, job_nodes)
 
     def run(self) -> None:
         """Supervise the job until it ends or is forgotten; what it holds open is closed

@@ -1,0 +1,81 @@
+"""Why a gang failed, as a restart needs to know it: the program's own exit, or a fault of the
+node or network it ran on (and which node to blame). Read from what every engine has: the
+failed instance's exit code, its engine's note, the node it ran on and the end of its log.
+
+A program that exits non-zero by itself fails the same way wherever it runs: it is restarted
+(up to ``--max-restarts``) but no node is blamed. A lost ssh connection (ssh's exit code 255),
+an instance that could not start on its node, or a log that ends in a connection error of
+NCCL, Gloo, Open MPI or the kernel's socket layer, or a missing GPU, blames the node; a node
+blamed twice is cordoned by the engine (the restart then goes elsewhere).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+SSH_FAILED = 255  # ssh's own exit code: the connection, not the remote command, failed
+# How many faults blamed on a node, by different failures, cordon it.
+BLAMES_TO_CORDON = 2
+# How much of the end of a failed rank's log is read for the patterns below.
+LOG_TAIL_BYTES = 16 << 10
+
+# Lines that say the network or the machine failed under the program, not the program itself;
+# each with the words a user reads in the job's events.
+NODE_FAULTS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(pattern, re.IGNORECASE), what)
+    for pattern, what in (
+        (r"ORTE has lost communication|lost connection to (the )?(remote )?(daemon|host)|"
+         r"ORTE daemon has unexpectedly failed|PRTE has lost communication", "Open MPI lost a node's daemon"),
+        (r"NCCL (WARN|error).*(remote process exited|connection closed|Connection reset|socket)|"
+         r"ncclRemoteError|ncclSystemError", "an NCCL connection error"),
+        (r"gloo.*(Connection reset|Connection closed|Connection refused|timed out|Timed out)|"
+         r"\[enforce fail at .*gloo/transport", "a Gloo connection error"),
+        (r"Connection reset by peer|Broken pipe|No route to host|Network is unreachable|"
+         r"Connection timed out|Connection refused", "a network connection error"),
+        (r"no CUDA-capable device is detected|CUDA error: (unspecified launch failure|an illegal memory access)|"
+         r"NVML_ERROR_GPU_IS_LOST|GPU has fallen off the bus|Xid", "a GPU fault"),
+    )
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Failure:
+    """What failed: ``node_fault`` True when the node (or its network) is to blame, then
+    ``node`` is the one blamed; ``why`` in a user's words."""
+
+    node_fault: bool
+    why: str
+    node: str | None = None
+
+
+def classify(
+    exit_code: int | None, note: str, node: str | None, remote: bool, log_tail: str, job_nodes: Sequence[str] = ()
+) -> Failure:
+    """The failure of one instance: ``exit_code`` as its engine saw it (None: unknown, killed),
+    ``note`` its engine's words (e.g. "cannot start: ..."), ``node`` where it ran, ``remote``
+    whether it ran over ssh, ``log_tail`` the end of its log. A fault line that names another
+    of the job's nodes (``job_nodes``; mpirun's "Remote daemon ... on node X") blames that one:
+    the instance that reports a lost peer is not the one that failed."""
+    if note.startswith("cannot start"):
+        return Failure(True, f"it could not start on {node}: {note}", node)
+    if remote and exit_code == SSH_FAILED:
+        return Failure(True, f"ssh to {node} failed (exit code {SSH_FAILED}): the node or its network is lost", node)
+    for pattern, what in NODE_FAULTS:
+        found = _last_match(pattern, log_tail)
+        if found:
+            named = [n for n in job_nodes if n != node and re.search(rf"\b{re.escape(n)}\b", log_tail)]
+            blamed = named[0] if len(named) == 1 else node
+            return Failure(True, f"{what} on {blamed}: {found}", blamed)
+    code = "unknown" if exit_code is None else str(exit_code)
+    return Failure(False, f"the program exited with code {code}" + (f" ({note})" if note else ""))
+
+
+def _last_match(pattern: re.Pattern[str], text: str) -> str | None:
+    """The last line of ``text`` that matches, shortened to what a reason can hold."""
+    for line in reversed(text.splitlines()):
+        if pattern.search(line):
+            line = line.strip()
+            return line if len(line) <= 160 else line[:157] + "..."
+    return None
