@@ -1,0 +1,71 @@
+"""Restarts on ssh hosts: a gang whose node loses its network (the emulated node's link taken
+down) is stopped, the node blamed until it is cordoned with the reason, and the gang restarts on
+the other node and resumes from its checkpoint."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ringleader.engines.embedded.engine import Runtime
+from ringleader.engines.embedded.hosts.netns import NS_IFACE, Names
+from ringleader.jobs.states import JobStatus
+
+pytestmark = pytest.mark.slow
+
+
+def checkpointing(folder: Path) -> str:
+    """The first run trains, saving a checkpoint per rank every 0.1 s; a later run resumes from
+    it, says from where and on which node, and ends."""
+    return f"""
+import os, time
+folder, rank = {str(folder)!r}, os.environ["RANK"]
+ckpt = os.path.join(folder, "ckpt-" + rank)
+if os.environ["RINGLEADER_RESTARTS"] != "0":
+    step = int(open(ckpt).read()) if os.path.exists(ckpt) else 0
+    with open(os.path.join(folder, "resumed-" + rank), "w") as fh:
+        fh.write(f"{{step}} {{os.environ['RINGLEADER_NODE']}}")
+    raise SystemExit(0)
+step = 0
+while True:
+    step += 1
+    with open(ckpt + ".tmp", "w") as fh:
+        fh.write(str(step))
+    os.replace(ckpt + ".tmp", ckpt)
+    time.sleep(0.1)
+"""
+
+
+def link(home: Path, node: str, state: str) -> None:
+    namespace = Names.for_home(home).namespace(node)
+    subprocess.run(["ip", "netns", "exec", namespace, "ip", "link", "set", NS_IFACE, state], check=True, timeout=30)
+
+
+def test_a_gang_whose_node_loses_its_network_restarts_elsewhere_from_its_checkpoint(
+    hosts: Runtime, h, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RINGLEADER_GRACE_S", "2")
+    (tmp_path / "rank.py").write_text(checkpointing(tmp_path))
+    hosts.submit(h.job("train", ["python3", str(tmp_path / "rank.py")], workers=2, gpus=1, topology_aware=True,
+                       max_restarts=3))  # fmt: skip
+    h.wait_for(lambda: all((tmp_path / f"ckpt-{r}").exists() for r in range(2)), 60, "both ranks to checkpoint")
+    [lost] = {i.node for i in hosts.get("train").instances if i.role == "worker"}  # one node holds the gang
+    [other] = {ns.name for ns in hosts.nodes().nodes if ns.spec.address is not None} - {lost}
+    link(hosts.home, lost, "down")
+    try:
+        done = hosts.wait("train", 180)
+    finally:
+        link(hosts.home, lost, "up")
+    assert done.status is JobStatus.SUCCEEDED, (done.reason, [(e.kind, e.message) for e in done.events])
+    restarting = [e.message for e in done.events if e.kind == "Restarting"]
+    assert restarting and all(lost in message for message in restarting), restarting
+    health = hosts.node_health([lost])[lost]
+    assert health.status == "Cordoned" and health.reason.startswith("blamed for 2 failures, the last of job train")
+    assert {i.node for i in done.instances if i.role == "worker"} == {other}
+    for rank in range(2):  # resumed from where the lost node's run had saved it
+        step, node = (tmp_path / f"resumed-{rank}").read_text().split()
+        assert int(step) > 0 and node == other
+    hosts.uncordon_node(lost)
+    assert hosts.node_health([lost])[lost].status != "Cordoned"
