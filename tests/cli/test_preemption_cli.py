@@ -10,7 +10,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-Cli = Any  # the `seeds_cli` fixture of tests/cli/conftest.py
+from clijobs import events, job, wait_for
+
+Cli = Any  # the `seeds_cli` fixture of tests/cli/conftest.py (2 nodes x 8 GPUs)
 
 
 def resuming_rank(folder: Path) -> str:
@@ -37,22 +39,6 @@ while True:
 """
 
 
-def job(cli: Cli, name: str) -> dict[str, Any]:
-    return json.loads(cli.ok("get", name, "-o", "json"))  # type: ignore[no-any-return]
-
-
-def wait_for(cli: Cli, name: str, *statuses: str, seconds: float = 60) -> dict[str, Any]:
-    deadline = time.monotonic() + seconds
-    while (data := job(cli, name))["status"] not in statuses and time.monotonic() < deadline:
-        time.sleep(0.3)
-    assert data["status"] in statuses, data
-    return data
-
-
-def events(cli: Cli, name: str, kind: str) -> list[str]:
-    return [e["message"] for e in job(cli, name)["events"] if e["kind"] == kind]
-
-
 def test_a_priority_gang_preempts_one_whole_gang_which_checkpoints_and_resumes(seeds_cli: Cli, tmp_path: Path) -> None:
     program = tmp_path / "rank.py"
     program.write_text(resuming_rank(tmp_path))
@@ -71,14 +57,14 @@ def test_a_priority_gang_preempts_one_whole_gang_which_checkpoints_and_resumes(s
     assert preemption["victims"] == ["low-a"]
     assert preemption["says"].startswith(
         "preempts job low-a (priority 0, GPUs 0-7 on cn-shanghai-172): then starts on cn-shanghai-172[4w")
-    [said] = events(seeds_cli, "low-a", "Preempted")
+    [said] = events(job(seeds_cli, "low-a"), "Preempted")
     assert said.startswith("by job urgent (priority 10), which starts on cn-shanghai-172[4w: GPU 0,1,2,3]")
     assert "SIGTERM, then SIGKILL after 2 s; then requeued" in said
     running = wait_for(seeds_cli, "urgent", "RUNNING", "SUCCEEDED")  # a 3 s job: maybe over already
     assert {w["node"] for w in running["placement"]["chosen"]["workers"]} == {"cn-shanghai-172"}
-    requeued = events(seeds_cli, "low-a", "Requeued")
+    requeued = events(job(seeds_cli, "low-a"), "Requeued")
     assert requeued and "RINGLEADER_RESTARTS=1" in requeued[0]
-    assert job(seeds_cli, "low-b")["status"] == "RUNNING" and not events(seeds_cli, "low-b", "Preempted")
+    assert job(seeds_cli, "low-b")["status"] == "RUNNING" and not events(job(seeds_cli, "low-b"), "Preempted")
     # urgent ends; low-a runs again on its node and every rank resumes from its own checkpoint
     wait_for(seeds_cli, "low-a", "SUCCEEDED", seconds=90)
     for rank in range(8):
@@ -96,4 +82,4 @@ def test_never_a_non_preemptible_job_nor_one_of_equal_priority(seeds_cli: Cli) -
                  "--preempt", "--", "sleep", "1")  # fmt: skip
     urgent = job(seeds_cli, "urgent")
     assert urgent["status"] == "PENDING" and urgent["placement"]["preemption"] is None
-    assert not events(seeds_cli, "kept", "Preempted") and not events(seeds_cli, "peer", "Preempted")
+    assert not events(job(seeds_cli, "kept"), "Preempted") and not events(job(seeds_cli, "peer"), "Preempted")

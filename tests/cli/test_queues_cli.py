@@ -5,26 +5,11 @@ reasons name the queue and its numbers, and bad input changes nothing."""
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
+from clijobs import events, job, wait_for
+
 Cli = Any  # the `seeds_cli` fixture of tests/cli/conftest.py (2 nodes x 8 GPUs)
-
-
-def job(cli: Cli, name: str) -> dict[str, Any]:
-    return json.loads(cli.ok("get", name, "-o", "json"))  # type: ignore[no-any-return]
-
-
-def wait_for(cli: Cli, name: str, *statuses: str, seconds: float = 60) -> dict[str, Any]:
-    deadline = time.monotonic() + seconds
-    while (data := job(cli, name))["status"] not in statuses and time.monotonic() < deadline:
-        time.sleep(0.3)
-    assert data["status"] in statuses, data
-    return data
-
-
-def events(cli: Cli, name: str, kind: str) -> list[str]:
-    return [e["message"] for e in job(cli, name)["events"] if e["kind"] == kind]
 
 
 def queues(cli: Cli) -> dict[str, dict[str, Any]]:
@@ -42,20 +27,20 @@ def test_a_borrowing_gang_is_reclaimed_when_the_lender_submits(seeds_cli: Cli) -
     submit(seeds_cli, "b1", "team-b", 8)
     submit(seeds_cli, "b2", "team-b", 8)  # team-a is idle: team-b borrows its 8 GPUs
     assert job(seeds_cli, "b1")["status"] == job(seeds_cli, "b2")["status"] == "RUNNING"
-    [scheduled] = events(seeds_cli, "b2", "Scheduled")
+    [scheduled] = events(job(seeds_cli, "b2"), "Scheduled")
     assert "queue team-b borrows 8 GPU(s) of cohort lab's idle quota" in scheduled
     listed = queues(seeds_cli)["team-b"]
     assert (listed["held"], listed["borrowed"], listed["running"]) == ({"*": 16}, 8, 2)
     # team-a's job fits its own quota, which team-b borrowed: one whole gang of team-b goes
     submit(seeds_cli, "a1", "team-a", 4)
-    preempted = [name for name in ("b1", "b2") if events(seeds_cli, name, "Preempted")]
+    preempted = [name for name in ("b1", "b2") if events(job(seeds_cli, name), "Preempted")]
     assert len(preempted) == 1
-    [said] = events(seeds_cli, preempted[0], "Preempted")
+    [said] = events(job(seeds_cli, preempted[0]), "Preempted")
     assert said.startswith("by job a1 of queue team-a, which takes back the quota this job's queue borrowed and "
                            "starts on")  # fmt: skip
     assert wait_for(seeds_cli, "a1", "RUNNING")["placement"]["chosen"]
     victim = wait_for(seeds_cli, preempted[0], "PENDING")
-    assert "RINGLEADER_RESTARTS=1" in events(seeds_cli, preempted[0], "Requeued")[0]
+    assert "RINGLEADER_RESTARTS=1" in events(job(seeds_cli, preempted[0]), "Requeued")[0]
     # back in the queue, it would borrow again, and the cohort has only 4 GPUs of quota left
     assert victim["reason"] == ("queue team-b holds 8 of its quota of 8 GPUs; it needs 8 more, and cohort lab has 4 "
                                 "idle to lend")  # fmt: skip
