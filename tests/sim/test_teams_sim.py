@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ringleader.scheduler import BackfillConfig, NodeState, Placement
 from ringleader.scheduler.teams import ANY_TYPE, TeamQueue
@@ -114,3 +116,22 @@ def test_simulate_compares_queues_from_a_file_and_refuses_a_bad_one_in_one_line(
         out = ringleader("simulate", "--cluster", str(cluster), "--trace", "t.csv", "--queues", "q.yaml", cwd=tmp_path)
         assert out.returncode == 2 and out.stderr.count("\n") == 1, (text, out.stderr)
         assert out.stderr.startswith(f"error: {said}"), (text, out.stderr)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    quotas=st.lists(st.tuples(st.integers(0, 16), st.sampled_from([0.5, 1.0, 2.0, 3.0])), min_size=2, max_size=3),
+    jobs=st.lists(st.tuples(st.integers(0, 2), st.sampled_from([1, 2, 4, 8]), st.integers(0, 400),
+                            st.integers(20, 300), st.integers(0, 2)), min_size=1, max_size=25),
+)
+def test_reclaims_never_go_back_and_forth_and_every_job_ends(quotas: list, jobs: list) -> None:  # type: ignore[type-arg]
+    """Whatever the quotas, weights and arrivals in one cohort: no instant needs the simulator's
+    bound on passes that preempt (a reclaim undone and redone would), and every job the
+    cohort's quota can hold finishes."""
+    queues = tuple(TeamQueue(f"q{i}", ((ANY_TYPE, n),), w, cohort="lab") for i, (n, w) in enumerate(quotas))
+    trace = [TraceJob(f"j{i}", float(at), 1, gpus, "resnet50", 10, steps, priority, queue=f"q{q % len(queues)}")
+             for i, (q, gpus, at, steps, priority) in enumerate(jobs)]  # fmt: skip
+    run = simulate(dgx1v(2), trace, "topology", one_second_steps, backfill=BackfillConfig(), queues=queues)
+    assert run.stats.capped_passes == 0
+    cohort = sum(n for n, _ in quotas)  # a gang bigger than the cohort's quota never starts
+    assert all(r.finish_s is not None for r in run.records if r.job.total_gpus <= cohort)

@@ -282,7 +282,7 @@ class QueuePass:
         gangs to stop to take it back, and where the gang starts once they have stopped."""
         if not check.shortfall or self.teams is None:
             return None
-        victims = self.teams.reclaim(job, check.shortfall, self.running, check.over_after)
+        victims = self.teams.reclaim(job, check.shortfall, self.running)
         if not victims:
             return None
         freed = self.usable_state(job)
@@ -649,6 +649,8 @@ def schedule_queue(
     ``preempt_delay_s`` to stop (see ``QueuePass``); ``teams`` the team queues, their quotas,
     use and fair-share factors.
     """
+    if teams is not None:
+        teams = teams.with_waiting(q.job for q in pending)
     current = QueuePass(state, now, dict(expected_ends or {}), config, estimate=estimate, running=dict(running or {}),
                         preempt_delay_s=preempt_delay_s, teams=teams)  # fmt: skip
     decisions = []

@@ -91,7 +91,6 @@ class QuotaCheck:
     borrowed: int = 0
     shortfall: int = 0
     reason: str | None = None
-    over_after: int = 0  # GPUs over its quota it would hold once started (0: within it)
 
 
 GangUse = tuple[str, Mapping[str, int]]  # a running gang's queue and its GPUs per quota key
@@ -108,6 +107,9 @@ class Teams:
     queues: Mapping[str, TeamQueue]
     gangs: Mapping[str, GangUse] = field(default_factory=dict)
     shares: Mapping[str, float] = field(default_factory=dict)  # queue -> fair-share factor in (0, 1]
+    # queue -> GPUs its gangs not decided yet in this pass ask for (``with_waiting``): quota a
+    # queue's own waiting gangs need is not idle, so it is not lent
+    waiting: Mapping[str, int] = field(default_factory=dict)
 
     @staticmethod
     def of(
@@ -170,6 +172,23 @@ class Teams:
         members = self.cohort(queue)
         return sum(q.nominal(key) for q in members) - sum(self.held(q.name, key) for q in members)
 
+    def promised(self, queue: TeamQueue, key: str) -> int:
+        """The unheld quota under ``key`` of the other queues of ``queue``'s cohort that their
+        own waiting gangs ask for: not idle, so not lent (else a lender's gang, once it has
+        reclaimed its quota, could lose it again to the gang it stopped)."""
+        return sum(min(self.waiting.get(q.name, 0), max(q.nominal(key) - self.held(q.name, key), 0))
+                   for q in self.cohort(queue) if q.name != queue.name)  # fmt: skip
+
+    def with_waiting(self, jobs: Iterable[JobRequest]) -> Teams:
+        """The same teams with ``jobs`` (the pass's pending gangs) waiting in their queues; a gang
+        bigger than its queue's quota could only borrow, so it keeps none of it from others."""
+        waiting: dict[str, int] = {}
+        for job in jobs:
+            queue = self.queue(job)
+            if queue is not None and job.total_gpus <= max(n for _, n in queue.quota):
+                waiting[queue.name] = waiting.get(queue.name, 0) + job.total_gpus
+        return Teams(self.queues, self.gangs, self.shares, waiting)
+
     def demand_of(self, job: JobRequest, state: ClusterState, placement: Placement) -> dict[str, int]:
         """The GPUs of ``placement`` per quota key of ``job``'s queue."""
         queue = self.queues.get(queue_of(job)) or TeamQueue(queue_of(job))
@@ -193,11 +212,10 @@ class Teams:
             if over <= 0:
                 shortfall = max(shortfall, count - room)
                 continue
-            if not job.preemptible or count > room:
-                own_idle = max(nominal - held, 0)
-                refusal = self._full(job, queue, key, count, max(room - own_idle, 0))
-                shortfall = count - room if job.preemptible else 0
-                return QuotaCheck(False, shortfall=max(shortfall, 0), reason=refusal, over_after=over)
+            own_idle = max(nominal - held, 0)
+            lendable = max(room - own_idle - self.promised(queue, key), 0)
+            if not job.preemptible or count - own_idle > lendable:  # a borrower reclaims nothing
+                return QuotaCheck(False, reason=self._full(job, queue, key, count, lendable))
             borrowed += min(over, count)
         if shortfall > 0:
             return QuotaCheck(False, shortfall=shortfall, reason=self._lent(queue, shortfall))
@@ -216,21 +234,17 @@ class Teams:
         over = min(self.held(queue.name, key) + job.total_gpus - nominal for key, nominal in queue.quota)
         return max(over, 0) / queue.weight
 
-    def reclaim(
-        self, job: JobRequest, shortfall: int, may_stop: Mapping[str, RunningGang], over_after: int = 0
-    ) -> tuple[RunningGang, ...]:
+    def reclaim(self, job: JobRequest, shortfall: int, may_stop: Mapping[str, RunningGang]) -> tuple[RunningGang, ...]:
         """Whole gangs of queues in ``job``'s cohort that hold more than their quota, to stop
-        until ``shortfall`` GPUs of quota are back: lowest priority first, then the biggest, and
-        only while their queue still borrows (Kueue's reclaim within a cohort). A gang that
-        would itself borrow (``over_after`` GPUs over its quota) stops only gangs whose queue
-        still borrows at least as much per weight once they are gone (Kueue's fair-sharing rule
-        LessThanOrEqualToFinalShare): a queue that borrows less takes from one that borrows
-        more, never back and forth. Empty when stopping all of them would not be enough."""
+        until ``shortfall`` GPUs of ``job``'s own quota are back: lowest priority first, then the
+        biggest, and only while their queue still borrows (Kueue's reclaim within a cohort).
+        Only a gang within its queue's quota reclaims (a borrower that stopped borrowers could
+        be stopped back: preemptions without end). Empty when stopping all of them would not
+        be enough."""
         queue = self.queue(job)
         if queue is None:
             return ()
         over = {q.name: sum(self.borrowed(q).values()) for q in self.cohort(queue) if q.name != queue.name}
-        weight = {q.name: q.weight for q in self.cohort(queue)}
         candidates = sorted(
             (g for name, g in may_stop.items() if g.preemptible and self.gangs.get(name, ("", {}))[0] in over),
             key=lambda g: (g.priority, -sum(self.gangs[g.name][1].values()), g.name),
@@ -240,7 +254,7 @@ class Teams:
         for gang in candidates:
             owner, per_key = self.gangs[gang.name]
             gpus = sum(per_key.values())
-            if over[owner] <= 0 or (over_after and (over[owner] - gpus) / weight[owner] < over_after / queue.weight):
+            if over[owner] <= 0:
                 continue
             chosen.append(gang)
             over[owner] -= gpus
@@ -283,12 +297,15 @@ class Teams:
     def with_started(self, job: JobRequest, state: ClusterState, placement: Placement) -> Teams:
         """The use after ``job`` starts on ``placement``."""
         gangs = {**self.gangs, job.name: (queue_of(job), self.demand_of(job, state, placement))}
-        return Teams(self.queues, gangs, self.shares)
+        waiting = dict(self.waiting)
+        if queue_of(job) in waiting:  # decided: no longer waiting
+            waiting[queue_of(job)] = max(waiting[queue_of(job)] - job.total_gpus, 0)
+        return Teams(self.queues, gangs, self.shares, waiting)
 
     def without(self, gangs: Iterable[str]) -> Teams:
         """The use once ``gangs`` are stopped: their quota is back at once."""
         gone = set(gangs)
-        return Teams(self.queues, {g: u for g, u in self.gangs.items() if g not in gone}, self.shares)
+        return Teams(self.queues, {g: u for g, u in self.gangs.items() if g not in gone}, self.shares, self.waiting)
 
 
 def fair_share(queues: Iterable[TeamQueue], usage: Mapping[str, float]) -> dict[str, float]:

@@ -385,7 +385,7 @@ class Simulation:
         self.stats.passes += 1
         running = self.gangs if self.preemption is not None or self.queues else {}
         lowest = min((g.priority for g in running.values()), default=None)
-        teams = self._teams(now) if self.queues else None
+        teams = self._teams(now).with_waiting(q.job for q in self.queued.values()) if self.queues else None
         current = QueuePass(self.state, now, self.expected_ends, self.backfill, estimate=self._images_per_s,
                             ideal=self.ideal, running=running, teams=teams)  # fmt: skip
         for queued in queue_order(list(self.queued.values()), now, self.backfill, teams):
