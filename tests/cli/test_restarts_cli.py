@@ -22,18 +22,21 @@ def nodes(cli: Cli) -> dict[str, dict[str, Any]]:
 
 
 def resuming(folder: Path) -> str:
-    """Each rank counts steps into its checkpoint; rank 1 of the first run exits 1 after its
-    checkpoint, as a program bug would; the next run resumes from the checkpoint."""
+    """Each rank counts steps into its checkpoint; rank 1 of the first run exits 1 once both
+    ranks have checkpointed, as a program bug would; the next run resumes from the checkpoint."""
     return f"""
-import os, sys
+import os, sys, time
 folder, rank = {str(folder)!r}, os.environ["RANK"]
 restarts = os.environ["RINGLEADER_RESTARTS"]
 assert restarts == os.environ["TORCHELASTIC_RESTART_COUNT"], "the two counts differ"
 ckpt = os.path.join(folder, "ckpt-" + rank)
 step = int(open(ckpt).read()) if os.path.exists(ckpt) else 0
-open(os.path.join(folder, f"run-{{rank}}-{{restarts}}"), "w").write(f"{{step}} {{os.environ['RINGLEADER_NODE']}}")
 open(ckpt, "w").write(str(step + 10))
+open(os.path.join(folder, f"run-{{rank}}-{{restarts}}"), "w").write(f"{{step}} {{os.environ['RINGLEADER_NODE']}}")
 if rank == "1" and restarts == "0":
+    deadline = time.monotonic() + 60  # on a loaded machine rank 0 may start seconds later
+    while not os.path.exists(os.path.join(folder, "run-0-0")) and time.monotonic() < deadline:
+        time.sleep(0.05)
     sys.exit(1)
 """
 

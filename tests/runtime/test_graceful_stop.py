@@ -102,10 +102,7 @@ def test_a_slow_checkpoint_is_kept_on_every_launcher(
     small: Runtime, h, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str, stop: str
 ) -> None:
     program = slow_checkpointing_program(tmp_path, monkeypatch.setenv)
-    # long enough for mpirun and Python to start the ranks' handlers on a loaded 2-core machine
-    # (a SIGTERM before a program installs its handler kills it as it would any program; 4 s
-    # was too short once under a full suite beside other work)
-    limit = {"time_limit_s": 8.0} if stop == "time-limit" else {}
+    limit = {"time_limit_s": 2.0} if stop == "time-limit" else {}
     small.submit(h.spec("slow", users_line(kind, program), workers=2, gpus=0, **limit))
     monkeypatch.setenv("RINGLEADER_GRACE_S", "1")  # what a later command's environment says does not count
     if stop == "delete":
