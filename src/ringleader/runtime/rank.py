@@ -385,6 +385,20 @@ def _start(program: list[str], env: dict[str, str], forwarded: tuple[int, ...] =
     return child
 
 
+def in_background(thread: threading.Thread) -> None:
+    """Start a helper thread that never takes the signals a stop uses: the kernel gives a
+    signal sent to the process to any thread that does not block it, and one taken by a helper
+    thread leaves the main thread asleep in ``child.wait()`` (no EINTR there), so the Python
+    handler that passes the stop to the program would run only once the program had ended: it
+    would get no SIGTERM, and SIGKILL after the grace (threads inherit the mask they start with)."""
+    quiet = {*FORWARDED, STOP_SIGNAL}
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, quiet)
+    try:
+        thread.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
 def _die_with_parent() -> None:
     """In the program, before it runs: SIGKILL when this wrapper dies. The program has a process
     group of its own (see ``_start``), so mpirun's SIGKILL of the wrapper's group does not reach
@@ -441,10 +455,10 @@ def stream_main(table: dict[str, Any], program: list[str]) -> int:
     state["child_pid"] = child.pid
     out.state(state)
     done = threading.Event()
-    threading.Thread(target=out.beat, args=(done,), daemon=True).start()
+    in_background(threading.Thread(target=out.beat, args=(done,), daemon=True))
     assert child.stdout is not None
     pump = threading.Thread(target=out.pump, args=(child.stdout,), daemon=True)
-    pump.start()
+    in_background(pump)
     code = child.wait()
     end_leftovers()
     pump.join(timeout=5)
@@ -500,7 +514,7 @@ def main(argv: list[str], relay: Relay | None = None) -> int:
             pump = threading.Thread(target=relay(plan, log, child), args=(child.stdout,), daemon=True)
         else:
             pump = threading.Thread(target=_pump, args=(child.stdout, log, tee), daemon=True)
-        pump.start()
+        in_background(pump)
         code = child.wait()
         end_leftovers()
         pump.join(timeout=5)
