@@ -115,6 +115,10 @@ if os.environ["RINGLEADER_NODE"] == bad:
     assert again.returncode == 1 and again.stderr.startswith(f"error: node {bad!r} is not cordoned")
     assert seeds_cli.ok("node", "cordon", bad, "--reason", "disk swap").strip() == f"node/{bad} cordoned"
     assert nodes(seeds_cli)[bad]["reason"] == "disk swap"
+    # a --dry-run plan never names a cordoned node
+    plan = json.loads(seeds_cli.ok("submit", "mpi", "--name", "plan", "--workers", "2", "--gpus", "4", "--dry-run",
+                                   "-o", "json", "--", "true"))  # fmt: skip
+    assert bad not in {w["node"] for w in plan["plan"]["chosen"]["workers"]}
 
 
 def test_failures_are_told_apart_by_exit_log_and_node() -> None:

@@ -25,7 +25,13 @@ from ringleader import settings
 from ringleader.engines.embedded import agentctl, store
 from ringleader.engines.embedded.faults import crash_point
 from ringleader.engines.embedded.hosts import netns
-from ringleader.engines.embedded.lifecycle import HOSTS_SETTINGS, schedule_pass, schedule_pass_decisions, team_queues
+from ringleader.engines.embedded.lifecycle import (
+    HOSTS_SETTINGS,
+    schedule_pass,
+    schedule_pass_decisions,
+    team_queues,
+    without_cordoned,
+)
 from ringleader.engines.embedded.liveness import lease_seconds
 from ringleader.engines.embedded.nodes import (
     LOCAL,
@@ -291,7 +297,10 @@ class Runtime:
             return store.job_row(conn, name) is not None
 
     def snapshot(self) -> ClusterState:
-        return self.nodes()
+        """The cluster a submit places on: cordoned nodes' free GPUs held, as the queue's pass
+        holds them (a --dry-run plan never names a node the job could not get)."""
+        with self.db.read() as conn:
+            return without_cordoned(store.cluster_state(conn), store.cordons(conn))
 
     def check(self, decision: Decision, state: ClusterState) -> None:
         """Its queue must exist (checked again when it commits); every node declared here can
