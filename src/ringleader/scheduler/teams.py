@@ -27,6 +27,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Protocol
 
 from ringleader.scheduler.types import ClusterState, JobRequest, NodeState, Placement, RunningGang
 
@@ -77,7 +78,14 @@ def gpu_type(node: NodeState) -> str:
     return node.spec.topology.gpu_model.lower() or "gpu"
 
 
-def queue_of(job: JobRequest) -> str:
+class InQueue(Protocol):
+    """Anything submitted to a team queue: a job request, a trace's job."""
+
+    @property
+    def queue(self) -> str | None: ...
+
+
+def queue_of(job: InQueue) -> str:
     return job.queue or DEFAULT_QUEUE
 
 

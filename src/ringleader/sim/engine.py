@@ -280,9 +280,8 @@ class Simulation:
         cost = self.preemption or PreemptionCost()
         record = self.records[name]
         assert record.placement is not None and record.step is not None
-        _, started = self.run_of.pop(name)
-        record.runs.append((started, now))
-        self._account(record.job, started, now)
+        started = self._end_run(name, now)
+        assert started is not None
         restarting = cost.restart_s if record.preempted else 0.0
         trained = max(now - started - restarting, 0.0)
         kept = math.floor(trained / cost.checkpoint_s) * cost.checkpoint_s
@@ -417,20 +416,27 @@ class Simulation:
         """The queues with their running gangs' GPUs and the fair-share factors of their usage:
         ended runs' decayed GPU-seconds and the running ones' so far."""
         usage = {name: decayed(total, as_of, now) for name, (total, as_of) in self.usage.items()}
+        gang_queue = {}
         for name, (_, started) in self.run_of.items():
             job = self.records[name].job
-            usage[queue_of(request_of(job))] = usage.get(queue_of(request_of(job)), 0.0) + run_usage(
-                job.total_gpus, started, now, now)  # fmt: skip
-        gang_queue = {name: queue_of(request_of(self.records[name].job)) for name in self.run_of}
+            gang_queue[name] = queue_of(job)
+            usage[queue_of(job)] = usage.get(queue_of(job), 0.0) + run_usage(job.total_gpus, started, now, now)
         return Teams.of(self.queues, self.state, gang_queue, usage)
 
-    def _account(self, job: TraceJob, started: float, now: float) -> None:
-        """Add a run that ended at ``now`` to its queue's usage."""
-        if not self.queues:
-            return
-        name = queue_of(request_of(job))
-        total, as_of = self.usage.get(name, (0.0, now))
-        self.usage[name] = (decayed(total, as_of, now) + run_usage(job.total_gpus, started, now, now), now)
+    def _end_run(self, name: str, now: float) -> float | None:
+        """End ``name``'s run at ``now`` (completed or preempted): kept in its record and, with
+        queues, in its queue's usage; returns when the run started (None: it was not running)."""
+        run = self.run_of.pop(name, None)
+        if run is None:
+            return None
+        record, started = self.records[name], run[1]
+        record.runs.append((started, now))
+        if self.queues:
+            queue = queue_of(record.job)
+            total, as_of = self.usage.get(queue, (0.0, now))
+            gpu_s = run_usage(record.job.total_gpus, started, now, now)
+            self.usage[queue] = (decayed(total, as_of, now) + gpu_s, now)
+        return started
 
     def _try(self, job: TraceJob, now: float) -> bool:
         self.stats.place_calls += 1
@@ -492,10 +498,7 @@ class Simulation:
         record = self.records[name]
         assert record.placement is not None
         record.finish_s = now
-        run = self.run_of.pop(name, None)
-        if run is not None:
-            record.runs.append((run[1], now))
-            self._account(record.job, run[1], now)
+        self._end_run(name, now)
         self._release(name, record.placement)
 
     def _release(self, name: str, placement: Placement) -> None:

@@ -30,7 +30,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from ringleader.scheduler.teams import DEFAULT_QUEUE, TeamQueue
+from ringleader.scheduler.teams import TeamQueue, queue_of
 from ringleader.sim.engine import SimRun
 
 
@@ -91,7 +91,7 @@ def queue_summary(run: SimRun, queues: Sequence[TeamQueue]) -> list[dict[str, An
     queueing, and preemptions (reclaims)."""
     members: dict[str, list[Any]] = {}
     for record in run.records:
-        members.setdefault(record.job.queue or DEFAULT_QUEUE, []).append(record)
+        members.setdefault(queue_of(record.job), []).append(record)
     contended = min((max(r.start_s for r in records if r.start_s is not None) for records in members.values()
                      if any(r.start_s is not None for r in records)), default=0.0)  # fmt: skip
     used = {name: sum(r.gpu_seconds(contended) for r in records) for name, records in members.items()}

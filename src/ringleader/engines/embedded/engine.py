@@ -65,7 +65,7 @@ from ringleader.runtime.containers import job_label, spec_in_image
 from ringleader.runtime.plan import log_path
 from ringleader.runtime.procs import grace_seconds
 from ringleader.scheduler import ClusterState, Code, Decision
-from ringleader.scheduler.teams import DEFAULT_QUEUE, TeamQueue
+from ringleader.scheduler.teams import DEFAULT_QUEUE, TeamQueue, queue_of
 from ringleader.statefolder import remove_job_folders
 from ringleader.topology import load_cluster_file
 
@@ -373,7 +373,7 @@ class Runtime:
             teams = team_queues(conn, store.cluster_state(conn), now)
             counts: dict[str, list[int]] = {}
             for row in store.job_rows(conn, [JobStatus.QUEUING, JobStatus.PENDING, JobStatus.RUNNING]):
-                name = JobSpec.from_dict(json.loads(row["spec"])).queue or DEFAULT_QUEUE
+                name = queue_of(JobSpec.from_dict(json.loads(row["spec"])))
                 counts.setdefault(name, [0, 0])[row["status"] != JobStatus.RUNNING.value] += 1
             usage = store.queue_usage(conn, now)
         views = []

@@ -17,7 +17,7 @@ from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import InstanceStatus, JobStatus, Launch
 from ringleader.scheduler import ClusterState, Code, Decision, QueuedJob, RunningGang, schedule_queue
 from ringleader.scheduler.queue import UNUSABLE
-from ringleader.scheduler.teams import DEFAULT_QUEUE, Teams, run_usage
+from ringleader.scheduler.teams import Teams, queue_of, run_usage
 
 # meta key: how jobs on ssh hosts launch here (extra MCA parameters, rank env, the head's
 # address), written by `cluster up` for an emulated cluster; absent for real hosts.
@@ -70,7 +70,7 @@ def team_queues(conn: sqlite3.Connection, state: ClusterState, now: float) -> Te
     gang_queue = {}
     for row in store.job_rows(conn, [JobStatus.RUNNING]):
         spec = JobSpec.from_dict(json.loads(row["spec"]))
-        queue = spec.queue or DEFAULT_QUEUE
+        queue = queue_of(spec)
         if row["started_at"] is not None:
             usage[queue] = usage.get(queue, 0.0) + run_usage(spec.workers * spec.gpus_per_worker,
                                                              float(row["started_at"]), now, now)  # fmt: skip
@@ -86,7 +86,7 @@ def account_usage(conn: sqlite3.Connection, row: sqlite3.Row, now: float) -> Non
         return
     spec = JobSpec.from_dict(json.loads(row["spec"]))
     gpu_s = run_usage(spec.workers * spec.gpus_per_worker, float(row["started_at"]), now, now)
-    store.add_usage(conn, spec.queue or DEFAULT_QUEUE, gpu_s, now)
+    store.add_usage(conn, queue_of(spec), gpu_s, now)
 
 
 def preemptible_gangs(conn: sqlite3.Connection) -> tuple[dict[str, RunningGang], float]:
