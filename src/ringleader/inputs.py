@@ -21,7 +21,7 @@ import os
 import reprlib
 import types
 import typing
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ringleader.errors import TopologyError, UsageError
@@ -117,6 +117,14 @@ _YAML_SCALARS = {
     "tag:yaml.org,2002:str", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float", "tag:yaml.org,2002:bool",
     "tag:yaml.org,2002:null", "tag:yaml.org,2002:timestamp",
 }  # fmt: skip
+
+
+def line_at(lines: Mapping[Path, int], path: Path) -> int | None:
+    """The line of the value at ``path``, else of the nearest value above it (``load_yaml``'s
+    lines: a missing key has none of its own)."""
+    while path and path not in lines:
+        path = path[:-1]
+    return lines.get(path)
 
 
 def load_yaml(text: str, origin: str) -> tuple[Any, dict[Path, int]]:

@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ringleader.errors import UsageError
-from ringleader.inputs import load_yaml, read_bounded, validate
+from ringleader.inputs import line_at, load_yaml, read_bounded, validate
 from ringleader.jobs.queues import check_queue, parse_quota
 from ringleader.scheduler.teams import ANY_TYPE, MAX_GPUS, TeamQueue
 
@@ -40,11 +41,7 @@ def load_queues(path: str) -> tuple[TeamQueue, ...]:
     """
     doc, lines = load_yaml(read_bounded(path, "queues file"), path)
 
-    def line_of(where: tuple[str | int, ...]) -> int | None:
-        while where and where not in lines:
-            where = where[:-1]
-        return lines.get(where)
-
+    line_of = partial(line_at, lines)
     fix = "give `queues:` as a list of {name, gpus: N or {TYPE: N}, weight, cohort} (docs/queues.md)"
     parsed = validate(QueuesFile, doc, path, fix, line_of, strict=False)
     kept: list[TeamQueue] = []

@@ -109,7 +109,7 @@ def load_cluster_text(text: str, base_dir: Path, origin: str = "cluster file") -
     """The nodes a cluster file declares. The YAML is read strictly and bounded (no aliases,
     no key twice, bounded depth and numbers: ringleader.inputs) and checked against the schema
     of ``cluster_schema``; any refusal is one line naming ``origin``, the line and the key."""
-    from ringleader.inputs import load_yaml, validate
+    from ringleader.inputs import line_at, load_yaml, validate
     from ringleader.topology.cluster_schema import MAX_NODES, ClusterFile
 
     doc, lines = load_yaml(text, origin)
@@ -120,9 +120,7 @@ def load_cluster_text(text: str, base_dir: Path, origin: str = "cluster file") -
         # A problem inside a node names the node's own line, as the node's other errors do.
         if len(path) >= 2 and path[0] == "nodes" and ("nodes", path[1]) in lines:
             return lines[("nodes", path[1])]
-        while path and path not in lines:
-            path = path[:-1]
-        return lines.get(path)
+        return line_at(lines, path)
 
     fix = "fix the value (keys, types and ranges: docs/runtime.md, Input files)"
     cluster = validate(ClusterFile, doc, origin, fix, line_of)
