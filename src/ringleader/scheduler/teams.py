@@ -24,7 +24,7 @@ usage; no clock is read.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Protocol
@@ -278,12 +278,7 @@ class Teams:
                 f"lent {shortfall} of them to queues over quota: {lenders or 'none'}")  # fmt: skip
 
     def _full(self, job: JobRequest, queue: TeamQueue, key: str, count: int, lendable: int) -> str:
-        held, nominal = self.held(queue.name, key), queue.nominal(key)
-        what = "GPUs" if key == ANY_TYPE else f"{key} GPUs"
-        text = f"queue {queue.name} holds {held} of its quota of {nominal} {what}"
-        lent = sum(self.borrowed(queue).values())
-        if lent:
-            text += f" ({lent} borrowed)"
+        text = self._holds(queue, [key])
         if not job.preemptible:
             return f"{text}; it needs {count} more, and a --non-preemptible job does not borrow"
         if queue.cohort is None:
@@ -293,12 +288,12 @@ class Teams:
     def describe_use(self, job: JobRequest) -> str | None:
         """ "queue team-a holds 6 of its quota of 8 GPUs (2 borrowed)" for a pending reason."""
         queue = self.queue(job)
-        if queue is None:
-            return None
-        parts = []
-        for key, nominal in queue.quota:
-            what = "GPUs" if key == ANY_TYPE else f"{key} GPUs"
-            parts.append(f"{self.held(queue.name, key)} of its quota of {nominal} {what}")
+        return None if queue is None else self._holds(queue, [key for key, _ in queue.quota])
+
+    def _holds(self, queue: TeamQueue, keys: Sequence[str]) -> str:
+        """ "queue team-a holds 6 of its quota of 8 GPUs (2 borrowed)", for ``keys``."""
+        parts = [f"{self.held(queue.name, key)} of its quota of {queue.nominal(key)} "
+                 + ("GPUs" if key == ANY_TYPE else f"{key} GPUs") for key in keys]  # fmt: skip
         lent = sum(self.borrowed(queue).values())
         return f"queue {queue.name} holds " + ", ".join(parts) + (f" ({lent} borrowed)" if lent else "")
 
