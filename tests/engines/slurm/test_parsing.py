@@ -154,7 +154,7 @@ def test_any_scontrol_text_parses_without_error(text: str) -> None:
 
 
 def test_a_step_that_stays_after_every_rank_ended_is_over(tmp_path: Path) -> None:
-    """srun (pmix, heterogeneous step) was seen staying after all four ranks exited 0."""
+    """srun (pmix, heterogeneous step) was seen staying after all four ranks exited, 0 or not."""
     import json
     import time
 
@@ -174,6 +174,11 @@ def test_a_step_that_stays_after_every_rank_ended_is_over(tmp_path: Path) -> Non
     assert slurm_status(running, tmp_path, _record())[:2] == (JobStatus.SUCCEEDED, None)
     (run / "1.json").write_text(json.dumps({"pid": 5}))
     assert slurm_status(running, tmp_path, _record())[0] is JobStatus.RUNNING  # a rank still runs
+    # Both ranks failed and srun stayed (seen for 12 minutes until a delete): failed all the same.
+    (run / "0.json").write_text(json.dumps({"exit_code": 1, "ended_at": ended}))
+    (run / "1.json").write_text(json.dumps({"exit_code": 2, "ended_at": ended + 0.5}))
+    assert slurm_status(running, tmp_path, _record())[:2] == (
+        JobStatus.FAILED, "j-worker-0 on node-a failed (exit code 1); Slurm's step stayed after every rank had ended")
 
 
 @pytest.mark.parametrize(("state", "status"), [

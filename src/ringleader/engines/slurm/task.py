@@ -4,10 +4,14 @@ wrapper per task. Standard library and ringleader's rank wrapper only, and run b
 would load the whole engine into every rank and double its start time.
 
 The batch step picks the rendezvous port on the first node and runs one ``srun`` step over all
-components (``--mpi=pmix`` for an mpirun line, so Open MPI ranks are started by Slurm and their
-local ranks match LOCAL_RANK). Each task maps Slurm's task id to its rank, checks that Slurm gave
-its node exactly the GPUs ringleader placed, and hands CUDA_VISIBLE_DEVICES over in placement
-order, translated to the ids this task sees (Slurm renumbers them when it constrains devices).
+components with ``--mpi=pmix``: Open MPI ranks of an mpirun line are started by Slurm with their
+local ranks matching LOCAL_RANK, and a plain MPI program's ranks are one world, as under mpirun
+on the other engines (without PMIx they would abort in MPI_Init). A plain program goes without
+(``--mpi=none``) only where this Slurm has no pmix plugin.
+
+Each task maps Slurm's task id to its rank, checks that Slurm gave its node exactly the GPUs
+ringleader placed, and hands CUDA_VISIBLE_DEVICES over in placement order, translated to the
+ids this task sees (Slurm renumbers them when it constrains devices).
 """
 
 from __future__ import annotations
@@ -48,8 +52,17 @@ def srun_argv(plan: dict[str, Any], plan_file: str) -> list[str]:
     argv = ["srun", "--kill-on-bad-exit=1"]
     if len(plan["components"]) > 1:
         argv.append("--het-group=" + ",".join(str(k) for k in range(len(plan["components"]))))
-    argv.append("--mpi=pmix" if plan["mpi"] else "--mpi=none")
+    argv.append("--mpi=pmix" if plan["mpi"] or has_pmix() else "--mpi=none")
     return [*argv, sys.executable, TASK_FILE, "rank", plan_file, "--", *plan["program"]]
+
+
+def has_pmix() -> bool:
+    """Whether this Slurm's srun has the pmix plugin (``srun --mpi=list``)."""
+    try:
+        listed = subprocess.run(["srun", "--mpi=list"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return any(word.startswith("pmix") for word in (listed.stdout + listed.stderr).split())
 
 
 def batch(plan_file: str) -> int:

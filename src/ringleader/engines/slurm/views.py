@@ -19,8 +19,9 @@ from ringleader.runtime.plan import read_state
 TRAINER = "SLURM"
 NOT_YET = "Slurm has not scheduled it yet"
 WAITING = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SPECIAL_EXIT"}
-# srun (pmix, a heterogeneous step) can stay after every task has exited 0; once the last rank
-# ended this long ago the job is over, whatever Slurm still says, and the engine cancels the rest.
+# srun (pmix, a heterogeneous step) can stay after every task has exited, 0 or not; once every
+# rank has an exit code and the last ended this long ago, the job is over, whatever Slurm still
+# says, and the engine cancels the rest.
 STEP_LINGER_S = 10.0
 
 
@@ -67,9 +68,11 @@ def slurm_status(
         chosen = ((record.get("plan") or {}).get("chosen") or {}).get("describe", "")
         return JobStatus.PENDING, f"Slurm: {slurm_reason}; waiting for exactly {chosen}", None, None
     if any(s in RUNNING_STATES for s in states):
-        ends = [st.get("ended_at") for _, st in ranks if st.get("exit_code") == 0]
-        if ranks and len(ends) == len(ranks) and time.time() - max(e or 0.0 for e in ends) > STEP_LINGER_S:
-            return JobStatus.SUCCEEDED, None, started, max(e or 0.0 for e in ends)
+        ends = [st.get("ended_at") or 0.0 for _, st in ranks if st.get("exit_code") is not None]
+        if ranks and len(ends) == len(ranks) and time.time() - max(ends) > STEP_LINGER_S:
+            failure = first_failure(plan)
+            why = f"{failure}; Slurm's step stayed after every rank had ended" if failure else None
+            return JobStatus.FAILED if failure else JobStatus.SUCCEEDED, why, started, max(ends)
         return JobStatus.RUNNING, None, started, None
     ended = max((slurmcli.slurm_time(c.get("EndTime")) or 0.0 for c in components), default=0.0) or None
     failure = first_failure(plan)
