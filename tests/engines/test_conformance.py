@@ -278,7 +278,9 @@ def test_horovodrun_line_with_hosts_and_interface(target: Target) -> None:
             "--fusion-threshold-mb", "32", "python", "-c", SHOW_ENV]  # fmt: skip
     if not target.runs:
         launcher = launcher_command(target.run(spec("hvd", argv)))
-        assert launcher[0] == "mpirun" and "horovodrun" not in launcher  # one horovodrun per rank never
+        assert "horovodrun" not in launcher  # one horovodrun per rank never
+        # horovodrun's own first words: as root in an image, mpirun refuses to start without them
+        assert launcher[:5] == ["mpirun", "-np", "2", "--allow-run-as-root", "--tag-output"]
         assert launcher[launcher.index("-np") + 1] == "2" and "-H" not in launcher
         assert launcher[-3:] == ["python", "-c", SHOW_ENV]
         return
@@ -334,14 +336,23 @@ def test_every_variable_torchrun_sets(target: Target) -> None:
         assert (env["ROLE_NAME"], env["TORCHELASTIC_RESTART_COUNT"]) == ("default", "0")
 
 
-def test_x_and_e_values_are_the_submitters(target: Target, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_x_name_is_the_value_where_mpirun_runs(target: Target, monkeypatch: pytest.MonkeyPatch) -> None:
+    """-x NAME passes NAME as mpirun's own environment has it: the submitter's where the ranks
+    share the submitter's machine (recorded at submit), the image's in a pod (the reference
+    study's -x PATH is the launcher pod's PATH, never a laptop's)."""
     monkeypatch.setenv("FROM_X", "at-submit")
-    job = spec("env", ["mpirun", "-np", "2", "-x", "FROM_X", "python", "-c", SHOW_ENV], env={"FROM_E": "given"})
+    argv = ["mpirun", "-np", "2", "-x", "FROM_X", "-x", "PATH", "python", "-c", SHOW_ENV]
+    job = spec("env", argv, env={"FROM_E": "given"})
     if not target.runs:
         mpijob = target.run(job)
-        env = {e["name"]: e.get("value") for e in
-               mpijob["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["env"]}  # fmt: skip
-        assert env["FROM_X"] == "at-submit" and env["FROM_E"] == "given"
+        for role in ("Launcher", "Worker"):
+            containers = mpijob["spec"]["mpiReplicaSpecs"][role]["template"]["spec"]["containers"]
+            env = {e["name"]: e.get("value") for e in containers[0]["env"]}
+            assert "FROM_X" not in env and "PATH" not in env and env["FROM_E"] == "given", (role, env)
+        launcher = launcher_command(mpijob)
+        assert launcher[launcher.index("FROM_X") - 1] == "-x" and launcher[launcher.index("PATH") - 1] == "-x"
+        assert any(n.startswith("note: mpirun -x FROM_X, -x PATH: each rank gets the image's value")
+                   for n in target.engine.notes)  # fmt: skip
         return
     target.engine.submit(job)
     monkeypatch.setenv("FROM_X", "changed-after-submit")  # a queued job must not read it at launch
@@ -350,6 +361,63 @@ def test_x_and_e_values_are_the_submitters(target: Target, monkeypatch: pytest.M
     for rank in range(2):
         env = _env_line(target.log("env", f"worker-{rank}"))
         assert (env["FROM_X"], env["FROM_E"]) == ("at-submit", "given")
+
+
+def test_a_users_mpirun_line_starts_as_root(target: Target) -> None:
+    """A line without --allow-run-as-root, run as root (this test run's user where ranks run; an
+    image's user is not known at submit): every launcher adds what mpirun then needs."""
+    job = spec("root", ["mpirun", "-np", "2", "python", "-c", SHOW_ENV])
+    if not target.runs:
+        launcher = launcher_command(target.run(job))
+        assert launcher[:4] == ["mpirun", "-np", "2", "--allow-run-as-root"], launcher
+        return
+    if os.geteuid() != 0:
+        pytest.skip("runs as root only where the test run is root")
+    view = target.run(job)
+    assert view.status is JobStatus.SUCCEEDED, (view.reason, view.events)
+    for rank in range(2):
+        assert _env_line(target.log("root", f"worker-{rank}"))["RANK"] == str(rank)
+
+
+MPI_WORLD = "from mpi4py import MPI; w = MPI.COMM_WORLD; print('WORLD %d of %d' % (w.Get_rank(), w.Get_size()))"
+
+
+def test_a_plain_mpi_program_is_one_world(target: Target) -> None:
+    """No mpirun in the line: the job's ranks are still one MPI world, as under arena's mpirun
+    launcher."""
+    job = spec("world", ["python", "-c", MPI_WORLD])
+    if not target.runs:
+        launcher = launcher_command(target.run(job))
+        assert launcher[0] == "mpirun" and launcher[launcher.index("-np") + 1] == "2"
+        return
+    if target.name == "embedded":
+        pytest.xfail("the embedded engine starts a plain program's ranks as its own children, not under "
+                     "mpirun: each is a world of 1 (see docs/runtime.md)")  # fmt: skip
+    view = target.run(job)
+    assert view.status is JobStatus.SUCCEEDED, (view.reason, target.log("world", "worker-0")[-2000:])
+    for rank in range(2):
+        assert f"WORLD {rank} of 2" in target.log("world", f"worker-{rank}")
+
+
+def test_torchrun_standalone_is_replaced_and_named(target: Target) -> None:
+    argv = ["torchrun", "--standalone", "--nproc-per-node=2", "--no-python", "python", "-c", SHOW_ENV]
+    if not target.runs:
+        target.run(spec("alone", argv))
+    else:
+        view = target.run(spec("alone", argv))
+        assert view.status is JobStatus.SUCCEEDED, (view.reason, view.events)
+        assert {_env_line(target.log("alone", f"worker-{r}"))["RANK"] for r in range(2)} == {"0", "1"}
+    assert any("--standalone --nproc-per-node=2 taken from the placement" in n for n in target.engine.notes)
+
+
+def test_a_job_whose_every_rank_failed_ends(target: Target) -> None:
+    """Ended once every rank has an exit code, whatever its launcher still does."""
+    if not target.runs:
+        pytest.skip("the contract fake runs no pods")
+    view = target.run(spec("allfail", ["python", "-c", "import os, sys; sys.exit(3 + int(os.environ['RANK']))"]),
+                      timeout=90)  # fmt: skip
+    assert view.status is JobStatus.FAILED
+    assert view.reason is not None and "allfail-worker-" in view.reason and "exit code" in view.reason, view.reason
 
 
 def test_shell_line_runs_as_a_shell_would(target: Target) -> None:

@@ -167,12 +167,13 @@ def test_horovodrun_line_runs_as_its_mpirun_line_with_np_from_workers(seeds: Run
     line = f"horovodrun -np 2 -H server1:1,server2:1 --fusion-threshold-mb 32 {PY} -c {shlex.quote(SHOW)} a"
     seeds.submit(h.spec("hvd", shlex.split(line), workers=2, gpus=1))
     note = command_notes(seeds)[-1]
-    assert note.startswith("note: horovodrun runs as its MPI mode's line: mpirun --tag-output -np 2 -bind-to none")
+    assert note.startswith("note: horovodrun runs as its MPI mode's line: mpirun --allow-run-as-root --tag-output "
+                           "-np 2 -bind-to none")  # fmt: skip
     assert "-H server1:1,server2:1 replaced by the placement" in note
     view = seeds.wait("hvd", 120)
     assert view.status is JobStatus.SUCCEEDED, view.events
     assert view.spec.user_command == shlex.split(line)
-    assert view.spec.command[:4] == ["mpirun", "--tag-output", "-np", "2"]
+    assert view.spec.command[:5] == ["mpirun", "--allow-run-as-root", "--tag-output", "-np", "2"]
     assert view.spec.env["HOROVOD_LOG_LEVEL"] == "warning"  # -x of the submitter's HOROVOD_*
     started = next(e.message for e in view.events if e.kind == "Started")
     assert "mpirun -np 2 --host localhost:2" in started and started.count("-np") == 1
@@ -238,13 +239,40 @@ def test_horovodrun_options_become_what_horovodrun_would_pass() -> None:
                        "HOROVOD_TIMELINE": "/tmp/t.json", "NCCL_IB_DISABLE": "1"}  # fmt: skip
     assert "--hostfile hosts.txt replaced by the placement" in out.notes[0]
     assert "ignored (hosts are reached as the cluster file says): -p 2222" in out.notes[0]
+    # horovodrun's own first words (its mpi_run), root or not: as root in an image mpirun needs them
+    assert cmd[:3] == ["mpirun", "--allow-run-as-root", "--tag-output"]
+
+
+def test_x_name_in_an_image_is_the_images_value_not_this_shells() -> None:
+    """mpirun -x NAME passes NAME as it is where mpirun runs: in an image, the image's (the
+    reference study's -x PATH is the launcher pod's PATH), so nothing of this shell is recorded."""
+    shell = {"PATH": "/home/me/venv/bin:/usr/bin", "LD_LIBRARY_PATH": "/home/me/cuda-12.1/lib64",
+             "HOROVOD_LOG_LEVEL": "debug"}  # fmt: skip
+    line = "mpirun -np 2 -x LD_LIBRARY_PATH -x PATH -x NCCL_DEBUG=INFO python train.py"
+    here = prepare(shlex.split(line), 2, {}, shell, "j")
+    assert here.env == {"LD_LIBRARY_PATH": "/home/me/cuda-12.1/lib64", "PATH": "/home/me/venv/bin:/usr/bin",
+                        "NCCL_DEBUG": "INFO"}  # fmt: skip
+    imaged = prepare(shlex.split(line), 2, {}, shell, "j", in_image=True)
+    assert imaged.env == {"NCCL_DEBUG": "INFO"}
+    assert imaged.command == shlex.split(line)  # mpirun in the image passes its own values
+    assert imaged.notes == ["note: mpirun -x LD_LIBRARY_PATH, -x PATH: each rank gets the image's value, as mpirun "
+                            "passes its own environment where it runs, not this shell's; write -x NAME=VALUE or "
+                            "-e NAME=VALUE to pass a value"]  # fmt: skip
+    hvd = prepare(["horovodrun", "-np", "2", "python", "train.py"], 2, {}, shell, "j", in_image=True)
+    assert "HOROVOD_LOG_LEVEL" not in hvd.command and hvd.env == {}  # horovodrun there lists that env, not this
+
+
+def test_torchrun_standalone_is_named_as_replaced() -> None:
+    out = prepare(["torchrun", "--standalone", "--nproc-per-node=2", "train.py"], 2, {}, {"PATH": os.defpath}, "j")
+    assert out.notes[-1].endswith("--standalone --nproc-per-node=2 taken from the placement (see `ringleader get j`)")
 
 
 @pytest.mark.slow
 def test_image_contract_with_a_stand_in_podman(seeds: Runtime, h, tmp_path, monkeypatch) -> None:
     """Contract test: a stand-in `podman` that answers `version` and, for `run`, starts the program
     with only the variables named by -e (by name, or by prefix with `*`, as podman does): the
-    ranks' variables, Open MPI's and the job's -x values must be passed into the image."""
+    ranks' variables, Open MPI's and the job's -x NAME=VALUE values must be passed into the image;
+    -x NAME is the image's own value, not the submitting shell's."""
     fake = tmp_path / "bin" / "podman"
     fake.parent.mkdir()
     fake.write_text(
@@ -261,16 +289,18 @@ def test_image_contract_with_a_stand_in_podman(seeds: Runtime, h, tmp_path, monk
     )
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("FOO", "into the image")
-    line = f"mpirun -np 2 -x FOO {PY} -c {shlex.quote(SHOW)}"
+    monkeypatch.setenv("FOO", "this shell's, not the image's")
+    line = f"mpirun -np 2 -x FOO -x BAR=into-the-image {PY} -c {shlex.quote(SHOW)}"
     seeds.submit(h.spec("img", shlex.split(line), workers=2, gpus=1, image="example.org/train:1"))
     assert command_notes(seeds)[-1] == f"note: each rank runs in image example.org/train:1 through podman ({fake})"
+    assert command_notes(seeds)[-2].startswith("note: mpirun -x FOO: each rank gets the image's value")
     view = seeds.wait("img", 120)
     assert view.status is JobStatus.SUCCEEDED, view.events
     assert view.spec.command[view.spec.command.index("podman") + 1] == "run"
     for rank in range(2):
         got = seen(seeds.logs("img", f"worker-{rank}"))
-        assert (got["RANK"], got["OMPI_COMM_WORLD_SIZE"], got["FOO"]) == (str(rank), "2", "into the image")
+        assert (got["RANK"], got["OMPI_COMM_WORLD_SIZE"], got["BAR"]) == (str(rank), "2", "into-the-image")
+        assert got["FOO"] is None  # the image sets none
 
 
 TOKENS = [

@@ -6,12 +6,15 @@ never dropped silently:
 
 - ``mpirun``: -np/-n/-c must equal --workers; -H/--host/--hostfile/--machinefile are replaced by
   the placement (a note); mapping options that would put ranks elsewhere than the placement
-  are refused; ``-x NAME`` records the submitter's value of NAME in the job (as mpirun passes
-  its own environment's value; an unset NAME is named in a note, as mpirun warns and passes
-  nothing), ``-x NAME=VALUE`` as given.
+  are refused; ``-x NAME=VALUE`` passes VALUE, and ``-x NAME`` the value of NAME where mpirun
+  runs, as mpirun does: where the ranks share the submitter's machine, the submitter's value,
+  recorded in the job at submit (an unset NAME is named in a note, as mpirun warns and passes
+  nothing); in an image (``--image``, Kubernetes pods), the image's own value, not this shell's
+  (the reference study's ``-x PATH`` forwards the launcher pod's PATH).
 - ``horovodrun``: rewritten as the mpirun line horovodrun's MPI mode builds (-np from
-  --workers, ``-bind-to none -map-by slot``, its tunables as HOROVOD_* variables, -x of the
-  submitter's NCCL_*/HOROVOD_* variables), then taken as an mpirun line.
+  --workers, ``--allow-run-as-root --tag-output``, ``-bind-to none -map-by slot``, its tunables
+  as HOROVOD_* variables, -x of the NCCL_*/HOROVOD_* variables where it runs), then taken as an
+  mpirun line.
 - ``torchrun`` / ``python -m torch.distributed.run|launch``: ringleader already starts one
   process per worker with torchrun's variables, so the line becomes the script itself (run as
   torchrun would run it), its process counts checked against --workers.
@@ -163,7 +166,7 @@ def prepare(command: Sequence[str], workers: int, env: Mapping[str, str], enviro
         _shell_line(out, workers)
     launcher = _launcher(out.command)
     if launcher == "horovodrun":
-        out.command = _horovodrun(out, workers, environ, name)
+        out.command = _horovodrun(out, workers, {} if in_image else environ, name)
     elif launcher == "torchrun":
         out.command = _torchrun(out, workers, environ, name, in_image)
         inner = _launcher(out.command)
@@ -172,7 +175,7 @@ def prepare(command: Sequence[str], workers: int, env: Mapping[str, str], enviro
                              f"submit the {inner} line without torchrun")  # fmt: skip
     out.line = read_line(out.command)
     if out.line.mpirun:
-        _mpirun(out, out.line, workers, environ, name)
+        _mpirun(out, out.line, workers, environ, name, in_image)
     return out
 
 
@@ -190,7 +193,8 @@ def prepare_spec(spec: JobSpec, environ: Mapping[str, str],
 # -- mpirun ---------------------------------------------------------------------------------------
 
 
-def _mpirun(out: Prepared, line: CommandLine, workers: int, environ: Mapping[str, str], name: str) -> None:
+def _mpirun(out: Prepared, line: CommandLine, workers: int, environ: Mapping[str, str], name: str,
+            in_image: bool) -> None:  # fmt: skip
     check_np(line, workers)
     inner = _launcher(line.program)
     if inner is not None:
@@ -198,7 +202,7 @@ def _mpirun(out: Prepared, line: CommandLine, workers: int, environ: Mapping[str
             f"mpirun would start one {inner} per rank, {workers} {inner}s in all",
             f"submit the {inner} line without mpirun (ringleader rewrites it onto the placement)",
         )
-    hosts, unset = [], []
+    hosts, unset, imaged = [], [], []
     for opt in line.options:
         value = opt.values[0] if opt.values else split_option(opt.token)[1] or ""
         if opt.name in _HOSTS:
@@ -213,8 +217,16 @@ def _mpirun(out: Prepared, line: CommandLine, workers: int, environ: Mapping[str
                 f"mpirun {opt.text()} would put ranks elsewhere than the placement",
                 "drop it: ringleader gives each host the slots the placement gives it (map-by slot)",
             )
+        elif opt.name == "x" and in_image and "=" not in value:
+            _check_export(value)
+            imaged.append(value)  # mpirun in the image passes the image's value: nothing to record
         elif opt.name == "x" and not _export(value, out.env, environ):
             unset.append(value)
+    if imaged:
+        given = ", ".join(f"-x {n}" for n in imaged)
+        out.notes.append(f"note: mpirun {given}: each rank gets the image's value, as mpirun passes its own "
+                         "environment where it runs, not this shell's; write -x NAME=VALUE or -e NAME=VALUE to "
+                         "pass a value")  # fmt: skip
     if unset:
         names = ", ".join(unset)
         out.notes.append(f"note: mpirun -x {' -x '.join(unset)}: {names} not set when submitted, so no rank gets it "
@@ -239,13 +251,17 @@ def _shell_line(out: Prepared, workers: int) -> None:
     out.notes.append(f"note: the command has shell syntax: each rank runs it with {SHELL} -c (as arena does)")
 
 
+def _check_export(value: str) -> None:
+    if not ENV_NAME.match(value.partition("=")[0]):
+        raise UsageError(f"mpirun -x {value!r} is not NAME or NAME=VALUE", "write -x NAME or -x NAME=VALUE")
+
+
 def _export(value: str, env: dict[str, str], environ: Mapping[str, str]) -> bool:
     """``-x NAME`` takes the submitter's value of NAME, ``-x NAME=VALUE`` that value; either
     lands in the job's environment, which every rank gets. False: NAME is set nowhere (mpirun
     warns and passes nothing; so do the ranks, and the caller says so in a note)."""
     key, sep, given = value.partition("=")
-    if not ENV_NAME.match(key):
-        raise UsageError(f"mpirun -x {value!r} is not NAME or NAME=VALUE", "write -x NAME or -x NAME=VALUE")
+    _check_export(value)
     if sep:
         wanted = given
     elif key in environ:
@@ -379,6 +395,8 @@ _HVD_FLAGS = {"prefix-output-with-timestamp", "gloo", "jsrun", "check-build", "c
               *_HVD_SWITCHES, *_HVD_IGNORED_FLAGS}  # fmt: skip
 # What horovodrun's MPI mode puts on every Open MPI line (its mpi_run).
 HOROVOD_MPI_FLAGS = ["-mca", "pml", "ob1", "-mca", "btl", "^openib"]
+# What it starts every Open MPI line with (its mpi_run: ``basic_args``), as root or not.
+HOROVOD_BASIC = ["--allow-run-as-root", "--tag-output"]
 HOROVOD_BINDING = ["-bind-to", "none", "-map-by", "slot"]
 # The submitter's variables horovodrun's line passes with -x that a job does not keep anyway.
 HOROVOD_EXPORTED = ("NCCL_", "HOROVOD_")
@@ -464,7 +482,7 @@ def _horovodrun(out: Prepared, workers: int, environ: Mapping[str, str], name: s
             ignored.append(shown)
     exports += sorted(k for k in environ if k.startswith(HOROVOD_EXPORTED) and ENV_NAME.match(k))
     env_args = [a for e in dict.fromkeys(exports) for a in ("-x", e)]
-    line = ["mpirun", "--tag-output", "-np", str(workers), *binding, *HOROVOD_MPI_FLAGS, *extra, *env_args, *program]
+    line = ["mpirun", *HOROVOD_BASIC, "-np", str(workers), *binding, *HOROVOD_MPI_FLAGS, *extra, *env_args, *program]
     said = f"note: horovodrun runs as its MPI mode's line: {shlex.join(line)}"
     if hosts:
         said += f"; its {' '.join(hosts)} replaced by the placement (see `ringleader get {name}`)"
@@ -500,7 +518,9 @@ _TORCH_REPLACED = {"nnodes", "nproc-per-node", "node-rank", "master-addr", "mast
 _TORCH_IGNORED = {"max-restarts", "monitor-interval", "start-method", "event-log-handler", "role", "log-dir",
                   "redirects", "tee", "local-ranks-filter", "duplicate-stdout-filters", "duplicate-stderr-filters",
                   "logs-specs", "numa-binding", "signals-to-handle", "shutdown-timeout"}  # fmt: skip
-_TORCH_FLAGS = {"standalone", "module", "no-python", "run-path", "virtual-local-rank", "use-env"}
+# --standalone asks for a rendezvous on this host: the placement's rendezvous replaces it too.
+_TORCH_REPLACED_FLAGS = {"standalone"}
+_TORCH_FLAGS = {"module", "no-python", "run-path", "virtual-local-rank", "use-env", *_TORCH_REPLACED_FLAGS}
 _TORCH_ALIASES = {"m": "module", "r": "redirects", "t": "tee"}
 
 
@@ -529,7 +549,8 @@ def _torchrun(out: Prepared, workers: int, environ: Mapping[str, str], name: str
         torchrun = IMAGE_PYTHON  # the image's own interpreter: the submitter's torchrun is not there
     run = _torch_program(program, given, environ, python, torchrun,
                          local_rank_arg=kind == "launch" and "use-env" not in given)  # fmt: skip
-    replaced = [f"{t} {v}" if v is not None and "=" not in t else t for t, o, v in options if o in _TORCH_REPLACED]
+    replaced = [f"{t} {v}" if v is not None and "=" not in t else t for t, o, v in options
+                if o in _TORCH_REPLACED | _TORCH_REPLACED_FLAGS]  # fmt: skip
     ignored = [f"{t} {v}" if v is not None and "=" not in t else t for t, o, v in options if o in _TORCH_IGNORED]
     shown, per_rank = shlex.join(run), ""
     if run[1:3] == ["-c", LOCAL_RANK_ARG]:  # shown as the rank runs it

@@ -237,10 +237,12 @@ def launcher_command(spec: JobSpec, namespace: str = "default", line: CommandLin
                      per_pod: int = 1) -> list[str]:  # fmt: skip
     """What the launcher runs: the prepared mpirun line with -np from the gang and without the
     host options (mpi-operator's hostfile lists the workers, ``per_pod`` slots each); a plain
-    program started once per rank through mpirun, torchrun's variables set."""
+    program started once per rank through mpirun, torchrun's variables set. mpirun is told it
+    may run as root (the image's user is not known here), as every engine's launcher does."""
     line = line or spec.command_line()
     if line.mpirun:
-        return [line.argv[0], "-np", str(spec.workers), *line.kept, *line.program]
+        as_root = [] if any(o.name == "allow-run-as-root" for o in line.kept_options) else ["--allow-run-as-root"]
+        return [line.argv[0], "-np", str(spec.workers), *as_root, *line.kept, *line.program]
     master = f"{spec.name}-worker-0.{spec.name}.{namespace}.svc"
     return ["mpirun", "--allow-run-as-root", "-np", str(spec.workers), "-bind-to", "none", "-map-by", "slot",
             "-x", f"MASTER_ADDR={master}", "-x", f"MASTER_PORT={MASTER_PORT}",
