@@ -219,9 +219,12 @@ def _slurm(home: Path, work: Path) -> Iterator[Target]:
 def _kubernetes(home: Path, work: Path) -> Iterator[Target]:
     pytest.importorskip("kubernetes", reason="the kubernetes client is not installed")
     from kube.fakeapi import FakeApiServer
+    from kube.kubeobjs import node
     from ringleader.engines.kubernetes.engine import open_kubernetes
 
     fake = FakeApiServer().start()
+    for name in ("gpu-a", "gpu-b"):  # what a plan is made over; nothing runs on them
+        fake.put("nodes", node(name, mode="default"))
     try:
         with pytest.MonkeyPatch.context() as mp:
             mp.setenv("RINGLEADER_KUBE_SERVER", fake.url)

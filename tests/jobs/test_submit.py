@@ -81,13 +81,18 @@ def test_the_users_line_is_read_once_per_submit(rt: Runtime, readings: list[tupl
 def test_the_kubernetes_manifests_render_the_line_submit_read(readings: list[tuple[str, ...]],
                                                               monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     pytest.importorskip("kubernetes", reason="the kubernetes client is not installed")
-    from ringleader.engines.kubernetes.engine import KubernetesEngine
+    from kube.fakeapi import FakeApiServer
+    from kube.kubeobjs import node
+    from ringleader.engines.kubernetes.engine import open_kubernetes
 
-    def unreachable() -> None:
-        raise UsageError("no kubeconfig here", "a dry run shows the manifests anyway")
-
-    engine = KubernetesEngine(None, "team-a", connect=unreachable)
-    result = engine.submit(JobSpec("k", 2, 1, shlex.split(LINES["horovodrun"])), dry_run=True)
+    fake = FakeApiServer().start()
+    try:
+        fake.put("nodes", node("gpu-0", mode="default"))
+        monkeypatch.setenv("RINGLEADER_KUBE_SERVER", fake.url)
+        engine = open_kubernetes(Path("unused"))
+        result = engine.submit(JobSpec("k", 2, 1, shlex.split(LINES["horovodrun"])), dry_run=True)
+    finally:
+        fake.stop()
     assert "mpirun" in result.extra["manifests"]
     assert len([r for r in readings if r[0] != "scan"]) == 1, readings
 

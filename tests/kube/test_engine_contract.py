@@ -61,10 +61,12 @@ def operator_makes_pods(fake: FakeApiServer, job_name: str, namespace: str = "te
 
 
 def test_contract_submit_dry_run_yaml_is_the_manifests(run, fake: FakeApiServer) -> None:  # type: ignore[no-untyped-def]
+    fake.put("nodes", node("gpu-0"))
     code, out = run("submit", "mpi", "--engine", "kubernetes", "--name", "vgg", "--workers", "4", "--gpus", "1",
                     "--gputopology=true", "--dry-run", "-o", "yaml", "mpirun -np 4 python train.py")  # fmt: skip
     assert code == 0, out
-    docs = list(yaml.safe_load_all(out))
+    assert "note: 4 ranks per worker pod" in out  # the plan's NVLink quad: one pod (on stderr)
+    docs = list(yaml.safe_load_all("\n".join(ln for ln in out.splitlines() if not ln.startswith("note: "))))
     assert [d["kind"] for d in docs] == ["MPIJob", "PodGroup"]
     assert docs[0]["metadata"]["namespace"] == "team-a"
     assert "&id" not in out  # no YAML anchors: every object spelled out
@@ -152,6 +154,7 @@ def test_contract_secret_env_is_created_as_a_secret_owned_by_the_job(run, fake: 
 
 @pytest.mark.parametrize("dry_run", [False, True])
 def test_contract_a_name_too_long_for_its_worker_pods_is_one_line(run, fake: FakeApiServer, dry_run: bool) -> None:  # type: ignore[no-untyped-def]
+    fake.put("nodes", node("cpu-0", mode="default", gpus_preset=None))
     name = "n" * 54  # n...n-worker-9 is 63 characters: ten workers fit, sixteen do not
     fits = run("submit", "mpi", "--engine", "kubernetes", "--name", name, "--workers", "10", "--dry-run", "true")
     assert fits[0] == 0, fits[1]

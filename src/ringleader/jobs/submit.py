@@ -18,7 +18,7 @@ import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from ringleader import settings
 from ringleader.errors import ConflictError, UnschedulableError, UsageError
@@ -29,8 +29,18 @@ from ringleader.jobs.prediction import predict_job, run_time_from_steps
 from ringleader.jobs.spec import JobSpec, submit_env
 from ringleader.jobs.support import Support
 from ringleader.jobs.views import JobView, SubmitResult
-from ringleader.scheduler import ClusterState, Code, Decision, place
+from ringleader.scheduler import ClusterState, Code, Decision, JobRequest, place
 from ringleader.scheduler.framework import NO_SUCH_LEVEL
+
+
+class ClusterUnread(Exception):
+    """Raised by ``Provisioner.snapshot`` where the submitter may create jobs but not read the
+    cluster (a Kubernetes user with rights in one namespace only): the job goes in without a
+    plan, which the engine's own scheduler makes once it exists."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -56,16 +66,23 @@ class Provisioner(Protocol):
         ...
 
     def snapshot(self) -> ClusterState:
-        """The cluster as the engine sees it now, to place the job on."""
+        """The cluster as the engine sees it now, to place the job on (``ClusterUnread``: the
+        submitter may not read it)."""
         ...
 
     def check(self, decision: Decision, state: ClusterState) -> None:
         """The engine's own refusals and notes on the plan (what it cannot start there)."""
         ...
 
-    def commit(self, sub: Submission, notes: list[str], hint: str | None) -> Decision:
+    def describe(self, sub: Submission, decision: Decision) -> dict[str, Any]:
+        """What the engine creates to run the job as placed, shown with the result (Kubernetes:
+        its objects); refused in one line where it cannot create them. {}: nothing to show."""
+        ...
+
+    def commit(self, sub: Submission, decision: Decision, notes: list[str], hint: str | None) -> Decision:
         """Record the job (with ``notes``, ``hint`` among them) and run the engine's queue pass,
-        starting it if it fits; the job's decision in that pass."""
+        starting it if it fits; the job's decision in that pass (``decision``: the plan shown, for
+        an engine whose own scheduler decides later)."""
         ...
 
     def started(self, name: str) -> JobView:
@@ -80,23 +97,34 @@ def submit_job(engine: Provisioner, spec: JobSpec, dry_run: bool = False) -> Sub
     spec = sub.spec
     if engine.exists(spec.name):  # checked before anything is written (or created)
         raise duplicate(spec.name, engine.supports)
-    state = engine.snapshot()
-    if spec.steps is not None and spec.run_time_s is None:
-        spec, how = run_time_from_steps(spec, state)
-        sub = dataclasses.replace(sub, spec=spec, notes=(*sub.notes, f"note: {how}") if how else sub.notes)
-    decision = place(state, spec.request())
-    refuse_unresolvable(decision, engine.supports)
-    engine.check(decision, state)
-    hint = placement_hint(state, decision)
+    try:
+        state: ClusterState | None = engine.snapshot()
+    except ClusterUnread as unread:
+        state, decision = None, unplanned(spec.request(), unread.reason)
+    if state is not None:
+        if spec.steps is not None and spec.run_time_s is None:
+            spec, how = run_time_from_steps(spec, state)
+            sub = dataclasses.replace(sub, spec=spec, notes=(*sub.notes, f"note: {how}") if how else sub.notes)
+        decision = place(state, spec.request())
+        refuse_unresolvable(decision, engine.supports)
+        engine.check(decision, state)
+    hint = placement_hint(state, decision) if state is not None else None
     notes = [*sub.notes, *([hint] if hint else [])]
-    if dry_run:
-        engine.notes += notes
-        prediction = predict_job(state, spec, decision.placement) if decision.placement else None
-        return SubmitResult(decision, decision_to_dict(decision), dry_run=True, extra={"prediction": prediction})
     said = len(engine.notes)
-    mine = engine.commit(sub, notes, hint)
-    engine.notes[said:said] = notes  # before what the commit itself had to say
-    return SubmitResult(mine, decision_to_dict(mine), dry_run=False, job=engine.started(spec.name))
+    shown = engine.describe(sub, decision)
+    if dry_run:
+        engine.notes[said:said] = notes
+        prediction = predict_job(state, spec, decision.placement) if state and decision.placement else None
+        return SubmitResult(decision, decision_to_dict(decision), dry_run=True, extra={"prediction": prediction,
+                                                                                       **shown})  # fmt: skip
+    mine = engine.commit(sub, decision, notes, hint)
+    engine.notes[said:said] = notes  # before what the engine itself had to say
+    return SubmitResult(mine, decision_to_dict(mine), dry_run=False, job=engine.started(spec.name), extra=shown)
+
+
+def unplanned(job: JobRequest, reason: str) -> Decision:
+    """The decision of a job submitted without a plan: it waits for the engine's scheduler."""
+    return Decision(job, job.policy_name, Code.UNSCHEDULABLE, reasons=(reason,))
 
 
 def duplicate(name: str, supports: Support) -> ConflictError:

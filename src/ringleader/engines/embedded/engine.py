@@ -308,8 +308,12 @@ class Runtime:
         with self.db.read() as conn:
             _check_queue_exists(conn, decision.job.queue)
 
-    def commit(self, sub: Submission, notes: list[str], hint: str | None) -> Decision:
+    def describe(self, sub: Submission, decision: Decision) -> dict[str, Any]:
+        return {}  # the ranks' plan is written when the job starts
+
+    def commit(self, sub: Submission, decision: Decision, notes: list[str], hint: str | None) -> Decision:
         """The job inserted and the queue's pass run in one transaction, then the agent woken."""
+        del decision  # the pass decides, over the cluster as it is then
         spec = sub.spec
         if spec.image is None:  # checked for a job that will run, not for a plan (--dry-run)
             _check_script(spec, sub.line.program)

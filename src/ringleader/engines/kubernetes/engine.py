@@ -23,15 +23,14 @@ from ringleader.engines.kubernetes import manifests, names
 from ringleader.engines.kubernetes.cache import Cache
 from ringleader.engines.kubernetes.client import ApiError, JobsApi, current_namespace, load_client
 from ringleader.engines.kubernetes.delivery import Delivery, claim_template
-from ringleader.errors import ConflictError, NotFoundError, UsageError
-from ringleader.jobs.codec import decision_to_dict
+from ringleader.errors import NotFoundError, UsageError
 from ringleader.jobs.logfiles import instance_name, wait_until_ended
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import JobStatus
-from ringleader.jobs.submit import prepare_submit, refuse_unresolvable
+from ringleader.jobs.submit import ClusterUnread, Submission, duplicate, submit_job
 from ringleader.jobs.support import Support
 from ringleader.jobs.views import EventView, GpuUsage, InstanceView, JobView, NodeHealth, SubmitResult
-from ringleader.scheduler import ClusterState, Code, Decision, place
+from ringleader.scheduler import ClusterState, Decision
 
 TRAINER = "MPIJOB"
 
@@ -87,6 +86,7 @@ class KubernetesEngine:
         self._api, self._connect = api, connect
         self.namespace = namespace
         self.notes: list[str] = []
+        self._delivery: Delivery | None = None  # read once per command
 
     # The job's image is its pods' image; the cluster, its labels and finished jobs are the
     # API server's (kubectl), not ringleader's.
@@ -126,7 +126,12 @@ class KubernetesEngine:
     def delivery(self) -> Delivery:
         """How this cluster delivers GPUs, as `kube manifests` published it (the ConfigMap
         ringleader-cluster, readable by every authenticated user); env through the nvidia
-        RuntimeClass, with a note, where it is missing or unreadable."""
+        RuntimeClass, with a note, where it is missing or unreadable. Read once."""
+        if self._delivery is None:
+            self._delivery = self._read_delivery()
+        return self._delivery
+
+    def _read_delivery(self) -> Delivery:
         try:
             config = self.api.config_map(names.SYSTEM_NAMESPACE, names.CLUSTER_CONFIG)
         except ApiError as exc:
@@ -141,61 +146,60 @@ class KubernetesEngine:
         data = config.get("data") or {}
         return Delivery.parse(data.get("gpuDelivery"), data.get("runtimeClass"))
 
-    def _preview(self, spec: JobSpec) -> Decision:
-        """``place()`` over the cluster as it is now: best effort, since listing nodes and every
-        namespace's pods needs cluster-wide rights a user with rights in one namespace lacks."""
+    def submit(self, spec: JobSpec, dry_run: bool = False) -> SubmitResult:
+        """Create the MPIJob and its PodGroup; the plan shown is ``place()`` over the cluster as
+        it is now (the scheduler decides for real when the pods exist). A dry run creates
+        nothing; its -o yaml output is the manifests themselves."""
+        return submit_job(self, spec, dry_run)
+
+    # -- what submit_job asks of this engine ------------------------------------------------------
+    def prepare(self, sub: Submission) -> Submission:
+        refuse_gpu_env(sub.spec)
+        return sub  # the pods' image runs the prepared line (Support declares what is refused)
+
+    def exists(self, name: str) -> bool:
+        return self.api.get_mpijob(self.namespace, name) is not None
+
+    def snapshot(self) -> ClusterState:
+        """The cluster as it is now: best effort, since listing nodes and every namespace's pods
+        needs cluster-wide rights a user with rights in one namespace lacks."""
         try:
-            return place(self.nodes(), spec.request())
+            return self.nodes()
         except ApiError as exc:
             if exc.status != 403:
                 raise
             self.notes.append("note: no placement preview: you may not list nodes and pods cluster-wide (403); "
                               "the scheduler decides once the pods exist")  # fmt: skip
-            return Decision(spec.request(), spec.request().policy_name, Code.UNSCHEDULABLE,
-                            reasons=("cluster not read (403), no preview",))  # fmt: skip
+            raise ClusterUnread("cluster not read (403), no preview") from None
 
-    def submit(self, spec: JobSpec, dry_run: bool = False) -> SubmitResult:
-        """Create the MPIJob and its PodGroup; the plan shown is ``place()`` over the cluster as
-        it is now (the scheduler decides for real when the pods exist). A dry run creates
-        nothing; its -o yaml output is the manifests themselves."""
-        sub = prepare_submit(spec, self.supports)
-        spec = sub.spec
-        refuse_gpu_env(spec)
-        namespace = self.namespace
-        self.notes += sub.notes
-        try:
-            if not dry_run and self.api.get_mpijob(namespace, spec.name) is not None:
-                raise ConflictError(f"job {spec.name!r} already exists",
-                                    f"pick another --name or `ringleader delete {spec.name}`")  # fmt: skip
-            delivery = self.delivery()
-            decision = self._preview(spec)
-        except (ApiError, UsageError) as exc:  # unreachable, or no kubeconfig at all
-            if not dry_run:
-                raise
-            delivery = Delivery()
-            decision = Decision(spec.request(), spec.request().policy_name, Code.UNSCHEDULABLE,
-                                reasons=(f"cluster not read, no plan: {exc.message}",))  # fmt: skip
-        nodes = [slot.node for slot in decision.placement.slots] if decision.placement else []
-        per_pod = manifests.ranks_per_pod(spec, nodes)
+    def check(self, decision: Decision, state: ClusterState) -> None:
+        del decision, state  # the scheduler checks its nodes when it binds the pods
+
+    def describe(self, sub: Submission, decision: Decision) -> dict[str, Any]:
+        """The objects the job is: an MPIJob of ``per_pod`` ranks per worker pod (the ranks the
+        plan puts on one node share a pod), its PodGroup and what its pods need beside them."""
+        spec, per_pod = sub.spec, self._ranks_per_pod(sub.spec, decision)
         manifests.check_job_name_fits(spec, per_pod)
         if per_pod > 1:
             self.notes.append(f"note: {per_pod} ranks per worker pod ({spec.workers // per_pod} pod(s) of "
                               f"{per_pod * spec.gpus_per_worker} GPU(s)): ranks of one pod reach each other's GPUs "
                               "over NVLink")  # fmt: skip
-        job = manifests.mpijob(spec, namespace, line=sub.line, delivery=delivery, per_pod=per_pod,
-                               grace_s=spec.stop_grace())  # fmt: skip
-        shown = [job, manifests.podgroup(spec, namespace, per_pod=per_pod),
-                 *self._extras(spec, namespace, delivery, per_pod, None)]  # fmt: skip
-        extra: dict[str, Any] = {"manifests": manifests.dump_all(shown), "namespace": namespace,
-                                 "gpu_delivery": delivery.mode, "ranks_per_pod": per_pod}  # fmt: skip
-        if dry_run:  # the plan says what it says (Unresolvable too): the manifests are wanted anyway
-            return SubmitResult(decision, decision_to_dict(decision), dry_run=True, extra=extra)
-        refuse_unresolvable(decision, self.supports)
+        delivery = self.delivery()
+        shown = [self._mpijob(sub, delivery, per_pod), manifests.podgroup(spec, self.namespace, per_pod=per_pod),
+                 *self._extras(spec, self.namespace, delivery, per_pod, None)]  # fmt: skip
+        return {"manifests": manifests.dump_all(shown), "namespace": self.namespace, "gpu_delivery": delivery.mode,
+                "ranks_per_pod": per_pod}  # fmt: skip
+
+    def commit(self, sub: Submission, decision: Decision, notes: list[str], hint: str | None) -> Decision:
+        """The MPIJob created, then what its pods need, owned by it; the scheduler places them."""
+        del notes, hint  # the notes go to the user; an MPIJob keeps no events of its own
+        spec, namespace, per_pod = sub.spec, self.namespace, self._ranks_per_pod(sub.spec, decision)
+        delivery = self.delivery()
         try:
-            created = self.api.create_mpijob(namespace, job)
+            created = self.api.create_mpijob(namespace, self._mpijob(sub, delivery, per_pod))
         except ApiError as exc:
             if exc.status == 409:
-                raise ConflictError(f"job {spec.name!r} already exists", "pick another --name") from None
+                raise duplicate(spec.name, self.supports) from None
             raise
         uid = (created.get("metadata") or {}).get("uid")
         # before any pod can start: the scheduler waits for the whole gang
@@ -206,9 +210,19 @@ class KubernetesEngine:
         except ApiError as exc:
             if exc.status != 409:  # mpi-operator running with --gang-scheduling made it first
                 raise
-        where = f"{namespace}/{spec.name}"
-        self.notes.append(f"note: MPIJob {where} created; `ringleader kube scheduler` places its pods")
-        return SubmitResult(decision, decision_to_dict(decision), dry_run=False, job=self.get(spec.name), extra=extra)
+        self.notes.append(f"note: MPIJob {namespace}/{spec.name} created; `ringleader kube scheduler` places its pods")
+        return decision
+
+    def started(self, name: str) -> JobView:
+        return self.get(name)
+
+    @staticmethod
+    def _ranks_per_pod(spec: JobSpec, decision: Decision) -> int:
+        return manifests.ranks_per_pod(spec, [s.node for s in decision.placement.slots] if decision.placement else [])
+
+    def _mpijob(self, sub: Submission, delivery: Delivery, per_pod: int) -> dict[str, Any]:
+        return manifests.mpijob(sub.spec, self.namespace, line=sub.line, delivery=delivery, per_pod=per_pod,
+                                grace_s=sub.spec.stop_grace())  # fmt: skip
 
     @staticmethod
     def _extras(spec: JobSpec, namespace: str, delivery: Delivery, per_pod: int,

@@ -121,8 +121,12 @@ class SlurmEngine:
             how = "add Links= to gres.conf with `ringleader slurm gres-conf`, or a cluster file"
             self.notes.append(f"note: no GPU links known for {', '.join(blind)}: every pair taken as SYS ({how})")
 
-    def commit(self, sub: Submission, notes: list[str], hint: str | None) -> Decision:
+    def describe(self, sub: Submission, decision: Decision) -> dict[str, Any]:
+        return {}  # the batch script is written when the job starts
+
+    def commit(self, sub: Submission, decision: Decision, notes: list[str], hint: str | None) -> Decision:
         """Recorded in ringleader's queue, then the queue's pass: sbatch when it fits."""
+        del decision  # the pass decides, over the cluster as it is then
         spec = sub.spec
         private_dir(self.home)
         with self.records.locked():

@@ -71,8 +71,8 @@ def slurm_status(
         ends = [st.get("ended_at") or 0.0 for _, st in ranks if st.get("exit_code") is not None]
         if ranks and len(ends) == len(ranks) and time.time() - max(ends) > STEP_LINGER_S:
             failure = first_failure(plan)
-            why = f"{failure}; Slurm's step stayed after every rank had ended" if failure else None
-            return JobStatus.FAILED if failure else JobStatus.SUCCEEDED, why, started, max(ends)
+            stayed = f"{failure}; Slurm's step stayed after every rank had ended" if failure else None
+            return JobStatus.FAILED if failure else JobStatus.SUCCEEDED, stayed, started, max(ends)
         return JobStatus.RUNNING, None, started, None
     ended = max((slurmcli.slurm_time(c.get("EndTime")) or 0.0 for c in components), default=0.0) or None
     failure = first_failure(plan)
