@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -356,3 +357,26 @@ def test_contract_time_limit_and_graceful_delete(run, fake: FakeApiServer, monke
     replicas = spec["mpiReplicaSpecs"]["Worker"]["replicas"]
     pods = [fake.get("pods", f"quick-worker-{i}", "team-a") for i in range(replicas)]
     assert pods and all(p["metadata"]["deletionGracePeriodSeconds"] == 1 for p in pods)
+
+
+class Yaml11Loader(yaml.SafeLoader):
+    """How kubectl reads YAML (sigs.k8s.io/yaml, YAML 1.1): y, Y, n and N are booleans too."""
+
+
+Yaml11Loader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:y|Y|n|N)$"), list("yYnN"))
+Yaml11Loader.add_constructor("tag:yaml.org,2002:bool", lambda loader, node: node.value in "yY" or
+                             yaml.SafeLoader.construct_yaml_bool(loader, node))  # fmt: skip
+
+
+@pytest.mark.parametrize("value", ["y", "N", "yes", "off", "1", "0.5", "null", "~", "2026-11-27"])
+def test_contract_dry_run_yaml_keeps_strings_strings_for_kubectl(run, fake: FakeApiServer, value: str) -> None:  # type: ignore[no-untyped-def]
+    fake.put("nodes", node("gpu-0", mode="default"))
+    label = re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?", value) is not None  # a label value may be it
+    labels = ["-l", f"team={value}"] if label else []
+    code, out = run("submit", "mpi", "--engine", "kubernetes", "--name", "q", "--workers", "1", "-a", f"note={value}",
+                    *labels, "--dry-run", "-o", "yaml", "python train.py")  # fmt: skip
+    assert code == 0, out
+    text = "\n".join(ln for ln in out.splitlines() if not ln.startswith("note: "))
+    job = next(yaml.load_all(text, Loader=Yaml11Loader))
+    assert job["metadata"]["annotations"]["note"] == value
+    assert not label or job["metadata"]["labels"]["team"] == value

@@ -527,10 +527,15 @@ def install(image: str = DEFAULT_IMAGE, replicas: int = 2, lease_seconds: int = 
 
 
 class _PlainDumper(yaml.SafeDumper):
-    """No anchors and aliases: every object spelled out, as kubectl prints them."""
+    """No anchors and aliases: every object spelled out, as kubectl prints them. Strings kubectl
+    would read as something else are quoted: PyYAML already quotes yes/no/on/off/true/false,
+    YAML 1.1 (sigs.k8s.io/yaml) also reads y, Y, n and N as booleans."""
 
     def ignore_aliases(self, data: Any) -> bool:
         return True
+
+
+_PlainDumper.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:y|Y|n|N)$"), list("yYnN"))
 
 
 def dump_all(objects: list[dict[str, Any]]) -> str:
