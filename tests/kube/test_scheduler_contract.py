@@ -4,7 +4,13 @@ client. They assert the exact requests a real API server would receive."""
 from __future__ import annotations
 
 import copy
+import os
+import signal
+import socket
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -673,3 +679,36 @@ def test_contract_a_priority_gang_preempts_one_whole_gang_as_kube_scheduler_does
     s.sync()
     assert [(r.gang, r.ok) for r in s.cycle()] == [("default/urgent", True)]
     assert {fake.get("pods", f"urgent-worker-{i}")["spec"]["nodeName"] for i in range(4)} == {"gpu-0"}
+
+
+@pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGINT"])
+def test_contract_a_stopped_scheduler_gives_its_lease_up(fake: FakeApiServer, tmp_path: Path,
+                                                         signal_name: str) -> None:  # fmt: skip
+    """A pod is stopped with SIGTERM (PID 1 in its container: no default action), a terminal
+    with SIGINT: either way the replica releases the Lease, so a standby leads within a second
+    or two instead of after the lease's whole duration."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    argv = [sys.executable, "-m", "ringleader.cli.main", "kube", "scheduler", "--server", fake.url,
+            "--identity", "sched-a", "--metrics-port", str(port)]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "RINGLEADER_HOME": str(tmp_path)})  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while _holder(fake) != "sched-a":
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
+            time.sleep(0.1)
+        proc.send_signal(getattr(signal, signal_name))
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    lease = fake.get("leases", names.LEASE_NAME, names.SYSTEM_NAMESPACE)
+    assert lease is not None and lease["spec"]["holderIdentity"] == ""
+
+
+def _holder(fake: FakeApiServer) -> str | None:
+    lease = fake.get("leases", names.LEASE_NAME, names.SYSTEM_NAMESPACE)
+    return None if lease is None else (lease.get("spec") or {}).get("holderIdentity")

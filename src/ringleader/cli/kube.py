@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import threading
 from collections.abc import Callable, Sequence
@@ -98,10 +99,18 @@ def scheduler(config_path: str | None, identity: str | None, metrics_port: int |
         problem = f"cannot serve metrics on port {port}: {exc.strerror}"
         raise UsageError(problem, "pick another --metrics-port") from None
     click.echo(f"ringleader scheduler {me}: metrics on :{port}", err=True)
+    stop_on_sigterm(sched.stop)
     try:
         sched.run()
     except KeyboardInterrupt:
         sched.stop()
+
+
+def stop_on_sigterm(stop: Callable[[], None]) -> None:
+    """A pod is stopped with SIGTERM, then SIGKILL after its grace; as PID 1 in its container a
+    process that sets no handler ignores it. ``stop`` ends the loop as Ctrl-C does (the scheduler
+    gives its Lease up then, so a standby leads at once)."""
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: stop())
 
 
 @kube.command("agent")
@@ -130,6 +139,7 @@ def agent(node: str | None, interval: float, once: bool, server: str | None, con
         return
     _logging()
     stop = threading.Event()
+    stop_on_sigterm(stop.set)
     try:
         run_agent(api, name, interval, stop=stop)
     except KeyboardInterrupt:
