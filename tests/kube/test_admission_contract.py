@@ -28,8 +28,10 @@ def admit(policy: dict[str, Any], obj: dict[str, Any], old: dict[str, Any] | Non
         return env.program(env.compile(expr)).evaluate(ctx)
 
     info: dict[str, Any] = {"username": user, **({"extra": extra} if extra is not None else {})}
-    ctx = celpy.json_to_cel({"object": obj, "oldObject": old,
-                             "request": {"operation": op, "subResource": sub, "userInfo": info}})  # fmt: skip
+    # As the API server passes a request: no subResource key at all where there is none (a
+    # policy reading it unguarded errors: "no such key: subResource", a 422 for the user).
+    request = {"operation": op, "userInfo": info, **({"subResource": sub} if sub else {})}
+    ctx = celpy.json_to_cel({"object": obj, "oldObject": old, "request": request})
     if not all(run(c["expression"], ctx) for c in policy["spec"].get("matchConditions", ())):
         return "not matched"
     variables = celpy.celtypes.MapType({})

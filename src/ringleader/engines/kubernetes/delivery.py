@@ -177,8 +177,9 @@ def agent_policy(agent_account: str) -> list[dict[str, Any]]:
             {"expression": f"has(request.userInfo.extra) && '{NODE_NAME_EXTRA}' in request.userInfo.extra && "
                            f"request.userInfo.extra['{NODE_NAME_EXTRA}'].exists(n, n == object.metadata.name)",
              "message": "the ringleader agent may change only the node its pod runs on", "reason": "Forbidden"},
-            {"expression": f"request.subResource == 'status' || ({same_labels} && {kept} && {added} && "
-                           "object.spec == oldObject.spec)",
+            # the API server passes no subResource key for a request to the node itself
+            {"expression": f"(has(request.subResource) && request.subResource == 'status') || "
+                           f"({same_labels} && {kept} && {added} && object.spec == oldObject.spec)",
              "message": f"the ringleader agent may change only the annotations "
                         f"{', '.join(names.AGENT_ANNOTATIONS)} of its node",
              "reason": "Forbidden"},
