@@ -20,7 +20,11 @@ Strict as a real API server on what ringleader relies on:
   status only through /status;
 - new pods get their QoS class, new nodes the not-ready taint until ``make_ready``;
 - RBAC once users are registered (``grant``): a request outside the user's rules is 403, one
-  without a known token is 401.
+  without a known token is 401; as 1.36's DRAResourceClaimGranularStatusAuthorization, a
+  write of a ResourceClaim's status.allocation also needs ``update`` on resourceclaims/binding;
+- a ResourceClaim's status.allocation is immutable once set (it may be cleared), and
+  ``prebind_claim`` does what kube-scheduler's DRA PreBind does to an allocated claim (1.36,
+  DRADeviceBindingConditions: allocationTimestamp added where missing, the pod reserved).
 
 It is a fake: no admission beyond that, no schema validation, no server-side apply.
 """
@@ -99,7 +103,7 @@ class Request:
             if self.query.get("watch") in ("true", "1"):
                 return "watch"
             return "get" if _PATH.match(self.path) and _PATH.match(self.path).group("name") else "list"  # type: ignore[union-attr]
-        if self.path.endswith("/binding"):
+        if self.path.endswith("/binding") and "/pods/" in self.path:  # a pod's Binding; a claim's is an update
             return "bind"
         return {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}[self.method]
 
@@ -123,6 +127,36 @@ def permitted(request: Request, rules: list[Rule]) -> bool:
             if not names_allowed or m["name"] in names_allowed:
                 return True
     return False
+
+
+def _allocation_write(request: Request, fake: FakeApiServer) -> Request | None:
+    """The resourceclaims/binding update a write of a claim's status.allocation also needs
+    (1.36's granular status authorization), or None for any other request."""
+    m = _PATH.match(request.path)
+    if not m or m["plural"] != "resourceclaims" or m["sub"] != "status" or request.method not in ("PUT", "PATCH"):
+        return None
+    with fake.lock:
+        stored = fake.objects.get(("resourceclaims", m["ns"] or "", m["name"] or ""))
+    before = ((stored or {}).get("status") or {}).get("allocation")
+    body = request.body if isinstance(request.body, dict) else {}
+    after = (body.get("status") or {}).get("allocation") if request.method == "PUT" else before
+    if request.method == "PATCH" and "allocation" in (body.get("status") or {}):
+        after = body["status"]["allocation"]
+    if after == before:
+        return None
+    return Request("PUT", request.path.rsplit("/", 1)[0] + "/binding", {}, None, "", request.user)
+
+
+def _check_immutable(plural: str, old: dict[str, Any], new: dict[str, Any]) -> None:
+    """As the API server validates a ResourceClaim's status: an allocation, once set, may be
+    cleared but not changed."""
+    if plural != "resourceclaims":
+        return
+    before = (old.get("status") or {}).get("allocation")
+    after = (new.get("status") or {}).get("allocation")
+    if before is not None and after is not None and after != before:
+        raise BadRequest(422, f'ResourceClaim.resource.k8s.io "{old["metadata"]["name"]}" is invalid: '
+                              "status.allocation: Invalid value: field is immutable", "Invalid")
 
 
 def merge(target: dict[str, Any], patch: dict[str, Any], strategic: bool = False) -> dict[str, Any]:
@@ -466,6 +500,10 @@ class FakeApiServer:
                     if not permitted(request, users[token]):
                         self._status(403, forbidden(request, token), "Forbidden")
                         return
+                    binding = _allocation_write(request, fake)
+                    if binding is not None and not permitted(binding, users[token]):
+                        self._status(403, forbidden(binding, token), "Forbidden")
+                        return
                 if injected:
                     self._status(injected, f"injected failure {injected}", "InternalError")
                     return
@@ -516,6 +554,7 @@ class FakeApiServer:
             if req.method == "PUT":
                 if req.body["metadata"].get("resourceVersion") != obj["metadata"]["resourceVersion"]:
                     return h._status(409, "the object has been modified", "Conflict")
+                _check_immutable(plural, obj, req.body)
                 return h._send(200, self._put(plural, copy.deepcopy(req.body)))
             if req.method == "PATCH":
                 return self._patch(h, req, plural, obj, m.group("group") or "", sub)
@@ -535,6 +574,21 @@ class FakeApiServer:
                     return h._send(200, obj)
                 return h._send(200, self._remove(plural, ns, name or ""))
         return None
+
+    def prebind_claim(self, namespace: str, name: str, pod_uid: str, pod_name: str) -> dict[str, Any]:
+        """kube-scheduler's DRA PreBind on an allocated claim (1.36): allocationTimestamp added to
+        an allocation that lacks one, the pod in reservedFor, written as one status update (which
+        fails, as there, where that changes an allocation another writer set)."""
+        with self.lock:
+            claim = copy.deepcopy(self.objects[("resourceclaims", namespace, name)])
+            status = claim.setdefault("status", {})
+            allocation = status.get("allocation")
+            if allocation is None:
+                raise BadRequest(422, f"claim {name} is not allocated", "Invalid")
+            allocation.setdefault("allocationTimestamp", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+            status.setdefault("reservedFor", []).append({"resource": "pods", "name": pod_name, "uid": pod_uid})
+            _check_immutable("resourceclaims", self.objects[("resourceclaims", namespace, name)], claim)
+            return self._put("resourceclaims", claim)
 
     @staticmethod
     def _grace(plural: str, obj: dict[str, Any], req: Request) -> int:

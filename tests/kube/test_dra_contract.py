@@ -247,3 +247,19 @@ def test_contract_a_device_another_claim_holds_is_never_allocated_twice(fake: Fa
     assert not [r for r in fake.requests if r.method in ("PUT", "PATCH")]
     pin_gang(api, pins(pods, [(0, 1), (3, 4)]))  # around it
     assert _results(fake.get("resourceclaims", "vgg-worker-1-gpus-k2x9z", "team-a")) == ["gpu-4", "gpu-3"]
+
+
+def test_contract_kube_scheduler_takes_the_allocation_as_written(fake: FakeApiServer) -> None:
+    """On 1.36 kube-scheduler's PreBind adds allocationTimestamp to an allocation that lacks one,
+    and the API server refuses that change of an allocation it did not make ("field is
+    immutable"): the worker never binds. Written with its timestamp, the claim is reserved for
+    its pod and nothing of the allocation changes."""
+    pods = dra_cluster(fake)
+    api = DraApi(load_client(host=fake.url))
+    pin_gang(api, pins(pods, [(0, 1), (2, 3)]))
+    for i, name in enumerate(pods):
+        claim_name = f"{name}-gpus-k2x9z"
+        written = fake.get("resourceclaims", claim_name, "team-a")["status"]["allocation"]
+        reserved = fake.prebind_claim("team-a", claim_name, f"uid-{i}", name)
+        assert reserved["status"]["allocation"] == written
+        assert reserved["status"]["reservedFor"] == [{"resource": "pods", "name": name, "uid": f"uid-{i}"}]

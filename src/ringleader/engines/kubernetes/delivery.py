@@ -17,6 +17,7 @@ service-account tokens carry since Kubernetes 1.30).
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -292,9 +293,12 @@ def node_devices(slices: Sequence[Mapping[str, Any]], node: str) -> list[Device]
 
 def claim_allocation(node: str, devices: Sequence[Device]) -> dict[str, Any]:
     """The ``status`` of a worker's claim once ringleader allocated it: exactly these devices on
-    ``node``. kube-scheduler takes an allocated claim as it is (it only checks the node selector
-    and reserves it for the pod), and counts its devices as in use."""
+    ``node``, and when (``allocationTimestamp``). kube-scheduler takes an allocated claim as it is
+    (it checks the node selector, reserves it for the pod and counts its devices as in use); on
+    1.36 its PreBind adds the timestamp where it is missing, which the API server refuses as a
+    change of an immutable allocation, so it is written here."""
     return {"allocation": {
+        "allocationTimestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "devices": {"results": [{"request": names.DRA_REQUEST, "driver": names.DRA_DRIVER, "pool": d.pool,
                                  "device": d.name} for d in devices]},
         "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [

@@ -400,6 +400,8 @@ def _role_rules_scheduler(delivery: Delivery) -> list[dict[str, Any]]:
         {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims", "resourceslices"],
          "verbs": ["get", "list", "watch"]},
         {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims/status"], "verbs": ["update", "patch"]},
+        # 1.36 (DRAResourceClaimGranularStatusAuthorization): writing status.allocation needs this too
+        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims/binding"], "verbs": ["update"]},
     ] if delivery.mode == "dra" else []  # fmt: skip
     return [*dra,
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
