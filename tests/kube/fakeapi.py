@@ -1,8 +1,8 @@
 """A fake Kubernetes API server for contract tests: real HTTP on localhost, the REST paths and
 JSON shapes the official client sends and expects, one in-memory store with a global
 resourceVersion and an event log for watches. It records every request, so tests assert the
-exact calls; faults are injected per call (a bind refused, a watch's version expired, a watch
-that goes silent).
+exact calls; faults are injected per call (a bind refused, a 429 of priority and fairness with
+its Retry-After, a watch's version expired, a watch that goes silent).
 
 Strict as a real API server on what ringleader relies on:
 - label selectors with the whole syntax (=, ==, !=, in, notin, key, !key); field selectors only
@@ -453,6 +453,8 @@ class FakeApiServer:
                 data = (body if isinstance(body, str) else json.dumps(body)).encode()
                 self.send_response(code)
                 self.send_header("Content-Type", kind)
+                if code == 429:  # API priority and fairness rejects before running the request
+                    self.send_header("Retry-After", "1")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
@@ -504,6 +506,9 @@ class FakeApiServer:
                     if binding is not None and not permitted(binding, users[token]):
                         self._status(403, forbidden(binding, token), "Forbidden")
                         return
+                if injected == 429:
+                    self._status(429, "Too many requests, please try again later.", "TooManyRequests")
+                    return
                 if injected:
                     self._status(injected, f"injected failure {injected}", "InternalError")
                     return

@@ -80,6 +80,18 @@ def test_contract_gang_annotations_then_bindings(fake: FakeApiServer) -> None:
     assert len(fake.requests) == before
 
 
+def test_contract_a_throttled_bind_is_retried_not_rolled_back(fake: FakeApiServer) -> None:
+    """API priority and fairness answers 429 (with Retry-After) under load, before running the
+    request: the Binding is sent again, and the gang is not undone for it."""
+    fake.put("nodes", node("gpu-0"))
+    gang(fake, "th", 4)
+    fake.fail[("bind", "th-worker-2")] = 429
+    s = scheduler(fake)
+    assert [r.ok for r in s.cycle()] == [True]
+    assert writes(fake) == [("bind", f"th-worker-{i}") for i in (0, 1, 2, 2, 3)]
+    assert s.metrics.rollbacks == 0 and all(fake.get("pods", f"th-worker-{i}")["spec"]["nodeName"] for i in range(4))
+
+
 def test_contract_rollback_after_injected_bind_failure(fake: FakeApiServer) -> None:
     fake.put("nodes", node("gpu-0"))
     gang(fake, "rn", 4)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +31,10 @@ PAGE = 500  # objects per list page (limit/continue): no single response of all 
 # plus WATCH_GRACE: past that the connection is taken as dead (half-open), not waited on forever.
 REQUEST_TIMEOUT = (10.0, 60.0)
 WATCH_GRACE = 30.0
+# API priority and fairness answers 429 to a request it did not run, so any verb is sent again
+# (the client itself retries only reads): after its Retry-After, at most this many times.
+THROTTLE_RETRIES = 5
+MAX_RETRY_AFTER_S = 10.0
 
 
 class Gone(Exception):
@@ -42,6 +47,15 @@ class ApiError(RingleaderError):
     def __init__(self, message: str, status: int = 0, fix: str = "") -> None:
         super().__init__(message, fix)
         self.status = status
+
+
+def retry_after(headers: Mapping[str, str] | None) -> float:
+    """Seconds a 429's Retry-After asks for (1 when absent or unreadable), at most MAX_RETRY_AFTER_S."""
+    try:
+        asked = float((headers or {}).get("Retry-After", 1))
+    except ValueError:
+        asked = 1.0
+    return min(max(asked, 0.0), MAX_RETRY_AFTER_S)
 
 
 def load_client(context: str | None = None, host: str | None = None) -> Any:
@@ -110,12 +124,19 @@ class Api:
         self._exc = client.ApiException
 
     def _json(self, call: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            resp = call(*args, _preload_content=False, _request_timeout=self.timeout, **kwargs)
-        except self._exc as exc:
-            raise _api_error(exc) from None
-        except self._down as exc:  # connection refused, DNS, TLS
-            raise ApiError(f"cannot reach the API server: {exc}", 0, "check the kubeconfig and the network") from None
+        for retry in range(THROTTLE_RETRIES + 1):
+            try:
+                resp = call(*args, _preload_content=False, _request_timeout=self.timeout, **kwargs)
+                break
+            except self._exc as exc:
+                if exc.status != 429 or retry == THROTTLE_RETRIES:
+                    raise _api_error(exc) from None
+                wait = retry_after(exc.headers)
+                log.info("API server throttled a request (429): again in %.1f s", wait)
+                time.sleep(wait)
+            except self._down as exc:  # connection refused, DNS, TLS
+                raise ApiError(f"cannot reach the API server: {exc}", 0,
+                               "check the kubeconfig and the network") from None  # fmt: skip
         try:
             data = resp.data
         finally:
