@@ -65,6 +65,11 @@ def test_manifests_choose_the_gpu_delivery(capsys) -> None:  # type: ignore[no-u
     assert cluster["data"] == {"gpuDelivery": "dra", "runtimeClass": "none"}
     assert [d["metadata"]["name"] for d in docs if d["kind"] == "ValidatingAdmissionPolicy"] == [
         "ringleader-gpu-env", "ringleader-agent-own-node", "ringleader-scheduler-pins-only"]  # NVIDIA_* guarded
+    # Switching an install's delivery is `kubectl apply` of the other install: it replaces every
+    # object by name, so both installs name the same objects and none of the other is left in force.
+    assert main(["kube", "manifests", "--gpu-delivery", "env", "--runtime-class", "none"]) == 0
+    env = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert {(d["kind"], d["metadata"]["name"]) for d in env} == {(d["kind"], d["metadata"]["name"]) for d in docs}
     assert main(["kube", "manifests", "--trusted-namespace", "ml-infra"]) == 0
     docs = list(yaml.safe_load_all(capsys.readouterr().out))
     binding = next(d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding"

@@ -524,7 +524,9 @@ def install(image: str = DEFAULT_IMAGE, replicas: int = 2, lease_seconds: int = 
              }]}}}},
         *env_policy(delivery.runtime_class, trusted, templates=delivery.mode == "env"),
         *agent_policy(agent),
-        *(scheduler_policy() if delivery.mode == "dra" else []),
+        # in env installs too (the scheduler patches no pod there, so it never applies): both
+        # installs name the same objects, and `kubectl apply` of one over the other leaves nothing
+        *scheduler_policy(),
     ]  # fmt: skip
 
 
