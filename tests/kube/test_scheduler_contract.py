@@ -80,6 +80,25 @@ def test_contract_gang_annotations_then_bindings(fake: FakeApiServer) -> None:
     assert len(fake.requests) == before
 
 
+def test_contract_a_launcher_made_after_its_workers_bound_goes_beside_them(fake: FakeApiServer) -> None:
+    """mpi-operator creates the launcher once the workers are Ready (WaitForWorkersReady): it
+    lands on a node of its own gang's workers, not the first node in cache order."""
+    for i in range(3):
+        fake.put("nodes", node(f"gpu-{i}"))
+    fake.put("pods", pod("busy", gpus=8))  # gpu-0 full: the workers go elsewhere
+    s = scheduler(fake)
+    assert [r.ok for r in s.cycle()] == [True]
+    gang(fake, "mpi", 2)
+    s.sync()
+    assert [r.ok for r in s.cycle()] == [True]
+    worker_node = fake.get("pods", "mpi-worker-0")["spec"]["nodeName"]
+    assert worker_node != "gpu-0"
+    fake.put("pods", pod("mpi-launcher-x7k2p", gang="mpi", gpus=0))
+    s.sync()
+    assert [r.ok for r in s.cycle()] == [True]
+    assert fake.get("pods", "mpi-launcher-x7k2p")["spec"]["nodeName"] == worker_node
+
+
 def test_contract_a_throttled_bind_is_retried_not_rolled_back(fake: FakeApiServer) -> None:
     """API priority and fairness answers 429 (with Retry-After) under load, before running the
     request: the Binding is sent again, and the gang is not undone for it."""

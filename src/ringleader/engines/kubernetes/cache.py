@@ -55,6 +55,7 @@ class Gang:
     pending: list[PodInfo] = field(default_factory=list)
     placed: int = 0  # members bound or assumed
     group_missing: bool = False  # pods name a PodGroup the cache has not seen
+    nodes: list[str] = field(default_factory=list)  # where placed members are, for members made later
 
     @property
     def ready(self) -> bool:
@@ -404,6 +405,8 @@ class Cache:
                 gang.pending.append(pod)
             elif pod.key in self.assumed or (pod.node is not None and not pod.deleting):
                 gang.placed += 1
+                held = self.assumed.get(pod.key)
+                gang.nodes.append(held.node if held is not None else str(pod.node))
         found = [g for g in by_key.values() if g.pending]
         found.sort(key=lambda g: (-max(p.priority for p in g.pending), min(p.created for p in g.pending)))
         return found

@@ -113,7 +113,8 @@ def decide(cache: Cache, gang: Gang, queue: QueuePass | None = None, submit_s: f
         for slot, pod in zip(placement.slots, gpu_pods, strict=True):
             assignments.append(Assignment(pod, slot.node, slot.gpus, slot.index))
             _add(taken, slot.node, pod)
-    preferred = list(dict.fromkeys(a.node for a in assignments))
+    # beside the gang's workers: those placed now, or (a launcher made once they were Ready) before
+    preferred = list(dict.fromkeys([*(a.node for a in assignments), *gang.nodes]))
     for pod in other_pods:
         node = _fit_plain(cache, pod, preferred, taken)
         if node is None:
