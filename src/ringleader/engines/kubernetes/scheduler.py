@@ -39,6 +39,10 @@ from ringleader.model import placement_images_per_s
 from ringleader.scheduler import BackfillConfig, Code, QueuedJob, QueuePass, Reservation, RunningGang, queue_order
 
 log = logging.getLogger("ringleader.kube.scheduler")
+# A gang whose bind or pin failed waits this long before it is tried again, doubled on each
+# failure in a row: kube-scheduler's podInitialBackoffSeconds and podMaxBackoffSeconds.
+INITIAL_BACKOFF_S = 1.0
+MAX_BACKOFF_S = 10.0
 RESULTS = {Code.SUCCESS: "scheduled", Code.UNSCHEDULABLE: "unschedulable", Code.UNRESOLVABLE: "unresolvable"}
 
 
@@ -127,6 +131,8 @@ class Scheduler:
         kinds = (*KINDS, names.HYPERNODE_PLURAL) if hypernodes else KINDS
         self.informers = {kind: Informer(api, kind, self.cache, self.lock, self.metrics) for kind in kinds}
         self.elector = LeaderElector(api, namespace, names.LEASE_NAME, identity, lease_seconds, clock)
+        self.clock = clock
+        self._backoff: dict[str, tuple[float, float]] = {}  # gang -> (tried again from, its last wait)
         self._told: dict[str, str] = {}  # gang -> the pending reason last reported
         self._waiting: dict[str, tuple[int, int, int, int]] = {}  # gang -> what it was decided on, unfit
         # The shared queue's reservations and age (its defaults: 2 reservations, priority +100
@@ -176,7 +182,10 @@ class Scheduler:
         outcomes = []
         with self.lock:
             now = self.wall_clock()
-            ready = [g for g in self.cache.gangs() if g.ready]
+            gangs = self.cache.gangs()
+            for gone in set(self._backoff) - {g.key for g in gangs}:  # bound since, or deleted
+                del self._backoff[gone]
+            ready = [g for g in gangs if g.ready and not self._backing_off(g.key)]
             by_key = {g.key: g for g in ready}
             queued = [QueuedJob(job_request(g), i, _created_s(g)) for i, g in enumerate(ready)]
             weighs = any(q.job.prices_placements for q in queued)
@@ -316,10 +325,24 @@ class Scheduler:
             if not isinstance(exc, LostLease) and len(bound) < len(members):
                 self.metrics.bound(False)
             self._roll_back(outcome, bound, why)
+            self._back_off(gang)
             return BindResult(gang, False, why)
+        with self.lock:
+            self._backoff.pop(gang, None)
         self._told.pop(gang, None)
         self._report(self._report_bound, outcome)
         return BindResult(gang, True)
+
+    def _back_off(self, gang: str) -> None:
+        """A failed bind or pin: the gang waits before its next try, twice as long as last time."""
+        with self.lock:
+            last = self._backoff.get(gang, (0.0, 0.0))[1]
+            wait_s = min(MAX_BACKOFF_S, last * 2) if last else INITIAL_BACKOFF_S
+            self._backoff[gang] = (self.clock() + wait_s, wait_s)
+
+    def _backing_off(self, gang: str) -> bool:
+        entry = self._backoff.get(gang)
+        return entry is not None and self.clock() < entry[0]
 
     def _preempt(self, outcome: Outcome) -> None:
         """Each victim gang's pods marked DisruptionTarget and deleted with their own grace, as
