@@ -402,6 +402,46 @@ def test_a_plain_mpi_program_is_one_world(target: Target) -> None:
         assert f"WORLD {rank} of 2" in target.log("world", f"worker-{rank}")
 
 
+DYNPROC = """from mpi4py import MPI
+world = MPI.COMM_WORLD
+rank, size = world.Get_rank(), world.Get_size()
+half = world.Split(rank % 2, rank)
+port = world.bcast(MPI.Open_port() if rank == 0 else None, root=0)
+inter = half.Accept(port, root=0) if rank % 2 == 0 else half.Connect(port, root=0)
+inter.Barrier()
+inter.Disconnect()
+world.Barrier()
+if rank == 0:
+    MPI.Close_port(port)
+    port = MPI.Open_port()
+    MPI.Publish_name("rl-conformance", port)
+world.Barrier()
+assert MPI.Lookup_name("rl-conformance")
+world.Barrier()
+if rank == 0:
+    MPI.Unpublish_name("rl-conformance", port)
+    MPI.Close_port(port)
+print("DYNPROC ok rank %d of %d" % (rank, size), flush=True)
+"""
+
+
+def test_mpi_dynamic_process_management(target: Target) -> None:
+    """What mpi4py's test_dynproc exercises (a port accepted and connected between two halves of
+    the world, a name published and looked up): it needs the runtime mpirun provides, so it
+    passes wherever the line's mpirun runs the job, as under plain mpirun."""
+    script = target.work / "dynproc.py"
+    script.write_text(DYNPROC)
+    job = spec("dyn", ["mpirun", "-np", "2", "python", str(script)])
+    if not target.runs:
+        launcher = launcher_command(target.run(job))
+        assert launcher[0] == "mpirun" and launcher[-2:] == ["python", str(script)]
+        return
+    view = target.run(job)
+    assert view.status is JobStatus.SUCCEEDED, (view.reason, target.log("dyn", "worker-0")[-2000:])
+    for rank in range(2):
+        assert f"DYNPROC ok rank {rank} of 2" in target.log("dyn", f"worker-{rank}")
+
+
 def test_torchrun_standalone_is_replaced_and_named(target: Target) -> None:
     argv = ["torchrun", "--standalone", "--nproc-per-node=2", "--no-python", "python", "-c", SHOW_ENV]
     if not target.runs:

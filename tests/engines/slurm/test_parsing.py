@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,10 +12,11 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from ringleader.engines.slurm.gres import gres_conf_lines, node_gres, request_gres, topology_from_links, type_index
-from ringleader.engines.slurm.launch import by_node, mpi_program
+from ringleader.engines.slurm.launch import by_node, mpirun_head
 from ringleader.engines.slurm.slurmcli import expand_indices, job_node_gres, parse_gres, parse_records
 from ringleader.engines.slurm.state import SlurmNode, cluster_state, unknown_topology
 from ringleader.jobs.line import read_line
+from ringleader.runtime.rank import stop_mca
 from ringleader.scheduler import Placement, WorkerSlot
 from ringleader.topology import NodeSpec, preset
 
@@ -63,11 +65,20 @@ def test_ranks_are_numbered_node_by_node_like_slurm_tasks() -> None:
                                                                           (2, "b", (5,))]  # fmt: skip
 
 
-def test_mpirun_options_become_the_ranks_environment() -> None:
-    program, env = mpi_program(read_line(["mpirun", "-np", "4", "-x", "A=1", "-x", "B", "--mca", "btl", "tcp,self",
-                                          "--bind-to", "none", "python", "t.py", "-x", "keep"]))  # fmt: skip
-    assert program == ["python", "t.py", "-x", "keep"]
-    assert env == {"A": "1", "OMPI_MCA_btl": "tcp,self"}  # B: captured into the job's env at submit
+def test_an_mpirun_line_runs_as_its_mpirun_inside_the_allocation() -> None:
+    """The user's options as written but those that would map ranks elsewhere than the placement
+    or reach the nodes otherwise than the launch does; stopped as every rank is."""
+    line = read_line(["mpirun", "-np", "4", "-x", "A=1", "-x", "B", "--mca", "btl", "tcp,self", "--map-by", "node",
+                      "--mca", "plm", "slurm", "python", "t.py", "-x", "keep"])  # fmt: skip
+    head = mpirun_head(line, grace_s=7)
+    assert head[0] == "mpirun" and ("--allow-run-as-root" in head) == (os.geteuid() == 0)
+    assert head[head.index("--bind-to") + 1] == "none"  # Slurm decides the cores
+    mca = {head[i + 1]: head[i + 2] for i, w in enumerate(head) if w == "--mca"}
+    assert mca["btl"] == "tcp,self" and mca["plm"] == "rsh" and mca["rmaps"] == "seq"  # the user's plm replaced
+    assert mca["odls_base_sigkill_timeout"] == "7"
+    assert mca["ess_base_forward_signals"] == stop_mca({}, 7)["ess_base_forward_signals"]
+    assert "--map-by" not in head and head[-7:] == ["-x", "A=1", "-x", "B", "--mca", "btl", "tcp,self"]
+    assert "-np" not in head and "python" not in head  # the batch step adds the gang's -np and the program
 
 
 def test_snapshot_counts_outside_jobs_reservations_and_down_nodes() -> None:

@@ -146,15 +146,18 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def test_mpirun_line_runs_as_one_mpi_world_with_local_ranks_as_slurm_gives_them(engine: SlurmEngine) -> None:
+def test_mpirun_line_runs_as_one_mpi_world_with_the_placements_ranks(engine: SlurmEngine) -> None:
+    """The user's mpirun inside the allocation: rank i where the placement put worker i, local
+    ranks as Open MPI numbers them, each rank seeing its node's placed GPUs."""
     pytest.importorskip("mpi4py")
     code = ("from mpi4py import MPI; import os; c = MPI.COMM_WORLD; "
             "assert c.Get_rank() == int(os.environ['RANK']) and c.Get_size() == 4; "
-            "e = os.environ; assert e['OMPI_COMM_WORLD_LOCAL_RANK'] == e['LOCAL_RANK'] == e['SLURM_LOCALID']; "
+            "e = os.environ; assert e['OMPI_COMM_WORLD_LOCAL_RANK'] == e['LOCAL_RANK']; "
+            "assert len(e['CUDA_VISIBLE_DEVICES'].split(',')) == 4; "  # the node's placed GPUs, as torchrun shows them
             "print('sum', c.allreduce(c.Get_rank()), os.environ['FROM_X'])")  # fmt: skip
     engine.submit(job("mpi", 4, 2, ["mpirun", "-np", "4", "-x", "FROM_X=yes", PY, "-c", code]))
     view = engine.wait("mpi", timeout=120)
-    assert view.status is JobStatus.SUCCEEDED, view.reason
+    assert view.status is JobStatus.SUCCEEDED, (view.reason, engine.logs("mpi", "worker-0")[-1500:])
     assert len(view.nodes) == 2  # 4 x 2 GPUs need both 4-GPU nodes
     assert engine.logs("mpi") == "sum 6 yes\n"
 
@@ -200,8 +203,10 @@ def training(engine: SlurmEngine, job: str) -> bool:
     return bool(instances) and all(i.pid and "training" in engine.logs(job, i.name) for i in instances)
 
 
-def test_delete_lets_every_rank_write_its_checkpoint_on_sigterm(engine: SlurmEngine, tmp_path: Path) -> None:
-    engine.submit(job("ckpt", 2, 1, [PY, "-c", checkpointing_rank(tmp_path)]))
+@pytest.mark.parametrize("launcher", [[], ["mpirun", "-np", "2"]], ids=["srun", "mpirun"])
+def test_delete_lets_every_rank_write_its_checkpoint_on_sigterm(engine: SlurmEngine, tmp_path: Path,
+                                                                launcher: list[str]) -> None:  # fmt: skip
+    engine.submit(job("ckpt", 2, 1, [*launcher, PY, "-c", checkpointing_rank(tmp_path)]))
     # Training: their SIGTERM handler is in place (a pid alone may be a program still starting).
     wait_for(lambda: training(engine, "ckpt"), 60, "both ranks to train")
     engine.delete(["ckpt"])

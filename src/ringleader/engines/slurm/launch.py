@@ -2,8 +2,9 @@
 pinned with ``--nodelist`` and per-GPU GRES types, so Slurm starts all of it at once on exactly
 the chosen nodes and GPU ids (or keeps all of it waiting).
 
-The batch script runs ringleader's ``task.py``; it runs one ``srun`` step over every component,
-and each task runs the program under the rank wrapper.
+The batch script runs ringleader's ``task.py``: for an mpirun line, the user's mpirun inside the
+allocation (its daemons started on each node by ``srun``), else one ``srun`` step over every
+component; each rank runs the program under the rank wrapper.
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ringleader.engines.slurm import task
 from ringleader.engines.slurm.gres import request_gres
 from ringleader.engines.slurm.records import private_dir, write_private
 from ringleader.engines.slurm.task import TASK_FILE
-from ringleader.jobs.line import CommandLine
+from ringleader.jobs.line import CommandLine, option_words
 from ringleader.jobs.spec import JobSpec
 from ringleader.runtime.plan import build_plan, job_env
+from ringleader.runtime.rank import stop_mca
 from ringleader.scheduler import Placement, WorkerSlot
 from ringleader.topology import NodeSpec
 
@@ -33,19 +36,29 @@ def by_node(placement: Placement) -> Placement:
     return Placement(placement.job, tuple(WorkerSlot(i, s.node, s.gpus) for i, s in enumerate(slots)))
 
 
-def mpi_program(line: CommandLine) -> tuple[list[str], dict[str, str]]:
-    """An mpirun line as a direct launch: its program, and its ``-x NAME=VALUE`` / ``--mca``
-    options as the environment Open MPI would have given the ranks (srun --mpi=pmix starts them
-    itself). A bare ``-x NAME`` was captured into the job's env at submit."""
-    env: dict[str, str] = {}
-    for opt in line.options:
-        if opt.name == "x" and opt.values:
-            key, sep, value = opt.values[0].partition("=")
-            if sep:
-                env[key] = value
-        elif opt.name in ("mca", "gmca") and len(opt.values) == 2:
-            env[f"OMPI_MCA_{opt.values[0]}"] = opt.values[1]
-    return list(line.program), env
+# Where the ranks go is the placement's (the hostfile, in rank order, read by Open MPI's sequential
+# mapper): a user's mapping options are dropped, as on ssh hosts; and the launcher's own MCA
+# parameters (how mpirun reaches the nodes) replace a user's of the same name.
+_MAPPING_OPTIONS = {"map-by", "rank-by", "npernode", "npersocket", "ppr", "N"}
+
+
+def mpirun_head(line: CommandLine, grace_s: float) -> list[str]:
+    """An mpirun line's launcher and options as the batch step runs it inside the allocation:
+    the user's options but mapping and the MCA parameters the launch owns, the ranks unbound
+    unless asked (Slurm decides the cores), and stopped as every rank is (``stop_mca``)."""
+    options = [o for o in line.kept_options if o.name not in _MAPPING_OPTIONS]
+    mca = {o.values[0]: o.values[1] for o in options if o.name in ("mca", "gmca") and len(o.values) == 2}
+    owned = {**task.LAUNCH_MCA, **stop_mca(mca, grace_s)}
+    options = [o for o in options if not (o.name in ("mca", "gmca") and o.values
+                                          and o.values[0] in (*owned, task.AGENT_MCA))]  # fmt: skip
+    head = [line.argv[0]]
+    if os.geteuid() == 0 and not any(o.name == "allow-run-as-root" for o in options):
+        head.append("--allow-run-as-root")
+    if not any(o.name == "bind-to" for o in options):
+        head += ["--bind-to", "none"]
+    for key, value in owned.items():
+        head += ["--mca", key, value]
+    return [*head, *option_words(options)]
 
 
 def write_launch(
@@ -55,15 +68,12 @@ def write_launch(
     placement = by_node(placement)
     env = job_env(spec.submit_env)
     line = spec.command_line()
-    if line.mpirun:
-        program, mpi_env = mpi_program(line)
-        env.update(mpi_env)
-    else:
-        program = list(spec.command)
+    program = list(line.program) if line.mpirun else list(spec.command)
     env.update(spec.env)
     plan = build_plan(spec.name, placement, dict(specs), env, root)
     plan.update(
         master_addr=addresses[placement.nodes[0]], master_port=0, program=program, mpi=line.mpirun,
+        mpirun=mpirun_head(line, spec.stop_grace()) if line.mpirun else None,
         components=[{"node": n, "ntasks": sum(1 for s in placement.slots if s.node == n),
                      "gpus": list(placement.gpus_on(n))} for n in placement.nodes],
     )  # fmt: skip

@@ -1,17 +1,23 @@
-"""What runs inside the Slurm allocation: the batch step (on the first node) and one rank
-wrapper per task. Standard library and ringleader's rank wrapper only, and run by file path
-(``python .../task.py rank PLAN -- PROGRAM``), not as ``-m``: importing the package around it
-would load the whole engine into every rank and double its start time.
+"""What runs inside the Slurm allocation: the batch step (on the first node), the launch agent
+of mpirun's daemons, and one rank wrapper per rank. Standard library and ringleader's rank
+wrapper only, and run by file path (``python .../task.py rank PLAN -- PROGRAM``), not as ``-m``:
+importing the package around it would load the whole engine into every rank and double its start
+time.
 
-The batch step picks the rendezvous port on the first node and runs one ``srun`` step over all
-components with ``--mpi=pmix``: Open MPI ranks of an mpirun line are started by Slurm with their
-local ranks matching LOCAL_RANK, and a plain MPI program's ranks are one world, as under mpirun
-on the other engines (without PMIx they would abort in MPI_Init). A plain program goes without
+The batch step picks the rendezvous port on the first node. An mpirun line runs as the user's
+mpirun inside the allocation, as Slurm users run it: rank i on the i-th line of a hostfile in
+placement order (Open MPI's sequential mapper), its daemons started on each node by this file's
+``agent`` through ``srun`` in the node's component (Open MPI's rsh launcher with srun as the
+agent, so a heterogeneous job's every component is reached), so MPI's dynamic process
+management (ports, published names) works as under plain mpirun. Any other line runs as one
+``srun`` step over all components with ``--mpi=pmix``: a plain MPI program's ranks are one world,
+as under mpirun on the other engines (without PMIx they would abort in MPI_Init); it goes without
 (``--mpi=none``) only where this Slurm has no pmix plugin.
 
-Each task maps Slurm's task id to its rank, checks that Slurm gave its node exactly the GPUs
-ringleader placed, and hands CUDA_VISIBLE_DEVICES over in placement order, translated to the
-ids this task sees (Slurm renumbers them when it constrains devices).
+Each rank maps its task id (Slurm's, or Open MPI's under mpirun) to its rank, checks that Slurm
+gave its node exactly the GPUs ringleader placed, and hands CUDA_VISIBLE_DEVICES over in
+placement order, translated to the ids this task sees (Slurm renumbers them when it constrains
+devices).
 """
 
 from __future__ import annotations
@@ -29,6 +35,14 @@ from ringleader.runtime import rank as rank_wrapper
 
 TASK_FILE = str(Path(__file__).resolve())
 WRONG_GPUS = 3  # exit code of a task whose node got other GPUs than placed
+# How the batch step's mpirun reaches the nodes: its rsh launcher with ``agent`` below (srun in
+# the node's component, no tree of daemons), each daemon left attached to its srun step (not
+# daemonized out of it: Slurm then stops its ranks as it stops any step's), ranks where the
+# hostfile says, and the allocation from the hostfile, not from Slurm's variables (which name one
+# component of a heterogeneous job).
+LAUNCH_MCA = {"plm": "rsh", "plm_rsh_no_tree_spawn": "1", "orte_leave_session_attached": "1", "rmaps": "seq",
+              "ras": "^slurm"}
+AGENT_MCA = "plm_rsh_agent"
 
 
 def _indices(text: str) -> list[int]:
@@ -52,7 +66,7 @@ def srun_argv(plan: dict[str, Any], plan_file: str) -> list[str]:
     argv = ["srun", "--kill-on-bad-exit=1"]
     if len(plan["components"]) > 1:
         argv.append("--het-group=" + ",".join(str(k) for k in range(len(plan["components"]))))
-    argv.append("--mpi=pmix" if plan["mpi"] or has_pmix() else "--mpi=none")
+    argv.append("--mpi=pmix" if has_pmix() else "--mpi=none")
     return [*argv, sys.executable, TASK_FILE, "rank", plan_file, "--", *plan["program"]]
 
 
@@ -65,12 +79,40 @@ def has_pmix() -> bool:
     return any(word.startswith("pmix") for word in (listed.stdout + listed.stderr).split())
 
 
+def mpirun_argv(plan: dict[str, Any], plan_file: str) -> list[str]:
+    """The user's mpirun (``plan["mpirun"]``: its launcher and options) over the placement."""
+    hostfile = Path(plan_file).with_name("hostfile")
+    _write_private(hostfile, "".join(entry["node"] + "\n" for entry in plan["ranks"]))
+    agent = f"{sys.executable} {TASK_FILE} agent {plan_file}"
+    return [*plan["mpirun"], "-np", str(len(plan["ranks"])), "--hostfile", str(hostfile), "--mca", AGENT_MCA, agent,
+            sys.executable, TASK_FILE, "rank", plan_file, "--", *plan["program"]]  # fmt: skip
+
+
+def agent(plan_file: str, argv: list[str]) -> int:
+    """What Open MPI's rsh launcher runs to start its daemon on a node (``HOST COMMAND...``, the
+    command words for a remote shell): a one-task srun step on that node, in its component."""
+    plan = json.loads(Path(plan_file).read_text())
+    host, words = argv[0], argv[1:]
+    nodes = [c["node"] for c in plan["components"]]
+    if host not in nodes:
+        print(f"ringleader: mpirun asked for a daemon on {host}, not a node of this job ({', '.join(nodes)})",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    # A step gets all the job's CPUs and GPUs on its node by default; --overlap: beside the batch step.
+    step = ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={host}", "--overlap", "--mpi=none", "--kill-on-bad-exit=1"]
+    if len(nodes) > 1:
+        step.append(f"--het-group={nodes.index(host)}")
+    os.execvp("srun", [*step, "/bin/sh", "-c", " ".join(words)])
+    return 1  # not reached
+
+
 def batch(plan_file: str) -> int:
     path = Path(plan_file)
     plan = json.loads(path.read_text())
     plan["master_port"] = rank_wrapper.rendezvous_port()
     _write_private(path, json.dumps(plan))
-    child = subprocess.Popen(srun_argv(plan, plan_file), stdin=subprocess.DEVNULL)
+    argv = mpirun_argv(plan, plan_file) if plan.get("mpirun") else srun_argv(plan, plan_file)
+    child = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(sig, lambda s, _f: child.send_signal(s))
     code = child.wait()
@@ -92,9 +134,12 @@ def _fail(entry: dict[str, Any], message: str, code: int) -> int:
 
 def rank(plan_file: str, program: list[str]) -> int:
     plan = json.loads(Path(plan_file).read_text())
-    task = int(os.environ["SLURM_PROCID"])
+    # started by the batch step's mpirun (Open MPI numbers them), else by one srun step
+    rank_id, local_id = ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK") if plan.get("mpirun") else \
+        ("SLURM_PROCID", "SLURM_LOCALID")  # fmt: skip
+    task = int(os.environ[rank_id])
     entry = plan["ranks"][task]
-    local = int(os.environ.get("SLURM_LOCALID", entry["local_rank"]))
+    local = int(os.environ.get(local_id, entry["local_rank"]))
     if local != entry["local_rank"]:
         return _fail(entry, f"Slurm made task {task} local task {local}, placed as {entry['local_rank']}", WRONG_GPUS)
     if entry["node_gpus"]:
@@ -108,23 +153,11 @@ def rank(plan_file: str, program: list[str]) -> int:
         visible = dict(zip(sorted(given), seen, strict=False)) if len(seen) == len(given) else {}
         entry = {**entry, "node_gpus": [visible.get(g, str(g)) for g in entry["node_gpus"]]}
     plan["ranks"][task] = entry
-    if plan["mpi"]:
-        # What mpirun would have told each rank; Horovod-style programs pick GPUs by them.
-        plan["env"] = {**plan["env"], **ompi_env(plan, entry)}
     own = Path(plan_file).with_name(f"plan.rank{task}.json")
     _write_private(own, json.dumps(plan))
     # Slurm signals every process of the job itself (scancel, --time): the wrapper must not
     # forward SIGTERM again, or a program's checkpoint handler would be interrupted by a second.
     return rank_wrapper.main([str(own), "--rank", str(task), "--no-term-forward", "--", *program])
-
-
-def ompi_env(plan: dict[str, Any], entry: dict[str, Any]) -> dict[str, str]:
-    return {
-        "OMPI_COMM_WORLD_RANK": str(entry["rank"]), "OMPI_COMM_WORLD_SIZE": str(plan["world_size"]),
-        "OMPI_COMM_WORLD_LOCAL_RANK": str(entry["local_rank"]),
-        "OMPI_COMM_WORLD_LOCAL_SIZE": str(entry["local_world_size"]),
-        "OMPI_COMM_WORLD_NODE_RANK": str(entry["node_rank"]),
-    }  # fmt: skip
 
 
 def main(argv: list[str]) -> int:
@@ -133,7 +166,9 @@ def main(argv: list[str]) -> int:
         return rank(argv[1], argv[split + 1 :])
     if argv[:1] == ["batch"] and len(argv) == 2:
         return batch(argv[1])
-    print(f"usage: python {TASK_FILE} batch PLAN | rank PLAN -- PROGRAM", file=sys.stderr)
+    if argv[:1] == ["agent"] and len(argv) >= 4:
+        return agent(argv[1], argv[2:])
+    print(f"usage: python {TASK_FILE} batch PLAN | agent PLAN HOST COMMAND... | rank PLAN -- PROGRAM", file=sys.stderr)
     return 2
 
 
