@@ -136,23 +136,28 @@ def bench_decisions(n_nodes: int, n_gangs: int, size: int, half_busy: bool, seed
     }  # fmt: skip
 
 
-def _serve_fake(port_out: Any, stop: Any, counts_out: Any) -> None:
+def _serve_fake(port_out: Any, stop: Any, counts_out: Any, watch_delay_s: float = 0.0) -> None:
     """The fake API server in its own process, so its request handling does not share the
     scheduler's interpreter lock. At the end it reports how many requests of each kind it
-    served: (verb, resource) -> count."""
+    served: (verb, resource) -> count, and when each pod was created and bound."""
     from collections import Counter
 
     from kube.fakeapi import FakeApiServer
 
-    fake = FakeApiServer().start()
+    fake = FakeApiServer(watch_delay_s).start()
     port_out.put(fake.server.server_port)
     stop.wait()
     counts: Counter[str] = Counter()
+    created, bound = {}, {}
     for r in fake.requests:
         resource = r.path.split("?")[0].rstrip("/").split("/")
         named = [p for p in resource if p in ("pods", "nodes", "podgroups", "events", "leases", "binding", "status")]
         counts[f"{r.verb} {'/'.join(named[-2:]) if named else r.path}"] += 1
-    counts_out.put(dict(counts))
+        if r.verb == "create" and resource[-1] == "pods":
+            created[r.body["metadata"]["name"]] = r.at
+        elif r.verb == "bind":
+            bound[resource[-2]] = r.at
+    counts_out.put({"counts": dict(counts), "created": created, "bound": bound})
     fake.stop()
 
 
@@ -195,7 +200,7 @@ def bench_end_to_end(n_nodes: int, n_gangs: int, size: int, events: bool, writer
         everything = time.perf_counter() - t0
         binds = sched.metrics.binds["ok"]
         stop.set()
-        counts = counts_q.get(timeout=60)
+        counts = counts_q.get(timeout=60)["counts"]
         # Everything the cycle wrote (the setup's creates and the lease excluded).
         cycle = {k: v for k, v in counts.items()
                  if k.split()[0] in ("bind", "patch", "create", "delete") and not k.endswith(("leases", "nodes"))
@@ -216,6 +221,57 @@ def bench_end_to_end(n_nodes: int, n_gangs: int, size: int, events: bool, writer
         server.join(10)
 
 
+def bench_stream(n_nodes: int, n_pods: int, interval_s: float, watch_delay_s: float) -> dict[str, Any]:
+    """Create-to-bind latency on a stream: the scheduler's daemon loop (``run``: informers,
+    cycles, 8 bind threads, reports off the bind path) against the fake in its own process,
+    whose watches deliver each change ``watch_delay_s`` late; single-GPU pods created one after
+    another every ``interval_s``. The latency is the fake's own clock from a pod's create request
+    to its Binding request."""
+    import multiprocessing
+    import threading
+
+    from ringleader.engines.kubernetes.client import Api, load_client
+    from ringleader.engines.kubernetes.scheduler import Scheduler
+
+    ctx = multiprocessing.get_context("fork")
+    port_q, stop, counts_q = ctx.Queue(), ctx.Event(), ctx.Queue()
+    server = ctx.Process(target=_serve_fake, args=(port_q, stop, counts_q, watch_delay_s), daemon=True)
+    server.start()
+    try:
+        url = f"http://127.0.0.1:{port_q.get(timeout=30)}"
+        api = Api(load_client(host=url))
+        for i in range(n_nodes):
+            api._json(api.core.create_node, node(i))
+            api._json(api.core.patch_node, f"node-{i:05d}", {"spec": {"taints": []}})
+        sched = Scheduler(Api(load_client(host=url)), "bench", lease_seconds=3600, writers=8)
+        daemon = threading.Thread(target=sched.run, kwargs={"watch_timeout": 60}, daemon=True)
+        daemon.start()
+        deadline = time.monotonic() + 60
+        while not (sched.synced and sched.elector.leading) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        next_at = time.monotonic()
+        for i in range(n_pods):
+            api._json(api.core.create_namespaced_pod, "default", pod(f"stream-{i:05d}", None))
+            next_at += interval_s
+            time.sleep(max(0.0, next_at - time.monotonic()))
+        deadline = time.monotonic() + 120
+        while sched.metrics.binds["ok"] < n_pods and time.monotonic() < deadline:
+            time.sleep(0.05)
+        sched.stop()
+        daemon.join(60)
+        stop.set()
+        seen = counts_q.get(timeout=60)
+        waits = sorted(seen["bound"][n] - at for n, at in seen["created"].items() if n in seen["bound"])
+        return {
+            "nodes": n_nodes, "pods": n_pods, "interval_s": interval_s, "watch_delay_s": watch_delay_s,
+            "bound": len(waits), "median_s": round(pct(waits, 0.5), 3), "p99_s": round(pct(waits, 0.99), 3),
+            "max_s": round(waits[-1], 3) if waits else None,
+        }  # fmt: skip
+    finally:
+        stop.set()
+        server.join(10)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=5000)
@@ -225,8 +281,19 @@ def main() -> None:
     parser.add_argument("--e2e-gangs", type=int, default=100)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", default=None)
-    parser.add_argument("--only", choices=("decisions", "e2e"), default=None)
+    parser.add_argument("--only", choices=("decisions", "e2e", "stream"), default=None)
+    parser.add_argument("--stream-nodes", type=int, default=125)
+    parser.add_argument("--stream-pods", type=int, default=1000)
+    parser.add_argument("--stream-interval", type=float, default=0.05, help="seconds between pod creates")
+    parser.add_argument("--watch-delay", type=float, default=0.02, help="seconds a watch event takes")
     args = parser.parse_args()
+    if args.only == "stream":
+        result = bench_stream(args.stream_nodes, args.stream_pods, args.stream_interval, args.watch_delay)
+        result["load_avg"] = os.getloadavg()
+        print(json.dumps(result))
+        if args.json:
+            Path(args.json).write_text(json.dumps(result, indent=2))
+        return
     report: dict[str, Any] = {
         "python": platform.python_version(), "cpus": os.cpu_count(), "load_avg": os.getloadavg(),
         "decisions": [bench_decisions(args.nodes, args.gangs, args.size, half, args.seed, levels)

@@ -41,7 +41,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -95,6 +95,7 @@ class Request:
     body: Any
     content_type: str = ""
     user: str = ""  # the bearer token, "" when none
+    at: float = field(default_factory=time.time)  # when it came in
 
     @property
     def verb(self) -> str:
@@ -325,7 +326,9 @@ class _Watch:
 
 
 class FakeApiServer:
-    def __init__(self) -> None:
+    def __init__(self, watch_delay_s: float = 0.0) -> None:
+        # How long a change takes to reach a watch (a real server: etcd, then its watch cache)
+        self.watch_delay_s = watch_delay_s
         self.lock = threading.Lock()
         self.logged = threading.Condition(self.lock)
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}  # (plural, ns, name) -> obj
@@ -717,6 +720,8 @@ class FakeApiServer:
                 if not events and left > 0 and not self._stopping.is_set():
                     self.logged.wait(min(left, 0.5))
                     continue
+            if events and self.watch_delay_s:
+                time.sleep(self.watch_delay_s)
             for event in events:
                 if not write(event):
                     return None
