@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 
 import pytest
@@ -133,3 +134,25 @@ def test_a_boolean_flag_with_its_value_as_a_word_of_its_own(seeds_cli, value: st
     plan = seeds_cli.ok("submit", "mpi", "--name", "gt", "--workers", "2", "--gpus", "1", "--gputopology", value,
                         "--dry-run", "--", PY, "-c", "pass")  # fmt: skip
     assert f"2 worker(s) x 1 GPU(s), policy {mode}\n" in plan, plan
+
+
+def test_arenas_read_flags(seeds_cli) -> None:  # type: ignore[no-untyped-def]
+    """What arena scripts pass to the read commands: -T/--type (a ringleader job is an mpijob),
+    get's -g/--gpus, top job's -i/--instance; another job type refused in one line, as the job
+    is no job of that type."""
+    seeds_cli.ok("submit", "mpi", "--name", "t", "--workers", "2", "--gpus", "1", "--", PY, "-c", "print('hi')")
+    seeds_cli.ok("logs", "-f", "t")
+    def timeless(out: str) -> str:  # ages and durations move on between two commands
+        return re.sub(r"\b\d+[smhd]\b", "", out)
+
+    for args in (["get", "t"], ["list"], ["logs", "t"], ["top", "job", "t"]):
+        plain = timeless(seeds_cli.ok(*args))
+        assert timeless(seeds_cli.ok(*args, "-T", "mpijob")) == plain == timeless(seeds_cli.ok(*args, "--type", "MPI"))
+        refused = seeds_cli(*args, "-T", "tfjob")
+        assert refused.returncode == 2 and refused.stdout == "" and refused.stderr.count("\n") == 1
+        assert refused.stderr.startswith("error: -T tfjob: ringleader runs MPI jobs (mpijob) only")
+    assert timeless(seeds_cli.ok("get", "t", "--gpus")) == timeless(seeds_cli.ok("get", "t", "-g"))
+    one = seeds_cli.ok("top", "job", "t", "-i", "t-worker-1")
+    assert "t-worker-1" in one and "t-worker-0" not in one
+    missing = seeds_cli("top", "job", "t", "-i", "nope")
+    assert missing.returncode == 1 and "instance 'nope'" in missing.stderr

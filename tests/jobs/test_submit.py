@@ -160,6 +160,8 @@ def test_container_options_are_kept_as_given_through_the_store() -> None:
 def test_container_option_values_are_read_as_podman_docker_and_kubernetes_read_them() -> None:
     assert [parse_size(t) for t in ("1g", "512m", "64MiB", "2GB", "4096", "1k")] == [
         1 << 30, 512 << 20, 64 << 20, 2 << 30, 4096, 1024]  # fmt: skip
+    # Kubernetes quantities, as arena takes them
+    assert [parse_size(t) for t in ("8Gi", "512Mi", "1Ti", "64Ki")] == [8 << 30, 512 << 20, 1 << 40, 64 << 10]
     assert parse_data("/a:b:/in/c") == ("/a:b", "/in/c")  # a host path may hold ':'; DST may not
     assert parse_data("my-pvc:/data") == ("my-pvc", "/data")
     assert parse_container_user("submitter", uid=1000, gid=100) == "1000:100"

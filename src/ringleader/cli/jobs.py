@@ -5,6 +5,7 @@ Parse and render only: every command calls ``ringleader.engines.embedded.engine.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sys
 import time
@@ -31,7 +32,7 @@ from ringleader.cli.output import (
 )
 from ringleader.engines import ENGINES, chosen_engine, open_engine
 from ringleader.engines.embedded.store import default_home
-from ringleader.errors import UsageError
+from ringleader.errors import NotFoundError, UsageError
 from ringleader.jobs.states import JobStatus
 
 if TYPE_CHECKING:  # the runtime is imported by the commands that use it: `--help` stays quick
@@ -53,6 +54,24 @@ def engine_option(f: F) -> F:
     return click.option(
         "--engine", default=None, metavar="NAME", help=f"Where jobs run: {', '.join(sorted(ENGINES))}."
     )(f)
+
+
+# arena's names for the one kind of job ringleader runs (its -T/--type on read commands)
+MPI_JOB_TYPES = ("mpijob", "mpi", "mj")
+
+
+def job_type_option(f: F) -> F:
+    """arena's `-T/--type TYPE` on the read commands: every ringleader job is an mpijob; another
+    type is refused in one line (no job of it exists), as scripts written for arena pass it."""
+    return click.option("-T", "--type", "job_type", default=None, expose_value=False, metavar="TYPE",
+                        callback=_check_job_type,
+                        help="arena's job type: mpijob (every ringleader job is one).")(f)  # fmt: skip
+
+
+def _check_job_type(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    del ctx, param
+    if value is not None and value.lower() not in MPI_JOB_TYPES:
+        raise UsageError(f"-T {value}: ringleader runs MPI jobs (mpijob) only", "drop -T, or give -T mpijob")
 
 
 def _remember_namespace(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
@@ -459,13 +478,12 @@ def render_submitted(result: SubmitResult) -> None:
 @click.argument("name", shell_complete=complete_jobs)
 @output_option("json", "yaml", "wide")
 @click.option("-e", "--events", "show_events", is_flag=True, help="Show the job's events.")
-@click.option("-g", "--gpu", "show_gpus", is_flag=True,
+@click.option("-g", "--gpu", "--gpus", "show_gpus", is_flag=True,
               help="Each instance's GPU duty cycle and memory now (n/a: emulated node or not readable).")
-@click.option("--type", "job_type", default=None, hidden=True, help="Accepted for arena compatibility.")
+@job_type_option
 @engine_option
-def get(name: str, output: str, show_events: bool, show_gpus: bool, job_type: str | None, engine: str | None) -> None:
+def get(name: str, output: str, show_events: bool, show_gpus: bool, engine: str | None) -> None:
     """Show a job: status, placement and its instances (arena get)."""
-    del job_type
     with using_engine(engine) as runtime:
         job = runtime.get(name)
         prediction = runtime.prediction(name) if job.spec.model else None
@@ -559,6 +577,7 @@ def job_row(job: JobView, wide: bool, first: str = "duration") -> list[Any]:
 
 @click.command("list")
 @output_option("json", "yaml", "wide")
+@job_type_option
 @engine_option
 def list_jobs(output: str, engine: str | None) -> None:
     """List jobs (arena list); -o wide adds priority, age, GPU ids and the bottleneck link."""
@@ -576,19 +595,28 @@ def list_jobs(output: str, engine: str | None) -> None:
 @click.argument("name", required=False, shell_complete=complete_jobs)
 @output_option("json", "yaml", "wide")
 @refresh_option
+@click.option("-i", "--instance", default=None, help="Only this instance of the job (arena's).")
+@job_type_option
 @engine_option
-def top_job(name: str | None, output: str, refresh: float | None, engine: str | None) -> None:
+def top_job(name: str | None, output: str, refresh: float | None, instance: str | None, engine: str | None) -> None:
     """Jobs with their GPUs and nodes, or one job's instances and GPU ids (arena top job).
     AGE is the time since each job was created, as kubectl's.
 
     The footer counts GPUs held by running jobs / GPUs asked for by running and waiting jobs."""
-    refreshing(refresh, lambda: _draw_top_job(name, output, engine))
+    if instance is not None and name is None:
+        raise UsageError("-i/--instance needs the job's NAME", "give `ringleader top job NAME -i INSTANCE`")
+    refreshing(refresh, lambda: _draw_top_job(name, output, engine, instance))
 
 
-def _draw_top_job(name: str | None, output: str, engine: str | None) -> None:
+def _draw_top_job(name: str | None, output: str, engine: str | None, instance: str | None = None) -> None:
     with using_engine(engine) as rt:
         jobs = [rt.get(name)] if name else rt.list_jobs()
         usage = rt.gpu_usage(name) if name else {}
+    if instance is not None:
+        kept = tuple(i for i in jobs[0].instances if instance in (i.name, i.name.removeprefix(f"{name}-")))
+        if not kept:
+            raise NotFoundError(f"instance {instance!r} not found in job {name}", f"see `ringleader get {name}`")
+        jobs = [dataclasses.replace(jobs[0], instances=kept)]
     if output in ("json", "yaml"):
         emit_data([j.to_dict() for j in jobs], output)
         return
@@ -631,6 +659,7 @@ def render_top_job(job: JobView, usage: dict[str, tuple[GpuUsage, ...] | None]) 
 @click.option("--timestamps", is_flag=True, help="Prefix each line with its time (RFC 3339, UTC).")
 @click.option("--since", default=None, help="Only lines newer than this: 30s, 10m, 1h30m (arena's).")
 @click.option("--since-time", default=None, help="Only lines from this RFC 3339 time on, e.g. 2026-11-24T15:00:00Z.")
+@job_type_option
 @engine_option
 def logs(name: str, follow: bool, tail: int | None, instance: str | None, timestamps: bool, since: str | None,
          since_time: str | None, engine: str | None) -> None:  # fmt: skip
@@ -685,6 +714,7 @@ def _lead_with_the_failure(rt: Any, name: str, timestamps: bool) -> None:
 @click.command("delete")
 @click.argument("names", nargs=-1, required=True, shell_complete=complete_jobs)
 @click.option("--now", is_flag=True, help="SIGKILL every process at once, with no grace period to checkpoint.")
+@job_type_option
 @engine_option
 def delete(names: tuple[str, ...], now: bool, engine: str | None) -> None:
     """Stop jobs, free their GPUs, remove their state and logs (arena delete).

@@ -77,13 +77,14 @@ def check_image_reference(image: str) -> None:
 
 
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")  # Kubernetes' imagePullPolicy values
-_SIZE = re.compile(r"(\d+)([bkmgt]?)(?:i?b)?", re.ASCII | re.IGNORECASE)
+_SIZE = re.compile(r"(\d+)([bkmgt]?)(?:i?b|i)?", re.ASCII | re.IGNORECASE)  # 8g, 8GB, 8GiB, 8Gi (Kubernetes')
 _SIZE_UNIT = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _CONTAINER_USER = re.compile(r"\d{1,10}(?::\d{1,10})?", re.ASCII)
 
 
 def parse_size(text: str, option: str = "--shm-size") -> int:
-    """'1g', '512m', '64MiB' or bytes -> bytes, units binary as podman and docker read them."""
+    """'1g', '512m', '64MiB', '8Gi' (a Kubernetes quantity, as arena takes it) or bytes -> bytes,
+    units binary as podman and docker read them."""
     found = _SIZE.fullmatch(text.strip())
     size = int(found[1]) * _SIZE_UNIT[found[2].lower()] if found else 0
     if not 0 < size < 1 << 50:
