@@ -154,5 +154,6 @@ def test_arenas_read_flags(seeds_cli) -> None:  # type: ignore[no-untyped-def]
     assert timeless(seeds_cli.ok("get", "t", "--gpus")) == timeless(seeds_cli.ok("get", "t", "-g"))
     one = seeds_cli.ok("top", "job", "t", "-i", "t-worker-1")
     assert "t-worker-1" in one and "t-worker-0" not in one
+    assert seeds_cli.ok("top", "node", "-o", "wide") == seeds_cli.ok("top", "node")  # arena's default output
     missing = seeds_cli("top", "job", "t", "-i", "nope")
     assert missing.returncode == 1 and "instance 'nope'" in missing.stderr

@@ -380,3 +380,16 @@ def test_contract_dry_run_yaml_keeps_strings_strings_for_kubectl(run, fake: Fake
     job = next(yaml.load_all(text, Loader=Yaml11Loader))
     assert job["metadata"]["annotations"]["note"] == value
     assert not label or job["metadata"]["labels"]["team"] == value
+
+
+def test_contract_arenas_p_is_the_pods_priority_class(run, fake: FakeApiServer) -> None:  # type: ignore[no-untyped-def]
+    fake.put("nodes", node("gpu-0", mode="default"))
+    code, out = run("submit", "mpi", "--engine", "kubernetes", "--name", "p", "--workers", "1", "-p", "high",
+                    "--dry-run", "-o", "yaml", "python train.py")  # fmt: skip
+    assert code == 0, out
+    job = next(yaml.safe_load_all("\n".join(ln for ln in out.splitlines() if not ln.startswith("note: "))))
+    for role in ("Launcher", "Worker"):
+        assert job["spec"]["mpiReplicaSpecs"][role]["template"]["spec"]["priorityClassName"] == "high"
+    code, out = run("submit", "mpi", "--engine", "embedded", "--name", "p", "--workers", "1", "-p", "high",
+                    "--dry-run", "python train.py")  # fmt: skip
+    assert code == 2 and out.count("\n") == 1 and "not supported by the embedded engine" in out, out

@@ -259,14 +259,15 @@ def ip_address(ns: NodeState) -> str:
 @click.option("-d", "--details", is_flag=True, help="Per node: link and bandwidth matrices, each GPU's job.")
 @click.option("-m", "--gpu-mode", type=click.Choice(sorted(GPU_MODES)), default=None,
               help="Only nodes serving --gputopology jobs (t), plain jobs (e), or with no GPU (n), as arena's.")
-@output_option("json", "yaml")
+@output_option("json", "yaml", "wide")
 @refresh_option
 @engine_option
 def top_node(names: tuple[str, ...], details: bool, gpu_mode: str | None, output: str, refresh: float | None,
              engine: str | None) -> None:  # fmt: skip
     """GPUs per node: address, status (Ready, NotReady, Unreachable, Drained, Cordoned; the reason
     with -d or -o), total, allocated, unhealthy (n/a where unknown), scheduling mode (arena top
-    node); NAMES picks nodes."""
+    node); NAMES picks nodes. `-o wide` is the table (arena's name for it)."""
+    output = "table" if output == "wide" else output
     refreshing(refresh, lambda: _draw_top_node(names, details, GPU_MODES.get(gpu_mode or ""), output, engine))
 
 

@@ -184,8 +184,9 @@ _KUBE_OPTIONS = (
                  help="[kubernetes] Label on the MPIJob and its pods (repeatable)."),
     click.option("-a", "--annotation", "kube_annotations", multiple=True, metavar="KEY=VALUE",
                  help="[kubernetes] Annotation on the MPIJob and its pods (repeatable)."),
-    click.option("--priority-class", "kube_priority_class", default=None, metavar="NAME",
-                 help="[kubernetes] The pods' PriorityClass (arena's -p; --priority is ringleader's queue order)."),
+    click.option("-p", "--priority-class", "kube_priority_class", default=None, metavar="NAME",
+                 help="[kubernetes] The pods' PriorityClass (arena's -p/--priority; here --priority is "
+                      "ringleader's queue order)."),
     click.option("--retry", "kube_retry", type=int, default=None, help="[kubernetes] Retries (backoffLimit)."),
     click.option("--data-dir", "kube_data_dirs", multiple=True, metavar="HOST_PATH:CONTAINER_PATH",
                  help="[kubernetes] Mount a node's directory into every pod (repeatable)."),
