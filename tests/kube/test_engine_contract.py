@@ -393,3 +393,22 @@ def test_contract_arenas_p_is_the_pods_priority_class(run, fake: FakeApiServer) 
     code, out = run("submit", "mpi", "--engine", "embedded", "--name", "p", "--workers", "1", "-p", "high",
                     "--dry-run", "python train.py")  # fmt: skip
     assert code == 2 and out.count("\n") == 1 and "not supported by the embedded engine" in out, out
+
+
+def test_contract_list_all_namespaces_as_arena_and_kubectl(run, fake: FakeApiServer) -> None:  # type: ignore[no-untyped-def]
+    fake.put("nodes", node("gpu-0", mode="default"))
+    assert run("submit", "mpi", "--engine", "kubernetes", "--name", "a", "--workers", "1", "python t.py")[0] == 0
+    assert run("submit", "mpi", "--engine", "kubernetes", "-n", "team-b", "--name", "a", "--workers", "1",
+               "python t.py")[0] == 0  # fmt: skip
+    code, out = run("list", "--engine", "kubernetes", "-A")
+    assert code == 0, out
+    rows = [line.split()[:2] for line in out.splitlines()[1:] if line.strip()]
+    assert out.splitlines()[0].split()[:2] == ["NAMESPACE", "NAME"] and sorted(rows) == [["team-a", "a"],
+                                                                                        ["team-b", "a"]]  # fmt: skip
+    assert run("list", "--engine", "kubernetes")[1].count("\na ") == 1  # the context's namespace alone
+    listed = json.loads(run("list", "--engine", "kubernetes", "--allNamespaces", "-o", "json")[1])
+    assert sorted(j["namespace"] for j in listed) == ["team-a", "team-b"]
+    code, out = run("list", "--engine", "kubernetes", "-A", "-n", "team-a")
+    assert code == 2 and out.startswith("error: -A and -n cannot go together")
+    code, out = run("list", "--engine", "embedded", "-A")
+    assert code == 2 and out.count("\n") == 1 and "-A/--all-namespaces is not supported by the embedded engine" in out

@@ -30,7 +30,7 @@ from ringleader.cli.output import (
     shared_group,
     table,
 )
-from ringleader.engines import ENGINES, chosen_engine, open_engine
+from ringleader.engines import ALL_NAMESPACES, ENGINES, chosen_engine, open_engine
 from ringleader.engines.embedded.store import default_home
 from ringleader.errors import NotFoundError, UsageError
 from ringleader.jobs.states import JobStatus
@@ -123,7 +123,8 @@ def using_engine(engine: str | None) -> AbstractContextManager[Engine]:
     namespace = _namespace()
     if namespace is not None:
         try:
-            opened.supports.require("kube_options", "-n/--namespace")
+            asked = "-A/--all-namespaces" if namespace == ALL_NAMESPACES else "-n/--namespace"
+            opened.supports.require("kube_options", asked)
         except UsageError:
             opened.close()
             raise
@@ -577,18 +578,25 @@ def job_row(job: JobView, wide: bool, first: str = "duration") -> list[Any]:
 
 @click.command("list")
 @output_option("json", "yaml", "wide")
+@click.option("-A", "--all-namespaces", "--allNamespaces", "all_namespaces", is_flag=True,
+              help="[kubernetes] Jobs of every namespace (arena's, kubectl's).")
 @job_type_option
 @engine_option
-def list_jobs(output: str, engine: str | None) -> None:
+def list_jobs(output: str, all_namespaces: bool, engine: str | None) -> None:
     """List jobs (arena list); -o wide adds priority, age, GPU ids and the bottleneck link."""
+    if all_namespaces:
+        if _namespace() is not None:
+            raise UsageError("-A and -n cannot go together", "give -A for every namespace, or -n NS for one")
+        click.get_current_context().meta["ringleader.namespace"] = ALL_NAMESPACES
     with using_engine(engine) as rt:
         jobs = rt.list_jobs()
     if output in ("json", "yaml"):
         emit_data([j.to_dict() for j in jobs], output)
         return
     wide = output == "wide"
-    cols = LIST_COLUMNS + (WIDE_COLUMNS if wide else [])
-    console().print(table(cols, [job_row(j, wide) for j in jobs]))
+    cols = (["NAMESPACE"] if all_namespaces else []) + LIST_COLUMNS + (WIDE_COLUMNS if wide else [])
+    rows = [([j.namespace or "-"] if all_namespaces else []) + job_row(j, wide) for j in jobs]
+    console().print(table(cols, rows))
 
 
 @click.command("job")

@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 
 from ringleader import settings
-from ringleader.engines.base import Engine
+from ringleader.engines.base import ALL_NAMESPACES, Engine
 from ringleader.errors import StateError, UsageError
 from ringleader.statefolder import make_private_home, open_file, write_file
 
@@ -31,7 +31,7 @@ DEFAULT = "embedded"
 CONFIG = "config.json"
 MAX_CONFIG_BYTES = 64 << 10  # it holds one name: anything bigger is not ringleader's
 
-__all__ = ["DEFAULT", "ENGINES", "Engine", "chosen_engine", "open_engine", "set_default_engine"]
+__all__ = ["ALL_NAMESPACES", "DEFAULT", "ENGINES", "Engine", "chosen_engine", "open_engine", "set_default_engine"]
 
 
 def check_engine(name: str) -> str:

@@ -19,6 +19,9 @@ from ringleader.jobs.views import GpuUsage, JobView, NodeHealth, SubmitResult
 if TYPE_CHECKING:  # the scheduler is imported by the calls that place: listing jobs does not need it
     from ringleader.scheduler import ClusterState
 
+# The namespace `list -A` asks an engine with namespaces for: all of them (no namespace has this name).
+ALL_NAMESPACES = "*"
+
 
 class NodeReads(Protocol):
     """The cluster as the engine sees it: its nodes, their health and their GPUs' use."""

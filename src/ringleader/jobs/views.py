@@ -115,6 +115,7 @@ class JobView:
     events: tuple[EventView, ...] = ()
     has_instances: bool = True  # False when listed without them (list_jobs)
     restarts: int = 0  # times it was preempted and requeued
+    namespace: str | None = None  # the Kubernetes namespace it is in; None on engines without them
 
     @property
     def duration(self) -> float | None:
@@ -157,7 +158,8 @@ class JobView:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "name": self.name, "status": self.status.value, "priority": self.priority,
+            "name": self.name, **({"namespace": self.namespace} if self.namespace else {}),
+            "status": self.status.value, "priority": self.priority,
             "trainer": self.trainer, "created_at": rfc3339(self.created_at),
             "started_at": rfc3339(self.started_at), "ended_at": rfc3339(self.ended_at),
             "duration_s": self.duration, "reason": self.reason, "restarts": self.restarts,

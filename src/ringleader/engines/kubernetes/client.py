@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ringleader.engines.base import ALL_NAMESPACES
 from ringleader.engines.kubernetes import names
 from ringleader.errors import DependencyError, RingleaderError, UsageError
 
@@ -323,7 +324,12 @@ class JobsApi(Api):
         return self._found(self.custom.get_namespaced_custom_object, *self._mpijobs(namespace), name)
 
     def list_mpijobs(self, namespace: str) -> list[dict[str, Any]]:
-        body = self._json(self.custom.list_namespaced_custom_object, *self._mpijobs(namespace))
+        """The namespace's MPIJobs; every namespace's where ``namespace`` is ALL_NAMESPACES."""
+        if namespace == ALL_NAMESPACES:
+            group, version, _, plural = self._mpijobs("")
+            body = self._json(self.custom.list_cluster_custom_object, group, version, plural)
+        else:
+            body = self._json(self.custom.list_namespaced_custom_object, *self._mpijobs(namespace))
         return list(body.get("items") or [])
 
     def delete_mpijob(self, namespace: str, name: str) -> None:
@@ -342,7 +348,10 @@ class JobsApi(Api):
         return self._found(self.custom.get_namespaced_custom_object, *group, name)
 
     def pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
-        body = self._json(self.core.list_namespaced_pod, namespace, label_selector=selector)
+        if namespace == ALL_NAMESPACES:
+            body = self._json(self.core.list_pod_for_all_namespaces, label_selector=selector)
+        else:
+            body = self._json(self.core.list_namespaced_pod, namespace, label_selector=selector)
         return list(body.get("items") or [])
 
     def events(self, namespace: str) -> list[dict[str, Any]]:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ringleader import settings
+from ringleader.engines.base import ALL_NAMESPACES
 from ringleader.engines.kubernetes import manifests, names
 from ringleader.engines.kubernetes.cache import Cache
 from ringleader.engines.kubernetes.client import ApiError, JobsApi, current_namespace, load_client
@@ -96,7 +97,10 @@ class KubernetesEngine:
                        more_room="label more nodes for this kind of job")  # fmt: skip
 
     def use_namespace(self, namespace: str) -> None:
-        """-n: this command's namespace instead of the context's."""
+        """-n: this command's namespace instead of the context's (ALL_NAMESPACES: list -A)."""
+        if namespace == ALL_NAMESPACES:
+            self.namespace = namespace
+            return
         if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", namespace):
             raise UsageError(f"-n {namespace!r} is not a namespace name", "give a DNS-1123 label (a-z, 0-9, -)")
         self.namespace = namespace
@@ -261,10 +265,12 @@ class KubernetesEngine:
         return {inst.name: None for inst in self.get(name).instances}
 
     def list_jobs(self, statuses: Sequence[JobStatus] | None = None, with_instances: bool = False) -> list[JobView]:
-        pods_by_job: dict[str, list[dict[str, Any]]] = {}
+        pods_by_job: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for p in self.api.pods(self.namespace, names.JOB_LABEL):
-            pods_by_job.setdefault(p["metadata"]["labels"][names.JOB_LABEL], []).append(p)
-        views = [job_view(j, pods_by_job.get(j["metadata"]["name"], []), None, (), with_instances)
+            key = (p["metadata"].get("namespace", ""), p["metadata"]["labels"][names.JOB_LABEL])
+            pods_by_job.setdefault(key, []).append(p)
+        views = [job_view(j, pods_by_job.get((j["metadata"].get("namespace", ""), j["metadata"]["name"]), []), None,
+                          (), with_instances)
                  for j in self.api.list_mpijobs(self.namespace)]  # fmt: skip
         views.sort(key=lambda v: v.created_at)
         return [v for v in views if statuses is None or v.status in statuses]
@@ -408,7 +414,8 @@ def job_view(job: dict[str, Any], pods: Sequence[dict[str, Any]], group: dict[st
     elif state is JobStatus.PENDING and reason is None and not workers:
         reason = "pods wait for `ringleader kube scheduler` (is it running?)"
     return JobView(
-        name=meta.get("name", ""), status=state, priority=spec.priority, trainer=TRAINER,
+        name=meta.get("name", ""), namespace=meta.get("namespace"), status=state, priority=spec.priority,
+        trainer=TRAINER,
         created_at=_ts(meta.get("creationTimestamp")) or 0.0, started_at=_ts(status.get("startTime")),
         ended_at=_ts(status.get("completionTime")), spec=spec, reason=reason, placement=placement,
         instances=tuple(instances) if with_instances else (), events=events, has_instances=with_instances,
