@@ -47,7 +47,7 @@ def test_mpi_trivial_json_contract() -> None:
 @pytest.fixture(scope="module")
 def pipeline_json(jpeg_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     res = cli_json("bench", "pipeline", "--model", "trivial", "--data", str(jpeg_dir),
-                   "--launcher", "local", "--loader-workers", "1", *TINY)  # fmt: skip
+                   "--launcher", "local", "--loader-workers", "1", "--repeat", "2", *TINY)  # fmt: skip
     path = tmp_path_factory.mktemp("pipe") / "pipeline.json"
     path.write_text(json.dumps(res))
     return path
@@ -60,6 +60,31 @@ def test_pipeline_reports_degradation(pipeline_json: Path) -> None:
         res["real_images_per_sec"] / res["synthetic_images_per_sec"])
     assert res["skipped_images"] >= 1  # the corrupt file
     assert res["real"]["data"] != "synthetic" and res["synthetic"]["data"] == "synthetic"
+    # two rounds: each figure the median of its runs, the load around them, notes on themselves
+    assert res["repeat"] == 2 and res["device"] == "cpu"
+    for key in ("loader", "synthetic", "real"):
+        runs = res["runs"][key]
+        assert len(runs) == 2 and min(runs) <= res[f"{key}_images_per_sec"] <= max(runs)
+    assert len(res["load_avg"]["before"]) == 3 and isinstance(res["notes"], list)
+
+
+def test_pipeline_notes_say_what_the_numbers_cannot_be() -> None:
+    from ringleader.bench.pipeline import pipeline_notes
+
+    def result(loader: list[float], syn: list[float], real: list[float], load: float = 0.5) -> dict[str, object]:
+        syn_m, real_m = sorted(syn)[len(syn) // 2], sorted(real)[len(real) // 2]
+        return {"runs": {"loader": loader, "synthetic": syn, "real": real}, "synthetic_images_per_sec": syn_m,
+                "real_images_per_sec": real_m, "load_avg": {"before": [load, 0, 0]}, "cpus": 2}  # fmt: skip
+
+    assert pipeline_notes(result([100, 110, 105], [50, 52, 51], [40, 41, 42])) == []
+    faster = pipeline_notes(result([100, 110, 105], [50, 52, 51], [80, 82, 81]))
+    assert len(faster) == 1 and faster[0].startswith("real data trained faster than synthetic data in every run")
+    within = pipeline_notes(result([100, 110, 105], [50, 60, 55], [52, 58, 56]))
+    assert within == ["real data's median is above synthetic data's within the runs' spread: no degradation that "
+                      "these runs can tell from noise"]  # fmt: skip
+    noisy = pipeline_notes(result([100, 500, 300], [50, 52, 51], [40, 41, 42], load=3.7))
+    assert noisy[0].startswith("the loader runs varied 5.0x (100.0 to 500.0 images/s)")
+    assert noisy[1] == "the machine was busy before the runs (load 3.7 on 2 cores): expect noise"
 
 
 def test_scaling_through_the_runtime_writes_table_and_plots(

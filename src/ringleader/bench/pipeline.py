@@ -1,15 +1,18 @@
-"""`bench pipeline`: the DLI lab's GPU-only vs end-to-end comparison.
+"""`bench pipeline`: the DLI lab's compute-only vs end-to-end comparison (its "GPU-only" is
+compute only on whatever device trains: synthetic data, no files read).
 
 Reports images/s of the loader alone (decode + augment, no model), of training on synthetic
 data and of training on the real files, and the degradation as the lab computes it:
-real / synthetic.
+real / synthetic; each the median of ``repeat`` rounds, with the runs, the load and notes.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict
+from statistics import median
 from typing import Any
 
 from ringleader.bench import models
@@ -41,25 +44,72 @@ def loader_throughput(cfg: TrainConfig) -> dict[str, Any]:
 
 
 def run_pipeline(cfg: TrainConfig, launcher: Launcher, workers: int,
-                 progress: Callable[[str], None] | None = None) -> dict[str, Any]:  # fmt: skip
-    """The three measurements in turn; ``progress`` hears which one starts."""
+                 progress: Callable[[str], None] | None = None, repeat: int = 1) -> dict[str, Any]:  # fmt: skip
+    """The three measurements, ``repeat`` rounds of them; ``progress`` hears which one starts.
+    Synthetic and real training alternate which goes first round by round, so neither always
+    pays the cold start (caches, thread pools) that made real data look faster than synthetic
+    in single runs. Reported: each measure's median, its runs, the load around them, and notes
+    on what the numbers cannot be (``pipeline_notes``)."""
     tick = progress or (lambda _msg: None)
     cfg.validate()
     base = asdict(cfg)
-    tick("1/3 loader alone (decode + augment)")
-    loader = loader_throughput(cfg)
-    tick(f"2/3 training {cfg.model} on synthetic data, {workers} x {cfg.backend}")
-    synthetic = launcher.run("train", dict(base, data="synthetic"), cfg.backend, workers)
-    tick(f"3/3 training {cfg.model} on the files, {workers} x {cfg.backend}")
-    real = launcher.run("train", base, cfg.backend, workers)
-    syn, rea = synthetic["images_per_sec_total"], real["images_per_sec_total"]
-    return {
+    load_before = os.getloadavg()
+    runs: dict[str, list[float]] = {"loader": [], "synthetic": [], "real": []}
+    last: dict[str, dict[str, Any]] = {}
+    skipped = 0
+    for round_ in range(repeat):
+        of = f" (round {round_ + 1} of {repeat})" if repeat > 1 else ""
+        tick(f"loader alone (decode + augment){of}")
+        loader = loader_throughput(cfg)
+        runs["loader"].append(loader["images_per_sec"])
+        skipped += loader["skipped_images"]
+        order = ("synthetic", "real") if round_ % 2 == 0 else ("real", "synthetic")
+        for kind in order:
+            where = "synthetic data" if kind == "synthetic" else "the files"
+            tick(f"training {cfg.model} on {where}, {workers} x {cfg.backend}{of}")
+            done = launcher.run("train", dict(base, data="synthetic") if kind == "synthetic" else base,
+                                cfg.backend, workers)  # fmt: skip
+            runs[kind].append(done["images_per_sec_total"])
+            last[kind] = done
+            skipped += int(done.get("skipped_images", 0)) if kind == "real" else 0
+    syn, rea = median(runs["synthetic"]), median(runs["real"])
+    result = {
         "kind": "pipeline", "model": cfg.model, "batch_size": cfg.batch_size,
         "precision": cfg.precision, "backend": cfg.backend, "world_size": workers,
         "augment": cfg.augment, "data": cfg.data, "loader_workers": cfg.loader_workers,
-        "loader_images_per_sec": loader["images_per_sec"],
+        "device": last["synthetic"].get("device", "cpu"), "repeat": repeat,
+        "loader_images_per_sec": median(runs["loader"]),
         "synthetic_images_per_sec": syn, "real_images_per_sec": rea,
-        "degradation": rea / syn if syn else 0.0,
-        "skipped_images": loader["skipped_images"] + int(real.get("skipped_images", 0)),
-        "synthetic": synthetic, "real": real,
+        "degradation": rea / syn if syn else 0.0, "runs": runs,
+        "load_avg": {"before": list(load_before), "after": list(os.getloadavg())}, "cpus": os.cpu_count(),
+        "skipped_images": skipped, "synthetic": last["synthetic"], "real": last["real"],
     }  # fmt: skip
+    result["notes"] = pipeline_notes(result)
+    return result
+
+
+# Runs of one measure further apart than this (max / min) are too noisy to quote as one number.
+NOISY_SPREAD = 1.5
+
+
+def pipeline_notes(result: dict[str, Any]) -> list[str]:
+    """What the numbers say about themselves: real data cannot make training faster than
+    synthetic data (the same steps with the loader's work added), runs that disagree, a busy
+    machine."""
+    runs, notes = result["runs"], []
+    syn, rea = runs["synthetic"], runs["real"]
+    if min(rea) > max(syn):
+        notes.append(f"real data trained faster than synthetic data in every run ({min(rea):.1f} > {max(syn):.1f} "
+                     "images/s): reading files cannot speed training up, so these runs measured something else "
+                     "(threads, caches, other load); rerun with more --num-batches and --repeat")  # fmt: skip
+    elif result["real_images_per_sec"] > result["synthetic_images_per_sec"]:
+        notes.append("real data's median is above synthetic data's within the runs' spread: no degradation that "
+                     "these runs can tell from noise")  # fmt: skip
+    for name, values in runs.items():
+        if len(values) > 1 and min(values) > 0 and max(values) / min(values) > NOISY_SPREAD:
+            notes.append(f"the {name} runs varied {max(values) / min(values):.1f}x ({min(values):.1f} to "
+                         f"{max(values):.1f} images/s): quote the spread, not one number")  # fmt: skip
+    load, cpus = result["load_avg"]["before"][0], result.get("cpus") or 1
+    if load > cpus:
+        notes.append(f"the machine was busy before the runs (load {load:.1f} on {cpus} cores): expect noise")
+    return notes

@@ -149,8 +149,11 @@ def train_cmd(np_: int | None, output: str, **kw: Any) -> None:
               show_default=True, help="Run each point locally or as a ringleader job.")
 @click.option("--keep", is_flag=True,
               help="Keep each point's ringleader job (deleted once its result is read, by default).")
+@click.option("--repeat", type=click.IntRange(1, 100), default=3, show_default=True,
+              help="Rounds of the three measurements (synthetic and real alternate which goes first); "
+                   "the table shows medians, min and max.")
 @output_option("json")
-def pipeline_cmd(np_: int, launcher: str, keep: bool, output: str, **kw: Any) -> None:
+def pipeline_cmd(np_: int, launcher: str, keep: bool, repeat: int, output: str, **kw: Any) -> None:
     """Loader alone, training on synthetic and on real data; degradation = real / synthetic."""
     from ringleader.bench.launchers import default_launcher
     from ringleader.bench.pipeline import run_pipeline
@@ -162,18 +165,28 @@ def pipeline_cmd(np_: int, launcher: str, keep: bool, output: str, **kw: Any) ->
     cfg = _train_config(kw, "json")
     check_available(cfg.backend, need_mpirun=cfg.backend == "mpi")
     check_np(cfg.backend, np_)
-    with step_progress(3, output == "table") as step:  # the three measurements
-        res = run_pipeline(cfg, default_launcher(launcher, keep=keep), np_, step)
+    with step_progress(3 * repeat, output == "table") as step:  # the three measurements, each round
+        res = run_pipeline(cfg, default_launcher(launcher, keep=keep), np_, step, repeat=repeat)
+    for note in res["notes"]:
+        click.echo(f"note: {note}", err=True)
     if output == "json":
         emit_data(res, "json")
         return
-    rows = [("loader only (decode + augment)", f"{res['loader_images_per_sec']:.1f}"),
-            ("training, synthetic data", f"{res['synthetic_images_per_sec']:.1f}"),
-            ("training, real data", f"{res['real_images_per_sec']:.1f}"),
-            ("degradation (real / synthetic)", f"{res['degradation']:.3f}"),
-            ("skipped (corrupt) files", str(res["skipped_images"]))]  # fmt: skip
-    console().print(table(["MEASURE", "IMAGES/S"], rows,
-                          title=f"{cfg.model}, {np_} x {cfg.backend}, augment {cfg.augment}"))
+    runs = res["runs"]
+
+    def row(label: str, key: str) -> tuple[str, str, str, str]:
+        return (label, f"{res[f'{key}_images_per_sec']:.1f}", f"{min(runs[key]):.1f}", f"{max(runs[key]):.1f}")
+
+    device = res["device"]
+    rows = [row("loader only (decode + augment)", "loader"),
+            row(f"training, synthetic data (compute only, {device})", "synthetic"),
+            row("training, real data (full pipeline)", "real"),
+            ("degradation (real / synthetic)", f"{res['degradation']:.3f}", "", ""),
+            ("skipped (corrupt) files", str(res["skipped_images"]), "", "")]  # fmt: skip
+    load = res["load_avg"]
+    title = (f"{cfg.model}, {np_} x {cfg.backend} on {device}, augment {cfg.augment}; median of {repeat}; "
+             f"load {load['before'][0]:.1f} -> {load['after'][0]:.1f} on {res['cpus']} cores")  # fmt: skip
+    console().print(table(["MEASURE", "IMAGES/S", "MIN", "MAX"], rows, title=title))
 
 
 def _int_list(text: str) -> list[int]:
@@ -199,7 +212,7 @@ def _int_list(text: str) -> list[int]:
               help="Also sweep allreduce busbw per backend.")
 @click.option("--busbw-max", default="16M", show_default=True, help="Largest busbw size.")
 @click.option("--pipeline-results", multiple=True,
-              help="`bench pipeline -o json` files for the GPU-only vs pipeline plots.")
+              help="`bench pipeline -o json` files for the compute-only (the lab's GPU-only) vs pipeline plots.")
 @click.option("--launcher", type=click.Choice(["auto", "local", "runtime"]), default="auto",
               show_default=True, help="Run each point locally or as a ringleader job.")
 @click.option("--keep", is_flag=True,
