@@ -24,6 +24,9 @@ def test_gloo_mnist_prints_tf_cnn_benchmarks_lines() -> None:
     proc = cli("bench", "train", "--model", "mnist", "--backend", "gloo", "-np", "2", *TINY,
                "--precision", "bf16")  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
+    # how long the timed steps will take, from the warm-up's: a long bench says so before it starts
+    estimate = [ln for ln in proc.stderr.splitlines() if ln.startswith("note: a warm-up step took ")]
+    assert len(estimate) == 1 and re.search(r": the 4 timed steps take about \d+(\.\d)? (s|min|h)$", estimate[0])
     lines = proc.stdout.splitlines()
     steps = [ln for ln in lines if re.match(r"^\d+\timages/sec: [\d.]+ \+/- [\d.]+ \(jitter = "
                                              r"[\d.]+\)\t[\d.]+$", ln)]  # fmt: skip

@@ -119,6 +119,23 @@ def train_step_line(step: int, batch: int, step_times: list[float], loss: float)
     return f"{step}\timages/sec: {mean:.1f} +/- {unc:.1f} (jitter = {jit:.1f})\t{loss:.3f}"
 
 
+def about(seconds: float) -> str:
+    """A time to wait, as a person says it: 40 s, 3.5 min, 2.1 h."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def train_estimate(warmup_s: float, warmup_steps: int, timed_steps: int) -> str:
+    """The timed steps' length from the warm-up's (the first warm-up step, which builds what
+    later steps reuse, counted with the rest: an estimate errs long rather than short)."""
+    per_step = warmup_s / max(warmup_steps, 1)
+    return (f"note: a warm-up step took {per_step:.2f} s: the {timed_steps} timed steps take about "
+            f"{about(per_step * timed_steps)}")
+
+
 def train_footer(total: float) -> list[str]:
     return [RULE, f"total images/sec: {total:.2f}", RULE]
 

@@ -242,11 +242,15 @@ def train(cfg: TrainConfig, comm: Comm) -> dict[str, Any]:
     if cfg.precision == "fp16" and step.device.type == "cpu" and comm.rank == 0:
         print("note: fp16 on CPU runs in software (no fp16 units); expect it to be slow",
               file=sys.stderr)  # fmt: skip
+    warmup_start = time.perf_counter()
     for i in range(cfg.num_warmup_batches):
         note(f"warm-up step {i + 1}/{cfg.num_warmup_batches}")
         step(*next(data))
     timer.sync()
     comm.barrier()
+    if cfg.num_warmup_batches and comm.rank == 0:  # a bench may run for hours: say so before it does
+        print(report.train_estimate(time.perf_counter() - warmup_start, cfg.num_warmup_batches, cfg.num_batches),
+              file=sys.stderr, flush=True)  # fmt: skip
     images_seen = 0
     printing = 0.0  # time spent formatting progress lines, left out of the elapsed time
     start = time.perf_counter()
