@@ -9,7 +9,8 @@ Slurm, or runs for minutes, is skipped with its reason printed (`pytest -rs` lis
 
 What counts as a command block: a fenced block tagged `bash`, `sh`, `shell` or `console`, or
 untagged, whose first line is a command (`$ ` prompt, or a first word on PATH or a shell word).
-Blocks tagged `text`, `yaml`, `python`, ... are illustrations and are not run.
+Blocks tagged `text`, `yaml`, ... are illustrations and are not run; blocks tagged `python` that
+use ringleader run as Python, each in a scratch folder holding the repository's examples.
 """
 
 from __future__ import annotations
@@ -256,6 +257,21 @@ def test_every_command_of_the_document_runs_as_shown(doc: str, tmp_path: Path) -
             assert missing is None, f"{where}\nshown but not printed: {missing!r}\n{proc.stdout[-3000:]}"
     finally:
         reader.delete_live_jobs()
+
+
+PYTHON_BLOCKS = [(doc, i, m.group(1)) for doc in DOCS
+                 for i, m in enumerate(re.finditer(r"```python\n(.*?)```", (REPO / doc).read_text(), re.S))
+                 if "ringleader" in m.group(1)]  # fmt: skip
+
+
+@pytest.mark.parametrize(("doc", "index", "code"), PYTHON_BLOCKS, ids=[f"{d}#{i}" for d, i, _ in PYTHON_BLOCKS])
+def test_python_fragment_runs_as_shown(doc: str, index: int, code: str, tmp_path: Path,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """A reader pastes the fragment into Python, in a folder holding the repository's examples."""
+    del index
+    (tmp_path / "examples").symlink_to(REPO / "examples")
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, doc, "exec"), {})
 
 
 @pytest.mark.parametrize(("where", "reason"), SKIPPED, ids=[w for w, _ in SKIPPED])
