@@ -747,15 +747,18 @@ def test_contract_a_stopped_scheduler_gives_its_lease_up(fake: FakeApiServer, tm
         port = probe.getsockname()[1]
     argv = [sys.executable, "-m", "ringleader.cli.main", "kube", "scheduler", "--server", fake.url,
             "--identity", "sched-a", "--metrics-port", str(port)]  # fmt: skip
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "RINGLEADER_HOME": str(tmp_path)})  # fmt: skip
+    # Its log to a file, not a pipe nobody reads while it runs: a full pipe would block its exit.
+    log = tmp_path / "scheduler.log"
+    with log.open("w") as err:
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err,
+                                env={**os.environ, "RINGLEADER_HOME": str(tmp_path)})  # fmt: skip
     try:
         deadline = time.monotonic() + 30
         while _holder(fake) != "sched-a":
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.1)
         proc.send_signal(getattr(signal, signal_name))
-        assert proc.wait(timeout=20) == 0
+        assert proc.wait(timeout=60) == 0, log.read_text()[-3000:]  # generous: two HTTP calls on a busy box
     finally:
         if proc.poll() is None:
             proc.kill()
