@@ -99,18 +99,27 @@ def scheduler(config_path: str | None, identity: str | None, metrics_port: int |
         problem = f"cannot serve metrics on port {port}: {exc.strerror}"
         raise UsageError(problem, "pick another --metrics-port") from None
     click.echo(f"ringleader scheduler {me}: metrics on :{port}", err=True)
-    stop_on_sigterm(sched.stop)
+    stop_on_signals(sched.stop)
     try:
         sched.run()
     except KeyboardInterrupt:
         sched.stop()
 
 
-def stop_on_sigterm(stop: Callable[[], None]) -> None:
+def stop_on_signals(stop: Callable[[], None]) -> None:
     """A pod is stopped with SIGTERM, then SIGKILL after its grace; as PID 1 in its container a
-    process that sets no handler ignores it. ``stop`` ends the loop as Ctrl-C does (the scheduler
-    gives its Lease up then, so a standby leads at once)."""
-    signal.signal(signal.SIGTERM, lambda _signum, _frame: stop())
+    process that sets no handler ignores it. SIGTERM and Ctrl-C both call ``stop``, which ends the
+    loop where it checks, never in the middle of a step (a KeyboardInterrupt raised anywhere could
+    leave a lock held or a write half done); the scheduler gives its Lease up then, so a standby
+    leads at once. A second Ctrl-C interrupts at once."""
+
+    def on_signal(signum: int, _frame: object) -> None:
+        if signum == signal.SIGINT:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
 
 
 @kube.command("agent")
@@ -139,7 +148,7 @@ def agent(node: str | None, interval: float, once: bool, server: str | None, con
         return
     _logging()
     stop = threading.Event()
-    stop_on_sigterm(stop.set)
+    stop_on_signals(stop.set)
     try:
         run_agent(api, name, interval, stop=stop)
     except KeyboardInterrupt:
