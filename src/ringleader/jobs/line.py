@@ -79,6 +79,27 @@ def option_words(options: Sequence[MpiOption]) -> list[str]:
     return [word for o in options for word in (o.token, *o.values)]
 
 
+# Options that map ranks onto hosts. Where ranks go is the placement's (a hostfile in rank order,
+# read by Open MPI's sequential mapper), so the launchers that write one drop these.
+MAPPING_OPTIONS = frozenset({"map-by", "rank-by", "npernode", "npersocket", "ppr", "N"})
+
+
+def mca_parameter(option: MpiOption) -> str | None:
+    """The parameter a ``--mca NAME VALUE`` option sets, else None."""
+    return option.values[0] if option.name in ("mca", "gmca") and len(option.values) == 2 else None
+
+
+def mca_values(options: Sequence[MpiOption]) -> dict[str, str]:
+    """The ``--mca NAME VALUE`` settings among ``options``."""
+    return {o.values[0]: o.values[1] for o in options if mca_parameter(o) is not None}
+
+
+def root_option(options: Sequence[MpiOption], as_root: bool) -> list[str]:
+    """``--allow-run-as-root`` where mpirun runs as root (Open MPI refuses to start then without
+    it) and the line does not say it already."""
+    return ["--allow-run-as-root"] if as_root and not any(o.name == "allow-run-as-root" for o in options) else []
+
+
 @dataclass(frozen=True)
 class CommandLine:
     """A prepared command line, read once: every check and every engine's launcher reads this.

@@ -37,7 +37,7 @@ from ringleader.engines.embedded.lifecycle import (
 from ringleader.errors import RingleaderError
 from ringleader.jobs.codec import placement_from_dict
 from ringleader.jobs.failures import LOG_TAIL_BYTES, Failure, classify
-from ringleader.jobs.line import CommandLine, option_words
+from ringleader.jobs.line import CommandLine, option_words, root_option
 from ringleader.jobs.logfiles import read_log
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import InstanceStatus, JobStatus, Launch
@@ -684,9 +684,7 @@ def rewrite_mpirun(line: CommandLine, workers: int, emulated: bool, plan: Path, 
     """The mpirun line that starts ``workers`` ranks on this host, each under the rank wrapper
     and stopped as every rank is (``grace_s`` between SIGTERM and SIGKILL)."""
     names = {o.name for o in line.kept_options}
-    extra: list[str] = []
-    if os.geteuid() == 0 and "allow-run-as-root" not in names:
-        extra.append("--allow-run-as-root")
+    extra = root_option(line.kept_options, os.geteuid() == 0)
     crowded = workers > (os.cpu_count() or 1)
     if (emulated or crowded) and "oversubscribe" not in names:
         extra.append("--oversubscribe")

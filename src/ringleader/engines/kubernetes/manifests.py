@@ -35,7 +35,7 @@ from ringleader.engines.kubernetes.delivery import (
 )
 from ringleader.engines.kubernetes.objects import quantity
 from ringleader.errors import UsageError
-from ringleader.jobs.line import CommandLine
+from ringleader.jobs.line import CommandLine, root_option
 from ringleader.jobs.spec import JobSpec, KubeOptions, check_image_reference
 from ringleader.topology.cluster import check_name
 
@@ -241,7 +241,7 @@ def launcher_command(spec: JobSpec, namespace: str = "default", line: CommandLin
     may run as root (the image's user is not known here), as every engine's launcher does."""
     line = line or spec.command_line()
     if line.mpirun:
-        as_root = [] if any(o.name == "allow-run-as-root" for o in line.kept_options) else ["--allow-run-as-root"]
+        as_root = root_option(line.kept_options, as_root=True)  # the image's user: unknown here
         return [line.argv[0], "-np", str(spec.workers), *as_root, *line.kept, *line.program]
     master = f"{spec.name}-worker-0.{spec.name}.{namespace}.svc"
     return ["mpirun", "--allow-run-as-root", "-np", str(spec.workers), "-bind-to", "none", "-map-by", "slot",

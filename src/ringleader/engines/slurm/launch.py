@@ -21,7 +21,7 @@ from ringleader.engines.slurm import task
 from ringleader.engines.slurm.gres import request_gres
 from ringleader.engines.slurm.records import private_dir, write_private
 from ringleader.engines.slurm.task import TASK_FILE
-from ringleader.jobs.line import CommandLine, option_words
+from ringleader.jobs.line import MAPPING_OPTIONS, CommandLine, mca_parameter, mca_values, option_words, root_option
 from ringleader.jobs.spec import JobSpec
 from ringleader.runtime.plan import build_plan, job_env
 from ringleader.runtime.rank import stop_mca
@@ -36,24 +36,16 @@ def by_node(placement: Placement) -> Placement:
     return Placement(placement.job, tuple(WorkerSlot(i, s.node, s.gpus) for i, s in enumerate(slots)))
 
 
-# Where the ranks go is the placement's (the hostfile, in rank order, read by Open MPI's sequential
-# mapper): a user's mapping options are dropped, as on ssh hosts; and the launcher's own MCA
-# parameters (how mpirun reaches the nodes) replace a user's of the same name.
-_MAPPING_OPTIONS = {"map-by", "rank-by", "npernode", "npersocket", "ppr", "N"}
-
-
 def mpirun_head(line: CommandLine, grace_s: float) -> list[str]:
     """An mpirun line's launcher and options as the batch step runs it inside the allocation:
-    the user's options but mapping and the MCA parameters the launch owns, the ranks unbound
-    unless asked (Slurm decides the cores), and stopped as every rank is (``stop_mca``)."""
-    options = [o for o in line.kept_options if o.name not in _MAPPING_OPTIONS]
-    mca = {o.values[0]: o.values[1] for o in options if o.name in ("mca", "gmca") and len(o.values) == 2}
-    owned = {**task.LAUNCH_MCA, **stop_mca(mca, grace_s)}
-    options = [o for o in options if not (o.name in ("mca", "gmca") and o.values
-                                          and o.values[0] in (*owned, task.AGENT_MCA))]  # fmt: skip
-    head = [line.argv[0]]
-    if os.geteuid() == 0 and not any(o.name == "allow-run-as-root" for o in options):
-        head.append("--allow-run-as-root")
+    the user's options but mapping (the hostfile, in rank order, read by Open MPI's sequential
+    mapper, is where ranks go, as on ssh hosts) and the MCA parameters the launch owns (how mpirun
+    reaches the nodes replaces a user's setting of the same name), the ranks unbound unless asked
+    (Slurm decides the cores), and stopped as every rank is (``stop_mca``)."""
+    options = [o for o in line.kept_options if o.name not in MAPPING_OPTIONS]
+    owned = {**task.LAUNCH_MCA, **stop_mca(mca_values(options), grace_s)}
+    options = [o for o in options if mca_parameter(o) not in (*owned, task.AGENT_MCA)]
+    head = [line.argv[0], *root_option(options, os.geteuid() == 0)]
     if not any(o.name == "bind-to" for o in options):
         head += ["--bind-to", "none"]
     for key, value in owned.items():
@@ -72,7 +64,7 @@ def write_launch(
     env.update(spec.env)
     plan = build_plan(spec.name, placement, dict(specs), env, root)
     plan.update(
-        master_addr=addresses[placement.nodes[0]], master_port=0, program=program, mpi=line.mpirun,
+        master_addr=addresses[placement.nodes[0]], master_port=0, program=program,
         mpirun=mpirun_head(line, spec.stop_grace()) if line.mpirun else None,
         components=[{"node": n, "ntasks": sum(1 for s in placement.slots if s.node == n),
                      "gpus": list(placement.gpus_on(n))} for n in placement.nodes],

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ringleader.engines.embedded.hosts.ssh import write_config
-from ringleader.jobs.line import MpiOption, option_words
+from ringleader.jobs.line import MAPPING_OPTIONS, MpiOption, mca_parameter, mca_values, option_words, root_option
 from ringleader.jobs.spec import CONTAINER_RUNTIME_KEYS, JobSpec
 from ringleader.runtime.plan import rank_source
 from ringleader.runtime.rank import stop_mca
@@ -33,10 +33,9 @@ FORWARDED_KEYS = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV", "OMP_N
                   *CONTAINER_RUNTIME_KEYS)  # fmt: skip
 FORWARDED_PREFIXES = ("NCCL_", "GLOO_", "TORCH_", "MKL_")
 # Placement decides where ranks go (a hostfile read by the sequential mapper): a user's mapping
-# options are replaced, and the job's Started event says so. (Those that would map ranks elsewhere
-# were refused at submit, see runtime.commands.) --bind-to (on real hosts) and --oversubscribe are
-# kept as given.
-_MAPPING_OPTIONS = {"map-by", "rank-by", "npernode", "npersocket", "ppr", "N"}
+# options (MAPPING_OPTIONS) are replaced, and the job's Started event says so. (Those that would
+# map ranks elsewhere were refused at submit, see runtime.commands.) --bind-to (on real hosts) and
+# --oversubscribe are kept as given.
 # A lost daemon is noticed by Open MPI in about 5 + 2 x 3 s (its default is 5 minutes).
 KEEPALIVE_MCA = {"oob_tcp_keepalive_time": "5", "oob_tcp_keepalive_intvl": "2", "oob_tcp_keepalive_probes": "3"}
 
@@ -102,13 +101,12 @@ def hosts_command(
         options, program, mpirun = [], list(spec.command), "mpirun"
     emulated = any(n.emulated for n in placed)
     # Emulated nodes share this box's cores: binding would fail or pile ranks onto a few cores.
-    dropped = _MAPPING_OPTIONS | ({"bind-to"} if emulated else set())
+    dropped = MAPPING_OPTIONS | ({"bind-to"} if emulated else set())
     replaced = [o for o in options if o.name in dropped]
     options = [o for o in options if o.name not in dropped]
     given = {o.name for o in options}
     argv = [mpirun, "-np", str(len(plan["ranks"])), "--hostfile", str(hostfile), "--mca", "rmaps", "seq"]
-    if os.geteuid() == 0 and "allow-run-as-root" not in given:
-        argv.append("--allow-run-as-root")
+    argv += root_option(options, os.geteuid() == 0)
     if "bind-to" not in given:
         argv += ["--bind-to", "none"]
     argv.append("--tag-output")
@@ -119,9 +117,9 @@ def hosts_command(
     # value; keepalive tuning is the user's where given.
     owned = {"plm_rsh_agent": f"ssh -F {config}", "plm_rsh_no_tree_spawn": "1", "rmaps": "seq",
              **settings.get("mca", {}), **stop_mca(mca_values(options), spec.stop_grace())}  # fmt: skip
-    mca_replaced = [o for o in options if _mca(o) in owned and o.values[1] != str(owned[o.values[0]])]
-    options = [o for o in options if _mca(o) not in owned]
-    given_mca = {_mca(o) for o in options}
+    mca_replaced = [o for o in options if mca_parameter(o) in owned and o.values[1] != str(owned[o.values[0]])]
+    options = [o for o in options if mca_parameter(o) not in owned]
+    given_mca = {mca_parameter(o) for o in options}
     mca = {k: v for k, v in {**owned, **KEEPALIVE_MCA}.items() if k != "rmaps" and k not in given_mca}
     for key, value in mca.items():
         argv += ["--mca", key, str(value)]
@@ -144,14 +142,4 @@ def stop_options(options: list[MpiOption], grace_s: float) -> tuple[list[MpiOpti
     """``options`` without the parameters that decide how ranks are stopped, and the words that
     set those as every launcher of ringleader's does (``rank.stop_mca``)."""
     mca = stop_mca(mca_values(options), grace_s)
-    return [o for o in options if _mca(o) not in mca], [w for k, v in mca.items() for w in ("--mca", k, v)]
-
-
-def mca_values(options: list[MpiOption]) -> dict[str, str]:
-    """The ``--mca NAME VALUE`` settings among ``options``."""
-    return {o.values[0]: o.values[1] for o in options if _mca(o) is not None}
-
-
-def _mca(option: MpiOption) -> str | None:
-    """The parameter a ``--mca NAME VALUE`` option sets, else None."""
-    return option.values[0] if option.name in ("mca", "gmca") and len(option.values) == 2 else None
+    return [o for o in options if mca_parameter(o) not in mca], [w for k, v in mca.items() for w in ("--mca", k, v)]
