@@ -32,7 +32,8 @@ from ringleader.cli.output import (
 )
 from ringleader.engines import ALL_NAMESPACES, ENGINES, chosen_engine, open_engine
 from ringleader.engines.embedded.store import default_home
-from ringleader.errors import NotFoundError, UsageError
+from ringleader.errors import UsageError
+from ringleader.jobs.logfiles import instance_name
 from ringleader.jobs.states import JobStatus
 
 if TYPE_CHECKING:  # the runtime is imported by the commands that use it: `--help` stays quick
@@ -620,11 +621,9 @@ def _draw_top_job(name: str | None, output: str, engine: str | None, instance: s
     with using_engine(engine) as rt:
         jobs = [rt.get(name)] if name else rt.list_jobs()
         usage = rt.gpu_usage(name) if name else {}
-    if instance is not None:
-        kept = tuple(i for i in jobs[0].instances if instance in (i.name, i.name.removeprefix(f"{name}-")))
-        if not kept:
-            raise NotFoundError(f"instance {instance!r} not found in job {name}", f"see `ringleader get {name}`")
-        jobs = [dataclasses.replace(jobs[0], instances=kept)]
+    if instance is not None:  # as `logs -i` reads it: the full name, or `worker-1` for JOB-worker-1
+        chosen = instance_name(jobs[0], instance)
+        jobs = [dataclasses.replace(jobs[0], instances=tuple(i for i in jobs[0].instances if i.name == chosen))]
     if output in ("json", "yaml"):
         emit_data([j.to_dict() for j in jobs], output)
         return
