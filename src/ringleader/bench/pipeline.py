@@ -56,13 +56,11 @@ def run_pipeline(cfg: TrainConfig, launcher: Launcher, workers: int,
     load_before = os.getloadavg()
     runs: dict[str, list[float]] = {"loader": [], "synthetic": [], "real": []}
     last: dict[str, dict[str, Any]] = {}
-    skipped = 0
     for round_ in range(repeat):
         of = f" (round {round_ + 1} of {repeat})" if repeat > 1 else ""
         tick(f"loader alone (decode + augment){of}")
         loader = loader_throughput(cfg)
         runs["loader"].append(loader["images_per_sec"])
-        skipped += loader["skipped_images"]
         order = ("synthetic", "real") if round_ % 2 == 0 else ("real", "synthetic")
         for kind in order:
             where = "synthetic data" if kind == "synthetic" else "the files"
@@ -71,7 +69,6 @@ def run_pipeline(cfg: TrainConfig, launcher: Launcher, workers: int,
                                 cfg.backend, workers)  # fmt: skip
             runs[kind].append(done["images_per_sec_total"])
             last[kind] = done
-            skipped += int(done.get("skipped_images", 0)) if kind == "real" else 0
     syn, rea = median(runs["synthetic"]), median(runs["real"])
     result = {
         "kind": "pipeline", "model": cfg.model, "batch_size": cfg.batch_size,
@@ -82,7 +79,9 @@ def run_pipeline(cfg: TrainConfig, launcher: Launcher, workers: int,
         "synthetic_images_per_sec": syn, "real_images_per_sec": rea,
         "degradation": rea / syn if syn else 0.0, "runs": runs,
         "load_avg": {"before": list(load_before), "after": list(os.getloadavg())}, "cpus": os.cpu_count(),
-        "skipped_images": skipped, "synthetic": last["synthetic"], "real": last["real"],
+        # the last round's: every round reads the same files again
+        "skipped_images": loader["skipped_images"] + int(last["real"].get("skipped_images", 0)),
+        "synthetic": last["synthetic"], "real": last["real"],
     }  # fmt: skip
     result["notes"] = pipeline_notes(result)
     return result
