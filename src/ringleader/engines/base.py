@@ -17,7 +17,9 @@ from ringleader.jobs.support import Support
 from ringleader.jobs.views import GpuUsage, JobView, NodeHealth, SubmitResult
 
 if TYPE_CHECKING:  # the scheduler is imported by the calls that place: listing jobs does not need it
+    from ringleader.jobs.queues import QueueView
     from ringleader.scheduler import ClusterState
+    from ringleader.scheduler.teams import TeamQueue
 
 # The namespace `list -A` asks an engine with namespaces for: all of them (no namespace has this name).
 ALL_NAMESPACES = "*"
@@ -88,3 +90,31 @@ class Engine(NodeReads, JobReads, JobLogs, Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class TeamQueues(Protocol):
+    """Team queues (scheduler/teams.py) kept by an engine whose ``supports.queues`` is true."""
+
+    def create_queue(self, queue: TeamQueue, overwrite: bool = False) -> None:
+        """Keep ``queue`` (replace one of its name with ``overwrite``) and run the queue's pass."""
+        ...
+
+    def delete_queue(self, name: str) -> None:
+        """Forget a queue that no waiting or running job is in."""
+        ...
+
+    def queues(self) -> list[QueueView]:
+        """Every queue as `queue list` shows it, the default queue last."""
+        ...
+
+
+@runtime_checkable
+class NodeCordons(Protocol):
+    """Nodes kept out of placement, by hand or once blamed for failures (``supports.restarts``)."""
+
+    def cordon_node(self, node: str, reason: str) -> None: ...
+
+    def uncordon_node(self, node: str) -> None:
+        """End a cordon, forget the faults blamed on ``node``, and run the queue's pass."""
+        ...

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ringleader.errors import UsageError
-from ringleader.scheduler.teams import ANY_TYPE, DEFAULT_QUEUE, MAX_GPUS, TeamQueue
+from ringleader.errors import NotFoundError, UsageError
+from ringleader.scheduler import Decision
+from ringleader.scheduler.teams import ANY_TYPE, DEFAULT_QUEUE, MAX_GPUS, TeamQueue, Teams
 from ringleader.topology.cluster import check_name
 
 GPU_TYPE_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
@@ -68,6 +69,24 @@ def check_queue(queue: TeamQueue, others: Iterable[TeamQueue]) -> TeamQueue:
     return queue
 
 
+def check_queue_exists(queues: Iterable[TeamQueue], name: str | None) -> None:
+    """A job's --queue names a queue kept here (None: the default queue, always there)."""
+    if name is not None and not any(q.name == name for q in queues):
+        raise NotFoundError(f"queue {name!r} not found", f"create it (`ringleader queue create {name} --gpus N`) "
+                            "or see `ringleader queue list`")  # fmt: skip
+
+
+def preempted_by(by: Decision) -> str:
+    """How a victim's Preempted event names its preemptor, the same on every engine: who, why
+    (a higher priority, or its queue's quota taken back), and where it starts how fast."""
+    assert by.preemption is not None
+    who = f"job {by.job.name} (priority {by.job.priority}), which"
+    if by.preemption.reclaim:
+        who = f"job {by.job.name} of queue {by.job.queue}, which takes back the quota this job's queue borrowed and"
+    return (f"by {who} starts on {by.preemption.placement.describe()} at {by.preemption.images_per_s:.0f} "
+            "images/s")  # fmt: skip
+
+
 @dataclass(frozen=True)
 class QueueView:
     """A queue as `queue list` shows it: its settings, the GPUs its running jobs hold (per quota
@@ -94,3 +113,20 @@ class QueueView:
             "held": dict(self.held), "borrowed": self.borrowed, "running": self.running, "pending": self.pending,
             "fair_share": round(self.fair_share, 4), "usage_gpu_h": round(self.usage_gpu_h, 4),
         }  # fmt: skip
+
+
+def queue_views(
+    kept: Sequence[TeamQueue], teams: Teams | None, counts: Mapping[str, Sequence[int]], usage: Mapping[str, float]
+) -> list[QueueView]:
+    """What `queue list` shows of every queue kept and of the default queue (last): ``teams`` the
+    queues' pass (None while no queue was created), ``counts`` queue -> [running, pending] jobs,
+    ``usage`` queue -> recent GPU-seconds."""
+    views = []
+    for queue in [*kept, TeamQueue(DEFAULT_QUEUE)]:
+        running, pending = counts.get(queue.name, [0, 0])
+        held = teams.use.get(queue.name, {}) if teams is not None else {}
+        borrowed = sum(teams.borrowed(queue).values()) if teams is not None and queue.limited else 0
+        share = teams.shares.get(queue.name, 1.0) if teams is not None else 1.0
+        views.append(QueueView(queue.name, queue.quota, queue.weight, queue.cohort, dict(held), borrowed, running,
+                               pending, share, usage.get(queue.name, 0.0) / 3600))  # fmt: skip
+    return views

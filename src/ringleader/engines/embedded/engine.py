@@ -30,7 +30,6 @@ from ringleader.engines.embedded.lifecycle import (
     schedule_pass,
     schedule_pass_decisions,
     team_queues,
-    without_cordoned,
 )
 from ringleader.engines.embedded.liveness import lease_seconds
 from ringleader.engines.embedded.nodes import (
@@ -52,10 +51,11 @@ from ringleader.errors import (
     StateError,
     UsageError,
 )
+from ringleader.jobs.failures import without_cordoned
 from ringleader.jobs.line import CommandLine
 from ringleader.jobs.logfiles import follow_log, instance_name, read_log, wait_until_ended
 from ringleader.jobs.prediction import placement_from_plan, predict_job
-from ringleader.jobs.queues import QueueView, check_queue
+from ringleader.jobs.queues import QueueView, check_queue, check_queue_exists, queue_views
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import JobStatus, Launch
 from ringleader.jobs.submit import Submission, duplicate, refuse_unresolvable, submit_job
@@ -65,7 +65,7 @@ from ringleader.runtime.containers import job_label, spec_in_image
 from ringleader.runtime.plan import log_path
 from ringleader.runtime.procs import grace_seconds
 from ringleader.scheduler import ClusterState, Code, Decision
-from ringleader.scheduler.teams import DEFAULT_QUEUE, TeamQueue, queue_of
+from ringleader.scheduler.teams import TeamQueue, queue_of
 from ringleader.statefolder import remove_job_folders
 from ringleader.topology import load_cluster_file
 
@@ -306,7 +306,7 @@ class Runtime:
         """Its queue must exist (checked again when it commits); every node declared here can
         start what fits on it."""
         with self.db.read() as conn:
-            _check_queue_exists(conn, decision.job.queue)
+            check_queue_exists(store.queues(conn), decision.job.queue)
 
     def describe(self, sub: Submission, decision: Decision) -> dict[str, Any]:
         return {}  # the ranks' plan is written when the job starts
@@ -321,7 +321,7 @@ class Runtime:
             now = time.time()  # taken under the lock: the wait for it may be long
             if store.job_row(conn, spec.name) is not None:
                 raise duplicate(spec.name, self.supports)
-            _check_queue_exists(conn, spec.queue)
+            check_queue_exists(store.queues(conn), spec.queue)
             remove_job_folders(self.home, spec.name)  # left by a delete that was killed: not this job's
             store.insert_job(conn, spec.to_dict(), spec.priority, now)
             store.add_event(conn, spec.name, "Submitted", spec.describe(), now)
@@ -380,15 +380,7 @@ class Runtime:
                 name = queue_of(JobSpec.from_dict(json.loads(row["spec"])))
                 counts.setdefault(name, [0, 0])[row["status"] != JobStatus.RUNNING.value] += 1
             usage = store.queue_usage(conn, now)
-        views = []
-        for queue in [*kept, TeamQueue(DEFAULT_QUEUE)]:
-            running, pending = counts.get(queue.name, [0, 0])
-            held = teams.use.get(queue.name, {}) if teams is not None else {}
-            borrowed = sum(teams.borrowed(queue).values()) if teams is not None and queue.limited else 0
-            share = teams.shares.get(queue.name, 1.0) if teams is not None else 1.0
-            views.append(QueueView(queue.name, queue.quota, queue.weight, queue.cohort, dict(held), borrowed, running,
-                                   pending, share, usage.get(queue.name, 0.0) / 3600))  # fmt: skip
-        return views
+        return queue_views(kept, teams, counts, usage)
 
     def get(self, name: str) -> JobView:
         with self.db.read() as conn:
@@ -604,7 +596,3 @@ def _check_program(spec: JobSpec, program: str, err: type[UsageError]) -> None:
         raise err(f"program {program!r} not found on PATH", "install it or give its full path")
 
 
-def _check_queue_exists(conn: sqlite3.Connection, queue: str | None) -> None:
-    if queue is not None and not any(q.name == queue for q in store.queues(conn)):
-        raise NotFoundError(f"queue {queue!r} not found", f"create it (`ringleader queue create {queue} --gpus N`) "
-                            "or see `ringleader queue list`")  # fmt: skip

@@ -6,17 +6,15 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Mapping
-from dataclasses import replace
 
 from ringleader.engines.embedded import store
 from ringleader.jobs.codec import decision_to_dict, expected_end, placement_to_dict
-from ringleader.jobs.failures import BLAMES_TO_CORDON, Failure
+from ringleader.jobs.failures import BLAMES_TO_CORDON, Failure, without_cordoned
 from ringleader.jobs.prediction import queue_estimator
+from ringleader.jobs.queues import preempted_by
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import InstanceStatus, JobStatus, Launch
 from ringleader.scheduler import ClusterState, Code, Decision, QueuedJob, RunningGang, schedule_queue
-from ringleader.scheduler.queue import UNUSABLE
 from ringleader.scheduler.teams import Teams, queue_of, run_usage
 
 # meta key: how jobs on ssh hosts launch here (extra MCA parameters, rank env, the head's
@@ -113,11 +111,7 @@ def preempt_job(conn: sqlite3.Connection, name: str, by: Decision, now: float) -
     store.update_job(conn, name, launch=Launch.PREEMPTING, stop_grace=grace)
     assert by.preemption is not None
     how = "SIGKILL at once" if grace <= 0 else f"SIGTERM, then SIGKILL after {grace:g} s"
-    who = f"job {by.job.name} (priority {by.job.priority}), which"
-    if by.preemption.reclaim:
-        who = f"job {by.job.name} of queue {by.job.queue}, which takes back the quota this job's queue borrowed and"
-    store.add_event(conn, name, "Preempted", f"by {who} starts on {by.preemption.placement.describe()} at "
-                    f"{by.preemption.images_per_s:.0f} images/s: {how}; then requeued", now)  # fmt: skip
+    store.add_event(conn, name, "Preempted", f"{preempted_by(by)}: {how}; then requeued", now)
 
 
 def expected_ends(conn: sqlite3.Connection, now: float) -> dict[str, float]:
@@ -249,20 +243,6 @@ def blame_node(conn: sqlite3.Connection, name: str, failure: Failure, now: float
         store.cordon(conn, failure.node, reason, now)
         store.add_event(conn, name, "NodeCordoned", f"node {failure.node} cordoned: {reason}; `ringleader node "
                         f"uncordon {failure.node}` ends it", now)  # fmt: skip
-
-
-def without_cordoned(state: ClusterState, cordoned: Mapping[str, str]) -> ClusterState:
-    """``state`` with the free GPUs of cordoned nodes held (UNUSABLE): no gang is placed there,
-    and no plan counts on them; what runs there runs on."""
-    changed = {}
-    for name in cordoned:
-        pos = state.positions.get(name)
-        if pos is None:
-            continue
-        ns = state.nodes[pos]
-        held = tuple(sorted([*ns.allocated, *((g, UNUSABLE) for g in ns.free_gpus)]))
-        changed[pos] = replace(ns, allocated=held)
-    return state.with_nodes(changed)
 
 
 def finish_job(
