@@ -53,3 +53,25 @@ print("training", flush=True)
 while True:
     time.sleep(0.1)
 """
+
+
+def resuming_rank(folder: Path) -> str:
+    """The first run trains, saving a checkpoint per rank every 0.1 s; a later run resumes from
+    it, says from where and on which node, and ends."""
+    return f"""
+import os, time
+folder, rank = {str(folder)!r}, os.environ["RANK"]
+ckpt = os.path.join(folder, "ckpt-" + rank)
+if os.environ["RINGLEADER_RESTARTS"] != "0":
+    step = int(open(ckpt).read()) if os.path.exists(ckpt) else 0
+    with open(os.path.join(folder, "resumed-" + rank), "w") as fh:
+        fh.write(f"{{step}} {{os.environ['RINGLEADER_NODE']}}")
+    raise SystemExit(0)
+step = 0
+while True:
+    step += 1
+    with open(ckpt + ".tmp", "w") as fh:
+        fh.write(str(step))
+    os.replace(ckpt + ".tmp", ckpt)
+    time.sleep(0.1)
+"""

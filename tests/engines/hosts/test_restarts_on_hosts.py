@@ -9,33 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from rankprograms import resuming_rank
 from ringleader.engines.embedded.engine import Runtime
 from ringleader.engines.embedded.hosts.netns import NS_IFACE, Names
 from ringleader.jobs.states import JobStatus
 
 pytestmark = pytest.mark.slow
-
-
-def checkpointing(folder: Path) -> str:
-    """The first run trains, saving a checkpoint per rank every 0.1 s; a later run resumes from
-    it, says from where and on which node, and ends."""
-    return f"""
-import os, time
-folder, rank = {str(folder)!r}, os.environ["RANK"]
-ckpt = os.path.join(folder, "ckpt-" + rank)
-if os.environ["RINGLEADER_RESTARTS"] != "0":
-    step = int(open(ckpt).read()) if os.path.exists(ckpt) else 0
-    with open(os.path.join(folder, "resumed-" + rank), "w") as fh:
-        fh.write(f"{{step}} {{os.environ['RINGLEADER_NODE']}}")
-    raise SystemExit(0)
-step = 0
-while True:
-    step += 1
-    with open(ckpt + ".tmp", "w") as fh:
-        fh.write(str(step))
-    os.replace(ckpt + ".tmp", ckpt)
-    time.sleep(0.1)
-"""
 
 
 def link(home: Path, node: str, state: str) -> None:
@@ -47,7 +26,7 @@ def test_a_gang_whose_node_loses_its_network_restarts_elsewhere_from_its_checkpo
     hosts: Runtime, h, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("RINGLEADER_GRACE_S", "2")
-    (tmp_path / "rank.py").write_text(checkpointing(tmp_path))
+    (tmp_path / "rank.py").write_text(resuming_rank(tmp_path))
     hosts.submit(h.job("train", ["python3", str(tmp_path / "rank.py")], workers=2, gpus=1, topology_aware=True,
                        max_restarts=3))  # fmt: skip
     h.wait_for(lambda: all((tmp_path / f"ckpt-{r}").exists() for r in range(2)), 60, "both ranks to checkpoint")

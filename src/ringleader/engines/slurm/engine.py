@@ -8,7 +8,9 @@ Every decision is ``place()`` on a snapshot read from Slurm at that moment (`sco
 node` and `show job`), so jobs submitted with plain sbatch are respected. A gang that fits is
 submitted as one heterogeneous job pinned to its nodes and GPU ids (``launch.py``); one that
 does not fit waits in ringleader's queue (``<home>/slurm/jobs``) and a small watcher process
-submits it when it fits, in priority then FIFO order.
+submits it when it fits, in priority then FIFO order, under the team queues' quotas
+(``teams.py``). A failed gang with restarts left goes back to that queue; a node blamed for two
+failures is drained in Slurm, with the reason.
 """
 
 from __future__ import annotations
@@ -27,17 +29,21 @@ from ringleader import settings
 from ringleader.engines.slurm import slurmcli, state
 from ringleader.engines.slurm.launch import sbatch_argv, write_launch
 from ringleader.engines.slurm.records import Records, add_event, private_dir
-from ringleader.engines.slurm.views import NOT_YET, job_view, slurm_status
-from ringleader.errors import NotFoundError, UsageError
+from ringleader.engines.slurm.teams import TeamFiles, record_usage
+from ringleader.engines.slurm.views import NOT_YET, failed_rank, job_view, launch_plan, slurm_status
+from ringleader.errors import ConflictError, NotFoundError, RingleaderError, UsageError
 from ringleader.jobs.codec import decision_to_dict, expected_end
+from ringleader.jobs.failures import BLAMES_TO_CORDON, LOG_TAIL_BYTES, Failure, classify, without_cordoned
 from ringleader.jobs.logfiles import follow_log, instance_name, read_log, wait_until_ended
 from ringleader.jobs.prediction import placement_from_plan, predict_job, queue_estimator
+from ringleader.jobs.queues import QueueView, check_queue, check_queue_exists, preempted_by, queue_views
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import JobStatus
 from ringleader.jobs.submit import Submission, duplicate, submit_job
 from ringleader.jobs.support import Support
-from ringleader.jobs.views import GpuUsage, JobView, NodeHealth, SubmitResult
+from ringleader.jobs.views import CORDONED, GpuUsage, JobView, NodeHealth, SubmitResult
 from ringleader.scheduler import ClusterState, Decision, QueuedJob, RunningGang, schedule_queue
+from ringleader.scheduler.teams import TeamQueue, Teams, queue_of
 
 DELETE_WAIT_S = 60.0
 # How long a preempted Slurm job takes to free its GPUs, as the queue plans it: Slurm's KillWait
@@ -45,6 +51,8 @@ DELETE_WAIT_S = 60.0
 PREEMPT_DELAY_S = 30.0
 KILL_STEPS_WAIT_S = 10.0  # a SIGKILLed step ends at once; beyond this the cancel goes anyway
 FIRST_LOOK_S = 3.0
+# Slurm's Reason= of the nodes ringleader drains: `node uncordon` resumes only those.
+DRAIN_MARK = "ringleader: "
 
 
 class SlurmEngine:
@@ -52,13 +60,14 @@ class SlurmEngine:
         self.home = home.absolute()
         self.root = self.home / "slurm"
         self.records = Records(self.root)
+        self.teams = TeamFiles(self.root)
         self.readonly = readonly
         self.partition = settings.text("RINGLEADER_SLURM_PARTITION")
         self.notes: list[str] = []
         self._slurm_nodes: dict[str, state.SlurmNode] = {}  # as the last snapshot() read them
 
     supports = Support("slurm", time_limit=True, network_tree=True, start_rules=True, preemption=True,
-                       calibration=True,
+                       calibration=True, queues=True, restarts=True,
                        more_room="add nodes to the Slurm partition")  # fmt: skip
 
     def close(self) -> None:
@@ -86,7 +95,8 @@ class SlurmEngine:
                 chosen = (record.get("plan") or {}).get("chosen") or {}
                 for w in chosen.get("workers", []):
                     reserved.setdefault(record["name"], {}).setdefault(w["node"], []).extend(w["gpus"])
-        return state.cluster_state(nodes, specs, holders, reserved), {n.name: n for n in nodes}, jobs
+        snapshot = without_cordoned(state.cluster_state(nodes, specs, holders, reserved), self.teams.cordons())
+        return snapshot, {n.name: n for n in nodes}, jobs
 
     def nodes(self) -> ClusterState:
         return self._snapshot()[0]
@@ -94,7 +104,11 @@ class SlurmEngine:
     def node_health(self, names: Sequence[str] | None = None) -> dict[str, NodeHealth]:
         """Each node's State from `scontrol show node` (with its Reason=); GPU health n/a."""
         nodes = [n for n in state.read_nodes() if not self.partition or self.partition in n.partitions]
-        return {n.name: n.health() for n in nodes if names is None or n.name in names}
+        health = {n.name: n.health() for n in nodes if names is None or n.name in names}
+        for name, why in self.teams.cordons().items():
+            if name in health:  # what ringleader decided beats what Slurm says (it drained it too, where it may)
+                health[name] = replace(health[name], status=CORDONED, reason=why)
+        return health
 
     # -- submit and the queue -------------------------------------------------------------------
     def submit(self, spec: JobSpec, dry_run: bool = False) -> SubmitResult:
@@ -114,6 +128,7 @@ class SlurmEngine:
     def check(self, decision: Decision, state: ClusterState) -> None:
         """Slurm can be asked for exact GPU ids only on nodes with one GRES type per GPU; a node
         whose GPU links nobody declared places as if every pair were SYS (a note)."""
+        check_queue_exists(self.teams.queues(), decision.job.queue)
         if decision.ok and decision.job.gpus_per_worker:
             _require_typed(decision, self._slurm_nodes)
         blind = [ns.name for ns in state.nodes if ns.spec.topology.source.startswith("unknown")]
@@ -132,6 +147,7 @@ class SlurmEngine:
         with self.records.locked():
             if self.exists(spec.name):
                 raise duplicate(spec.name, self.supports)
+            check_queue_exists(self.teams.queues(), spec.queue)
             record: dict[str, Any] = {
                 "name": spec.name, "spec": spec.to_dict(), "created_at": time.time(), "priority": spec.priority,
                 "status": JobStatus.PENDING.value, "reason": None, "plan": None,
@@ -181,12 +197,15 @@ class SlurmEngine:
         if not queued:
             return {}
         snapshot, nodes, _ = self._snapshot()
+        now = time.time()
         specs = {r["name"]: JobSpec.from_dict(r["spec"]) for r in queued}
         order = [QueuedJob(specs[r["name"]].request(), i, r.get("created_at")) for i, r in enumerate(queued)]
-        running = self._preemptible() if any(q.job.may_preempt for q in order) else {}
-        _, decisions = schedule_queue(snapshot, order, now=time.time(), expected_ends=self._expected_ends(),
+        teams = self._team_queues(snapshot, now)
+        reclaims = teams is not None and any(teams.queue(q.job) is not None for q in order)
+        running = self._preemptible() if reclaims or any(q.job.may_preempt for q in order) else {}
+        _, decisions = schedule_queue(snapshot, order, now=now, expected_ends=self._expected_ends(),
                                       estimate=queue_estimator(specs.values()), running=running,
-                                      preempt_delay_s=PREEMPT_DELAY_S)  # fmt: skip
+                                      preempt_delay_s=PREEMPT_DELAY_S, teams=teams)  # fmt: skip
         out = {}
         for decision in decisions:
             record = next(r for r in queued if r["name"] == decision.job.name)
@@ -229,22 +248,173 @@ class SlurmEngine:
         assert by.preemption is not None
         slurmcli.run(["scancel", record["slurm_id"]], check=False)
         record["preempted_by"] = by.job.name
-        add_event(record, "Preempted", f"by job {by.job.name} (priority {by.job.priority}), which starts on "
-                                       f"{by.preemption.placement.describe()} at {by.preemption.images_per_s:.0f} "
-                                       f"images/s: Slurm job {record['slurm_id']} cancelled (SIGTERM, then SIGKILL "
-                                       "after KillWait); then requeued")  # fmt: skip
+        add_event(record, "Preempted", f"{preempted_by(by)}: Slurm job {record['slurm_id']} cancelled (SIGTERM, "
+                                       "then SIGKILL after KillWait); then requeued")  # fmt: skip
         self.records.save(record)
 
-    def _requeue(self, record: dict[str, Any]) -> None:
-        """A preempted job whose Slurm job has ended: back in ringleader's queue, its restart count
-        raised (its next run gets RINGLEADER_RESTARTS); its logs are kept, its run folder not."""
+    def _requeue(self, record: dict[str, Any], why: str = "preempted", ended: float | None = None) -> None:
+        """A preempted (or failed, restarted) job whose Slurm job has ended: back in ringleader's
+        queue, its restart count raised (its next run gets RINGLEADER_RESTARTS), the run it ends
+        kept for its queue's fair share; its logs are kept, its run folder not."""
         restarts = int(record.get("restarts", 0)) + 1
+        if record.get("started_at"):
+            end = ended or record.get("ended_at") or time.time()
+            record.setdefault("runs", []).append([record["started_at"], max(end, record["started_at"])])
         shutil.rmtree(self.root / "run" / record["name"], ignore_errors=True)
         add_event(record, "Requeued", f"Slurm job {record['slurm_id']} ended; back in the queue, to run again with "
                                       f"RINGLEADER_RESTARTS={restarts} (resume from your checkpoint)")  # fmt: skip
         record.update(status=JobStatus.PENDING.value, slurm_id=None, started_at=None, ended_at=None,
-                      restarts=restarts, preempted_by=None,
-                      reason=f"preempted; requeued (restart {restarts})")  # fmt: skip
+                      restarts=restarts, preempted_by=None, reason=f"{why}; requeued (restart {restarts})")  # fmt: skip
+
+    # -- team queues (scheduler/teams.py) ---------------------------------------------------------
+    def _team_queues(self, snapshot: ClusterState, now: float) -> Teams | None:
+        """The queues with the GPUs their gangs hold in Slurm (running, or submitted and waiting
+        for their exact GPUs; a preempted one has given its quota back) and their fair-share
+        factors from every run so far; None while no queue was created."""
+        kept = self.teams.queues()
+        if not kept:
+            return None
+        usage = self.teams.forgotten_usage(now)
+        gang_queue = {}
+        for record in self.records.all():
+            queue = queue_of(JobSpec.from_dict(record["spec"]))
+            usage[queue] = usage.get(queue, 0.0) + record_usage(record, now)
+            holding = record.get("slurm_id") and not JobStatus(record["status"]).is_terminal()
+            if holding and not record.get("preempted_by"):
+                gang_queue[record["name"]] = queue
+        return Teams.of(kept, snapshot, gang_queue, usage)
+
+    def create_queue(self, queue: TeamQueue, overwrite: bool = False) -> None:
+        """Keep ``queue`` (with ``overwrite``, replace the one of that name) and run the queue's
+        pass: a new quota may start or stop what waits."""
+        with self.records.locked():
+            with self.teams.locked():
+                kept = self.teams.queues()
+                check_queue(queue, kept)
+                if not overwrite and any(q.name == queue.name for q in kept):
+                    fix = f"give --overwrite to change it, or `ringleader queue delete {queue.name}`"
+                    raise ConflictError(f"queue {queue.name!r} already exists", fix)
+                self.teams.put_queue(queue)
+            self._schedule_locked()
+        if self._queued():
+            self._start_watcher()
+
+    def delete_queue(self, name: str) -> None:
+        """Forget a queue that no waiting or running job is in."""
+        with self.records.locked(), self.teams.locked():
+            if not any(q.name == name for q in self.teams.queues()):
+                raise NotFoundError(f"queue {name!r} not found", "see `ringleader queue list --engine slurm`")
+            active = [r["name"] for r in self.records.all()
+                      if not JobStatus(r["status"]).is_terminal() and r["spec"].get("queue") == name]  # fmt: skip
+            if active:
+                raise ConflictError(f"queue {name!r} has {len(active)} waiting or running job(s), {active[0]} first",
+                                    f"delete them first (`ringleader delete {' '.join(active[:3])}`)")  # fmt: skip
+            self.teams.delete_queue(name)
+
+    def queues(self) -> list[QueueView]:
+        """Every queue with its quota, what its gangs hold and borrow, its jobs and its fair share
+        (the default queue, of jobs without --queue, last)."""
+        snapshot = self.nodes()  # records brought up to date
+        now = time.time()
+        teams = self._team_queues(snapshot, now)
+        counts: dict[str, list[int]] = {}
+        usage = self.teams.forgotten_usage(now)
+        for record in self.records.all():
+            queue = queue_of(JobSpec.from_dict(record["spec"]))
+            usage[queue] = usage.get(queue, 0.0) + record_usage(record, now)
+            if not JobStatus(record["status"]).is_terminal():
+                counts.setdefault(queue, [0, 0])[record["status"] != JobStatus.RUNNING.value] += 1
+        return queue_views(self.teams.queues(), teams, counts, usage)
+
+    # -- restarts and cordons (jobs/failures.py) ---------------------------------------------------
+    def _failure(self, record: dict[str, Any], components: list[dict[str, str]]) -> Failure:
+        """How the job's run failed: a node Slurm lost under it (NODE_FAIL: the job's node Slurm
+        now has down, as a health check or a lost slurmd leaves it), else its first failed rank's
+        exit, node and the end of its log."""
+        plan = launch_plan(self.root, record["name"]) or {}
+        job_nodes = sorted({r["node"] for r in plan.get("ranks", [])})
+        if any(c.get("JobState") == "NODE_FAIL" for c in components):
+            down = {n.name: n for n in state.read_nodes() if n.name in job_nodes and not n.usable}
+            node = next(iter(down), job_nodes[0] if job_nodes else None)
+            said = f"{down[node].state}: {down[node].reason}" if node in down else "lost"
+            return Failure(True, f"Slurm: NODE_FAIL, node {node} {said}", node)
+        failed = failed_rank(plan)
+        if failed is None:
+            return Failure(False, "no rank said why")
+        entry, st = failed
+        try:
+            tail = read_log(self.root / "logs" / record["name"] / f"{entry['instance']}.log", tail=200)
+        except (OSError, RingleaderError):
+            tail = ""
+        return classify(st.get("exit_code"), st.get("error") or "", entry["node"], False, tail[-LOG_TAIL_BYTES:],
+                        job_nodes)  # fmt: skip
+
+    def _restart(self, record: dict[str, Any], components: list[dict[str, str]], reason: str | None,
+                 ended: float | None) -> bool:  # fmt: skip
+        """A run that failed: its fault blamed on its node (drained once blamed twice) and, with
+        restarts left and not stopped at its time limit, the gang cancelled whole (SIGTERM,
+        KillWait, SIGKILL) and requeued; True when it was."""
+        spec = JobSpec.from_dict(record["spec"])
+        failure = self._failure(record, components)
+        self._blame(record, failure)
+        failed_runs = int(record.get("failed_runs", 0))
+        if (reason or "").startswith("TIMEOUT") or failed_runs >= spec.max_restarts:
+            return False
+        if any(c.get("JobState") in state.RUNNING_STATES for c in components):
+            slurmcli.run(["scancel", record["slurm_id"]], check=False)
+        record["failed_runs"] = failed_runs + 1
+        add_event(record, "Restarting", f"{reason or 'it failed'}; {failure.why}; restart {failed_runs + 1} of "
+                                        f"{spec.max_restarts} (--max-restarts)")  # fmt: skip
+        self._requeue(record, why=f"failed ({failure.why})", ended=ended)
+        return True
+
+    def _blame(self, record: dict[str, Any], failure: Failure) -> None:
+        """A node or network fault counted against its node; the node is cordoned (drained in
+        Slurm with the reason, where ringleader may) once blamed ``BLAMES_TO_CORDON`` times."""
+        if not failure.node_fault or failure.node is None:
+            return
+        with self.teams.locked():
+            blamed = self.teams.blame(failure.node, record["name"], int(record.get("restarts", 0)), failure.why,
+                                      time.time())  # fmt: skip
+            if blamed < BLAMES_TO_CORDON or failure.node in self.teams.cordons():
+                return
+            reason = f"blamed for {blamed} failures, the last of job {record['name']}: {failure.why}"
+            drained = self._cordon(failure.node, reason)
+        add_event(record, "NodeCordoned", f"node {failure.node} cordoned: {reason}; {drained}; `ringleader node "
+                                          f"uncordon {failure.node}` ends it")  # fmt: skip
+
+    def _cordon(self, node: str, reason: str) -> str:
+        """Kept out of ringleader's placements, and drained in Slurm where ringleader may (so
+        plain sbatch jobs stay off it too); says which."""
+        self.teams.cordon(node, reason)
+        done = slurmcli.run(["scontrol", "update", f"nodename={node}", "state=drain",
+                             f"reason={DRAIN_MARK}{reason}"[:200]], check=False)  # fmt: skip
+        if done.returncode == 0:
+            return "drained in Slurm"
+        return f"not drained in Slurm ({(done.stderr or done.stdout).strip()[:120]}): only ringleader keeps off it"
+
+    def cordon_node(self, node: str, reason: str) -> None:
+        """Place no new job on ``node`` (what runs there runs on), drained in Slurm where ringleader may."""
+        self._known_node(node)
+        with self.teams.locked():
+            self._cordon(node, reason)
+
+    def uncordon_node(self, node: str) -> None:
+        """End ringleader's cordon (and its drain in Slurm), forget the faults blamed on ``node``,
+        and run the queue's pass. A node an administrator drained stays so."""
+        slurm_node = self._known_node(node)
+        with self.teams.locked():
+            if not self.teams.uncordon(node):
+                raise ConflictError(f"node {node!r} is not cordoned by ringleader", "see `ringleader top node`")
+        if slurm_node.reason.startswith(DRAIN_MARK):
+            slurmcli.run(["scontrol", "update", f"nodename={node}", "state=resume"], check=False)
+        self.schedule()
+
+    def _known_node(self, node: str) -> state.SlurmNode:
+        found = {n.name: n for n in state.read_nodes()}
+        if node not in found:
+            raise NotFoundError(f"node {node!r} not found", "see `ringleader top node`")
+        return found[node]
 
     def _expected_ends(self) -> dict[str, float]:
         """When ringleader's running Slurm jobs are expected to end: at the end of the run their
@@ -268,8 +438,8 @@ class SlurmEngine:
         assert decision.placement is not None
         specs = {ns.name: ns.spec for ns in snapshot.nodes}
         addresses = {name: n.address for name, n in nodes.items()}
-        spec = replace(spec, env={**spec.env, "RINGLEADER_RESTARTS": str(record.get("restarts", 0))})
-        script, plan = write_launch(self.root, spec, decision.placement, specs, addresses)
+        script, plan = write_launch(self.root, spec, decision.placement, specs, addresses,
+                                    int(record.get("restarts", 0)))  # fmt: skip
         done = slurmcli.run(sbatch_argv(spec, plan, script, self.root, self.partition))
         record["slurm_id"] = done.stdout.strip().split(";")[0]
         record["reason"] = None
@@ -308,8 +478,12 @@ class SlurmEngine:
         # Cancelled for a preemption: requeued; one that succeeded before the cancel came is done.
         if record.get("preempted_by") and status is JobStatus.FAILED:
             if not self.readonly:
-                self._requeue(record)
+                self._requeue(record, ended=ended)
                 self.records.save(record)
+            return record
+        # A failed run: restarted while it has restarts left (the next pass places it again).
+        if status is JobStatus.FAILED and not self.readonly and self._restart(record, components, reason, ended):
+            self.records.save(record)
             return record
         if status is not JobStatus(record["status"]):
             add_event(record, status.value.capitalize(), reason or f"Slurm job {ident}")
@@ -382,6 +556,8 @@ class SlurmEngine:
             for record in records:
                 if record.get("slurm_id"):
                     self._wait_gone(record["slurm_id"])
+                with self.teams.locked():
+                    self.teams.forget(record, time.time())
                 self.records.remove(record["name"])
                 for sub in ("run", "logs"):
                     shutil.rmtree(self.root / sub / record["name"], ignore_errors=True)

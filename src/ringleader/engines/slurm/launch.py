@@ -54,16 +54,20 @@ def mpirun_head(line: CommandLine, grace_s: float) -> list[str]:
 
 
 def write_launch(
-    root: Path, spec: JobSpec, placement: Placement, specs: Mapping[str, NodeSpec], addresses: Mapping[str, str]
+    root: Path, spec: JobSpec, placement: Placement, specs: Mapping[str, NodeSpec], addresses: Mapping[str, str],
+    restarts: int = 0,
 ) -> tuple[Path, dict[str, Any]]:
-    """The rank plan (``<root>/run/<job>/plan.json``) and the batch script next to it."""
+    """The rank plan (``<root>/run/<job>/plan.json``) and the batch script next to it; ``restarts``:
+    how often the job ran before (RINGLEADER_RESTARTS, and torchrun's TORCHELASTIC_RESTART_COUNT)."""
     placement = by_node(placement)
     env = job_env(spec.submit_env)
     line = spec.command_line()
     program = list(line.program) if line.mpirun else list(spec.command)
     env.update(spec.env)
+    env["RINGLEADER_RESTARTS"] = str(restarts)  # to resume from its checkpoint
     plan = build_plan(spec.name, placement, dict(specs), env, root)
     plan.update(
+        restarts=restarts, max_restarts=spec.max_restarts,
         master_addr=addresses[placement.nodes[0]], master_port=0, program=program,
         mpirun=mpirun_head(line, spec.stop_grace()) if line.mpirun else None,
         components=[{"node": n, "ntasks": sum(1 for s in placement.slots if s.node == n),
@@ -90,8 +94,10 @@ def sbatch_argv(spec: JobSpec, plan: dict[str, Any], script: Path, root: Path, p
     # Made here, private, and appended to: Slurm would create it with the job's umask.
     output = batch_log(root, spec.name)
     os.close(os.open(output, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+    # --no-requeue: pinned to its nodes, a job Slurm requeued after a node failure would wait for
+    # the lost node; ringleader requeues it in its own queue, to be placed again (--max-restarts).
     argv = ["sbatch", "--parsable", f"--job-name={spec.name}", "--comment=ringleader", f"--output={output}",
-            "--open-mode=append", f"--chdir={spec.workdir or os.getcwd()}"]  # fmt: skip
+            "--open-mode=append", "--no-requeue", f"--chdir={spec.workdir or os.getcwd()}"]  # fmt: skip
     for k, comp in enumerate(plan["components"]):
         if k:
             argv.append(":")

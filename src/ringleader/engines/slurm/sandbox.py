@@ -12,6 +12,7 @@ name exact GPU ids (see ``ringleader.engines.slurm.gres``). Root only.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import itertools
 import os
@@ -139,11 +140,7 @@ class Sandbox:
         ctld = ["slurmctld", "-D", "-i", "-f", str(self.conf)]
         self.procs.append(_spawn(ctld, env, log / "slurmctld.out"))
         for i, name in enumerate(self.topologies):
-            ns = self.namespaces[i]
-            # The node's own host name, set inside a new UTS namespace, then slurmd.
-            argv = ["ip", "netns", "exec", ns, "unshare", "--uts", "--", sys.executable, "-c", _SETHOST,
-                    name, "slurmd", "-D", "-f", str(self.conf), "-N", name]  # fmt: skip
-            self.procs.append(_spawn(argv, env, log / f"slurmd-{name}.out"))
+            self.procs.append(self._slurmd(i, name))
         self._wait_idle(timeout)
 
     def _write_conf(self, ctld_addr: str, addrs: Mapping[str, str]) -> None:
@@ -220,6 +217,28 @@ class Sandbox:
             time.sleep(0.5)
         raise DependencyError(f"Slurm sandbox nodes not idle after {timeout:.0f} s: {last.strip()}",
                               f"see {self.root / 'log'}")  # fmt: skip
+
+    # -- a node lost and back ----------------------------------------------------------------------
+    def crash(self, node: str) -> None:
+        """Every process of ``node`` (its slurmd, its steps, their ranks) killed at once, as when
+        the machine dies: Slurm learns of it only when told, or when its pings time out."""
+        ns = self.namespaces[list(self.topologies).index(node)]
+        listed = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
+        for pid in listed.stdout.split():
+            with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+                os.kill(int(pid), signal.SIGKILL)
+
+    def revive(self, node: str, timeout: float = 30.0) -> None:
+        """``node``'s slurmd started again (after ``crash``), once the old one is gone."""
+        i = list(self.topologies).index(node)
+        self.procs[1 + i].wait(timeout=timeout)
+        self.procs[1 + i] = self._slurmd(i, node)
+
+    def _slurmd(self, i: int, name: str) -> subprocess.Popen[bytes]:
+        # The node's own host name, set inside a new UTS namespace, then slurmd.
+        argv = ["ip", "netns", "exec", self.namespaces[i], "unshare", "--uts", "--", sys.executable, "-c", _SETHOST,
+                name, "slurmd", "-D", "-f", str(self.conf), "-N", name]  # fmt: skip
+        return _spawn(argv, self.env(), self.root / "log" / f"slurmd-{name}.out")
 
     # -- stop -----------------------------------------------------------------------------------
     def stop(self) -> None:

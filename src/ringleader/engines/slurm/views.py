@@ -37,11 +37,20 @@ def rank_states(plan: dict[str, Any] | None) -> list[tuple[dict[str, Any], dict[
     return [(e, read_state(Path(e["state"])) or {}) for e in (plan or {}).get("ranks", [])]
 
 
-def first_failure(plan: dict[str, Any] | None) -> str | None:
+def failed_rank(plan: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """(plan entry, state) of the rank that failed first: the root cause; None if none failed."""
     failed = [(st.get("ended_at") or 0.0, e, st) for e, st in rank_states(plan) if st.get("exit_code") not in (None, 0)]
     if not failed:
         return None
     _, entry, st = min(failed, key=lambda f: f[0])
+    return entry, st
+
+
+def first_failure(plan: dict[str, Any] | None) -> str | None:
+    failed = failed_rank(plan)
+    if failed is None:
+        return None
+    entry, st = failed
     why = st.get("error") or (f"killed by {st['signal']}" if st.get("signal") else f"exit code {st['exit_code']}")
     return f"{entry['instance']} on {entry['node']} failed ({why})"
 
