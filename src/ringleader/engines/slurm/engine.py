@@ -466,25 +466,44 @@ class SlurmEngine:
         return record
 
     def _refresh(self, record: dict[str, Any], jobs: list[dict[str, str]] | None = None) -> dict[str, Any]:
-        """The record updated from Slurm (and the rank state files); saved when it changed."""
+        """The record updated from Slurm (and the rank state files); saved when it changed. A
+        change is made under the records' lock, to the record as it is then: a command that read
+        it earlier never writes its old view over a newer one (a requeued job launched again)."""
         if not record.get("slurm_id") or JobStatus(record["status"]).is_terminal():
             return record
         ident = record["slurm_id"]
         components = [j for j in jobs or [] if (j.get("HetJobId") or j.get("JobId")) == ident]
         if not components:  # not in the list (or none given): ask for it by id before concluding
             components = slurmcli.show("job", ident)
-        before = dict(record)
-        status, reason, started, ended = slurm_status(components, self.root, record)
+        seen = slurm_status(components, self.root, record)
+        status, reason, started, ended = seen
+        if (status.value, reason, started or record.get("started_at"), ended) == (
+                record["status"], record.get("reason"), record.get("started_at"), record.get("ended_at")):  # fmt: skip
+            return record
+        if self.readonly:  # shown as Slurm has it; what follows from it is left to a command that may write
+            self._advance(record, components, *seen)
+            return record
+        with self.records.locked():
+            current = self.records.load(record["name"])
+            if current is None or current.get("slurm_id") != ident or current["status"] != record["status"]:
+                return current or record  # another command moved it on meanwhile: its record stands
+            self._advance(current, components, *seen)
+            self.records.save(current)
+            return current
+
+    def _advance(self, record: dict[str, Any], components: list[dict[str, str]], status: JobStatus,
+                 reason: str | None, started: float | None, ended: float | None) -> None:  # fmt: skip
+        """``record`` moved to what Slurm says of its job: requeued after a preemption or a failure
+        with restarts left, else its status, times and events."""
+        ident = record["slurm_id"]
         # Cancelled for a preemption: requeued; one that succeeded before the cancel came is done.
         if record.get("preempted_by") and status is JobStatus.FAILED:
             if not self.readonly:
                 self._requeue(record, ended=ended)
-                self.records.save(record)
-            return record
+            return
         # A failed run: restarted while it has restarts left (the next pass places it again).
         if status is JobStatus.FAILED and not self.readonly and self._restart(record, components, reason, ended):
-            self.records.save(record)
-            return record
+            return
         if status is not JobStatus(record["status"]):
             add_event(record, status.value.capitalize(), reason or f"Slurm job {ident}")
         if status.is_terminal() and any(c.get("JobState") in state.RUNNING_STATES for c in components):
@@ -495,9 +514,6 @@ class SlurmEngine:
                                            "cancelled to free its nodes")  # fmt: skip
         record.update(status=status.value, reason=reason, started_at=started or record.get("started_at"),
                       ended_at=ended)  # fmt: skip
-        if record != before and not self.readonly:
-            self.records.save(record)
-        return record
 
     def get(self, name: str) -> JobView:
         if not self.readonly:

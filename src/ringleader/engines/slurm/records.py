@@ -37,6 +37,7 @@ def write_private(path: Path, text: str, mode: int = 0o600) -> None:
 class Records:
     def __init__(self, root: Path) -> None:
         self.root = root  # <home>/slurm
+        self._held = False  # this process holds the lock (one engine per thread)
 
     @property
     def jobs_dir(self) -> Path:
@@ -71,13 +72,19 @@ class Records:
 
     @contextmanager
     def locked(self) -> Iterator[None]:
-        """One scheduling pass at a time per home (submit, the watcher, reads that refresh)."""
+        """One scheduling pass at a time per home (submit, the watcher, reads that refresh).
+        Taken again inside itself (a pass that refreshes a record), it is already held."""
+        if self._held:
+            yield
+            return
         private_dir(self.root)
         fd = os.open(self.root / "lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
+            self._held = True
             yield
         finally:
+            self._held = False
             os.close(fd)
 
 
