@@ -56,8 +56,10 @@ def operator_makes_pods(fake: FakeApiServer, job_name: str, namespace: str = "te
             if role == "Launcher":  # mpi-operator's "no GPU" for a launcher that runs no rank
                 template["spec"]["containers"][0]["env"] += [{"name": "NVIDIA_VISIBLE_DEVICES"},
                                                              {"name": "NVIDIA_DRIVER_CAPABILITIES"}]
+            notes = template["metadata"].get("annotations") or {}  # mpi-operator copies the template's
             fake.put("pods", {"apiVersion": "v1", "kind": "Pod",
-                              "metadata": {"name": name, "namespace": namespace, "labels": labels},
+                              "metadata": {"name": name, "namespace": namespace, "labels": labels,
+                                           **({"annotations": notes} if notes else {})},
                               "spec": template["spec"], "status": {"phase": "Pending"}})  # fmt: skip
 
 
@@ -412,3 +414,39 @@ def test_contract_list_all_namespaces_as_arena_and_kubectl(run, fake: FakeApiSer
     assert code == 2 and out.startswith("error: -A and -n cannot go together")
     code, out = run("list", "--engine", "embedded", "-A")
     assert code == 2 and out.count("\n") == 1 and "-A/--all-namespaces is not supported by the embedded engine" in out
+
+
+def test_contract_queue_commands_keep_the_queues_the_scheduler_watches(run, fake: FakeApiServer) -> None:  # type: ignore[no-untyped-def]
+    """`queue create|list|delete --engine kubernetes` keep the team queues in the ConfigMap the
+    scheduler watches; `submit --queue` names the queue on the MPIJob and its workers (which the
+    scheduler reads), and a queue that does not exist is refused before anything is created."""
+    fake.put("nodes", node("gpu-0", mode=None))
+    code, out = run("queue", "create", "team-a", "--gpus", "8", "--cohort", "lab", "--engine", "kubernetes")
+    assert (code, out) == (0, "queue/team-a created\n")
+    code, out = run("queue", "create", "team-a", "--gpus", "4", "--engine", "kubernetes")
+    assert code == 1 and out.startswith("error: queue 'team-a' already exists")
+    kept = fake.get("configmaps", names.QUEUES_CONFIG, names.SYSTEM_NAMESPACE)
+    assert json.loads(kept["data"]["team-a"]) == {"quota": [["*", 8]], "weight": 1.0, "cohort": "lab"}
+    code, out = run("submit", "mpi", "--engine", "kubernetes", "--name", "nope", "--queue", "team-x", "--workers",
+                    "2", "--gpus", "1", "python train.py")  # fmt: skip
+    assert code == 1 and out.startswith("error: queue 'team-x' not found"), out
+    assert not fake.calls("create", plural="mpijobs")
+    code, out = run("submit", "mpi", "--engine", "kubernetes", "--name", "vgg", "--queue", "team-a", "--workers", "2",
+                    "--gpus", "1", "python train.py")  # fmt: skip
+    assert code == 0, out
+    job = fake.get("mpijobs", "vgg", "team-a")
+    assert job["metadata"]["annotations"][names.QUEUE_ANNOTATION] == "team-a"
+    worker = job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["metadata"]["annotations"]
+    assert worker[names.QUEUE_ANNOTATION] == "team-a"
+    operator_makes_pods(fake, "vgg")
+    sched = Scheduler(Api(load_client(host=fake.url)), "sched-q")
+    sched.sync()
+    assert sched.elector.try_acquire_or_renew() and [r.ok for r in sched.cycle()] == [True]
+    code, out = run("queue", "list", "-o", "json", "--engine", "kubernetes")
+    listed = {q["name"]: q for q in json.loads(out)}
+    assert (listed["team-a"]["held"], listed["team-a"]["pending"], listed["team-a"]["borrowed"]) == ({"*": 2}, 1, 0)
+    code, out = run("queue", "delete", "team-a", "--engine", "kubernetes")
+    assert code == 1 and "has 1 waiting or running job(s), team-a/vgg first" in out
+    assert run("delete", "vgg", "--engine", "kubernetes")[0] == 0
+    assert run("queue", "delete", "team-a", "--engine", "kubernetes") == (0, "queue/team-a deleted\n")
+    assert json.loads(run("queue", "list", "-o", "json", "--engine", "kubernetes")[1])[0]["name"] == "default"

@@ -269,7 +269,7 @@ def test_contract_410_gone_relists(fake: FakeApiServer) -> None:
     fake.expire()  # history compacted: the informers' versions are too old now
     gang(fake, "late", 8)
     s.sync()  # watches answer 410 -> versions dropped
-    assert s.metrics.relists == 3
+    assert s.metrics.relists == len(s.informers) == 4  # nodes, pods, PodGroups, the queues' ConfigMap
     s.sync()  # relists
     lists = [r for r in fake.calls("list") if r.path == "/api/v1/nodes"]
     assert len(lists) == 2
@@ -770,3 +770,64 @@ def test_contract_a_stopped_scheduler_gives_its_lease_up(fake: FakeApiServer, tm
 def _holder(fake: FakeApiServer) -> str | None:
     lease = fake.get("leases", names.LEASE_NAME, names.SYSTEM_NAMESPACE)
     return None if lease is None else (lease.get("spec") or {}).get("holderIdentity")
+
+
+def queues_config(**queues: dict[str, object]) -> dict[str, object]:
+    """The team queues' ConfigMap as `ringleader queue create` writes it."""
+    import json
+
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": names.QUEUES_CONFIG, "namespace": names.SYSTEM_NAMESPACE},
+            "data": {name: json.dumps(q) for name, q in queues.items()}}  # fmt: skip
+
+
+def queued_gang(fake: FakeApiServer, name: str, queue: str, pods: int, node_name: str | None = None) -> None:
+    """A gang of team ``queue``: running on ``node_name`` since now, or waiting."""
+    from datetime import UTC, datetime
+
+    fake.put("podgroups", podgroup(name, pods))
+    stamp = datetime.fromtimestamp(time.time(), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for i in range(pods):
+        worker = pod(f"{name}-worker-{i}", gang=name, **({"nodeName": node_name} if node_name else {}))
+        worker["metadata"]["annotations"] = {names.QUEUE_ANNOTATION: queue}
+        if node_name:
+            worker["status"] = {"phase": "Running", "startTime": stamp}
+        fake.put("pods", worker)
+
+
+def test_contract_a_borrowing_gang_is_reclaimed_when_the_lender_submits(fake: FakeApiServer) -> None:
+    """Team queues on Kubernetes, from the ConfigMap the scheduler watches: team-b runs two gangs
+    of 8, borrowing team-a's idle quota; team-b's next gang waits with its queue's numbers;
+    team-a's gang of 4 takes its quota back by preempting one whole borrowing gang (every pod
+    DisruptionTarget and deleted with its grace), then is bound on the GPUs it freed."""
+    fake.put("nodes", node("gpu-0"))
+    fake.put("nodes", node("gpu-1"))
+    quota = {"quota": [["*", 8]], "weight": 1.0, "cohort": "lab"}
+    fake.put("configmaps", queues_config(**{"team-a": quota, "team-b": quota}))
+    queued_gang(fake, "b1", "team-b", 8, "gpu-0")
+    queued_gang(fake, "b2", "team-b", 8, "gpu-1")
+    queued_gang(fake, "b3", "team-b", 2)
+    s = scheduler(fake)
+    assert [q.name for q in s.cache.queues] == ["team-a", "team-b"]
+    assert s.cycle() == [] and not fake.calls("bind")
+    note = fake.get("podgroups", "b3")["metadata"]["annotations"][names.PENDING_ANNOTATION]
+    assert "queue team-b holds 16 of its quota of 8 GPUs (8 borrowed); it needs 2 more" in note, note
+    queued_gang(fake, "a1", "team-a", 4)
+    s.sync()
+    assert s.cycle() == [] and not fake.calls("bind")
+    victims = {p.split("-worker-")[0] for verb, p in writes(fake) if verb == "delete"}
+    assert len(victims) == 1 and victims <= {"b1", "b2"}
+    [victim] = victims
+    for i in range(8):
+        gone = fake.get("pods", f"{victim}-worker-{i}")
+        [condition] = [c for c in gone["status"]["conditions"] if c["type"] == "DisruptionTarget"]
+        assert "preempted by gang default/a1" in condition["message"]
+        fake.finish_deletion(f"{victim}-worker-{i}")
+    s.sync()
+    # a1 first (within its quota); then b3 borrows 2 of the 4 GPUs of team-a's quota left idle
+    assert [(r.gang, r.ok) for r in s.cycle()] == [("default/a1", True), ("default/b3", True)]
+    freed = "gpu-0" if victim == "b1" else "gpu-1"
+    assert {fake.get("pods", f"a1-worker-{i}")["spec"]["nodeName"] for i in range(4)} == {freed}
+    teams = s.cache.team_queues(time.time())
+    assert (teams.use["team-a"], teams.use["team-b"], teams.borrowed(teams.queues["team-b"])) == (
+        {"*": 4}, {"*": 10}, {"*": 2})  # fmt: skip

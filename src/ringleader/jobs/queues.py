@@ -69,6 +69,23 @@ def check_queue(queue: TeamQueue, others: Iterable[TeamQueue]) -> TeamQueue:
     return queue
 
 
+def queue_to_dict(queue: TeamQueue) -> dict[str, Any]:
+    """A queue as the engines keep it (JSON): its quota as [[type, GPUs], ...], weight, cohort."""
+    return {"quota": [list(item) for item in queue.quota], "weight": queue.weight, "cohort": queue.cohort}
+
+
+def queue_from_dict(name: str, data: Any) -> TeamQueue:
+    """A kept queue read back; one that is not as ``queue_to_dict`` writes it, or that does not
+    pass ``check_queue``, is a UsageError naming it."""
+    try:
+        queue = TeamQueue(name, tuple((str(k), int(n)) for k, n in data["quota"]), float(data["weight"]),
+                          data.get("cohort"))  # fmt: skip
+    except (KeyError, TypeError, ValueError):
+        raise UsageError(f"queue {name!r} is not kept as ringleader writes queues", "create it again with "
+                         "`ringleader queue create --overwrite`") from None  # fmt: skip
+    return check_queue(queue, ())
+
+
 def check_queue_exists(queues: Iterable[TeamQueue], name: str | None) -> None:
     """A job's --queue names a queue kept here (None: the default queue, always there)."""
     if name is not None and not any(q.name == name for q in queues):

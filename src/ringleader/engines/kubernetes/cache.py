@@ -9,15 +9,18 @@ forgets it.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
-from ringleader.engines.kubernetes.objects import NodeInfo, PodInfo, node_info, pod_info, static_misfit
+from ringleader.engines.kubernetes.objects import NodeInfo, PodInfo, node_info, pod_info, static_misfit, wall_time
 from ringleader.errors import UsageError
+from ringleader.jobs.queues import queue_from_dict
 from ringleader.scheduler import ClusterState, NodeState, Placement, WorkerSlot
+from ringleader.scheduler.teams import DEFAULT_QUEUE, TeamQueue, Teams, run_usage
 from ringleader.topology.cluster import placed
 from ringleader.topology.network import NetworkTree
 from ringleader.topology.network_formats import LABEL_KEYS, tree_from_hypernodes, tree_from_labels
@@ -81,6 +84,8 @@ class Cache:
         self.nodes: dict[str, NodeInfo] = {}
         self.pods: dict[str, PodInfo] = {}
         self.groups: dict[str, int] = {}  # namespace/name -> minMember
+        self.queues: tuple[TeamQueue, ...] = ()  # the team queues (names.QUEUES_CONFIG)
+        self.queues_problem = ""  # queues in it that could not be read
         self.assumed: dict[str, Holding] = {}
         self._held: dict[str, Holding] = {}
         self._members: dict[tuple[str, str], set[str]] = {}  # (gang, node) -> pods holding there
@@ -115,6 +120,9 @@ class Cache:
             self.hypernodes = {str((o.get("metadata") or {}).get("name")): o for o in objects}
             self._tree_stale = True
             self._node_set_changed()
+        elif kind == "configmaps":
+            found = list(objects)
+            self.apply_queues("ADDED" if found else "DELETED", found[0] if found else {})
         else:
             self.groups = {}
             for obj in objects:
@@ -129,6 +137,8 @@ class Cache:
                 self.delete_pod(f"{meta.get('namespace', 'default')}/{meta.get('name', '')}")
             else:
                 self._put_pod(pod_info(obj))
+        elif kind == "configmaps":
+            self.apply_queues(event_type, obj)
         elif kind == HYPERNODES:
             name = str((obj.get("metadata") or {}).get("name"))
             hypernodes = self.hypernodes if self.hypernodes is not None else {}
@@ -164,6 +174,20 @@ class Cache:
         else:
             self._misfits.clear()
             self.freed += 1
+
+    def apply_queues(self, event_type: str, obj: Mapping[str, Any]) -> None:
+        """The team queues from their ConfigMap (names.QUEUES_CONFIG), one data key per queue; a
+        queue kept unlike ringleader writes it is left out, and said in ``queues_problem``."""
+        kept, problems = [], []
+        data = {} if event_type == "DELETED" else (obj.get("data") or {})
+        for name, text in sorted(data.items()):
+            try:
+                kept.append(queue_from_dict(name, json.loads(text)))
+            except (ValueError, UsageError) as exc:
+                problems.append(exc.one_line() if isinstance(exc, UsageError) else f"queue {name!r}: not JSON")
+        self.queues = tuple(kept)
+        self.queues_problem = "; ".join(problems)
+        self.freed += 1  # a quota changed: gangs that waited may start, or wait for a new reason
 
     def apply_group(self, event_type: str, obj: Mapping[str, Any]) -> None:
         meta = obj.get("metadata") or {}
@@ -334,6 +358,27 @@ class Cache:
             return state
 
     # -- reads ----------------------------------------------------------------------------------------
+    def team_queues(self, now: float) -> Teams:
+        """The team queues with the GPUs each running gang holds (a gang being deleted has given
+        its quota back) and fair-share factors from ``queue_usage``."""
+        gang_queue = {}
+        for pod in self.pods.values():
+            if (pod.holds_resources or pod.key in self.assumed) and pod.ours and not pod.deleting:
+                gang_queue[pod.gang_key] = pod.queue or DEFAULT_QUEUE  # bound, or its Bindings on their way
+        return Teams.of(self.queues, self.state, gang_queue, self.queue_usage(now))
+
+    def queue_usage(self, now: float) -> dict[str, float]:
+        """Queue -> the decayed GPU-seconds of the gangs running now, since their pods started:
+        the scheduler keeps no history of ended runs (it may be restarted, or another replica
+        lead), so fair share on Kubernetes weighs what runs."""
+        usage: dict[str, float] = {}
+        for pod in self.pods.values():
+            start = wall_time(pod.started)
+            if pod.holds_resources and pod.ours and pod.gpus and start is not None:
+                queue = pod.queue or DEFAULT_QUEUE
+                usage[queue] = usage.get(queue, 0.0) + run_usage(pod.gpus, start, now, now)
+        return usage
+
     @property
     def state(self) -> ClusterState:
         """The placement snapshot: every node's topology and the GPUs pods hold or are assumed to."""

@@ -22,7 +22,8 @@ from ringleader.errors import DependencyError, RingleaderError, UsageError
 
 log = logging.getLogger("ringleader.kube.client")
 
-KINDS = ("nodes", "pods", "podgroups")
+# What the scheduler watches: "configmaps" is only the team queues' (names.QUEUES_CONFIG).
+KINDS = ("nodes", "pods", "podgroups", "configmaps")
 # Pods that ended hold nothing: lists and watches skip them on the server (status.phase is one of
 # the fields the API server selects pods by). A pod that ends while watched leaves the selection,
 # which a watch reports as DELETED.
@@ -160,6 +161,8 @@ class Api:
             return self.core.list_node, ()
         if kind == "pods":
             return self.core.list_pod_for_all_namespaces, ()
+        if kind == "configmaps":
+            return self.core.list_namespaced_config_map, (names.SYSTEM_NAMESPACE,)
         if kind == names.HYPERNODE_PLURAL:
             return self.custom.list_cluster_custom_object, (names.HYPERNODE_GROUP, names.HYPERNODE_VERSION, kind)
         group = (names.PODGROUP_GROUP, names.PODGROUP_VERSION, names.PODGROUP_PLURAL)
@@ -167,6 +170,8 @@ class Api:
 
     @staticmethod
     def _selection(kind: str) -> dict[str, str]:
+        if kind == "configmaps":
+            return {"field_selector": f"metadata.name={names.QUEUES_CONFIG}"}
         return {"field_selector": ACTIVE_PODS} if kind == "pods" else {}
 
     def list(self, kind: str, page: int = PAGE) -> tuple[list[dict[str, Any]], str]:

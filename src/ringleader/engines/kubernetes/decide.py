@@ -87,7 +87,15 @@ def job_request(gang: Gang) -> JobRequest:
         start_rule=workers[0].start_rule if workers else "now",
         work_s=workers[0].run_time_s if workers else None, max_wait_s=workers[0].max_wait_s if workers else None,
         may_preempt=bool(workers) and workers[0].may_preempt,
+        queue=workers[0].queue if workers else None, preemptible=not workers or workers[0].preemptible,
     )  # fmt: skip
+
+
+def placement_of(outcome: Outcome) -> Placement:
+    """The GPU workers of a placed gang as the shared queue's Placement (rank order)."""
+    slots = sorted((WorkerSlot(a.worker, a.node, a.gpus) for a in outcome.assignments if a.worker is not None),
+                   key=lambda s: s.index)  # fmt: skip
+    return Placement(outcome.gang.key, tuple(slots))
 
 
 def decide(cache: Cache, gang: Gang, queue: QueuePass | None = None, submit_s: float | None = None) -> Outcome:

@@ -10,11 +10,11 @@ override the context and namespace.
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import time
 from collections.abc import Iterator, Sequence
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +24,24 @@ from ringleader.engines.kubernetes import manifests, names
 from ringleader.engines.kubernetes.cache import Cache
 from ringleader.engines.kubernetes.client import ApiError, JobsApi, current_namespace, load_client
 from ringleader.engines.kubernetes.delivery import Delivery, claim_template
-from ringleader.errors import NotFoundError, UsageError
+from ringleader.engines.kubernetes.objects import wall_time
+from ringleader.errors import ConflictError, NotFoundError, UsageError
 from ringleader.jobs.logfiles import instance_name, wait_until_ended
+from ringleader.jobs.queues import (
+    QueueView,
+    check_queue,
+    check_queue_exists,
+    queue_from_dict,
+    queue_to_dict,
+    queue_views,
+)
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import JobStatus
 from ringleader.jobs.submit import ClusterUnread, Submission, duplicate, submit_job
 from ringleader.jobs.support import Support
 from ringleader.jobs.views import EventView, GpuUsage, InstanceView, JobView, NodeHealth, SubmitResult
 from ringleader.scheduler import ClusterState, Decision
+from ringleader.scheduler.teams import TeamQueue, queue_of
 
 TRAINER = "MPIJOB"
 
@@ -64,6 +74,34 @@ class EngineApi(JobsApi):
     def config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._found(self.core.read_namespaced_config_map, name, namespace)
 
+    def queues_config(self) -> dict[str, Any] | None:
+        """The team queues' ConfigMap (None: not installed); a 403 says who may read it."""
+        try:
+            return self.config_map(names.SYSTEM_NAMESPACE, names.QUEUES_CONFIG)
+        except ApiError as exc:
+            if exc.status != 403:
+                raise
+            raise ApiError(exc.message, 403, "`kube manifests` lets every authenticated user read the team queues: "
+                                             "apply it") from None  # fmt: skip
+
+    def write_queues_config(self, current: dict[str, Any] | None, data: dict[str, str]) -> None:
+        """The team queues' ConfigMap with ``data``: created, or replaced as ``current`` was read
+        (a 409 when another writer changed it since); a 403 says who may change queues."""
+        meta: dict[str, Any] = {"name": names.QUEUES_CONFIG, "namespace": names.SYSTEM_NAMESPACE}
+        if current is not None:
+            meta["resourceVersion"] = (current.get("metadata") or {}).get("resourceVersion")
+        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
+        try:
+            if current is None:
+                self._json(self.core.create_namespaced_config_map, names.SYSTEM_NAMESPACE, body)
+            else:
+                self._json(self.core.replace_namespaced_config_map, names.QUEUES_CONFIG, names.SYSTEM_NAMESPACE, body)
+        except ApiError as exc:
+            if exc.status != 403:
+                raise
+            raise ApiError(exc.message, 403, f"team queues are a cluster administrator's (ConfigMap "
+                                             f"{names.SYSTEM_NAMESPACE}/{names.QUEUES_CONFIG}): ask one") from None
+
     def create(self, namespace: str, body: dict[str, Any]) -> None:
         if body["kind"] == "Secret":
             self.create_secret(namespace, body)
@@ -71,15 +109,6 @@ class EngineApi(JobsApi):
         group, version = body["apiVersion"].split("/")  # resource.k8s.io/v1 ResourceClaimTemplate
         self._json(self.custom.create_namespaced_custom_object, group, version, namespace,
                    "resourceclaimtemplates", body)  # fmt: skip
-
-
-def _ts(text: str | None) -> float | None:
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(text).timestamp()
-    except ValueError:
-        return None
 
 
 class KubernetesEngine:
@@ -93,7 +122,7 @@ class KubernetesEngine:
     # API server's (kubectl), not ringleader's.
     supports = Support("kubernetes", submitter_context=False, image="the pods' image", kube_options=True,
                        container_options=("--data", "--shm-size", "--rdma", "--image-pull-policy", "--container-user"),
-                       network_tree=True, time_limit=True, start_rules=True, preemption=True,
+                       network_tree=True, time_limit=True, start_rules=True, preemption=True, queues=True,
                        more_room="label more nodes for this kind of job")  # fmt: skip
 
     def use_namespace(self, namespace: str) -> None:
@@ -177,7 +206,74 @@ class KubernetesEngine:
             raise ClusterUnread("cluster not read (403), no preview") from None
 
     def check(self, decision: Decision, state: ClusterState) -> None:
-        del decision, state  # the scheduler checks its nodes when it binds the pods
+        """Its queue must exist (the scheduler checks its nodes when it binds the pods)."""
+        del state
+        if decision.job.queue is not None:
+            check_queue_exists(self._queues(), decision.job.queue)
+
+    # -- team queues (the ConfigMap names.QUEUES_CONFIG, which the scheduler watches) ------------------
+    def _queues(self) -> list[TeamQueue]:
+        config = self.api.queues_config()
+        data = (config or {}).get("data") or {}
+        return [queue_from_dict(name, _json_value(text, name)) for name, text in sorted(data.items())]
+
+    def create_queue(self, queue: TeamQueue, overwrite: bool = False) -> None:
+        """Keep ``queue`` in the queues' ConfigMap (with ``overwrite``, replace the one of that
+        name); the scheduler's next cycle applies it."""
+        for _ in range(3):  # another writer changed it between the read and the write: read again
+            config = self.api.queues_config()
+            data = dict((config or {}).get("data") or {})
+            kept = [queue_from_dict(name, _json_value(text, name)) for name, text in data.items()]
+            check_queue(queue, kept)
+            if not overwrite and queue.name in data:
+                fix = f"give --overwrite to change it, or `ringleader queue delete {queue.name}`"
+                raise ConflictError(f"queue {queue.name!r} already exists", fix)
+            data[queue.name] = json.dumps(queue_to_dict(queue))
+            try:
+                self.api.write_queues_config(config, data)
+                return
+            except ApiError as exc:
+                if exc.status != 409:
+                    raise
+        raise ConflictError("the team queues kept changing while this command wrote them", "run it again")
+
+    def delete_queue(self, name: str) -> None:
+        """Forget a queue that no waiting or running job of any namespace is in."""
+        config = self.api.queues_config()
+        data = dict((config or {}).get("data") or {})
+        if name not in data:
+            raise NotFoundError(f"queue {name!r} not found", "see `ringleader queue list`")
+        active = [f"{v.namespace}/{v.name}" for v in self._all_jobs() if v.spec.queue == name
+                  and not v.status.is_terminal()]  # fmt: skip
+        if active:
+            raise ConflictError(f"queue {name!r} has {len(active)} waiting or running job(s), {active[0]} first",
+                                "delete them first")  # fmt: skip
+        del data[name]
+        self.api.write_queues_config(config, data)
+
+    def queues(self) -> list[QueueView]:
+        """Every queue with its quota, the GPUs its running gangs hold and borrow, its jobs (every
+        namespace's) and its fair share as the scheduler weighs it now."""
+        kept = self._queues()
+        cache = Cache()
+        cache.replace("nodes", self.api.list("nodes")[0])
+        cache.replace("pods", self.api.list("pods")[0])
+        cache.queues = tuple(kept)
+        now = time.time()
+        teams = cache.team_queues(now) if kept else None
+        counts: dict[str, list[int]] = {}
+        for view in self._all_jobs():
+            if not view.status.is_terminal():
+                counts.setdefault(queue_of(view.spec), [0, 0])[view.status is not JobStatus.RUNNING] += 1
+        return queue_views(kept, teams, counts, cache.queue_usage(now))
+
+    def _all_jobs(self) -> list[JobView]:
+        mine = self.namespace
+        try:
+            self.namespace = ALL_NAMESPACES
+            return self.list_jobs()
+        finally:
+            self.namespace = mine
 
     def describe(self, sub: Submission, decision: Decision) -> dict[str, Any]:
         """The objects the job is: an MPIJob of ``per_pod`` ranks per worker pod (the ranks the
@@ -254,7 +350,7 @@ class KubernetesEngine:
         mine = [e for e in self.api.events(self.namespace)
                 if (e.get("involvedObject") or {}).get("name") in pod_names | {name}]  # fmt: skip
         events = tuple(sorted(
-            (EventView(_ts(e.get("lastTimestamp") or e.get("eventTime")) or 0.0, e.get("reason", ""),
+            (EventView(wall_time(e.get("lastTimestamp") or e.get("eventTime")) or 0.0, e.get("reason", ""),
                        e.get("message", "")) for e in mine),
             key=lambda e: e.at,
         ))  # fmt: skip
@@ -356,7 +452,7 @@ def _spec(job: dict[str, Any]) -> JobSpec:
         name=meta.get("name", ""), workers=int(worker.get("replicas") or 0) * per_pod,
         gpus_per_worker=gpus_per_worker, command=command,
         topology_aware=labels.get(names.TOPOLOGY_LABEL) == "true", image=container.get("image"),
-        model=annotations.get("ringleader.io/model"),
+        model=annotations.get("ringleader.io/model"), queue=annotations.get(names.QUEUE_ANNOTATION) or None,
     )  # fmt: skip
 
 
@@ -364,7 +460,7 @@ def _exit_code(pod: dict[str, Any]) -> tuple[int | None, float | None]:
     for status in (pod.get("status") or {}).get("containerStatuses") or ():
         done = (status.get("state") or {}).get("terminated")
         if done:
-            return int(done.get("exitCode", 0)), _ts(done.get("finishedAt"))
+            return int(done.get("exitCode", 0)), wall_time(done.get("finishedAt"))
     return None, None
 
 
@@ -387,7 +483,7 @@ def job_view(job: dict[str, Any], pods: Sequence[dict[str, Any]], group: dict[st
             name=pmeta["name"], role=role, status=(pod.get("status") or {}).get("phase", "Pending"), exit_code=code,
             node=pspec.get("nodeName"), gpus=gpus,
             gpu_requested=spec.gpus_per_worker * per_pod if role == "worker" else 0,
-            is_chief=role == "launcher", pid=None, started_at=_ts((pod.get("status") or {}).get("startTime")),
+            is_chief=role == "launcher", pid=None, started_at=wall_time((pod.get("status") or {}).get("startTime")),
             ended_at=ended,
         ))  # fmt: skip
         if role == "worker" and pspec.get("nodeName"):
@@ -416,8 +512,8 @@ def job_view(job: dict[str, Any], pods: Sequence[dict[str, Any]], group: dict[st
     return JobView(
         name=meta.get("name", ""), namespace=meta.get("namespace"), status=state, priority=spec.priority,
         trainer=TRAINER,
-        created_at=_ts(meta.get("creationTimestamp")) or 0.0, started_at=_ts(status.get("startTime")),
-        ended_at=_ts(status.get("completionTime")), spec=spec, reason=reason, placement=placement,
+        created_at=wall_time(meta.get("creationTimestamp")) or 0.0, started_at=wall_time(status.get("startTime")),
+        ended_at=wall_time(status.get("completionTime")), spec=spec, reason=reason, placement=placement,
         instances=tuple(instances) if with_instances else (), events=events, has_instances=with_instances,
     )  # fmt: skip
 
@@ -452,3 +548,9 @@ def open_kubernetes(home: Path, readonly: bool = False) -> KubernetesEngine:
     return KubernetesEngine(None, namespace, connect=lambda: load_client(context=context, host=server))
 
 
+def _json_value(text: str, name: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise UsageError(f"queue {name!r} is not kept as ringleader writes queues", "create it again with "
+                         "`ringleader queue create --overwrite`") from None  # fmt: skip

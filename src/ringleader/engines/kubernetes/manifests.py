@@ -339,6 +339,8 @@ def mpijob(spec: JobSpec, namespace: str, image: str | None = None, line: Comman
         worker_notes[names.PREEMPT_ANNOTATION] = "true"
     if not spec.preemptible:
         worker_notes[names.PREEMPTIBLE_ANNOTATION] = "false"
+    if spec.queue is not None:
+        worker_notes[names.QUEUE_ANNOTATION] = spec.queue
     worker_meta = {**meta, "annotations": worker_notes} if worker_notes else meta
     launcher_meta = {**meta, "labels": {k: v for k, v in labels.items()
                                         if delivery.mode == "env" or k != names.PODGROUP_LABEL}}  # fmt: skip
@@ -347,6 +349,8 @@ def mpijob(spec: JobSpec, namespace: str, image: str | None = None, line: Comman
                    DELIVERY_ANNOTATION: delivery.mode}  # fmt: skip
     if spec.model:
         annotations["ringleader.io/model"] = spec.model
+    if spec.queue is not None:
+        annotations[names.QUEUE_ANNOTATION] = spec.queue
     run_policy: dict[str, Any] = {"cleanPodPolicy": "Running", "schedulingPolicy": {"minAvailable": pods}}
     if kube.retry is not None:
         run_policy["backoffLimit"] = kube.retry
@@ -461,6 +465,8 @@ def install(image: str = DEFAULT_IMAGE, replicas: int = 2, lease_seconds: int = 
              {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
              {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "update"],
               "resourceNames": [names.LEASE_NAME]},
+             # the team queues (names.QUEUES_CONFIG), watched: only ringleader's own ConfigMaps are here
+             {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list", "watch"]},
          ]},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": dict(in_ns),
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": sched},
@@ -492,6 +498,18 @@ def install(image: str = DEFAULT_IMAGE, replicas: int = 2, lease_seconds: int = 
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
          "metadata": {"name": names.CLUSTER_CONFIG, "namespace": ns},
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": names.CLUSTER_CONFIG},
+         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:authenticated"}]},
+        # The team queues: every submit and `queue list` reads them; a cluster administrator
+        # changes them (`ringleader queue create`, as Kueue's ClusterQueues are an admin's).
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": names.QUEUES_CONFIG, "namespace": ns},
+         "data": {}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": names.QUEUES_CONFIG, "namespace": ns},
+         "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"],
+                    "resourceNames": [names.QUEUES_CONFIG]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": names.QUEUES_CONFIG, "namespace": ns},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": names.QUEUES_CONFIG},
          "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:authenticated"}]},
         {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {**in_ns, "labels": labels_s},
          "spec": {"replicas": replicas, "selector": {"matchLabels": labels_s}, "template": {

@@ -55,6 +55,11 @@ TOPOLOGY_PREFERRED_ANNOTATIONS = (f"{PREFIX}/topology-preferred", "kueue.x-k8s.i
 # tell an opt-in); "false" under PREEMPTIBLE keeps a gang from ever being a victim.
 PREEMPT_ANNOTATION = f"{PREFIX}/preempt"
 PREEMPTIBLE_ANNOTATION = f"{PREFIX}/preemptible"
+# Pod (template) and MPIJob: the team queue the gang counts against (submit --queue). The queues
+# themselves are the ConfigMap QUEUES_CONFIG in SYSTEM_NAMESPACE, one data key per queue (its
+# JSON, jobs/queues.py); the scheduler watches it, `ringleader queue` writes it.
+QUEUE_ANNOTATION = f"{PREFIX}/queue"
+QUEUES_CONFIG = "ringleader-queues"
 START_ANNOTATION = f"{PREFIX}/start"
 RUN_TIME_ANNOTATION = f"{PREFIX}/run-time-s"
 MAX_WAIT_ANNOTATION = f"{PREFIX}/max-wait-s"

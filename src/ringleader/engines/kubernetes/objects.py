@@ -12,6 +12,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -112,6 +113,7 @@ class PodInfo:
     max_wait_s: float | None = None  # names.MAX_WAIT_ANNOTATION
     may_preempt: bool = False  # names.PREEMPT_ANNOTATION "true"
     preemptible: bool = True  # names.PREEMPTIBLE_ANNOTATION "false": never a victim
+    queue: str | None = None  # names.QUEUE_ANNOTATION: its team queue (None: the default queue)
     grace_s: float = 30.0  # spec.terminationGracePeriodSeconds (the API's default 30)
 
     @property
@@ -305,6 +307,7 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo:
         max_wait_s=_seconds(annotations.get(names.MAX_WAIT_ANNOTATION)),
         may_preempt=annotations.get(names.PREEMPT_ANNOTATION) == "true",
         preemptible=annotations.get(names.PREEMPTIBLE_ANNOTATION) != "false",
+        queue=annotations.get(names.QUEUE_ANNOTATION) or None,
         grace_s=float(spec.get("terminationGracePeriodSeconds", 30) or 0),
     )  # fmt: skip
 
@@ -399,3 +402,11 @@ def static_misfit(node: NodeInfo, pod: PodInfo) -> str | None:
     if pod.gpus and node.problem:
         return node.problem
     return None
+
+
+def wall_time(stamp: str | None) -> float | None:
+    """An API timestamp (RFC 3339) in seconds since the epoch; None if absent or malformed."""
+    try:
+        return datetime.fromisoformat(stamp).timestamp() if stamp else None
+    except ValueError:
+        return None

@@ -24,16 +24,15 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from ringleader.engines.kubernetes import names
 from ringleader.engines.kubernetes.cache import Cache, Gang
 from ringleader.engines.kubernetes.client import KINDS, Api, ApiError, Gone
-from ringleader.engines.kubernetes.decide import Assignment, Outcome, decide, job_request
+from ringleader.engines.kubernetes.decide import Assignment, Outcome, decide, job_request, placement_of
 from ringleader.engines.kubernetes.leader import LeaderElector, micro_time
 from ringleader.engines.kubernetes.metrics import Metrics
-from ringleader.engines.kubernetes.objects import PodInfo
+from ringleader.engines.kubernetes.objects import PodInfo, wall_time
 from ringleader.engines.kubernetes.pinning import DraApi, Pin, PinError, pin_gang
 from ringleader.model import placement_images_per_s
 from ringleader.scheduler import BackfillConfig, Code, QueuedJob, QueuePass, Reservation, RunningGang, queue_order
@@ -46,17 +45,9 @@ MAX_BACKOFF_S = 10.0
 RESULTS = {Code.SUCCESS: "scheduled", Code.UNSCHEDULABLE: "unschedulable", Code.UNRESOLVABLE: "unresolvable"}
 
 
-def _wall(stamp: str) -> float | None:
-    """An API timestamp (RFC 3339) in seconds since the epoch; None if absent or malformed."""
-    try:
-        return datetime.fromisoformat(stamp).timestamp() if stamp else None
-    except ValueError:
-        return None
-
-
 def _created_s(gang: Gang) -> float | None:
     """When the gang was submitted (its oldest pending pod's creation): its age counts from there."""
-    stamps = [t for t in (_wall(p.created) for p in gang.pending) if t is not None]
+    stamps = [t for t in (wall_time(p.created) for p in gang.pending) if t is not None]
     return min(stamps) if stamps else None
 
 
@@ -134,7 +125,7 @@ class Scheduler:
         self.clock = clock
         self._backoff: dict[str, tuple[float, float]] = {}  # gang -> (tried again from, its last wait)
         self._told: dict[str, str] = {}  # gang -> the pending reason last reported
-        self._waiting: dict[str, tuple[int, int, int, int]] = {}  # gang -> what it was decided on, unfit
+        self._waiting: dict[str, tuple[int, int, int, int, str]] = {}  # gang -> what it was decided on, unfit
         # The shared queue's reservations and age (its defaults: 2 reservations, priority +100
         # over a day of waiting); wall_clock gives ages and expected ends (pods' own times).
         self.backfill = backfill or BackfillConfig()
@@ -190,15 +181,19 @@ class Scheduler:
             queued = [QueuedJob(job_request(g), i, _created_s(g)) for i, g in enumerate(ready)]
             weighs = any(q.job.prices_placements for q in queued)
             estimate = placement_images_per_s if weighs else None  # the model, where a gang weighs its start
-            running, delay = self._preemptible() if any(q.job.may_preempt for q in queued) else ({}, 0.0)
+            teams = self.cache.team_queues(now).with_waiting(q.job for q in queued) if self.cache.queues else None
+            reclaims = teams is not None and any(teams.queue(q.job) is not None for q in queued)
+            may_preempt = reclaims or any(q.job.may_preempt for q in queued)
+            running, delay = self._preemptible() if may_preempt else ({}, 0.0)
             held: list[Reservation] = []  # reservations of the gangs ahead, in queue order
             ends: dict[str, float] | None = None
             waiting = 0
-            for entry in queue_order(queued, now, self.backfill):
+            for entry in queue_order(queued, now, self.backfill, teams):
                 gang = by_key[entry.job.name]
                 # Same answer as last time while nothing was freed, no reservation ahead moved,
-                # and the minute (ages, expected starts) is the same.
-                unchanged = (self.cache.freed, len(gang.pending), self._reservations_moved, int(now // 60))
+                # the minute (ages, expected starts) and the queues' use are the same.
+                use = repr(sorted(teams.use.items())) if teams is not None else ""
+                unchanged = (self.cache.freed, len(gang.pending), self._reservations_moved, int(now // 60), use)
                 if self._waiting.get(gang.key) == unchanged:
                     waiting += 1
                     kept = self._reservations.get(gang.key)
@@ -211,10 +206,13 @@ class Scheduler:
                     ends = self._expected_ends(now)
                 started = time.perf_counter()
                 queue = QueuePass(self.cache.state, now, ends, self.backfill, tuple(held), estimate=estimate,
-                                  running=running, preempt_delay_s=delay)  # fmt: skip
+                                  running=running, preempt_delay_s=delay, teams=teams)  # fmt: skip
                 outcome = decide(self.cache, gang, queue, entry.submit_s)
                 if outcome.preemption is not None:  # its victims are no victims for the gangs behind it
                     running = {k: g for k, g in running.items() if k not in outcome.preemption.names}
+                    teams = teams.without(outcome.preemption.names) if teams is not None else None
+                if outcome.ok and teams is not None:
+                    teams = teams.with_started(entry.job, self.cache.state, placement_of(outcome))
                 self._reserve(gang.key, outcome.reservation)
                 if outcome.reservation is not None:
                     held.append(outcome.reservation)
@@ -271,7 +269,7 @@ class Scheduler:
             if not known:
                 unknown.add(pod.gang_key)
                 continue
-            start = _wall(pod.started) or now  # bound, not started yet: ends no sooner than that
+            start = wall_time(pod.started) or now  # bound, not started yet: ends no sooner than that
             ends[pod.gang_key] = max(ends.get(pod.gang_key, 0.0), start + min(known))
         return {gang: end for gang, end in ends.items() if gang not in unknown}
 

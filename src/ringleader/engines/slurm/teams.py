@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ringleader.engines.slurm.records import private_dir, write_private
+from ringleader.jobs.queues import queue_from_dict, queue_to_dict
 from ringleader.jobs.spec import JobSpec
 from ringleader.scheduler.teams import TeamQueue, decayed, queue_of, run_usage
 
@@ -66,13 +67,11 @@ class TeamFiles:
     # -- queues -------------------------------------------------------------------------------
     def queues(self) -> list[TeamQueue]:
         """The queues kept, in the order they were first created."""
-        return [TeamQueue(name, tuple((str(k), int(n)) for k, n in q["quota"]), float(q["weight"]), q.get("cohort"))
-                for name, q in self._read(QUEUES).items()]  # fmt: skip
+        return [queue_from_dict(name, kept) for name, kept in self._read(QUEUES).items()]
 
     def put_queue(self, queue: TeamQueue) -> None:
         kept = self._read(QUEUES)
-        kept[queue.name] = {"quota": [list(item) for item in queue.quota], "weight": queue.weight,
-                            "cohort": queue.cohort}  # fmt: skip
+        kept[queue.name] = queue_to_dict(queue)
         self._write(QUEUES, kept)
 
     def delete_queue(self, name: str) -> None:
