@@ -93,9 +93,3 @@ def test_bad_input_is_one_line_and_changes_nothing(seeds_cli: Cli) -> None:
         assert "Traceback" not in out.stderr
     assert seeds_cli.dump() == before
 
-
-def test_an_engine_without_restarts_refuses_the_cordon_commands_in_one_line(seeds_cli: Cli) -> None:
-    for args in (["node", "cordon", "node-a"], ["node", "uncordon", "node-a"]):
-        refused = seeds_cli(*args, "--engine", "kubernetes")
-        assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
-        assert "is not supported by the kubernetes engine" in refused.stderr

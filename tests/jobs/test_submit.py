@@ -218,9 +218,3 @@ def test_the_queue_and_start_options_are_kept_through_the_store() -> None:
     kept = JobSpec.from_dict(json.loads(json.dumps(spec.to_dict())))
     assert kept == spec and kept.request().queue == "team-a" and not kept.request().preemptible
 
-
-def test_an_engine_without_restarts_refuses_max_restarts_in_one_line() -> None:
-    from ringleader.engines.kubernetes.engine import KubernetesEngine
-
-    with pytest.raises(UsageError, match="--max-restarts is not supported by the kubernetes engine"):
-        prepare_submit(JobSpec("q", 1, 1, ["true"], max_restarts=2), KubernetesEngine.supports)

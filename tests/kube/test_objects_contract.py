@@ -367,3 +367,28 @@ def test_start_rules_travel_on_the_worker_template_and_a_bad_value_changes_nothi
     typo["metadata"]["annotations"] |= {names.START_ANNOTATION: "soonest", names.RUN_TIME_ANNOTATION: "-5"}
     info = pod_info(typo)
     assert (info.start_rule, info.run_time_s) == ("now", None)
+
+
+def test_contract_a_restartable_job_reads_its_restart_count_from_its_pod() -> None:
+    """--max-restarts on Kubernetes: the workers carry the limit for the scheduler; every container
+    reads the run's count from the annotation the scheduler binds it with (downward API) and
+    keeps the end of its log in its status when it fails; mpirun passes the count to the ranks;
+    the launcher's Job may lose a pod to each restart. Valid against the CRD and as Pods."""
+    spec = JobSpec("again", 4, 1, ["python", "train.py"], max_restarts=3)
+    job = manifests.mpijob(spec, "default")
+    validate_crd(job, "kubeflow.org_mpijobs.yaml", "v2beta1")
+    replicas = job["spec"]["mpiReplicaSpecs"]
+    assert replicas["Worker"]["template"]["metadata"]["annotations"][names.MAX_RESTARTS_ANNOTATION] == "3"
+    for role, replica in replicas.items():
+        template = replica["template"]
+        validate_builtin({"apiVersion": "v1", "kind": "Pod",
+                          "metadata": {"name": f"x-{role.lower()}", **template["metadata"]}, "spec": template["spec"]})
+        [container] = template["spec"]["containers"]
+        env = {e["name"]: e for e in container["env"]}
+        path = env["RINGLEADER_RESTARTS"]["valueFrom"]["fieldRef"]["fieldPath"]
+        assert path == f"metadata.annotations['{names.RESTARTS_ANNOTATION}']"
+        assert env["TORCHELASTIC_MAX_RESTARTS"]["value"] == "3"
+        assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    command = replicas["Launcher"]["template"]["spec"]["containers"][0]["command"]
+    assert command[command.index("RINGLEADER_RESTARTS") - 1:][:2] == ["-x", "RINGLEADER_RESTARTS"]
+    assert job["spec"]["runPolicy"]["backoffLimit"] == 6

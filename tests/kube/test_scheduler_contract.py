@@ -4,6 +4,7 @@ client. They assert the exact requests a real API server would receive."""
 from __future__ import annotations
 
 import copy
+import json
 import os
 import signal
 import socket
@@ -831,3 +832,67 @@ def test_contract_a_borrowing_gang_is_reclaimed_when_the_lender_submits(fake: Fa
     teams = s.cache.team_queues(time.time())
     assert (teams.use["team-a"], teams.use["team-b"], teams.borrowed(teams.queues["team-b"])) == (
         {"*": 4}, {"*": 10}, {"*": 2})  # fmt: skip
+
+
+NCCL_LOST = "node:12:34 [0] NCCL WARN NET/Socket : Connection closed by remote peer"
+
+
+def restartable_gang(fake: FakeApiServer, name: str, pods: int, max_restarts: int) -> None:
+    """A gang's worker pods as mpi-operator makes them from a --max-restarts template."""
+    for i in range(pods):
+        worker = pod(f"{name}-worker-{i}", gang=name)
+        worker["metadata"]["annotations"] = {names.MAX_RESTARTS_ANNOTATION: str(max_restarts)}
+        fake.put("pods", worker)
+
+
+def fails(fake: FakeApiServer, name: str, message: str) -> None:
+    """kubelet: the pod's container exits 1, the end of its log kept in its status."""
+    failed = fake.get("pods", name)
+    failed["status"] = {"phase": "Failed", "containerStatuses": [{"name": "main", "state": {"terminated": {
+        "exitCode": 1, "reason": "Error", "message": message}}}]}  # fmt: skip
+    fake.put("pods", failed)
+
+
+def test_contract_a_failed_gang_restarts_whole_and_a_node_blamed_twice_is_cordoned(fake: FakeApiServer) -> None:
+    """--max-restarts on Kubernetes: a worker fails with an NCCL connection error; the scheduler
+    blames its node (annotation), raises the gang's restart count on its PodGroup, says why in
+    an Event, and deletes every pod of the gang with its grace. mpi-operator's new pods are bound
+    with the new count (their RINGLEADER_RESTARTS). A second such failure on the same node
+    cordons it, with the reason, and the gang's next run goes to the other node."""
+    fake.put("nodes", node("gpu-0"))
+    fake.put("nodes", node("gpu-1"))
+    fake.put("podgroups", podgroup("train", 4))
+    restartable_gang(fake, "train", 4, max_restarts=3)
+    s = scheduler(fake)
+    assert [(r.gang, r.ok) for r in s.cycle()] == [("default/train", True)]
+    [first] = {fake.get("pods", f"train-worker-{i}")["spec"]["nodeName"] for i in range(4)}
+    [other] = {"gpu-0", "gpu-1"} - {first}
+    for run in (1, 2):
+        fails(fake, "train-worker-1", NCCL_LOST)
+        s.sync()
+        assert s.cycle() == []  # the members are being deleted: nothing to bind yet
+        deleted = sorted(p for verb, p in writes(fake) if verb == "delete")
+        assert deleted == sorted(f"train-worker-{i}" for i in range(4) for _ in range(run)), deleted
+        group = fake.get("podgroups", "train")
+        assert group["metadata"]["annotations"][names.RESTARTS_ANNOTATION] == str(run)
+        said = [o["message"] for (plural, _, _), o in fake.objects.items()
+                if plural == "events" and o["reason"] == "Restarting"]  # fmt: skip
+        assert said[-1].startswith(f"train-worker-1 failed: an NCCL connection error on {first}: {NCCL_LOST}")
+        assert f"restart {run} of 3 (--max-restarts)" in said[-1]
+        for i in range(4):  # kubelet stops them; mpi-operator makes them again
+            fake.finish_deletion(f"train-worker-{i}")
+        restartable_gang(fake, "train", 4, max_restarts=3)
+        s.sync()
+        assert [(r.gang, r.ok) for r in s.cycle()] == [("default/train", True)]
+        bound = [fake.get("pods", f"train-worker-{i}") for i in range(4)]
+        assert {p["metadata"]["annotations"][names.RESTARTS_ANNOTATION] for p in bound} == {str(run)}
+        placed = {p["spec"]["nodeName"] for p in bound}
+        if run == 1:
+            faults = json.loads(fake.get("nodes", first)["metadata"]["annotations"][names.FAULTS_ANNOTATION])
+            assert list(faults) == ["default/train#0"] and not fake.get("nodes", first)["spec"].get("unschedulable")
+            assert placed == {first}  # one failure alone does not keep the gang off the node
+    blamed = fake.get("nodes", first)
+    assert blamed["spec"]["unschedulable"] is True
+    assert blamed["metadata"]["annotations"][names.CORDON_REASON_ANNOTATION].startswith(
+        "blamed for 2 failures, the last of gang default/train: an NCCL connection error")
+    assert placed == {other}

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ringleader.cli.jobs import engine_option, engine_supporting, open_runtime, top_group, using_engine
+from ringleader.cli.jobs import engine_option, open_runtime, top_group, using_engine
 from ringleader.cli.output import (
     INDENT,
     console,
@@ -177,8 +177,8 @@ def node_label(name: str, labels: tuple[str, ...], overwrite: bool, engine: str 
 def node_cordon(name: str, reason: str, engine: str | None) -> None:
     """Place no new job on a node (what runs there runs on), as kubectl cordon. ringleader
     cordons a node itself once it is blamed for two failed gangs (submit --max-restarts)."""
-    with engine_supporting(engine, "restarts", "`node cordon`") as opened:
-        assert isinstance(opened, NodeCordons)  # what supports.restarts promises
+    with using_engine(engine) as opened:
+        assert isinstance(opened, NodeCordons)  # every engine cordons nodes
         opened.cordon_node(name, reason)
     click.echo(f"node/{name} cordoned")
 
@@ -188,8 +188,8 @@ def node_cordon(name: str, reason: str, engine: str | None) -> None:
 @engine_option
 def node_uncordon(name: str, engine: str | None) -> None:
     """Let jobs be placed on a cordoned node again, its blamed faults forgotten."""
-    with engine_supporting(engine, "restarts", "`node uncordon`") as opened:
-        assert isinstance(opened, NodeCordons)  # what supports.restarts promises
+    with using_engine(engine) as opened:
+        assert isinstance(opened, NodeCordons)  # every engine cordons nodes
         opened.uncordon_node(name)
     click.echo(f"node/{name} uncordoned")
 

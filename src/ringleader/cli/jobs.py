@@ -117,23 +117,6 @@ def open_runtime(engine: str | None, operation: str, what: str) -> AbstractConte
     return _opened(Runtime.open())
 
 
-def engine_supporting(engine: str | None, operation: str, what: str) -> AbstractContextManager[Engine]:
-    """The engine chosen (--engine, RINGLEADER_ENGINE, `engine use`) for a command only some
-    engines answer (``Support``'s ``operation``): refused in one line, before anything is changed,
-    by one that does not."""
-    home = default_home()
-    name = chosen_engine(home, engine)
-    if _namespace() is not None:
-        raise UsageError(f"-n/--namespace does not apply to {what}", "leave -n out")
-    opened = open_engine(name, home)
-    try:
-        opened.supports.require(operation, what)
-    except UsageError:
-        opened.close()
-        raise
-    return _opened(opened)
-
-
 def using_engine(engine: str | None) -> AbstractContextManager[Engine]:
     """The engine a job command runs on: --engine, RINGLEADER_ENGINE, or the default."""
     home = default_home()

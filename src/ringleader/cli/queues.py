@@ -1,14 +1,13 @@
 """Team queue commands: queue create / list / delete (the rules: docs/queues.md).
 
-Parse and render only: every command calls the chosen engine's ``TeamQueues`` (the embedded and
-Slurm engines keep queues).
+Parse and render only: every command calls the chosen engine's ``TeamQueues``.
 """
 
 from __future__ import annotations
 
 import click
 
-from ringleader.cli.jobs import engine_option, engine_supporting
+from ringleader.cli.jobs import engine_option, using_engine
 from ringleader.cli.output import console, emit_data, output_option, table
 from ringleader.cli.params import FiniteFloat
 from ringleader.engines.base import TeamQueues
@@ -37,8 +36,8 @@ def queue_create(name: str, quota: tuple[str, ...], weight: float, cohort: str |
     from ringleader.scheduler.teams import TeamQueue
 
     made = TeamQueue(name, parse_quota(quota), weight, cohort)
-    with engine_supporting(engine, "queues", "`queue create`") as opened:
-        assert isinstance(opened, TeamQueues)  # what supports.queues promises
+    with using_engine(engine) as opened:
+        assert isinstance(opened, TeamQueues)  # every engine keeps queues
         rt = opened
         rt.create_queue(made, overwrite)
     click.echo(f"queue/{name} {'configured' if overwrite else 'created'}")
@@ -50,8 +49,8 @@ def queue_create(name: str, quota: tuple[str, ...], weight: float, cohort: str |
 def queue_list(output: str, engine: str | None) -> None:
     """Each queue: quota, cohort, weight, the GPUs its running jobs hold and borrow, its jobs,
     its fair-share factor (1: it used nothing of its share) and recent GPU-hours."""
-    with engine_supporting(engine, "queues", "`queue list`") as opened:
-        assert isinstance(opened, TeamQueues)  # what supports.queues promises
+    with using_engine(engine) as opened:
+        assert isinstance(opened, TeamQueues)  # every engine keeps queues
         rt = opened
         views = rt.queues()
     if output != "table":
@@ -68,8 +67,8 @@ def queue_list(output: str, engine: str | None) -> None:
 @engine_option
 def queue_delete(names: tuple[str, ...], engine: str | None) -> None:
     """Delete queues no waiting or running job is in."""
-    with engine_supporting(engine, "queues", "`queue delete`") as opened:
-        assert isinstance(opened, TeamQueues)  # what supports.queues promises
+    with using_engine(engine) as opened:
+        assert isinstance(opened, TeamQueues)  # every engine keeps queues
         rt = opened
         for name in names:
             rt.delete_queue(name)

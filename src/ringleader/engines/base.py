@@ -94,7 +94,7 @@ class Engine(NodeReads, JobReads, JobLogs, Protocol):
 
 @runtime_checkable
 class TeamQueues(Protocol):
-    """Team queues (scheduler/teams.py) kept by an engine whose ``supports.queues`` is true."""
+    """Team queues (scheduler/teams.py), which every engine keeps."""
 
     def create_queue(self, queue: TeamQueue, overwrite: bool = False) -> None:
         """Keep ``queue`` (replace one of its name with ``overwrite``) and run the queue's pass."""
@@ -111,7 +111,7 @@ class TeamQueues(Protocol):
 
 @runtime_checkable
 class NodeCordons(Protocol):
-    """Nodes kept out of placement, by hand or once blamed for failures (``supports.restarts``)."""
+    """Nodes kept out of placement, by hand or once blamed for failures (every engine's)."""
 
     def cordon_node(self, node: str, reason: str) -> None: ...
 

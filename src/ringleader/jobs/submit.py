@@ -165,10 +165,6 @@ def prepare_submit(spec: JobSpec, supports: Support, environ: Mapping[str, str] 
         supports.require("preemption", "--preempt")
     if spec.calibration is not None:
         supports.require("calibration", "--calibration")
-    if spec.queue is not None:
-        supports.require("queues", "--queue")
-    if spec.max_restarts:
-        supports.require("restarts", "--max-restarts")
     if spec.workdir is None and supports.submitter_context:
         spec = dataclasses.replace(spec, workdir=working_directory())
     elif spec.workdir is not None and supports.submitter_context and not os.path.isdir(spec.workdir):

@@ -33,8 +33,6 @@ class Support:
     start_rules: bool = False  # `--start best|finish`, `--run-time`, `--max-wait`: its queue weighs when to start
     preemption: bool = False  # `--preempt`: its queue stops lower-priority gangs and requeues them
     calibration: bool = False  # `--calibration FILE`: its queue prices the job with a calibration kept with it
-    queues: bool = False  # `--queue` and `ringleader queue`: team queues with quotas, borrowing and fair share
-    restarts: bool = False  # `--max-restarts`, `node cordon|uncordon`: failed gangs restarted, nodes blamed
     more_room: str = "add nodes"  # how a user gives a job that can never fit the room it needs
 
     def require(self, operation: str, what: str) -> None:

@@ -82,7 +82,7 @@ class Runtime:
 
     supports = Support("embedded", image="podman or docker on this host", cluster_file=True, node_labels=True,
                        prune=True, emulated_cluster=True, state_backup=True, time_limit=True, network_tree=True,
-                       start_rules=True, preemption=True, calibration=True, queues=True, restarts=True,
+                       start_rules=True, preemption=True, calibration=True,
                        container_options=("--data", "--shm-size", "--rdma", "--image-pull-policy", "--container-user"),
                        more_room="declare bigger nodes (`ringleader cluster apply`)")  # fmt: skip
 

@@ -16,7 +16,9 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
+from ringleader.engines.kubernetes import names
 from ringleader.engines.kubernetes.objects import NodeInfo, PodInfo, node_info, pod_info, static_misfit, wall_time
+from ringleader.engines.kubernetes.restarts import PodFailure, pod_failure
 from ringleader.errors import UsageError
 from ringleader.jobs.queues import queue_from_dict
 from ringleader.scheduler import ClusterState, NodeState, Placement, WorkerSlot
@@ -85,6 +87,8 @@ class Cache:
         self.pods: dict[str, PodInfo] = {}
         self.groups: dict[str, int] = {}  # namespace/name -> minMember
         self.queues: tuple[TeamQueue, ...] = ()  # the team queues (names.QUEUES_CONFIG)
+        self.restarts: dict[str, int] = {}  # gang -> its restart count (its PodGroup's annotation)
+        self.failures: list[PodFailure] = []  # members seen failing, for the scheduler's next cycle
         self.queues_problem = ""  # queues in it that could not be read
         self.assumed: dict[str, Holding] = {}
         self._held: dict[str, Holding] = {}
@@ -134,6 +138,9 @@ class Cache:
         elif kind == "pods":
             if event_type == "DELETED":
                 meta = obj.get("metadata") or {}
+                failed = pod_failure(obj)  # it ended Failed: it left the watch's selection
+                if failed is not None:
+                    self.failures.append(failed)
                 self.delete_pod(f"{meta.get('namespace', 'default')}/{meta.get('name', '')}")
             else:
                 self._put_pod(pod_info(obj))
@@ -194,8 +201,12 @@ class Cache:
         key = f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
         if event_type == "DELETED":
             self.groups.pop(key, None)
+            self.restarts.pop(key, None)
         else:
             self.groups[key] = max(1, int((obj.get("spec") or {}).get("minMember") or 1))
+            count = str((meta.get("annotations") or {}).get(names.RESTARTS_ANNOTATION) or "")
+            if count.isdigit():
+                self.restarts[key] = max(self.restarts.get(key, 0), int(count))
 
     def _network_labels(self, info: NodeInfo) -> tuple[Any, ...]:
         if self.hypernodes is not None:

@@ -283,6 +283,12 @@ class Api:
     def annotate_node(self, name: str, annotations: Mapping[str, str | None]) -> None:
         self._json(self.core.patch_node, name, {"metadata": {"annotations": dict(annotations)}})
 
+    def cordon_node(self, name: str, cordoned: bool, annotations: Mapping[str, str | None]) -> None:
+        """`kubectl cordon` (``cordoned``) or `uncordon`, with ringleader's annotations (a None
+        value removes one), in one patch."""
+        self._json(self.core.patch_node, name, {"spec": {"unschedulable": cordoned},
+                                                "metadata": {"annotations": dict(annotations)}})  # fmt: skip
+
     def node_capacity(self, name: str, resources: Mapping[str, str]) -> None:
         """Advertise node-level extended resources (kubelet copies capacity to allocatable)."""
         self._json(self.core.patch_node_status, name, {"status": {"capacity": dict(resources)}})

@@ -122,7 +122,7 @@ class KubernetesEngine:
     # API server's (kubectl), not ringleader's.
     supports = Support("kubernetes", submitter_context=False, image="the pods' image", kube_options=True,
                        container_options=("--data", "--shm-size", "--rdma", "--image-pull-policy", "--container-user"),
-                       network_tree=True, time_limit=True, start_rules=True, preemption=True, queues=True,
+                       network_tree=True, time_limit=True, start_rules=True, preemption=True,
                        more_room="label more nodes for this kind of job")  # fmt: skip
 
     def use_namespace(self, namespace: str) -> None:
@@ -154,6 +154,25 @@ class KubernetesEngine:
         it: the module of that name is not used here.)"""
         found = (node_health(n) for n in self.api.list("nodes")[0])
         return {h.node: h for h in found if names is None or h.node in names}
+
+    def cordon_node(self, node: str, reason: str) -> None:
+        """`kubectl cordon`, with the reason `top node` shows (an administrator's right)."""
+        self._known_node(node)
+        self.api.cordon_node(node, True, {names.CORDON_REASON_ANNOTATION: reason})
+
+    def uncordon_node(self, node: str) -> None:
+        """`kubectl uncordon`, and the failures blamed on the node forgotten."""
+        if not self._known_node(node).get("spec", {}).get("unschedulable"):
+            raise ConflictError(f"node {node!r} is not cordoned", "see `ringleader top node`")
+        self.api.cordon_node(node, False, {names.CORDON_REASON_ANNOTATION: None, names.FAULTS_ANNOTATION: None})
+
+    def _known_node(self, node: str) -> dict[str, Any]:
+        try:
+            return self.api.get_node(node)
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            raise NotFoundError(f"node {node!r} not found", "see `ringleader top node`") from None
 
     # -- submit ---------------------------------------------------------------------------------------
     def delivery(self) -> Delivery:
@@ -533,7 +552,8 @@ def node_health(node: dict[str, Any]) -> NodeHealth:
     checked = "ringleader agent (NVML)" if unhealthy is not None else "no health published by ringleader's agent"
     if ready.get("status") == "True":
         if (node.get("spec") or {}).get("unschedulable"):
-            return NodeHealth(name, CORDONED, "spec.unschedulable (kubectl cordon)", unhealthy, checked)
+            said = ((node.get("metadata") or {}).get("annotations") or {}).get(names.CORDON_REASON_ANNOTATION)
+            return NodeHealth(name, CORDONED, str(said or "spec.unschedulable (kubectl cordon)"), unhealthy, checked)
         return NodeHealth(name, READY, "", unhealthy, checked)
     status = UNREACHABLE if ready.get("status") == "Unknown" else NOT_READY
     return NodeHealth(name, status, why or "no Ready condition", unhealthy, checked)

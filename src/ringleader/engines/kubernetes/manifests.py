@@ -77,12 +77,22 @@ def env_secret_name(spec: JobSpec) -> str:
     return f"{spec.name}-env"
 
 
+# What a restarted gang's programs read (--max-restarts): the run's count, from the annotation
+# the scheduler writes on each pod it binds, and the limit, as torchrun names them too.
+RESTART_ENV = ("RINGLEADER_RESTARTS", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS")
+
+
 def _env(spec: JobSpec) -> list[dict[str, Any]]:
-    return [
+    env = [
         {"name": k, "valueFrom": {"secretKeyRef": {"name": env_secret_name(spec), "key": k}}}
         if looks_secret(k) else {"name": k, "value": v}
         for k, v in sorted(spec.env.items())
     ]  # fmt: skip
+    if spec.max_restarts:
+        count = {"fieldRef": {"fieldPath": f"metadata.annotations['{names.RESTARTS_ANNOTATION}']"}}
+        env += [{"name": RESTART_ENV[0], "valueFrom": count}, {"name": RESTART_ENV[1], "valueFrom": count},
+                {"name": RESTART_ENV[2], "value": str(spec.max_restarts)}]  # fmt: skip
+    return env
 
 
 def env_secret(spec: JobSpec, namespace: str, owner_uid: str | None = None) -> dict[str, Any] | None:
@@ -217,6 +227,8 @@ def _container_setup(spec: JobSpec, container: dict[str, Any], mounts: list[dict
         security["capabilities"] = {"add": ["IPC_LOCK"]}
     if security:
         container["securityContext"] = security
+    if spec.max_restarts:  # the end of a failed container's log is in its status: the scheduler reads why
+        container["terminationMessagePolicy"] = "FallbackToLogsOnError"
     return container
 
 
@@ -240,12 +252,14 @@ def launcher_command(spec: JobSpec, namespace: str = "default", line: CommandLin
     program started once per rank through mpirun, torchrun's variables set. mpirun is told it
     may run as root (the image's user is not known here), as every engine's launcher does."""
     line = line or spec.command_line()
+    # a restarted run's count reaches the ranks as the launcher's pod has it (--max-restarts)
+    restarts = [w for name in RESTART_ENV for w in ("-x", name)] if spec.max_restarts else []
     if line.mpirun:
         as_root = root_option(line.kept_options, as_root=True)  # the image's user: unknown here
-        return [line.argv[0], "-np", str(spec.workers), *as_root, *line.kept, *line.program]
+        return [line.argv[0], "-np", str(spec.workers), *as_root, *restarts, *line.kept, *line.program]
     master = f"{spec.name}-worker-0.{spec.name}.{namespace}.svc"
     return ["mpirun", "--allow-run-as-root", "-np", str(spec.workers), "-bind-to", "none", "-map-by", "slot",
-            "-x", f"MASTER_ADDR={master}", "-x", f"MASTER_PORT={MASTER_PORT}",
+            *restarts, "-x", f"MASTER_ADDR={master}", "-x", f"MASTER_PORT={MASTER_PORT}",
             # each worker pod is one torchrun group of per_pod local ranks
             "-x", f"GROUP_WORLD_SIZE={spec.workers // per_pod}", "-x", f"TORCHELASTIC_RUN_ID={spec.name}",
             "/bin/sh", "-c", TORCH_ENV, "rank", *line.program]  # fmt: skip
@@ -253,6 +267,9 @@ def launcher_command(spec: JobSpec, namespace: str = "default", line: CommandLin
 
 def claim_template_name(spec: JobSpec) -> str:
     return f"{spec.name}-{names.DRA_REQUEST}"
+
+
+JOB_BACKOFF_LIMIT = 6  # a batch Job's backoffLimit when none is given (the launcher's)
 
 
 def _worker_spec(spec: JobSpec, image: str, delivery: Delivery, per_pod: int, env: list[dict[str, Any]],
@@ -341,6 +358,8 @@ def mpijob(spec: JobSpec, namespace: str, image: str | None = None, line: Comman
         worker_notes[names.PREEMPTIBLE_ANNOTATION] = "false"
     if spec.queue is not None:
         worker_notes[names.QUEUE_ANNOTATION] = spec.queue
+    if spec.max_restarts:
+        worker_notes[names.MAX_RESTARTS_ANNOTATION] = str(spec.max_restarts)
     worker_meta = {**meta, "annotations": worker_notes} if worker_notes else meta
     launcher_meta = {**meta, "labels": {k: v for k, v in labels.items()
                                         if delivery.mode == "env" or k != names.PODGROUP_LABEL}}  # fmt: skip
@@ -354,6 +373,8 @@ def mpijob(spec: JobSpec, namespace: str, image: str | None = None, line: Comman
     run_policy: dict[str, Any] = {"cleanPodPolicy": "Running", "schedulingPolicy": {"minAvailable": pods}}
     if kube.retry is not None:
         run_policy["backoffLimit"] = kube.retry
+    elif spec.max_restarts:  # each restart deletes the launcher's pod, which its Job counts as failed
+        run_policy["backoffLimit"] = max(JOB_BACKOFF_LIMIT, 2 * spec.max_restarts)
     if deadline is not None:
         run_policy["activeDeadlineSeconds"] = deadline
     return {
@@ -408,7 +429,8 @@ def _role_rules_scheduler(delivery: Delivery) -> list[dict[str, Any]]:
         {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims/binding"], "verbs": ["update"]},
     ] if delivery.mode == "dra" else []  # fmt: skip
     return [*dra,
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+        # patch: the faults blamed on a node, and its cordon once blamed twice (--max-restarts)
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]},
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "delete"]},
         {"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["create"]},
         {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},  # PodScheduled=False

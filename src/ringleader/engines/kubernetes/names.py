@@ -60,6 +60,14 @@ PREEMPTIBLE_ANNOTATION = f"{PREFIX}/preemptible"
 # JSON, jobs/queues.py); the scheduler watches it, `ringleader queue` writes it.
 QUEUE_ANNOTATION = f"{PREFIX}/queue"
 QUEUES_CONFIG = "ringleader-queues"
+# Restarts (submit --max-restarts): how often a failed gang is restarted, on its worker template;
+# the gang's restart count on its PodGroup, which the scheduler raises and writes on every pod it
+# binds (the pods read it into RINGLEADER_RESTARTS through the downward API); on a Node, the
+# failures blamed on it (JSON, "namespace/gang#run" -> why) and why ringleader cordoned it.
+MAX_RESTARTS_ANNOTATION = f"{PREFIX}/max-restarts"
+RESTARTS_ANNOTATION = f"{PREFIX}/restarts"
+FAULTS_ANNOTATION = f"{PREFIX}/faults"
+CORDON_REASON_ANNOTATION = f"{PREFIX}/cordon-reason"
 START_ANNOTATION = f"{PREFIX}/start"
 RUN_TIME_ANNOTATION = f"{PREFIX}/run-time-s"
 MAX_WAIT_ANNOTATION = f"{PREFIX}/max-wait-s"

@@ -18,6 +18,7 @@ why, with numbers, once per change of reason.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -34,6 +35,8 @@ from ringleader.engines.kubernetes.leader import LeaderElector, micro_time
 from ringleader.engines.kubernetes.metrics import Metrics
 from ringleader.engines.kubernetes.objects import PodInfo, wall_time
 from ringleader.engines.kubernetes.pinning import DraApi, Pin, PinError, pin_gang
+from ringleader.engines.kubernetes.restarts import PodFailure, blamed
+from ringleader.jobs.failures import BLAMES_TO_CORDON, Failure
 from ringleader.model import placement_images_per_s
 from ringleader.scheduler import BackfillConfig, Code, QueuedJob, QueuePass, Reservation, RunningGang, queue_order
 
@@ -278,6 +281,7 @@ class Scheduler:
         without the lease."""
         if not self.synced or not self.elector.leading:
             return []
+        self._restart_failed()
         outcomes = self.decide_all()
         for outcome in outcomes:
             if outcome.preemption is not None:
@@ -366,6 +370,71 @@ class Scheduler:
                 self.cache.doomed(pod.key)
             self._report(self._event, pod, "Normal", "Preempted", why)
 
+    # -- restarts (restarts.py) ------------------------------------------------------------------------
+    def _restart_failed(self) -> None:
+        """Each gang a member of which failed since the last cycle: the failure blamed, then, with
+        restarts left, the count raised on its PodGroup and every pod of the gang deleted with its
+        grace (mpi-operator makes them again; they wait in the queue as any gang)."""
+        with self.lock:
+            failures, self.cache.failures = self.cache.failures, []
+        for failed in failures:
+            gang, pod = failed.pod.gang_key, failed.pod
+            with self.lock:
+                current = self.cache.restarts.get(gang, 0)
+                members = [p for p in self.cache.pods.values() if p.gang_key == gang and not p.deleting]
+                node = self.cache.nodes.get(pod.node or "")
+            if failed.run < current:  # a member of a run restarted already: mpi-operator makes it again once gone
+                self._delete_member(pod, "the restart")
+                continue
+            failure = failed.failure(sorted({p.node for p in members if p.node} | {pod.node or ""}),
+                                     node is None or node.ready)  # fmt: skip
+            self._blame(failed, failure)
+            if current >= failed.max_restarts:
+                continue  # no restart left: the job fails as mpi-operator decides
+            with self.lock:
+                self.cache.restarts[gang] = current + 1
+            try:
+                self._check_lease()
+                self.api.podgroup_annotate(pod.namespace, pod.gang, {names.RESTARTS_ANNOTATION: str(current + 1)})
+            except (ApiError, LostLease) as exc:
+                log.warning("gang %s: restart count not written: %s", gang, exc)
+                continue
+            self._event(pod, "Warning", "Restarting", f"{pod.name} failed: {failure.why}; restart {current + 1} of "
+                        f"{failed.max_restarts} (--max-restarts): every pod of the gang deleted, to be placed "
+                        "again")  # fmt: skip
+            for member in [pod, *members]:  # the failed one too: it stays, Failed, until deleted
+                self._delete_member(member, "the restart")
+
+    def _delete_member(self, pod: PodInfo, why: str) -> None:
+        try:
+            self.api.delete_pod(pod.namespace, pod.name, pod.uid)
+        except ApiError as exc:
+            log.warning("pod %s: not deleted for %s: %s", pod.key, why, exc.message)
+            return
+        with self.lock:
+            self.cache.doomed(pod.key)
+
+    def _blame(self, failed: PodFailure, failure: Failure) -> None:
+        """A node or network fault counted on the node (its annotation); a node blamed for
+        ``BLAMES_TO_CORDON`` failures is cordoned, with the reason."""
+        if not failure.node_fault or failure.node is None:
+            return
+        gang = failed.pod.gang_key
+        try:
+            node = self.api.get_node(failure.node)
+            faults = blamed(node, gang, failed.run, failure.why)
+            notes: dict[str, str | None] = {names.FAULTS_ANNOTATION: json.dumps(faults, sort_keys=True)}
+            if len(faults) < BLAMES_TO_CORDON or (node.get("spec") or {}).get("unschedulable"):
+                self.api.annotate_node(failure.node, notes)
+                return
+            reason = f"blamed for {len(faults)} failures, the last of gang {gang}: {failure.why}"
+            self.api.cordon_node(failure.node, True, {**notes, names.CORDON_REASON_ANNOTATION: reason[:1024]})
+        except ApiError as exc:
+            log.warning("node %s: failure not recorded: %s", failure.node, exc.message)
+            return
+        self._event(failed.pod, "Warning", "NodeCordoned", f"node {failure.node} cordoned: {reason}; "
+                    f"`ringleader node uncordon {failure.node}` ends it")  # fmt: skip
+
     def _report_bound(self, outcome: Outcome) -> None:
         for a in outcome.assignments:
             self._event(a.pod, "Normal", "Scheduled", f"Successfully assigned {a.pod.key} to {a.node}" +
@@ -408,7 +477,9 @@ class Scheduler:
             raise LostLease()
 
     def _annotations(self, a: Assignment, outcome: Outcome) -> Mapping[str, str]:
-        notes = {names.DECISION_ANNOTATION: outcome.summary}
+        # the run's restart count on every member: its programs read it (RINGLEADER_RESTARTS)
+        notes = {names.DECISION_ANNOTATION: outcome.summary,
+                 names.RESTARTS_ANNOTATION: str(self.cache.restarts.get(outcome.gang.key, 0))}  # fmt: skip
         if a.worker is not None:
             ids = ",".join(map(str, a.gpus))
             node = self.cache.nodes.get(a.node)

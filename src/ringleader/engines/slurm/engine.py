@@ -67,7 +67,7 @@ class SlurmEngine:
         self._slurm_nodes: dict[str, state.SlurmNode] = {}  # as the last snapshot() read them
 
     supports = Support("slurm", time_limit=True, network_tree=True, start_rules=True, preemption=True,
-                       calibration=True, queues=True, restarts=True,
+                       calibration=True,
                        more_room="add nodes to the Slurm partition")  # fmt: skip
 
     def close(self) -> None:
