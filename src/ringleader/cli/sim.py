@@ -51,13 +51,19 @@ def simulate_group() -> None:
               help="Jobs of higher priority may preempt lower ones (requeued; they keep their 10-minute checkpoints).")
 @click.option("--queues", "queues_file", type=click.Path(dir_okay=False),
               help="Team queues (YAML: quotas, weights, cohorts; docs/queues.md) the trace's `queue` column names.")
+@click.option("--node-mtbf", "mtbf_h", type=FiniteFloat(0.0, 1e7, low_open=True), metavar="HOURS",
+              help="Nodes fail, each after this many hours on average; their gangs restart from their last "
+                   "10-minute checkpoint (--max-restarts).")
+@click.option("--repair", "repair_h", type=FiniteFloat(0.0, 1e6), default=1.0, show_default=True, metavar="HOURS",
+              help="How long a failed node stays out (with --node-mtbf).")
 @output_option("json")
 def run_cmd(
     cluster_file: str, trace_file: str, policies: str, out_dir: str | None, max_failures: int,
-    start_rules: str | None, preempt: bool, queues_file: str | None, output: str,
+    start_rules: str | None, preempt: bool, queues_file: str | None, mtbf_h: float | None, repair_h: float,
+    output: str,
 ) -> None:  # fmt: skip
     """Run the trace under each policy; print JCT, queueing, makespan, utilization, throughput."""
-    from ringleader.sim import PreemptionCost, compare_policies, load_trace, parse_policies, write_outputs
+    from ringleader.sim import NodeFailures, PreemptionCost, compare_policies, load_trace, parse_policies, write_outputs
     from ringleader.sim.compare import parse_start_rules, table_rows
     from ringleader.sim.queues_file import load_queues
     from ringleader.topology import load_cluster_file
@@ -67,11 +73,13 @@ def run_cmd(
     specs = load_cluster_file(cluster_file)
     jobs = load_trace(trace_file)
     queues = load_queues(queues_file) if queues_file is not None else ()
+    failures = NodeFailures(mtbf_h * 3600, repair_h * 3600) if mtbf_h else None
     runs = len(names) * max(len(rules), 1)
     with step_progress(runs + (1 if out_dir else 0), output == "table") as step:
         result = compare_policies(specs, jobs, names, max_failures=max_failures,
                                   on_policy=lambda p: step(f"simulating {p}"), start_rules=rules,
-                                  preemption=PreemptionCost() if preempt else None, queues=queues)  # fmt: skip
+                                  preemption=PreemptionCost() if preempt else None, queues=queues,
+                                  failures=failures)  # fmt: skip
         step("writing plots and report")
         written = write_outputs(result, out_dir, title=f"{len(jobs)} jobs, {len(specs)} nodes") if out_dir else []
     if output == "json":
@@ -87,6 +95,9 @@ def run_cmd(
     if queues:
         con.print(table(["POLICY", "QUEUE", "JOBS", "GPU_HOURS", "SHARE", "WEIGHT_SHARE", "AVG_JCT(h)", "AVG_QUEUE(h)",
                          "PREEMPTED"], queue_rows(result.summaries)))  # fmt: skip
+    for s in result.summaries if mtbf_h else ():
+        con.print(f"{s['policy']}: {s['node_failures']} node failure(s), {s['restarts']} gang restart(s), "
+                  f"{s['lost_gpu_hours']:.1f} GPU-hours lost since the last checkpoints")  # fmt: skip
     for item in result.rejected():
         con.print(f"rejected ({item['policy']}): {item['job']}: {item['reason']}")
     for line in coincidence_notes(result.runs):

@@ -6,7 +6,7 @@ result = compare_policies(load_cluster_file("c.yaml"), generate_trace(200, 1, 6.
 """
 
 from ringleader.sim.compare import Comparison, compare_policies, parse_policies, write_outputs
-from ringleader.sim.engine import JobRecord, PreemptionCost, SimRun, Simulation, simulate
+from ringleader.sim.engine import JobRecord, NodeFailures, PreemptionCost, SimRun, Simulation, simulate
 from ringleader.sim.steptime import Memoised, StepTime, StepTimeFn, linear_step_time, model_step_time
 from ringleader.sim.summary import percentile, summarise, wait_by_size
 from ringleader.sim.trace import TraceJob, format_trace, generate_trace, load_trace, parse_trace, write_trace
@@ -15,6 +15,7 @@ __all__ = [
     "Comparison",
     "JobRecord",
     "Memoised",
+    "NodeFailures",
     "PreemptionCost",
     "SimRun",
     "Simulation",

@@ -20,7 +20,7 @@ from typing import Any
 from ringleader.errors import UsageError
 from ringleader.scheduler import get_policy
 from ringleader.scheduler.teams import TeamQueue
-from ringleader.sim.engine import DEFAULT_MAX_FAILURES, PreemptionCost, SimRun, simulate
+from ringleader.sim.engine import DEFAULT_MAX_FAILURES, NodeFailures, PreemptionCost, SimRun, simulate
 from ringleader.sim.steptime import Memoised, StepTimeFn, check_models, model_step_time
 from ringleader.sim.summary import job_rows, queue_summary, summarise
 from ringleader.sim.trace import TraceJob
@@ -104,12 +104,15 @@ def compare_policies(
     start_rules: Sequence[str] = (),
     preemption: PreemptionCost | None = None,
     queues: tuple[TeamQueue, ...] = (),
+    failures: NodeFailures | None = None,
 ) -> Comparison:
     """Simulate ``jobs`` under each policy; one step-time cache is shared (the model is pure).
     ``on_policy`` hears each run's name as it starts (a progress bar). With ``start_rules``,
     each policy runs once per rule (named ``topology/finish``), every job given the rule and
     its work; with ``preemption``, a job of higher priority may preempt (``sim.PreemptionCost``);
-    ``queues``: the team queues the trace's jobs name (their summaries gain ``queues``)."""
+    ``queues``: the team queues the trace's jobs name (their summaries gain ``queues``); with
+    ``failures``, nodes fail and their gangs restart (``sim.NodeFailures``: the same failures for
+    every policy)."""
     for policy in policies:
         get_policy(policy)
     if "throughput" in policies:
@@ -127,7 +130,7 @@ def compare_policies(
             on_policy(label)
         started = time.perf_counter()
         run = simulate(list(specs), list(jobs), policy, memo, max_failures, start_rule=rule, preemption=preemption,
-                       queues=queues)  # fmt: skip
+                       queues=queues, failures=failures)  # fmt: skip
         if rule is not None:
             run.label = label
         wall = time.perf_counter() - started

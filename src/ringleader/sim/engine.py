@@ -38,6 +38,11 @@ With team ``queues`` (``scheduler/teams.py``) every pass sees the queues' quotas
 queue's running gangs hold and the fair-share factors of their usage so far (decayed GPU-seconds
 of every run); a gang within its queue's quota reclaims what others borrowed as a preemption
 does (``PreemptionCost``, its default where none is given).
+
+With ``failures`` (``NodeFailures``) each node fails at seeded random times (a Poisson process of
+mean ``mtbf_s``) while jobs remain: every gang running on it is restarted from its last
+checkpoint as a preempted one is (``--max-restarts``: the queue places it again), and the node's
+GPUs are out of the cluster for ``repair_s``.
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ from ringleader.scheduler import (
     QueuedJob,
     QueuePass,
     RunningGang,
+    WorkerSlot,
     get_policy,
     place,
     queue_order,
@@ -71,10 +77,12 @@ from ringleader.sim.steptime import Memoised, StepTime, StepTimeFn
 from ringleader.sim.trace import TraceJob
 from ringleader.topology.cluster import NodeSpec
 
-COMPLETION, ARRIVAL = 0, 1
+COMPLETION, ARRIVAL, NODE_DOWN, NODE_UP = 0, 1, 2, 3
+DOWN = "node down"  # the owner of a failed node's GPUs while it is repaired
 DEFAULT_MAX_FAILURES = 32
 
 _Shape = tuple[int, int, int]  # (priority, workers, gpus per worker)
+_NOWHERE = Placement("", ())
 
 
 @dataclass(frozen=True)
@@ -89,6 +97,22 @@ class PreemptionCost:
     def __post_init__(self) -> None:
         if not (self.checkpoint_s > 0 and self.restart_s >= 0):
             raise ValueError(f"need checkpoint_s > 0 and restart_s >= 0, got {self}")
+
+
+@dataclass(frozen=True)
+class NodeFailures:
+    """Nodes that fail in a simulation: each fails after a seeded exponential time of mean
+    ``mtbf_s`` (its mean time between failures), its gangs restarted from their last checkpoint
+    (``cost``), and is back ``repair_s`` later."""
+
+    mtbf_s: float
+    repair_s: float = 3600.0
+    cost: PreemptionCost = PreemptionCost()
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.mtbf_s) and self.mtbf_s > 0 and self.repair_s >= 0):
+            raise ValueError(f"need mtbf_s > 0 and repair_s >= 0, got {self}")
 
 
 @dataclass
@@ -106,7 +130,9 @@ class JobRecord:
     rejected: str | None = None  # why the job can never run on this cluster
     span_level: int = -1  # the network level its nodes' lowest common switch is at (-1: one node)
     preempted: int = 0  # times it was stopped for a gang of higher priority and requeued
-    lost_s: float = 0.0  # seconds of its runs lost to preemption (since its last checkpoint)
+    failed: int = 0  # times a node failed under it and it was restarted
+    lost_s: float = 0.0  # seconds of its runs lost to preemption or failures (since its last checkpoint)
+    restart_s: float = 0.0  # what its current (or next) run pays to start again from its checkpoint
     runs: list[tuple[float, float]] = field(default_factory=list)  # (start, end) of each run, a preempted one too
 
     @property
@@ -160,6 +186,7 @@ class SimRun:
     timeline: Timeline
     stats: SimStats
     label: str = ""  # its name in tables and plots when not the policy's ("topology/finish")
+    node_failures: int | None = None  # nodes that failed (None: failures were not simulated)
 
     @property
     def name(self) -> str:
@@ -183,6 +210,7 @@ class Simulation:
         seed: int = 0,
         preemption: PreemptionCost | None = None,
         queues: tuple[TeamQueue, ...] = (),
+        failures: NodeFailures | None = None,
     ) -> None:
         self.policy = get_policy(policy).name  # unknown names fail here, listing the known ones
         self.specs = [s.with_labels({}) for s in specs]
@@ -207,6 +235,10 @@ class Simulation:
         self.seed = seed
         self.preemption = preemption
         self.queues = queues
+        self.failures = failures
+        self.random = random.Random(f"failures:{failures.seed}") if failures is not None else None
+        self.down: dict[str, Placement] = {}  # failed node -> its GPUs held while it is repaired
+        self.node_failures = 0
         self.usage: dict[str, tuple[float, float]] = {}  # queue -> (ended runs' decayed GPU-s, as of)
         self.gangs: dict[str, RunningGang] = {}  # running jobs, as preemption sees them
         self.left: dict[str, int] = {}  # iterations left to a job that was preempted
@@ -246,6 +278,9 @@ class Simulation:
         for order, job in enumerate(self.jobs):
             if self.records[job.name].rejected is None:
                 heapq.heappush(self.events, (job.arrival_s, ARRIVAL, order, job.name))
+        self.unfinished = sum(1 for r in self.records.values() if r.rejected is None)
+        for spec in self.specs if self.failures is not None else ():
+            self._next_failure(spec.name, 0.0)
         while self.events:
             now = self.events[0][0]
             while self.events and self.events[0][0] == now:
@@ -254,9 +289,13 @@ class Simulation:
                 if kind == COMPLETION:
                     if self.run_of.get(name, (None,))[0] == order:  # else: a run preemption ended
                         self._complete(name, now)
-                else:
+                elif kind == ARRIVAL:
                     self.order_of[name] = order
                     self._enqueue(self.records[name].job)
+                elif kind == NODE_DOWN:
+                    self._node_down(name, now)
+                else:
+                    self._node_up(name, now)
             if (self.backfill == NO_RESERVATIONS and self.start_rule is None and self.preemption is None
                     and not self.queues):  # fmt: skip
                 self._pass(now)
@@ -266,31 +305,63 @@ class Simulation:
         self.stats.step_time_hits = self.step_time.hits - hits0
         self.stats.step_time_misses = self.step_time.misses - misses0
         records = [self.records[j.name] for j in self.jobs]
-        return SimRun(self.policy, self.total_gpus, records, self.timeline, self.stats)
+        return SimRun(self.policy, self.total_gpus, records, self.timeline, self.stats,
+                      node_failures=self.node_failures if self.failures is not None else None)  # fmt: skip
 
     def _enqueue(self, job: TraceJob) -> None:
         order = self.order_of[job.name]
         self.buckets.setdefault((job.priority, job.workers, job.gpus), deque()).append((order, job))
         self.queued[job.name] = QueuedJob(self._request(job), order, job.arrival_s)
 
-    # -- preemption -------------------------------------------------------------------------------
-    def _evict(self, name: str, now: float) -> None:
-        """Stop ``name`` for a gang of higher priority: it keeps what it trained up to its last
-        checkpoint and goes back to the queue in its old place."""
-        cost = self.preemption or PreemptionCost()
+    # -- preemption and failures ------------------------------------------------------------------
+    def _evict(self, name: str, now: float, failed: bool = False) -> None:
+        """Stop ``name`` for a gang of higher priority (or, ``failed``, a node that failed under
+        it): it keeps what it trained up to its last checkpoint and goes back to the queue in its
+        old place, to pay its restart when it runs again."""
+        cost = (self.failures.cost if failed and self.failures is not None else self.preemption) or PreemptionCost()
         record = self.records[name]
         assert record.placement is not None and record.step is not None
         started = self._end_run(name, now)
         assert started is not None
-        restarting = cost.restart_s if record.preempted else 0.0
-        trained = max(now - started - restarting, 0.0)
+        trained = max(now - started - record.restart_s, 0.0)
         kept = math.floor(trained / cost.checkpoint_s) * cost.checkpoint_s
         done = min(int(kept / record.step.step_time_s), self.left.get(name, record.job.iterations))
         self.left[name] = self.left.get(name, record.job.iterations) - done
-        record.preempted += 1
+        if failed:
+            record.failed += 1
+        else:
+            record.preempted += 1
         record.lost_s += trained - done * record.step.step_time_s
+        record.restart_s = cost.restart_s
         self._release(name, record.placement)
         self._enqueue(record.job)
+
+    def _next_failure(self, node: str, now: float) -> None:
+        """The node's next failure, while jobs remain (a failure with none left never comes)."""
+        assert self.failures is not None and self.random is not None
+        if self.unfinished:
+            heapq.heappush(self.events, (now + self.random.expovariate(1 / self.failures.mtbf_s), NODE_DOWN,
+                                         next(self.seq), node))  # fmt: skip
+
+    def _node_down(self, node: str, now: float) -> None:
+        """Every gang on ``node`` restarted from its checkpoint; its GPUs out until repaired."""
+        assert self.failures is not None
+        if not self.unfinished:
+            return
+        self.node_failures += 1
+        for name in [n for n, (_, _) in self.run_of.items() if node in (self.records[n].placement or _NOWHERE).nodes]:
+            self._evict(name, now, failed=True)
+        gpus = self.state.node(node).free_gpus
+        held = Placement(f"{DOWN} {node}", (WorkerSlot(0, node, tuple(gpus)),))
+        self.down[node] = held
+        self._commit(self.state.with_placement(held), held)
+        heapq.heappush(self.events, (now + self.failures.repair_s, NODE_UP, next(self.seq), node))
+
+    def _node_up(self, node: str, now: float) -> None:
+        held = self.down.pop(node)
+        self._commit(self.state.without_placement(held), held)
+        self.blocked.clear()
+        self._next_failure(node, now)
 
     # -- start rules ------------------------------------------------------------------------------
     def _request(self, job: TraceJob) -> JobRequest:
@@ -460,8 +531,7 @@ class Simulation:
         self.queued.pop(job.name, None)
         record = self.records[job.name]
         iterations = self.left.get(job.name, job.iterations)
-        run_s = iterations * step.step_time_s + (self.preemption.restart_s if record.preempted and self.preemption
-                                                 else 0.0)  # fmt: skip
+        run_s = iterations * step.step_time_s + record.restart_s
         ends = [now + job.time_limit_s] if job.time_limit_s is not None else []
         if self.start_rule is not None:  # the end the queue predicts (the run may differ: see above)
             ends.append(now + run_s * self._misjudged(job))
@@ -498,6 +568,7 @@ class Simulation:
         record = self.records[name]
         assert record.placement is not None
         record.finish_s = now
+        self.unfinished -= 1
         self._end_run(name, now)
         self._release(name, record.placement)
 
@@ -542,6 +613,7 @@ def simulate(
     seed: int = 0,
     preemption: PreemptionCost | None = None,
     queues: tuple[TeamQueue, ...] = (),
+    failures: NodeFailures | None = None,
 ) -> SimRun:
     """Simulate ``jobs`` on ``specs`` under ``policy``; ``backfill`` picks the queue discipline
     (default: no reservation and no age, the queue before reservations); ``network_aware``
@@ -549,9 +621,10 @@ def simulate(
     gives every job that rule and its work (see the module's docstring), misjudged by a seeded
     factor up to ``work_error`` (0.5: the queue sees between 1/1.5 and 1.5 times the truth);
     with ``preemption`` a gang of higher priority may stop running ones (``PreemptionCost``);
-    ``queues`` are the team queues the trace's jobs name (quotas, cohorts, fair-share weights)."""
+    ``queues`` are the team queues the trace's jobs name (quotas, cohorts, fair-share weights);
+    with ``failures`` nodes fail and their gangs restart (``NodeFailures``)."""
     return Simulation(specs, jobs, policy, step_time, max_failures, backfill, network_aware, start_rule,
-                      work_error, seed, preemption, queues).run()  # fmt: skip
+                      work_error, seed, preemption, queues, failures).run()  # fmt: skip
 
 
 def request_of(job: TraceJob) -> JobRequest:

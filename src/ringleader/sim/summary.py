@@ -81,7 +81,17 @@ def summarise(run: SimRun) -> dict[str, Any]:
         "placement_frag_after": _mean([r.fragmentation_after for r in started]),
         "multi_node_share": _mean([1.0 if r.nodes_used > 1 else 0.0 for r in started]),
         **_network(run, started),
+        **_failures(run),
     }
+
+
+def _failures(run: SimRun) -> dict[str, Any]:
+    """Where nodes failed: how often, how many gang restarts that took, and the GPU-hours the
+    restarted gangs lost (trained since their last checkpoint)."""
+    if run.node_failures is None:
+        return {}
+    return {"node_failures": run.node_failures, "restarts": sum(r.failed for r in run.records),
+            "lost_gpu_hours": sum(r.lost_s * r.job.total_gpus for r in run.records if r.failed) / 3600.0}  # fmt: skip
 
 
 def queue_summary(run: SimRun, queues: Sequence[TeamQueue]) -> list[dict[str, Any]]:
