@@ -896,3 +896,18 @@ def test_contract_a_failed_gang_restarts_whole_and_a_node_blamed_twice_is_cordon
     assert blamed["metadata"]["annotations"][names.CORDON_REASON_ANNOTATION].startswith(
         "blamed for 2 failures, the last of gang default/train: an NCCL connection error")
     assert placed == {other}
+
+
+def test_contract_a_pod_deleted_on_purpose_is_no_failure() -> None:
+    """kubelet marks a pod it stopped for a delete (a preemption, a restart, the job deleted)
+    Failed: that is not the program failing, and restarts nothing."""
+    from ringleader.engines.kubernetes.restarts import pod_failure
+
+    stopped = pod("train-worker-0", gang="train", nodeName="gpu-0")
+    stopped["metadata"]["annotations"] = {names.MAX_RESTARTS_ANNOTATION: "3", names.RESTARTS_ANNOTATION: "1"}
+    stopped["status"] = {"phase": "Failed", "containerStatuses": [{"name": "main", "state": {"terminated": {
+        "exitCode": 143, "reason": "Error"}}}]}  # fmt: skip
+    failed = pod_failure(stopped)
+    assert failed is not None and (failed.run, failed.max_restarts, failed.exit_code) == (1, 3, 143)
+    stopped["metadata"]["deletionTimestamp"] = "2026-11-27T10:00:00Z"
+    assert pod_failure(stopped) is None

@@ -511,28 +511,10 @@ def install(image: str = DEFAULT_IMAGE, replicas: int = 2, lease_seconds: int = 
                                                     "rbac.authorization.k8s.io/aggregate-to-admin": "true"}},
          "rules": _role_rules_user(delivery)},
         # How this cluster delivers GPUs: every submit reads it, whoever submits.
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": names.CLUSTER_CONFIG, "namespace": ns},
-         "data": delivery.as_data()},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-         "metadata": {"name": names.CLUSTER_CONFIG, "namespace": ns},
-         "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"],
-                    "resourceNames": [names.CLUSTER_CONFIG]}]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-         "metadata": {"name": names.CLUSTER_CONFIG, "namespace": ns},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": names.CLUSTER_CONFIG},
-         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:authenticated"}]},
+        *_config_everyone_reads(names.CLUSTER_CONFIG, delivery.as_data()),
         # The team queues: every submit and `queue list` reads them; a cluster administrator
         # changes them (`ringleader queue create`, as Kueue's ClusterQueues are an admin's).
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": names.QUEUES_CONFIG, "namespace": ns},
-         "data": {}},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-         "metadata": {"name": names.QUEUES_CONFIG, "namespace": ns},
-         "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"],
-                    "resourceNames": [names.QUEUES_CONFIG]}]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-         "metadata": {"name": names.QUEUES_CONFIG, "namespace": ns},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": names.QUEUES_CONFIG},
-         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:authenticated"}]},
+        *_config_everyone_reads(names.QUEUES_CONFIG, {}),
         {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {**in_ns, "labels": labels_s},
          "spec": {"replicas": replicas, "selector": {"matchLabels": labels_s}, "template": {
              "metadata": {"labels": labels_s},
@@ -567,6 +549,20 @@ def install(image: str = DEFAULT_IMAGE, replicas: int = 2, lease_seconds: int = 
         # in env installs too (the scheduler patches no pod there, so it never applies): both
         # installs name the same objects, and `kubectl apply` of one over the other leaves nothing
         *scheduler_policy(),
+    ]  # fmt: skip
+
+
+def _config_everyone_reads(name: str, data: dict[str, str]) -> list[dict[str, Any]]:
+    """A ConfigMap in ringleader's namespace, with the Role and RoleBinding that let every
+    authenticated user read it (and nothing else there)."""
+    meta = {"name": name, "namespace": names.SYSTEM_NAMESPACE}
+    return [
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": dict(meta), "data": data},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": dict(meta),
+         "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"], "resourceNames": [name]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": dict(meta),
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:authenticated"}]},
     ]  # fmt: skip
 
 

@@ -47,13 +47,14 @@ class PodFailure:
 
 
 def pod_failure(obj: Mapping[str, Any]) -> PodFailure | None:
-    """The failure of a bound pod of ringleader's that ended Failed; None for any other pod."""
+    """The failure of a bound pod of ringleader's that ended Failed by itself; None for any other
+    pod, one that was being deleted included (kubelet marks it Failed once it has stopped)."""
     status = obj.get("status") or {}
     if status.get("phase") != "Failed":
         return None
     pod = pod_info(obj)
-    if pod.node is None or not pod.ours:
-        return None
+    if pod.node is None or not pod.ours or pod.deleting:
+        return None  # a pod deleted on purpose (preempted, restarted, its job deleted) ends as it was told
     annotations = (obj.get("metadata") or {}).get("annotations") or {}
     code, reason, message = None, str(status.get("reason") or ""), ""
     for container in status.get("containerStatuses") or ():
