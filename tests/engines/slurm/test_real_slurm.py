@@ -344,6 +344,8 @@ def test_a_borrowing_slurm_gang_is_reclaimed_when_the_lender_submits(engine: Slu
     wait_for(lambda: engine.get("a1").status is JobStatus.RUNNING, 60, "the lender's job to start")
     for rank in range(4):
         assert (folders[victim] / f"ckpt-{rank}").read_text() == "step 42"  # checkpointed on SIGTERM
+    # requeued ("preempted; requeued (restart 1)"), then the queue's next pass says why it waits
+    wait_for(lambda: (engine.get(victim).reason or "").startswith("queue "), 30, "the victim's pending reason")
     view = engine.get(victim)
     assert view.status is JobStatus.PENDING and view.restarts == 1
     assert view.reason == ("queue team-b holds 4 of its quota of 4 GPUs; it needs 4 more, and cohort lab has 0 "
