@@ -429,3 +429,28 @@ def test_queue_and_cordon_commands_on_the_slurm_engine(slurm_box: object, tmp_pa
     wait_for(lambda: "DRAIN" not in subprocess.run(["scontrol", "-o", "show", "node", "node-b"], capture_output=True,
                                                    text=True).stdout, 30, "node-b resumed")  # fmt: skip
     assert cli("queue", "delete", "team-a").stdout == "queue/team-a deleted\n"
+
+
+def test_a_gang_with_start_best_waits_for_one_node_instead_of_spreading(
+    engine: SlurmEngine, outside: Outside, tmp_path: Path
+) -> None:
+    """The start rules on real Slurm, as on every engine: two GPUs are free on each node, so a
+    4-GPU gang would start spread now (its dry run says so); with --start best it waits for the node whose other two
+    GPUs a ringleader job holds (its time limit tells when they free), says so, and starts there
+    whole once they free."""
+    holder = engine.submit(job("holder", 2, 1, [PY, "-c", "import time; time.sleep(6)"], topology_aware=True,
+                               time_limit_s=120))  # fmt: skip
+    assert holder.decision.placement is not None
+    [first] = holder.decision.placement.nodes
+    [second] = {"node-a", "node-b"} - {first}
+    outside.sbatch(f"--nodelist={second}", "--gres=gpu:2")
+    wait_for(lambda: len(node_gpus_used().get(second, [])) == 2 and engine.get("holder").status is JobStatus.RUNNING,
+             60, "the holder and the outside job to hold their GPUs")  # fmt: skip
+    now = engine.submit(job("quad", 4, 1, [PY, "-c", "pass"], topology_aware=True), dry_run=True)
+    assert now.decision.placement is not None and set(now.decision.placement.nodes) == {first, second}  # spread
+    waiting = engine.submit(job("quad", 4, 1, [PY, "-c", "pass"], topology_aware=True, start="best"))
+    assert waiting.job is not None and waiting.job.status is JobStatus.PENDING, waiting.job
+    assert waiting.job.reason and f"on {first}[" in waiting.job.reason, waiting.job.reason
+    assert not waiting.job.instances  # not handed to Slurm while it waits for better GPUs
+    done = engine.wait("quad", timeout=90)
+    assert done.status is JobStatus.SUCCEEDED and done.nodes == [first], (done.reason, done.events)
