@@ -200,7 +200,8 @@ class SlurmEngine:
         now = time.time()
         specs = {r["name"]: JobSpec.from_dict(r["spec"]) for r in queued}
         order = [QueuedJob(specs[r["name"]].request(), i, r.get("created_at")) for i, r in enumerate(queued)]
-        teams = self._team_queues(snapshot, now)
+        kept, records = self.teams.queues(), self.records.all()
+        teams = self._team_queues(kept, snapshot, records, self._queue_usage(records, now)) if kept else None
         reclaims = teams is not None and any(teams.queue(q.job) is not None for q in order)
         running = self._preemptible() if reclaims or any(q.job.may_preempt for q in order) else {}
         _, decisions = schedule_queue(snapshot, order, now=now, expected_ends=self._expected_ends(),
@@ -267,21 +268,25 @@ class SlurmEngine:
                       restarts=restarts, preempted_by=None, reason=f"{why}; requeued (restart {restarts})")  # fmt: skip
 
     # -- team queues (scheduler/teams.py) ---------------------------------------------------------
-    def _team_queues(self, snapshot: ClusterState, now: float) -> Teams | None:
-        """The queues with the GPUs their gangs hold in Slurm (running, or submitted and waiting
-        for their exact GPUs; a preempted one has given its quota back) and their fair-share
-        factors from every run so far; None while no queue was created."""
-        kept = self.teams.queues()
-        if not kept:
-            return None
+    def _queue_usage(self, records: list[dict[str, Any]], now: float) -> dict[str, float]:
+        """Queue -> decayed GPU-seconds of every run so far: the jobs' records and deleted jobs'."""
         usage = self.teams.forgotten_usage(now)
-        gang_queue = {}
-        for record in self.records.all():
+        for record in records:
             queue = queue_of(JobSpec.from_dict(record["spec"]))
             usage[queue] = usage.get(queue, 0.0) + record_usage(record, now)
+        return usage
+
+    @staticmethod
+    def _team_queues(kept: list[TeamQueue], snapshot: ClusterState, records: list[dict[str, Any]],
+                     usage: dict[str, float]) -> Teams:  # fmt: skip
+        """The queues with the GPUs their gangs hold in Slurm (running, or submitted and waiting
+        for their exact GPUs; a preempted one has given its quota back) and their fair-share
+        factors from ``usage``."""
+        gang_queue = {}
+        for record in records:
             holding = record.get("slurm_id") and not JobStatus(record["status"]).is_terminal()
             if holding and not record.get("preempted_by"):
-                gang_queue[record["name"]] = queue
+                gang_queue[record["name"]] = queue_of(JobSpec.from_dict(record["spec"]))
         return Teams.of(kept, snapshot, gang_queue, usage)
 
     def create_queue(self, queue: TeamQueue, overwrite: bool = False) -> None:
@@ -316,15 +321,15 @@ class SlurmEngine:
         (the default queue, of jobs without --queue, last)."""
         snapshot = self.nodes()  # records brought up to date
         now = time.time()
-        teams = self._team_queues(snapshot, now)
+        kept, records = self.teams.queues(), self.records.all()
+        usage = self._queue_usage(records, now)
+        teams = self._team_queues(kept, snapshot, records, usage) if kept else None
         counts: dict[str, list[int]] = {}
-        usage = self.teams.forgotten_usage(now)
-        for record in self.records.all():
-            queue = queue_of(JobSpec.from_dict(record["spec"]))
-            usage[queue] = usage.get(queue, 0.0) + record_usage(record, now)
+        for record in records:
             if not JobStatus(record["status"]).is_terminal():
+                queue = queue_of(JobSpec.from_dict(record["spec"]))
                 counts.setdefault(queue, [0, 0])[record["status"] != JobStatus.RUNNING.value] += 1
-        return queue_views(self.teams.queues(), teams, counts, usage)
+        return queue_views(kept, teams, counts, usage)
 
     # -- restarts and cordons (jobs/failures.py) ---------------------------------------------------
     def _failure(self, record: dict[str, Any], components: list[dict[str, str]]) -> Failure:
