@@ -4,6 +4,7 @@ The rules themselves (quota, borrowing, reclaim, fair share) are ``scheduler/tea
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -72,6 +73,15 @@ def check_queue(queue: TeamQueue, others: Iterable[TeamQueue]) -> TeamQueue:
 def queue_to_dict(queue: TeamQueue) -> dict[str, Any]:
     """A queue as the engines keep it (JSON): its quota as [[type, GPUs], ...], weight, cohort."""
     return {"quota": [list(item) for item in queue.quota], "weight": queue.weight, "cohort": queue.cohort}
+
+
+def queue_from_json(name: str, text: str) -> TeamQueue:
+    """``queue_from_dict`` of a queue kept as JSON text (a Kubernetes ConfigMap's value)."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    return queue_from_dict(name, data)
 
 
 def queue_from_dict(name: str, data: Any) -> TeamQueue:

@@ -9,7 +9,6 @@ forgets it.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -20,9 +19,9 @@ from ringleader.engines.kubernetes import names
 from ringleader.engines.kubernetes.objects import NodeInfo, PodInfo, node_info, pod_info, static_misfit, wall_time
 from ringleader.engines.kubernetes.restarts import PodFailure, pod_failure
 from ringleader.errors import UsageError
-from ringleader.jobs.queues import queue_from_dict
+from ringleader.jobs.queues import queue_from_json
 from ringleader.scheduler import ClusterState, NodeState, Placement, WorkerSlot
-from ringleader.scheduler.teams import DEFAULT_QUEUE, TeamQueue, Teams, run_usage
+from ringleader.scheduler.teams import TeamQueue, Teams, queue_of, run_usage
 from ringleader.topology.cluster import placed
 from ringleader.topology.network import NetworkTree
 from ringleader.topology.network_formats import LABEL_KEYS, tree_from_hypernodes, tree_from_labels
@@ -89,7 +88,6 @@ class Cache:
         self.queues: tuple[TeamQueue, ...] = ()  # the team queues (names.QUEUES_CONFIG)
         self.restarts: dict[str, int] = {}  # gang -> its restart count (its PodGroup's annotation)
         self.failures: list[PodFailure] = []  # members seen failing, for the scheduler's next cycle
-        self.queues_problem = ""  # queues in it that could not be read
         self.assumed: dict[str, Holding] = {}
         self._held: dict[str, Holding] = {}
         self._members: dict[tuple[str, str], set[str]] = {}  # (gang, node) -> pods holding there
@@ -184,16 +182,15 @@ class Cache:
 
     def apply_queues(self, event_type: str, obj: Mapping[str, Any]) -> None:
         """The team queues from their ConfigMap (names.QUEUES_CONFIG), one data key per queue; a
-        queue kept unlike ringleader writes it is left out, and said in ``queues_problem``."""
-        kept, problems = [], []
+        queue kept unlike ringleader writes it is left out, said in the log."""
+        kept = []
         data = {} if event_type == "DELETED" else (obj.get("data") or {})
         for name, text in sorted(data.items()):
             try:
-                kept.append(queue_from_dict(name, json.loads(text)))
-            except (ValueError, UsageError) as exc:
-                problems.append(exc.one_line() if isinstance(exc, UsageError) else f"queue {name!r}: not JSON")
+                kept.append(queue_from_json(name, text))
+            except UsageError as exc:
+                log.warning("team queue left out: %s", exc.one_line())
         self.queues = tuple(kept)
-        self.queues_problem = "; ".join(problems)
         self.freed += 1  # a quota changed: gangs that waited may start, or wait for a new reason
 
     def apply_group(self, event_type: str, obj: Mapping[str, Any]) -> None:
@@ -375,7 +372,7 @@ class Cache:
         gang_queue = {}
         for pod in self.pods.values():
             if (pod.holds_resources or pod.key in self.assumed) and pod.ours and not pod.deleting:
-                gang_queue[pod.gang_key] = pod.queue or DEFAULT_QUEUE  # bound, or its Bindings on their way
+                gang_queue[pod.gang_key] = queue_of(pod)  # bound, or its Bindings on their way
         return Teams.of(self.queues, self.state, gang_queue, self.queue_usage(now))
 
     def queue_usage(self, now: float) -> dict[str, float]:
@@ -386,8 +383,7 @@ class Cache:
         for pod in self.pods.values():
             start = wall_time(pod.started)
             if pod.holds_resources and pod.ours and pod.gpus and start is not None:
-                queue = pod.queue or DEFAULT_QUEUE
-                usage[queue] = usage.get(queue, 0.0) + run_usage(pod.gpus, start, now, now)
+                usage[queue_of(pod)] = usage.get(queue_of(pod), 0.0) + run_usage(pod.gpus, start, now, now)
         return usage
 
     @property

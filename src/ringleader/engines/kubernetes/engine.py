@@ -31,7 +31,7 @@ from ringleader.jobs.queues import (
     QueueView,
     check_queue,
     check_queue_exists,
-    queue_from_dict,
+    queue_from_json,
     queue_to_dict,
     queue_views,
 )
@@ -143,10 +143,14 @@ class KubernetesEngine:
     # -- the cluster ----------------------------------------------------------------------------------
     def nodes(self) -> ClusterState:
         """Nodes with their published topology, GPUs held by pods (any namespace)."""
+        return self._cache().state
+
+    def _cache(self) -> Cache:
+        """Nodes and every namespace's pods as the scheduler's cache holds them."""
         cache = Cache()
         cache.replace("nodes", self.api.list("nodes")[0])
         cache.replace("pods", self.api.list("pods")[0])
-        return cache.state
+        return cache
 
     def node_health(self, names: Sequence[str] | None = None) -> dict[str, NodeHealth]:
         """Each Node's Ready condition and cordon (spec.unschedulable); unhealthy GPUs as
@@ -232,9 +236,7 @@ class KubernetesEngine:
 
     # -- team queues (the ConfigMap names.QUEUES_CONFIG, which the scheduler watches) ------------------
     def _queues(self) -> list[TeamQueue]:
-        config = self.api.queues_config()
-        data = (config or {}).get("data") or {}
-        return [queue_from_dict(name, _json_value(text, name)) for name, text in sorted(data.items())]
+        return _kept_queues(self.api.queues_config())
 
     def create_queue(self, queue: TeamQueue, overwrite: bool = False) -> None:
         """Keep ``queue`` in the queues' ConfigMap (with ``overwrite``, replace the one of that
@@ -242,8 +244,7 @@ class KubernetesEngine:
         for _ in range(3):  # another writer changed it between the read and the write: read again
             config = self.api.queues_config()
             data = dict((config or {}).get("data") or {})
-            kept = [queue_from_dict(name, _json_value(text, name)) for name, text in data.items()]
-            check_queue(queue, kept)
+            check_queue(queue, _kept_queues(config))
             if not overwrite and queue.name in data:
                 fix = f"give --overwrite to change it, or `ringleader queue delete {queue.name}`"
                 raise ConflictError(f"queue {queue.name!r} already exists", fix)
@@ -274,9 +275,7 @@ class KubernetesEngine:
         """Every queue with its quota, the GPUs its running gangs hold and borrow, its jobs (every
         namespace's) and its fair share as the scheduler weighs it now."""
         kept = self._queues()
-        cache = Cache()
-        cache.replace("nodes", self.api.list("nodes")[0])
-        cache.replace("pods", self.api.list("pods")[0])
+        cache = self._cache()
         cache.queues = tuple(kept)
         now = time.time()
         teams = cache.team_queues(now) if kept else None
@@ -568,9 +567,6 @@ def open_kubernetes(home: Path, readonly: bool = False) -> KubernetesEngine:
     return KubernetesEngine(None, namespace, connect=lambda: load_client(context=context, host=server))
 
 
-def _json_value(text: str, name: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError:
-        raise UsageError(f"queue {name!r} is not kept as ringleader writes queues", "create it again with "
-                         "`ringleader queue create --overwrite`") from None  # fmt: skip
+def _kept_queues(config: dict[str, Any] | None) -> list[TeamQueue]:
+    """The team queues in their ConfigMap (None: not installed), by name."""
+    return [queue_from_json(name, text) for name, text in sorted(((config or {}).get("data") or {}).items())]

@@ -384,7 +384,7 @@ class Scheduler:
                 members = [p for p in self.cache.pods.values() if p.gang_key == gang and not p.deleting]
                 node = self.cache.nodes.get(pod.node or "")
             if failed.run < current:  # a member of a run restarted already: mpi-operator makes it again once gone
-                self._delete_member(pod, "the restart")
+                self._delete_member(pod)
                 continue
             failure = failed.failure(sorted({p.node for p in members if p.node} | {pod.node or ""}),
                                      node is None or node.ready)  # fmt: skip
@@ -403,13 +403,14 @@ class Scheduler:
                         f"{failed.max_restarts} (--max-restarts): every pod of the gang deleted, to be placed "
                         "again")  # fmt: skip
             for member in [pod, *members]:  # the failed one too: it stays, Failed, until deleted
-                self._delete_member(member, "the restart")
+                self._delete_member(member)
 
-    def _delete_member(self, pod: PodInfo, why: str) -> None:
+    def _delete_member(self, pod: PodInfo) -> None:
+        """A member of a gang being restarted deleted with its grace (its controller makes it again)."""
         try:
             self.api.delete_pod(pod.namespace, pod.name, pod.uid)
         except ApiError as exc:
-            log.warning("pod %s: not deleted for %s: %s", pod.key, why, exc.message)
+            log.warning("pod %s: not deleted for the restart: %s", pod.key, exc.message)
             return
         with self.lock:
             self.cache.doomed(pod.key)
