@@ -82,7 +82,6 @@ DOWN = "node down"  # the owner of a failed node's GPUs while it is repaired
 DEFAULT_MAX_FAILURES = 32
 
 _Shape = tuple[int, int, int]  # (priority, workers, gpus per worker)
-_NOWHERE = Placement("", ())
 
 
 @dataclass(frozen=True)
@@ -349,13 +348,19 @@ class Simulation:
         if not self.unfinished:
             return
         self.node_failures += 1
-        for name in [n for n, (_, _) in self.run_of.items() if node in (self.records[n].placement or _NOWHERE).nodes]:
+        for name in [n for n in self.run_of if node in self._placement(n).nodes]:
             self._evict(name, now, failed=True)
         gpus = self.state.node(node).free_gpus
         held = Placement(f"{DOWN} {node}", (WorkerSlot(0, node, tuple(gpus)),))
         self.down[node] = held
         self._commit(self.state.with_placement(held), held)
         heapq.heappush(self.events, (now + self.failures.repair_s, NODE_UP, next(self.seq), node))
+
+    def _placement(self, name: str) -> Placement:
+        """Where running job ``name`` runs."""
+        placement = self.records[name].placement
+        assert placement is not None  # set when it started
+        return placement
 
     def _node_up(self, node: str, now: float) -> None:
         held = self.down.pop(node)
