@@ -387,15 +387,12 @@ MPI_WORLD = "from mpi4py import MPI; w = MPI.COMM_WORLD; print('WORLD %d of %d' 
 
 def test_a_plain_mpi_program_is_one_world(target: Target) -> None:
     """No mpirun in the line: the job's ranks are still one MPI world, as under arena's mpirun
-    launcher."""
+    launcher (the embedded engine starts a program that imports mpi4py under mpirun)."""
     job = spec("world", ["python", "-c", MPI_WORLD])
     if not target.runs:
         launcher = launcher_command(target.run(job))
         assert launcher[0] == "mpirun" and launcher[launcher.index("-np") + 1] == "2"
         return
-    if target.name == "embedded":
-        pytest.xfail("the embedded engine starts a plain program's ranks as its own children, not under "
-                     "mpirun: each is a world of 1 (see docs/runtime.md)")  # fmt: skip
     view = target.run(job)
     assert view.status is JobStatus.SUCCEEDED, (view.reason, target.log("world", "worker-0")[-2000:])
     for rank in range(2):

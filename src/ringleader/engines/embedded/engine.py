@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 import shutil
 import sqlite3
 import time
@@ -43,6 +42,7 @@ from ringleader.engines.embedded.nodes import (
     node_health,
     shrinking,
 )
+from ringleader.engines.embedded.programs import check_script, mpi_program
 from ringleader.engines.embedded.views import job_view
 from ringleader.errors import (
     ConflictError,
@@ -51,6 +51,7 @@ from ringleader.errors import (
     StateError,
     UsageError,
 )
+from ringleader.jobs.commandline import prepare
 from ringleader.jobs.failures import without_cordoned
 from ringleader.jobs.line import CommandLine
 from ringleader.jobs.logfiles import follow_log, instance_name, read_log, wait_until_ended
@@ -284,7 +285,9 @@ class Runtime:
     # -- what submit_job asks of this engine ------------------------------------------------------
     def prepare(self, sub: Submission) -> Submission:
         """Ranks run here: an image job is prepared for this host's podman or docker, and this host
-        must have room for the job's processes and its programs."""
+        must have room for the job's processes and its programs. A plain MPI program is started
+        under mpirun (see programs.py)."""
+        sub = _one_mpi_world(sub)
         if sub.spec.image:
             label = job_label(self.home, sub.spec.name)
             prepared = spec_in_image(sub.spec, sub.line, sub.spec.submit_env or {}, label)
@@ -316,7 +319,7 @@ class Runtime:
         del decision  # the pass decides, over the cluster as it is then
         spec = sub.spec
         if spec.image is None:  # checked for a job that will run, not for a plan (--dry-run)
-            _check_script(spec, sub.line.program)
+            check_script(sub.line.program, spec.workdir)
         with self._writable().write() as conn:
             now = time.time()  # taken under the lock: the wait for it may be long
             if store.job_row(conn, spec.name) is not None:
@@ -556,27 +559,28 @@ def _check_here(spec: JobSpec, line: CommandLine) -> None:
         _check_program(spec, line.program[0], UsageError)  # what runs once per rank
 
 
-PYTHON = re.compile(r"python[0-9.]*")
-
-
-def _check_script(spec: JobSpec, program: Sequence[str]) -> None:
-    """A Python script the ranks would not find (`python nosuchfile.py`): refused at submit
-    rather than every rank failing at start, its error in each rank's log. Not for a dry run:
-    a plan may name the script it will have."""
-    if not program or not PYTHON.fullmatch(os.path.basename(program[0])):
-        return
-    words = iter(program[1:])
-    for word in words:
-        if word in ("-c", "-m", "-") or word.startswith(("-c", "-m")):
-            return  # code or a module, not a file
-        if word in ("-W", "-X", "-Q"):
-            next(words, None)
-        elif not word.startswith("-"):
-            script = Path(spec.workdir or ".") / word
-            if word.endswith(".py") and not script.exists():
-                raise UsageError(f"script {word!r} does not exist in {spec.workdir or os.getcwd()}",
-                                 "check the path: the ranks start in --working-dir (default: here)")  # fmt: skip
-            return
+def _one_mpi_world(sub: Submission) -> Submission:
+    """A plain MPI program of several ranks, started under mpirun: one world of the job's ranks,
+    as on every other engine (where mpirun is missing, each rank a world of its own, said so).
+    In an image the program is the image's, not read here: `mpirun` in the line says it."""
+    spec, line = sub.spec, sub.line
+    if line.mpirun or spec.workers < 2 or spec.image is not None:
+        return sub
+    path = (spec.submit_env or {}).get("PATH", os.environ.get("PATH"))
+    why = mpi_program(line.program, spec.workdir, path)
+    if why is None:
+        return sub
+    if shutil.which("mpirun", path=path) is None:
+        note = (f"note: {why}, and mpirun is not installed here: each of its {spec.workers} ranks is an MPI world "
+                "of its own (install Open MPI for one world)")  # fmt: skip
+        return dataclasses.replace(sub, notes=(*sub.notes, note))
+    prepared = prepare(["mpirun", *spec.command], spec.workers, spec.env, spec.submit_env or {}, spec.name)
+    assert prepared.line is not None
+    written = spec.user_command or spec.command
+    spec = dataclasses.replace(spec, command=prepared.command, env=prepared.env, user_command=list(written),
+                               line=prepared.line)  # fmt: skip
+    note = f"note: {why}: its {spec.workers} ranks start under mpirun as one MPI world, as on every engine"
+    return Submission(spec, prepared.line, (*sub.notes, *prepared.notes, note))
 
 
 def _check_program(spec: JobSpec, program: str, err: type[UsageError]) -> None:
