@@ -75,7 +75,7 @@ def test_list_and_top_job_show_gpu_allocated_and_wide_columns(seeds_cli) -> None
     row = table[1].split()
     assert row[0] == "hold" and row[4] == "4" and row[5] == ("4" if row[1] == "RUNNING" else "0")
     wide = seeds_cli.ok("list", "-o", "wide").splitlines()
-    assert wide[0].split()[-4:] == ["PRIORITY", "AGE", "GPU_IDS", "BOTTLENECK"]
+    assert wide[0].split()[-6:] == ["PRIORITY", "AGE", "GPU_IDS", "BOTTLENECK", "RESTARTS", "PREEMPTION"]
     assert re.search(r"\S+:\d+,\d+", wide[1]), wide[1]  # node:gpu ids of the placement
     top = seeds_cli.ok("top", "job", "-o", "wide").splitlines()
     assert top[0].split()[:4] == ["NAME", "STATUS", "TRAINER", "AGE"] and "GPU_IDS" in top[0]

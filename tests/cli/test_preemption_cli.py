@@ -64,6 +64,12 @@ def test_a_priority_gang_preempts_one_whole_gang_which_checkpoints_and_resumes(s
     assert {w["node"] for w in running["placement"]["chosen"]["workers"]} == {"cn-shanghai-172"}
     requeued = events(job(seeds_cli, "low-a"), "Requeued")
     assert requeued and "RINGLEADER_RESTARTS=1" in requeued[0]
+    # `list -o wide`: who preempted whom, at what predicted speed, and how often each restarted
+    rows = {line.split()[0]: line for line in seeds_cli.ok("list", "-o", "wide").splitlines()[1:]}
+    images = round(preemption["images_per_s"])
+    assert rows["urgent"].split()[-5:] == ["0", "stopped", "low-a", "for", f"{images}/s"], rows["urgent"]
+    assert rows["low-a"].split()[-5:] == ["1", "by", "urgent", "(priority", "10)"], rows["low-a"]
+    assert rows["low-b"].split()[-2:] == ["0", "-"], rows["low-b"]
     assert job(seeds_cli, "low-b")["status"] == "RUNNING" and not events(job(seeds_cli, "low-b"), "Preempted")
     # urgent ends; low-a runs again on its node and every rank resumes from its own checkpoint
     wait_for(seeds_cli, "low-a", "SUCCEEDED", seconds=90)

@@ -9,7 +9,7 @@ import dataclasses
 import re
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
@@ -32,8 +32,9 @@ from ringleader.cli.output import (
 )
 from ringleader.engines import ALL_NAMESPACES, ENGINES, chosen_engine, open_engine
 from ringleader.engines.embedded.store import default_home
-from ringleader.errors import UsageError
+from ringleader.errors import NotFoundError, UsageError
 from ringleader.jobs.logfiles import instance_name
+from ringleader.jobs.queues import Preempted, read_preempted
 from ringleader.jobs.states import JobStatus
 
 if TYPE_CHECKING:  # the runtime is imported by the commands that use it: `--help` stays quick
@@ -558,6 +559,8 @@ def render_job(job: JobView, wide: bool, events: bool, prediction: dict[str, Any
 LIST_COLUMNS = ["NAME", "STATUS", "TRAINER", "DURATION", "GPU(Requested)", "GPU(Allocated)", "NODE"]
 # -o wide, as kubectl's: what the scheduler decided, beside the columns above.
 WIDE_COLUMNS = ["PRIORITY", "AGE", "GPU_IDS", "BOTTLENECK"]
+# `list -o wide` only: restarts (preemptions and failures), and who preempted whom.
+PREEMPTION_COLUMNS = ["RESTARTS", "PREEMPTION"]
 
 
 def gpu_ids(job: JobView) -> str:
@@ -584,20 +587,47 @@ def job_row(job: JobView, wide: bool, first: str = "duration") -> list[Any]:
 @job_type_option
 @engine_option
 def list_jobs(output: str, all_namespaces: bool, engine: str | None) -> None:
-    """List jobs (arena list); -o wide adds priority, age, GPU ids and the bottleneck link."""
+    """List jobs (arena list); -o wide adds priority, age, GPU ids, the bottleneck link,
+    restarts and who preempted whom."""
     if all_namespaces:
         if _namespace() is not None:
             raise UsageError("-A and -n cannot go together", "give -A for every namespace, or -n NS for one")
         click.get_current_context().meta["ringleader.namespace"] = ALL_NAMESPACES
+    wide = output == "wide"
     with using_engine(engine) as rt:
         jobs = rt.list_jobs()
+        preempted = {j.name: last_preempted(rt, j.name) for j in jobs if wide and j.restarts}
     if output in ("json", "yaml"):
         emit_data([j.to_dict() for j in jobs], output)
         return
-    wide = output == "wide"
-    cols = (["NAMESPACE"] if all_namespaces else []) + LIST_COLUMNS + (WIDE_COLUMNS if wide else [])
-    rows = [([j.namespace or "-"] if all_namespaces else []) + job_row(j, wide) for j in jobs]
+    cols = (["NAMESPACE"] if all_namespaces else []) + LIST_COLUMNS
+    cols += [*WIDE_COLUMNS, *PREEMPTION_COLUMNS] if wide else []
+    rows = [([j.namespace or "-"] if all_namespaces else []) + job_row(j, wide)
+            + ([j.restarts, preemption_cell(j.name, preempted)] if wide else []) for j in jobs]  # fmt: skip
     console().print(table(cols, rows))
+
+
+def last_preempted(rt: Engine, name: str) -> Preempted | None:
+    """Job ``name``'s last preemption, read from its events (a list reads none); None if it never
+    was preempted, or is gone since the list was read."""
+    try:
+        events = rt.get(name).events
+    except NotFoundError:
+        return None
+    said = [read_preempted(e.message) for e in events if e.kind == "Preempted"]
+    return said[-1] if said else None
+
+
+def preemption_cell(name: str, preempted: Mapping[str, Preempted | None]) -> str:
+    """`list -o wide`'s PREEMPTION: who last preempted job ``name`` and why, and whom it stopped
+    to start, at the images/s the placement they freed was predicted to give."""
+    mine = preempted.get(name)
+    said = [f"by {mine.by} ({mine.why})"] if mine else []
+    stopped = {victim: p for victim, p in preempted.items() if p is not None and p.by == name}
+    if stopped:
+        speeds = {p.images_per_s for p in stopped.values() if p.images_per_s is not None}
+        said.append(f"stopped {','.join(stopped)}" + (f" for {max(speeds):.0f}/s" if speeds else ""))
+    return "; ".join(said) or "-"
 
 
 @click.command("job")

@@ -115,6 +115,28 @@ def preempted_by(by: Decision) -> str:
 
 
 @dataclass(frozen=True)
+class Preempted:
+    """A Preempted event (``preempted_by``'s words) read back: who preempted the job, in short
+    why ("priority 10", "quota of queue q"), and the images/s its freed placement promised."""
+
+    by: str
+    why: str
+    images_per_s: float | None
+
+
+PREEMPTED_WORDS = re.compile(r"by job (?P<name>\S+) (?:\(priority (?P<priority>-?\d+)\)|of queue (?P<queue>\S+)),")
+
+
+def read_preempted(message: str) -> Preempted | None:
+    found = PREEMPTED_WORDS.match(message)
+    if found is None:
+        return None
+    images = re.search(r" at (\d+) images/s", message)
+    why = f"priority {found['priority']}" if found["priority"] else f"quota of queue {found['queue']}"
+    return Preempted(found["name"], why, float(images[1]) if images else None)
+
+
+@dataclass(frozen=True)
 class QueueView:
     """A queue as `queue list` shows it: its settings, the GPUs its running jobs hold (per quota
     key), how many of them it borrows, its jobs, and its fair share."""
