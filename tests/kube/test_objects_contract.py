@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 from pathlib import Path
 from typing import Any
 
@@ -392,3 +393,27 @@ def test_contract_a_restartable_job_reads_its_restart_count_from_its_pod() -> No
     command = replicas["Launcher"]["template"]["spec"]["containers"][0]["command"]
     assert command[command.index("RINGLEADER_RESTARTS") - 1:][:2] == ["-x", "RINGLEADER_RESTARTS"]
     assert job["spec"]["runPolicy"]["backoffLimit"] == 6
+
+
+FAST_NETWORK = {"kind": "calibration", "version": 1, "sources": [], "compute": [], "overlap": None, "sync": None,
+                "links": {"network": {"gbs": 300.0, "latency_us": 1.0}}}  # fmt: skip
+
+
+def test_the_model_and_a_calibration_travel_on_the_worker_template() -> None:
+    """`submit --model vgg16 --calibration FILE`: the scheduler prices the gang's placements with
+    both, read off its workers as the other start-rule settings are."""
+    from ringleader.engines.kubernetes.cache import Gang
+    from ringleader.engines.kubernetes.decide import job_request
+    from ringleader.engines.kubernetes.objects import pod_info
+
+    spec = JobSpec("vgg", 4, 1, ["true"], topology_aware=True, run_time_s=3600.0, model="vgg16",
+                   calibration=FAST_NETWORK)  # fmt: skip
+    worker = template_pods(manifests.mpijob(spec, "team-a"))["Worker"]
+    info = pod_info(worker)
+    assert json.loads(info.calibration or "") == FAST_NETWORK
+    assert job_request(Gang("team-a/vgg", 4, [info])).model == "vgg16"
+    plain = template_pods(manifests.mpijob(JobSpec("p", 1, 1, ["true"]), "team-a"))["Worker"]
+    assert pod_info(plain).calibration is None and job_request(Gang("team-a/p", 1, [pod_info(plain)])).model is None
+    big = dict(FAST_NETWORK, sources=["x" * 1000] * 80)  # 80 KB: more than an annotation should carry
+    with pytest.raises(UsageError, match="more than a pod annotation may carry"):
+        manifests.mpijob(JobSpec("big", 4, 1, ["true"], calibration=big), "team-a")

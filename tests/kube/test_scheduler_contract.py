@@ -685,6 +685,41 @@ def test_contract_a_gang_that_finishes_sooner_by_waiting_waits_then_lands_on_one
     assert {fake.get("pods", f"vgg-worker-{i}")["spec"]["nodeName"] for i in range(4)} == {"gpu-0"}
 
 
+def calibrated_gang(fake: FakeApiServer, name: str, calibration: str) -> None:
+    """The 4-worker VGG16 gang of the start-rule test, with a calibration written on its workers
+    (what `submit --model vgg16 --calibration FILE` writes), beside gangs a (600 s) and b."""
+    fake.put("nodes", node("gpu-0"))
+    fake.put("nodes", node("gpu-1"))
+    running_gang(fake, "a", "gpu-0", 6, 600)
+    running_gang(fake, "b", "gpu-1", 6, 36_000)
+    fake.put("podgroups", podgroup(name, 4))
+    for i in range(4):
+        worker = pod(f"{name}-worker-{i}", gang=name)
+        worker["metadata"]["annotations"] = {names.START_ANNOTATION: "finish", names.RUN_TIME_ANNOTATION: "3600",
+                                             names.MODEL_ANNOTATION: "vgg16", names.CALIBRATION_ANNOTATION: calibration}
+        fake.put("pods", worker)
+
+
+def test_contract_a_gangs_calibration_prices_its_placements(fake: FakeApiServer) -> None:
+    """Measured where the network is as fast as NVLink, spread costs nothing: the gang that
+    waits for one node without a calibration binds spread at once."""
+    from kube.test_objects_contract import FAST_NETWORK
+
+    calibrated_gang(fake, "fast", json.dumps(FAST_NETWORK))
+    assert [(r.gang, r.ok) for r in scheduler(fake).cycle()] == [("default/fast", True)]
+    assert {fake.get("pods", f"fast-worker-{i}")["spec"]["nodeName"] for i in range(4)} == {"gpu-0", "gpu-1"}
+
+
+def test_contract_a_calibration_the_scheduler_cannot_read_prices_nothing(fake: FakeApiServer) -> None:
+    """A hand-written pod's calibration that is not one is ignored, and said: the gang is decided
+    with the published rates, and the scheduler goes on."""
+    calibrated_gang(fake, "odd", '{"kind": "calibration", "links": 7}')
+    assert scheduler(fake).cycle() == [] and not fake.calls("bind")
+    note = fake.get("podgroups", "odd")["metadata"]["annotations"][names.PENDING_ANNOTATION]
+    assert "waits: it finishes sooner" in note, note
+    assert "its calibration (ringleader.io/calibration) is ignored: " in note, note
+
+
 def test_contract_without_a_start_rule_the_gang_binds_spread_at_once(fake: FakeApiServer) -> None:
     fake.put("nodes", node("gpu-0"))
     fake.put("nodes", node("gpu-1"))

@@ -88,7 +88,14 @@ def job_request(gang: Gang) -> JobRequest:
         work_s=workers[0].run_time_s if workers else None, max_wait_s=workers[0].max_wait_s if workers else None,
         may_preempt=bool(workers) and workers[0].may_preempt,
         queue=workers[0].queue if workers else None, preemptible=not workers or workers[0].preemptible,
+        model=workers[0].model if workers else None,
     )  # fmt: skip
+
+
+def gang_calibration(gang: Gang) -> str | None:
+    """The calibration written on the gang's workers (names.CALIBRATION_ANNOTATION), unread."""
+    workers = sorted((p for p in gang.pending if p.gpus), key=_worker_order)
+    return workers[0].calibration if workers else None
 
 
 def placement_of(outcome: Outcome) -> Placement:

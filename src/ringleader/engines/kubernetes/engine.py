@@ -122,7 +122,7 @@ class KubernetesEngine:
     # API server's (kubectl), not ringleader's.
     supports = Support("kubernetes", submitter_context=False, image="the pods' image", kube_options=True,
                        container_options=("--data", "--shm-size", "--rdma", "--image-pull-policy", "--container-user"),
-                       network_tree=True, time_limit=True, start_rules=True, preemption=True,
+                       network_tree=True, time_limit=True, start_rules=True, preemption=True, calibration=True,
                        more_room="label more nodes for this kind of job")  # fmt: skip
 
     def use_namespace(self, namespace: str) -> None:

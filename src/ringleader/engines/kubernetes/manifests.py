@@ -15,6 +15,7 @@ docs/kubernetes.md compares this with a device plugin's Allocate, a runtime hook
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import shlex
@@ -144,6 +145,17 @@ def ranks_per_pod(spec: JobSpec, nodes: Sequence[str]) -> int:
         return 1
     counts = [nodes.count(n) for n in dict.fromkeys(nodes)]
     return math.gcd(*counts)
+
+
+def calibration_annotation(calibration: dict[str, Any]) -> str:
+    """A job's calibration as its workers carry it: compact JSON, refused at submit where it
+    would not fit beside a pod's other annotations."""
+    text = json.dumps(calibration, separators=(",", ":"), sort_keys=True)
+    if len(text.encode()) > names.CALIBRATION_MAX_BYTES:
+        raise UsageError(f"the calibration is {len(text.encode()) // 1024} KiB, more than a pod annotation may "
+                         f"carry here ({names.CALIBRATION_MAX_BYTES // 1024} KiB)",
+                         "calibrate from fewer runs (`ringleader calibrate`), or leave --calibration out")  # fmt: skip
+    return text
 
 
 def _pod_labels(spec: JobSpec) -> dict[str, str]:
@@ -352,6 +364,10 @@ def mpijob(spec: JobSpec, namespace: str, image: str | None = None, line: Comman
     for key, seconds in ((names.RUN_TIME_ANNOTATION, spec.run_time_s), (names.MAX_WAIT_ANNOTATION, spec.max_wait_s)):
         if seconds is not None:
             worker_notes[key] = f"{seconds:g}"
+    if spec.model is not None:
+        worker_notes[names.MODEL_ANNOTATION] = spec.model
+    if spec.calibration is not None:
+        worker_notes[names.CALIBRATION_ANNOTATION] = calibration_annotation(spec.calibration)
     if spec.preempt:
         worker_notes[names.PREEMPT_ANNOTATION] = "true"
     if not spec.preemptible:

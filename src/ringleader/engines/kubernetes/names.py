@@ -71,6 +71,13 @@ CORDON_REASON_ANNOTATION = f"{PREFIX}/cordon-reason"
 START_ANNOTATION = f"{PREFIX}/start"
 RUN_TIME_ANNOTATION = f"{PREFIX}/run-time-s"
 MAX_WAIT_ANNOTATION = f"{PREFIX}/max-wait-s"
+# What prices a gang's placements where it weighs its start (--model, --calibration: the JSON
+# document `ringleader calibrate --out` writes, compact), read off its workers as the above.
+MODEL_ANNOTATION = f"{PREFIX}/model"
+CALIBRATION_ANNOTATION = f"{PREFIX}/calibration"
+# An annotation the API server takes is at most 256 KiB with all the others; a calibration is a
+# few KiB: anything near the limit is refused at submit.
+CALIBRATION_MAX_BYTES = 64 * 1024
 # Pod (template) label: ask for topology-aware placement (arena's --gputopology=true).
 TOPOLOGY_LABEL = f"{PREFIX}/gputopology"
 JOB_LABEL = f"{PREFIX}/job"

@@ -115,6 +115,8 @@ class PodInfo:
     preemptible: bool = True  # names.PREEMPTIBLE_ANNOTATION "false": never a victim
     queue: str | None = None  # names.QUEUE_ANNOTATION: its team queue (None: the default queue)
     grace_s: float = 30.0  # spec.terminationGracePeriodSeconds (the API's default 30)
+    model: str | None = None  # names.MODEL_ANNOTATION
+    calibration: str | None = None  # names.CALIBRATION_ANNOTATION, as written (the scheduler reads it)
 
     @property
     def key(self) -> str:
@@ -309,6 +311,8 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo:
         preemptible=annotations.get(names.PREEMPTIBLE_ANNOTATION) != "false",
         queue=annotations.get(names.QUEUE_ANNOTATION) or None,
         grace_s=float(spec.get("terminationGracePeriodSeconds", 30) or 0),
+        model=annotations.get(names.MODEL_ANNOTATION) or None,
+        calibration=annotations.get(names.CALIBRATION_ANNOTATION) or None,
     )  # fmt: skip
 
 

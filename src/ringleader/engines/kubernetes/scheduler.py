@@ -24,21 +24,31 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ringleader.engines.kubernetes import names
 from ringleader.engines.kubernetes.cache import Cache, Gang
 from ringleader.engines.kubernetes.client import KINDS, Api, ApiError, Gone
-from ringleader.engines.kubernetes.decide import Assignment, Outcome, decide, job_request, placement_of
+from ringleader.engines.kubernetes.decide import (
+    Assignment,
+    Outcome,
+    decide,
+    gang_calibration,
+    job_request,
+    placement_of,
+)
 from ringleader.engines.kubernetes.leader import LeaderElector, micro_time
 from ringleader.engines.kubernetes.metrics import Metrics
 from ringleader.engines.kubernetes.objects import PodInfo, wall_time
 from ringleader.engines.kubernetes.pinning import DraApi, Pin, PinError, pin_gang
 from ringleader.engines.kubernetes.restarts import PodFailure, blamed
+from ringleader.inputs import InputError
 from ringleader.jobs.failures import BLAMES_TO_CORDON, Failure
-from ringleader.model import placement_images_per_s
+from ringleader.model import calibrated_estimator, placement_images_per_s
+from ringleader.model.calibration import Calibration, calibration_from_dict
 from ringleader.scheduler import BackfillConfig, Code, QueuedJob, QueuePass, Reservation, RunningGang, queue_order
+from ringleader.scheduler.policies.throughput import Estimator
 
 log = logging.getLogger("ringleader.kube.scheduler")
 # A gang whose bind or pin failed waits this long before it is tried again, doubled on each
@@ -46,6 +56,15 @@ log = logging.getLogger("ringleader.kube.scheduler")
 INITIAL_BACKOFF_S = 1.0
 MAX_BACKOFF_S = 10.0
 RESULTS = {Code.SUCCESS: "scheduled", Code.UNSCHEDULABLE: "unschedulable", Code.UNRESOLVABLE: "unresolvable"}
+
+
+def read_calibration(text: str) -> Calibration | str:
+    """A calibration written on a gang's workers, read as `predict --calibration` reads a file;
+    what is wrong with it, in words, where it cannot be read (a hand-written pod's)."""
+    try:
+        return calibration_from_dict(json.loads(text), origin=names.CALIBRATION_ANNOTATION)
+    except (ValueError, InputError) as exc:
+        return f"its calibration ({names.CALIBRATION_ANNOTATION}) is ignored: {str(exc).splitlines()[0]}"
 
 
 def _created_s(gang: Gang) -> float | None:
@@ -135,6 +154,8 @@ class Scheduler:
         self.wall_clock = wall_clock
         self._reservations: dict[str, Reservation] = {}  # gang -> the GPUs held for it
         self._reservations_moved = 0
+        # a calibration as written on a gang's workers -> it read, or why it is ignored
+        self._calibrations: dict[str, Calibration | str] = {}
         self._stop = threading.Event()
         # What the cycle reports (Events, PodScheduled=False, PodGroup status) goes out on these
         # threads once the cycle's Bindings are written, when ``reports_async`` (the daemon):
@@ -183,7 +204,7 @@ class Scheduler:
             by_key = {g.key: g for g in ready}
             queued = [QueuedJob(job_request(g), i, _created_s(g)) for i, g in enumerate(ready)]
             weighs = any(q.job.prices_placements for q in queued)
-            estimate = placement_images_per_s if weighs else None  # the model, where a gang weighs its start
+            estimate = self._estimator(ready) if weighs else None  # the model, where a gang weighs its start
             teams = self.cache.team_queues(now).with_waiting(q.job for q in queued) if self.cache.queues else None
             reclaims = teams is not None and any(teams.queue(q.job) is not None for q in queued)
             may_preempt = reclaims or any(q.job.may_preempt for q in queued)
@@ -211,6 +232,9 @@ class Scheduler:
                 queue = QueuePass(self.cache.state, now, ends, self.backfill, tuple(held), estimate=estimate,
                                   running=running, preempt_delay_s=delay, teams=teams)  # fmt: skip
                 outcome = decide(self.cache, gang, queue, entry.submit_s)
+                ignored = self._unread_calibration(gang)
+                if ignored is not None and not outcome.ok:
+                    outcome = replace(outcome, reason=f"{outcome.reason}; {ignored}")
                 if outcome.preemption is not None:  # its victims are no victims for the gangs behind it
                     running = {k: g for k, g in running.items() if k not in outcome.preemption.names}
                     teams = teams.without(outcome.preemption.names) if teams is not None else None
@@ -231,6 +255,24 @@ class Scheduler:
             self.metrics.pending_gangs = waiting + sum(1 for o in outcomes if not o.ok)
             self.metrics.reserved_gangs = len(self._reservations)
         return outcomes
+
+    def _estimator(self, gangs: Sequence[Gang]) -> Estimator:
+        """The model's images/s, each gang's placements priced with the calibration written on
+        its workers where it has one its scheduler can read (``submit --calibration``)."""
+        written = {g.key: text for g in gangs if (text := gang_calibration(g)) is not None}
+        for gone in set(self._calibrations) - set(written.values()):
+            del self._calibrations[gone]
+        calibrations: dict[str, Calibration] = {}
+        for key, text in written.items():
+            read = self._calibrations.setdefault(text, read_calibration(text))
+            if isinstance(read, Calibration):
+                calibrations[key] = read
+        return calibrated_estimator(calibrations) if calibrations else placement_images_per_s
+
+    def _unread_calibration(self, gang: Gang) -> str | None:
+        """Why the gang's calibration is ignored, if it has one its scheduler could not read."""
+        read = self._calibrations.get(gang_calibration(gang) or "")
+        return None if read is None or isinstance(read, Calibration) else read
 
     def _reserve(self, gang: str, reservation: Reservation | None) -> None:
         old = self._reservations.pop(gang, None)
