@@ -158,3 +158,18 @@ def test_bad_start_rules(files: tuple[Path, Path], capsys: pytest.CaptureFixture
     assert main(["simulate", "--cluster", str(cluster), "--trace", str(trace), "--start", value]) == 2
     err = capsys.readouterr().err
     assert words in err and len(err.strip().splitlines()) <= 2
+
+
+def test_the_committed_2x8_results_are_what_the_documented_command_gives(tmp_path: Path) -> None:
+    """docs/sim.md's 2 x 8 table and examples/sim/results-2x8 come from one command: a rerun gives
+    the same figures (all but the wall times, which are the machine's)."""
+    examples = Path(__file__).resolve().parents[2] / "examples" / "sim"
+    out = tmp_path / "again"
+    assert main(["simulate", "--cluster", str(examples / "cluster-2x8-v100.yaml"), "--trace",
+                 str(examples / "trace-2x8-v100.csv"), "--policies", "throughput,topology,ack,besteffort,default",
+                 "--out", str(out)]) == 0  # fmt: skip
+
+    def figures(path: Path) -> list[list[str]]:
+        return [row.split(",")[:-1] for row in path.read_text().splitlines()]  # WALL (s) last
+
+    assert figures(out / "summary.csv") == figures(examples / "results-2x8" / "summary.csv")
