@@ -72,8 +72,10 @@ def shapes(kind: str) -> tuple[list[tuple[int, int]], list[float]]:
     return [p for p, _ in pairs], [w for _, w in pairs]
 
 
-def draw_jobs(kind: str, n_jobs: int, seed: int, urgent: float = 0.0) -> list[TraceJob]:
+def draw_jobs(kind: str, n_jobs: int, seed: int, urgent: float = 0.0,
+              iterations_range: tuple[int, int] = (MIN_ITERATIONS, MAX_ITERATIONS)) -> list[TraceJob]:  # fmt: skip
     """Jobs without arrival times yet (arrival 0): shapes, models, iterations, priorities."""
+    low, high = iterations_range
     rng = random.Random(seed)
     ranks = random.Random(seed + 104729)  # its own stream: the shapes do not depend on --urgent
     options, weights = shapes(kind)
@@ -81,7 +83,7 @@ def draw_jobs(kind: str, n_jobs: int, seed: int, urgent: float = 0.0) -> list[Tr
     for i in range(n_jobs):
         workers, gpus = rng.choices(options, weights)[0]
         model, batch = rng.choice(MODELS)
-        iterations = int(math.exp(rng.uniform(math.log(MIN_ITERATIONS), math.log(MAX_ITERATIONS))))
+        iterations = int(math.exp(rng.uniform(math.log(low), math.log(high))))
         priority = 10 if ranks.random() < urgent else 0
         jobs.append(TraceJob(f"job-{i:05d}", 0.0, workers, gpus, model, batch, iterations, priority))
     return jobs
@@ -117,12 +119,16 @@ def main() -> None:
     ap.add_argument("--policy", default="topology")
     ap.add_argument("--urgent", type=float, default=0.2)
     ap.add_argument("--preempt", action="store_true", help="also run every rule with preemption")
+    ap.add_argument("--iterations", default=f"{MIN_ITERATIONS},{MAX_ITERATIONS}",
+                    help="MIN,MAX of the log-uniform iterations per job (default: the trace generator's)")
     args = ap.parse_args()
+    low, high = (int(x) for x in args.iterations.split(","))
     specs = cluster(args.cluster)
     gpus = sum(s.topology.n_gpus for s in specs)
     memo = Memoised(model_step_time())
     print(f"# {args.cluster}: {len(specs)} nodes, {gpus} GPUs; {args.jobs} jobs; policy {args.policy}; "
-          f"work error {args.error:g}; urgent {args.urgent:g}; load average {os.getloadavg()[0]:.2f}")  # fmt: skip
+          f"work error {args.error:g}; urgent {args.urgent:g}; iterations {low}-{high} log-uniform; "
+          f"load average {os.getloadavg()[0]:.2f}")  # fmt: skip
     print("| load | seed | rule | mean JCT h | p95 JCT h | mean queue h | urgent mean JCT h | preempted | multi-node "
           "| wall s |")  # fmt: skip
     print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|")
@@ -131,7 +137,7 @@ def main() -> None:
         variants += [(rule, PreemptionCost(checkpoint_s=600.0, restart_s=60.0)) for rule in RULES]
     totals: dict[tuple[float, str], list[float]] = {}
     for seed in (int(s) for s in args.seeds.split(",")):
-        drawn = draw_jobs(args.cluster, args.jobs, seed, args.urgent)
+        drawn = draw_jobs(args.cluster, args.jobs, seed, args.urgent, (low, high))
         work = best_gpu_seconds(specs, drawn, memo)
         for load in (float(x) for x in args.loads.split(",")):
             # offered load = work / (GPUs x arrival span); span = jobs / rate
