@@ -31,7 +31,8 @@ COMMANDS: dict[str, tuple[tuple[str, ...], str]] = {
                         "NCCL, MPI, framework and package versions."),
     "get": (("jobs",), "Show a job: status, placement and its instances (arena get)."),
     "kube": (("kube",), "Run ringleader on Kubernetes: its scheduler, its node agent, their install manifests."),
-    "list": (("jobs",), "List jobs (arena list); -o wide adds priority, age, GPU ids and the bottleneck link."),
+    "list": (("jobs",), "List jobs (arena list); -o wide adds priority, age, GPU ids, the bottleneck link, "
+                        "restarts and who preempted whom."),
     "logs": (("jobs",), "Print a job instance's log (arena logs)."),
     "node": (("cluster",), "Label, cordon and uncordon nodes (kubectl's rules: changing a label needs "
                            "--overwrite)."),
