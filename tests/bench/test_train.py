@@ -120,6 +120,29 @@ def test_scaling_through_the_runtime_writes_table_and_plots(
     check_in_chromium(out / "report.html", images=4, shot="bench-scaling-report.png")
 
 
+def test_scaling_skips_the_backends_this_machine_cannot_run_and_says_why(tmp_path: Path) -> None:
+    """The Horovod lab's table asks for NCCL rows beside Gloo's: on a machine without CUDA the
+    gloo rows are measured and the nccl rows skipped with the reason, in the table, the files and
+    the JSON; a study of nothing but such backends is refused in one line, as before."""
+    from ringleader.bench.ranks import cuda_count
+
+    if cuda_count():
+        pytest.skip("this machine runs nccl: nothing to skip")
+    out = tmp_path / "scaling"
+    study = ("bench", "scaling", "--workers", "1", "--model", "mnist", *TINY, "--repeat", "1", "--no-busbw",
+             "--launcher", "local")  # fmt: skip
+    proc = cli(*study, "--backends", "gloo,nccl", "--out", str(out), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    said = "nccl skipped: the nccl backend needs CUDA GPUs and none is visible here"
+    assert said in proc.stdout
+    res = json.loads((out / "scaling.json").read_text())
+    assert [r["backend"] for r in res["rows"]] == ["gloo"]
+    assert res["skipped"] == {"nccl": "the nccl backend needs CUDA GPUs and none is visible here"}
+    assert said in (out / "scaling.md").read_text() and said in (out / "report.html").read_text()
+    refused = cli(*study, "--backends", "nccl", "--out", str(tmp_path / "none"), timeout=120)
+    assert refused.returncode == 2 and refused.stderr.startswith("error: the nccl backend needs CUDA GPUs")
+
+
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs Open MPI")
 def test_mpi_gradient_buckets_average_exactly_what_every_rank_computed() -> None:
     import subprocess

@@ -25,7 +25,7 @@ from ringleader.bench.launchers import Launcher
 from ringleader.bench.machine import machine_load
 from ringleader.bench.ranks import check_available, check_backend, check_np
 from ringleader.bench.train import TrainConfig
-from ringleader.errors import UsageError
+from ringleader.errors import DependencyError, UsageError
 
 COLUMNS = ("backend", "servers", "gpus_per_server", "avg_step_time_s", "avg_throughput",
            "speedup", "scaling_efficiency", "throughput_min", "throughput_max", "spread",
@@ -54,6 +54,13 @@ class ScalingConfig:
     # rank with 2 threads on 2 busy cores stepped 25-50x slower than with 1, which alone read as
     # a 1464% scaling efficiency.
     threads: int | None = None
+    # Backends this machine cannot run (nccl without CUDA, mpi without Open MPI) -> why: the study
+    # skips their rows and says so (set by validate; all of them: refused).
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def runnable(self) -> list[str]:
+        return [b for b in self.backends if b not in self.skipped]
 
     def threads_per_rank(self) -> int:
         import os
@@ -68,11 +75,18 @@ class ScalingConfig:
             raise UsageError(f"--threads-per-rank {self.threads} is not a thread count", "pass 1 or more")
         if self.repeat < 1:
             raise UsageError(f"--repeat {self.repeat} runs nothing", "pass --repeat 1 or more (3 gives a spread)")
+        self.skipped, refusal = {}, None
         for b in self.backends:
             check_backend(b)
-            check_available(b, need_mpirun=b == "mpi")
+            try:
+                check_available(b, need_mpirun=b == "mpi")
+            except DependencyError as exc:
+                self.skipped[b], refusal = exc.message, refusal or exc
+                continue
             for w in self.workers:
                 check_np(b, w)
+        if refusal is not None and not self.runnable:
+            raise refusal
         self.train.validate()
         for p in self.pipeline:
             if not Path(p).is_file():
@@ -121,7 +135,13 @@ def table_rows(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def markdown(rows: list[dict[str, Any]], title: str, machine: dict[str, Any] | None = None) -> str:
+def skipped_lines(skipped: dict[str, str]) -> list[str]:
+    """What the table lacks and why: "nccl skipped: the nccl backend needs CUDA GPUs ..."."""
+    return [f"{backend} skipped: {why}" for backend, why in skipped.items()]
+
+
+def markdown(rows: list[dict[str, Any]], title: str, machine: dict[str, Any] | None = None,
+             skipped: dict[str, str] | None = None) -> str:  # fmt: skip
     lines = [f"# {title}", "", "| " + " | ".join(HEADERS) + " | Min-max (images/s) | Repeats | Warnings |",
              "|" + "---|" * (len(HEADERS) + 3)]  # fmt: skip
     for r in rows:
@@ -131,6 +151,8 @@ def markdown(rows: list[dict[str, Any]], title: str, machine: dict[str, Any] | N
             f"{r['scaling_efficiency']:.0%} | {r['throughput_min']:.1f}-{r['throughput_max']:.1f} | "
             f"{r['repeats']} | {'; '.join(r['warnings']) or '-'} |"
         )
+    if skipped:
+        lines += ["", *skipped_lines(skipped)]
     if machine:
         lines += ["", load_line(machine)]
     return "\n".join(lines) + "\n"
@@ -156,7 +178,7 @@ def run_scaling(cfg: ScalingConfig, launcher: Launcher,
     machine: dict[str, Any] = {"load_start": machine_load()}
     points = []
     for rep in range(cfg.repeat):
-        for b in cfg.backends:
+        for b in cfg.runnable:
             for w in cfg.workers:
                 tick(f"train {cfg.train.model} {b} x{w} (run {rep + 1}/{cfg.repeat})")
                 load = machine_load()
@@ -167,7 +189,7 @@ def run_scaling(cfg: ScalingConfig, launcher: Launcher,
         ar = {"minbytes": cfg.busbw_min, "maxbytes": cfg.busbw_max, "factor": 2,
               "iters": cfg.busbw_iters, "warmup": 2, "check": 1}  # fmt: skip
         wmax = max(w for w in cfg.workers)
-        for b in cfg.backends:
+        for b in cfg.runnable:
             tick(f"allreduce {b} x{max(2, wmax)}")
             sweep = launcher.run("allreduce", ar, b, max(2, wmax), cfg.threads_per_rank())
             sweeps[b] = {**sweep, "load": machine_load()}
@@ -182,7 +204,8 @@ def run_scaling(cfg: ScalingConfig, launcher: Launcher,
            "threads_per_rank": cfg.threads_per_rank(),
            "machine": machine, "warnings": [f"{r['backend']} x{r['servers'] * r['gpus_per_server']}: {w}"
                                             for r in rows for w in r["warnings"]],
-           "rows": rows, "points": points, "busbw": sweeps, "pipeline": pipelines}  # fmt: skip
+           "rows": rows, "skipped": dict(cfg.skipped), "points": points, "busbw": sweeps,
+           "pipeline": pipelines}  # fmt: skip
     files = _write(out, doc)
     pngs = plots.all_plots(out, rows, sweeps, pipelines, model=cfg.train.model, batch=cfg.train.batch_size)
     files += pngs
@@ -192,7 +215,7 @@ def run_scaling(cfg: ScalingConfig, launcher: Launcher,
 
 
 def _write(out: Path, doc: dict[str, Any]) -> list[str]:
-    (out / "scaling.md").write_text(markdown(doc["rows"], doc["title"], doc["machine"]))
+    (out / "scaling.md").write_text(markdown(doc["rows"], doc["title"], doc["machine"], doc["skipped"]))
     with open(out / "scaling.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(COLUMNS), extrasaction="ignore")
         w.writeheader()
@@ -212,7 +235,7 @@ def scaling_report(doc: dict[str, Any], pngs: list[Path], path: Path) -> Path:
              f"{r['throughput_min']:.1f}-{r['throughput_max']:.1f}",
              "-" if r["spread"] is None else f"{r['spread']:.0%}", r["repeats"],
              "-" if r["load_1m"] is None else f"{r['load_1m']:.2f}"] for r in doc["rows"]]  # fmt: skip
-    notes = [h.Note(w, warning=True) for w in doc["warnings"]]
+    notes = [h.Note(w, warning=True) for w in [*doc["warnings"], *skipped_lines(doc.get("skipped") or {})]]
     results = h.Section("Results", [h.Table(headers, rows), *notes, h.Note(load_line(doc["machine"]))])
     captions = {"speedup.png": "Median speedup per backend; bars span the fastest and slowest run.",
                 "busbw.png": "Allreduce bus bandwidth by message size (nccl-tests' busbw).",

@@ -225,7 +225,7 @@ def scaling_cmd(backends: str, workers: str, out_dir: str, repeat: int, threads:
     report. A row whose efficiency exceeds 100% or whose runs spread more than 10% is flagged."""
     from ringleader.bench.allreduce import parse_size
     from ringleader.bench.launchers import default_launcher
-    from ringleader.bench.scaling import ScalingConfig, load_line, run_scaling
+    from ringleader.bench.scaling import ScalingConfig, load_line, run_scaling, skipped_lines
 
     cfg = ScalingConfig(
         backends=[b.strip() for b in backends.split(",") if b.strip()], workers=_int_list(workers),
@@ -233,7 +233,7 @@ def scaling_cmd(backends: str, workers: str, out_dir: str, repeat: int, threads:
         busbw_max=parse_size(busbw_max), pipeline=list(pipeline_results), repeat=repeat, threads=threads,
     )  # fmt: skip
     cfg.validate()
-    steps = len(cfg.backends) * (len(cfg.workers) * cfg.repeat + (1 if busbw else 0))
+    steps = len(cfg.runnable) * (len(cfg.workers) * cfg.repeat + (1 if busbw else 0))
     run_with = default_launcher(launcher, keep=keep)
     with step_progress(steps, output == "table") as step:  # each message announces the next point
         res = run_scaling(cfg, run_with, step)
@@ -249,6 +249,8 @@ def scaling_cmd(backends: str, workers: str, out_dir: str, repeat: int, threads:
     console().print(table(headers, rows, title=res["title"]))
     for warning in res["warnings"]:
         click.echo(f"warning: {warning}")
+    for line in skipped_lines(res["skipped"]):
+        click.echo(line)
     click.echo(load_line(res["machine"]))
     click.echo("wrote: " + ", ".join(res["files"]))
 
