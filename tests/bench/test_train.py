@@ -71,6 +71,29 @@ def test_pipeline_reports_degradation(pipeline_json: Path) -> None:
     assert len(res["load_avg"]["before"]) == 3 and isinstance(res["notes"], list)
 
 
+
+def test_pipeline_says_the_bandwidth_each_gpu_needs(pipeline_json: Path, jpeg_dir: Path) -> None:
+    """The DLI lab's arithmetic: at the compute-only rate each GPU takes decoded images (side x
+    side x 3 bytes, as the lab counts them) host to device, and reads the files from storage."""
+    res = json.loads(pipeline_json.read_text())
+    need = res["need_per_gpu"]
+    files = [f for f in jpeg_dir.rglob("*.jpg")]
+    assert need["images_per_sec"] == pytest.approx(res["synthetic_images_per_sec"] / res["world_size"])
+    assert need["decoded_bytes_per_image"] == 16 * 16 * 3  # TINY's --image-size 16, RGB
+    assert need["host_to_device_mib_per_sec"] == pytest.approx(need["images_per_sec"] * 16 * 16 * 3 / 2**20)
+    assert need["file_bytes_per_image"] == pytest.approx(sum(f.stat().st_size for f in files) / len(files))
+    assert need["storage_mib_per_sec"] == pytest.approx(need["images_per_sec"] * need["file_bytes_per_image"] / 2**20)
+
+
+def test_the_pipeline_table_ends_with_that_need(jpeg_dir: Path) -> None:
+    proc = cli("bench", "pipeline", "--model", "trivial", "--data", str(jpeg_dir), "--launcher", "local",
+               "--loader-workers", "1", "--repeat", "1", *TINY)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    said = [ln for ln in proc.stdout.splitlines() if ln.startswith("each GPU at its compute-only rate (")]
+    assert len(said) == 1 and re.search(r"needs [\d.]+ MiB/s of decoded 16x16x3 images host to device and "
+                                        r"[\d.]+ MiB/s of files from storage \([\d.]+ KiB each\)", said[0]), said
+
+
 def test_pipeline_notes_say_what_the_numbers_cannot_be() -> None:
     from ringleader.bench.pipeline import pipeline_notes
 

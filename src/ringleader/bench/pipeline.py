@@ -3,7 +3,8 @@ compute only on whatever device trains: synthetic data, no files read).
 
 Reports images/s of the loader alone (decode + augment, no model), of training on synthetic
 data and of training on the real files, and the degradation as the lab computes it:
-real / synthetic; each the median of ``repeat`` rounds, with the runs, the load and notes.
+real / synthetic; each the median of ``repeat`` rounds, with the runs, the load and notes; and
+what feeding one GPU at its compute-only rate takes, host to device and from storage.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from statistics import median
 from typing import Any
 
 from ringleader.bench import models
-from ringleader.bench.data import Augment, ImageFolder, LoaderStats, batches
+from ringleader.bench.data import Augment, ImageFolder, LoaderStats, batches, scan
 from ringleader.bench.launchers import Launcher
 from ringleader.bench.train import TrainConfig
 
@@ -83,8 +84,29 @@ def run_pipeline(cfg: TrainConfig, launcher: Launcher, workers: int,
         "skipped_images": loader["skipped_images"] + int(last["real"].get("skipped_images", 0)),
         "synthetic": last["synthetic"], "real": last["real"],
     }  # fmt: skip
+    spec = models.spec(cfg.model)
+    items, _ = scan(cfg.data)
+    file_bytes = sum(os.path.getsize(path) for path, _ in items) / len(items)
+    result["need_per_gpu"] = need_per_gpu(syn / workers, spec.fixed_size or cfg.image_size, spec.channels, file_bytes)
     result["notes"] = pipeline_notes(result)
     return result
+
+
+def need_per_gpu(images_per_sec: float, side: int, channels: int, file_bytes: float) -> dict[str, float]:
+    """The DLI lab's arithmetic: feeding one GPU at ``images_per_sec`` (its compute-only rate)
+    takes decoded images host to device (side x side x channels bytes each, as the lab counts
+    them) and the files from storage at their mean size. MiB as the lab's MB (2**20 bytes)."""
+    decoded = side * side * channels
+    return {"images_per_sec": images_per_sec, "decoded_bytes_per_image": decoded, "side": side, "channels": channels,
+            "host_to_device_mib_per_sec": images_per_sec * decoded / 2**20, "file_bytes_per_image": file_bytes,
+            "storage_mib_per_sec": images_per_sec * file_bytes / 2**20}  # fmt: skip
+
+
+def need_line(need: dict[str, float]) -> str:
+    return (f"each GPU at its compute-only rate ({need['images_per_sec']:.1f} images/s) needs "
+            f"{need['host_to_device_mib_per_sec']:.1f} MiB/s of decoded {need['side']:g}x{need['side']:g}x"
+            f"{need['channels']:g} images host to device and {need['storage_mib_per_sec']:.1f} MiB/s of files "
+            f"from storage ({need['file_bytes_per_image'] / 1024:.1f} KiB each)")  # fmt: skip
 
 
 # Runs of one measure further apart than this (max / min) are too noisy to quote as one number.

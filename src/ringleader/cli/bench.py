@@ -156,7 +156,7 @@ def train_cmd(np_: int | None, output: str, **kw: Any) -> None:
 def pipeline_cmd(np_: int, launcher: str, keep: bool, repeat: int, output: str, **kw: Any) -> None:
     """Loader alone, training on synthetic and on real data; degradation = real / synthetic."""
     from ringleader.bench.launchers import default_launcher
-    from ringleader.bench.pipeline import run_pipeline
+    from ringleader.bench.pipeline import need_line, run_pipeline
     from ringleader.bench.ranks import check_available, check_np
     from ringleader.errors import UsageError
 
@@ -187,6 +187,7 @@ def pipeline_cmd(np_: int, launcher: str, keep: bool, repeat: int, output: str, 
     title = (f"{cfg.model}, {np_} x {cfg.backend} on {device}, augment {cfg.augment}; median of {repeat}; "
              f"load {load['before'][0]:.1f} -> {load['after'][0]:.1f} on {res['cpus']} cores")  # fmt: skip
     console().print(table(["MEASURE", "IMAGES/S", "MIN", "MAX"], rows, title=title))
+    click.echo(need_line(res["need_per_gpu"]))
 
 
 def _int_list(text: str) -> list[int]:
