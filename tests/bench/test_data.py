@@ -51,3 +51,20 @@ def test_empty_folder_is_a_usage_error(tmp_path: Path) -> None:
     (tmp_path / "cls").mkdir()
     with pytest.raises(UsageError, match="no images"):
         scan(tmp_path)
+
+
+def test_fast_decode_is_jpegs_fast_integer_dct_at_full_size(jpeg_dir: Path) -> None:
+    """--decode fast (the DLI lab's INTEGER_FAST, the decode its pipeline exercise slows down):
+    the same images at full size, decoded with libjpeg's fastest DCT, so their pixels differ a
+    little from the accurate decode's; a corrupt file is skipped either way."""
+    accurate, fast = (ImageFolder(str(jpeg_dir), Augment(48, "simple"), decode=d) for d in ("accurate", "fast"))
+    seen = 0
+    for i in range(len(accurate)):
+        a, f = accurate.decoded(i), fast.decoded(i)
+        assert (a is None) == (f is None)
+        if a is not None and f is not None:
+            assert a.size == f.size == (48, 48)
+            seen += a.tobytes() != f.tobytes()
+    assert seen > 0
+    with pytest.raises(UsageError, match="--decode"):
+        ImageFolder(str(jpeg_dir), Augment(48), decode="slowest")

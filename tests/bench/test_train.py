@@ -87,8 +87,9 @@ def test_pipeline_says_the_bandwidth_each_gpu_needs(pipeline_json: Path, jpeg_di
 
 def test_the_pipeline_table_ends_with_that_need(jpeg_dir: Path) -> None:
     proc = cli("bench", "pipeline", "--model", "trivial", "--data", str(jpeg_dir), "--launcher", "local",
-               "--loader-workers", "1", "--repeat", "1", *TINY)  # fmt: skip
+               "--loader-workers", "1", "--repeat", "1", "--decode", "fast", *TINY)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "augment standard, decode fast;" in " ".join(proc.stdout.split())  # the table's title
     said = [ln for ln in proc.stdout.splitlines() if ln.startswith("each GPU at its compute-only rate (")]
     assert len(said) == 1 and re.search(r"needs [\d.]+ MiB/s of decoded 16x16x3 images host to device and "
                                         r"[\d.]+ MiB/s of files from storage \([\d.]+ KiB each\)", said[0]), said

@@ -26,7 +26,7 @@ def loader_throughput(cfg: TrainConfig) -> dict[str, Any]:
     """Images/s of the loader alone over ``num_batches`` batches after the warmup ones."""
     spec = models.spec(cfg.model)
     ds = ImageFolder(cfg.data, Augment(spec.fixed_size or cfg.image_size, cfg.augment,
-                                       spec.channels), seed=cfg.seed)  # fmt: skip
+                                       spec.channels), seed=cfg.seed, decode=cfg.decode)  # fmt: skip
     stats = LoaderStats()
     it = batches(ds, cfg.batch_size, cfg.loader_workers, prefetch=cfg.prefetch, stats=stats)
     for _ in range(max(1, cfg.num_warmup_batches)):
@@ -74,7 +74,7 @@ def run_pipeline(cfg: TrainConfig, launcher: Launcher, workers: int,
     result = {
         "kind": "pipeline", "model": cfg.model, "batch_size": cfg.batch_size,
         "precision": cfg.precision, "backend": cfg.backend, "world_size": workers,
-        "augment": cfg.augment, "data": cfg.data, "loader_workers": cfg.loader_workers,
+        "augment": cfg.augment, "decode": cfg.decode, "data": cfg.data, "loader_workers": cfg.loader_workers,
         "device": last["synthetic"].get("device", "cpu"), "repeat": repeat,
         "loader_images_per_sec": median(runs["loader"]),
         "synthetic_images_per_sec": syn, "real_images_per_sec": rea,

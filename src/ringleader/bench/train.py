@@ -19,7 +19,7 @@ from typing import Any
 
 from ringleader.bench import models
 from ringleader.bench.comm import Comm, init
-from ringleader.bench.data import AUGMENTS, Augment, ImageFolder, LoaderStats, batches
+from ringleader.bench.data import AUGMENTS, Augment, ImageFolder, LoaderStats, batches, check_decode
 from ringleader.bench.gradsync import MIB, GradientBuckets
 from ringleader.bench.ranks import check_backend, discover, nodes
 from ringleader.errors import UsageError
@@ -38,6 +38,7 @@ class TrainConfig:
     backend: str = "gloo"
     image_size: int = 224
     augment: str = "standard"
+    decode: str = "accurate"  # data.DECODES: JPEG's exact or fastest DCT
     loader_workers: int = 2
     prefetch: int = 2
     display_every: int = 10
@@ -54,6 +55,7 @@ class TrainConfig:
         if self.precision not in PRECISIONS:
             raise UsageError(f"unknown precision {self.precision!r}",
                              f"use one of: {', '.join(PRECISIONS)}")
+        check_decode(self.decode)
         if self.augment not in AUGMENTS:
             raise UsageError(f"unknown augment level {self.augment!r}",
                              f"use one of: {', '.join(AUGMENTS)}")
@@ -161,7 +163,7 @@ def _inputs(cfg: TrainConfig, comm: Comm, device: Any) -> tuple[Any, LoaderStats
         return forever(), None
     stats = LoaderStats()
     ds = ImageFolder(cfg.data, Augment(size, cfg.augment, spec.channels), comm.rank,
-                     comm.world_size, cfg.seed)  # fmt: skip
+                     comm.world_size, cfg.seed, cfg.decode)  # fmt: skip
     it = batches(ds, cfg.batch_size, cfg.loader_workers, prefetch=cfg.prefetch,
                  pin=device.type == "cuda", stats=stats)  # fmt: skip
 

@@ -41,6 +41,8 @@ def _train_options(f: Any) -> Any:
         click.option("--image-size", default=224, show_default=True, type=count(8, 4096), help="Input side, pixels."),
         click.option("--augment", default="standard", show_default=True,
                      help="simple, standard or complex (real data)."),
+        click.option("--decode", type=click.Choice(["accurate", "fast"]), default="accurate", show_default=True,
+                     help="JPEG decode (real data): libjpeg's exact DCT, or its fastest (INTEGER_FAST)."),
         click.option("--loader-workers", default=2, show_default=True, type=count(0, 256),
                      help="Loader processes (real data)."),
         click.option("--display-every", default=10, show_default=True, type=count(1, 1 << 24),
@@ -62,7 +64,7 @@ def _train_config(kw: dict[str, Any], output: str) -> Any:
     cfg = TrainConfig(
         model=kw["model"], batch_size=kw["batch_size"], num_batches=kw["num_batches"],
         num_warmup_batches=kw["num_warmup_batches"], precision=kw["precision"], data=kw["data"],
-        backend=kw["backend"], image_size=kw["image_size"], augment=kw["augment"],
+        backend=kw["backend"], image_size=kw["image_size"], augment=kw["augment"], decode=kw["decode"],
         loader_workers=kw["loader_workers"], display_every=kw["display_every"], seed=kw["seed"],
         output=output, bucket_mb=kw["bucket_mb"], overlap=kw["overlap"],
         progress=output == "table" and sys.stderr.isatty(),
@@ -184,7 +186,8 @@ def pipeline_cmd(np_: int, launcher: str, keep: bool, repeat: int, output: str, 
             ("degradation (real / synthetic)", f"{res['degradation']:.3f}", "", ""),
             ("skipped (corrupt) files", str(res["skipped_images"]), "", "")]  # fmt: skip
     load = res["load_avg"]
-    title = (f"{cfg.model}, {np_} x {cfg.backend} on {device}, augment {cfg.augment}; median of {repeat}; "
+    title = (f"{cfg.model}, {np_} x {cfg.backend} on {device}, augment {cfg.augment}, decode {cfg.decode}; "
+             f"median of {repeat}; "
              f"load {load['before'][0]:.1f} -> {load['after'][0]:.1f} on {res['cpus']} cores")  # fmt: skip
     console().print(table(["MEASURE", "IMAGES/S", "MIN", "MAX"], rows, title=title))
     click.echo(need_line(res["need_per_gpu"]))
