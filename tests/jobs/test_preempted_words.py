@@ -25,7 +25,7 @@ def test_a_priority_preemption_reads_back() -> None:
     _, (decision,) = schedule_queue(state, [QueuedJob(job, 0, NOW)], now=NOW,
                                     running={"a": RunningGang("a", 0), "b": RunningGang("b", 3)})  # fmt: skip
     assert decision.preemption is not None
-    message = preempted_by(decision) + ": SIGTERM, then SIGKILL after 30 s; then requeued"
+    message = preempted_by(decision.job, decision.preemption) + ": SIGTERM, then SIGKILL after 30 s; then requeued"
     assert read_preempted(message) == Preempted("urgent-1", "priority 10", round(decision.preemption.images_per_s))
 
 
@@ -37,7 +37,7 @@ def test_a_reclaim_reads_back() -> None:
     _, (decision,) = schedule_queue(state, [QueuedJob(job, 0, NOW)], now=NOW, teams=teams,
                                     running={"b1": RunningGang("b1", 50), "b2": RunningGang("b2", 50)})  # fmt: skip
     assert decision.preemption is not None and decision.preemption.reclaim
-    read = read_preempted(preempted_by(decision))
+    read = read_preempted(preempted_by(decision.job, decision.preemption))
     assert read is not None and (read.by, read.why) == ("a1", "quota of queue a")
 
 

@@ -19,7 +19,9 @@ from kube.fakeapi import FakeApiServer, permitted
 from kube.kubeobjs import node, pod, podgroup
 from ringleader.engines.kubernetes import manifests, names
 from ringleader.engines.kubernetes.client import Api, load_client
+from ringleader.engines.kubernetes.engine import job_view
 from ringleader.engines.kubernetes.scheduler import Scheduler
+from ringleader.jobs.queues import read_preempted
 
 
 def scheduler(fake: FakeApiServer, identity: str = "sched-a") -> Scheduler:
@@ -757,8 +759,15 @@ def test_contract_a_priority_gang_preempts_one_whole_gang_as_kube_scheduler_does
         assert victim["metadata"].get("deletionTimestamp") and victim["metadata"]["deletionGracePeriodSeconds"] == 30
         [condition] = [c for c in victim["status"]["conditions"] if c["type"] == "DisruptionTarget"]
         assert condition["reason"] == "PreemptionByScheduler"
-        assert "preempted by gang default/urgent" in condition["message"]
+        # the words every engine's victim reads, as `list -o wide` reads them back
+        assert condition["message"].startswith("by job default/urgent (priority 10), which starts on gpu-0[4w")
+        said = read_preempted(condition["message"])
+        assert said is not None and (said.by, said.why) == ("default/urgent", "priority 10")
         assert not fake.get("pods", f"kept-worker-{i}")["metadata"].get("deletionTimestamp")
+    # the victim's next run is a restart, as on every engine, which uses up none of --max-restarts
+    counts = fake.get("podgroups", "low")["metadata"]["annotations"]
+    assert (counts[names.RESTARTS_ANNOTATION], counts[names.PREEMPTIONS_ANNOTATION]) == ("1", "1")
+    assert job_view({"metadata": {"name": "low"}}, [], fake.get("podgroups", "low"), ()).restarts == 1
     note = fake.get("podgroups", "urgent")["metadata"]["annotations"][names.PENDING_ANNOTATION]
     assert "preempts job default/low (priority 0, GPUs 0-7 on gpu-0): then starts on gpu-0[4w" in note
     # the next cycle, victims still stopping: nobody else is preempted, nothing bound
@@ -857,7 +866,7 @@ def test_contract_a_borrowing_gang_is_reclaimed_when_the_lender_submits(fake: Fa
     for i in range(8):
         gone = fake.get("pods", f"{victim}-worker-{i}")
         [condition] = [c for c in gone["status"]["conditions"] if c["type"] == "DisruptionTarget"]
-        assert "preempted by gang default/a1" in condition["message"]
+        assert condition["message"].startswith("by job default/a1 of queue team-a, which takes back the quota")
         fake.finish_deletion(f"{victim}-worker-{i}")
     s.sync()
     # a1 first (within its quota); then b3 borrows 2 of the 4 GPUs of team-a's quota left idle
@@ -931,6 +940,26 @@ def test_contract_a_failed_gang_restarts_whole_and_a_node_blamed_twice_is_cordon
     assert blamed["metadata"]["annotations"][names.CORDON_REASON_ANNOTATION].startswith(
         "blamed for 2 failures, the last of gang default/train: an NCCL connection error")
     assert placed == {other}
+
+
+def test_contract_a_preemption_uses_up_no_restart(fake: FakeApiServer) -> None:
+    """A gang preempted once (its PodGroup counts one restart, a preemption) and allowed one
+    restart after a failure still gets it: its run after the failure is its second restart, and
+    the Event counts failures only."""
+    fake.put("nodes", node("gpu-0"))
+    group = podgroup("train", 4)
+    group["metadata"]["annotations"] = {names.RESTARTS_ANNOTATION: "1", names.PREEMPTIONS_ANNOTATION: "1"}
+    fake.put("podgroups", group)
+    restartable_gang(fake, "train", 4, max_restarts=1)
+    s = scheduler(fake)
+    assert [(r.gang, r.ok) for r in s.cycle()] == [("default/train", True)]
+    fails(fake, "train-worker-1", NCCL_LOST)
+    s.sync()
+    assert s.cycle() == []
+    assert fake.get("podgroups", "train")["metadata"]["annotations"][names.RESTARTS_ANNOTATION] == "2"
+    said = [o["message"] for (plural, _, _), o in fake.objects.items()
+            if plural == "events" and o["reason"] == "Restarting"]  # fmt: skip
+    assert len(said) == 1 and "restart 1 of 1 (--max-restarts)" in said[0], said
 
 
 def test_contract_a_pod_deleted_on_purpose_is_no_failure() -> None:

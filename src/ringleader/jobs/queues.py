@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ringleader.errors import NotFoundError, UsageError
-from ringleader.scheduler import Decision
+from ringleader.scheduler import JobRequest, Preemption
 from ringleader.scheduler.teams import ANY_TYPE, DEFAULT_QUEUE, MAX_GPUS, TeamQueue, Teams
 from ringleader.topology.cluster import check_name
 
@@ -103,15 +103,13 @@ def check_queue_exists(queues: Iterable[TeamQueue], name: str | None) -> None:
                             "or see `ringleader queue list`")  # fmt: skip
 
 
-def preempted_by(by: Decision) -> str:
-    """How a victim's Preempted event names its preemptor, the same on every engine: who, why
-    (a higher priority, or its queue's quota taken back), and where it starts how fast."""
-    assert by.preemption is not None
-    who = f"job {by.job.name} (priority {by.job.priority}), which"
-    if by.preemption.reclaim:
-        who = f"job {by.job.name} of queue {by.job.queue}, which takes back the quota this job's queue borrowed and"
-    return (f"by {who} starts on {by.preemption.placement.describe()} at {by.preemption.images_per_s:.0f} "
-            "images/s")  # fmt: skip
+def preempted_by(job: JobRequest, preemption: Preemption) -> str:
+    """How a victim's Preempted event names its preemptor ``job``, the same on every engine: who,
+    why (a higher priority, or its queue's quota taken back), and where it starts how fast."""
+    who = f"job {job.name} (priority {job.priority}), which"
+    if preemption.reclaim:
+        who = f"job {job.name} of queue {job.queue}, which takes back the quota this job's queue borrowed and"
+    return f"by {who} starts on {preemption.placement.describe()} at {preemption.images_per_s:.0f} images/s"
 
 
 @dataclass(frozen=True)

@@ -111,7 +111,7 @@ def preempt_job(conn: sqlite3.Connection, name: str, by: Decision, now: float) -
     store.update_job(conn, name, launch=Launch.PREEMPTING, stop_grace=grace)
     assert by.preemption is not None
     how = "SIGKILL at once" if grace <= 0 else f"SIGTERM, then SIGKILL after {grace:g} s"
-    store.add_event(conn, name, "Preempted", f"{preempted_by(by)}: {how}; then requeued", now)
+    store.add_event(conn, name, "Preempted", f"{preempted_by(by.job, by.preemption)}: {how}; then requeued", now)
 
 
 def expected_ends(conn: sqlite3.Connection, now: float) -> dict[str, float]:

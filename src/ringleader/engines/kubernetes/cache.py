@@ -87,6 +87,7 @@ class Cache:
         self.groups: dict[str, int] = {}  # namespace/name -> minMember
         self.queues: tuple[TeamQueue, ...] = ()  # the team queues (names.QUEUES_CONFIG)
         self.restarts: dict[str, int] = {}  # gang -> its restart count (its PodGroup's annotation)
+        self.preemptions: dict[str, int] = {}  # gang -> how many of its restarts were preemptions
         self.failures: list[PodFailure] = []  # members seen failing, for the scheduler's next cycle
         self.assumed: dict[str, Holding] = {}
         self._held: dict[str, Holding] = {}
@@ -199,11 +200,15 @@ class Cache:
         if event_type == "DELETED":
             self.groups.pop(key, None)
             self.restarts.pop(key, None)
+            self.preemptions.pop(key, None)
         else:
             self.groups[key] = max(1, int((obj.get("spec") or {}).get("minMember") or 1))
-            count = str((meta.get("annotations") or {}).get(names.RESTARTS_ANNOTATION) or "")
-            if count.isdigit():
-                self.restarts[key] = max(self.restarts.get(key, 0), int(count))
+            notes = meta.get("annotations") or {}
+            for counts, annotation in ((self.restarts, names.RESTARTS_ANNOTATION),
+                                       (self.preemptions, names.PREEMPTIONS_ANNOTATION)):  # fmt: skip
+                count = str(notes.get(annotation) or "")
+                if count.isdigit():  # never lower than this replica has written itself
+                    counts[key] = max(counts.get(key, 0), int(count))
 
     def _network_labels(self, info: NodeInfo) -> tuple[Any, ...]:
         if self.hypernodes is not None:

@@ -521,7 +521,9 @@ def job_view(job: dict[str, Any], pods: Sequence[dict[str, Any]], group: dict[st
         placement = {"summary": summary, "chosen": {"nodes": nodes, "workers": workers, "describe": describe,
                                                     "bottleneck": bottleneck}}  # fmt: skip
     status = (job.get("status") or {})
-    reason = ((group or {}).get("metadata") or {}).get("annotations", {}).get(names.PENDING_ANNOTATION) or None
+    group_notes = ((group or {}).get("metadata") or {}).get("annotations") or {}
+    reason = group_notes.get(names.PENDING_ANNOTATION) or None
+    restarts = str(group_notes.get(names.RESTARTS_ANNOTATION) or "0")
     state = _status(job, pods)
     if state is JobStatus.QUEUING:
         reason = "no pods yet: mpi-operator creates them from the MPIJob"
@@ -533,6 +535,7 @@ def job_view(job: dict[str, Any], pods: Sequence[dict[str, Any]], group: dict[st
         created_at=wall_time(meta.get("creationTimestamp")) or 0.0, started_at=wall_time(status.get("startTime")),
         ended_at=wall_time(status.get("completionTime")), spec=spec, reason=reason, placement=placement,
         instances=tuple(instances) if with_instances else (), events=events, has_instances=with_instances,
+        restarts=int(restarts) if restarts.isdigit() else 0,
     )  # fmt: skip
 
 

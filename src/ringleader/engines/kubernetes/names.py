@@ -66,6 +66,8 @@ QUEUES_CONFIG = "ringleader-queues"
 # failures blamed on it (JSON, "namespace/gang#run" -> why) and why ringleader cordoned it.
 MAX_RESTARTS_ANNOTATION = f"{PREFIX}/max-restarts"
 RESTARTS_ANNOTATION = f"{PREFIX}/restarts"
+# On the PodGroup too: how many of those restarts were preemptions (they do not use up --max-restarts).
+PREEMPTIONS_ANNOTATION = f"{PREFIX}/preemptions"
 FAULTS_ANNOTATION = f"{PREFIX}/faults"
 CORDON_REASON_ANNOTATION = f"{PREFIX}/cordon-reason"
 START_ANNOTATION = f"{PREFIX}/start"

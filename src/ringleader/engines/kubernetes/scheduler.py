@@ -45,6 +45,7 @@ from ringleader.engines.kubernetes.pinning import DraApi, Pin, PinError, pin_gan
 from ringleader.engines.kubernetes.restarts import PodFailure, blamed
 from ringleader.inputs import InputError
 from ringleader.jobs.failures import BLAMES_TO_CORDON, Failure
+from ringleader.jobs.queues import preempted_by
 from ringleader.model import calibrated_estimator, placement_images_per_s
 from ringleader.model.calibration import Calibration, calibration_from_dict
 from ringleader.scheduler import BackfillConfig, Code, QueuedJob, QueuePass, Reservation, RunningGang, queue_order
@@ -398,8 +399,11 @@ class Scheduler:
         with self.lock:
             pods = [p for p in self.cache.pods.values() if p.gang_key in victims and p.holds_resources]
         now = micro_time(time.time()).split(".")[0] + "Z"
-        why = (f"{names.SCHEDULER_NAME}: preempted by gang {outcome.gang.key} (priority "
-               f"{max(p.priority for p in outcome.gang.pending)}): {outcome.preemption.describe()}")  # fmt: skip
+        why = (f"{preempted_by(job_request(outcome.gang), outcome.preemption)}: {names.SCHEDULER_NAME} deletes "
+               "the gang's pods with their grace; mpi-operator makes them again, to run with the restart count "
+               "raised")  # fmt: skip
+        for victim in sorted(victims):  # counted first: the new pods are bound with the count raised
+            self._count_preemption(victim)
         for pod in pods:
             try:
                 self._check_lease()
@@ -412,6 +416,21 @@ class Scheduler:
                 self.cache.doomed(pod.key)
             self._report(self._event, pod, "Normal", "Preempted", why)
 
+    def _count_preemption(self, gang: str) -> None:
+        """A preempted gang's next run is a restart, as on every engine (RINGLEADER_RESTARTS), one
+        that uses up none of its --max-restarts: both counts on its PodGroup."""
+        namespace, _, name = gang.partition("/")
+        with self.lock:
+            restarts = self.cache.restarts.get(gang, 0) + 1
+            preemptions = self.cache.preemptions.get(gang, 0) + 1
+            self.cache.restarts[gang], self.cache.preemptions[gang] = restarts, preemptions
+        try:
+            self._check_lease()
+            self.api.podgroup_annotate(namespace, name, {names.RESTARTS_ANNOTATION: str(restarts),
+                                                         names.PREEMPTIONS_ANNOTATION: str(preemptions)})  # fmt: skip
+        except (ApiError, LostLease) as exc:
+            log.warning("gang %s: preemption not counted on its PodGroup: %s", gang, exc)
+
     # -- restarts (restarts.py) ------------------------------------------------------------------------
     def _restart_failed(self) -> None:
         """Each gang a member of which failed since the last cycle: the failure blamed, then, with
@@ -423,6 +442,7 @@ class Scheduler:
             gang, pod = failed.pod.gang_key, failed.pod
             with self.lock:
                 current = self.cache.restarts.get(gang, 0)
+                restarted = current - self.cache.preemptions.get(gang, 0)  # its restarts after failures
                 members = [p for p in self.cache.pods.values() if p.gang_key == gang and not p.deleting]
                 node = self.cache.nodes.get(pod.node or "")
             if failed.run < current:  # a member of a run restarted already: mpi-operator makes it again once gone
@@ -431,7 +451,7 @@ class Scheduler:
             failure = failed.failure(sorted({p.node for p in members if p.node} | {pod.node or ""}),
                                      node is None or node.ready)  # fmt: skip
             self._blame(failed, failure)
-            if current >= failed.max_restarts:
+            if restarted >= failed.max_restarts:
                 continue  # no restart left: the job fails as mpi-operator decides
             with self.lock:
                 self.cache.restarts[gang] = current + 1
@@ -441,7 +461,7 @@ class Scheduler:
             except (ApiError, LostLease) as exc:
                 log.warning("gang %s: restart count not written: %s", gang, exc)
                 continue
-            self._event(pod, "Warning", "Restarting", f"{pod.name} failed: {failure.why}; restart {current + 1} of "
+            self._event(pod, "Warning", "Restarting", f"{pod.name} failed: {failure.why}; restart {restarted + 1} of "
                         f"{failed.max_restarts} (--max-restarts): every pod of the gang deleted, to be placed "
                         "again")  # fmt: skip
             for member in [pod, *members]:  # the failed one too: it stays, Failed, until deleted

@@ -249,8 +249,8 @@ class SlurmEngine:
         assert by.preemption is not None
         slurmcli.run(["scancel", record["slurm_id"]], check=False)
         record["preempted_by"] = by.job.name
-        add_event(record, "Preempted", f"{preempted_by(by)}: Slurm job {record['slurm_id']} cancelled (SIGTERM, "
-                                       "then SIGKILL after KillWait); then requeued")  # fmt: skip
+        add_event(record, "Preempted", f"{preempted_by(by.job, by.preemption)}: Slurm job {record['slurm_id']} "
+                                       "cancelled (SIGTERM, then SIGKILL after KillWait); then requeued")  # fmt: skip
         self.records.save(record)
 
     def _requeue(self, record: dict[str, Any], why: str = "preempted", ended: float | None = None) -> None:
