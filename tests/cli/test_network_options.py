@@ -39,3 +39,15 @@ def test_a_node_under_two_racks_is_refused_naming_it(cli, write: Callable[[str, 
     out = cli("cluster", "apply", "-f", str(write("cluster.yaml", text)))
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
     assert "node 'node-1' is under two switches (rack-1, rack-2)" in out.stderr
+
+
+def test_a_topology_conf_with_a_node_under_two_leaves_is_applied_noted(cli, write: Callable[[str, str], Path]) -> None:  # type: ignore[no-untyped-def]
+    """A Slurm topology.conf that lists a node under two leaves runs under Slurm (which warns);
+    `cluster apply` takes it too, keeps the node under the first leaf, and says so."""
+    conf = write("topology.conf", "SwitchName=rack-1 Nodes=node-[0-1]\nSwitchName=rack-2 Nodes=node-[1-3]\n"
+                                  "SwitchName=spine Switches=rack-[1-2]\n")  # fmt: skip
+    text = CLUSTER.split("network:")[0] + f"network:\n  file: {conf}\n"
+    out = cli("cluster", "apply", "-f", str(write("cluster.yaml", text)))
+    assert out.returncode == 0, out.stderr
+    assert (f"note: {conf}: nodes under several leaf switches, each kept under the first that lists it (as Slurm "
+            'warns "Multiple leaf switches contain nodes" and runs): node-1 (rack-1, also rack-2)') in out.stderr

@@ -151,9 +151,24 @@ def test_hypernodes_select_by_regex_and_label() -> None:
 # -- bad trees -------------------------------------------------------------------------------
 
 
-def test_a_node_under_two_leaves_is_refused_naming_it() -> None:
+def test_a_node_under_two_leaves_of_a_topology_conf_is_kept_under_the_first_with_a_warning() -> None:
+    """Slurm's topology/tree runs with such a file, logging "Multiple leaf switches contain
+    nodes: n3"; so does ringleader, naming the node and the leaf it keeps. The rest is a tree."""
+    text = ("SwitchName=leaf1 Nodes=n[1-3]\nSwitchName=leaf2 Nodes=n[3-4],n[7-8]\nSwitchName=leaf3 Nodes=n8\n"
+            "SwitchName=top Switches=leaf[1-2]\n")  # fmt: skip
+    tree = parse_slurm_topology_conf(text, "t.conf")
+    assert tree.by_node["n3"] == ("leaf1", "top") and tree.by_node["n4"] == ("leaf2", "top")
+    assert tree.warnings == ("t.conf: nodes under several leaf switches, each kept under the first that lists it "
+                             '(as Slurm warns "Multiple leaf switches contain nodes" and runs): n3 (leaf1, '
+                             "also leaf2), n8 (leaf2, also leaf3)",)
+    assert parse_slurm_topology_conf("SwitchName=leaf1 Nodes=n[1-2]\n").warnings == ()
+
+
+def test_a_node_under_two_switches_of_a_cluster_file_is_refused_naming_it() -> None:
+    """ringleader's own `switches:` list is no file Slurm reads: there a node under two leaves
+    is a mistake, refused in one line."""
     with pytest.raises(UsageError, match=r"node 'n3' is under two switches \(leaf-a, leaf-b\)"):
-        parse_slurm_topology_conf("SwitchName=leaf-a Nodes=n[1-3]\nSwitchName=leaf-b Nodes=n[3-4]\n")
+        tree_from_edges([("n1", "leaf-a"), ("n3", "leaf-a"), ("n3", "leaf-b")], [], "cluster.yaml")
 
 
 def test_a_cycle_through_a_leaf_is_refused_naming_the_switch() -> None:

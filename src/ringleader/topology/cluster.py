@@ -105,10 +105,12 @@ class NodeSpec:
         return replace(self, labels=tuple(sorted(labels.items())))
 
 
-def load_cluster_text(text: str, base_dir: Path, origin: str = "cluster file") -> list[NodeSpec]:
+def load_cluster_text(text: str, base_dir: Path, origin: str = "cluster file",
+                      notes: list[str] | None = None) -> list[NodeSpec]:  # fmt: skip
     """The nodes a cluster file declares. The YAML is read strictly and bounded (no aliases,
     no key twice, bounded depth and numbers: ringleader.inputs) and checked against the schema
-    of ``cluster_schema``; any refusal is one line naming ``origin``, the line and the key."""
+    of ``cluster_schema``; any refusal is one line naming ``origin``, the line and the key.
+    ``notes`` gets what the file's network source said that was kept another way."""
     from ringleader.inputs import line_at, load_yaml, validate
     from ringleader.topology.cluster_schema import MAX_NODES, ClusterFile
 
@@ -134,7 +136,10 @@ def load_cluster_text(text: str, base_dir: Path, origin: str = "cluster file") -
         raise UsageError(f"{origin}: node name {dupes[0]!r} declared twice", "give every node its own name")
     if cluster.network is not None:
         where = f"{origin} line {lines.get(('network',), '?')}"
-        specs = with_network(specs, _network(cluster.network, base_dir, where), where)
+        tree = _network(cluster.network, base_dir, where)
+        specs = with_network(specs, tree, where)
+        if notes is not None:
+            notes.extend(tree.warnings)
     return specs
 
 
@@ -193,9 +198,9 @@ def with_uplink_ratios(tree: NetworkTree, nic_gbps: Mapping[str, float]) -> Netw
     return tree.with_levels(levels)
 
 
-def load_cluster_file(path: str | Path) -> list[NodeSpec]:
+def load_cluster_file(path: str | Path, notes: list[str] | None = None) -> list[NodeSpec]:
     p = Path(path)
-    return load_cluster_text(read_bounded(p, "cluster file"), p.parent, origin=str(p))
+    return load_cluster_text(read_bounded(p, "cluster file"), p.parent, origin=str(p), notes=notes)
 
 
 def _node_specs(entry: NodeEntry, base_dir: Path, where: str, room: int) -> list[NodeSpec]:

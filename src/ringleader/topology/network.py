@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -64,6 +64,9 @@ class NetworkTree:
 
     levels: tuple[Level, ...]
     paths: tuple[tuple[str, tuple[str, ...]], ...]
+    # What its source said that the tree keeps another way (a topology.conf node under two
+    # leaves), for whoever read it to tell the user.
+    warnings: tuple[str, ...] = field(default=(), compare=False)
     by_node: Mapping[str, tuple[str, ...]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -116,7 +119,7 @@ class NetworkTree:
             raise UsageError(
                 f"the network tree has {len(self.levels)} level(s) ({', '.join(self.level_names)}), "
                 f"{len(levels)} given", "describe each level of the tree, nearest the nodes first")  # fmt: skip
-        return NetworkTree(tuple(levels), self.paths)
+        return NetworkTree(tuple(levels), self.paths, self.warnings)
 
     def check_nodes(self, known: Iterable[str], origin: str) -> None:
         """Refuse a tree naming a node the cluster does not have (one line naming it)."""
@@ -163,13 +166,19 @@ def tree_from_edges(
     switch_under: Sequence[tuple[str, str]],
     origin: str,
     level_names: Sequence[str] | None = None,
+    multi_homed: str = "refuse",
 ) -> NetworkTree:
-    """The tree of (node, switch) and (child switch, parent switch) edges, checked (module doc)."""
+    """The tree of (node, switch) and (child switch, parent switch) edges, checked (module doc).
+    ``multi_homed="first"``: a node under two switches stays under the first, with a warning
+    (Slurm's topology/tree runs so), instead of being refused."""
     leaf_of: dict[str, str] = {}
+    also: dict[str, list[str]] = {}
     for node, switch in node_under:
         if leaf_of.setdefault(node, switch) != switch:
-            raise UsageError(f"{origin}: node {node!r} is under two switches ({leaf_of[node]}, {switch})",
-                             "list each node under one leaf switch or block only")  # fmt: skip
+            if multi_homed != "first":
+                raise UsageError(f"{origin}: node {node!r} is under two switches ({leaf_of[node]}, {switch})",
+                                 "list each node under one leaf switch or block only")  # fmt: skip
+            also.setdefault(node, []).append(switch)
     with_nodes = set(leaf_of.values())
     order = list(dict.fromkeys([*leaf_of.values(), *(s for edge in switch_under for s in edge)]))
     children: dict[str, set[str]] = {s: set() for s in order}
@@ -178,7 +187,13 @@ def tree_from_edges(
             raise UsageError(f"{origin}: switch {child!r} lists itself", "remove it from its own Switches=")
         children[parent].add(child)
     logical = _collapse(order, children, with_nodes, origin)
-    return _tree(leaf_of, order, children, logical, origin, level_names)
+    tree = _tree(leaf_of, order, children, logical, origin, level_names)
+    if not also:
+        return tree
+    nodes = ", ".join(f"{node} ({leaf_of[node]}, also {', '.join(others)})" for node, others in also.items())
+    return replace(tree, warnings=(f"{origin}: nodes under several leaf switches, each kept under the first that "
+                                   f'lists it (as Slurm warns "Multiple leaf switches contain nodes" and runs): '
+                                   f"{nodes}",))  # fmt: skip
 
 
 def _collapse(order: list[str], children: Mapping[str, set[str]], with_nodes: set[str], origin: str) -> dict[str, str]:

@@ -66,7 +66,7 @@ def parse_slurm_topology_conf(text: str, origin: str = "topology.conf") -> Netwo
         return block_tree(blocks, sizes, origin)
     if not node_under:
         raise UsageError(f"{origin}: no switch lists Nodes=", "give the file Slurm's topology/tree plugin reads")
-    return tree_from_edges(node_under, switch_under, origin)
+    return tree_from_edges(node_under, switch_under, origin, multi_homed="first")
 
 
 def _positive_int(text: str, where: str) -> int:

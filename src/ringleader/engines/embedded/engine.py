@@ -173,7 +173,8 @@ class Runtime:
     def apply_cluster(self, path: str | Path) -> ClusterState:
         """Replace the declared cluster; refused if a node holding running jobs' GPUs would
         disappear or shrink."""
-        declared = load_cluster_file(path)
+        said: list[str] = []
+        declared = load_cluster_file(path, said)
         check_declared(declared)  # bad input must not even create the database
         declared = discover_hosts(declared)
         db = self._writable()
@@ -187,6 +188,7 @@ class Runtime:
             store.set_meta(conn, "cluster", str(Path(path).resolve()))
             decisions = schedule_pass_decisions(conn, now)
         self._wake()
+        self.notes += [f"note: {warning}" for warning in said]
         self._note_never_runs(decisions)
         return self.nodes()
 

@@ -85,6 +85,7 @@ class SlurmEngine:
             tree = state.slurm_network(state.slurm_conf_dir())
             if tree is not None:
                 specs = {name: replace(s, network=tree.place_of(name)) for name, s in specs.items()}
+                self.notes += [f"note: {w}" for w in tree.warnings if f"note: {w}" not in self.notes]
         # Records brought up to date first: a stale PENDING one would hold GPUs it no longer waits for.
         records = [self._refresh(r, jobs) for r in known]
         names = {r["slurm_id"]: r["name"] for r in records if r.get("slurm_id")}
