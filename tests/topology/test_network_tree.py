@@ -9,6 +9,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ibfabrics import Fabric, fat_tree
 from refdata import network_reference
 from ringleader.errors import UsageError
 from ringleader.topology import load_cluster_text
@@ -66,6 +67,60 @@ def test_real_rail_optimized_ndr_fabric_joins_each_hosts_rails_and_ignores_sharp
     assert not any("Aggregation" in n for n in tree.nodes)
     assert "a08-p1-dgx-04-c17" in tree.by_node
     assert tree.levels[0].oversubscription <= 1.25  # non-blocking by design, a few uplinks down
+
+
+def test_a_fat_tree_written_from_the_format_reads_as_its_levels_and_ratios() -> None:
+    tree = parse_ibnetdiscover(fat_tree().text())
+    assert tree.level_names == ("leaf", "spine") and len(tree.nodes) == 96
+    assert len(tree.switches[0]) == 4 and len(tree.switches[1]) == 1
+    assert tree.levels[0].oversubscription == 3.0  # 24 host ports over 8 uplinks
+    assert tree.warnings == ()
+
+
+def test_storage_hosts_on_a_spine_make_no_leaf_and_leave_the_ratios_alone() -> None:
+    """Storage hosts hang off a spine: the spine is no leaf, they are no compute nodes (left out
+    of the tree, named in a warning), and the leaves are 3:1 as their 24 host ports over 8
+    uplinks make them, not the spine's ports over nothing."""
+    fabric = fat_tree()
+    for i in range(8):
+        fabric.cable(fabric.host(f"storage-{i}"), "spine-1")
+    tree = parse_ibnetdiscover(fabric.text(), "fabric.txt")
+    assert tree.level_names == ("leaf", "spine") and len(tree.switches[0]) == 4
+    assert len(tree.nodes) == 96 and not any(n.startswith("storage") for n in tree.nodes)
+    assert tree.levels[0].oversubscription == 3.0
+    [warning] = tree.warnings
+    assert warning.startswith("fabric.txt: 8 host(s) on switches above the leaves are left out as no compute "
+                              "node (storage or service hosts): storage-0, storage-1, ")
+
+
+def test_a_director_chassis_is_one_switch_and_a_spare_line_card_adds_no_level() -> None:
+    """Leaves cabled to a 648-port director: its line and spine chips share one system image
+    GUID and are one switch; a line card with nothing cabled to it is inside that switch, not a
+    level of its own above the spine chips."""
+    fabric = Fabric()
+    chips = [fabric.switch(f"L{i}", chassis="core", description=f"MF0;core-1:MCS8500/L{i:02d}/U1") for i in range(5)]
+    spines = [fabric.switch(f"S{i}", chassis="core", description=f"MF0;core-1:MCS8500/S{i:02d}/U1") for i in range(2)]
+    for chip in chips:  # every line chip to every spine chip, the spare one (L4) too
+        for spine in spines:
+            fabric.cable(chip, spine, 9)
+    for leaf in range(4):
+        name = fabric.switch(f"leaf-{leaf}")
+        for h in range(24):
+            fabric.cable(fabric.host(f"cn{leaf:02d}{h:02d}"), name)
+        fabric.cable(name, chips[leaf], 8)
+    tree = parse_ibnetdiscover(fabric.text())
+    assert tree.level_names == ("leaf", "spine"), tree.levels
+    assert len(tree.switches[1]) == 1 and next(iter(tree.switches[1])) == "core-1"
+    assert tree.levels[0].oversubscription == 3.0
+
+
+def test_a_spare_switch_with_no_hosts_below_adds_no_level() -> None:
+    fabric = fat_tree()
+    spare = fabric.switch("leaf-spare")
+    for spine in ("spine-0", "spine-1"):
+        fabric.cable(spare, spine, 4)
+    tree = parse_ibnetdiscover(fabric.text())
+    assert tree.level_names == ("leaf", "spine") and tree.levels[0].oversubscription == 3.0
 
 
 def test_slurm_block_file_aggregates_blocks_by_block_sizes() -> None:

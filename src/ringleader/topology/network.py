@@ -121,6 +121,25 @@ class NetworkTree:
                 f"{len(levels)} given", "describe each level of the tree, nearest the nodes first")  # fmt: skip
         return NetworkTree(tuple(levels), self.paths, self.warnings)
 
+    def without_idle_top_levels(self) -> NetworkTree:
+        """The tree without top levels that group nothing (each of their switches above one
+        switch only: a spare switch with no hosts below, cabled to the spines): no traffic turns
+        there, so they are no level."""
+        levels, paths = list(self.levels), [list(path) for _, path in self.paths]
+        while len(levels) > 1:
+            children: dict[str, set[str]] = {}
+            for path in paths:
+                children.setdefault(path[-1], set()).add(path[-2])
+            if any(len(below) > 1 for below in children.values()):
+                break
+            levels.pop()
+            for path in paths:
+                path.pop()
+        if len(levels) == len(self.levels):
+            return self
+        return NetworkTree(tuple(levels), tuple((n, tuple(p)) for (n, _), p in zip(self.paths, paths, strict=True)),
+                           self.warnings)  # fmt: skip
+
     def check_nodes(self, known: Iterable[str], origin: str) -> None:
         """Refuse a tree naming a node the cluster does not have (one line naming it)."""
         have = set(known)

@@ -9,8 +9,10 @@
   blocks (Kueue's docs have them) are told apart by their parent;
 - Volcano ``HyperNode`` objects (members by exactMatch, regexMatch or labelMatch), levels by tier;
 - ``ibnetdiscover`` output: hosts by the first word of their CA description (the CA's own
-  name when it has none), SHARP aggregation nodes ignored, a host's rails joined into one leaf
-  group (rail-optimized fabrics), switch levels by hops from the hosts.
+  name when it has none), SHARP aggregation nodes ignored, the chips of one chassis (one system
+  image GUID) one switch, hosts above the leaves (storage on a spine) left out with a warning, a
+  host's rails joined into one leaf group (rail-optimized fabrics), switch levels by hops from
+  the leaves, top levels that group nothing dropped.
 """
 
 from __future__ import annotations
@@ -237,15 +239,20 @@ def parse_ibnetdiscover(text: str, origin: str = "ibnetdiscover output") -> Netw
     """An InfiniBand fabric as ``ibnetdiscover`` prints it (module doc)."""
     described: dict[str, str] = {}
     kinds: dict[str, str] = {}
+    image: dict[str, str] = {}  # node -> its system image GUID (shared by the chips of one chassis)
     links: dict[str, set[str]] = {}
     cables: dict[str, list[str]] = {}  # switch -> the peer of each of its cabled ports
-    current = None
+    current, sysimg = None, None
     for line in text.splitlines():
+        if line.startswith("sysimgguid="):
+            sysimg = line.split("=", 1)[1].strip()
+            continue
         header = _HEADER_RE.match(line)
         if header:
             kind, current, desc = header.groups()
-            kinds[current], described[current] = kind, desc.strip()
+            kinds[current], described[current], image[current] = kind, desc.strip(), sysimg or current
             links.setdefault(current, set())
+            sysimg = None
             continue
         port = _PORT_RE.match(line) if current else None
         if port and current:
@@ -253,16 +260,23 @@ def parse_ibnetdiscover(text: str, origin: str = "ibnetdiscover output") -> Netw
             links.setdefault(port.group(1), set()).add(current)
             if kinds[current] == "Switch":
                 cables.setdefault(current, []).append(port.group(1))
-    switches = [s for s, k in kinds.items() if k == "Switch"]
-    if not switches:
+    if not any(k == "Switch" for k in kinds.values()):
         raise UsageError(f"{origin}: no Switch found", "give the output of `ibnetdiscover` (not -p or -l)")
+    kinds, described, links, cables = _chassis_joined(kinds, described, image, links, cables)
+    switches = [s for s, k in kinds.items() if k == "Switch"]
     host_of = {ca: _host_name(ca, desc) for ca, desc in described.items()
                if kinds[ca] == "Ca" and _AGGREGATION not in desc}  # fmt: skip
     names = _switch_names(switches, described)
+    leaves = _leaves(switches, links, host_of, names)
+    # Hosts cabled only above the leaves (storage, service nodes on a spine) are no compute nodes.
+    above = sorted(host for ca, host in host_of.items() if not any(s in leaves for s in links.get(ca, ())))
+    host_of = {ca: host for ca, host in host_of.items() if host not in set(above)}
+    warnings = ((f"{origin}: {len(above)} host(s) on switches above the leaves are left out as no compute node "
+                 f"(storage or service hosts): {', '.join(above)}",) if above else ())  # fmt: skip
     # A host's CAs on several leaves (one per rail) make those leaves one group.
     leaves_of: dict[str, list[str]] = {}
     for ca, host in host_of.items():
-        leaves_of.setdefault(host, []).extend(s for s in sorted(links.get(ca, ())) if kinds.get(s) == "Switch")
+        leaves_of.setdefault(host, []).extend(s for s in sorted(links.get(ca, ())) if s in leaves)
     hops = _hops_from_hosts(switches, links, {s for ls in leaves_of.values() for s in ls})
     group = {s: s for s in switches}
 
@@ -271,9 +285,9 @@ def parse_ibnetdiscover(text: str, origin: str = "ibnetdiscover output") -> Netw
             s = group[s]
         return s
 
-    for leaves in leaves_of.values():
-        for other in leaves[1:]:
-            a, b = find(leaves[0]), find(other)
+    for leaves_of_host in leaves_of.values():
+        for other in leaves_of_host[1:]:
+            a, b = find(leaves_of_host[0]), find(other)
             if a != b:
                 group[max(a, b, key=lambda s: names[s])] = min(a, b, key=lambda s: names[s])
     members: dict[str, int] = {}
@@ -284,13 +298,63 @@ def parse_ibnetdiscover(text: str, origin: str = "ibnetdiscover output") -> Netw
         root = find(s)
         return names[root] if members[root] == 1 else f"{names[root]}+{members[root] - 1}"
 
-    node_under = [(host, logical(leaves[0])) for host, leaves in leaves_of.items() if leaves]
+    node_under = [(host, logical(ls[0])) for host, ls in leaves_of.items() if ls]
     switch_under = sorted({(logical(a), logical(b)) for a in switches for b in links[a]
                            if kinds.get(b) == "Switch" and hops.get(b, -1) == hops.get(a, -2) + 1
                            and logical(a) != logical(b)})  # fmt: skip
     tree = tree_from_edges(node_under, switch_under, origin)
     ratios = _oversubscription(switches, cables, hops, set(host_of), len(tree.levels))
-    return tree.with_levels([replace(level, oversubscription=r) for level, r in zip(tree.levels, ratios, strict=True)])
+    tree = tree.with_levels([replace(level, oversubscription=r) for level, r in zip(tree.levels, ratios, strict=True)])
+    return replace(tree.without_idle_top_levels(), warnings=warnings)
+
+
+def _chassis_joined(
+    kinds: dict[str, str], described: dict[str, str], image: Mapping[str, str], links: dict[str, set[str]],
+    cables: dict[str, list[str]],
+) -> tuple[dict[str, str], dict[str, str], dict[str, set[str]], dict[str, list[str]]]:
+    """The chips of one chassis (a director's line and spine chips: one system image GUID) made
+    one switch, named by the chassis name their descriptions share ("MF0;core-1:MCS8500/L05/U1":
+    core-1); the cables inside it dropped."""
+    chips: dict[str, list[str]] = {}
+    for node, kind in kinds.items():
+        if kind == "Switch":
+            chips.setdefault(image[node], []).append(node)
+    unit = {node: node for node in kinds}
+    for group in chips.values():
+        if len(group) < 2:
+            continue
+        first = min(group)
+        for chip in group:
+            unit[chip] = first
+        named = {m.group(1) for c in group if (m := re.search(r";([^:;]+):", described[c]))}
+        described[first] = named.pop() if len(named) == 1 else f"{first}+{len(group) - 1}"
+    if all(unit[n] == n for n in unit):
+        return kinds, described, links, cables
+    joined_links: dict[str, set[str]] = {}
+    for node, peers in links.items():
+        here = unit.get(node, node)
+        joined_links.setdefault(here, set()).update(unit.get(p, p) for p in peers if unit.get(p, p) != here)
+    joined_cables: dict[str, list[str]] = {}
+    for switch, ports in cables.items():
+        here = unit[switch]
+        joined_cables.setdefault(here, []).extend(unit.get(p, p) for p in ports if unit.get(p, p) != here)
+    kept = {n: k for n, k in kinds.items() if unit[n] == n}
+    return kept, {n: d for n, d in described.items() if n in kept}, joined_links, joined_cables
+
+
+def _leaves(switches: Sequence[str], links: Mapping[str, set[str]], host_of: Mapping[str, str],
+            names: Mapping[str, str]) -> set[str]:  # fmt: skip
+    """The switches compute hosts hang off. A switch with hosts cabled to another such switch
+    is no leaf where it is the one cabled to more of them (a spine carrying storage hosts is
+    cabled to every leaf; each leaf to that one spine): dropped until no two leaves are cabled."""
+    hosts_on = {s: sum(1 for ca in host_of if s in links.get(ca, ())) for s in switches}
+    leaves = {s for s in switches if hosts_on[s]}
+    while True:
+        linked = {s: sum(1 for t in links[s] if t in leaves) for s in leaves}
+        cabled = [s for s in leaves if linked[s]]
+        if not cabled:
+            return leaves
+        leaves.remove(max(cabled, key=lambda s: (linked[s], -hosts_on[s], names[s])))
 
 
 def _oversubscription(
