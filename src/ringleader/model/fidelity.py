@@ -281,6 +281,45 @@ def fit_scaling(
     return current
 
 
+@dataclass(frozen=True)
+class HeldOut:
+    """One row predicted twice: with the shipped constants (fitted with it, where it is one of
+    the fitted rows) and with constants fitted on every other source's rows only."""
+
+    shipped: FidelityResult
+    held_out: FidelityResult
+
+
+# Where no row left to fit on runs over a fabric, its efficiency is what the model would assume
+# with no measurement of it: the RDMA-class share of the line rate ([fabrics] infiniband).
+UNMEASURED_FABRIC = "infiniband"
+
+
+def leave_one_source_out(rows: Sequence[FidelityRow] | None = None, sweeps: int = 2) -> list[HeldOut]:
+    """Leave-one-source-out cross-validation: for each source (the publisher, ``short_source``:
+    DLPerf's several reports ran on one cluster, so they go out together), the scaling constants
+    fitted on the other sources' rows (``fit_scaling``: TCP's efficiency too where TCP rows
+    remain), then that source's rows predicted with them, beside the shipped constants'."""
+    rows = list(fidelity_rows() if rows is None else rows)
+    shipped = Scaling.shipped()
+    out: list[HeldOut] = []
+    for source in dict.fromkeys(short_source(r.source) for r in rows):
+        held = [r for r in rows if short_source(r.source) == source]
+        rest = [r for r in rows if short_source(r.source) != source]
+        fabrics = tuple(f for f in ("tcp",) if any(r.fabric == f for r in rest))
+        start = shipped
+        for fabric in {r.fabric for r in held} - {r.fabric for r in rest}:
+            start = replace(start, fabrics={**start.fabrics, fabric: shipped.fabrics[UNMEASURED_FABRIC]})
+        fitted = fit_scaling(rest, sweeps=sweeps, fabrics=fabrics, start=start) if rest else start
+        out += [HeldOut(predict_row(r, shipped), predict_row(r, fitted)) for r in held]
+    return out
+
+
+def model_family(model: str) -> str:
+    """How docs/model.md groups models: transformers and convolutional networks."""
+    return "transformer" if model.startswith("bert") else "CNN"
+
+
 def seeds_cluster(network_gbps: float | None = None) -> ClusterState:
     """The seeds' cluster: two gn6v (DGX-1V layout) nodes on the default network."""
     gbps = float(reference()["network"]["default_gbps"]) if network_gbps is None else network_gbps
