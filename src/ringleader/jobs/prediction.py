@@ -89,7 +89,11 @@ def predict_job(state: ClusterState, spec: JobSpec, placement: Placement) -> dic
         },
     )  # fmt: skip
     workload = f"{spec.model}, batch {batch}/GPU, {precision}"
-    summary = f"predicted {own.images_per_s:.0f} images/s ({own.bound}-bound; {workload})"
+    likely = own.likely_range
+    assert likely is not None  # priced without a calibration: the published table's range applies
+    out["likely_images_per_s"] = [round(likely[0], 1), round(likely[1], 1)]
+    summary = (f"predicted {own.images_per_s:.0f} images/s (likely {likely[0]:,.0f}-{likely[1]:,.0f}; "
+               f"{own.bound}-bound; {workload})")  # fmt: skip
     if alt is not None:
         ratio = own.images_per_s / alt.images_per_s
         summary += f"; {other} placement would give {alt.images_per_s:.0f} ({ratio:.2f}x)"

@@ -56,6 +56,17 @@ class Prediction:
     data_ceiling_images_per_s: float | None = None
     sync_s: float = 0.0  # per-step cost of keeping ranks and nodes in step
     bottleneck: str = ""  # the placement's slowest link, worded as `submit` and `get` word it
+    calibrated: bool = False  # priced with a user's calibration (no row of the published table)
+
+    @property
+    def likely_range(self) -> tuple[float, float] | None:
+        """The images/s 8 in 10 published rows of this kind (one node, several nodes) were
+        measured within, from the model's held-out errors (reference.toml [intervals]); None for
+        a calibrated prediction, which no row of the table tests."""
+        if self.calibrated:
+            return None
+        low, high = reference()["intervals"]["one_node" if self.nodes == 1 else "several_nodes"]
+        return self.images_per_s / (1 + high), self.images_per_s / (1 + low)
 
     def summary(self) -> str:
         return f"predicted {self.images_per_s:.0f} images/s ({self.bound}-bound)"
@@ -74,6 +85,7 @@ class Prediction:
             "compute_source": self.compute_source,
             "data_ceiling_images_per_s": self.data_ceiling_images_per_s,
             "sync_s": round(self.sync_s, 6), "bottleneck": self.bottleneck,
+            "likely_images_per_s": [round(x, 1) for x in self.likely_range] if self.likely_range else None,
         }  # fmt: skip
 
 
@@ -205,7 +217,7 @@ def predict_placement(
         model, rate.gpu_type, precision, batch_size, ranks, len(placement.nodes), placement.describe(),
         images, step, compute_s, cost.time_s, exposed, phi, bound,
         images / (ranks * rate.images_per_s), rate.images_per_s, nbytes, cost, rate.source, ceiling,
-        sync_s, placement_metrics(nodes, placement).bottleneck.describe(),
+        sync_s, placement_metrics(nodes, placement).bottleneck.describe(), calibration is not None,
     )  # fmt: skip
 
 
