@@ -57,12 +57,41 @@ def test_finish_waits_ten_minutes_for_one_node_rather_than_run_spread() -> None:
     assert wait is not None and now is not None
     assert wait.finish_s == pytest.approx(NOW + 600 + 3600)
     assert now.finish_s == pytest.approx(NOW + 3600 * ideal / spread)
+    risk = decision.when.at_risk  # the model's ranges: one node at its low end, spread at its high end
+    assert risk is not None and risk.wait_images_per_s == pytest.approx(ideal / 1.232)
+    assert risk.now_images_per_s == pytest.approx(spread / 0.92)
     assert decision.reasons[0] == (
-        f"waits: it finishes sooner (by ~{(now.finish_s - wait.finish_s) / 3600:.1f} h): "
+        f"waits: it finishes sooner (by ~{(now.finish_s - wait.finish_s) / 3600:.1f} h), even at the pessimistic "
+        f"end of the likely ranges ({ideal / 1.232:.0f} images/s later, {spread / 0.92:.0f} now): "
         f"start now on node-a[2w: GPU 6,7] + node-b[2w: GPU 6,7] at {spread:.0f} images/s, "
         f"finishes in ~{(now.finish_s - NOW) / 3600:.1f} h; "
         f"start in ~10 min on node-a[4w: GPU 0,1,2,3] at {ideal:.0f} images/s, finishes in ~70 min"
     )
+
+
+def test_finish_waits_only_when_waiting_wins_at_the_pessimistic_end() -> None:
+    """The node frees late enough that waiting wins on the predictions, but not if one node runs
+    at the low end of the model's likely range and spread at the high end (its held-out errors):
+    it starts spread now, and says why with both figures."""
+    ideal, spread = rates()
+    point = 3600 * ideal / spread - 3600  # wait shorter than this: waiting wins on the predictions
+    pessimistic = 3600 * ideal / (spread / 0.92) - 3600 * 1.232  # ...and at the pessimistic end
+    late = (point + pessimistic) / 2
+    decision = one_pass(vgg("finish"), {"busy-node-a": NOW + late})
+    when = decision.when
+    assert when is not None and when.wait is not None and when.now is not None
+    assert _finish(when.wait) < _finish(when.now)  # on the predictions, waiting is sooner
+    assert decision.ok and when.starts_now and len(decision.placement.nodes) == 2  # type: ignore[union-attr]
+    assert decision.reasons[-1].startswith(
+        f"starts now: waiting finishes sooner by ~{(_finish(when.now) - _finish(when.wait)) / 60:.0f} min as "
+        f"predicted, but not if the later placement runs at the low end of its likely range ({ideal / 1.232:.0f} "
+        f"images/s) and this one at the high end ({spread / 0.92:.0f}): start now on node-a[2w")
+    earlier = one_pass(vgg("finish"), {"busy-node-a": NOW + pessimistic - 60})
+    assert not earlier.ok and earlier.when is not None and not earlier.when.starts_now
+
+
+def _finish(option: object) -> float:
+    return float(option.finish_s)  # type: ignore[attr-defined]
 
 
 def test_finish_starts_spread_when_the_node_frees_too_late() -> None:
@@ -189,9 +218,15 @@ def test_finish_takes_the_start_that_finishes_first_and_never_waits_past_its_lim
     assert when.rule is StartRule.FINISH
     chosen = when.now if when.starts_now else when.wait
     assert chosen is not None and chosen.finish_s is not None
+    risk = when.at_risk
+    if when.starts_now and when.wait is not None and _finish(when.wait) < chosen.finish_s:
+        # waiting wins on the predictions but not at the pessimistic end of the ranges: now
+        assert risk is not None and risk.now_finish_s <= risk.wait_finish_s
+        return
     for other in [*finishes, *later[:16]]:
         assert chosen.finish_s <= other + 1e-6
     if not when.starts_now:
+        assert risk is None or risk.wait_finish_s < risk.now_finish_s  # it waits only when that wins there too
         assert chosen.start_s <= limit and chosen.start_s > NOW - 1e-9
         assert decision.reservation is not None and decision.reservation.start_s == chosen.start_s
         assert after.state == state  # nothing committed while it waits

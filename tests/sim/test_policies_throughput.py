@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import ringleader.model  # noqa: F401  (installs the model's estimator)
 from builders import preset_cluster
-from ringleader.model import placement_images_per_s
+from ringleader.model import MODEL_ESTIMATOR, placement_images_per_s
 from ringleader.scheduler import JobRequest, NodeState, Placement, place, policy_names
 from ringleader.scheduler.policies.throughput import TOLERANCE, ThroughputPolicy, bandwidth_estimate
 from ringleader.topology import NodeSpec, preset
@@ -19,7 +19,7 @@ from ringleader.topology import NodeSpec, preset
 
 def test_registered_and_plugged_into_the_model():
     assert "throughput" in policy_names()
-    assert ThroughputPolicy.installed is placement_images_per_s
+    assert ThroughputPolicy.installed is MODEL_ESTIMATOR
 
 
 def test_contract_with_a_fake_estimator_it_takes_what_the_estimate_prefers():
@@ -110,4 +110,4 @@ def test_the_simulator_compares_it_with_the_model_plugged_in():
     result = compare_policies(specs, jobs, ["throughput", "topology"], step_time=linear_step_time())
     by = {s["policy"]: s for s in result.summaries}
     assert by["throughput"]["completed"] == by["topology"]["completed"] == 6
-    assert ThroughputPolicy.installed is placement_images_per_s
+    assert ThroughputPolicy.installed is MODEL_ESTIMATOR

@@ -144,9 +144,14 @@ def when_to_dict(when: WhenChoice | None) -> dict[str, Any] | None:
         return {**placement_to_dict(o.placement), "placement": o.placement.describe(), "start_s": o.start_s,
                 "images_per_s": round(o.images_per_s, 1), "finish_s": o.finish_s}  # fmt: skip
 
+    risk = when.at_risk
+    at_risk = None if risk is None else {
+        "now_images_per_s": round(risk.now_images_per_s, 1), "wait_images_per_s": round(risk.wait_images_per_s, 1),
+        "now_finish_s": risk.now_finish_s, "wait_finish_s": risk.wait_finish_s,
+    }  # fmt: skip
     return {"rule": when.rule.value, "best_images_per_s": round(when.ideal_images_per_s, 1),
             "now": option(when.now), "wait": option(when.wait), "starts_now": when.starts_now,
-            "says": when.describe()}  # fmt: skip
+            "at_risk": at_risk, "says": when.describe()}  # fmt: skip
 
 
 def preemption_to_dict(preemption: Preemption | None) -> dict[str, Any] | None:

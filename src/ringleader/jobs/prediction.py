@@ -109,11 +109,11 @@ def queue_estimator(specs: Iterable[JobSpec]) -> Estimator | None:
     weighing = [s for s in specs if s.request().prices_placements]
     if not weighing:
         return None
-    from ringleader.model import calibrated_estimator, placement_images_per_s
+    from ringleader.model import MODEL_ESTIMATOR, calibrated_estimator
     from ringleader.model.calibration import calibration_from_dict
 
     calibrations = {s.name: calibration_from_dict(s.calibration) for s in weighing if s.calibration is not None}
-    return calibrated_estimator(calibrations) if calibrations else placement_images_per_s
+    return calibrated_estimator(calibrations) if calibrations else MODEL_ESTIMATOR
 
 
 def run_time_from_steps(spec: JobSpec, state: ClusterState) -> tuple[JobSpec, str]:

@@ -18,6 +18,8 @@ from ringleader.model.calibration import (
 from ringleader.model.comm import AllreduceCost, Hop, allreduce_cost, allreduce_time_s
 from ringleader.model.compute import ComputeRate, compute_rate
 from ringleader.model.predict import (
+    MODEL_ESTIMATOR,
+    ModelEstimator,
     Prediction,
     calibrated_estimator,
     compare_policies,
@@ -30,7 +32,7 @@ from ringleader.scheduler.policies.throughput import install_estimator
 
 # The scheduler cannot import the model (docs/architecture.md); the model plugs its estimate
 # into the `throughput` policy instead.
-install_estimator(placement_images_per_s)
+install_estimator(MODEL_ESTIMATOR)
 
 
 def known_models(calibration: Calibration | None = None) -> list[str]:
@@ -50,12 +52,14 @@ def known_gpu_types(calibration: Calibration | None = None) -> list[str]:
 
 
 __all__ = [
+    "MODEL_ESTIMATOR",
     "AllreduceCost",
     "Calibration",
     "ComputeFit",
     "ComputeRate",
     "Hop",
     "LinkFit",
+    "ModelEstimator",
     "Prediction",
     "allreduce_cost",
     "allreduce_time_s",

@@ -14,7 +14,7 @@ when its rate is given.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -63,10 +63,7 @@ class Prediction:
         """The images/s 8 in 10 published rows of this kind (one node, several nodes) were
         measured within, from the model's held-out errors (reference.toml [intervals]); None for
         a calibrated prediction, which no row of the table tests."""
-        if self.calibrated:
-            return None
-        low, high = reference()["intervals"]["one_node" if self.nodes == 1 else "several_nodes"]
-        return self.images_per_s / (1 + high), self.images_per_s / (1 + low)
+        return None if self.calibrated else likely_range(self.images_per_s, self.nodes)
 
     def summary(self) -> str:
         return f"predicted {self.images_per_s:.0f} images/s ({self.bound}-bound)"
@@ -287,13 +284,35 @@ def placement_images_per_s(
                                  calibration=calibration).images_per_s  # fmt: skip
 
 
-def calibrated_estimator(
-    calibrations: Mapping[str, Calibration],
-) -> Callable[[Mapping[str, NodeState], Placement, JobRequest], float]:
+def likely_range(images_per_s: float, nodes: int) -> tuple[float, float]:
+    """The images/s 8 in 10 published rows of a prediction's kind (one node, several nodes)
+    were measured within, from the model's held-out errors (reference.toml [intervals])."""
+    low, high = reference()["intervals"]["one_node" if nodes == 1 else "several_nodes"]
+    return images_per_s / (1 + high), images_per_s / (1 + low)
+
+
+class ModelEstimator:
+    """The queue's estimator (``placement_images_per_s``) with its likely range, so that the
+    start rule ``finish`` waits only where waiting wins at the pessimistic end. A job with a
+    calibration (``submit --calibration``) is priced with its own, and has no range: no row of
+    the published table tests it."""
+
+    def __init__(self, calibrations: Mapping[str, Calibration] | None = None) -> None:
+        self.calibrations = dict(calibrations or {})
+
+    def __call__(self, nodes: Mapping[str, NodeState], placement: Placement, job: JobRequest) -> float:
+        return placement_images_per_s(nodes, placement, job, self.calibrations.get(job.name))
+
+    def likely(self, nodes: Mapping[str, NodeState], placement: Placement, job: JobRequest) -> tuple[float, float]:
+        rate = self(nodes, placement, job)
+        return (rate, rate) if job.name in self.calibrations else likely_range(rate, len(placement.nodes))
+
+
+def calibrated_estimator(calibrations: Mapping[str, Calibration]) -> ModelEstimator:
     """The queue's estimator where some jobs carry a calibration (``submit --calibration``): each
     job's placements priced with its own, the others with the published rates."""
+    return ModelEstimator(calibrations)
 
-    def estimate(nodes: Mapping[str, NodeState], placement: Placement, job: JobRequest) -> float:
-        return placement_images_per_s(nodes, placement, job, calibrations.get(job.name))
 
-    return estimate
+#: The queue's estimator for jobs without a calibration.
+MODEL_ESTIMATOR = ModelEstimator()

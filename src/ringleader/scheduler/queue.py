@@ -36,10 +36,11 @@ from dataclasses import dataclass, field, replace
 
 from ringleader.scheduler.framework import get_policy, place
 from ringleader.scheduler.gpuset import bits
-from ringleader.scheduler.policies.throughput import Estimator, current_estimator
+from ringleader.scheduler.policies.throughput import Estimator, RangedEstimator, current_estimator
 from ringleader.scheduler.preempt import gpus_held, plan_preemption
 from ringleader.scheduler.teams import QuotaCheck, Teams, gpu_type, queue_of
 from ringleader.scheduler.types import (
+    AtRisk,
     ClusterState,
     Code,
     Decision,
@@ -391,11 +392,19 @@ class QueuePass:
         wait = self._best_wait(job, policy, rule, ideal, work, deadline, now_option)
         if now_option is None and wait is None:
             return None  # no start to weigh: it pends as any gang that does not fit
-        # "best" never starts on a placement slower than its best; "finish" starts now unless
-        # a later start finishes sooner
+        at_risk = None
+        if (rule is StartRule.FINISH and now_option is not None and wait is not None and work is not None
+                and isinstance(estimate, RangedEstimator)):  # fmt: skip
+            now_high = estimate.likely(nodes, now_option.placement, job)[1]
+            wait_low = estimate.likely(nodes, wait.placement, job)[0]
+            at_risk = AtRisk(now_high, wait_low, finish_of(self.now, work, ideal, now_high) or math.inf,
+                             finish_of(wait.start_s, work, ideal, wait_low) or math.inf)  # fmt: skip
+        # "best" never starts on a placement slower than its best; "finish" starts now unless a
+        # later start finishes sooner, at the pessimistic end of the estimator's ranges if it has them
         starts_now = (now_option is not None and rule is StartRule.FINISH
-                      and (wait is None or _finish(now_option) <= _finish(wait)))  # fmt: skip
-        return WhenChoice(rule, self.now, ideal, now_option, wait, starts_now)
+                      and (wait is None or _finish(now_option) <= _finish(wait)
+                           or (at_risk is not None and at_risk.now_finish_s <= at_risk.wait_finish_s)))  # fmt: skip
+        return WhenChoice(rule, self.now, ideal, now_option, wait, starts_now, at_risk)
 
     def _best_wait(
         self,

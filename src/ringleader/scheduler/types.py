@@ -451,6 +451,18 @@ class Option:
 
 
 @dataclass(frozen=True)
+class AtRisk:
+    """The weighing at the pessimistic end of the estimator's likely ranges: starting now at the
+    high end of its placement's range, waiting at the low end of its own. ``finish`` waits only
+    when waiting wins there too."""
+
+    now_images_per_s: float
+    wait_images_per_s: float
+    now_finish_s: float
+    wait_finish_s: float
+
+
+@dataclass(frozen=True)
 class WhenChoice:
     """What a start rule weighed and chose: ``now`` (the free placement, None when the gang fits
     no free GPUs), ``wait`` (the later option weighed against it, None when none was known) and
@@ -462,6 +474,7 @@ class WhenChoice:
     now: Option | None
     wait: Option | None
     starts_now: bool
+    at_risk: AtRisk | None = None  # where the estimator gives ranges (the model's) and both were weighed
 
     def describe(self) -> str:
         """ "starts now: start now on ... finishes in ~2 h; start in ~10 min on ... finishes in ~45 min" """
@@ -475,7 +488,16 @@ class WhenChoice:
         if self.rule is StartRule.FINISH and self.now is not None and self.wait is not None:
             assert self.now.finish_s is not None and self.wait.finish_s is not None
             gain = abs(self.now.finish_s - self.wait.finish_s)
-            verdict += f" (by {approx_duration(gain)})"
+            risk = self.at_risk
+            if risk is not None and self.starts_now and self.wait.finish_s < self.now.finish_s:
+                verdict += (f": waiting finishes sooner by {approx_duration(gain)} as predicted, but not if the "
+                            f"later placement runs at the low end of its likely range ({risk.wait_images_per_s:.0f} "
+                            f"images/s) and this one at the high end ({risk.now_images_per_s:.0f})")  # fmt: skip
+            else:
+                verdict += f" (by {approx_duration(gain)})"
+                if risk is not None and not self.starts_now:
+                    verdict += (f", even at the pessimistic end of the likely ranges ({risk.wait_images_per_s:.0f} "
+                                f"images/s later, {risk.now_images_per_s:.0f} now)")  # fmt: skip
         return f"{verdict}: " + "; ".join(parts) if parts else verdict
 
 

@@ -46,7 +46,7 @@ from ringleader.engines.kubernetes.restarts import PodFailure, blamed
 from ringleader.inputs import InputError
 from ringleader.jobs.failures import BLAMES_TO_CORDON, Failure
 from ringleader.jobs.queues import preempted_by
-from ringleader.model import calibrated_estimator, placement_images_per_s
+from ringleader.model import MODEL_ESTIMATOR, calibrated_estimator
 from ringleader.model.calibration import Calibration, calibration_from_dict
 from ringleader.scheduler import BackfillConfig, Code, QueuedJob, QueuePass, Reservation, RunningGang, queue_order
 from ringleader.scheduler.policies.throughput import Estimator
@@ -268,7 +268,7 @@ class Scheduler:
             read = self._calibrations.setdefault(text, read_calibration(text))
             if isinstance(read, Calibration):
                 calibrations[key] = read
-        return calibrated_estimator(calibrations) if calibrations else placement_images_per_s
+        return calibrated_estimator(calibrations) if calibrations else MODEL_ESTIMATOR
 
     def _unread_calibration(self, gang: Gang) -> str | None:
         """Why the gang's calibration is ignored, if it has one its scheduler could not read."""

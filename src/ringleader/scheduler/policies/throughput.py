@@ -28,7 +28,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import ClassVar
+from typing import ClassVar, Protocol, runtime_checkable
 
 from ringleader.scheduler.framework import Policy, make_candidate, placement_metrics, register
 from ringleader.scheduler.gpuset import EXACT_LIMIT, bits, search_for
@@ -49,6 +49,17 @@ def rounded(images_per_s: float) -> float:
 
 
 Estimator = Callable[[Mapping[str, NodeState], Placement, JobRequest], float]
+
+
+@runtime_checkable
+class RangedEstimator(Protocol):
+    """An estimator that also says how far to trust it: the images/s a placement likely gives at
+    its low and high ends (the model's held-out range). The start rule ``finish`` waits only
+    where waiting wins at the pessimistic end."""
+
+    def __call__(self, nodes: Mapping[str, NodeState], placement: Placement, job: JobRequest) -> float: ...
+
+    def likely(self, nodes: Mapping[str, NodeState], placement: Placement, job: JobRequest) -> tuple[float, float]: ...
 
 
 def bandwidth_estimate(nodes: Mapping[str, NodeState], placement: Placement, job: JobRequest) -> float:
