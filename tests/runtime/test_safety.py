@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -83,32 +84,62 @@ def test_final_state_keeps_start_times_and_finished_pids_are_never_signalled(sma
         other.wait()
 
 
-def test_a_gang_half_started_by_a_lost_agent_is_stopped_and_started_again_whole(small: Runtime, h, tmp_path) -> None:
-    release = tmp_path / "release"
-    small.submit(h.spec("half", waiter(release), workers=2))
-    h.wait_for(lambda: started(small, "half"), what="both workers to start")
+def half_start(small: Runtime, h, name: str, release: Path) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    """A 2-worker gang whose agent died in its launch loop after starting worker 0 only: worker
+    1 killed and forgotten, the job back to `starting`, no agent running. Worker 0's state."""
+    small.submit(h.spec(name, waiter(release), workers=2))
+    h.wait_for(lambda: started(small, name), what="both workers to start")
     kill_agents(small.home)  # its standby too: nothing adopts the job while it is changed below
-    # As if the agent had died in its launch loop before starting worker 1.
-    st = kill_instance(small.home, "half", "half-worker-1")
+    st = kill_instance(small.home, name, f"{name}-worker-1")
     h.wait_for(lambda: not alive(st["pid"], st["pid_start"]), what="worker 1 to die")
-    state_path(small.home, "half", "half-worker-1").unlink()
+    state_path(small.home, name, f"{name}-worker-1").unlink()
     with small.db.write() as conn:
-        store.update_instance(conn, "half", "half-worker-1", status="Pending", pid=None, pid_start=None,
+        store.update_instance(conn, name, f"{name}-worker-1", status="Pending", pid=None, pid_start=None,
                               started_at=None)  # fmt: skip
-        conn.execute("UPDATE jobs SET launch = 'starting' WHERE name = 'half'")
-    w0 = state(small.home, "half", "half-worker-0")
-    rt = Runtime.open(small.home)  # starts an agent: worker 0 waits for a peer that never comes
-    h.wait_for(lambda: "Restarted" in {e.kind for e in rt.get("half").events}, what="the gang to be restarted")
-    assert not alive(w0["child_pid"], w0["child_start"])  # the half that had started was stopped
-    restarted = next(e.message for e in rt.get("half").events if e.kind == "Restarted")
-    assert "had started 1 of 2 instance(s)" in restarted
-    h.wait_for(lambda: started(rt, "half") and all(i.pid not in (None, w0["pid"]) for i in rt.get("half").instances),
-               what="both workers to run again")  # fmt: skip
+        conn.execute("UPDATE jobs SET launch = 'starting' WHERE name = ?", (name,))
+    return state(small.home, name, f"{name}-worker-0")
+
+
+def test_a_gang_half_started_by_a_lost_agent_is_completed_and_no_rank_runs_twice(small: Runtime, h, tmp_path) -> None:
+    release = tmp_path / "release"
+    w0 = half_start(small, h, "half", release)
+    rt = Runtime.open(small.home)  # starts an agent: it starts worker 1, worker 0 keeps running
+    h.wait_for(lambda: "Completed" in {e.kind for e in rt.get("half").events}, what="the gang to be completed")
+    said = next(e.message for e in rt.get("half").events if e.kind == "Completed")
+    assert said == ("its lost agent had started 1 of 2 instance(s): they keep running, and half-worker-1 started "
+                    "now (no rank runs twice)")
+    assert alive(w0["child_pid"], w0["child_start"])  # the rank that had started was left alone
+    h.wait_for(lambda: started(rt, "half"), what="worker 1 to run")
+    assert rt.get("half").instances[0].pid == w0["pid"]
     release.touch()
     view = rt.wait("half", 60)
     assert view.status is JobStatus.SUCCEEDED, view.reason
+    assert [i.status for i in view.instances] == ["Succeeded", "Succeeded"]
     assert all(ns.allocated == () for ns in rt.nodes().nodes)
     rt.close()
+
+
+def test_a_rank_forked_but_not_recorded_by_a_lost_agent_is_adopted_not_doubled(small: Runtime, h, tmp_path) -> None:
+    release = tmp_path / "release"
+    half_start(small, h, "fork", release)
+    # worker 1's wrapper as the lost agent had forked it, its pid never recorded
+    stray = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", RANK_FILE,
+                              str(plan_path(small.home, "fork")), "--rank", "1", "--", "true"],
+                             start_new_session=True)  # fmt: skip
+    try:
+        h.wait_for(lambda: start_time(stray.pid) is not None, what="the stray to start")
+        rt = Runtime.open(small.home)
+        h.wait_for(lambda: "Completed" in {e.kind for e in rt.get("fork").events}, what="the gang to be completed")
+        said = next(e.message for e in rt.get("fork").events if e.kind == "Completed")
+        assert said.endswith("and none started now (no rank runs twice)")
+        assert rt.get("fork").instances[1].pid == stray.pid
+        rt.delete(["fork"])
+        h.wait_for(lambda: stray.poll() is not None, what="delete to stop the adopted wrapper")
+        rt.close()
+    finally:
+        if stray.poll() is None:
+            stray.kill()
+        stray.wait()
 
 
 def test_the_agent_stops_a_jobs_processes_when_the_job_disappears(small: Runtime, h, tmp_path) -> None:

@@ -93,6 +93,11 @@ def terminate(pid: int, started: int | None) -> None:
 
 def find_by_args(*needles: str) -> list[tuple[int, int]]:
     """(pid, start time) of every process whose argv holds all of ``needles`` as arguments."""
+    return [(pid, started) for pid, started, _ in processes_with_args(*needles)]
+
+
+def processes_with_args(*needles: str) -> list[tuple[int, int, list[str]]]:
+    """(pid, start time, argv) of every process whose argv holds all of ``needles``."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -105,7 +110,7 @@ def find_by_args(*needles: str) -> list[tuple[int, int]]:
         if all(n in args for n in needles):
             started = start_time(int(entry))
             if started is not None:
-                found.append((int(entry), started))
+                found.append((int(entry), started, args))
     return found
 
 

@@ -57,7 +57,7 @@ from ringleader.runtime.plan import (
     state_path,
     worker_lines,
 )  # fmt: skip
-from ringleader.runtime.procs import alive, find_by_args, start_time, stop_all
+from ringleader.runtime.procs import alive, find_by_args, processes_with_args, start_time, stop_all
 from ringleader.runtime.rank import signal_name
 from ringleader.scheduler.types import approx_duration
 from ringleader.statefolder import make_job_folders, remove_job_folders
@@ -67,6 +67,9 @@ POLL_S = 0.25
 # After adoption: how long an instance with neither a pid nor a state file may still be a
 # wrapper that the lost agent started and that has not written its state file yet.
 START_GRACE_S = 5.0
+# Before completing a half-started gang: time for a rank its lost agent had forked (killed with
+# it before recording the pid) to finish exec'ing its wrapper, so that it is found, not doubled.
+FORK_SETTLE_S = 0.5
 NEVER_STARTED = "never started: its agent died during launch"
 # stop_request(), besides a delete's grace: the job was forgotten, or is held by another agent.
 GONE, OTHER = -1.0, -2.0
@@ -226,25 +229,56 @@ class Supervisor:
             detail = _shown(spec.command, spec)
         self.persist(event=("Started", f"{len(placement.slots)} worker(s): {detail}"), launch=Launch.STARTED)
 
-    def restart_unstarted(self) -> bool:
-        """A gang its lost agent was still starting: adopted as it is when every instance had
-        started (its launcher, or each worker, has a pid or a state file); otherwise its ranks
-        wait for peers that will never come, so whatever had started is stopped and the whole
-        gang is started afresh (True): a job is never failed for its agent's death."""
-        firsts = [w for w in self.watched if w.role == "launcher"] or self.watched
-        if all(w.pid is not None or read_state(w.state_file) is not None for w in firsts):
-            return False
+    def finish_half_start(self, spec: JobSpec, placement_data: dict[str, Any]) -> bool:
+        """A gang its lost agent was still starting; whether it now runs (else it is to be
+        launched afresh). Every instance started (its launcher, or each worker, has a pid or a
+        state file): adopted as it is. Workers each under their own wrapper: the gang is
+        completed, the ranks that started keep running and the others start now, so no rank runs
+        twice. An mpirun launcher that had not started (ranks without it wait for peers that
+        never come): whatever had started is stopped, and the whole gang starts afresh."""
+        launchers = [w for w in self.watched if w.role == "launcher"]
+        if all(self._started(w) for w in launchers or self.watched):
+            return True
+        if not launchers:
+            self._complete(spec, placement_data)
+            return True
         stop_all(self.every_process(), self.grace_s)
         started = 0
         for w in self.watched:
-            started += w.pid is not None or w.state_file.exists()
+            started += self._started(w)
             with contextlib.suppress(FileNotFoundError):
                 w.state_file.unlink()
             w.status, w.pid, w.pid_start, w.started_at, w.dirty = InstanceStatus.PENDING, None, None, None, True
         self.persist(event=("Restarted", f"its lost agent had started {started} of {len(self.watched)} instance(s): "
                                          "those were stopped, and the whole gang is started again"))  # fmt: skip
         self.adopted_at = None
-        return True
+        return False
+
+    @staticmethod
+    def _started(w: Watched) -> bool:
+        return w.pid is not None or read_state(w.state_file) is not None
+
+    def _complete(self, spec: JobSpec, placement_data: dict[str, Any]) -> None:
+        """Start the workers the lost agent had not; adopt one it had forked but not recorded."""
+        time.sleep(FORK_SETTLE_S)  # a rank it had forked finishes exec'ing its wrapper
+        pfile = plan_path(self.home, self.job)
+        forked = _wrappers_by_rank(pfile)
+        lines = dict(worker_lines(spec.name, spec.command, placement_from_dict(spec.name, placement_data), pfile))
+        had = sum(self._started(w) for w in self.watched)
+        begun = []
+        for w in self.watched:
+            if self._started(w):
+                continue
+            found = forked.get(int(w.name.rsplit("-", 1)[1]))
+            if found is not None:  # started, not yet recorded: it is the one, adopted
+                w.pid, w.pid_start, w.started_at = found[0], found[1], time.time()
+                w.status, w.dirty = InstanceStatus.RUNNING, True
+            else:
+                self._start(w.name, lines[w.name], spec)
+                begun.append(w.name)
+        said = (f"its lost agent had started {had} of {len(self.watched)} instance(s): they keep running, and "
+                f"{', '.join(begun) or 'none'} started now (no rank runs twice)")  # fmt: skip
+        self.persist(event=("Completed", said), launch=Launch.STARTED)
 
     def resolve_image(self, spec: JobSpec, nodes: Sequence[NodeSpec]) -> bool:
         """The job's image made present once on each host of its ranks, before any starts (per
@@ -612,7 +646,7 @@ class Supervisor:
         spec, placement, launched = claimed
         self.spec = spec
         if self.stop_grace is None and self.half_started:
-            launched = not self.restart_unstarted()
+            launched = self.finish_half_start(spec, placement)
         if self.stop_grace is None and not launched:
             try:
                 self.launch(spec, placement)
@@ -651,6 +685,16 @@ def _shown(argv: Sequence[str], spec: JobSpec) -> str:
     if spec.image:
         return readable(argv)
     return shlex.join(argv)
+
+
+def _wrappers_by_rank(plan: Path) -> dict[int, tuple[int, int]]:
+    """Rank -> (pid, start) of each worker wrapper running for the job whose ``plan`` it reads."""
+    found = {}
+    for pid, started, args in processes_with_args(RANK_FILE, str(plan)):
+        head = args[: args.index("--")] if "--" in args else args
+        if "--rank" in head and head.index("--rank") + 1 < len(head) and head[head.index("--rank") + 1].isdigit():
+            found[int(head[head.index("--rank") + 1])] = (pid, started)
+    return found
 
 
 def job_processes(
