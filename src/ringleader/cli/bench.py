@@ -12,6 +12,7 @@ import click
 
 from ringleader.cli.output import console, emit_data, output_option, shared_group, step_progress, table
 from ringleader.cli.params import BACKENDS, FiniteFloat, count
+from ringleader.errors import UsageError
 
 NP_HELP = ("Launch N local ranks (mpirun for mpi, processes for gloo/nccl); ignored when this "
            "process already is a rank of a job (mpirun, ringleader's runtime, RANK/WORLD_SIZE).")  # fmt: skip
@@ -113,7 +114,6 @@ def allreduce_cmd(minbytes: str, maxbytes: str, stepfactor: int, iters: int, war
     from ringleader.bench.allreduce import AllreduceConfig, check_root, parse_size
     from ringleader.bench.launch import dispatch
     from ringleader.bench.ranks import check_backend, discover
-    from ringleader.errors import UsageError
 
     check_backend(backend)
     cfg = AllreduceConfig(parse_size(minbytes), parse_size(maxbytes), stepfactor, iters,
@@ -160,7 +160,6 @@ def pipeline_cmd(np_: int, launcher: str, keep: bool, repeat: int, output: str, 
     from ringleader.bench.launchers import default_launcher
     from ringleader.bench.pipeline import need_line, run_pipeline
     from ringleader.bench.ranks import check_available, check_np
-    from ringleader.errors import UsageError
 
     if kw["data"] == "synthetic":
         raise UsageError("bench pipeline needs real files", "pass --data DIR (see `data synth`)")
@@ -194,8 +193,6 @@ def pipeline_cmd(np_: int, launcher: str, keep: bool, repeat: int, output: str, 
 
 
 def _int_list(text: str) -> list[int]:
-    from ringleader.errors import UsageError
-
     try:
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError as exc:

@@ -23,6 +23,7 @@ from ringleader.cli.output import (
 from ringleader.cli.params import FiniteFloat
 from ringleader.engines.base import NodeCordons
 from ringleader.errors import NotFoundError, UsageError
+from ringleader.jobs.codec import node_to_dict
 from ringleader.jobs.views import NodeHealth
 
 if TYPE_CHECKING:  # the runtime and topologies are imported by the commands that use them
@@ -61,8 +62,6 @@ def node_rows(state: ClusterState) -> list[list[Any]]:
 
 
 def node_dict(ns: NodeState) -> dict[str, Any]:
-    from ringleader.jobs.codec import node_to_dict
-
     return {**node_to_dict(ns.spec), "mode": mode(ns), "gpus_total": ns.spec.topology.n_gpus,
             "allocated": [{"gpu": g, "job": j} for g, j in ns.allocated]}  # fmt: skip
 

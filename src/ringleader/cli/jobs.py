@@ -33,8 +33,10 @@ from ringleader.cli.output import (
 from ringleader.engines import ALL_NAMESPACES, ENGINES, chosen_engine, open_engine
 from ringleader.engines.embedded.store import default_home
 from ringleader.errors import NotFoundError, UsageError
-from ringleader.jobs.logfiles import instance_name
+from ringleader.jobs.commandline import read_command
+from ringleader.jobs.logfiles import instance_name, lines_since
 from ringleader.jobs.queues import Preempted, read_preempted
+from ringleader.jobs.spec import ContainerOptions, parse_container_user, parse_data, parse_duration, parse_size
 from ringleader.jobs.states import JobStatus
 
 if TYPE_CHECKING:  # the runtime is imported by the commands that use it: `--help` stays quick
@@ -243,8 +245,6 @@ def parse_env(pairs: Sequence[str]) -> dict[str, str]:
 def parse_command(words: Sequence[str]) -> list[str]:
     """One quoted string (split like a shell would; run by /bin/sh only when it holds shell
     syntax) or the words after -- (as they are, one word included)."""
-    from ringleader.jobs.commandline import read_command
-
     return read_command(words, literal=click.get_current_context().meta.get(AFTER_DASHES, False))
 
 
@@ -272,29 +272,21 @@ def read_calibration(path: str | None) -> dict[str, Any] | None:
 
 def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
     del ctx
-    from ringleader.jobs.spec import parse_duration
-
     return None if value is None else parse_duration(value, param.opts[0])
 
 
 def _shm_size(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
     del ctx, param
-    from ringleader.jobs.spec import parse_size
-
     return None if value is None else parse_size(value)
 
 
 def _data(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     del ctx, param
-    from ringleader.jobs.spec import parse_data
-
     return tuple(parse_data(v) for v in value)
 
 
 def _container_user(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     del ctx, param
-    from ringleader.jobs.spec import parse_container_user
-
     return None if value is None else parse_container_user(value)
 
 
@@ -402,7 +394,6 @@ def submit_mpi(
     """
     del gang
     from ringleader.engines.embedded.engine import JobSpec
-    from ringleader.jobs.spec import ContainerOptions
 
     container = ContainerOptions(data, shm_size, rdma, image_pull_policy, container_user)
     spec = JobSpec(
@@ -706,8 +697,6 @@ def logs(name: str, follow: bool, tail: int | None, instance: str | None, timest
     cutoff = since_cutoff(since, since_time)
     with using_engine(engine) as rt:
         if cutoff is not None:  # read with the stamps, keep what is recent enough
-            from ringleader.jobs.logfiles import lines_since
-
             read = rt.follow(name, instance, None, True) if follow else [rt.logs(name, instance, None, True)]
             for chunk in lines_since(read, cutoff, timestamps, tail):
                 echo_raw(chunk)  # the program's own output, as it wrote it (kubectl logs)

@@ -12,15 +12,13 @@ import socket
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import click
 
 from ringleader.cli.params import DAY_S, FiniteFloat, count
 from ringleader.errors import UsageError
-
-if TYPE_CHECKING:
-    from ringleader.jobs.spec import KubeOptions
+from ringleader.jobs.spec import KubeOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
 CONFIG_KEYS = {"leaseSeconds", "metricsPort", "namespace", "bindThreads", "networkLevelKeys", "networkHyperNodes"}
@@ -220,8 +218,6 @@ def _pairs(values: Sequence[str], flag: str) -> tuple[tuple[str, str], ...]:
 
 def read_kube_options(given: dict[str, Any]) -> KubeOptions | None:
     """The KubeOptions of a submit's ``kube_*`` arguments; None when none was given."""
-    from ringleader.jobs.spec import KubeOptions
-
     opts = KubeOptions(
         cpu=given["kube_cpu"], memory=given["kube_memory"],
         selector=_pairs(given["kube_selector"], "--selector"), tolerations=tuple(given["kube_tolerations"]),

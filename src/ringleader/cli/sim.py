@@ -8,6 +8,7 @@ import click
 
 from ringleader.cli.output import console, emit_data, output_option, step_progress, table
 from ringleader.cli.params import FiniteFloat, count
+from ringleader.errors import UsageError
 
 
 class _DefaultRunGroup(click.Group):
@@ -124,7 +125,6 @@ def run_cmd(
 def gen_trace_cmd(n_jobs: int, seed: int, arrival_rate: float, cluster_gpus: int | None, out_file: str,
                   queue_names: str | None) -> None:  # fmt: skip
     """Write a seeded trace: Poisson arrivals, gangs of 1-16 GPUs, CNN models."""
-    from ringleader.errors import UsageError
     from ringleader.sim import generate_trace, write_trace
     from ringleader.topology.cluster import check_name
 
