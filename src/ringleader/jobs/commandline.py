@@ -39,6 +39,7 @@ from ringleader.errors import UsageError
 from ringleader.jobs.line import (
     OWNED,
     CommandLine,
+    interpreter_target,
     is_mpirun,
     option_words,
     read_line,
@@ -293,17 +294,8 @@ def _python_module(argv: Sequence[str]) -> str | None:
     """The module of ``python [flags] -m MODULE ...``, else None."""
     if not Path(argv[0]).name.startswith("python"):
         return None
-    i = 1
-    while i < len(argv):
-        token = argv[i]
-        if token == "-m":
-            return argv[i + 1] if i + 1 < len(argv) else None
-        if token.startswith("-m"):
-            return token[2:]
-        if not token.startswith("-") or token.startswith("-c"):
-            return None  # a script or -c code
-        i += 2 if token in ("-W", "-X") else 1
-    return None
+    target = interpreter_target(argv)
+    return target.value if target is not None and target.kind == "module" else None
 
 
 # -- horovodrun -----------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ringleader.errors import UsageError
 
@@ -53,6 +53,34 @@ class MpiOption:
 
     def text(self) -> str:
         return shlex.join([self.token, *self.values])
+
+
+class PythonTarget(NamedTuple):
+    """What a ``python ...`` line runs: a script file, code given with -c, or a module (-m)."""
+
+    kind: str  # "script", "code" or "module"
+    value: str  # the script as written, the code, or the module's name
+
+
+def interpreter_target(argv: Sequence[str]) -> PythonTarget | None:
+    """The script, code or module that ``argv``, a Python interpreter's line (the caller knows
+    its first word is one), runs after the interpreter's own flags; None when it names none of
+    them (stdin, the REPL)."""
+    words = iter(argv[1:])
+    for word in words:
+        for flag, kind in (("-c", "code"), ("-m", "module")):
+            if word == flag:
+                value = next(words, None)
+                return PythonTarget(kind, value) if value is not None else None
+            if word.startswith(flag) and not word.startswith("--"):
+                return PythonTarget(kind, word[len(flag) :])
+        if word == "-":
+            return None
+        if word in ("-W", "-X", "-Q"):
+            next(words, None)
+        elif not word.startswith("-"):
+            return PythonTarget("script", word)
+    return None
 
 
 def scan_mpirun(argv: Sequence[str]) -> tuple[list[MpiOption], list[str]]:

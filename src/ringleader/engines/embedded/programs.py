@@ -18,9 +18,10 @@ import shutil
 import struct
 from collections.abc import Sequence
 from pathlib import Path
-from typing import BinaryIO, NamedTuple
+from typing import BinaryIO
 
 from ringleader.errors import UsageError
+from ringleader.jobs.line import PythonTarget, interpreter_target
 
 PYTHON = re.compile(r"python[0-9.]*")
 MPI_IMPORT = re.compile(r"^[ \t]*(?:import|from)[ \t]+(mpi4py|horovod)\b", re.MULTILINE)
@@ -29,33 +30,12 @@ MPI_MODULES = ("mpi4py", "horovod")
 SCRIPT_BYTES = 1 << 20
 
 
-class PythonTarget(NamedTuple):
-    """What a ``python ...`` line runs: a script file, code given with -c, or a module (-m)."""
-
-    kind: str  # "script", "code" or "module"
-    value: str  # the script as written, the code, or the module's name
-
-
 def python_target(program: Sequence[str]) -> PythonTarget | None:
     """The script, code or module a Python interpreter line runs; None when the line is not a
     Python interpreter's or names none of them (stdin, the REPL)."""
     if not program or not PYTHON.fullmatch(os.path.basename(program[0])):
         return None
-    words = iter(program[1:])
-    for word in words:
-        for flag, kind in (("-c", "code"), ("-m", "module")):
-            if word == flag:
-                value = next(words, None)
-                return PythonTarget(kind, value) if value is not None else None
-            if word.startswith(flag) and not word.startswith("--"):
-                return PythonTarget(kind, word[len(flag) :])
-        if word == "-":
-            return None
-        if word in ("-W", "-X", "-Q"):
-            next(words, None)
-        elif not word.startswith("-"):
-            return PythonTarget("script", word)
-    return None
+    return interpreter_target(program)
 
 
 def check_script(program: Sequence[str], workdir: str | None) -> None:
