@@ -303,9 +303,10 @@ class ModelEstimator:
     def __call__(self, nodes: Mapping[str, NodeState], placement: Placement, job: JobRequest) -> float:
         return placement_images_per_s(nodes, placement, job, self.calibrations.get(job.name))
 
-    def likely(self, nodes: Mapping[str, NodeState], placement: Placement, job: JobRequest) -> tuple[float, float]:
-        rate = self(nodes, placement, job)
-        return (rate, rate) if job.name in self.calibrations else likely_range(rate, len(placement.nodes))
+    def likely(self, placement: Placement, job: JobRequest, images_per_s: float) -> tuple[float, float]:
+        if job.name in self.calibrations:
+            return images_per_s, images_per_s
+        return likely_range(images_per_s, len(placement.nodes))
 
 
 def calibrated_estimator(calibrations: Mapping[str, Calibration]) -> ModelEstimator:

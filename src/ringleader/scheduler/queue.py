@@ -395,8 +395,8 @@ class QueuePass:
         at_risk = None
         if (rule is StartRule.FINISH and now_option is not None and wait is not None and work is not None
                 and isinstance(estimate, RangedEstimator)):  # fmt: skip
-            now_high = estimate.likely(nodes, now_option.placement, job)[1]
-            wait_low = estimate.likely(nodes, wait.placement, job)[0]
+            now_high = estimate.likely(now_option.placement, job, now_option.images_per_s)[1]
+            wait_low = estimate.likely(wait.placement, job, wait.images_per_s)[0]
             at_risk = AtRisk(now_high, wait_low, finish_of(self.now, work, ideal, now_high) or math.inf,
                              finish_of(wait.start_s, work, ideal, wait_low) or math.inf)  # fmt: skip
         # "best" never starts on a placement slower than its best; "finish" starts now unless a

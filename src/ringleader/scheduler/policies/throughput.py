@@ -59,7 +59,10 @@ class RangedEstimator(Protocol):
 
     def __call__(self, nodes: Mapping[str, NodeState], placement: Placement, job: JobRequest) -> float: ...
 
-    def likely(self, nodes: Mapping[str, NodeState], placement: Placement, job: JobRequest) -> tuple[float, float]: ...
+    def likely(self, placement: Placement, job: JobRequest, images_per_s: float) -> tuple[float, float]:
+        """The low and high ends around ``images_per_s``, this estimator's figure for ``job`` on
+        ``placement``."""
+        ...
 
 
 def bandwidth_estimate(nodes: Mapping[str, NodeState], placement: Placement, job: JobRequest) -> float:
