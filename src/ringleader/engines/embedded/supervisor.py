@@ -691,9 +691,10 @@ def _wrappers_by_rank(plan: Path) -> dict[int, tuple[int, int]]:
     """Rank -> (pid, start) of each worker wrapper running for the job whose ``plan`` it reads."""
     found = {}
     for pid, started, args in processes_with_args(RANK_FILE, str(plan)):
-        head = args[: args.index("--")] if "--" in args else args
-        if "--rank" in head and head.index("--rank") + 1 < len(head) and head[head.index("--rank") + 1].isdigit():
-            found[int(head[head.index("--rank") + 1])] = (pid, started)
+        head = args[: args.index("--")] if "--" in args else args  # the wrapper's own, not the program's
+        rank = head[head.index("--rank") + 1 :][:1] if "--rank" in head else []
+        if rank and rank[0].isdigit():
+            found[int(rank[0])] = (pid, started)
     return found
 
 

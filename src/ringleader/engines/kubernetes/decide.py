@@ -75,7 +75,7 @@ def _worker_order(pod: PodInfo) -> tuple[int, str]:
 def job_request(gang: Gang) -> JobRequest:
     """The gang as the shared queue sees it: its GPU workers, its highest pod priority, and a
     time limit when every member has activeDeadlineSeconds (kubelet stops the pod then)."""
-    workers = sorted((p for p in gang.pending if p.gpus), key=_worker_order)
+    workers = _gpu_workers(gang)
     limits = [p.deadline_s for p in gang.pending if p.deadline_s]
     return JobRequest(
         gang.key, len(workers), workers[0].gpus if workers else 0,
@@ -94,8 +94,14 @@ def job_request(gang: Gang) -> JobRequest:
 
 def gang_calibration(gang: Gang) -> str | None:
     """The calibration written on the gang's workers (names.CALIBRATION_ANNOTATION), unread."""
-    workers = sorted((p for p in gang.pending if p.gpus), key=_worker_order)
+    workers = _gpu_workers(gang)
     return workers[0].calibration if workers else None
+
+
+def _gpu_workers(gang: Gang) -> list[PodInfo]:
+    """The gang's pending GPU workers in rank order: the first carries what was written on the
+    worker template (start rule, queue, model, calibration)."""
+    return sorted((p for p in gang.pending if p.gpus), key=_worker_order)
 
 
 def placement_of(outcome: Outcome) -> Placement:
