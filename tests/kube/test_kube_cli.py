@@ -98,3 +98,23 @@ def test_gpu_variables_are_refused_on_kubernetes(capsys, monkeypatch) -> None:  
                  "NVIDIA_VISIBLE_DEVICES=all", "true"])  # fmt: skip
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("error: -e NVIDIA_VISIBLE_DEVICES is not allowed on the kubernetes engine")
+
+
+def test_agent_check_reports_what_it_finds_and_touches_no_api(capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The agent's self-check, as an image is checked on a node before it is deployed: it needs
+    no API server and no node name. On a machine without GPUs it says why, and fails."""
+    monkeypatch.delenv("NODE_NAME", raising=False)
+    monkeypatch.setenv("KUBECONFIG", "/nonexistent/kubeconfig")
+    assert main(["kube", "agent", "--check"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: no GPU found here (") and "To fix:" in err and len(err.splitlines()) == 1
+
+    from ringleader.engines.kubernetes import agent
+    from ringleader.topology import parse_topo_text
+
+    quad = parse_topo_text("\tGPU0\tGPU1\nGPU0\t X \tNV2\nGPU1\tNV2\t X \n", source="test")
+    monkeypatch.setattr(agent, "find_topology", lambda: agent.Found(quad, "nvidia-smi", ("GPU-a", "GPU-b"), 0))
+    assert main(["kube", "agent", "--check"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "2 GPU(s) found by nvidia-smi; 0 unhealthy; UUIDs known"
+    assert f"{names.TOPOLOGY_ANNOTATION}: " in out

@@ -12,13 +12,16 @@ import socket
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from ringleader.cli.params import DAY_S, FiniteFloat, count
-from ringleader.errors import UsageError
+from ringleader.errors import RingleaderError, UsageError
 from ringleader.jobs.spec import KubeOptions
+
+if TYPE_CHECKING:
+    from ringleader.engines.kubernetes.agent import Found
 
 F = TypeVar("F", bound=Callable[..., Any])
 CONFIG_KEYS = {"leaseSeconds", "metricsPort", "namespace", "bindThreads", "networkLevelKeys", "networkHyperNodes"}
@@ -125,13 +128,19 @@ def stop_on_signals(stop: Callable[[], None]) -> None:
 @click.option("--interval", type=FiniteFloat(1.0, DAY_S), default=60.0, show_default=True,
               help="Seconds between looks.")
 @click.option("--once", is_flag=True, help="Publish once and exit.")
+@click.option("--check", is_flag=True,
+              help="Print what it finds and would publish, and exit (1 when it finds no GPU); no API is called.")
 @click.option("--server", default=None, help="API server URL; default: in-cluster, else kubeconfig.")
 @click.option("--context", default=None, help="kubeconfig context (default: the current one).")
-def agent(node: str | None, interval: float, once: bool, server: str | None, context: str | None) -> None:
+def agent(node: str | None, interval: float, once: bool, check: bool, server: str | None,
+          context: str | None) -> None:  # fmt: skip
     """Publish this node's GPU topology and GPU count for the scheduler."""
     from ringleader.engines.kubernetes.agent import find_topology, publish, run_agent
     from ringleader.engines.kubernetes.client import Api, load_client
 
+    if check:
+        _check_agent(find_topology())
+        return
     name = node or os.environ.get("NODE_NAME")
     if not name:
         raise UsageError("no node name", "give --node NAME or set NODE_NAME (the DaemonSet sets it)")
@@ -151,6 +160,21 @@ def agent(node: str | None, interval: float, once: bool, server: str | None, con
         run_agent(api, name, interval, stop=stop)
     except KeyboardInterrupt:
         stop.set()
+
+
+def _check_agent(found: Found) -> None:
+    """The agent's self-check (an image tried on a node before the DaemonSet is deployed)."""
+    from ringleader.engines.kubernetes import names
+    from ringleader.engines.kubernetes.objects import topology_annotation
+
+    if not found.topology.n_gpus:
+        raise RingleaderError(f"no GPU found here ({found.how})",
+                              "run it on a GPU node, under the NVIDIA runtime (the agent DaemonSet's RuntimeClass), "
+                              "where the driver's NVML library or nvidia-smi is")  # fmt: skip
+    health = "health unknown" if found.unhealthy is None else f"{found.unhealthy} unhealthy"
+    uuids = "UUIDs known" if found.uuids else "no UUIDs"
+    click.echo(f"{found.topology.n_gpus} GPU(s) found by {found.how}; {health}; {uuids}")
+    click.echo(f"{names.TOPOLOGY_ANNOTATION}: {topology_annotation(found.topology)}")
 
 
 @kube.command("manifests")
