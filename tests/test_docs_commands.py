@@ -51,6 +51,8 @@ SKIPS: list[tuple[str, str]] = [
     (r"--backend[ =]nccl|\bnvidia-smi\b", "needs a GPU"),
     (r"\bpip install\b", "needs the network (installs a package)"),
     (r"--image[ =]", "needs a container image the reader builds or pulls first (podman or docker)"),
+    (r"^podman (build|run|push)\b", "needs a registry (the image's base is pulled; tests/kube/test_image.py "
+                                    "builds the Containerfile from a local base)"),
     (r"^make (demo|test)\b", "long: sets up and runs the demo or the whole suite"),
     (r"\bcluster up .*--scale 0\.04", "long: the reference scenario on the emulated cluster (make demo runs it)"),
     *([(r"\bcluster (up|down)\b", reason)] if (reason := _cannot_emulate()) else []),

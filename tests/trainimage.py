@@ -1,5 +1,7 @@
 """A small training image built here, with no registry: a minimal Debian root file system
-(debootstrap, this host's release) with python3 and Open MPI, imported into podman.
+(debootstrap, this host's release) with python3 and Open MPI, imported into podman. It has
+python3-venv too: it is the local base the repository's Containerfile is built from in
+tests/kube/test_image.py.
 
 The host's virtual environment (torch, mpi4py: built for the same Python minor version and the
 same Open MPI) is mounted into the containers with --data, so the image stays ~350 MB. Built
@@ -19,7 +21,7 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
-PACKAGES = ("python3", "openmpi-bin")
+PACKAGES = ("python3", "python3-venv", "openmpi-bin")
 MIRROR = "http://deb.debian.org/debian"
 # Not in the image: documentation, manuals, translations and the downloaded packages.
 EXCLUDED = ("./usr/share/doc", "./usr/share/man", "./usr/share/locale", "./var/cache/apt/archives")

@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from ringleader import __version__
 from ringleader.engines.kubernetes import names
 from ringleader.engines.kubernetes.delivery import (
     GPU_IDS_FIELD,
@@ -40,7 +41,9 @@ from ringleader.jobs.line import CommandLine, root_option
 from ringleader.jobs.spec import JobSpec, KubeOptions, check_image_reference
 from ringleader.topology.cluster import check_name
 
-DEFAULT_IMAGE = "ghcr.io/ringleader/ringleader:0.1.0"
+# The name the Containerfile at the repository's root tells users to build the image under (the
+# project publishes none): this version's scheduler and agent.
+DEFAULT_IMAGE = f"ghcr.io/ringleader/ringleader:{__version__}"
 METRICS_PORT = 10259
 # What the launcher pod asks for: mpirun and ssh only, no GPU.
 LAUNCHER_REQUESTS = {"cpu": "500m", "memory": "512Mi"}
