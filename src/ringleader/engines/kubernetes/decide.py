@@ -66,12 +66,6 @@ class Outcome:
         return self.code is Code.SUCCESS
 
 
-def _worker_order(pod: PodInfo) -> tuple[int, str]:
-    """MPIJob workers by replica index (name-0, name-1, ...), others by name."""
-    tail = pod.name.rsplit("-", 1)[-1]
-    return (int(tail) if tail.isdigit() else 1 << 30, pod.name)
-
-
 def job_request(gang: Gang) -> JobRequest:
     """The gang as the shared queue sees it: its GPU workers, its highest pod priority, and a
     time limit when every member has activeDeadlineSeconds (kubelet stops the pod then)."""
@@ -101,7 +95,7 @@ def gang_calibration(gang: Gang) -> str | None:
 def _gpu_workers(gang: Gang) -> list[PodInfo]:
     """The gang's pending GPU workers in rank order: the first carries what was written on the
     worker template (start rule, queue, model, calibration)."""
-    return sorted((p for p in gang.pending if p.gpus), key=_worker_order)
+    return sorted((p for p in gang.pending if p.gpus), key=lambda p: p.rank)
 
 
 def placement_of(outcome: Outcome) -> Placement:
@@ -116,7 +110,7 @@ def decide(cache: Cache, gang: Gang, queue: QueuePass | None = None, submit_s: f
     reservation of a gang ahead of it is delayed and its start rule does not wait (``submit_s``:
     when it was created, for its longest wait). Pure over the cache: nothing is assumed or
     written here."""
-    gpu_pods = sorted((p for p in gang.pending if p.gpus), key=_worker_order)
+    gpu_pods = _gpu_workers(gang)
     other_pods = sorted((p for p in gang.pending if not p.gpus), key=lambda p: p.name)
     sizes = {p.gpus for p in gpu_pods}
     if len(sizes) > 1:

@@ -102,6 +102,12 @@ MPIJOB_PLURAL = "mpijobs"
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 JOB_ROLE_LABEL = "training.kubeflow.org/job-role"
 REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
+# The Training Operator's (PyTorchJob): master | worker, in lower case.
+REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
+# An Indexed Job's pod: its completion index (label from Kubernetes 1.28, annotation before); under
+# a JobSet (and Kubeflow Trainer's TrainJob) also its Job's index among all the JobSet's Jobs.
+COMPLETION_INDEX_KEY = "batch.kubernetes.io/job-completion-index"
+JOBSET_GLOBAL_INDEX_LABEL = "jobset.sigs.k8s.io/job-global-index"
 
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 

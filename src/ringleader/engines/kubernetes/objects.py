@@ -99,6 +99,7 @@ class PodInfo:
     node_selector: Mapping[str, str]
     created: str
     role: str  # "launcher", "worker", or "" for pods outside an MPIJob
+    rank: tuple[int, int, str] = (0, 0, "")  # where it stands in its gang's rank order (rank_order())
     deleting: bool = False
     # requiredDuringSchedulingIgnoredDuringExecution nodeSelectorTerms (any one must match)
     affinity: tuple[Mapping[str, Any], ...] = ()
@@ -297,6 +298,7 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo:
         phase=status.get("phase") or "Pending", gpu_ids=gpu_ids,
         tolerations=tuple(spec.get("tolerations") or ()), node_selector=dict(spec.get("nodeSelector") or {}),
         created=meta.get("creationTimestamp") or "", role=labels.get(names.JOB_ROLE_LABEL, ""),
+        rank=rank_order(name, labels, annotations),
         deleting=bool(meta.get("deletionTimestamp")),
         affinity=_required_terms(spec), priority=int(spec.get("priority") or 0),
         deadline_s=float(spec["activeDeadlineSeconds"]) if spec.get("activeDeadlineSeconds") else None,
@@ -314,6 +316,29 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo:
         model=annotations.get(names.MODEL_ANNOTATION) or None,
         calibration=annotations.get(names.CALIBRATION_ANNOTATION) or None,
     )  # fmt: skip
+
+
+def rank_order(name: str, labels: Mapping[str, str], annotations: Mapping[str, str]) -> tuple[int, int, str]:
+    """Where a pod stands in its gang's rank order, as its controller numbered it:
+    - an Indexed Job's pod (a JobSet's, a TrainJob's): its Job's index among the JobSet's Jobs,
+      then its completion index (torchrun's node rank is JOB_COMPLETION_INDEX);
+    - a training operator's (PyTorchJob, MPIJob): the master first (RANK 0), then the workers by
+      replica index;
+    - any other: the number its name ends in (`x-worker-3`), else its name.
+    Sorting by name instead would put `x-10` before `x-2`, and a Job's pods end in a random suffix."""
+
+    def number(text: str | None) -> int | None:
+        return int(text) if text is not None and text.isascii() and text.isdigit() else None
+
+    completion = number(labels.get(names.COMPLETION_INDEX_KEY) or annotations.get(names.COMPLETION_INDEX_KEY))
+    if completion is not None:
+        return (number(labels.get(names.JOBSET_GLOBAL_INDEX_LABEL)) or 0, completion, name)
+    replica = number(labels.get(names.REPLICA_INDEX_LABEL))
+    kind = (labels.get(names.REPLICA_TYPE_LABEL) or labels.get(names.JOB_ROLE_LABEL) or "").lower()
+    if replica is not None and kind:
+        return (0 if kind == "master" else 1, replica, name)
+    tail = number(name.rsplit("-", 1)[-1])
+    return (0, 1 << 30 if tail is None else tail, name)
 
 
 def _start_rule(value: str | None) -> str:
