@@ -1,5 +1,6 @@
-"""The names arena users type: `ls`, `log`, `del`, `submit mpijob|mj`, `version`, `completion`,
-`logs -t`, `prune -s`; arena's other job kinds pointed at `submit mpi` in one line."""
+"""The names arena users type: `ls`, `log`, `del`, `submit mpijob|mj`, `submit pytorchjob|py`,
+`version`, `completion`, `logs -t`, `prune -s`; arena's other job kinds pointed at `submit mpi` in
+one line."""
 
 from __future__ import annotations
 
@@ -36,7 +37,22 @@ def test_version_and_completion(cli) -> None:  # type: ignore[no-untyped-def]
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1
 
 
-@pytest.mark.parametrize("kind", ["pytorchjob", "tfjob", "horovod"])
+def test_a_pytorch_job_as_arena_submits_one(seeds_cli) -> None:  # type: ignore[no-untyped-def]
+    show = "import os; print('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'], os.environ['MASTER_ADDR'])"
+    seeds_cli.ok("submit", "pytorchjob", "--name", "pt", "--workers", "2", "--gpus", "1", "--", PY, "-c", show)
+    seeds_cli.ok("logs", "-f", "pt")
+    assert seeds_cli.ok("logs", "pt").startswith("rank 0 of 2 ")
+    assert "rank 1 of 2 " in seeds_cli.ok("logs", "-i", "worker-1", "pt")
+    row = next(line for line in seeds_cli.ok("list").splitlines() if line.startswith("pt "))
+    assert row.split()[1:3] == ["SUCCEEDED", "PYTORCHJOB"]
+    # an MPI line is an MPI job: refused in one line, nothing written
+    refused = seeds_cli("submit", "py", "--name", "ptm", "--workers", "2", "mpirun -np 2 python train.py")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert "this is a mpirun line" in refused.stderr and "`submit mpi`" in refused.stderr
+    assert "ptm" not in seeds_cli.ok("list")
+
+
+@pytest.mark.parametrize("kind", ["tfjob", "horovod"])
 def test_other_job_kinds_point_at_submit_mpi(cli, kind: str) -> None:  # type: ignore[no-untyped-def]
     refused = cli("submit", kind, "--name", "x", "--workers", "2", "--", "python", "train.py")
     assert refused.returncode == 2 and refused.stdout == ""

@@ -339,6 +339,44 @@ def test_every_variable_torchrun_sets(target: Target) -> None:
         assert (env["ROLE_NAME"], env["TORCHELASTIC_RESTART_COUNT"]) == ("default", "0")
 
 
+def test_a_pytorch_job_runs_its_program_with_torchruns_variables(target: Target) -> None:
+    """`submit pytorch` (arena's pytorchjob): the program once per worker with every variable
+    torchrun sets, as a plain program under `submit mpi`; on Kubernetes a PyTorchJob (no sshd,
+    no launcher) whose pods start it under torchrun, the operator's variables giving the ranks."""
+    show = f"import json, os; print('ENV ' + json.dumps({{k: os.environ.get(k) for k in {TORCHRUN_VARIABLES!r}}}))"
+    job = spec("ptj", ["python", "-c", show], gpus=4, kind="pytorch")
+    if not target.runs:
+        pytorchjob = target.run(job)
+        assert pytorchjob["kind"] == "PyTorchJob"
+        replicas = pytorchjob["spec"]["pytorchReplicaSpecs"]
+        per_pod = int(pytorchjob["spec"]["nprocPerNode"])
+        assert sum(r["replicas"] for r in replicas.values()) * per_pod == 2 and replicas["Master"]["replicas"] == 1
+        for replica in replicas.values():
+            pod = replica["template"]["spec"]
+            assert "schedulerName" in pod and pod["schedulerName"] == "ringleader"
+            command = pod["containers"][0]["command"]
+            assert command[0] == "torchrun" and command[-3:] == ["python", "-c", show] and "--no-python" in command
+        return
+    view = target.run(job)
+    assert view.status is JobStatus.SUCCEEDED, (view.reason, view.events)
+    assert view.trainer == "PYTORCHJOB"
+    for rank in range(2):
+        env = _env_line(target.log("ptj", f"worker-{rank}"))
+        assert all(env[v] is not None for v in TORCHRUN_VARIABLES), env
+        assert (env["RANK"], env["WORLD_SIZE"]) == (str(rank), "2")
+
+
+@pytest.mark.parametrize("argv", [["mpirun", "-np", "2", "python", "train.py"],
+                                  ["horovodrun", "-np", "2", "python", "train.py"]])  # fmt: skip
+def test_an_mpi_line_as_a_pytorch_job_is_refused_alike(target: Target, argv: list[str]) -> None:
+    with pytest.raises(UsageError) as refused:
+        target.engine.submit(spec("ptmpi", argv, kind="pytorch"), dry_run=True)
+    assert refused.value.message == (f"a PyTorch job starts its program once per worker itself, and this is "
+                                     f"a {argv[0]} line")  # fmt: skip
+    assert refused.value.fix == f"give the program alone (python train.py ...), or submit the {argv[0]} line " \
+                                "with `submit mpi`"  # fmt: skip
+
+
 def test_x_name_is_the_value_where_mpirun_runs(target: Target, monkeypatch: pytest.MonkeyPatch) -> None:
     """-x NAME passes NAME as mpirun's own environment has it: the submitter's where the ranks
     share the submitter's machine (recorded at submit), the image's in a pod (the reference

@@ -22,6 +22,7 @@ Strict as a real API server on what ringleader relies on:
 - RBAC once users are registered (``grant``): a request outside the user's rules is 403, one
   without a known token is 401; as 1.36's DRAResourceClaimGranularStatusAuthorization, a
   write of a ResourceClaim's status.allocation also needs ``update`` on resourceclaims/binding;
+- a custom resource whose CRD is not installed (``not_served``) is a 404 on every request;
 - a ResourceClaim's status.allocation is immutable once set (it may be cleared), and
   ``prebind_claim`` does what kube-scheduler's DRA PreBind does to an allocated claim (1.36,
   DRADeviceBindingConditions: allocationTimestamp added where missing, the pod reserved).
@@ -339,6 +340,9 @@ class FakeApiServer:
         self.requests: list[Request] = []
         self.fail: dict[tuple[str, str], int] = {}  # (verb, name) -> HTTP status to answer once
         self.pod_logs: dict[str, str] = {}
+        # Custom resources whose CRD this cluster lacks (plurals): every request for them is a 404,
+        # as a real server answers for a resource it does not serve.
+        self.not_served: set[str] = set()
         self.stall_watches = threading.Event()  # set: watches answer headers, then nothing, never end
         self.users: dict[str, list[Rule]] = {}  # bearer token -> rules; none: no authorization
         self._latest: dict[tuple[str, str, str], dict[str, Any]] = {}  # key -> as last logged
@@ -543,6 +547,8 @@ class FakeApiServer:
 
     def _route(self, h: Any, req: Request, m: re.Match[str]) -> None:
         plural, name, sub = m.group("plural"), m.group("name"), m.group("sub")
+        if plural in self.not_served:
+            return h._status(404, "the server could not find the requested resource", "NotFound")
         ns = "" if plural in CLUSTER_SCOPED else (m.group("ns") or "")
         if req.method == "GET" and name is None:
             return self._list_or_watch(h, req, plural, ns)

@@ -450,3 +450,91 @@ def test_contract_queue_commands_keep_the_queues_the_scheduler_watches(run, fake
     assert run("delete", "vgg", "--engine", "kubernetes")[0] == 0
     assert run("queue", "delete", "team-a", "--engine", "kubernetes") == (0, "queue/team-a deleted\n")
     assert json.loads(run("queue", "list", "-o", "json", "--engine", "kubernetes")[1])[0]["name"] == "default"
+
+
+def test_contract_submit_pytorch_get_list_logs_delete(run, fake: FakeApiServer) -> None:  # type: ignore[no-untyped-def]
+    """`submit pytorch` on Kubernetes: a PyTorchJob (valid against the official CRD, its pods
+    admitted by the env policy) and its PodGroup; the Training Operator's pods (made by the
+    stand-in as it names and labels them) bound whole by the scheduler, the master as rank 0;
+    `get`, `list`, `logs` (the master's, rank 0's) and `delete` read it as they read an MPIJob."""
+    from kube.kubeobjs import pytorchjob_pods
+    from kube.test_admission_contract import admit
+    from kube.test_objects_contract import validate_builtin, validate_crd
+    from ringleader.engines.kubernetes.delivery import env_policy
+
+    for i in range(2):
+        fake.put("nodes", node(f"gpu-{i}"))
+    code, out = run("submit", "pytorch", "--engine", "kubernetes", "--name", "bert", "--workers", "8", "--gpus", "2",
+                    "--gputopology=true", "--image", "pt:2.3", "--", "python", "train.py", "--epochs", "1")  # fmt: skip
+    assert code == 0, out
+    assert [r.path for r in fake.calls("create")] == ["/apis/kubeflow.org/v1/namespaces/team-a/pytorchjobs",
+                                                      "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/team-a/podgroups"]
+    job = fake.get("pytorchjobs", "bert", "team-a")
+    group = fake.get("podgroups", "bert", "team-a")
+    assert group["metadata"]["ownerReferences"][0] == {
+        "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "bert", "uid": job["metadata"]["uid"],
+        "controller": True, "blockOwnerDeletion": True}  # fmt: skip
+    sent = {k: v for k, v in job.items() if k in ("apiVersion", "kind", "metadata", "spec")}
+    sent["metadata"] = {k: v for k, v in sent["metadata"].items() if k in ("name", "namespace", "labels",
+                                                                          "annotations")}  # fmt: skip
+    validate_crd(sent, "kubeflow.org_pytorchjobs.yaml", "v1")
+    # 8 ranks x 2 GPUs: one 8-GPU node each for 4 ranks, so 2 pods of 4 ranks, a master and a worker
+    replicas = job["spec"]["pytorchReplicaSpecs"]
+    assert job["spec"]["nprocPerNode"] == "4" and group["spec"]["minMember"] == 2
+    assert {k: r["replicas"] for k, r in replicas.items()} == {"Master": 1, "Worker": 1}
+    container = replicas["Master"]["template"]["spec"]["containers"][0]
+    assert container["name"] == "pytorch" and container["image"] == "pt:2.3"
+    assert container["command"] == ["torchrun", "--nnodes=2", "--nproc-per-node=4", "--node-rank=$(RANK)",
+                                    "--master-addr=$(MASTER_ADDR)", "--master-port=$(MASTER_PORT)",
+                                    "--max-restarts=0", "--no-python", "python", "train.py", "--epochs", "1"]
+    assert container["resources"]["limits"][names.GPU_RESOURCE] == 8
+    pods = pytorchjob_pods(job, "team-a")
+    policy, _ = env_policy(names.DEFAULT_RUNTIME_CLASS)
+    for pod in pods:
+        validate_builtin({k: v for k, v in pod.items() if k != "status"})
+        assert admit(policy, pod) == "allowed"
+        fake.put("pods", pod)
+
+    sched = Scheduler(Api(load_client(host=fake.url)), "s")
+    sched.sync()
+    assert sched.elector.try_acquire_or_renew()
+    assert [r.ok for r in sched.cycle()] == [True]
+    binds = {b.body["metadata"]["name"]: b.body for b in fake.calls("bind")}
+    assert binds["bert-master-0"]["metadata"]["annotations"][names.WORKER_INDEX_ANNOTATION] == "0"
+    assert binds["bert-worker-0"]["metadata"]["annotations"][names.WORKER_INDEX_ANNOTATION] == "1"
+    assert binds["bert-master-0"]["target"]["name"] != binds["bert-worker-0"]["target"]["name"]
+    for pod in ("bert-master-0", "bert-worker-0"):
+        fake.get("pods", pod, "team-a")["status"] = {"phase": "Running"}
+    fake.pod_logs["team-a/bert-master-0"] = "epoch 1 loss 0.7\n"
+
+    code, out = run("get", "--engine", "kubernetes", "bert")
+    assert code == 0, out
+    assert "Status: RUNNING" in out or "RUNNING" in out
+    placement = next(line for line in out.splitlines() if line.startswith("Placement"))
+    assert placement.count("4w: GPU") == 2  # 4 ranks on each node
+    code, out = run("list", "--engine", "kubernetes")
+    assert code == 0 and re.search(r"^bert\s+RUNNING\s+PYTORCHJOB", out, re.MULTILINE), out
+    code, out = run("logs", "--engine", "kubernetes", "bert")
+    assert code == 0 and out == "epoch 1 loss 0.7\n", out
+    code, out = run("delete", "--engine", "kubernetes", "bert")
+    assert code == 0 and "deleted" in out
+    assert fake.get("pytorchjobs", "bert", "team-a") is None
+
+
+def test_contract_a_cluster_without_the_training_operator(run, fake: FakeApiServer) -> None:  # type: ignore[no-untyped-def]
+    """No PyTorchJob CRD: `submit pytorch` says so in one line and writes nothing; MPIJobs are
+    listed as before."""
+    fake.put("nodes", node("gpu-0"))
+    fake.not_served.add("pytorchjobs")
+    code, out = run("submit", "mpi", "--engine", "kubernetes", "--name", "vgg", "--workers", "2", "--gpus", "1",
+                    "--gputopology=true", "mpirun -np 2 python train.py")  # fmt: skip
+    assert code == 0, out
+    code, out = run("submit", "pytorch", "--engine", "kubernetes", "--name", "bert", "--workers", "2", "--gpus", "1",
+                    "--gputopology=true", "--", "python", "train.py")  # fmt: skip
+    assert code == 1 and len(out.strip().splitlines()) == 1, out
+    assert "this cluster has no PyTorchJob resource (kubeflow.org/v1)" in out and "Training Operator" in out
+    assert fake.get("podgroups", "bert", "team-a") is None
+    code, out = run("list", "--engine", "kubernetes")
+    assert code == 0 and "vgg" in out and "bert" not in out
+    code, out = run("get", "--engine", "kubernetes", "bert")
+    assert code == 1 and "not found" in out

@@ -291,20 +291,20 @@ def _container_user(ctx: click.Context, param: click.Parameter, value: str | Non
 
 
 class SubmitGroup(click.Group):
-    """arena's names for an MPI job; its other job kinds pointed at `submit mpi`, which runs them."""
+    """arena's names for an MPI or PyTorch job; its other job kinds pointed at `submit mpi`, which runs them."""
 
-    ALIASES: ClassVar[dict[str, str]] = {"mpijob": "mpi", "mj": "mpi"}
+    ALIASES: ClassVar[dict[str, str]] = {"mpijob": "mpi", "mj": "mpi", "pytorchjob": "pytorch", "py": "pytorch"}
     OTHER_KINDS: ClassVar[dict[str, str]] = {
-        "pytorchjob": "a torchrun line", "pytorch": "a torchrun line", "tfjob": "a TensorFlow program",
-        "tf": "a TensorFlow program", "horovod": "a horovodrun line", "horovodjob": "a horovodrun line",
-        "etjob": "a horovodrun line", "deepspeedjob": "a deepspeed program", "deepspeed": "a deepspeed program",
+        "tfjob": "a TensorFlow program", "tf": "a TensorFlow program", "horovod": "a horovodrun line",
+        "horovodjob": "a horovodrun line", "etjob": "a horovodrun line", "deepspeedjob": "a deepspeed program",
+        "deepspeed": "a deepspeed program",
     }  # fmt: skip
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in self.OTHER_KINDS:
             raise UsageError(
-                f"ringleader runs every data-parallel job as a gang of MPI workers: `submit {cmd_name}` has no "
-                "separate kind",
+                f"ringleader runs every data-parallel job as a gang of MPI or PyTorch workers: `submit {cmd_name}` "
+                "has no separate kind",
                 f"use `ringleader submit mpi` with {self.OTHER_KINDS[cmd_name]} (it runs once per worker, "
                 "with torchrun's and Open MPI's variables)",
             )
@@ -316,64 +316,72 @@ def submit() -> None:
     """Submit a training job (arena submit).
 
     `submit mpi` (also `mpijob`, `mj`) runs every data-parallel job: mpirun, horovodrun,
-    torchrun lines and plain programs."""
+    torchrun lines and plain programs. `submit pytorch` (also `pytorchjob`, `py`) runs a PyTorch
+    program once per worker, as arena's pytorchjob does (on Kubernetes: a PyTorchJob)."""
+
+
+# Every kind's options, in the order `--help` lists them: `submit mpi` and `submit pytorch` read a
+# line alike on every engine.
+SUBMIT_OPTIONS: tuple[Callable[[Any], Any], ...] = (
+    click.option("--name", required=True, help="Job name (DNS-1123 label)."),
+    click.option("--workers", type=int, default=1, show_default=True, help="Number of workers (ranks)."),
+    click.option("--gpus", type=int, default=0, show_default=True, help="GPUs per worker."),
+    click.option("--gputopology/--no-gputopology", default=False, help="Topology-aware placement (also =true|false)."),
+    click.option("--gang/--no-gang", default=True, help="Accepted for compatibility: jobs are always gang-scheduled."),
+    click.option("--priority", type=int, default=0, show_default=True, help="Higher runs first; FIFO among equals."),
+    click.option("--queue", default=None, metavar="NAME",
+                 help="The team queue it counts against (`ringleader queue list`): its quota, borrowing, fair share."),
+    click.option("--max-restarts", type=click.IntRange(0, 100), default=0, show_default=True,
+                 help="Restart a failed gang this often (placed again; RINGLEADER_RESTARTS and "
+                      "TORCHELASTIC_RESTART_COUNT count them), a node blamed for two failures cordoned."),
+    click.option("-e", "--env", "env", multiple=True, metavar="NAME=VALUE", help="Environment variable (repeatable)."),
+    click.option("--image", default=None,
+                 help="Run each rank in this container image (podman or docker on this host)."),
+    click.option("-d", "--data", "data", multiple=True, metavar="SRC:DST", callback=_data,
+                 help="Mount SRC (a host path; on Kubernetes a PVC name) at DST in each rank's container "
+                      "(repeatable)."),
+    click.option("--shm-size", metavar="SIZE", callback=_shm_size,
+                 help="Size of /dev/shm in each container: 1g, 512m."),
+    click.option("--rdma", is_flag=True, help="Give each container /dev/infiniband and unlimited locked memory."),
+    click.option("--image-pull-policy", type=click.Choice(["Always", "IfNotPresent", "Never"]), default=None,
+                 help="When to pull --image: Always, IfNotPresent (default), Never (it must be there)."),
+    click.option("--container-user", metavar="UID[:GID]", callback=_container_user,
+                 help="Run the program in the container as UID[:GID], or `submitter` for your own."),
+    click.option("--model", default=None, help="Model name (recorded; a hint for throughput predictions)."),
+    click.option("--dry-run", is_flag=True, help="Print the placement plan; start and write nothing."),
+    click.option("--time-limit", "time_limit_s", metavar="DURATION", callback=_duration, help=TIME_LIMIT_HELP),
+    click.option("--start", type=click.Choice(["now", "best", "finish"]), default=None, help=START_HELP),
+    click.option("--run-time", "run_time_s", metavar="DURATION", callback=_duration, help=RUN_TIME_HELP),
+    click.option("--steps", type=click.IntRange(min=1), default=None,
+                 help="Training steps the job runs: with --model, the model's step time on its best placement "
+                      "gives its run time (as --run-time does)."),
+    click.option("--max-wait", "max_wait_s", metavar="DURATION", callback=_duration, help=MAX_WAIT_HELP),
+    click.option("--calibration", "calibration_file", type=click.Path(dir_okay=False), default=None,
+                 help="A calibration (`ringleader calibrate --out`) the queue prices this job's placements with "
+                      "when it weighs its start or a preemption (default: the published rates)."),
+    click.option("--preempt", is_flag=True, help="May stop preemptible jobs of lower priority to start (requeued)."),
+    click.option("--preemptible/--non-preemptible", default=True, show_default=True,
+                 help="Whether a job of higher priority with --preempt may stop and requeue this one."),
+    click.option("--working-dir", "working_dir", default=None,
+                 help="Where the ranks start (default: here; on Kubernetes, the image's)."),
+    kube_submit_options,
+    click.option("--topology-required", metavar="LEVEL", help="Stay under one switch of this network level, or wait."),
+    click.option("--topology-preferred", metavar="LEVEL", help="Prefer one switch of this level; spread if it must."),
+    output_option("json", "yaml"),
+    click.argument("command", nargs=-1, required=True),
+    engine_option,
+)  # fmt: skip
+
+
+def submit_options(f: F) -> F:
+    for option in reversed(SUBMIT_OPTIONS):
+        f = option(f)
+    return f
 
 
 @submit.command("mpi", cls=ArenaCommand, context_settings={"allow_interspersed_args": False})
-@click.option("--name", required=True, help="Job name (DNS-1123 label).")
-@click.option("--workers", type=int, default=1, show_default=True, help="Number of workers (ranks).")
-@click.option("--gpus", type=int, default=0, show_default=True, help="GPUs per worker.")
-@click.option("--gputopology/--no-gputopology", default=False, help="Topology-aware placement (also =true|false).")
-@click.option("--gang/--no-gang", default=True, help="Accepted for compatibility: MPI jobs are always gang-scheduled.")
-@click.option("--priority", type=int, default=0, show_default=True, help="Higher runs first; FIFO among equals.")
-@click.option("--queue", default=None, metavar="NAME",
-              help="The team queue it counts against (`ringleader queue list`): its quota, borrowing, fair share.")
-@click.option("--max-restarts", type=click.IntRange(0, 100), default=0, show_default=True,
-              help="Restart a failed gang this often (placed again; RINGLEADER_RESTARTS and "
-                   "TORCHELASTIC_RESTART_COUNT count them), a node blamed for two failures cordoned.")
-@click.option("-e", "--env", "env", multiple=True, metavar="NAME=VALUE", help="Environment variable (repeatable).")
-@click.option("--image", default=None, help="Run each rank in this container image (podman or docker on this host).")
-@click.option("-d", "--data", "data", multiple=True, metavar="SRC:DST", callback=_data,
-              help="Mount SRC (a host path; on Kubernetes a PVC name) at DST in each rank's container (repeatable).")
-@click.option("--shm-size", metavar="SIZE", callback=_shm_size, help="Size of /dev/shm in each container: 1g, 512m.")
-@click.option("--rdma", is_flag=True, help="Give each container /dev/infiniband and unlimited locked memory.")
-@click.option("--image-pull-policy", type=click.Choice(["Always", "IfNotPresent", "Never"]), default=None,
-              help="When to pull --image: Always, IfNotPresent (default), Never (it must be there).")
-@click.option("--container-user", metavar="UID[:GID]", callback=_container_user,
-              help="Run the program in the container as UID[:GID], or `submitter` for your own.")
-@click.option("--model", default=None, help="Model name (recorded; a hint for throughput predictions).")
-@click.option("--dry-run", is_flag=True, help="Print the placement plan; start and write nothing.")
-@click.option("--time-limit", "time_limit_s", metavar="DURATION", callback=_duration, help=TIME_LIMIT_HELP)
-@click.option("--start", type=click.Choice(["now", "best", "finish"]), default=None, help=START_HELP)
-@click.option("--run-time", "run_time_s", metavar="DURATION", callback=_duration, help=RUN_TIME_HELP)
-@click.option("--steps", type=click.IntRange(min=1), default=None,
-              help="Training steps the job runs: with --model, the model's step time on its best placement "
-                   "gives its run time (as --run-time does).")
-@click.option("--max-wait", "max_wait_s", metavar="DURATION", callback=_duration, help=MAX_WAIT_HELP)
-@click.option("--calibration", "calibration_file", type=click.Path(dir_okay=False), default=None,
-              help="A calibration (`ringleader calibrate --out`) the queue prices this job's placements with "
-                   "when it weighs its start or a preemption (default: the published rates).")
-@click.option("--preempt", is_flag=True, help="May stop preemptible jobs of lower priority to start (requeued).")
-@click.option("--preemptible/--non-preemptible", default=True, show_default=True,
-              help="Whether a job of higher priority with --preempt may stop and requeue this one.")
-@click.option("--working-dir", "working_dir", default=None,
-              help="Where the ranks start (default: here; on Kubernetes, the image's).")
-@kube_submit_options
-@click.option("--topology-required", metavar="LEVEL", help="Stay under one switch of this network level, or wait.")
-@click.option("--topology-preferred", metavar="LEVEL", help="Prefer one switch of this level; spread if it must.")
-@output_option("json", "yaml")
-@click.argument("command", nargs=-1, required=True)
-@engine_option
-def submit_mpi(
-    name: str, workers: int, gpus: int, gputopology: bool, gang: bool, priority: int, queue: str | None,
-    max_restarts: int, env: tuple[str, ...],
-    image: str | None, data: tuple[tuple[str, str], ...], shm_size: int | None, rdma: bool,
-    image_pull_policy: str | None, container_user: str | None, model: str | None, dry_run: bool,
-    time_limit_s: float | None, start: str | None, run_time_s: float | None, max_wait_s: float | None,
-    steps: int | None, calibration_file: str | None, preempt: bool, preemptible: bool, working_dir: str | None,
-    topology_required: str | None, topology_preferred: str | None, output: str, command: tuple[str, ...],
-    engine: str | None, **kube: Any,
-) -> None:  # fmt: skip
+@submit_options
+def submit_mpi(**options: Any) -> None:
     """Submit an MPI job: COMMAND is one quoted string (an `mpirun ... program` line or a plain
     program started once per worker, torchrun-style) or the words after `--`. A quoted string
     with shell syntax (`cd data && python train.py > out-$RANK.txt`) runs with /bin/sh -c on
@@ -392,6 +400,36 @@ def submit_mpi(
     ringleader submit mpi --name vgg --workers 4 --gpus 1 --gputopology=true \\
         "mpirun -np 4 -bind-to none -map-by slot python train.py"
     """
+    _submit("mpi", **options)
+
+
+@submit.command("pytorch", cls=ArenaCommand, context_settings={"allow_interspersed_args": False})
+@submit_options
+def submit_pytorch(**options: Any) -> None:
+    """Submit a PyTorch job (arena's pytorchjob): COMMAND is the training program (`python
+    train.py ...`, or a torchrun line), started once per worker with every variable torchrun
+    sets (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, ...): the same gang, placement and options
+    as `submit mpi`, on every engine. On Kubernetes it is a PyTorchJob (Kubeflow's Training
+    Operator): each pod starts the program under torchrun, with no launcher and no sshd in the
+    image. An mpirun or horovodrun line is refused: submit it with `submit mpi`.
+
+    \b
+    ringleader submit pytorch --name resnet --workers 4 --gpus 1 --gputopology=true \\
+        -- python train.py --backend nccl
+    """
+    _submit("pytorch", **options)
+
+
+def _submit(
+    kind: str, name: str, workers: int, gpus: int, gputopology: bool, gang: bool, priority: int, queue: str | None,
+    max_restarts: int, env: tuple[str, ...],
+    image: str | None, data: tuple[tuple[str, str], ...], shm_size: int | None, rdma: bool,
+    image_pull_policy: str | None, container_user: str | None, model: str | None, dry_run: bool,
+    time_limit_s: float | None, start: str | None, run_time_s: float | None, max_wait_s: float | None,
+    steps: int | None, calibration_file: str | None, preempt: bool, preemptible: bool, working_dir: str | None,
+    topology_required: str | None, topology_preferred: str | None, output: str, command: tuple[str, ...],
+    engine: str | None, **kube: Any,
+) -> None:  # fmt: skip
     del gang
     from ringleader.engines.embedded.engine import JobSpec
 
@@ -403,6 +441,7 @@ def submit_mpi(
         topology_required=topology_required, topology_preferred=topology_preferred, start=start,
         run_time_s=run_time_s, max_wait_s=max_wait_s, preempt=preempt, preemptible=preemptible,
         calibration=read_calibration(calibration_file), steps=steps, queue=queue, max_restarts=max_restarts,
+        kind=kind,
     )  # fmt: skip
     with using_engine(engine) as rt:
         result = rt.submit(spec, dry_run=dry_run)

@@ -261,6 +261,11 @@ class KubeOptions:
 
 
 MAX_RESTARTS = 100  # restarts a job may ask for: a gang failing more often is not going to succeed
+# What kind of job it is (`submit mpi`, `submit pytorch`): the same gang on every engine; on
+# Kubernetes an MPIJob (a launcher runs mpirun over ssh) or a PyTorchJob (each pod starts the program
+# under torchrun). A PyTorch job's line is the program itself (or a torchrun line), never mpirun's.
+JOB_KINDS = ("mpi", "pytorch")
+TRAINERS = {"mpi": "MPIJOB", "pytorch": "PYTORCHJOB"}  # arena's TRAINER column
 
 @dataclass(frozen=True)
 class JobSpec:
@@ -328,6 +333,11 @@ class JobSpec:
     # RINGLEADER_RESTARTS and TORCHELASTIC_RESTART_COUNT (torchrun's --max-restarts, arena's
     # --retry); a node blamed for two failures is cordoned (jobs/failures.py).
     max_restarts: int = 0
+    kind: str = "mpi"  # one of JOB_KINDS
+
+    @property
+    def trainer(self) -> str:
+        return TRAINERS.get(self.kind, self.kind.upper())
 
     def start_rule(self) -> str:
         if self.start is not None:
@@ -348,6 +358,9 @@ class JobSpec:
         from ringleader.topology.cluster import check_name
 
         check_name(self.name, "job")
+        if self.kind not in JOB_KINDS:
+            raise UsageError(f"job kind {self.kind!r} is not one of {', '.join(JOB_KINDS)}",
+                             "submit with `submit mpi` or `submit pytorch`")  # fmt: skip
         if self.queue is not None:
             check_name(self.queue, "queue")
         if isinstance(self.max_restarts, bool) or not isinstance(self.max_restarts, int) or not (
@@ -458,7 +471,7 @@ class JobSpec:
             max_wait_s=_seconds(data.get("max_wait_s")), preempt=bool(data.get("preempt", False)),
             preemptible=bool(data.get("preemptible", True)), calibration=data.get("calibration"),
             steps=None if data.get("steps") is None else int(data["steps"]), queue=data.get("queue"),
-            max_restarts=int(data.get("max_restarts", 0)),
+            max_restarts=int(data.get("max_restarts", 0)), kind=str(data.get("kind") or "mpi"),
         )  # fmt: skip
 
 

@@ -179,6 +179,12 @@ def prepare_submit(spec: JobSpec, supports: Support, environ: Mapping[str, str] 
     if spec.submit_env is None and supports.submitter_context:
         spec = dataclasses.replace(spec, submit_env=submit_env(dict(environ)))
     spec, line, notes = prepare_spec(spec, environ, in_image=spec.image is not None or not supports.submitter_context)
+    if spec.kind == "pytorch" and line.mpirun:
+        written = os.path.basename((spec.user_command or spec.command)[0])
+        launcher = written if written in ("horovodrun", "mpiexec", "orterun") else "mpirun"
+        raise UsageError(f"a PyTorch job starts its program once per worker itself, and this is a {launcher} line",
+                         f"give the program alone (python train.py ...), or submit the {launcher} line with "
+                         "`submit mpi`")  # fmt: skip
     return Submission(dataclasses.replace(spec, line=line), line, tuple(notes))
 
 

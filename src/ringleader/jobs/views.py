@@ -13,9 +13,6 @@ from ringleader.jobs.states import JobStatus
 if TYPE_CHECKING:
     from ringleader.scheduler import Decision
 
-TRAINER = "MPIJOB"
-
-
 def rfc3339(ts: float | None) -> str | None:
     """A timestamp as JSON and YAML show it, like kubectl and arena: RFC 3339 in UTC
     ("2026-11-23T13:39:42.123456Z"); microseconds keep the order of close events."""

@@ -566,8 +566,8 @@ def _one_mpi_world(sub: Submission) -> Submission:
     as on every other engine (where mpirun is missing, each rank a world of its own, said so).
     In an image the program is the image's, not read here: `mpirun` in the line says it."""
     spec, line = sub.spec, sub.line
-    if line.mpirun or spec.workers < 2 or spec.image is not None:
-        return sub
+    if line.mpirun or spec.workers < 2 or spec.image is not None or spec.kind != "mpi":
+        return sub  # a PyTorch job's program gets torchrun's variables, as a PyTorchJob's pods do
     path = (spec.submit_env or {}).get("PATH", os.environ.get("PATH"))
     why = mpi_program(line.program, spec.workdir, path)
     if why is None:

@@ -8,7 +8,7 @@ import sqlite3
 from ringleader.engines.embedded import store
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import JobStatus
-from ringleader.jobs.views import TRAINER, EventView, InstanceView, JobView, reservation_line
+from ringleader.jobs.views import EventView, InstanceView, JobView, reservation_line
 
 # Wall-clock times the rows may hold: from the epoch to the year 5138. Beyond, a row was damaged
 # (every reader would fail to show it: no clock reads 1e308).
@@ -42,9 +42,10 @@ def job_view(
     reason = row["reason"]
     if row["status"] == JobStatus.PENDING.value and decision and decision.get("reservation"):
         reason = "; ".join(filter(None, [reservation_line(row["name"], decision["reservation"]), reason]))
+    spec = JobSpec.from_dict(json.loads(row["spec"]))
     return JobView(
-        name=row["name"], status=JobStatus(row["status"]), priority=row["priority"], trainer=TRAINER,
+        name=row["name"], status=JobStatus(row["status"]), priority=row["priority"], trainer=spec.trainer,
         created_at=when(row["created_at"]) or 0.0, started_at=when(row["started_at"]), ended_at=when(row["ended_at"]),
-        spec=JobSpec.from_dict(json.loads(row["spec"])), reason=reason, placement=decision,
+        spec=spec, reason=reason, placement=decision,
         instances=instances, events=events, has_instances=with_instances, restarts=int(row["restarts"] or 0),
     )  # fmt: skip

@@ -316,36 +316,65 @@ class Api:
 
 
 class JobsApi(Api):
-    """What the engine (submit/get/list/logs/delete) adds: MPIJobs, a job's pods, events, logs."""
+    """What the engine (submit/get/list/logs/delete) adds: training jobs (MPIJobs, PyTorchJobs), a
+    job's pods, events, logs."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         # A command prints one line when the cluster is down, not urllib3's retry warnings.
         logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
 
-    def _mpijobs(self, namespace: str) -> tuple[str, str, str, str]:
-        return (names.MPIJOB_GROUP, names.MPIJOB_VERSION, namespace, names.MPIJOB_PLURAL)
+    @staticmethod
+    def _jobs(kind: str, namespace: str) -> tuple[str, str, str, str]:
+        group, version, plural = names.TRAINING_JOBS[kind]
+        return (group, version, namespace, plural)
 
-    def create_mpijob(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        created: dict[str, Any] = self._json(self.custom.create_namespaced_custom_object,
-                                             *self._mpijobs(namespace), dict(body))  # fmt: skip
+    def create_job(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Create a training job (an MPIJob or a PyTorchJob, by its kind); a cluster without that
+        kind's CRD is told in one line."""
+        kind = str(body["kind"])
+        try:
+            created: dict[str, Any] = self._json(self.custom.create_namespaced_custom_object,
+                                                 *self._jobs(kind, namespace), dict(body))  # fmt: skip
+        except ApiError as exc:
+            if exc.status == 404:
+                group, version, _ = names.TRAINING_JOBS[kind]
+                raise ApiError(f"this cluster has no {kind} resource ({group}/{version})", 404,
+                               f"install {names.OPERATORS[kind]} (its CRD and controller)") from None  # fmt: skip
+            raise
         return created
 
-    def get_mpijob(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self._found(self.custom.get_namespaced_custom_object, *self._mpijobs(namespace), name)
+    def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The training job of that name, whatever its kind (None: there is none)."""
+        for kind in names.TRAINING_JOBS:
+            found = self._found(self.custom.get_namespaced_custom_object, *self._jobs(kind, namespace), name)
+            if found is not None:
+                return found
+        return None
 
-    def list_mpijobs(self, namespace: str) -> list[dict[str, Any]]:
-        """The namespace's MPIJobs; every namespace's where ``namespace`` is ALL_NAMESPACES."""
-        if namespace == ALL_NAMESPACES:
-            group, version, _, plural = self._mpijobs("")
-            body = self._json(self.custom.list_cluster_custom_object, group, version, plural)
-        else:
-            body = self._json(self.custom.list_namespaced_custom_object, *self._mpijobs(namespace))
-        return list(body.get("items") or [])
+    def list_jobs(self, namespace: str) -> list[dict[str, Any]]:
+        """The namespace's training jobs of every kind; every namespace's where ``namespace`` is
+        ALL_NAMESPACES. A kind whose CRD the cluster lacks has none."""
+        out: list[dict[str, Any]] = []
+        for kind in names.TRAINING_JOBS:
+            try:
+                if namespace == ALL_NAMESPACES:
+                    group, version, _, plural = self._jobs(kind, "")
+                    body = self._json(self.custom.list_cluster_custom_object, group, version, plural)
+                else:
+                    body = self._json(self.custom.list_namespaced_custom_object, *self._jobs(kind, namespace))
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+                continue
+            out += [{"kind": kind, **item} for item in body.get("items") or []]
+        return out
 
-    def delete_mpijob(self, namespace: str, name: str) -> None:
+    def delete_job(self, namespace: str, job: Mapping[str, Any]) -> None:
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Foreground"}
-        self._json(self.custom.delete_namespaced_custom_object, *self._mpijobs(namespace), name, body=body)
+        name = (job.get("metadata") or {}).get("name", "")
+        self._json(self.custom.delete_namespaced_custom_object, *self._jobs(str(job["kind"]), namespace), name,
+                   body=body)  # fmt: skip
 
     def create_secret(self, namespace: str, body: Mapping[str, Any]) -> None:
         self._json(self.core.create_namespaced_secret, namespace, dict(body))

@@ -14,7 +14,7 @@ import json
 import re
 import shlex
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +42,6 @@ from ringleader.jobs.support import Support
 from ringleader.jobs.views import EventView, GpuUsage, InstanceView, JobView, NodeHealth, SubmitResult
 from ringleader.scheduler import ClusterState, Decision
 from ringleader.scheduler.teams import TeamQueue, queue_of
-
-TRAINER = "MPIJOB"
 
 
 def refuse_gpu_env(spec: JobSpec) -> None:
@@ -214,7 +212,7 @@ class KubernetesEngine:
         return sub  # the pods' image runs the prepared line (Support declares what is refused)
 
     def exists(self, name: str) -> bool:
-        return self.api.get_mpijob(self.namespace, name) is not None
+        return self.api.get_job(self.namespace, name) is not None
 
     def snapshot(self) -> ClusterState:
         """The cluster as it is now: best effort, since listing nodes and every namespace's pods
@@ -294,8 +292,9 @@ class KubernetesEngine:
             self.namespace = mine
 
     def describe(self, sub: Submission, decision: Decision) -> dict[str, Any]:
-        """The objects the job is: an MPIJob of ``per_pod`` ranks per worker pod (the ranks the
-        plan puts on one node share a pod), its PodGroup and what its pods need beside them."""
+        """The objects the job is: an MPIJob or a PyTorchJob of ``per_pod`` ranks per worker pod
+        (the ranks the plan puts on one node share a pod), its PodGroup and what its pods need
+        beside them."""
         spec, per_pod = sub.spec, self._ranks_per_pod(sub.spec, decision)
         manifests.check_job_name_fits(spec, per_pod)
         if per_pod > 1:
@@ -303,18 +302,20 @@ class KubernetesEngine:
                               f"{per_pod * spec.gpus_per_worker} GPU(s)): ranks of one pod reach each other's GPUs "
                               "over NVLink")  # fmt: skip
         delivery = self.delivery()
-        shown = [self._mpijob(sub, delivery, per_pod), manifests.podgroup(spec, self.namespace, per_pod=per_pod),
+        shown = [self._job(sub, delivery, per_pod), manifests.podgroup(spec, self.namespace, per_pod=per_pod),
                  *self._extras(spec, self.namespace, delivery, per_pod, None)]  # fmt: skip
         return {"manifests": manifests.dump_all(shown), "namespace": self.namespace, "gpu_delivery": delivery.mode,
                 "ranks_per_pod": per_pod}  # fmt: skip
 
     def commit(self, sub: Submission, decision: Decision, notes: list[str], hint: str | None) -> Decision:
-        """The MPIJob created, then what its pods need, owned by it; the scheduler places them."""
-        del notes, hint  # the notes go to the user; an MPIJob keeps no events of its own
+        """The job's MPIJob or PyTorchJob created, then what its pods need, owned by it; the
+        scheduler places them."""
+        del notes, hint  # the notes go to the user; the job's object keeps no events of its own
         spec, namespace, per_pod = sub.spec, self.namespace, self._ranks_per_pod(sub.spec, decision)
         delivery = self.delivery()
         try:
-            created = self.api.create_mpijob(namespace, self._mpijob(sub, delivery, per_pod))
+            job = self._job(sub, delivery, per_pod)
+            created = self.api.create_job(namespace, job)
         except ApiError as exc:
             if exc.status == 409:
                 raise duplicate(spec.name, self.supports) from None
@@ -326,9 +327,10 @@ class KubernetesEngine:
         try:
             self.api.create_podgroup(namespace, manifests.podgroup(spec, namespace, uid, per_pod))
         except ApiError as exc:
-            if exc.status != 409:  # mpi-operator running with --gang-scheduling made it first
+            if exc.status != 409:  # its operator running with gang scheduling on made it first
                 raise
-        self.notes.append(f"note: MPIJob {namespace}/{spec.name} created; `ringleader kube scheduler` places its pods")
+        self.notes.append(f"note: {job['kind']} {namespace}/{spec.name} created; `ringleader kube scheduler` places "
+                          "its pods")  # fmt: skip
         return decision
 
     def started(self, name: str) -> JobView:
@@ -338,14 +340,14 @@ class KubernetesEngine:
     def _ranks_per_pod(spec: JobSpec, decision: Decision) -> int:
         return manifests.ranks_per_pod(spec, [s.node for s in decision.placement.slots] if decision.placement else [])
 
-    def _mpijob(self, sub: Submission, delivery: Delivery, per_pod: int) -> dict[str, Any]:
-        return manifests.mpijob(sub.spec, self.namespace, line=sub.line, delivery=delivery, per_pod=per_pod,
-                                grace_s=sub.spec.stop_grace())  # fmt: skip
+    def _job(self, sub: Submission, delivery: Delivery, per_pod: int) -> dict[str, Any]:
+        return manifests.training_job(sub.spec, self.namespace, line=sub.line, delivery=delivery, per_pod=per_pod,
+                                      grace_s=sub.spec.stop_grace())  # fmt: skip
 
     @staticmethod
     def _extras(spec: JobSpec, namespace: str, delivery: Delivery, per_pod: int,
                 uid: str | None) -> list[dict[str, Any]]:  # fmt: skip
-        """The objects beside the MPIJob that its pods need, owned by it once it exists: the
+        """The objects beside the job's object that its pods need, owned by it once it exists: the
         Secret of secret-looking -e values, the ResourceClaimTemplate of a DRA cluster."""
         out = []
         secret = manifests.env_secret(spec, namespace, uid)
@@ -359,7 +361,7 @@ class KubernetesEngine:
 
     # -- reads ----------------------------------------------------------------------------------------
     def get(self, name: str) -> JobView:
-        job = self.api.get_mpijob(self.namespace, name)
+        job = self.api.get_job(self.namespace, name)
         if job is None:
             raise NotFoundError(f"job {name!r} not found in namespace {self.namespace}", "see `ringleader list`")
         pods = self.api.pods(self.namespace, f"{names.JOB_LABEL}={name}")
@@ -385,7 +387,7 @@ class KubernetesEngine:
             pods_by_job.setdefault(key, []).append(p)
         views = [job_view(j, pods_by_job.get((j["metadata"].get("namespace", ""), j["metadata"]["name"]), []), None,
                           (), with_instances)
-                 for j in self.api.list_mpijobs(self.namespace)]  # fmt: skip
+                 for j in self.api.list_jobs(self.namespace)]  # fmt: skip
         views.sort(key=lambda v: v.created_at)
         return [v for v in views if statuses is None or v.status in statuses]
 
@@ -409,16 +411,18 @@ class KubernetesEngine:
         yield from self.api.follow_log(self.namespace, self._instance(name, instance), tail, timestamps)
 
     def delete(self, names_: Sequence[str], now: bool = False) -> list[str]:
-        """Delete the MPIJobs: their pods and PodGroups go with them (owner references), each pod
+        """Delete the jobs' objects: their pods and PodGroups go with them (owner references), each pod
         stopped by its kubelet with SIGTERM, then SIGKILL after its terminationGracePeriodSeconds
         (RINGLEADER_GRACE_S at submit). ``now``: the pods are deleted too, with a grace of
         NOW_GRACE_S (kubectl delete --now's: a grace of 0 would be a forced deletion, which frees
         the pod's GPUs in the API before its containers have stopped)."""
-        missing = [n for n in names_ if self.api.get_mpijob(self.namespace, n) is None]
+        jobs = {n: self.api.get_job(self.namespace, n) for n in names_}
+        missing = [n for n, job in jobs.items() if job is None]
         if missing:
             raise NotFoundError(f"job {missing[0]!r} not found in namespace {self.namespace}", "see `ringleader list`")
-        for name in names_:
-            self.api.delete_mpijob(self.namespace, name)  # first: mpi-operator makes no new pods for it
+        for name, job in jobs.items():
+            assert job is not None
+            self.api.delete_job(self.namespace, job)  # first: its operator makes no new pods for it
             if now:
                 for pod in self.api.pods(self.namespace, f"{names.JOB_LABEL}={name}"):
                     meta = pod.get("metadata") or {}
@@ -437,28 +441,47 @@ class KubernetesEngine:
             self._api.api.close()
 
 
+def _role(pod: Mapping[str, Any]) -> str:
+    """What a pod of a training job is: mpi-operator's launcher or worker, the Training Operator's
+    master or worker (its replica type)."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return str(labels.get(names.REPLICA_TYPE_LABEL) or labels.get(names.JOB_ROLE_LABEL) or "worker").lower()
+
+
+CHIEFS = ("launcher", "master")  # the pod whose log is the job's (mpirun's; rank 0's)
+
+
 def _status(job: dict[str, Any], pods: Sequence[dict[str, Any]]) -> JobStatus:
     conditions = {c.get("type"): c.get("status") for c in (job.get("status") or {}).get("conditions") or ()}
     if conditions.get("Failed") == "True":
         return JobStatus.FAILED
     if conditions.get("Succeeded") == "True":
         return JobStatus.SUCCEEDED
-    launcher_up = any((p.get("metadata") or {}).get("labels", {}).get(names.JOB_ROLE_LABEL) == "launcher"
-                      and (p.get("status") or {}).get("phase") == "Running" for p in pods)  # fmt: skip
-    if conditions.get("Running") == "True" or launcher_up:
+    chief_up = any(_role(p) in CHIEFS and (p.get("status") or {}).get("phase") == "Running" for p in pods)
+    if conditions.get("Running") == "True" or chief_up:
         return JobStatus.RUNNING
     return JobStatus.PENDING if pods else JobStatus.QUEUING
 
 
+def _shape(job: dict[str, Any]) -> tuple[str, dict[str, Any], int, int]:
+    """The job's kind (`submit`'s), its GPU pods' template, their number and the ranks per pod."""
+    spec = job.get("spec") or {}
+    if job.get("kind") == "PyTorchJob":
+        replicas = spec.get("pytorchReplicaSpecs") or {}
+        master = replicas.get("Master") or {}
+        pods = sum(int((r or {}).get("replicas") or 0) for r in replicas.values())
+        per_pod = str(spec.get("nprocPerNode") or "1")
+        return "pytorch", master.get("template") or {}, pods, int(per_pod) if per_pod.isdigit() else 1
+    worker = (spec.get("mpiReplicaSpecs") or {}).get("Worker") or {}
+    return "mpi", worker.get("template") or {}, int(worker.get("replicas") or 0), int(spec.get("slotsPerWorker") or 1)
+
+
 def _spec(job: dict[str, Any]) -> JobSpec:
-    meta, spec = job.get("metadata") or {}, job.get("spec") or {}
-    replicas = spec.get("mpiReplicaSpecs") or {}
-    worker = replicas.get("Worker") or {}
-    template = worker.get("template") or {}
+    meta = job.get("metadata") or {}
+    kind, template, pods, per_pod = _shape(job)
     container = ((template.get("spec") or {}).get("containers") or [{}])[0]
     limits = (container.get("resources") or {}).get("limits") or {}
     annotations = meta.get("annotations") or {}
-    per_pod = int(spec.get("slotsPerWorker") or 1)
     gpus = annotations.get(manifests.GPUS_ANNOTATION)  # else a job written before it: one rank per pod
     gpus_per_worker = int(gpus) if gpus is not None else int(limits.get(names.GPU_RESOURCE) or 0) // per_pod
     labels = (template.get("metadata") or {}).get("labels") or {}
@@ -467,10 +490,11 @@ def _spec(job: dict[str, Any]) -> JobSpec:
     except ValueError:
         command = ["?"]
     return JobSpec(
-        name=meta.get("name", ""), workers=int(worker.get("replicas") or 0) * per_pod,
+        name=meta.get("name", ""), workers=pods * per_pod,
         gpus_per_worker=gpus_per_worker, command=command,
         topology_aware=labels.get(names.TOPOLOGY_LABEL) == "true", image=container.get("image"),
         model=annotations.get("ringleader.io/model"), queue=annotations.get(names.QUEUE_ANNOTATION) or None,
+        kind=kind,
     )  # fmt: skip
 
 
@@ -484,27 +508,28 @@ def _exit_code(pod: dict[str, Any]) -> tuple[int | None, float | None]:
 
 def job_view(job: dict[str, Any], pods: Sequence[dict[str, Any]], group: dict[str, Any] | None,
              events: tuple[EventView, ...], with_instances: bool = True) -> JobView:  # fmt: skip
-    """One MPIJob and its pods as the JobView every engine returns."""
+    """One MPIJob or PyTorchJob and its pods as the JobView every engine returns."""
     meta = job.get("metadata") or {}
     spec = _spec(job)
-    per_pod = int((job.get("spec") or {}).get("slotsPerWorker") or 1)
+    per_pod = _shape(job)[3]
     instances: list[InstanceView] = []
     workers: list[dict[str, Any]] = []
     summary: str | None = None
     for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
         pmeta, pspec = pod["metadata"], pod.get("spec") or {}
         notes = pmeta.get("annotations") or {}
-        role = (pmeta.get("labels") or {}).get(names.JOB_ROLE_LABEL, "worker")
+        role = _role(pod)
+        ranks = role != "launcher"  # a PyTorchJob's master runs ranks too
         gpus = tuple(int(g) for g in notes.get(names.GPU_IDS_ANNOTATION, "").split(",") if g.strip().isdigit())
         code, ended = _exit_code(pod)
         instances.append(InstanceView(
             name=pmeta["name"], role=role, status=(pod.get("status") or {}).get("phase", "Pending"), exit_code=code,
             node=pspec.get("nodeName"), gpus=gpus,
-            gpu_requested=spec.gpus_per_worker * per_pod if role == "worker" else 0,
-            is_chief=role == "launcher", pid=None, started_at=wall_time((pod.get("status") or {}).get("startTime")),
+            gpu_requested=spec.gpus_per_worker * per_pod if ranks else 0,
+            is_chief=role in CHIEFS, pid=None, started_at=wall_time((pod.get("status") or {}).get("startTime")),
             ended_at=ended,
         ))  # fmt: skip
-        if role == "worker" and pspec.get("nodeName"):
+        if ranks and pspec.get("nodeName"):
             index = int(notes.get(names.WORKER_INDEX_ANNOTATION) or len(workers))
             workers.append({"index": index, "node": pspec["nodeName"], "gpus": list(gpus)})
             summary = summary or notes.get(names.DECISION_ANNOTATION)
@@ -526,12 +551,13 @@ def job_view(job: dict[str, Any], pods: Sequence[dict[str, Any]], group: dict[st
     restarts = str(group_notes.get(names.RESTARTS_ANNOTATION) or "0")
     state = _status(job, pods)
     if state is JobStatus.QUEUING:
-        reason = "no pods yet: mpi-operator creates them from the MPIJob"
+        kind = str(job.get("kind") or "MPIJob")
+        reason = f"no pods yet: {names.OPERATORS.get(kind, 'its operator')} creates them from the {kind}"
     elif state is JobStatus.PENDING and reason is None and not workers:
         reason = "pods wait for `ringleader kube scheduler` (is it running?)"
     return JobView(
         name=meta.get("name", ""), namespace=meta.get("namespace"), status=state, priority=spec.priority,
-        trainer=TRAINER,
+        trainer=spec.trainer,
         created_at=wall_time(meta.get("creationTimestamp")) or 0.0, started_at=wall_time(status.get("startTime")),
         ended_at=wall_time(status.get("completionTime")), spec=spec, reason=reason, placement=placement,
         instances=tuple(instances) if with_instances else (), events=events, has_instances=with_instances,

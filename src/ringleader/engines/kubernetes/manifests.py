@@ -113,8 +113,13 @@ def env_secret(spec: JobSpec, namespace: str, owner_uid: str | None = None) -> d
 
 
 def owner_reference(spec: JobSpec, uid: str) -> dict[str, Any]:
-    return {"apiVersion": f"{names.MPIJOB_GROUP}/{names.MPIJOB_VERSION}", "kind": "MPIJob", "name": spec.name,
-            "uid": uid, "controller": True, "blockOwnerDeletion": True}  # fmt: skip
+    """The job's object as the owner of what it needs beside it (deleted with it)."""
+    if spec.kind == "pytorch":
+        api_version, kind = f"{names.PYTORCHJOB_GROUP}/{names.PYTORCHJOB_VERSION}", "PyTorchJob"
+    else:
+        api_version, kind = f"{names.MPIJOB_GROUP}/{names.MPIJOB_VERSION}", "MPIJob"
+    return {"apiVersion": api_version, "kind": kind, "name": spec.name, "uid": uid, "controller": True,
+            "blockOwnerDeletion": True}  # fmt: skip
 
 
 # What mpi-operator names after the job: `<name>-worker-<index>` pods (their hostname too) and
@@ -288,7 +293,8 @@ JOB_BACKOFF_LIMIT = 6  # a batch Job's backoffLimit when none is given (the laun
 
 
 def _worker_spec(spec: JobSpec, image: str, delivery: Delivery, per_pod: int, env: list[dict[str, Any]],
-                 mounts: list[dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
+                 mounts: list[dict[str, Any]], container_name: str = "worker",
+                 command: Sequence[str] = WORKER_SSHD) -> dict[str, Any]:  # fmt: skip
     """The worker pod: ``per_pod`` ranks' GPUs, CPU and memory, delivered as the install says."""
     kube = spec.kube or KubeOptions()
     requests = {"cpu": _scaled(kube.cpu or DEFAULT_WORKER_REQUESTS["cpu"], per_pod, "cpu"),
@@ -306,9 +312,99 @@ def _worker_spec(spec: JobSpec, image: str, delivery: Delivery, per_pod: int, en
                "resourceClaims": [{"name": names.DRA_REQUEST, "resourceClaimTemplateName": claim_template_name(spec)}]}
     if spec.container.rdma:
         resources.setdefault("limits", {})[RDMA_RESOURCE] = 1
-    container: dict[str, Any] = {"name": "worker", "image": image, "command": list(WORKER_SSHD),
+    container: dict[str, Any] = {"name": container_name, "image": image, "command": list(command),
                                  "env": [*env, *(_gpu_env(delivery) if gpus else [NO_GPU_ENV])], "resources": resources}
     return {**pod, "containers": [_container_setup(spec, container, mounts)]}
+
+
+def _common_pod(spec: JobSpec, volumes: list[dict[str, Any]], grace_s: float | None) -> dict[str, Any]:
+    """What every pod of the job shares: volumes, grace, deadline, node choice, pull secrets, priority.
+    ``grace_s`` (RINGLEADER_GRACE_S): terminationGracePeriodSeconds, the time between SIGTERM and
+    SIGKILL when a pod is deleted or reaches the time limit (Kubernetes' 30 s if None);
+    ``spec.time_limit_s``: activeDeadlineSeconds (kubelet stops the pod then)."""
+    kube = spec.kube or KubeOptions()
+    common: dict[str, Any] = {"volumes": volumes}
+    if grace_s is not None:
+        common["terminationGracePeriodSeconds"] = math.ceil(grace_s)
+    deadline = _deadline(spec)
+    if deadline is not None:
+        common["activeDeadlineSeconds"] = deadline
+    if kube.selector:
+        common["nodeSelector"] = dict(kube.selector)
+    if kube.tolerations:
+        common["tolerations"] = _tolerations(kube.tolerations)
+    if kube.image_pull_secrets:
+        common["imagePullSecrets"] = [{"name": n} for n in kube.image_pull_secrets]
+    if kube.priority_class:
+        common["priorityClassName"] = kube.priority_class
+    return common
+
+
+def _deadline(spec: JobSpec) -> int | None:
+    return max(1, math.ceil(spec.time_limit_s)) if spec.time_limit_s else None
+
+
+def _worker_annotations(spec: JobSpec, delivery: Delivery, per_pod: int) -> dict[str, str]:
+    """What the scheduler reads off a gang's GPU workers: its network level, start rule, run time,
+    model and calibration, preemption, queue and restarts (beside the user's own annotations)."""
+    kube = spec.kube or KubeOptions()
+    notes = dict(kube.annotations)
+    if delivery.mode == "dra" and spec.gpus_per_worker:
+        notes[names.DRA_GPUS_ANNOTATION] = str(spec.gpus_per_worker * per_pod)
+    # the network level the gang stays under or prefers
+    for keys, level in ((names.TOPOLOGY_REQUIRED_ANNOTATIONS, spec.topology_required),
+                        (names.TOPOLOGY_PREFERRED_ANNOTATIONS, spec.topology_preferred)):  # fmt: skip
+        if level is not None:
+            notes[keys[0]] = level
+    # when it starts (scheduler/queue.py, start rules)
+    if spec.start_rule() != "now":
+        notes[names.START_ANNOTATION] = spec.start_rule()
+    for key, seconds in ((names.RUN_TIME_ANNOTATION, spec.run_time_s), (names.MAX_WAIT_ANNOTATION, spec.max_wait_s)):
+        if seconds is not None:
+            notes[key] = f"{seconds:g}"
+    if spec.model is not None:
+        notes[names.MODEL_ANNOTATION] = spec.model
+    if spec.calibration is not None:
+        notes[names.CALIBRATION_ANNOTATION] = calibration_annotation(spec.calibration)
+    if spec.preempt:
+        notes[names.PREEMPT_ANNOTATION] = "true"
+    if not spec.preemptible:
+        notes[names.PREEMPTIBLE_ANNOTATION] = "false"
+    if spec.queue is not None:
+        notes[names.QUEUE_ANNOTATION] = spec.queue
+    if spec.max_restarts:
+        notes[names.MAX_RESTARTS_ANNOTATION] = str(spec.max_restarts)
+    return notes
+
+
+def _job_meta(spec: JobSpec, namespace: str, delivery: Delivery, per_pod: int) -> dict[str, Any]:
+    """The training job object's own metadata: what `get` reads back (the command as written, the
+    GPUs per rank, the ranks per pod, the delivery, model and queue)."""
+    kube = spec.kube or KubeOptions()
+    annotations = {**dict(kube.annotations), "ringleader.io/command": shlex.join(spec.command),
+                   GPUS_ANNOTATION: str(spec.gpus_per_worker), RANKS_PER_POD_ANNOTATION: str(per_pod),
+                   DELIVERY_ANNOTATION: delivery.mode}  # fmt: skip
+    if spec.model:
+        annotations["ringleader.io/model"] = spec.model
+    if spec.queue is not None:
+        annotations[names.QUEUE_ANNOTATION] = spec.queue
+    return {"name": spec.name, "namespace": namespace, "labels": {**dict(kube.labels), names.JOB_LABEL: spec.name},
+            "annotations": annotations}  # fmt: skip
+
+
+def _run_policy(spec: JobSpec, pods: int) -> dict[str, Any]:
+    """The training operators' shared runPolicy: pods cleaned up once it ends, the gang's size for
+    their own gang scheduling, retries and the time limit."""
+    kube = spec.kube or KubeOptions()
+    run_policy: dict[str, Any] = {"cleanPodPolicy": "Running", "schedulingPolicy": {"minAvailable": pods}}
+    if kube.retry is not None:
+        run_policy["backoffLimit"] = kube.retry
+    elif spec.max_restarts:  # each restart deletes pods, which the job may count as failed
+        run_policy["backoffLimit"] = max(JOB_BACKOFF_LIMIT, 2 * spec.max_restarts)
+    deadline = _deadline(spec)
+    if deadline is not None:
+        run_policy["activeDeadlineSeconds"] = deadline
+    return run_policy
 
 
 def mpijob(spec: JobSpec, namespace: str, image: str | None = None, line: CommandLine | None = None,
@@ -317,10 +413,8 @@ def mpijob(spec: JobSpec, namespace: str, image: str | None = None, line: Comman
     """A kubeflow.org/v2beta1 MPIJob: ``workers / per_pod`` worker pods of ``per_pod`` ranks each
     (``slotsPerWorker``) and a launcher created once every worker is Ready; the workers are one
     gang (the PodGroup named like the job). ``line``: the spec's command as submit read it.
-    ``grace_s`` (RINGLEADER_GRACE_S): the pods' terminationGracePeriodSeconds, the time between
-    SIGTERM and SIGKILL when they are deleted or reach the time limit (Kubernetes' 30 s if None);
-    ``spec.time_limit_s``: every pod's activeDeadlineSeconds (kubelet stops it then) and the
-    job's (mpi-operator fails it then)."""
+    ``grace_s`` and ``spec.time_limit_s``: see _common_pod (mpi-operator also fails the job at
+    the limit)."""
     delivery = delivery or Delivery()
     kube = spec.kube or KubeOptions()
     image = image or spec.image or DEFAULT_IMAGE
@@ -337,76 +431,23 @@ def mpijob(spec: JobSpec, namespace: str, image: str | None = None, line: Comman
     # kube-scheduler places the DRA launcher (no GPU, no gate); in env mode ringleader puts it
     # next to the gang it belongs to.
     launcher_pod: dict[str, Any] = {"schedulerName": worker["schedulerName"], "containers": [launcher]}
-    common: dict[str, Any] = {"volumes": volumes}
-    if grace_s is not None:
-        common["terminationGracePeriodSeconds"] = math.ceil(grace_s)
-    deadline = max(1, math.ceil(spec.time_limit_s)) if spec.time_limit_s else None
-    if deadline is not None:
-        common["activeDeadlineSeconds"] = deadline
-    if kube.selector:
-        common["nodeSelector"] = dict(kube.selector)
-    if kube.tolerations:
-        common["tolerations"] = _tolerations(kube.tolerations)
-    if kube.image_pull_secrets:
-        common["imagePullSecrets"] = [{"name": n} for n in kube.image_pull_secrets]
-    if kube.priority_class:
-        common["priorityClassName"] = kube.priority_class
+    common = _common_pod(spec, volumes, grace_s)
     labels = {**dict(kube.labels), **_pod_labels(spec)}
     meta = {"labels": labels, **({"annotations": dict(kube.annotations)} if kube.annotations else {})}
-    worker_notes = dict(kube.annotations)
-    if delivery.mode == "dra" and spec.gpus_per_worker:
-        worker_notes[names.DRA_GPUS_ANNOTATION] = str(spec.gpus_per_worker * per_pod)
-    # the network level the gang stays under or prefers, which the scheduler reads off its workers
-    for keys, level in ((names.TOPOLOGY_REQUIRED_ANNOTATIONS, spec.topology_required),
-                        (names.TOPOLOGY_PREFERRED_ANNOTATIONS, spec.topology_preferred)):  # fmt: skip
-        if level is not None:
-            worker_notes[keys[0]] = level
-    # when it starts (scheduler/queue.py, start rules), which the scheduler reads off its workers too
-    if spec.start_rule() != "now":
-        worker_notes[names.START_ANNOTATION] = spec.start_rule()
-    for key, seconds in ((names.RUN_TIME_ANNOTATION, spec.run_time_s), (names.MAX_WAIT_ANNOTATION, spec.max_wait_s)):
-        if seconds is not None:
-            worker_notes[key] = f"{seconds:g}"
-    if spec.model is not None:
-        worker_notes[names.MODEL_ANNOTATION] = spec.model
-    if spec.calibration is not None:
-        worker_notes[names.CALIBRATION_ANNOTATION] = calibration_annotation(spec.calibration)
-    if spec.preempt:
-        worker_notes[names.PREEMPT_ANNOTATION] = "true"
-    if not spec.preemptible:
-        worker_notes[names.PREEMPTIBLE_ANNOTATION] = "false"
-    if spec.queue is not None:
-        worker_notes[names.QUEUE_ANNOTATION] = spec.queue
-    if spec.max_restarts:
-        worker_notes[names.MAX_RESTARTS_ANNOTATION] = str(spec.max_restarts)
+    worker_notes = _worker_annotations(spec, delivery, per_pod)
     worker_meta = {**meta, "annotations": worker_notes} if worker_notes else meta
     launcher_meta = {**meta, "labels": {k: v for k, v in labels.items()
                                         if delivery.mode == "env" or k != names.PODGROUP_LABEL}}  # fmt: skip
-    annotations = {**dict(kube.annotations), "ringleader.io/command": shlex.join(spec.command),
-                   GPUS_ANNOTATION: str(spec.gpus_per_worker), RANKS_PER_POD_ANNOTATION: str(per_pod),
-                   DELIVERY_ANNOTATION: delivery.mode}  # fmt: skip
-    if spec.model:
-        annotations["ringleader.io/model"] = spec.model
-    if spec.queue is not None:
-        annotations[names.QUEUE_ANNOTATION] = spec.queue
-    run_policy: dict[str, Any] = {"cleanPodPolicy": "Running", "schedulingPolicy": {"minAvailable": pods}}
-    if kube.retry is not None:
-        run_policy["backoffLimit"] = kube.retry
-    elif spec.max_restarts:  # each restart deletes the launcher's pod, which its Job counts as failed
-        run_policy["backoffLimit"] = max(JOB_BACKOFF_LIMIT, 2 * spec.max_restarts)
-    if deadline is not None:
-        run_policy["activeDeadlineSeconds"] = deadline
     return {
         "apiVersion": f"{names.MPIJOB_GROUP}/{names.MPIJOB_VERSION}", "kind": "MPIJob",
-        "metadata": {"name": spec.name, "namespace": namespace,
-                     "labels": {**dict(kube.labels), names.JOB_LABEL: spec.name}, "annotations": annotations},
+        "metadata": _job_meta(spec, namespace, delivery, per_pod),
         "spec": {
             "slotsPerWorker": per_pod,
             "mpiImplementation": "OpenMPI",
             # the launcher starts mpirun only once every worker is Ready (its DNS name resolves):
             # the gang is the workers; the launcher is scheduled after them
             "launcherCreationPolicy": "WaitForWorkersReady",
-            "runPolicy": run_policy,
+            "runPolicy": _run_policy(spec, pods),
             "mpiReplicaSpecs": {
                 "Launcher": {"replicas": 1, "restartPolicy": "OnFailure", "template": {
                     "metadata": launcher_meta, "spec": {**launcher_pod, **common}}},
@@ -415,6 +456,59 @@ def mpijob(spec: JobSpec, namespace: str, image: str | None = None, line: Comman
             },
         },
     }  # fmt: skip
+
+
+# The Training Operator's names: its default container, whose env it sets (MASTER_ADDR, RANK,
+# PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK on every pod of a job with a Master replica).
+PYTORCH_CONTAINER = "pytorch"
+
+
+def pytorch_command(spec: JobSpec, line: CommandLine | None = None, per_pod: int = 1) -> list[str]:
+    """What each PyTorchJob pod runs: the program under torchrun, one process per rank of the pod,
+    this pod the operator's node rank of ``workers / per_pod`` nodes, rendezvous at the master
+    (the operator's MASTER_ADDR and MASTER_PORT, expanded by kubelet): every rank gets the
+    variables torchrun sets, as a plain program does on every other engine."""
+    line = line or spec.command_line()
+    return ["torchrun", f"--nnodes={spec.workers // per_pod}", f"--nproc-per-node={per_pod}",
+            "--node-rank=$(RANK)", "--master-addr=$(MASTER_ADDR)", "--master-port=$(MASTER_PORT)",
+            "--max-restarts=0", "--no-python", *line.program]  # fmt: skip
+
+
+def pytorchjob(spec: JobSpec, namespace: str, image: str | None = None, line: CommandLine | None = None,
+               delivery: Delivery | None = None, per_pod: int = 1,
+               grace_s: float | None = None) -> dict[str, Any]:  # fmt: skip
+    """A kubeflow.org/v1 PyTorchJob (Kubeflow's Training Operator): ``workers / per_pod`` pods of
+    ``per_pod`` ranks each, the first the Master (RANK 0, the rendezvous), the rest Workers; every
+    pod holds GPUs, so they are all the gang (the PodGroup named like the job). No launcher and no
+    sshd: each pod starts the program under torchrun (pytorch_command). ``grace_s`` and
+    ``spec.time_limit_s``: see _common_pod."""
+    delivery = delivery or Delivery()
+    kube = spec.kube or KubeOptions()
+    image = image or spec.image or DEFAULT_IMAGE
+    pods = spec.workers // per_pod
+    volumes, mounts = _volumes(spec)
+    pod = {**_worker_spec(spec, image, delivery, per_pod, _env(spec), mounts, PYTORCH_CONTAINER,
+                          pytorch_command(spec, line, per_pod)),
+           **_common_pod(spec, volumes, grace_s)}  # fmt: skip
+    labels = {**dict(kube.labels), **_pod_labels(spec)}
+    notes = _worker_annotations(spec, delivery, per_pod)
+    template = {"metadata": {"labels": labels, **({"annotations": notes} if notes else {})}, "spec": pod}
+    replicas = {"Master": {"replicas": 1, "restartPolicy": "Never", "template": template}}
+    if pods > 1:
+        replicas["Worker"] = {"replicas": pods - 1, "restartPolicy": "Never", "template": template}
+    return {
+        "apiVersion": f"{names.PYTORCHJOB_GROUP}/{names.PYTORCHJOB_VERSION}", "kind": "PyTorchJob",
+        "metadata": _job_meta(spec, namespace, delivery, per_pod),
+        "spec": {"nprocPerNode": str(per_pod), "runPolicy": _run_policy(spec, pods), "pytorchReplicaSpecs": replicas},
+    }  # fmt: skip
+
+
+def training_job(spec: JobSpec, namespace: str, image: str | None = None, line: CommandLine | None = None,
+                 delivery: Delivery | None = None, per_pod: int = 1,
+                 grace_s: float | None = None) -> dict[str, Any]:  # fmt: skip
+    """The job's object, by its kind: an MPIJob (`submit mpi`) or a PyTorchJob (`submit pytorch`)."""
+    build = pytorchjob if spec.kind == "pytorch" else mpijob
+    return build(spec, namespace, image, line, delivery, per_pod, grace_s)
 
 
 def podgroup(spec: JobSpec, namespace: str, owner_uid: str | None = None, per_pod: int = 1) -> dict[str, Any]:
@@ -467,9 +561,11 @@ USER_ROLE = "ringleader-jobs"
 
 def _role_rules_user(delivery: Delivery) -> list[dict[str, Any]]:
     """What `submit`, `get`, `list`, `logs` and `delete` need beyond the `edit` role's own rights
-    (pods, pods/log, secrets, events): MPIJobs, their PodGroups and, with DRA, claim templates."""
+    (pods, pods/log, secrets, events): MPIJobs, PyTorchJobs, their PodGroups and, with DRA, claim
+    templates."""
     every = ["get", "list", "watch", "create", "update", "patch", "delete"]
     rules = [{"apiGroups": [names.MPIJOB_GROUP], "resources": [names.MPIJOB_PLURAL], "verbs": every},
+             {"apiGroups": [names.PYTORCHJOB_GROUP], "resources": [names.PYTORCHJOB_PLURAL], "verbs": every},
              {"apiGroups": [names.PODGROUP_GROUP], "resources": [names.PODGROUP_PLURAL], "verbs": every}]
     if delivery.mode == "dra":
         rules.append({"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaimtemplates"], "verbs": every})

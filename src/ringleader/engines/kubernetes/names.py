@@ -98,6 +98,14 @@ HYPERNODE_PLURAL = "hypernodes"
 MPIJOB_GROUP = "kubeflow.org"
 MPIJOB_VERSION = "v2beta1"
 MPIJOB_PLURAL = "mpijobs"
+# Kubeflow's Training Operator (submit pytorch).
+PYTORCHJOB_GROUP = "kubeflow.org"
+PYTORCHJOB_VERSION = "v1"
+PYTORCHJOB_PLURAL = "pytorchjobs"
+# The training jobs `submit` makes, by kind: (group, version, plural); what operator makes their pods.
+TRAINING_JOBS = {"MPIJob": (MPIJOB_GROUP, MPIJOB_VERSION, MPIJOB_PLURAL),
+                 "PyTorchJob": (PYTORCHJOB_GROUP, PYTORCHJOB_VERSION, PYTORCHJOB_PLURAL)}  # fmt: skip
+OPERATORS = {"MPIJob": "mpi-operator", "PyTorchJob": "Kubeflow's Training Operator"}
 # mpi-operator's pod labels (training.kubeflow.org/job-role: launcher | worker).
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 JOB_ROLE_LABEL = "training.kubeflow.org/job-role"

@@ -16,7 +16,6 @@ from ringleader.jobs.states import InstanceStatus, JobStatus
 from ringleader.jobs.views import EventView, InstanceView, JobView
 from ringleader.runtime.plan import read_state
 
-TRAINER = "SLURM"
 NOT_YET = "Slurm has not scheduled it yet"
 WAITING = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SPECIAL_EXIT"}
 # srun (pmix, a heterogeneous step) can stay after every task has exited, 0 or not; once every
@@ -135,9 +134,10 @@ def job_view(record: dict[str, Any], root: Path, with_instances: bool = True) ->
     if with_instances and record.get("slurm_id"):
         instances = tuple(_instance(e, st, status) for e, st in rank_states(launch_plan(root, record["name"])))
     events = tuple(EventView(at, kind, message) for at, kind, message in record.get("events", []))
+    spec = JobSpec.from_dict(record["spec"])
     return JobView(
-        name=record["name"], status=status, priority=int(record.get("priority", 0)), trainer=TRAINER,
+        name=record["name"], status=status, priority=int(record.get("priority", 0)), trainer=spec.trainer,
         created_at=record["created_at"], started_at=record.get("started_at"), ended_at=record.get("ended_at"),
-        spec=JobSpec.from_dict(record["spec"]), reason=record.get("reason"), placement=record.get("plan"),
+        spec=spec, reason=record.get("reason"), placement=record.get("plan"),
         instances=instances, events=events, has_instances=with_instances, restarts=int(record.get("restarts", 0)),
     )  # fmt: skip
