@@ -98,7 +98,9 @@ def test_the_file_takes_exactly_the_label_keys_node_label_takes(key: str) -> Non
 
 
 def test_every_example_cluster_file_still_loads() -> None:
-    examples = sorted(p for p in REPO.glob("examples/**/*.yaml") if not p.name.startswith("queues-"))
+    # all but the queue files and examples/kubernetes (training jobs for kubectl, not clusters)
+    examples = sorted(p for p in REPO.glob("examples/**/*.yaml")
+                      if not p.name.startswith("queues-") and p.parent.name != "kubernetes")  # fmt: skip
     assert len(examples) >= 4
     for path in examples:
         assert load_cluster_file(path), path
