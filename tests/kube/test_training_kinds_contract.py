@@ -50,6 +50,17 @@ def bound(fake: FakeApiServer) -> dict[str, tuple[str, set[int], int]]:
     return out
 
 
+def placed_whole(fake: FakeApiServer, group: dict[str, Any],
+                 pods: list[dict[str, Any]]) -> dict[str, tuple[str, set[int], int]]:
+    """The gang on two DGX-1Vs, decided in one cycle and bound whole: its Bindings (bound())."""
+    cluster(fake)
+    fake.put("podgroups", group)
+    for pod in pods:
+        fake.put("pods", pod)
+    assert [r.ok for r in scheduler(fake).cycle()] == [True]
+    return bound(fake)
+
+
 @pytest.mark.parametrize("filename", ["pytorchjob.yaml", "jobset.yaml", "trainjob.yaml"])
 def test_contract_the_examples_match_the_official_crds_and_the_env_policy(filename: str) -> None:
     objects = example(filename)
@@ -75,12 +86,7 @@ def test_contract_the_examples_match_the_official_crds_and_the_env_policy(filena
 
 def test_contract_a_pytorchjob_binds_whole_on_one_nvlink_quad_master_as_rank_0(fake: FakeApiServer) -> None:
     objects = example("pytorchjob.yaml")
-    cluster(fake)
-    fake.put("podgroups", objects["PodGroup"])
-    for pod in pytorchjob_pods(objects["PyTorchJob"]):
-        fake.put("pods", pod)
-    assert [r.ok for r in scheduler(fake).cycle()] == [True]
-    placed = bound(fake)
+    placed = placed_whole(fake, objects["PodGroup"], pytorchjob_pods(objects["PyTorchJob"]))
     assert len(placed) == 4 and len({n for n, _, _ in placed.values()}) == 1
     assert set().union(*(ids for _, ids, _ in placed.values())) in QUADS
     # the operator's ranks: the master is RANK 0, worker i is RANK i+1
@@ -101,13 +107,8 @@ def test_contract_a_jobset_keeps_each_nodes_ranks_together_in_completion_order(f
     group = copy.deepcopy(objects["PodGroup"])
     group["spec"]["minMember"] = 16
     validate_crd(jobset, *CRDS["JobSet"])
-    cluster(fake)
-    fake.put("podgroups", group)
     pods = jobset_pods(jobset)
-    for pod in pods:
-        fake.put("pods", pod)
-    assert [r.ok for r in scheduler(fake).cycle()] == [True]
-    placed = bound(fake)
+    placed = placed_whole(fake, group, pods)
     completion = {p["metadata"]["name"]: int(p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"])
                   for p in pods}  # fmt: skip
     assert {pod: index for pod, (_, _, index) in placed.items()} == completion
@@ -118,12 +119,7 @@ def test_contract_a_jobset_keeps_each_nodes_ranks_together_in_completion_order(f
 
 def test_contract_the_jobset_example_gives_each_pod_one_nvlink_quad(fake: FakeApiServer) -> None:
     objects = example("jobset.yaml")
-    cluster(fake)
-    fake.put("podgroups", objects["PodGroup"])
-    for pod in jobset_pods(objects["JobSet"]):
-        fake.put("pods", pod)
-    assert [r.ok for r in scheduler(fake).cycle()] == [True]
-    placed = bound(fake)
+    placed = placed_whole(fake, objects["PodGroup"], jobset_pods(objects["JobSet"]))
     assert len(placed) == 2 and all(ids in QUADS for _, ids, _ in placed.values())
     assert sorted(index for _, _, index in placed.values()) == [0, 1]
 
