@@ -233,3 +233,76 @@ def test_a_bad_csv_is_one_line_and_exit_2(tmp_path, capsys, text, needle):
     _, err = capsys.readouterr()
     assert code == 2
     assert needle in err and str(path) in err and len(err.strip().splitlines()) == 1
+
+
+# -- what a calibration's predictions are worth: its own held-out runs ------------------------------
+
+# DLPerf's OneFlow ResNet-50 rows above, plus 2 and 4 GPUs of one node and a second 4-node run
+# (made up to the same shape, 1-2% apart), so that five runs can be left out in turn.
+SIX_ROWS_CSV = DLPERF_CSV + """resnet50,V100,128,1,2,752.6,dgx1v,100,infiniband,fp32
+resnet50,V100,128,1,4,1490.3,dgx1v,100,infiniband,fp32
+resnet50,V100,128,4,8,11535.0,dgx1v,100,infiniband,fp32
+"""
+
+
+def test_a_calibration_predicts_each_run_it_left_out_and_states_a_range(tmp_path, capsys):
+    from ringleader.model.rows import fit_calibration_rows
+
+    path = tmp_path / "runs.csv"
+    path.write_text(SIX_ROWS_CSV)
+    cal, _, in_sample = fit_calibration_rows([str(path)])
+    # every multi-GPU run predicted by the scaling fitted without it: other errors than in-sample
+    assert len(cal.held_out) == len(in_sample) == 6
+    assert sorted(round(e, 4) for e in cal.held_out) != sorted(round(r.error, 4) for r in in_sample)
+    assert cal.interval is not None
+    low, high = cal.interval
+    assert min(cal.held_out) <= low <= high <= max(cal.held_out)
+    # saved and read back, and the CLI says it
+    out = tmp_path / "cal.json"
+    assert main(["calibrate", str(path), "--out", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert "held out: 6 run(s) each predicted by the fit without it" in said and "likely range" in said
+    assert load_calibration(out).held_out == pytest.approx(cal.held_out, abs=1e-4)
+    # a calibrated prediction now carries that range, as the published rates carry theirs
+    assert main(["predict", "--model", "resnet50", "--workers", "16", "--gpus", "1", "--gpu-type", "V100",
+                 "--batch-size", "128", "--calibration", str(out), "-o", "json"]) == 0  # fmt: skip
+    for pred in json.loads(capsys.readouterr().out)["predictions"]:
+        if pred.get("fits", True):
+            lo, hi = pred["likely_images_per_s"]
+            assert lo <= pred["images_per_s"] * 1.0001 and hi >= pred["images_per_s"] * 0.9999
+            assert lo == pytest.approx(pred["images_per_s"] / (1 + high), rel=1e-3)
+
+
+def test_too_few_held_out_runs_state_no_range(tmp_path, capsys):
+    path = tmp_path / "runs.csv"
+    path.write_text(DLPERF_CSV)  # three multi-GPU runs
+    cal, _ = calibrate_files([str(path)])
+    assert len(cal.held_out) == 3 and cal.interval is None
+    out = tmp_path / "cal.json"
+    assert main(["calibrate", str(path), "--out", str(out)]) == 0
+    assert "held out: 3 run(s)" in capsys.readouterr().out
+    assert main(["predict", "--model", "resnet50", "--workers", "8", "--gpus", "1", "--gpu-type", "V100",
+                 "--batch-size", "128", "--calibration", str(out)]) == 0  # fmt: skip
+    assert "calibrated" in capsys.readouterr().out  # the LIKELY column: no range to state
+
+
+def test_the_queue_prices_a_calibrated_job_with_its_calibrations_range() -> None:
+    from ringleader.model.calibration import Calibration
+    from ringleader.model.predict import ModelEstimator
+    from ringleader.scheduler.types import JobRequest, Placement, WorkerSlot
+
+    job = JobRequest("j", 2, 1)
+    placement = Placement("j", (WorkerSlot(0, "a", (0,)), WorkerSlot(1, "a", (1,))))
+    wide = Calibration(held_out=(-0.2, -0.1, 0.0, 0.1, 0.25))
+    assert ModelEstimator({"j": Calibration()}).likely(placement, job, 100.0) == (100.0, 100.0)
+    low, high = ModelEstimator({"j": wide}).likely(placement, job, 100.0)
+    assert low < 100.0 < high
+
+
+@pytest.mark.parametrize("bad", ["[-1.5]", '["x"]', "[1e400]"])
+def test_a_malformed_held_out_list_is_refused_in_one_line(tmp_path, capsys, bad: str) -> None:
+    path = tmp_path / "cal.json"
+    path.write_text('{"kind": "calibration", "version": 1, "held_out": ' + bad + "}")
+    assert main(["predict", "--model", "resnet50", "--workers", "2", "--calibration", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "held_out" in err and len(err.strip().splitlines()) == 1

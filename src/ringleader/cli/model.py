@@ -10,7 +10,7 @@ from ringleader.cli.output import console, emit_data, output_option, table
 from ringleader.cli.params import BACKENDS, FiniteFloat, count
 from ringleader.errors import UsageError
 from ringleader.model import Prediction, compare_policies, known_models, load_calibration, predict_placement
-from ringleader.model.calibration import Calibration, save_calibration
+from ringleader.model.calibration import MIN_HELD_OUT, Calibration, save_calibration
 from ringleader.model.checks import check_point
 from ringleader.model.comm import ALGORITHMS, FABRICS, calibration_fabric_note, check_fabric
 from ringleader.model.fidelity import seeds_cluster
@@ -72,8 +72,8 @@ def _row(name: str, pred: Prediction | None) -> list[Any]:
 
 
 def likely_range(pred: Prediction) -> str:
-    """The images/s 8 in 10 held-out published rows of the prediction's kind were measured
-    within; "calibrated" where the user's calibration priced it (no row of the table tests it)."""
+    """The images/s 8 in 10 held-out runs like it were measured within (published rows, or the
+    calibration's own left-out runs); "calibrated" where the calibration has too few of those."""
     if pred.likely_range is None:
         return "calibrated"
     low, high = pred.likely_range
@@ -196,8 +196,25 @@ def calibrate_cmd(files: tuple[str, ...], out: str | None, output: str) -> None:
         crow = [[f"{c.point.model} x{c.point.world_size} {c.point.backend}", f"{c.measured:.3g}",
                  f"{c.prediction.images_per_s:.3g}", f"{c.error:+.1%}"] for c in checks]  # fmt: skip
         console().print(table(["CHECK", "MEASURED IMAGES/S", "PREDICTED", "ERROR"], crow))
+    held = held_out_line(cal)
+    if held:
+        click.echo(held)
     if out:
         click.echo(f"wrote {out}")
+
+
+def held_out_line(cal: Calibration) -> str | None:
+    """What the calibration's predictions are worth on the user's runs it left out, and whether
+    that is enough for the likely range its predictions show."""
+    if not cal.held_out:
+        return None
+    n = len(cal.held_out)
+    line = (f"held out: {n} run(s) each predicted by the fit without it: errors {min(cal.held_out):+.1%} to "
+            f"{max(cal.held_out):+.1%}")  # fmt: skip
+    interval = cal.interval
+    if interval is None:
+        return f"{line}; {MIN_HELD_OUT} are needed for a likely range, so its predictions show none"
+    return f"{line}; likely range of its predictions (8 in 10): {interval[0]:+.1%} to {interval[1]:+.1%}"
 
 
 def register(cli: click.Group) -> None:

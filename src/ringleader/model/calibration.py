@@ -17,12 +17,14 @@ prefixed by a backend (``gloo/local``); a prefixed key wins for that backend.
 from __future__ import annotations
 
 import json
+import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 VERSION = 1
+MIN_HELD_OUT = 5  # held-out runs a calibration needs before it states a likely range
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,18 @@ class Calibration:
     overlap: float | None = None
     sources: tuple[str, ...] = ()
     sync: tuple[float, float] | None = None  # (host us per image, node jitter), fitted from multi-GPU rows
+    # Its predictions' errors (predicted / measured - 1) on the user's multi-worker runs it was not
+    # fitted to (rows.held_out_errors, checks.check_point): what its `interval` is read from.
+    held_out: tuple[float, ...] = ()
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        """The errors 8 in 10 of its held-out runs fell within (10th and 90th percentiles); None
+        with fewer than MIN_HELD_OUT of them, too few to say."""
+        if len(self.held_out) < MIN_HELD_OUT:
+            return None
+        cuts = statistics.quantiles(self.held_out, n=10, method="inclusive")
+        return cuts[0], cuts[-1]
 
     def link(self, kind: str, backend: str | None = None) -> LinkFit | None:
         """The fit for a hop kind: ``backend/kind`` first, then plain ``kind``; a key for
@@ -122,6 +136,7 @@ class Calibration:
             "overlap": self.overlap,
             "sync": None if self.sync is None else {
                 "host_us_per_image": round(self.sync[0], 4), "node_jitter": round(self.sync[1], 5)},
+            "held_out": [round(e, 4) for e in self.held_out],
         }  # fmt: skip
 
 
@@ -167,4 +182,4 @@ def calibration_from_dict(doc: Any, origin: str = "calibration", fix: str = "") 
         for c in cal.compute
     )  # fmt: skip
     sync = None if cal.sync is None else (cal.sync.host_us_per_image, cal.sync.node_jitter)
-    return Calibration(links, compute, cal.overlap, tuple(cal.sources), sync)
+    return Calibration(links, compute, cal.overlap, tuple(cal.sources), sync, tuple(cal.held_out))

@@ -59,6 +59,9 @@ class CalibrationFile(_Strict):
     compute: Annotated[list[ComputeEntry], Field(max_length=10_000)] = []
     overlap: Share | None = None
     sync: SyncEntry | None = None
+    # predicted / measured - 1 of each held-out run (a prediction is > 0: above -1)
+    held_out: Annotated[list[Annotated[float, Field(gt=-1, le=1e6, allow_inf_nan=False)]],
+                        Field(max_length=10_000)] = []  # fmt: skip
     # The report `calibrate -o json` prints beside the fit (so its output is a calibration file
     # too): read as lists of objects, not used.
     checks: Annotated[list[dict[str, Any]], Field(max_length=10_000)] = []

@@ -57,13 +57,18 @@ class Prediction:
     sync_s: float = 0.0  # per-step cost of keeping ranks and nodes in step
     bottleneck: str = ""  # the placement's slowest link, worded as `submit` and `get` word it
     calibrated: bool = False  # priced with a user's calibration (no row of the published table)
+    # a calibrated prediction: the errors 8 in 10 of the calibration's held-out runs fell within
+    calibration_interval: tuple[float, float] | None = None
 
     @property
     def likely_range(self) -> tuple[float, float] | None:
-        """The images/s 8 in 10 published rows of this kind (one node, several nodes) were
-        measured within, from the model's held-out errors (reference.toml [intervals]); None for
-        a calibrated prediction, which no row of the table tests."""
-        return None if self.calibrated else likely_range(self.images_per_s, self.nodes)
+        """The images/s 8 in 10 runs like this one were measured within: for the published rates,
+        the model's held-out errors on published rows of this kind (one node, several nodes;
+        reference.toml [intervals]); for a calibrated prediction, its calibration's on the user's
+        own runs it left out (None where it has too few of them to say)."""
+        if self.calibrated:
+            return None if self.calibration_interval is None else within(self.images_per_s, *self.calibration_interval)
+        return likely_range(self.images_per_s, self.nodes)
 
     def summary(self) -> str:
         return f"predicted {self.images_per_s:.0f} images/s ({self.bound}-bound)"
@@ -215,6 +220,7 @@ def predict_placement(
         images, step, compute_s, cost.time_s, exposed, phi, bound,
         images / (ranks * rate.images_per_s), rate.images_per_s, nbytes, cost, rate.source, ceiling,
         sync_s, placement_metrics(nodes, placement).bottleneck.describe(), calibration is not None,
+        calibration.interval if calibration is not None else None,
     )  # fmt: skip
 
 
@@ -288,14 +294,20 @@ def likely_range(images_per_s: float, nodes: int) -> tuple[float, float]:
     """The images/s 8 in 10 published rows of a prediction's kind (one node, several nodes)
     were measured within, from the model's held-out errors (reference.toml [intervals])."""
     low, high = reference()["intervals"]["one_node" if nodes == 1 else "several_nodes"]
+    return within(images_per_s, low, high)
+
+
+def within(images_per_s: float, low: float, high: float) -> tuple[float, float]:
+    """The measured images/s a prediction stands for, given the errors (predicted / measured - 1)
+    that runs like it fell within."""
     return images_per_s / (1 + high), images_per_s / (1 + low)
 
 
 class ModelEstimator:
     """The queue's estimator (``placement_images_per_s``) with its likely range, so that the
     start rule ``finish`` waits only where waiting wins at the pessimistic end. A job with a
-    calibration (``submit --calibration``) is priced with its own, and has no range: no row of
-    the published table tests it."""
+    calibration (``submit --calibration``) is priced with its own, its range from the runs the
+    calibration left out (none where it has too few)."""
 
     def __init__(self, calibrations: Mapping[str, Calibration] | None = None) -> None:
         self.calibrations = dict(calibrations or {})
@@ -304,9 +316,11 @@ class ModelEstimator:
         return placement_images_per_s(nodes, placement, job, self.calibrations.get(job.name))
 
     def likely(self, placement: Placement, job: JobRequest, images_per_s: float) -> tuple[float, float]:
-        if job.name in self.calibrations:
-            return images_per_s, images_per_s
-        return likely_range(images_per_s, len(placement.nodes))
+        calibration = self.calibrations.get(job.name)
+        if calibration is None:
+            return likely_range(images_per_s, len(placement.nodes))
+        interval = calibration.interval
+        return (images_per_s, images_per_s) if interval is None else within(images_per_s, *interval)
 
 
 def calibrated_estimator(calibrations: Mapping[str, Calibration]) -> ModelEstimator:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from ringleader.errors import UsageError
 from ringleader.model.calibration import Calibration, ComputeFit
+from ringleader.model.checks import check_point
 from ringleader.model.comm import check_fabric
 from ringleader.model.fidelity import EMULATED, FidelityResult, FidelityRow, Scaling, fidelity_table, fit_scaling
 from ringleader.model.fit import FIX, TrainPoint, fit_calibration, read_bench_files
@@ -119,7 +120,7 @@ def fit_rows(cal: Calibration, rows: Sequence[FidelityRow]) -> tuple[Calibration
     compute = tuple(cal.compute)
     rows = [replace(r, compute=r.compute or compute) for r in rows]
     spanning = [r for r in rows if r.nodes > 1 and r.node != EMULATED]
-    fabrics = sorted({r.fabric for r in spanning}) if cal.link("network") is None else []
+    fabrics = _fitted_fabrics(cal, rows)
     fitted = fit_scaling(rows, sweeps=2, fabrics=fabrics, start=Scaling.shipped())
     links = dict(cal.links)
     if len(fabrics) == 1 and len({(r.network_gbps, r.nics) for r in spanning}) == 1:
@@ -131,6 +132,36 @@ def fit_rows(cal: Calibration, rows: Sequence[FidelityRow]) -> tuple[Calibration
         links["network"] = LinkFit(gbs, net_latency_us(), len(spanning))
     out = replace(cal, links=links, overlap=fitted.overlap, sync=(fitted.host_us_per_image, fitted.node_jitter))
     return out, fidelity_table(fitted, rows)
+
+
+def _fitted_fabrics(cal: Calibration, rows: Sequence[FidelityRow]) -> list[str]:
+    """The fabrics whose efficiency the rows fit: those they span nodes on, unless the
+    calibration measured the network itself."""
+    if cal.link("network") is not None:
+        return []
+    return sorted({r.fabric for r in rows if r.nodes > 1 and r.node != EMULATED})
+
+
+HELD_OUT_FOLDS = 5  # rows left out together (leave-one-out up to this many rows: each refit costs ~0.05 s per row)
+
+
+def held_out_errors(cal: Calibration, rows: Sequence[FidelityRow]) -> list[float]:
+    """Each row predicted by the scaling fitted without it (k-fold, rows dealt round robin over
+    at most HELD_OUT_FOLDS folds): the error a calibrated prediction of a run like them has, as
+    opposed to the in-sample error of ``fit_rows``."""
+    if len(rows) < 2:
+        return []
+    compute = tuple(cal.compute)
+    rows = [replace(r, compute=r.compute or compute) for r in rows]
+    fabrics = _fitted_fabrics(cal, rows)
+    folds = min(len(rows), HELD_OUT_FOLDS)
+    errors = []
+    for fold in range(folds):
+        held = rows[fold::folds]
+        rest = [r for i, r in enumerate(rows) if i % folds != fold]
+        fitted = fit_scaling(rest, sweeps=2, fabrics=fabrics, start=Scaling.shipped())
+        errors += [result.error for result in fidelity_table(fitted, held)]
+    return errors
 
 
 def calibrate_files(paths: Sequence[str | Path]) -> tuple[Calibration, list[TrainPoint]]:
@@ -166,5 +197,10 @@ def fit_calibration_rows(paths: Sequence[str | Path]) -> tuple[Calibration, list
         cal = Calibration(sources=tuple(str(p) for p in paths))
     cal = Calibration(cal.links, (*cal.compute, *singles), cal.overlap, cal.sources, cal.sync)
     gpu_rows = [r for r in rows_from_train(multi, cal) if r.gpu.lower() != "cpu"]
+    unscaled = cal
     cal, results = fit_rows(cal, [*rows, *gpu_rows])
-    return cal, multi, results
+    # what the calibration's predictions are worth: the rows each predicted without it, and the
+    # CPU runs of several workers, which nothing was fitted to
+    held_out = held_out_errors(unscaled, [*rows, *gpu_rows])
+    held_out += [check_point(p, cal).error for p in multi if p.gpu_type.lower() == "cpu"]
+    return replace(cal, held_out=tuple(held_out)), multi, results
