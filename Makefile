@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTHON ?= python3
 
-.PHONY: setup demo test lint typecheck unit bench clean test-packages
+.PHONY: setup demo test lint typecheck unit bench clean test-packages lab-horovod lab-dli
 
 setup: $(STAMP)
 
@@ -37,6 +37,13 @@ $(STAMP): pyproject.toml
 
 demo: setup
 	PATH="$(abspath $(VENV))/bin:$$PATH" bash scripts/demo.sh
+
+# The two labs end to end, their outputs under examples/labs/ (see scripts/labs.sh).
+lab-horovod: setup
+	PATH="$(abspath $(VENV))/bin:$$PATH" bash scripts/labs.sh horovod examples/labs/horovod
+
+lab-dli: setup
+	PATH="$(abspath $(VENV))/bin:$$PATH" bash scripts/labs.sh dli examples/labs/dli
 
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks

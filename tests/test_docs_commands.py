@@ -54,6 +54,7 @@ SKIPS: list[tuple[str, str]] = [
     (r"^podman (build|run|push)\b", "needs a registry (the image's base is pulled; tests/kube/test_image.py "
                                     "builds the Containerfile from a local base)"),
     (r"^make (demo|test)\b", "long: sets up and runs the demo or the whole suite"),
+    (r"^make lab-", "long: a lab end to end (minutes; tests/bench/test_labs.py checks its committed output)"),
     (r"\bcluster up .*--scale 0\.04", "long: the reference scenario on the emulated cluster (make demo runs it)"),
     *([(r"\bcluster (up|down)\b", reason)] if (reason := _cannot_emulate()) else []),
     (r"--cluster examples/sim/cluster-64x8", "long: the 64-node simulation (minutes)"),

@@ -95,6 +95,26 @@ def test_the_pipeline_table_ends_with_that_need(jpeg_dir: Path) -> None:
                                         r"[\d.]+ MiB/s of files from storage \([\d.]+ KiB each\)", said[0]), said
 
 
+def test_a_pipeline_study_folder_gathers_every_model(jpeg_dir: Path, tmp_path: Path) -> None:
+    """The DLI lab's study: one run per model into one folder, which keeps each model's result
+    and redraws the table and the lab's two plots over all of them."""
+    out = tmp_path / "study"
+    for model in ("trivial", "mnist"):
+        proc = cli("bench", "pipeline", "--model", model, "--data", str(jpeg_dir), "--launcher", "local",
+                   "--loader-workers", "1", "--repeat", "1", "--out", str(out), *TINY)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    assert sorted(p.name for p in out.iterdir()) == ["pipeline-mnist.json", "pipeline-trivial.json", "pipeline.md",
+                                                    "pipeline_ratio.png", "pipeline_scatter.png"]
+    assert proc.stdout.rstrip().endswith(f"wrote {out}: 2 model(s) in pipeline.md, pipeline_scatter.png and "
+                                         "pipeline_ratio.png")
+    table = (out / "pipeline.md").read_text()
+    rows = [ln for ln in table.splitlines() if ln.startswith("| ") and not ln.startswith("| model")]
+    assert [r.split("|")[1].strip() for r in rows] == ["mnist", "trivial"]
+    mnist = json.loads((out / "pipeline-mnist.json").read_text())
+    assert f"{mnist['degradation']:.3f}" in rows[0]
+    assert (out / "pipeline_scatter.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_pipeline_notes_say_what_the_numbers_cannot_be() -> None:
     from ringleader.bench.pipeline import pipeline_notes
 

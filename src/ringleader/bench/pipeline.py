@@ -9,10 +9,12 @@ what feeding one GPU at its compute-only rate takes, host to device and from sto
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict
+from pathlib import Path
 from statistics import median
 from typing import Any
 
@@ -134,3 +136,36 @@ def pipeline_notes(result: dict[str, Any]) -> list[str]:
     if load > cpus:
         notes.append(f"the machine was busy before the runs (load {load:.1f} on {cpus} cores): expect noise")
     return notes
+
+
+STUDY_FILES = ("pipeline.md", "pipeline_scatter.png", "pipeline_ratio.png")
+
+
+def write_study(out: Path, result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The DLI lab's study in one folder (`bench pipeline --out`): this run's result kept as
+    ``pipeline-<model>.json`` beside the other models' runs, then the table (pipeline.md) and the
+    lab's two plots redrawn over all of them. Returns every model's result, by name."""
+    from ringleader.bench import plots
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"pipeline-{result['model']}.json").write_text(json.dumps(result, indent=2) + "\n")
+    results = sorted((json.loads(p.read_text()) for p in out.glob("pipeline-*.json")), key=lambda r: r["model"])
+    (out / "pipeline.md").write_text(study_table(results))
+    plots.pipeline(results, out / "pipeline_scatter.png", out / "pipeline_ratio.png")
+    return results
+
+
+def study_table(results: list[dict[str, Any]]) -> str:
+    """Every model's medians as the lab tabulates them, with what feeding one GPU takes."""
+    lines = ["| model | ranks x backend on device | loader images/s | compute only images/s | full pipeline images/s "
+             "| real / synthetic | host to device MiB/s per GPU | storage MiB/s per GPU | runs |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for r in results:
+        need = r["need_per_gpu"]
+        lines.append(f"| {r['model']} | {r['world_size']} x {r['backend']} on {r['device']} | "
+                     f"{r['loader_images_per_sec']:.1f} | {r['synthetic_images_per_sec']:.1f} | "
+                     f"{r['real_images_per_sec']:.1f} | {r['degradation']:.3f} | "
+                     f"{need['host_to_device_mib_per_sec']:.1f} | {need['storage_mib_per_sec']:.1f} | "
+                     f"{r['repeat']} |")  # fmt: skip
+    notes = [f"- {r['model']}: {note}" for r in results for note in r.get("notes") or ()]
+    return "\n".join([*lines, "", *(["Notes:", "", *notes, ""] if notes else [])])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import click
@@ -154,11 +155,14 @@ def train_cmd(np_: int | None, output: str, **kw: Any) -> None:
 @click.option("--repeat", type=click.IntRange(1, 100), default=3, show_default=True,
               help="Rounds of the three measurements (synthetic and real alternate which goes first); "
                    "the table shows medians, min and max.")
+@click.option("--out", "out", type=click.Path(file_okay=False), default=None,
+              help="A study folder: keep this model's result there and redraw the table (pipeline.md) and the "
+                   "lab's plots over every model run into it.")
 @output_option("json")
-def pipeline_cmd(np_: int, launcher: str, keep: bool, repeat: int, output: str, **kw: Any) -> None:
+def pipeline_cmd(np_: int, launcher: str, keep: bool, repeat: int, out: str | None, output: str, **kw: Any) -> None:
     """Loader alone, training on synthetic and on real data; degradation = real / synthetic."""
     from ringleader.bench.launchers import default_launcher
-    from ringleader.bench.pipeline import need_line, run_pipeline
+    from ringleader.bench.pipeline import STUDY_FILES, need_line, run_pipeline, write_study
     from ringleader.bench.ranks import check_available, check_np
 
     if kw["data"] == "synthetic":
@@ -170,6 +174,7 @@ def pipeline_cmd(np_: int, launcher: str, keep: bool, repeat: int, output: str, 
         res = run_pipeline(cfg, default_launcher(launcher, keep=keep), np_, step, repeat=repeat)
     for note in res["notes"]:
         click.echo(f"note: {note}", err=True)
+    study = write_study(Path(out), res) if out else []
     if output == "json":
         emit_data(res, "json")
         return
@@ -190,6 +195,8 @@ def pipeline_cmd(np_: int, launcher: str, keep: bool, repeat: int, output: str, 
              f"load {load['before'][0]:.1f} -> {load['after'][0]:.1f} on {res['cpus']} cores")  # fmt: skip
     console().print(table(["MEASURE", "IMAGES/S", "MIN", "MAX"], rows, title=title))
     click.echo(need_line(res["need_per_gpu"]))
+    if out:
+        click.echo(f"wrote {out}: {len(study)} model(s) in {STUDY_FILES[0]}, {STUDY_FILES[1]} and {STUDY_FILES[2]}")
 
 
 def _int_list(text: str) -> list[int]:

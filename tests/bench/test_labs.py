@@ -1,0 +1,39 @@
+"""The labs' outputs committed under examples/labs/ (`make lab-horovod`, `make lab-dli`, run by
+hand: minutes each): what they show is what the code renders from the results kept beside them,
+and they are the labs' tables and plots."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ringleader.bench.pipeline import study_table
+from ringleader.bench.scaling import markdown, table_rows
+
+LABS = Path(__file__).resolve().parents[2] / "examples" / "labs"
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_dli_study_is_what_its_models_results_render() -> None:
+    out = LABS / "dli"
+    results = sorted((json.loads(p.read_text()) for p in out.glob("pipeline-*.json")), key=lambda r: r["model"])
+    assert [r["model"] for r in results] == ["alexnet", "googlenet", "resnet50"]
+    assert (out / "pipeline.md").read_text() == study_table(results)
+    for r in results:  # each figure the median of its runs, the lab's degradation from them
+        assert r["repeat"] == 3 and r["degradation"] == r["real_images_per_sec"] / r["synthetic_images_per_sec"]
+        assert r["runs"]["real"] and len(r["runs"]["real"]) == 3
+    assert all((out / name).read_bytes()[:8] == PNG for name in ("pipeline_scatter.png", "pipeline_ratio.png"))
+    assert (out / "pipeline.txt").read_text().count("each GPU at its compute-only rate") == 3
+
+
+def test_the_horovod_lab_table_is_what_its_runs_render() -> None:
+    out = LABS / "horovod"
+    doc = json.loads((out / "scaling.json").read_text())
+    assert [(r["backend"], r["gpus_per_server"]) for r in doc["rows"]] == [("gloo", 1), ("gloo", 2), ("mpi", 1),
+                                                                           ("mpi", 2)]
+    assert doc["skipped"] == {"nccl": "the nccl backend needs CUDA GPUs and none is visible here"}
+    assert table_rows(doc["points"]) == doc["rows"]  # the medians and speedups from the runs kept
+    assert (out / "scaling.md").read_text() == markdown(doc["rows"], doc["title"], doc["machine"], doc["skipped"])
+    assert all((out / name).read_bytes()[:8] == PNG for name in ("speedup.png", "busbw.png"))
+    assert "Experiment environment" in (out / "env.txt").read_text()
+    assert (out / "report.html").read_text().count("data:image/png;base64,") >= 2
