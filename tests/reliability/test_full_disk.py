@@ -44,11 +44,11 @@ def test_job_filling_the_disk_ends_truthfully_and_frees_its_gpus(small_disk: Pat
     nodes = small_disk.parent / "c.yaml"
     nodes.write_text("nodes:\n  - name: box\n    preset: pcie-4gpu-workstation\n    emulated: true\n")
     rt.apply_cluster(nodes)
+    # Room held back now and given back once the job has filled the rest: written after the
+    # submit, a busy machine let the job's output take it all first, and nothing was freed.
     filler = small_disk / "filler"
+    filler.write_bytes(b"\0" * (128 << 10))
     rt.submit(JobSpec("noisy", 2, 1, [sys.executable, "-c", NOISY]))
-    # Fill what the job has not: the disk is full while the job writes.
-    with contextlib.suppress(OSError):
-        filler.write_bytes(b"\0" * (512 << 10))
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
         try:
