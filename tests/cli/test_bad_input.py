@@ -53,6 +53,7 @@ CASES = {
     # Numbers outside what they mean, NaN and infinity: one usage line, never a traceback or a hang.
     "refresh-nan": ["top", "node", "-r", "nan"],
     "refresh-inf": ["top", "job", "-r", "inf"],
+    "instance-of-an-empty-name": ["top", "job", "", "-i", "worker-1"],  # the fuzz test's find: a traceback
     "predict-unknown-backend": ["predict", "--model", "resnet50", "--workers", "1", "--backend", "smoke"],
     "predict-huge-batch": ["predict", "--model", "resnet50", "--workers", "1", "--batch-size", str(2**62)],
     "trace-of-10^20-jobs": ["simulate", "gen-trace", "--jobs", str(10**20), "--arrival-rate", "1", "--out", "t.csv"],

@@ -672,7 +672,7 @@ def top_job(name: str | None, output: str, refresh: float | None, instance: str 
     AGE is the time since each job was created, as kubectl's.
 
     The footer counts GPUs held by running jobs / GPUs asked for by running and waiting jobs."""
-    if instance is not None and name is None:
+    if instance is not None and not name:
         raise UsageError("-i/--instance needs the job's NAME", "give `ringleader top job NAME -i INSTANCE`")
     refreshing(refresh, lambda: _draw_top_job(name, output, engine, instance))
 
