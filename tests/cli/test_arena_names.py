@@ -45,6 +45,17 @@ def test_a_pytorch_job_as_arena_submits_one(seeds_cli) -> None:  # type: ignore[
     assert "rank 1 of 2 " in seeds_cli.ok("logs", "-i", "worker-1", "pt")
     row = next(line for line in seeds_cli.ok("list").splitlines() if line.startswith("pt "))
     assert row.split()[1:3] == ["SUCCEEDED", "PYTORCHJOB"]
+    # arena's -T picks the jobs of a type: an MPI job beside it, and each read names the mismatch
+    seeds_cli.ok("submit", "mpi", "--name", "mp", "--workers", "1", "--", PY, "-c", "pass")
+    listed = [line.split()[0] for line in seeds_cli.ok("list", "-T", "pytorchjob").splitlines()[1:]]
+    assert listed == ["pt"]
+    assert [line.split()[0] for line in seeds_cli.ok("list", "-T", "mpijob").splitlines()[1:]] == ["mp"]
+    for args in (["get", "pt"], ["logs", "pt"], ["top", "job", "pt"], ["delete", "pt"]):
+        wrong = seeds_cli(*args, "-T", "mpijob")
+        assert wrong.returncode == 1 and wrong.stderr.count("\n") == 1, args
+        assert wrong.stderr.startswith("error: job 'pt' is of type pytorchjob, not mpijob. To fix: drop -T")
+    assert "pt" in seeds_cli.ok("list")  # the refused delete stopped nothing
+    assert seeds_cli.ok("get", "pt", "-T", "py").startswith("Name:")
     # an MPI line is an MPI job: refused in one line, nothing written
     refused = seeds_cli("submit", "py", "--name", "ptm", "--workers", "2", "mpirun -np 2 python train.py")
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1
@@ -158,15 +169,16 @@ def test_arenas_read_flags(seeds_cli) -> None:  # type: ignore[no-untyped-def]
     is no job of that type."""
     seeds_cli.ok("submit", "mpi", "--name", "t", "--workers", "2", "--gpus", "1", "--", PY, "-c", "print('hi')")
     seeds_cli.ok("logs", "-f", "t")
-    def timeless(out: str) -> str:  # ages and durations move on between two commands
-        return re.sub(r"\b\d+[smhd]\b", "", out)
+    def timeless(out: str) -> str:  # ages and durations move on between two commands (9s, then 10s: wider)
+        return re.sub(r" +", " ", re.sub(r"\b\d+[smhd]\b", "", out))
 
     for args in (["get", "t"], ["list"], ["logs", "t"], ["top", "job", "t"]):
         plain = timeless(seeds_cli.ok(*args))
         assert timeless(seeds_cli.ok(*args, "-T", "mpijob")) == plain == timeless(seeds_cli.ok(*args, "--type", "MPI"))
         refused = seeds_cli(*args, "-T", "tfjob")
         assert refused.returncode == 2 and refused.stdout == "" and refused.stderr.count("\n") == 1
-        assert refused.stderr.startswith("error: -T tfjob: ringleader runs MPI jobs (mpijob) only")
+        assert refused.stderr.startswith("error: -T tfjob: ringleader runs MPI and PyTorch jobs (mpijob, "
+                                         "pytorchjob) only")  # fmt: skip
     assert timeless(seeds_cli.ok("get", "t", "--gpus")) == timeless(seeds_cli.ok("get", "t", "-g"))
     one = seeds_cli.ok("top", "job", "t", "-i", "t-worker-1")
     assert "t-worker-1" in one and "t-worker-0" not in one

@@ -61,21 +61,45 @@ def engine_option(f: F) -> F:
 
 
 # arena's names for the one kind of job ringleader runs (its -T/--type on read commands)
-MPI_JOB_TYPES = ("mpijob", "mpi", "mj")
+# arena's job types as -T names them, and the kind of ringleader job each is.
+JOB_TYPES = {"mpijob": "mpi", "mpi": "mpi", "mj": "mpi", "pytorchjob": "pytorch", "pytorch": "pytorch", "py": "pytorch"}
 
 
 def job_type_option(f: F) -> F:
-    """arena's `-T/--type TYPE` on the read commands: every ringleader job is an mpijob; another
-    type is refused in one line (no job of it exists), as scripts written for arena pass it."""
+    """arena's `-T/--type TYPE` on the read commands: mpijob or pytorchjob, the jobs `submit mpi`
+    and `submit pytorch` make; another type is refused in one line (no job of it exists)."""
     return click.option("-T", "--type", "job_type", default=None, expose_value=False, metavar="TYPE",
                         callback=_check_job_type,
-                        help="arena's job type: mpijob (every ringleader job is one).")(f)  # fmt: skip
+                        help="arena's job type: mpijob or pytorchjob (only jobs of it).")(f)  # fmt: skip
 
 
 def _check_job_type(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
-    del ctx, param
-    if value is not None and value.lower() not in MPI_JOB_TYPES:
-        raise UsageError(f"-T {value}: ringleader runs MPI jobs (mpijob) only", "drop -T, or give -T mpijob")
+    del param
+    if value is not None and value.lower() not in JOB_TYPES:
+        raise UsageError(f"-T {value}: ringleader runs MPI and PyTorch jobs (mpijob, pytorchjob) only",
+                         "drop -T, or give -T mpijob or -T pytorchjob")  # fmt: skip
+    ctx.meta["ringleader.job_type"] = None if value is None else JOB_TYPES[value.lower()]
+
+
+def _job_type() -> str | None:
+    ctx = click.get_current_context(silent=True)
+    return ctx.meta.get("ringleader.job_type") if ctx is not None else None
+
+
+def of_type(jobs: Sequence[JobView]) -> list[JobView]:
+    """The jobs of the type -T asks for (all without -T)."""
+    kind = _job_type()
+    return [j for j in jobs if kind is None or j.spec.kind == kind]
+
+
+def typed(job: JobView) -> JobView:
+    """The named job, if it is of the type -T asks for; else not found, as arena says."""
+    kind = _job_type()
+    if kind is not None and job.spec.kind != kind:
+        asked = next(t for t, k in JOB_TYPES.items() if k == kind and t.endswith("job"))
+        raise NotFoundError(f"job {job.name!r} is of type {job.trainer.lower()}, not {asked}",
+                            f"drop -T, or give -T {job.trainer.lower()}")  # fmt: skip
+    return job
 
 
 def _remember_namespace(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
@@ -518,7 +542,7 @@ def render_submitted(result: SubmitResult) -> None:
 def get(name: str, output: str, show_events: bool, show_gpus: bool, engine: str | None) -> None:
     """Show a job: status, placement and its instances (arena get)."""
     with using_engine(engine) as runtime:
-        job = runtime.get(name)
+        job = typed(runtime.get(name))
         prediction = runtime.prediction(name) if job.spec.model else None
         usage = runtime.gpu_usage(name) if show_gpus else None
     if output in ("json", "yaml"):
@@ -625,7 +649,7 @@ def list_jobs(output: str, all_namespaces: bool, engine: str | None) -> None:
         click.get_current_context().meta["ringleader.namespace"] = ALL_NAMESPACES
     wide = output == "wide"
     with using_engine(engine) as rt:
-        jobs = rt.list_jobs()
+        jobs = of_type(rt.list_jobs())
         preempted = {j.name: last_preempted(rt, j.name) for j in jobs if wide and j.restarts}
     if output in ("json", "yaml"):
         emit_data([j.to_dict() for j in jobs], output)
@@ -679,7 +703,7 @@ def top_job(name: str | None, output: str, refresh: float | None, instance: str 
 
 def _draw_top_job(name: str | None, output: str, engine: str | None, instance: str | None = None) -> None:
     with using_engine(engine) as rt:
-        jobs = [rt.get(name)] if name else rt.list_jobs()
+        jobs = [typed(rt.get(name))] if name else of_type(rt.list_jobs())
         usage = rt.gpu_usage(name) if name else {}
     if instance is not None:  # as `logs -i` reads it: the full name, or `worker-1` for JOB-worker-1
         chosen = instance_name(jobs[0], instance)
@@ -735,6 +759,8 @@ def logs(name: str, follow: bool, tail: int | None, instance: str | None, timest
         raise UsageError(f"--tail must be >= 0, got {tail}", "give a number of lines")
     cutoff = since_cutoff(since, since_time)
     with using_engine(engine) as rt:
+        if _job_type() is not None:
+            typed(rt.get(name))
         if cutoff is not None:  # read with the stamps, keep what is recent enough
             read = rt.follow(name, instance, None, True) if follow else [rt.logs(name, instance, None, True)]
             for chunk in lines_since(read, cutoff, timestamps, tail):
@@ -788,6 +814,9 @@ def delete(names: tuple[str, ...], now: bool, engine: str | None) -> None:
     (RINGLEADER_GRACE_S when it was submitted, default 5 s) to write a checkpoint and exit, then
     SIGKILL; --now kills at once."""
     with using_engine(engine) as rt:
+        if _job_type() is not None:  # every one of them, before any is stopped
+            for name in names:
+                typed(rt.get(name))
         gone = rt.delete(list(dict.fromkeys(names)), now=now)
     for name in gone:
         click.echo(f"job {name!r} deleted")
