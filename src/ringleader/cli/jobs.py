@@ -36,7 +36,14 @@ from ringleader.errors import NotFoundError, UsageError
 from ringleader.jobs.commandline import read_command
 from ringleader.jobs.logfiles import instance_name, lines_since
 from ringleader.jobs.queues import Preempted, read_preempted
-from ringleader.jobs.spec import ContainerOptions, parse_container_user, parse_data, parse_duration, parse_size
+from ringleader.jobs.spec import (
+    TRAINERS,
+    ContainerOptions,
+    parse_container_user,
+    parse_data,
+    parse_duration,
+    parse_size,
+)
 from ringleader.jobs.states import JobStatus
 
 if TYPE_CHECKING:  # the runtime is imported by the commands that use it: `--help` stays quick
@@ -96,8 +103,7 @@ def typed(job: JobView) -> JobView:
     """The named job, if it is of the type -T asks for; else not found, as arena says."""
     kind = _job_type()
     if kind is not None and job.spec.kind != kind:
-        asked = next(t for t, k in JOB_TYPES.items() if k == kind and t.endswith("job"))
-        raise NotFoundError(f"job {job.name!r} is of type {job.trainer.lower()}, not {asked}",
+        raise NotFoundError(f"job {job.name!r} is of type {job.trainer.lower()}, not {TRAINERS[kind].lower()}",
                             f"drop -T, or give -T {job.trainer.lower()}")  # fmt: skip
     return job
 

@@ -11,7 +11,6 @@ from ringleader.cli.params import BACKENDS, FiniteFloat, count
 from ringleader.errors import UsageError
 from ringleader.model import Prediction, compare_policies, known_models, load_calibration, predict_placement
 from ringleader.model.calibration import MIN_HELD_OUT, Calibration, save_calibration
-from ringleader.model.checks import check_point
 from ringleader.model.comm import ALGORITHMS, FABRICS, calibration_fabric_note, check_fabric
 from ringleader.model.fidelity import seeds_cluster
 from ringleader.model.rows import fit_calibration_rows
@@ -162,8 +161,7 @@ def predict_cmd(model: str, batch_size: int, precision: str, workers: int | None
 def calibrate_cmd(files: tuple[str, ...], out: str | None, output: str) -> None:
     """Fit links, compute rates and scaling from `bench allreduce|train -o json` files and
     throughput CSVs (one multi-GPU run per line: docs/model.md)."""
-    cal, multi, fitted = fit_calibration_rows(files)
-    checks = [check_point(p, cal) for p in multi if p.gpu_type.lower() == "cpu"]
+    cal, checks, fitted = fit_calibration_rows(files)
     if out:
         save_calibration(cal, out)
     if output == "json":

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ringleader.errors import UsageError
 from ringleader.model.calibration import Calibration, ComputeFit
-from ringleader.model.checks import check_point
+from ringleader.model.checks import Check, check_point
 from ringleader.model.comm import check_fabric
 from ringleader.model.fidelity import EMULATED, FidelityResult, FidelityRow, Scaling, fidelity_table, fit_scaling
 from ringleader.model.fit import FIX, TrainPoint, fit_calibration, read_bench_files
@@ -117,8 +117,7 @@ def fit_rows(cal: Calibration, rows: Sequence[FidelityRow]) -> tuple[Calibration
     link fitted to ``rows``; and the rows as predicted with it."""
     if not rows:
         return cal, []
-    compute = tuple(cal.compute)
-    rows = [replace(r, compute=r.compute or compute) for r in rows]
+    rows = _priced(cal, rows)
     spanning = [r for r in rows if r.nodes > 1 and r.node != EMULATED]
     fabrics = _fitted_fabrics(cal, rows)
     fitted = fit_scaling(rows, sweeps=2, fabrics=fabrics, start=Scaling.shipped())
@@ -132,6 +131,11 @@ def fit_rows(cal: Calibration, rows: Sequence[FidelityRow]) -> tuple[Calibration
         links["network"] = LinkFit(gbs, net_latency_us(), len(spanning))
     out = replace(cal, links=links, overlap=fitted.overlap, sync=(fitted.host_us_per_image, fitted.node_jitter))
     return out, fidelity_table(fitted, rows)
+
+
+def _priced(cal: Calibration, rows: Sequence[FidelityRow]) -> list[FidelityRow]:
+    """The rows, each priced with the calibration's compute rates where it gives none itself."""
+    return [replace(r, compute=r.compute or tuple(cal.compute)) for r in rows]
 
 
 def _fitted_fabrics(cal: Calibration, rows: Sequence[FidelityRow]) -> list[str]:
@@ -151,8 +155,7 @@ def held_out_errors(cal: Calibration, rows: Sequence[FidelityRow]) -> list[float
     opposed to the in-sample error of ``fit_rows``."""
     if len(rows) < 2:
         return []
-    compute = tuple(cal.compute)
-    rows = [replace(r, compute=r.compute or compute) for r in rows]
+    rows = _priced(cal, rows)
     fabrics = _fitted_fabrics(cal, rows)
     folds = min(len(rows), HELD_OUT_FOLDS)
     errors = []
@@ -166,14 +169,15 @@ def held_out_errors(cal: Calibration, rows: Sequence[FidelityRow]) -> list[float
 
 def calibrate_files(paths: Sequence[str | Path]) -> tuple[Calibration, list[TrainPoint]]:
     """The calibration fitted from ``paths`` (bench JSON, throughput CSV) and the multi-worker
-    train results to check it on. Multi-GPU throughput rows (CSV lines, or bench train runs on
-    GPUs) also fit overlap, the sync terms and the network (``fit_calibration_rows``)."""
-    cal, multi, _ = fit_calibration_rows(paths)
-    return cal, multi
+    CPU train results it was checked on. Multi-GPU throughput rows (CSV lines, or bench train
+    runs on GPUs) also fit overlap, the sync terms and the network (``fit_calibration_rows``)."""
+    cal, checks, _ = fit_calibration_rows(paths)
+    return cal, [c.point for c in checks]
 
 
-def fit_calibration_rows(paths: Sequence[str | Path]) -> tuple[Calibration, list[TrainPoint], list[FidelityResult]]:
-    """As ``calibrate_files``, plus the fitted rows' predictions (``fidelity.FidelityResult``)."""
+def fit_calibration_rows(paths: Sequence[str | Path]) -> tuple[Calibration, list[Check], list[FidelityResult]]:
+    """The calibration, its checks (each multi-worker CPU run predicted by it, ``checks.Check``)
+    and the fitted rows' predictions (``fidelity.FidelityResult``)."""
     if not paths:
         raise UsageError("no bench result files given", FIX)
     json_paths = [p for p in paths if not str(p).lower().endswith(".csv")]
@@ -201,6 +205,6 @@ def fit_calibration_rows(paths: Sequence[str | Path]) -> tuple[Calibration, list
     cal, results = fit_rows(cal, [*rows, *gpu_rows])
     # what the calibration's predictions are worth: the rows each predicted without it, and the
     # CPU runs of several workers, which nothing was fitted to
-    held_out = held_out_errors(unscaled, [*rows, *gpu_rows])
-    held_out += [check_point(p, cal).error for p in multi if p.gpu_type.lower() == "cpu"]
-    return replace(cal, held_out=tuple(held_out)), multi, results
+    checks = [check_point(p, cal) for p in multi if p.gpu_type.lower() == "cpu"]
+    held_out = [*held_out_errors(unscaled, [*rows, *gpu_rows]), *(c.error for c in checks)]
+    return replace(cal, held_out=tuple(held_out)), checks, results

@@ -24,7 +24,7 @@ from ringleader.engines.kubernetes import manifests, names
 from ringleader.engines.kubernetes.cache import Cache
 from ringleader.engines.kubernetes.client import ApiError, JobsApi, current_namespace, load_client
 from ringleader.engines.kubernetes.delivery import Delivery, claim_template
-from ringleader.engines.kubernetes.objects import wall_time
+from ringleader.engines.kubernetes.objects import replica_role, wall_time
 from ringleader.errors import ConflictError, NotFoundError, UsageError
 from ringleader.jobs.logfiles import instance_name, wait_until_ended
 from ringleader.jobs.queues import (
@@ -442,10 +442,8 @@ class KubernetesEngine:
 
 
 def _role(pod: Mapping[str, Any]) -> str:
-    """What a pod of a training job is: mpi-operator's launcher or worker, the Training Operator's
-    master or worker (its replica type)."""
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    return str(labels.get(names.REPLICA_TYPE_LABEL) or labels.get(names.JOB_ROLE_LABEL) or "worker").lower()
+    """What a pod of a training job is (objects.replica_role); a worker where it does not say."""
+    return replica_role((pod.get("metadata") or {}).get("labels") or {}) or "worker"
 
 
 CHIEFS = ("launcher", "master")  # the pod whose log is the job's (mpirun's; rank 0's)

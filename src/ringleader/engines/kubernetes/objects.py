@@ -318,6 +318,12 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo:
     )  # fmt: skip
 
 
+def replica_role(labels: Mapping[str, str]) -> str:
+    """What a training operator made the pod: mpi-operator's launcher or worker, the Training
+    Operator's master or worker (its replica type); "" for a pod of neither."""
+    return str(labels.get(names.REPLICA_TYPE_LABEL) or labels.get(names.JOB_ROLE_LABEL) or "").lower()
+
+
 def rank_order(name: str, labels: Mapping[str, str], annotations: Mapping[str, str]) -> tuple[int, int, str]:
     """Where a pod stands in its gang's rank order, as its controller numbered it:
     - an Indexed Job's pod (a JobSet's, a TrainJob's): its Job's index among the JobSet's Jobs,
@@ -334,7 +340,7 @@ def rank_order(name: str, labels: Mapping[str, str], annotations: Mapping[str, s
     if completion is not None:
         return (number(labels.get(names.JOBSET_GLOBAL_INDEX_LABEL)) or 0, completion, name)
     replica = number(labels.get(names.REPLICA_INDEX_LABEL))
-    kind = (labels.get(names.REPLICA_TYPE_LABEL) or labels.get(names.JOB_ROLE_LABEL) or "").lower()
+    kind = replica_role(labels)
     if replica is not None and kind:
         return (0 if kind == "master" else 1, replica, name)
     tail = number(name.rsplit("-", 1)[-1])
