@@ -109,11 +109,12 @@ def test_agent_check_reports_what_it_finds_and_touches_no_api(capsys, monkeypatc
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: no GPU found here (") and "To fix:" in err and len(err.splitlines()) == 1
 
-    from ringleader.engines.kubernetes import agent
+    from ringleader.cli import kube
+    from ringleader.engines.kubernetes.agent import Found
     from ringleader.topology import parse_topo_text
 
     quad = parse_topo_text("\tGPU0\tGPU1\nGPU0\t X \tNV2\nGPU1\tNV2\t X \n", source="test")
-    monkeypatch.setattr(agent, "find_topology", lambda: agent.Found(quad, "nvidia-smi", ("GPU-a", "GPU-b"), 0))
+    monkeypatch.setattr(kube, "find_topology", lambda: Found(quad, "nvidia-smi", ("GPU-a", "GPU-b"), 0))
     assert main(["kube", "agent", "--check"]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[0] == "2 GPU(s) found by nvidia-smi; 0 unhealthy; UUIDs known"

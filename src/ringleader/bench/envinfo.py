@@ -12,6 +12,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from ringleader.topology.nvml import discover
+
 PACKAGES = ("torch", "numpy", "pillow", "mpi4py", "matplotlib", "nvidia-ml-py", "ringleader")
 
 
@@ -58,8 +60,6 @@ def _mpi() -> str:
 
 
 def _gpus() -> tuple[str, str, str]:
-    from ringleader.topology.nvml import discover
-
     d = discover()
     topo = d.topology
     if topo.n_gpus == 0:

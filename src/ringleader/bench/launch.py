@@ -18,7 +18,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ringleader.bench.ranks import INSTALL_MPI, free_port
+from ringleader.bench import worker
+from ringleader.bench.ranks import INSTALL_MPI, check_available, check_np, discover, free_port
 from ringleader.errors import DependencyError, RingleaderError
 
 
@@ -126,9 +127,6 @@ def _wait_all(procs: list[subprocess.Popen[str]], timeout: float | None) -> int:
 def dispatch(kind: str, cfg: dict[str, Any], backend: str, np_: int | None) -> int:
     """The CLI's entry: launch ``np_`` local ranks unless this process already is a rank (or
     no -np was given), in which case run in-process. Returns the exit code."""
-    from ringleader.bench import worker
-    from ringleader.bench.ranks import check_available, check_np, discover
-
     info = discover()
     if np_ is not None and not info.in_job:
         check_available(backend, need_mpirun=backend == "mpi")

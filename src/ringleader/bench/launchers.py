@@ -15,6 +15,8 @@ import uuid
 from typing import Any, Protocol
 
 from ringleader.bench.launch import launch, worker_command
+from ringleader.bench.ranks import cuda_count
+from ringleader.engines.embedded import engine as api
 from ringleader.errors import RingleaderError
 
 
@@ -72,8 +74,6 @@ class RuntimeLauncher:
     name = "runtime"
 
     def __init__(self, home: str | None = None, timeout: float | None = 600, keep: bool = False) -> None:
-        from ringleader.engines.embedded import engine as api
-
         self.api = api
         self.rt = api.Runtime.open(home=home)
         self.timeout = timeout
@@ -81,8 +81,6 @@ class RuntimeLauncher:
 
     def run(self, kind: str, cfg: dict[str, Any], backend: str, workers: int,
             threads: int | None = None) -> dict[str, Any]:  # fmt: skip
-        from ringleader.bench.ranks import cuda_count
-
         cfg = dict(cfg, output="json", backend=backend)
         name = f"bench-{kind}-{backend}-{workers}-{uuid.uuid4().hex[:6]}"
         command = worker_command(kind, cfg)

@@ -7,7 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ringleader.bench.googlenet import googlenet
 from ringleader.errors import UsageError
+from ringleader.inputs import did_you_mean
 
 MODELS = ("trivial", "mnist", "alexnet", "googlenet", "resnet50", "resnet152", "vgg16")
 
@@ -22,8 +24,6 @@ class ModelSpec:
 
 def spec(name: str) -> ModelSpec:
     if name not in MODELS:
-        from ringleader.inputs import did_you_mean
-
         raise UsageError(f"unknown model {name!r}{did_you_mean(name.lower(), list(MODELS))}",
                          f"use one of: {', '.join(MODELS)}")  # fmt: skip
     if name == "mnist":
@@ -43,8 +43,6 @@ def build(name: str, image_size: int = 224) -> Any:
     if name == "vgg16":
         return _vgg16(s.num_classes)
     if name == "googlenet":
-        from ringleader.bench.googlenet import googlenet
-
         return googlenet(s.num_classes)
     return _resnet([3, 4, 6, 3] if name == "resnet50" else [3, 8, 36, 3], s.num_classes)
 

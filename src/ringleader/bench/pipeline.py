@@ -18,7 +18,7 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from ringleader.bench import models
+from ringleader.bench import models, plots
 from ringleader.bench.data import Augment, ImageFolder, LoaderStats, batches, scan
 from ringleader.bench.launchers import Launcher
 from ringleader.bench.train import TrainConfig
@@ -145,8 +145,6 @@ def write_study(out: Path, result: dict[str, Any]) -> list[dict[str, Any]]:
     """The DLI lab's study in one folder (`bench pipeline --out`): this run's result kept as
     ``pipeline-<model>.json`` beside the other models' runs, then the table (pipeline.md) and the
     lab's two plots redrawn over all of them. Returns every model's result, by name."""
-    from ringleader.bench import plots
-
     out.mkdir(parents=True, exist_ok=True)
     (out / f"pipeline-{result['model']}.json").write_text(json.dumps(result, indent=2) + "\n")
     results = sorted((json.loads(p.read_text()) for p in out.glob("pipeline-*.json")), key=lambda r: r["model"])

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from ringleader.bench import BACKENDS
 from ringleader.errors import DependencyError, UsageError
+from ringleader.runtime.rank import rendezvous_port
 
 # The most ranks `-np` launches on one machine. Each rank of a CPU backend is a full process
 # with its own copy of the model, so beyond 4 per core a run measures the OS scheduler,
@@ -110,8 +111,6 @@ def check_available(backend: str, *, need_mpirun: bool) -> None:
 
 def free_port() -> int:
     """A rendezvous port for the bench's ranks, chosen as the engines choose MASTER_PORT."""
-    from ringleader.runtime.rank import rendezvous_port
-
     return rendezvous_port("127.0.0.1")
 
 

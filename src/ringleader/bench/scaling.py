@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ringleader import htmlreport as h
+from ringleader.bench import plots
 from ringleader.bench.launchers import Launcher
 from ringleader.bench.machine import machine_load
 from ringleader.bench.ranks import check_available, check_backend, check_np
@@ -168,8 +170,6 @@ def run_scaling(cfg: ScalingConfig, launcher: Launcher,
                 progress: Callable[[str], None] | None = None) -> dict[str, Any]:  # fmt: skip
     """Measure every (backend, workers) point ``repeat`` times, round robin, then the busbw
     sweeps; write all outputs."""
-    from ringleader.bench import plots
-
     cfg.validate()
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -227,8 +227,6 @@ def _write(out: Path, doc: dict[str, Any]) -> list[str]:
 def scaling_report(doc: dict[str, Any], pngs: list[Path], path: Path) -> Path:
     """`bench scaling`'s self-contained HTML: the table with ranges and warnings, the machine's
     load, then every plot."""
-    from ringleader import htmlreport as h
-
     headers = [*HEADERS, "Min-max (images/s)", "Spread", "Runs", "Load (1m)"]
     rows = [[r["backend"], r["servers"], r["gpus_per_server"], f"{r['avg_step_time_s']:.4f}",
              f"{r['avg_throughput']:.1f}", f"{r['speedup']:.2f}", f"{r['scaling_efficiency']:.0%}",

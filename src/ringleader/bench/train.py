@@ -17,9 +17,9 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ringleader.bench import models
+from ringleader.bench import models, report
 from ringleader.bench.comm import Comm, init
-from ringleader.bench.data import AUGMENTS, Augment, ImageFolder, LoaderStats, batches, check_decode
+from ringleader.bench.data import AUGMENTS, Augment, ImageFolder, LoaderStats, batches, check_decode, scan
 from ringleader.bench.gradsync import MIB, GradientBuckets
 from ringleader.bench.ranks import check_backend, discover, nodes
 from ringleader.errors import UsageError
@@ -68,8 +68,6 @@ class TrainConfig:
             raise UsageError("--image-size must be >= 8 and --loader-workers >= 0",
                              "pass e.g. --image-size 224 --loader-workers 2")
         if self.data != "synthetic":
-            from ringleader.bench.data import scan
-
             scan(self.data)
 
 
@@ -222,8 +220,6 @@ class _StepTimer:
 
 def train(cfg: TrainConfig, comm: Comm) -> dict[str, Any]:
     """Warm up, then time ``num_batches`` steps on this rank; rank 0 prints progress."""
-    from ringleader.bench import report
-
     cfg.validate()
     status = report.Status() if cfg.progress and comm.rank == 0 else None
     note = status.show if status else lambda text: None

@@ -11,9 +11,12 @@ import json
 import sys
 from typing import Any
 
-from ringleader.bench.allreduce import AllreduceConfig, measure
+from ringleader.bench import report
+from ringleader.bench.allreduce import AllreduceConfig, measure, rank_devices
 from ringleader.bench.comm import init
+from ringleader.bench.machine import load_text, machine_load
 from ringleader.bench.ranks import discover
+from ringleader.bench.train import TrainConfig, run
 from ringleader.errors import RingleaderError
 
 
@@ -25,10 +28,6 @@ def _emit(text: str, status: Any = None) -> None:
 
 def run_allreduce(cfg: AllreduceConfig) -> int:
     """Run the sweep as this rank; the exit code is 1 when any value was out of bounds."""
-    from ringleader.bench import report
-    from ringleader.bench.allreduce import rank_devices
-    from ringleader.bench.machine import load_text, machine_load
-
     cfg.validate()
     comm = init(cfg.backend, discover())
     try:
@@ -55,8 +54,6 @@ def run_allreduce(cfg: AllreduceConfig) -> int:
 
 
 def run_train(cfg_dict: dict[str, Any]) -> int:
-    from ringleader.bench.train import TrainConfig, run
-
     cfg = TrainConfig(**cfg_dict)
     run(cfg)
     return 0

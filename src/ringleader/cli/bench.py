@@ -11,6 +11,15 @@ from typing import Any
 
 import click
 
+from ringleader.bench.allreduce import AllreduceConfig, check_root, parse_size
+from ringleader.bench.data import synth
+from ringleader.bench.envinfo import collect, rows
+from ringleader.bench.launch import BenchFailed, dispatch
+from ringleader.bench.launchers import default_launcher
+from ringleader.bench.pipeline import STUDY_FILES, need_line, run_pipeline, write_study
+from ringleader.bench.ranks import check_available, check_backend, check_np, discover
+from ringleader.bench.scaling import ScalingConfig, load_line, run_scaling, skipped_lines
+from ringleader.bench.train import TrainConfig
 from ringleader.cli.output import console, emit_data, output_option, shared_group, step_progress, table
 from ringleader.cli.params import BACKENDS, FiniteFloat, count
 from ringleader.errors import UsageError
@@ -22,8 +31,6 @@ NP_HELP = ("Launch N local ranks (mpirun for mpi, processes for gloo/nccl); igno
 def _exit(rc: int) -> None:
     """A failed check (out-of-bounds values) exits 1, as nccl-tests does."""
     if rc:
-        from ringleader.bench.launch import BenchFailed
-
         raise BenchFailed("results out of bounds (see #wrong above)", "", rc)
 
 
@@ -61,8 +68,6 @@ def _train_options(f: Any) -> Any:
 
 
 def _train_config(kw: dict[str, Any], output: str) -> Any:
-    from ringleader.bench.train import TrainConfig
-
     cfg = TrainConfig(
         model=kw["model"], batch_size=kw["batch_size"], num_batches=kw["num_batches"],
         num_warmup_batches=kw["num_warmup_batches"], precision=kw["precision"], data=kw["data"],
@@ -112,10 +117,6 @@ def allreduce_cmd(minbytes: str, maxbytes: str, stepfactor: int, iters: int, war
                   output: str) -> None:  # fmt: skip
     """Collective bandwidth with nccl-tests' columns, busbw and #wrong checks. On a terminal,
     the size being measured shows on stderr until its row prints."""
-    from ringleader.bench.allreduce import AllreduceConfig, check_root, parse_size
-    from ringleader.bench.launch import dispatch
-    from ringleader.bench.ranks import check_backend, discover
-
     check_backend(backend)
     cfg = AllreduceConfig(parse_size(minbytes), parse_size(maxbytes), stepfactor, iters,
                           warmup_iters, check, datatype, op, collective, root, backend, output,
@@ -139,8 +140,6 @@ def allreduce_cmd(minbytes: str, maxbytes: str, stepfactor: int, iters: int, war
 @output_option("json")
 def train_cmd(np_: int | None, output: str, **kw: Any) -> None:
     """Data-parallel training throughput (DDP for gloo/nccl, fused allreduce for mpi)."""
-    from ringleader.bench.launch import dispatch
-
     cfg = _train_config(kw, output)
     _exit(dispatch("train", asdict(cfg), cfg.backend, np_))
 
@@ -161,10 +160,6 @@ def train_cmd(np_: int | None, output: str, **kw: Any) -> None:
 @output_option("json")
 def pipeline_cmd(np_: int, launcher: str, keep: bool, repeat: int, out: str | None, output: str, **kw: Any) -> None:
     """Loader alone, training on synthetic and on real data; degradation = real / synthetic."""
-    from ringleader.bench.launchers import default_launcher
-    from ringleader.bench.pipeline import STUDY_FILES, need_line, run_pipeline, write_study
-    from ringleader.bench.ranks import check_available, check_np
-
     if kw["data"] == "synthetic":
         raise UsageError("bench pipeline needs real files", "pass --data DIR (see `data synth`)")
     cfg = _train_config(kw, "json")
@@ -231,10 +226,6 @@ def scaling_cmd(backends: str, workers: str, out_dir: str, repeat: int, threads:
                 **kw: Any) -> None:  # fmt: skip
     """Lab 7's scaling table (real multi-process runs, --repeat per point), plots and an HTML
     report. A row whose efficiency exceeds 100% or whose runs spread more than 10% is flagged."""
-    from ringleader.bench.allreduce import parse_size
-    from ringleader.bench.launchers import default_launcher
-    from ringleader.bench.scaling import ScalingConfig, load_line, run_scaling, skipped_lines
-
     cfg = ScalingConfig(
         backends=[b.strip() for b in backends.split(",") if b.strip()], workers=_int_list(workers),
         out=out_dir, train=_train_config(kw, "json"), busbw=busbw,
@@ -277,8 +268,6 @@ def register(cli: click.Group) -> None:
     def synth_cmd(out_dir: str, images: int, size: int, classes: int, seed: int,
                   output: str) -> None:  # fmt: skip
         """Write a dataset of real JPEG files (one subfolder per class)."""
-        from ringleader.bench.data import synth
-
         with step_progress(images, output == "table") as step:
             res = synth(out_dir, images, size, classes, seed, on_image=step)
         if output == "json":
@@ -292,8 +281,6 @@ def register(cli: click.Group) -> None:
     def env_cmd(output: str) -> None:
         """The experiment-environment table: servers, NICs, GPUs and links, OS, driver,
         CUDA, NCCL, MPI, framework and package versions."""
-        from ringleader.bench.envinfo import collect, rows
-
         info = collect()
         if output == "json":
             click.echo(json.dumps(info, indent=2))

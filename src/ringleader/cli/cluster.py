@@ -22,9 +22,13 @@ from ringleader.cli.output import (
 )
 from ringleader.cli.params import FiniteFloat
 from ringleader.engines.base import NodeCordons
+from ringleader.engines.embedded.engine import Runtime
+from ringleader.engines.embedded.hosts.netns import switch_links
 from ringleader.errors import NotFoundError, UsageError
 from ringleader.jobs.codec import node_to_dict
 from ringleader.jobs.views import NodeHealth
+from ringleader.topology import PRESETS, preset, render_topo_text
+from ringleader.topology.draw import draw_node
 
 if TYPE_CHECKING:  # the runtime and topologies are imported by the commands that use them
     from ringleader.scheduler import ClusterState, NodeState
@@ -36,7 +40,6 @@ RULE = "-" * 90
 def complete_nodes(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
     """Shell completion of node names (through click's _RINGLEADER_COMPLETE): read only."""
     del ctx, param
-    from ringleader.engines.embedded.engine import Runtime
 
     try:
         with Runtime.open(readonly=True) as rt:
@@ -111,7 +114,6 @@ def cluster_up(path: str, scale: float, engine: str | None) -> None:
         created, state = rt.cluster_up(path, scale)
     emulated = [ns for ns in state.nodes if ns.spec.address is not None]
     click.echo(f"cluster up: {len(emulated)} node(s) in network namespaces, links at network_gbps x {scale:g}")
-    from ringleader.engines.embedded.hosts.netns import switch_links
 
     for link in switch_links([ns.spec for ns in emulated], scale):
         shaped = f"shaped to {link.mbit:g} Mb/s" if link.mbit is not None else "unshaped (non-blocking)"
@@ -205,8 +207,6 @@ def bandwidth_text(topo: NodeTopology) -> str:
 
 
 def node_detail(ns: NodeState, health: NodeHealth) -> None:
-    from ringleader.topology import render_topo_text
-
     topo = ns.spec.topology
     kind = "GPUTopology" if mode(ns) != "default" else "GPUExclusive"
     unhealthy = unhealthy_text(health) + (f" ({health.checked})" if health.checked else "")
@@ -315,8 +315,6 @@ def unhealthy_text(health: NodeHealth) -> str:
 def topo(name: str | None, presets: bool, png: str | None, svg: str | None, output: str) -> None:
     """Print node topologies as `nvidia-smi topo -m` does; --png/--svg draw one node's GPUs,
     NICs, link kinds and the job holding each GPU."""
-    from ringleader.topology import PRESETS, preset, render_topo_text
-
     if (png or svg) and name is None:
         raise UsageError("--png and --svg draw one node", "name it: ringleader topo NODE --png FILE")
     if presets and name is None:
@@ -350,8 +348,6 @@ def topo(name: str | None, presets: bool, png: str | None, svg: str | None, outp
 
 def draw_topology(name: str, topology: NodeTopology, path: str, ns: NodeState | None) -> None:
     from pathlib import Path
-
-    from ringleader.topology.draw import draw_node
 
     owners = dict(ns.allocated) if ns else {}
     held = f", {len(owners)}/{topology.n_gpus} GPUs allocated" if ns else " (preset)"

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import click
 
-from ringleader.cli.kube import kube_submit_options, read_kube_options
+from ringleader.cli.kube_options import kube_submit_options, read_kube_options
 from ringleader.cli.output import (
     INDENT,
     console,
@@ -31,6 +31,7 @@ from ringleader.cli.output import (
     table,
 )
 from ringleader.engines import ALL_NAMESPACES, ENGINES, chosen_engine, open_engine
+from ringleader.engines.embedded.engine import JobSpec, Runtime
 from ringleader.engines.embedded.store import default_home
 from ringleader.errors import NotFoundError, UsageError
 from ringleader.jobs.commandline import read_command
@@ -45,6 +46,7 @@ from ringleader.jobs.spec import (
     parse_size,
 )
 from ringleader.jobs.states import JobStatus
+from ringleader.model import load_calibration
 
 if TYPE_CHECKING:  # the runtime is imported by the commands that use it: `--help` stays quick
     from ringleader.engines import Engine
@@ -145,7 +147,6 @@ def open_runtime(engine: str | None, operation: str, what: str) -> AbstractConte
             other.supports.require(operation, what)
         finally:
             other.close()
-    from ringleader.engines.embedded.engine import Runtime
 
     return _opened(Runtime.open())
 
@@ -173,7 +174,6 @@ def complete_jobs(ctx: click.Context, param: click.Parameter, incomplete: str) -
     """Shell completion of job names (through click's _RINGLEADER_COMPLETE): read only,
     no agent started."""
     del ctx, param
-    from ringleader.engines.embedded.engine import Runtime
 
     try:
         with Runtime.open(readonly=True) as rt:
@@ -295,7 +295,6 @@ def read_calibration(path: str | None) -> dict[str, Any] | None:
     """The calibration file's document, checked (a malformed one is one line naming it)."""
     if path is None:
         return None
-    from ringleader.model import load_calibration
 
     return load_calibration(path).as_dict()
 
@@ -461,7 +460,6 @@ def _submit(
     engine: str | None, **kube: Any,
 ) -> None:  # fmt: skip
     del gang
-    from ringleader.engines.embedded.engine import JobSpec
 
     container = ContainerOptions(data, shm_size, rdma, image_pull_policy, container_user)
     spec = JobSpec(

@@ -10,15 +10,21 @@ import os
 import signal
 import socket
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from ringleader.cli.params import DAY_S, FiniteFloat, count
+from ringleader.engines.kubernetes import names
+from ringleader.engines.kubernetes.agent import find_topology, publish, run_agent
+from ringleader.engines.kubernetes.client import Api, load_client
+from ringleader.engines.kubernetes.delivery import TRUSTED_NAMESPACES, Delivery
+from ringleader.engines.kubernetes.metrics import serve
+from ringleader.engines.kubernetes.objects import topology_annotation
+from ringleader.engines.kubernetes.scheduler import Scheduler
 from ringleader.errors import RingleaderError, UsageError
-from ringleader.jobs.spec import KubeOptions
 
 if TYPE_CHECKING:
     from ringleader.engines.kubernetes.agent import Found
@@ -78,11 +84,7 @@ def kube() -> None:
 def scheduler(config_path: str | None, identity: str | None, metrics_port: int | None, server: str | None,
               context: str | None) -> None:  # fmt: skip
     """Schedule pods with `schedulerName: ringleader`, each gang in one decision."""
-    from ringleader.engines.kubernetes import names
-    from ringleader.engines.kubernetes.client import Api, load_client
     from ringleader.engines.kubernetes.manifests import METRICS_PORT
-    from ringleader.engines.kubernetes.metrics import serve
-    from ringleader.engines.kubernetes.scheduler import Scheduler
 
     config = read_config(config_path)
     port = metrics_port if metrics_port is not None else int(config.get("metricsPort", METRICS_PORT))
@@ -135,9 +137,6 @@ def stop_on_signals(stop: Callable[[], None]) -> None:
 def agent(node: str | None, interval: float, once: bool, check: bool, server: str | None,
           context: str | None) -> None:  # fmt: skip
     """Publish this node's GPU topology and GPU count for the scheduler."""
-    from ringleader.engines.kubernetes.agent import find_topology, publish, run_agent
-    from ringleader.engines.kubernetes.client import Api, load_client
-
     if check:
         _check_agent(find_topology())
         return
@@ -164,9 +163,6 @@ def agent(node: str | None, interval: float, once: bool, check: bool, server: st
 
 def _check_agent(found: Found) -> None:
     """The agent's self-check (an image tried on a node before the DaemonSet is deployed)."""
-    from ringleader.engines.kubernetes import names
-    from ringleader.engines.kubernetes.objects import topology_annotation
-
     if not found.topology.n_gpus:
         raise RingleaderError(f"no GPU found here ({found.how})",
                               "run it on a GPU node, under the NVIDIA runtime (the agent DaemonSet's RuntimeClass), "
@@ -192,64 +188,11 @@ def manifests_cmd(image: str | None, replicas: int, gpu_delivery: str, runtime_c
                   trusted: tuple[str, ...]) -> None:  # fmt: skip
     """Print the install for `kubectl apply -f -`: namespace, RBAC, scheduler, agent, admission policies."""
     from ringleader.engines.kubernetes import manifests
-    from ringleader.engines.kubernetes.delivery import TRUSTED_NAMESPACES, Delivery
 
     delivery = Delivery.parse(gpu_delivery, runtime_class)
     objects = manifests.install(image or manifests.DEFAULT_IMAGE, replicas, delivery=delivery,
                                 trusted=(*TRUSTED_NAMESPACES, *trusted))  # fmt: skip
     click.echo(manifests.dump_all(objects), nl=False)
-
-
-# -- arena's Kubernetes-only submit options (JobSpec.kube; every other engine refuses them) -----------------
-
-_KUBE_OPTIONS = (
-    click.option("--cpu", "kube_cpu", default=None, help="[kubernetes] CPU request per worker (4, 500m; default 1)."),
-    click.option("--memory", "kube_memory", default=None, help="[kubernetes] Memory request per worker (default 2Gi)."),
-    click.option("--selector", "kube_selector", multiple=True, metavar="KEY=VALUE",
-                 help="[kubernetes] Run on nodes with this label (repeatable)."),
-    click.option("--toleration", "kube_tolerations", multiple=True, metavar="KEY[=VALUE][:EFFECT]|all",
-                 help="[kubernetes] Tolerate this taint (repeatable)."),
-    click.option("--image-pull-secret", "kube_pull_secrets", multiple=True, metavar="NAME",
-                 help="[kubernetes] Secret to pull the image with (repeatable)."),
-    click.option("-l", "--label", "kube_labels", multiple=True, metavar="KEY=VALUE",
-                 help="[kubernetes] Label on the MPIJob and its pods (repeatable)."),
-    click.option("-a", "--annotation", "kube_annotations", multiple=True, metavar="KEY=VALUE",
-                 help="[kubernetes] Annotation on the MPIJob and its pods (repeatable)."),
-    click.option("-p", "--priority-class", "kube_priority_class", default=None, metavar="NAME",
-                 help="[kubernetes] The pods' PriorityClass (arena's -p/--priority; here --priority is "
-                      "ringleader's queue order)."),
-    click.option("--retry", "kube_retry", type=int, default=None, help="[kubernetes] Retries (backoffLimit)."),
-    click.option("--data-dir", "kube_data_dirs", multiple=True, metavar="HOST_PATH:CONTAINER_PATH",
-                 help="[kubernetes] Mount a node's directory into every pod (repeatable)."),
-)
-
-
-def kube_submit_options(f: F) -> F:
-    for option in reversed(_KUBE_OPTIONS):
-        f = option(f)
-    return f
-
-
-def _pairs(values: Sequence[str], flag: str) -> tuple[tuple[str, str], ...]:
-    out = []
-    for text in values:
-        key, sep, value = text.partition("=")
-        if not sep or not key:
-            raise UsageError(f"{flag} {text!r} is not KEY=VALUE", f"write {flag} KEY=VALUE")
-        out.append((key, value))
-    return tuple(out)
-
-
-def read_kube_options(given: dict[str, Any]) -> KubeOptions | None:
-    """The KubeOptions of a submit's ``kube_*`` arguments; None when none was given."""
-    opts = KubeOptions(
-        cpu=given["kube_cpu"], memory=given["kube_memory"],
-        selector=_pairs(given["kube_selector"], "--selector"), tolerations=tuple(given["kube_tolerations"]),
-        image_pull_secrets=tuple(given["kube_pull_secrets"]), labels=_pairs(given["kube_labels"], "--label"),
-        annotations=_pairs(given["kube_annotations"], "--annotation"), priority_class=given["kube_priority_class"],
-        retry=given["kube_retry"], data_dirs=tuple(given["kube_data_dirs"]),
-    )  # fmt: skip
-    return opts if opts.given() else None
 
 
 def register(cli: click.Group) -> None:

@@ -8,12 +8,14 @@ import click
 
 from ringleader.cli.output import console, emit_data, output_option, table
 from ringleader.cli.params import BACKENDS, FiniteFloat, count
+from ringleader.engines.embedded.engine import Runtime
 from ringleader.errors import UsageError
 from ringleader.model import Prediction, compare_policies, known_models, load_calibration, predict_placement
 from ringleader.model.calibration import MIN_HELD_OUT, Calibration, save_calibration
 from ringleader.model.comm import ALGORITHMS, FABRICS, calibration_fabric_note, check_fabric
 from ringleader.model.fidelity import seeds_cluster
 from ringleader.model.rows import fit_calibration_rows
+from ringleader.model.tables import check_model
 from ringleader.scheduler import ClusterState, JobRequest, Placement, WorkerSlot, policy_names
 from ringleader.topology import load_cluster_file
 
@@ -50,7 +52,6 @@ def _state(cluster: str | None) -> tuple[ClusterState, str]:
     cluster as `submit` sees it now (its running jobs' GPUs taken), else the reference study's."""
     if cluster:
         return ClusterState.empty(load_cluster_file(cluster)), f"cluster file {cluster}"
-    from ringleader.engines.embedded.engine import Runtime
 
     with Runtime.open(readonly=True) as rt:
         state = rt.nodes()
@@ -112,8 +113,6 @@ def predict_cmd(model: str, batch_size: int, precision: str, workers: int | None
                 algorithm: str, overlap: float | None, fabric: str | None, network_efficiency: float | None,
                 data_rate: float | None, output: str) -> None:  # fmt: skip
     """Predict images/s of a data-parallel job for the placement each policy picks (or one given)."""
-    from ringleader.model.tables import check_model
-
     check_model(model)  # first, with a suggestion: before any cluster or calibration is read
     if fabric is not None:
         fabric = check_fabric(fabric)

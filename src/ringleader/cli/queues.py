@@ -12,6 +12,7 @@ from ringleader.cli.output import console, emit_data, output_option, table
 from ringleader.cli.params import FiniteFloat
 from ringleader.engines.base import TeamQueues
 from ringleader.jobs.queues import parse_quota
+from ringleader.scheduler.teams import TeamQueue
 
 
 @click.group("queue")
@@ -33,8 +34,6 @@ def queue() -> None:
 def queue_create(name: str, quota: tuple[str, ...], weight: float, cohort: str | None, overwrite: bool,
                  engine: str | None) -> None:  # fmt: skip
     """Create a team queue; jobs join it with `submit --queue NAME`."""
-    from ringleader.scheduler.teams import TeamQueue
-
     made = TeamQueue(name, parse_quota(quota), weight, cohort)
     with using_engine(engine) as opened:
         assert isinstance(opened, TeamQueues)  # every engine keeps queues

@@ -9,6 +9,20 @@ import click
 from ringleader.cli.output import console, emit_data, output_option, step_progress, table
 from ringleader.cli.params import FiniteFloat, count
 from ringleader.errors import UsageError
+from ringleader.sim import (
+    NodeFailures,
+    PreemptionCost,
+    compare_policies,
+    generate_trace,
+    load_trace,
+    parse_policies,
+    write_outputs,
+    write_trace,
+)
+from ringleader.sim.compare import parse_start_rules, table_rows
+from ringleader.sim.summary import coincidence_notes, utilization_note
+from ringleader.topology import load_cluster_file
+from ringleader.topology.cluster import check_name
 
 
 class _DefaultRunGroup(click.Group):
@@ -64,10 +78,7 @@ def run_cmd(
     output: str,
 ) -> None:  # fmt: skip
     """Run the trace under each policy; print JCT, queueing, makespan, utilization, throughput."""
-    from ringleader.sim import NodeFailures, PreemptionCost, compare_policies, load_trace, parse_policies, write_outputs
-    from ringleader.sim.compare import parse_start_rules, table_rows
     from ringleader.sim.queues_file import load_queues
-    from ringleader.topology import load_cluster_file
 
     names = parse_policies(policies)
     rules = parse_start_rules(start_rules) if start_rules is not None else []
@@ -88,7 +99,6 @@ def run_cmd(
         data["files"] = [str(p) for p in written]
         emit_data(data, "json")
         return
-    from ringleader.sim.summary import coincidence_notes, utilization_note
 
     headers, rows = table_rows(result)
     con = console()
@@ -125,9 +135,6 @@ def run_cmd(
 def gen_trace_cmd(n_jobs: int, seed: int, arrival_rate: float, cluster_gpus: int | None, out_file: str,
                   queue_names: str | None) -> None:  # fmt: skip
     """Write a seeded trace: Poisson arrivals, gangs of 1-16 GPUs, CNN models."""
-    from ringleader.sim import generate_trace, write_trace
-    from ringleader.topology.cluster import check_name
-
     names = [check_name(n.strip(), "queue") for n in (queue_names or "").split(",") if n.strip()]
     if queue_names is not None and not names:
         raise UsageError("--queues is empty", "give queue names separated by commas, e.g. vision,speech")

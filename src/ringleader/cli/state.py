@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from ringleader.engines.embedded.backup import export_state, import_state
 from ringleader.engines.embedded.store import default_home
 
 
@@ -18,8 +19,6 @@ def state() -> None:
 @click.argument("path", type=click.Path(dir_okay=False))
 def export(path: str) -> None:
     """Write a consistent copy of the state to PATH (safe while jobs run and commands write)."""
-    from ringleader.engines.embedded.backup import export_state
-
     size = export_state(default_home().absolute(), Path(path))
     click.echo(f"state exported to {path} ({size} bytes)")
 
@@ -29,8 +28,6 @@ def export(path: str) -> None:
 def import_(path: str) -> None:
     """Replace the state with a copy written by `state export` (checked first; refused while a
     job runs)."""
-    from ringleader.engines.embedded.backup import import_state
-
     import_state(default_home().absolute(), Path(path))
     click.echo(f"state imported from {path}")
 

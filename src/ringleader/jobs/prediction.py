@@ -14,6 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from ringleader.errors import RingleaderError
 from ringleader.jobs.spec import JobSpec
+from ringleader.model import MODEL_ESTIMATOR, calibrated_estimator, predict_placement
+from ringleader.model.calibration import calibration_from_dict
+from ringleader.scheduler import Placement, WorkerSlot, place
 
 if TYPE_CHECKING:
     from ringleader.scheduler import ClusterState, Placement
@@ -46,7 +49,6 @@ def placement_from_plan(name: str, plan: dict[str, Any] | None) -> Placement | N
     chosen = (plan or {}).get("chosen")
     if not chosen:
         return None
-    from ringleader.scheduler import Placement, WorkerSlot
 
     slots = tuple(
         WorkerSlot(int(w["index"]), str(w["node"]), tuple(int(g) for g in w["gpus"])) for w in chosen["workers"]
@@ -63,8 +65,6 @@ def predict_job(state: ClusterState, spec: JobSpec, placement: Placement) -> dic
     out: dict[str, Any] = {"model": spec.model, "batch_size": batch, "precision": precision}
     if spec.gpus_per_worker == 0:
         return {**out, "error": "a CPU-only job: the model predicts GPU training"}
-    from ringleader.model import predict_placement
-    from ringleader.scheduler import place
 
     request = spec.request()
     other = "default" if spec.topology_aware else "topology"
@@ -109,8 +109,6 @@ def queue_estimator(specs: Iterable[JobSpec]) -> Estimator | None:
     weighing = [s for s in specs if s.request().prices_placements]
     if not weighing:
         return None
-    from ringleader.model import MODEL_ESTIMATOR, calibrated_estimator
-    from ringleader.model.calibration import calibration_from_dict
 
     calibrations = {s.name: calibration_from_dict(s.calibration) for s in weighing if s.calibration is not None}
     return calibrated_estimator(calibrations) if calibrations else MODEL_ESTIMATOR
@@ -120,10 +118,6 @@ def run_time_from_steps(spec: JobSpec, state: ClusterState) -> tuple[JobSpec, st
     """``spec`` with its run time: its --steps times the model's step time on its best placement
     (the one ``place`` gives it on the cluster with every GPU free), for the batch and precision
     its command line names, with its calibration if it has one; and the line that says so."""
-    from ringleader.model import predict_placement
-    from ringleader.model.calibration import calibration_from_dict
-    from ringleader.scheduler import place
-
     assert spec.steps is not None and spec.model is not None
     empty = state.all_free()
     best = place(empty, spec.request()).placement

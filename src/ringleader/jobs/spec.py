@@ -10,6 +10,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from ringleader import settings
 from ringleader.errors import UsageError
 from ringleader.jobs.line import CommandLine, line_from_dict, read_line
+from ringleader.scheduler import JobRequest
+from ringleader.scheduler.types import START_RULES
+from ringleader.topology.cluster import check_name
 from ringleader.topology.grammar import LABEL_KEY_RE, LABEL_VALUE_RE
 
 if TYPE_CHECKING:
@@ -355,8 +358,6 @@ class JobSpec:
         return self.line if self.line is not None else read_line(self.command)
 
     def validate(self) -> JobSpec:
-        from ringleader.topology.cluster import check_name
-
         check_name(self.name, "job")
         if self.kind not in JOB_KINDS:
             raise UsageError(f"job kind {self.kind!r} is not one of {', '.join(JOB_KINDS)}",
@@ -407,8 +408,6 @@ class JobSpec:
         return self
 
     def _validate_start(self) -> None:
-        from ringleader.scheduler.types import START_RULES
-
         if self.start is not None and self.start not in START_RULES:
             raise UsageError(f"--start {self.start!r} is not a start rule", f"use one of {', '.join(START_RULES)}")
         for option, value in (("--run-time", self.run_time_s), ("--max-wait", self.max_wait_s)):
@@ -440,15 +439,12 @@ class JobSpec:
         return f"{self.workers} worker(s) x {self.gpus_per_worker} GPU(s), {kind}, priority {self.priority}{extra}"
 
     def request(self) -> JobRequest:
-        from ringleader.scheduler import JobRequest
-
         return JobRequest(
             self.name, self.workers, self.gpus_per_worker, self.topology_aware, self.priority, self.model,
             time_limit_s=self.time_limit_s, topology_required=self.topology_required,
             topology_preferred=self.topology_preferred, start_rule=self.start_rule(), work_s=self.run_time_s,
             max_wait_s=self.max_wait_s, may_preempt=self.preempt, preemptible=self.preemptible, queue=self.queue,
         )  # fmt: skip
-
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -26,7 +26,7 @@ from ringleader.jobs.codec import decision_to_dict
 from ringleader.jobs.commandline import prepare_spec
 from ringleader.jobs.line import CommandLine
 from ringleader.jobs.prediction import predict_job, run_time_from_steps
-from ringleader.jobs.spec import JobSpec, submit_env
+from ringleader.jobs.spec import JobSpec, parse_container_user, submit_env
 from ringleader.jobs.support import Support
 from ringleader.jobs.views import JobView, SubmitResult
 from ringleader.scheduler import ClusterState, Code, Decision, JobRequest, place
@@ -148,8 +148,6 @@ def prepare_submit(spec: JobSpec, supports: Support, environ: Mapping[str, str] 
     if given is not None:
         supports.require("kube_options", given)
     if spec.container.user == "submitter":  # an API caller's spelling: the CLI resolves it itself
-        from ringleader.jobs.spec import parse_container_user
-
         mine = dataclasses.replace(spec.container, user=parse_container_user("submitter"))
         spec = dataclasses.replace(spec, container=mine)
     container_options = spec.container.given()

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from ringleader.jobs.codec import reservation_from_dict
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import JobStatus
 
@@ -24,8 +25,6 @@ def rfc3339(ts: float | None) -> str | None:
 def reservation_line(job: str, stored: dict[str, Any], now: float | None = None) -> str:
     """A pending gang's stored reservation as a person reads it, its start counted from ``now``:
     "reserved GPUs 0-7 on node-a, expected start in ~14 min"."""
-    from ringleader.jobs.codec import reservation_from_dict
-
     reservation = reservation_from_dict(job, stored, time.time() if now is None else now)
     return reservation.describe() if reservation else ""
 

@@ -16,7 +16,7 @@ from ringleader.model.calibration import (
     save_calibration,
 )
 from ringleader.model.comm import AllreduceCost, Hop, allreduce_cost, allreduce_time_s
-from ringleader.model.compute import ComputeRate, compute_rate
+from ringleader.model.compute import ComputeRate, compute_rate, gpu_types
 from ringleader.model.predict import (
     MODEL_ESTIMATOR,
     ModelEstimator,
@@ -27,7 +27,8 @@ from ringleader.model.predict import (
     placement_images_per_s,
     predict_placement,
 )
-from ringleader.model.tables import grad_bytes
+from ringleader.model.tables import grad_bytes, gradient_models
+from ringleader.model.tables import known_models as published
 from ringleader.scheduler.policies.throughput import install_estimator
 
 # The scheduler cannot import the model (docs/architecture.md); the model plugs its estimate
@@ -37,17 +38,12 @@ install_estimator(MODEL_ESTIMATOR)
 
 def known_models(calibration: Calibration | None = None) -> list[str]:
     """Models with a gradient size and a published (or, given a calibration, a measured) rate."""
-    from ringleader.model.tables import gradient_models
-    from ringleader.model.tables import known_models as published
-
     calibrated = {c.model for c in calibration.compute} if calibration else set()
     return sorted({*published(), *(m for m in gradient_models() if m in calibrated)})
 
 
 def known_gpu_types(calibration: Calibration | None = None) -> list[str]:
     """GPU types with a published (or, given a calibration, a measured) single-GPU rate."""
-    from ringleader.model.compute import gpu_types
-
     return gpu_types(calibration)
 
 

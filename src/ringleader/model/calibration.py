@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ringleader.inputs import InputError, load_json, read_bounded, validate
+
 VERSION = 1
 MIN_HELD_OUT = 5  # held-out runs a calibration needs before it states a likely range
 
@@ -148,7 +150,6 @@ def read_json(path: str | Path, what: str, fix: str) -> Any:
     """The JSON document in ``path``, read bounded and strictly (ringleader.inputs.load_json: no
     NaN, no key twice, bounded depth and integers); anything else is a UsageError naming the file."""
     p = Path(path)
-    from ringleader.inputs import load_json, read_bounded
 
     text = read_bounded(p, what, fix=f"{fix} (UTF-8 JSON)")  # bounded, UTF-8, one line naming the file otherwise
     return load_json(text, f"{what} {str(p)!r}", fix)
@@ -164,7 +165,6 @@ def load_calibration(path: str | Path) -> Calibration:
 
 def calibration_from_dict(doc: Any, origin: str = "calibration", fix: str = "") -> Calibration:
     """A Calibration from its JSON document, checked against ``calibration_schema`` first."""
-    from ringleader.inputs import InputError, validate
     from ringleader.model.calibration_schema import CalibrationFile
 
     fix = fix or "pass a file written by `ringleader calibrate --out`"

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from ringleader.errors import UsageError
 from ringleader.model.calibration import Calibration
+from ringleader.model.tables import gpu_specs, normalize_gpu_type
 from ringleader.reference import reference
 from ringleader.scheduler.framework import fabric_gbs
 from ringleader.scheduler.types import NodeState, Placement
@@ -194,8 +195,6 @@ def intra_node_hop(
 
 def nvlink_cap_gbs(topo: NodeTopology) -> float:
     """A GPU's own NVLink bandwidth (one direction) from its datasheet; inf when unknown."""
-    from ringleader.model.tables import gpu_specs, normalize_gpu_type
-
     spec = gpu_specs().get(normalize_gpu_type(topo.gpu_model)) if topo.gpu_model else None
     return spec.nvlink_gbs if spec is not None and spec.nvlink_gbs > 0 else math.inf
 

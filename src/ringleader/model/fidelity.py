@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ringleader.errors import UsageError
 from ringleader.model.calibration import Calibration, ComputeFit, LinkFit
 from ringleader.model.predict import Prediction, predict_placement
 from ringleader.reference import reference
@@ -335,8 +336,6 @@ def load_rows(path: str) -> list[FidelityRow]:
     """Rows of the same form as reference.toml's ``[[fidelity.rows]]`` from a TOML file of
     ``[[rows]]`` tables (a hold-out set is checked the same way as the shipped table)."""
     import tomllib
-
-    from ringleader.errors import UsageError
 
     try:
         with open(path, "rb") as fh:

@@ -25,9 +25,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from ringleader.errors import UsageError
-from ringleader.model.calibration import Calibration, ComputeFit
+from ringleader.inputs import read_bounded
+from ringleader.model.calibration import Calibration, ComputeFit, LinkFit
 from ringleader.model.checks import Check, check_point
-from ringleader.model.comm import check_fabric
+from ringleader.model.comm import check_fabric, net_latency_us
 from ringleader.model.fidelity import EMULATED, FidelityResult, FidelityRow, Scaling, fidelity_table, fit_scaling
 from ringleader.model.fit import FIX, TrainPoint, fit_calibration, read_bench_files
 from ringleader.model.tables import check_model, check_precision, normalize_gpu_type
@@ -47,8 +48,6 @@ def _positive(text: str, what: str) -> float:
 def read_throughput_csv(path: str | Path) -> tuple[list[FidelityRow], list[ComputeFit]]:
     """Multi-GPU rows and the 1-GPU rates of a throughput CSV; bad input is a UsageError naming
     the file, the line and the problem."""
-    from ringleader.inputs import read_bounded
-
     p = Path(path)
     # restval: a short line gives empty cells (refused by name below), not None
     reader = csv.DictReader(read_bounded(p, "throughput CSV", fix="give a CSV saved as UTF-8").splitlines(), restval="")
@@ -123,9 +122,6 @@ def fit_rows(cal: Calibration, rows: Sequence[FidelityRow]) -> tuple[Calibration
     fitted = fit_scaling(rows, sweeps=2, fabrics=fabrics, start=Scaling.shipped())
     links = dict(cal.links)
     if len(fabrics) == 1 and len({(r.network_gbps, r.nics) for r in spanning}) == 1:
-        from ringleader.model.calibration import LinkFit
-        from ringleader.model.comm import net_latency_us
-
         r = spanning[0]
         gbs = r.network_gbps / 8 * r.nics * fitted.fabrics[fabrics[0]]
         links["network"] = LinkFit(gbs, net_latency_us(), len(spanning))

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ringleader.errors import UsageError
+from ringleader.inputs import did_you_mean
 from ringleader.reference import reference
 
 PRECISION_ALIASES = {"amp": "fp16", "mixed": "fp16", "float32": "fp32", "float16": "fp16",
@@ -66,8 +67,6 @@ def check_model(model: str) -> str:
                "transformer": "transformerbig"}  # fmt: skip
     name = aliases.get(name, name)
     if name not in model_params():
-        from ringleader.inputs import did_you_mean
-
         raise UsageError(f"unknown model {model!r}{did_you_mean(name, gradient_models())}",
                          f"use one of {', '.join(gradient_models())}")  # fmt: skip
     return name

@@ -44,7 +44,8 @@ from ringleader.jobs.spec import (
     check_image_reference,
     container_env,
 )
-from ringleader.runtime.rank import GUARD_MARK
+from ringleader.runtime.plan import rank_source
+from ringleader.runtime.rank import GUARD_MARK, rank_env
 
 PROBE_SECONDS = 20.0
 # Passed by prefix (podman only): what Open MPI's ranks need to join their job, and NCCL's settings.
@@ -111,8 +112,6 @@ def find_runtime(image: str, environ: Mapping[str, str]) -> ContainerRuntime:
 def guard_command() -> list[str]:
     """``python3 -S -c <the rank wrapper's source> --guard``: it runs wherever a rank runs,
     ringleader installed there or not; a rank wrapper completes it in its own process instead."""
-    from ringleader.runtime.plan import rank_source
-
     # -S: the guard needs only the standard library, not site-packages (a few ms per rank).
     return ["python3", "-S", "-c", GUARD_MARK + rank_source(), "--guard"]
 
@@ -125,8 +124,6 @@ def job_label(home: Path, job: str) -> str:
 def rank_variable_names() -> list[str]:
     """Every variable the rank wrapper sets for a rank (rank.rank_env, under mpirun too), and
     the run's own: RINGLEADER_RESTARTS (set for each run by its supervisor)."""
-    from ringleader.runtime.rank import rank_env
-
     plan = {"world_size": 1, "master_addr": "", "master_port": 0, "job": "", "nnodes": 1}
     entry = {"rank": 0, "local_rank": 0, "local_world_size": 1, "node_rank": 0, "instance": "", "node": "",
              "gpus": [], "node_gpus": [], "emulated": False}  # fmt: skip

@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ringleader.runtime.rank import rendezvous_port
+
 if TYPE_CHECKING:
     from ringleader.scheduler import Placement
 
@@ -59,8 +61,6 @@ def build_plan(
 
     Every rank sees exactly its job's GPUs on its node, in placement order, so local rank i
     uses the i-th assigned GPU (torchrun's and Horovod's convention)."""
-    from ringleader.runtime.rank import rendezvous_port  # when starting a job: reads skip it
-
     ranks = []
     by_node: dict[str, list[int]] = {}
     for slot in placement.slots:

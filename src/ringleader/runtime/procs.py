@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import time
 from collections.abc import Callable, Iterable
 
+from ringleader import settings
+from ringleader.runtime.rank import descendants, start_time
+
 __all__ = ["alive", "find_by_args", "grace_seconds", "signal_proc", "start_time", "stop_all", "terminate"]
-
-
-def start_time(pid: int) -> int | None:
-    """The rank wrapper's reader of a process's start time (imported when first needed: the
-    wrapper module loads subprocess, signal and threading, which commands that only read skip)."""
-    from ringleader.runtime.rank import start_time as read
-
-    return read(pid)
 
 
 def alive(pid: int | None, started: int | None) -> bool:
@@ -59,10 +55,6 @@ def stop_all(
     kill timeout. ``grace_s`` <= 0 is
     SIGKILL at once (`delete --now`). ``settled``: the grace ends early once it says so (every
     rank of an mpirun job ended: mpirun itself would sit out its own kill timeout)."""
-    import signal  # here, not at the top: commands that only read start quicker
-
-    from ringleader.runtime.rank import descendants
-
     listed = list(dict.fromkeys((pid, st) for pid, st in procs if st is not None and alive(pid, st)))
     below = descendants(*(pid for pid, _ in listed))
     targets = listed + [d for d in below if d not in listed]
@@ -83,8 +75,6 @@ def stop_all(
 
 def terminate(pid: int, started: int | None) -> None:
     """SIGTERM to this one process (never its group: see stop_all), if it is still the same."""
-    import signal
-
     if started is None or not alive(pid, started):
         return
     with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -117,6 +107,4 @@ def processes_with_args(*needles: str) -> list[tuple[int, int, list[str]]]:
 def grace_seconds() -> float:
     """How long stopped processes get between SIGTERM and SIGKILL (RINGLEADER_GRACE_S, default
     5 s; raise it for programs whose checkpoint takes longer: Slurm's KillWait defaults to 30 s)."""
-    from ringleader import settings  # read when stopping
-
     return settings.number("RINGLEADER_GRACE_S")

@@ -16,6 +16,7 @@ from typing import ClassVar
 
 from ringleader.errors import UsageError
 from ringleader.scheduler.gpuset import INF, bits, search_for
+from ringleader.scheduler.network import level_index, most_free_under, tree_levels
 from ringleader.scheduler.teams import gpu_type
 from ringleader.scheduler.types import (
     Bottleneck,
@@ -279,8 +280,6 @@ NO_SUCH_LEVEL = "the cluster has no network level"
 
 def missing_level(state: ClusterState, job: JobRequest) -> str | None:
     """Why the network level the job names is not the cluster's, or None."""
-    from ringleader.scheduler.network import level_index, tree_levels
-
     if job.topology_required is None and job.topology_preferred is None:
         return None
     levels = tree_levels(state.groups)
@@ -293,8 +292,6 @@ def missing_level(state: ClusterState, job: JobRequest) -> str | None:
 
 def required_level_reason(state: ClusterState, job: JobRequest, policy: Policy) -> str:
     """ "needs 4 workers x 8 GPUs under one leaf; most free under any leaf: 3 worker slots (leaf-2)"."""
-    from ringleader.scheduler.network import level_index, most_free_under, tree_levels
-
     serving = [g for g in state.groups if policy.filter(g.first, replace(job, gpus_per_worker=0)) is None]
     missing = missing_level(state, job)
     if missing is not None:

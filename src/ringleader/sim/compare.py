@@ -17,12 +17,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+# the throughput policy prices placements with the model, which plugs itself in on import (the
+# scheduler may not import it); with a test's step-time function it is still the model
+import ringleader.model  # noqa: F401
 from ringleader.errors import UsageError
 from ringleader.scheduler import get_policy
 from ringleader.scheduler.teams import TeamQueue
+from ringleader.scheduler.types import START_RULES
 from ringleader.sim.engine import DEFAULT_MAX_FAILURES, NodeFailures, PreemptionCost, SimRun, simulate
+from ringleader.sim.plots import plot_jct_cdf, plot_utilization, sim_report
 from ringleader.sim.steptime import Memoised, StepTimeFn, check_models, model_step_time
-from ringleader.sim.summary import job_rows, queue_summary, summarise
+from ringleader.sim.summary import identical_groups, job_rows, near_jct_pairs, queue_summary, summarise
 from ringleader.sim.trace import TraceJob
 from ringleader.topology.cluster import NodeSpec
 
@@ -59,8 +64,6 @@ class Comparison:
         ]
 
     def as_dict(self) -> dict[str, Any]:
-        from ringleader.sim.summary import identical_groups, near_jct_pairs
-
         return {"policies": [_clean(s) for s in self.summaries], "rejected": self.rejected(),
                 "identical_placements": identical_groups(self.runs),
                 "identical_job_times": identical_groups(self.runs, placements=False),
@@ -81,8 +84,6 @@ def parse_policies(text: str) -> list[str]:
 
 def parse_start_rules(text: str) -> list[str]:
     """ "now,best,finish" -> the rules, each known and named once."""
-    from ringleader.scheduler.types import START_RULES
-
     rules = [r.strip() for r in text.split(",") if r.strip()]
     if not rules:
         raise UsageError("--start is empty", f"give start rules separated by commas: {','.join(START_RULES)}")
@@ -115,10 +116,6 @@ def compare_policies(
     every policy)."""
     for policy in policies:
         get_policy(policy)
-    if "throughput" in policies:
-        # the throughput policy prices placements with the model, which plugs itself in on import
-        # (the scheduler may not import it); with a test's step-time function it is still the model
-        import ringleader.model  # noqa: F401
     if step_time is None:
         check_models(jobs)
     memo = Memoised(step_time if step_time is not None else model_step_time())
@@ -166,8 +163,6 @@ def table_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
 
 def write_outputs(comparison: Comparison, out_dir: str | Path, title: str = "") -> list[Path]:
     """results.json, summary.csv, jobs-<policy>.csv, jct_cdf.png, utilization.png and report.html."""
-    from ringleader.sim.plots import plot_jct_cdf, plot_utilization, sim_report
-
     out = Path(out_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)

@@ -11,8 +11,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ringleader import htmlreport as h
 from ringleader.errors import DependencyError
 from ringleader.sim.engine import SimRun
+from ringleader.sim.summary import coincidence_notes, identical_groups, near_jct_pairs, utilization_note
 
 
 def _pyplot() -> Any:
@@ -35,8 +37,6 @@ WIDTHS = (3.2, 2.4, 1.7, 1.1)
 def legend_labels(runs: Sequence[SimRun]) -> dict[str, str]:
     """Each policy's legend entry; one whose curve lies on an earlier policy's says so (the
     same placements where it has them, else the same job times)."""
-    from ringleader.sim.summary import identical_groups, near_jct_pairs
-
     labels = {run.name: run.name for run in runs}
     for name, other, gap in near_jct_pairs(runs):
         labels[name] = f"{name} (JCTs within {gap:.1%} of {other})"
@@ -157,9 +157,6 @@ def sim_report(comparison: Any, table: tuple[list[str], list[list[str]]], pngs: 
                title: str = "") -> Path:  # fmt: skip
     """The comparison as one self-contained HTML file: the summary ``table`` (its headers and
     rows), what the numbers mean where they could mislead, the rejected jobs, and the plots."""
-    from ringleader import htmlreport as h
-    from ringleader.sim.summary import coincidence_notes, utilization_note
-
     headers, rows = table
     notes = [h.Note(f"{note}.") for note in coincidence_notes(comparison.runs)]
     util = utilization_note(comparison.summaries)

@@ -12,7 +12,8 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ringleader.errors import DependencyError, UsageError
+from ringleader.errors import UsageError
+from ringleader.model import known_models, predict_placement
 from ringleader.scheduler.types import NodeState, Placement
 from ringleader.sim.trace import TraceJob
 
@@ -83,14 +84,6 @@ class Memoised:
 
 def model_step_time(precision: str = "fp32", calibration: Any = None) -> StepTimeFn:
     """The default StepTimeFn: ``ringleader.model.predict_placement`` for each job."""
-    try:
-        from ringleader.model import known_models, predict_placement
-    except ImportError as exc:
-        raise DependencyError(
-            f"the throughput model (ringleader.model.predict_placement) is not available: {exc}",
-            "install a ringleader that ships ringleader.model",
-        ) from None
-
     known = set(known_models())
 
     def step(
@@ -112,8 +105,6 @@ def model_step_time(precision: str = "fp32", calibration: Any = None) -> StepTim
 
 def check_models(jobs: Sequence[TraceJob]) -> None:
     """Fail before simulating if a job names a model the throughput model does not know."""
-    from ringleader.model import known_models
-
     known = set(known_models())
     for job in jobs:
         if job.model not in known:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ringleader.errors import UsageError
+from ringleader.inputs import read_bounded
 from ringleader.topology.cluster import check_name
 
 COLUMNS = ("name", "arrival_s", "workers", "gpus", "model", "batch_size", "iterations")
@@ -177,8 +178,6 @@ def _cell_problem(key: str, raw: str, kind: str, ctx: dict[str, object]) -> str:
 
 
 def load_trace(path: str | Path) -> list[TraceJob]:
-    from ringleader.inputs import read_bounded
-
     p = Path(path)
     return parse_trace(read_bounded(p, "trace", fix="give a CSV trace saved as UTF-8"), origin=str(p))
 

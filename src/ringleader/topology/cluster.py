@@ -30,11 +30,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ringleader.errors import RingleaderError, TopologyError, UsageError
-from ringleader.inputs import read_bounded
+from ringleader.inputs import line_at, load_yaml, read_bounded, validate
 from ringleader.reference import reference
 from ringleader.topology.bandwidth import read_bandwidth_text
 from ringleader.topology.grammar import check_label
-from ringleader.topology.network import NetworkPlace, NetworkTree
+from ringleader.topology.network import Level, NetworkPlace, NetworkTree, expand_hostlist, tree_from_edges
+from ringleader.topology.network_formats import load_network_text
 from ringleader.topology.node import NodeTopology
 from ringleader.topology.presets import preset
 from ringleader.topology.smi import parse_topo_text
@@ -111,7 +112,6 @@ def load_cluster_text(text: str, base_dir: Path, origin: str = "cluster file",
     no key twice, bounded depth and numbers: ringleader.inputs) and checked against the schema
     of ``cluster_schema``; any refusal is one line naming ``origin``, the line and the key.
     ``notes`` gets what the file's network source said that was kept another way."""
-    from ringleader.inputs import line_at, load_yaml, validate
     from ringleader.topology.cluster_schema import MAX_NODES, ClusterFile
 
     doc, lines = load_yaml(text, origin)
@@ -152,9 +152,6 @@ def placed(specs: Iterable[NodeSpec], tree: NetworkTree | None) -> list[NodeSpec
 def _network(section: NetworkSection, base_dir: Path, where: str) -> NetworkTree:
     """The tree of a cluster file's ``network:`` section: its switches, or a file (the format
     told by its content), with the levels' names and oversubscription given there."""
-    from ringleader.topology.network import Level, expand_hostlist, tree_from_edges
-    from ringleader.topology.network_formats import load_network_text
-
     if (section.switches is None) == (section.file is None):
         raise UsageError(f"{where}: network needs exactly one of `switches` and `file`",
                          "list the switches, or give a Slurm topology.conf or topology.yaml, or ibnetdiscover output")

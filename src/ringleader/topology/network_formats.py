@@ -24,6 +24,7 @@ from dataclasses import replace
 from typing import Any
 
 from ringleader.errors import UsageError
+from ringleader.inputs import load_yaml
 from ringleader.reference import reference
 from ringleader.topology.network import NetworkTree, expand_hostlist, tree_from_edges
 
@@ -417,8 +418,6 @@ def load_network_text(text: str, origin: str) -> NetworkTree:
     if re.search(r"^(Switch|Ca)\s+\d+\s+\"", text, re.MULTILINE):
         return parse_ibnetdiscover(text, origin)
     if re.search(r"^-\s+topology:", text, re.MULTILINE):
-        from ringleader.inputs import load_yaml
-
         tree = parse_slurm_topology_yaml(load_yaml(text, origin)[0], origin)
         if tree is None:
             raise UsageError(f"{origin}: the default topology is flat", "give a tree or block topology")

@@ -8,6 +8,7 @@ from typing import Any
 
 from ringleader.topology.links import SELF, Link
 from ringleader.topology.node import EMPTY, NodeTopology
+from ringleader.topology.smi import render_topo_text
 
 # nvmlDeviceGetTopologyCommonAncestor levels -> `nvidia-smi topo -m` kinds.
 _LEVEL_TO_KIND = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
@@ -241,8 +242,6 @@ def _smi(argv: list[str]) -> str:
 def main() -> int:
     """`python -m ringleader.topology.nvml`: this machine's GPUs as `nvidia-smi topo -m` text
     (how the head reads a host's topology over ssh when nvidia-smi is absent there)."""
-    from ringleader.topology.smi import render_topo_text
-
     found = discover()
     if found.topology.n_gpus == 0:
         print(found.reason, file=sys.stderr)

@@ -39,7 +39,18 @@ from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import JobStatus
 from ringleader.jobs.submit import ClusterUnread, Submission, duplicate, submit_job
 from ringleader.jobs.support import Support
-from ringleader.jobs.views import EventView, GpuUsage, InstanceView, JobView, NodeHealth, SubmitResult
+from ringleader.jobs.views import (
+    CORDONED,
+    NOT_READY,
+    READY,
+    UNREACHABLE,
+    EventView,
+    GpuUsage,
+    InstanceView,
+    JobView,
+    NodeHealth,
+    SubmitResult,
+)
 from ringleader.scheduler import ClusterState, Decision
 from ringleader.scheduler.teams import TeamQueue, queue_of
 
@@ -567,8 +578,6 @@ def node_health(node: dict[str, Any]) -> NodeHealth:
     """A Node as kubectl shows it: its Ready condition (True: Ready; False: NotReady; Unknown:
     Unreachable, the kubelet stopped posting status), Cordoned when Ready but unschedulable, with
     the condition's reason and message; unhealthy GPUs from the agent's annotation."""
-    from ringleader.jobs.views import CORDONED, NOT_READY, READY, UNREACHABLE
-
     name = node["metadata"]["name"]
     conditions = (node.get("status") or {}).get("conditions") or ()
     ready: dict[str, Any] = next((c for c in conditions if c.get("type") == "Ready"), {})

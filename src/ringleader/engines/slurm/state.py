@@ -21,10 +21,12 @@ from ringleader import settings
 from ringleader.engines.slurm import slurmcli
 from ringleader.engines.slurm.gres import NO_NVLINK, topology_from_links, type_index
 from ringleader.errors import UsageError
+from ringleader.inputs import load_yaml, read_bounded
 from ringleader.jobs.views import DRAINED, NOT_READY, READY, NodeHealth
 from ringleader.scheduler import ClusterState, NodeState
 from ringleader.topology import NetworkTree, NodeSpec, NodeTopology, load_cluster_file
 from ringleader.topology.links import SELF
+from ringleader.topology.network_formats import load_network_text, parse_slurm_topology_yaml
 
 # Node states whose GPUs cannot be handed out (a base state, or a flag after '+').
 UNUSABLE = {"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "FUTURE", "NOT_RESPONDING",
@@ -108,13 +110,8 @@ def slurm_conf_dir() -> Path:
 def slurm_network(conf_dir: Path) -> NetworkTree | None:
     """Slurm's network tree from topology.yaml or topology.conf in ``conf_dir`` (None without
     either, or when the default topology is flat)."""
-    from ringleader.inputs import read_bounded
-    from ringleader.topology.network_formats import load_network_text, parse_slurm_topology_yaml
-
     yaml_path, conf_path = conf_dir / "topology.yaml", conf_dir / "topology.conf"
     if yaml_path.exists():
-        from ringleader.inputs import load_yaml
-
         doc = load_yaml(read_bounded(yaml_path, "Slurm topology file"), str(yaml_path))[0]
         return parse_slurm_topology_yaml(doc, str(yaml_path))
     if conf_path.exists():

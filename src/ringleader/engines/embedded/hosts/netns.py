@@ -35,7 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ringleader.engines.embedded.hosts.ssh import known_hosts
 from ringleader.errors import ConflictError, DependencyError, RingleaderError, UsageError
+from ringleader.inputs import load_yaml, read_bounded
 from ringleader.runtime.hostlock import host_lock
 from ringleader.runtime.procs import alive, start_time, stop_all
 from ringleader.topology import NodeSpec
@@ -211,8 +213,6 @@ def _build_switches(rec: Record, names: Names, links: Sequence[SwitchLink]) -> d
 def network_section(path: Path) -> dict[str, Any] | None:
     """The cluster file's `network:` section as written (a `file:` made absolute), for the
     cluster file `cluster up` writes: the emulated nodes keep the declared tree and names."""
-    from ringleader.inputs import load_yaml, read_bounded
-
     doc, _ = load_yaml(read_bounded(path, "cluster file"), str(path))
     section = doc.get("network") if isinstance(doc, dict) else None
     if not isinstance(section, dict):
@@ -348,8 +348,6 @@ def _wait_for_port(ip: str, port: int, ns: str, timeout: float = 10.0) -> None:
 
 
 def _add_known_hosts(home: Path, rec: Record, lines: list[str]) -> None:
-    from ringleader.engines.embedded.hosts.ssh import known_hosts
-
     path = known_hosts(home)
     for line in lines:
         rec.add("known_hosts", line)
@@ -415,7 +413,6 @@ def down(home: Path) -> list[str]:
     for bridge in rec.data.get("bridges", []):
         if _run(["ip", "link", "del", bridge], check=False).returncode == 0:
             removed.append(f"bridge {bridge}")
-    from ringleader.engines.embedded.hosts.ssh import known_hosts
 
     _remove_lines(known_hosts(home), set(rec.data.get("known_hosts", [])))
     _remove_lines(HOSTS_FILE, set(rec.data.get("hosts_entries", [])))

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ringleader.errors import RingleaderError, UsageError
 from ringleader.topology import NodeSpec, NodeTopology
+from ringleader.topology.smi import parse_topo_text
 
 # A host that does not answer within this many seconds is unreachable; one that stops answering
 # for SERVER_ALIVE_S x SERVER_ALIVE_COUNT seconds mid-job is cut off.
@@ -101,8 +102,6 @@ def check_reachable(config: Path, node: NodeSpec) -> None:
 def discover(config: Path, node: NodeSpec) -> tuple[NodeTopology, str]:
     """The host's GPU topology: `nvidia-smi topo -m`, else NVML through ringleader's own probe
     when ringleader is installed there, else none (a CPU node). Returns (topology, how)."""
-    from ringleader.topology.smi import parse_topo_text
-
     check_reachable(config, node)
     smi = run_remote(config, node.name, ["nvidia-smi", "topo", "-m"])
     if smi.returncode == 0 and "GPU0" in smi.stdout:
