@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -282,8 +283,6 @@ def combine_time(times: list[float], average: int) -> float:
 def rank_devices(comm: Comm) -> list[dict[str, Any]]:
     """nccl-tests' "Using devices" block for every rank: rank, pid, host and device, gathered
     to all ranks (collective: every rank must call it)."""
-    import socket
-
     host = socket.gethostname().encode()[:HOST_BYTES].ljust(HOST_BYTES, b"\0")
     dev = comm.device
     index = dev.index if dev.type == "cuda" and dev.index is not None else -1

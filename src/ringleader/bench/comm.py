@@ -17,6 +17,7 @@ rounding gives the correctly rounded pairwise sum, the same as gloo's and NCCL's
 from __future__ import annotations
 
 import functools
+import gc
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -206,8 +207,6 @@ class TorchComm(Comm):
             # Every rank done with the group, and DDP's reducer (which holds it and its worker
             # threads) gone, before it is destroyed: otherwise gloo can abort at exit
             # ("terminate called without an active exception").
-            import gc
-
             gc.collect()
             self.barrier()
             self._dist.destroy_process_group()

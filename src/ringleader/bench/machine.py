@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
+import os
+from datetime import UTC, datetime
 from typing import Any
 
 
 def machine_load() -> dict[str, Any]:
     """The load averages and core count beside each figure: a busy machine explains odd ones."""
-    import os
-    from datetime import UTC, datetime
-
     try:
         one, five, fifteen = os.getloadavg()
     except OSError:  # not available on this platform

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import sys
+import time
 from typing import Any
 
 RULE = "-" * 64
@@ -58,8 +61,6 @@ def _mca_lines(backend: str) -> list[str]:
     """Open MPI's settings in this rank's environment (`-np` sets yielding while waiting, no
     single-copy transfers, no binding, oversubscription): they change the figures, so the
     table shows them."""
-    import os
-
     if backend != "mpi":
         return []
     mca = sorted(f"{k[9:]}={v}" for k, v in os.environ.items()
@@ -145,9 +146,6 @@ class Status:
     cleared before each table row, so a long size shows it is alive without cluttering the table."""
 
     def __init__(self, stream: Any = None) -> None:
-        import sys
-        import time
-
         self._clock = time.monotonic
         self.stream = stream or sys.stderr
         self.start = self._clock()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import statistics
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -65,8 +66,6 @@ class ScalingConfig:
         return [b for b in self.backends if b not in self.skipped]
 
     def threads_per_rank(self) -> int:
-        import os
-
         return self.threads or max(1, (os.cpu_count() or 1) // max(self.workers))
 
     def validate(self) -> None:

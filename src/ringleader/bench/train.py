@@ -12,6 +12,7 @@ software (no fp16 units): it is correct but slow, and is reported as such, not r
 from __future__ import annotations
 
 import contextlib
+import json
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -288,8 +289,6 @@ def train(cfg: TrainConfig, comm: Comm) -> dict[str, Any]:
 
 def run(cfg: TrainConfig) -> dict[str, Any]:
     """Train as this process's rank (from the launcher's environment) and print on rank 0."""
-    import json
-
     cfg.validate()
     comm = init(cfg.backend, discover())
     try:

@@ -5,6 +5,7 @@ Parse and render only: every command calls ``ringleader.engines.embedded.engine.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -347,8 +348,6 @@ def topo(name: str | None, presets: bool, png: str | None, svg: str | None, outp
 
 
 def draw_topology(name: str, topology: NodeTopology, path: str, ns: NodeState | None) -> None:
-    from pathlib import Path
-
     owners = dict(ns.allocated) if ns else {}
     held = f", {len(owners)}/{topology.n_gpus} GPUs allocated" if ns else " (preset)"
     title = f"{name}: {topology.n_gpus} x {topology.gpu_model or 'GPU'}{held}"

@@ -840,9 +840,6 @@ def parse_span(text: str, option: str = "--since") -> float:
 
 def since_cutoff(since: str | None, since_time: str | None) -> float | None:
     """--since / --since-time as seconds since the epoch (None: the whole log)."""
-    import time
-    from datetime import datetime
-
     if since and since_time:
         raise UsageError("--since and --since-time both given", "give one of them")
     if since:

@@ -7,6 +7,7 @@ import signal
 import sys
 
 import click
+from click.shell_completion import get_completion_class
 
 from ringleader import __version__, settings
 from ringleader.cli import QUIET_INTERRUPT
@@ -111,8 +112,6 @@ def completion(shell: str) -> None:
     source <(ringleader completion bash)     # this shell
     ringleader completion bash > /etc/bash_completion.d/ringleader
     """
-    from click.shell_completion import get_completion_class
-
     cls = get_completion_class(shell)
     assert cls is not None  # the choice above lists only shells click completes
     click.echo(cls(cli, {}, "ringleader", "_RINGLEADER_COMPLETE").source())

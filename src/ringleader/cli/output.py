@@ -10,7 +10,9 @@ import itertools
 import json
 import os
 import re
+import signal
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -120,8 +122,6 @@ def refreshing(seconds: float | None, draw: Callable[[], None]) -> None:
     if seconds is None:
         draw()
         return
-    import signal
-    import time
 
     # Ctrl-C is how a refresh ends: make sure it raises here even when this process was started
     # with SIGINT ignored (a non-interactive shell's background job, nohup), or it never ends.

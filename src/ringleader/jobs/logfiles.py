@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import BinaryIO
 
@@ -126,8 +127,6 @@ def follow_log(
 def stamp_seconds(line: str) -> float | None:
     """The time a log line was stamped with (RFC 3339, as these files and the kubelet write it),
     in seconds since the epoch; None for a line without one."""
-    from datetime import datetime
-
     head = line.partition(" ")[0]
     if not (head.endswith("Z") and head[:4].isdigit()):
         return None

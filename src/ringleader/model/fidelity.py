@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import math
 import statistics
+import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -335,8 +336,6 @@ def seed_results(scaling: Scaling | None = None) -> list[FidelityResult]:
 def load_rows(path: str) -> list[FidelityRow]:
     """Rows of the same form as reference.toml's ``[[fidelity.rows]]`` from a TOML file of
     ``[[rows]]`` tables (a hold-out set is checked the same way as the shipped table)."""
-    import tomllib
-
     try:
         with open(path, "rb") as fh:
             doc = tomllib.load(fh)

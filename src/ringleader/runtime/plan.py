@@ -7,9 +7,11 @@ worker with torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, ...
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import sys
+import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -29,9 +31,6 @@ RANK_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rank.py")
 def rank_source() -> str:
     """A short ``python3 -c`` program carrying the rank wrapper's source (compressed): what runs
     it needs nothing of ringleader installed (ssh hosts, a container rank's guard)."""
-    import base64
-    import zlib
-
     with open(RANK_FILE, "rb") as fh:
         packed = base64.b64encode(zlib.compress(fh.read(), 9)).decode()
     return f"import base64,zlib;exec(zlib.decompress(base64.b64decode('{packed}')))"

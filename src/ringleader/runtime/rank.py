@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -135,9 +137,6 @@ def rendezvous_port(host: str = "") -> int:
     """A free TCP port for MASTER_PORT, below the kernel's ephemeral range (as torchrun's 29500
     is): a port the kernel hands out itself can be taken by any connection (srun's, PMIx's)
     between this choice and rank 0 binding it."""
-    import random
-    import socket
-
     try:
         with open("/proc/sys/net/ipv4/ip_local_port_range") as fh:
             low = int(fh.read().split()[0])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -133,8 +134,6 @@ USAGE_QUERY = ["nvidia-smi", "--query-gpu=index,utilization.gpu,memory.used,memo
 
 
 def _smi_usage() -> str:
-    import subprocess
-
     try:
         return subprocess.run(USAGE_QUERY, capture_output=True, text=True, timeout=20).stdout
     except (OSError, subprocess.SubprocessError):
@@ -230,8 +229,6 @@ def parse_health_csv(text: str, expected: int) -> int | None:
 
 def _smi(argv: list[str]) -> str:
     """nvidia-smi's stdout and stderr (a GPU it cannot reach is named on either); "" where absent."""
-    import subprocess
-
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.SubprocessError):

@@ -8,6 +8,7 @@ shell on this side: argv lists only.
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -76,8 +77,6 @@ def write_config(path: Path, nodes: Sequence[NodeSpec], home: Path) -> Path:
 def run_remote(config: Path, node: str, argv: Sequence[str], timeout: float = 30) -> subprocess.CompletedProcess[str]:
     """Run ``argv`` on ``node``. ssh joins a remote command into one string for the remote
     shell, so every word is quoted for it here; nothing of ours is interpreted there."""
-    import shlex
-
     cmd = ["ssh", "-F", str(config), node, "--", shlex.join(argv)]
     try:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
