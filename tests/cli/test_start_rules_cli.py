@@ -82,12 +82,34 @@ def test_best_waits_however_long_and_now_starts_spread(seeds_cli: Cli) -> None:
     assert len(nodes_of(job(seeds_cli, "now"))) == 2
 
 
+def test_the_users_risk_decides_a_wait_that_wins_only_on_the_predictions(seeds_cli: Cli) -> None:
+    """The node frees in 3.2 h: waiting for it wins on the model's predictions (spread runs the
+    hour in ~4.5 h), not at the pessimistic end of their likely ranges. A risk-averse gang (the
+    default) starts spread now; with --risk neutral it waits, and says it took the predictions."""
+    busy(seeds_cli, "block-a", "192m")
+    busy(seeds_cli, "block-b", "10h")
+    vgg(seeds_cli, "averse")
+    averse = job(seeds_cli, "averse")
+    assert averse["status"] == "RUNNING" and len(nodes_of(averse)) == 2
+    assert averse["placement"]["request"]["risk"] == "averse"
+    seeds_cli.ok("delete", "averse")
+    vgg(seeds_cli, "neutral", "--risk", "neutral")
+    neutral = job(seeds_cli, "neutral")
+    assert neutral["status"] == "PENDING", neutral
+    assert "waits: it finishes sooner (by ~" in neutral["reason"]
+    assert "taking the predictions as they are (risk neutral)" in neutral["reason"]
+    assert neutral["placement"]["request"]["risk"] == "neutral"
+    assert neutral["placement"]["when"]["at_risk"] is None
+
+
 def test_start_options_refused_in_one_line(seeds_cli: Cli) -> None:
     for extra, words in (
         (("--start", "finish"), "--start finish weighs how long the job runs"),
         (("--max-wait", "10m"), "--max-wait bounds a wait for better GPUs"),
         (("--run-time", "0s"), "--run-time '0s' must be more than 0 s"),
         (("--start", "later"), "Invalid value for '--start'"),
+        (("--risk", "neutral"), "--risk weighs a wait for better GPUs"),
+        (("--risk", "bold", "--run-time", "1h"), "Invalid value for '--risk'"),
     ):
         out = seeds_cli("submit", "mpi", "--name", "x", "--workers", "2", "--gpus", "1", *extra, "--", "true")
         assert out.returncode == 2, out

@@ -368,6 +368,14 @@ def test_start_rules_travel_on_the_worker_template_and_a_bad_value_changes_nothi
     typo["metadata"]["annotations"] |= {names.START_ANNOTATION: "soonest", names.RUN_TIME_ANNOTATION: "-5"}
     info = pod_info(typo)
     assert (info.start_rule, info.run_time_s) == ("now", None)
+    neutral = JobSpec("vgg", 4, 1, ["true"], topology_aware=True, run_time_s=3600.0, risk="neutral")
+    worker = template_pods(manifests.mpijob(neutral, "team-a"))["Worker"]
+    assert worker["metadata"]["annotations"][names.RISK_ANNOTATION] == "neutral"
+    assert job_request(Gang("team-a/vgg", 4, [pod_info(worker)])).risk == "neutral"
+    assert names.RISK_ANNOTATION not in template_pods(manifests.mpijob(spec, "team-a"))["Worker"]["metadata"][
+        "annotations"]  # fmt: skip
+    worker["metadata"]["annotations"][names.RISK_ANNOTATION] = "bold"  # a hand-written pod's typo: the default
+    assert job_request(Gang("team-a/vgg", 4, [pod_info(worker)])).risk == "averse"
 
 
 def test_contract_a_restartable_job_reads_its_restart_count_from_its_pod() -> None:

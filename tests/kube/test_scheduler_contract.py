@@ -687,6 +687,35 @@ def test_contract_a_gang_that_finishes_sooner_by_waiting_waits_then_lands_on_one
     assert {fake.get("pods", f"vgg-worker-{i}")["spec"]["nodeName"] for i in range(4)} == {"gpu-0"}
 
 
+def test_contract_a_risk_neutral_gang_waits_where_only_the_predictions_say_so(fake: FakeApiServer) -> None:
+    """--risk on Kubernetes: gpu-0 frees in 3.2 h, when waiting for it wins on the model's
+    predictions but not at the pessimistic end of their ranges. The workers' risk annotation
+    (what `submit --risk neutral` writes) makes the gang wait; without it, it binds spread."""
+    fake.put("nodes", node("gpu-0"))
+    fake.put("nodes", node("gpu-1"))
+    running_gang(fake, "a", "gpu-0", 6, 11_520)
+    running_gang(fake, "b", "gpu-1", 6, 36_000)
+    for name, risk in (("neutral", {names.RISK_ANNOTATION: "neutral"}), ("averse", {})):
+        fake.put("podgroups", podgroup(name, 4))
+        for i in range(4):
+            worker = pod(f"{name}-worker-{i}", gang=name)
+            worker["metadata"]["annotations"] = {names.START_ANNOTATION: "finish", names.RUN_TIME_ANNOTATION: "3600",
+                                                 names.MODEL_ANNOTATION: "vgg16", **risk}  # fmt: skip
+            fake.put("pods", worker)
+        s = scheduler(fake)
+        results = s.cycle()
+        if name == "neutral":
+            assert results == [] and not fake.calls("bind")
+            note = fake.get("podgroups", name)["metadata"]["annotations"][names.PENDING_ANNOTATION]
+            assert "waits: it finishes sooner" in note and "(risk neutral)" in note
+            for i in range(4):
+                fake.remove("pods", "default", f"{name}-worker-{i}")
+            fake.remove("podgroups", "default", name)
+        else:
+            assert [(r.gang, r.ok) for r in results] == [("default/averse", True)]
+            assert {fake.get("pods", f"averse-worker-{i}")["spec"]["nodeName"] for i in range(4)} == {"gpu-0", "gpu-1"}
+
+
 def calibrated_gang(fake: FakeApiServer, name: str, calibration: str) -> None:
     """The 4-worker VGG16 gang of the start-rule test, with a calibration written on its workers
     (what `submit --model vgg16 --calibration FILE` writes), beside gangs a (600 s) and b."""

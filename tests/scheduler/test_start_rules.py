@@ -90,6 +90,32 @@ def test_finish_waits_only_when_waiting_wins_at_the_pessimistic_end() -> None:
     assert not earlier.ok and earlier.when is not None and not earlier.when.starts_now
 
 
+def test_a_risk_neutral_job_waits_when_waiting_wins_on_the_predictions() -> None:
+    """The user's chosen risk: with ``risk="neutral"`` the same late-freeing node that a
+    risk-averse job does not wait for is waited for, since waiting finishes sooner as predicted;
+    where waiting loses on the predictions it starts now as well."""
+    ideal, spread = rates()
+    point = 3600 * ideal / spread - 3600
+    pessimistic = 3600 * ideal / (spread / 0.92) - 3600 * 1.232
+    late = (point + pessimistic) / 2
+    averse = one_pass(vgg("finish"), {"busy-node-a": NOW + late})
+    neutral = one_pass(vgg("finish", risk="neutral"), {"busy-node-a": NOW + late})
+    assert averse.ok and not neutral.ok
+    when = neutral.when
+    assert when is not None and when.at_risk is None and not when.starts_now
+    assert neutral.reservation is not None and neutral.reservation.placement.nodes == ("node-a",)
+    assert neutral.reasons[0].startswith(
+        f"waits: it finishes sooner (by ~{(_finish(when.now) - _finish(when.wait)) / 60:.0f} min), "
+        "taking the predictions as they are (risk neutral): start now on node-a[2w")
+    too_late = one_pass(vgg("finish", risk="neutral"), {"busy-node-a": NOW + point + 60})
+    assert too_late.ok and too_late.when is not None and too_late.when.starts_now
+
+
+def test_a_risk_is_one_of_the_known_ones() -> None:
+    with pytest.raises(ValueError, match="risk 'bold' is not one of averse, neutral"):
+        vgg("finish", risk="bold")
+
+
 def _finish(option: object) -> float:
     return float(option.finish_s)  # type: ignore[attr-defined]
 

@@ -47,6 +47,7 @@ from ringleader.jobs.spec import (
 )
 from ringleader.jobs.states import JobStatus
 from ringleader.model import load_calibration
+from ringleader.scheduler.types import RISKS
 
 if TYPE_CHECKING:  # the runtime is imported by the commands that use it: `--help` stays quick
     from ringleader.engines import Engine
@@ -289,6 +290,8 @@ START_HELP = ("When the gang starts if its best placement is busy: `now` on the 
 RUN_TIME_HELP = ("How long the job trains on its best placement (your estimate): the queue weighs starting now "
                  "on slower GPUs against waiting for better ones by it.")
 MAX_WAIT_HELP = "The longest it waits for better GPUs, from submit; then it starts on whatever fits."
+RISK_HELP = ("How --start finish weighs predictions that have a likely range: `averse` (default) waits only where "
+             "waiting wins at the pessimistic end of both ranges, `neutral` where it wins as predicted.")
 
 
 def read_calibration(path: str | None) -> dict[str, Any] | None:
@@ -385,6 +388,7 @@ SUBMIT_OPTIONS: tuple[Callable[[Any], Any], ...] = (
                  help="Training steps the job runs: with --model, the model's step time on its best placement "
                       "gives its run time (as --run-time does)."),
     click.option("--max-wait", "max_wait_s", metavar="DURATION", callback=_duration, help=MAX_WAIT_HELP),
+    click.option("--risk", type=click.Choice(RISKS), default=None, help=RISK_HELP),
     click.option("--calibration", "calibration_file", type=click.Path(dir_okay=False), default=None,
                  help="A calibration (`ringleader calibrate --out`) the queue prices this job's placements with "
                       "when it weighs its start or a preemption (default: the published rates)."),
@@ -455,7 +459,8 @@ def _submit(
     image: str | None, data: tuple[tuple[str, str], ...], shm_size: int | None, rdma: bool,
     image_pull_policy: str | None, container_user: str | None, model: str | None, dry_run: bool,
     time_limit_s: float | None, start: str | None, run_time_s: float | None, max_wait_s: float | None,
-    steps: int | None, calibration_file: str | None, preempt: bool, preemptible: bool, working_dir: str | None,
+    risk: str | None, steps: int | None, calibration_file: str | None, preempt: bool, preemptible: bool,
+    working_dir: str | None,
     topology_required: str | None, topology_preferred: str | None, output: str, command: tuple[str, ...],
     engine: str | None, **kube: Any,
 ) -> None:  # fmt: skip
@@ -467,7 +472,7 @@ def _submit(
         env=parse_env(env), topology_aware=gputopology, priority=priority, image=image, model=model,
         time_limit_s=time_limit_s, container=container, workdir=working_dir, kube=read_kube_options(kube),
         topology_required=topology_required, topology_preferred=topology_preferred, start=start,
-        run_time_s=run_time_s, max_wait_s=max_wait_s, preempt=preempt, preemptible=preemptible,
+        run_time_s=run_time_s, max_wait_s=max_wait_s, risk=risk, preempt=preempt, preemptible=preemptible,
         calibration=read_calibration(calibration_file), steps=steps, queue=queue, max_restarts=max_restarts,
         kind=kind,
     )  # fmt: skip

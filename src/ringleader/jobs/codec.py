@@ -115,6 +115,7 @@ def decision_to_dict(decision: Decision) -> dict[str, Any]:
             "start": job.start_rule,
             "run_time_s": job.work_s,
             "max_wait_s": job.max_wait_s,
+            "risk": job.risk,
         },
         "policy": decision.policy,
         "code": decision.code.value,

@@ -11,7 +11,7 @@ from ringleader import settings
 from ringleader.errors import UsageError
 from ringleader.jobs.line import CommandLine, line_from_dict, read_line
 from ringleader.scheduler import JobRequest
-from ringleader.scheduler.types import START_RULES
+from ringleader.scheduler.types import RISKS, START_RULES
 from ringleader.topology.cluster import check_name
 from ringleader.topology.grammar import LABEL_KEY_RE, LABEL_VALUE_RE
 
@@ -317,6 +317,8 @@ class JobSpec:
     start: str | None = None
     run_time_s: float | None = None
     max_wait_s: float | None = None
+    # How "finish" weighs predictions with likely ranges (scheduler.types.RISKS); None: "averse".
+    risk: str | None = None
     # Gang preemption (scheduler/preempt.py): ``preempt`` lets it stop preemptible jobs of lower
     # priority to start (Kubernetes' preemptionPolicy PreemptLowerPriority; off: Never);
     # ``preemptible`` False keeps it from ever being stopped for another job.
@@ -430,6 +432,12 @@ class JobSpec:
         if self.max_wait_s is not None and rule == "now":
             raise UsageError("--max-wait bounds a wait for better GPUs, and this job starts on whatever is free",
                              "add --start finish or --start best, or leave --max-wait out")  # fmt: skip
+        if self.risk is not None and self.risk not in RISKS:
+            raise UsageError(f"--risk {self.risk!r} is not a risk", f"use one of {', '.join(RISKS)}")
+        if self.risk is not None and rule != "finish":
+            raise UsageError("--risk weighs a wait for better GPUs against starting now, and this job "
+                             f"{'starts on whatever is free' if rule == 'now' else 'waits for its best'}",
+                             "add --start finish and --run-time, or leave --risk out")  # fmt: skip
 
     def describe(self) -> str:
         """One line of what was asked for, as a job's `Submitted` event tells it."""
@@ -443,7 +451,8 @@ class JobSpec:
             self.name, self.workers, self.gpus_per_worker, self.topology_aware, self.priority, self.model,
             time_limit_s=self.time_limit_s, topology_required=self.topology_required,
             topology_preferred=self.topology_preferred, start_rule=self.start_rule(), work_s=self.run_time_s,
-            max_wait_s=self.max_wait_s, may_preempt=self.preempt, preemptible=self.preemptible, queue=self.queue,
+            max_wait_s=self.max_wait_s, risk=self.risk or "averse", may_preempt=self.preempt,
+            preemptible=self.preemptible, queue=self.queue,
         )  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
@@ -464,7 +473,8 @@ class JobSpec:
             line=line_from_dict(data["line"]) if data.get("line") else None,
             grace_s=_seconds(data.get("grace_s")),
             start=data.get("start"), run_time_s=_seconds(data.get("run_time_s")),
-            max_wait_s=_seconds(data.get("max_wait_s")), preempt=bool(data.get("preempt", False)),
+            max_wait_s=_seconds(data.get("max_wait_s")), risk=data.get("risk"),
+            preempt=bool(data.get("preempt", False)),
             preemptible=bool(data.get("preemptible", True)), calibration=data.get("calibration"),
             steps=None if data.get("steps") is None else int(data["steps"]), queue=data.get("queue"),
             max_restarts=int(data.get("max_restarts", 0)), kind=str(data.get("kind") or "mpi"),

@@ -393,18 +393,21 @@ class QueuePass:
         if now_option is None and wait is None:
             return None  # no start to weigh: it pends as any gang that does not fit
         at_risk = None
+        neutral = job.risk == "neutral"
         if (rule is StartRule.FINISH and now_option is not None and wait is not None and work is not None
-                and isinstance(estimate, RangedEstimator)):  # fmt: skip
+                and isinstance(estimate, RangedEstimator) and not neutral):  # fmt: skip
             now_high = estimate.likely(now_option.placement, job, now_option.images_per_s)[1]
             wait_low = estimate.likely(wait.placement, job, wait.images_per_s)[0]
             at_risk = AtRisk(now_high, wait_low, finish_of(self.now, work, ideal, now_high) or math.inf,
                              finish_of(wait.start_s, work, ideal, wait_low) or math.inf)  # fmt: skip
         # "best" never starts on a placement slower than its best; "finish" starts now unless a
-        # later start finishes sooner, at the pessimistic end of the estimator's ranges if it has them
+        # later start finishes sooner, at the pessimistic end of the estimator's ranges if it has
+        # them and the job is risk averse
         starts_now = (now_option is not None and rule is StartRule.FINISH
                       and (wait is None or _finish(now_option) <= _finish(wait)
                            or (at_risk is not None and at_risk.now_finish_s <= at_risk.wait_finish_s)))  # fmt: skip
-        return WhenChoice(rule, self.now, ideal, now_option, wait, starts_now, at_risk)
+        weighed_neutral = neutral and rule is StartRule.FINISH and now_option is not None and wait is not None
+        return WhenChoice(rule, self.now, ideal, now_option, wait, starts_now, at_risk, weighed_neutral)
 
     def _best_wait(
         self,

@@ -14,6 +14,9 @@ from functools import cached_property
 from ringleader.scheduler.switches import SwitchIndex, move_position
 from ringleader.topology.cluster import NodeSpec
 
+# How a start rule "finish" weighs predictions with likely ranges (JobRequest.risk, --risk).
+RISKS = ("averse", "neutral")
+
 
 @dataclass(frozen=True)
 class JobRequest:
@@ -40,6 +43,9 @@ class JobRequest:
     start_rule: str = "now"
     work_s: float | None = None
     max_wait_s: float | None = None
+    # How "finish" weighs predictions that come with likely ranges (RISKS): "averse" waits only
+    # where waiting wins at the pessimistic end of both; "neutral" takes the predictions as they are.
+    risk: str = "averse"
     # Whether it may stop running gangs of lower priority to start (scheduler/preempt.py), and
     # whether it may be stopped (a gang that may not never borrows another queue's quota).
     may_preempt: bool = False
@@ -49,6 +55,10 @@ class JobRequest:
     # assignment adds a node selector).
     queue: str | None = None
     gpu_types: frozenset[str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.risk not in RISKS:
+            raise ValueError(f"risk {self.risk!r} is not one of {', '.join(RISKS)}")
 
     @property
     def total_gpus(self) -> int:
@@ -475,6 +485,7 @@ class WhenChoice:
     wait: Option | None
     starts_now: bool
     at_risk: AtRisk | None = None  # where the estimator gives ranges (the model's) and both were weighed
+    risk_neutral: bool = False  # the job's risk is "neutral": the ranges were not weighed
 
     def describe(self) -> str:
         """ "starts now: start now on ... finishes in ~2 h; start in ~10 min on ... finishes in ~45 min" """
@@ -495,6 +506,8 @@ class WhenChoice:
                             f"images/s) and this one at the high end ({risk.now_images_per_s:.0f})")  # fmt: skip
             else:
                 verdict += f" (by {approx_duration(gain)})"
+                if self.risk_neutral and not self.starts_now:
+                    verdict += ", taking the predictions as they are (risk neutral)"
                 if risk is not None and not self.starts_now:
                     verdict += (f", even at the pessimistic end of the likely ranges ({risk.wait_images_per_s:.0f} "
                                 f"images/s later, {risk.now_images_per_s:.0f} now)")  # fmt: skip

@@ -80,6 +80,7 @@ def job_request(gang: Gang) -> JobRequest:
         topology_preferred=workers[0].topology_preferred if workers else None,
         start_rule=workers[0].start_rule if workers else "now",
         work_s=workers[0].run_time_s if workers else None, max_wait_s=workers[0].max_wait_s if workers else None,
+        risk=workers[0].risk if workers else "averse",
         may_preempt=bool(workers) and workers[0].may_preempt,
         queue=workers[0].queue if workers else None, preemptible=not workers or workers[0].preemptible,
         model=workers[0].model if workers else None,

@@ -359,6 +359,8 @@ def _worker_annotations(spec: JobSpec, delivery: Delivery, per_pod: int) -> dict
     # when it starts (scheduler/queue.py, start rules)
     if spec.start_rule() != "now":
         notes[names.START_ANNOTATION] = spec.start_rule()
+    if spec.risk is not None:
+        notes[names.RISK_ANNOTATION] = spec.risk
     for key, seconds in ((names.RUN_TIME_ANNOTATION, spec.run_time_s), (names.MAX_WAIT_ANNOTATION, spec.max_wait_s)):
         if seconds is not None:
             notes[key] = f"{seconds:g}"

@@ -73,6 +73,7 @@ CORDON_REASON_ANNOTATION = f"{PREFIX}/cordon-reason"
 START_ANNOTATION = f"{PREFIX}/start"
 RUN_TIME_ANNOTATION = f"{PREFIX}/run-time-s"
 MAX_WAIT_ANNOTATION = f"{PREFIX}/max-wait-s"
+RISK_ANNOTATION = f"{PREFIX}/risk"  # how "finish" weighs likely ranges: scheduler.types.RISKS
 # What prices a gang's placements where it weighs its start (--model, --calibration: the JSON
 # document `ringleader calibrate --out` writes, compact), read off its workers as the above.
 MODEL_ANNOTATION = f"{PREFIX}/model"

@@ -20,7 +20,7 @@ from ringleader.engines.kubernetes import names
 from ringleader.errors import TopologyError
 from ringleader.jobs.codec import node_from_dict
 from ringleader.reference import reference
-from ringleader.scheduler.types import START_RULES
+from ringleader.scheduler.types import RISKS, START_RULES
 from ringleader.topology import NodeSpec, NodeTopology
 from ringleader.topology.cluster import SCHEDULE_LABEL, SCHEDULE_MODES
 from ringleader.topology.node import EMPTY
@@ -112,6 +112,7 @@ class PodInfo:
     start_rule: str = "now"  # names.START_ANNOTATION; a value the scheduler does not know: "now"
     run_time_s: float | None = None  # names.RUN_TIME_ANNOTATION
     max_wait_s: float | None = None  # names.MAX_WAIT_ANNOTATION
+    risk: str = "averse"  # names.RISK_ANNOTATION; a value the scheduler does not know: "averse"
     may_preempt: bool = False  # names.PREEMPT_ANNOTATION "true"
     preemptible: bool = True  # names.PREEMPTIBLE_ANNOTATION "false": never a victim
     queue: str | None = None  # names.QUEUE_ANNOTATION: its team queue (None: the default queue)
@@ -306,9 +307,10 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo:
         gated=any(g.get("name") == names.GANG_GATE for g in spec.get("schedulingGates") or ()),
         topology_required=_level(annotations, names.TOPOLOGY_REQUIRED_ANNOTATIONS),
         topology_preferred=_level(annotations, names.TOPOLOGY_PREFERRED_ANNOTATIONS),
-        start_rule=_start_rule(annotations.get(names.START_ANNOTATION)),
+        start_rule=_known(annotations.get(names.START_ANNOTATION), START_RULES, "now"),
         run_time_s=_seconds(annotations.get(names.RUN_TIME_ANNOTATION)),
         max_wait_s=_seconds(annotations.get(names.MAX_WAIT_ANNOTATION)),
+        risk=_known(annotations.get(names.RISK_ANNOTATION), RISKS, "averse"),
         may_preempt=annotations.get(names.PREEMPT_ANNOTATION) == "true",
         preemptible=annotations.get(names.PREEMPTIBLE_ANNOTATION) != "false",
         queue=annotations.get(names.QUEUE_ANNOTATION) or None,
@@ -347,10 +349,10 @@ def rank_order(name: str, labels: Mapping[str, str], annotations: Mapping[str, s
     return (0, 1 << 30 if tail is None else tail, name)
 
 
-def _start_rule(value: str | None) -> str:
-    """A start rule written on a pod; anything else (a hand-written pod's typo) is "now", the
-    rule that changes nothing."""
-    return value if value in START_RULES else "now"
+def _known(value: str | None, known: tuple[str, ...], default: str) -> str:
+    """A start rule or risk written on a pod; anything else (a hand-written pod's typo) is the
+    default, which changes nothing."""
+    return value if value in known else default
 
 
 def _seconds(value: str | None) -> float | None:
