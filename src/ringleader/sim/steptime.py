@@ -25,6 +25,9 @@ class StepTime:
     step_time_s: float
     images_per_s: float
     bound: str = ""
+    # The images/s 8 in 10 runs like it were measured within, where the function knows (the
+    # model's `Prediction.likely_range`); None: it states no range.
+    likely: tuple[float, float] | None = None
 
 
 StepTimeFn = Callable[[Mapping[str, NodeState], Placement, TraceJob], StepTime]
@@ -97,7 +100,7 @@ def model_step_time(precision: str = "fp32", calibration: Any = None) -> StepTim
             used, placement, model=job.model, batch_size=job.batch_size, precision=precision,
             gpu_type=None, calibration=calibration, uplink_flows=uplink_flows,
         )  # fmt: skip
-        return StepTime(float(pred.step_time_s), float(pred.images_per_s), str(getattr(pred, "bound", "")))
+        return StepTime(float(pred.step_time_s), float(pred.images_per_s), pred.bound, pred.likely_range)
 
     step.tree_aware = True  # type: ignore[attr-defined]
     return step

@@ -174,7 +174,8 @@ def _fragmentation(run: SimRun) -> tuple[float, float]:
 
 
 def job_rows(run: SimRun) -> list[dict[str, Any]]:
-    """One row per job: times, placement and step time (for CSV/JSON output)."""
+    """One row per job: times, placement, step time and images/s with its likely range where the
+    step-time function states one (for CSV/JSON output)."""
     rows = []
     for r in run.records:
         rows.append({
@@ -191,6 +192,8 @@ def job_rows(run: SimRun) -> list[dict[str, Any]]:
             "bottleneck": r.bottleneck,
             "step_time_s": r.step.step_time_s if r.step else None,
             "images_per_s": r.step.images_per_s if r.step else None,
+            "images_per_s_low": r.step.likely[0] if r.step and r.step.likely else None,
+            "images_per_s_high": r.step.likely[1] if r.step and r.step.likely else None,
             "placement": r.placement.describe() if r.placement else None,
             "rejected": r.rejected,
         })  # fmt: skip
