@@ -121,3 +121,40 @@ def test_runtime_points_are_deleted_unless_kept(tmp_path: Path) -> None:
         assert result["out_of_bounds"] == 0 and result["job"].startswith("bench-allreduce-gloo-2-")
         listed = [v.name for v in launcher.rt.list_jobs()]
         assert listed == ([result["job"]] if keep else [])
+
+
+def test_servers_split_each_worker_count_into_lab_7s_layouts() -> None:
+    """Lab 7's second table: servers x ranks per server. Each worker count is split over each
+    server count that divides it; a row per layout, so 2 ranks on one server and 1 rank on each
+    of two servers are two rows, both with their speedup over the 1-rank run."""
+    from ringleader.bench.scaling import ScalingConfig, markdown, table_rows
+
+    cfg = ScalingConfig(backends=["gloo"], workers=[1, 2, 4], servers=[1, 2], out="x")
+    assert cfg.layouts == [(1, 1), (1, 2), (2, 2), (1, 4), (2, 4)]  # (servers, workers)
+    points = [_point(1, 100.0), _point(2, 180.0), {**_point(2, 60.0), "nodes": 2}]
+    rows = table_rows(points)
+    assert [(r["servers"], r["gpus_per_server"]) for r in rows] == [(1, 1), (1, 2), (2, 1)]
+    assert [r["speedup"] for r in rows] == pytest.approx([1.0, 1.8, 0.6])
+    assert "| gloo | 2 | 1 | " in markdown(rows, "t")
+
+
+def test_the_speedup_plot_draws_a_line_per_server_count(tmp_path: Path) -> None:
+    import matplotlib
+
+    from ringleader.bench.plots import speedup
+    from ringleader.bench.scaling import table_rows
+
+    matplotlib.rcParams["svg.fonttype"] = "none"
+    rows = table_rows([_point(1, 100.0), _point(2, 180.0), {**_point(2, 60.0), "nodes": 2}])
+    svg = Path(speedup(rows, tmp_path / "speedup.svg", "alexnet", 16)).read_text()
+    assert "gloo, 1 server (median of 1" in svg and "gloo, 2 servers (median of 1" in svg
+
+
+def test_several_servers_need_ranks_placed_as_jobs() -> None:
+    """A layout over several servers cannot be run by local processes: one line, nothing run."""
+    proc = cli("bench", "scaling", "--servers", "1,2", "--workers", "2", "--launcher", "local", "--out", "x")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("error: --servers 2 places ranks on several servers")
+    assert "--launcher runtime" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    bad = cli("bench", "scaling", "--servers", "0", "--out", "x")
+    assert bad.returncode == 2 and "--servers" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from ringleader.bench.launch import launch, worker_command
 from ringleader.bench.ranks import cuda_count
 from ringleader.engines.embedded import engine as api
-from ringleader.errors import RingleaderError
+from ringleader.errors import RingleaderError, UsageError
 
 
 class PointError(RingleaderError):
@@ -28,9 +28,10 @@ class Launcher(Protocol):
     name: str
 
     def run(self, kind: str, cfg: dict[str, Any], backend: str, workers: int,
-            threads: int | None = None) -> dict[str, Any]:  # fmt: skip
+            threads: int | None = None, servers: int | None = None) -> dict[str, Any]:  # fmt: skip
         """Run ``workers`` ranks of bench ``kind`` with ``cfg`` (``threads`` OpenMP threads each,
-        default: the cores split among them) and return rank 0's JSON."""
+        default: the cores split among them), ``workers / servers`` of them on each of
+        ``servers`` servers when given, and return rank 0's JSON."""
         ...
 
 
@@ -48,7 +49,9 @@ class LocalLauncher:
         self.timeout = timeout
 
     def run(self, kind: str, cfg: dict[str, Any], backend: str, workers: int,
-            threads: int | None = None) -> dict[str, Any]:  # fmt: skip
+            threads: int | None = None, servers: int | None = None) -> dict[str, Any]:  # fmt: skip
+        if servers not in (None, 1):
+            raise PointError(f"{kind} point {backend} x{workers}: local processes run on one server, not {servers}")
         cfg = dict(cfg, output="json", backend=backend)
         res = launch(kind, cfg, backend, workers, capture=True, timeout=self.timeout, threads=threads)
         if res.returncode != 0 and kind != "allreduce":
@@ -80,21 +83,26 @@ class RuntimeLauncher:
         self.keep = keep
 
     def run(self, kind: str, cfg: dict[str, Any], backend: str, workers: int,
-            threads: int | None = None) -> dict[str, Any]:  # fmt: skip
+            threads: int | None = None, servers: int | None = None) -> dict[str, Any]:  # fmt: skip
         cfg = dict(cfg, output="json", backend=backend)
         name = f"bench-{kind}-{backend}-{workers}-{uuid.uuid4().hex[:6]}"
         command = worker_command(kind, cfg)
         if backend == "mpi":  # the runtime rewrites mpirun's host options for its placement
             command = ["mpirun", "-np", str(workers), "--bind-to", "none", *command]
         per_rank = str(threads or max(1, (os.cpu_count() or 1) // workers))
+        gpus = 1 if cuda_count() else 0
+        if servers is not None:
+            gpus = self.gpus_for(workers // servers)
         spec = self.api.JobSpec(
-            name=name, workers=workers, gpus_per_worker=1 if cuda_count() else 0, command=command,
+            name=name, workers=workers, gpus_per_worker=gpus, command=command,
             env={"OMP_NUM_THREADS": per_rank, "OMPI_MCA_mpi_yield_when_idle": "1"},
             topology_aware=True,
         )  # fmt: skip
         self.rt.submit(spec)
         view = self.rt.wait(name, timeout=self.timeout)
         out = self.rt.logs(name)
+        if servers is not None:
+            self.check_layout(view, servers, workers // servers)
         if view.status.value != "SUCCEEDED":
             tail = out.strip().splitlines()[-1:] or ["(no output)"]
             raise PointError(f"{kind} job {name} ended {view.status.value}: {tail[0]}",
@@ -107,6 +115,35 @@ class RuntimeLauncher:
         if not self.keep:
             self.rt.delete([name])
         return {**result, "job": name}
+
+    def gpus_for(self, per_server: int) -> int:
+        """GPUs per rank that put exactly ``per_server`` ranks on a server: a server's GPUs over
+        ``per_server`` (a rank on a real GPU uses the first of its share; an emulated cluster's
+        GPUs are ids only). The servers must all have the same count, a multiple of it."""
+        counts = {n.spec.topology.n_gpus for n in self.rt.nodes().nodes if n.spec.topology.n_gpus}
+        if len(counts) != 1:
+            raise UsageError(
+                "--servers needs servers of one GPU count to place ranks so many per server"
+                + (f"; this cluster's have {', '.join(map(str, sorted(counts)))}" if counts else ", and none has GPUs"),
+                "declare a cluster of like nodes (GPUs or an emulated cluster's: `ringleader cluster up`)",
+            )
+        [count] = counts
+        if count % per_server:
+            raise UsageError(f"{per_server} ranks per server do not split a server's {count} GPUs evenly",
+                             f"use ranks-per-server counts that divide {count}")  # fmt: skip
+        return count // per_server
+
+    @staticmethod
+    def check_layout(view: Any, servers: int, per_server: int) -> None:
+        """The job ran ``per_server`` ranks on each of ``servers`` servers, or the point is not
+        the layout it names."""
+        chosen = (view.placement or {}).get("chosen") or {}
+        per_node: dict[str, int] = {}
+        for worker in chosen.get("workers", []):
+            per_node[worker["node"]] = per_node.get(worker["node"], 0) + 1
+        if sorted(per_node.values()) != [per_server] * servers:
+            raise PointError(f"job {view.name} was placed as {per_node}, not {servers} x {per_server} ranks",
+                             "free the cluster's GPUs (other jobs hold some) and run again")  # fmt: skip
 
 
 def default_launcher(kind: str = "auto", home: str | None = None, keep: bool = False) -> Launcher:

@@ -45,15 +45,20 @@ def speedup(rows: list[dict[str, Any]], path: Path, model: str = "", batch: int 
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     workers = sorted({int(r["gpus_per_server"]) * int(r["servers"]) for r in rows})
     ax.plot(workers, workers, color="0.4", linestyle="--", linewidth=1, label="ideal (linear)")
-    for i, b in enumerate(sorted({r["backend"] for r in rows})):
-        mine = sorted((r for r in rows if r["backend"] == b), key=lambda r: r["gpus_per_server"] * r["servers"])
+    # one line per backend, or per backend and server count where rows span several servers
+    several = len({int(r["servers"]) for r in rows}) > 1
+    lines = sorted({(r["backend"], int(r["servers"]) if several else 0) for r in rows})
+    for i, (b, servers) in enumerate(lines):
+        mine = sorted((r for r in rows if r["backend"] == b and (not several or int(r["servers"]) == servers)),
+                      key=lambda r: r["gpus_per_server"] * r["servers"])  # fmt: skip
         xs = [int(r["gpus_per_server"]) * int(r["servers"]) for r in mine]
         ys = [r["speedup"] for r in mine]
         lo = [max(0.0, r["speedup"] - r.get("speedup_min", r["speedup"])) for r in mine]
         hi = [max(0.0, r.get("speedup_max", r["speedup"]) - r["speedup"]) for r in mine]
         runs = max((int(r.get("repeats", 1)) for r in mine), default=1)
+        name = f"{b}, {servers} server{'s' if servers > 1 else ''}" if several else b
         ax.errorbar(xs, ys, yerr=[lo, hi], marker=MARKERS[i % len(MARKERS)], linestyle=STYLES[i % len(STYLES)],
-                    capsize=4, label=f"{b} (median of {runs}, bars min-max)")  # fmt: skip
+                    capsize=4, label=f"{name} (median of {runs}, bars min-max)")  # fmt: skip
     flagged = [r for r in rows if r.get("warnings")]
     if flagged:  # the table's "!" rows: ringed in red, so a suspicious point is not read as a result
         ax.plot([int(r["gpus_per_server"]) * int(r["servers"]) for r in flagged], [r["speedup"] for r in flagged],

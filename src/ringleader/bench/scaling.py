@@ -60,10 +60,22 @@ class ScalingConfig:
     # Backends this machine cannot run (nccl without CUDA, mpi without Open MPI) -> why: the study
     # skips their rows and says so (set by validate; all of them: refused).
     skipped: dict[str, str] = field(default_factory=dict)
+    # Server counts each worker count is split over (Lab 7's second table: servers x ranks per
+    # server); a count that does not divide a worker count skips that layout.
+    servers: list[int] = field(default_factory=lambda: [1])
 
     @property
     def runnable(self) -> list[str]:
         return [b for b in self.backends if b not in self.skipped]
+
+    @property
+    def layouts(self) -> list[tuple[int, int]]:
+        """(servers, workers) of every point, by workers then servers."""
+        return [(s, w) for w in self.workers for s in sorted(set(self.servers)) if w % s == 0]
+
+    @property
+    def several_servers(self) -> bool:
+        return any(s > 1 for s, _ in self.layouts)
 
     def threads_per_rank(self) -> int:
         return self.threads or max(1, (os.cpu_count() or 1) // max(self.workers))
@@ -76,6 +88,12 @@ class ScalingConfig:
             raise UsageError(f"--threads-per-rank {self.threads} is not a thread count", "pass 1 or more")
         if self.repeat < 1:
             raise UsageError(f"--repeat {self.repeat} runs nothing", "pass --repeat 1 or more (3 gives a spread)")
+        if not self.servers or min(self.servers) < 1:
+            raise UsageError(f"--servers {','.join(map(str, self.servers))} is not a list of server counts",
+                             "pass e.g. --servers 1,2")  # fmt: skip
+        if not self.layouts:
+            raise UsageError("no worker count splits evenly over the server counts",
+                             "pass multiples of a server count, e.g. --workers 2,4 --servers 1,2")
         self.skipped, refusal = {}, None
         for b in self.backends:
             check_backend(b)
@@ -106,13 +124,14 @@ def row_warnings(efficiency: float, spread: float | None, repeats: int) -> list[
 
 
 def table_rows(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One Lab 7 row per (backend, workers), medians over its repeated points (train JSON results)."""
-    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    """One Lab 7 row per (backend, workers, servers), medians over its repeated points (train JSON
+    results); speedups over each backend's smallest run."""
+    groups: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
     for p in points:
-        groups.setdefault((p["backend"], int(p["world_size"])), []).append(p)
+        groups.setdefault((p["backend"], int(p["world_size"]), max(1, int(p.get("nodes", 1)))), []).append(p)
     rows = []
     base: dict[str, tuple[int, float]] = {}
-    for (backend, w), pts in sorted(groups.items()):
+    for (backend, w, nodes), pts in sorted(groups.items()):
         thrs = [float(p["images_per_sec_total"]) for p in pts]
         thr = statistics.median(thrs)
         base.setdefault(backend, (w, thr))
@@ -121,7 +140,6 @@ def table_rows(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
         times = [statistics.fmean(p.get("step_times_s") or [p["step_time_s"]]) for p in pts]
         spread = (max(thrs) - min(thrs)) / thr if len(thrs) > 1 and thr else None
         loads = [p["load"]["load_1m"] for p in pts if "load" in p]
-        nodes = max(1, int(pts[0].get("nodes", 1)))
         rows.append({
             "backend": backend, "servers": nodes, "gpus_per_server": w // nodes,
             "avg_step_time_s": statistics.median(times), "avg_throughput": thr,
@@ -170,6 +188,12 @@ def run_scaling(cfg: ScalingConfig, launcher: Launcher,
     """Measure every (backend, workers) point ``repeat`` times, round robin, then the busbw
     sweeps; write all outputs."""
     cfg.validate()
+    if cfg.several_servers and launcher.name != "runtime":
+        many = max(s for s, _ in cfg.layouts)
+        raise UsageError(f"--servers {many} places ranks on several servers, and the {launcher.name} launcher "
+                         "starts them on this one",
+                         "run each point as a ringleader job on a declared cluster: --launcher runtime "
+                         "(ssh hosts, or `ringleader cluster up`)")  # fmt: skip
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     tick = progress or (lambda _msg: None)
@@ -178,10 +202,12 @@ def run_scaling(cfg: ScalingConfig, launcher: Launcher,
     points = []
     for rep in range(cfg.repeat):
         for b in cfg.runnable:
-            for w in cfg.workers:
-                tick(f"train {cfg.train.model} {b} x{w} (run {rep + 1}/{cfg.repeat})")
+            for servers, w in cfg.layouts:
+                on = f" on {servers} servers" if cfg.several_servers else ""
+                tick(f"train {cfg.train.model} {b} x{w}{on} (run {rep + 1}/{cfg.repeat})")
                 load = machine_load()
-                result = launcher.run("train", train_cfg, b, w, cfg.threads_per_rank())
+                result = launcher.run("train", train_cfg, b, w, cfg.threads_per_rank(),
+                                      servers if cfg.several_servers else None)  # fmt: skip
                 points.append({**result, "load": load, "repeat": rep})
     sweeps: dict[str, dict[str, Any]] = {}
     if cfg.busbw:

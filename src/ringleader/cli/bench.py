@@ -194,17 +194,20 @@ def pipeline_cmd(np_: int, launcher: str, keep: bool, repeat: int, out: str | No
         click.echo(f"wrote {out}: {len(study)} model(s) in {STUDY_FILES[0]}, {STUDY_FILES[1]} and {STUDY_FILES[2]}")
 
 
-def _int_list(text: str) -> list[int]:
+def _int_list(text: str, flag: str = "--workers") -> list[int]:
     try:
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError as exc:
-        raise UsageError(f"bad worker list {text!r}", "pass e.g. --workers 1,2,4") from exc
+        raise UsageError(f"bad {flag} list {text!r}", f"pass e.g. {flag} 1,2,4") from exc
 
 
 @bench_group.command("scaling")
 @_train_options
 @click.option("--backends", default="gloo,mpi", show_default=True, help="Comma-separated.")
 @click.option("--workers", default="1,2", show_default=True, help="Worker counts, comma-separated.")
+@click.option("--servers", default="1", show_default=True,
+              help="Server counts, comma-separated: each worker count split over each that divides it (Lab 7's "
+                   "servers x ranks per server; several servers need --launcher runtime on a declared cluster).")
 @click.option("--out", "out_dir", required=True,
               help="Folder for the table, CSV, JSON, PNGs and report.html.")
 @click.option("--repeat", default=3, show_default=True, type=int,
@@ -221,7 +224,7 @@ def _int_list(text: str) -> list[int]:
 @click.option("--keep", is_flag=True,
               help="Keep each point's ringleader job (deleted once its result is read, by default).")
 @output_option("json")
-def scaling_cmd(backends: str, workers: str, out_dir: str, repeat: int, threads: int | None, busbw: bool,
+def scaling_cmd(backends: str, workers: str, servers: str, out_dir: str, repeat: int, threads: int | None, busbw: bool,
                 busbw_max: str, pipeline_results: tuple[str, ...], launcher: str, keep: bool, output: str,
                 **kw: Any) -> None:  # fmt: skip
     """Lab 7's scaling table (real multi-process runs, --repeat per point), plots and an HTML
@@ -230,9 +233,10 @@ def scaling_cmd(backends: str, workers: str, out_dir: str, repeat: int, threads:
         backends=[b.strip() for b in backends.split(",") if b.strip()], workers=_int_list(workers),
         out=out_dir, train=_train_config(kw, "json"), busbw=busbw,
         busbw_max=parse_size(busbw_max), pipeline=list(pipeline_results), repeat=repeat, threads=threads,
+        servers=_int_list(servers, "--servers"),
     )  # fmt: skip
     cfg.validate()
-    steps = len(cfg.runnable) * (len(cfg.workers) * cfg.repeat + (1 if busbw else 0))
+    steps = len(cfg.runnable) * (len(cfg.layouts) * cfg.repeat + (1 if busbw else 0))
     run_with = default_launcher(launcher, keep=keep)
     with step_progress(steps, output == "table") as step:  # each message announces the next point
         res = run_scaling(cfg, run_with, step)
