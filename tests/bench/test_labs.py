@@ -37,3 +37,19 @@ def test_the_horovod_lab_table_is_what_its_runs_render() -> None:
     assert all((out / name).read_bytes()[:8] == PNG for name in ("speedup.png", "busbw.png"))
     assert "Experiment environment" in (out / "env.txt").read_text()
     assert (out / "report.html").read_text().count("data:image/png;base64,") >= 2
+
+
+def test_the_horovod_labs_servers_table_is_what_its_runs_render() -> None:
+    """The second table (servers x ranks per server, on the emulated reference cluster): every
+    layout a row, rendered from its runs, and each run's ranks on as many servers as it says."""
+    out = LABS / "horovod" / "servers"
+    doc = json.loads((out / "scaling.json").read_text())
+    assert [(r["backend"], r["servers"], r["gpus_per_server"]) for r in doc["rows"]] == [
+        (b, s, k) for b in ("gloo", "mpi") for s, k in ((1, 1), (1, 2), (2, 1))]  # fmt: skip
+    assert doc["launcher"] == "runtime" and all(p["job"].startswith("bench-train-") for p in doc["points"])
+    assert sorted((p["world_size"], p["nodes"]) for p in doc["points"]) == sorted([(1, 1), (2, 1), (2, 2)] * 6)
+    assert table_rows(doc["points"]) == doc["rows"]
+    assert (out / "scaling.md").read_text() == markdown(doc["rows"], doc["title"], doc["machine"], doc["skipped"])
+    assert (out / "speedup.png").read_bytes()[:8] == PNG
+    cluster = (out / "cluster.txt").read_text()
+    assert "links at network_gbps x 0.02" in cluster and "cn-shanghai-172" in cluster and "cn-shanghai-173" in cluster
