@@ -12,6 +12,7 @@ import json
 import os
 import sys
 import uuid
+from collections import Counter
 from typing import Any, Protocol
 
 from ringleader.bench.launch import launch, worker_command
@@ -138,11 +139,9 @@ class RuntimeLauncher:
         """The job ran ``per_server`` ranks on each of ``servers`` servers, or the point is not
         the layout it names."""
         chosen = (view.placement or {}).get("chosen") or {}
-        per_node: dict[str, int] = {}
-        for worker in chosen.get("workers", []):
-            per_node[worker["node"]] = per_node.get(worker["node"], 0) + 1
+        per_node = Counter(worker["node"] for worker in chosen.get("workers", []))
         if sorted(per_node.values()) != [per_server] * servers:
-            raise PointError(f"job {view.name} was placed as {per_node}, not {servers} x {per_server} ranks",
+            raise PointError(f"job {view.name} was placed as {dict(per_node)}, not {servers} x {per_server} ranks",
                              "free the cluster's GPUs (other jobs hold some) and run again")  # fmt: skip
 
 

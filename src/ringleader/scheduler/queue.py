@@ -406,8 +406,7 @@ class QueuePass:
         starts_now = (now_option is not None and rule is StartRule.FINISH
                       and (wait is None or _finish(now_option) <= _finish(wait)
                            or (at_risk is not None and at_risk.now_finish_s <= at_risk.wait_finish_s)))  # fmt: skip
-        weighed_neutral = neutral and rule is StartRule.FINISH and now_option is not None and wait is not None
-        return WhenChoice(rule, self.now, ideal, now_option, wait, starts_now, at_risk, weighed_neutral)
+        return WhenChoice(rule, self.now, ideal, now_option, wait, starts_now, at_risk, neutral)
 
     def _best_wait(
         self,

@@ -485,7 +485,7 @@ class WhenChoice:
     wait: Option | None
     starts_now: bool
     at_risk: AtRisk | None = None  # where the estimator gives ranges (the model's) and both were weighed
-    risk_neutral: bool = False  # the job's risk is "neutral": the ranges were not weighed
+    risk_neutral: bool = False  # the job's risk is "neutral": "finish" does not weigh the ranges
 
     def describe(self) -> str:
         """ "starts now: start now on ... finishes in ~2 h; start in ~10 min on ... finishes in ~45 min" """
