@@ -36,7 +36,9 @@ def test_dry_run_compares_the_seed_placements(seeds_cli: Cli) -> None:
     low, high = topo["likely_images_per_s"]
     assert low < topo["images_per_s"] < high
     assert f"predicted {topo['images_per_s']:.0f} images/s (likely {low:,.0f}-{high:,.0f};" in " ".join(text.split())
-    assert default["likely_images_per_s"][1] / default["images_per_s"] < 1.1  # several nodes: mostly below
+    # several nodes: mostly below the prediction (held out, spread rows were over-predicted)
+    assert default["likely_images_per_s"][1] / default["images_per_s"] < 1.15 < default["images_per_s"] / default[
+        "likely_images_per_s"][0]  # fmt: skip
 
 
 def test_get_shows_the_prediction_of_a_running_job(seeds_cli: Cli) -> None:

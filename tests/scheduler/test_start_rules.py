@@ -13,11 +13,17 @@ from hypothesis import strategies as st
 
 import ringleader.model  # noqa: F401  (installs the throughput model's estimator)
 from builders import preset_cluster
+from ringleader.reference import reference
 from ringleader.scheduler import ClusterState, JobRequest, QueuedJob, QueuePass, schedule_queue
 from ringleader.scheduler.policies.throughput import current_estimator
 from ringleader.scheduler.types import AS_GOOD, StartRule
 
 NOW = 1000.0
+# The model's likely ranges (reference.toml [intervals]): a one-node prediction P may over-state
+# the measured rate down to P / ONE_NODE_OVER, a several-node one understate it up to
+# P / SEVERAL_NODES_UNDER.
+ONE_NODE_OVER = 1 + reference()["intervals"]["one_node"][1]
+SEVERAL_NODES_UNDER = 1 + reference()["intervals"]["several_nodes"][0]
 
 
 def vgg(rule: str, work_s: float | None = 3600.0, **extra: object) -> JobRequest:
@@ -58,11 +64,12 @@ def test_finish_waits_ten_minutes_for_one_node_rather_than_run_spread() -> None:
     assert wait.finish_s == pytest.approx(NOW + 600 + 3600)
     assert now.finish_s == pytest.approx(NOW + 3600 * ideal / spread)
     risk = decision.when.at_risk  # the model's ranges: one node at its low end, spread at its high end
-    assert risk is not None and risk.wait_images_per_s == pytest.approx(ideal / 1.232)
-    assert risk.now_images_per_s == pytest.approx(spread / 0.92)
+    assert risk is not None and risk.wait_images_per_s == pytest.approx(ideal / ONE_NODE_OVER)
+    assert risk.now_images_per_s == pytest.approx(spread / SEVERAL_NODES_UNDER)
     assert decision.reasons[0] == (
         f"waits: it finishes sooner (by ~{(now.finish_s - wait.finish_s) / 3600:.1f} h), even at the pessimistic "
-        f"end of the likely ranges ({ideal / 1.232:.0f} images/s later, {spread / 0.92:.0f} now): "
+        f"end of the likely ranges ({ideal / ONE_NODE_OVER:.0f} images/s later, "
+        f"{spread / SEVERAL_NODES_UNDER:.0f} now): "
         f"start now on node-a[2w: GPU 6,7] + node-b[2w: GPU 6,7] at {spread:.0f} images/s, "
         f"finishes in ~{(now.finish_s - NOW) / 3600:.1f} h; "
         f"start in ~10 min on node-a[4w: GPU 0,1,2,3] at {ideal:.0f} images/s, finishes in ~70 min"
@@ -75,7 +82,7 @@ def test_finish_waits_only_when_waiting_wins_at_the_pessimistic_end() -> None:
     it starts spread now, and says why with both figures."""
     ideal, spread = rates()
     point = 3600 * ideal / spread - 3600  # wait shorter than this: waiting wins on the predictions
-    pessimistic = 3600 * ideal / (spread / 0.92) - 3600 * 1.232  # ...and at the pessimistic end
+    pessimistic = 3600 * ideal / (spread / SEVERAL_NODES_UNDER) - 3600 * ONE_NODE_OVER  # ...and at the pessimistic end
     late = (point + pessimistic) / 2
     decision = one_pass(vgg("finish"), {"busy-node-a": NOW + late})
     when = decision.when
@@ -84,8 +91,10 @@ def test_finish_waits_only_when_waiting_wins_at_the_pessimistic_end() -> None:
     assert decision.ok and when.starts_now and len(decision.placement.nodes) == 2  # type: ignore[union-attr]
     assert decision.reasons[-1].startswith(
         f"starts now: waiting finishes sooner by ~{(_finish(when.now) - _finish(when.wait)) / 60:.0f} min as "
-        f"predicted, but not if the later placement runs at the low end of its likely range ({ideal / 1.232:.0f} "
-        f"images/s) and this one at the high end ({spread / 0.92:.0f}): start now on node-a[2w")
+        "predicted, but not if the later placement runs at the low end of its likely range "
+        f"({ideal / ONE_NODE_OVER:.0f} images/s) and this one at the high end "
+        f"({spread / SEVERAL_NODES_UNDER:.0f}): start now on node-a[2w"
+    )
     earlier = one_pass(vgg("finish"), {"busy-node-a": NOW + pessimistic - 60})
     assert not earlier.ok and earlier.when is not None and not earlier.when.starts_now
 
@@ -96,7 +105,7 @@ def test_a_risk_neutral_job_waits_when_waiting_wins_on_the_predictions() -> None
     where waiting loses on the predictions it starts now as well."""
     ideal, spread = rates()
     point = 3600 * ideal / spread - 3600
-    pessimistic = 3600 * ideal / (spread / 0.92) - 3600 * 1.232
+    pessimistic = 3600 * ideal / (spread / SEVERAL_NODES_UNDER) - 3600 * ONE_NODE_OVER
     late = (point + pessimistic) / 2
     averse = one_pass(vgg("finish"), {"busy-node-a": NOW + late})
     neutral = one_pass(vgg("finish", risk="neutral"), {"busy-node-a": NOW + late})

@@ -285,11 +285,15 @@ def fit_scaling(
 
 @dataclass(frozen=True)
 class HeldOut:
-    """One row predicted twice: with the shipped constants (fitted with it, where it is one of
-    the fitted rows) and with constants fitted on every other source's rows only."""
+    """One row predicted three times: with the shipped constants (fitted with it, where it is one
+    of the fitted rows); with constants fitted on every other source's rows only (``held_out``:
+    the scaling model, the row's compute being its source's own 1-GPU rate); and as a user
+    without a calibration gets it (``uncalibrated``: those constants and the model's own 1-GPU
+    rate, published for another framework or derived, so that the compute's error counts too)."""
 
     shipped: FidelityResult
     held_out: FidelityResult
+    uncalibrated: FidelityResult
 
 
 # Where no row left to fit on runs over a fabric, its efficiency is what the model would assume
@@ -313,7 +317,9 @@ def leave_one_source_out(rows: Sequence[FidelityRow] | None = None, sweeps: int 
         for fabric in {r.fabric for r in held} - {r.fabric for r in rest}:
             start = replace(start, fabrics={**start.fabrics, fabric: shipped.fabrics[UNMEASURED_FABRIC]})
         fitted = fit_scaling(rest, sweeps=sweeps, fabrics=fabrics, start=start) if rest else start
-        out += [HeldOut(predict_row(r, shipped), predict_row(r, fitted)) for r in held]
+        for r in held:
+            uncalibrated = predict_row(replace(r, single_gpu=None), fitted)
+            out.append(HeldOut(predict_row(r, shipped), predict_row(r, fitted), uncalibrated))
     return out
 
 
