@@ -9,9 +9,13 @@ import pytest
 
 from ringleader.cli.main import main
 from ringleader.model import load_calibration, predict_placement
+from ringleader.model.calibration import Calibration, LinkFit
 from ringleader.model.checks import emulated_job
 from ringleader.model.fit import TrainPoint
+from ringleader.model.predict import ModelEstimator, likely_range
 from ringleader.model.rows import calibrate_files
+from ringleader.reference import reference
+from ringleader.scheduler.types import JobRequest, Placement, WorkerSlot
 
 SIZES = [2**k for k in range(10, 29, 2)]  # 1 KiB .. 256 MiB
 
@@ -306,3 +310,37 @@ def test_a_malformed_held_out_list_is_refused_in_one_line(tmp_path, capsys, bad:
     assert main(["predict", "--model", "resnet50", "--workers", "2", "--calibration", str(path)]) == 2
     err = capsys.readouterr().err
     assert "held_out" in err and len(err.strip().splitlines()) == 1
+
+
+def test_one_gpus_measured_rate_takes_the_published_rows_range_with_their_own_rate(tmp_path, capsys):
+    """A `bench train` run on one GPU, calibrated, measures the compute the published rows give
+    as their source's own 1-GPU rate: its predictions take those rows' held-out range (the
+    scaling model's error), not the wider one of the table's rates, and the queue weighs a job
+    priced with it the same way."""
+    h100 = {**train_doc(64, 2000.0), "device": "cuda", "device_name": "NVIDIA H100 80GB HBM3", "precision": "fp16"}
+    out = tmp_path / "h100.json"
+    assert main(["calibrate", write(tmp_path, "1.json", h100), "--out", str(out)]) == 0
+    capsys.readouterr()
+    cal = load_calibration(out)
+    assert cal.compute_only and cal.interval is None
+    shipped = reference()["intervals"]
+    for workers, key in ((8, "one_node_measured_compute"), (16, "several_nodes_measured_compute")):
+        assert main(["predict", "--model", "resnet50", "--workers", str(workers), "--gpu-type", "H100",
+                     "--precision", "fp16", "--batch-size", "64", "--policy", "topology",
+                     "--calibration", str(out), "-o", "json"]) == 0  # fmt: skip
+        (pred,) = json.loads(capsys.readouterr().out)["predictions"]
+        assert pred["compute_source"].startswith("calibrated")
+        low, high = shipped[key]
+        assert pred["likely_images_per_s"] == pytest.approx(
+            [pred["images_per_s"] / (1 + high), pred["images_per_s"] / (1 + low)], abs=0.06)
+        assert shipped[key] != shipped[key.removesuffix("_measured_compute")]
+    job = JobRequest("j", 2, 1, model="resnet50")
+    placement = Placement("j", (WorkerSlot(0, "a", (0,)), WorkerSlot(1, "a", (1,))))
+    assert ModelEstimator({"j": cal}).likely(placement, job, 100.0) == likely_range(100.0, 1, measured_compute=True)
+    # a rate for another model says nothing of this job's; a calibration that fitted links or
+    # scaling too is no published row's situation: no range, the prediction as it is
+    other = JobRequest("j", 2, 1, model="vgg16")
+    assert ModelEstimator({"j": cal}).likely(placement, other, 100.0) == (100.0, 100.0)
+    with_links = Calibration(links={"network": LinkFit(10.0, 5.0)}, compute=cal.compute)
+    assert not with_links.compute_only
+    assert ModelEstimator({"j": with_links}).likely(placement, job, 100.0) == (100.0, 100.0)

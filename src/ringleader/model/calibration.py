@@ -74,6 +74,15 @@ class Calibration:
         cuts = statistics.quantiles(self.held_out, n=10, method="inclusive")
         return cuts[0], cuts[-1]
 
+    @property
+    def compute_only(self) -> bool:
+        """Only single-GPU rates were measured (a `bench train` run on one GPU): the scaling is
+        the model's own, so the published rows' held-out errors with their source's 1-GPU rate
+        say how far to trust its predictions (reference.toml [intervals] *_measured_compute)."""
+        gpu_fits = [c for c in self.compute if c.gpu_type.lower() != "cpu"]
+        return bool(gpu_fits) and len(gpu_fits) == len(self.compute) and not self.links and (
+            self.overlap is None and self.sync is None)  # fmt: skip
+
     def link(self, kind: str, backend: str | None = None) -> LinkFit | None:
         """The fit for a hop kind: ``backend/kind`` first, then plain ``kind``; a key for
         another backend is used only when it is the one fit of that kind."""

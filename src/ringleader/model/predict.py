@@ -59,15 +59,20 @@ class Prediction:
     calibrated: bool = False  # priced with a user's calibration (no row of the published table)
     # a calibrated prediction: the errors 8 in 10 of the calibration's held-out runs fell within
     calibration_interval: tuple[float, float] | None = None
+    # a calibration of single-GPU rates only (Calibration.compute_only), this GPU's rate among them
+    measured_compute: bool = False
 
     @property
     def likely_range(self) -> tuple[float, float] | None:
         """The images/s 8 in 10 runs like this one were measured within: for the published rates,
         the model's held-out errors on published rows of this kind (one node, several nodes;
         reference.toml [intervals]); for a calibrated prediction, its calibration's on the user's
-        own runs it left out (None where it has too few of them to say)."""
+        own runs it left out; where the calibration measured only this GPU's rate, the published
+        rows' errors with their source's own 1-GPU rate; else None (nothing tests it)."""
         if self.calibrated:
-            return None if self.calibration_interval is None else within(self.images_per_s, *self.calibration_interval)
+            if self.calibration_interval is not None:
+                return within(self.images_per_s, *self.calibration_interval)
+            return likely_range(self.images_per_s, self.nodes, measured_compute=True) if self.measured_compute else None
         return likely_range(self.images_per_s, self.nodes)
 
     def summary(self) -> str:
@@ -221,6 +226,7 @@ def predict_placement(
         images / (ranks * rate.images_per_s), rate.images_per_s, nbytes, cost, rate.source, ceiling,
         sync_s, placement_metrics(nodes, placement).bottleneck.describe(), calibration is not None,
         calibration.interval if calibration is not None else None,
+        calibration is not None and calibration.compute_only and rate.source.startswith("calibrated"),
     )  # fmt: skip
 
 
@@ -271,6 +277,14 @@ ESTIMATE_BATCH = 64
 ESTIMATE_GPU = "V100"
 
 
+def estimate_model(job: JobRequest) -> str:
+    """The model a job is estimated as: its hint when known, else ResNet-50."""
+    try:
+        return check_model(job.model) if job.model else ESTIMATE_MODEL
+    except UsageError:
+        return ESTIMATE_MODEL
+
+
 def placement_images_per_s(
     nodes: Mapping[str, NodeState], placement: Placement, job: JobRequest, calibration: Calibration | None = None
 ) -> float:
@@ -279,10 +293,7 @@ def placement_images_per_s(
     model are estimated as the reference V100: the ranking of placements needs the ratio of
     communication to compute, not the exact rate. ``calibration``: the links and rates measured
     on this cluster (``ringleader calibrate``) instead of the published ones."""
-    try:
-        model = check_model(job.model) if job.model else ESTIMATE_MODEL
-    except UsageError:
-        model = ESTIMATE_MODEL
+    model = estimate_model(job)
     try:
         return predict_placement(nodes, placement, model, ESTIMATE_BATCH, calibration=calibration).images_per_s
     except UsageError:
@@ -290,10 +301,12 @@ def placement_images_per_s(
                                  calibration=calibration).images_per_s  # fmt: skip
 
 
-def likely_range(images_per_s: float, nodes: int) -> tuple[float, float]:
+def likely_range(images_per_s: float, nodes: int, measured_compute: bool = False) -> tuple[float, float]:
     """The images/s 8 in 10 published rows of a prediction's kind (one node, several nodes)
-    were measured within, from the model's held-out errors (reference.toml [intervals])."""
-    low, high = reference()["intervals"]["one_node" if nodes == 1 else "several_nodes"]
+    were measured within, from the model's held-out errors (reference.toml [intervals]): priced
+    with the model's own 1-GPU rate, or (``measured_compute``) with their source's."""
+    key = ("one_node" if nodes == 1 else "several_nodes") + ("_measured_compute" if measured_compute else "")
+    low, high = reference()["intervals"][key]
     return within(images_per_s, low, high)
 
 
@@ -307,7 +320,8 @@ class ModelEstimator:
     """The queue's estimator (``placement_images_per_s``) with its likely range, so that the
     start rule ``finish`` waits only where waiting wins at the pessimistic end. A job with a
     calibration (``submit --calibration``) is priced with its own, its range from the runs the
-    calibration left out (none where it has too few)."""
+    calibration left out; a calibration of single-GPU rates only (one of them the job's model)
+    takes the published rows' range with their source's own rate; any other has none."""
 
     def __init__(self, calibrations: Mapping[str, Calibration] | None = None) -> None:
         self.calibrations = dict(calibrations or {})
@@ -320,7 +334,12 @@ class ModelEstimator:
         if calibration is None:
             return likely_range(images_per_s, len(placement.nodes))
         interval = calibration.interval
-        return (images_per_s, images_per_s) if interval is None else within(images_per_s, *interval)
+        if interval is not None:
+            return within(images_per_s, *interval)
+        model = estimate_model(job)
+        if calibration.compute_only and any(fit.model == model for fit in calibration.compute):
+            return likely_range(images_per_s, len(placement.nodes), measured_compute=True)
+        return images_per_s, images_per_s
 
 
 def calibrated_estimator(calibrations: Mapping[str, Calibration]) -> ModelEstimator:
