@@ -337,10 +337,35 @@ def test_one_gpus_measured_rate_takes_the_published_rows_range_with_their_own_ra
     job = JobRequest("j", 2, 1, model="resnet50")
     placement = Placement("j", (WorkerSlot(0, "a", (0,)), WorkerSlot(1, "a", (1,))))
     assert ModelEstimator({"j": cal}).likely(placement, job, 100.0) == likely_range(100.0, 1, measured_compute=True)
-    # a rate for another model says nothing of this job's; a calibration that fitted links or
-    # scaling too is no published row's situation: no range, the prediction as it is
+    # a rate for another model says nothing of this job's: priced with the table's rate, it takes
+    # its range; a calibration that fitted links or scaling too is no published row's situation:
+    # no range, the prediction as it is
     other = JobRequest("j", 2, 1, model="vgg16")
-    assert ModelEstimator({"j": cal}).likely(placement, other, 100.0) == (100.0, 100.0)
+    assert ModelEstimator({"j": cal}).likely(placement, other, 100.0) == likely_range(100.0, 1)
     with_links = Calibration(links={"network": LinkFit(10.0, 5.0)}, compute=cal.compute)
     assert not with_links.compute_only
     assert ModelEstimator({"j": with_links}).likely(placement, job, 100.0) == (100.0, 100.0)
+
+
+def test_a_calibration_of_another_gpu_says_so_and_leaves_the_tables_range(tmp_path, capsys):
+    """An H100's measured rate applied to V100 nodes prices nothing: `predict` warns on stderr,
+    naming what was measured and how to use it, and the prediction is the table's, with the
+    table's range (not `calibrated`)."""
+    h100 = {**train_doc(64, 2000.0), "device": "cuda", "device_name": "NVIDIA H100 80GB HBM3", "precision": "fp16"}
+    out = tmp_path / "h100.json"
+    assert main(["calibrate", write(tmp_path, "1.json", h100), "--out", str(out)]) == 0
+    capsys.readouterr()
+    args = ["predict", "--model", "resnet50", "--workers", "8", "--precision", "fp16", "--policy", "topology",
+            "--calibration", str(out), "-o", "json"]  # fmt: skip
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    (pred,) = json.loads(captured.out)["predictions"]
+    assert pred["gpu_type"] == "V100" and pred["compute_source"].startswith("published")
+    assert captured.err.strip().splitlines() == [
+        "warning: the calibration measured resnet50 fp16 on H100, not resnet50 fp16 on V100: this prediction uses "
+        f"the model's own rate ({pred['compute_source']}); calibrate on these GPUs with this model and precision, "
+        "or pass --gpu-type H100 if the job runs there"]  # fmt: skip
+    assert pred["likely_images_per_s"] == pytest.approx(list(likely_range(pred["images_per_s"], 1)), abs=0.06)
+    assert main([*args, "--gpu-type", "H100"]) == 0  # measured there: no warning, its own range
+    captured = capsys.readouterr()
+    assert captured.err == "" and json.loads(captured.out)["predictions"][0]["compute_source"].startswith("calibrated")

@@ -14,6 +14,7 @@ from ringleader.model import Prediction, compare_policies, known_models, load_ca
 from ringleader.model.calibration import MIN_HELD_OUT, Calibration, save_calibration
 from ringleader.model.comm import ALGORITHMS, FABRICS, calibration_fabric_note, check_fabric
 from ringleader.model.fidelity import seeds_cluster
+from ringleader.model.predict import calibration_compute_note
 from ringleader.model.rows import fit_calibration_rows
 from ringleader.model.tables import check_model
 from ringleader.scheduler import ClusterState, JobRequest, Placement, WorkerSlot, policy_names
@@ -140,9 +141,10 @@ def predict_cmd(model: str, batch_size: int, precision: str, workers: int | None
             state, job, model=model, batch_size=batch_size, precision=precision, gpu_type=gpu_type,
             calibration=cal, policies=policies or None, **opts,
         )  # fmt: skip
-    mismatch = calibration_fabric_note(cal, state.nodes, backend)
-    if mismatch:
-        click.echo(f"warning: {mismatch}", err=True)
+    notes = [calibration_fabric_note(cal, state.nodes, backend)]
+    notes += dict.fromkeys(calibration_compute_note(cal, p) for p in preds.values() if p is not None)
+    for note in filter(None, notes):
+        click.echo(f"warning: {note}", err=True)
     if output in ("json", "yaml"):
         emit_data({"cluster": origin, "predictions": [{"policy": k, **(v.as_dict() if v else {"fits": False})}
                                                       for k, v in preds.items()]}, output)  # fmt: skip

@@ -220,13 +220,16 @@ def predict_placement(
         if ceiling < images:
             images, bound = ceiling, "data"
             step = ranks * batch_size / images
+    measured = rate.source.startswith("calibrated")
+    # a calibration of GPU rates only, none of them this one, leaves the prediction the table's
+    priced = calibration is not None and (measured or not calibration.compute_only)
     return Prediction(
         model, rate.gpu_type, precision, batch_size, ranks, len(placement.nodes), placement.describe(),
         images, step, compute_s, cost.time_s, exposed, phi, bound,
         images / (ranks * rate.images_per_s), rate.images_per_s, nbytes, cost, rate.source, ceiling,
-        sync_s, placement_metrics(nodes, placement).bottleneck.describe(), calibration is not None,
+        sync_s, placement_metrics(nodes, placement).bottleneck.describe(), priced,
         calibration.interval if calibration is not None else None,
-        calibration is not None and calibration.compute_only and rate.source.startswith("calibrated"),
+        calibration is not None and calibration.compute_only and measured,
     )  # fmt: skip
 
 
@@ -256,6 +259,18 @@ def compare_policies(
             state.by_name, decision.placement, model, batch_size, precision, gpu_type, calibration, **options
         )
     return out
+
+
+def calibration_compute_note(calibration: Calibration | None, pred: Prediction) -> str | None:
+    """A warning when a calibration measured training rates, but none for this prediction's
+    model, GPU type and precision: the job is priced with the table's rate, not the user's."""
+    if calibration is None or not calibration.compute or pred.compute_source.startswith("calibrated"):
+        return None
+    measured = ", ".join(sorted({f"{c.model} {c.precision} on {c.gpu_type}" for c in calibration.compute}))
+    types = " or ".join(f"--gpu-type {t}" for t in sorted({c.gpu_type for c in calibration.compute}))
+    return (f"the calibration measured {measured}, not {pred.model} {pred.precision} on {pred.gpu_type}: this "
+            f"prediction uses the model's own rate ({pred.compute_source}); calibrate on these GPUs with this "
+            f"model and precision, or pass {types} if the job runs there")  # fmt: skip
 
 
 def comparison_line(preds: Mapping[str, Prediction | None], chosen: str, baseline: str = "default") -> str:
@@ -320,8 +335,9 @@ class ModelEstimator:
     """The queue's estimator (``placement_images_per_s``) with its likely range, so that the
     start rule ``finish`` waits only where waiting wins at the pessimistic end. A job with a
     calibration (``submit --calibration``) is priced with its own, its range from the runs the
-    calibration left out; a calibration of single-GPU rates only (one of them the job's model)
-    takes the published rows' range with their source's own rate; any other has none."""
+    calibration left out; a calibration of single-GPU rates only takes the published rows' range
+    with their source's own rate (one of them the job's model) or with the table's (none);
+    any other has none."""
 
     def __init__(self, calibrations: Mapping[str, Calibration] | None = None) -> None:
         self.calibrations = dict(calibrations or {})
@@ -336,9 +352,9 @@ class ModelEstimator:
         interval = calibration.interval
         if interval is not None:
             return within(images_per_s, *interval)
-        model = estimate_model(job)
-        if calibration.compute_only and any(fit.model == model for fit in calibration.compute):
-            return likely_range(images_per_s, len(placement.nodes), measured_compute=True)
+        if calibration.compute_only:  # its rate for the job's model, or else the table's
+            measured = any(fit.model == estimate_model(job) for fit in calibration.compute)
+            return likely_range(images_per_s, len(placement.nodes), measured_compute=measured)
         return images_per_s, images_per_s
 
 
