@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ringleader.jobs.prediction import workload_hints
+from ringleader.reference import reference
 
 Cli = Any  # the `seeds_cli` fixture of tests/cli/conftest.py
 
@@ -53,3 +57,37 @@ def test_unknown_model_hint_is_reported_not_fatal(seeds_cli: Cli) -> None:
     out = json.loads(seeds_cli.ok("submit", "mpi", "--name", "x", "--workers", "2", "--gpus", "1", "--model", "gpt9",
                                   "--dry-run", "-o", "json", "--", "python", "t.py"))  # fmt: skip
     assert "unknown model 'gpt9'" in out["prediction"]["error"]
+
+
+def _calibration(cli: Cli, tmp_path: Path, device: str, rate: float) -> str:
+    """A calibration of one bench-train run: ResNet-50 fp32 at batch 64 on ``device``."""
+    run = {"kind": "train", "model": "resnet50", "batch_size": 64, "precision": "fp32", "backend": "nccl",
+           "world_size": 1, "nodes": 1, "device": "cuda", "device_name": device, "images_per_sec_total": rate,
+           "images_per_sec_per_worker": rate, "step_time_s": 64 / rate}  # fmt: skip
+    (tmp_path / "run.json").write_text(json.dumps(run))
+    cli.ok("calibrate", str(tmp_path / "run.json"), "--out", str(tmp_path / f"{rate}.json"))
+    return str(tmp_path / f"{rate}.json")
+
+
+def test_dry_run_prices_the_job_with_its_calibration_as_the_queue_does(seeds_cli: Cli, tmp_path: Path) -> None:
+    """`submit --calibration` prices the job's placements with the user's measured rate; the
+    dry run's prediction is the same one, with the range of a measured GPU rate, and a
+    calibration of another GPU says so in the prediction, priced with the table's rate."""
+    line = ["submit", "mpi", "--name", "r50", "--workers", "4", "--gpus", "1", "--gputopology", "--model",
+            "resnet50", "--dry-run", "-o", "json"]  # fmt: skip
+    plain = json.loads(seeds_cli.ok(*line, "--", "python", "train.py"))["prediction"]
+    slow = _calibration(seeds_cli, tmp_path, "Tesla V100-SXM2-16GB", 200.0)  # half the table's ~397 at batch 64
+    measured = json.loads(seeds_cli.ok(*line, "--calibration", slow, "--", "python", "train.py"))["prediction"]
+    assert 0.45 < measured["images_per_s"] / plain["images_per_s"] < 0.56
+    low, high = reference()["intervals"]["one_node_measured_compute"]
+    assert measured["likely_images_per_s"] == pytest.approx(
+        [measured["images_per_s"] / (1 + high), measured["images_per_s"] / (1 + low)], abs=0.06)
+    assert "warnings" not in measured
+    other = _calibration(seeds_cli, tmp_path, "NVIDIA H100 80GB HBM3", 1700.0)
+    elsewhere = json.loads(seeds_cli.ok(*line, "--calibration", other, "--", "python", "train.py"))["prediction"]
+    assert elsewhere["images_per_s"] == plain["images_per_s"]
+    assert elsewhere["likely_images_per_s"] == plain["likely_images_per_s"]
+    (warning,) = elsewhere["warnings"]
+    assert warning.startswith("the calibration measured resnet50 fp32 on H100, not resnet50 fp32 on V100")
+    text = seeds_cli.ok(*line[:-2], "--calibration", other, "--", "python", "train.py")
+    assert f"warning: {warning}" in " ".join(text.split())

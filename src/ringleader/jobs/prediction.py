@@ -16,6 +16,8 @@ from ringleader.errors import RingleaderError
 from ringleader.jobs.spec import JobSpec
 from ringleader.model import MODEL_ESTIMATOR, calibrated_estimator, predict_placement
 from ringleader.model.calibration import calibration_from_dict
+from ringleader.model.comm import calibration_fabric_note
+from ringleader.model.predict import calibration_compute_note
 from ringleader.scheduler import Placement, WorkerSlot, place
 
 if TYPE_CHECKING:
@@ -68,14 +70,16 @@ def predict_job(state: ClusterState, spec: JobSpec, placement: Placement) -> dic
 
     request = spec.request()
     other = "default" if spec.topology_aware else "topology"
+    # the queue prices the job's placements with its calibration: so does what the user is shown
+    calibration = calibration_from_dict(spec.calibration) if spec.calibration is not None else None
     try:
-        own = predict_placement(state.by_name, placement, spec.model, batch, precision)
+        own = predict_placement(state.by_name, placement, spec.model, batch, precision, calibration=calibration)
         alternative = place(state, request, policy=other)
-        alt = (
-            predict_placement(state.by_name, alternative.placement, spec.model, batch, precision)
-            if alternative.placement is not None
-            else None
-        )
+        alt = None
+        if alternative.placement is not None:
+            alt = predict_placement(
+                state.by_name, alternative.placement, spec.model, batch, precision, calibration=calibration
+            )
     except RingleaderError as exc:
         return {**out, "error": exc.one_line()}
     out.update(
@@ -90,13 +94,17 @@ def predict_job(state: ClusterState, spec: JobSpec, placement: Placement) -> dic
     )  # fmt: skip
     workload = f"{spec.model}, batch {batch}/GPU, {precision}"
     likely = own.likely_range
-    assert likely is not None  # priced without a calibration: the published table's range applies
-    out["likely_images_per_s"] = [round(likely[0], 1), round(likely[1], 1)]
-    summary = (f"predicted {own.images_per_s:.0f} images/s (likely {likely[0]:,.0f}-{likely[1]:,.0f}; "
-               f"{own.bound}-bound; {workload})")  # fmt: skip
+    out["likely_images_per_s"] = [round(likely[0], 1), round(likely[1], 1)] if likely else None
+    trust = f"likely {likely[0]:,.0f}-{likely[1]:,.0f}" if likely else "calibrated"
+    summary = f"predicted {own.images_per_s:.0f} images/s ({trust}; {own.bound}-bound; {workload})"
     if alt is not None:
         ratio = own.images_per_s / alt.images_per_s
         summary += f"; {other} placement would give {alt.images_per_s:.0f} ({ratio:.2f}x)"
+    notes = [calibration_fabric_note(calibration, state.nodes), calibration_compute_note(calibration, own)]
+    warnings = [n for n in notes if n]
+    if warnings:
+        out["warnings"] = warnings
+        summary += "".join(f"; warning: {w}" for w in warnings)
     out["summary"] = summary
     return out
 
