@@ -383,7 +383,10 @@ def test_a_gang_on_a_crashed_slurm_node_restarts_elsewhere_and_the_node_is_drain
         done = engine.wait("train", 90)
         assert done.status is JobStatus.SUCCEEDED, (done.reason, [(e.kind, e.message) for e in done.events])
         [restarting] = [e.message for e in done.events if e.kind == "Restarting"]
-        assert f"Slurm: NODE_FAIL, node {node} DOWN" in restarting and "restart 1 of 2" in restarting
+        # the node named: DOWN with the health check's reason, or lost where ringleader read the
+        # failed job before the health check's `scontrol update` landed (a loaded machine)
+        said = restarting.split(f"Slurm: NODE_FAIL, node {node} ", 1)[-1]
+        assert said.startswith(("DOWN", "lost")) and "restart 1 of 2" in restarting, restarting
         assert {i.node for i in done.instances} == {other}
         for rank in range(4):  # resumed from where the lost node's run had saved it
             step, resumed_on = (tmp_path / f"resumed-{rank}").read_text().split()
