@@ -538,3 +538,32 @@ def test_contract_a_cluster_without_the_training_operator(run, fake: FakeApiServ
     assert code == 0 and "vgg" in out and "bert" not in out
     code, out = run("get", "--engine", "kubernetes", "bert")
     assert code == 1 and "not found" in out
+
+
+def test_contract_get_predicts_the_placed_gang_as_every_engine_does(run, fake: FakeApiServer) -> None:  # type: ignore[no-untyped-def]
+    """`get` of a gang submitted with --model states the model's images/s for the placement the
+    scheduler gave it, with its likely range and the other policy's placement beside it, as
+    the embedded and Slurm engines state theirs; a job without --model states none."""
+    for i in range(2):
+        fake.put("nodes", node(f"gpu-{i}"))
+    code, out = run("submit", "mpi", "--engine", "kubernetes", "--name", "vgg", "--workers", "4", "--gpus", "1",
+                    "--gputopology=true", "--model", "vgg16", "mpirun -np 4 python tf_cnn_benchmarks.py "
+                    "--batch_size=64")  # fmt: skip
+    assert code == 0, out
+    code, out = run("get", "--engine", "kubernetes", "vgg", "-o", "json")
+    assert code == 0 and json.loads(out)["prediction"] is None  # not placed yet: nothing to predict
+    operator_makes_pods(fake, "vgg")
+    sched = Scheduler(Api(load_client(host=fake.url)), "s")
+    sched.sync()
+    assert sched.elector.try_acquire_or_renew()
+    assert [r.ok for r in sched.cycle()] == [True]
+    code, out = run("get", "--engine", "kubernetes", "vgg", "-o", "json")
+    assert code == 0, out
+    pred = json.loads(out)["prediction"]
+    assert pred["model"] == "vgg16" and pred["batch_size"] == 64 and pred["images_per_s"] > 0
+    low, high = pred["likely_images_per_s"]
+    assert low < pred["images_per_s"] < high
+    assert pred["alternative"]["policy"] == "default"
+    code, out = run("get", "--engine", "kubernetes", "vgg")
+    assert code == 0, out
+    assert f"Prediction: predicted {pred['images_per_s']:.0f} images/s (likely" in " ".join(out.split()), out

@@ -70,9 +70,9 @@ def predict_job(state: ClusterState, spec: JobSpec, placement: Placement) -> dic
 
     request = spec.request()
     other = "default" if spec.topology_aware else "topology"
-    # the queue prices the job's placements with its calibration: so does what the user is shown
-    calibration = calibration_from_dict(spec.calibration) if spec.calibration is not None else None
     try:
+        # the queue prices the job's placements with its calibration: so does what the user is shown
+        calibration = calibration_from_dict(spec.calibration) if spec.calibration is not None else None
         own = predict_placement(state.by_name, placement, spec.model, batch, precision, calibration=calibration)
         alternative = place(state, request, policy=other)
         alt = None

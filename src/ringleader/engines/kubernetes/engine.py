@@ -27,6 +27,7 @@ from ringleader.engines.kubernetes.delivery import Delivery, claim_template
 from ringleader.engines.kubernetes.objects import replica_role, wall_time
 from ringleader.errors import ConflictError, NotFoundError, UsageError
 from ringleader.jobs.logfiles import instance_name, wait_until_ended
+from ringleader.jobs.prediction import placement_from_plan, predict_job
 from ringleader.jobs.queues import (
     QueueView,
     check_queue,
@@ -444,8 +445,13 @@ class KubernetesEngine:
         return wait_until_ended(lambda: self.get(name), timeout, 2.0)
 
     def prediction(self, name: str) -> dict[str, Any] | None:
-        del name
-        return None
+        """Predicted images/s of the gang's placement (its pods' nodes and GPUs) and of the other
+        policy's on the cluster as it is now without it; None without --model or a placement."""
+        job = self.get(name)
+        placement = placement_from_plan(name, job.placement)
+        if placement is None or not job.spec.model:
+            return None
+        return predict_job(self.nodes().without_job(name), job.spec, placement)
 
     def close(self) -> None:
         if self._api is not None:
@@ -494,6 +500,7 @@ def _spec(job: dict[str, Any]) -> JobSpec:
     gpus = annotations.get(manifests.GPUS_ANNOTATION)  # else a job written before it: one rank per pod
     gpus_per_worker = int(gpus) if gpus is not None else int(limits.get(names.GPU_RESOURCE) or 0) // per_pod
     labels = (template.get("metadata") or {}).get("labels") or {}
+    calibration = _calibration((template.get("metadata") or {}).get("annotations") or {})
     try:
         command = shlex.split(annotations.get("ringleader.io/command", "")) or ["?"]
     except ValueError:
@@ -503,8 +510,18 @@ def _spec(job: dict[str, Any]) -> JobSpec:
         gpus_per_worker=gpus_per_worker, command=command,
         topology_aware=labels.get(names.TOPOLOGY_LABEL) == "true", image=container.get("image"),
         model=annotations.get("ringleader.io/model"), queue=annotations.get(names.QUEUE_ANNOTATION) or None,
-        kind=kind,
+        kind=kind, calibration=calibration,
     )  # fmt: skip
+
+
+def _calibration(notes: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The calibration a gang's workers carry (names.CALIBRATION_ANNOTATION), as submit wrote it;
+    None without one or where it is not a JSON object (a hand-written pod's)."""
+    try:
+        doc = json.loads(notes.get(names.CALIBRATION_ANNOTATION) or "null")
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) else None
 
 
 def _exit_code(pod: dict[str, Any]) -> tuple[int | None, float | None]:
