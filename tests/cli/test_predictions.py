@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from ringleader.jobs.prediction import workload_hints
+from ringleader.jobs.prediction import job_framework, workload_hints
 from ringleader.reference import reference
 
 Cli = Any  # the `seeds_cli` fixture of tests/cli/conftest.py
@@ -18,6 +18,14 @@ def test_workload_hints_read_tf_cnn_benchmarks_and_ringleader_flags() -> None:
     assert workload_hints(["python", "tf_cnn_benchmarks.py", "--batch_size=128", "--use_fp16"]) == (128, "fp16")
     assert workload_hints(["ringleader", "bench", "train", "--batch-size", "32", "--precision", "bf16"]) == (32, "bf16")
     assert workload_hints(["python", "train.py"]) == (64, "fp32")
+
+
+def test_the_framework_a_command_line_runs() -> None:
+    assert job_framework(["mpirun", "-np", "4", "python", "tf_cnn_benchmarks.py"]) == "TensorFlow (tf_cnn_benchmarks)"
+    assert job_framework(["torchrun", "--nproc-per-node=8", "train.py"]) == "PyTorch"
+    assert job_framework(["python", "-m", "torch.distributed.run", "train.py"]) == "PyTorch"
+    assert job_framework(["/opt/venv/bin/ringleader", "bench", "train", "--model", "resnet50"]) == "PyTorch"
+    assert job_framework(["python", "train_imagenet.py", "--kv-store", "horovod"]) is None  # it does not say
 
 
 def test_dry_run_compares_the_seed_placements(seeds_cli: Cli) -> None:
@@ -91,3 +99,27 @@ def test_dry_run_prices_the_job_with_its_calibration_as_the_queue_does(seeds_cli
     assert warning.startswith("the calibration measured resnet50 fp32 on H100, not resnet50 fp32 on V100")
     text = seeds_cli.ok(*line[:-2], "--calibration", other, "--", "python", "train.py")
     assert f"warning: {warning}" in " ".join(text.split())
+
+
+def test_a_calibration_measured_with_another_framework_says_so(seeds_cli: Cli, tmp_path: Path) -> None:
+    """A rate from ringleader's bench (PyTorch) priced onto a tf_cnn_benchmarks job: the job's
+    prediction names both frameworks, since one GPU's rate differs by framework; a PyTorch job
+    (torchrun) and a CSV rate of the job's own framework say nothing."""
+    line = ["submit", "mpi", "--name", "r50", "--workers", "4", "--gpus", "1", "--gputopology", "--model",
+            "resnet50", "--dry-run", "-o", "json"]  # fmt: skip
+    bench = _calibration(seeds_cli, tmp_path, "Tesla V100-SXM2-16GB", 300.0)
+    tf = json.loads(seeds_cli.ok(*line, "--calibration", bench, "--", "python", "tf_cnn_benchmarks.py",
+                                 "--batch_size=64"))["prediction"]  # fmt: skip
+    (warning,) = tf["warnings"]
+    assert warning.startswith("the calibration's resnet50 rate on V100 was measured with PyTorch, and this job "
+                              "runs TensorFlow (tf_cnn_benchmarks)")  # fmt: skip
+    torch = json.loads(seeds_cli.ok(*line, "--calibration", bench, "--", "torchrun", "--nproc-per-node=4",
+                                    "train.py"))["prediction"]  # fmt: skip
+    assert "warnings" not in torch and torch["images_per_s"] == tf["images_per_s"]
+    csv = tmp_path / "tf.csv"
+    csv.write_text("model,gpu_type,batch_size,nodes,gpus_per_node,images_per_s,node,framework\n"
+                   "resnet50,V100,64,1,1,300,dgx1v,TensorFlow 1.15\n")  # fmt: skip
+    seeds_cli.ok("calibrate", str(csv), "--out", str(tmp_path / "tf.json"))
+    own = json.loads(seeds_cli.ok(*line, "--calibration", str(tmp_path / "tf.json"), "--", "python",
+                                  "tf_cnn_benchmarks.py", "--batch_size=64"))["prediction"]  # fmt: skip
+    assert "warnings" not in own

@@ -369,3 +369,18 @@ def test_a_calibration_of_another_gpu_says_so_and_leaves_the_tables_range(tmp_pa
     assert main([*args, "--gpu-type", "H100"]) == 0  # measured there: no warning, its own range
     captured = capsys.readouterr()
     assert captured.err == "" and json.loads(captured.out)["predictions"][0]["compute_source"].startswith("calibrated")
+
+
+def test_a_version_1_file_reads_and_a_fit_keeps_its_framework(tmp_path):
+    """Files from before compute fits named their framework still read; a fit's framework
+    survives the round trip (an older ringleader refuses the newer version by its number)."""
+    old = tmp_path / "v1.json"
+    old.write_text(json.dumps({"kind": "calibration", "version": 1, "compute": [
+        {"model": "resnet50", "gpu_type": "V100", "precision": "fp32", "batch_size": 64, "images_per_s": 300.0}]}))
+    (fit,) = load_calibration(old).compute
+    assert fit.framework is None
+    new = tmp_path / "v2.json"
+    assert main(["calibrate", write(tmp_path, "1.json", train_doc(64, 300.0)), "--out", str(new)]) == 0
+    doc = json.loads(new.read_text())
+    assert doc["version"] == 2 and doc["compute"][0]["framework"] == "PyTorch"
+    assert load_calibration(new).compute[0].framework == "PyTorch"

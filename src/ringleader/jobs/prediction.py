@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 from ringleader.errors import RingleaderError
 from ringleader.jobs.spec import JobSpec
 from ringleader.model import MODEL_ESTIMATOR, calibrated_estimator, predict_placement
-from ringleader.model.calibration import calibration_from_dict
+from ringleader.model.calibration import Calibration, calibration_from_dict
 from ringleader.model.comm import calibration_fabric_note
-from ringleader.model.predict import calibration_compute_note
+from ringleader.model.predict import Prediction, calibration_compute_note
 from ringleader.scheduler import Placement, WorkerSlot, place
 
 if TYPE_CHECKING:
@@ -44,6 +44,41 @@ def workload_hints(command: Sequence[str]) -> tuple[int, str]:
         elif key == "--use_fp16" and value.lower() in ("", "true", "1"):
             precision = "fp16"
     return batch, precision
+
+
+# What a job's command line says it runs: (a word it contains, the framework), first match wins.
+_FRAMEWORK_WORDS = (
+    ("tf_cnn_benchmarks", "TensorFlow (tf_cnn_benchmarks)"), ("tensorflow", "TensorFlow"),
+    ("torchrun", "PyTorch"), ("torch.distributed", "PyTorch"), ("mxnet", "MXNet"),
+    ("paddle", "PaddlePaddle"), ("oneflow", "OneFlow"),
+)  # fmt: skip
+
+
+def job_framework(command: Sequence[str]) -> str | None:
+    """The training framework a job's command line names (tf_cnn_benchmarks.py, torchrun,
+    `ringleader bench train`, ...), None where it names none."""
+    words = [w.lower() for w in command]
+    if "bench" in words and "train" in words and any(w.endswith("ringleader") for w in words):
+        return "PyTorch"  # ringleader's own bench
+    for word in words:
+        for needle, framework in _FRAMEWORK_WORDS:
+            if needle in word:
+                return framework
+    return None
+
+
+def framework_note(calibration: Calibration | None, pred: Prediction, command: Sequence[str]) -> str | None:
+    """A warning when the rate a job is priced with was measured with another framework than the
+    one its command line runs: one GPU's rate differs by framework (docs/model.md)."""
+    fit = calibration.compute_for(pred.model, pred.gpu_type, pred.precision) if calibration else None
+    runs = job_framework(command)
+    if fit is None or not fit.framework or runs is None:
+        return None
+    if runs.split()[0].lower() == fit.framework.split()[0].lower():
+        return None
+    return (f"the calibration's {pred.model} rate on {pred.gpu_type} was measured with {fit.framework}, and this "
+            f"job runs {runs}: one GPU's rate differs by framework (on a V100, 6-31% in FP32 and up to 1.8x in "
+            "mixed precision; docs/model.md); calibrate with this program's own runs (a throughput CSV)")  # fmt: skip
 
 
 def placement_from_plan(name: str, plan: dict[str, Any] | None) -> Placement | None:
@@ -100,7 +135,8 @@ def predict_job(state: ClusterState, spec: JobSpec, placement: Placement) -> dic
     if alt is not None:
         ratio = own.images_per_s / alt.images_per_s
         summary += f"; {other} placement would give {alt.images_per_s:.0f} ({ratio:.2f}x)"
-    notes = [calibration_fabric_note(calibration, state.nodes), calibration_compute_note(calibration, own)]
+    notes = [calibration_fabric_note(calibration, state.nodes), calibration_compute_note(calibration, own),
+             framework_note(calibration, own, spec.command)]  # fmt: skip
     warnings = [n for n in notes if n]
     if warnings:
         out["warnings"] = warnings

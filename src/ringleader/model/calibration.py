@@ -25,7 +25,7 @@ from typing import Any
 
 from ringleader.inputs import InputError, load_json, read_bounded, validate
 
-VERSION = 1
+VERSION = 2  # 2: compute fits say what framework measured them (1 files read as they are)
 MIN_HELD_OUT = 5  # held-out runs a calibration needs before it states a likely range
 
 
@@ -52,6 +52,7 @@ class ComputeFit:
     points: int = 1
     image_size: int = 224  # input side the rate was measured at (bench train --image-size)
     threads: int | None = None  # CPU threads of the measured worker, when known
+    framework: str | None = None  # what ran it ("PyTorch": ringleader's bench; a CSV's column)
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,7 @@ class Calibration:
                     "points": c.points,
                     "image_size": c.image_size,
                     "threads": c.threads,
+                    "framework": c.framework,
                 }
                 for c in self.compute
             ],
@@ -187,7 +189,7 @@ def calibration_from_dict(doc: Any, origin: str = "calibration", fix: str = "") 
     links = {key: LinkFit(v.gbs, v.latency_us, v.points, v.rel_rmse) for key, v in cal.links.items()}
     compute = tuple(
         ComputeFit(c.model, c.gpu_type, c.precision, c.batch_size, c.images_per_s, c.step_overhead_s, c.points,
-                   c.image_size, c.threads)
+                   c.image_size, c.threads, c.framework)
         for c in cal.compute
     )  # fmt: skip
     sync = None if cal.sync is None else (cal.sync.host_us_per_image, cal.sync.node_jitter)

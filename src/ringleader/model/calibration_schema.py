@@ -44,6 +44,7 @@ class ComputeEntry(_Strict):
     points: Count = 1
     image_size: Annotated[int, Field(ge=1, le=1 << 16)] = 224
     threads: Annotated[int, Field(ge=1, le=1 << 16)] | None = None
+    framework: Text | None = None
 
 
 class SyncEntry(_Strict):

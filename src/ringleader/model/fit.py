@@ -47,6 +47,11 @@ class TrainPoint:
     source: str
     image_size: int = 224
     threads: int | None = None
+    framework: str | None = None
+
+
+# What `ringleader bench train` runs (bench/train.py): PyTorch, whatever its backend.
+BENCH_FRAMEWORK = "PyTorch"
 
 
 def _nodes_count(value: Any) -> int:
@@ -106,7 +111,7 @@ def _train_point(doc: Mapping[str, Any], source: str) -> TrainPoint:
     return TrainPoint(
         check_model(str(doc["model"])), normalize_gpu_type(device), check_precision(str(doc.get("precision", "fp32"))),
         str(doc.get("backend", "")).lower(), batch, world, _nodes_count(doc.get("nodes", 1)), rate, source,
-        image_size, threads,
+        image_size, threads, str(doc.get("framework") or BENCH_FRAMEWORK)[:128],
     )  # fmt: skip
 
 
@@ -218,7 +223,8 @@ def fit_compute(points: Sequence[TrainPoint]) -> ComputeFit:
         t0, per_image = 0.0, sum(steps) / len(steps) / top
     rate = top / (t0 + top * per_image)
     return ComputeFit(
-        first.model, first.gpu_type, first.precision, top, rate, t0, len(points), first.image_size, first.threads
+        first.model, first.gpu_type, first.precision, top, rate, t0, len(points), first.image_size, first.threads,
+        first.framework,
     )
 
 

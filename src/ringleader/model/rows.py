@@ -83,7 +83,8 @@ def read_throughput_csv(path: str | Path) -> tuple[list[FidelityRow], list[Compu
             msg = exc.one_line() if isinstance(exc, UsageError) else str(exc)
             raise UsageError(f"{str(p)!r} line {line}: {msg}", CSV_FIX) from None
         if nodes * per_node == 1:
-            singles.append(ComputeFit(model, gpu, precision, batch, rate))
+            framework = (rec.get("framework") or "").strip()[:128] or None
+            singles.append(ComputeFit(model, gpu, precision, batch, rate, framework=framework))
             continue
         rows.append(FidelityRow(
             str(p), f"line {line}", "", gpu, rec["node"], nodes, per_node, gbps, nics, fabric, model, precision,
