@@ -25,6 +25,7 @@ def test_the_framework_a_command_line_runs() -> None:
     assert job_framework(["torchrun", "--nproc-per-node=8", "train.py"]) == "PyTorch"
     assert job_framework(["python", "-m", "torch.distributed.run", "train.py"]) == "PyTorch"
     assert job_framework(["/opt/venv/bin/ringleader", "bench", "train", "--model", "resnet50"]) == "PyTorch"
+    assert job_framework(["python3", "-m", "ringleader.cli.main", "bench", "train", "--backend", "nccl"]) == "PyTorch"
     assert job_framework(["python", "train_imagenet.py", "--kv-store", "horovod"]) is None  # it does not say
 
 

@@ -58,7 +58,7 @@ def job_framework(command: Sequence[str]) -> str | None:
     """The training framework a job's command line names (tf_cnn_benchmarks.py, torchrun,
     `ringleader bench train`, ...), None where it names none."""
     words = [w.lower() for w in command]
-    if "bench" in words and "train" in words and any(w.endswith("ringleader") for w in words):
+    if "bench" in words and "train" in words and any("ringleader" in w for w in words):
         return "PyTorch"  # ringleader's own bench
     for word in words:
         for needle, framework in _FRAMEWORK_WORDS:
