@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The checks that need a real GPU, run on one GPU machine: NVML discovery of the local node, the
 # embedded engine giving a job its GPU (CUDA_VISIBLE_DEVICES as the job sees it), bench train
-# over NCCL against the model's prediction, and bench allreduce over NCCL on one rank.
+# over NCCL in both layouts against the model's prediction, and bench allreduce over NCCL on one
+# rank.
 # Usage: bash benchmarks/gpu_node.sh OUT_DIR   (ringleader importable: installed, or PYTHONPATH=src)
 set -uo pipefail
 out=${1:?usage: gpu_node.sh OUT_DIR}
@@ -45,9 +46,15 @@ torch.cuda.synchronize()'
   rl get busy -g; rl top job busy; rl get busy -g -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["gpu_usage"])'
   timeout 60 python3 -m ringleader.cli.main logs -f busy >/dev/null; rl get busy -g | tail -3
   step "bench train over NCCL, one rank, and the model's prediction"
+  # NHWC: the channels-last layout of tuned mixed-precision recipes, beside PyTorch's default NCHW
+  for layout in NCHW NHWC; do
+    for prec in fp32 fp16; do
+      rl bench train --model resnet50 --batch-size 64 --num-batches 30 --precision $prec --data-format $layout \
+        --backend nccl -np 1 -o json > "$out/train-resnet50-$prec-$layout.json"
+      python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[2], {k: d[k] for k in d if "images" in k or k in ("step_time_s","device","data_format")})' "$out/train-resnet50-$prec-$layout.json" $prec
+    done
+  done
   for prec in fp32 fp16; do
-    rl bench train --model resnet50 --batch-size 64 --num-batches 30 --precision $prec --backend nccl -np 1 -o json > "$out/train-resnet50-$prec.json"
-    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[2], {k: d[k] for k in d if "images" in k or k in ("step_time_s","device")})' "$out/train-resnet50-$prec.json" $prec
     rl predict --model resnet50 --batch-size 64 --workers 1 --gpus 1 --gpu-type H100 --precision $prec
   done
   step "bench allreduce over NCCL, one rank"

@@ -10,12 +10,15 @@ from pathlib import Path
 import pytest
 
 from rendering import check_in_chromium
+from ringleader.bench.comm import Comm
+from ringleader.bench.ranks import RankInfo
+from ringleader.bench.train import Step, TrainConfig
 
 from .conftest import cli, cli_json
 
 TINY = ("--batch-size", "8", "--num-batches", "4", "--num-warmup-batches", "1",
         "--image-size", "16", "--display-every", "2")  # fmt: skip
-TRAIN_KEYS = {"kind", "model", "batch_size", "precision", "backend", "world_size", "nodes",
+TRAIN_KEYS = {"kind", "model", "batch_size", "precision", "data_format", "backend", "world_size", "nodes",
               "device", "num_batches", "images_per_sec_total", "images_per_sec_per_worker",
               "step_time_s", "step_times_s", "data"}  # fmt: skip
 
@@ -241,3 +244,27 @@ def test_train_shows_what_it_does_on_a_terminal_only() -> None:
     assert out.splitlines()[0].startswith("Model:")
     out, err = _with_terminal_stderr("bench", "train", "--model", "trivial", *TINY, "-o", "json")
     assert "measuring" not in err and json.loads(out)["kind"] == "train"
+
+
+def test_nhwc_trains_channels_last_as_tuned_recipes_do() -> None:
+    """--data-format NHWC (tf_cnn_benchmarks' --data_format) trains the model and its batches in
+    channels-last memory, the layout tuned mixed-precision recipes use; the result says which
+    layout ran, and the default is PyTorch's NCHW."""
+    import torch
+
+    comm = Comm(RankInfo(0, 1, 0, "none"), torch.device("cpu"))
+    comm.backend = "gloo"
+    first_conv = {}
+    for data_format in ("NCHW", "NHWC"):
+        step = Step(TrainConfig(model="alexnet", image_size=64, data_format=data_format), comm)
+        weight = next(p for p in step.net.parameters() if p.dim() == 4)
+        first_conv[data_format] = weight.is_contiguous(memory_format=torch.channels_last)
+        images, labels = torch.randn(2, 3, 64, 64), torch.tensor([0, 1])
+        assert torch.isfinite(step(images, labels))
+        assert weight.is_contiguous(memory_format=torch.channels_last) == first_conv[data_format]  # stays so
+    assert first_conv == {"NCHW": False, "NHWC": True}
+    res = cli_json("bench", "train", "--model", "mnist", "--backend", "gloo", "-np", "1", "--data-format", "NHWC",
+                   *TINY)  # fmt: skip
+    assert res["data_format"] == "NHWC" and res["images_per_sec_total"] > 0
+    bad = cli("bench", "train", "--data-format", "NWHC", *TINY)
+    assert bad.returncode == 2 and "NWHC" in bad.stderr

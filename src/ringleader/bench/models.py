@@ -74,7 +74,7 @@ def _mnist() -> Any:
         def forward(self, x: Any) -> Any:
             x = F.relu(F.max_pool2d(self.conv1(x), 2))
             x = F.relu(F.max_pool2d(self.conv2_drop(self.conv2(x)), 2))
-            x = x.view(-1, 320)
+            x = x.reshape(-1, 320)  # Horovod's view(), which channels-last (NHWC) activations refuse
             x = F.relu(self.fc1(x))
             x = F.dropout(x, training=self.training)
             return F.log_softmax(self.fc2(x), dim=1)

@@ -26,6 +26,9 @@ from ringleader.bench.ranks import check_backend, discover, nodes
 from ringleader.errors import UsageError
 
 PRECISIONS = ("fp32", "fp16", "bf16")
+# tf_cnn_benchmarks' --data_format: NCHW (PyTorch's default layout) or NHWC (channels-last, what
+# tuned mixed-precision recipes train in: tensor-core convolutions read it without transposes)
+DATA_FORMATS = ("NCHW", "NHWC")
 
 
 @dataclass
@@ -49,6 +52,7 @@ class TrainConfig:
     bucket_mb: float = 0.0  # mpi gradient buckets; 0: the fastest of a measured sweep
     overlap: bool = False  # mpi: start each bucket's allreduce during backward
     progress: bool = False  # rank 0 shows what it is doing on stderr (a terminal, table output)
+    data_format: str = "NCHW"  # DATA_FORMATS
 
     def validate(self) -> None:
         models.spec(self.model)
@@ -57,6 +61,8 @@ class TrainConfig:
             raise UsageError(f"unknown precision {self.precision!r}",
                              f"use one of: {', '.join(PRECISIONS)}")
         check_decode(self.decode)
+        if self.data_format not in DATA_FORMATS:
+            raise UsageError(f"unknown data format {self.data_format!r}", f"use one of: {', '.join(DATA_FORMATS)}")
         if self.augment not in AUGMENTS:
             raise UsageError(f"unknown augment level {self.augment!r}",
                              f"use one of: {', '.join(AUGMENTS)}")
@@ -91,6 +97,9 @@ class Step:
         torch.manual_seed(cfg.seed)
         spec = models.spec(cfg.model)
         model = models.build(cfg.model, spec.fixed_size or cfg.image_size).to(dev)
+        self.layout = torch.channels_last if cfg.data_format == "NHWC" else None
+        if self.layout is not None:
+            model = model.to(memory_format=self.layout)  # the 4-D weights; DDP then keeps them so
         if comm.backend == "mpi":
             for p in model.state_dict().values():
                 host = p.data if p.device.type == "cpu" else p.data.cpu()
@@ -127,6 +136,8 @@ class Step:
             self.grads.begin()  # zeroes the gradient buffers in place
         else:
             self.opt.zero_grad(set_to_none=True)
+        if self.layout is not None and images.dim() == 4:
+            images = images.contiguous(memory_format=self.layout)
         with ctx:
             loss = self.loss_fn(self.net(images), labels)
         if self.scaler is not None:
@@ -274,7 +285,8 @@ def train(cfg: TrainConfig, comm: Comm) -> dict[str, Any]:
         emit(line)
     return {
         "kind": "train", "model": cfg.model, "batch_size": cfg.batch_size,
-        "precision": cfg.precision, "backend": comm.backend, "world_size": comm.world_size,
+        "precision": cfg.precision, "data_format": cfg.data_format, "backend": comm.backend,
+        "world_size": comm.world_size,
         "nodes": nodes(comm.world_size), "device": device_name, "device_name": _device_name(step.device),
         "image_size": models.spec(cfg.model).fixed_size or cfg.image_size,
         "num_batches": cfg.num_batches, "threads": step.torch.get_num_threads(),

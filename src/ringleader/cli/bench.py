@@ -19,7 +19,7 @@ from ringleader.bench.launchers import default_launcher
 from ringleader.bench.pipeline import STUDY_FILES, need_line, run_pipeline, write_study
 from ringleader.bench.ranks import check_available, check_backend, check_np, discover
 from ringleader.bench.scaling import ScalingConfig, load_line, run_scaling, skipped_lines
-from ringleader.bench.train import TrainConfig
+from ringleader.bench.train import DATA_FORMATS, TrainConfig
 from ringleader.cli.output import console, emit_data, output_option, shared_group, step_progress, table
 from ringleader.cli.params import BACKENDS, FiniteFloat, count
 from ringleader.errors import UsageError
@@ -61,6 +61,8 @@ def _train_options(f: Any) -> Any:
                      help="mpi: gradient bucket size in MiB; 0 measures the fastest at start-up."),
         click.option("--overlap/--no-overlap", default=False, show_default=True,
                      help="mpi: start each bucket's allreduce during backward."),
+        click.option("--data-format", type=click.Choice(DATA_FORMATS), default="NCHW", show_default=True,
+                     help="Image layout: NCHW, or NHWC (channels-last, as tuned mixed-precision recipes)."),
     ]  # fmt: skip
     for opt in reversed(opts):
         f = opt(f)
@@ -73,7 +75,7 @@ def _train_config(kw: dict[str, Any], output: str) -> Any:
         num_warmup_batches=kw["num_warmup_batches"], precision=kw["precision"], data=kw["data"],
         backend=kw["backend"], image_size=kw["image_size"], augment=kw["augment"], decode=kw["decode"],
         loader_workers=kw["loader_workers"], display_every=kw["display_every"], seed=kw["seed"],
-        output=output, bucket_mb=kw["bucket_mb"], overlap=kw["overlap"],
+        output=output, bucket_mb=kw["bucket_mb"], overlap=kw["overlap"], data_format=kw["data_format"],
         progress=output == "table" and sys.stderr.isatty(),
     )  # fmt: skip
     cfg.validate()
