@@ -384,3 +384,8 @@ def test_a_version_1_file_reads_and_a_fit_keeps_its_framework(tmp_path):
     doc = json.loads(new.read_text())
     assert doc["version"] == 2 and doc["compute"][0]["framework"] == "PyTorch"
     assert load_calibration(new).compute[0].framework == "PyTorch"
+    # a channels-last run is its own fit, not one batch point of the NCHW line
+    nhwc = {**train_doc(128, 400.0), "data_format": "NHWC"}
+    cal, _ = calibrate_files([write(tmp_path, "a.json", train_doc(64, 300.0)), write(tmp_path, "b.json", nhwc)])
+    assert sorted((c.framework, c.batch_size, c.points) for c in cal.compute) == [
+        ("PyTorch", 64, 1), ("PyTorch NHWC", 128, 1)]

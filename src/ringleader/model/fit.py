@@ -111,8 +111,13 @@ def _train_point(doc: Mapping[str, Any], source: str) -> TrainPoint:
     return TrainPoint(
         check_model(str(doc["model"])), normalize_gpu_type(device), check_precision(str(doc.get("precision", "fp32"))),
         str(doc.get("backend", "")).lower(), batch, world, _nodes_count(doc.get("nodes", 1)), rate, source,
-        image_size, threads, str(doc.get("framework") or BENCH_FRAMEWORK)[:128],
+        image_size, threads, str(doc.get("framework") or _bench_framework(doc))[:128],
     )  # fmt: skip
+
+
+def _bench_framework(doc: Mapping[str, Any]) -> str:
+    """What a `bench train` result ran: PyTorch, with its layout where it was channels-last."""
+    return f"{BENCH_FRAMEWORK} NHWC" if doc.get("data_format") == "NHWC" else BENCH_FRAMEWORK
 
 
 def read_bench_files(paths: Sequence[str | Path]) -> tuple[list[AllreducePoint], list[TrainPoint]]:
@@ -233,10 +238,10 @@ def fit_calibration(allreduce: Iterable[AllreducePoint], train: Iterable[TrainPo
     by_link: dict[str, list[AllreducePoint]] = defaultdict(list)
     for p in allreduce:
         by_link[p.link].append(p)
-    by_compute: dict[tuple[str, str, str, int, int], list[TrainPoint]] = defaultdict(list)
+    by_compute: dict[tuple[str, str, str, int, int, str], list[TrainPoint]] = defaultdict(list)
     for t in train:
-        if t.world_size == 1:
-            by_compute[(t.model, t.gpu_type, t.precision, t.image_size, t.threads or 0)].append(t)
+        if t.world_size == 1:  # one fit per layout and framework: their rates differ
+            by_compute[(t.model, t.gpu_type, t.precision, t.image_size, t.threads or 0, t.framework or "")].append(t)
     links = {k: fit_link(v) for k, v in sorted(by_link.items())}
     compute = tuple(fit_compute(v) for _, v in sorted(by_compute.items()))
     if not links and not compute:
