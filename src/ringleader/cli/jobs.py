@@ -552,7 +552,7 @@ def get(name: str, output: str, show_events: bool, show_gpus: bool, engine: str 
     """Show a job: status, placement and its instances (arena get)."""
     with using_engine(engine) as runtime:
         job = typed(runtime.get(name))
-        prediction = runtime.prediction(name) if job.spec.model else None
+        prediction = runtime.prediction(job) if job.spec.model else None
         usage = runtime.gpu_usage(name) if show_gpus else None
     if output in ("json", "yaml"):
         data = {**job.to_dict(), "prediction": prediction}

@@ -8,12 +8,13 @@ else the reference study's batch of 64 in fp32.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ringleader.errors import RingleaderError
 from ringleader.jobs.spec import JobSpec
+from ringleader.jobs.views import JobView
 from ringleader.model import MODEL_ESTIMATOR, calibrated_estimator, predict_placement
 from ringleader.model.calibration import Calibration, calibration_from_dict
 from ringleader.model.comm import calibration_fabric_note
@@ -91,6 +92,16 @@ def placement_from_plan(name: str, plan: dict[str, Any] | None) -> Placement | N
         WorkerSlot(int(w["index"]), str(w["node"]), tuple(int(g) for g in w["gpus"])) for w in chosen["workers"]
     )
     return Placement(name, slots)
+
+
+def view_prediction(job: JobView, cluster: Callable[[], ClusterState]) -> dict[str, Any] | None:
+    """`get`'s prediction for a job as an engine read it: its placement's images/s and the other
+    policy's on ``cluster()`` (the cluster now, read only when there is something to predict)
+    without the job; None without a --model hint or a placement."""
+    placement = placement_from_plan(job.name, job.placement)
+    if placement is None or not job.spec.model:
+        return None
+    return predict_job(cluster().without_job(job.name), job.spec, placement)
 
 
 def predict_job(state: ClusterState, spec: JobSpec, placement: Placement) -> dict[str, Any] | None:

@@ -55,7 +55,7 @@ from ringleader.jobs.commandline import prepare
 from ringleader.jobs.failures import without_cordoned
 from ringleader.jobs.line import CommandLine
 from ringleader.jobs.logfiles import follow_log, instance_name, read_log, wait_until_ended
-from ringleader.jobs.prediction import placement_from_plan, predict_job
+from ringleader.jobs.prediction import view_prediction
 from ringleader.jobs.queues import QueueView, check_queue, check_queue_exists, queue_views
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import JobStatus, Launch
@@ -394,16 +394,12 @@ class Runtime:
                 raise NotFoundError(f"job {name!r} not found", "see `ringleader list`")
             return job_view(conn, row)
 
-    def prediction(self, name: str) -> dict[str, Any] | None:
-        """Predicted images/s of the job's placement and of the other policy's placement on the
-        cluster as it is now without this job; None if the job has no --model hint or no placement."""
-        job = self.get(name)
-        placement = placement_from_plan(name, job.placement)
-        if placement is None or not job.spec.model:
-            return None
-        with self.db.read() as conn:
-            state = store.cluster_state(conn).without_job(name)
-        return predict_job(state, job.spec, placement)
+    def prediction(self, job: JobView) -> dict[str, Any] | None:
+        def cluster() -> ClusterState:
+            with self.db.read() as conn:
+                return store.cluster_state(conn)
+
+        return view_prediction(job, cluster)
 
     def gpu_usage(self, name: str) -> dict[str, tuple[GpuUsage, ...] | None]:
         """Each running instance's GPUs now (duty cycle, memory); None where it cannot be read:

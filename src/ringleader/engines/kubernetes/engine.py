@@ -27,7 +27,7 @@ from ringleader.engines.kubernetes.delivery import Delivery, claim_template
 from ringleader.engines.kubernetes.objects import replica_role, wall_time
 from ringleader.errors import ConflictError, NotFoundError, UsageError
 from ringleader.jobs.logfiles import instance_name, wait_until_ended
-from ringleader.jobs.prediction import placement_from_plan, predict_job
+from ringleader.jobs.prediction import view_prediction
 from ringleader.jobs.queues import (
     QueueView,
     check_queue,
@@ -444,14 +444,9 @@ class KubernetesEngine:
     def wait(self, name: str, timeout: float | None = None) -> JobView:
         return wait_until_ended(lambda: self.get(name), timeout, 2.0)
 
-    def prediction(self, name: str) -> dict[str, Any] | None:
-        """Predicted images/s of the gang's placement (its pods' nodes and GPUs) and of the other
-        policy's on the cluster as it is now without it; None without --model or a placement."""
-        job = self.get(name)
-        placement = placement_from_plan(name, job.placement)
-        if placement is None or not job.spec.model:
-            return None
-        return predict_job(self.nodes().without_job(name), job.spec, placement)
+    def prediction(self, job: JobView) -> dict[str, Any] | None:
+        """The gang's placement is its pods' nodes and GPUs (job_view)."""
+        return view_prediction(job, self.nodes)
 
     def close(self) -> None:
         if self._api is not None:

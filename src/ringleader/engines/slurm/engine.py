@@ -35,7 +35,7 @@ from ringleader.errors import ConflictError, NotFoundError, RingleaderError, Usa
 from ringleader.jobs.codec import decision_to_dict, expected_end
 from ringleader.jobs.failures import BLAMES_TO_CORDON, LOG_TAIL_BYTES, Failure, classify, without_cordoned
 from ringleader.jobs.logfiles import follow_log, instance_name, read_log, wait_until_ended
-from ringleader.jobs.prediction import placement_from_plan, predict_job, queue_estimator
+from ringleader.jobs.prediction import queue_estimator, view_prediction
 from ringleader.jobs.queues import QueueView, check_queue, check_queue_exists, preempted_by, queue_views
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import JobStatus
@@ -541,12 +541,8 @@ class SlurmEngine:
     def wait(self, name: str, timeout: float | None = None) -> JobView:
         return wait_until_ended(lambda: self.get(name), timeout, 0.3)
 
-    def prediction(self, name: str) -> dict[str, Any] | None:
-        job = self.get(name)
-        placement = placement_from_plan(name, job.placement)
-        if placement is None or not job.spec.model:
-            return None
-        return predict_job(self.nodes().without_job(name), job.spec, placement)
+    def prediction(self, job: JobView) -> dict[str, Any] | None:
+        return view_prediction(job, self.nodes)
 
     # -- logs -----------------------------------------------------------------------------------
     def _log_file(self, name: str, instance: str | None) -> Path:
