@@ -20,7 +20,10 @@ def test_printable_escapes_what_a_terminal_would_act_on_and_keeps_styling() -> N
 
 @pytest.mark.parametrize("args", [["get", "esc", "-e"], ["list"], ["get", "esc"]])
 def test_a_jobs_command_cannot_drive_the_terminal(cli, args: list[str]) -> None:
+    from ringleader.engines.embedded.engine import Runtime
+
     cli.ok("submit", "mpi", "--name", "esc", "--", "echo", ESCAPES)
+    Runtime.open(cli.home).wait("esc", 60)  # the Started event, which names the command, is written at launch
     shown = cli.ok(*args)
     assert "\x1b]" not in shown and "\x07" not in shown and "\x1b[2J" not in shown and "\u202e" not in shown
     if args[-1] == "-e":
