@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from ringleader.engines.slurm.gres import gres_conf_lines, node_gres
+from ringleader.engines.slurm.state import named_gpu_model
 from ringleader.errors import UsageError
 from ringleader.topology import NodeTopology, parse_topo_text, preset
 from ringleader.topology.nvml import discover
@@ -46,9 +47,10 @@ def _topology(preset_name: str | None, matrix_file: str | None) -> tuple[NodeTop
               help="Device file of GPU {index}.")  # fmt: skip
 @click.option("--untyped", is_flag=True, help="Leave out the per-GPU types (Slurm's links only; no exact ids).")
 def gres_conf(node: str | None, preset_name: str | None, matrix_file: str | None, device: str, untyped: bool) -> None:
-    """Print a node's gres.conf lines with Links= (NVLink counts per GPU pair) and the Gres= its
-    slurm.conf NodeName line needs. Each GPU gets its own type (g0, g1, ...): ringleader's Slurm
-    engine asks for exact GPU ids through them; plain `--gres=gpu:N` requests still match any GPU.
+    """Print a node's gres.conf lines with Links= (NVLink counts per GPU pair) and the Gres= and
+    Features= (its GPU model) its slurm.conf NodeName line needs. Each GPU gets its own type (g0,
+    g1, ...): ringleader's Slurm engine asks for exact GPU ids through them; plain `--gres=gpu:N`
+    requests still match any GPU.
 
     \b
     ringleader slurm gres-conf --node gpu-01 >> /etc/slurm/gres.conf     # on the GPU node
@@ -62,7 +64,9 @@ def gres_conf(node: str | None, preset_name: str | None, matrix_file: str | None
     files = [device.replace("{index}", str(i)) for i in range(topo.n_gpus)]
     gres = node_gres(topo.n_gpus) if not untyped else f"gpu:{topo.n_gpus}"
     click.echo(f"# gres.conf lines for node {name}, {topo.n_gpus} GPU(s), links from {source}")
-    click.echo(f"# slurm.conf needs: GresTypes=gpu and NodeName={name} ... Gres={gres}")
+    model = named_gpu_model([topo.gpu_model])
+    features = f" Features={model.lower()}" if model else ""  # where `get` and --dry-run read the GPU model
+    click.echo(f"# slurm.conf needs: GresTypes=gpu and NodeName={name} ... Gres={gres}{features}")
     for line in gres_conf_lines(name, topo, files, typed=not untyped):
         click.echo(line)
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from ringleader.engines.slurm.gres import gres_conf_lines, node_gres, request_gres, topology_from_links, type_index
 from ringleader.engines.slurm.launch import by_node, mpirun_head
 from ringleader.engines.slurm.slurmcli import expand_indices, job_node_gres, parse_gres, parse_records
-from ringleader.engines.slurm.state import SlurmNode, cluster_state, unknown_topology
+from ringleader.engines.slurm.state import SlurmNode, cluster_state, node_from_record, node_spec, unknown_topology
 from ringleader.jobs.line import read_line
 from ringleader.runtime.rank import stop_mca
 from ringleader.scheduler import Placement, WorkerSlot
@@ -95,7 +95,7 @@ def test_snapshot_counts_outside_jobs_reservations_and_down_nodes() -> None:
 def test_gres_conf_command_prints_typed_lines_with_links() -> None:
     argv = [sys.executable, "-m", "ringleader.cli.main", "slurm", "gres-conf", "--preset", "dgx1v", "--node", "gpu-01"]
     out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
-    assert "Gres=gpu:g0:1,gpu:g1:1" in out
+    assert "Gres=gpu:g0:1,gpu:g1:1" in out and "Features=v100\n" in out
     assert "NodeName=gpu-01 Name=gpu Type=g0 File=/dev/nvidia0 Links=-1,1,1,2,2,0,0,0" in out
 
 
@@ -201,3 +201,29 @@ def test_node_health_from_slurm_state(state: str, status: str) -> None:
     health = node.health()
     assert health.status == status and health.unhealthy_gpus is None
     assert (health.reason == "") == (status == "Ready") and (status == "Ready" or "bad dimm" in health.reason)
+
+
+def _node_record(features: str, gres: str = "gpu:g0:1,gpu:g1:1") -> str:
+    return (f"NodeName=gpu-01 Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 AvailableFeatures={features} "
+            f"ActiveFeatures={features} Gres={gres} GresUsed=gpu:g0:0(IDX:N/A),gpu:g1:0(IDX:N/A) "
+            "NodeAddr=10.0.0.1 State=IDLE Partitions=gpu")  # fmt: skip
+
+
+@pytest.mark.parametrize(("features", "gres", "model"), [
+    ("a100,ib,nvlink", "gpu:g0:1,gpu:g1:1", "A100"),        # the usual way: sbatch --constraint=a100
+    ("A100-SXM4-80GB", "gpu:g0:1,gpu:g1:1", "A100-80GB"),   # the product name as a feature
+    ("a100,a100-80gb", "gpu:g0:1,gpu:g1:1", "A100-80GB"),   # a family and its variant: the variant
+    ("(null)", "gpu:h100:2", "H100"),                       # Slurm's own way: the GRES type names it
+    ("v100,a100", "gpu:g0:1,gpu:g1:1", ""),                 # two models on one node: no guess
+    ("a10,a100", "gpu:g0:1,gpu:g1:1", ""),                  # A10 is not a kind of A100
+    ("(null)", "gpu:g0:1,gpu:g1:1", ""),
+])  # fmt: skip
+def test_a_slurm_nodes_gpu_model_is_read_from_its_features_or_gres_type(features: str, gres: str, model: str) -> None:
+    """A Slurm node read back from gres.conf names its GPU model where Slurm admins put it: a node
+    feature (`Features=a100`) or the GRES type of an untyped setup (`Gres=gpu:h100:8`), so `get`
+    and `--dry-run` can price a job on it without a cluster file."""
+    (record,) = parse_records(_node_record(features, gres))
+    node = node_from_record(record)
+    spec = node_spec(node, {}, {"gpu-01": [(0, [-1, 2]), (1, [2, -1])]})
+    assert spec.topology.gpu_model == model
+    assert spec.topology.n_gpus == 2 and spec.topology.link(0, 1).is_nvlink

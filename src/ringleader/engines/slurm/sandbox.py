@@ -188,6 +188,7 @@ class Sandbox:
             lines.append(
                 f"NodeName={name} NodeAddr={addrs[name]} CPUs={cpus} RealMemory=4000 "
                 f"Gres={node_gres(topo.n_gpus) if self.typed else f'gpu:{topo.n_gpus}'} State=UNKNOWN"
+                + (f" Features={topo.gpu_model.lower()}" if topo.gpu_model else "")
             )
         lines.append("PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO")
         (r / "etc" / "slurm.conf").write_text("\n".join(lines) + "\n")

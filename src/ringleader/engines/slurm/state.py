@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ringleader import settings
@@ -23,6 +23,7 @@ from ringleader.engines.slurm.gres import NO_NVLINK, topology_from_links, type_i
 from ringleader.errors import UsageError
 from ringleader.inputs import load_yaml, read_bounded
 from ringleader.jobs.views import DRAINED, NOT_READY, READY, NodeHealth
+from ringleader.model.tables import known_gpu_types, normalize_gpu_type
 from ringleader.scheduler import ClusterState, NodeState
 from ringleader.topology import NetworkTree, NodeSpec, NodeTopology, load_cluster_file
 from ringleader.topology.links import SELF
@@ -45,6 +46,7 @@ class SlurmNode:
     typed: bool  # every GPU has its own ``g<index>`` type (exact ids can be requested)
     used: tuple[int, ...]
     reason: str = ""  # Slurm's Reason= for a down or drained node ("maintenance [root@2026-11-24T16:20:05]")
+    gpu_model: str = ""  # from its features (`Features=a100`) or an untyped GRES type (`gpu:h100:8`)
 
     @property
     def flags(self) -> set[str]:
@@ -68,19 +70,31 @@ class SlurmNode:
 
 
 def read_nodes() -> list[SlurmNode]:
-    nodes = []
-    for rec in slurmcli.show("node"):
-        items = [i for i in slurmcli.parse_gres(rec.get("Gres", "")) if i.name == "gpu"]
-        used_items = [i for i in slurmcli.parse_gres(rec.get("GresUsed", "")) if i.name == "gpu"]
-        count = sum(i.count for i in items)
-        typed = bool(items) and all(i.count == 1 and type_index(i.type) is not None for i in items)
-        used = sorted({g for i in used_items for g in i.indices})
-        nodes.append(SlurmNode(
-            name=rec["NodeName"], address=rec.get("NodeAddr", rec["NodeName"]), state=rec.get("State", "UNKNOWN"),
-            partitions=tuple(p for p in rec.get("Partitions", "").split(",") if p), gpus=count, typed=typed,
-            used=tuple(used), reason=rec.get("Reason", "").strip(),
-        ))  # fmt: skip
-    return nodes
+    return [node_from_record(rec) for rec in slurmcli.show("node")]
+
+
+def node_from_record(rec: Mapping[str, str]) -> SlurmNode:
+    """A node from its `scontrol -o -d show node` record."""
+    items = [i for i in slurmcli.parse_gres(rec.get("Gres", "")) if i.name == "gpu"]
+    used_items = [i for i in slurmcli.parse_gres(rec.get("GresUsed", "")) if i.name == "gpu"]
+    typed = bool(items) and all(i.count == 1 and type_index(i.type) is not None for i in items)
+    features = rec.get("AvailableFeatures", rec.get("Features", "")).split(",")
+    return SlurmNode(
+        name=rec["NodeName"], address=rec.get("NodeAddr", rec["NodeName"]), state=rec.get("State", "UNKNOWN"),
+        partitions=tuple(p for p in rec.get("Partitions", "").split(",") if p), gpus=sum(i.count for i in items),
+        typed=typed, used=tuple(sorted({g for i in used_items for g in i.indices})),
+        reason=rec.get("Reason", "").strip(), gpu_model=named_gpu_model([*features, *(i.type or "" for i in items)]),
+    )  # fmt: skip
+
+
+def named_gpu_model(words: Iterable[str]) -> str:
+    """The GPU model that node features or GRES types name ("a100" -> "A100"), the most specific
+    where a family and its variant are both there ("a100,a100-80gb" -> "A100-80GB"); "" when none
+    does, or when they name two models (no guess)."""
+    known = set(known_gpu_types())
+    named = {normalize_gpu_type(w) for w in words if w and w != "(null)"} & known
+    specific = {m for m in named if not any(other.startswith(f"{m}-") for other in named)}
+    return specific.pop() if len(specific) == 1 else ""
 
 
 def job_gpus(records: Iterable[Mapping[str, str]]) -> dict[str, dict[str, list[int]]]:
@@ -173,9 +187,9 @@ def node_spec(node: SlurmNode, declared: Mapping[str, NodeSpec],
         return NodeSpec(spec.name, spec.topology, spec.network_gbps, spec.labels, emulated=False, network=spec.network)
     rows = dict(links.get(node.name, []))
     if node.gpus and sorted(rows) == list(range(node.gpus)):
-        topo = topology_from_links([rows[i] for i in range(node.gpus)])
+        topo = topology_from_links([rows[i] for i in range(node.gpus)], node.gpu_model)
     else:
-        topo = unknown_topology(node.gpus)
+        topo = replace(unknown_topology(node.gpus), gpu_model=node.gpu_model)
     return NodeSpec(node.name, topo)
 
 
