@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from ringleader.jobs.prediction import job_framework, workload_hints
+from ringleader.jobs.hints import job_framework, workload_hints
 from ringleader.reference import reference
 
 Cli = Any  # the `seeds_cli` fixture of tests/cli/conftest.py

@@ -1,9 +1,8 @@
 """Throughput predictions for a job's placement, shown by `get` and `submit --dry-run`.
 
 A job submitted with ``--model`` gets "predicted N images/s; <other policy> placement would give
-M" from ``ringleader.model``. The per-GPU batch and precision are read from the job's own command
-line (tf_cnn_benchmarks' ``--batch_size=64``/``--use_fp16``, ``--batch-size``/``--precision``),
-else the reference study's batch of 64 in fp32.
+M" from ``ringleader.model``, at the per-GPU batch and precision its own command line names
+(``ringleader.jobs.hints``).
 """
 
 from __future__ import annotations
@@ -13,6 +12,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ringleader.errors import RingleaderError
+from ringleader.jobs.hints import job_framework, workload_hints
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.views import JobView
 from ringleader.model import MODEL_ESTIMATOR, calibrated_estimator, predict_placement
@@ -24,48 +24,6 @@ from ringleader.scheduler import Placement, WorkerSlot, place
 if TYPE_CHECKING:
     from ringleader.scheduler import ClusterState, Placement
     from ringleader.scheduler.policies.throughput import Estimator
-
-DEFAULT_BATCH = 64
-_BATCH_FLAGS = ("--batch_size", "--batch-size")
-_PRECISION_FLAGS = ("--precision",)
-
-
-def workload_hints(command: Sequence[str]) -> tuple[int, str]:
-    """(per-GPU batch, precision) named on the command line, else (64, fp32)."""
-    batch, precision = DEFAULT_BATCH, "fp32"
-    words = list(command)
-    for i, word in enumerate(words):
-        key, _, value = word.partition("=")
-        if not value and i + 1 < len(words) and key in (*_BATCH_FLAGS, *_PRECISION_FLAGS):
-            value = words[i + 1]
-        if key in _BATCH_FLAGS and value.isdigit() and int(value) > 0:
-            batch = int(value)
-        elif key in _PRECISION_FLAGS and value in ("fp32", "fp16", "bf16"):
-            precision = value
-        elif key == "--use_fp16" and value.lower() in ("", "true", "1"):
-            precision = "fp16"
-    return batch, precision
-
-
-# What a job's command line says it runs: (a word it contains, the framework), first match wins.
-_FRAMEWORK_WORDS = (
-    ("tf_cnn_benchmarks", "TensorFlow (tf_cnn_benchmarks)"), ("tensorflow", "TensorFlow"),
-    ("torchrun", "PyTorch"), ("torch.distributed", "PyTorch"), ("mxnet", "MXNet"),
-    ("paddle", "PaddlePaddle"), ("oneflow", "OneFlow"),
-)  # fmt: skip
-
-
-def job_framework(command: Sequence[str]) -> str | None:
-    """The training framework a job's command line names (tf_cnn_benchmarks.py, torchrun,
-    `ringleader bench train`, ...), None where it names none."""
-    words = [w.lower() for w in command]
-    if "bench" in words and "train" in words and any("ringleader" in w for w in words):
-        return "PyTorch"  # ringleader's own bench
-    for word in words:
-        for needle, framework in _FRAMEWORK_WORDS:
-            if needle in word:
-                return framework
-    return None
 
 
 def framework_note(calibration: Calibration | None, pred: Prediction, command: Sequence[str]) -> str | None:
