@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 Cli = Any  # the `seeds_cli` fixture of tests/cli/conftest.py
 
 
@@ -153,3 +155,24 @@ def test_steps_and_the_models_step_time_give_the_run_time(seeds_cli: Cli) -> Non
         bad = seeds_cli("submit", "mpi", "--name", "x", "--workers", "2", "--gpus", "1", "--steps", "10", *extra,
                         "--", "true")  # fmt: skip
         assert bad.returncode == 2 and words in bad.stderr, bad.stderr
+
+
+def test_the_queue_weighs_the_batch_and_precision_the_command_line_names(seeds_cli: Cli) -> None:
+    """A gang that trains VGG-16 at batch 16 in fp16 is three times more bound by the network
+    than at batch 64 in fp32: the rates the queue weighs its start by are those `predict` gives
+    for that batch and precision on the same placements (they were batch 64, fp32, whatever
+    the job ran), so the wait it shows is the one the user would compute."""
+    busy(seeds_cli, "block-a", "10m")
+    busy(seeds_cli, "block-b", "10h")
+    seeds_cli.ok("submit", "mpi", "--name", "small-batch", "--workers", "4", "--gpus", "1", "--gputopology",
+                 "--model", "vgg16", "--run-time", "1h", "--", "sleep", "600", "--batch_size=16",
+                 "--use_fp16")  # fmt: skip
+    when = job(seeds_cli, "small-batch")["placement"]["when"]
+    for side in ("now", "wait"):
+        gpus: dict[str, list[str]] = {}
+        for worker in when[side]["workers"]:
+            gpus.setdefault(worker["node"], []).extend(str(g) for g in worker["gpus"])
+        placement = "+".join(f"{node}:{','.join(ids)}" for node, ids in gpus.items())
+        predicted = json.loads(seeds_cli.ok("predict", "--model", "vgg16", "--batch-size", "16", "--precision", "fp16",
+                                            "--placement", placement, "-o", "json"))["predictions"][0]  # fmt: skip
+        assert when[side]["images_per_s"] == pytest.approx(predicted["images_per_s"], abs=0.05), side  # rounded

@@ -420,6 +420,12 @@ def test_the_model_and_a_calibration_travel_on_the_worker_template() -> None:
     info = pod_info(worker)
     assert json.loads(info.calibration or "") == FAST_NETWORK
     assert job_request(Gang("team-a/vgg", 4, [info])).model == "vgg16"
+    # the batch and precision its command line names: the queue prices it as every engine does
+    line = ["python", "train.py", "--batch_size=16", "--use_fp16"]
+    fp16 = JobSpec("vgg", 4, 1, line, topology_aware=True, run_time_s=3600.0, model="vgg16")
+    request = job_request(Gang("team-a/vgg", 4, [pod_info(template_pods(manifests.mpijob(fp16, "team-a"))["Worker"])]))
+    shared = fp16.request()  # what the embedded, ssh-hosts and Slurm queues weigh
+    assert (request.batch_size, request.precision) == (shared.batch_size, shared.precision) == (16, "fp16")
     plain = template_pods(manifests.mpijob(JobSpec("p", 1, 1, ["true"]), "team-a"))["Worker"]
     assert pod_info(plain).calibration is None and job_request(Gang("team-a/p", 1, [pod_info(plain)])).model is None
     big = dict(FAST_NETWORK, sources=["x" * 1000] * 80)  # 80 KB: more than an annotation should carry

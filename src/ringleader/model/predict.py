@@ -304,15 +304,17 @@ def placement_images_per_s(
     nodes: Mapping[str, NodeState], placement: Placement, job: JobRequest, calibration: Calibration | None = None
 ) -> float:
     """The throughput policy's estimator: predicted images/s of ``job`` on ``placement``, for its
-    model hint at batch 64 in fp32 (ResNet-50 without a known hint). Nodes without a known GPU
+    model hint at its batch and precision (batch 64 in fp32 where it names none; ResNet-50
+    without a known hint). Nodes without a known GPU
     model are estimated as the reference V100: the ranking of placements needs the ratio of
     communication to compute, not the exact rate. ``calibration``: the links and rates measured
     on this cluster (``ringleader calibrate``) instead of the published ones."""
     model = estimate_model(job)
+    batch, precision = job.batch_size or ESTIMATE_BATCH, job.precision or "fp32"
     try:
-        return predict_placement(nodes, placement, model, ESTIMATE_BATCH, calibration=calibration).images_per_s
+        return predict_placement(nodes, placement, model, batch, precision, calibration=calibration).images_per_s
     except UsageError:
-        return predict_placement(nodes, placement, model, ESTIMATE_BATCH, gpu_type=ESTIMATE_GPU,
+        return predict_placement(nodes, placement, model, batch, precision, gpu_type=ESTIMATE_GPU,
                                  calibration=calibration).images_per_s  # fmt: skip
 
 

@@ -55,6 +55,10 @@ class JobRequest:
     # assignment adds a node selector).
     queue: str | None = None
     gpu_types: frozenset[str] | None = None
+    # The per-GPU batch and precision its model trains at (its command line's), where the queue
+    # prices its placements (None: the estimator's batch 64 in fp32).
+    batch_size: int | None = None
+    precision: str | None = None
 
     def __post_init__(self) -> None:
         if self.risk not in RISKS:

@@ -365,7 +365,10 @@ def _worker_annotations(spec: JobSpec, delivery: Delivery, per_pod: int) -> dict
         if seconds is not None:
             notes[key] = f"{seconds:g}"
     if spec.model is not None:
+        request = spec.request()
         notes[names.MODEL_ANNOTATION] = spec.model
+        notes[names.BATCH_ANNOTATION] = str(request.batch_size)
+        notes[names.PRECISION_ANNOTATION] = str(request.precision)
     if spec.calibration is not None:
         notes[names.CALIBRATION_ANNOTATION] = calibration_annotation(spec.calibration)
     if spec.preempt:

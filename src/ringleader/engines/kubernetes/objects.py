@@ -19,6 +19,7 @@ from typing import Any
 from ringleader.engines.kubernetes import names
 from ringleader.errors import TopologyError
 from ringleader.jobs.codec import node_from_dict
+from ringleader.jobs.hints import PRECISIONS
 from ringleader.reference import reference
 from ringleader.scheduler.types import RISKS, START_RULES
 from ringleader.topology import NodeSpec, NodeTopology
@@ -118,6 +119,8 @@ class PodInfo:
     queue: str | None = None  # names.QUEUE_ANNOTATION: its team queue (None: the default queue)
     grace_s: float = 30.0  # spec.terminationGracePeriodSeconds (the API's default 30)
     model: str | None = None  # names.MODEL_ANNOTATION
+    batch_size: int | None = None  # names.BATCH_ANNOTATION (None: not a positive whole number)
+    precision: str | None = None  # names.PRECISION_ANNOTATION (None: not one the model knows)
     calibration: str | None = None  # names.CALIBRATION_ANNOTATION, as written (the scheduler reads it)
 
     @property
@@ -316,6 +319,8 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo:
         queue=annotations.get(names.QUEUE_ANNOTATION) or None,
         grace_s=float(spec.get("terminationGracePeriodSeconds", 30) or 0),
         model=annotations.get(names.MODEL_ANNOTATION) or None,
+        batch_size=_batch(annotations.get(names.BATCH_ANNOTATION)),
+        precision=_precision(annotations.get(names.PRECISION_ANNOTATION)),
         calibration=annotations.get(names.CALIBRATION_ANNOTATION) or None,
     )  # fmt: skip
 
@@ -353,6 +358,17 @@ def _known(value: str | None, known: tuple[str, ...], default: str) -> str:
     """A start rule or risk written on a pod; anything else (a hand-written pod's typo) is the
     default, which changes nothing."""
     return value if value in known else default
+
+
+def _batch(value: str | None) -> int | None:
+    """A per-GPU batch written on a pod: a positive whole number, else None (not known)."""
+    ok = value is not None and value.isascii() and value.isdigit() and 0 < int(value) <= 1 << 20
+    return int(value) if ok and value is not None else None
+
+
+def _precision(value: str | None) -> str | None:
+    """A precision written on a pod, None for one the model does not name (a hand-written typo)."""
+    return value if value in PRECISIONS else None
 
 
 def _seconds(value: str | None) -> float | None:
