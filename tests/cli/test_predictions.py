@@ -8,16 +8,30 @@ from typing import Any
 
 import pytest
 
-from ringleader.jobs.hints import job_framework, workload_hints
+from ringleader.jobs.hints import Workload, job_framework, workload_hints
 from ringleader.reference import reference
 
 Cli = Any  # the `seeds_cli` fixture of tests/cli/conftest.py
 
 
 def test_workload_hints_read_tf_cnn_benchmarks_and_ringleader_flags() -> None:
-    assert workload_hints(["python", "tf_cnn_benchmarks.py", "--batch_size=128", "--use_fp16"]) == (128, "fp16")
-    assert workload_hints(["ringleader", "bench", "train", "--batch-size", "32", "--precision", "bf16"]) == (32, "bf16")
-    assert workload_hints(["python", "train.py"]) == (64, "fp32")
+    assert workload_hints(["python", "tf_cnn_benchmarks.py", "--batch_size=128", "--use_fp16"]) == Workload(128, "fp16")
+    assert workload_hints(["ringleader", "bench", "train", "--batch-size", "32", "--precision", "bf16"]) == Workload(
+        32, "bf16")  # fmt: skip
+    assert workload_hints(["python", "train.py"]) == Workload(64, "fp32", 1)
+
+
+@pytest.mark.parametrize("flags", [
+    ["--gradient_accumulation_steps=8"],          # Hugging Face Trainer, DeepSpeed, NVIDIA's BERT
+    ["--gradient-accumulation-steps", "8"],
+    ["--accumulation-steps", "8"],
+    ["--backward_passes_per_step", "8"],          # Horovod's examples
+    ["--backward-passes-per-step=8"],
+])  # fmt: skip
+def test_workload_hints_read_gradient_accumulation(flags: list[str]) -> None:
+    assert workload_hints(["python", "train.py", "--batch-size", "16", *flags]) == Workload(16, "fp32", 8)
+    for bad in ("0", "many", "-2"):
+        assert workload_hints(["python", "train.py", f"--gradient_accumulation_steps={bad}"]).accumulation == 1
 
 
 def test_the_framework_a_command_line_runs() -> None:
@@ -52,6 +66,20 @@ def test_dry_run_compares_the_seed_placements(seeds_cli: Cli) -> None:
     # several nodes: mostly below the prediction (held out, spread rows were over-predicted)
     assert default["likely_images_per_s"][1] / default["images_per_s"] < 1.15 < default["images_per_s"] / default[
         "likely_images_per_s"][0]  # fmt: skip
+
+
+def test_a_dry_run_with_gradient_accumulation_prices_one_allreduce_a_step(seeds_cli: Cli) -> None:
+    """A spread VGG-16 gang that sums 8 micro-batches a step pays the network once per 8: the
+    dry run says so and predicts it several times faster than without."""
+    def predicted(*flags: str) -> dict[str, Any]:
+        out = seeds_cli.ok("submit", "mpi", "--name", "vgg", "--workers", "4", "--gpus", "1", "--no-gputopology",
+                           "--model", "vgg16", "--dry-run", "-o", "json", "--", "python", "-c", "pass", *flags)
+        return json.loads(out)["prediction"]  # type: ignore[no-any-return]
+
+    plain, summed = predicted("--batch_size=16"), predicted("--batch_size=16", "--gradient_accumulation_steps=8")
+    assert (summed["batch_size"], summed["accumulation"], plain["accumulation"]) == (16, 8, 1)
+    assert summed["images_per_s"] > 2 * plain["images_per_s"]
+    assert "vgg16, batch 16/GPU x 8 micro-batches a step, fp32)" in summed["summary"]
 
 
 def test_get_shows_the_prediction_of_a_running_job(seeds_cli: Cli) -> None:

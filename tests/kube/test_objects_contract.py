@@ -32,6 +32,7 @@ from ringleader.engines.kubernetes.delivery import (
 from ringleader.engines.kubernetes.scheduler import Scheduler
 from ringleader.errors import UsageError
 from ringleader.jobs.spec import ContainerOptions, JobSpec, KubeOptions
+from ringleader.scheduler import Workload
 
 jsonschema = pytest.importorskip("jsonschema")
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
@@ -421,12 +422,16 @@ def test_the_model_and_a_calibration_travel_on_the_worker_template() -> None:
     assert json.loads(info.calibration or "") == FAST_NETWORK
     assert job_request(Gang("team-a/vgg", 4, [info])).model == "vgg16"
     # the batch and precision its command line names: the queue prices it as every engine does
-    line = ["python", "train.py", "--batch_size=16", "--use_fp16"]
+    line = ["python", "train.py", "--batch_size=16", "--use_fp16", "--gradient_accumulation_steps=4"]
     fp16 = JobSpec("vgg", 4, 1, line, topology_aware=True, run_time_s=3600.0, model="vgg16")
     request = job_request(Gang("team-a/vgg", 4, [pod_info(template_pods(manifests.mpijob(fp16, "team-a"))["Worker"])]))
     shared = fp16.request()  # what the embedded, ssh-hosts and Slurm queues weigh
-    assert (request.batch_size, request.precision) == (shared.batch_size, shared.precision) == (16, "fp16")
+    assert request.workload == shared.workload == Workload(16, "fp16", 4)
     plain = template_pods(manifests.mpijob(JobSpec("p", 1, 1, ["true"]), "team-a"))["Worker"]
+    typos = copy.deepcopy(plain)
+    typos["metadata"].setdefault("annotations", {}).update(
+        {names.BATCH_ANNOTATION: "²", names.PRECISION_ANNOTATION: "fp64"})  # fmt: skip
+    assert pod_info(plain).workload is None and pod_info(typos).workload == Workload()  # a typo: the default
     assert pod_info(plain).calibration is None and job_request(Gang("team-a/p", 1, [pod_info(plain)])).model is None
     big = dict(FAST_NETWORK, sources=["x" * 1000] * 80)  # 80 KB: more than an annotation should carry
     with pytest.raises(UsageError, match="more than a pod annotation may carry"):

@@ -118,6 +118,29 @@ def test_step_time_combines_compute_exposed_comm_and_overlap():
         assert pred.bound == "communication"
 
 
+def test_gradient_accumulation_allreduces_once_per_optimizer_step():
+    """With A micro-batches per optimizer step (DDP's no_sync, Horovod's backward_passes_per_step,
+    --gradient_accumulation_steps) a step computes A micro-batches and allreduces once, only
+    the last micro-batch's backward to hide behind: the network's share shrinks A-fold."""
+    state = two_dgx1v()
+    p = placement(("node-a", (0,)), ("node-b", (0,)))
+    rate = compute_rate("vgg16", "V100", "fp32", 32)
+    plain = predict_placement(state.by_name, p, "vgg16", 32, overlap=0.5)
+    for steps in (1, 4, 16):
+        pred = predict_placement(state.by_name, p, "vgg16", 32, overlap=0.5, accumulation=steps)
+        hidden = 0.5 * (pred.comm_s - exposed_allreduce_s("vgg16", pred.comm_s, rate.backward_s))
+        sync = sync_time_s(p, 32 * steps, steps * rate.step_s)
+        assert pred.comm_s == plain.comm_s and pred.compute_s == pytest.approx(steps * rate.step_s)
+        assert pred.step_time_s == pytest.approx(steps * rate.step_s + pred.comm_s - hidden + sync)
+        assert pred.images_per_s == pytest.approx(2 * 32 * steps / pred.step_time_s)
+        assert pred.as_dict()["accumulation"] == steps
+    assert predict_placement(state.by_name, p, "vgg16", 32, overlap=0.5, accumulation=1) == plain
+    spread = [predict_placement(state.by_name, p, "vgg16", 32, accumulation=a).scaling_efficiency for a in (1, 4, 16)]
+    assert spread == sorted(spread) and spread[-1] > 5 * spread[0]  # 13% of one node over TCP, 70% at 16
+    with pytest.raises(UsageError, match="accumulation"):
+        predict_placement(state.by_name, p, "vgg16", 32, accumulation=0)
+
+
 def test_the_sync_term_grows_with_ranks_per_node_and_with_nodes():
     quad = placement(*(("node-a", (g,)) for g in range(4)))
     two_nodes = placement(("node-a", (0,)), ("node-b", (0,)))

@@ -86,6 +86,8 @@ def likely_range(pred: Prediction) -> str:
 @click.option("--batch-size", type=count(1, 1 << 20), default=64, show_default=True,
               help="Images per GPU per step.")
 @click.option("--precision", default="fp32", show_default=True, help="fp32, tf32, fp16 (amp) or bf16.")
+@click.option("--accumulation-steps", type=count(1, 1 << 20), default=1, show_default=True,
+              help="Micro-batches per optimizer step (gradient accumulation: one allreduce a step).")
 @click.option("--workers", type=count(1, 1 << 20), default=None,
               help="Workers of the gang (required without --placement).")
 @click.option("--gpus", "gpus", type=count(1, 1 << 10), default=1, show_default=True, help="GPUs per worker.")
@@ -108,7 +110,7 @@ def likely_range(pred: Prediction) -> str:
 @click.option("--data-rate", type=FiniteFloat(0.0, low_open=True), default=None,
               help="Input pipeline images/s per worker (ceiling).")
 @output_option("json", "yaml")
-def predict_cmd(model: str, batch_size: int, precision: str, workers: int | None, gpus: int,
+def predict_cmd(model: str, batch_size: int, precision: str, accumulation_steps: int, workers: int | None, gpus: int,
                 gpu_type: str | None, cluster: str | None, policies: tuple[str, ...],
                 placement_spec: str | None, calibration: str | None, backend: str | None,
                 algorithm: str, overlap: float | None, fabric: str | None, network_efficiency: float | None,
@@ -121,7 +123,7 @@ def predict_cmd(model: str, batch_size: int, precision: str, workers: int | None
     cal: Calibration | None = load_calibration(calibration) if calibration else None
     opts: dict[str, Any] = {"backend": backend, "algorithm": algorithm, "overlap": overlap,
                             "data_images_per_s": data_rate, "fabric": fabric,
-                            "network_efficiency": network_efficiency}  # fmt: skip
+                            "network_efficiency": network_efficiency, "accumulation": accumulation_steps}  # fmt: skip
     if placement_spec:
         placement = parse_placement(placement_spec, state, gpus)
         if workers is not None and workers != len(placement.slots):

@@ -1,34 +1,45 @@
-"""What a job's command line says of its workload: the per-GPU batch and precision it trains at
-(tf_cnn_benchmarks' ``--batch_size=64``/``--use_fp16``, ``--batch-size``/``--precision``), else the
-reference study's batch of 64 in fp32; and the framework it runs. The queue weighs a job's
-placements at that batch and precision, as `get`, `--dry-run` and `--steps` price it.
+"""What a job's command line says of its workload: the per-GPU batch, precision and gradient
+accumulation it trains at (tf_cnn_benchmarks' ``--batch_size=64``/``--use_fp16``,
+``--batch-size``/``--precision``, ``--gradient_accumulation_steps``), else the reference study's
+batch of 64 in fp32 without accumulation; and the framework it runs. The queue weighs a job's
+placements with that workload, as `get`, `--dry-run` and `--steps` price it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-DEFAULT_BATCH = 64
+from ringleader.scheduler.types import Workload
+
+DEFAULT_BATCH = Workload().batch_size  # the reference study's
 _BATCH_FLAGS = ("--batch_size", "--batch-size")
 _PRECISION_FLAGS = ("--precision",)
+# Micro-batches summed per optimizer step: Hugging Face's Trainer, DeepSpeed and NVIDIA's BERT
+# (--gradient_accumulation_steps), Horovod's examples (--backward-passes-per-step).
+_ACCUMULATION_FLAGS = ("--gradient_accumulation_steps", "--gradient-accumulation-steps", "--accumulation_steps",
+                       "--accumulation-steps", "--backward_passes_per_step", "--backward-passes-per-step")  # fmt: skip
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")  # as the model names them (model.tables)
 
 
-def workload_hints(command: Sequence[str]) -> tuple[int, str]:
-    """(per-GPU batch, precision) named on the command line, else (64, fp32)."""
-    batch, precision = DEFAULT_BATCH, "fp32"
+def workload_hints(command: Sequence[str]) -> Workload:
+    """The per-GPU batch, precision and gradient accumulation named on the command line, else
+    batch 64 in fp32 without accumulation."""
+    batch, precision, accumulation = DEFAULT_BATCH, "fp32", 1
     words = list(command)
     for i, word in enumerate(words):
         key, _, value = word.partition("=")
-        if not value and i + 1 < len(words) and key in (*_BATCH_FLAGS, *_PRECISION_FLAGS):
+        if not value and i + 1 < len(words) and key in (*_BATCH_FLAGS, *_PRECISION_FLAGS, *_ACCUMULATION_FLAGS):
             value = words[i + 1]
-        if key in _BATCH_FLAGS and value.isdigit() and int(value) > 0:
+        whole = value.isascii() and value.isdigit() and 0 < int(value) <= 1 << 20
+        if key in _BATCH_FLAGS and whole:
             batch = int(value)
+        elif key in _ACCUMULATION_FLAGS and whole:
+            accumulation = int(value)
         elif key in _PRECISION_FLAGS and value in PRECISIONS:
             precision = value
         elif key == "--use_fp16" and value.lower() in ("", "true", "1"):
             precision = "fp16"
-    return batch, precision
+    return Workload(batch, precision, accumulation)
 
 
 # What a job's command line says it runs: (a word it contains, the framework), first match wins.

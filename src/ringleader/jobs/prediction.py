@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ringleader.errors import RingleaderError
-from ringleader.jobs.hints import job_framework, workload_hints
+from ringleader.jobs.hints import Workload, job_framework, workload_hints
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.views import JobView
 from ringleader.model import MODEL_ESTIMATOR, calibrated_estimator, predict_placement
@@ -38,6 +38,12 @@ def framework_note(calibration: Calibration | None, pred: Prediction, command: S
     return (f"the calibration's {pred.model} rate on {pred.gpu_type} was measured with {fit.framework}, and this "
             f"job runs {runs}: one GPU's rate differs by framework (on a V100, 6-31% in FP32 and up to 1.8x in "
             "mixed precision; docs/model.md); calibrate with this program's own runs (a throughput CSV)")  # fmt: skip
+
+
+def described(work: Workload) -> str:
+    """"batch 64/GPU, fp32", or "batch 16/GPU x 8 micro-batches a step, fp16"."""
+    micro = f" x {work.accumulation} micro-batches a step" if work.accumulation > 1 else ""
+    return f"batch {work.batch_size}/GPU{micro}, {work.precision}"
 
 
 def placement_from_plan(name: str, plan: dict[str, Any] | None) -> Placement | None:
@@ -67,8 +73,10 @@ def predict_job(state: ClusterState, spec: JobSpec, placement: Placement) -> dic
     ``state`` (the cluster without this job). None when the job gave no model hint."""
     if not spec.model:
         return None
-    batch, precision = workload_hints(spec.command)
-    out: dict[str, Any] = {"model": spec.model, "batch_size": batch, "precision": precision}
+    work = workload_hints(spec.command)
+    batch, precision = work.batch_size, work.precision
+    out: dict[str, Any] = {"model": spec.model, "batch_size": batch, "precision": precision,
+                           "accumulation": work.accumulation}  # fmt: skip
     if spec.gpus_per_worker == 0:
         return {**out, "error": "a CPU-only job: the model predicts GPU training"}
 
@@ -77,13 +85,13 @@ def predict_job(state: ClusterState, spec: JobSpec, placement: Placement) -> dic
     try:
         # the queue prices the job's placements with its calibration: so does what the user is shown
         calibration = calibration_from_dict(spec.calibration) if spec.calibration is not None else None
-        own = predict_placement(state.by_name, placement, spec.model, batch, precision, calibration=calibration)
+        own = predict_placement(state.by_name, placement, spec.model, batch, precision, calibration=calibration,
+                                accumulation=work.accumulation)  # fmt: skip
         alternative = place(state, request, policy=other)
         alt = None
         if alternative.placement is not None:
-            alt = predict_placement(
-                state.by_name, alternative.placement, spec.model, batch, precision, calibration=calibration
-            )
+            alt = predict_placement(state.by_name, alternative.placement, spec.model, batch, precision,
+                                    calibration=calibration, accumulation=work.accumulation)  # fmt: skip
     except RingleaderError as exc:
         return {**out, "error": exc.one_line()}
     out.update(
@@ -96,7 +104,7 @@ def predict_job(state: ClusterState, spec: JobSpec, placement: Placement) -> dic
             "bottleneck": alt.bottleneck if alt else None,
         },
     )  # fmt: skip
-    workload = f"{spec.model}, batch {batch}/GPU, {precision}"
+    workload = f"{spec.model}, {described(work)}"
     likely = own.likely_range
     out["likely_images_per_s"] = [round(likely[0], 1), round(likely[1], 1)] if likely else None
     trust = f"likely {likely[0]:,.0f}-{likely[1]:,.0f}" if likely else "calibrated"
@@ -136,10 +144,11 @@ def run_time_from_steps(spec: JobSpec, state: ClusterState) -> tuple[JobSpec, st
     best = place(empty, spec.request()).placement
     if best is None:  # never fits: submit refuses it in its own words next
         return spec, ""
-    batch, precision = workload_hints(spec.command)
+    work = workload_hints(spec.command)
     calibration = calibration_from_dict(spec.calibration) if spec.calibration is not None else None
-    step = predict_placement(empty.by_name, best, spec.model, batch, precision, calibration=calibration).step_time_s
+    step = predict_placement(empty.by_name, best, spec.model, work.batch_size, work.precision, calibration=calibration,
+                             accumulation=work.accumulation).step_time_s  # fmt: skip
     run_time = spec.steps * step
-    said = (f"run time from --steps: {spec.steps} steps x {step:.3g} s ({spec.model}, batch {batch}/GPU, "
-            f"{precision}, on {best.describe()}) = {run_time:.0f} s")  # fmt: skip
+    said = (f"run time from --steps: {spec.steps} steps x {step:.3g} s ({spec.model}, {described(work)}, "
+            f"on {best.describe()}) = {run_time:.0f} s")  # fmt: skip
     return replace(spec, run_time_s=run_time), said

@@ -448,13 +448,13 @@ class JobSpec:
         return f"{self.workers} worker(s) x {self.gpus_per_worker} GPU(s), {kind}, priority {self.priority}{extra}"
 
     def request(self) -> JobRequest:
-        batch, precision = workload_hints(self.command) if self.model else (None, None)
+        work = workload_hints(self.command) if self.model else None
         return JobRequest(
             self.name, self.workers, self.gpus_per_worker, self.topology_aware, self.priority, self.model,
             time_limit_s=self.time_limit_s, topology_required=self.topology_required,
             topology_preferred=self.topology_preferred, start_rule=self.start_rule(), work_s=self.run_time_s,
             max_wait_s=self.max_wait_s, risk=self.risk or "averse", may_preempt=self.preempt,
-            preemptible=self.preemptible, queue=self.queue, batch_size=batch, precision=precision,
+            preemptible=self.preemptible, queue=self.queue, workload=work,
         )  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:

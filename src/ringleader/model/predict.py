@@ -25,7 +25,7 @@ from ringleader.model.compute import ComputeRate, compute_rate, gpu_types
 from ringleader.model.tables import check_model, check_precision, exposed_allreduce_s, grad_bytes
 from ringleader.reference import reference
 from ringleader.scheduler.framework import get_policy, place, placement_metrics, policy_names
-from ringleader.scheduler.types import ClusterState, JobRequest, NodeState, Placement
+from ringleader.scheduler.types import ClusterState, JobRequest, NodeState, Placement, Workload
 
 BOUNDS = ("compute", "communication", "data")
 
@@ -61,6 +61,7 @@ class Prediction:
     calibration_interval: tuple[float, float] | None = None
     # a calibration of single-GPU rates only (Calibration.compute_only), this GPU's rate among them
     measured_compute: bool = False
+    accumulation: int = 1  # micro-batches of batch_size per optimizer step (one allreduce per step)
 
     @property
     def likely_range(self) -> tuple[float, float] | None:
@@ -81,7 +82,7 @@ class Prediction:
     def as_dict(self) -> dict[str, Any]:
         return {
             "model": self.model, "gpu_type": self.gpu_type, "precision": self.precision,
-            "batch_size": self.batch_size, "ranks": self.ranks, "nodes": self.nodes,
+            "batch_size": self.batch_size, "accumulation": self.accumulation, "ranks": self.ranks, "nodes": self.nodes,
             "placement": self.placement, "images_per_s": round(self.images_per_s, 2),
             "step_time_s": round(self.step_time_s, 6), "compute_s": round(self.compute_s, 6),
             "comm_s": round(self.comm_s, 6), "comm_exposed_s": round(self.comm_exposed_s, 6),
@@ -175,6 +176,7 @@ def predict_placement(
     data_images_per_s: float | None = None,
     sync: tuple[float, float] | None = None,
     uplink_flows: Mapping[str, int] | None = None,
+    accumulation: int = 1,
 ) -> Prediction:
     """Predict a synchronous data-parallel job of ``batch_size`` images per GPU on ``placement``.
 
@@ -183,7 +185,13 @@ def predict_placement(
     worker's input pipeline delivers (None: unlimited). ``fabric`` (tcp, roce, infiniband, efa)
     overrides what the nodes' NIC names suggest; ``network_efficiency`` overrides the fabric's
     share of the line rate; ``sync`` overrides (host us per image, node jitter).
+    ``accumulation``: micro-batches of ``batch_size`` per optimizer step (gradient accumulation:
+    DDP's no_sync, Horovod's backward_passes_per_step): a step computes that many and allreduces
+    once, hidden behind the last one's backward only; step_time_s and compute_s are per step.
     """
+    if accumulation < 1:
+        raise UsageError(f"gradient accumulation must be >= 1 micro-batch per step, got {accumulation}",
+                         "give the micro-batches each optimizer step sums (1: none)")  # fmt: skip
     model = check_model(model)
     precision = check_precision(precision)
     missing = [n for n in placement.nodes if n not in nodes]
@@ -201,16 +209,17 @@ def predict_placement(
     )  # fmt: skip
     if not 0.0 <= phi <= 1.0:
         raise UsageError(f"overlap must be within 0..1, got {phi}", "give the share of allreduce to hide")
-    compute_s = cpu_compute_s(rate, placement, calibration) if rate.gpu_type.lower() == "cpu" else rate.step_s
-    backward_s = rate.backward_s * compute_s / rate.step_s
+    micro_s = cpu_compute_s(rate, placement, calibration) if rate.gpu_type.lower() == "cpu" else rate.step_s
+    backward_s = rate.backward_s * micro_s / rate.step_s
     hidden = phi * (cost.time_s - exposed_allreduce_s(model, cost.time_s, backward_s))
     exposed = cost.time_s - hidden
     if sync is None and calibration is not None and calibration.sync is not None:
         sync = calibration.sync
-    sync_s = sync_time_s(placement, batch_size, compute_s, *(sync or (None, None)))
+    compute_s = accumulation * micro_s
+    sync_s = sync_time_s(placement, accumulation * batch_size, compute_s, *(sync or (None, None)))
     step = compute_s + exposed + sync_s
     ranks = n_ranks(placement)
-    images = ranks * batch_size / step
+    images = ranks * batch_size * accumulation / step
     bound = "communication" if cost.time_s > compute_s else "compute"
     ceiling = None
     if data_images_per_s is not None:
@@ -219,7 +228,7 @@ def predict_placement(
         ceiling = data_images_per_s * len(placement.slots)
         if ceiling < images:
             images, bound = ceiling, "data"
-            step = ranks * batch_size / images
+            step = ranks * batch_size * accumulation / images
     measured = rate.source.startswith("calibrated")
     # a calibration of GPU rates only, none of them this one, leaves the prediction the table's
     priced = calibration is not None and (measured or not calibration.compute_only)
@@ -229,7 +238,7 @@ def predict_placement(
         images / (ranks * rate.images_per_s), rate.images_per_s, nbytes, cost, rate.source, ceiling,
         sync_s, placement_metrics(nodes, placement).bottleneck.describe(), priced,
         calibration.interval if calibration is not None else None,
-        calibration is not None and calibration.compute_only and measured,
+        calibration is not None and calibration.compute_only and measured, accumulation,
     )  # fmt: skip
 
 
@@ -304,18 +313,20 @@ def placement_images_per_s(
     nodes: Mapping[str, NodeState], placement: Placement, job: JobRequest, calibration: Calibration | None = None
 ) -> float:
     """The throughput policy's estimator: predicted images/s of ``job`` on ``placement``, for its
-    model hint at its batch and precision (batch 64 in fp32 where it names none; ResNet-50
-    without a known hint). Nodes without a known GPU
+    model hint and workload (batch 64 in fp32 where it names none; ResNet-50 without a known
+    hint). Nodes without a known GPU
     model are estimated as the reference V100: the ranking of placements needs the ratio of
     communication to compute, not the exact rate. ``calibration``: the links and rates measured
     on this cluster (``ringleader calibrate``) instead of the published ones."""
     model = estimate_model(job)
-    batch, precision = job.batch_size or ESTIMATE_BATCH, job.precision or "fp32"
+    work = job.workload or Workload(ESTIMATE_BATCH)
+    batch, precision, steps = work.batch_size, work.precision, work.accumulation
     try:
-        return predict_placement(nodes, placement, model, batch, precision, calibration=calibration).images_per_s
+        return predict_placement(nodes, placement, model, batch, precision, calibration=calibration,
+                                 accumulation=steps).images_per_s  # fmt: skip
     except UsageError:
         return predict_placement(nodes, placement, model, batch, precision, gpu_type=ESTIMATE_GPU,
-                                 calibration=calibration).images_per_s  # fmt: skip
+                                 calibration=calibration, accumulation=steps).images_per_s  # fmt: skip
 
 
 def likely_range(images_per_s: float, nodes: int, measured_compute: bool = False) -> tuple[float, float]:

@@ -40,6 +40,7 @@ from ringleader.scheduler.types import (
     Reservation,
     RunningGang,
     WorkerSlot,
+    Workload,
 )
 
 __all__ = [
@@ -61,6 +62,7 @@ __all__ = [
     "Reservation",
     "RunningGang",
     "WorkerSlot",
+    "Workload",
     "effective_priority",
     "get_policy",
     "place",

@@ -19,6 +19,16 @@ RISKS = ("averse", "neutral")
 
 
 @dataclass(frozen=True)
+class Workload:
+    """How a job trains, as far as its throughput goes: images per GPU per micro-batch, the
+    precision, and micro-batches per optimizer step (gradient accumulation: one allreduce a step)."""
+
+    batch_size: int = 64
+    precision: str = "fp32"
+    accumulation: int = 1
+
+
+@dataclass(frozen=True)
 class JobRequest:
     """A gang: ``workers`` workers of ``gpus_per_worker`` GPUs each, placed all at once or not."""
 
@@ -55,10 +65,9 @@ class JobRequest:
     # assignment adds a node selector).
     queue: str | None = None
     gpu_types: frozenset[str] | None = None
-    # The per-GPU batch and precision its model trains at (its command line's), where the queue
-    # prices its placements (None: the estimator's batch 64 in fp32).
-    batch_size: int | None = None
-    precision: str | None = None
+    # How its model trains (its command line's batch, precision and gradient accumulation), where
+    # the queue prices its placements (None: the estimator's batch 64 in fp32).
+    workload: Workload | None = None
 
     def __post_init__(self) -> None:
         if self.risk not in RISKS:

@@ -84,7 +84,7 @@ def job_request(gang: Gang) -> JobRequest:
         may_preempt=bool(workers) and workers[0].may_preempt,
         queue=workers[0].queue if workers else None, preemptible=not workers or workers[0].preemptible,
         model=workers[0].model if workers else None,
-        batch_size=workers[0].batch_size if workers else None, precision=workers[0].precision if workers else None,
+        workload=workers[0].workload if workers else None,
     )  # fmt: skip
 
 

@@ -39,6 +39,7 @@ from ringleader.engines.kubernetes.objects import quantity
 from ringleader.errors import UsageError
 from ringleader.jobs.line import CommandLine, root_option
 from ringleader.jobs.spec import JobSpec, KubeOptions, check_image_reference
+from ringleader.scheduler import Workload
 from ringleader.topology.cluster import check_name
 
 # The name the Containerfile at the repository's root tells users to build the image under (the
@@ -365,10 +366,11 @@ def _worker_annotations(spec: JobSpec, delivery: Delivery, per_pod: int) -> dict
         if seconds is not None:
             notes[key] = f"{seconds:g}"
     if spec.model is not None:
-        request = spec.request()
+        work = spec.request().workload or Workload()
         notes[names.MODEL_ANNOTATION] = spec.model
-        notes[names.BATCH_ANNOTATION] = str(request.batch_size)
-        notes[names.PRECISION_ANNOTATION] = str(request.precision)
+        notes[names.BATCH_ANNOTATION] = str(work.batch_size)
+        notes[names.PRECISION_ANNOTATION] = work.precision
+        notes[names.ACCUMULATION_ANNOTATION] = str(work.accumulation)
     if spec.calibration is not None:
         notes[names.CALIBRATION_ANNOTATION] = calibration_annotation(spec.calibration)
     if spec.preempt:

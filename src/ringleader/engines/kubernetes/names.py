@@ -77,9 +77,11 @@ RISK_ANNOTATION = f"{PREFIX}/risk"  # how "finish" weighs likely ranges: schedul
 # What prices a gang's placements where it weighs its start (--model, --calibration: the JSON
 # document `ringleader calibrate --out` writes, compact), read off its workers as the above.
 MODEL_ANNOTATION = f"{PREFIX}/model"
-# The per-GPU batch and precision the model trains at (the job's command line's, jobs.hints).
+# How the model trains (the job's command line's, jobs.hints): the per-GPU batch, the precision
+# and the micro-batches per optimizer step (gradient accumulation).
 BATCH_ANNOTATION = f"{PREFIX}/batch-size"
 PRECISION_ANNOTATION = f"{PREFIX}/precision"
+ACCUMULATION_ANNOTATION = f"{PREFIX}/accumulation-steps"
 CALIBRATION_ANNOTATION = f"{PREFIX}/calibration"
 # An annotation the API server takes is at most 256 KiB with all the others; a calibration is a
 # few KiB: anything near the limit is refused at submit.

@@ -21,7 +21,7 @@ from ringleader.errors import TopologyError
 from ringleader.jobs.codec import node_from_dict
 from ringleader.jobs.hints import PRECISIONS
 from ringleader.reference import reference
-from ringleader.scheduler.types import RISKS, START_RULES
+from ringleader.scheduler.types import RISKS, START_RULES, Workload
 from ringleader.topology import NodeSpec, NodeTopology
 from ringleader.topology.cluster import SCHEDULE_LABEL, SCHEDULE_MODES
 from ringleader.topology.node import EMPTY
@@ -119,8 +119,9 @@ class PodInfo:
     queue: str | None = None  # names.QUEUE_ANNOTATION: its team queue (None: the default queue)
     grace_s: float = 30.0  # spec.terminationGracePeriodSeconds (the API's default 30)
     model: str | None = None  # names.MODEL_ANNOTATION
-    batch_size: int | None = None  # names.BATCH_ANNOTATION (None: not a positive whole number)
-    precision: str | None = None  # names.PRECISION_ANNOTATION (None: not one the model knows)
+    # names.BATCH_ANNOTATION, PRECISION_ANNOTATION and ACCUMULATION_ANNOTATION (a hand-written
+    # value that is none: the default's)
+    workload: Workload | None = None
     calibration: str | None = None  # names.CALIBRATION_ANNOTATION, as written (the scheduler reads it)
 
     @property
@@ -319,8 +320,7 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo:
         queue=annotations.get(names.QUEUE_ANNOTATION) or None,
         grace_s=float(spec.get("terminationGracePeriodSeconds", 30) or 0),
         model=annotations.get(names.MODEL_ANNOTATION) or None,
-        batch_size=_batch(annotations.get(names.BATCH_ANNOTATION)),
-        precision=_precision(annotations.get(names.PRECISION_ANNOTATION)),
+        workload=_workload(annotations),
         calibration=annotations.get(names.CALIBRATION_ANNOTATION) or None,
     )  # fmt: skip
 
@@ -360,15 +360,21 @@ def _known(value: str | None, known: tuple[str, ...], default: str) -> str:
     return value if value in known else default
 
 
-def _batch(value: str | None) -> int | None:
-    """A per-GPU batch written on a pod: a positive whole number, else None (not known)."""
-    ok = value is not None and value.isascii() and value.isdigit() and 0 < int(value) <= 1 << 20
-    return int(value) if ok and value is not None else None
-
-
-def _precision(value: str | None) -> str | None:
-    """A precision written on a pod, None for one the model does not name (a hand-written typo)."""
-    return value if value in PRECISIONS else None
+def _workload(annotations: Mapping[str, str]) -> Workload | None:
+    """How the gang's model trains, as written on a pod; None where nothing is. A value that is
+    no count or precision (a hand-written typo) leaves the default's."""
+    counts = {}
+    for key in (names.BATCH_ANNOTATION, names.ACCUMULATION_ANNOTATION):
+        value = annotations.get(key, "")
+        if value.isascii() and value.isdigit() and 0 < int(value) <= 1 << 20:
+            counts[key] = int(value)
+    precision = annotations.get(names.PRECISION_ANNOTATION)
+    if not counts and precision is None:
+        return None
+    default = Workload()
+    return Workload(counts.get(names.BATCH_ANNOTATION, default.batch_size),
+                    precision if precision in PRECISIONS else default.precision,
+                    counts.get(names.ACCUMULATION_ANNOTATION, default.accumulation))  # fmt: skip
 
 
 def _seconds(value: str | None) -> float | None:
