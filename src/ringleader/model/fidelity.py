@@ -67,6 +67,7 @@ class FidelityRow:
     compute: tuple[ComputeFit, ...] = ()
     links: tuple[tuple[str, LinkFit], ...] = ()
     backend: str | None = None
+    accumulation: int = 1  # micro-batches per optimizer step (a user's CSV; no published row has any)
 
     @property
     def label(self) -> str:
@@ -178,7 +179,7 @@ def predict_row(row: FidelityRow, scaling: Scaling | None = None) -> FidelityRes
     pred = predict_placement(
         state.by_name, placement, row.model, row.batch, row.precision, row.gpu, cal, fabric=row.fabric,
         backend=row.backend, overlap=sc.overlap, network_efficiency=sc.fabrics.get(row.fabric),
-        sync=(sc.host_us_per_image, sc.node_jitter),
+        sync=(sc.host_us_per_image, sc.node_jitter), accumulation=row.accumulation,
     )  # fmt: skip
     if row.measured is not None:
         measured = row.measured

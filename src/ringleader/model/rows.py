@@ -9,8 +9,9 @@ A CSV has one run per line::
 
 Required: model, gpu_type, batch_size (per GPU), nodes, gpus_per_node, images_per_s (the whole
 job), node (a topology preset). Optional: network_gbps (per NIC, default 25), nics (1), fabric
-(tcp), precision (fp32), single_gpu_images_per_s (the same software's 1-GPU rate at that batch;
-a line with 1 node x 1 GPU gives it too). The rows are predicted with the same placement the
+(tcp), precision (fp32), accumulation_steps (1: micro-batches of batch_size per optimizer step),
+single_gpu_images_per_s (the same software's 1-GPU rate at that batch; a line with 1 node x 1
+GPU gives it too). The rows are predicted with the same placement the
 topology policy gives such a job, and the scaling constants (overlap, the sync terms and, when
 rows span nodes without a calibrated network link, the fabric's efficiency) are fitted to them
 as ``fidelity.fit_scaling`` fits the shipped ones.
@@ -43,6 +44,12 @@ def _positive(text: str, what: str) -> float:
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"{what} must be > 0, got {text!r}")
     return value
+
+
+def _count(text: str, what: str) -> int:
+    if not (text.isascii() and text.isdigit() and int(text) >= 1):
+        raise ValueError(f"{what} must be a whole number >= 1, got {text!r}")
+    return int(text)
 
 
 def read_throughput_csv(path: str | Path) -> tuple[list[FidelityRow], list[ComputeFit]]:
@@ -79,6 +86,7 @@ def read_throughput_csv(path: str | Path) -> tuple[list[FidelityRow], list[Compu
             fabric = check_fabric(rec.get("fabric") or "tcp")
             gbps = _positive(rec.get("network_gbps") or "25", "network_gbps")
             nics = int(_positive(rec.get("nics") or "1", "nics"))
+            accumulation = _count(rec.get("accumulation_steps") or "1", "accumulation_steps")
         except (ValueError, UsageError) as exc:
             msg = exc.one_line() if isinstance(exc, UsageError) else str(exc)
             raise UsageError(f"{str(p)!r} line {line}: {msg}", CSV_FIX) from None
@@ -88,7 +96,7 @@ def read_throughput_csv(path: str | Path) -> tuple[list[FidelityRow], list[Compu
             continue
         rows.append(FidelityRow(
             str(p), f"line {line}", "", gpu, rec["node"], nodes, per_node, gbps, nics, fabric, model, precision,
-            batch, measured=rate, single_gpu=single,
+            batch, measured=rate, single_gpu=single, accumulation=accumulation,
         ))  # fmt: skip
     return rows, singles
 
