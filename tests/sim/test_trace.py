@@ -24,6 +24,17 @@ def test_parse_good_trace_with_comments_and_optional_priority() -> None:
     ]
 
 
+def test_a_trace_may_say_how_many_micro_batches_a_step_sums() -> None:
+    text = "name,arrival_s,workers,gpus,model,batch_size,iterations,accumulation_steps\nj1,0,4,1,bertlarge,8,100,16\n"
+    (summed,) = parse_trace(text)
+    assert summed.accumulation == 16
+    assert parse_trace(format_trace([summed])) == [summed]
+    (plain,) = parse_trace("name,arrival_s,workers,gpus,model,batch_size,iterations\nj1,0,4,1,vgg16,64,100\n")
+    assert plain.accumulation == 1 and "accumulation_steps" not in format_trace([plain])
+    with pytest.raises(UsageError, match="line 2: accumulation_steps=0 must be >= 1"):
+        parse_trace(text.replace(",16\n", ",0\n"))
+
+
 @pytest.mark.parametrize(
     ("body", "line", "words"),
     [

@@ -37,12 +37,12 @@ StepTimeFn = Callable[[Mapping[str, NodeState], Placement, TraceJob], StepTime]
 Flows = Mapping[str, int]
 
 ShapeKey = tuple[
-    str, int, tuple[tuple[str, str, float, tuple[str, ...]], ...], tuple[tuple[int, tuple[int, ...]], ...]
+    str, int, int, tuple[tuple[str, str, float, tuple[str, ...]], ...], tuple[tuple[int, tuple[int, ...]], ...]
 ]
 
 
 def shape_key(nodes: Mapping[str, NodeState], placement: Placement, job: TraceJob) -> ShapeKey:
-    """What a pure model's answer can depend on: model, batch, each used node's topology
+    """What a pure model's answer can depend on: model, batch, accumulation, each used node's topology
     fingerprint, GPU model, network and NICs (which set the fabric and the NICs a job can use;
     nodes numbered by first use), and the workers in rank order with their node number and GPU
     ids. Node names are left out."""
@@ -52,7 +52,7 @@ def shape_key(nodes: Mapping[str, NodeState], placement: Placement, job: TraceJo
         for spec in (nodes[name].spec for name in placement.nodes)
     )
     slots = tuple((number[slot.node], slot.gpus) for slot in placement.slots)
-    return (job.model, job.batch_size, used, slots)
+    return (job.model, job.batch_size, job.accumulation, used, slots)
 
 
 class Memoised:
@@ -97,8 +97,8 @@ def model_step_time(precision: str = "fp32", calibration: Any = None) -> StepTim
         # With a tree the whole cluster goes in: an uplink's share counts the nodes under it.
         used = nodes if uplink_flows is not None else {name: nodes[name] for name in placement.nodes}
         pred = predict_placement(
-            used, placement, model=job.model, batch_size=job.batch_size, precision=precision,
-            gpu_type=None, calibration=calibration, uplink_flows=uplink_flows,
+            used, placement, model=job.model, batch_size=job.batch_size, precision=precision, gpu_type=None,
+            calibration=calibration, uplink_flows=uplink_flows, accumulation=job.accumulation,
         )  # fmt: skip
         return StepTime(float(pred.step_time_s), float(pred.images_per_s), pred.bound, pred.likely_range)
 
@@ -115,15 +115,17 @@ def check_models(jobs: Sequence[TraceJob]) -> None:
 
 
 def linear_step_time(per_gpu_images_per_s: float = 100.0, network_penalty: float = 2.0) -> StepTimeFn:
-    """A simple deterministic StepTimeFn for tests and examples: a step takes
-    ``batch / per_gpu_images_per_s`` seconds on one node, ``network_penalty`` times that on several."""
+    """A simple deterministic StepTimeFn for tests and examples: a micro-batch takes
+    ``batch / per_gpu_images_per_s`` seconds, a step ``accumulation`` of them, and a step on
+    several nodes ``network_penalty - 1`` micro-batches more (its one exchange over the network)."""
 
     def step(nodes: Mapping[str, NodeState], placement: Placement, job: TraceJob) -> StepTime:
         del nodes
-        seconds = job.batch_size / per_gpu_images_per_s
-        if len(placement.nodes) > 1:
-            seconds *= network_penalty
+        micro = job.batch_size / per_gpu_images_per_s
+        spread = len(placement.nodes) > 1
+        seconds = job.accumulation * micro + ((network_penalty - 1) * micro if spread else 0.0)
         gpus = sum(len(s.gpus) for s in placement.slots)
-        return StepTime(seconds, job.batch_size * gpus / seconds, "network" if len(placement.nodes) > 1 else "compute")
+        images = job.batch_size * job.accumulation * gpus / seconds
+        return StepTime(seconds, images, "network" if spread else "compute")
 
     return step

@@ -2,13 +2,15 @@
 
 A trace is CSV with a header::
 
-    name,arrival_s,workers,gpus,model,batch_size,iterations[,priority][,time_limit_s][,queue]
-    job-0001,0.0,4,1,vgg16,64,2000,0,3600,team-a
+    name,arrival_s,workers,gpus,model,batch_size,iterations[,priority][,time_limit_s][,queue][,accumulation_steps]
+    job-0001,0.0,4,1,vgg16,64,2000,0,3600,team-a,1
 
 ``gpus`` is GPUs per worker, ``batch_size`` the per-GPU batch, ``iterations`` the training steps
 the job runs; ``priority`` (optional, default 0) orders the queue before arrival time;
 ``time_limit_s`` (optional, empty for none) is the wall-clock limit the queue plans with;
-``queue`` (optional, empty for the default queue) the team queue it is submitted to.
+``queue`` (optional, empty for the default queue) the team queue it is submitted to;
+``accumulation_steps`` (optional, default 1) the micro-batches of ``batch_size`` each training
+step sums before its one allreduce (gradient accumulation).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from ringleader.inputs import read_bounded
 from ringleader.topology.cluster import check_name
 
 COLUMNS = ("name", "arrival_s", "workers", "gpus", "model", "batch_size", "iterations")
-OPTIONAL = ("priority", "time_limit_s", "queue")
+OPTIONAL = ("priority", "time_limit_s", "queue", "accumulation_steps")
 
 # Gang shapes (workers, GPUs per worker) per total size, and how often each size arrives:
 # most jobs are small, as in published cluster traces (Philly, Helios: most jobs use 1-4 GPUs).
@@ -65,6 +67,7 @@ class TraceJob:
     priority: int = 0
     time_limit_s: float | None = None  # what the user promised; the queue plans with it
     queue: str | None = None  # its team queue (None: the default queue)
+    accumulation: int = 1  # micro-batches per training step (one allreduce a step)
 
     @property
     def total_gpus(self) -> int:
@@ -155,7 +158,7 @@ def _job(values: dict[str, str], origin: str, line: int) -> TraceJob:
         raise _fail(origin, line, _cell_problem(key, values[key], error["type"], error.get("ctx") or {}),
                     f"give {key} as {_KINDS.get(key, 'a number')} within its range") from None  # fmt: skip
     return TraceJob(name, row.arrival_s, row.workers, row.gpus, row.model, row.batch_size, row.iterations,
-                    row.priority, row.time_limit_s, row.queue)  # fmt: skip
+                    row.priority, row.time_limit_s, row.queue, row.accumulation_steps)  # fmt: skip
 
 
 _KINDS = {"arrival_s": "a number of seconds", "model": "a model name"}
@@ -188,13 +191,17 @@ def format_trace(jobs: Sequence[TraceJob]) -> str:
     # the optional columns only where they say something
     limits = any(j.time_limit_s is not None for j in jobs)
     queues = any(j.queue is not None for j in jobs)
-    writer.writerow((*COLUMNS, "priority", *(["time_limit_s"] if limits else []), *(["queue"] if queues else [])))
+    summed = any(j.accumulation > 1 for j in jobs)
+    writer.writerow((*COLUMNS, "priority", *(["time_limit_s"] if limits else []), *(["queue"] if queues else []),
+                     *(["accumulation_steps"] if summed else [])))  # fmt: skip
     for j in jobs:
         row = [j.name, f"{j.arrival_s:.3f}", j.workers, j.gpus, j.model, j.batch_size, j.iterations, j.priority]
         if limits:
             row.append("" if j.time_limit_s is None else f"{j.time_limit_s:.3f}")
         if queues:
             row.append(j.queue or "")
+        if summed:
+            row.append(j.accumulation)
         writer.writerow(row)
     return out.getvalue()
 
