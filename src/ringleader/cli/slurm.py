@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from ringleader.engines.slurm.gres import gres_conf_lines, node_gres
-from ringleader.engines.slurm.state import named_gpu_model
+from ringleader.engines.slurm.state import gpu_feature
 from ringleader.errors import UsageError
 from ringleader.topology import NodeTopology, parse_topo_text, preset
 from ringleader.topology.nvml import discover
@@ -64,8 +64,8 @@ def gres_conf(node: str | None, preset_name: str | None, matrix_file: str | None
     files = [device.replace("{index}", str(i)) for i in range(topo.n_gpus)]
     gres = node_gres(topo.n_gpus) if not untyped else f"gpu:{topo.n_gpus}"
     click.echo(f"# gres.conf lines for node {name}, {topo.n_gpus} GPU(s), links from {source}")
-    model = named_gpu_model([topo.gpu_model])
-    features = f" Features={model.lower()}" if model else ""  # where `get` and --dry-run read the GPU model
+    feature = gpu_feature(topo.gpu_model)
+    features = f" Features={feature}" if feature else ""  # where `get` and --dry-run read the GPU model
     click.echo(f"# slurm.conf needs: GresTypes=gpu and NodeName={name} ... Gres={gres}{features}")
     for line in gres_conf_lines(name, topo, files, typed=not untyped):
         click.echo(line)

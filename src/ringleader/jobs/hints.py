@@ -11,7 +11,6 @@ from collections.abc import Sequence
 
 from ringleader.scheduler.types import Workload
 
-DEFAULT_BATCH = Workload().batch_size  # the reference study's
 _BATCH_FLAGS = ("--batch_size", "--batch-size")
 _PRECISION_FLAGS = ("--precision",)
 # Micro-batches summed per optimizer step: Hugging Face's Trainer, DeepSpeed and NVIDIA's BERT
@@ -21,19 +20,25 @@ _ACCUMULATION_FLAGS = ("--gradient_accumulation_steps", "--gradient-accumulation
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")  # as the model names them (model.tables)
 
 
+def count_of(text: str) -> int | None:
+    """A batch or micro-batch count as written (a flag's value, an annotation): a whole number
+    from 1 to 2**20, else None."""
+    return int(text) if text.isascii() and text.isdigit() and 0 < int(text) <= 1 << 20 else None
+
+
 def workload_hints(command: Sequence[str]) -> Workload:
     """The per-GPU batch, precision and gradient accumulation named on the command line, else
-    batch 64 in fp32 without accumulation."""
-    batch, precision, accumulation = DEFAULT_BATCH, "fp32", 1
+    the reference study's batch of 64 in fp32 without accumulation (``Workload()``)."""
+    default = Workload()
+    batch, precision, accumulation = default.batch_size, default.precision, default.accumulation
     words = list(command)
     for i, word in enumerate(words):
         key, _, value = word.partition("=")
         if not value and i + 1 < len(words) and key in (*_BATCH_FLAGS, *_PRECISION_FLAGS, *_ACCUMULATION_FLAGS):
             value = words[i + 1]
-        whole = value.isascii() and value.isdigit() and 0 < int(value) <= 1 << 20
-        if key in _BATCH_FLAGS and whole:
+        if key in _BATCH_FLAGS and count_of(value):
             batch = int(value)
-        elif key in _ACCUMULATION_FLAGS and whole:
+        elif key in _ACCUMULATION_FLAGS and count_of(value):
             accumulation = int(value)
         elif key in _PRECISION_FLAGS and value in PRECISIONS:
             precision = value

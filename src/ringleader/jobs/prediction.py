@@ -12,14 +12,14 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ringleader.errors import RingleaderError
-from ringleader.jobs.hints import Workload, job_framework, workload_hints
+from ringleader.jobs.hints import job_framework
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.views import JobView
 from ringleader.model import MODEL_ESTIMATOR, calibrated_estimator, predict_placement
 from ringleader.model.calibration import Calibration, calibration_from_dict
 from ringleader.model.comm import calibration_fabric_note
 from ringleader.model.predict import Prediction, calibration_compute_note
-from ringleader.scheduler import Placement, WorkerSlot, place
+from ringleader.scheduler import Placement, WorkerSlot, Workload, place
 
 if TYPE_CHECKING:
     from ringleader.scheduler import ClusterState, Placement
@@ -73,14 +73,14 @@ def predict_job(state: ClusterState, spec: JobSpec, placement: Placement) -> dic
     ``state`` (the cluster without this job). None when the job gave no model hint."""
     if not spec.model:
         return None
-    work = workload_hints(spec.command)
+    request = spec.request()
+    work = request.workload or Workload()
     batch, precision = work.batch_size, work.precision
     out: dict[str, Any] = {"model": spec.model, "batch_size": batch, "precision": precision,
                            "accumulation": work.accumulation}  # fmt: skip
     if spec.gpus_per_worker == 0:
         return {**out, "error": "a CPU-only job: the model predicts GPU training"}
 
-    request = spec.request()
     other = "default" if spec.topology_aware else "topology"
     try:
         # the queue prices the job's placements with its calibration: so does what the user is shown
@@ -141,10 +141,11 @@ def run_time_from_steps(spec: JobSpec, state: ClusterState) -> tuple[JobSpec, st
     its command line names, with its calibration if it has one; and the line that says so."""
     assert spec.steps is not None and spec.model is not None
     empty = state.all_free()
-    best = place(empty, spec.request()).placement
+    request = spec.request()
+    best = place(empty, request).placement
     if best is None:  # never fits: submit refuses it in its own words next
         return spec, ""
-    work = workload_hints(spec.command)
+    work = request.workload or Workload()
     calibration = calibration_from_dict(spec.calibration) if spec.calibration is not None else None
     step = predict_placement(empty.by_name, best, spec.model, work.batch_size, work.precision, calibration=calibration,
                              accumulation=work.accumulation).step_time_s  # fmt: skip

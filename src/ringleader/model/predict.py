@@ -297,7 +297,6 @@ def comparison_line(preds: Mapping[str, Prediction | None], chosen: str, baselin
 
 
 ESTIMATE_MODEL = "resnet50"
-ESTIMATE_BATCH = 64
 ESTIMATE_GPU = "V100"
 
 
@@ -314,12 +313,12 @@ def placement_images_per_s(
 ) -> float:
     """The throughput policy's estimator: predicted images/s of ``job`` on ``placement``, for its
     model hint and workload (batch 64 in fp32 where it names none; ResNet-50 without a known
-    hint). Nodes without a known GPU
-    model are estimated as the reference V100: the ranking of placements needs the ratio of
-    communication to compute, not the exact rate. ``calibration``: the links and rates measured
-    on this cluster (``ringleader calibrate``) instead of the published ones."""
+    hint). Nodes without a known GPU model are estimated as the reference V100: the ranking of
+    placements needs the ratio of communication to compute, not the exact rate. ``calibration``:
+    the links and rates measured on this cluster (``ringleader calibrate``) instead of the
+    published ones."""
     model = estimate_model(job)
-    work = job.workload or Workload(ESTIMATE_BATCH)
+    work = job.workload or Workload()
     batch, precision, steps = work.batch_size, work.precision, work.accumulation
     try:
         return predict_placement(nodes, placement, model, batch, precision, calibration=calibration,

@@ -19,7 +19,7 @@ from typing import Any
 from ringleader.engines.kubernetes import names
 from ringleader.errors import TopologyError
 from ringleader.jobs.codec import node_from_dict
-from ringleader.jobs.hints import PRECISIONS
+from ringleader.jobs.hints import PRECISIONS, count_of
 from ringleader.reference import reference
 from ringleader.scheduler.types import RISKS, START_RULES, Workload
 from ringleader.topology import NodeSpec, NodeTopology
@@ -363,11 +363,8 @@ def _known(value: str | None, known: tuple[str, ...], default: str) -> str:
 def _workload(annotations: Mapping[str, str]) -> Workload | None:
     """How the gang's model trains, as written on a pod; None where nothing is. A value that is
     no count or precision (a hand-written typo) leaves the default's."""
-    counts = {}
-    for key in (names.BATCH_ANNOTATION, names.ACCUMULATION_ANNOTATION):
-        value = annotations.get(key, "")
-        if value.isascii() and value.isdigit() and 0 < int(value) <= 1 << 20:
-            counts[key] = int(value)
+    counts = {key: n for key in (names.BATCH_ANNOTATION, names.ACCUMULATION_ANNOTATION)
+              if (n := count_of(annotations.get(key, ""))) is not None}  # fmt: skip
     precision = annotations.get(names.PRECISION_ANNOTATION)
     if not counts and precision is None:
         return None

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ringleader.engines.slurm.gres import gres_conf_lines, node_gres
+from ringleader.engines.slurm.state import gpu_feature
 from ringleader.errors import DependencyError
 from ringleader.runtime.hostlock import host_lock
 from ringleader.topology.node import NodeTopology
@@ -185,10 +186,11 @@ class Sandbox:
         ]
         for name, topo in self.topologies.items():
             cpus = max(2, 2 * topo.n_gpus)
+            feature = gpu_feature(topo.gpu_model)  # as `slurm gres-conf` tells an admin to declare it
             lines.append(
                 f"NodeName={name} NodeAddr={addrs[name]} CPUs={cpus} RealMemory=4000 "
                 f"Gres={node_gres(topo.n_gpus) if self.typed else f'gpu:{topo.n_gpus}'} State=UNKNOWN"
-                + (f" Features={topo.gpu_model.lower()}" if topo.gpu_model else "")
+                + (f" Features={feature}" if feature else "")
             )
         lines.append("PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO")
         (r / "etc" / "slurm.conf").write_text("\n".join(lines) + "\n")

@@ -87,6 +87,12 @@ def node_from_record(rec: Mapping[str, str]) -> SlurmNode:
     )  # fmt: skip
 
 
+def gpu_feature(gpu_model: str) -> str:
+    """The node feature that names a GPU model for Slurm (`Features=a100`, which `sbatch
+    --constraint=a100` and ``node_from_record`` read), "" for a model ringleader does not know."""
+    return named_gpu_model([gpu_model]).lower()
+
+
 def named_gpu_model(words: Iterable[str]) -> str:
     """The GPU model that node features or GRES types name ("a100" -> "A100"), the most specific
     where a family and its variant are both there ("a100,a100-80gb" -> "A100-80GB"); "" when none
