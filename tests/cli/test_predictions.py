@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from ringleader.jobs.hints import Workload, job_framework, workload_hints
+from ringleader.jobs.hints import Workload, job_framework, read_workload, workload_hints
 from ringleader.reference import reference
 
 Cli = Any  # the `seeds_cli` fixture of tests/cli/conftest.py
@@ -32,6 +32,41 @@ def test_workload_hints_read_gradient_accumulation(flags: list[str]) -> None:
     assert workload_hints(["python", "train.py", "--batch-size", "16", *flags]) == Workload(16, "fp32", 8)
     for bad in ("0", "many", "-2"):
         assert workload_hints(["python", "train.py", f"--gradient_accumulation_steps={bad}"]).accumulation == 1
+
+
+@pytest.mark.parametrize(("flags", "expected"), [
+    (["--per_device_train_batch_size", "8", "--fp16"], Workload(8, "fp16")),        # Hugging Face Trainer
+    (["--per-device-train-batch-size=8", "--bf16", "True"], Workload(8, "bf16")),
+    (["--per_device_train_batch_size", "8", "--fp16", "False"], Workload(8, "fp32")),
+    (["--fp16", "--output_dir", "out"], Workload(64, "fp16")),                     # a switch, then a flag
+    (["--micro-batch-size", "4", "--bf16"], Workload(4, "bf16")),                   # Megatron-LM
+    (["--amp", "--batch-size", "256"], Workload(256, "fp16")),                      # NVIDIA DeepLearningExamples
+    (["--trainer.precision", "16-mixed"], Workload(64, "fp16")),                    # PyTorch Lightning's CLI
+    (["--trainer.precision=bf16-mixed"], Workload(64, "bf16")),
+    (["--use_fp16=false"], Workload(64, "fp32")),
+])  # fmt: skip
+def test_workload_hints_read_the_trainers_users_run(flags: list[str], expected: Workload) -> None:
+    assert workload_hints(["python", "train.py", *flags]) == expected
+
+
+def test_a_deepspeed_configuration_sets_what_its_flags_leave(tmp_path: Path) -> None:
+    """DeepSpeed trains with its configuration: its micro-batch, accumulation and precision win
+    over the line's, and the Trainer's "auto" leaves them to the flags."""
+    (tmp_path / "ds.json").write_text(json.dumps({"train_micro_batch_size_per_gpu": 16, "bf16": {"enabled": True},
+                                                  "gradient_accumulation_steps": 8, "zero_optimization": {"stage": 2}}))
+    (tmp_path / "auto.json").write_text(json.dumps({"train_micro_batch_size_per_gpu": "auto", "fp16": {
+        "enabled": "auto"}, "gradient_accumulation_steps": "auto"}))  # fmt: skip
+    deepspeed = ["deepspeed", "train.py", "--deepspeed", "--deepspeed_config", "ds.json", "--batch-size", "32"]
+    assert read_workload(deepspeed, str(tmp_path)) == Workload(16, "bf16", 8)
+    assert read_workload(["python", "train.py", "--deepspeed=ds.json"], str(tmp_path)) == Workload(16, "bf16", 8)
+    trainer = ["torchrun", "train.py", "--deepspeed", "auto.json", "--per_device_train_batch_size", "4", "--fp16"]
+    assert read_workload(trainer, str(tmp_path)) == Workload(4, "fp16", 1)
+    # a file this machine does not have (only the image does), or that is not a configuration: the flags
+    (tmp_path / "broken.json").write_text("{")
+    (tmp_path / "list.json").write_text("[1]")
+    for name in ("missing.json", "broken.json", "list.json"):
+        assert read_workload(["python", "t.py", "--deepspeed_config", name, "--fp16"], str(tmp_path)) == Workload(
+            64, "fp16")  # fmt: skip
 
 
 def test_the_framework_a_command_line_runs() -> None:
@@ -80,6 +115,25 @@ def test_a_dry_run_with_gradient_accumulation_prices_one_allreduce_a_step(seeds_
     assert (summed["batch_size"], summed["accumulation"], plain["accumulation"]) == (16, 8, 1)
     assert summed["images_per_s"] > 2 * plain["images_per_s"]
     assert "vgg16, batch 16/GPU x 8 micro-batches a step, fp32)" in summed["summary"]
+
+
+def test_a_job_is_priced_at_its_deepspeed_configuration_as_submitted(seeds_cli: Cli, tmp_path: Path) -> None:
+    """The dry run and `get` read the micro-batch, accumulation and precision from the DeepSpeed
+    configuration the line names, in the job's working folder; read once at submit, so editing the
+    file later changes nothing of a job already queued."""
+    config = tmp_path / "ds_config.json"
+    config.write_text(json.dumps({"train_micro_batch_size_per_gpu": 16, "gradient_accumulation_steps": 8,
+                                  "fp16": {"enabled": True}}))  # fmt: skip
+    line = ["--model", "vgg16", "--working-dir", str(tmp_path), "--", "python", "-c", "pass",
+            "--deepspeed_config", "ds_config.json"]  # fmt: skip
+    planned = json.loads(seeds_cli.ok("submit", "mpi", "--name", "ds", "--workers", "4", "--gpus", "1",
+                                      "--no-gputopology", "--dry-run", "-o", "json", *line))["prediction"]
+    assert (planned["batch_size"], planned["precision"], planned["accumulation"]) == (16, "fp16", 8)
+    seeds_cli.ok("submit", "mpi", "--name", "ds", "--workers", "4", "--gpus", "1", "--no-gputopology", *line)
+    config.write_text(json.dumps({"train_micro_batch_size_per_gpu": 2}))
+    shown = json.loads(seeds_cli.ok("get", "ds", "-o", "json"))["prediction"]
+    assert (shown["batch_size"], shown["precision"], shown["accumulation"]) == (16, "fp16", 8)
+    assert shown["images_per_s"] == pytest.approx(planned["images_per_s"])
 
 
 def test_get_shows_the_prediction_of_a_running_job(seeds_cli: Cli) -> None:

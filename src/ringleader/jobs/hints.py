@@ -1,23 +1,43 @@
 """What a job's command line says of its workload: the per-GPU batch, precision and gradient
-accumulation it trains at (tf_cnn_benchmarks' ``--batch_size=64``/``--use_fp16``,
-``--batch-size``/``--precision``, ``--gradient_accumulation_steps``), else the reference study's
-batch of 64 in fp32 without accumulation; and the framework it runs. The queue weighs a job's
-placements with that workload, as `get`, `--dry-run` and `--steps` price it.
+accumulation it trains at, else the reference study's batch of 64 in fp32 without accumulation;
+and the framework it runs. The flags read are those of tf_cnn_benchmarks (``--batch_size=64``,
+``--use_fp16``), Hugging Face's Trainer (``--per_device_train_batch_size``, ``--fp16``,
+``--gradient_accumulation_steps``), Megatron-LM (``--micro-batch-size``, ``--bf16``), NVIDIA's
+DeepLearningExamples (``--amp``), PyTorch Lightning (``--trainer.precision 16-mixed``), Horovod's
+examples and ringleader's own bench; and the DeepSpeed configuration such a line names
+(``--deepspeed_config ds.json``, the Trainer's ``--deepspeed ds.json``), read once at submit. The
+queue weighs a job's placements with that workload, as `get`, `--dry-run` and `--steps` price it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
 
 from ringleader.scheduler.types import Workload
 
-_BATCH_FLAGS = ("--batch_size", "--batch-size")
-_PRECISION_FLAGS = ("--precision",)
+# Images per GPU per micro-batch.
+_BATCH_FLAGS = ("--batch_size", "--batch-size", "--per_device_train_batch_size", "--per-device-train-batch-size",
+                "--micro-batch-size", "--micro_batch_size")  # fmt: skip
+_PRECISION_FLAGS = ("--precision", "--trainer.precision")
 # Micro-batches summed per optimizer step: Hugging Face's Trainer, DeepSpeed and NVIDIA's BERT
 # (--gradient_accumulation_steps), Horovod's examples (--backward-passes-per-step).
 _ACCUMULATION_FLAGS = ("--gradient_accumulation_steps", "--gradient-accumulation-steps", "--accumulation_steps",
                        "--accumulation-steps", "--backward_passes_per_step", "--backward-passes-per-step")  # fmt: skip
+# Switches that turn mixed precision on (a following true/false, as the Trainer takes, is theirs):
+# NVIDIA's DeepLearningExamples train fp16 under --amp.
+_PRECISION_SWITCHES = {"--use_fp16": "fp16", "--fp16": "fp16", "--amp": "fp16", "--bf16": "bf16"}
+_TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
+# Where a line names its DeepSpeed configuration; the Trainer's --deepspeed takes the file, while
+# DeepSpeed's own --deepspeed is a switch beside --deepspeed_config.
+_CONFIG_FLAGS = ("--deepspeed_config", "--deepspeed-config", "--deepspeed_config_file", "--deepspeed")
+CONFIG_BYTES = 1 << 20  # a DeepSpeed configuration is a few hundred bytes; more is not one
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")  # as the model names them (model.tables)
+# Lightning's precision names (Trainer(precision=...)) as the model names them.
+_LIGHTNING_PRECISIONS = {"16": "fp16", "16-mixed": "fp16", "bf16-mixed": "bf16", "32": "fp32", "32-true": "fp32"}
 
 
 def count_of(text: str) -> int | None:
@@ -33,18 +53,76 @@ def workload_hints(command: Sequence[str]) -> Workload:
     batch, precision, accumulation = default.batch_size, default.precision, default.accumulation
     words = list(command)
     for i, word in enumerate(words):
-        key, _, value = word.partition("=")
-        if not value and i + 1 < len(words) and key in (*_BATCH_FLAGS, *_PRECISION_FLAGS, *_ACCUMULATION_FLAGS):
-            value = words[i + 1]
+        key, equals, value = word.partition("=")
+        following = words[i + 1] if i + 1 < len(words) else ""
+        if not equals and key in (*_BATCH_FLAGS, *_PRECISION_FLAGS, *_ACCUMULATION_FLAGS):
+            value = following
         if key in _BATCH_FLAGS and count_of(value):
             batch = int(value)
         elif key in _ACCUMULATION_FLAGS and count_of(value):
             accumulation = int(value)
         elif key in _PRECISION_FLAGS and value in PRECISIONS:
             precision = value
-        elif key == "--use_fp16" and value.lower() in ("", "true", "1"):
-            precision = "fp16"
+        elif key in _PRECISION_FLAGS and value in _LIGHTNING_PRECISIONS:
+            precision = _LIGHTNING_PRECISIONS[value]
+        elif key in _PRECISION_SWITCHES:
+            said = (value if equals else following if following.lower() in (*_TRUE, *_FALSE) else "true").lower()
+            if said in _TRUE:
+                precision = _PRECISION_SWITCHES[key]
     return Workload(batch, precision, accumulation)
+
+
+def config_named(command: Sequence[str]) -> str | None:
+    """The DeepSpeed configuration file a command line names (the last one), None where none."""
+    words = list(command)
+    named = None
+    for i, word in enumerate(words):
+        key, equals, value = word.partition("=")
+        if key in _CONFIG_FLAGS:
+            value = value if equals else words[i + 1] if i + 1 < len(words) else ""
+            if value.endswith(".json"):
+                named = value
+    return named
+
+
+def workload_from_config(config: Mapping[str, Any], line: Workload) -> Workload:
+    """``line`` (what the command line says) with what a DeepSpeed configuration sets explicitly:
+    ``train_micro_batch_size_per_gpu``, ``gradient_accumulation_steps``, ``fp16``/``bf16``
+    (``bfloat16``) enabled. DeepSpeed trains with its configuration; the Trainer's "auto" leaves
+    a value to its flags. ``train_batch_size`` alone is not read: the micro-batch it implies
+    depends on how many GPUs the job gets."""
+    work = line
+    micro, steps = config.get("train_micro_batch_size_per_gpu"), config.get("gradient_accumulation_steps")
+    if isinstance(micro, int) and not isinstance(micro, bool) and count_of(str(micro)):
+        work = replace(work, batch_size=micro)
+    if isinstance(steps, int) and not isinstance(steps, bool) and count_of(str(steps)):
+        work = replace(work, accumulation=steps)
+    for section, precision in (("fp16", "fp16"), ("bf16", "bf16"), ("bfloat16", "bf16")):
+        enabled = config.get(section, {}).get("enabled") if isinstance(config.get(section), dict) else None
+        if enabled is True:
+            work = replace(work, precision=precision)
+    return work
+
+
+def read_workload(command: Sequence[str], folder: str) -> Workload:
+    """What ``command`` trains at: its flags, and the DeepSpeed configuration it names, read from
+    ``folder`` (where its ranks start) when this machine has it. A configuration that cannot be
+    read, or is not a JSON object, leaves the flags' word: DeepSpeed itself reports it to the
+    ranks, and the file may be one only the job's image holds."""
+    line = workload_hints(command)
+    named = config_named(command)
+    if named is None:
+        return line
+    path = os.path.join(folder, named)
+    try:
+        if not os.path.isfile(path):  # a FIFO would block the submit
+            return line
+        with open(path, "rb") as fh:
+            data = fh.read(CONFIG_BYTES + 1)
+        config = json.loads(data) if len(data) <= CONFIG_BYTES else None
+    except (OSError, ValueError, RecursionError):
+        return line
+    return workload_from_config(config, line) if isinstance(config, dict) else line
 
 
 # What a job's command line says it runs: (a word it contains, the framework), first match wins.

@@ -12,7 +12,7 @@ from ringleader.errors import UsageError
 from ringleader.jobs.hints import workload_hints
 from ringleader.jobs.line import CommandLine, line_from_dict, read_line
 from ringleader.scheduler import JobRequest
-from ringleader.scheduler.types import RISKS, START_RULES
+from ringleader.scheduler.types import RISKS, START_RULES, Workload
 from ringleader.topology.cluster import check_name
 from ringleader.topology.grammar import LABEL_KEY_RE, LABEL_VALUE_RE
 
@@ -340,6 +340,11 @@ class JobSpec:
     # --retry); a node blamed for two failures is cordoned (jobs/failures.py).
     max_restarts: int = 0
     kind: str = "mpi"  # one of JOB_KINDS
+    # The per-GPU batch, precision and gradient accumulation it trains at (jobs.hints), read at
+    # submit from its flags and the DeepSpeed configuration they name, when it names a --model:
+    # kept with the job, so an edited or deleted configuration never changes how it is priced.
+    # None: read from the command line alone.
+    workload: Workload | None = None
 
     @property
     def trainer(self) -> str:
@@ -448,14 +453,17 @@ class JobSpec:
         return f"{self.workers} worker(s) x {self.gpus_per_worker} GPU(s), {kind}, priority {self.priority}{extra}"
 
     def request(self) -> JobRequest:
-        work = workload_hints(self.command) if self.model else None
         return JobRequest(
             self.name, self.workers, self.gpus_per_worker, self.topology_aware, self.priority, self.model,
             time_limit_s=self.time_limit_s, topology_required=self.topology_required,
             topology_preferred=self.topology_preferred, start_rule=self.start_rule(), work_s=self.run_time_s,
             max_wait_s=self.max_wait_s, risk=self.risk or "averse", may_preempt=self.preempt,
-            preemptible=self.preemptible, queue=self.queue, workload=work,
+            preemptible=self.preemptible, queue=self.queue, workload=self.training_workload() if self.model else None,
         )  # fmt: skip
+
+    def training_workload(self) -> Workload:
+        """The batch, precision and accumulation it trains at: as read at submit, else its line's."""
+        return self.workload if self.workload is not None else workload_hints(self.command)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -480,6 +488,7 @@ class JobSpec:
             preemptible=bool(data.get("preemptible", True)), calibration=data.get("calibration"),
             steps=None if data.get("steps") is None else int(data["steps"]), queue=data.get("queue"),
             max_restarts=int(data.get("max_restarts", 0)), kind=str(data.get("kind") or "mpi"),
+            workload=Workload(**data["workload"]) if data.get("workload") else None,
         )  # fmt: skip
 
 

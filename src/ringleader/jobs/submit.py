@@ -24,6 +24,7 @@ from ringleader import settings
 from ringleader.errors import ConflictError, UnschedulableError, UsageError
 from ringleader.jobs.codec import decision_to_dict
 from ringleader.jobs.commandline import prepare_spec
+from ringleader.jobs.hints import read_workload
 from ringleader.jobs.line import CommandLine
 from ringleader.jobs.prediction import predict_job, run_time_from_steps
 from ringleader.jobs.spec import JobSpec, parse_container_user, submit_env
@@ -183,6 +184,8 @@ def prepare_submit(spec: JobSpec, supports: Support, environ: Mapping[str, str] 
         raise UsageError(f"a PyTorch job starts its program once per worker itself, and this is a {launcher} line",
                          f"give the program alone (python train.py ...), or submit the {launcher} line with "
                          "`submit mpi`")  # fmt: skip
+    if spec.model is not None and spec.workload is None:  # read once, where the ranks start
+        spec = dataclasses.replace(spec, workload=read_workload(spec.command, spec.workdir or os.getcwd()))
     return Submission(dataclasses.replace(spec, line=line), line, tuple(notes))
 
 

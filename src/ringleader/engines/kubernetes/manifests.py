@@ -37,7 +37,6 @@ from ringleader.engines.kubernetes.delivery import (
 )
 from ringleader.engines.kubernetes.objects import quantity
 from ringleader.errors import UsageError
-from ringleader.jobs.hints import workload_hints
 from ringleader.jobs.line import CommandLine, root_option
 from ringleader.jobs.spec import JobSpec, KubeOptions, check_image_reference
 from ringleader.topology.cluster import check_name
@@ -366,7 +365,7 @@ def _worker_annotations(spec: JobSpec, delivery: Delivery, per_pod: int) -> dict
         if seconds is not None:
             notes[key] = f"{seconds:g}"
     if spec.model is not None:
-        work = workload_hints(spec.command)
+        work = spec.training_workload()
         notes[names.MODEL_ANNOTATION] = spec.model
         notes[names.BATCH_ANNOTATION] = str(work.batch_size)
         notes[names.PRECISION_ANNOTATION] = work.precision
