@@ -35,6 +35,17 @@ def test_a_trace_may_say_how_many_micro_batches_a_step_sums() -> None:
         parse_trace(text.replace(",16\n", ",0\n"))
 
 
+def test_a_trace_may_say_the_precision_each_job_trains_in() -> None:
+    text = "name,arrival_s,workers,gpus,model,batch_size,iterations,precision\nj1,0,4,1,resnet50,64,100,amp\n"
+    (mixed,) = parse_trace(text)
+    assert mixed.precision == "fp16"  # the model's name for it
+    assert parse_trace(format_trace([mixed])) == [mixed]
+    (plain,) = parse_trace(text.replace(",amp\n", ",\n"))
+    assert plain.precision == "fp32" and "precision" not in format_trace([plain])
+    with pytest.raises(UsageError, match="line 2: unknown precision 'fp8'"):
+        parse_trace(text.replace(",amp\n", ",fp8\n"))
+
+
 @pytest.mark.parametrize(
     ("body", "line", "words"),
     [

@@ -243,7 +243,7 @@ class Simulation:
         self.left: dict[str, int] = {}  # iterations left to a job that was preempted
         self.run_of: dict[str, tuple[int, float]] = {}  # running job -> (its completion event, run start)
         self.order_of: dict[str, int] = {}  # arrival order (its place in FIFO), kept when requeued
-        self.work: dict[tuple[int, int, str, int, int], float] = {}  # gang shape -> s per iteration, best placement
+        self.work: dict[tuple[int, int, str, int, int, str], float] = {}  # shape -> s per iteration, best placement
         self.ideal: dict[tuple[object, ...], float | None] = {}  # QueuePass's memo, kept across passes
         self.queued: dict[str, QueuedJob] = {}  # waiting jobs as the queue sees them
         self.expected_ends: dict[str, float] = {}  # running jobs with a time limit
@@ -386,7 +386,7 @@ class Simulation:
 
     def _best_step_s(self, job: TraceJob) -> float:
         """The step time of ``job`` on its best placement: the one ``place`` gives on the empty cluster."""
-        key = (job.workers, job.gpus, job.model, job.batch_size, job.accumulation)
+        key = (job.workers, job.gpus, job.model, job.batch_size, job.accumulation, job.precision)
         if key not in self.work:
             empty = self.state.all_free()
             placement = place(empty, request_of(job), self.policy).placement

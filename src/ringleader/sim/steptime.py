@@ -37,12 +37,12 @@ StepTimeFn = Callable[[Mapping[str, NodeState], Placement, TraceJob], StepTime]
 Flows = Mapping[str, int]
 
 ShapeKey = tuple[
-    str, int, int, tuple[tuple[str, str, float, tuple[str, ...]], ...], tuple[tuple[int, tuple[int, ...]], ...]
+    str, int, int, str, tuple[tuple[str, str, float, tuple[str, ...]], ...], tuple[tuple[int, tuple[int, ...]], ...]
 ]
 
 
 def shape_key(nodes: Mapping[str, NodeState], placement: Placement, job: TraceJob) -> ShapeKey:
-    """What a pure model's answer can depend on: model, batch, accumulation, each used node's topology
+    """What a pure model's answer can depend on: model, batch, accumulation, precision, each used node's topology
     fingerprint, GPU model, network and NICs (which set the fabric and the NICs a job can use;
     nodes numbered by first use), and the workers in rank order with their node number and GPU
     ids. Node names are left out."""
@@ -52,7 +52,7 @@ def shape_key(nodes: Mapping[str, NodeState], placement: Placement, job: TraceJo
         for spec in (nodes[name].spec for name in placement.nodes)
     )
     slots = tuple((number[slot.node], slot.gpus) for slot in placement.slots)
-    return (job.model, job.batch_size, job.accumulation, used, slots)
+    return (job.model, job.batch_size, job.accumulation, job.precision, used, slots)
 
 
 class Memoised:
@@ -85,8 +85,9 @@ class Memoised:
         return found
 
 
-def model_step_time(precision: str = "fp32", calibration: Any = None) -> StepTimeFn:
-    """The default StepTimeFn: ``ringleader.model.predict_placement`` for each job."""
+def model_step_time(calibration: Any = None) -> StepTimeFn:
+    """The default StepTimeFn: ``ringleader.model.predict_placement`` for each job, at its batch,
+    accumulation and precision."""
     known = set(known_models())
 
     def step(
@@ -97,7 +98,7 @@ def model_step_time(precision: str = "fp32", calibration: Any = None) -> StepTim
         # With a tree the whole cluster goes in: an uplink's share counts the nodes under it.
         used = nodes if uplink_flows is not None else {name: nodes[name] for name in placement.nodes}
         pred = predict_placement(
-            used, placement, model=job.model, batch_size=job.batch_size, precision=precision, gpu_type=None,
+            used, placement, model=job.model, batch_size=job.batch_size, precision=job.precision, gpu_type=None,
             calibration=calibration, uplink_flows=uplink_flows, accumulation=job.accumulation,
         )  # fmt: skip
         return StepTime(float(pred.step_time_s), float(pred.images_per_s), pred.bound, pred.likely_range)

@@ -2,15 +2,16 @@
 
 A trace is CSV with a header::
 
-    name,arrival_s,workers,gpus,model,batch_size,iterations[,priority][,time_limit_s][,queue][,accumulation_steps]
-    job-0001,0.0,4,1,vgg16,64,2000,0,3600,team-a,1
+    name,arrival_s,workers,gpus,model,batch_size,iterations[,priority][,time_limit_s][,queue][,accumulation_steps][,precision]
+    job-0001,0.0,4,1,vgg16,64,2000,0,3600,team-a,1,fp16
 
 ``gpus`` is GPUs per worker, ``batch_size`` the per-GPU batch, ``iterations`` the training steps
 the job runs; ``priority`` (optional, default 0) orders the queue before arrival time;
 ``time_limit_s`` (optional, empty for none) is the wall-clock limit the queue plans with;
 ``queue`` (optional, empty for the default queue) the team queue it is submitted to;
 ``accumulation_steps`` (optional, default 1) the micro-batches of ``batch_size`` each training
-step sums before its one allreduce (gradient accumulation).
+step sums before its one allreduce (gradient accumulation); ``precision`` (optional, default fp32)
+what it trains in: fp32, tf32, fp16 or bf16 (amp, half and bfloat16 read as the model reads them).
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ from typing import Any
 
 from ringleader.errors import UsageError
 from ringleader.inputs import read_bounded
+from ringleader.model.tables import check_precision
 from ringleader.topology.cluster import check_name
 
 COLUMNS = ("name", "arrival_s", "workers", "gpus", "model", "batch_size", "iterations")
-OPTIONAL = ("priority", "time_limit_s", "queue", "accumulation_steps")
+OPTIONAL = ("priority", "time_limit_s", "queue", "accumulation_steps", "precision")
 
 # Gang shapes (workers, GPUs per worker) per total size, and how often each size arrives:
 # most jobs are small, as in published cluster traces (Philly, Helios: most jobs use 1-4 GPUs).
@@ -68,6 +70,7 @@ class TraceJob:
     time_limit_s: float | None = None  # what the user promised; the queue plans with it
     queue: str | None = None  # its team queue (None: the default queue)
     accumulation: int = 1  # micro-batches per training step (one allreduce a step)
+    precision: str = "fp32"  # as the model names it (model.tables.check_precision)
 
     @property
     def total_gpus(self) -> int:
@@ -150,6 +153,12 @@ def _job(values: dict[str, str], origin: str, line: int) -> TraceJob:
             check_name(cells["queue"], "queue")
         except UsageError as exc:
             raise _fail(origin, line, exc.message, exc.fix) from None
+    precision = "fp32"
+    if cells.get("precision"):
+        try:
+            precision = check_precision(cells.pop("precision"))
+        except UsageError as exc:
+            raise _fail(origin, line, exc.message, exc.fix) from None
     try:
         row = TraceRow.model_validate(cells)
     except ValidationError as exc:
@@ -158,7 +167,7 @@ def _job(values: dict[str, str], origin: str, line: int) -> TraceJob:
         raise _fail(origin, line, _cell_problem(key, values[key], error["type"], error.get("ctx") or {}),
                     f"give {key} as {_KINDS.get(key, 'a number')} within its range") from None  # fmt: skip
     return TraceJob(name, row.arrival_s, row.workers, row.gpus, row.model, row.batch_size, row.iterations,
-                    row.priority, row.time_limit_s, row.queue, row.accumulation_steps)  # fmt: skip
+                    row.priority, row.time_limit_s, row.queue, row.accumulation_steps, precision)  # fmt: skip
 
 
 _KINDS = {"arrival_s": "a number of seconds", "model": "a model name"}
@@ -192,8 +201,9 @@ def format_trace(jobs: Sequence[TraceJob]) -> str:
     limits = any(j.time_limit_s is not None for j in jobs)
     queues = any(j.queue is not None for j in jobs)
     summed = any(j.accumulation > 1 for j in jobs)
+    mixed = any(j.precision != "fp32" for j in jobs)
     writer.writerow((*COLUMNS, "priority", *(["time_limit_s"] if limits else []), *(["queue"] if queues else []),
-                     *(["accumulation_steps"] if summed else [])))  # fmt: skip
+                     *(["accumulation_steps"] if summed else []), *(["precision"] if mixed else [])))  # fmt: skip
     for j in jobs:
         row = [j.name, f"{j.arrival_s:.3f}", j.workers, j.gpus, j.model, j.batch_size, j.iterations, j.priority]
         if limits:
@@ -202,6 +212,8 @@ def format_trace(jobs: Sequence[TraceJob]) -> str:
             row.append(j.queue or "")
         if summed:
             row.append(j.accumulation)
+        if mixed:
+            row.append(j.precision)
         writer.writerow(row)
     return out.getvalue()
 

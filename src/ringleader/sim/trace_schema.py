@@ -34,4 +34,5 @@ class TraceRow(BaseModel):
     priority: Annotated[int, Field(ge=-PRIORITY_RANGE, lt=PRIORITY_RANGE)] = 0
     time_limit_s: Annotated[float, Field(ge=1, le=MAX_ARRIVAL_S, allow_inf_nan=False)] | None = None
     queue: str | None = None  # checked as a queue name by trace.py
+    precision: str | None = None  # checked as the model's precision by trace.py
     accumulation_steps: Annotated[int, Field(ge=1, le=MAX_BATCH)] = 1
