@@ -35,6 +35,8 @@ from ringleader.topology.node import NodeTopology
 _SERIAL = itertools.count()  # several sandboxes in one process get distinct interface names
 DAEMONS = ("slurmctld", "slurmd", "sbatch", "scontrol", "squeue", "scancel")
 NVIDIA_MAJOR = 195
+# What the steps a stopped slurmd left get between SIGTERM and SIGKILL (its KillWait below).
+STEPS_GRACE_S = 2.0
 
 
 def missing() -> str | None:
@@ -225,11 +227,7 @@ class Sandbox:
     def crash(self, node: str) -> None:
         """Every process of ``node`` (its slurmd, its steps, their ranks) killed at once, as when
         the machine dies: Slurm learns of it only when told, or when its pings time out."""
-        ns = self.namespaces[list(self.topologies).index(node)]
-        listed = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
-        for pid in listed.stdout.split():
-            with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
-                os.kill(int(pid), signal.SIGKILL)
+        _signal_namespace(self.namespaces[list(self.topologies).index(node)], signal.SIGKILL)
 
     def revive(self, node: str, timeout: float = 30.0) -> None:
         """``node``'s slurmd started again (after ``crash``), once the old one is gone."""
@@ -255,12 +253,32 @@ class Sandbox:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         self.procs.clear()
+        # A slurmstepd outlives its slurmd by design (a step survives a slurmd restart): the steps
+        # of jobs still running stay in their node's namespace, holding it and the logs, until told.
         for ns in self.namespaces:
+            _signal_namespace(ns, signal.SIGTERM)
+        deadline = time.monotonic() + STEPS_GRACE_S
+        while time.monotonic() < deadline and any(_namespace_pids(ns) for ns in self.namespaces):
+            time.sleep(0.1)
+        for ns in self.namespaces:
+            _signal_namespace(ns, signal.SIGKILL)
             subprocess.run(["ip", "netns", "delete", ns], capture_output=True)
         self.namespaces.clear()
         if self.bridge:
             subprocess.run(["ip", "link", "delete", self.bridge], capture_output=True)
             self.bridge = None
+
+
+def _namespace_pids(namespace: str) -> list[int]:
+    listed = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True)
+    return [int(pid) for pid in listed.stdout.split()]
+
+
+def _signal_namespace(namespace: str, sig: signal.Signals) -> None:
+    """``sig`` to every process in a node's network namespace."""
+    for pid in _namespace_pids(namespace):
+        with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+            os.kill(pid, sig)
 
 
 _SETHOST = "import os, socket, sys; socket.sethostname(sys.argv[1]); os.execvp(sys.argv[2], sys.argv[2:])"

@@ -1,0 +1,46 @@
+"""The Slurm sandbox the real-Slurm tests and `make demo` run on: stopped, it leaves nothing behind."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from engines.slurm.helpers import wait_for
+from ringleader.engines.slurm.sandbox import Sandbox, missing
+from ringleader.topology import preset
+
+pytestmark = pytest.mark.slow
+
+
+def test_stopping_the_sandbox_ends_the_steps_its_slurmd_left_running(tmp_path: Path) -> None:
+    """A slurmstepd outlives its slurmd by design (a step survives a slurmd restart): a job still
+    running when the sandbox stops must not stay behind, holding the node's namespace."""
+    why = missing()
+    if why:
+        pytest.skip(f"real-Slurm tests: {why}")
+    root = Path(tempfile.mkdtemp(prefix="rl-slurm-"))
+    try:
+        box = Sandbox.start(root, {"solo": preset("dgx1v")})
+        marker = tmp_path / "running"
+        script = tmp_path / "job.sh"
+        script.write_text(f"#!/bin/sh\necho $$ > {marker}\nexec sleep 600\n")
+        script.chmod(0o755)
+        subprocess.run(["sbatch", "--output=/dev/null", f"--chdir={tmp_path}", str(script)], env=box.env(),
+                       check=True, capture_output=True)  # fmt: skip
+        wait_for(lambda: marker.exists() and marker.read_text().strip(), 60, "the batch job to start")
+        namespace = box.namespaces[0]
+        left = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True).stdout.split()
+        assert len(left) >= 3  # slurmd, the job's slurmstepd and its shell
+        box.stop()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(os.path.exists(f"/proc/{pid}") for pid in left):
+            time.sleep(0.1)
+        assert [pid for pid in left if os.path.exists(f"/proc/{pid}")] == []
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
