@@ -57,15 +57,22 @@ def test_a_deepspeed_configuration_sets_what_its_flags_leave(tmp_path: Path) -> 
     (tmp_path / "auto.json").write_text(json.dumps({"train_micro_batch_size_per_gpu": "auto", "fp16": {
         "enabled": "auto"}, "gradient_accumulation_steps": "auto"}))  # fmt: skip
     deepspeed = ["deepspeed", "train.py", "--deepspeed", "--deepspeed_config", "ds.json", "--batch-size", "32"]
-    assert read_workload(deepspeed, str(tmp_path)) == Workload(16, "bf16", 8)
-    assert read_workload(["python", "train.py", "--deepspeed=ds.json"], str(tmp_path)) == Workload(16, "bf16", 8)
+    assert read_workload(deepspeed, str(tmp_path), 8) == Workload(16, "bf16", 8)
+    assert read_workload(["python", "train.py", "--deepspeed=ds.json"], str(tmp_path), 8) == Workload(16, "bf16", 8)
     trainer = ["torchrun", "train.py", "--deepspeed", "auto.json", "--per_device_train_batch_size", "4", "--fp16"]
-    assert read_workload(trainer, str(tmp_path)) == Workload(4, "fp16", 1)
+    assert read_workload(trainer, str(tmp_path), 8) == Workload(4, "fp16", 1)
+    # train_batch_size = micro-batch x accumulation x GPUs: DeepSpeed derives the one left out
+    for given, expected in (({"train_batch_size": 256}, Workload(32, "fp32", 1)),
+                            ({"train_batch_size": 256, "gradient_accumulation_steps": 4}, Workload(8, "fp32", 4)),
+                            ({"train_batch_size": 256, "train_micro_batch_size_per_gpu": 16}, Workload(16, "fp32", 2)),
+                            ({"train_batch_size": 4}, Workload(64, "fp32", 1))):  # fmt: skip
+        (tmp_path / "total.json").write_text(json.dumps(given))
+        assert read_workload(["python", "t.py", "--deepspeed_config=total.json"], str(tmp_path), 8) == expected, given
     # a file this machine does not have (only the image does), or that is not a configuration: the flags
     (tmp_path / "broken.json").write_text("{")
     (tmp_path / "list.json").write_text("[1]")
     for name in ("missing.json", "broken.json", "list.json"):
-        assert read_workload(["python", "t.py", "--deepspeed_config", name, "--fp16"], str(tmp_path)) == Workload(
+        assert read_workload(["python", "t.py", "--deepspeed_config", name, "--fp16"], str(tmp_path), 8) == Workload(
             64, "fp16")  # fmt: skip
 
 

@@ -85,17 +85,31 @@ def config_named(command: Sequence[str]) -> str | None:
     return named
 
 
-def workload_from_config(config: Mapping[str, Any], line: Workload) -> Workload:
-    """``line`` (what the command line says) with what a DeepSpeed configuration sets explicitly:
-    ``train_micro_batch_size_per_gpu``, ``gradient_accumulation_steps``, ``fp16``/``bf16``
-    (``bfloat16``) enabled. DeepSpeed trains with its configuration; the Trainer's "auto" leaves
-    a value to its flags. ``train_batch_size`` alone is not read: the micro-batch it implies
-    depends on how many GPUs the job gets."""
+def workload_from_config(config: Mapping[str, Any], line: Workload, world: int) -> Workload:
+    """``line`` (what the command line says) with what a DeepSpeed configuration sets explicitly
+    for a job of ``world`` data-parallel ranks (GPUs): ``train_micro_batch_size_per_gpu``,
+    ``gradient_accumulation_steps``, ``fp16``/``bf16`` (``bfloat16``) enabled, and what DeepSpeed
+    derives from ``train_batch_size`` (= micro-batch x accumulation x world) where one of the
+    other two is left out. DeepSpeed trains with its configuration; the Trainer's "auto" leaves a
+    value to its flags."""
+
+    def count(key: str) -> int | None:
+        value = config.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) and count_of(str(value)) else None
+
+    total, micro, steps = count("train_batch_size"), count("train_micro_batch_size_per_gpu"), count(
+        "gradient_accumulation_steps")  # fmt: skip
+    if steps is None:  # left out: DeepSpeed's 1 (or what the rest implies); "auto": the flags'
+        steps = line.accumulation if "gradient_accumulation_steps" in config else None
+    if total is not None and "train_micro_batch_size_per_gpu" not in config:
+        steps = steps or 1
+        micro = count_of(str(total // (world * steps)))
+    elif total is not None and micro is not None and "gradient_accumulation_steps" not in config:
+        steps = count_of(str(total // (micro * world)))
     work = line
-    micro, steps = config.get("train_micro_batch_size_per_gpu"), config.get("gradient_accumulation_steps")
-    if isinstance(micro, int) and not isinstance(micro, bool) and count_of(str(micro)):
+    if micro is not None:
         work = replace(work, batch_size=micro)
-    if isinstance(steps, int) and not isinstance(steps, bool) and count_of(str(steps)):
+    if steps is not None:
         work = replace(work, accumulation=steps)
     for section, precision in (("fp16", "fp16"), ("bf16", "bf16"), ("bfloat16", "bf16")):
         enabled = config.get(section, {}).get("enabled") if isinstance(config.get(section), dict) else None
@@ -104,11 +118,11 @@ def workload_from_config(config: Mapping[str, Any], line: Workload) -> Workload:
     return work
 
 
-def read_workload(command: Sequence[str], folder: str) -> Workload:
-    """What ``command`` trains at: its flags, and the DeepSpeed configuration it names, read from
-    ``folder`` (where its ranks start) when this machine has it. A configuration that cannot be
-    read, or is not a JSON object, leaves the flags' word: DeepSpeed itself reports it to the
-    ranks, and the file may be one only the job's image holds."""
+def read_workload(command: Sequence[str], folder: str, world: int) -> Workload:
+    """What ``command`` trains at on ``world`` GPUs: its flags, and the DeepSpeed configuration it
+    names, read from ``folder`` (where its ranks start) when this machine has it. A configuration
+    that cannot be read, or is not a JSON object, leaves the flags' word: DeepSpeed itself reports
+    it to the ranks, and the file may be one only the job's image holds."""
     line = workload_hints(command)
     named = config_named(command)
     if named is None:
@@ -122,7 +136,7 @@ def read_workload(command: Sequence[str], folder: str) -> Workload:
         config = json.loads(data) if len(data) <= CONFIG_BYTES else None
     except (OSError, ValueError, RecursionError):
         return line
-    return workload_from_config(config, line) if isinstance(config, dict) else line
+    return workload_from_config(config, line, world) if isinstance(config, dict) else line
 
 
 # What a job's command line says it runs: (a word it contains, the framework), first match wins.

@@ -185,7 +185,8 @@ def prepare_submit(spec: JobSpec, supports: Support, environ: Mapping[str, str] 
                          f"give the program alone (python train.py ...), or submit the {launcher} line with "
                          "`submit mpi`")  # fmt: skip
     if spec.model is not None and spec.workload is None:  # read once, where the ranks start
-        spec = dataclasses.replace(spec, workload=read_workload(spec.command, spec.workdir or os.getcwd()))
+        world = spec.workers * max(1, spec.gpus_per_worker)  # its data-parallel ranks
+        spec = dataclasses.replace(spec, workload=read_workload(spec.command, spec.workdir or os.getcwd(), world))
     return Submission(dataclasses.replace(spec, line=line), line, tuple(notes))
 
 
