@@ -213,3 +213,8 @@ def test_a_calibration_measured_with_another_framework_says_so(seeds_cli: Cli, t
     own = json.loads(seeds_cli.ok(*line, "--calibration", str(tmp_path / "tf.json"), "--", "python",
                                   "tf_cnn_benchmarks.py", "--batch_size=64"))["prediction"]  # fmt: skip
     assert "warnings" not in own
+    # the framework is the line's as written: submit rewrites a deepspeed line to the script alone
+    (script := tmp_path / "train.py").write_text("pass\n")
+    ds = json.loads(seeds_cli.ok(*line, "--calibration", str(tmp_path / "tf.json"), "--", "deepspeed", "--num_gpus",
+                                 "4", str(script)))["prediction"]  # fmt: skip
+    assert "TensorFlow 1.15, and this job runs PyTorch" in ds["warnings"][0]

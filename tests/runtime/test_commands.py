@@ -1,7 +1,8 @@
 """Users' command lines at submit: replaced with a note, refused with one line, or run as meant.
 
 Refusals go through the real `ringleader` entry point (exit 2, one line, the state database
-unchanged); the jobs are real: mpirun ranks, a horovodrun line run as mpirun, torchrun lines.
+unchanged); the jobs are real: mpirun ranks, a horovodrun line run as mpirun, torchrun and
+deepspeed lines.
 """
 
 from __future__ import annotations
@@ -82,6 +83,17 @@ REFUSED = {
     "torchrun-no-script": "torchrun --nproc-per-node 2",
     "torchrun-of-horovodrun": "torchrun --no-python horovodrun -np 2 train.py",
     "launch-count": "{py} -m torch.distributed.launch --nproc_per_node 3 train.py",
+    "deepspeed-count": "deepspeed --num_gpus 3 train.py",
+    "deepspeed-nodes-count": "deepspeed --num_nodes=2 --num_gpus=2 train.py",
+    "deepspeed-not-a-count": "deepspeed --num_gpus -1 train.py",
+    "deepspeed-elastic": "deepspeed --elastic_training --num_nodes 2 train.py",
+    "deepspeed-autotuning": "deepspeed --autotuning tune train.py",
+    "deepspeed-unknown": "deepspeed --no-such-option train.py",
+    "deepspeed-no-script": "deepspeed --num_gpus 2",
+    "deepspeed-module-no-python": "deepspeed --module --no_python pkg.train",
+    "mpirun-of-deepspeed": "mpirun -np 2 deepspeed train.py",
+    "torchrun-of-deepspeed": "torchrun --no-python deepspeed train.py",
+    "deepspeed-of-torchrun": "deepspeed --no_python torchrun train.py",
 }
 
 
@@ -213,6 +225,68 @@ def test_torchrun_lines_run_the_script_once_per_worker(small: Runtime, h, tmp_pa
         assert got["OMP_NUM_THREADS"] == "1"  # torchrun's default with several processes per node
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("line", "argv"),
+    [
+        ("deepspeed --num_gpus 2 --master_port 29999 --save_pid", ["--local_rank={local_rank}", "b"]),
+        ("deepspeed --hostfile hosts.txt --no_local_rank", ["b"]),
+    ],
+    ids=["local-rank", "no-local-rank"],
+)
+def test_deepspeed_lines_run_the_script_once_per_worker_as_its_launcher_would(
+    small: Runtime, h, tmp_path, monkeypatch, line, argv
+) -> None:
+    """DeepSpeed's launcher starts `python -u SCRIPT --local_rank=N ARGS` per GPU with torchrun's
+    variables: ringleader starts that once per worker, and never the launcher (here a deepspeed
+    that would fail the job if it ran)."""
+    rt = small
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "deepspeed").write_text(f"#!{PY}\nimport sys\nsys.exit('the launcher ran')\n")
+    (bin_dir / "deepspeed").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    script = tmp_path / "show.py"
+    script.write_text(SHOW + "\n")
+    rt.submit(h.spec("ds", [*shlex.split(line), str(script), "b"], workers=2, gpus=1))
+    note = rt.notes[-1]
+    assert note.startswith(f"note: deepspeed replaced: ringleader starts `{PY} -u {script}") and "(2 in all)" in note
+    assert ("--local_rank=N b`" in note) is ("--no_local_rank" not in line)
+    assert "taken from the placement" in note and line.split()[1] in note
+    if "--save_pid" in line:
+        assert note.endswith("ignored (a failed rank fails the job, logs are per instance): --save_pid")
+    view = rt.wait("ds", 120)
+    assert view.status is JobStatus.SUCCEEDED, view.events
+    assert [i.name for i in view.instances] == ["ds-worker-0", "ds-worker-1"]
+    for rank in range(2):
+        got = seen(rt.logs("ds", f"worker-{rank}"))
+        assert got["argv"] == [a.format(local_rank=got["LOCAL_RANK"]) for a in argv]
+        assert (got["RANK"], got["LOCAL_RANK"], got["WORLD_SIZE"]) == (str(rank), str(rank), "2")
+        assert got["OMP_NUM_THREADS"] is None  # deepspeed's launcher leaves it alone
+
+
+@pytest.mark.parametrize(("line", "words"), [
+    ("deepspeed --num_gpus 3 train.py", "deepspeed would start 3 process(es) (--num_nodes 1 x --num_gpus 3) but "
+                                        "--workers is 2"),
+    ("deepspeed --num_nodes=2 --num_gpus=2 train.py", "(--num_nodes 2 x --num_gpus 2)"),
+    ("deepspeed --num_gpus -1 train.py", "deepspeed --num_gpus -1 is not a count"),
+    ("deepspeed --elastic_training --num_nodes 2 train.py", "elastic deepspeed (--elastic_training)"),
+    ("deepspeed --autotuning tune train.py", "deepspeed --autotuning runs its own series of experiments"),
+    ("deepspeed --no-such-option train.py", "deepspeed option --no-such-option is not known to ringleader"),
+    ("deepspeed --num_gpus 2", "the deepspeed line names no training script"),
+    ("deepspeed --module --no_python pkg.train", "deepspeed --no_python and --module cannot go together"),
+    ("mpirun -np 2 deepspeed train.py", "mpirun would start one deepspeed per rank"),
+    ("deepspeed --no_python torchrun train.py", "deepspeed would start one torchrun per worker"),
+])  # fmt: skip
+def test_deepspeed_lines_are_refused_where_a_gang_cannot_run_them(line: str, words: str) -> None:
+    from ringleader.errors import UsageError
+
+    with pytest.raises(UsageError) as refused:
+        prepare(shlex.split(line), 2, {}, dict(os.environ), "ds")
+    assert words in refused.value.message
+
+
 def test_preparing_is_idempotent_and_keeps_the_line_as_written(monkeypatch, h) -> None:
     monkeypatch.setenv("FOO", "1")
     spec = h.spec("p", shlex.split(f"horovodrun -np 2 -H a:1,b:1 {PY} t.py"), workers=2, env={"FOO": "1"})
@@ -311,12 +385,13 @@ TOKENS = [
     "--nproc-per-node=2", "--nnodes", "1:2", "2:2", "auto", "--use-env", "--no-python", "--module",
     "--max-restarts", "--rdzv-endpoint=h:1", "--fusion-threshold-mb", "x", "--mpi-args", "--binding-args",
     "--gloo", "--network-interface", "eth0", "-p", "--tcp", "--hierarchical-allreduce", "train.py",
+    "deepspeed", "--num_gpus", "--num_nodes=2", "--no_local_rank", "--no_python", "--include", "-H",
 ]  # fmt: skip
 
 
 def test_any_line_is_prepared_or_refused_and_never_runs_a_launcher_per_rank() -> None:
     """Fuzzing: every line is either refused with a UsageError or prepared into a line that
-    prepares to itself and never starts one torchrun or horovodrun per worker."""
+    prepares to itself and never starts one torchrun, deepspeed or horovodrun per worker."""
     from hypothesis import given, settings
     from hypothesis import strategies as st
 

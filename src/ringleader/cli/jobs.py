@@ -328,8 +328,8 @@ class SubmitGroup(click.Group):
     ALIASES: ClassVar[dict[str, str]] = {"mpijob": "mpi", "mj": "mpi", "pytorchjob": "pytorch", "py": "pytorch"}
     OTHER_KINDS: ClassVar[dict[str, str]] = {
         "tfjob": "a TensorFlow program", "tf": "a TensorFlow program", "horovod": "a horovodrun line",
-        "horovodjob": "a horovodrun line", "etjob": "a horovodrun line", "deepspeedjob": "a deepspeed program",
-        "deepspeed": "a deepspeed program",
+        "horovodjob": "a horovodrun line", "etjob": "a horovodrun line", "deepspeedjob": "a deepspeed line",
+        "deepspeed": "a deepspeed line",
     }  # fmt: skip
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:

@@ -18,6 +18,8 @@ never dropped silently:
 - ``torchrun`` / ``python -m torch.distributed.run|launch``: ringleader already starts one
   process per worker with torchrun's variables, so the line becomes the script itself (run as
   torchrun would run it), its process counts checked against --workers.
+- ``deepspeed`` (DeepSpeed's launcher): the same, as its per-node launcher runs the script:
+  ``python -u SCRIPT --local_rank=N ARGS`` per worker, its hosts and counts from the placement.
 
 Engines then render the prepared line for their launchers; what they do with ``--image`` is
 theirs (``jobs.support``: podman or docker on the embedded engine, the pods' image on
@@ -142,6 +144,8 @@ LOCAL_RANK_ARG = (
     "import os, sys; line = sys.argv[2:]; line.insert(int(sys.argv[1]), '--local-rank=' + os.environ['LOCAL_RANK']); "
     "os.execvp(line[0], line)"
 )
+# DeepSpeed's launcher spells it --local_rank.
+DEEPSPEED_LOCAL_RANK_ARG = LOCAL_RANK_ARG.replace("'--local-rank='", "'--local_rank='")
 
 
 @dataclass
@@ -168,12 +172,13 @@ def prepare(command: Sequence[str], workers: int, env: Mapping[str, str], enviro
     launcher = _launcher(out.command)
     if launcher == "horovodrun":
         out.command = _horovodrun(out, workers, {} if in_image else environ, name)
-    elif launcher == "torchrun":
-        out.command = _torchrun(out, workers, environ, name, in_image)
-        inner = _launcher(out.command)
+    elif launcher in ("torchrun", "deepspeed"):
+        run = _torchrun if launcher == "torchrun" else _deepspeed
+        out.command = run(out, workers, environ, name, in_image)
+        inner = _launcher(_program_of(out.command))
         if inner is not None:  # e.g. torchrun --no-python horovodrun ...
-            raise UsageError(f"torchrun would start one {inner} per worker, {workers} {inner}s in all",
-                             f"submit the {inner} line without torchrun")  # fmt: skip
+            raise UsageError(f"{launcher} would start one {inner} per worker, {workers} {inner}s in all",
+                             f"submit the {inner} line without {launcher}")  # fmt: skip
     out.line = read_line(out.command)
     if out.line.mpirun:
         _mpirun(out, out.line, workers, environ, name, in_image)
@@ -281,11 +286,12 @@ _TORCH_MODULES = {"torch.distributed.run": "torchrun", "torch.distributed.launch
 
 
 def _launcher(argv: Sequence[str]) -> str | None:
-    """'horovodrun', 'torchrun' (also python -m torch.distributed.run|launch), 'mpirun' or None."""
+    """'horovodrun', 'torchrun' (also python -m torch.distributed.run|launch), 'deepspeed', 'mpirun'
+    or None."""
     if not argv:
         return None
     base = Path(argv[0]).name
-    if base == "horovodrun" or base == "torchrun" or is_mpirun(argv):
+    if base in ("horovodrun", "torchrun", "deepspeed") or is_mpirun(argv):
         return "mpirun" if is_mpirun(argv) else base
     return "torchrun" if _python_module(argv) in _TORCH_MODULES else None
 
@@ -544,10 +550,25 @@ def _torchrun(out: Prepared, workers: int, environ: Mapping[str, str], name: str
     replaced = [f"{t} {v}" if v is not None and "=" not in t else t for t, o, v in options
                 if o in _TORCH_REPLACED | _TORCH_REPLACED_FLAGS]  # fmt: skip
     ignored = [f"{t} {v}" if v is not None and "=" not in t else t for t, o, v in options if o in _TORCH_IGNORED]
+    out.notes.append(_replaced_note(what, run, workers, name, replaced, ignored))
+    return run
+
+
+def _program_of(run: list[str]) -> list[str]:
+    """The program a prepared torchrun or deepspeed line runs: itself, or what the --local-rank
+    helper execs."""
+    if run[1:2] == ["-c"] and run[2] in (LOCAL_RANK_ARG, DEEPSPEED_LOCAL_RANK_ARG):
+        return run[4:]
+    return run
+
+
+def _replaced_note(what: str, run: list[str], workers: int, name: str, replaced: list[str], ignored: list[str]) -> str:
+    """What a torchrun or deepspeed line became: the line each worker runs, and the launcher
+    options the placement replaced or ringleader ignores."""
     shown, per_rank = shlex.join(run), ""
-    if run[1:3] == ["-c", LOCAL_RANK_ARG]:  # shown as the rank runs it
-        shown_argv = run[4:]
-        shown_argv.insert(int(run[3]), "--local-rank=N")
+    if _program_of(run) is not run:  # shown as the rank runs it
+        shown_argv = _program_of(run)
+        shown_argv.insert(int(run[3]), "--local-rank=N" if run[2] == LOCAL_RANK_ARG else "--local_rank=N")
         shown, per_rank = shlex.join(shown_argv), " (N: the rank's LOCAL_RANK)"
     said = (f"note: {what} replaced: ringleader starts `{shown}`{per_rank} once per worker ({workers} in all) "
             "with torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)")  # fmt: skip
@@ -555,8 +576,7 @@ def _torchrun(out: Prepared, workers: int, environ: Mapping[str, str], name: str
         said += f"; {' '.join(replaced)} taken from the placement (see `ringleader get {name}`)"
     if ignored:
         said += f"; ignored (a failed rank fails the job, logs are per instance): {' '.join(ignored)}"
-    out.notes.append(said)
-    return run
+    return said
 
 
 def _check_counts(given: Mapping[str, str | None], workers: int, what: str) -> int:
@@ -587,10 +607,11 @@ def _check_counts(given: Mapping[str, str | None], workers: int, what: str) -> i
 
 
 def _torch_program(program: list[str], given: Mapping[str, str | None], environ: Mapping[str, str],
-                   python: list[str] | None, torchrun: str | None, local_rank_arg: bool) -> list[str]:  # fmt: skip
+                   python: list[str] | None, torchrun: str | None, local_rank_arg: bool,
+                   adds_local_rank: str = LOCAL_RANK_ARG) -> list[str]:  # fmt: skip
     """What torchrun would start per process: ``python -u [-m] SCRIPT ARGS`` or, with
     --no-python, the program itself; launch without --use-env adds --local-rank=N (per rank,
-    through LOCAL_RANK_ARG)."""
+    through ``adds_local_rank``: LOCAL_RANK_ARG, or DeepSpeed's spelling)."""
     script, args = program[0], program[1:]
     if "no-python" in given:
         if local_rank_arg:  # as torch.distributed.launch refuses it
@@ -604,8 +625,76 @@ def _torch_program(program: list[str], given: Mapping[str, str | None], environ:
         )
         run = [interpreter, "-u", *(["-m"] if "module" in given else []), script]
     if local_rank_arg:
-        return [run[0], "-c", LOCAL_RANK_ARG, str(len(run)), *run, *args]
+        return [run[0], "-c", adds_local_rank, str(len(run)), *run, *args]
     return [*run, *args]
+
+
+# -- deepspeed ------------------------------------------------------------------------------------
+
+# DeepSpeed's launcher (its runner's options): what the placement replaces, what does not apply to
+# a gang whose ranks ringleader starts and logs, and what a fixed-size gang cannot do.
+_DS_REPLACED = {"hostfile", "include", "exclude", "num-nodes", "num-gpus", "master-port", "master-addr", "launcher",
+                "launcher-args", "ssh-port"}  # fmt: skip
+_DS_REPLACED_FLAGS = {"force-multi", "no-ssh-check", "no-ssh"}
+_DS_IGNORED = {"enable-each-rank-log", "bind-core-list", "comment"}
+_DS_IGNORED_FLAGS = {"save-pid", "bind-cores-to-rank"}
+_DS_REFUSED = {"min-elastic-nodes", "max-elastic-nodes", "autotuning"}
+_DS_FLAGS = {"module", "no-python", "no-local-rank", "elastic-training", *_DS_REPLACED_FLAGS, *_DS_IGNORED_FLAGS}
+_DS_ALIASES = {"H": "hostfile", "i": "include", "e": "exclude", "num-accelerators": "num-gpus"}
+
+
+def _deepspeed(out: Prepared, workers: int, environ: Mapping[str, str], name: str, in_image: bool) -> list[str]:
+    """A deepspeed line as its per-node launcher runs the script on each rank."""
+    options, program = _options(out.command, _DS_REPLACED | _DS_IGNORED | _DS_REFUSED, _DS_FLAGS, _DS_ALIASES,
+                                "deepspeed")  # fmt: skip
+    if not program:
+        raise UsageError("the deepspeed line names no training script", "end it with the script, e.g. train.py")
+    given = {opt: value for _, opt, value in options}
+    for token, opt, _ in options:
+        if opt in ("elastic-training", "min-elastic-nodes", "max-elastic-nodes"):
+            raise UsageError(f"elastic deepspeed ({token}) is not supported: a gang has a fixed size",
+                             "drop the elastic options (ringleader starts --workers ranks)")  # fmt: skip
+        if opt == "autotuning":
+            raise UsageError("deepspeed --autotuning runs its own series of experiments, not one gang",
+                             "tune outside ringleader, then submit the tuned configuration without it")  # fmt: skip
+    _check_deepspeed_counts(given, workers)
+    launcher = IMAGE_PYTHON if in_image else out.command[0]  # in an image, the image's python3
+    if "no-python" in given and "module" in given:  # as deepspeed refuses them
+        raise UsageError("deepspeed --no_python and --module cannot go together", "drop one of them")
+    local_rank = "no-local-rank" not in given
+    if "no-python" in given and local_rank:
+        # deepspeed puts --local_rank=N after the program itself: a Python interpreter does it here
+        interpreter = _interpreter_of_torchrun(launcher, environ)
+        run = [interpreter, "-c", DEEPSPEED_LOCAL_RANK_ARG, "1", *program]
+    else:
+        run = _torch_program(program, given, environ, None, launcher, local_rank_arg=local_rank,
+                             adds_local_rank=DEEPSPEED_LOCAL_RANK_ARG)  # fmt: skip
+    replaced = [f"{t} {v}" if v is not None and "=" not in t else t for t, o, v in options
+                if o in _DS_REPLACED | _DS_REPLACED_FLAGS]  # fmt: skip
+    ignored = [f"{t} {v}" if v is not None and "=" not in t else t for t, o, v in options
+               if o in _DS_IGNORED | _DS_IGNORED_FLAGS]  # fmt: skip
+    out.notes.append(_replaced_note("deepspeed", run, workers, name, replaced, ignored))
+    return run
+
+
+def _check_deepspeed_counts(given: Mapping[str, str | None], workers: int) -> None:
+    """--num_nodes x --num_gpus must equal --workers where the line fixes both (without a
+    hostfile or host filter, deepspeed runs on this one node)."""
+    for opt in ("num-nodes", "num-gpus"):
+        value = given.get(opt)
+        if value is not None and not (value.isdigit() and int(value) > 0):
+            raise UsageError(f"deepspeed --{opt.replace('-', '_')} {value} is not a count", "give N > 0 or drop it")
+    nodes, gpus = given.get("num-nodes"), given.get("num-gpus")
+    on_hosts = any(k in given for k in ("hostfile", "include", "exclude"))
+    if gpus is None or (nodes is None and on_hosts):
+        return
+    total = int(nodes or 1) * int(gpus)
+    if total != workers:
+        raise UsageError(
+            f"deepspeed would start {total} process(es) (--num_nodes {nodes or 1} x --num_gpus {gpus}) "
+            f"but --workers is {workers}",
+            f"use --workers {total}, or drop --num_nodes/--num_gpus (ringleader starts one per worker)",
+        )
 
 
 IMAGE_PYTHON = "python3"  # found on the image's PATH

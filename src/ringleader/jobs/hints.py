@@ -142,7 +142,7 @@ def read_workload(command: Sequence[str], folder: str, world: int) -> Workload:
 # What a job's command line says it runs: (a word it contains, the framework), first match wins.
 _FRAMEWORK_WORDS = (
     ("tf_cnn_benchmarks", "TensorFlow (tf_cnn_benchmarks)"), ("tensorflow", "TensorFlow"),
-    ("torchrun", "PyTorch"), ("torch.distributed", "PyTorch"), ("mxnet", "MXNet"),
+    ("torchrun", "PyTorch"), ("torch.distributed", "PyTorch"), ("deepspeed", "PyTorch"), ("mxnet", "MXNet"),
     ("paddle", "PaddlePaddle"), ("oneflow", "OneFlow"),
 )  # fmt: skip
 

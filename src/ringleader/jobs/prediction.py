@@ -113,7 +113,7 @@ def predict_job(state: ClusterState, spec: JobSpec, placement: Placement) -> dic
         ratio = own.images_per_s / alt.images_per_s
         summary += f"; {other} placement would give {alt.images_per_s:.0f} ({ratio:.2f}x)"
     notes = [calibration_fabric_note(calibration, state.nodes), calibration_compute_note(calibration, own),
-             framework_note(calibration, own, spec.command)]  # fmt: skip
+             framework_note(calibration, own, spec.user_command or spec.command)]  # fmt: skip
     warnings = [n for n in notes if n]
     if warnings:
         out["warnings"] = warnings
