@@ -30,7 +30,7 @@ def test_workload_hints_read_tf_cnn_benchmarks_and_ringleader_flags() -> None:
 ])  # fmt: skip
 def test_workload_hints_read_gradient_accumulation(flags: list[str]) -> None:
     assert workload_hints(["python", "train.py", "--batch-size", "16", *flags]) == Workload(16, "fp32", 8)
-    for bad in ("0", "many", "-2"):
+    for bad in ("0", "many", "-2", "9" * 5000, "1" * 8):
         assert workload_hints(["python", "train.py", f"--gradient_accumulation_steps={bad}"]).accumulation == 1
 
 

@@ -287,6 +287,16 @@ def test_deepspeed_lines_are_refused_where_a_gang_cannot_run_them(line: str, wor
     assert words in refused.value.message
 
 
+@pytest.mark.parametrize("line", ["mpirun -np {n} python3 t.py", "horovodrun -np {n} python3 t.py",
+                                  "torchrun --nnodes {n} t.py", "torchrun --nproc-per-node={n} t.py",
+                                  "deepspeed --num_gpus {n} t.py"])  # fmt: skip
+def test_a_count_of_thousands_of_digits_is_refused_not_a_traceback(line: str) -> None:
+    from ringleader.errors import UsageError
+
+    with pytest.raises(UsageError):  # int() itself refuses more than 4,300 digits, with a ValueError
+        prepare(shlex.split(line.format(n="9" * 5000)), 2, {}, dict(os.environ), "j")
+
+
 def test_preparing_is_idempotent_and_keeps_the_line_as_written(monkeypatch, h) -> None:
     monkeypatch.setenv("FOO", "1")
     spec = h.spec("p", shlex.split(f"horovodrun -np 2 -H a:1,b:1 {PY} t.py"), workers=2, env={"FOO": "1"})
@@ -386,6 +396,7 @@ TOKENS = [
     "--max-restarts", "--rdzv-endpoint=h:1", "--fusion-threshold-mb", "x", "--mpi-args", "--binding-args",
     "--gloo", "--network-interface", "eth0", "-p", "--tcp", "--hierarchical-allreduce", "train.py",
     "deepspeed", "--num_gpus", "--num_nodes=2", "--no_local_rank", "--no_python", "--include", "-H",
+    "9" * 5000,  # more digits than int() takes
 ]  # fmt: skip
 
 

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ringleader.errors import UsageError
+from ringleader.jobs.hints import count_of
 from ringleader.jobs.line import (
     OWNED,
     CommandLine,
@@ -451,7 +452,7 @@ def _horovodrun(out: Prepared, workers: int, environ: Mapping[str, str], name: s
             raise UsageError(f"horovodrun {token} only prints and runs nothing", "run it directly, without ringleader")
         if opt == "num-proc":
             assert value is not None
-            if not value.isdigit() or int(value) != workers:
+            if count_of(value) != workers:
                 raise UsageError(f"horovodrun -np {value} disagrees with --workers {workers}",
                                  f"use -np {workers} or drop -np (ringleader sets it)")  # fmt: skip
         elif opt in ("hosts", "hostfile"):
@@ -588,9 +589,9 @@ def _check_counts(given: Mapping[str, str | None], workers: int, what: str) -> i
             raise UsageError(f"elastic {what} (--nnodes {nnodes}) is not supported: a gang has a fixed size",
                              "give --nnodes N, or drop it (ringleader takes the nodes from the placement)")  # fmt: skip
         nnodes = low
-    if nnodes is not None and not nnodes.isdigit():
+    if nnodes is not None and count_of(nnodes) is None:
         raise UsageError(f"{what} --nnodes {nnodes} is not a number", "give --nnodes N or drop it")
-    if nproc is not None and not nproc.isdigit():
+    if nproc is not None and count_of(nproc) is None:
         if nproc not in ("auto", "cpu", "gpu"):
             raise UsageError(f"{what} --nproc-per-node {nproc} is not a number", "give a number or drop it")
         return 2  # one per GPU or core: torchrun would count several
@@ -682,7 +683,7 @@ def _check_deepspeed_counts(given: Mapping[str, str | None], workers: int) -> No
     hostfile or host filter, deepspeed runs on this one node)."""
     for opt in ("num-nodes", "num-gpus"):
         value = given.get(opt)
-        if value is not None and not (value.isdigit() and int(value) > 0):
+        if value is not None and count_of(value) is None:
             raise UsageError(f"deepspeed --{opt.replace('-', '_')} {value} is not a count", "give N > 0 or drop it")
     nodes, gpus = given.get("num-nodes"), given.get("num-gpus")
     on_hosts = any(k in given for k in ("hostfile", "include", "exclude"))

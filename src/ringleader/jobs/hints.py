@@ -43,7 +43,8 @@ _LIGHTNING_PRECISIONS = {"16": "fp16", "16-mixed": "fp16", "bf16-mixed": "bf16",
 def count_of(text: str) -> int | None:
     """A batch or micro-batch count as written (a flag's value, an annotation): a whole number
     from 1 to 2**20, else None."""
-    return int(text) if text.isascii() and text.isdigit() and 0 < int(text) <= 1 << 20 else None
+    short = len(text) <= len(str(1 << 20))  # before int(): thousands of digits are refused by it, slowly
+    return int(text) if short and text.isascii() and text.isdigit() and 0 < int(text) <= 1 << 20 else None
 
 
 def workload_hints(command: Sequence[str]) -> Workload:

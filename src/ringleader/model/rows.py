@@ -47,7 +47,7 @@ def _positive(text: str, what: str) -> float:
 
 
 def _count(text: str, what: str) -> int:
-    if not (text.isascii() and text.isdigit() and int(text) >= 1):
+    if not (text.isascii() and text.isdigit() and len(text) <= 9 and int(text) >= 1):  # int() refuses 4,301 digits
         raise ValueError(f"{what} must be a whole number >= 1, got {text!r}")
     return int(text)
 

@@ -73,7 +73,7 @@ def parse_slurm_topology_conf(text: str, origin: str = "topology.conf") -> Netwo
 
 
 def _positive_int(text: str, where: str) -> int:
-    if not text.strip().isdigit() or int(text) < 1:
+    if not (text.strip().isascii() and text.strip().isdigit()) or len(text.strip()) > 9 or int(text) < 1:
         raise UsageError(f"{where}: block size {text!r} is not a positive number", "write e.g. BlockSizes=8,16,32")
     return int(text)
 
