@@ -548,11 +548,14 @@ def _torchrun(out: Prepared, workers: int, environ: Mapping[str, str], name: str
         torchrun = IMAGE_PYTHON  # the image's own interpreter: the submitter's torchrun is not there
     run = _torch_program(program, given, environ, python, torchrun,
                          local_rank_arg=kind == "launch" and "use-env" not in given)  # fmt: skip
-    replaced = [f"{t} {v}" if v is not None and "=" not in t else t for t, o, v in options
-                if o in _TORCH_REPLACED | _TORCH_REPLACED_FLAGS]  # fmt: skip
-    ignored = [f"{t} {v}" if v is not None and "=" not in t else t for t, o, v in options if o in _TORCH_IGNORED]
+    replaced, ignored = _written(options, _TORCH_REPLACED | _TORCH_REPLACED_FLAGS), _written(options, _TORCH_IGNORED)
     out.notes.append(_replaced_note(what, run, workers, name, replaced, ignored))
     return run
+
+
+def _written(options: Sequence[tuple[str, str, str | None]], names: set[str]) -> list[str]:
+    """The options of ``names`` as the line wrote them (``--opt value`` or ``--opt=value``)."""
+    return [f"{t} {v}" if v is not None and "=" not in t else t for t, o, v in options if o in names]
 
 
 def _program_of(run: list[str]) -> list[str]:
@@ -622,7 +625,7 @@ def _torch_program(program: list[str], given: Mapping[str, str | None], environ:
         run = [script]
     else:
         interpreter = environ.get("PYTHON_EXEC") or (
-            python[0] if python else _interpreter_of_torchrun(torchrun, environ)
+            python[0] if python else _interpreter_of_launcher(torchrun, environ)
         )
         run = [interpreter, "-u", *(["-m"] if "module" in given else []), script]
     if local_rank_arg:
@@ -665,15 +668,13 @@ def _deepspeed(out: Prepared, workers: int, environ: Mapping[str, str], name: st
     local_rank = "no-local-rank" not in given
     if "no-python" in given and local_rank:
         # deepspeed puts --local_rank=N after the program itself: a Python interpreter does it here
-        interpreter = _interpreter_of_torchrun(launcher, environ)
+        interpreter = _interpreter_of_launcher(launcher, environ)
         run = [interpreter, "-c", DEEPSPEED_LOCAL_RANK_ARG, "1", *program]
     else:
         run = _torch_program(program, given, environ, None, launcher, local_rank_arg=local_rank,
                              adds_local_rank=DEEPSPEED_LOCAL_RANK_ARG)  # fmt: skip
-    replaced = [f"{t} {v}" if v is not None and "=" not in t else t for t, o, v in options
-                if o in _DS_REPLACED | _DS_REPLACED_FLAGS]  # fmt: skip
-    ignored = [f"{t} {v}" if v is not None and "=" not in t else t for t, o, v in options
-               if o in _DS_IGNORED | _DS_IGNORED_FLAGS]  # fmt: skip
+    replaced = _written(options, _DS_REPLACED | _DS_REPLACED_FLAGS)
+    ignored = _written(options, _DS_IGNORED | _DS_IGNORED_FLAGS)
     out.notes.append(_replaced_note("deepspeed", run, workers, name, replaced, ignored))
     return run
 
@@ -701,7 +702,7 @@ def _check_deepspeed_counts(given: Mapping[str, str | None], workers: int) -> No
 IMAGE_PYTHON = "python3"  # found on the image's PATH
 
 
-def _interpreter_of_torchrun(torchrun: str | None, environ: Mapping[str, str]) -> str:
+def _interpreter_of_launcher(torchrun: str | None, environ: Mapping[str, str]) -> str:
     """The Python the torchrun the user named runs with (its script's #! line: a path is that
     file, a bare name the first on the submitter's PATH), as torchrun starts its ranks with
     sys.executable; else the first python3 on the PATH."""
