@@ -113,8 +113,8 @@ def workload_from_config(config: Mapping[str, Any], line: Workload, world: int) 
     if steps is not None:
         work = replace(work, accumulation=steps)
     for section, precision in (("fp16", "fp16"), ("bf16", "bf16"), ("bfloat16", "bf16")):
-        enabled = config.get(section, {}).get("enabled") if isinstance(config.get(section), dict) else None
-        if enabled is True:
+        given = config.get(section)
+        if isinstance(given, dict) and given.get("enabled") is True:
             work = replace(work, precision=precision)
     return work
 

@@ -1,8 +1,8 @@
 """Throughput predictions for a job's placement, shown by `get` and `submit --dry-run`.
 
 A job submitted with ``--model`` gets "predicted N images/s; <other policy> placement would give
-M" from ``ringleader.model``, at the per-GPU batch and precision its own command line names
-(``ringleader.jobs.hints``).
+M" from ``ringleader.model``, at the per-GPU batch, precision and gradient accumulation it
+trains at (``JobSpec.training_workload``: its flags and DeepSpeed configuration, ``jobs.hints``).
 """
 
 from __future__ import annotations
@@ -73,14 +73,14 @@ def predict_job(state: ClusterState, spec: JobSpec, placement: Placement) -> dic
     ``state`` (the cluster without this job). None when the job gave no model hint."""
     if not spec.model:
         return None
-    request = spec.request()
-    work = request.workload or Workload()
+    work = spec.training_workload()
     batch, precision = work.batch_size, work.precision
     out: dict[str, Any] = {"model": spec.model, "batch_size": batch, "precision": precision,
                            "accumulation": work.accumulation}  # fmt: skip
     if spec.gpus_per_worker == 0:
         return {**out, "error": "a CPU-only job: the model predicts GPU training"}
 
+    request = spec.request()
     other = "default" if spec.topology_aware else "topology"
     try:
         # the queue prices the job's placements with its calibration: so does what the user is shown
@@ -138,14 +138,14 @@ def queue_estimator(specs: Iterable[JobSpec]) -> Estimator | None:
 def run_time_from_steps(spec: JobSpec, state: ClusterState) -> tuple[JobSpec, str]:
     """``spec`` with its run time: its --steps times the model's step time on its best placement
     (the one ``place`` gives it on the cluster with every GPU free), for the batch and precision
-    its command line names, with its calibration if it has one; and the line that says so."""
+    it trains at (``JobSpec.training_workload``), with its calibration if it has one; and the line
+    that says so."""
     assert spec.steps is not None and spec.model is not None
     empty = state.all_free()
-    request = spec.request()
-    best = place(empty, request).placement
+    best = place(empty, spec.request()).placement
     if best is None:  # never fits: submit refuses it in its own words next
         return spec, ""
-    work = request.workload or Workload()
+    work = spec.training_workload()
     calibration = calibration_from_dict(spec.calibration) if spec.calibration is not None else None
     step = predict_placement(empty.by_name, best, spec.model, work.batch_size, work.precision, calibration=calibration,
                              accumulation=work.accumulation).step_time_s  # fmt: skip

@@ -65,7 +65,7 @@ class JobRequest:
     # assignment adds a node selector).
     queue: str | None = None
     gpu_types: frozenset[str] | None = None
-    # How its model trains (its command line's batch, precision and gradient accumulation), where
+    # How its model trains (the batch, precision and gradient accumulation its job names), where
     # the queue prices its placements (None: the estimator's batch 64 in fp32).
     workload: Workload | None = None
 

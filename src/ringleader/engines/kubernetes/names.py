@@ -77,8 +77,8 @@ RISK_ANNOTATION = f"{PREFIX}/risk"  # how "finish" weighs likely ranges: schedul
 # What prices a gang's placements where it weighs its start (--model, --calibration: the JSON
 # document `ringleader calibrate --out` writes, compact), read off its workers as the above.
 MODEL_ANNOTATION = f"{PREFIX}/model"
-# How the model trains (the job's command line's, jobs.hints): the per-GPU batch, the precision
-# and the micro-batches per optimizer step (gradient accumulation).
+# How the model trains (JobSpec.training_workload: its flags and DeepSpeed configuration): the
+# per-GPU batch, the precision and the micro-batches per optimizer step (gradient accumulation).
 BATCH_ANNOTATION = f"{PREFIX}/batch-size"
 PRECISION_ANNOTATION = f"{PREFIX}/precision"
 ACCUMULATION_ANNOTATION = f"{PREFIX}/accumulation-steps"
