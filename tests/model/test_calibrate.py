@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -16,7 +16,8 @@ from ringleader.model.fit import TrainPoint
 from ringleader.model.predict import ModelEstimator, likely_range
 from ringleader.model.rows import calibrate_files
 from ringleader.reference import reference
-from ringleader.scheduler.types import JobRequest, Placement, WorkerSlot
+from ringleader.scheduler.types import ClusterState, JobRequest, NodeState, Placement, WorkerSlot
+from ringleader.topology import NodeSpec, preset
 
 SIZES = [2**k for k in range(10, 29, 2)]  # 1 KiB .. 256 MiB
 
@@ -410,3 +411,35 @@ def test_a_version_1_file_reads_and_a_fit_keeps_its_framework(tmp_path):
     cal, _ = calibrate_files([write(tmp_path, "a.json", train_doc(64, 300.0)), write(tmp_path, "b.json", nhwc)])
     assert sorted((c.framework, c.batch_size, c.points) for c in cal.compute) == [
         ("PyTorch", 64, 1), ("PyTorch NHWC", 128, 1)]
+
+
+@dataclass(frozen=True)
+class LinkReadsCounted(Calibration):
+    """A calibration that notes each hop kind its link table is asked for."""
+
+    reads: list[str] = field(default_factory=list)
+
+    def link(self, kind: str, backend: str | None = None) -> LinkFit | None:
+        self.reads.append(kind)
+        return super().link(kind, backend)
+
+
+def test_a_prediction_reads_its_calibrations_link_table_once() -> None:
+    """Two DGX-1V nodes, 16 GPUs: dozens of GPU pairs and hops, each kind of link looked up once."""
+    links = {"NV1": LinkFit(20.0, 3.0), "NV2": LinkFit(40.0, 3.0), "SYS": LinkFit(4.0, 9.0),
+             "network": LinkFit(9.0, 30.0), "gloo/network": LinkFit(2.0, 60.0)}  # fmt: skip
+    cal = LinkReadsCounted(links=links)
+    state = ClusterState(tuple(NodeState(NodeSpec(n, preset("dgx1v"), 100.0)) for n in ("a", "b")))
+    placement = Placement("j", (WorkerSlot(0, "a", tuple(range(8))), WorkerSlot(1, "b", tuple(range(8)))))
+    pred = predict_placement(state.by_name, placement, "resnet50", 64, calibration=cal)
+    assert sorted(cal.reads) == ["NV1", "NV2", "SYS", "network"]
+    assert pred.allreduce.bottleneck is not None and pred.allreduce.bottleneck.gbs == pytest.approx(9.0)
+
+
+@pytest.mark.parametrize("backend", [None, "gloo", "nccl"])
+def test_the_link_table_a_backend_reads_is_its_link_lookups(backend: str | None) -> None:
+    links = {"network": LinkFit(9.0, 30.0), "gloo/network": LinkFit(2.0, 60.0), "nccl/NV1": LinkFit(20.0, 3.0),
+             "local": LinkFit(5.0, 7.0)}  # fmt: skip
+    cal = Calibration(links=links)
+    kinds = ["network", "NV1", "local", "SYS"]
+    assert cal.links_for(backend) == {k: fit for k in kinds if (fit := cal.link(k, backend)) is not None}

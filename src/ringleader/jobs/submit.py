@@ -101,7 +101,8 @@ def submit_job(engine: Provisioner, spec: JobSpec, dry_run: bool = False) -> Sub
     try:
         state: ClusterState | None = engine.snapshot()
     except ClusterUnread as unread:
-        state, decision = None, unplanned(spec.request(), unread.reason)
+        state = None
+        decision = unplanned(spec.request(), unread.reason)
     if state is not None:
         if spec.steps is not None and spec.run_time_s is None:
             spec, how = run_time_from_steps(spec, state)

@@ -97,6 +97,12 @@ class Calibration:
                 return matches[0]
         return None
 
+    def links_for(self, backend: str | None = None) -> dict[str, LinkFit]:
+        """The link table as ``backend`` reads it, resolved once: each hop kind's fit by
+        ``link``'s rule. A prediction reads this, not ``link`` once per hop it prices."""
+        kinds = {key.split("/")[-1] for key in self.links}
+        return {kind: fit for kind in sorted(kinds) if (fit := self.link(kind, backend)) is not None}
+
     def compute_fits(self, model: str, gpu_type: str, precision: str) -> list[ComputeFit]:
         return [
             fit for fit in self.compute

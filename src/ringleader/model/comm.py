@@ -28,9 +28,10 @@ import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from ringleader.errors import UsageError
-from ringleader.model.calibration import Calibration
+from ringleader.model.calibration import Calibration, LinkFit
 from ringleader.model.tables import gpu_specs, normalize_gpu_type
 from ringleader.reference import reference
 from ringleader.scheduler.framework import fabric_gbs
@@ -43,6 +44,10 @@ FABRICS = ("tcp", "roce", "infiniband", "efa")
 RING_ORDERS = ("nodes", "ranks")
 RANK_ORDER_BACKENDS = ("gloo", "mpi")
 _EXACT_RING_LIMIT = 10
+# No calibrated links: every hop priced from the topology and the published tables. A calibrated
+# prediction reads its calibration's link table once (``Calibration.links_for``) and hands the
+# hops that table, so pricing a placement never goes back to the calibration per hop.
+PUBLISHED: Mapping[str, LinkFit] = MappingProxyType({})
 
 
 @dataclass(frozen=True)
@@ -155,25 +160,24 @@ def _has_cycle(bw: tuple[tuple[float, ...], ...], level: float) -> bool:
     return walk(0, 1, 1)
 
 
-def _pair_gbs(topo: NodeTopology, a: int, b: int, cal: Calibration | None, backend: str | None) -> float:
-    fit = cal.link(str(topo.links[a][b]), backend) if cal else None
+def _pair_gbs(topo: NodeTopology, a: int, b: int, links: Mapping[str, LinkFit]) -> float:
+    fit = links.get(str(topo.links[a][b]))
     return fit.gbs if fit else topo.bandwidth_gbs[a][b]
 
 
-def intra_node_hop(
-    ns: NodeState, gpus: Sequence[int], cal: Calibration | None = None, backend: str | None = None
-) -> Hop | None:
-    """The ring hop inside one node for the job's GPUs there (None for fewer than two)."""
+def intra_node_hop(ns: NodeState, gpus: Sequence[int], links: Mapping[str, LinkFit] = PUBLISHED) -> Hop | None:
+    """The ring hop inside one node for the job's GPUs there (None for fewer than two);
+    ``links``: the calibrated fits by hop kind (``Calibration.links_for``)."""
     if len(gpus) < 2:
         return None
     topo = ns.spec.topology
     name = ns.name
-    if cal is not None:
-        whole = cal.link("local", backend) if ns.spec.emulated else cal.link("intra", backend)
-        if whole is not None:
-            return Hop("local" if ns.spec.emulated else "intra", whole.gbs, whole.latency_us, name)
+    whole_kind = "local" if ns.spec.emulated else "intra"
+    whole = links.get(whole_kind)
+    if whole is not None:
+        return Hop(whole_kind, whole.gbs, whole.latency_us, name)
     ids = tuple(sorted(gpus))
-    bw = tuple(tuple(0.0 if a == b else _pair_gbs(topo, a, b, cal, backend) for b in ids) for a in ids)
+    bw = tuple(tuple(0.0 if a == b else _pair_gbs(topo, a, b, links) for b in ids) for a in ids)
     ring = best_ring_gbs(bw)
     pairs = list(itertools.combinations(ids, 2))
     at_ring = [p for p in pairs if bw[ids.index(p[0])][ids.index(p[1])] == ring]
@@ -181,15 +185,15 @@ def intra_node_hop(
     kind = str(topo.links[a0][b0])
     nv = tuple(tuple(bw[i][j] if topo.links[a][b].is_nvlink else 0.0 for j, b in enumerate(ids))
                for i, a in enumerate(ids))  # fmt: skip
-    lat = max(_latency(topo.links[a][b], cal, backend) for a, b in itertools.combinations(ids, 2))
+    lat = max(_latency(topo.links[a][b], links) for a, b in itertools.combinations(ids, 2))
     where = f"{name} GPU{','.join(map(str, ids))}"
-    switch = nvswitch_gbs(topo, cal, backend)
+    switch = nvswitch_gbs(topo, links)
     if switch is not None:
         return Hop("NVSwitch", switch, lat, where)
     if best_ring_gbs(nv) > 0:
         aggregate = min(min(sum(row) for row in nv), nvlink_cap_gbs(topo))
         if aggregate > ring:
-            ring, kind = aggregate, f"NVLink x{round(aggregate / _per_link(cal, backend), 1):g}"
+            ring, kind = aggregate, f"NVLink x{round(aggregate / _per_link(links), 1):g}"
     return Hop(kind, ring, lat, where)
 
 
@@ -199,7 +203,7 @@ def nvlink_cap_gbs(topo: NodeTopology) -> float:
     return spec.nvlink_gbs if spec is not None and spec.nvlink_gbs > 0 else math.inf
 
 
-def nvswitch_gbs(topo: NodeTopology, cal: Calibration | None = None, backend: str | None = None) -> float | None:
+def nvswitch_gbs(topo: NodeTopology, links: Mapping[str, LinkFit] = PUBLISHED) -> float | None:
     """Per-GPU GB/s through NVSwitches, or None when the node has none: every pair shows the
     same NV# count c on 4+ GPUs and c links to each of the n-1 peers is more than a GPU has
     (18, NVLink 4) or its datasheet allows. Each GPU then gets c x 25 GB/s, whatever the set."""
@@ -211,7 +215,7 @@ def nvswitch_gbs(topo: NodeTopology, cal: Calibration | None = None, backend: st
     if len(counts) != 1 or 0 in counts:
         return None
     c = counts.pop()
-    per_link = _per_link(cal, backend)
+    per_link = _per_link(links)
     cap = nvlink_cap_gbs(topo)
     most = cap if math.isfinite(cap) else 18 * per_link
     if c * (n - 1) * per_link <= most:
@@ -219,13 +223,13 @@ def nvswitch_gbs(topo: NodeTopology, cal: Calibration | None = None, backend: st
     return min(c * per_link, cap)
 
 
-def _per_link(cal: Calibration | None, backend: str | None) -> float:
-    fit = cal.link("NV1", backend) if cal else None
+def _per_link(links: Mapping[str, LinkFit]) -> float:
+    fit = links.get("NV1")
     return fit.gbs if fit else float(reference()["links"]["nvlink_per_link_gbs"])
 
 
-def _latency(link: Link, cal: Calibration | None, backend: str | None) -> float:
-    fit = cal.link(str(link), backend) if cal else None
+def _latency(link: Link, links: Mapping[str, LinkFit]) -> float:
+    fit = links.get(str(link))
     return fit.latency_us if fit is not None else latency_us(link)
 
 
@@ -249,7 +253,7 @@ def nic_flows(placement: Placement, ring_order: str) -> int:
 
 def network_hop(
     nodes: Mapping[str, NodeState], placement: Placement, ring_order: str,
-    cal: Calibration | None = None, backend: str | None = None, efficiency: float | None = None,
+    links: Mapping[str, LinkFit] = PUBLISHED, efficiency: float | None = None,
     fabric: str | None = None, uplink_flows: Mapping[str, int] | None = None,
 ) -> Hop | None:  # fmt: skip
     """The inter-node hop: the slowest node's usable NIC bandwidth, shared by the ring's flows,
@@ -263,7 +267,7 @@ def network_hop(
         gbs = min(fabric_gbs(nodes[n]) for n in used)
         return Hop("nvlink-domain", gbs, latency_us(Link("NV", 1)), f"{' <-> '.join(used)} (NVLink domain {domain})")
     flows = nic_flows(placement, ring_order)
-    fit = cal.link("network", backend) if cal else None
+    fit = links.get("network")
     if fit is not None:
         gbs, lat, what = fit.gbs, fit.latency_us, "calibrated"
     else:
@@ -357,12 +361,13 @@ def placement_hops(
     missing = [n for n in placement.nodes if n not in nodes]
     if missing:
         raise UsageError(f"placement names unknown node {missing[0]!r}", f"use one of {', '.join(nodes)}")
+    links = calibration.links_for(backend) if calibration is not None else PUBLISHED  # read once
     hops = []
     for name in placement.nodes:
-        hop = intra_node_hop(nodes[name], placement.gpus_on(name), calibration, backend)
+        hop = intra_node_hop(nodes[name], placement.gpus_on(name), links)
         if hop is not None:
             hops.append(hop)
-    net = network_hop(nodes, placement, order, calibration, backend, network_efficiency, fabric, uplink_flows)
+    net = network_hop(nodes, placement, order, links, network_efficiency, fabric, uplink_flows)
     if net is not None:
         hops.append(net)
     return hops
