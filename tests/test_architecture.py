@@ -13,7 +13,7 @@ PACKAGE = SRC / "ringleader"
 
 # Lowest first: a unit may import only units of a lower layer, or its own.
 LAYERS: list[set[str]] = [
-    {"errors", "reference", "settings", "statefolder"},
+    {"clock", "errors", "reference", "settings", "statefolder"},
     {"inputs"},  # bounded, strict reading of input files: below every reader of one
     {"topology"},
     {"scheduler"},

@@ -19,9 +19,11 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from ringleader.clock import SYSTEM_CLOCK, Clock
 from ringleader.engines.embedded import store
 from ringleader.engines.embedded.containers import placed_nodes, remove_containers, resolve_image
 from ringleader.engines.embedded.hosts.launch import hosts_command, master_address, stop_options
@@ -75,6 +77,51 @@ NEVER_STARTED = "never started: its agent died during launch"
 GONE, OTHER = -1.0, -2.0
 
 
+class Phase(Enum):
+    """Where a supervised job is: ``Supervisor.run`` takes each phase's step, which says the
+    next; ``ALLOWED`` lists what may follow what."""
+
+    CLAIMING = "claiming"
+    """Being held for this agent: nothing of it started or adopted by this supervisor yet."""
+    COMPLETING = "completing"
+    """Adopted while its lost agent was starting it: the gang is completed, or what had
+    started is stopped so that the whole gang starts afresh."""
+    LAUNCHING = "launching"
+    """Its instances are being started (its image made present first)."""
+    RUNNING = "running"
+    """Its instances run, watched: the first failure or its time limit ends it."""
+    FAILING = "failing"
+    """An instance failed (the root cause): the others are stopped."""
+    TIMING_OUT = "timing out"
+    """It reached its time limit: every instance is stopped, and the job fails TIMEOUT."""
+    ENDED = "ended"
+    """Every instance ended: the job's end is recorded, its GPUs freed, the queue's pass run."""
+    STOPPING = "stopping"
+    """A delete or a preemption was asked for, or the job was forgotten or taken by another
+    agent: which of those it is, is read."""
+    REQUEUING = "requeuing"
+    """A preemption's stop: every process stopped, then the job back in the queue."""
+    FORGETTING = "forgetting"
+    """A delete's stop: every process stopped, then the job and its folders forgotten."""
+    RELEASED = "released"
+    """Nothing of the job is this supervisor's any more."""
+
+
+ALLOWED: dict[Phase, frozenset[Phase]] = {
+    Phase.CLAIMING: frozenset({Phase.COMPLETING, Phase.LAUNCHING, Phase.RUNNING, Phase.STOPPING, Phase.RELEASED}),
+    Phase.COMPLETING: frozenset({Phase.LAUNCHING, Phase.RUNNING, Phase.STOPPING}),
+    Phase.LAUNCHING: frozenset({Phase.RUNNING, Phase.STOPPING}),
+    Phase.RUNNING: frozenset({Phase.FAILING, Phase.TIMING_OUT, Phase.ENDED, Phase.STOPPING}),
+    Phase.FAILING: frozenset({Phase.ENDED, Phase.STOPPING}),
+    Phase.TIMING_OUT: frozenset({Phase.ENDED, Phase.STOPPING}),
+    Phase.ENDED: frozenset({Phase.RELEASED, Phase.STOPPING}),  # a delete that came before the end was recorded
+    Phase.STOPPING: frozenset({Phase.REQUEUING, Phase.FORGETTING, Phase.RELEASED}),
+    Phase.REQUEUING: frozenset({Phase.FORGETTING, Phase.RELEASED}),  # a delete that came during the preemption
+    Phase.FORGETTING: frozenset({Phase.RELEASED}),
+    Phase.RELEASED: frozenset(),
+}
+
+
 @dataclass
 class Watched:
     """One instance as the supervisor tracks it."""
@@ -102,35 +149,46 @@ class Watched:
 
 class Supervisor:
     """One job, for the agent (``holder``: its pid and start time). ``placed`` is called with
-    the jobs a scheduling pass placed, once committed: the agent starts them."""
+    the jobs a scheduling pass placed, once committed: the agent starts them. ``clock``: where
+    its time comes from (the agent's)."""
 
     def __init__(self, home: Path, job: str, holder: tuple[int, int | None],
-                 placed: Callable[[], None] = lambda: None) -> None:  # fmt: skip
+                 placed: Callable[[], None] = lambda: None, clock: Clock = SYSTEM_CLOCK) -> None:  # fmt: skip
         self.home, self.job = home, job
         self.me, self.me_start = holder
         self.placed = placed
+        self.clock = clock
         self.db, _ = store.Store.open(home, create=False)
+        self.phase = Phase.CLAIMING
+        self.passed = [Phase.CLAIMING]  # every phase it was in, in turn
         self.watched: list[Watched] = []
         self.root: Watched | None = None
-        self.adopted_at: float | None = None  # time.monotonic() when adopted from a lost agent
-        self.half_started = False  # adopted while its lost agent was starting it
+        self.adopted_at: float | None = None  # clock.monotonic() when adopted from a lost agent
         self.checked_at = 0.0  # when stop_request() last read the job
         self.stop_grace: float | None = None  # a delete's request: the grace its ranks get
-        self.preempting = False  # the stop is a preemption's: the job is requeued, not forgotten
+        self.preempting = False  # the stop asked for is a preemption's: the job is requeued, not forgotten
         self.restarts = 0  # times it was requeued before this run (RINGLEADER_RESTARTS)
         self.starting: Watched | None = None  # the instance being started, if Popen raises
         self.started_at: float | None = None  # when the job was placed (wall clock, as recorded)
         self.time_limit_s: float | None = None
         self.grace_s = 0.0  # the job's grace (JobSpec.grace_s), read at the claim
-        self.deadline: float | None = None  # time.monotonic() at which the time limit is reached
-        self.timed_out = False
+        self.deadline: float | None = None  # clock.monotonic() at which the time limit is reached
         self.spec: JobSpec | None = None
+        self.placement: dict[str, Any] = {}  # as stored with the job
         self.nodes: Sequence[NodeSpec] | None = None  # where the job's ranks run
         self.not_started: str | None = None  # why no rank could start (the image could not be had)
 
+    def enter(self, phase: Phase) -> None:
+        """Go on to ``phase``; one that may not follow the present one is a bug, said at once."""
+        if phase not in ALLOWED[self.phase]:
+            raise RuntimeError(f"job {self.job}: {phase.value} cannot follow {self.phase.value}")
+        self.phase = phase
+        self.passed.append(phase)
+
     def log(self, message: str) -> None:
         """A line in run/<job>/supervisor.log (never through a link; lost on a full disk)."""
-        line = f"{time.strftime('%Y-%m-%dT%H:%M:%S')} agent {self.me}: {message}\n"
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(self.clock.now()))
+        line = f"{stamp} agent {self.me}: {message}\n"
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
         with contextlib.suppress(OSError):
             fd = os.open(self.home / "run" / self.job / "supervisor.log", flags, 0o600)
@@ -144,21 +202,29 @@ class Supervisor:
         self.checked_at = 0.0
 
     # -- claim, launch, adopt -------------------------------------------------------------------
-    def claim(self) -> tuple[JobSpec, dict[str, Any], bool] | None:
-        """Hold the job for the agent; (spec, placement, whether its ranks may run already)."""
+    def claim(self) -> Phase:
+        """Hold the job for the agent (its spec and placement read); the phase that follows."""
         claimed = store.until_recorded(self.home, self._claim, self.log)
-        if claimed is not None:
-            spec, _, _ = claimed
-            self.time_limit_s = spec.time_limit_s
-            self.grace_s = spec.stop_grace()
-            if spec.time_limit_s is not None:
-                # The wall clock read once, for the time already run (an adopted job); from
-                # here on the limit runs on the monotonic clock, which no clock change moves.
-                ran = max(0.0, time.time() - float(self.started_at or time.time()))
-                self.deadline = time.monotonic() + max(0.0, spec.time_limit_s - ran)
-        return claimed
+        if claimed is None:
+            return Phase.RELEASED
+        spec, self.placement, launch = claimed
+        self.spec = spec
+        self.time_limit_s = spec.time_limit_s
+        self.grace_s = spec.stop_grace()
+        if spec.time_limit_s is not None:
+            # The wall clock read once, for the time already run (an adopted job); from
+            # here on the limit runs on the monotonic clock, which no clock change moves.
+            now = self.clock.now()
+            ran = max(0.0, now - float(self.started_at or now))
+            self.deadline = self.clock.monotonic() + max(0.0, spec.time_limit_s - ran)
+        if self.stop_grace is not None:
+            return Phase.STOPPING
+        if launch is None:  # nothing was started: its plan is written before any rank starts
+            return Phase.LAUNCHING
+        return Phase.COMPLETING if launch is Launch.STARTING else Phase.RUNNING
 
-    def _claim(self) -> tuple[JobSpec, dict[str, Any], bool] | None:
+    def _claim(self) -> tuple[JobSpec, dict[str, Any], Launch | None] | None:
+        """(spec, placement, how far its last agent had launched it; None: nothing started)."""
         self.watched.clear()  # a retried claim starts afresh
         with self.db.write() as conn:
             row = store.job_row(conn, self.job)
@@ -177,18 +243,18 @@ class Supervisor:
                 fields["launch"] = Launch.STARTING  # the intent, before any process exists
             store.update_job(conn, self.job, **fields)
             if launched:
-                self.adopted_at = time.monotonic()
-                self.half_started = launch is Launch.STARTING
+                self.adopted_at = self.clock.monotonic()
             if launched and lost != self.me:
                 said = f"agent pid {self.me} watches the job (its agent pid {lost} was lost)"
-                store.add_event(conn, self.job, "Adopted", said, time.time())
+                store.add_event(conn, self.job, "Adopted", said, self.clock.now())
             for inst in store.instances(conn, self.job):
                 self.watched.append(Watched(
                     inst["name"], inst["role"], state_path(self.home, self.job, inst["name"]),
                     InstanceStatus(inst["status"]), inst["pid"], inst["pid_start"], exit_code=inst["exit_code"],
                     started_at=inst["started_at"],
                 ))  # fmt: skip
-            return JobSpec.from_dict(json.loads(row["spec"])), json.loads(row["placement"]), launched
+            spec = JobSpec.from_dict(json.loads(row["spec"]))
+            return spec, json.loads(row["placement"]), launch if launched else None
 
     def targets(self, w: Watched) -> list[tuple[int, int]]:
         return instance_targets(self.home, self.job, w.name, w.pid, w.pid_start)
@@ -271,7 +337,7 @@ class Supervisor:
                 continue
             found = forked.get(int(w.name.rsplit("-", 1)[1]))
             if found is not None:  # started, not yet recorded: it is the one, adopted
-                w.pid, w.pid_start, w.started_at = found[0], found[1], time.time()
+                w.pid, w.pid_start, w.started_at = found[0], found[1], self.clock.now()
                 w.status, w.dirty = InstanceStatus.RUNNING, True
             else:
                 self._start(w.name, lines[w.name], spec)
@@ -288,8 +354,9 @@ class Supervisor:
         if why is None:
             return False
         self.not_started = why
+        now = self.clock.now()
         for w in self.watched:
-            self._end(w, None, time.time(), why)
+            self._end(w, None, now, why)
         return True
 
     def remove_containers(self) -> None:
@@ -310,14 +377,14 @@ class Supervisor:
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True, close_fds=True, cwd=spec.workdir, env=job_env(spec.submit_env),
         )  # fmt: skip
-        w.popen, w.pid, w.pid_start, w.started_at = popen, popen.pid, start_time(popen.pid), time.time()
+        w.popen, w.pid, w.pid_start, w.started_at = popen, popen.pid, start_time(popen.pid), self.clock.now()
         w.exit_fd = _exit_fd(popen.pid)
         w.status, w.dirty = InstanceStatus.RUNNING, True
         self.starting = None
 
     # -- watching ---------------------------------------------------------------------------------
     def observe(self) -> None:
-        now = time.time()
+        now = self.clock.now()
         launcher_done = all(w.done for w in self.watched if w.role == "launcher")
         has_launcher = any(w.role == "launcher" for w in self.watched)
         for w in self.watched:
@@ -364,7 +431,7 @@ class Supervisor:
         """Adopted while its ranks were being started, and long enough ago that a wrapper the
         lost agent started would have written its state file by now."""
         del now
-        return self.adopted_at is not None and time.monotonic() - self.adopted_at > START_GRACE_S
+        return self.adopted_at is not None and self.clock.monotonic() - self.adopted_at > START_GRACE_S
 
     def _end(self, w: Watched, code: int | None, ended: float, note: str) -> None:
         if code is not None and code < 0:  # killed by a signal: 128 + its number, as Kubernetes shows
@@ -405,7 +472,7 @@ class Supervisor:
         if not dirty and event is None:
             return self.stop_request() != GONE
         with self.db.write() as conn:
-            now = time.time()  # taken under the lock: the wait for it may be long
+            now = self.clock.now()  # taken under the lock: the wait for it may be long
             row = store.job_row(conn, self.job)
             if row is None or row["supervisor_pid"] != self.me:
                 return False
@@ -429,7 +496,7 @@ class Supervisor:
     def stop_request(self) -> float | None:
         """A read (no lock), at most once a second unless poked: the grace a delete asked for,
         GONE when the job was forgotten, None when neither."""
-        now = time.monotonic()
+        now = self.clock.monotonic()
         if now - self.checked_at < 1.0:
             return self.stop_grace
         self.checked_at = now
@@ -456,7 +523,7 @@ class Supervisor:
         self.observe()
         for w in self.watched:
             if not w.done and not any(alive(p, s) for p, s in self.targets(w)):
-                self._end(w, w.popen.poll() if w.popen else None, time.time(), why)
+                self._end(w, w.popen.poll() if w.popen else None, self.clock.now(), why)
 
     def wrappers(self) -> list[tuple[int, int]]:
         """Each running instance's wrapper (the launcher's and every local rank's), which stops
@@ -519,7 +586,7 @@ class Supervisor:
             row = store.job_row(conn, self.job)
             if row is None or row["launch"] != Launch.PREEMPTING.value:
                 return None
-            now = time.time()
+            now = self.clock.now()
             requeue_job(conn, self.job, now)
             return schedule_pass(conn, now)
 
@@ -529,30 +596,92 @@ class Supervisor:
             if row is None or row["launch"] != Launch.STOPPING.value:
                 return False
             store.delete_job(conn, self.job)
-            return bool(schedule_pass(conn, time.time()))
+            return bool(schedule_pass(conn, self.clock.now()))
 
-    def watch(self) -> bool:
-        """Until every instance ended (True) or a delete was requested (False)."""
-        stopping = False
+    # -- the phases' steps: each does its phase's work and says which phase follows ------------
+    def _launching(self) -> Phase:
+        try:
+            self.launch(self.spec_held(), self.placement)
+        except OSError as exc:
+            # The instance whose start raised is the root cause, not merely the first one.
+            self.root = self.starting or self.watched[0]
+            self._end(self.root, None, self.clock.now(), f"cannot start: {exc}")
+        return Phase.STOPPING if self.stop_grace is not None else Phase.RUNNING
+
+    def _completing(self) -> Phase:
+        runs = self.finish_half_start(self.spec_held(), self.placement)
+        if self.stop_grace is not None:
+            return Phase.STOPPING
+        return Phase.RUNNING if runs else Phase.LAUNCHING
+
+    def _running(self) -> Phase:
+        """Watched until the first failure, its time limit, its end or a stop asked for."""
         while True:
-            self.observe()
-            if self.root is None:
-                self.root = self.pick_root()
-            if not stopping and self.root is None and self.deadline is not None and time.monotonic() >= self.deadline:
-                self.timed_out = True
-            if (self.root or self.timed_out) and not stopping:
-                stopping = True
-                if self.root:
-                    why = f"stopped: {self.root.name} failed"
-                else:
-                    why = f"stopped: the job reached its time limit ({self._limit_text()})"
-                self.persist()
-                self.stop_others(why)
-            if self.stop_request() is not None or not self.persist():
-                return False
-            if all(w.done for w in self.watched):
-                return True
+            self._look()
+            if self.root is not None:
+                return Phase.FAILING
+            if self.deadline is not None and self.clock.monotonic() >= self.deadline:
+                return Phase.TIMING_OUT
+            if (after := self._over()) is not None:
+                return after
             self.pause()
+
+    def _stopping_the_rest(self) -> Phase:
+        """FAILING and TIMING_OUT: the instances still running stopped, then watched to the end."""
+        if self.phase is Phase.FAILING and self.root is not None:
+            why = f"stopped: {self.root.name} failed"
+        else:
+            why = f"stopped: the job reached its time limit ({self._limit_text()})"
+        self.persist()
+        self.stop_others(why)
+        while (after := self._over()) is None:
+            self.pause()
+            self._look()
+        return after
+
+    def _look(self) -> None:
+        self.observe()
+        if self.root is None:
+            self.root = self.pick_root()
+
+    def _over(self) -> Phase | None:
+        """STOPPING when a stop was asked for (or the job forgotten), ENDED when every instance
+        ended, else None: it runs on."""
+        if self.stop_request() is not None or not self.persist():
+            return Phase.STOPPING
+        if all(w.done for w in self.watched):
+            return Phase.ENDED
+        return None
+
+    def _ended(self) -> Phase:
+        if any(w.status is not InstanceStatus.SUCCEEDED for w in self.watched):
+            # A client that was stopped can leave its container's record (one that ended by
+            # itself removed it: --rm). Before the job is over: a `get` that says so finds none.
+            self.remove_containers()
+        return Phase.RELEASED if self.finalize() else Phase.STOPPING
+
+    def _stopping(self) -> Phase:
+        self.poke()
+        request = self.stop_request()
+        if request == OTHER:  # another agent's: it is never this one's to stop
+            return Phase.RELEASED
+        if self.preempting and request not in (None, GONE):
+            return Phase.REQUEUING
+        return Phase.FORGETTING
+
+    def _requeuing(self) -> Phase:
+        return Phase.RELEASED if self.requeue(self.stop_grace or 0.0) else Phase.FORGETTING
+
+    def _forgetting(self) -> Phase:
+        self.poke()
+        request = self.stop_request()  # a delete that came while it was being preempted
+        if request != OTHER:
+            self.forget(request or 0.0)
+        return Phase.RELEASED
+
+    def spec_held(self) -> JobSpec:
+        assert self.spec is not None, "a phase after CLAIMING holds the job's spec"
+        return self.spec
 
     def _limit_text(self) -> str:
         limit = self.time_limit_s or 0.0
@@ -580,7 +709,7 @@ class Supervisor:
 
     def _finalize(self) -> bool:
         with self.db.write() as conn:
-            now = time.time()  # taken under the lock: the wait for it may be long
+            now = self.clock.now()  # taken under the lock: the wait for it may be long
             row = store.job_row(conn, self.job)
             if row is None or row["supervisor_pid"] != self.me or row["status"] != JobStatus.RUNNING.value:
                 return True
@@ -592,7 +721,7 @@ class Supervisor:
             ended = max(e for e in ends if e is not None) if ends and None not in ends else None
             if self.not_started:
                 finish_job(conn, self.job, JobStatus.FAILED, self.not_started, now)
-            elif self.timed_out:  # first: ranks that exit 0 on SIGTERM still did not finish
+            elif Phase.TIMING_OUT in self.passed:  # first: ranks that exit 0 on SIGTERM still did not finish
                 grace = f"SIGTERM, then SIGKILL after {self.grace_s:g} s"
                 reason = f"TIMEOUT: reached its time limit of {self._limit_text()}; its processes were stopped "
                 reason += f"({grace})"
@@ -640,37 +769,14 @@ class Supervisor:
             self._close()
 
     def _run(self) -> None:
-        claimed = self.claim()
-        if claimed is None:
-            return
-        spec, placement, launched = claimed
-        self.spec = spec
-        if self.stop_grace is None and self.half_started:
-            launched = self.finish_half_start(spec, placement)
-        if self.stop_grace is None and not launched:
-            try:
-                self.launch(spec, placement)
-            except OSError as exc:
-                # The instance whose start raised is the root cause, not merely the first one.
-                self.root = self.starting or self.watched[0]
-                self._end(self.root, None, time.time(), f"cannot start: {exc}")
-        if self.stop_grace is None and self.watch():
-            if any(w.status is not InstanceStatus.SUCCEEDED for w in self.watched):
-                # A client that was stopped can leave its container's record (one that ended by
-                # itself removed it: --rm). Before the job is over: a `get` that says so finds none.
-                self.remove_containers()
-            if self.finalize():
-                return
-        self.poke()
-        request = self.stop_request()
-        if request == OTHER:  # another agent's: it is never this one's to stop
-            return
-        if self.preempting and request not in (None, GONE) and self.requeue(request or 0.0):
-            return
-        self.poke()
-        request = self.stop_request()  # a delete that came while it was being preempted
-        if request != OTHER:
-            self.forget(request or 0.0)
+        steps: dict[Phase, Callable[[], Phase]] = {
+            Phase.CLAIMING: self.claim, Phase.COMPLETING: self._completing, Phase.LAUNCHING: self._launching,
+            Phase.RUNNING: self._running, Phase.FAILING: self._stopping_the_rest,
+            Phase.TIMING_OUT: self._stopping_the_rest, Phase.ENDED: self._ended, Phase.STOPPING: self._stopping,
+            Phase.REQUEUING: self._requeuing, Phase.FORGETTING: self._forgetting,
+        }  # fmt: skip
+        while self.phase is not Phase.RELEASED:
+            self.enter(steps[self.phase]())
 
     def _close(self) -> None:
         for w in self.watched:
