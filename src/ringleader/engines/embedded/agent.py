@@ -36,6 +36,7 @@ import time
 import traceback
 from pathlib import Path
 
+from ringleader.clock import SYSTEM_CLOCK, Clock
 from ringleader.engines.embedded import store
 from ringleader.engines.embedded.agentctl import (
     BEAT,
@@ -72,17 +73,18 @@ def _log(message: str) -> None:
 
 
 class Agent:
-    """Serves the folder while it holds ``lock``."""
+    """Serves the folder while it holds ``lock``, on ``clock``'s time."""
 
-    def __init__(self, home: Path, lock: int) -> None:
+    def __init__(self, home: Path, lock: int, clock: Clock = SYSTEM_CLOCK) -> None:
         self.home, self.lock = home, lock
+        self.clock = clock  # its own and every job supervisor's
         self.me, self.me_start = os.getpid(), start_time(os.getpid())
         self.jobs: dict[str, tuple[threading.Thread, Supervisor | None]] = {}
         self.failed_at: dict[str, tuple[float, int]] = {}  # a job whose thread raised: when, how often
         self.leaving = False
         self.wake_fd = -1
         self.standby_checked_at = 0.0
-        self.waits_checked_at = time.monotonic()  # the first look a tick after it starts serving
+        self.waits_checked_at = self.clock.monotonic()  # the first look a tick after it starts serving
         # At once: the beat file must name the holder of the lock from its first moment.
         Heartbeat(self.home / "run" / BEAT, self.me, self.me_start).start()
 
@@ -101,8 +103,8 @@ class Agent:
                 idle_since = None
                 self._keep_standby()
             elif idle_since is None:
-                idle_since = time.monotonic()
-            elif time.monotonic() - idle_since >= IDLE_EXIT_S and self._may_leave():
+                idle_since = self.clock.monotonic()
+            elif self.clock.monotonic() - idle_since >= IDLE_EXIT_S and self._may_leave():
                 return 0
             self._wait(TICK_S)
         # Signalled: the ranks run on, and the standby (or the next command's agent) adopts them.
@@ -172,7 +174,7 @@ class Agent:
                 del self.jobs[name]
         for name in jobs:
             at, failures = self.failed_at.get(name, (0.0, 0))
-            if name in self.jobs or (failures and time.monotonic() - at < min(60.0, RETRY_S * failures)):
+            if name in self.jobs or (failures and self.clock.monotonic() - at < min(60.0, RETRY_S * failures)):
                 continue
             thread = threading.Thread(target=self._job, args=(name,), name=f"job-{name}", daemon=True)
             self.jobs[name] = (thread, None)
@@ -180,12 +182,12 @@ class Agent:
 
     def _job(self, name: str) -> None:
         try:
-            sup = Supervisor(self.home, name, (self.me, self.me_start), placed=self._self_wake)
+            sup = Supervisor(self.home, name, (self.me, self.me_start), placed=self._self_wake, clock=self.clock)
             self.jobs[name] = (self.jobs[name][0], sup)
             sup.run()
         except Exception as exc:  # said in the log; the job gets another thread, or is failed
             failures = self.failed_at.get(name, (0.0, 0))[1] + 1
-            self.failed_at[name] = (time.monotonic(), failures)
+            self.failed_at[name] = (self.clock.monotonic(), failures)
             _log(f"job {name}: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
             if failures >= MAX_FAILURES:
                 self._give_up(name, f"{type(exc).__name__}: {exc}")
@@ -206,8 +208,9 @@ class Agent:
                     row = store.job_row(conn, name)
                     if row is not None and row["status"] == JobStatus.RUNNING.value:
                         reason = f"the agent could not supervise it ({why}); its processes were stopped"
-                        finish_job(conn, name, JobStatus.FAILED, reason, time.time())
-                        schedule_pass(conn, time.time())
+                        now = self.clock.now()
+                        finish_job(conn, name, JobStatus.FAILED, reason, now)
+                        schedule_pass(conn, now)
             finally:
                 db.close()
         except (RingleaderError, sqlite3.Error, OSError) as exc:
@@ -217,17 +220,17 @@ class Agent:
         """The queue's pass once a job waiting for better GPUs reaches its longest wait: no end
         of a job prompts it then. Read once a tick (not on every wake: a job's start wakes the
         agent several times); a busy or full state waits for the next."""
-        if time.monotonic() - self.waits_checked_at < TICK_S:
+        if self.clock.monotonic() - self.waits_checked_at < TICK_S:
             return
-        self.waits_checked_at = time.monotonic()
+        self.waits_checked_at = self.clock.monotonic()
         try:
             db, _ = store.Store.open(self.home, create=False, reserve=False)
             try:
                 with db.read() as conn:
-                    if not waits_over(conn, time.time()):
+                    if not waits_over(conn, self.clock.now()):
                         return
                 with db.write() as conn:
-                    placed = schedule_pass(conn, time.time())
+                    placed = schedule_pass(conn, self.clock.now())
             finally:
                 db.close()
         except (RingleaderError, sqlite3.Error, OSError) as exc:
@@ -239,9 +242,9 @@ class Agent:
     def _keep_standby(self) -> None:
         """One standby while jobs run: started when none holds the standby lock (one that stopped
         beating is killed first); checked once a tick."""
-        if time.monotonic() - self.standby_checked_at < TICK_S:
+        if self.clock.monotonic() - self.standby_checked_at < TICK_S:
             return
-        self.standby_checked_at = time.monotonic()
+        self.standby_checked_at = self.clock.monotonic()
         try:
             lock = open_lock(self.home, STANDBY_LOCK)
         except OSError:
@@ -265,7 +268,7 @@ class Agent:
         return not try_lock(self.lock)  # taken meanwhile: that agent serves
 
 
-def standby(home: Path) -> int:
+def standby(home: Path, clock: Clock = SYSTEM_CLOCK) -> int:
     """Wait for the lock; kill a holder that stopped beating; then serve."""
     mine = open_lock(home, STANDBY_LOCK)
     if not try_lock(mine):
@@ -274,14 +277,14 @@ def standby(home: Path) -> int:
     lock = open_lock(home, LOCK)
     checked_at = 0.0
     while not try_lock(lock):
-        if time.monotonic() - checked_at >= TICK_S:
-            checked_at = time.monotonic()
+        if clock.monotonic() - checked_at >= TICK_S:
+            checked_at = clock.monotonic()
             if kill_if_stuck(home, BEAT, lock):
                 break
             if not (home / store.DB_NAME).exists():
                 return 0
         time.sleep(TAKE_OVER_POLL_S)
-    serving = Agent(home, lock)
+    serving = Agent(home, lock, clock)
     beat.stop()
     os.close(mine)  # the next standby may start
     _log("took over the folder")

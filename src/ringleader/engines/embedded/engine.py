@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ringleader import settings
+from ringleader.clock import SYSTEM_CLOCK, Clock
 from ringleader.engines.embedded import agentctl, store
 from ringleader.engines.embedded.faults import crash_point
 from ringleader.engines.embedded.hosts import netns
@@ -76,9 +77,10 @@ __all__ = ["JobSpec", "JobView", "Runtime", "SubmitResult", "open_embedded"]
 class Runtime:
     """The local runtime over ``<home>/state.db``. Reads never create the database."""
 
-    def __init__(self, home: Path, db: store.Store) -> None:
+    def __init__(self, home: Path, db: store.Store, clock: Clock = SYSTEM_CLOCK) -> None:
         self.home = home
         self.db = db
+        self.clock = clock  # where its times come from: what it records, and how long it waits
         self.notes: list[str] = []  # one-line notes for the user (e.g. "no GPUs found")
 
     supports = Support("embedded", image="podman or docker on this host", cluster_file=True, node_labels=True,
@@ -88,14 +90,14 @@ class Runtime:
                        more_room="declare bigger nodes (`ringleader cluster apply`)")  # fmt: skip
 
     @classmethod
-    def open(cls, home: str | Path | None = None, readonly: bool = False) -> Runtime:
+    def open(cls, home: str | Path | None = None, readonly: bool = False, clock: Clock = SYSTEM_CLOCK) -> Runtime:
         """Open the state, and start the folder's agent if jobs run and none serves them (it was
         killed or stopped); ``readonly`` (shell completion) has no side effect at all: no agent
-        started, no GPU discovery."""
+        started, no GPU discovery. ``clock``: where its times come from."""
         # Absolute: the agent and ranks start in their own working directories.
         path = (Path(home) if home is not None else store.default_home()).absolute()
         db, _ = store.Store.open(path, create=False)
-        rt = cls(path, db)
+        rt = cls(path, db, clock)
         if readonly:
             return rt
         if db.read_only:  # a read-only file system: show what is there, change nothing
@@ -152,7 +154,7 @@ class Runtime:
             freed = store.orphan_allocations(conn)
             store.free_orphans(conn)
             if freed:
-                schedule_pass(conn, time.time())
+                schedule_pass(conn, self.clock.now())
         self._wake()
         held: dict[str, list[str]] = {}
         for row in freed:
@@ -179,7 +181,7 @@ class Runtime:
         declared = discover_hosts(declared)
         db = self._writable()
         with db.write() as conn:
-            now = time.time()  # taken under the lock: the wait for it may be long
+            now = self.clock.now()  # taken under the lock: the wait for it may be long
             nodes = merge_declared(store.get_nodes(conn), declared)
             problem = shrinking(store.cluster_state(conn), nodes)
             if problem:
@@ -228,7 +230,7 @@ class Runtime:
                         kept = [local_node()[0]]
                         store.set_meta(conn, "cluster", "local")
                     store.replace_nodes(conn, kept)
-                    self._note_never_runs(schedule_pass_decisions(conn, time.time()))
+                    self._note_never_runs(schedule_pass_decisions(conn, self.clock.now()))
         return removed
 
     def label_node(self, node: str, key: str, value: str | None, overwrite: bool = False) -> None:
@@ -238,7 +240,7 @@ class Runtime:
         with db.write() as conn:
             nodes = label_node(store.get_nodes(conn), node, key, value, overwrite)
             store.replace_nodes(conn, nodes)
-            schedule_pass(conn, time.time())
+            schedule_pass(conn, self.clock.now())
         self._wake()
 
     def nodes(self) -> ClusterState:
@@ -260,7 +262,7 @@ class Runtime:
         """Place no new job on ``node`` (what runs there runs on), with the reason `top node` shows."""
         self._known_node(node)
         with self._writable().write() as conn:
-            store.cordon(conn, node, reason, time.time())
+            store.cordon(conn, node, reason, self.clock.now())
 
     def uncordon_node(self, node: str) -> None:
         """End a cordon, forget the faults blamed on ``node``, and run the queue's pass."""
@@ -268,7 +270,7 @@ class Runtime:
         with self._writable().write() as conn:
             if not store.uncordon(conn, node):
                 raise ConflictError(f"node {node!r} is not cordoned", "see `ringleader top node`")
-            schedule_pass(conn, time.time())
+            schedule_pass(conn, self.clock.now())
         self._wake()
 
     def _known_node(self, node: str) -> None:
@@ -323,7 +325,7 @@ class Runtime:
         if spec.image is None:  # checked for a job that will run, not for a plan (--dry-run)
             check_script(sub.line.program, spec.workdir)
         with self._writable().write() as conn:
-            now = time.time()  # taken under the lock: the wait for it may be long
+            now = self.clock.now()  # taken under the lock: the wait for it may be long
             if store.job_row(conn, spec.name) is not None:
                 raise duplicate(spec.name, self.supports)
             check_queue_exists(store.queues(conn), spec.queue)
@@ -357,8 +359,8 @@ class Runtime:
             if not overwrite and any(q.name == queue.name for q in kept):
                 fix = f"give --overwrite to change it, or `ringleader queue delete {queue.name}`"
                 raise ConflictError(f"queue {queue.name!r} already exists", fix)
-            store.put_queue(conn, queue, time.time())
-            schedule_pass(conn, time.time())
+            store.put_queue(conn, queue, self.clock.now())
+            schedule_pass(conn, self.clock.now())
         self._wake()
 
     def delete_queue(self, name: str) -> None:
@@ -377,7 +379,7 @@ class Runtime:
         """Every queue with its quota, what its running jobs hold and borrow, its jobs and its
         fair share (the default queue, of jobs without --queue, last)."""
         with self.db.read() as conn:
-            now = time.time()
+            now = self.clock.now()
             kept = store.queues(conn)
             teams = team_queues(conn, store.cluster_state(conn), now)
             counts: dict[str, list[int]] = {}
@@ -465,7 +467,7 @@ class Runtime:
         def request() -> list[str]:
             stopping = []
             with db.write() as conn:
-                at = time.time()
+                at = self.clock.now()
                 for name in names:
                     row = store.job_row(conn, name)
                     if row is None:
@@ -497,26 +499,26 @@ class Runtime:
         """Wait while the agent stops the jobs and forgets them, waking it (or a new one) every
         second; bounded, so a folder whose agent cannot start says so."""
         bound = grace + 2 * lease_seconds() + 60.0
-        deadline = time.monotonic() + bound
+        deadline = self.clock.monotonic() + bound
         woken = 0.0
         while True:
             with self.db.read() as conn:
                 left = [n for n in names if store.job_row(conn, n) is not None]
             if not left:
                 return
-            if time.monotonic() > deadline:
+            if self.clock.monotonic() > deadline:
                 raise StateError(
                     f"job {left[0]!r} is being stopped, and the folder's agent has not finished it in {bound:g} s",
                     f"see {self.home / 'run' / agentctl.LOG}; `ringleader get {left[0]}` shows when it is gone",
                 )
-            if time.monotonic() - woken >= 1.0:
+            if self.clock.monotonic() - woken >= 1.0:
                 self._wake(needed=lambda: True)
-                woken = time.monotonic()
+                woken = self.clock.monotonic()
             time.sleep(0.05)
 
     def prune(self, since_seconds: float) -> list[str]:
         """Delete finished jobs that ended more than ``since_seconds`` ago."""
-        cutoff = time.time() - since_seconds
+        cutoff = self.clock.now() - since_seconds
         old = [v.name for v in self.list_jobs() if v.status.is_terminal() and (v.ended_at or 0) < cutoff]
         return self.delete(old) if old else []
 
