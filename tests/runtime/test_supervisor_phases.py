@@ -1,6 +1,7 @@
 """The supervisor's phases: one table says what may follow what, and a supervised job goes through
 them in that order. Real state folder and real processes; the supervisor runs in this process
-(no agent is started) on a clock the test moves, so a time limit is reached without waiting."""
+(no agent is started) on a clock the test moves, so a time limit is reached without waiting.
+The engine dates what it records by the same kind of clock."""
 
 from __future__ import annotations
 
@@ -109,3 +110,18 @@ def test_a_time_limit_is_reached_when_the_clock_says_so(unattended: Runtime, h, 
                           Phase.RELEASED]  # fmt: skip
     job = unattended.get("t")
     assert job.status is JobStatus.FAILED and job.reason is not None and job.reason.startswith("TIMEOUT")
+
+
+def test_the_engine_dates_a_submit_and_its_pass_by_its_clock(home, monkeypatch: pytest.MonkeyPatch, h) -> None:
+    monkeypatch.setattr(Runtime, "_wake", lambda self, needed=None: None)
+    clock = ManualClock(2_000_000.0)
+    rt = Runtime.open(home, clock=clock)
+    try:
+        rt.apply_cluster(h.EXAMPLES / "seeds-cluster.yaml")
+        clock.advance(30.0)
+        rt.submit(h.spec("dated", h.py("pass")))
+        job = rt.get("dated")
+        assert job.created_at == 2_000_030.0 and job.started_at == 2_000_030.0  # placed by the submit's pass
+        assert {e.kind: e.at for e in job.events}["Submitted"] == 2_000_030.0
+    finally:
+        rt.close()
