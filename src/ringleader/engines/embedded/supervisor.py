@@ -5,6 +5,8 @@ rank state files, pids with start times), watches them, fails the job on the fir
 (earliest failure = root cause; siblings get SIGTERM, then SIGKILL after a grace period), stops
 it at its time limit, frees the GPUs and runs a scheduling pass. A delete requested meanwhile
 (``Launch.STOPPING``) stops every process with the grace asked for and forgets the job.
+
+Its progress is one ``Phase`` at a time; ``ALLOWED`` is the table of what may follow what.
 """
 
 from __future__ import annotations
