@@ -45,8 +45,8 @@ RING_ORDERS = ("nodes", "ranks")
 RANK_ORDER_BACKENDS = ("gloo", "mpi")
 _EXACT_RING_LIMIT = 10
 # No calibrated links: every hop priced from the topology and the published tables. A calibrated
-# prediction reads its calibration's link table once (``Calibration.links_for``) and hands the
-# hops that table, so pricing a placement never goes back to the calibration per hop.
+# prediction reads its calibration's link table once (``Calibration.links_for``, resolved with the
+# job's other pricing inputs in ``predict.Pricing``) and hands the hops that table.
 PUBLISHED: Mapping[str, LinkFit] = MappingProxyType({})
 
 
@@ -351,17 +351,18 @@ def tree_time_s(n: int, nbytes: float, gbs: float, lat_us: float) -> float:
 
 def placement_hops(
     nodes: Mapping[str, NodeState], placement: Placement, *, backend: str | None = None,
-    ring_order: str | None = None, calibration: Calibration | None = None,
+    ring_order: str | None = None, links: Mapping[str, LinkFit] = PUBLISHED,
     network_efficiency: float | None = None, fabric: str | None = None,
     uplink_flows: Mapping[str, int] | None = None,
 ) -> list[Hop]:  # fmt: skip
+    """The hops of ``placement``'s allreduce; ``links``: the calibrated fits by hop kind, as
+    ``Calibration.links_for(backend)`` resolves them (PUBLISHED: none)."""
     order = ring_order or ("ranks" if backend in RANK_ORDER_BACKENDS else "nodes")
     if order not in RING_ORDERS:
         raise UsageError(f"unknown ring order {order!r}", f"use one of {', '.join(RING_ORDERS)}")
     missing = [n for n in placement.nodes if n not in nodes]
     if missing:
         raise UsageError(f"placement names unknown node {missing[0]!r}", f"use one of {', '.join(nodes)}")
-    links = calibration.links_for(backend) if calibration is not None else PUBLISHED  # read once
     hops = []
     for name in placement.nodes:
         hop = intra_node_hop(nodes[name], placement.gpus_on(name), links)
@@ -397,14 +398,14 @@ def hierarchical_time_s(placement: Placement, nbytes: float, hops: Sequence[Hop]
 def allreduce_cost(
     nodes: Mapping[str, NodeState], placement: Placement, nbytes: float, *,
     algorithm: str = "auto", backend: str | None = None, ring_order: str | None = None,
-    calibration: Calibration | None = None, network_efficiency: float | None = None,
+    links: Mapping[str, LinkFit] = PUBLISHED, network_efficiency: float | None = None,
     fabric: str | None = None, uplink_flows: Mapping[str, int] | None = None,
 ) -> AllreduceCost:  # fmt: skip
     """Allreduce of ``nbytes`` over every rank of ``placement`` (see the module docstring)."""
     if algorithm not in ALGORITHMS:
         raise UsageError(f"unknown allreduce algorithm {algorithm!r}", f"use one of {', '.join(ALGORITHMS)}")
     n = n_ranks(placement)
-    hops = placement_hops(nodes, placement, backend=backend, ring_order=ring_order, calibration=calibration,
+    hops = placement_hops(nodes, placement, backend=backend, ring_order=ring_order, links=links,
                           network_efficiency=network_efficiency, fabric=fabric, uplink_flows=uplink_flows)  # fmt: skip
     if n < 2 or not hops:
         return AllreduceCost("none", 0.0, n, nbytes, None, 0.0)
@@ -422,12 +423,12 @@ def allreduce_cost(
 def allreduce_time_s(
     nodes: Mapping[str, NodeState], placement: Placement, nbytes: float, *,
     algorithm: str = "auto", backend: str | None = None, ring_order: str | None = None,
-    calibration: Calibration | None = None, network_efficiency: float | None = None,
+    links: Mapping[str, LinkFit] = PUBLISHED, network_efficiency: float | None = None,
     fabric: str | None = None,
 ) -> float:  # fmt: skip
     """Seconds for one allreduce of ``nbytes`` on ``placement``: a pure function of the cluster
     snapshot, usable as a placement policy's objective (lower is better)."""
     return allreduce_cost(
         nodes, placement, nbytes, algorithm=algorithm, backend=backend, ring_order=ring_order,
-        calibration=calibration, network_efficiency=network_efficiency, fabric=fabric,
+        links=links, network_efficiency=network_efficiency, fabric=fabric,
     ).time_s  # fmt: skip

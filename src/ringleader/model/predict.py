@@ -3,6 +3,8 @@
     from ringleader.model import predict_placement
     pred = predict_placement(state.by_name, decision.placement, model="vgg16", batch_size=64)
     print(f"predicted {pred.images_per_s:.0f} images/s ({pred.bound}-bound)")
+    job = pricing("vgg16", 64)                     # one job on several placements: resolved once
+    price(job, state.by_name, placement)           # then each placement priced over it
 
 Step time (docs/model.md): t = t_compute + t_allreduce - overlap x (t_allreduce - least exposed)
 + t_sync. The least exposed part follows the order backward makes gradients ready
@@ -19,8 +21,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ringleader.errors import UsageError
-from ringleader.model.calibration import Calibration
-from ringleader.model.comm import AllreduceCost, allreduce_cost, n_ranks
+from ringleader.model.calibration import Calibration, LinkFit
+from ringleader.model.comm import PUBLISHED, AllreduceCost, allreduce_cost, n_ranks
 from ringleader.model.compute import ComputeRate, compute_rate, gpu_types
 from ringleader.model.tables import check_model, check_precision, exposed_allreduce_s, grad_bytes
 from ringleader.reference import reference
@@ -158,6 +160,72 @@ def _slowest(rates: Iterable[ComputeRate]) -> ComputeRate:
     return max(rates, key=lambda r: r.step_s)
 
 
+@dataclass(frozen=True)
+class Pricing:
+    """What a job is priced with, resolved once from what it names: its checked model and
+    precision, per-GPU batch and micro-batches, the bytes it allreduces, how it communicates
+    (``Calibration.links_for`` its backend: the link table read once), the overlap and sync
+    constants, its calibration. ``price`` is arithmetic over it and a placement, so pricing one
+    job on several placements resolves nothing twice."""
+
+    model: str
+    precision: str
+    batch_size: int  # per GPU (per rank)
+    accumulation: int  # micro-batches of batch_size per optimizer step
+    grad_bytes: float
+    overlap: float
+    sync: tuple[float, float] | None  # (host us per image, node jitter); None: the published constants
+    calibration: Calibration | None
+    links: Mapping[str, LinkFit]
+    gpu_type: str | None = None  # None: each node's GPU model
+    backend: str | None = None
+    algorithm: str = "auto"
+    ring_order: str | None = None
+    network_efficiency: float | None = None
+    fabric: str | None = None
+    data_images_per_s: float | None = None  # one worker's input pipeline; None: unlimited
+
+
+def pricing(
+    model: str,
+    batch_size: int,
+    precision: str = "fp32",
+    gpu_type: str | None = None,
+    calibration: Calibration | None = None,
+    *,
+    backend: str | None = None,
+    algorithm: str = "auto",
+    ring_order: str | None = None,
+    overlap: float | None = None,
+    network_efficiency: float | None = None,
+    fabric: str | None = None,
+    data_images_per_s: float | None = None,
+    sync: tuple[float, float] | None = None,
+    accumulation: int = 1,
+) -> Pricing:
+    """The pricing of a job of ``batch_size`` images per GPU (see ``predict_placement``), checked
+    once: an unknown model or precision, or an out-of-range setting, is a UsageError here."""
+    if accumulation < 1:
+        raise UsageError(f"gradient accumulation must be >= 1 micro-batch per step, got {accumulation}",
+                         "give the micro-batches each optimizer step sums (1: none)")  # fmt: skip
+    model = check_model(model)
+    precision = check_precision(precision)
+    nbytes = grad_bytes(model, precision)
+    phi = overlap if overlap is not None else (
+        calibration.overlap if calibration and calibration.overlap is not None else scaling_constant("overlap")
+    )  # fmt: skip
+    if not 0.0 <= phi <= 1.0:
+        raise UsageError(f"overlap must be within 0..1, got {phi}", "give the share of allreduce to hide")
+    if data_images_per_s is not None and data_images_per_s <= 0:
+        raise UsageError(f"data pipeline rate must be > 0, got {data_images_per_s}", "give images/s per worker")
+    if sync is None and calibration is not None and calibration.sync is not None:
+        sync = calibration.sync
+    links = calibration.links_for(backend) if calibration is not None else PUBLISHED
+    return Pricing(model, precision, batch_size, accumulation, nbytes, phi, sync, calibration,
+                   links, gpu_type, backend, algorithm, ring_order, network_efficiency, fabric,
+                   data_images_per_s)  # fmt: skip
+
+
 def predict_placement(
     nodes: Mapping[str, NodeState],
     placement: Placement,
@@ -188,57 +256,56 @@ def predict_placement(
     ``accumulation``: micro-batches of ``batch_size`` per optimizer step (gradient accumulation:
     DDP's no_sync, Horovod's backward_passes_per_step): a step computes that many and allreduces
     once, hidden behind the last one's backward only; step_time_s and compute_s are per step.
+    One job on several placements: ``pricing`` once, then ``price`` each.
     """
-    if accumulation < 1:
-        raise UsageError(f"gradient accumulation must be >= 1 micro-batch per step, got {accumulation}",
-                         "give the micro-batches each optimizer step sums (1: none)")  # fmt: skip
-    model = check_model(model)
-    precision = check_precision(precision)
+    job = pricing(model, batch_size, precision, gpu_type, calibration, backend=backend, algorithm=algorithm,
+                  ring_order=ring_order, overlap=overlap, network_efficiency=network_efficiency, fabric=fabric,
+                  data_images_per_s=data_images_per_s, sync=sync, accumulation=accumulation)  # fmt: skip
+    return price(job, nodes, placement, uplink_flows)
+
+
+def price(
+    job: Pricing, nodes: Mapping[str, NodeState], placement: Placement, uplink_flows: Mapping[str, int] | None = None
+) -> Prediction:
+    """The prediction of ``job`` on ``placement`` (docs/model.md): its slowest GPU's compute, the
+    allreduce over the placement's hops, the part of it backward cannot hide, the sync cost.
+    ``uplink_flows``: gangs crossing each switch (``comm.uplink_cap``)."""
     missing = [n for n in placement.nodes if n not in nodes]
     if missing:
         raise UsageError(f"placement names unknown node {missing[0]!r}", f"use one of {', '.join(nodes)}")
-    types = [gpu_type] if gpu_type else _gpu_types_of(nodes, placement, calibration)
-    rate = _slowest(compute_rate(model, t, precision, batch_size, calibration) for t in types)
-    nbytes = grad_bytes(model, precision)
+    calibration, batch_size = job.calibration, job.batch_size
+    types = [job.gpu_type] if job.gpu_type else _gpu_types_of(nodes, placement, calibration)
+    rate = _slowest(compute_rate(job.model, t, job.precision, batch_size, calibration) for t in types)
     cost = allreduce_cost(
-        nodes, placement, nbytes, algorithm=algorithm, backend=backend, ring_order=ring_order,
-        calibration=calibration, network_efficiency=network_efficiency, fabric=fabric, uplink_flows=uplink_flows,
+        nodes, placement, job.grad_bytes, algorithm=job.algorithm, backend=job.backend, ring_order=job.ring_order,
+        links=job.links, network_efficiency=job.network_efficiency, fabric=job.fabric, uplink_flows=uplink_flows,
     )  # fmt: skip
-    phi = overlap if overlap is not None else (
-        calibration.overlap if calibration and calibration.overlap is not None else scaling_constant("overlap")
-    )  # fmt: skip
-    if not 0.0 <= phi <= 1.0:
-        raise UsageError(f"overlap must be within 0..1, got {phi}", "give the share of allreduce to hide")
     micro_s = cpu_compute_s(rate, placement, calibration) if rate.gpu_type.lower() == "cpu" else rate.step_s
     backward_s = rate.backward_s * micro_s / rate.step_s
-    hidden = phi * (cost.time_s - exposed_allreduce_s(model, cost.time_s, backward_s))
+    hidden = job.overlap * (cost.time_s - exposed_allreduce_s(job.model, cost.time_s, backward_s))
     exposed = cost.time_s - hidden
-    if sync is None and calibration is not None and calibration.sync is not None:
-        sync = calibration.sync
-    compute_s = accumulation * micro_s
-    sync_s = sync_time_s(placement, accumulation * batch_size, compute_s, *(sync or (None, None)))
+    compute_s = job.accumulation * micro_s
+    sync_s = sync_time_s(placement, job.accumulation * batch_size, compute_s, *(job.sync or (None, None)))
     step = compute_s + exposed + sync_s
     ranks = n_ranks(placement)
-    images = ranks * batch_size * accumulation / step
+    images = ranks * batch_size * job.accumulation / step
     bound = "communication" if cost.time_s > compute_s else "compute"
     ceiling = None
-    if data_images_per_s is not None:
-        if data_images_per_s <= 0:
-            raise UsageError(f"data pipeline rate must be > 0, got {data_images_per_s}", "give images/s per worker")
-        ceiling = data_images_per_s * len(placement.slots)
+    if job.data_images_per_s is not None:
+        ceiling = job.data_images_per_s * len(placement.slots)
         if ceiling < images:
             images, bound = ceiling, "data"
-            step = ranks * batch_size * accumulation / images
+            step = ranks * batch_size * job.accumulation / images
     measured = rate.source.startswith("calibrated")
     # a calibration of GPU rates only, none of them this one, leaves the prediction the table's
     priced = calibration is not None and (measured or not calibration.compute_only)
     return Prediction(
-        model, rate.gpu_type, precision, batch_size, ranks, len(placement.nodes), placement.describe(),
-        images, step, compute_s, cost.time_s, exposed, phi, bound,
-        images / (ranks * rate.images_per_s), rate.images_per_s, nbytes, cost, rate.source, ceiling,
+        job.model, rate.gpu_type, job.precision, batch_size, ranks, len(placement.nodes), placement.describe(),
+        images, step, compute_s, cost.time_s, exposed, job.overlap, bound,
+        images / (ranks * rate.images_per_s), rate.images_per_s, job.grad_bytes, cost, rate.source, ceiling,
         sync_s, placement_metrics(nodes, placement).bottleneck.describe(), priced,
         calibration.interval if calibration is not None else None,
-        calibration is not None and calibration.compute_only and measured, accumulation,
+        calibration is not None and calibration.compute_only and measured, job.accumulation,
     )  # fmt: skip
 
 
