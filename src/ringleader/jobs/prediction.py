@@ -15,10 +15,10 @@ from ringleader.errors import RingleaderError
 from ringleader.jobs.hints import job_framework
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.views import JobView
-from ringleader.model import MODEL_ESTIMATOR, calibrated_estimator, predict_placement
+from ringleader.model import MODEL_ESTIMATOR, calibrated_estimator
 from ringleader.model.calibration import Calibration, calibration_from_dict
 from ringleader.model.comm import calibration_fabric_note
-from ringleader.model.predict import Prediction, calibration_compute_note
+from ringleader.model.predict import Prediction, Pricing, calibration_compute_note, price, pricing
 from ringleader.scheduler import Placement, WorkerSlot, Workload, place
 
 if TYPE_CHECKING:
@@ -68,6 +68,16 @@ def view_prediction(job: JobView, cluster: Callable[[], ClusterState]) -> dict[s
     return predict_job(cluster().without_job(job.name), job.spec, placement)
 
 
+def job_pricing(spec: JobSpec, work: Workload) -> Pricing:
+    """What ``spec`` is priced with at ``work`` (its ``training_workload``), resolved once for
+    every placement it is priced on: with its calibration where it has one, as the queue prices
+    its placements, so that what the user is shown agrees with what the queue weighs."""
+    assert spec.model is not None
+    calibration = calibration_from_dict(spec.calibration) if spec.calibration is not None else None
+    return pricing(spec.model, work.batch_size, work.precision, calibration=calibration,
+                   accumulation=work.accumulation)  # fmt: skip
+
+
 def predict_job(state: ClusterState, spec: JobSpec, placement: Placement) -> dict[str, Any] | None:
     """Prediction for ``placement`` and for the placement the other policy would pick on
     ``state`` (the cluster without this job). None when the job gave no model hint."""
@@ -83,15 +93,10 @@ def predict_job(state: ClusterState, spec: JobSpec, placement: Placement) -> dic
     request = spec.request()
     other = "default" if spec.topology_aware else "topology"
     try:
-        # the queue prices the job's placements with its calibration: so does what the user is shown
-        calibration = calibration_from_dict(spec.calibration) if spec.calibration is not None else None
-        own = predict_placement(state.by_name, placement, spec.model, batch, precision, calibration=calibration,
-                                accumulation=work.accumulation)  # fmt: skip
+        job = job_pricing(spec, work)
+        own = price(job, state.by_name, placement)
         alternative = place(state, request, policy=other)
-        alt = None
-        if alternative.placement is not None:
-            alt = predict_placement(state.by_name, alternative.placement, spec.model, batch, precision,
-                                    calibration=calibration, accumulation=work.accumulation)  # fmt: skip
+        alt = price(job, state.by_name, alternative.placement) if alternative.placement is not None else None
     except RingleaderError as exc:
         return {**out, "error": exc.one_line()}
     out.update(
@@ -112,6 +117,7 @@ def predict_job(state: ClusterState, spec: JobSpec, placement: Placement) -> dic
     if alt is not None:
         ratio = own.images_per_s / alt.images_per_s
         summary += f"; {other} placement would give {alt.images_per_s:.0f} ({ratio:.2f}x)"
+    calibration = job.calibration
     notes = [calibration_fabric_note(calibration, state.nodes), calibration_compute_note(calibration, own),
              framework_note(calibration, own, spec.user_command or spec.command)]  # fmt: skip
     warnings = [n for n in notes if n]
@@ -146,9 +152,7 @@ def run_time_from_steps(spec: JobSpec, state: ClusterState) -> tuple[JobSpec, st
     if best is None:  # never fits: submit refuses it in its own words next
         return spec, ""
     work = spec.training_workload()
-    calibration = calibration_from_dict(spec.calibration) if spec.calibration is not None else None
-    step = predict_placement(empty.by_name, best, spec.model, work.batch_size, work.precision, calibration=calibration,
-                             accumulation=work.accumulation).step_time_s  # fmt: skip
+    step = price(job_pricing(spec, work), empty.by_name, best).step_time_s
     run_time = spec.steps * step
     said = (f"run time from --steps: {spec.steps} steps x {step:.3g} s ({spec.model}, {described(work)}, "
             f"on {best.describe()}) = {run_time:.0f} s")  # fmt: skip
