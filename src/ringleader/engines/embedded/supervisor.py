@@ -205,12 +205,13 @@ class Supervisor:
         remote = any(nodes[n].address is not None for n in placement.nodes)
         env = {**spec.env, "RINGLEADER_RESTARTS": str(self.restarts)}  # to resume from its checkpoint
         plan = build_plan(spec.name, placement, nodes, env, self.home)
-        plan.update(restarts=self.restarts, max_restarts=spec.max_restarts)  # torchrun's names for them too
+        line = spec.command_line()
+        # torchrun's names for the counts too; an mpirun line's ranks get no torchrun defaults
+        plan.update(restarts=self.restarts, max_restarts=spec.max_restarts, mpirun=bool(line.mpirun))
         pfile = plan_path(self.home, spec.name)
         make_job_folders(self.home, spec.name)  # what its ranks write: real folders, not links
         if spec.image and self.resolve_image(spec, [nodes[n] for n in placement.nodes]):
             return
-        line = spec.command_line()
         if remote:  # ranks on ssh hosts: one mpirun on this machine starts them all (engines.embedded.hosts)
             plan.update(hosts=True, master_addr=master_address(placement, nodes, settings))
             plan["env"] = {**settings.get("env", {}), **plan["env"]}

@@ -254,13 +254,24 @@ def _container_setup(spec: JobSpec, container: dict[str, Any], mounts: list[dict
 
 # A plain program runs once per worker under mpirun with torchrun's variables, as on every other
 # engine: Open MPI's own rank variables renamed, MASTER_ADDR the first worker (rank 0 runs there:
-# map-by slot over mpi-operator's hostfile).
+# map-by slot over mpi-operator's hostfile, every pod the same number of slots, so a pod's index is
+# the rank over that number: Open MPI's NODE_RANK is a rank within the node, not the node's); the
+# restart count and limit the launcher passes (--max-restarts), else torchrun's 0; DeepSpeed's
+# names for the node's index and sizes; and torchrun's defaults where the job set none: NCCL's
+# async error handling, and OMP_NUM_THREADS=1 where a pod runs several ranks.
 TORCH_ENV = (
     'export RANK="$OMPI_COMM_WORLD_RANK" WORLD_SIZE="$OMPI_COMM_WORLD_SIZE" '
     'LOCAL_RANK="$OMPI_COMM_WORLD_LOCAL_RANK" LOCAL_WORLD_SIZE="$OMPI_COMM_WORLD_LOCAL_SIZE" '
-    'GROUP_RANK="$OMPI_COMM_WORLD_NODE_RANK" ROLE_RANK="$OMPI_COMM_WORLD_RANK" '
-    'ROLE_WORLD_SIZE="$OMPI_COMM_WORLD_SIZE" ROLE_NAME=default TORCHELASTIC_RESTART_COUNT=0 '
-    'TORCHELASTIC_MAX_RESTARTS=0; exec "$@"'
+    'GROUP_RANK="$((OMPI_COMM_WORLD_RANK / OMPI_COMM_WORLD_LOCAL_SIZE))" '
+    'NODE_RANK="$((OMPI_COMM_WORLD_RANK / OMPI_COMM_WORLD_LOCAL_SIZE))" '
+    'ROLE_RANK="$OMPI_COMM_WORLD_RANK" ROLE_WORLD_SIZE="$OMPI_COMM_WORLD_SIZE" ROLE_NAME=default '
+    'TORCHELASTIC_RESTART_COUNT="${TORCHELASTIC_RESTART_COUNT:-0}" '
+    'TORCHELASTIC_MAX_RESTARTS="${TORCHELASTIC_MAX_RESTARTS:-0}" '
+    'CROSS_RANK="$((OMPI_COMM_WORLD_RANK / OMPI_COMM_WORLD_LOCAL_SIZE))" CROSS_SIZE="$GROUP_WORLD_SIZE" '
+    'LOCAL_SIZE="$OMPI_COMM_WORLD_LOCAL_SIZE" '
+    'TORCH_NCCL_ASYNC_ERROR_HANDLING="${TORCH_NCCL_ASYNC_ERROR_HANDLING:-1}"; '
+    'if [ -z "${OMP_NUM_THREADS+set}" ] && [ "$OMPI_COMM_WORLD_LOCAL_SIZE" -gt 1 ]; then '
+    'export OMP_NUM_THREADS=1; fi; exec "$@"'
 )
 MASTER_PORT = 29500
 
