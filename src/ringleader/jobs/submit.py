@@ -49,6 +49,7 @@ class Submission:
     spec: JobSpec
     line: CommandLine
     notes: tuple[str, ...]
+    dry_run: bool = False  # only the plan is asked for: nothing will start from this submit
 
 
 class Provisioner(Protocol):
@@ -94,7 +95,7 @@ class Provisioner(Protocol):
 def submit_job(engine: Provisioner, spec: JobSpec, dry_run: bool = False) -> SubmitResult:
     """Queue a job (started if it fits now), or with ``dry_run`` only show the plan: prepare it
     once, refuse a name in use and a gang that can never fit, note a better placement, predict."""
-    sub = engine.prepare(prepare_submit(spec, engine.supports))
+    sub = engine.prepare(dataclasses.replace(prepare_submit(spec, engine.supports), dry_run=dry_run))
     spec = sub.spec
     if engine.exists(spec.name):  # checked before anything is written (or created)
         raise duplicate(spec.name, engine.supports)

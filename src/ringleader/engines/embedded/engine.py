@@ -293,7 +293,14 @@ class Runtime:
         sub = _one_mpi_world(sub)
         if sub.spec.image:
             label = job_label(self.home, sub.spec.name)
-            prepared = spec_in_image(sub.spec, sub.line, sub.spec.submit_env or {}, label)
+            try:
+                prepared = spec_in_image(sub.spec, sub.line, sub.spec.submit_env or {}, label)
+            except DependencyError as missing:
+                if not sub.dry_run:
+                    raise
+                # A plan needs no container: where the ranks would go is shown, and what they lack.
+                note = f"note: the plan only: {missing.message}. To run it: {missing.fix}"
+                return dataclasses.replace(sub, notes=(*sub.notes, note))
             sub = dataclasses.replace(sub, spec=prepared.spec, notes=(*sub.notes, prepared.note))
         _check_here(sub.spec, sub.line)
         return sub
