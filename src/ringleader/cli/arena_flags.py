@@ -1,0 +1,115 @@
+"""arena's `submit mpijob|pytorchjob` flags that ringleader reads under another name, or refuses
+in one line naming what to use instead: none is silently ignored.
+
+arena's own flags (pkg/argsbuilder: submit.go, submit_mpijob.go, submit_pytorchjob.go,
+submit_sync_code.go, submit_tensorboard.go; the global ones of pkg/commands/root.go). Those
+ringleader takes under the same name are its own submit options (cli/jobs.py, cli/kube_options.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from ringleader.errors import UsageError
+
+# arena's spelling -> ringleader's option of the same meaning.
+RENAMED = {
+    "--workingDir": "--working-dir",  # arena's deprecated spellings of its own flags
+    "--dataDir": "--data-dir",
+    "--image-pull-secrets": "--image-pull-secret",  # as arena's docs write it
+    "--running-timeout": "--time-limit",  # pytorchjob: how long it may run before it is stopped
+    "--share-memory": "--shm-size",  # pytorchjob: /dev/shm of each worker
+}
+
+_CLONE = "clone the code first (git clone SOURCE code) and submit from that folder: the ranks start in --working-dir"
+_TENSORBOARD = ("start TensorBoard beside the job yourself (tensorboard --logdir DIR, DIR where the program writes "
+                "its summaries)")  # fmt: skip
+
+# arena's flags with no counterpart here: (takes a value, what it is, what to do instead).
+REFUSED: dict[str, tuple[bool, str, str]] = {
+    "--sync-mode": (True, "arena's code sync (git-sync, rsync, hdfs into $workingDir/code) is not done by ringleader",
+                    _CLONE),
+    "--sync-source": (True, "arena's code sync is not done by ringleader", _CLONE),
+    "--sync-image": (True, "arena's code sync is not done by ringleader", _CLONE),
+    "--tensorboard": (False, "arena's TensorBoard deployment is not started by ringleader", _TENSORBOARD),
+    "--tensorboard-image": (True, "arena's TensorBoard deployment is not started by ringleader", _TENSORBOARD),
+    "--logdir": (True, "arena's --logdir is where its TensorBoard reads, and ringleader starts none", _TENSORBOARD),
+    "--device": (True, "arena's --device asks for another vendor's chips (amd.com/gpu=1)",
+                 "give --gpus N: ringleader places NVIDIA GPUs"),
+    "--scheduler": (True, "ringleader is the job's scheduler (it places the whole gang)", "drop --scheduler"),
+    "--hostNetwork": (False, "ringleader's pods do not share the host's network namespace",
+                      "drop it: ranks reach each other over the pod network (NCCL and Open MPI settings with -e)"),
+    "--hostIPC": (False, "ringleader's pods do not share the host's IPC namespace",
+                  "drop it; --shm-size sizes /dev/shm for NCCL's shared memory"),
+    "--hostPID": (False, "ringleader's pods do not share the host's PID namespace", "drop it"),
+    "--model-name": (True, "arena's model registry is not kept by ringleader",
+                     "drop it; --model NAME names the network for throughput predictions"),
+    "--model-source": (True, "arena's model registry is not kept by ringleader",
+                       "drop it; mount the model's files with -d/--data"),
+    "--mounts-on-launcher": (False, "ringleader's launcher mounts nothing of the job's (it only starts the ranks)",
+                             "drop it"),
+    "--clean-task-policy": (True, "ringleader keeps a finished job's instances and logs until it is deleted",
+                            "drop it; remove finished jobs with `ringleader delete NAME` or `ringleader prune -s 1h`"),
+    "--ttl-after-finished": (True, "ringleader keeps a finished job until it is deleted",
+                             "drop it; remove finished jobs with `ringleader prune -s DURATION`"),
+    "--nproc-per-node": (True, "ringleader runs one process per worker and places each",
+                         "give the total as --workers (arena's workers x nproc-per-node) and --gpus per process"),
+    "--pprof": (False, "arena's profiling of itself has no counterpart", "drop it"),
+    "--trace": (False, "arena's tracing of itself has no counterpart", "drop it"),
+    "--arena-namespace": (True, "ringleader installs no arena system services", "drop it"),
+    "--config": (True, "arena's --config is a kubeconfig; ringleader reads the one `ringleader kube use` set",
+                 "drop it, or set KUBECONFIG"),
+    "--helm-binary": (False, "ringleader submits no Helm charts", "drop it"),
+}
+REFUSED["--syncMode"] = REFUSED["--sync-mode"]
+REFUSED["--syncSource"] = REFUSED["--sync-source"]
+REFUSED["--syncImage"] = REFUSED["--sync-image"]
+REFUSED["--tensorboardImage"] = REFUSED["--tensorboard-image"]
+
+
+def refusal(flag: str) -> UsageError | None:
+    """The one-line refusal of arena's ``flag`` (as written, ``--flag`` or ``--flag=value``), or
+    None when ringleader reads it."""
+    name = flag.partition("=")[0]
+    if name not in REFUSED:
+        return None
+    _, what, fix = REFUSED[name]
+    return UsageError(f"{name}: {what}", fix)
+
+
+def read_arena_flags(args: Sequence[str], arity: Mapping[str, int]) -> list[str]:
+    """``args`` with arena's spellings of ringleader's options renamed, and arena's flags that
+    have no counterpart refused (one line each, the first one found), in the places a submit reads
+    options: before the command, and after a command given as one quoted string (arena's way).
+    ``arity``: how many values each of the command's own options takes."""
+    out = list(args)
+    at = 0
+    while at < len(out):
+        word = out[at]
+        if word == "--":
+            break
+        if not word.startswith("-") or word == "-":
+            if " " not in word.strip():
+                break  # the command's words follow: they are the program's, whatever they look like
+            at += 1  # a quoted command: arena reads flags after it
+            continue
+        name, inline, value = word.partition("=")
+        refused = refusal(name)
+        if refused is not None:
+            raise refused
+        if name == "--queue":
+            _check_queue(value if inline else out[at + 1] if at + 1 < len(out) else "")
+        if name in RENAMED:
+            name = RENAMED[name]
+            out[at] = f"{name}={value}" if inline else name
+        at += 1 + (0 if inline else arity.get(name, 0))
+    return out
+
+
+def _check_queue(value: str) -> None:
+    """arena's ``--queue`` is a switch (kube-queue); ringleader's takes a team queue's name. A
+    switch's value, a command where a name should be, or nothing at all: refused in one line."""
+    if value.lower() in ("", "true", "false") or " " in value.strip() or value.startswith("-"):
+        raise UsageError("--queue takes a team queue's name here (arena's --queue switch, for kube-queue, has no "
+                         "counterpart: every ringleader job is queued)",
+                         "drop it, or give --queue NAME from `ringleader queue list`")  # fmt: skip
