@@ -439,8 +439,9 @@ def submit_mpi(**options: Any) -> None:
     each rank, as arena runs a job's command.
 
     Each worker sees its job's GPUs on its node in CUDA_VISIBLE_DEVICES (on emulated nodes:
-    RINGLEADER_VIRTUAL_GPUS, and no real GPU), plus RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and
-    MASTER_PORT. The job starts in the current directory and keeps running after this command
+    RINGLEADER_VIRTUAL_GPUS, and no real GPU), plus RANK (numbered node by node), WORLD_SIZE,
+    LOCAL_RANK, MASTER_ADDR, MASTER_PORT and the rest of torchrun's variables (OMP_NUM_THREADS=1
+    where several ranks share a node and none was set). The job starts in the current directory and keeps running after this command
     exits; a job that does not fit yet waits (PENDING) and starts when GPUs free up.
 
     A horovodrun line runs as the mpirun line horovodrun would build, a torchrun line as its
@@ -459,7 +460,8 @@ def submit_mpi(**options: Any) -> None:
 def submit_pytorch(**options: Any) -> None:
     """Submit a PyTorch job (arena's pytorchjob): COMMAND is the training program (`python
     train.py ...`, or a torchrun line), started once per worker with every variable torchrun
-    sets (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, ...): the same gang, placement and options
+    sets (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, ..., OMP_NUM_THREADS=1 where several ranks
+    share a node and none was set): the same gang, placement and options
     as `submit mpi`, on every engine. On Kubernetes it is a PyTorchJob (Kubeflow's Training
     Operator): each pod starts the program under torchrun, with no launcher and no sshd in the
     image. An mpirun or horovodrun line is refused: submit it with `submit mpi`.
