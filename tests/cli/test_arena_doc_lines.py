@@ -143,6 +143,7 @@ def test_model_and_batch_of_horovod_and_torchvision_scripts_are_read() -> None:
         (["--queue=true"], "error: --queue takes a team queue's name here"),
         (["--hostNetwork"], "error: --hostNetwork: ringleader's pods do not share the host's network namespace"),
         (["--nproc-per-node", "4"], "error: --nproc-per-node: ringleader runs one process per worker"),
+        (["--gputopology", "true", "--logdir", "/logs"], "error: --logdir: arena's --logdir is where its TensorBoard"),
         (["--config-file", "/etc/hostname:/etc/x"], "error: --config-file puts a file in each rank's container"),
     ],
 )

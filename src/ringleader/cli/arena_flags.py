@@ -25,6 +25,10 @@ _CLONE = "clone the code first (git clone SOURCE code) and submit from that fold
 _TENSORBOARD = ("start TensorBoard beside the job yourself (tensorboard --logdir DIR, DIR where the program writes "
                 "its summaries)")  # fmt: skip
 
+# Switches arena users give a value as a word of its own (`--gputopology true`), and those words.
+SWITCHES_WITH_A_WORD = ("--gputopology", "--gang")
+TRUTH_WORDS = ("true", "1", "yes", "false", "0", "no")
+
 # arena's flags with no counterpart here: (takes a value, what it is, what to do instead).
 REFUSED: dict[str, tuple[bool, str, str]] = {
     "--sync-mode": (True, "arena's code sync (git-sync, rsync, hdfs into $workingDir/code) is not done by ringleader",
@@ -103,6 +107,8 @@ def read_arena_flags(args: Sequence[str], arity: Mapping[str, int]) -> list[str]
             name = RENAMED[name]
             out[at] = f"{name}={value}" if inline else name
         at += 1 + (0 if inline else arity.get(name, 0))
+        if name in SWITCHES_WITH_A_WORD and not inline and at < len(out) and out[at].lower() in TRUTH_WORDS:
+            at += 1  # arena's `--gputopology true`: the word is the switch's value
     return out
 
 

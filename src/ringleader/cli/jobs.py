@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import click
 
-from ringleader.cli.arena_flags import read_arena_flags
+from ringleader.cli.arena_flags import SWITCHES_WITH_A_WORD, TRUTH_WORDS, read_arena_flags
 from ringleader.cli.kube_options import kube_submit_options, read_kube_options
 from ringleader.cli.output import (
     INDENT,
@@ -207,8 +207,8 @@ class ArenaCommand(click.Command):
     spellings, the same with the value as a word of its own (``--gputopology true``), and flags
     after a command given as one quoted string (``"python train.py" --dry-run``)."""
 
-    BOOL_FLAGS = ("--gputopology", "--gang")
-    TRUTH: ClassVar[dict[str, bool]] = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+    BOOL_FLAGS = SWITCHES_WITH_A_WORD
+    TRUTH: ClassVar[dict[str, bool]] = {w: w in ("true", "1", "yes") for w in TRUTH_WORDS}
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         args = read_arena_flags(args, self._arity())
@@ -441,8 +441,9 @@ def submit_mpi(**options: Any) -> None:
     Each worker sees its job's GPUs on its node in CUDA_VISIBLE_DEVICES (on emulated nodes:
     RINGLEADER_VIRTUAL_GPUS, and no real GPU), plus RANK (numbered node by node), WORLD_SIZE,
     LOCAL_RANK, MASTER_ADDR, MASTER_PORT and the rest of torchrun's variables (OMP_NUM_THREADS=1
-    where several ranks share a node and none was set). The job starts in the current directory and keeps running after this command
-    exits; a job that does not fit yet waits (PENDING) and starts when GPUs free up.
+    where several ranks share a node and none was set). The job starts in the current directory
+    and keeps running after this command exits; a job that does not fit yet waits (PENDING) and
+    starts when GPUs free up.
 
     A horovodrun line runs as the mpirun line horovodrun would build, a torchrun line as its
     script once per worker; mpirun's -x NAME passes this shell's NAME. What the placement
