@@ -61,8 +61,8 @@ REFUSED: dict[str, tuple[bool, str, str]] = {
     "--pprof": (False, "arena's profiling of itself has no counterpart", "drop it"),
     "--trace": (False, "arena's tracing of itself has no counterpart", "drop it"),
     "--arena-namespace": (True, "ringleader installs no arena system services", "drop it"),
-    "--config": (True, "arena's --config is a kubeconfig; ringleader reads the one `ringleader kube use` set",
-                 "drop it, or set KUBECONFIG"),
+    "--config": (True, "arena's --config names a kubeconfig, and ringleader reads kubectl's (KUBECONFIG, "
+                       "~/.kube/config)", "drop it and run with KUBECONFIG=PATH"),
     "--helm-binary": (False, "ringleader submits no Helm charts", "drop it"),
 }
 REFUSED["--syncMode"] = REFUSED["--sync-mode"]

@@ -488,6 +488,10 @@ def _submit(
     del gang
     engine_name = chosen_engine(default_home(), engine)
     rank, kube["kube_priority_class"] = read_priority(priority, kube["kube_priority_class"], engine_name)
+    if kube["kube_retry"] is not None and engine_name != "kubernetes":
+        raise UsageError(f"--retry is the Kubernetes launcher's backoffLimit, which the {engine_name} engine has not",
+                         f"give --max-restarts {kube['kube_retry']}: a failed gang restarts, placed again, on every "
+                         "engine")  # fmt: skip
     data = (*data, *config_mounts(config_files, image, engine_name))
     container = ContainerOptions(data, shm_size, rdma, image_pull_policy, container_user)
     spec = JobSpec(
