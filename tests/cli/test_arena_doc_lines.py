@@ -137,11 +137,17 @@ def test_model_and_batch_of_horovod_and_torchvision_scripts_are_read() -> None:
 @pytest.mark.parametrize(
     ("flags", "said"),
     [
-        (["--selector", "gpu_node=true"], "error: --selector is not supported by the embedded engine. To fix: "
-                                          "leave --selector out, or use --engine kubernetes"),
+        (
+            ["--selector", "gpu_node=true"],
+            "error: --selector is not supported by the embedded engine. To fix: "
+            "leave --selector out, or use --engine kubernetes",
+        ),
         (["--queue"], "error: --queue takes a team queue's name here"),
-        (["--retry", "3"], "error: --retry is the Kubernetes launcher's backoffLimit, which the embedded engine has "
-                           "not. To fix: give --max-restarts 3"),
+        (
+            ["--retry", "3"],
+            "error: --retry is the Kubernetes launcher's backoffLimit, which the embedded engine has "
+            "not. To fix: give --max-restarts 3",
+        ),
         (["--queue=true"], "error: --queue takes a team queue's name here"),
         (["--hostNetwork"], "error: --hostNetwork: ringleader's pods do not share the host's network namespace"),
         (["--nproc-per-node", "4"], "error: --nproc-per-node: ringleader runs one process per worker"),

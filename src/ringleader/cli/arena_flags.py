@@ -29,41 +29,60 @@ _TENSORBOARD = ("start TensorBoard beside the job yourself (tensorboard --logdir
 SWITCHES_WITH_A_WORD = ("--gputopology", "--gang")
 TRUTH_WORDS = ("true", "1", "yes", "false", "0", "no")
 
-# arena's flags with no counterpart here: (takes a value, what it is, what to do instead).
-REFUSED: dict[str, tuple[bool, str, str]] = {
-    "--sync-mode": (True, "arena's code sync (git-sync, rsync, hdfs into $workingDir/code) is not done by ringleader",
-                    _CLONE),
-    "--sync-source": (True, "arena's code sync is not done by ringleader", _CLONE),
-    "--sync-image": (True, "arena's code sync is not done by ringleader", _CLONE),
-    "--tensorboard": (False, "arena's TensorBoard deployment is not started by ringleader", _TENSORBOARD),
-    "--tensorboard-image": (True, "arena's TensorBoard deployment is not started by ringleader", _TENSORBOARD),
-    "--logdir": (True, "arena's --logdir is where its TensorBoard reads, and ringleader starts none", _TENSORBOARD),
-    "--device": (True, "arena's --device asks for another vendor's chips (amd.com/gpu=1)",
-                 "give --gpus N: ringleader places NVIDIA GPUs"),
-    "--scheduler": (True, "ringleader is the job's scheduler (it places the whole gang)", "drop --scheduler"),
-    "--hostNetwork": (False, "ringleader's pods do not share the host's network namespace",
-                      "drop it: ranks reach each other over the pod network (NCCL and Open MPI settings with -e)"),
-    "--hostIPC": (False, "ringleader's pods do not share the host's IPC namespace",
-                  "drop it; --shm-size sizes /dev/shm for NCCL's shared memory"),
-    "--hostPID": (False, "ringleader's pods do not share the host's PID namespace", "drop it"),
-    "--model-name": (True, "arena's model registry is not kept by ringleader",
-                     "drop it; --model NAME names the network for throughput predictions"),
-    "--model-source": (True, "arena's model registry is not kept by ringleader",
-                       "drop it; mount the model's files with -d/--data"),
-    "--mounts-on-launcher": (False, "ringleader's launcher mounts nothing of the job's (it only starts the ranks)",
-                             "drop it"),
-    "--clean-task-policy": (True, "ringleader keeps a finished job's instances and logs until it is deleted",
-                            "drop it; remove finished jobs with `ringleader delete NAME` or `ringleader prune -s 1h`"),
-    "--ttl-after-finished": (True, "ringleader keeps a finished job until it is deleted",
-                             "drop it; remove finished jobs with `ringleader prune -s DURATION`"),
-    "--nproc-per-node": (True, "ringleader runs one process per worker and places each",
-                         "give the total as --workers (arena's workers x nproc-per-node) and --gpus per process"),
-    "--pprof": (False, "arena's profiling of itself has no counterpart", "drop it"),
-    "--trace": (False, "arena's tracing of itself has no counterpart", "drop it"),
-    "--arena-namespace": (True, "ringleader installs no arena system services", "drop it"),
-    "--config": (True, "arena's --config names a kubeconfig, and ringleader reads kubectl's (KUBECONFIG, "
-                       "~/.kube/config)", "drop it and run with KUBECONFIG=PATH"),
-    "--helm-binary": (False, "ringleader submits no Helm charts", "drop it"),
+# arena's flags with no counterpart here: (what it is, what to do instead).
+REFUSED: dict[str, tuple[str, str]] = {
+    "--sync-mode": (
+        "arena's code sync (git-sync, rsync, hdfs into $workingDir/code) is not done by ringleader",
+        _CLONE,
+    ),
+    "--sync-source": ("arena's code sync is not done by ringleader", _CLONE),
+    "--sync-image": ("arena's code sync is not done by ringleader", _CLONE),
+    "--tensorboard": ("arena's TensorBoard deployment is not started by ringleader", _TENSORBOARD),
+    "--tensorboard-image": ("arena's TensorBoard deployment is not started by ringleader", _TENSORBOARD),
+    "--logdir": ("arena's --logdir is where its TensorBoard reads, and ringleader starts none", _TENSORBOARD),
+    "--device": (
+        "arena's --device asks for another vendor's chips (amd.com/gpu=1)",
+        "give --gpus N: ringleader places NVIDIA GPUs",
+    ),
+    "--scheduler": ("ringleader is the job's scheduler (it places the whole gang)", "drop --scheduler"),
+    "--hostNetwork": (
+        "ringleader's pods do not share the host's network namespace",
+        "drop it: ranks reach each other over the pod network (NCCL and Open MPI settings with -e)",
+    ),
+    "--hostIPC": (
+        "ringleader's pods do not share the host's IPC namespace",
+        "drop it; --shm-size sizes /dev/shm for NCCL's shared memory",
+    ),
+    "--hostPID": ("ringleader's pods do not share the host's PID namespace", "drop it"),
+    "--model-name": (
+        "arena's model registry is not kept by ringleader",
+        "drop it; --model NAME names the network for throughput predictions",
+    ),
+    "--model-source": (
+        "arena's model registry is not kept by ringleader",
+        "drop it; mount the model's files with -d/--data",
+    ),
+    "--mounts-on-launcher": ("ringleader's launcher mounts nothing of the job's (it only starts the ranks)", "drop it"),
+    "--clean-task-policy": (
+        "ringleader keeps a finished job's instances and logs until it is deleted",
+        "drop it; remove finished jobs with `ringleader delete NAME` or `ringleader prune -s 1h`",
+    ),
+    "--ttl-after-finished": (
+        "ringleader keeps a finished job until it is deleted",
+        "drop it; remove finished jobs with `ringleader prune -s DURATION`",
+    ),
+    "--nproc-per-node": (
+        "ringleader runs one process per worker and places each",
+        "give the total as --workers (arena's workers x nproc-per-node) and --gpus per process",
+    ),
+    "--pprof": ("arena's profiling of itself has no counterpart", "drop it"),
+    "--trace": ("arena's tracing of itself has no counterpart", "drop it"),
+    "--arena-namespace": ("ringleader installs no arena system services", "drop it"),
+    "--config": (
+        "arena's --config names a kubeconfig, and ringleader reads kubectl's (KUBECONFIG, ~/.kube/config)",
+        "drop it and run with KUBECONFIG=PATH",
+    ),
+    "--helm-binary": ("ringleader submits no Helm charts", "drop it"),
 }
 REFUSED["--syncMode"] = REFUSED["--sync-mode"]
 REFUSED["--syncSource"] = REFUSED["--sync-source"]
@@ -77,7 +96,7 @@ def refusal(flag: str) -> UsageError | None:
     name = flag.partition("=")[0]
     if name not in REFUSED:
         return None
-    _, what, fix = REFUSED[name]
+    what, fix = REFUSED[name]
     return UsageError(f"{name}: {what}", fix)
 
 
