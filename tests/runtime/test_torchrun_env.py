@@ -25,10 +25,14 @@ TORCHRUN_NAMES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP
                   "TORCHELASTIC_MAX_RESTARTS", "TORCH_NCCL_ASYNC_ERROR_HANDLING")  # fmt: skip
 # DeepSpeed's launcher's names (torchrun sets none of them).
 DEEPSPEED_NAMES = ("CROSS_RANK", "CROSS_SIZE", "LOCAL_SIZE")
+# Prints what it was given; with a folder as its argument, writes it there too (RANK.json): the
+# processes of one torchrun agent share its stdout, and two lines can interleave.
 SHOW = (
-    "import json, os\n"
-    f"print(json.dumps({{n: os.environ.get(n) for n in {(*TORCHRUN_NAMES, *DEEPSPEED_NAMES, 'RINGLEADER_NODE')!r}}}),"
-    " flush=True)\n"
+    "import json, os, sys\n"
+    f"seen = json.dumps({{n: os.environ.get(n) for n in {(*TORCHRUN_NAMES, *DEEPSPEED_NAMES, 'RINGLEADER_NODE')!r}}})\n"
+    "print(seen, flush=True)\n"
+    "if sys.argv[1:]:\n"
+    "    open(os.path.join(sys.argv[1], os.environ['RANK'] + '.json'), 'w').write(seen)\n"
 )
 
 pytestmark = pytest.mark.slow
@@ -48,18 +52,19 @@ def by_torchrun(script: Path, nnodes: int) -> list[dict[str, Any]]:
     this host (node ranks 0..nnodes-1, a static rendezvous as on a cluster), sorted by RANK."""
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
     port = str(rendezvous_port("127.0.0.1"))
+    seen = script.parent / f"torchrun-{nnodes}"
+    seen.mkdir()
     agents = [
         subprocess.Popen([PY, "-m", "torch.distributed.run", "--nnodes", str(nnodes), "--nproc_per_node", "2",
                           "--node_rank", str(node), "--master_addr", "127.0.0.1", "--master_port", port,
-                          str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                          str(script), str(seen)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         text=True)
         for node in range(nnodes)
     ]  # fmt: skip
-    rows = []
     for agent in agents:
-        out, err = agent.communicate(timeout=180)
+        _, err = agent.communicate(timeout=180)
         assert agent.returncode == 0, err
-        rows += [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    return sorted(rows, key=lambda r: int(r["RANK"]))
+    return [json.loads((seen / f"{rank}.json").read_text()) for rank in range(2 * nnodes)]
 
 
 def by_ringleader(rt: Runtime, h: Any, name: str, command: list[str], workers: int, gpus: int,
@@ -114,17 +119,22 @@ def test_what_the_user_set_and_mpirun_lines_keep(small: Runtime, h: Any, show: P
 def test_a_kubernetes_launchers_ranks_get_the_same(show: Path) -> None:
     """The MPIJob launcher's line for a plain program (mpirun, then a shell that renames Open
     MPI's variables), run by real Open MPI as one pod of 2 ranks: torchrun's variables again."""
-    from ringleader.engines.kubernetes.manifests import launcher_command
+    from ringleader.engines.kubernetes.manifests import launcher_command, rank_shell
     from ringleader.jobs.spec import JobSpec
 
     spec = JobSpec(name="k", workers=2, gpus_per_worker=1, command=[PY, str(show)])
     argv = launcher_command(spec, per_pod=2)
     assert argv[0] == "mpirun"
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
-    done = subprocess.run([argv[0], "--oversubscribe", *argv[1:]], env=env, capture_output=True, text=True,
-                          timeout=180)  # fmt: skip
+    seen = show.parent / "launcher"
+    seen.mkdir()
+    done = subprocess.run([argv[0], "--oversubscribe", *argv[1:], str(seen)], env=env, capture_output=True,
+                          text=True, timeout=180)  # fmt: skip
     assert done.returncode == 0, done.stderr
-    ours = sorted((json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")),
-                  key=lambda r: int(r["RANK"]))  # fmt: skip
+    ours = [json.loads((seen / f"{rank}.json").read_text()) for rank in range(2)]
     assert torchruns(ours) == torchruns(by_torchrun(show, 1))
     assert [(r["CROSS_RANK"], r["CROSS_SIZE"], r["LOCAL_SIZE"]) for r in ours] == [("0", "1", "2")] * 2
+    # what a deepspeed line became gets no torchrun defaults: DeepSpeed's launcher sets none
+    deepspeed = JobSpec(name="d", workers=2, gpus_per_worker=1, command=[PY, str(show)],
+                        user_command=["deepspeed", str(show)])  # fmt: skip
+    assert "OMP_NUM_THREADS" in rank_shell(spec) and "OMP_NUM_THREADS" not in rank_shell(deepspeed)

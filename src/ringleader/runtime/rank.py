@@ -208,9 +208,10 @@ def torchrun_defaults(plan: dict[str, Any], entry: dict[str, Any], env: dict[str
     OMP_NUM_THREADS=1 when it starts more than one process on the node (``"OMP_NUM_THREADS" not in
     os.environ and nproc_per_node > 1``: N ranks of a node do not each take every core), the
     rank's node count being its placement's (LOCAL_WORLD_SIZE); and NCCL's async error handling
-    on (TORCH_NCCL_ASYNC_ERROR_HANDLING=1: a failed collective ends the rank, not hangs it). Not
-    for an mpirun line's ranks (``plan["mpirun"]``): mpirun sets neither."""
-    if plan.get("mpirun"):
+    on (TORCH_NCCL_ASYNC_ERROR_HANDLING=1: a failed collective ends the rank, not hangs it). Only
+    where the plan says so (``plan["torchrun_defaults"]``): not for an mpirun line's ranks nor
+    what DeepSpeed's launcher starts, which set neither."""
+    if not plan.get("torchrun_defaults"):
         return
     if entry["local_world_size"] > 1 and "OMP_NUM_THREADS" not in env:
         env["OMP_NUM_THREADS"] = "1"

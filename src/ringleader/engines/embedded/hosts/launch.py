@@ -72,7 +72,7 @@ def rank_table(plan: Mapping[str, Any]) -> dict[str, Any]:
         "job": plan["job"], "world_size": plan["world_size"], "nnodes": plan["nnodes"],
         "master_addr": plan["master_addr"], "master_port": plan["master_port"],
         "restarts": plan.get("restarts", 0), "max_restarts": plan.get("max_restarts", 0),
-        "mpirun": plan.get("mpirun", False),
+        "torchrun_defaults": plan.get("torchrun_defaults", False),
         "ranks": [{k: r[k] for k in keep} for r in plan["ranks"]],
     }  # fmt: skip
 
