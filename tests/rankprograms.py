@@ -57,7 +57,9 @@ while True:
 
 def resuming_rank(folder: Path) -> str:
     """The first run trains, saving a checkpoint per rank every 0.1 s; a later run resumes from
-    it, says from where and on which node, and ends."""
+    it, says from where and on which node (``resumed-RANK``) and which run it is
+    (``restarts-RANK``: RINGLEADER_RESTARTS, TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS),
+    and ends."""
     return f"""
 import os, time
 folder, rank = {str(folder)!r}, os.environ["RANK"]
@@ -66,6 +68,9 @@ if os.environ["RINGLEADER_RESTARTS"] != "0":
     step = int(open(ckpt).read()) if os.path.exists(ckpt) else 0
     with open(os.path.join(folder, "resumed-" + rank), "w") as fh:
         fh.write(f"{{step}} {{os.environ['RINGLEADER_NODE']}}")
+    with open(os.path.join(folder, "restarts-" + rank), "w") as fh:  # as torchrun counts them too
+        fh.write(" ".join(os.environ.get(k, "-") for k in ("RINGLEADER_RESTARTS", "TORCHELASTIC_RESTART_COUNT",
+                                                          "TORCHELASTIC_MAX_RESTARTS")))
     raise SystemExit(0)
 step = 0
 while True:

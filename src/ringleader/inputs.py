@@ -83,8 +83,11 @@ def _short(value: Any) -> str:
 
 def did_you_mean(word: str, choices: Sequence[str]) -> str:
     """`` (did you mean 'x'?)`` for the closest choice, or nothing when none is close."""
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    close = difflib.get_close_matches(word, list(choices), n=3, cutoff=0.6)
+    # Two letters swapped (vgg61 for vgg16) score no better than one changed (vgg19): the
+    # choice with the very letters typed wins a tie.
+    swapped = [c for c in close if sorted(c) == sorted(word)]
+    return f" (did you mean {(swapped or close)[0]!r}?)" if close else ""
 
 
 def format_path(path: Path) -> str:

@@ -151,10 +151,13 @@ def test_get_shows_the_prediction_of_a_running_job(seeds_cli: Cli) -> None:
     assert job["prediction"]["alternative"]["policy"] == "topology"
 
 
-def test_unknown_model_hint_is_reported_not_fatal(seeds_cli: Cli) -> None:
-    out = json.loads(seeds_cli.ok("submit", "mpi", "--name", "x", "--workers", "2", "--gpus", "1", "--model", "gpt9",
-                                  "--dry-run", "-o", "json", "--", "python", "t.py"))  # fmt: skip
-    assert "unknown model 'gpt9'" in out["prediction"]["error"]
+def test_unknown_model_hint_is_refused_at_submit_with_the_closest(seeds_cli: Cli) -> None:
+    """A --model the model does not know is a typo more often than a network: refused in one line
+    naming the closest, before anything is planned (a silent hint would price nothing)."""
+    refused = seeds_cli("submit", "mpi", "--name", "x", "--workers", "2", "--gpus", "1", "--model", "gpt9",
+                        "--dry-run", "-o", "json", "--", "python", "t.py")  # fmt: skip
+    assert refused.returncode == 2 and refused.stdout == "" and refused.stderr.count("\n") == 1
+    assert refused.stderr.startswith("error: unknown model 'gpt9' (did you mean 'gpt2'?). To fix: use one of")
 
 
 def _calibration(cli: Cli, tmp_path: Path, device: str, rate: float) -> str:

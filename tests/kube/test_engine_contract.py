@@ -395,6 +395,17 @@ def test_contract_arenas_p_is_the_pods_priority_class(run, fake: FakeApiServer) 
     code, out = run("submit", "mpi", "--engine", "embedded", "--name", "p", "--workers", "1", "-p", "high",
                     "--dry-run", "python train.py")  # fmt: skip
     assert code == 2 and out.count("\n") == 1 and "not supported by the embedded engine" in out, out
+    assert "use --engine kubernetes" in out and "--engine embedded" not in out  # never the engine in use
+    # arena's --priority=medium (a PriorityClass's name), as its docs write it; a number stays the queue's order
+    code, out = run("submit", "mpi", "--engine", "kubernetes", "--name", "m", "--workers", "1", "--priority=medium",
+                    "--dry-run", "-o", "yaml", "python train.py")  # fmt: skip
+    assert code == 0, out
+    job = next(yaml.safe_load_all("\n".join(ln for ln in out.splitlines() if not ln.startswith("note: "))))
+    assert job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["priorityClassName"] == "medium"
+    code, out = run("submit", "mpi", "--engine", "embedded", "--name", "m", "--workers", "1", "--priority=medium",
+                    "--dry-run", "python train.py")  # fmt: skip
+    assert code == 2 and out.count("\n") == 1, out
+    assert "names a Kubernetes PriorityClass" in out and "give a number instead (--priority 10" in out
 
 
 def test_contract_list_all_namespaces_as_arena_and_kubectl(run, fake: FakeApiServer) -> None:  # type: ignore[no-untyped-def]

@@ -106,7 +106,6 @@ def test_every_refused_line_exits_2_with_one_line_and_changes_nothing(
     image = ["submit", "mpi", "--name", "r", "--image"]
     cases_args["image-bad-reference"] = [*image, "-v /:/host", "--", PY, "-c", "pass"]
     cases_args["image-no-runtime"] = [*image, "python:3.11", "--", PY, "-c", "pass"]
-    cases_args["image-no-runtime-dry-run"] = [*image, "python:3.11", "--dry-run", "--", PY, "-c", "pass"]
     path = no_runtime_path(tmp_path)
     if _docker_answers(path):
         pytest.skip("docker's daemon answers here: an image has a runtime")

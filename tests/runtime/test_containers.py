@@ -340,19 +340,24 @@ def test_the_cli_options_reach_the_container_and_get_shows_them(
 
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "x").write_text("mounted\n")
+    (tmp_path / "config.json").write_text('{"lr": 0.1}\n')
     monkeypatch.chdir(tmp_path)
+    # arena's --config-file HOST_FILE:CONTAINER_FILE, a relative host path as its docs write them
     args = ["submit", "mpi", "--name", "cli", "--image", image, "-d", f"{tmp_path / 'in'}:/in", "--shm-size", "32m",
-            "--container-user", "submitter", "--image-pull-policy", "IfNotPresent", "--", "sh", "-c",
-            "cat /in/x; id -u; df -k /dev/shm | tail -1"]  # fmt: skip
+            "--container-user", "submitter", "--image-pull-policy", "IfNotPresent",
+            "--config-file", "config.json:/etc/config/config.json", "--", "sh", "-c",
+            "cat /in/x; id -u; df -k /dev/shm | tail -1; cat /etc/config/config.json"]  # fmt: skip
     assert main(args) == 0, capsys.readouterr().err
     rt = Runtime.open(home)
     view = rt.wait("cli", 120)
     assert view.status is JobStatus.SUCCEEDED, rt.logs("cli")
     out = rt.logs("cli").splitlines()
     assert out[:2] == ["mounted", str(os.getuid())] and out[2].split()[1] == str(32 * 1024)
+    assert out[3] == '{"lr": 0.1}'
     capsys.readouterr()
     assert main(["get", "cli", "-o", "json"]) == 0
     shown = json.loads(capsys.readouterr().out)["container"]
     rt.close()
-    assert shown == {"data": [[str(tmp_path / "in"), "/in"]], "shm_size": 32 << 20, "rdma": False,
+    mounts = [[str(tmp_path / "in"), "/in"], [str(tmp_path / "config.json"), "/etc/config/config.json"]]
+    assert shown == {"data": mounts, "shm_size": 32 << 20, "rdma": False,
                      "image_pull_policy": "IfNotPresent", "user": f"{os.getuid()}:{os.getgid()}"}  # fmt: skip

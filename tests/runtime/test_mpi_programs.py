@@ -11,9 +11,12 @@ from pathlib import Path
 import pytest
 
 from ringleader.engines.embedded.engine import Runtime
-from ringleader.engines.embedded.programs import mpi_program, needed_libraries, python_target
+from ringleader.engines.embedded.programs import mpi_program, mpi_unseen, needed_libraries, python_target
 from ringleader.jobs.states import JobStatus
 
+# How mpi4py's own test runner gets MPI: by name, through importlib (no import statement to see).
+BY_NAME = ("import importlib\nMPI = importlib.import_module('mpi4py.MPI')\nw = MPI.COMM_WORLD\n"
+           "print('WORLD %d of %d' % (w.Get_rank(), w.Get_size()))\n")
 WORLD = "from mpi4py import MPI; w = MPI.COMM_WORLD; print('WORLD %d of %d' % (w.Get_rank(), w.Get_size()))"
 C_WORLD = r"""#include <mpi.h>
 #include <stdio.h>
@@ -112,3 +115,37 @@ def test_a_torch_program_still_starts_one_process_per_worker(small: Runtime, h) 
     assert not any("mpirun" in n for n in small.notes), small.notes
     assert small.wait("ddp", 120).status is JobStatus.SUCCEEDED
     assert [i.role for i in small.get("ddp").instances] == ["worker", "worker"]
+
+
+def test_mpi_use_the_submit_cannot_see_is_named(tmp_path: Path) -> None:
+    (tmp_path / "runtests.py").write_text(BY_NAME)
+    (tmp_path / "comm.py").write_text("from mpi4py import MPI\n")
+    (tmp_path / "main.py").write_text("import os\nimport comm\n")
+    (tmp_path / "ddp.py").write_text("import torch.distributed as dist\n")
+    assert mpi_program(["python3", "runtests.py"], str(tmp_path), None) is None  # no import statement
+    assert mpi_unseen(["python3", "runtests.py"], str(tmp_path)) == "runtests.py names mpi4py"
+    assert mpi_unseen(["python3", "main.py"], str(tmp_path)) == "main.py imports comm.py, which imports mpi4py"
+    assert mpi_unseen(["python3", "-c", "__import__('horovod.torch')"], None) == "python3 names horovod"
+    assert mpi_unseen(["python3", "ddp.py"], str(tmp_path)) is None
+    assert mpi_unseen(["python3", "-m", "pkg"], str(tmp_path)) is None
+
+
+def test_a_program_importing_mpi4py_by_name_gets_a_note_and_its_fix_runs_one_world(  # type: ignore[no-untyped-def]
+    small: Runtime, h, tmp_path: Path
+) -> None:
+    """As mpi4py's own test runner: each rank alone would be a world of one, silently; the submit
+    says so and names the line that makes one world, and that line does."""
+    if shutil.which("mpirun") is None:
+        pytest.skip("Open MPI's mpirun is not installed (make setup installs openmpi-bin)")
+    pytest.importorskip("mpi4py")
+    (tmp_path / "runtests.py").write_text(BY_NAME)
+    small.submit(h.spec("byname", [sys.executable, "runtests.py"], workers=2, workdir=str(tmp_path)))
+    [note] = [n for n in small.notes if "runtests.py names mpi4py" in n]
+    assert "its 2 ranks start here as 2 MPI worlds of one each" in note, note
+    fix = note.rsplit("submit `", 1)[1].rstrip("`")
+    assert fix == f"mpirun -np 2 {sys.executable} runtests.py"
+    assert small.wait("byname", 120).status is JobStatus.SUCCEEDED
+    assert _worlds(small, "byname", 2) == ["WORLD 0 of 1", "WORLD 0 of 1"]  # what the note warned of
+    small.submit(h.spec("fixed", fix.split(), workers=2, workdir=str(tmp_path)))
+    assert small.wait("fixed", 120).status is JobStatus.SUCCEEDED
+    assert _worlds(small, "fixed", 2) == ["WORLD 0 of 2", "WORLD 1 of 2"]

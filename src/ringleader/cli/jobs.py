@@ -6,6 +6,7 @@ Parse and render only: every command calls ``ringleader.engines.embedded.engine.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import sys
 import time
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import click
 
+from ringleader.cli.arena_flags import SWITCHES_WITH_A_WORD, TRUTH_WORDS, read_arena_flags
 from ringleader.cli.kube_options import kube_submit_options, read_kube_options
 from ringleader.cli.output import (
     INDENT,
@@ -34,7 +36,7 @@ from ringleader.engines import ALL_NAMESPACES, ENGINES, chosen_engine, open_engi
 from ringleader.engines.embedded.engine import JobSpec, Runtime
 from ringleader.engines.embedded.store import default_home
 from ringleader.errors import NotFoundError, UsageError
-from ringleader.jobs.commandline import read_command
+from ringleader.jobs.commandline import SHELL, read_command
 from ringleader.jobs.logfiles import instance_name, lines_since
 from ringleader.jobs.queues import Preempted, read_preempted
 from ringleader.jobs.spec import (
@@ -205,10 +207,11 @@ class ArenaCommand(click.Command):
     spellings, the same with the value as a word of its own (``--gputopology true``), and flags
     after a command given as one quoted string (``"python train.py" --dry-run``)."""
 
-    BOOL_FLAGS = ("--gputopology", "--gang")
-    TRUTH: ClassVar[dict[str, bool]] = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+    BOOL_FLAGS = SWITCHES_WITH_A_WORD
+    TRUTH: ClassVar[dict[str, bool]] = {w: w in ("true", "1", "yes") for w in TRUTH_WORDS}
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        args = read_arena_flags(args, self._arity())
         out = []
         i = 0
         while i < len(args):
@@ -230,15 +233,20 @@ class ArenaCommand(click.Command):
             i += 1
         return super().parse_args(ctx, self._flags_after_the_command(out))
 
-    def _flags_after_the_command(self, args: list[str]) -> list[str]:
-        """arena takes the command as one string and reads flags after it: a quoted command
-        (one word with a space) followed only by this command's own options and their values has
-        those options moved before it. Anything else is left for the usual reading."""
+    def _arity(self) -> dict[str, int]:
+        """How many values each of this command's options takes."""
         arity: dict[str, int] = {}
         for param in self.params:
             if isinstance(param, click.Option):
                 for name in (*param.opts, *param.secondary_opts):
                     arity[name] = 0 if param.is_flag or param.count else param.nargs
+        return arity
+
+    def _flags_after_the_command(self, args: list[str]) -> list[str]:
+        """arena takes the command as one string and reads flags after it: a quoted command
+        (one word with a space) followed only by this command's own options and their values has
+        those options moved before it. Anything else is left for the usual reading."""
+        arity = self._arity()
 
         def option_end(at: int) -> int | None:  # where the option at ``at`` and its values end
             name, inline, _ = args[at].partition("=")
@@ -360,7 +368,9 @@ SUBMIT_OPTIONS: tuple[Callable[[Any], Any], ...] = (
     click.option("--gpus", type=int, default=0, show_default=True, help="GPUs per worker."),
     click.option("--gputopology/--no-gputopology", default=False, help="Topology-aware placement (also =true|false)."),
     click.option("--gang/--no-gang", default=True, help="Accepted for compatibility: jobs are always gang-scheduled."),
-    click.option("--priority", type=int, default=0, show_default=True, help="Higher runs first; FIFO among equals."),
+    click.option("--priority", default="0", show_default=True, metavar="N|NAME",
+                 help="Higher runs first; FIFO among equals. A name (arena's) is the pods' Kubernetes "
+                      "PriorityClass, as -p gives it."),
     click.option("--queue", default=None, metavar="NAME",
                  help="The team queue it counts against (`ringleader queue list`): its quota, borrowing, fair share."),
     click.option("--max-restarts", type=click.IntRange(0, 100), default=0, show_default=True,
@@ -397,6 +407,14 @@ SUBMIT_OPTIONS: tuple[Callable[[Any], Any], ...] = (
                  help="Whether a job of higher priority with --preempt may stop and requeue this one."),
     click.option("--working-dir", "working_dir", default=None,
                  help="Where the ranks start (default: here; on Kubernetes, the image's)."),
+    click.option("--shell", type=click.Choice(["sh", "bash"]), default="sh", show_default=True,
+                 help="The shell a quoted command with shell syntax runs with on each rank (arena's)."),
+    click.option("--config-file", "config_files", multiple=True, metavar="HOST_FILE:CONTAINER_FILE",
+                 help="Mount this host's file at CONTAINER_FILE in each rank's --image container (arena's; "
+                      "repeatable)."),
+    click.option("--loglevel", type=click.Choice(["debug", "info", "warn", "warning", "error"]), default="info",
+                 help="arena's: warn or error leave out the notes a submit prints (what the line became, a "
+                      "better placement); debug and info print them."),
     kube_submit_options,
     click.option("--topology-required", metavar="LEVEL", help="Stay under one switch of this network level, or wait."),
     click.option("--topology-preferred", metavar="LEVEL", help="Prefer one switch of this level; spread if it must."),
@@ -421,9 +439,11 @@ def submit_mpi(**options: Any) -> None:
     each rank, as arena runs a job's command.
 
     Each worker sees its job's GPUs on its node in CUDA_VISIBLE_DEVICES (on emulated nodes:
-    RINGLEADER_VIRTUAL_GPUS, and no real GPU), plus RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and
-    MASTER_PORT. The job starts in the current directory and keeps running after this command
-    exits; a job that does not fit yet waits (PENDING) and starts when GPUs free up.
+    RINGLEADER_VIRTUAL_GPUS, and no real GPU), plus RANK (numbered node by node), WORLD_SIZE,
+    LOCAL_RANK, MASTER_ADDR, MASTER_PORT and the rest of torchrun's variables (OMP_NUM_THREADS=1
+    where several ranks share a node and none was set). The job starts in the current directory
+    and keeps running after this command exits; a job that does not fit yet waits (PENDING) and
+    starts when GPUs free up.
 
     A horovodrun line runs as the mpirun line horovodrun would build, a torchrun line as its
     script once per worker; mpirun's -x NAME passes this shell's NAME. What the placement
@@ -441,7 +461,8 @@ def submit_mpi(**options: Any) -> None:
 def submit_pytorch(**options: Any) -> None:
     """Submit a PyTorch job (arena's pytorchjob): COMMAND is the training program (`python
     train.py ...`, or a torchrun line), started once per worker with every variable torchrun
-    sets (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, ...): the same gang, placement and options
+    sets (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, ..., OMP_NUM_THREADS=1 where several ranks
+    share a node and none was set): the same gang, placement and options
     as `submit mpi`, on every engine. On Kubernetes it is a PyTorchJob (Kubeflow's Training
     Operator): each pod starts the program under torchrun, with no launcher and no sshd in the
     image. An mpirun or horovodrun line is refused: submit it with `submit mpi`.
@@ -454,22 +475,28 @@ def submit_pytorch(**options: Any) -> None:
 
 
 def _submit(
-    kind: str, name: str, workers: int, gpus: int, gputopology: bool, gang: bool, priority: int, queue: str | None,
+    kind: str, name: str, workers: int, gpus: int, gputopology: bool, gang: bool, priority: str, queue: str | None,
     max_restarts: int, env: tuple[str, ...],
     image: str | None, data: tuple[tuple[str, str], ...], shm_size: int | None, rdma: bool,
     image_pull_policy: str | None, container_user: str | None, model: str | None, dry_run: bool,
     time_limit_s: float | None, start: str | None, run_time_s: float | None, max_wait_s: float | None,
     risk: str | None, steps: int | None, calibration_file: str | None, preempt: bool, preemptible: bool,
-    working_dir: str | None,
+    working_dir: str | None, shell: str, config_files: tuple[str, ...], loglevel: str,
     topology_required: str | None, topology_preferred: str | None, output: str, command: tuple[str, ...],
     engine: str | None, **kube: Any,
 ) -> None:  # fmt: skip
     del gang
-
+    engine_name = chosen_engine(default_home(), engine)
+    rank, kube["kube_priority_class"] = read_priority(priority, kube["kube_priority_class"], engine_name)
+    if kube["kube_retry"] is not None and engine_name != "kubernetes":
+        raise UsageError(f"--retry is the Kubernetes launcher's backoffLimit, which the {engine_name} engine has not",
+                         f"give --max-restarts {kube['kube_retry']}: a failed gang restarts, placed again, on every "
+                         "engine")  # fmt: skip
+    data = (*data, *config_mounts(config_files, image, engine_name))
     container = ContainerOptions(data, shm_size, rdma, image_pull_policy, container_user)
     spec = JobSpec(
-        name=name, workers=workers, gpus_per_worker=gpus, command=parse_command(command),
-        env=parse_env(env), topology_aware=gputopology, priority=priority, image=image, model=model,
+        name=name, workers=workers, gpus_per_worker=gpus, command=with_shell(parse_command(command), shell),
+        env=parse_env(env), topology_aware=gputopology, priority=rank, image=image, model=model,
         time_limit_s=time_limit_s, container=container, workdir=working_dir, kube=read_kube_options(kube),
         topology_required=topology_required, topology_preferred=topology_preferred, start=start,
         run_time_s=run_time_s, max_wait_s=max_wait_s, risk=risk, preempt=preempt, preemptible=preemptible,
@@ -478,6 +505,8 @@ def _submit(
     )  # fmt: skip
     with using_engine(engine) as rt:
         result = rt.submit(spec, dry_run=dry_run)
+        if loglevel in ("warn", "warning", "error"):  # arena's levels: its notes are info
+            rt.notes[:] = [n for n in rt.notes if not n.startswith("note:")]
     if dry_run and output == "yaml" and "manifests" in result.extra:
         click.echo(result.extra["manifests"], nl=False)  # what `kubectl apply -f -` takes
     elif output != "table":
@@ -486,6 +515,52 @@ def _submit(
         render_plan(result)
     else:
         render_submitted(result)
+
+
+def read_priority(given: str, priority_class: str | None, engine: str) -> tuple[int, str | None]:
+    """``--priority``: a number is the queue's order; a name is arena's meaning, the pods'
+    Kubernetes PriorityClass (as -p/--priority-class), which only the kubernetes engine has."""
+    try:
+        return int(given), priority_class
+    except ValueError:
+        pass
+    if engine != "kubernetes":
+        raise UsageError(f"--priority {given!r} names a Kubernetes PriorityClass (arena's meaning), which the "
+                         f"{engine} engine has none of",
+                         "give a number instead (--priority 10: higher runs first, FIFO among equals)")  # fmt: skip
+    if priority_class is not None and priority_class != given:
+        raise UsageError(f"--priority {given} and -p {priority_class} name two PriorityClasses", "give one of them")
+    return 0, given
+
+
+def config_mounts(files: Sequence[str], image: str | None, engine: str) -> tuple[tuple[str, str], ...]:
+    """arena's ``--config-file HOST_FILE:CONTAINER_FILE``: the host's file mounted in each rank's
+    container, as ``-d`` mounts a host path (refused where there is no container to put it in, or
+    no host file to mount: a pod mounts volumes)."""
+    if not files:
+        return ()
+    if engine == "kubernetes":
+        raise UsageError("--config-file mounts a file of this host, and pods mount volumes only",
+                         "put the file in a PersistentVolumeClaim and give -d CLAIM:/container/dir")  # fmt: skip
+    if image is None:
+        raise UsageError("--config-file puts a file in each rank's container and this job has none (no --image)",
+                         "without --image the ranks read this host's files: give the program the file's own path")
+    mounts = []
+    for text in files:
+        host, _, container = text.rpartition(":")
+        if not host or not os.path.isfile(host):
+            raise UsageError(f"--config-file {text!r}: {host or text!r} is not a file here",
+                             "write --config-file HOST_FILE:CONTAINER_FILE with an existing HOST_FILE")  # fmt: skip
+        mounts.append(parse_data(f"{os.path.abspath(host)}:{container}"))
+    return tuple(mounts)
+
+
+def with_shell(command: list[str], shell: str) -> list[str]:
+    """A command that runs through a shell (shell syntax in a quoted string) run by ``shell``,
+    arena's --shell; any other command runs as it is, whatever the shell."""
+    if shell != "sh" and command[:2] == [SHELL, "-c"]:
+        return [shell, *command[1:]]
+    return command
 
 
 def render_plan(result: SubmitResult) -> None:

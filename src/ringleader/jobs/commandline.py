@@ -286,6 +286,14 @@ def _export(value: str, env: dict[str, str], environ: Mapping[str, str]) -> bool
 _TORCH_MODULES = {"torch.distributed.run": "torchrun", "torch.distributed.launch": "launch"}
 
 
+def gets_torchrun_defaults(spec: JobSpec) -> bool:
+    """Whether a job's ranks get what torchrun sets only where the job did not (OMP_NUM_THREADS,
+    NCCL's async error handling: ``runtime.rank.torchrun_defaults``): a program ringleader starts
+    once per worker as torchrun would, not an mpirun line's ranks nor what DeepSpeed's launcher
+    starts (neither sets them)."""
+    return not spec.command_line().mpirun and _launcher(spec.user_command or spec.command) != "deepspeed"
+
+
 def _launcher(argv: Sequence[str]) -> str | None:
     """'horovodrun', 'torchrun' (also python -m torch.distributed.run|launch), 'deepspeed', 'mpirun'
     or None."""

@@ -4,7 +4,8 @@ and the framework it runs. The flags read are those of tf_cnn_benchmarks (``--ba
 ``--use_fp16``), Hugging Face's Trainer (``--per_device_train_batch_size``, ``--fp16``,
 ``--gradient_accumulation_steps``), Megatron-LM (``--micro-batch-size``, ``--bf16``), NVIDIA's
 DeepLearningExamples (``--amp``), PyTorch Lightning (``--trainer.precision 16-mixed``), Horovod's
-examples and ringleader's own bench; and the DeepSpeed configuration such a line names
+examples, torchvision's reference scripts (``-b 32`` beside ``--model``) and ringleader's own bench;
+the network the script's own ``--model``/``--arch`` flag names; and the DeepSpeed configuration such a line names
 (``--deepspeed_config ds.json``, the Trainer's ``--deepspeed ds.json``), read once at submit. The
 queue weighs a job's placements with that workload, as `get`, `--dry-run` and `--steps` price it.
 """
@@ -56,9 +57,10 @@ def workload_hints(command: Sequence[str]) -> Workload:
     for i, word in enumerate(words):
         key, equals, value = word.partition("=")
         following = words[i + 1] if i + 1 < len(words) else ""
-        if not equals and key in (*_BATCH_FLAGS, *_PRECISION_FLAGS, *_ACCUMULATION_FLAGS):
+        if not equals and key in (*_BATCH_FLAGS, *_PRECISION_FLAGS, *_ACCUMULATION_FLAGS, _SHORT_BATCH):
             value = following
-        if key in _BATCH_FLAGS and count_of(value):
+        short_batch = key == _SHORT_BATCH and model_named(words) is not None
+        if (key in _BATCH_FLAGS or short_batch) and count_of(value):
             batch = int(value)
         elif key in _ACCUMULATION_FLAGS and count_of(value):
             accumulation = int(value)
@@ -71,6 +73,30 @@ def workload_hints(command: Sequence[str]) -> Workload:
             if said in _TRUE:
                 precision = _PRECISION_SWITCHES[key]
     return Workload(batch, precision, accumulation)
+
+
+# Where a training script takes the network it trains: tf_cnn_benchmarks (``--model=vgg16``),
+# Horovod's synthetic benchmarks and torchvision's reference scripts (``--model resnet50``), and
+# PyTorch's ImageNet example (``-a resnet18``, ``--arch``).
+_MODEL_FLAGS = ("--model", "--arch", "-a", "--model_name", "--model-name")
+# The batch flag of torchvision's reference scripts and PyTorch's ImageNet example, read only
+# beside one of the model flags above (elsewhere -b means anything).
+_SHORT_BATCH = "-b"
+
+
+def model_named(command: Sequence[str]) -> tuple[str, str] | None:
+    """The network a training script's own flags name, and the flag as written
+    (``("vgg16", "--model=vgg16")``); None where no model flag is given. The name is as written:
+    the model checks it."""
+    words = list(command)
+    named = None
+    for i, word in enumerate(words):
+        key, equals, value = word.partition("=")
+        if key in _MODEL_FLAGS:
+            value = value if equals else words[i + 1] if i + 1 < len(words) else ""
+            if value and not value.startswith("-"):
+                named = (value, word if equals else f"{key} {value}")
+    return named
 
 
 def config_named(command: Sequence[str]) -> str | None:

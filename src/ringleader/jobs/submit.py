@@ -24,12 +24,13 @@ from ringleader import settings
 from ringleader.errors import ConflictError, UnschedulableError, UsageError
 from ringleader.jobs.codec import decision_to_dict
 from ringleader.jobs.commandline import prepare_spec
-from ringleader.jobs.hints import read_workload
+from ringleader.jobs.hints import model_named, read_workload
 from ringleader.jobs.line import CommandLine
 from ringleader.jobs.prediction import predict_job, run_time_from_steps
 from ringleader.jobs.spec import JobSpec, parse_container_user, submit_env
 from ringleader.jobs.support import Support
 from ringleader.jobs.views import JobView, SubmitResult
+from ringleader.model.tables import check_model
 from ringleader.scheduler import ClusterState, Code, Decision, JobRequest, place
 from ringleader.scheduler.framework import NO_SUCH_LEVEL
 
@@ -49,6 +50,7 @@ class Submission:
     spec: JobSpec
     line: CommandLine
     notes: tuple[str, ...]
+    dry_run: bool = False  # only the plan is asked for: nothing will start from this submit
 
 
 class Provisioner(Protocol):
@@ -94,7 +96,7 @@ class Provisioner(Protocol):
 def submit_job(engine: Provisioner, spec: JobSpec, dry_run: bool = False) -> SubmitResult:
     """Queue a job (started if it fits now), or with ``dry_run`` only show the plan: prepare it
     once, refuse a name in use and a gang that can never fit, note a better placement, predict."""
-    sub = engine.prepare(prepare_submit(spec, engine.supports))
+    sub = engine.prepare(dataclasses.replace(prepare_submit(spec, engine.supports), dry_run=dry_run))
     spec = sub.spec
     if engine.exists(spec.name):  # checked before anything is written (or created)
         raise duplicate(spec.name, engine.supports)
@@ -185,10 +187,31 @@ def prepare_submit(spec: JobSpec, supports: Support, environ: Mapping[str, str] 
         raise UsageError(f"a PyTorch job starts its program once per worker itself, and this is a {launcher} line",
                          f"give the program alone (python train.py ...), or submit the {launcher} line with "
                          "`submit mpi`")  # fmt: skip
+    spec, said = model_of(spec)
+    notes = [*notes, *said]
     if spec.model is not None and spec.workload is None:  # read once, where the ranks start
         world = spec.workers * max(1, spec.gpus_per_worker)  # its data-parallel ranks
         spec = dataclasses.replace(spec, workload=read_workload(spec.command, spec.workdir or os.getcwd(), world))
     return Submission(dataclasses.replace(spec, line=line), line, tuple(notes))
+
+
+def model_of(spec: JobSpec) -> tuple[JobSpec, list[str]]:
+    """``spec`` with its --model checked (an unknown name refused, the closest known one
+    suggested), or, without one, the network its program's own flags name (tf_cnn_benchmarks'
+    ``--model=vgg16``, torchvision's ``--model resnet50``) where the model knows it: its
+    predictions then need no --model. The note says where the model came from."""
+    if spec.model is not None:
+        check_model(spec.model)
+        return spec, []
+    named = model_named(spec.user_command or spec.command)
+    if named is None:
+        return spec, []
+    try:
+        check_model(named[0])
+    except UsageError:
+        return spec, []  # a network the model does not know: the job runs, unpriced, as before
+    said = f"note: model {named[0]} read from the line's {named[1]} (for predictions; --model NAME overrides it)"
+    return dataclasses.replace(spec, model=named[0]), [said]
 
 
 def working_directory() -> str:

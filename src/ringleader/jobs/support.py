@@ -8,6 +8,9 @@ from dataclasses import dataclass
 
 from ringleader.errors import UsageError
 
+# What only one engine other than the embedded one does (every other operation: the embedded engine).
+ONLY_ON = {"kube_options": "kubernetes"}
+
 
 @dataclass(frozen=True)
 class Support:
@@ -36,12 +39,13 @@ class Support:
     more_room: str = "add nodes"  # how a user gives a job that can never fit the room it needs
 
     def require(self, operation: str, what: str) -> None:
-        """Refuse ``what`` (a command, or an option) in one line unless the engine supports it."""
+        """Refuse ``what`` (a command, or an option) in one line unless the engine supports it,
+        naming the engine that does (never the one in use)."""
         if not getattr(self, operation):
-            raise UsageError(
-                f"{what} is not supported by the {self.engine} engine",
-                f"use the tool the {self.engine} cluster already has for it, or --engine embedded",
-            )
+            other = ONLY_ON.get(operation, "embedded")
+            fix = (f"leave {what} out, or use --engine {other}" if self.engine == "embedded"
+                   else f"use the tool the {self.engine} cluster already has for it, or --engine {other}")  # fmt: skip
+            raise UsageError(f"{what} is not supported by the {self.engine} engine", fix)
 
     def require_container_options(self, given: list[str]) -> None:
         """Refuse, in one line, the first container option given that the engine does not honour."""

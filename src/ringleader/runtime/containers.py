@@ -123,12 +123,13 @@ def job_label(home: Path, job: str) -> str:
 
 def rank_variable_names() -> list[str]:
     """Every variable the rank wrapper sets for a rank (rank.rank_env, under mpirun too), and
-    the run's own: RINGLEADER_RESTARTS (set for each run by its supervisor)."""
+    the run's own: RINGLEADER_RESTARTS (set for each run by its supervisor), and torchrun's
+    defaults where the wrapper sets them (``rank.torchrun_defaults``; a name unset is not passed)."""
     plan = {"world_size": 1, "master_addr": "", "master_port": 0, "job": "", "nnodes": 1}
     entry = {"rank": 0, "local_rank": 0, "local_world_size": 1, "node_rank": 0, "instance": "", "node": "",
              "gpus": [], "node_gpus": [], "emulated": False}  # fmt: skip
     return [*rank_env(plan, entry, under_mpirun=True), "RINGLEADER_VIRTUAL_GPUS", "PYTHONUNBUFFERED",
-            "RINGLEADER_RESTARTS"]
+            "RINGLEADER_RESTARTS", "OMP_NUM_THREADS", "TORCH_NCCL_ASYNC_ERROR_HANDLING"]
 
 
 def nvidia_gpu_indexes() -> list[int]:

@@ -182,6 +182,9 @@ def rank_env(plan: dict[str, Any], entry: dict[str, Any], under_mpirun: bool) ->
         "ROLE_RANK": str(entry["rank"]), "ROLE_WORLD_SIZE": str(plan["world_size"]),
         "TORCHELASTIC_RUN_ID": plan["job"], "TORCHELASTIC_RESTART_COUNT": str(plan.get("restarts", 0)),
         "TORCHELASTIC_MAX_RESTARTS": str(plan.get("max_restarts", 0)),
+        # DeepSpeed's launcher's names for the node's index, the node count and the node's ranks.
+        "CROSS_RANK": str(entry["node_rank"]), "CROSS_SIZE": str(plan.get("nnodes", 1)),
+        "LOCAL_SIZE": str(entry["local_world_size"]),
         "RINGLEADER_JOB": plan["job"], "RINGLEADER_INSTANCE": entry["instance"],
         "RINGLEADER_NODE": entry["node"],
         "RINGLEADER_WORKER_GPUS": ",".join(str(g) for g in entry["gpus"]),
@@ -198,6 +201,21 @@ def rank_env(plan: dict[str, Any], entry: dict[str, Any], under_mpirun: bool) ->
         env["CUDA_VISIBLE_DEVICES"] = gpus
         env["RINGLEADER_VIRTUAL_GPUS"] = ""
     return env
+
+
+def torchrun_defaults(plan: dict[str, Any], entry: dict[str, Any], env: dict[str, str]) -> None:
+    """What torchrun sets only where the job did not (torch.distributed.run and its local agent):
+    OMP_NUM_THREADS=1 when it starts more than one process on the node (``"OMP_NUM_THREADS" not in
+    os.environ and nproc_per_node > 1``: N ranks of a node do not each take every core), the
+    rank's node count being its placement's (LOCAL_WORLD_SIZE); and NCCL's async error handling
+    on (TORCH_NCCL_ASYNC_ERROR_HANDLING=1: a failed collective ends the rank, not hangs it). Only
+    where the plan says so (``plan["torchrun_defaults"]``): not for an mpirun line's ranks nor
+    what DeepSpeed's launcher starts, which set neither."""
+    if not plan.get("torchrun_defaults"):
+        return
+    if entry["local_world_size"] > 1 and "OMP_NUM_THREADS" not in env:
+        env["OMP_NUM_THREADS"] = "1"
+    env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
 
 
 def _mpi_rank() -> int | None:
@@ -440,6 +458,7 @@ def stream_main(table: dict[str, Any], program: list[str]) -> int:
     rank = _mpi_rank() or 0
     entry = table["ranks"][rank]
     env = {**os.environ, **rank_env(table, entry, under_mpirun=True)}
+    torchrun_defaults(table, entry, env)
     env.setdefault("PYTHONUNBUFFERED", "1")
     given = program
     program, env = unguarded(program, env)
@@ -481,6 +500,8 @@ def main(argv: list[str], relay: Relay | None = None) -> int:
     launcher = "--launcher" in own
     tee = not launcher and "OMPI_COMM_WORLD_RANK" in os.environ
     env = {**os.environ, **plan["env"], **env}
+    if not launcher:
+        torchrun_defaults(plan, entry, env)
     env.setdefault("PYTHONUNBUFFERED", "1")
     given = program
     program, env = unguarded(program, env)

@@ -169,7 +169,12 @@ def make_candidate(
     objective: tuple[float, ...],
     objective_names: tuple[str, ...],
 ) -> Candidate:
-    placement = Placement(job.name, tuple(WorkerSlot(i, n, g) for i, (n, g) in enumerate(slots)))
+    # Workers numbered node by node (nodes in the order the policy first used them), as torchrun,
+    # Slurm and mpirun's by-slot mapping number ranks: neighbouring ranks share a node, so a ring
+    # crosses the network once per node, not once per rank.
+    first_use = {n: i for i, (n, _) in reversed(list(enumerate(slots)))}
+    node_major = sorted(slots, key=lambda slot: first_use[slot[0]])
+    placement = Placement(job.name, tuple(WorkerSlot(i, n, g) for i, (n, g) in enumerate(node_major)))
     used = {n for n, _ in slots}
     lookup = {ns.name: ns for ns in nodes if ns.name in used}
     return Candidate(placement, placement_metrics(lookup, placement), objective, objective_names)

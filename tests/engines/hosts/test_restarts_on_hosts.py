@@ -46,5 +46,7 @@ def test_a_gang_whose_node_loses_its_network_restarts_elsewhere_from_its_checkpo
     for rank in range(2):  # resumed from where the lost node's run had saved it
         step, node = (tmp_path / f"resumed-{rank}").read_text().split()
         assert int(step) > 0 and node == other
+        count, torchrun_count, limit = (tmp_path / f"restarts-{rank}").read_text().split()
+        assert int(count) > 0 and torchrun_count == count and limit == "3"  # torchrun's names on ssh hosts too
     hosts.uncordon_node(lost)
     assert hosts.node_health([lost])[lost].status != "Cordoned"

@@ -87,3 +87,27 @@ def test_an_image_is_resolved_on_each_host_before_its_ranks_start(
     assert view.status is JobStatus.FAILED, view.reason
     assert view.reason.startswith(f"image {missing} could not be pulled on host node-"), view.reason
     assert "\n" not in view.reason and not any(i.pid for i in view.instances)
+
+
+TORCHRUN_ENV = ("RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "OMP_NUM_THREADS", "CROSS_RANK",
+                "CROSS_SIZE", "LOCAL_SIZE", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS")  # fmt: skip
+SHOW_ENV = f"import json, os, socket; print(json.dumps({{'host': socket.gethostname(), **{{n: os.environ.get(n) for n in {TORCHRUN_ENV!r}}}}}), flush=True)"  # noqa: E501
+
+
+def test_a_plain_programs_ranks_see_torchruns_environment_node_by_node(
+    hosts: Runtime, h, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """4 workers x 2 GPUs without --gputopology over the two hosts: ranks 0,1 on one host and 2,3
+    on the other (as two torchrun agents of --nproc_per_node 2 number them), OMP_NUM_THREADS=1 (the
+    job set none), DeepSpeed's CROSS_RANK, and the restart limit the job was given."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    hosts.submit(h.job("envhosts", ["python3", "-c", SHOW_ENV], workers=4, gpus=2, max_restarts=2))
+    view = hosts.wait("envhosts", timeout=120)
+    assert view.status is JobStatus.SUCCEEDED, view.reason
+    seen = sorted(ranks(hosts, "envhosts", 4), key=lambda r: int(str(r["RANK"])))
+    assert seen[0]["host"] == seen[1]["host"] != seen[2]["host"] == seen[3]["host"]
+    assert [(r["LOCAL_RANK"], r["GROUP_RANK"], r["CROSS_RANK"]) for r in seen] == [
+        ("0", "0", "0"), ("1", "0", "0"), ("0", "1", "1"), ("1", "1", "1")]  # fmt: skip
+    for r in seen:
+        assert (r["LOCAL_WORLD_SIZE"], r["LOCAL_SIZE"], r["CROSS_SIZE"], r["OMP_NUM_THREADS"]) == ("2", "2", "2", "1")
+        assert (r["TORCHELASTIC_RESTART_COUNT"], r["TORCHELASTIC_MAX_RESTARTS"]) == ("0", "2")

@@ -32,7 +32,9 @@ RECORD_AND_MEET = """
 import json, os, socket, sys, time
 out = sys.argv[1]
 keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT",
-        "CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_PROCID", "SLURM_LOCALID", "RINGLEADER_NODE")
+        "CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_PROCID", "SLURM_LOCALID", "RINGLEADER_NODE",
+        "GROUP_RANK", "OMP_NUM_THREADS", "CROSS_RANK", "CROSS_SIZE", "LOCAL_SIZE", "TORCHELASTIC_RESTART_COUNT",
+        "TORCHELASTIC_MAX_RESTARTS")
 mine = {k: os.environ.get(k) for k in keys}
 mine["host"] = socket.gethostname()
 with open(os.path.join(out, "rank-%s.json" % mine["RANK"]), "w") as fh:
@@ -53,7 +55,10 @@ def ranks(out: Path) -> list[dict[str, str]]:
     return [json.loads((out / f"rank-{r}.json").read_text()) for r in range(len(list(out.glob("rank-*"))))]
 
 
-def test_gang_over_two_nodes_starts_together_on_exactly_the_placed_gpus(engine: SlurmEngine, tmp_path: Path) -> None:
+def test_gang_over_two_nodes_starts_together_on_exactly_the_placed_gpus(
+    engine: SlurmEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # torchrun's default applies
     out = tmp_path / "ranks"
     out.mkdir()
     result = engine.submit(job("gang", 6, 1, [PY, "-c", RECORD_AND_MEET, str(out), "30"], topology_aware=True))
@@ -74,6 +79,13 @@ def test_gang_over_two_nodes_starts_together_on_exactly_the_placed_gpus(engine: 
         assert env["host"] == env["RINGLEADER_NODE"] == inst.node
         assert env["RANK"] == env["SLURM_PROCID"] and env["LOCAL_RANK"] == env["SLURM_LOCALID"]
         assert env["WORLD_SIZE"] == "6" and env["MASTER_ADDR"] == seen[0]["MASTER_ADDR"]
+        # torchrun's environment: its OMP_NUM_THREADS rule, the node's index, the restart counts
+        assert env["OMP_NUM_THREADS"] == ("1" if int(env["LOCAL_WORLD_SIZE"]) > 1 else None)
+        assert env["GROUP_RANK"] == env["CROSS_RANK"] == env["NODE_RANK"] and env["CROSS_SIZE"] == "2"
+        assert env["LOCAL_SIZE"] == env["LOCAL_WORLD_SIZE"]
+        assert (env["TORCHELASTIC_RESTART_COUNT"], env["TORCHELASTIC_MAX_RESTARTS"]) == ("0", "0")
+    # ranks numbered node by node, as Slurm numbers its tasks
+    assert [env["NODE_RANK"] for env in seen] == sorted(env["NODE_RANK"] for env in seen)
     assert first.node == placement.nodes[0] and seen[0]["host"] == first.node
     assert {inst.node for inst in view.instances} == set(placement.nodes)
     assert view.started_at is not None and view.ended_at is not None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shlex
 import shutil
 import sqlite3
 import time
@@ -43,7 +44,7 @@ from ringleader.engines.embedded.nodes import (
     node_health,
     shrinking,
 )
-from ringleader.engines.embedded.programs import check_script, mpi_program
+from ringleader.engines.embedded.programs import check_script, mpi_program, mpi_unseen
 from ringleader.engines.embedded.views import job_view
 from ringleader.errors import (
     ConflictError,
@@ -294,7 +295,14 @@ class Runtime:
         sub = _one_mpi_world(sub)
         if sub.spec.image:
             label = job_label(self.home, sub.spec.name)
-            prepared = spec_in_image(sub.spec, sub.line, sub.spec.submit_env or {}, label)
+            try:
+                prepared = spec_in_image(sub.spec, sub.line, sub.spec.submit_env or {}, label)
+            except DependencyError as missing:
+                if not sub.dry_run:
+                    raise
+                # A plan needs no container: where the ranks would go is shown, and what they lack.
+                note = f"note: the plan only: {missing.message}. To run it: {missing.fix}"
+                return dataclasses.replace(sub, notes=(*sub.notes, note))
             sub = dataclasses.replace(sub, spec=prepared.spec, notes=(*sub.notes, prepared.note))
         _check_here(sub.spec, sub.line)
         return sub
@@ -569,7 +577,13 @@ def _one_mpi_world(sub: Submission) -> Submission:
     path = (spec.submit_env or {}).get("PATH", os.environ.get("PATH"))
     why = mpi_program(line.program, spec.workdir, path)
     if why is None:
-        return sub
+        unseen = mpi_unseen(line.program, spec.workdir)
+        if unseen is None:
+            return sub
+        note = (f"note: {unseen}: if it uses MPI, its {spec.workers} ranks start here as {spec.workers} MPI worlds "
+                f"of one each; for one world of {spec.workers}, submit `mpirun -np {spec.workers} "
+                f"{shlex.join(line.program)}`")  # fmt: skip
+        return dataclasses.replace(sub, notes=(*sub.notes, note))
     if shutil.which("mpirun", path=path) is None:
         note = (f"note: {why}, and mpirun is not installed here: each of its {spec.workers} ranks is an MPI world "
                 "of its own (install Open MPI for one world)")  # fmt: skip

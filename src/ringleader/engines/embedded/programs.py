@@ -7,7 +7,9 @@ that way is a world of one per rank, where every other engine (ssh hosts, Slurm'
 program is started under mpirun here too, as the user would start it by hand. It is known by
 what it says it needs: a Python program that imports mpi4py or Horovod (``python -m mpi4py``
 too), or a binary whose dynamic section needs ``libmpi``. A program that gets MPI some other
-way (a module of its own that imports mpi4py) is not seen: ``mpirun python prog.py`` says it.
+way (``importlib.import_module("mpi4py")``, as mpi4py's own test runner does, or a module of its
+own beside it that imports mpi4py) is not known for one, but its name in the script or in such a
+module is seen: the submit says so and how to write the line (``mpirun python prog.py``).
 """
 
 from __future__ import annotations
@@ -67,6 +69,31 @@ def mpi_program(program: Sequence[str], workdir: str | None, path: str | None) -
     binary = _resolve(program[0], workdir, path) if program else None
     if binary is not None and any(lib.startswith("libmpi.") for lib in needed_libraries(binary)):
         return f"{name} links libmpi"
+    return None
+
+
+MPI_NAMED = re.compile(r"\b(mpi4py|horovod)\b")
+LOCAL_IMPORT = re.compile(r"^[ \t]*(?:import|from)[ \t]+([A-Za-z_][A-Za-z0-9_]*)", re.MULTILINE)
+
+
+def mpi_unseen(program: Sequence[str], workdir: str | None) -> str | None:
+    """Why ``program`` may use MPI where ``mpi_program`` sees no import ("run.py names mpi4py"):
+    its script names mpi4py or Horovod without importing it by name (importlib, ``__import__``),
+    or a module of its own in the script's folder imports one. None where nothing says so."""
+    target = python_target(program)
+    if target is None or target.kind not in ("script", "code"):
+        return None
+    script = Path(workdir or ".") / target.value if target.kind == "script" else None
+    text = _read_text(script) if script is not None else target.value
+    shown = target.value if script is not None else os.path.basename(program[0])
+    named = MPI_NAMED.search(text)
+    if named:
+        return f"{shown} names {named.group(1)}"
+    folder = script.parent if script is not None else Path(workdir or ".")
+    for module in dict.fromkeys(LOCAL_IMPORT.findall(text)):
+        imported = MPI_IMPORT.search(_read_text(folder / f"{module}.py"))
+        if imported:
+            return f"{shown} imports {module}.py, which imports {imported.group(1)}"
     return None
 
 

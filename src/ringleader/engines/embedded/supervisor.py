@@ -40,6 +40,7 @@ from ringleader.engines.embedded.lifecycle import (
 )
 from ringleader.errors import RingleaderError
 from ringleader.jobs.codec import placement_from_dict
+from ringleader.jobs.commandline import gets_torchrun_defaults
 from ringleader.jobs.failures import LOG_TAIL_BYTES, Failure, classify
 from ringleader.jobs.line import CommandLine, option_words, root_option
 from ringleader.jobs.logfiles import read_log
@@ -273,12 +274,14 @@ class Supervisor:
         remote = any(nodes[n].address is not None for n in placement.nodes)
         env = {**spec.env, "RINGLEADER_RESTARTS": str(self.restarts)}  # to resume from its checkpoint
         plan = build_plan(spec.name, placement, nodes, env, self.home)
-        plan.update(restarts=self.restarts, max_restarts=spec.max_restarts)  # torchrun's names for them too
+        line = spec.command_line()
+        # torchrun's names for the counts too, and its defaults where torchrun would set them
+        plan.update(restarts=self.restarts, max_restarts=spec.max_restarts,
+                    torchrun_defaults=gets_torchrun_defaults(spec))  # fmt: skip
         pfile = plan_path(self.home, spec.name)
         make_job_folders(self.home, spec.name)  # what its ranks write: real folders, not links
         if spec.image and self.resolve_image(spec, [nodes[n] for n in placement.nodes]):
             return
-        line = spec.command_line()
         if remote:  # ranks on ssh hosts: one mpirun on this machine starts them all (engines.embedded.hosts)
             plan.update(hosts=True, master_addr=master_address(placement, nodes, settings))
             plan["env"] = {**settings.get("env", {}), **plan["env"]}

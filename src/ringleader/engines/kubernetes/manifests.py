@@ -37,6 +37,7 @@ from ringleader.engines.kubernetes.delivery import (
 )
 from ringleader.engines.kubernetes.objects import quantity
 from ringleader.errors import UsageError
+from ringleader.jobs.commandline import gets_torchrun_defaults
 from ringleader.jobs.line import CommandLine, root_option
 from ringleader.jobs.spec import JobSpec, KubeOptions, check_image_reference
 from ringleader.topology.cluster import check_name
@@ -254,13 +255,27 @@ def _container_setup(spec: JobSpec, container: dict[str, Any], mounts: list[dict
 
 # A plain program runs once per worker under mpirun with torchrun's variables, as on every other
 # engine: Open MPI's own rank variables renamed, MASTER_ADDR the first worker (rank 0 runs there:
-# map-by slot over mpi-operator's hostfile).
+# map-by slot over mpi-operator's hostfile, every pod the same number of slots, so a pod's index is
+# the rank over that number: Open MPI's NODE_RANK is a rank within the node, not the node's); the
+# restart count and limit the launcher passes (--max-restarts), else torchrun's 0; DeepSpeed's
+# names for the node's index and sizes. Then torchrun's defaults where the job set none (not for
+# a deepspeed line: its launcher sets none): NCCL's async error handling, and OMP_NUM_THREADS=1
+# where a pod runs several ranks.
 TORCH_ENV = (
     'export RANK="$OMPI_COMM_WORLD_RANK" WORLD_SIZE="$OMPI_COMM_WORLD_SIZE" '
     'LOCAL_RANK="$OMPI_COMM_WORLD_LOCAL_RANK" LOCAL_WORLD_SIZE="$OMPI_COMM_WORLD_LOCAL_SIZE" '
-    'GROUP_RANK="$OMPI_COMM_WORLD_NODE_RANK" ROLE_RANK="$OMPI_COMM_WORLD_RANK" '
-    'ROLE_WORLD_SIZE="$OMPI_COMM_WORLD_SIZE" ROLE_NAME=default TORCHELASTIC_RESTART_COUNT=0 '
-    'TORCHELASTIC_MAX_RESTARTS=0; exec "$@"'
+    'GROUP_RANK="$((OMPI_COMM_WORLD_RANK / OMPI_COMM_WORLD_LOCAL_SIZE))" '
+    'NODE_RANK="$((OMPI_COMM_WORLD_RANK / OMPI_COMM_WORLD_LOCAL_SIZE))" '
+    'ROLE_RANK="$OMPI_COMM_WORLD_RANK" ROLE_WORLD_SIZE="$OMPI_COMM_WORLD_SIZE" ROLE_NAME=default '
+    'TORCHELASTIC_RESTART_COUNT="${TORCHELASTIC_RESTART_COUNT:-0}" '
+    'TORCHELASTIC_MAX_RESTARTS="${TORCHELASTIC_MAX_RESTARTS:-0}" '
+    'CROSS_RANK="$((OMPI_COMM_WORLD_RANK / OMPI_COMM_WORLD_LOCAL_SIZE))" CROSS_SIZE="$GROUP_WORLD_SIZE" '
+    'LOCAL_SIZE="$OMPI_COMM_WORLD_LOCAL_SIZE"; '
+)
+TORCHRUN_DEFAULTS = (
+    'export TORCH_NCCL_ASYNC_ERROR_HANDLING="${TORCH_NCCL_ASYNC_ERROR_HANDLING:-1}"; '
+    'if [ -z "${OMP_NUM_THREADS+set}" ] && [ "$OMPI_COMM_WORLD_LOCAL_SIZE" -gt 1 ]; then '
+    "export OMP_NUM_THREADS=1; fi; "
 )
 MASTER_PORT = 29500
 
@@ -282,7 +297,13 @@ def launcher_command(spec: JobSpec, namespace: str = "default", line: CommandLin
             *restarts, "-x", f"MASTER_ADDR={master}", "-x", f"MASTER_PORT={MASTER_PORT}",
             # each worker pod is one torchrun group of per_pod local ranks
             "-x", f"GROUP_WORLD_SIZE={spec.workers // per_pod}", "-x", f"TORCHELASTIC_RUN_ID={spec.name}",
-            "/bin/sh", "-c", TORCH_ENV, "rank", *line.program]  # fmt: skip
+            "/bin/sh", "-c", rank_shell(spec), "rank", *line.program]  # fmt: skip
+
+
+def rank_shell(spec: JobSpec) -> str:
+    """What each rank's shell runs before the program: torchrun's variables, and its defaults
+    unless the line's own launcher would set none (gets_torchrun_defaults)."""
+    return TORCH_ENV + (TORCHRUN_DEFAULTS if gets_torchrun_defaults(spec) else "") + 'exec "$@"'
 
 
 def claim_template_name(spec: JobSpec) -> str:

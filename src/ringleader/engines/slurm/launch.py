@@ -21,6 +21,7 @@ from ringleader.engines.slurm import task
 from ringleader.engines.slurm.gres import request_gres
 from ringleader.engines.slurm.records import private_dir, write_private
 from ringleader.engines.slurm.task import TASK_FILE
+from ringleader.jobs.commandline import gets_torchrun_defaults
 from ringleader.jobs.line import MAPPING_OPTIONS, CommandLine, mca_parameter, mca_values, option_words, root_option
 from ringleader.jobs.spec import JobSpec
 from ringleader.runtime.plan import build_plan, job_env
@@ -67,7 +68,7 @@ def write_launch(
     env["RINGLEADER_RESTARTS"] = str(restarts)  # to resume from its checkpoint
     plan = build_plan(spec.name, placement, dict(specs), env, root)
     plan.update(
-        restarts=restarts, max_restarts=spec.max_restarts,
+        restarts=restarts, max_restarts=spec.max_restarts, torchrun_defaults=gets_torchrun_defaults(spec),
         master_addr=addresses[placement.nodes[0]], master_port=0, program=program,
         mpirun=mpirun_head(line, spec.stop_grace()) if line.mpirun else None,
         components=[{"node": n, "ntasks": sum(1 for s in placement.slots if s.node == n),

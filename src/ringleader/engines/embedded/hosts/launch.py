@@ -64,11 +64,15 @@ def _resolves(name: str) -> bool:
 
 
 def rank_table(plan: Mapping[str, Any]) -> dict[str, Any]:
-    """What a remote rank wrapper needs: the plan without paths of the head or the job's env."""
+    """What a remote rank wrapper needs: the plan without paths of the head or the job's env (the
+    run's restart count and limit included: torchrun's TORCHELASTIC_RESTART_COUNT and
+    TORCHELASTIC_MAX_RESTARTS)."""
     keep = ("rank", "instance", "node", "gpus", "node_gpus", "local_rank", "local_world_size", "node_rank", "emulated")
     return {
         "job": plan["job"], "world_size": plan["world_size"], "nnodes": plan["nnodes"],
         "master_addr": plan["master_addr"], "master_port": plan["master_port"],
+        "restarts": plan.get("restarts", 0), "max_restarts": plan.get("max_restarts", 0),
+        "torchrun_defaults": plan.get("torchrun_defaults", False),
         "ranks": [{k: r[k] for k in keep} for r in plan["ranks"]],
     }  # fmt: skip
 
