@@ -135,14 +135,7 @@ class Cache:
         if kind == "nodes":
             self.apply_node(event_type, obj)
         elif kind == "pods":
-            if event_type == "DELETED":
-                meta = obj.get("metadata") or {}
-                failed = pod_failure(obj)  # it ended Failed: it left the watch's selection
-                if failed is not None:
-                    self.failures.append(failed)
-                self.delete_pod(f"{meta.get('namespace', 'default')}/{meta.get('name', '')}")
-            else:
-                self._put_pod(pod_info(obj))
+            self.apply_pod(event_type, obj)
         elif kind == "configmaps":
             self.apply_queues(event_type, obj)
         elif kind == HYPERNODES:
@@ -159,6 +152,21 @@ class Cache:
             self._node_set_changed()
         else:
             self.apply_group(event_type, obj)
+
+    def apply_pod(self, event_type: str, obj: Mapping[str, Any]) -> None:
+        """A pod's event. One that ended leaves the cache as a deleted one does (the list never
+        holds ended pods); one known running that arrives Failed failed now: its failure is kept
+        for the restart (once: a later change of the ended pod finds it gone)."""
+        pod = pod_info(obj)
+        known = self.pods.get(pod.key)
+        if known is not None and not known.terminal:
+            failed = pod_failure(obj)
+            if failed is not None:
+                self.failures.append(failed)
+        if event_type == "DELETED" or pod.terminal:
+            self.delete_pod(pod.key)
+        else:
+            self._put_pod(pod)
 
     def apply_node(self, event_type: str, obj: Mapping[str, Any]) -> None:
         info = node_info(obj)
