@@ -22,8 +22,10 @@ from ringleader.errors import DependencyError, RingleaderError, UsageError
 
 log = logging.getLogger("ringleader.kube.client")
 
-# What the scheduler watches: "configmaps" is only the team queues' (names.QUEUES_CONFIG).
+# What the scheduler watches: "configmaps" is only the team queues' (names.QUEUES_CONFIG); with
+# DRA delivery also every ResourceClaim and ResourceSlice (the devices kube-scheduler allocates).
 KINDS = ("nodes", "pods", "podgroups", "configmaps")
+DRA_KINDS = ("resourceclaims", "resourceslices")
 # Pods that ended hold nothing: lists skip them on the server (status.phase is one of the fields
 # the API server selects pods by). Watches do not: a pod that ends while watched would leave the
 # selection, which the API server reports as DELETED carrying the pod's PREVIOUS state (phase
@@ -165,6 +167,8 @@ class Api:
             return self.core.list_pod_for_all_namespaces, ()
         if kind == "configmaps":
             return self.core.list_namespaced_config_map, (names.SYSTEM_NAMESPACE,)
+        if kind in DRA_KINDS:
+            return self.custom.list_cluster_custom_object, (names.DRA_GROUP, names.DRA_VERSION, kind)
         if kind == names.HYPERNODE_PLURAL:
             return self.custom.list_cluster_custom_object, (names.HYPERNODE_GROUP, names.HYPERNODE_VERSION, kind)
         group = (names.PODGROUP_GROUP, names.PODGROUP_VERSION, names.PODGROUP_PLURAL)
