@@ -358,6 +358,56 @@ class ControlPlane:
             time.sleep(0.1)
 
 
+class KubeletLogs:
+    """The one kubelet endpoint the API server calls for `kubectl logs`: ``GET /containerLogs/
+    <namespace>/<pod>/<container>`` over HTTPS on the port a node's status names (the API
+    server checks no kubelet certificate unless told a CA). Serves ``logs`` ("ns/pod" -> text);
+    404 for any other pod."""
+
+    def __init__(self, folder: Path) -> None:
+        import http.server
+        import ssl
+        import threading
+
+        cert, key = folder / "kubelet.crt", folder / "kubelet.key"
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=kubelet", "-days",
+                        "1", "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)  # fmt: skip
+        self.logs: dict[str, str] = {}
+        self.asked: list[str] = []
+        logs, asked = self.logs, self.asked
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                asked.append(self.path)
+                parts = self.path.split("?")[0].split("/")
+                text = logs.get(f"{parts[2]}/{parts[3]}") if len(parts) >= 5 and parts[1] == "containerLogs" else None
+                body = (text or "not found").encode()
+                self.send_response(200 if text is not None else 404)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert, key)
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.port = int(self.server.server_address[1])
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def node_status(self) -> dict[str, Any]:
+        """What a node's status says of its kubelet, for the API server to reach it here."""
+        return {"addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+                "daemonEndpoints": {"kubeletEndpoint": {"Port": self.port}}}  # fmt: skip
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
 @contextlib.contextmanager
 def control_plane(folder: Path, kube_scheduler: bool = False,
                   install: Sequence[Mapping[str, Any]] = ()) -> Iterator[ControlPlane]:  # fmt: skip
