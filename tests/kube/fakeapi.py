@@ -10,7 +10,9 @@ Strict as a real API server on what ringleader relies on:
   others -> 400);
 - lists paged with limit/continue over one snapshot, 410 Expired for a continue token older
   than the compacted history; watches that long-poll until timeoutSeconds, send a BOOKMARK when
-  asked (allowWatchBookmarks), and report an object leaving a field selection as DELETED;
+  asked (allowWatchBookmarks), and report an object leaving a field selection as DELETED
+  carrying its PREVIOUS state (a pod that turned Failed arrives as DELETED with phase Running),
+  as the API server's watch cache does;
 - graceful deletion: a pod on a node gets a deletionTimestamp and stays until its kubelet
   finishes (``finish_deletion``), an unbound or finished pod goes at once; no Binding of a pod
   being deleted;
@@ -314,7 +316,9 @@ class _Watch:
 
     def event(self, entry: tuple[int, str, str, str, dict[str, Any], dict[str, Any] | None]) -> dict[str, Any] | None:
         """The event this watch sees for a log entry: an object entering the selection is
-        ADDED, one leaving it DELETED (as the API server's watch filter reports them)."""
+        ADDED, one leaving it DELETED with the state it had while selected, only its
+        resourceVersion the new one (as the API server's watch cache reports them: what the
+        object became is outside the selection, so the watcher is not shown it)."""
         _, plural, ns, kind, obj, prev = entry
         if plural != self.plural:
             return None
@@ -323,7 +327,11 @@ class _Watch:
             return {"type": "DELETED", "object": obj} if now else None
         if now:
             return {"type": "MODIFIED" if before else "ADDED", "object": obj}
-        return {"type": "DELETED", "object": obj} if before else None
+        if not before or prev is None:
+            return None
+        left = copy.deepcopy(prev)
+        left["metadata"]["resourceVersion"] = obj["metadata"]["resourceVersion"]
+        return {"type": "DELETED", "object": left}
 
 
 class FakeApiServer:

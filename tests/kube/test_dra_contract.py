@@ -131,8 +131,10 @@ def test_contract_the_fake_refuses_node_affinity_on_an_ungated_pod(fake: FakeApi
 
 
 def test_dra_workers_are_read_with_their_claims_gpus() -> None:
-    """The scheduler's view of a DRA worker: gated and pending its pin, then holding its GPUs on
-    the node kube-scheduler bound it to (its claim is not on the pod; the template says how many)."""
+    """The scheduler's view of a DRA worker: gated and pending its pin, then, pinned, holding its
+    GPUs on the node kube-scheduler bound it to (its claim is not on the pod; the template says
+    how many). The same pod not pinned by ringleader holds no GPU by its annotation: its claim
+    holds what kube-scheduler allocated to it (claims.py), whatever the pod says."""
     job = manifests.mpijob(JobSpec("vgg", 4, 2, ["true"]), "team-a", delivery=Delivery("dra"), per_pod=2)
     template = job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]
     meta = {"name": "vgg-worker-0", "namespace": "team-a", "uid": "u0", **copy.deepcopy(template["metadata"])}
@@ -141,8 +143,13 @@ def test_dra_workers_are_read_with_their_claims_gpus() -> None:
     assert info.gated and info.gpus == 4 and info.node is None
     obj["spec"].pop("schedulingGates")
     obj["spec"]["nodeName"] = "gpu-0"
+    pinned = {names.GPU_IDS_ANNOTATION: "0,1,2,3", names.GPU_IDS_UID_ANNOTATION: "u0"}  # what the pin wrote
+    obj["metadata"]["annotations"] = {**obj["metadata"]["annotations"], **pinned}
     info = pod_info(obj)
     assert not info.gated and info.holds_resources and info.gpus == 4
+    for key in pinned:
+        del obj["metadata"]["annotations"][key]
+    assert pod_info(obj).gpus == 0
     launcher = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]
     assert pod_info({"metadata": {"name": "l", **launcher["metadata"]}, "spec": launcher["spec"]}).gpus == 0
 

@@ -17,8 +17,8 @@ def test_manifests_print_the_install(capsys) -> None:  # type: ignore[no-untyped
     assert deployment["spec"]["replicas"] == 3
     assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == "registry.example/ringleader:1"
     config = next(d for d in docs if d["kind"] == "ConfigMap")
-    assert set(yaml.safe_load(config["data"]["scheduler.yaml"])) == {"leaseSeconds", "metricsPort", "namespace",
-                                                                     "bindThreads"}  # fmt: skip
+    assert yaml.safe_load(config["data"]["scheduler.yaml"]).keys() == {"leaseSeconds", "metricsPort", "namespace",
+                                                                       "bindThreads", "gpuDelivery"}  # fmt: skip
 
 
 def test_agent_once_publishes_and_bad_input_is_one_line(fake: FakeApiServer, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]

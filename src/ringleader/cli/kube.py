@@ -30,7 +30,8 @@ if TYPE_CHECKING:
     from ringleader.engines.kubernetes.agent import Found
 
 F = TypeVar("F", bound=Callable[..., Any])
-CONFIG_KEYS = {"leaseSeconds", "metricsPort", "namespace", "bindThreads", "networkLevelKeys", "networkHyperNodes"}
+CONFIG_KEYS = {"leaseSeconds", "metricsPort", "namespace", "bindThreads", "networkLevelKeys", "networkHyperNodes",
+               "gpuDelivery"}
 
 
 def _logging() -> None:
@@ -61,6 +62,9 @@ def read_config(path: str | None) -> dict[str, Any]:
     if keys is not None and (not isinstance(keys, list) or not all(isinstance(k, str) and k for k in keys)):
         raise UsageError(f"config {path!r}: networkLevelKeys must be a list of node label keys",
                          "list them nearest the node first, e.g. [example.com/rack, example.com/block]")  # fmt: skip
+    if data.get("gpuDelivery", "env") not in names.DELIVERIES:
+        raise UsageError(f"config {path!r}: gpuDelivery must be one of {', '.join(names.DELIVERIES)}",
+                         "use the --gpu-delivery the install was made with (`kube manifests`)")  # fmt: skip
     if not isinstance(data.get("networkHyperNodes", False), bool):
         raise UsageError(f"config {path!r}: networkHyperNodes must be true or false",
                          "true reads the network tree from Volcano's HyperNodes")  # fmt: skip
@@ -75,7 +79,7 @@ def kube() -> None:
 @kube.command("scheduler")
 @click.option("--config", "config_path", default=None,
               help="Config file (leaseSeconds, metricsPort, namespace, bindThreads, networkLevelKeys, "
-                   "networkHyperNodes).")
+                   "networkHyperNodes, gpuDelivery).")
 @click.option("--identity", default=None, help="This replica's name in the Lease (default: $POD_NAME, else host).")
 @click.option("--metrics-port", type=count(1, 65535), default=None,
               help="Port of /metrics and /healthz (default 10259).")
@@ -95,7 +99,8 @@ def scheduler(config_path: str | None, identity: str | None, metrics_port: int |
                       lease_seconds=int(config.get("leaseSeconds", 15)),
                       writers=int(config.get("bindThreads", 8)),
                       level_keys=config.get("networkLevelKeys"),
-                      hypernodes=bool(config.get("networkHyperNodes", False)))  # fmt: skip
+                      hypernodes=bool(config.get("networkHyperNodes", False)),
+                      dra=config.get("gpuDelivery") == "dra")  # fmt: skip
     try:
         serve(sched.metrics, sched.health_problem, "0.0.0.0", port)
     except OSError as exc:

@@ -16,6 +16,7 @@ from decimal import Decimal
 from typing import Any
 
 from ringleader.engines.kubernetes import names
+from ringleader.engines.kubernetes.claims import CLAIMS, SLICES, claim_gpus, device_index, object_key, owner_pod
 from ringleader.engines.kubernetes.objects import NodeInfo, PodInfo, node_info, pod_info, static_misfit, wall_time
 from ringleader.engines.kubernetes.restarts import PodFailure, pod_failure
 from ringleader.errors import UsageError
@@ -35,12 +36,13 @@ NETWORK_LABEL_KEYS = tuple(dict.fromkeys(k for keys in LABEL_KEYS.values() for k
 
 @dataclass(frozen=True)
 class Holding:
-    """What one pod takes on one node."""
+    """What one pod takes on one node (or, ``pod`` False, the GPUs of a claim: claims.py)."""
 
     node: str
     gpus: tuple[int, ...]
     cpu: Decimal
     memory: Decimal
+    pod: bool = True
 
 
 @dataclass
@@ -93,6 +95,12 @@ class Cache:
         self._held: dict[str, Holding] = {}
         self._members: dict[tuple[str, str], set[str]] = {}  # (gang, node) -> pods holding there
         self._usage: dict[str, Usage] = {}
+        # DRA: ResourceClaims and ResourceSlices (informed only with DRA delivery), and which
+        # claims each pod owns, to count a claim again when its pod changes (claims.py).
+        self.claims: dict[str, Mapping[str, Any]] = {}
+        self.slices: dict[str, Mapping[str, Any]] = {}
+        self._devices: dict[tuple[str, str], tuple[str, str]] = {}
+        self._claims_of: dict[str, set[str]] = {}  # pod key -> its claims' keys
         self._state: ClusterState | None = None
         self._misfits: dict[Any, dict[int, str]] = {}  # pod signature -> node position -> why
         # Bumped whenever room may have appeared (a pod let go of a node, a node changed): a gang
@@ -126,6 +134,16 @@ class Cache:
         elif kind == "configmaps":
             found = list(objects)
             self.apply_queues("ADDED" if found else "DELETED", found[0] if found else {})
+        elif kind == SLICES:
+            self.slices = {object_key(o): o for o in objects}
+            self._devices = device_index(list(self.slices.values()))
+            self._count_claims()
+        elif kind == CLAIMS:
+            listed = {object_key(o): o for o in objects}
+            for key in set(self.claims) - set(listed):
+                self.apply_claim("DELETED", self.claims[key])
+            for claim in listed.values():
+                self.apply_claim("ADDED", claim)
         else:
             self.groups = {}
             for obj in objects:
@@ -135,16 +153,19 @@ class Cache:
         if kind == "nodes":
             self.apply_node(event_type, obj)
         elif kind == "pods":
-            if event_type == "DELETED":
-                meta = obj.get("metadata") or {}
-                failed = pod_failure(obj)  # it ended Failed: it left the watch's selection
-                if failed is not None:
-                    self.failures.append(failed)
-                self.delete_pod(f"{meta.get('namespace', 'default')}/{meta.get('name', '')}")
-            else:
-                self._put_pod(pod_info(obj))
+            self.apply_pod(event_type, obj)
         elif kind == "configmaps":
             self.apply_queues(event_type, obj)
+        elif kind == CLAIMS:
+            self.apply_claim(event_type, obj)
+        elif kind == SLICES:
+            key = object_key(obj)
+            if event_type == "DELETED":
+                self.slices.pop(key, None)
+            else:
+                self.slices[key] = obj
+            self._devices = device_index(list(self.slices.values()))
+            self._count_claims()
         elif kind == HYPERNODES:
             name = str((obj.get("metadata") or {}).get("name"))
             hypernodes = self.hypernodes if self.hypernodes is not None else {}
@@ -160,6 +181,51 @@ class Cache:
         else:
             self.apply_group(event_type, obj)
 
+    def apply_pod(self, event_type: str, obj: Mapping[str, Any]) -> None:
+        """A pod's event. One that ended leaves the cache as a deleted one does (the list never
+        holds ended pods); one known running that arrives Failed failed now: its failure is kept
+        for the restart (once: a later change of the ended pod finds it gone)."""
+        pod = pod_info(obj)
+        known = self.pods.get(pod.key)
+        if known is not None and not known.terminal:
+            failed = pod_failure(obj)
+            if failed is not None:
+                self.failures.append(failed)
+        if event_type == "DELETED" or pod.terminal:
+            self.delete_pod(pod.key)
+        else:
+            self._put_pod(pod)
+
+    def apply_claim(self, event_type: str, obj: Mapping[str, Any]) -> None:
+        key, owner = object_key(obj), owner_pod(obj)
+        if event_type == "DELETED":
+            self.claims.pop(key, None)
+        else:
+            self.claims[key] = obj
+        if owner is not None and event_type == "DELETED":
+            owned = self._claims_of.get(owner, set())
+            owned.discard(key)
+            if not owned:
+                self._claims_of.pop(owner, None)
+        elif owner is not None:
+            self._claims_of.setdefault(owner, set()).add(key)
+        self._count_claim(key)
+
+    def _count_claim(self, key: str) -> None:
+        """A claim's devices held, unless the claim is gone or belongs to a pod of ringleader's
+        (that pod's holding counts them: its ids are the ones pinned in its claim)."""
+        claim = self.claims.get(key)
+        owner = self.pods.get(owner_pod(claim) or "") if claim is not None else None
+        held = None
+        if claim is not None and not (owner is not None and owner.ours):
+            found = claim_gpus(claim, self._devices, self.nodes)
+            held = Holding(found[0], found[1], Decimal(0), Decimal(0), pod=False) if found else None
+        self._hold(f"claim:{key}", held)
+
+    def _count_claims(self) -> None:
+        for key in list(self.claims):
+            self._count_claim(key)
+
     def apply_node(self, event_type: str, obj: Mapping[str, Any]) -> None:
         info = node_info(obj)
         old = self.nodes.get(info.name)
@@ -172,6 +238,8 @@ class Cache:
         if old == info:
             return  # a heartbeat: nothing the scheduler reads changed
         self.nodes[info.name] = info
+        if old is None or old.gpu_uuids != info.gpu_uuids:
+            self._count_claims()  # claims' devices are found on a node by its GPUs' UUIDs
         if old is None or self._network_labels(old) != self._network_labels(info):
             self._tree_stale = True
             self._node_set_changed()
@@ -244,7 +312,11 @@ class Cache:
                 self._hold(key, self._holding_of(pod))
 
     def _put_pod(self, pod: PodInfo) -> None:
+        known = self.pods.get(pod.key)
         self.pods[pod.key] = pod
+        if (known is None or known.ours != pod.ours) and pod.key in self._claims_of:
+            for claim in self._claims_of[pod.key]:
+                self._count_claim(claim)
         if pod.holds_resources:
             self.assumed.pop(pod.key, None)  # the watch confirms the bind (or someone else's)
             self._hold(pod.key, self._holding_of(pod))
@@ -260,6 +332,8 @@ class Cache:
         self.assumed.pop(key, None)
         self._hold(key, None)  # while the pod is still known: its gang names the snapshot entry
         self.pods.pop(key, None)
+        for claim in self._claims_of.get(key, ()):  # held by the claim itself until it is gone
+            self._count_claim(claim)
 
     def _holding_of(self, pod: PodInfo) -> Holding:
         """What a bound pod holds. Its GPUs always count as many as it requests (kubelet admits
@@ -323,7 +397,7 @@ class Cache:
                 usage = self._usage.setdefault(old.node, Usage())
                 usage.cpu -= old.cpu
                 usage.memory -= old.memory
-                usage.pods -= 1
+                usage.pods -= old.pod
                 del self._held[key]
                 self._members.get((gang, old.node), set()).discard(key)
                 if old.gpus:
@@ -332,7 +406,7 @@ class Cache:
                 usage = self._usage.setdefault(new.node, Usage())
                 usage.cpu += new.cpu
                 usage.memory += new.memory
-                usage.pods += 1
+                usage.pods += new.pod
                 self._held[key] = new
                 self._members.setdefault((gang, new.node), set()).add(key)
                 if new.gpus and (gang, new.node) not in released:

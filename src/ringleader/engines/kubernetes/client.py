@@ -22,11 +22,15 @@ from ringleader.errors import DependencyError, RingleaderError, UsageError
 
 log = logging.getLogger("ringleader.kube.client")
 
-# What the scheduler watches: "configmaps" is only the team queues' (names.QUEUES_CONFIG).
+# What the scheduler watches: "configmaps" is only the team queues' (names.QUEUES_CONFIG); with
+# DRA delivery also every ResourceClaim and ResourceSlice (the devices kube-scheduler allocates).
 KINDS = ("nodes", "pods", "podgroups", "configmaps")
-# Pods that ended hold nothing: lists and watches skip them on the server (status.phase is one of
-# the fields the API server selects pods by). A pod that ends while watched leaves the selection,
-# which a watch reports as DELETED.
+DRA_KINDS = ("resourceclaims", "resourceslices")
+# Pods that ended hold nothing: lists skip them on the server (status.phase is one of the fields
+# the API server selects pods by). Watches do not: a pod that ends while watched would leave the
+# selection, which the API server reports as DELETED carrying the pod's PREVIOUS state (phase
+# Running), and the failure a restart needs to see would never be seen. Unselected, the watch
+# shows the pod turning Failed, with its exit code and reason.
 ACTIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 PAGE = 500  # objects per list page (limit/continue): no single response of all pods at 100k
 # Seconds to connect, and to wait for a byte of a response. A watch waits its own timeoutSeconds
@@ -163,16 +167,18 @@ class Api:
             return self.core.list_pod_for_all_namespaces, ()
         if kind == "configmaps":
             return self.core.list_namespaced_config_map, (names.SYSTEM_NAMESPACE,)
+        if kind in DRA_KINDS:
+            return self.custom.list_cluster_custom_object, (names.DRA_GROUP, names.DRA_VERSION, kind)
         if kind == names.HYPERNODE_PLURAL:
             return self.custom.list_cluster_custom_object, (names.HYPERNODE_GROUP, names.HYPERNODE_VERSION, kind)
         group = (names.PODGROUP_GROUP, names.PODGROUP_VERSION, names.PODGROUP_PLURAL)
         return self.custom.list_cluster_custom_object, group
 
     @staticmethod
-    def _selection(kind: str) -> dict[str, str]:
+    def _selection(kind: str, watching: bool = False) -> dict[str, str]:
         if kind == "configmaps":
             return {"field_selector": f"metadata.name={names.QUEUES_CONFIG}"}
-        return {"field_selector": ACTIVE_PODS} if kind == "pods" else {}
+        return {"field_selector": ACTIVE_PODS} if kind == "pods" and not watching else {}
 
     def list(self, kind: str, page: int = PAGE) -> tuple[list[dict[str, Any]], str]:
         """Every ``kind`` object (pods: those not finished) and the version to watch from, read
@@ -205,7 +211,7 @@ class Api:
         call, args = self._lister(kind)
         try:
             resp = call(*args, watch=True, resource_version=resource_version, timeout_seconds=timeout,
-                        allow_watch_bookmarks=True, _preload_content=False, **self._selection(kind),
+                        allow_watch_bookmarks=True, _preload_content=False, **self._selection(kind, watching=True),
                         _request_timeout=(self.timeout[0], timeout + self.watch_grace))  # fmt: skip
         except self._exc as exc:
             if exc.status == 410:

@@ -610,7 +610,8 @@ def install(image: str = DEFAULT_IMAGE, replicas: int = 2, lease_seconds: int = 
     delivery = delivery or Delivery()
     ns = names.SYSTEM_NAMESPACE
     sched, agent = SCHEDULER_ACCOUNT, "ringleader-agent"
-    config = {"leaseSeconds": lease_seconds, "metricsPort": METRICS_PORT, "namespace": ns, "bindThreads": 8}
+    config = {"leaseSeconds": lease_seconds, "metricsPort": METRICS_PORT, "namespace": ns, "bindThreads": 8,
+              "gpuDelivery": delivery.mode}  # with dra, the scheduler counts every claim's devices
     labels_s, labels_a = {"app.kubernetes.io/name": sched}, {"app.kubernetes.io/name": agent}
     in_ns = {"name": sched, "namespace": ns}
     probe = {"httpGet": {"path": "/healthz", "port": METRICS_PORT}, "periodSeconds": 10}

@@ -132,6 +132,7 @@ UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 DEFAULT_RUNTIME_CLASS = "nvidia"
 # dra: kube-scheduler binds, NVIDIA's DRA driver prepares the devices ringleader allocated.
 DELIVERIES = ("env", "dra")
+DRA_GROUP, DRA_VERSION = "resource.k8s.io", "v1"  # ResourceClaims, ResourceSlices
 DRA_DRIVER = "gpu.nvidia.com"  # the driver's name, its DeviceClass's name and its attributes' domain
 DRA_DEVICE_CLASS = "gpu.nvidia.com"
 DRA_REQUEST = "gpus"  # the claim's one request, and the pod's claim entry

@@ -285,10 +285,15 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo:
         gpu_ids = ()
     name = meta.get("name", "")
     gpus = int(need(names.GPU_RESOURCE))
-    # A DRA worker: its claim's count. Only a pod that has that claim: any pod may carry the
-    # annotation (a busybox placed by nodeName would otherwise hold a node's GPUs).
+    # A DRA worker of ringleader's: its claim's count. Only a pod that has that claim and that
+    # ringleader places (held by its gate) or pinned (ids written for its uid): any pod may carry
+    # the annotation and a claim entry of that name (a busybox placed by nodeName would
+    # otherwise hold a node's GPUs); another pod's claim holds the devices allocated to it
+    # (claims.py), whoever allocated them.
     claims = {c.get("name") for c in spec.get("resourceClaims") or () if isinstance(c, Mapping)}
-    if not gpus and names.DRA_GPUS_ANNOTATION in annotations and names.DRA_REQUEST in claims:
+    gated = any(g.get("name") == names.GANG_GATE for g in spec.get("schedulingGates") or ())
+    if (not gpus and names.DRA_GPUS_ANNOTATION in annotations and names.DRA_REQUEST in claims
+            and (gated or gpu_ids)):
         try:
             gpus = max(0, int(annotations[names.DRA_GPUS_ANNOTATION]))
         except ValueError:
@@ -308,7 +313,7 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo:
         affinity=_required_terms(spec), priority=int(spec.get("priority") or 0),
         deadline_s=float(spec["activeDeadlineSeconds"]) if spec.get("activeDeadlineSeconds") else None,
         started=status.get("startTime") or "",
-        gated=any(g.get("name") == names.GANG_GATE for g in spec.get("schedulingGates") or ()),
+        gated=gated,
         topology_required=_level(annotations, names.TOPOLOGY_REQUIRED_ANNOTATIONS),
         topology_preferred=_level(annotations, names.TOPOLOGY_PREFERRED_ANNOTATIONS),
         start_rule=_known(annotations.get(names.START_ANNOTATION), START_RULES, "now"),

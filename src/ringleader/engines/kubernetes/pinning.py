@@ -18,7 +18,7 @@ from ringleader.engines.kubernetes import names
 from ringleader.engines.kubernetes.client import Api, ApiError
 from ringleader.engines.kubernetes.delivery import Device, claim_allocation, node_devices, pin_patch, ungate_patch
 
-RESOURCE_GROUP, RESOURCE_VERSION = "resource.k8s.io", "v1"
+RESOURCE_GROUP, RESOURCE_VERSION = names.DRA_GROUP, names.DRA_VERSION
 
 
 class PinError(Exception):

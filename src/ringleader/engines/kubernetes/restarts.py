@@ -1,9 +1,9 @@
 """Failed gangs restarted on Kubernetes (submit --max-restarts), as the other engines restart them
 (jobs/failures.py): what a failed worker pod says of its failure, and whom it blames.
 
-A worker pod (restartPolicy Never) that fails leaves the scheduler's pod watch (it selects pods
-that have not ended) as a DELETED event carrying its last state: its container's exit code, its
-reason, and the end of its log (terminationMessagePolicy FallbackToLogsOnError). The scheduler
+A worker pod (restartPolicy Never) that fails shows in the scheduler's pod watch (which selects
+no phase, see client.ACTIVE_PODS) turning Failed, with its last state: its container's exit
+code, its reason, and the end of its log (terminationMessagePolicy FallbackToLogsOnError). The scheduler
 then blames the node where that says a node or the network failed (a node blamed twice is
 cordoned, as `kubectl cordon` does, with the reason in an annotation), raises the gang's restart
 count on its PodGroup, and deletes every pod of the gang with its grace; mpi-operator makes them

@@ -29,7 +29,7 @@ from typing import Any
 
 from ringleader.engines.kubernetes import names
 from ringleader.engines.kubernetes.cache import Cache, Gang
-from ringleader.engines.kubernetes.client import KINDS, Api, ApiError, Gone
+from ringleader.engines.kubernetes.client import DRA_KINDS, KINDS, Api, ApiError, Gone
 from ringleader.engines.kubernetes.decide import (
     Assignment,
     Outcome,
@@ -131,7 +131,8 @@ class Scheduler:
                  events: bool = True, clock: Callable[[], float] = time.monotonic,
                  writers: int = 1, backfill: BackfillConfig | None = None,
                  wall_clock: Callable[[], float] = time.time,
-                 level_keys: Sequence[str] | None = None, hypernodes: bool = False) -> None:  # fmt: skip
+                 level_keys: Sequence[str] | None = None, hypernodes: bool = False,
+                 dra: bool = False) -> None:  # fmt: skip
         self.api, self.identity, self.events = api, identity, events
         # Pinning DRA gangs (claims, ResourceSlices, a pod patch) on the same client.
         self.dra = api if isinstance(api, DraApi) else DraApi(api.api, api.timeout, api.watch_grace)
@@ -142,7 +143,9 @@ class Scheduler:
         self.cache = Cache(level_keys, hypernodes)
         self.lock = threading.Lock()
         self.metrics = Metrics()
-        kinds = (*KINDS, names.HYPERNODE_PLURAL) if hypernodes else KINDS
+        # With DRA delivery (``dra``) the claims and slices too: devices allocated to any claim
+        # are taken (claims.py).
+        kinds = (*KINDS, *((names.HYPERNODE_PLURAL,) if hypernodes else ()), *(DRA_KINDS if dra else ()))
         self.informers = {kind: Informer(api, kind, self.cache, self.lock, self.metrics) for kind in kinds}
         self.elector = LeaderElector(api, namespace, names.LEASE_NAME, identity, lease_seconds, clock)
         self.clock = clock
