@@ -96,3 +96,42 @@ def without_cordoned(state: ClusterState, cordoned: Mapping[str, str]) -> Cluste
         held = tuple(sorted([*ns.allocated, *((g, UNUSABLE) for g in ns.free_gpus)]))
         changed[pos] = replace(ns, allocated=held)
     return state.with_nodes(changed)
+
+
+# -- the verdict on a failed run, and its words (every engine's) -----------------------------------
+def restart_number(failed_runs: int, max_restarts: int, at_time_limit: bool = False) -> int | None:
+    """Which restart a failed run gets (1 for the first), after ``failed_runs`` restarts for
+    failures (preemptions not counted); None when it has none left of ``--max-restarts``, or it
+    was stopped at its time limit (a restart would only hit it again)."""
+    if at_time_limit or failed_runs >= max_restarts:
+        return None
+    return failed_runs + 1
+
+
+def cordon_reason(blamed: int, failure: Failure, last_of: str, cordoned: bool) -> str | None:
+    """Why the node ``failure`` blames is cordoned, once it is blamed for ``blamed`` failures
+    (``BLAMES_TO_CORDON``), the last of ``last_of`` ("job x", "gang ns/x"); None while it is not
+    to be, or is ``cordoned`` already."""
+    if not failure.node_fault or blamed < BLAMES_TO_CORDON or cordoned:
+        return None
+    return f"blamed for {blamed} failures, the last of {last_of}: {failure.why}"
+
+
+def restarting_text(cause: str, restart: int, max_restarts: int) -> str:
+    """The Restarting event: what failed and why (``cause``), and which restart this is."""
+    return f"{cause}; restart {restart} of {max_restarts} (--max-restarts)"
+
+
+def cordoned_text(node: str, reason: str, how: str = "") -> str:
+    """The NodeCordoned event: the node, why, ``how`` where the engine says more (Slurm's drain)."""
+    return f"node {node} cordoned: {reason}; {how + '; ' if how else ''}`ringleader node uncordon {node}` ends it"
+
+
+def requeued_reason(why: str, restarts: int) -> str:
+    """A requeued job's reason (``jobs.queues.read_preempted`` reads it back)."""
+    return f"{why}; requeued (restart {restarts})"
+
+
+def resume_text(restarts: int) -> str:
+    """What a requeued job's next run is told, in its Requeued event."""
+    return f"to run again with RINGLEADER_RESTARTS={restarts} (resume from your checkpoint)"

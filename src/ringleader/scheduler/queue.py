@@ -635,37 +635,3 @@ def enough_worker_slots(state: ClusterState, job: JobRequest) -> bool:
             return True
     return False
 
-
-def schedule_queue(
-    state: ClusterState,
-    pending: Sequence[QueuedJob],
-    policy: str | None = None,
-    *,
-    now: float | None = None,
-    expected_ends: Mapping[str, float] | None = None,
-    config: BackfillConfig = BackfillConfig(),
-    estimate: Estimator | None = None,
-    running: Mapping[str, RunningGang] | None = None,
-    preempt_delay_s: float = 0.0,
-    teams: Teams | None = None,
-) -> tuple[ClusterState, list[Decision]]:
-    """Decide every pending job in queue order on a working copy of ``state``.
-
-    A job that starts is committed to the copy before the next is tried, so two gangs never get
-    the same GPU. ``now`` and ``expected_ends`` (running job name -> expected end, on the same
-    clock) give reservations their start and let jobs with a time limit backfill onto reserved
-    GPUs; without them reservations still hold the GPUs they name. The caller persists the
-    returned state only as a whole. ``estimate`` prices placements for the start rules (None:
-    the installed estimator); ``running`` names the gangs that may be preempted, which take
-    ``preempt_delay_s`` to stop (see ``QueuePass``); ``teams`` the team queues, their quotas,
-    use and fair-share factors.
-    """
-    if teams is not None:
-        teams = teams.with_waiting(q.job for q in pending)
-    current = QueuePass(state, now, dict(expected_ends or {}), config, estimate=estimate, running=dict(running or {}),
-                        preempt_delay_s=preempt_delay_s, teams=teams)  # fmt: skip
-    decisions = []
-    for queued in queue_order(pending, now, config, teams):
-        decision, current = current.decide(queued.job, policy, submit_s=queued.submit_s)
-        decisions.append(decision)
-    return current.state, decisions
