@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ringleader.scheduler import ClusterState
-from ringleader.scheduler.queue import UNUSABLE
+from ringleader.scheduler.cycle import without_nodes
 
 SSH_FAILED = 255  # ssh's own exit code: the connection, not the remote command, failed
 # How many faults blamed on a node, by different failures, cordon it.
@@ -85,17 +85,9 @@ def _last_match(pattern: re.Pattern[str], text: str) -> str | None:
 
 
 def without_cordoned(state: ClusterState, cordoned: Mapping[str, str]) -> ClusterState:
-    """``state`` with the free GPUs of cordoned nodes held (UNUSABLE): no gang is placed there,
-    and no plan counts on them; what runs there runs on."""
-    changed = {}
-    for name in cordoned:
-        pos = state.positions.get(name)
-        if pos is None:
-            continue
-        ns = state.nodes[pos]
-        held = tuple(sorted([*ns.allocated, *((g, UNUSABLE) for g in ns.free_gpus)]))
-        changed[pos] = replace(ns, allocated=held)
-    return state.with_nodes(changed)
+    """``state`` with the free GPUs of cordoned nodes held: no gang is placed there, and no plan
+    counts on them; what runs there runs on (as the queue's cycle masks them)."""
+    return without_nodes(state, cordoned)
 
 
 # -- the verdict on a failed run, and its words (every engine's) -----------------------------------
