@@ -166,7 +166,8 @@ def run_cycle(snapshot: Snapshot) -> Cycle:
     held: dict[str, Reservation] = {}
     decided_on: dict[str, Hashable] = {}
     unchanged = 0
-    moved = sum(1 for name in snapshot.held if name not in {w.job.name for w in snapshot.waiting})
+    names = {w.job.name for w in snapshot.waiting}
+    moved = sum(1 for name in snapshot.held if name not in names)  # reservations of jobs no longer waiting
     for entry in queue_order(snapshot.waiting, snapshot.now, snapshot.config, current.teams):
         assert isinstance(entry, Waiting)
         name, kept = entry.job.name, snapshot.held.get(entry.job.name)
@@ -230,15 +231,15 @@ def _nominate(current: QueuePass, entry: Waiting, snapshot: Snapshot) -> tuple[N
     lacking: dict[str, str] = {}
     for _ in range(MAX_REPLACEMENTS + 1):
         trial = replace(current, state=without_nodes(current.state, masked)) if masked else current
-        decision, after = trial.decide(entry.job, policy, explain, entry.submit_s)
+        decision, after = trial.decide(entry.job, policy, explain, entry.submit_s, commit=False)
         placement = decision.placement
         if placement is None or not decision.ok:
             if decision.code is Code.UNRESOLVABLE and entry.masked:
                 decision = replace(decision, code=Code.UNSCHEDULABLE)  # masked nodes may come back
             return Nominated(entry, decision, lacking), replace(after, state=current.state)
         refused = entry.check(placement) if entry.check is not None else None
-        if refused is None:
-            return Nominated(entry, decision, lacking), replace(after, state=current.state.with_placement(placement))
+        if refused is None:  # committed to the pass without its masks
+            return Nominated(entry, decision, lacking), current.started(entry.job, placement)
         if isinstance(refused, str):
             pending = Decision(entry.job, decision.policy, Code.UNSCHEDULABLE, reasons=(refused,))
             return Nominated(entry, pending, lacking, refused), current
