@@ -151,17 +151,7 @@ def run_cycle(snapshot: Snapshot) -> Cycle:
     A job that starts is committed to the copy before the next is tried, so two gangs never get
     the same GPU; a job that preempts holds the GPUs its victims free, and they are no victims
     for the jobs after it. The caller acts on the returned decisions as a whole."""
-    teams = teams_of(snapshot)
-    if teams is not None:
-        teams = teams.with_waiting(w.job for w in snapshot.waiting)
-    victims = [h for h in snapshot.holding if h.preemptible]
-    state = without_nodes(snapshot.state, snapshot.cordoned)
-    current = QueuePass(
-        state, snapshot.now, {h.name: h.expected_end_s for h in snapshot.holding if h.expected_end_s is not None},
-        snapshot.config, estimate=snapshot.estimate, ideal=snapshot.ideal,
-        running={h.name: RunningGang(h.name, h.priority) for h in victims},
-        preempt_delay_s=max((h.grace_s for h in victims), default=0.0), teams=teams,
-    )  # fmt: skip
+    current = _opening(snapshot)
     nominated: list[Nominated] = []
     held: dict[str, Reservation] = {}
     decided_on: dict[str, Hashable] = {}
@@ -172,29 +162,43 @@ def run_cycle(snapshot: Snapshot) -> Cycle:
         assert isinstance(entry, Waiting)
         name, kept = entry.job.name, snapshot.held.get(entry.job.name)
         inputs = _inputs(snapshot, entry, current, moved)
-        if inputs is not None and snapshot.decided_on.get(name) == inputs:
+        if inputs is not None and snapshot.decided_on.get(name) == inputs:  # last cycle's answer stands
             unchanged += 1
-            decided_on[name] = inputs
-            if kept is not None and len(current.reservations) < snapshot.config.reservation_depth:
-                current = replace(current, reservations=(*current.reservations, kept))
-                held[name] = kept
-            elif kept is not None:
-                moved += 1
+            reservation = kept if len(current.reservations) < snapshot.config.reservation_depth else None
+            if reservation is not None:
+                current = replace(current, reservations=(*current.reservations, reservation))
+        elif _hopeless(snapshot, current, entry.job):
             continue
-        if _hopeless(snapshot, current, entry.job):
-            continue
-        one, current = _nominate(current, entry, snapshot)
-        nominated.append(one)
-        reservation = one.decision.reservation
-        if kept is not None and (reservation is None or reservation.placement != kept.placement):
-            moved += 1
+        else:
+            one, current = _nominate(current, entry, snapshot)
+            nominated.append(one)
+            reservation = one.decision.reservation
+            inputs = None if one.ok else inputs
+        moved += kept is not None and (reservation is None or reservation.placement != kept.placement)
         if reservation is not None:
             held[name] = reservation
-        if not one.ok and inputs is not None:
+        if inputs is not None:
             decided_on[name] = inputs
-        if one.decision.preemption is not None and snapshot.stop_at_preemption:
+        if snapshot.stop_at_preemption and nominated and nominated[-1].decision.preemption is not None:
             break
     return Cycle(tuple(nominated), current.state, held, decided_on, unchanged, moved)
+
+
+def _opening(snapshot: Snapshot) -> QueuePass:
+    """The pass before the first job: the cordoned nodes masked, the holding gangs' ends, those
+    that may be preempted (the longest grace among them: how long a preemption takes), the team
+    queues with the waiting jobs in them."""
+    teams = teams_of(snapshot)
+    if teams is not None:
+        teams = teams.with_waiting(w.job for w in snapshot.waiting)
+    victims = [h for h in snapshot.holding if h.preemptible]
+    ends = {h.name: h.expected_end_s for h in snapshot.holding if h.expected_end_s is not None}
+    return QueuePass(
+        without_nodes(snapshot.state, snapshot.cordoned), snapshot.now, ends, snapshot.config,
+        estimate=snapshot.estimate, ideal=snapshot.ideal,
+        running={h.name: RunningGang(h.name, h.priority) for h in victims},
+        preempt_delay_s=max((h.grace_s for h in victims), default=0.0), teams=teams,
+    )  # fmt: skip
 
 
 def _inputs(snapshot: Snapshot, entry: Waiting, current: QueuePass, moved: int) -> Hashable:
