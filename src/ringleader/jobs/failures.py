@@ -12,7 +12,7 @@ blamed twice is cordoned by the engine (the restart then goes elsewhere).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ringleader.scheduler import ClusterState
@@ -21,6 +21,8 @@ from ringleader.scheduler.cycle import without_nodes
 SSH_FAILED = 255  # ssh's own exit code: the connection, not the remote command, failed
 # How many faults blamed on a node, by different failures, cordon it.
 BLAMES_TO_CORDON = 2
+# How many nodes one job's failures may cordon; more takes an administrator's `node cordon`.
+CORDONS_PER_JOB = 1
 # How much of the end of a failed rank's log is read for the patterns below.
 LOG_TAIL_BYTES = 16 << 10
 
@@ -100,11 +102,17 @@ def restart_number(failed_runs: int, max_restarts: int, at_time_limit: bool = Fa
     return failed_runs + 1
 
 
-def cordon_reason(blamed: int, failure: Failure, last_of: str, cordoned: bool) -> str | None:
+def cordon_reason(
+    blamed: int, failure: Failure, last_of: str, cordoned: bool, cordons: Iterable[str] = ()
+) -> str | None:
     """Why the node ``failure`` blames is cordoned, once it is blamed for ``blamed`` failures
     (``BLAMES_TO_CORDON``), the last of ``last_of`` ("job x", "gang ns/x"); None while it is not
-    to be, or is ``cordoned`` already."""
+    to be, is ``cordoned`` already, or ``last_of`` has cordoned ``CORDONS_PER_JOB`` nodes already
+    (``cordons``: the reasons of every cordon in place): one job's failures take no more of the
+    cluster without an administrator (`ringleader node cordon`)."""
     if not failure.node_fault or blamed < BLAMES_TO_CORDON or cordoned:
+        return None
+    if sum(1 for reason in cordons if f"the last of {last_of}: " in reason) >= CORDONS_PER_JOB:
         return None
     return f"blamed for {blamed} failures, the last of {last_of}: {failure.why}"
 

@@ -227,7 +227,8 @@ def blame_node(conn: sqlite3.Connection, name: str, failure: Failure, now: float
     if not failure.node_fault or failure.node is None:
         return
     blamed = store.add_fault(conn, failure.node, name, failure.why, now)
-    reason = cordon_reason(blamed, failure, f"job {name}", failure.node in store.cordons(conn))
+    cordons = store.cordons(conn)
+    reason = cordon_reason(blamed, failure, f"job {name}", failure.node in cordons, cordons.values())
     if reason is not None:
         store.cordon(conn, failure.node, reason, now)
         store.add_event(conn, name, "NodeCordoned", cordoned_text(failure.node, reason), now)

@@ -22,7 +22,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from typing import Any
@@ -459,7 +459,7 @@ class Scheduler:
             faults = blamed(node, gang, failed.run, failure.why)
             notes: dict[str, str | None] = {names.FAULTS_ANNOTATION: json.dumps(faults, sort_keys=True)}
             cordoned = bool((node.get("spec") or {}).get("unschedulable"))
-            reason = cordon_reason(len(faults), failure, f"gang {gang}", cordoned)
+            reason = cordon_reason(len(faults), failure, f"gang {gang}", cordoned, self._cordon_reasons())
             if reason is None:
                 self.api.annotate_node(failure.node, notes)
                 return
@@ -468,6 +468,15 @@ class Scheduler:
             log.warning("node %s: failure not recorded: %s", failure.node, exc.message)
             return
         self._event(failed.pod, "Warning", "NodeCordoned", cordoned_text(failure.node, reason))
+
+    def _cordon_reasons(self) -> Iterator[str]:
+        """Why each node ringleader cordoned is cordoned: read from the server only when iterated
+        (where a cordon may follow)."""
+        nodes, _ = self.api.list("nodes")
+        for node in nodes:
+            reason = ((node.get("metadata") or {}).get("annotations") or {}).get(names.CORDON_REASON_ANNOTATION)
+            if reason:
+                yield str(reason)
 
     def _report_bound(self, outcome: Outcome) -> None:
         for a in outcome.assignments:

@@ -393,7 +393,8 @@ class SlurmEngine:
         with self.teams.locked():
             blamed = self.teams.blame(failure.node, record["name"], int(record.get("restarts", 0)), failure.why,
                                       self.clock.now())  # fmt: skip
-            reason = cordon_reason(blamed, failure, f"job {record['name']}", failure.node in self.teams.cordons())
+            cordons, job = self.teams.cordons(), f"job {record['name']}"
+            reason = cordon_reason(blamed, failure, job, failure.node in cordons, cordons.values())
             if reason is None:
                 return
             drained = self._cordon(failure.node, reason)
