@@ -459,7 +459,8 @@ class Scheduler:
             faults = blamed(node, gang, failed.run, failure.why)
             notes: dict[str, str | None] = {names.FAULTS_ANNOTATION: json.dumps(faults, sort_keys=True)}
             cordoned = bool((node.get("spec") or {}).get("unschedulable"))
-            reason = cordon_reason(len(faults), failure, f"gang {gang}", cordoned, self._cordon_reasons())
+            said = [(key.rpartition("#")[0], why) for key, why in faults.items()]
+            reason = cordon_reason(said, failure, f"gang {gang}", cordoned, self._cordon_reasons())
             if reason is None:
                 self.api.annotate_node(failure.node, notes)
                 return
