@@ -100,6 +100,7 @@ def test_contract_a_launcher_made_after_its_workers_bound_goes_beside_them(fake:
     s.sync()
     assert [r.ok for r in s.cycle()] == [True]
     assert fake.get("pods", "mpi-launcher-x7k2p")["spec"]["nodeName"] == worker_node
+    assert s.cycle() == []  # assumed bound until the watch says so: never bound twice
 
 
 def test_contract_a_throttled_bind_is_retried_not_rolled_back(fake: FakeApiServer) -> None:

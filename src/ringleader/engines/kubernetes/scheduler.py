@@ -212,10 +212,9 @@ class Scheduler:
         reservations across cycles; a gang decided on the same inputs as last cycle keeps its
         answer; later gangs start only where they delay no reservation."""
         with self.lock:
-            gangs = self._ready_gangs()
-            outcomes = [o for g in gangs if (o := outside_queue(self.cache, g)) is not None]
+            outcomes, queued = self._outside_queue(self._ready_gangs())
             members = Members(self.cache)
-            snapshot = self._queue_snapshot([g for g in gangs if g.key not in {o.gang.key for o in outcomes}], members)
+            snapshot = self._queue_snapshot(queued, members)
             started = time.perf_counter()
             cycle = run_cycle(snapshot)
             each = (time.perf_counter() - started) / max(len(cycle.nominated), 1)  # the cycle's time, shared
@@ -234,6 +233,20 @@ class Scheduler:
         for gone in set(self._backoff) - {g.key for g in gangs}:  # bound since, or deleted
             del self._backoff[gone]
         return [g for g in gangs if g.ready and not self._backing_off(g.key)]
+
+    def _outside_queue(self, gangs: Sequence[Gang]) -> tuple[list[Outcome], list[Gang]]:
+        """The gangs the queue does not decide (``decide.outside_queue``), decided, the placed ones
+        assumed; and those the queue's cycle decides."""
+        outcomes, queued = [], []
+        for gang in gangs:
+            outcome = outside_queue(self.cache, gang)
+            if outcome is None:
+                queued.append(gang)
+                continue
+            if outcome.ok:
+                self.cache.assume_gang((a.pod, a.node, a.gpus) for a in outcome.assignments)
+            outcomes.append(outcome)
+        return outcomes, queued
 
     def _queue_snapshot(self, gangs: Sequence[Gang], members: Members) -> Snapshot:
         """The cache as the queue's cycle sees it: the gangs waiting, each with what Kubernetes
