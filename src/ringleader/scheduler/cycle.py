@@ -49,6 +49,8 @@ from ringleader.scheduler.types import (
 # A host's check of a placement beyond its GPUs (Kubernetes: CPU, memory and pod room on its
 # nodes, and room for the gang's members without GPUs): None when it fits; else the nodes that
 # lack room (node -> why: masked, and the job placed again) or, as text, why it cannot start.
+# None is final: the job starts on that placement in this cycle, so a host may assume it there
+# and then (Kubernetes counts the gang's pods on its nodes before the next gang's check).
 HostCheck = Callable[[Placement], "Mapping[str, str] | str | None"]
 # Nodes a host check may refuse before the job is called pending.
 MAX_REPLACEMENTS = 4
