@@ -196,3 +196,59 @@ def test_docs_architecture_names_every_module() -> None:
     missing = [str(p.relative_to(PACKAGE)) for p in sorted(PACKAGE.rglob("*.py"))
                if f"| `{p.relative_to(PACKAGE)}` |" not in text]  # fmt: skip
     assert not missing, f"name these in docs/architecture.md, 'Every module': {missing}"
+
+
+# The parts of the queue's pass: only scheduler/cycle.py runs them for an engine or the simulator.
+QUEUE_PASS = {"schedule_queue", "QueuePass", "queue_order"}
+# Words of the verdict on a failed run, each written in jobs/failures.py alone.
+VERDICT_WORDS = ("(--max-restarts)", "blamed for ", "requeued (restart", "(resume from your checkpoint)",
+                 "` ends it")  # fmt: skip
+
+
+def names_used(path: Path) -> set[str]:
+    """Every name ``path`` imports, reads or calls (``x.QueuePass`` counts as QueuePass)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.Name):
+            found.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            found.add(node.attr)
+    return found
+
+
+def strings_in(path: Path) -> list[str]:
+    """The literal parts of every f-string of ``path``: the words of a message with values in it
+    (docstrings and help texts that speak of the same things are not messages)."""
+    return [part.value for n in ast.walk(ast.parse(path.read_text(), str(path))) if isinstance(n, ast.JoinedStr)
+            for part in n.values if isinstance(part, ast.Constant) and isinstance(part.value, str)]  # fmt: skip
+
+
+def test_every_engine_runs_the_queue_through_the_one_cycle() -> None:
+    """Engines and the simulator build a snapshot and act on the cycle's decisions
+    (scheduler/cycle.py): none runs the pass's parts itself, which is how the same loop came to
+    be written four times, one copy drifting from the others."""
+    hosts = [*(PACKAGE / "engines").rglob("*.py"), *(PACKAGE / "sim").rglob("*.py")]
+    direct = [f"{p.relative_to(PACKAGE)}: {sorted(names_used(p) & QUEUE_PASS)}" for p in hosts
+              if names_used(p) & QUEUE_PASS]  # fmt: skip
+    assert not direct, direct
+
+
+def test_the_verdict_on_a_failed_run_is_worded_in_one_module() -> None:
+    """Restarting, NodeCordoned and Requeued say the same on every engine: their words are
+    written in jobs/failures.py and nowhere else."""
+    home = PACKAGE / "jobs" / "failures.py"
+    assert all(any(w in s for s in strings_in(home)) for w in VERDICT_WORDS)
+    elsewhere = [f"{p.relative_to(PACKAGE)}: {w!r}" for p in sorted(PACKAGE.rglob("*.py")) if p != home
+                 for w in VERDICT_WORDS if any(w in s for s in strings_in(p))]  # fmt: skip
+    assert not elsewhere, elsewhere
+
+
+def test_the_rule_checks_find_a_copy(tmp_path: Path) -> None:
+    """The two checks above, on a module that breaks them."""
+    copy = tmp_path / "m.py"
+    copy.write_text("from ringleader.scheduler import queue_order\n"
+                    "def f(x):\n    return f'restart {x} of 3 (--max-restarts)'\n")  # fmt: skip
+    assert names_used(copy) & QUEUE_PASS == {"queue_order"}
+    assert any("(--max-restarts)" in s for s in strings_in(copy))

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from kube.kubeobjs import node, pod, podgroup
 from ringleader.engines.kubernetes import names
 from ringleader.engines.kubernetes.cache import Cache
-from ringleader.engines.kubernetes.decide import decide
-from ringleader.scheduler import Code
+from ringleader.engines.kubernetes.decide import Members, decide
+from ringleader.scheduler import Code, Snapshot, run_cycle
 
 
 def cache_with(nodes: list[dict], pods: list[dict], groups: list[dict] = ()) -> Cache:  # type: ignore[assignment,type-arg]
@@ -239,8 +239,6 @@ def test_property_no_gang_without_a_time_limit_takes_reserved_gpus(busy: list[in
     """Through the shared queue, as a cycle decides: once a big gang that cannot start holds a
     reservation, no gang behind it without a time limit is given any GPU of that reservation,
     and gangs that do start never share a GPU."""
-    from ringleader.scheduler import BackfillConfig, QueuePass
-
     nodes = [node(f"n{i}", mode=None) for i in range(len(busy))]
     running = [pod(f"run{i}-{g}", gpus=1, nodeName=f"n{i}") | {"status": {"phase": "Running"}}
                for i, count in enumerate(busy) for g in range(count)]  # fmt: skip
@@ -251,16 +249,16 @@ def test_property_no_gang_without_a_time_limit_takes_reserved_gpus(busy: list[in
         groups.append(podgroup(f"s{j}", workers))
         pods += [pod(f"s{j}-worker-{w}", gang=f"s{j}", gpus=gpus) for w in range(workers)]
     cache = cache_with(nodes, pods, groups)
-    held: tuple = ()  # type: ignore[type-arg]
-    reserved: set[tuple[str, int]] = set()
-    for gang in cache.gangs():  # priority first: the big gang is decided first
-        out = decide(cache, gang, QueuePass(cache.state, 1000.0, {}, BackfillConfig(), held))
+    members = Members(cache)  # each gang that starts is assumed at once: two never share a GPU
+    cycle = run_cycle(Snapshot(cache.state, [members.waiting(g, i) for i, g in enumerate(cache.gangs())], 1000.0))
+    outcomes = [members.outcome(one) for one in cycle.nominated]
+    assert outcomes[0].gang.key == "default/big"  # priority first: the big gang is decided first
+    held = [o.reservation for o in outcomes if o.reservation is not None]
+    reserved: set[tuple[str, int]] = set()  # held for the gangs decided before
+    for out in outcomes:
+        taken = {(a.node, g) for a in out.assignments for g in a.gpus}
+        assert not taken & reserved, (out.gang.key, taken & reserved)
         if out.reservation is not None:
-            held = (*held, out.reservation)
             reserved |= {(s.node, g) for s in out.reservation.placement.slots for g in s.gpus}
-        if out.ok:
-            taken = {(a.node, g) for a in out.assignments for g in a.gpus}
-            assert not taken & reserved, (gang.key, taken & reserved)
-            cache.assume_gang((a.pod, a.node, a.gpus) for a in out.assignments)
     if free + 1 <= 8 * len(busy):
         assert held, "a big gang that fits the cluster once it empties gets a reservation"

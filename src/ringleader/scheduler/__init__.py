@@ -8,6 +8,7 @@ and a Kubernetes scheduler extender all call the same functions.
 """
 
 from ringleader.scheduler import policies  # noqa: F401  (the built-in policies register themselves)
+from ringleader.scheduler.cycle import Cycle, Holding, Snapshot, Waiting, run_cycle, schedule_queue
 from ringleader.scheduler.framework import (
     Policy,
     get_policy,
@@ -24,7 +25,6 @@ from ringleader.scheduler.queue import (
     QueuePass,
     effective_priority,
     queue_order,
-    schedule_queue,
 )
 from ringleader.scheduler.types import (
     Bottleneck,
@@ -50,7 +50,9 @@ __all__ = [
     "Candidate",
     "ClusterState",
     "Code",
+    "Cycle",
     "Decision",
+    "Holding",
     "JobRequest",
     "Metrics",
     "NodeState",
@@ -61,6 +63,8 @@ __all__ = [
     "QueuedJob",
     "Reservation",
     "RunningGang",
+    "Snapshot",
+    "Waiting",
     "WorkerSlot",
     "Workload",
     "effective_priority",
@@ -70,6 +74,7 @@ __all__ = [
     "policy_names",
     "queue_order",
     "register",
+    "run_cycle",
     "schedule_queue",
     "unresolvable",
 ]

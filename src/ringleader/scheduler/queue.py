@@ -180,13 +180,15 @@ class QueuePass:
         return usable
 
     def decide(
-        self, job: JobRequest, policy: str | None = None, explain: bool = True, submit_s: float | None = None
+        self, job: JobRequest, policy: str | None = None, explain: bool = True, submit_s: float | None = None,
+        commit: bool = True,
     ) -> tuple[Decision, QueuePass]:
         """Start ``job`` if it fits without delaying a reservation, unless its start rule finds
         a later start on better GPUs (``weigh_start``); else pend it, with a reservation while
         fewer than ``reservation_depth`` exist. Without ``explain`` a pending decision carries
         only its code and reservation (the simulator needs no reasons). ``submit_s``: when the
-        job was submitted (its longest wait counts from then; None: from now)."""
+        job was submitted (its longest wait counts from then; None: from now). Without
+        ``commit`` a job that starts is left to the caller to commit (``started``)."""
         over_quota, job = self._quota_limits(job)
         if over_quota is not None:
             reclaim = self._reclaim(job, policy, over_quota)
@@ -219,7 +221,7 @@ class QueuePass:
                 fits_now = replace(fits_now, reasons=(*fits_now.reasons, when.describe()), when=when)
             if borrows is not None:
                 fits_now = replace(fits_now, borrows=borrows)
-            return fits_now, self._started(job, placement)
+            return fits_now, (self.started(job, placement) if commit else self)
         preemption = self.plan_preemption(job, policy, when, usable)
         if preemption is not None:
             return self._preempts(job, policy, preemption, when)
@@ -249,7 +251,9 @@ class QueuePass:
             decision = replace(now_decision, reasons=(*lines, *now_decision.reasons), reservation=reservation)
         return decision, after
 
-    def _started(self, job: JobRequest, placement: Placement) -> QueuePass:
+    def started(self, job: JobRequest, placement: Placement) -> QueuePass:
+        """The pass once ``job`` started on ``placement``: its GPUs taken, its end expected, its
+        queue's use raised."""
         end = self.end_of(job)
         ends = {**self.expected_ends, job.name: end} if end is not None else self.expected_ends
         teams = self.teams.with_started(job, self.state, placement) if self.teams is not None else None
@@ -635,37 +639,3 @@ def enough_worker_slots(state: ClusterState, job: JobRequest) -> bool:
             return True
     return False
 
-
-def schedule_queue(
-    state: ClusterState,
-    pending: Sequence[QueuedJob],
-    policy: str | None = None,
-    *,
-    now: float | None = None,
-    expected_ends: Mapping[str, float] | None = None,
-    config: BackfillConfig = BackfillConfig(),
-    estimate: Estimator | None = None,
-    running: Mapping[str, RunningGang] | None = None,
-    preempt_delay_s: float = 0.0,
-    teams: Teams | None = None,
-) -> tuple[ClusterState, list[Decision]]:
-    """Decide every pending job in queue order on a working copy of ``state``.
-
-    A job that starts is committed to the copy before the next is tried, so two gangs never get
-    the same GPU. ``now`` and ``expected_ends`` (running job name -> expected end, on the same
-    clock) give reservations their start and let jobs with a time limit backfill onto reserved
-    GPUs; without them reservations still hold the GPUs they name. The caller persists the
-    returned state only as a whole. ``estimate`` prices placements for the start rules (None:
-    the installed estimator); ``running`` names the gangs that may be preempted, which take
-    ``preempt_delay_s`` to stop (see ``QueuePass``); ``teams`` the team queues, their quotas,
-    use and fair-share factors.
-    """
-    if teams is not None:
-        teams = teams.with_waiting(q.job for q in pending)
-    current = QueuePass(state, now, dict(expected_ends or {}), config, estimate=estimate, running=dict(running or {}),
-                        preempt_delay_s=preempt_delay_s, teams=teams)  # fmt: skip
-    decisions = []
-    for queued in queue_order(pending, now, config, teams):
-        decision, current = current.decide(queued.job, policy, submit_s=queued.submit_s)
-        decisions.append(decision)
-    return current.state, decisions

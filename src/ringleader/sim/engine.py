@@ -21,10 +21,11 @@ The pass gives the same decisions as ``schedule_queue`` over the whole queue, bu
 * at most ``max_failures`` failed ``place`` calls per pass (default 32; counted in the stats).
 Nodes are simulated unlabelled so every job runs under the compared policy.
 
-With a ``BackfillConfig`` that reserves (or ages), a pass instead walks the whole queue in
-``queue_order`` through ``QueuePass.decide``, the same code ``schedule_queue`` runs, so the
+With a ``BackfillConfig`` that reserves (or ages), a pass instead is the queue's cycle
+(``scheduler/cycle.py``), the one every engine runs, with the simulator as its host, so the
 simulated queue is the runtime's; it only skips jobs that cannot start by the free worker slots
-once no reservation is left to give. A running job's expected end is its start plus the trace's
+once no reservation is left to give, and it ends at a preemption (the simulator stops the
+victims at once) to run again on the GPUs they freed. A running job's expected end is its start plus the trace's
 ``time_limit_s`` (unknown without one); it actually ends after ``iterations x step time``.
 
 With a ``start_rule`` (``types.StartRule``: now, best, finish) every job gets that rule and its
@@ -60,18 +61,19 @@ from ringleader.scheduler import (
     BackfillConfig,
     ClusterState,
     Decision,
+    Holding,
     JobRequest,
     NodeState,
     Placement,
-    QueuedJob,
-    QueuePass,
     RunningGang,
+    Snapshot,
+    Waiting,
     WorkerSlot,
     get_policy,
     place,
-    queue_order,
+    run_cycle,
 )
-from ringleader.scheduler.teams import TeamQueue, Teams, decayed, queue_of, run_usage
+from ringleader.scheduler.teams import TeamQueue, decayed, queue_of, run_usage
 from ringleader.sim.network import NetworkLoad
 from ringleader.sim.steptime import Memoised, StepTime, StepTimeFn
 from ringleader.sim.trace import TraceJob
@@ -245,7 +247,7 @@ class Simulation:
         self.order_of: dict[str, int] = {}  # arrival order (its place in FIFO), kept when requeued
         self.work: dict[tuple[int, int, str, int, int, str], float] = {}  # shape -> s per iteration, best placement
         self.ideal: dict[tuple[object, ...], float | None] = {}  # QueuePass's memo, kept across passes
-        self.queued: dict[str, QueuedJob] = {}  # waiting jobs as the queue sees them
+        self.queued: dict[str, Waiting] = {}  # waiting jobs as the queue sees them
         self.expected_ends: dict[str, float] = {}  # running jobs with a time limit
         self.jobs = sorted(jobs, key=lambda j: j.arrival_s)
         self.records = {j.name: JobRecord(j) for j in self.jobs}
@@ -310,7 +312,7 @@ class Simulation:
     def _enqueue(self, job: TraceJob) -> None:
         order = self.order_of[job.name]
         self.buckets.setdefault((job.priority, job.workers, job.gpus), deque()).append((order, job))
-        self.queued[job.name] = QueuedJob(self._request(job), order, job.arrival_s)
+        self.queued[job.name] = Waiting(self._request(job), order, job.arrival_s)
 
     # -- preemption and failures ------------------------------------------------------------------
     def _evict(self, name: str, now: float, failed: bool = False) -> None:
@@ -457,22 +459,12 @@ class Simulation:
         self.stats.capped_passes += 1  # a bound, not a path: no queue should preempt this often
 
     def _one_reserving_pass(self, now: float) -> bool:
+        """The queue's cycle (``scheduler/cycle.py``) over the simulated cluster, acted on; True
+        when it preempted (the victims stop at once: the cycle ends there, to run again)."""
         self.stats.passes += 1
-        running = self.gangs if self.preemption is not None or self.queues else {}
-        lowest = min((g.priority for g in running.values()), default=None)
-        teams = self._teams(now).with_waiting(q.job for q in self.queued.values()) if self.queues else None
-        current = QueuePass(self.state, now, self.expected_ends, self.backfill, estimate=self._images_per_s,
-                            ideal=self.ideal, running=running, teams=teams)  # fmt: skip
-        for queued in queue_order(list(self.queued.values()), now, self.backfill, teams):
-            request = queued.job
-            may_preempt = (lowest is not None and request.priority > lowest) or (
-                teams is not None and teams.queue(request) is not None)  # fmt: skip
-            if len(current.reservations) >= self.backfill.reservation_depth and not may_preempt and (
-                self._slots(request.gpus_per_worker) < request.workers
-            ):
-                continue  # cannot start on the free GPUs, and no reservation is left to give
-            self.stats.place_calls += 1
-            decision, current = current.decide(request, self.policy, explain=False, submit_s=queued.submit_s)
+        cycle = run_cycle(self._snapshot(now))
+        self.stats.place_calls += len(cycle.nominated)
+        for decision in cycle.decisions:
             if decision.preemption is not None:
                 for victim in decision.preemption.names:
                     self._evict(victim, now)
@@ -480,24 +472,26 @@ class Simulation:
             if decision.chosen is None:
                 self.stats.failed_places += 1
                 continue
-            job = self.records[request.name].job
-            self.buckets[(job.priority, job.workers, job.gpus)].remove((queued.seq, job))
+            job = self.records[decision.job.name].job
+            self.buckets[(job.priority, job.workers, job.gpus)].remove((self.queued[job.name].seq, job))
             if not self.buckets[(job.priority, job.workers, job.gpus)]:
                 del self.buckets[(job.priority, job.workers, job.gpus)]
-            self._start(job, decision, now, current.state)
+            self._start(job, decision, now)
         return False
 
-    # -- team queues -------------------------------------------------------------------------------
-    def _teams(self, now: float) -> Teams:
-        """The queues with their running gangs' GPUs and the fair-share factors of their usage:
-        ended runs' decayed GPU-seconds and the running ones' so far."""
+    def _snapshot(self, now: float) -> Snapshot:
+        """The simulated queue at ``now``: the running gangs (preemptible where gangs may preempt
+        or reclaim), the team queues with the decayed GPU-seconds of every run so far."""
+        victims = self.preemption is not None or bool(self.queues)
+        holding = [Holding(name, gang.priority, queue_of(self.records[name].job), self.expected_ends.get(name),
+                           preemptible=victims) for name, gang in self.gangs.items()]  # fmt: skip
         usage = {name: decayed(total, as_of, now) for name, (total, as_of) in self.usage.items()}
-        gang_queue = {}
         for name, (_, started) in self.run_of.items():
             job = self.records[name].job
-            gang_queue[name] = queue_of(job)
             usage[queue_of(job)] = usage.get(queue_of(job), 0.0) + run_usage(job.total_gpus, started, now, now)
-        return Teams.of(self.queues, self.state, gang_queue, usage)
+        return Snapshot(self.state, list(self.queued.values()), now, holding, self.queues, usage,
+                        config=self.backfill, estimate=self._images_per_s, policy=self.policy, explain=False,
+                        stop_at_preemption=True, ideal=self.ideal)  # fmt: skip
 
     def _end_run(self, name: str, now: float) -> float | None:
         """End ``name``'s run at ``now`` (completed or preempted): kept in its record and, with
@@ -523,16 +517,15 @@ class Simulation:
         self._start(job, decision, now)
         return True
 
-    def _start(self, job: TraceJob, decision: Decision, now: float, after: ClusterState | None = None) -> None:
-        """Start ``job`` where ``decision`` put it; ``after`` is the state with it committed
-        when the caller has it already."""
+    def _start(self, job: TraceJob, decision: Decision, now: float) -> None:
+        """Start ``job`` where ``decision`` put it."""
         assert decision.chosen is not None
         placement = decision.chosen.placement
         if self.network.levels:
             step = self.step_time(self.priced, placement, job, self.network.start(placement))
         else:
             step = self.step_time({name: self.state.node(name) for name in placement.nodes}, placement, job)
-        self._commit(after if after is not None else self.state.with_placement(placement), placement)
+        self._commit(self.state.with_placement(placement), placement)
         self.queued.pop(job.name, None)
         record = self.records[job.name]
         iterations = self.left.get(job.name, job.iterations)

@@ -6,15 +6,27 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Sequence
+from dataclasses import replace
 
 from ringleader.engines.embedded import store
 from ringleader.jobs.codec import decision_to_dict, expected_end, placement_to_dict
-from ringleader.jobs.failures import BLAMES_TO_CORDON, Failure, without_cordoned
+from ringleader.jobs.failures import (
+    Failure,
+    cordon_reason,
+    cordoned_text,
+    requeued_reason,
+    restart_number,
+    restarting_text,
+    resume_text,
+)
 from ringleader.jobs.prediction import queue_estimator
 from ringleader.jobs.queues import preempted_by
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import InstanceStatus, JobStatus, Launch
-from ringleader.scheduler import ClusterState, Code, Decision, QueuedJob, RunningGang, schedule_queue
+from ringleader.scheduler import ClusterState, Code, Decision, Holding, Snapshot, Waiting, run_cycle
+from ringleader.scheduler.cycle import teams_of
+from ringleader.scheduler.policies.throughput import Estimator
 from ringleader.scheduler.teams import Teams, queue_of, run_usage
 
 # meta key: how jobs on ssh hosts launch here (extra MCA parameters, rank env, the head's
@@ -32,23 +44,19 @@ def schedule_pass(conn: sqlite3.Connection, now: float) -> list[str]:
 
 
 def schedule_pass_decisions(conn: sqlite3.Connection, now: float) -> list[Decision]:
-    """The scheduling pass, returning every decision it made (placed or pending)."""
+    """The queue's cycle (``scheduler/cycle.py``) over the folder as it is at ``now``, acted on:
+    every decision it made (placed or pending)."""
     rows = store.job_rows(conn, [JobStatus.QUEUING, JobStatus.PENDING])
     if not rows:
         return []
     specs = {r["name"]: JobSpec.from_dict(json.loads(r["spec"])) for r in rows}
-    queued = [QueuedJob(specs[r["name"]].request(), int(r["seq"]), float(r["created_at"])) for r in rows]
-    state = without_cordoned(store.cluster_state(conn), store.cordons(conn))
-    estimate = queue_estimator(specs.values())
-    teams = team_queues(conn, state, now)
-    reclaims = teams is not None and any(teams.queue(q.job) is not None for q in queued)
-    running, delay = preemptible_gangs(conn) if reclaims or any(q.job.may_preempt for q in queued) else ({}, 0.0)
-    _, decisions = schedule_queue(state, queued, now=now, expected_ends=expected_ends(conn, now), estimate=estimate,
-                                  running=running, preempt_delay_s=delay, teams=teams)  # fmt: skip
+    waiting = [Waiting(specs[r["name"]].request(), int(r["seq"]), float(r["created_at"])) for r in rows]
+    snapshot = queue_snapshot(conn, now, waiting, queue_estimator(specs.values()))
+    decisions = run_cycle(snapshot).decisions
     for decision in decisions:
         spec = specs[decision.job.name]
         if decision.placement is not None:
-            place_job(conn, spec, decision, now, has_launcher(spec, decision, state))
+            place_job(conn, spec, decision, now, has_launcher(spec, decision, snapshot.state))
         else:
             pend_job(conn, spec.name, decision, now)
             if decision.preemption is not None:
@@ -57,24 +65,37 @@ def schedule_pass_decisions(conn: sqlite3.Connection, now: float) -> list[Decisi
     return decisions
 
 
-def team_queues(conn: sqlite3.Connection, state: ClusterState, now: float) -> Teams | None:
-    """The team queues with the GPUs their running gangs hold (a gang being stopped has given
-    its quota back) and their fair-share factors: ended runs' usage plus the running ones' so
-    far. None while no queue was created."""
+def queue_snapshot(
+    conn: sqlite3.Connection, now: float, waiting: Sequence[Waiting] = (), estimate: Estimator | None = None
+) -> Snapshot:
+    """The folder's queue as the cycle sees it: the cluster, the cordons, the running jobs (a job
+    being stopped holds its GPUs until its grace is over, and has given its quota back) and the
+    team queues with their usage: ended runs' plus the running ones' so far."""
+    holding = []
     queues = store.queues(conn)
-    if not queues:
-        return None
-    usage = store.queue_usage(conn, now)
-    gang_queue = {}
+    usage = store.queue_usage(conn, now) if queues else {}
     for row in store.job_rows(conn, [JobStatus.RUNNING]):
         spec = JobSpec.from_dict(json.loads(row["spec"]))
-        queue = queue_of(spec)
-        if row["started_at"] is not None:
-            usage[queue] = usage.get(queue, 0.0) + run_usage(spec.workers * spec.gpus_per_worker,
-                                                             float(row["started_at"]), now, now)  # fmt: skip
-        if row["launch"] not in STOPPING:
-            gang_queue[spec.name] = queue
-    return Teams.of(queues, state, gang_queue, usage)
+        stopping = row["launch"] in STOPPING
+        started = None if row["started_at"] is None else float(row["started_at"])
+        if stopping:
+            end: float | None = now + float(row["stop_grace"] or 0.0)
+        else:
+            plan = json.loads(row["decision"]) if row["decision"] else None
+            end = None if started is None else expected_end(plan, started, spec.time_limit_s, spec.stop_grace())
+        if queues and started is not None:
+            gpus = spec.workers * spec.gpus_per_worker
+            usage[queue_of(spec)] = usage.get(queue_of(spec), 0.0) + run_usage(gpus, started, now, now)
+        holding.append(Holding(spec.name, spec.priority, None if stopping else queue_of(spec), end,
+                               spec.stop_grace(), spec.preemptible and not stopping))  # fmt: skip
+    return Snapshot(store.cluster_state(conn), waiting, now, holding, queues, usage, cordoned=store.cordons(conn),
+                    estimate=estimate)  # fmt: skip
+
+
+def team_queues(conn: sqlite3.Connection, state: ClusterState, now: float) -> Teams | None:
+    """The team queues with the GPUs their running gangs hold in ``state`` and their fair-share
+    factors (see ``queue_snapshot``); None while no queue was created."""
+    return teams_of(replace(queue_snapshot(conn, now), state=state))
 
 
 def account_usage(conn: sqlite3.Connection, row: sqlite3.Row, now: float) -> None:
@@ -85,20 +106,6 @@ def account_usage(conn: sqlite3.Connection, row: sqlite3.Row, now: float) -> Non
     spec = JobSpec.from_dict(json.loads(row["spec"]))
     gpu_s = run_usage(spec.workers * spec.gpus_per_worker, float(row["started_at"]), now, now)
     store.add_usage(conn, queue_of(spec), gpu_s, now)
-
-
-def preemptible_gangs(conn: sqlite3.Connection) -> tuple[dict[str, RunningGang], float]:
-    """The running jobs a gang of higher priority may preempt (not --non-preemptible, not being
-    stopped already), and the longest grace among them: how long a preemption takes."""
-    gangs, longest = {}, 0.0
-    for row in store.job_rows(conn, [JobStatus.RUNNING]):
-        if row["launch"] in STOPPING:
-            continue
-        spec = JobSpec.from_dict(json.loads(row["spec"]))
-        if spec.preemptible:
-            gangs[spec.name] = RunningGang(spec.name, spec.priority)
-            longest = max(longest, spec.stop_grace())
-    return gangs, longest
 
 
 def preempt_job(conn: sqlite3.Connection, name: str, by: Decision, now: float) -> None:
@@ -112,25 +119,6 @@ def preempt_job(conn: sqlite3.Connection, name: str, by: Decision, now: float) -
     assert by.preemption is not None
     how = "SIGKILL at once" if grace <= 0 else f"SIGTERM, then SIGKILL after {grace:g} s"
     store.add_event(conn, name, "Preempted", f"{preempted_by(by.job, by.preemption)}: {how}; then requeued", now)
-
-
-def expected_ends(conn: sqlite3.Connection, now: float) -> dict[str, float]:
-    """When each running job will have released its GPUs, where known: at the end of the run its
-    start predicted (a job with --run-time), or at its limit and the grace its ranks get between
-    SIGTERM and SIGKILL there, whichever comes first; a job being stopped within its grace."""
-    ends = {}
-    for row in store.job_rows(conn, [JobStatus.RUNNING]):
-        if row["launch"] in STOPPING:
-            ends[row["name"]] = now + float(row["stop_grace"] or 0.0)
-            continue
-        if row["started_at"] is None:
-            continue
-        spec = JobSpec.from_dict(json.loads(row["spec"]))
-        plan = json.loads(row["decision"]) if row["decision"] else None
-        end = expected_end(plan, float(row["started_at"]), spec.time_limit_s, spec.stop_grace())
-        if end is not None:
-            ends[row["name"]] = end
-    return ends
 
 
 def waits_over(conn: sqlite3.Connection, now: float) -> bool:
@@ -208,9 +196,9 @@ def requeue_job(conn: sqlite3.Connection, name: str, now: float, why: str = "pre
     store.delete_instances(conn, name)
     store.update_job(conn, name, status=JobStatus.QUEUING, launch=None, stop_grace=None, started_at=None,
                      supervisor_pid=None, supervisor_start=None, placement=None, restarts=restarts,
-                     reason=f"{why}; requeued (restart {restarts})")  # fmt: skip
-    store.add_event(conn, name, "Requeued", f"its ranks stopped and {freed} GPU(s) freed; back in the queue, to run "
-                    f"again with RINGLEADER_RESTARTS={restarts} (resume from your checkpoint)", now)  # fmt: skip
+                     reason=requeued_reason(why, restarts))  # fmt: skip
+    store.add_event(conn, name, "Requeued", f"its ranks stopped and {freed} GPU(s) freed; back in the queue, "
+                    f"{resume_text(restarts)}", now)  # fmt: skip
 
 
 def failed_runs(conn: sqlite3.Connection, name: str) -> int:
@@ -219,30 +207,31 @@ def failed_runs(conn: sqlite3.Connection, name: str) -> int:
 
 
 def restart_job(conn: sqlite3.Connection, name: str, failure: Failure, root_cause: str, now: float) -> None:
-    """A failed gang with restarts left, its processes stopped: the fault blamed on its node
-    (cordoned once blamed ``BLAMES_TO_CORDON`` times), then requeued as a preemption is, so
-    that the queue places it again."""
+    """A failed gang with restarts left (``restart_number``), its processes stopped: the fault
+    blamed on its node (``blame_node``), then requeued as a preemption is, so that the queue
+    places it again."""
     row = store.job_row(conn, name)
     assert row is not None
     spec = JobSpec.from_dict(json.loads(row["spec"]))
-    count = failed_runs(conn, name) + 1
-    store.add_event(conn, name, "Restarting", f"{root_cause}; {failure.why}; restart {count} of "
-                    f"{spec.max_restarts} (--max-restarts)", now)  # fmt: skip
+    restart = restart_number(failed_runs(conn, name), spec.max_restarts)
+    assert restart is not None
+    store.add_event(conn, name, "Restarting", restarting_text(f"{root_cause}; {failure.why}", restart,
+                                                              spec.max_restarts), now)  # fmt: skip
     blame_node(conn, name, failure, now)
     requeue_job(conn, name, now, why=f"failed ({failure.why})")
 
 
 def blame_node(conn: sqlite3.Connection, name: str, failure: Failure, now: float) -> None:
-    """A node or network fault is recorded against the node; the node is cordoned once it is
-    blamed ``BLAMES_TO_CORDON`` times (said in the job's events)."""
+    """A node or network fault is recorded against the node, which is cordoned as
+    ``cordon_reason`` says (said in the job's events)."""
     if not failure.node_fault or failure.node is None:
         return
-    blamed = store.add_fault(conn, failure.node, name, failure.why, now)
-    if blamed >= BLAMES_TO_CORDON and failure.node not in store.cordons(conn):
-        reason = f"blamed for {blamed} failures, the last of job {name}: {failure.why}"
+    faults = store.add_fault(conn, failure.node, name, failure.why, now)
+    cordons = store.cordons(conn)
+    reason = cordon_reason(faults, failure, f"job {name}", failure.node in cordons, cordons.values())
+    if reason is not None:
         store.cordon(conn, failure.node, reason, now)
-        store.add_event(conn, name, "NodeCordoned", f"node {failure.node} cordoned: {reason}; `ringleader node "
-                        f"uncordon {failure.node}` ends it", now)  # fmt: skip
+        store.add_event(conn, name, "NodeCordoned", cordoned_text(failure.node, reason), now)
 
 
 def finish_job(

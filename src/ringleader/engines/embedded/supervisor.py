@@ -41,7 +41,7 @@ from ringleader.engines.embedded.lifecycle import (
 from ringleader.errors import RingleaderError
 from ringleader.jobs.codec import placement_from_dict
 from ringleader.jobs.commandline import gets_torchrun_defaults
-from ringleader.jobs.failures import LOG_TAIL_BYTES, Failure, classify
+from ringleader.jobs.failures import LOG_TAIL_BYTES, Failure, classify, restart_number
 from ringleader.jobs.line import CommandLine, option_words, root_option
 from ringleader.jobs.logfiles import read_log
 from ringleader.jobs.spec import JobSpec
@@ -736,7 +736,7 @@ class Supervisor:
                 reason = f"root cause: {self.root.name} failed (exit code {code})"
                 reason += f": {self.root.note}" if self.root.note else ""
                 failure = self._failure(conn, self.root)
-                if self.spec is not None and failed_runs(conn, self.job) < self.spec.max_restarts:
+                if self.spec is not None and restart_number(failed_runs(conn, self.job), self.spec.max_restarts):
                     remove_job_folders(self.home, self.job, ("run",))  # the next run makes its own
                     restart_job(conn, self.job, failure, reason, now)
                 else:

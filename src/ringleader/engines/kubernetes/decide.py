@@ -1,43 +1,35 @@
-"""One decision per gang over the cache: every member's node and GPU ids, or why it waits.
+"""Kubernetes' part of the queue's cycle: every member's node and GPU ids, or why a gang waits.
 
-The GPU workers go through the same pure ``place()`` as every other engine. What Kubernetes
-adds is applied around it, without a copy of the cluster per gang: nodes the pods can never use
-(cordoned, untolerated taints, nodeSelector, not Ready) have their free GPUs masked as taken in
-the snapshot handed to ``place()`` (a few incremental updates); CPU, memory and pod-count room is
-checked on the nodes ``place()`` chose, and a node short of it is masked and the gang placed
-again. Members without GPUs (the MPI launcher) then go next to the workers if they fit there.
-
-Given the cycle's ``QueuePass``, the decision is the shared queue's (``ringleader.scheduler.queue``,
-the same policy as the embedded and Slurm queues): a gang may start only where it delays no
-reservation of a gang ahead of it (backfill when its pods' activeDeadlineSeconds ends before the
-reservation starts), and a gang that cannot start gets a reservation while fewer than the depth
-exist.
+The gangs are decided by the queue's cycle (``ringleader.scheduler.cycle``), the one every
+engine runs: the same order, reservations, backfill, start rules, preemption and team queues.
+What Kubernetes adds is said in each gang's entry of the cycle's snapshot (``Members``): nodes
+its pods can never use (cordoned, untolerated taints, nodeSelector, not Ready) are masked for
+it; CPU, memory and pod-count room is checked on the nodes a placement chose, and a node short
+of it is masked and the gang placed again; members without GPUs (the MPI launcher) then go next
+to the workers if they fit there, else the gang waits.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
 
 from ringleader.engines.kubernetes.cache import Cache, Gang, Usage
 from ringleader.engines.kubernetes.objects import PodInfo, static_misfit
 from ringleader.scheduler import (
-    ClusterState,
+    NO_RESERVATIONS,
     Code,
-    Decision,
     JobRequest,
     Placement,
     Preemption,
-    QueuePass,
     Reservation,
-    WorkerSlot,
-    place,
+    Snapshot,
+    Waiting,
+    run_cycle,
 )
-from ringleader.scheduler.queue import UNUSABLE as MASK
-from ringleader.scheduler.queue import enough_worker_slots  # the owner of GPUs masked out of one decision
-
-MAX_REPLACEMENTS = 4  # nodes short of CPU/memory masked before the gang is called pending
+from ringleader.scheduler.cycle import Nominated
 
 
 @dataclass(frozen=True)
@@ -100,45 +92,102 @@ def _gpu_workers(gang: Gang) -> list[PodInfo]:
     return sorted((p for p in gang.pending if p.gpus), key=lambda p: p.rank)
 
 
-def placement_of(outcome: Outcome) -> Placement:
-    """The GPU workers of a placed gang as the shared queue's Placement (rank order)."""
-    slots = sorted((WorkerSlot(a.worker, a.node, a.gpus) for a in outcome.assignments if a.worker is not None),
-                   key=lambda s: s.index)  # fmt: skip
-    return Placement(outcome.gang.key, tuple(slots))
+def decide(cache: Cache, gang: Gang) -> Outcome:
+    """``gang`` alone over the cache as it is, no gang ahead of it: every pending member placed
+    at once, or why it waits. Pure over the cache: nothing is assumed or written here."""
+    outside = outside_queue(cache, gang)
+    if outside is not None:
+        return outside
+    members = Members(cache, assume=False)
+    cycle = run_cycle(Snapshot(cache.state, [members.waiting(gang, 0)], config=NO_RESERVATIONS))
+    return members.outcome(cycle.nominated[0])
 
 
-def decide(cache: Cache, gang: Gang, queue: QueuePass | None = None, submit_s: float | None = None) -> Outcome:
-    """Place every pending member of ``gang`` at once, or none; with ``queue``, only where no
-    reservation of a gang ahead of it is delayed and its start rule does not wait (``submit_s``:
-    when it was created, for its longest wait). Pure over the cache: nothing is assumed or
-    written here."""
-    gpu_pods = _gpu_workers(gang)
-    other_pods = sorted((p for p in gang.pending if not p.gpus), key=lambda p: p.name)
-    sizes = {p.gpus for p in gpu_pods}
+def outside_queue(cache: Cache, gang: Gang) -> Outcome | None:
+    """The outcome of a gang the queue does not decide: workers that ask for different GPU
+    counts (never placed), or only members without GPUs (placed beside the gang's workers);
+    None for a gang of GPU workers, which the queue's cycle decides."""
+    sizes = {p.gpus for p in _gpu_workers(gang)}
     if len(sizes) > 1:
         return Outcome(gang, Code.UNRESOLVABLE, reason=(
             f"workers ask for different GPU counts ({', '.join(map(str, sorted(sizes)))}); "
             "a gang's GPU workers must be alike"))  # fmt: skip
-    assignments: list[Assignment] = []
-    summary = ""
+    if sizes:
+        return None
+    plain = _fit_members(cache, gang, [])
+    if isinstance(plain, str):
+        return Outcome(gang, Code.UNSCHEDULABLE, reason=plain)
+    return Outcome(gang, Code.SUCCESS, tuple(plain), summary=f"{len(plain)} pod(s) placed")
+
+
+class Members:
+    """Kubernetes' part of the queue's cycle (``scheduler/cycle.py``): each gang's nodes its pods
+    can never use (cordoned, untolerated taints, nodeSelector, not Ready), masked; its check of
+    a placement beyond GPUs (CPU, memory and pod room on the nodes chosen, then its members
+    without GPUs beside its workers); and, with ``assume``, each gang the check lets start
+    assumed in the cache at once, so the next gang's check sees its pods (as kube-scheduler
+    assumes a pod before its Binding)."""
+
+    def __init__(self, cache: Cache, assume: bool = True) -> None:
+        self.cache, self.assume = cache, assume
+        self.gangs: dict[str, Gang] = {}
+        self.assigned: dict[str, tuple[Assignment, ...]] = {}  # gang -> its members, where it starts
+
+    def waiting(self, gang: Gang, seq: int, submit_s: float | None = None) -> Waiting:
+        self.gangs[gang.key] = gang
+        misfit = self.cache.misfits(_gpu_workers(gang)[0])
+        masked = frozenset(self.cache.state.nodes[pos].name for pos in misfit)
+        return Waiting(job_request(gang), seq, submit_s, masked, partial(self._check, gang), len(gang.pending))
+
+    def _check(self, gang: Gang, placement: Placement) -> Mapping[str, str] | str | None:
+        pods = _gpu_workers(gang)
+        lacking = {}
+        for node, count in Counter(slot.node for slot in placement.slots).items():
+            why = self.cache.room(self.cache.nodes[node], pods[0].cpu, pods[0].memory, count)
+            if why is not None:
+                lacking[node] = why
+        if lacking:
+            return lacking
+        workers = [Assignment(pod, slot.node, slot.gpus, slot.index)
+                   for slot, pod in zip(placement.slots, pods, strict=True)]  # fmt: skip
+        plain = _fit_members(self.cache, gang, workers)
+        if isinstance(plain, str):
+            return plain
+        self.assigned[gang.key] = (*workers, *plain)
+        if self.assume:
+            self.cache.assume_gang((a.pod, a.node, a.gpus) for a in self.assigned[gang.key])
+        return None
+
+    def outcome(self, one: Nominated) -> Outcome:
+        """The gang's outcome from its decision in the cycle."""
+        decision, gang = one.decision, self.gangs[one.decision.job.name]
+        if decision.ok:
+            return Outcome(gang, Code.SUCCESS, self.assigned[gang.key], summary=decision.summary())
+        if one.refused is not None:
+            return Outcome(gang, Code.UNSCHEDULABLE, reason=one.refused)
+        pods = _gpu_workers(gang)
+        positions = self.cache.state.positions
+        short = {positions[node]: why for node, why in one.lacking.items()}
+        reason = _gpu_reason(self.cache, decision.reasons, self.cache.misfits(pods[0]), short, len(pods))
+        return Outcome(gang, decision.code, reason=reason, reservation=decision.reservation,
+                       preemption=decision.preemption)  # fmt: skip
+
+
+def _fit_members(cache: Cache, gang: Gang, workers: Sequence[Assignment]) -> list[Assignment] | str:
+    """The members without GPUs beside the gang's ``workers`` (those placed now, or, for a
+    launcher made once they were Ready, those placed before), or why one fits nowhere."""
     taken: dict[str, Usage] = {}  # what this gang's members take per node, for the room checks
-    if gpu_pods:
-        placed = _place_workers(cache, gang, gpu_pods, queue, submit_s)
-        if isinstance(placed, Outcome):
-            return placed
-        placement, summary = placed
-        for slot, pod in zip(placement.slots, gpu_pods, strict=True):
-            assignments.append(Assignment(pod, slot.node, slot.gpus, slot.index))
-            _add(taken, slot.node, pod)
-    # beside the gang's workers: those placed now, or (a launcher made once they were Ready) before
-    preferred = list(dict.fromkeys([*(a.node for a in assignments), *gang.nodes]))
-    for pod in other_pods:
+    for a in workers:
+        _add(taken, a.node, a.pod)
+    preferred = list(dict.fromkeys([*(a.node for a in workers), *gang.nodes]))
+    placed = []
+    for pod in sorted((p for p in gang.pending if not p.gpus), key=lambda p: p.name):
         node = _fit_plain(cache, pod, preferred, taken)
         if node is None:
-            return Outcome(gang, Code.UNSCHEDULABLE, reason=_plain_reason(cache, pod, len(gang.pending)))
-        assignments.append(Assignment(pod, node, (), None))
+            return _plain_reason(cache, pod, len(gang.pending))
+        placed.append(Assignment(pod, node, (), None))
         _add(taken, node, pod)
-    return Outcome(gang, Code.SUCCESS, tuple(assignments), summary=summary or f"{len(assignments)} pod(s) placed")
+    return placed
 
 
 def _add(taken: dict[str, Usage], node: str, pod: PodInfo) -> None:
@@ -146,59 +195,6 @@ def _add(taken: dict[str, Usage], node: str, pod: PodInfo) -> None:
     usage.cpu += pod.cpu
     usage.memory += pod.memory
     usage.pods += 1
-
-
-def _place_workers(cache: Cache, gang: Gang, pods: Sequence[PodInfo], queue: QueuePass | None,
-                   submit_s: float | None = None) -> tuple[Placement, str] | Outcome:  # fmt: skip
-    first = pods[0]
-    state = cache.state
-    misfit = cache.misfits(first)
-    masked = _masked(state, misfit)
-    job = job_request(gang)
-    short: dict[int, str] = {}
-    for _ in range(MAX_REPLACEMENTS + 1):
-        decision = place(masked, job) if queue is None else _queue_decision(replace(queue, state=masked), job, submit_s)
-        if decision.placement is None or not decision.ok:
-            code = decision.code
-            if code is Code.UNRESOLVABLE and misfit:
-                code = Code.UNSCHEDULABLE  # masked nodes may come back (uncordon, taint removed)
-            return Outcome(gang, code, reason=_gpu_reason(cache, decision.reasons, misfit, short, len(pods)),
-                           reservation=decision.reservation, preemption=decision.preemption)  # fmt: skip
-        per_node = Counter(slot.node for slot in decision.placement.slots)
-        lacking: dict[int, str] = {}
-        for node, count in per_node.items():
-            why = cache.room(cache.nodes[node], first.cpu, first.memory, count)
-            if why is not None:
-                lacking[state.positions[node]] = why
-        if not lacking:
-            return decision.placement, decision.summary()
-        short.update(lacking)
-        masked = _masked(masked, lacking)
-    return Outcome(gang, Code.UNSCHEDULABLE, reason=_gpu_reason(cache, (), misfit, short, len(pods)))
-
-
-def _queue_decision(queue: QueuePass, job: JobRequest, submit_s: float | None = None) -> Decision:
-    """``queue.decide(job)``'s decision. For a gang that starts on whatever fits (start rule
-    "now") its first step (place on the GPUs no reservation ahead holds) is taken here, so a gang
-    that starts costs one ``place()`` and no copy of the state with it committed (the cache
-    assumes it instead)."""
-    if job.start_rule == "now":
-        usable = queue.usable_state(job)
-        if enough_worker_slots(usable, job):
-            decision = place(usable, job)
-            if decision.placement is not None:
-                return decision
-    return queue.decide(job, submit_s=submit_s)[0]
-
-
-def _masked(state: ClusterState, positions: Iterable[int]) -> ClusterState:
-    """``state`` with every free GPU of the nodes at ``positions`` marked taken."""
-    slots: list[WorkerSlot] = []
-    for pos in positions:
-        ns = state.nodes[pos]
-        if ns.n_free:
-            slots.append(WorkerSlot(len(slots), ns.name, ns.free_gpus))
-    return state.with_placement(Placement(MASK, tuple(slots))) if slots else state
 
 
 def _counts(reasons: Mapping[int, str] | Counter[str]) -> str:

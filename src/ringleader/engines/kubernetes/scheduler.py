@@ -22,7 +22,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from typing import Any
@@ -32,11 +32,11 @@ from ringleader.engines.kubernetes.cache import Cache, Gang
 from ringleader.engines.kubernetes.client import DRA_KINDS, KINDS, Api, ApiError, Gone
 from ringleader.engines.kubernetes.decide import (
     Assignment,
+    Members,
     Outcome,
-    decide,
     gang_calibration,
     job_request,
-    placement_of,
+    outside_queue,
 )
 from ringleader.engines.kubernetes.leader import LeaderElector, micro_time
 from ringleader.engines.kubernetes.metrics import Metrics
@@ -44,11 +44,11 @@ from ringleader.engines.kubernetes.objects import PodInfo, wall_time
 from ringleader.engines.kubernetes.pinning import DraApi, Pin, PinError, pin_gang
 from ringleader.engines.kubernetes.restarts import PodFailure, blamed
 from ringleader.inputs import InputError
-from ringleader.jobs.failures import BLAMES_TO_CORDON, Failure
+from ringleader.jobs.failures import Failure, cordon_reason, cordoned_text, restart_number, restarting_text
 from ringleader.jobs.queues import preempted_by
 from ringleader.model import MODEL_ESTIMATOR, calibrated_estimator
 from ringleader.model.calibration import Calibration, calibration_from_dict
-from ringleader.scheduler import BackfillConfig, Code, QueuedJob, QueuePass, Reservation, RunningGang, queue_order
+from ringleader.scheduler import BackfillConfig, Code, Holding, Reservation, Snapshot, run_cycle
 from ringleader.scheduler.policies.throughput import Estimator
 
 log = logging.getLogger("ringleader.kube.scheduler")
@@ -72,6 +72,21 @@ def _created_s(gang: Gang) -> float | None:
     """When the gang was submitted (its oldest pending pod's creation): its age counts from there."""
     stamps = [t for t in (wall_time(p.created) for p in gang.pending) if t is not None]
     return min(stamps) if stamps else None
+
+
+def _gang_end(pods: Sequence[PodInfo], now: float) -> float | None:
+    """When a running gang's last pod ends (see ``Scheduler._holding``); None: one has no known end."""
+    ends = []
+    for pod in pods:
+        if pod.deleting:
+            ends.append(now + pod.grace_s)
+            continue
+        known = [d for d in (pod.deadline_s, pod.run_time_s) if d is not None]
+        if not known:
+            return None
+        start = wall_time(pod.started) or now  # bound, not started yet: ends no sooner than that
+        ends.append(start + min(known))
+    return max(ends) if ends else None
 
 
 class LostLease(Exception):
@@ -151,7 +166,7 @@ class Scheduler:
         self.clock = clock
         self._backoff: dict[str, tuple[float, float]] = {}  # gang -> (tried again from, its last wait)
         self._told: dict[str, str] = {}  # gang -> the pending reason last reported
-        self._waiting: dict[str, tuple[int, int, int, int, str]] = {}  # gang -> what it was decided on, unfit
+        self._decided_on: dict[str, Hashable] = {}  # waiting gang -> what it was last decided on
         # The shared queue's reservations and age (its defaults: 2 reservations, priority +100
         # over a day of waiting); wall_clock gives ages and expected ends (pods' own times).
         self.backfill = backfill or BackfillConfig()
@@ -195,70 +210,64 @@ class Scheduler:
 
     # -- a cycle --------------------------------------------------------------------------------------
     def decide_all(self) -> list[Outcome]:
-        """Decide every complete gang over the cache in the shared queue's order (priority,
-        raised by age) and assume the placed ones (no API call). The first gangs that cannot
-        start keep reservations across cycles; later gangs start only where they delay none."""
-        outcomes = []
+        """Decide every complete gang over the cache in one queue cycle (``scheduler/cycle.py``)
+        and assume the placed ones (no API call). The first gangs that cannot start keep
+        reservations across cycles; a gang decided on the same inputs as last cycle keeps its
+        answer; later gangs start only where they delay no reservation."""
         with self.lock:
-            now = self.wall_clock()
-            gangs = self.cache.gangs()
-            for gone in set(self._backoff) - {g.key for g in gangs}:  # bound since, or deleted
-                del self._backoff[gone]
-            ready = [g for g in gangs if g.ready and not self._backing_off(g.key)]
-            by_key = {g.key: g for g in ready}
-            queued = [QueuedJob(job_request(g), i, _created_s(g)) for i, g in enumerate(ready)]
-            weighs = any(q.job.prices_placements for q in queued)
-            estimate = self._estimator(ready) if weighs else None  # the model, where a gang weighs its start
-            teams = self.cache.team_queues(now).with_waiting(q.job for q in queued) if self.cache.queues else None
-            reclaims = teams is not None and any(teams.queue(q.job) is not None for q in queued)
-            may_preempt = reclaims or any(q.job.may_preempt for q in queued)
-            running, delay = self._preemptible() if may_preempt else ({}, 0.0)
-            held: list[Reservation] = []  # reservations of the gangs ahead, in queue order
-            ends: dict[str, float] | None = None
-            waiting = 0
-            for entry in queue_order(queued, now, self.backfill, teams):
-                gang = by_key[entry.job.name]
-                # Same answer as last time while nothing was freed, no reservation ahead moved,
-                # the minute (ages, expected starts) and the queues' use are the same.
-                use = repr(sorted(teams.use.items())) if teams is not None else ""
-                unchanged = (self.cache.freed, len(gang.pending), self._reservations_moved, int(now // 60), use)
-                if self._waiting.get(gang.key) == unchanged:
-                    waiting += 1
-                    kept = self._reservations.get(gang.key)
-                    if kept is not None and len(held) < self.backfill.reservation_depth:
-                        held.append(kept)
-                    elif kept is not None:
-                        self._reserve(gang.key, None)
-                    continue
-                if ends is None:
-                    ends = self._expected_ends(now)
-                started = time.perf_counter()
-                queue = QueuePass(self.cache.state, now, ends, self.backfill, tuple(held), estimate=estimate,
-                                  running=running, preempt_delay_s=delay, teams=teams)  # fmt: skip
-                outcome = decide(self.cache, gang, queue, entry.submit_s)
-                ignored = self._unread_calibration(gang)
-                if ignored is not None and not outcome.ok:
-                    outcome = replace(outcome, reason=f"{outcome.reason}; {ignored}")
-                if outcome.preemption is not None:  # its victims are no victims for the gangs behind it
-                    running = {k: g for k, g in running.items() if k not in outcome.preemption.names}
-                    teams = teams.without(outcome.preemption.names) if teams is not None else None
-                if outcome.ok and teams is not None:
-                    teams = teams.with_started(entry.job, self.cache.state, placement_of(outcome))
-                self._reserve(gang.key, outcome.reservation)
-                if outcome.reservation is not None:
-                    held.append(outcome.reservation)
-                if outcome.ok:
-                    self.cache.assume_gang((a.pod, a.node, a.gpus) for a in outcome.assignments)
-                    self._waiting.pop(gang.key, None)
-                else:
-                    self._waiting[gang.key] = unchanged
-                self.metrics.decided(RESULTS[outcome.code], time.perf_counter() - started)
-                outcomes.append(outcome)
-            for gone in set(self._reservations) - set(by_key):  # started, deleted, or no longer whole
-                self._reserve(gone, None)
-            self.metrics.pending_gangs = waiting + sum(1 for o in outcomes if not o.ok)
+            outcomes, queued = self._outside_queue(self._ready_gangs())
+            members = Members(self.cache)
+            snapshot = self._queue_snapshot(queued, members)
+            started = time.perf_counter()
+            cycle = run_cycle(snapshot)
+            each = (time.perf_counter() - started) / max(len(cycle.nominated), 1)  # the cycle's time, shared
+            outcomes += [self._with_calibration(members.outcome(one)) for one in cycle.nominated]
+            for outcome in outcomes:
+                self.metrics.decided(RESULTS[outcome.code], each)
+            self._reservations_moved += cycle.moved
+            self._reservations, self._decided_on = cycle.held, cycle.decided_on
+            self.metrics.pending_gangs = cycle.unchanged + sum(1 for o in outcomes if not o.ok)
             self.metrics.reserved_gangs = len(self._reservations)
         return outcomes
+
+    def _ready_gangs(self) -> list[Gang]:
+        """The gangs whose members are all there and that are not backing off after a failed bind."""
+        gangs = self.cache.gangs()
+        for gone in set(self._backoff) - {g.key for g in gangs}:  # bound since, or deleted
+            del self._backoff[gone]
+        return [g for g in gangs if g.ready and not self._backing_off(g.key)]
+
+    def _outside_queue(self, gangs: Sequence[Gang]) -> tuple[list[Outcome], list[Gang]]:
+        """The gangs the queue does not decide (``decide.outside_queue``), decided, the placed ones
+        assumed; and those the queue's cycle decides."""
+        outcomes, queued = [], []
+        for gang in gangs:
+            outcome = outside_queue(self.cache, gang)
+            if outcome is None:
+                queued.append(gang)
+                continue
+            if outcome.ok:
+                self.cache.assume_gang((a.pod, a.node, a.gpus) for a in outcome.assignments)
+            outcomes.append(outcome)
+        return outcomes, queued
+
+    def _queue_snapshot(self, gangs: Sequence[Gang], members: Members) -> Snapshot:
+        """The cache as the queue's cycle sees it: the gangs waiting, each with what Kubernetes
+        adds (``Members``), the gangs holding GPUs, the team queues with their use, the
+        reservations kept and what each gang was last decided on."""
+        now = self.wall_clock()
+        waiting = [members.waiting(g, i, _created_s(g)) for i, g in enumerate(gangs)]
+        weighs = any(w.job.prices_placements for w in waiting)
+        estimate = self._estimator(gangs) if weighs else None  # the model, where a gang weighs its start
+        teams = self.cache.team_queues(now) if self.cache.queues else None
+        return Snapshot(self.cache.state, waiting, now, self._holding(now), teams=teams,
+                        config=self.backfill, estimate=estimate, held=self._reservations,
+                        decided_on=self._decided_on, epoch=(self.cache.freed, self._reservations_moved))  # fmt: skip
+
+    def _with_calibration(self, outcome: Outcome) -> Outcome:
+        """A waiting gang's reason, with why its calibration is ignored where it is."""
+        ignored = self._unread_calibration(outcome.gang)
+        return replace(outcome, reason=f"{outcome.reason}; {ignored}") if ignored and not outcome.ok else outcome
 
     def _estimator(self, gangs: Sequence[Gang]) -> Estimator:
         """The model's images/s, each gang's placements priced with the calibration written on
@@ -278,49 +287,24 @@ class Scheduler:
         read = self._calibrations.get(gang_calibration(gang) or "")
         return None if read is None or isinstance(read, Calibration) else read
 
-    def _reserve(self, gang: str, reservation: Reservation | None) -> None:
-        old = self._reservations.pop(gang, None)
-        if reservation is not None:
-            self._reservations[gang] = reservation
-        if old is not None and (reservation is None or reservation.placement != old.placement):
-            self._reservations_moved += 1  # GPUs held for it are free again: gangs that waited may fit
-
-    def _preemptible(self) -> tuple[dict[str, RunningGang], float]:
-        """The running gangs a gang with ringleader.io/preempt may preempt: bound, none of their
-        pods being deleted or marked non-preemptible; with the longest grace among their pods
-        (how long a preemption takes)."""
+    def _holding(self, now: float) -> list[Holding]:
+        """The gangs whose pods hold resources, as the queue sees them: their highest priority;
+        preemptible when none of their pods is being deleted or marked non-preemptible, taking
+        their longest grace to stop; and when they end, on the wall clock, where every pod has
+        activeDeadlineSeconds (kubelet stops the pod that long after its start) or a run time
+        (names.RUN_TIME_ANNOTATION: the run its user expects), whichever is sooner; a pod being
+        deleted (preempted, rolled back) within its grace."""
         gangs: dict[str, list[PodInfo]] = {}
         for pod in self.cache.pods.values():
-            if pod.holds_resources and pod.ours:
+            if pod.holds_resources:
                 gangs.setdefault(pod.gang_key, []).append(pod)
-        running, longest = {}, 0.0
+        holding = []
         for key, pods in gangs.items():
-            if any(p.deleting or not p.preemptible for p in pods):
-                continue
-            running[key] = RunningGang(key, max(p.priority for p in pods))
-            longest = max(longest, *(p.grace_s for p in pods))
-        return running, longest
-
-    def _expected_ends(self, now: float) -> dict[str, float]:
-        """When each running gang ends, on the wall clock, where every pod it runs has
-        activeDeadlineSeconds (kubelet stops the pod that long after its start) or a run time
-        (names.RUN_TIME_ANNOTATION: the run its user expects, on its best placement), whichever
-        is sooner; gangs with a pod with neither have no known end."""
-        ends: dict[str, float] = {}
-        unknown: set[str] = set()
-        for pod in self.cache.pods.values():
-            if not pod.holds_resources:
-                continue
-            if pod.deleting:  # being deleted (preempted, rolled back): gone within its grace
-                ends[pod.gang_key] = max(ends.get(pod.gang_key, 0.0), now + pod.grace_s)
-                continue
-            known = [d for d in (pod.deadline_s, pod.run_time_s) if d is not None]
-            if not known:
-                unknown.add(pod.gang_key)
-                continue
-            start = wall_time(pod.started) or now  # bound, not started yet: ends no sooner than that
-            ends[pod.gang_key] = max(ends.get(pod.gang_key, 0.0), start + min(known))
-        return {gang: end for gang, end in ends.items() if gang not in unknown}
+            ours = [p for p in pods if p.ours]
+            preemptible = bool(ours) and not any(p.deleting or not p.preemptible for p in ours)
+            holding.append(Holding(key, max((p.priority for p in ours), default=0), None, _gang_end(pods, now),
+                                   max((p.grace_s for p in ours), default=0.0), preemptible))  # fmt: skip
+        return holding
 
     def cycle(self) -> list[BindResult]:
         """Decide, then write: Bindings for placed gangs, reasons for the rest. Nothing at all
@@ -454,7 +438,8 @@ class Scheduler:
             failure = failed.failure(sorted({p.node for p in members if p.node} | {pod.node or ""}),
                                      node is None or node.ready)  # fmt: skip
             self._blame(failed, failure)
-            if restarted >= failed.max_restarts:
+            restart = restart_number(restarted, failed.max_restarts)
+            if restart is None:
                 continue  # no restart left: the job fails as mpi-operator decides
             with self.lock:
                 self.cache.restarts[gang] = current + 1
@@ -464,9 +449,8 @@ class Scheduler:
             except (ApiError, LostLease) as exc:
                 log.warning("gang %s: restart count not written: %s", gang, exc)
                 continue
-            self._event(pod, "Warning", "Restarting", f"{pod.name} failed: {failure.why}; restart {restarted + 1} of "
-                        f"{failed.max_restarts} (--max-restarts): every pod of the gang deleted, to be placed "
-                        "again")  # fmt: skip
+            said = restarting_text(f"{pod.name} failed: {failure.why}", restart, failed.max_restarts)
+            self._event(pod, "Warning", "Restarting", f"{said}: every pod of the gang deleted, to be placed again")
             for member in [pod, *members]:  # the failed one too: it stays, Failed, until deleted
                 self._delete_member(member)
 
@@ -481,8 +465,8 @@ class Scheduler:
             self.cache.doomed(pod.key)
 
     def _blame(self, failed: PodFailure, failure: Failure) -> None:
-        """A node or network fault counted on the node (its annotation); a node blamed for
-        ``BLAMES_TO_CORDON`` failures is cordoned, with the reason."""
+        """A node or network fault counted on the node (its annotation); the node is cordoned,
+        with the reason, as ``cordon_reason`` says."""
         if not failure.node_fault or failure.node is None:
             return
         gang = failed.pod.gang_key
@@ -490,16 +474,26 @@ class Scheduler:
             node = self.api.get_node(failure.node)
             faults = blamed(node, gang, failed.run, failure.why)
             notes: dict[str, str | None] = {names.FAULTS_ANNOTATION: json.dumps(faults, sort_keys=True)}
-            if len(faults) < BLAMES_TO_CORDON or (node.get("spec") or {}).get("unschedulable"):
+            cordoned = bool((node.get("spec") or {}).get("unschedulable"))
+            said = [(key.rpartition("#")[0], why) for key, why in faults.items()]
+            reason = cordon_reason(said, failure, f"gang {gang}", cordoned, self._cordon_reasons())
+            if reason is None:
                 self.api.annotate_node(failure.node, notes)
                 return
-            reason = f"blamed for {len(faults)} failures, the last of gang {gang}: {failure.why}"
             self.api.cordon_node(failure.node, True, {**notes, names.CORDON_REASON_ANNOTATION: reason[:1024]})
         except ApiError as exc:
             log.warning("node %s: failure not recorded: %s", failure.node, exc.message)
             return
-        self._event(failed.pod, "Warning", "NodeCordoned", f"node {failure.node} cordoned: {reason}; "
-                    f"`ringleader node uncordon {failure.node}` ends it")  # fmt: skip
+        self._event(failed.pod, "Warning", "NodeCordoned", cordoned_text(failure.node, reason))
+
+    def _cordon_reasons(self) -> Iterator[str]:
+        """Why each node ringleader cordoned is cordoned: read from the server only when iterated
+        (where a cordon may follow)."""
+        nodes, _ = self.api.list("nodes")
+        for node in nodes:
+            reason = ((node.get("metadata") or {}).get("annotations") or {}).get(names.CORDON_REASON_ANNOTATION)
+            if reason:
+                yield str(reason)
 
     def _report_bound(self, outcome: Outcome) -> None:
         for a in outcome.assignments:

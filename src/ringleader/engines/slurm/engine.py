@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ringleader import settings
+from ringleader.clock import SYSTEM_CLOCK, Clock
 from ringleader.engines.slurm import slurmcli, state
 from ringleader.engines.slurm.launch import sbatch_argv, write_launch
 from ringleader.engines.slurm.records import Records, add_event, private_dir
@@ -33,7 +34,18 @@ from ringleader.engines.slurm.teams import TeamFiles, record_usage
 from ringleader.engines.slurm.views import NOT_YET, failed_rank, job_view, launch_plan, slurm_status
 from ringleader.errors import ConflictError, NotFoundError, RingleaderError, UsageError
 from ringleader.jobs.codec import decision_to_dict, expected_end
-from ringleader.jobs.failures import BLAMES_TO_CORDON, LOG_TAIL_BYTES, Failure, classify, without_cordoned
+from ringleader.jobs.failures import (
+    LOG_TAIL_BYTES,
+    Failure,
+    classify,
+    cordon_reason,
+    cordoned_text,
+    requeued_reason,
+    restart_number,
+    restarting_text,
+    resume_text,
+    without_cordoned,
+)
 from ringleader.jobs.logfiles import follow_log, instance_name, read_log, wait_until_ended
 from ringleader.jobs.prediction import queue_estimator, view_prediction
 from ringleader.jobs.queues import QueueView, check_queue, check_queue_exists, preempted_by, queue_views
@@ -42,8 +54,10 @@ from ringleader.jobs.states import JobStatus
 from ringleader.jobs.submit import Submission, duplicate, submit_job
 from ringleader.jobs.support import Support
 from ringleader.jobs.views import CORDONED, GpuUsage, JobView, NodeHealth, SubmitResult
-from ringleader.scheduler import ClusterState, Decision, QueuedJob, RunningGang, schedule_queue
-from ringleader.scheduler.teams import TeamQueue, Teams, queue_of
+from ringleader.scheduler import ClusterState, Decision, Holding, Snapshot, Waiting, run_cycle
+from ringleader.scheduler.cycle import teams_of
+from ringleader.scheduler.policies.throughput import Estimator
+from ringleader.scheduler.teams import TeamQueue, queue_of
 
 DELETE_WAIT_S = 60.0
 # How long a preempted Slurm job takes to free its GPUs, as the queue plans it: Slurm's KillWait
@@ -56,8 +70,9 @@ DRAIN_MARK = "ringleader: "
 
 
 class SlurmEngine:
-    def __init__(self, home: Path, readonly: bool = False) -> None:
+    def __init__(self, home: Path, readonly: bool = False, clock: Clock = SYSTEM_CLOCK) -> None:
         self.home = home.absolute()
+        self.clock = clock  # the queue's times: submits, expected ends, requeues, blames
         self.root = self.home / "slurm"
         self.records = Records(self.root)
         self.teams = TeamFiles(self.root)
@@ -150,7 +165,7 @@ class SlurmEngine:
                 raise duplicate(spec.name, self.supports)
             check_queue_exists(self.teams.queues(), spec.queue)
             record: dict[str, Any] = {
-                "name": spec.name, "spec": spec.to_dict(), "created_at": time.time(), "priority": spec.priority,
+                "name": spec.name, "spec": spec.to_dict(), "created_at": self.clock.now(), "priority": spec.priority,
                 "status": JobStatus.PENDING.value, "reason": None, "plan": None,
                 "slurm_id": None, "started_at": None, "ended_at": None, "events": [],
             }  # fmt: skip
@@ -194,29 +209,25 @@ class SlurmEngine:
         return [r for r in self.records.all() if r["status"] == JobStatus.PENDING.value and not r.get("slurm_id")]
 
     def _schedule_locked(self) -> dict[str, Decision]:
+        """The queue's cycle (``scheduler/cycle.py``) over Slurm as it is now, acted on: sbatch
+        for the gangs it starts, the reason for those that wait, scancel for their victims."""
         queued = self._queued()
         if not queued:
             return {}
         snapshot, nodes, _ = self._snapshot()
-        now = time.time()
         specs = {r["name"]: JobSpec.from_dict(r["spec"]) for r in queued}
-        order = [QueuedJob(specs[r["name"]].request(), i, r.get("created_at")) for i, r in enumerate(queued)]
-        kept, records = self.teams.queues(), self.records.all()
-        teams = self._team_queues(kept, snapshot, records, self._queue_usage(records, now)) if kept else None
-        reclaims = teams is not None and any(teams.queue(q.job) is not None for q in order)
-        running = self._preemptible() if reclaims or any(q.job.may_preempt for q in order) else {}
-        _, decisions = schedule_queue(snapshot, order, now=now, expected_ends=self._expected_ends(),
-                                      estimate=queue_estimator(specs.values()), running=running,
-                                      preempt_delay_s=PREEMPT_DELAY_S, teams=teams)  # fmt: skip
+        waiting = [Waiting(specs[r["name"]].request(), i, r.get("created_at")) for i, r in enumerate(queued)]
+        cycle = run_cycle(self._queue_snapshot(snapshot, self.records.all(), self.clock.now(), waiting,
+                                               queue_estimator(specs.values())))  # fmt: skip
         out = {}
-        for decision in decisions:
+        for decision in cycle.decisions:
             record = next(r for r in queued if r["name"] == decision.job.name)
             record["plan"] = decision_to_dict(decision)
             if decision.ok:
                 try:
                     self._launch(record, specs[record["name"]], decision, snapshot, nodes)
                 except slurmcli.SlurmError as exc:  # never retried blindly: the job fails with Slurm's words
-                    record.update(status=JobStatus.FAILED.value, reason=exc.message, ended_at=time.time())
+                    record.update(status=JobStatus.FAILED.value, reason=exc.message, ended_at=self.clock.now())
                     add_event(record, "Failed", exc.message)
             else:
                 reason = "; ".join(decision.reasons)
@@ -230,16 +241,28 @@ class SlurmEngine:
             out[decision.job.name] = decision
         return out
 
-    def _preemptible(self) -> dict[str, RunningGang]:
-        """ringleader's running Slurm jobs a job with --preempt may preempt: not being preempted
-        already, not --non-preemptible."""
-        gangs = {}
-        for record in self.records.all():
+    def _queue_snapshot(self, state: ClusterState, records: list[dict[str, Any]], now: float,
+                        waiting: Sequence[Waiting] = (), estimate: Estimator | None = None) -> Snapshot:  # fmt: skip
+        """ringleader's queue on Slurm as the cycle sees it: the gangs that hold GPUs in Slurm
+        (running, or submitted and waiting for their exact GPUs), a preempted one within Slurm's
+        KillWait and its quota given back; the team queues with the runs' usage."""
+        holding = []
+        for record in records:
+            status = JobStatus(record["status"])
+            if not record.get("slurm_id") or status.is_terminal():
+                continue
             spec = JobSpec.from_dict(record["spec"])
-            if (record["status"] == JobStatus.RUNNING.value and record.get("slurm_id") and spec.preemptible
-                    and not record.get("preempted_by")):  # fmt: skip
-                gangs[record["name"]] = RunningGang(record["name"], spec.priority)
-        return gangs
+            preempted = bool(record.get("preempted_by"))
+            end = None
+            if status is JobStatus.RUNNING and record.get("started_at"):
+                plan, started = record.get("plan"), float(record["started_at"])
+                end = now + PREEMPT_DELAY_S if preempted else expected_end(plan, started, spec.time_limit_s)
+            preemptible = status is JobStatus.RUNNING and spec.preemptible and not preempted
+            holding.append(Holding(spec.name, spec.priority, None if preempted else queue_of(spec), end,
+                                   PREEMPT_DELAY_S, preemptible))  # fmt: skip
+        queues = self.teams.queues()
+        usage = self._queue_usage(records, now) if queues else {}
+        return Snapshot(state, waiting, now, holding, queues, usage, estimate=estimate)
 
     def _preempt(self, name: str, by: Decision) -> None:
         """scancel the victim's Slurm job (Slurm stops it as for a delete: SIGTERM, KillWait,
@@ -260,13 +283,13 @@ class SlurmEngine:
         kept for its queue's fair share; its logs are kept, its run folder not."""
         restarts = int(record.get("restarts", 0)) + 1
         if record.get("started_at"):
-            end = ended or record.get("ended_at") or time.time()
+            end = ended or record.get("ended_at") or self.clock.now()
             record.setdefault("runs", []).append([record["started_at"], max(end, record["started_at"])])
         shutil.rmtree(self.root / "run" / record["name"], ignore_errors=True)
-        add_event(record, "Requeued", f"Slurm job {record['slurm_id']} ended; back in the queue, to run again with "
-                                      f"RINGLEADER_RESTARTS={restarts} (resume from your checkpoint)")  # fmt: skip
+        ended_text = f"Slurm job {record['slurm_id']} ended"
+        add_event(record, "Requeued", f"{ended_text}; back in the queue, {resume_text(restarts)}")
         record.update(status=JobStatus.PENDING.value, slurm_id=None, started_at=None, ended_at=None,
-                      restarts=restarts, preempted_by=None, reason=f"{why}; requeued (restart {restarts})")  # fmt: skip
+                      restarts=restarts, preempted_by=None, reason=requeued_reason(why, restarts))  # fmt: skip
 
     # -- team queues (scheduler/teams.py) ---------------------------------------------------------
     def _queue_usage(self, records: list[dict[str, Any]], now: float) -> dict[str, float]:
@@ -276,19 +299,6 @@ class SlurmEngine:
             queue = queue_of(JobSpec.from_dict(record["spec"]))
             usage[queue] = usage.get(queue, 0.0) + record_usage(record, now)
         return usage
-
-    @staticmethod
-    def _team_queues(kept: list[TeamQueue], snapshot: ClusterState, records: list[dict[str, Any]],
-                     usage: dict[str, float]) -> Teams:  # fmt: skip
-        """The queues with the GPUs their gangs hold in Slurm (running, or submitted and waiting
-        for their exact GPUs; a preempted one has given its quota back) and their fair-share
-        factors from ``usage``."""
-        gang_queue = {}
-        for record in records:
-            holding = record.get("slurm_id") and not JobStatus(record["status"]).is_terminal()
-            if holding and not record.get("preempted_by"):
-                gang_queue[record["name"]] = queue_of(JobSpec.from_dict(record["spec"]))
-        return Teams.of(kept, snapshot, gang_queue, usage)
 
     def create_queue(self, queue: TeamQueue, overwrite: bool = False) -> None:
         """Keep ``queue`` (with ``overwrite``, replace the one of that name) and run the queue's
@@ -321,10 +331,10 @@ class SlurmEngine:
         """Every queue with its quota, what its gangs hold and borrow, its jobs and its fair share
         (the default queue, of jobs without --queue, last)."""
         snapshot = self.nodes()  # records brought up to date
-        now = time.time()
+        now = self.clock.now()
         kept, records = self.teams.queues(), self.records.all()
         usage = self._queue_usage(records, now)
-        teams = self._team_queues(kept, snapshot, records, usage) if kept else None
+        teams = teams_of(self._queue_snapshot(snapshot, records, now))
         counts: dict[str, list[int]] = {}
         for record in records:
             if not JobStatus(record["status"]).is_terminal():
@@ -363,31 +373,32 @@ class SlurmEngine:
         spec = JobSpec.from_dict(record["spec"])
         failure = self._failure(record, components)
         self._blame(record, failure)
-        failed_runs = int(record.get("failed_runs", 0))
-        if (reason or "").startswith("TIMEOUT") or failed_runs >= spec.max_restarts:
+        restart = restart_number(int(record.get("failed_runs", 0)), spec.max_restarts,
+                                 at_time_limit=(reason or "").startswith("TIMEOUT"))  # fmt: skip
+        if restart is None:
             return False
         if any(c.get("JobState") in state.RUNNING_STATES for c in components):
             slurmcli.run(["scancel", record["slurm_id"]], check=False)
-        record["failed_runs"] = failed_runs + 1
-        add_event(record, "Restarting", f"{reason or 'it failed'}; {failure.why}; restart {failed_runs + 1} of "
-                                        f"{spec.max_restarts} (--max-restarts)")  # fmt: skip
+        record["failed_runs"] = restart
+        add_event(record, "Restarting", restarting_text(f"{reason or 'it failed'}; {failure.why}", restart,
+                                                        spec.max_restarts))  # fmt: skip
         self._requeue(record, why=f"failed ({failure.why})", ended=ended)
         return True
 
     def _blame(self, record: dict[str, Any], failure: Failure) -> None:
         """A node or network fault counted against its node; the node is cordoned (drained in
-        Slurm with the reason, where ringleader may) once blamed ``BLAMES_TO_CORDON`` times."""
+        Slurm with the reason, where ringleader may) as ``cordon_reason`` says."""
         if not failure.node_fault or failure.node is None:
             return
         with self.teams.locked():
-            blamed = self.teams.blame(failure.node, record["name"], int(record.get("restarts", 0)), failure.why,
-                                      time.time())  # fmt: skip
-            if blamed < BLAMES_TO_CORDON or failure.node in self.teams.cordons():
+            faults = self.teams.blame(failure.node, record["name"], int(record.get("restarts", 0)), failure.why,
+                                      self.clock.now())  # fmt: skip
+            cordons, job = self.teams.cordons(), f"job {record['name']}"
+            reason = cordon_reason(faults, failure, job, failure.node in cordons, cordons.values())
+            if reason is None:
                 return
-            reason = f"blamed for {blamed} failures, the last of job {record['name']}: {failure.why}"
             drained = self._cordon(failure.node, reason)
-        add_event(record, "NodeCordoned", f"node {failure.node} cordoned: {reason}; {drained}; `ringleader node "
-                                          f"uncordon {failure.node}` ends it")  # fmt: skip
+        add_event(record, "NodeCordoned", cordoned_text(failure.node, reason, drained))
 
     def _cordon(self, node: str, reason: str) -> str:
         """Kept out of ringleader's placements, and drained in Slurm where ringleader may (so
@@ -421,23 +432,6 @@ class SlurmEngine:
         if node not in found:
             raise NotFoundError(f"node {node!r} not found", "see `ringleader top node`")
         return found[node]
-
-    def _expected_ends(self) -> dict[str, float]:
-        """When ringleader's running Slurm jobs are expected to end: at the end of the run their
-        start predicted (--run-time), or at their limit (Slurm stops them there: SIGTERM, then
-        SIGKILL after its KillWait), whichever comes first."""
-        ends = {}
-        for record in self.records.all():
-            if record["status"] != JobStatus.RUNNING.value or not record.get("started_at"):
-                continue
-            if record.get("preempted_by"):  # cancelled: gone within Slurm's KillWait
-                ends[record["name"]] = time.time() + PREEMPT_DELAY_S
-                continue
-            limit = record["spec"].get("time_limit_s")
-            end = expected_end(record.get("plan"), float(record["started_at"]), float(limit) if limit else None)
-            if end is not None:
-                ends[record["name"]] = end
-        return ends
 
     def _launch(self, record: dict[str, Any], spec: JobSpec, decision: Decision, snapshot: ClusterState,
                 nodes: dict[str, state.SlurmNode]) -> None:  # fmt: skip
@@ -575,7 +569,7 @@ class SlurmEngine:
                 if record.get("slurm_id"):
                     self._wait_gone(record["slurm_id"])
                 with self.teams.locked():
-                    self.teams.forget(record, time.time())
+                    self.teams.forget(record, self.clock.now())
                 self.records.remove(record["name"])
                 for sub in ("run", "logs"):
                     shutil.rmtree(self.root / sub / record["name"], ignore_errors=True)
