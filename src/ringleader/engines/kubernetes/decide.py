@@ -67,9 +67,13 @@ class Outcome:
 
 
 def job_request(gang: Gang) -> JobRequest:
-    """The gang as the shared queue sees it: its GPU workers, its highest pod priority, and a
-    time limit when every member has activeDeadlineSeconds (kubelet stops the pod then)."""
+    """The gang as the shared queue sees it: its GPU workers, its highest pod priority, a time
+    limit when every member has activeDeadlineSeconds (kubelet stops the pod then), and its
+    queue and preemption as the gang's spec says (its workers', for a gang submit did not make)."""
     workers = _gpu_workers(gang)
+    spec = gang.spec
+    may_preempt = spec.preempt if spec is not None else bool(workers) and workers[0].may_preempt
+    preemptible = spec.preemptible if spec is not None else not workers or workers[0].preemptible
     limits = [p.deadline_s for p in gang.pending if p.deadline_s]
     return JobRequest(
         gang.key, len(workers), workers[0].gpus if workers else 0,
@@ -81,8 +85,7 @@ def job_request(gang: Gang) -> JobRequest:
         start_rule=workers[0].start_rule if workers else "now",
         work_s=workers[0].run_time_s if workers else None, max_wait_s=workers[0].max_wait_s if workers else None,
         risk=workers[0].risk if workers else "averse",
-        may_preempt=bool(workers) and workers[0].may_preempt,
-        queue=workers[0].queue if workers else None, preemptible=not workers or workers[0].preemptible,
+        may_preempt=may_preempt, queue=gang.queue if gang.refused is None else None, preemptible=preemptible,
         model=workers[0].model if workers else None,
         workload=workers[0].workload if workers else None,
     )  # fmt: skip
@@ -112,6 +115,8 @@ def decide(cache: Cache, gang: Gang, queue: QueuePass | None = None, submit_s: f
     reservation of a gang ahead of it is delayed and its start rule does not wait (``submit_s``:
     when it was created, for its longest wait). Pure over the cache: nothing is assumed or
     written here."""
+    if gang.refused is not None:
+        return Outcome(gang, Code.UNSCHEDULABLE, reason=gang.refused)
     gpu_pods = _gpu_workers(gang)
     other_pods = sorted((p for p in gang.pending if not p.gpus), key=lambda p: p.name)
     sizes = {p.gpus for p in gpu_pods}
