@@ -32,6 +32,8 @@ from ringleader.engines.kubernetes.delivery import (
     Delivery,
     agent_policy,
     env_policy,
+    node_policy,
+    podgroup_policy,
     scheduler_policy,
 )
 from ringleader.engines.kubernetes.objects import quantity
@@ -670,6 +672,8 @@ def install(image: str = DEFAULT_IMAGE, replicas: int = 2, lease_seconds: int = 
         # in env installs too (the scheduler patches no pod there, so it never applies): both
         # installs name the same objects, and `kubectl apply` of one over the other leaves nothing
         *scheduler_policy(),
+        *podgroup_policy(),
+        *node_policy(),
     ]  # fmt: skip
 
 
