@@ -66,23 +66,20 @@ def sched(lab: ControlPlane) -> Iterator[Scheduler]:
     s = scheduler(lab)
     yield s
     s.elector.release()
-    for namespace in LAB:  # the test's jobs and pods gone, as their operators' garbage collection would
-        for plural in ("mpijobs", "pytorchjobs"):
-            version = names.MPIJOB_VERSION if plural == "mpijobs" else names.PYTORCHJOB_VERSION
-            for job in lab.request("GET", f"/apis/kubeflow.org/{version}/namespaces/{namespace}/{plural}")["items"]:
-                lab.request("DELETE", f"/apis/kubeflow.org/{version}/namespaces/{namespace}/{plural}/"
-                            f"{job['metadata']['name']}")  # fmt: skip
-        for group in lab.request("GET", f"{GROUPS}/namespaces/{namespace}/{names.PODGROUP_PLURAL}")["items"]:
-            lab.request("DELETE", f"{GROUPS}/namespaces/{namespace}/{names.PODGROUP_PLURAL}/"
-                        f"{group['metadata']['name']}")  # fmt: skip
-        for pod in lab.request("GET", f"/api/v1/namespaces/{namespace}/pods")["items"]:
-            gone(lab, namespace, pod["metadata"]["name"])
+    for namespace in LAB:  # the test's jobs, groups and pods gone (the garbage collector races us)
+        kinds = [f"/apis/kubeflow.org/{names.MPIJOB_VERSION}/namespaces/{namespace}/mpijobs",
+                 f"/apis/kubeflow.org/{names.PYTORCHJOB_VERSION}/namespaces/{namespace}/pytorchjobs",
+                 f"{GROUPS}/namespaces/{namespace}/{names.PODGROUP_PLURAL}", f"/api/v1/namespaces/{namespace}/pods"]
+        for path in kinds:
+            for item in lab.request("GET", path)["items"]:
+                gone(lab, f"{path}/{item['metadata']['name']}")
+        lab.until(lambda paths=kinds: not any(lab.request("GET", p)["items"] for p in paths), f"{namespace} emptied")
 
 
-def gone(real: ControlPlane, namespace: str, name: str) -> None:
-    """kubelet: the pod's containers stopped, the pod goes."""
+def gone(real: ControlPlane, path: str) -> None:
+    """The object deleted now (a pod: as kubelet does once its containers stopped)."""
     try:
-        real.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", {"gracePeriodSeconds": 0})
+        real.request("DELETE", path, {"gracePeriodSeconds": 0})
     except RequestFailed as exc:
         if exc.status != 404:
             raise
@@ -169,15 +166,16 @@ def test_real_a_borrowing_gang_launcher_and_all_is_reclaimed_by_the_lender(
     """team-b's two gangs of 8 borrow team-a's idle quota (an MPIJob's launcher, which names no
     queue, counts in its gang's queue, never in the default one); team-a's gang of 4 takes its
     quota back by preempting one whole borrowing gang."""
-    for job in ("b1", "b2"):
+    borrowers = [f"{borrower_kind}-b1", f"{borrower_kind}-b2"]
+    for job in borrowers:
         start(lab, sched, submit(lab, "bob", "team-b", job, 8, kind=borrower_kind, queue="team-b"))
     teams = sched.cache.team_queues(time.time())
     assert (teams.use.get("team-b"), teams.borrowed(teams.queues["team-b"])) == ({"*": 16}, {"*": 8})
-    operator_pods(lab, submit(lab, "alice", "team-a", "a1", 4, queue="team-a"))
+    operator_pods(lab, submit(lab, "alice", "team-a", f"{borrower_kind}-a1", 4, queue="team-a"))
     sched.sync()
     assert sched.cycle() == []  # its GPUs are being freed
     [victim] = preempted(lab, "team-b")
-    assert victim in ("b1", "b2")
+    assert victim in borrowers
     left = sched.cache.team_queues(time.time())
     assert left.use.get("team-b") == {"*": 8}  # the victim gave its GPUs back to the cohort
 
