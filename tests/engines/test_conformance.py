@@ -727,5 +727,25 @@ def test_every_field_is_carried_or_refused_before_anything_is_made(target: Targe
         shown = target.engine.get(name).spec
         assert getattr(shown, field_name) == _expected(field_name, job), shown
         assert shown == JobSpec.from_dict(json.loads(json.dumps(shown.to_dict())))  # whole through the codec
+        if target.name == "kubernetes" and field_name in ("queue", "preempt", "preemptible"):
+            scheduled = _as_the_scheduler_sees_it(target.engine, name)
+            assert (scheduled.queue, scheduled.may_preempt, scheduled.preemptible) == (
+                job.queue, job.preempt, job.preemptible)  # fmt: skip
     finally:
         target.engine.delete([name])
+
+
+def _as_the_scheduler_sees_it(engine: Any, name: str) -> Any:
+    """The gang as ringleader's scheduler queues it once mpi-operator made its pods, its worker
+    bound and its launcher (which names no queue) waiting: from the objects the engine created."""
+    from kube.kubeobjs import template_pods
+    from ringleader.engines.kubernetes.cache import Cache
+    from ringleader.engines.kubernetes.decide import job_request
+
+    pods = template_pods(engine.api.get_job("team-a", name))
+    pods["Worker"]["spec"]["nodeName"] = "gpu-b"
+    cache = Cache()
+    cache.replace("podgroups", [engine.api.get_podgroup("team-a", name)])
+    cache.replace("pods", [pods["Worker"], pods["Launcher"]])
+    [gang] = cache.gangs()
+    return job_request(gang)
