@@ -216,6 +216,7 @@ def test_real_priority_is_the_priority_class_and_preempt_is_carried(lab: Control
     shown = engine(lab, "alice", "team-a").get("urgent").spec
     assert shown.preempt and shown.kube is not None and shown.kube.priority_class == "high"
     operator_pods(lab, urgent)
+    assert engine(lab, "alice", "team-a").get("urgent").priority == 1000  # its PriorityClass's, as it is ordered
     sched.sync()
     assert sched.cycle() == []
     assert len(preempted(lab, "team-a")) == 1

@@ -592,8 +592,10 @@ def job_view(job: dict[str, Any], pods: Sequence[dict[str, Any]], group: dict[st
         reason = f"no pods yet: {names.OPERATORS.get(kind, 'its operator')} creates them from the {kind}"
     elif state is JobStatus.PENDING and reason is None and not workers:
         reason = "pods wait for `ringleader kube scheduler` (is it running?)"
+    # the priority its pods run at: their PriorityClass's value, which the scheduler orders by
+    priority = max((int((p.get("spec") or {}).get("priority") or 0) for p in pods), default=spec.priority)
     return JobView(
-        name=meta.get("name", ""), namespace=meta.get("namespace"), status=state, priority=spec.priority,
+        name=meta.get("name", ""), namespace=meta.get("namespace"), status=state, priority=priority,
         trainer=spec.trainer,
         created_at=wall_time(meta.get("creationTimestamp")) or 0.0, started_at=wall_time(status.get("startTime")),
         ended_at=wall_time(status.get("completionTime")), spec=spec, reason=reason, placement=placement,
