@@ -5,14 +5,16 @@ expecting the same outcome or the same refusal.
     ssh-hosts    the embedded engine's ssh hosts: an emulated cluster of network namespaces with
                  real sshd, mpirun over ssh (root)
     slurm        real slurmctld and slurmd daemons, one network namespace per node (root, slurm-wlm)
-    kubernetes   contract test against the strict fake API server: nothing runs there, so a row
-                 checks what the launcher would run (`submit --dry-run -o yaml`) and the refusals
+    kubernetes   a real v1.36 API server and controller manager (the contract fake where
+                 ../shared/kubernetes-1.36 is absent): no kubelet runs pods there, so a row checks
+                 what the launcher would run (`submit --dry-run -o yaml`) and the refusals
 
 A new engine joins by adding a target below; every row then runs on it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -31,8 +33,11 @@ import yaml
 
 from ringleader.engines.base import Engine
 from ringleader.errors import UsageError
-from ringleader.jobs.spec import JobSpec
+from ringleader.jobs.line import read_line
+from ringleader.jobs.spec import ContainerOptions, JobSpec, KubeOptions
 from ringleader.jobs.states import JobStatus
+from ringleader.scheduler.teams import TeamQueue
+from ringleader.scheduler.types import Workload
 
 pytestmark = pytest.mark.slow
 PY = sys.executable
@@ -85,6 +90,20 @@ CLUSTER = """nodes:
     preset: pcie-4gpu-workstation
     emulated: true
 """
+# What the field rows also need of a cluster: a GPU model (--steps times the model's step) and a
+# network level (--topology-required/--topology-preferred name one).
+GPU_MODEL = "    gpu_model: V100\n"
+NETWORK = """network:
+  levels:
+    - {name: rack, oversubscription: 1}
+  switches:
+    - {name: rack-0, nodes: [node-a, node-b]}
+"""
+
+
+def with_model_and_rack(cluster: str) -> str:
+    preset = "    preset: pcie-4gpu-workstation\n"
+    return cluster.replace(preset, preset + GPU_MODEL) + NETWORK
 
 
 @dataclass
@@ -93,8 +112,9 @@ class Target:
 
     name: str
     engine: Engine
-    runs: bool  # ranks really run (not so against the Kubernetes contract fake)
+    runs: bool  # ranks really run (not so on Kubernetes, where no kubelet runs pods)
     work: Path  # a folder the ranks share with the test (the file system is one here)
+    level: str | None = None  # a network level its cluster declares (None: it declares no tree)
 
     def run(self, spec: JobSpec, timeout: float = 120) -> Any:
         """Submit; where ranks run, wait for the end and return the job; else the MPIJob the
@@ -162,10 +182,10 @@ def _embedded(home: Path, work: Path) -> Iterator[Target]:
     from ringleader.engines.embedded.engine import Runtime
 
     cluster = work / "cluster.yaml"
-    cluster.write_text(CLUSTER)
+    cluster.write_text(with_model_and_rack(CLUSTER))
     rt = Runtime.open(home)
     rt.apply_cluster(cluster)
-    yield Target("embedded", rt, True, work)
+    yield Target("embedded", rt, True, work, level="rack")
     live = [v.name for v in rt.list_jobs() if not v.status.is_terminal()]
     if live:
         rt.delete(live)
@@ -180,11 +200,11 @@ def _hosts(home: Path, work: Path) -> Iterator[Target]:
     if why:
         pytest.skip(why)
     cluster = work / "hosts.yaml"
-    cluster.write_text(TWO_NODES)
+    cluster.write_text(with_model_and_rack(TWO_NODES))
     rt = Runtime.open(home)
     rt.cluster_up(cluster, scale=0.02)
     try:
-        yield Target("ssh-hosts", rt, True, work)
+        yield Target("ssh-hosts", rt, True, work, level="rack")
         live = [v.name for v in rt.list_jobs() if not v.status.is_terminal()]
         if live:
             rt.delete(live)
@@ -217,14 +237,32 @@ def _slurm(home: Path, work: Path) -> Iterator[Target]:
 
 
 def _kubernetes(home: Path, work: Path) -> Iterator[Target]:
+    """A real v1.36 control plane (tests/kube/realserver.py) with ringleader's install, as its
+    administrator; the contract fake where ../shared/kubernetes-1.36 is absent."""
     pytest.importorskip("kubernetes", reason="the kubernetes client is not installed")
     from kube.fakeapi import FakeApiServer
     from kube.kubeobjs import node
-    from ringleader.engines.kubernetes.engine import open_kubernetes
+    from kube.realserver import control_plane, why_absent
+    from ringleader.engines.kubernetes import manifests
+    from ringleader.engines.kubernetes.engine import EngineApi, KubernetesEngine, open_kubernetes
+    from ringleader.topology.network_formats import LABEL_KEYS
 
+    # what a plan is made over: one serving --gputopology jobs, one the others, under one rack
+    rack = {LABEL_KEYS["kueue"][0]: "rack-0"}
+    nodes = [node("gpu-a", mode="topology", labels=rack), node("gpu-b", mode="default", labels=rack)]
+    if why_absent() is None:
+        folder = Path(tempfile.mkdtemp(prefix="rl-kube-"))
+        with control_plane(folder, install=manifests.install(replicas=0)) as plane:
+            plane.namespace("team-a")
+            for made in nodes:
+                plane.add_node(made)
+            level = LABEL_KEYS["kueue"][0].rpartition("/")[2]
+            yield Target("kubernetes", KubernetesEngine(EngineApi(plane.client("admin")), "team-a"), False, work, level)
+        shutil.rmtree(folder, ignore_errors=True)
+        return
     fake = FakeApiServer().start()
-    for name in ("gpu-a", "gpu-b"):  # what a plan is made over; nothing runs on them
-        fake.put("nodes", node(name, mode="default"))
+    for made in nodes:
+        fake.put("nodes", made)
     try:
         with pytest.MonkeyPatch.context() as mp:
             mp.setenv("RINGLEADER_KUBE_SERVER", fake.url)
@@ -491,7 +529,7 @@ def test_torchrun_standalone_is_replaced_and_named(target: Target) -> None:
 def test_a_job_whose_every_rank_failed_ends(target: Target) -> None:
     """Ended once every rank has an exit code, whatever its launcher still does."""
     if not target.runs:
-        pytest.skip("the contract fake runs no pods")
+        pytest.skip("no kubelet runs pods on the Kubernetes leg")
     view = target.run(spec("allfail", ["python", "-c", "import os, sys; sys.exit(3 + int(os.environ['RANK']))"]),
                       timeout=90)  # fmt: skip
     assert view.status is JobStatus.FAILED
@@ -517,7 +555,7 @@ def test_shell_line_runs_as_a_shell_would(target: Target) -> None:
 
 def test_crashing_rank_is_named_as_the_root_cause(target: Target) -> None:
     if not target.runs:
-        pytest.skip("the contract fake runs no pods")
+        pytest.skip("no kubelet runs pods on the Kubernetes leg")
     crash = "import os, sys, time\nif os.environ['RANK'] == '1':\n    time.sleep(0.5)\n    sys.exit(3)\n" \
         "time.sleep(60)\n"
     view = target.run(spec("crash", ["python", "-c", crash]))
@@ -528,7 +566,8 @@ def test_crashing_rank_is_named_as_the_root_cause(target: Target) -> None:
 def test_delete_mid_run_leaves_nothing_running(target: Target) -> None:
     marker = f"rl-conformance-{target.name}-{os.getpid()}"
     if not target.runs:
-        pytest.skip("the contract fake runs no pods (deleting the MPIJob: tests/kube/test_engine_contract.py)")
+        pytest.skip("no kubelet runs pods on the Kubernetes leg (deleting the MPIJob: "
+                    "tests/kube/test_engine_contract.py)")
     started = target.work / f"started-{marker}"
     code = f"import os, time; open({str(started)!r} + os.environ['RANK'], 'w').close(); time.sleep(300)"
     target.engine.submit(spec("del", ["python", "-c", code, marker]))
@@ -566,7 +605,8 @@ def test_get_predicts_a_model_hinted_job_alike(target: Target) -> None:
     of a known model: a Slurm node names it in its Features=) or the same one-line reason on
     every engine (an emulated workstation, or hosts listed without a gpu_model, declare none)."""
     if not target.runs:
-        pytest.skip("the contract fake places no pods (get's prediction: tests/kube/test_engine_contract.py)")
+        pytest.skip("no scheduler places pods on the Kubernetes leg (get's prediction: "
+                    "tests/kube/test_engine_contract.py)")
     view = target.run(spec("hinted", ["python", "-c", "pass", "--batch_size=32"], model="resnet50"))
     assert view.status is JobStatus.SUCCEEDED, (view.reason, view.events)
     pred = target.engine.prediction(view)
@@ -591,3 +631,121 @@ def _env_line(log: str) -> dict[str, str | None]:
 def _running(marker: str) -> list[str]:
     found = subprocess.run(["pgrep", "-af", marker], capture_output=True, text=True).stdout.splitlines()
     return [p for p in found if "pgrep" not in p]
+
+
+# -- every field of a job, on every engine ---------------------------------------------------------------
+
+QUIET = ["python", "-c", "pass"]
+LEVEL = "<the target's level>"  # a row's network level: the one the target's cluster declares
+HOROVOD_LINE = ["horovodrun", "-np", "2", "-H", "server1:1,server2:1", "python", "-c", "pass"]
+
+
+def _calibration() -> dict[str, Any]:
+    from ringleader.model.calibration import Calibration
+
+    return Calibration(sources=("conformance",)).as_dict()
+
+
+def _support(name: str) -> Callable[[Any], bool]:
+    return lambda supports: bool(getattr(supports, name))
+
+
+# Each JobSpec field: the job that sets it to something other than its default (beside what it
+# needs: --steps a model, --risk the "finish" rule), and whether an engine carries it, from what
+# the engine declares (jobs.support.Support; None: every engine does). A field an engine does not
+# declare must be refused in one line before anything is created; a field it declares must come
+# back from its `get` equal to what was submitted.
+FIELD_JOBS: dict[str, tuple[dict[str, Any], Callable[[Any], bool] | None]] = {
+    "name": ({}, None),
+    "workers": ({"workers": 2}, None),
+    "gpus_per_worker": ({"gpus_per_worker": 2}, None),
+    "command": ({"command": ["python", "-c", "print('carried')"]}, None),
+    "env": ({"env": {"FROM_E": "carried"}}, None),
+    "topology_aware": ({"topology_aware": True}, None),
+    "priority": ({"priority": 5}, _support("priority")),
+    "image": ({"image": "python:3.11"}, lambda s: s.image is not None),
+    "model": ({"model": "vgg16"}, None),
+    "workdir": ({"workdir": "/"}, None),
+    "submit_env": ({"submit_env": {"PATH": f"{BIN}{os.pathsep}/usr/bin:/bin", "NCCL_DEBUG": "INFO"}}, None),
+    "user_command": ({"command": HOROVOD_LINE, "workers": 2}, None),
+    "time_limit_s": ({"time_limit_s": 3600.0}, _support("time_limit")),
+    "container": ({"image": "python:3.11", "container": ContainerOptions(shm_size=1 << 30)},
+                  lambda s: s.image is not None and "--shm-size" in s.container_options),
+    "kube": ({"kube": KubeOptions(cpu="2")}, _support("kube_options")),
+    "topology_required": ({"topology_required": LEVEL}, _support("network_tree")),
+    "topology_preferred": ({"topology_preferred": LEVEL}, _support("network_tree")),
+    "line": ({}, None),
+    "grace_s": ({"grace_s": 7.0}, None),
+    "start": ({"start": "best"}, _support("start_rules")),
+    "run_time_s": ({"run_time_s": 600.0}, _support("start_rules")),
+    "max_wait_s": ({"start": "best", "max_wait_s": 900.0}, _support("start_rules")),
+    "risk": ({"start": "finish", "run_time_s": 600.0, "risk": "neutral"}, _support("start_rules")),
+    "preempt": ({"preempt": True}, _support("preemption")),
+    "preemptible": ({"preemptible": False}, None),
+    "calibration": ({"calibration": _calibration()}, _support("calibration")),
+    "steps": ({"model": "vgg16", "steps": 100}, _support("start_rules")),
+    "queue": ({"queue": "team-a"}, None),
+    "max_restarts": ({"max_restarts": 2}, None),
+    "kind": ({"kind": "pytorch"}, None),
+    "workload": ({"model": "vgg16", "workload": Workload(batch_size=32, precision="fp16", accumulation=2)}, None),
+}  # fmt: skip
+
+
+def _expected(field_name: str, job: JobSpec) -> Any:
+    """What `get` must show of the field: as submitted, or for what submit derives, what it derives."""
+    if field_name == "line":
+        return read_line(job.command)
+    if field_name == "user_command":
+        return job.command  # the horovodrun line as written; the command is rewritten
+    return getattr(job, field_name)
+
+
+def test_the_table_names_every_field_of_a_job() -> None:
+    assert sorted(FIELD_JOBS) == sorted(f.name for f in dataclasses.fields(JobSpec))
+
+
+@pytest.mark.parametrize("field_name", list(FIELD_JOBS))
+def test_every_field_is_carried_or_refused_before_anything_is_made(target: Target, field_name: str) -> None:
+    """Submitted with the field set, the job's `get` shows it as submitted where the engine says
+    it carries it; elsewhere submit refuses it in one line and nothing of the job exists."""
+    given, needs = FIELD_JOBS[field_name]
+    name = "f-" + field_name.replace("_", "-")
+    given = {k: (target.level or "rack") if v == LEVEL else v for k, v in given.items()}
+    job = JobSpec(**{"name": name, "workers": 1, "gpus_per_worker": 1, "command": QUIET, **given})
+    if LEVEL in FIELD_JOBS[field_name][0].values() and target.level is None:
+        needs = lambda _: False  # noqa: E731  (its cluster declares no tree: the level is refused)
+    if field_name == "queue":
+        target.engine.create_queue(TeamQueue("team-a", (("*", 8),)), overwrite=True)
+    if needs is not None and not needs(target.engine.supports):
+        with pytest.raises(UsageError) as refused:
+            target.engine.submit(job)
+        assert "\n" not in refused.value.one_line() and refused.value.fix
+        assert not target.engine.exists(name) and all(v.name != name for v in target.engine.list_jobs())
+        return
+    target.engine.submit(job)
+    try:
+        shown = target.engine.get(name).spec
+        assert getattr(shown, field_name) == _expected(field_name, job), shown
+        assert shown == JobSpec.from_dict(json.loads(json.dumps(shown.to_dict())))  # whole through the codec
+        if target.name == "kubernetes" and field_name in ("queue", "preempt", "preemptible"):
+            scheduled = _as_the_scheduler_sees_it(target.engine, name)
+            assert (scheduled.queue, scheduled.may_preempt, scheduled.preemptible) == (
+                job.queue, job.preempt, job.preemptible)  # fmt: skip
+    finally:
+        target.engine.delete([name])
+
+
+def _as_the_scheduler_sees_it(engine: Any, name: str) -> Any:
+    """The gang as ringleader's scheduler queues it once mpi-operator made its pods, its worker
+    bound and its launcher (which names no queue) waiting: from the objects the engine created."""
+    from kube.kubeobjs import template_pods
+    from ringleader.engines.kubernetes.cache import Cache
+    from ringleader.engines.kubernetes.decide import job_request
+
+    pods = template_pods(engine.api.get_job("team-a", name))
+    pods["Worker"]["spec"]["nodeName"] = "gpu-b"
+    cache = Cache()
+    cache.replace("podgroups", [engine.api.get_podgroup("team-a", name)])
+    cache.replace("pods", [pods["Worker"], pods["Launcher"]])
+    [gang] = cache.gangs()
+    return job_request(gang)

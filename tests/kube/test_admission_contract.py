@@ -10,9 +10,16 @@ from typing import Any
 
 import pytest
 
-from kube.kubeobjs import template_pods
+from kube.kubeobjs import node, template_pods
 from ringleader.engines.kubernetes import manifests, names
-from ringleader.engines.kubernetes.delivery import Delivery, agent_policy, env_policy
+from ringleader.engines.kubernetes.delivery import (
+    SCHEDULER_USER,
+    Delivery,
+    agent_policy,
+    env_policy,
+    node_policy,
+    podgroup_policy,
+)
 from ringleader.jobs.spec import JobSpec
 
 SPEC = JobSpec("vgg", 4, 1, ["mpirun", "-np", "4", "python", "train.py"], topology_aware=True)
@@ -246,3 +253,61 @@ def test_contract_the_dra_schedulers_pins_pass_and_nothing_else_it_could_patch()
             bad["spec"]["schedulingGates"] = [*bad["spec"]["schedulingGates"], {"name": "example.com/hold"}]
         assert admit(sched, bad, worker, op="UPDATE", user=SCHEDULER_USER).startswith(
             "ringleader's scheduler may change"), change
+
+
+def test_contract_the_schedulers_decision_and_restart_count_are_the_bindings_only() -> None:
+    """A user who edits pods writes neither the scheduler's decision nor the gang's restart count
+    (its programs read RINGLEADER_RESTARTS from it) on a pod, at create or later."""
+    policy, _ = env_policy("nvidia")
+    worker = template_pods(manifests.mpijob(SPEC, "team-a"))["Worker"]
+    for key in (names.DECISION_ANNOTATION, names.RESTARTS_ANNOTATION):
+        forged = copy.deepcopy(worker)
+        forged["metadata"]["annotations"] = {key: "0"}
+        assert "written only by its scheduler's Binding" in admit(policy, forged)
+        bound = copy.deepcopy(worker)
+        bound["metadata"]["annotations"] = {key: "3"}
+        assert "cannot be changed" in admit(policy, forged, bound, op="UPDATE")
+        assert admit(policy, forged, bound, op="UPDATE", user=SCHEDULER_USER) == "allowed"
+
+
+def test_contract_a_podgroups_counters_are_the_schedulers_and_its_spec_as_created() -> None:
+    policy, binding = podgroup_policy()
+    assert policy["spec"]["matchConstraints"]["resourceRules"][0]["apiGroups"] == [names.PODGROUP_GROUP]
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    made = manifests.podgroup(SPEC, "team-a")
+    assert admit(policy, made) == "allowed"
+    counted = copy.deepcopy(made)
+    counted["metadata"]["annotations"][names.RESTARTS_ANNOTATION] = "2"
+    assert "written only by ringleader's scheduler" in admit(policy, counted)
+    reset = copy.deepcopy(counted)
+    reset["metadata"]["annotations"][names.RESTARTS_ANNOTATION] = "0"
+    assert "neither changes on a PodGroup" in admit(policy, reset, counted, op="UPDATE")
+    assert admit(policy, reset, counted, op="UPDATE", user=SCHEDULER_USER) == "not matched"
+    moved = copy.deepcopy(made)
+    moved["metadata"]["annotations"][names.SPEC_ANNOTATION] = manifests.stored_spec(
+        JobSpec("vgg", 4, 1, ["mpirun", "python", "train.py"], queue="team-b"))
+    assert "neither changes on a PodGroup" in admit(policy, moved, made, op="UPDATE")
+    labelled = copy.deepcopy(made)
+    labelled["metadata"]["labels"]["example.com/team"] = "a"
+    assert admit(policy, labelled, made, op="UPDATE") == "allowed"
+
+
+def test_contract_the_schedulers_node_patches_are_cordons_only() -> None:
+    policy, _ = node_policy()
+    bare = node("gpu-0")
+    blamed = copy.deepcopy(bare)
+    blamed["metadata"]["annotations"][names.FAULTS_ANNOTATION] = "{}"
+    assert admit(policy, blamed, bare, op="UPDATE", user=SCHEDULER_USER) == "allowed"
+    cordoned = copy.deepcopy(blamed)
+    cordoned["spec"]["unschedulable"] = True
+    cordoned["metadata"]["annotations"][names.CORDON_REASON_ANNOTATION] = "blamed twice"
+    assert admit(policy, cordoned, bare, op="UPDATE", user=SCHEDULER_USER) == "allowed"
+    for change in ({"metadata": {"labels": {"ack.node.gpu.schedule": "default"}}},
+                   {"metadata": {"annotations": {names.TOPOLOGY_ANNOTATION: "{}"}}},
+                   {"spec": {"taints": [{"key": "x", "effect": "NoSchedule"}]}}):  # fmt: skip
+        changed = copy.deepcopy(bare)
+        for part, values in change.items():
+            changed[part].update(values) if part == "spec" else changed[part][next(iter(values))].update(
+                next(iter(values.values())))
+        assert "may change on a node only" in admit(policy, changed, bare, op="UPDATE", user=SCHEDULER_USER)
+    assert admit(policy, cordoned, bare, op="UPDATE", user="admin") == "not matched"  # `node cordon` by a person

@@ -9,10 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kube.kubeobjs import node, pod, podgroup
-from ringleader.engines.kubernetes import names
+from ringleader.engines.kubernetes import manifests, names
 from ringleader.engines.kubernetes.cache import Cache
-from ringleader.engines.kubernetes.decide import Members, decide
+from ringleader.engines.kubernetes.decide import Members, decide, job_request
+from ringleader.jobs.spec import JobSpec
 from ringleader.scheduler import Code, Snapshot, run_cycle
+from ringleader.scheduler.teams import TeamQueue
 
 
 def cache_with(nodes: list[dict], pods: list[dict], groups: list[dict] = ()) -> Cache:  # type: ignore[assignment,type-arg]
@@ -262,3 +264,44 @@ def test_property_no_gang_without_a_time_limit_takes_reserved_gpus(busy: list[in
             reserved |= {(s.node, g) for s in out.reservation.placement.slots for g in s.gpus}
     if free + 1 <= 8 * len(busy):
         assert held, "a big gang that fits the cluster once it empties gets a reservation"
+
+
+def _group_with_spec(name: str, members: int, **spec: object) -> dict:  # type: ignore[type-arg]
+    group = podgroup(name, members)
+    job = JobSpec(name, members, 1, ["mpirun", "python", "t.py"], **spec)  # type: ignore[arg-type]
+    group["metadata"]["annotations"] = {names.SPEC_ANNOTATION: manifests.stored_spec(job)}
+    return group
+
+
+def test_a_gangs_queue_is_its_own_never_its_launchers() -> None:
+    """mpi-operator's launcher names no queue and is seen after the workers: the gang still counts
+    in the queue its PodGroup's spec names; a gang submit did not make (no spec), in the queue its
+    members name, whichever member was seen first."""
+    workers = [pod(f"b1-worker-{i}", gang="b1", nodeName="gpu-0") for i in range(2)]
+    for worker in workers:
+        worker["metadata"]["annotations"] = {names.QUEUE_ANNOTATION: "team-b"}
+    launcher = pod("b1-launcher", gang="b1", gpus=0, nodeName="gpu-0")
+    hand_made = [pod("h-launcher", gang="h", gpus=0, nodeName="gpu-0"), pod("h-worker-0", gang="h", nodeName="gpu-0")]
+    hand_made[1]["metadata"]["annotations"] = {names.QUEUE_ANNOTATION: "team-h"}
+    cache = cache_with([node("gpu-0")], [*workers, launcher, *hand_made],
+                       [_group_with_spec("b1", 2, queue="team-b"), podgroup("h", 2)])  # fmt: skip
+    assert cache.gang_queues(cache.pods.values()) == {"default/b1": "team-b", "default/h": "team-h"}
+    # the spec is the gang's: workers changed by hand afterwards do not move it
+    workers[0]["metadata"]["annotations"] = {names.QUEUE_ANNOTATION: "team-x"}
+    cache.replace("pods", [*workers, launcher])
+    assert cache.gang_queues(cache.pods.values()) == {"default/b1": "team-b"}
+
+
+def test_a_gang_may_use_only_a_queue_for_its_namespace() -> None:
+    group = _group_with_spec("g", 1, queue="team-a", preempt=True)
+    cache = cache_with([node("gpu-0")], [pod("g-worker-0", gang="g")], [group])
+    cache.queues = (TeamQueue("team-a", (("*", 8),), namespaces=("team-a",)),)
+    gang = only_gang(cache)
+    assert gang.spec is not None and gang.spec.preempt and job_request(gang).may_preempt
+    out = decide(cache, gang)
+    assert out.code is Code.UNSCHEDULABLE
+    assert out.reason.startswith("queue team-a is for namespace(s) team-a, not default"), out.reason
+    assert job_request(gang).queue is None  # never counted in it
+    cache.queues = (TeamQueue("team-a", (("*", 8),), namespaces=("default", "team-a")),)
+    gang = only_gang(cache)
+    assert decide(cache, gang).ok and job_request(gang).queue == "team-a"

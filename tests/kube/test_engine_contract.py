@@ -446,7 +446,8 @@ def test_contract_queue_commands_keep_the_queues_the_scheduler_watches(run, fake
                     "--gpus", "1", "python train.py")  # fmt: skip
     assert code == 0, out
     job = fake.get("mpijobs", "vgg", "team-a")
-    assert job["metadata"]["annotations"][names.QUEUE_ANNOTATION] == "team-a"
+    kept_spec = json.loads(job["metadata"]["annotations"][names.SPEC_ANNOTATION])  # the whole job, once
+    assert kept_spec["queue"] == "team-a" and names.QUEUE_ANNOTATION not in job["metadata"]["annotations"]
     worker = job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["metadata"]["annotations"]
     assert worker[names.QUEUE_ANNOTATION] == "team-a"
     operator_makes_pods(fake, "vgg")

@@ -64,7 +64,8 @@ def test_manifests_choose_the_gpu_delivery(capsys) -> None:  # type: ignore[no-u
     cluster = next(d for d in docs if d["metadata"]["name"] == names.CLUSTER_CONFIG and d["kind"] == "ConfigMap")
     assert cluster["data"] == {"gpuDelivery": "dra", "runtimeClass": "none"}
     assert [d["metadata"]["name"] for d in docs if d["kind"] == "ValidatingAdmissionPolicy"] == [
-        "ringleader-gpu-env", "ringleader-agent-own-node", "ringleader-scheduler-pins-only"]  # NVIDIA_* guarded
+        "ringleader-gpu-env", "ringleader-agent-own-node", "ringleader-scheduler-pins-only",
+        "ringleader-podgroup-counters", "ringleader-scheduler-cordons-only"]  # NVIDIA_* guarded
     # Switching an install's delivery is `kubectl apply` of the other install: it replaces every
     # object by name, so both installs name the same objects and none of the other is left in force.
     assert main(["kube", "manifests", "--gpu-delivery", "env", "--runtime-class", "none"]) == 0

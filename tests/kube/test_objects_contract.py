@@ -205,8 +205,9 @@ def test_contract_install_validates_for_the_versions_it_claims(delivery: Deliver
     agent = next(o for o in objects if o["kind"] == "DaemonSet")["spec"]["template"]["spec"]
     assert agent.get("runtimeClassName") == delivery.runtime_class
     # NVIDIA_* guarded whatever the delivery, the scheduler's pod patches narrowed to pins (which
-    # only DRA makes), the agent to its own node: the same three policies in either install
-    assert kinds.count("ValidatingAdmissionPolicy") == 3
+    # only DRA makes) and its node patches to cordons, the agent to its own node, the PodGroups'
+    # counters the scheduler's: the same five policies in either install
+    assert kinds.count("ValidatingAdmissionPolicy") == 5
     config = next(o for o in objects if o["metadata"]["name"] == names.CLUSTER_CONFIG and o["kind"] == "ConfigMap")
     assert Delivery.parse(config["data"]["gpuDelivery"], config["data"]["runtimeClass"]) == delivery
     # admissionregistration.k8s.io/v1 policies exist from 1.30 on: 1.29 has no such kind

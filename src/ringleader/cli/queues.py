@@ -29,15 +29,21 @@ def queue() -> None:
               help="Its fair share against the other queues' weights.")
 @click.option("--cohort", default=None, metavar="NAME",
               help="Queues of one cohort lend each other the quota they leave idle, and take it back.")
+@click.option("--namespaces", "namespaces", multiple=True, metavar="NS[,NS...]",
+              help="Kubernetes: the namespaces whose jobs may use the queue (comma-separated, repeatable; none "
+                   "given: every namespace). A gang of another namespace naming it waits, with the reason.")
 @click.option("--overwrite", is_flag=True, help="Replace the queue of that name (as kubectl's --overwrite).")
 @engine_option
-def queue_create(name: str, quota: tuple[str, ...], weight: float, cohort: str | None, overwrite: bool,
-                 engine: str | None) -> None:  # fmt: skip
+def queue_create(name: str, quota: tuple[str, ...], weight: float, cohort: str | None, namespaces: tuple[str, ...],
+                 overwrite: bool, engine: str | None) -> None:  # fmt: skip
     """Create a team queue; jobs join it with `submit --queue NAME`."""
-    made = TeamQueue(name, parse_quota(quota), weight, cohort)
+    listed = {n.strip() for given in namespaces for n in given.split(",") if n.strip()}
+    made = TeamQueue(name, parse_quota(quota), weight, cohort, tuple(sorted(listed)))
     with using_engine(engine) as opened:
         assert isinstance(opened, TeamQueues)  # every engine keeps queues
         rt = opened
+        if namespaces:
+            opened.supports.require("queue_namespaces", "--namespaces")
         rt.create_queue(made, overwrite)
     click.echo(f"queue/{name} {'configured' if overwrite else 'created'}")
 

@@ -1,13 +1,30 @@
-"""JSON forms of nodes and scheduler decisions, as stored in SQLite and printed by -o json."""
+"""JSON forms of job specs, nodes and scheduler decisions, as stored in SQLite, on Kubernetes objects
+and printed by -o json."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any
 
+from ringleader.jobs.spec import JobSpec
 from ringleader.scheduler import Candidate, Decision, Placement, Reservation, WorkerSlot
 from ringleader.scheduler.types import Option, Preemption, WhenChoice
 from ringleader.topology import Link, NodeSpec, NodeTopology, SshAddress
+
+
+def spec_to_json(spec: JobSpec) -> str:
+    """The whole job spec as one compact JSON text (what an engine keeps where a record is text)."""
+    return json.dumps(spec.to_dict(), separators=(",", ":"), sort_keys=True)
+
+
+def spec_from_json(text: str) -> JobSpec | None:
+    """The job spec ``spec_to_json`` wrote; None where the text is not one (a hand-edited object's)."""
+    try:
+        data = json.loads(text)
+        return JobSpec.from_dict(data) if isinstance(data, dict) else None
+    except (ValueError, TypeError, KeyError):
+        return None
 
 
 def topology_to_dict(topo: NodeTopology) -> dict[str, Any]:

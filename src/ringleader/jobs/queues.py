@@ -57,6 +57,8 @@ def check_queue(queue: TeamQueue, others: Iterable[TeamQueue]) -> TeamQueue:
         raise UsageError("a queue needs a quota", "give --gpus N (every GPU type) or --gpus TYPE=N")
     if isinstance(queue.weight, bool) or not (math.isfinite(queue.weight) and 0 < queue.weight <= 1e6):
         raise UsageError(f"--weight must be above 0 (up to 1000000), got {queue.weight}", "give e.g. --weight 2")
+    for namespace in queue.namespaces:
+        check_name(namespace, "namespace")
     if queue.cohort is not None:
         check_name(queue.cohort, "cohort")
         pooled = queue.quota[0][0] == ANY_TYPE
@@ -71,8 +73,10 @@ def check_queue(queue: TeamQueue, others: Iterable[TeamQueue]) -> TeamQueue:
 
 
 def queue_to_dict(queue: TeamQueue) -> dict[str, Any]:
-    """A queue as the engines keep it (JSON): its quota as [[type, GPUs], ...], weight, cohort."""
-    return {"quota": [list(item) for item in queue.quota], "weight": queue.weight, "cohort": queue.cohort}
+    """A queue as the engines keep it (JSON): its quota as [[type, GPUs], ...], weight, cohort and
+    the namespaces that may use it (only where it names some)."""
+    kept = {"quota": [list(item) for item in queue.quota], "weight": queue.weight, "cohort": queue.cohort}
+    return {**kept, "namespaces": list(queue.namespaces)} if queue.namespaces else kept
 
 
 def queue_from_json(name: str, text: str) -> TeamQueue:
@@ -89,7 +93,7 @@ def queue_from_dict(name: str, data: Any) -> TeamQueue:
     pass ``check_queue``, is a UsageError naming it."""
     try:
         queue = TeamQueue(name, tuple((str(k), int(n)) for k, n in data["quota"]), float(data["weight"]),
-                          data.get("cohort"))  # fmt: skip
+                          data.get("cohort"), tuple(str(n) for n in data.get("namespaces") or ()))  # fmt: skip
     except (KeyError, TypeError, ValueError):
         raise UsageError(f"queue {name!r} is not kept as ringleader writes queues", "create it again with "
                          "`ringleader queue create --overwrite`") from None  # fmt: skip

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ringleader import settings
@@ -175,6 +175,16 @@ def submit_env(environ: dict[str, str]) -> dict[str, str]:
     """The part of the submitting environment a job keeps (see SUBMIT_ENV_KEYS)."""
     kept = (*SUBMIT_ENV_KEYS, *CONTAINER_RUNTIME_KEYS)
     return {k: v for k, v in environ.items() if k in kept or k.startswith(SUBMIT_ENV_PREFIXES)}
+
+
+# -e variables whose name says they hold a secret: their values are never shown (``JobSpec.shown``)
+# nor written where others may read them (on Kubernetes, a Secret the pods read them from).
+SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL")
+HIDDEN = "(hidden)"  # what is shown of such a value
+
+
+def looks_secret(name: str) -> bool:
+    return any(word in name.upper() for word in SECRET_WORDS)
 
 
 def container_env(recorded: dict[str, str] | None, env: dict[str, str]) -> dict[str, str]:
@@ -467,6 +477,12 @@ class JobSpec:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def shown(self) -> JobSpec:
+        """The spec as it may be shown or kept where others read it: secret-looking -e values hidden."""
+        if not any(looks_secret(k) for k in self.env):
+            return self
+        return replace(self, env={k: HIDDEN if looks_secret(k) else v for k, v in self.env.items()})
 
     @staticmethod
     def from_dict(data: dict[str, Any]) -> JobSpec:

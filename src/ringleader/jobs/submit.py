@@ -163,6 +163,10 @@ def prepare_submit(spec: JobSpec, supports: Support, environ: Mapping[str, str] 
         supports.require("network_tree", "--topology-required/--topology-preferred")
     if spec.start_rule() != "now" or spec.run_time_s is not None or spec.max_wait_s is not None:
         supports.require("start_rules", "--start/--run-time/--max-wait")
+    if spec.priority and not supports.priority:
+        raise UsageError(f"--priority is not carried by the {supports.engine} engine: a pod's priority is its "
+                         "PriorityClass's",
+                         "give -p/--priority-class NAME instead, or leave --priority out")  # fmt: skip
     if spec.preempt:
         supports.require("preemption", "--preempt")
     if spec.calibration is not None:

@@ -36,6 +36,10 @@ class Support:
     start_rules: bool = False  # `--start best|finish`, `--run-time`, `--max-wait`: its queue weighs when to start
     preemption: bool = False  # `--preempt`: its queue stops lower-priority gangs and requeues them
     calibration: bool = False  # `--calibration FILE`: its queue prices the job with a calibration kept with it
+    # `--priority N`: its queue orders jobs by it. Not so on Kubernetes, where a pod's priority is
+    # its PriorityClass's (-p/--priority-class), which administrators limit per namespace.
+    priority: bool = True
+    queue_namespaces: bool = False  # `queue create --namespace`: a queue only some namespaces' jobs may use
     more_room: str = "add nodes"  # how a user gives a job that can never fit the room it needs
 
     def require(self, operation: str, what: str) -> None:

@@ -163,6 +163,7 @@ class JobView:
             "topology_aware": self.spec.topology_aware, "command": self.spec.command,
             "image": self.spec.image, "model": self.spec.model,
             **({"container": asdict(self.spec.container)} if self.spec.container.given() else {}),
+            "request": self.spec.shown().to_dict(),  # the whole spec, as every engine keeps it
             "bottleneck": self.bottleneck, "placement": self.placement,
             "gpus_requested": self.gpus_requested, "gpus_allocated": self.gpus_allocated,
             **({"instances": [i.to_dict() for i in self.instances]} if self.has_instances else {}),

@@ -42,12 +42,17 @@ MAX_GPUS = 1 << 24  # the most a quota may name: far beyond any cluster, small f
 class TeamQueue:
     """A team's queue: ``quota`` is (GPU type or ``*``, nominal GPUs) pairs with the types in
     lower case (empty: unlimited); ``weight`` its fair-share weight; ``cohort`` the queues it
-    borrows from and lends to (None: none)."""
+    borrows from and lends to (None: none); ``namespaces`` the Kubernetes namespaces whose jobs
+    may use it (empty: every one; as Kueue's LocalQueues tie a ClusterQueue to namespaces)."""
 
     name: str
     quota: tuple[tuple[str, int], ...] = ()
     weight: float = 1.0
     cohort: str | None = None
+    namespaces: tuple[str, ...] = ()
+
+    def admits(self, namespace: str) -> bool:
+        return not self.namespaces or namespace in self.namespaces
 
     @property
     def limited(self) -> bool:

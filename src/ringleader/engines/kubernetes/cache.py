@@ -20,9 +20,11 @@ from ringleader.engines.kubernetes.claims import CLAIMS, SLICES, claim_gpus, dev
 from ringleader.engines.kubernetes.objects import NodeInfo, PodInfo, node_info, pod_info, static_misfit, wall_time
 from ringleader.engines.kubernetes.restarts import PodFailure, pod_failure
 from ringleader.errors import UsageError
+from ringleader.jobs.codec import spec_from_json
 from ringleader.jobs.queues import queue_from_json
+from ringleader.jobs.spec import JobSpec
 from ringleader.scheduler import ClusterState, NodeState, Placement, WorkerSlot
-from ringleader.scheduler.teams import TeamQueue, Teams, queue_of, run_usage
+from ringleader.scheduler.teams import DEFAULT_QUEUE, TeamQueue, Teams, run_usage
 from ringleader.topology.cluster import placed
 from ringleader.topology.network import NetworkTree
 from ringleader.topology.network_formats import LABEL_KEYS, tree_from_hypernodes, tree_from_labels
@@ -62,6 +64,9 @@ class Gang:
     placed: int = 0  # members bound or assumed
     group_missing: bool = False  # pods name a PodGroup the cache has not seen
     nodes: list[str] = field(default_factory=list)  # where placed members are, for members made later
+    spec: JobSpec | None = None  # the whole spec its PodGroup keeps (None: a gang submit did not make)
+    queue: str | None = None  # its team queue: the spec's, else its members' (Cache.queue_named)
+    refused: str | None = None  # why it may not use the queue it names (its namespace may not)
 
     @property
     def ready(self) -> bool:
@@ -87,6 +92,7 @@ class Cache:
         self.nodes: dict[str, NodeInfo] = {}
         self.pods: dict[str, PodInfo] = {}
         self.groups: dict[str, int] = {}  # namespace/name -> minMember
+        self.specs: dict[str, JobSpec] = {}  # namespace/name -> the spec its PodGroup keeps
         self.queues: tuple[TeamQueue, ...] = ()  # the team queues (names.QUEUES_CONFIG)
         self.restarts: dict[str, int] = {}  # gang -> its restart count (its PodGroup's annotation)
         self.preemptions: dict[str, int] = {}  # gang -> how many of its restarts were preemptions
@@ -145,7 +151,7 @@ class Cache:
             for claim in listed.values():
                 self.apply_claim("ADDED", claim)
         else:
-            self.groups = {}
+            self.groups, self.specs = {}, {}
             for obj in objects:
                 self.apply_group("ADDED", obj)
 
@@ -267,11 +273,17 @@ class Cache:
         key = f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
         if event_type == "DELETED":
             self.groups.pop(key, None)
+            self.specs.pop(key, None)
             self.restarts.pop(key, None)
             self.preemptions.pop(key, None)
         else:
             self.groups[key] = max(1, int((obj.get("spec") or {}).get("minMember") or 1))
             notes = meta.get("annotations") or {}
+            spec = spec_from_json(str(notes.get(names.SPEC_ANNOTATION) or ""))
+            if spec is not None and spec.name == meta.get("name"):
+                self.specs[key] = spec
+            else:
+                self.specs.pop(key, None)
             for counts, annotation in ((self.restarts, names.RESTARTS_ANNOTATION),
                                        (self.preemptions, names.PREEMPTIONS_ANNOTATION)):  # fmt: skip
                 count = str(notes.get(annotation) or "")
@@ -445,24 +457,53 @@ class Cache:
             return state
 
     # -- reads ----------------------------------------------------------------------------------------
+    def gang_queues(self, pods: Iterable[PodInfo]) -> dict[str, str]:
+        """Gang -> the team queue it counts in (``queue_named``): DEFAULT_QUEUE where it names
+        none, or one its namespace may not use (never counted there)."""
+        named = self.queue_named(pods)
+        return {gang: queue if queue and self.refusal(gang, queue) is None else DEFAULT_QUEUE
+                for gang, queue in named.items()}  # fmt: skip
+
+    def refusal(self, gang: str, queue: str | None) -> str | None:
+        """Why ``gang`` (namespace/name) may not use ``queue``; None: it may."""
+        kept = next((q for q in self.queues if q.name == queue), None)
+        namespace = gang.partition("/")[0]
+        if kept is None or kept.admits(namespace):
+            return None
+        return (f"queue {queue} is for namespace(s) {', '.join(kept.namespaces)}, not {namespace}: submit to "
+                f"another queue, or an administrator adds {namespace} to it (`ringleader queue create {queue} "
+                f"--namespaces ...,{namespace} --overwrite`)")  # fmt: skip
+
+    def queue_named(self, pods: Iterable[PodInfo]) -> dict[str, str | None]:
+        """Gang -> the team queue it names: the one its PodGroup's spec names; for a gang submit
+        did not make, the one its members name (a member naming none, as mpi-operator's launcher,
+        never decides it, whichever pod was seen first). None: the default queue."""
+        named: dict[str, str | None] = {}
+        for pod in pods:
+            spec = self.specs.get(pod.gang_key)
+            if named.get(pod.gang_key) is None:
+                named[pod.gang_key] = spec.queue if spec is not None else pod.queue
+        return named
+
     def team_queues(self, now: float) -> Teams:
         """The team queues with the GPUs each running gang holds (a gang being deleted has given
         its quota back) and fair-share factors from ``queue_usage``."""
-        gang_queue = {}
-        for pod in self.pods.values():
-            if (pod.holds_resources or pod.key in self.assumed) and pod.ours and not pod.deleting:
-                gang_queue[pod.gang_key] = queue_of(pod)  # bound, or its Bindings on their way
-        return Teams.of(self.queues, self.state, gang_queue, self.queue_usage(now))
+        holding = [p for p in self.pods.values()  # bound, or its Bindings on their way
+                   if (p.holds_resources or p.key in self.assumed) and p.ours and not p.deleting]  # fmt: skip
+        return Teams.of(self.queues, self.state, self.gang_queues(holding), self.queue_usage(now))
 
     def queue_usage(self, now: float) -> dict[str, float]:
         """Queue -> the decayed GPU-seconds of the gangs running now, since their pods started:
         the scheduler keeps no history of ended runs (it may be restarted, or another replica
         lead), so fair share on Kubernetes weighs what runs."""
         usage: dict[str, float] = {}
-        for pod in self.pods.values():
+        running = [p for p in self.pods.values() if p.holds_resources and p.ours]
+        queues = self.gang_queues(running)
+        for pod in running:
             start = wall_time(pod.started)
-            if pod.holds_resources and pod.ours and pod.gpus and start is not None:
-                usage[queue_of(pod)] = usage.get(queue_of(pod), 0.0) + run_usage(pod.gpus, start, now, now)
+            if pod.gpus and start is not None:
+                queue = queues[pod.gang_key]
+                usage[queue] = usage.get(queue, 0.0) + run_usage(pod.gpus, start, now, now)
         return usage
 
     @property
@@ -523,15 +564,16 @@ class Cache:
         return found
 
     def gangs(self) -> list[Gang]:
-        """Gangs with pending members, highest pod priority first, then oldest first."""
+        """Gangs with pending members, highest pod priority first, then oldest first; each with
+        its spec and queue (``gang_queues``)."""
         by_key: dict[str, Gang] = {}
-        for pod in self.pods.values():
-            if not pod.ours or pod.terminal:
-                continue
+        members = [pod for pod in self.pods.values() if pod.ours and not pod.terminal]
+        for pod in members:
             gang = by_key.get(pod.gang_key)
             if gang is None:
                 gang = by_key[pod.gang_key] = Gang(pod.gang_key, self.groups.get(pod.gang_key, 1))
                 gang.group_missing = pod.grouped and pod.gang_key not in self.groups
+                gang.spec = self.specs.get(pod.gang_key)
             if pod.pending and pod.key not in self.assumed:
                 gang.pending.append(pod)
             elif pod.key in self.assumed or (pod.node is not None and not pod.deleting):
@@ -539,5 +581,10 @@ class Cache:
                 held = self.assumed.get(pod.key)
                 gang.nodes.append(held.node if held is not None else str(pod.node))
         found = [g for g in by_key.values() if g.pending]
+        waiting = {g.key for g in found}
+        queues = self.queue_named(p for p in members if p.gang_key in waiting)
+        for gang in found:
+            gang.queue = queues[gang.key]
+            gang.refused = self.refusal(gang.key, gang.queue)
         found.sort(key=lambda g: (-max(p.priority for p in g.pending), min(p.created for p in g.pending)))
         return found

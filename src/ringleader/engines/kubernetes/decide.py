@@ -59,9 +59,13 @@ class Outcome:
 
 
 def job_request(gang: Gang) -> JobRequest:
-    """The gang as the shared queue sees it: its GPU workers, its highest pod priority, and a
-    time limit when every member has activeDeadlineSeconds (kubelet stops the pod then)."""
+    """The gang as the shared queue sees it: its GPU workers, its highest pod priority, a time
+    limit when every member has activeDeadlineSeconds (kubelet stops the pod then), and its
+    queue and preemption as the gang's spec says (its workers', for a gang submit did not make)."""
     workers = _gpu_workers(gang)
+    spec = gang.spec
+    may_preempt = spec.preempt if spec is not None else bool(workers) and workers[0].may_preempt
+    preemptible = spec.preemptible if spec is not None else not workers or workers[0].preemptible
     limits = [p.deadline_s for p in gang.pending if p.deadline_s]
     return JobRequest(
         gang.key, len(workers), workers[0].gpus if workers else 0,
@@ -73,8 +77,7 @@ def job_request(gang: Gang) -> JobRequest:
         start_rule=workers[0].start_rule if workers else "now",
         work_s=workers[0].run_time_s if workers else None, max_wait_s=workers[0].max_wait_s if workers else None,
         risk=workers[0].risk if workers else "averse",
-        may_preempt=bool(workers) and workers[0].may_preempt,
-        queue=workers[0].queue if workers else None, preemptible=not workers or workers[0].preemptible,
+        may_preempt=may_preempt, queue=gang.queue if gang.refused is None else None, preemptible=preemptible,
         model=workers[0].model if workers else None,
         workload=workers[0].workload if workers else None,
     )  # fmt: skip
@@ -104,9 +107,12 @@ def decide(cache: Cache, gang: Gang) -> Outcome:
 
 
 def outside_queue(cache: Cache, gang: Gang) -> Outcome | None:
-    """The outcome of a gang the queue does not decide: workers that ask for different GPU
-    counts (never placed), or only members without GPUs (placed beside the gang's workers);
-    None for a gang of GPU workers, which the queue's cycle decides."""
+    """The outcome of a gang the queue does not decide: one whose queue its namespace may not
+    use, workers that ask for different GPU counts (never placed), or only members without GPUs
+    (placed beside the gang's workers); None for a gang of GPU workers, which the queue's cycle
+    decides."""
+    if gang.refused is not None:
+        return Outcome(gang, Code.UNSCHEDULABLE, reason=gang.refused)
     sizes = {p.gpus for p in _gpu_workers(gang)}
     if len(sizes) > 1:
         return Outcome(gang, Code.UNRESOLVABLE, reason=(

@@ -41,6 +41,18 @@ TRUSTED_NAMESPACES = ("kube-system", names.SYSTEM_NAMESPACE, "gpu-operator", "nv
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 GPU_ANNOTATIONS = (names.GPU_IDS_ANNOTATION, names.GPU_IDS_UID_ANNOTATION, names.GPU_DEVICES_ANNOTATION,
                    names.WORKER_INDEX_ANNOTATION)  # fmt: skip
+# What the scheduler's Binding writes on a pod: its GPUs, its decision and the gang's restart count
+# (RINGLEADER_RESTARTS): nobody else writes them, at create or later.
+BINDING_ANNOTATIONS = (*GPU_ANNOTATIONS, names.DECISION_ANNOTATION, names.RESTARTS_ANNOTATION)
+# What the scheduler keeps on a PodGroup (its counters and why the gang waits), and the spec submit
+# stored there (the gang's queue and preemption, read by the scheduler): the scheduler's own, and
+# the spec as created.
+PODGROUP_COUNTERS = (names.RESTARTS_ANNOTATION, names.PREEMPTIONS_ANNOTATION, names.PENDING_ANNOTATION)
+PODGROUP_POLICY = "ringleader-podgroup-counters"
+# What the scheduler may change on a Node (its cluster-wide `nodes: patch`): the failures blamed
+# on it, and its cordon with the reason.
+NODE_POLICY = "ringleader-scheduler-cordons-only"
+SCHEDULER_NODE_ANNOTATIONS = (names.FAULTS_ANNOTATION, names.CORDON_REASON_ANNOTATION)
 # A worker's NVIDIA_VISIBLE_DEVICES (downward API): its GPUs' UUIDs where the node's agent publishes
 # them, else their indexes, as the Binding wrote them (an index can name another GPU after a
 # reboot or an Xid; a UUID cannot).
@@ -95,10 +107,8 @@ def _env_rules(runtime_class: str | None) -> list[dict[str, str]]:
     none = ("(e.name == 'NVIDIA_VISIBLE_DEVICES' || e.name == 'NVIDIA_DRIVER_CAPABILITIES') && "
             "!has(e.valueFrom) && (!has(e.value) || e.value == '' || "
             "(e.name == 'NVIDIA_VISIBLE_DEVICES' && e.value == 'void'))")  # fmt: skip
-    keys = "[" + ", ".join(f"'{k}'" for k in GPU_ANNOTATIONS) + "]"
-
-    def value(obj: str, key: str) -> str:
-        return f"(has({obj}.metadata.annotations) && {key} in {obj}.metadata.annotations ? {obj}.metadata.annotations[{key}] : '')"  # noqa: E501
+    keys = _cel_list(BINDING_ANNOTATIONS)
+    value = _annotation
 
     rules = [
         {"expression": f"variables.devicePluginPod || ({_each(f'!has(c.env) || c.env.all(e, !{gpu_var} || ({none}) || (variables.templated && {ours}))')})",  # noqa: E501
@@ -107,10 +117,12 @@ def _env_rules(runtime_class: str | None) -> list[dict[str, str]]:
          "reason": "Forbidden"},
         {"expression": f"request.operation != 'CREATE' || !has(object.metadata.annotations) || "
                        f"!{keys}.exists(k, k in object.metadata.annotations)",
-         "message": "ringleader's GPU annotations are written only by its scheduler's Binding", "reason": "Forbidden"},
+         "message": "ringleader's GPU, decision and restart annotations are written only by its scheduler's Binding",
+         "reason": "Forbidden"},
         {"expression": f"request.operation != 'UPDATE' || request.userInfo.username == '{SCHEDULER_USER}' || "
                        f"{keys}.all(k, {value('object', 'k')} == {value('oldObject', 'k')})",
-         "message": "ringleader's GPU annotations cannot be changed on a pod (but by its DRA scheduler's pin)",
+         "message": "ringleader's GPU, decision and restart annotations cannot be changed on a pod (but by its DRA "
+                    "scheduler's pin)",
          "reason": "Forbidden"},
     ]  # fmt: skip
     if not runtime_class:
@@ -215,6 +227,63 @@ def scheduler_policy() -> list[dict[str, Any]]:
     return [policy, _binding(SCHEDULER_POLICY, {})]
 
 
+def podgroup_policy() -> list[dict[str, Any]]:
+    """Users create and delete their PodGroups (the user role's `edit` rights); this policy keeps
+    what the scheduler reads off them true: nobody but the scheduler writes its counters (a
+    restart count reset would restart a gang past --max-restarts; a pending reason lies to `get`),
+    and the spec submit stored (the gang's queue, read by the scheduler) stays as created."""
+    counters, spec = _cel_list(PODGROUP_COUNTERS), f"'{names.SPEC_ANNOTATION}'"
+    same = f"{counters}.all(k, {_annotation('object', 'k')} == {_annotation('oldObject', 'k')})"
+    policy = _policy(PODGROUP_POLICY, ["CREATE", "UPDATE"], [names.PODGROUP_PLURAL], {
+        "matchConditions": [{"name": "not-the-scheduler",
+                             "expression": f"request.userInfo.username != '{SCHEDULER_USER}'"}],
+        "validations": [
+            {"expression": f"request.operation != 'CREATE' || !has(object.metadata.annotations) || "
+                           f"!{counters}.exists(k, k in object.metadata.annotations)",
+             "message": f"{', '.join(PODGROUP_COUNTERS)} are written only by ringleader's scheduler",
+             "reason": "Forbidden"},
+            {"expression": f"request.operation != 'UPDATE' || ({same} && "
+                           f"{_annotation('object', spec)} == {_annotation('oldObject', spec)})",
+             "message": f"{', '.join(PODGROUP_COUNTERS)} are ringleader's scheduler's and {names.SPEC_ANNOTATION} "
+                        "is the job as submitted: neither changes on a PodGroup",
+             "reason": "Forbidden"},
+        ],
+    }, group=names.PODGROUP_GROUP)  # fmt: skip
+    return [policy, _binding(PODGROUP_POLICY, {})]
+
+
+def node_policy() -> list[dict[str, Any]]:
+    """The scheduler's ClusterRole may patch every Node (RBAC cannot say "only to cordon it");
+    this policy narrows its updates to what blaming and cordoning write: its annotations
+    SCHEDULER_NODE_ANNOTATIONS and spec.unschedulable. Labels, taints, the agent's annotations
+    and the status stay as they are."""
+    kept, added = _other_annotations_kept(f"k in {_cel_list(SCHEDULER_NODE_ANNOTATIONS)}")
+    parts = [_unchanged("metadata.labels"), kept, added, _unchanged("spec.taints"), _unchanged("spec.podCIDR"),
+             _unchanged("spec.podCIDRs"), _unchanged("spec.providerID")]
+    policy = _policy(NODE_POLICY, ["UPDATE"], ["nodes", "nodes/status"], {
+        "matchConditions": [{"name": "is-the-scheduler",
+                             "expression": f"request.userInfo.username == '{SCHEDULER_USER}'"}],
+        "validations": [
+            {"expression": "!has(request.subResource) || request.subResource == ''",
+             "message": "ringleader's scheduler does not change a node's status", "reason": "Forbidden"},
+            {"expression": " && ".join(f"({part})" for part in parts), "reason": "Forbidden",
+             "message": f"ringleader's scheduler may change on a node only {', '.join(SCHEDULER_NODE_ANNOTATIONS)} "
+                        "and whether it is cordoned"},
+        ],
+    })  # fmt: skip
+    return [policy, _binding(NODE_POLICY, {})]
+
+
+def _cel_list(keys: Sequence[str]) -> str:
+    return "[" + ", ".join(f"'{k}'" for k in keys) + "]"
+
+
+def _annotation(obj: str, key: str) -> str:
+    """CEL: the annotation ``key`` (a CEL string) of ``obj``, '' where absent."""
+    return (f"(has({obj}.metadata.annotations) && {key} in {obj}.metadata.annotations ? "
+            f"{obj}.metadata.annotations[{key}] : '')")
+
+
 def _unchanged(field: str) -> str:
     """CEL: ``field`` of the object is as it was (absent on both, or equal)."""
     return (f"has(object.{field}) == has(oldObject.{field}) && "
@@ -232,10 +301,11 @@ def _other_annotations_kept(is_ours: str) -> tuple[str, str]:
     return kept, added
 
 
-def _policy(name: str, operations: list[str], resources: list[str], rules: dict[str, Any]) -> dict[str, Any]:
-    """A ValidatingAdmissionPolicy over core ``resources`` that fails closed."""
-    match = {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": operations,
-                                "resources": resources}]}  # fmt: skip
+def _policy(name: str, operations: list[str], resources: list[str], rules: dict[str, Any],
+            group: str = "") -> dict[str, Any]:  # fmt: skip
+    """A ValidatingAdmissionPolicy over ``resources`` of API ``group`` (core) that fails closed."""
+    match = {"resourceRules": [{"apiGroups": [group], "apiVersions": ["*" if group else "v1"],
+                                "operations": operations, "resources": resources}]}  # fmt: skip
     return {"apiVersion": ADMISSION, "kind": "ValidatingAdmissionPolicy", "metadata": {"name": name},
             "spec": {"failurePolicy": "Fail", "matchConstraints": match, **rules}}  # fmt: skip
 

@@ -26,6 +26,7 @@ from ringleader.engines.kubernetes.client import ApiError, JobsApi, current_name
 from ringleader.engines.kubernetes.delivery import Delivery, claim_template
 from ringleader.engines.kubernetes.objects import replica_role, wall_time
 from ringleader.errors import ConflictError, NotFoundError, UsageError
+from ringleader.jobs.codec import spec_from_json
 from ringleader.jobs.logfiles import instance_name, wait_until_ended
 from ringleader.jobs.prediction import view_prediction
 from ringleader.jobs.queues import (
@@ -133,6 +134,7 @@ class KubernetesEngine:
     supports = Support("kubernetes", submitter_context=False, image="the pods' image", kube_options=True,
                        container_options=("--data", "--shm-size", "--rdma", "--image-pull-policy", "--container-user"),
                        network_tree=True, time_limit=True, start_rules=True, preemption=True, calibration=True,
+                       priority=False, queue_namespaces=True,
                        more_room="label more nodes for this kind of job")  # fmt: skip
 
     def use_namespace(self, namespace: str) -> None:
@@ -220,8 +222,19 @@ class KubernetesEngine:
 
     # -- what submit_job asks of this engine ------------------------------------------------------
     def prepare(self, sub: Submission) -> Submission:
+        """The pods' image runs the prepared line (Support declares what is refused); its queue
+        must exist and be one this namespace may use (checked before anything is created, by
+        whoever submits: every user may read the queues)."""
         refuse_gpu_env(sub.spec)
-        return sub  # the pods' image runs the prepared line (Support declares what is refused)
+        if sub.spec.queue is not None:
+            kept = self._queues()
+            check_queue_exists(kept, sub.spec.queue)
+            queue = next(q for q in kept if q.name == sub.spec.queue)
+            if not queue.admits(self.namespace):
+                raise UsageError(f"queue {queue.name} is for namespace(s) {', '.join(queue.namespaces)}, not "
+                                 f"{self.namespace}", "submit to another queue (`ringleader queue list`), or ask "
+                                 f"an administrator to add namespace {self.namespace} to it")  # fmt: skip
+        return sub
 
     def exists(self, name: str) -> bool:
         return self.api.get_job(self.namespace, name) is not None
@@ -239,10 +252,8 @@ class KubernetesEngine:
             raise ClusterUnread("cluster not read (403), no preview") from None
 
     def check(self, decision: Decision, state: ClusterState) -> None:
-        """Its queue must exist (the scheduler checks its nodes when it binds the pods)."""
-        del state
-        if decision.job.queue is not None:
-            check_queue_exists(self._queues(), decision.job.queue)
+        """Nothing more than ``prepare`` checked: the scheduler checks the nodes when it binds."""
+        del decision, state
 
     # -- team queues (the ConfigMap names.QUEUES_CONFIG, which the scheduler watches) ------------------
     def _queues(self) -> list[TeamQueue]:
@@ -487,11 +498,16 @@ def _shape(job: dict[str, Any]) -> tuple[str, dict[str, Any], int, int]:
 
 
 def _spec(job: dict[str, Any]) -> JobSpec:
+    """The job's spec as submit stored it (names.SPEC_ANNOTATION); for a job written before it,
+    what its manifests still say."""
     meta = job.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    stored = spec_from_json(str(annotations.get(names.SPEC_ANNOTATION) or ""))
+    if stored is not None and stored.name == meta.get("name"):
+        return stored
     kind, template, pods, per_pod = _shape(job)
     container = ((template.get("spec") or {}).get("containers") or [{}])[0]
     limits = (container.get("resources") or {}).get("limits") or {}
-    annotations = meta.get("annotations") or {}
     gpus = annotations.get(manifests.GPUS_ANNOTATION)  # else a job written before it: one rank per pod
     gpus_per_worker = int(gpus) if gpus is not None else int(limits.get(names.GPU_RESOURCE) or 0) // per_pod
     labels = (template.get("metadata") or {}).get("labels") or {}
@@ -576,8 +592,10 @@ def job_view(job: dict[str, Any], pods: Sequence[dict[str, Any]], group: dict[st
         reason = f"no pods yet: {names.OPERATORS.get(kind, 'its operator')} creates them from the {kind}"
     elif state is JobStatus.PENDING and reason is None and not workers:
         reason = "pods wait for `ringleader kube scheduler` (is it running?)"
+    # the priority its pods run at: their PriorityClass's value, which the scheduler orders by
+    priority = max((int((p.get("spec") or {}).get("priority") or 0) for p in pods), default=spec.priority)
     return JobView(
-        name=meta.get("name", ""), namespace=meta.get("namespace"), status=state, priority=spec.priority,
+        name=meta.get("name", ""), namespace=meta.get("namespace"), status=state, priority=priority,
         trainer=spec.trainer,
         created_at=wall_time(meta.get("creationTimestamp")) or 0.0, started_at=wall_time(status.get("startTime")),
         ended_at=wall_time(status.get("completionTime")), spec=spec, reason=reason, placement=placement,

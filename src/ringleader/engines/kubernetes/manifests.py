@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import shlex
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,13 +32,16 @@ from ringleader.engines.kubernetes.delivery import (
     Delivery,
     agent_policy,
     env_policy,
+    node_policy,
+    podgroup_policy,
     scheduler_policy,
 )
 from ringleader.engines.kubernetes.objects import quantity
 from ringleader.errors import UsageError
+from ringleader.jobs.codec import spec_to_json
 from ringleader.jobs.commandline import gets_torchrun_defaults
 from ringleader.jobs.line import CommandLine, root_option
-from ringleader.jobs.spec import JobSpec, KubeOptions, check_image_reference
+from ringleader.jobs.spec import JobSpec, KubeOptions, check_image_reference, looks_secret
 from ringleader.topology.cluster import check_name
 
 # The name the Containerfile at the repository's root tells users to build the image under (the
@@ -69,13 +71,9 @@ NO_GPU_ENV = {"name": "NVIDIA_VISIBLE_DEVICES", "value": NO_GPU}
 DEFAULT_WORKER_REQUESTS = {"cpu": "1", "memory": "2Gi"}
 
 
-# -e variables whose name says they hold a secret: their values go into a Secret the pods read
-# them from (secretKeyRef), not into the MPIJob, which anyone who may read jobs reads in full.
-SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL")
-
-
-def looks_secret(name: str) -> bool:
-    return any(word in name.upper() for word in SECRET_WORDS)
+# -e variables whose name says they hold a secret (jobs.spec.looks_secret): their values go into a
+# Secret the pods read them from (secretKeyRef), not into the MPIJob, which anyone who may read
+# jobs reads in full.
 
 
 def env_secret_name(spec: JobSpec) -> str:
@@ -126,7 +124,7 @@ def owner_reference(spec: JobSpec, uid: str) -> dict[str, Any]:
 # What mpi-operator names after the job: `<name>-worker-<index>` pods (their hostname too) and
 # `<name>-launcher`, DNS labels of at most 63 characters, as label values are.
 DNS_LABEL_MAX = 63
-GPUS_ANNOTATION = f"{names.PREFIX}/gpus-per-worker"  # on the MPIJob: what the user asked, read back by get
+GPUS_ANNOTATION = f"{names.PREFIX}/gpus-per-worker"  # on an MPIJob written before names.SPEC_ANNOTATION
 RANKS_PER_POD_ANNOTATION = f"{names.PREFIX}/ranks-per-pod"
 DELIVERY_ANNOTATION = f"{names.PREFIX}/gpu-delivery"
 
@@ -404,17 +402,19 @@ def _worker_annotations(spec: JobSpec, delivery: Delivery, per_pod: int) -> dict
     return notes
 
 
+def stored_spec(spec: JobSpec) -> str:
+    """The whole spec as the job and its PodGroup keep it (names.SPEC_ANNOTATION): the codec's JSON,
+    without the secret-looking -e values (the pods read them from the Secret), since anyone who
+    may read jobs reads their annotations."""
+    return spec_to_json(spec.shown())
+
+
 def _job_meta(spec: JobSpec, namespace: str, delivery: Delivery, per_pod: int) -> dict[str, Any]:
-    """The training job object's own metadata: what `get` reads back (the command as written, the
-    GPUs per rank, the ranks per pod, the delivery, model and queue)."""
+    """The training job object's own metadata: what `get` reads back (the whole spec, the ranks per
+    pod and the GPU delivery)."""
     kube = spec.kube or KubeOptions()
-    annotations = {**dict(kube.annotations), "ringleader.io/command": shlex.join(spec.command),
-                   GPUS_ANNOTATION: str(spec.gpus_per_worker), RANKS_PER_POD_ANNOTATION: str(per_pod),
-                   DELIVERY_ANNOTATION: delivery.mode}  # fmt: skip
-    if spec.model:
-        annotations["ringleader.io/model"] = spec.model
-    if spec.queue is not None:
-        annotations[names.QUEUE_ANNOTATION] = spec.queue
+    annotations = {**dict(kube.annotations), names.SPEC_ANNOTATION: stored_spec(spec),
+                   RANKS_PER_POD_ANNOTATION: str(per_pod), DELIVERY_ANNOTATION: delivery.mode}  # fmt: skip
     return {"name": spec.name, "namespace": namespace, "labels": {**dict(kube.labels), names.JOB_LABEL: spec.name},
             "annotations": annotations}  # fmt: skip
 
@@ -540,8 +540,10 @@ def training_job(spec: JobSpec, namespace: str, image: str | None = None, line: 
 
 def podgroup(spec: JobSpec, namespace: str, owner_uid: str | None = None, per_pod: int = 1) -> dict[str, Any]:
     """The gang: every worker pod starts together or not at all (the launcher comes after them).
-    Owned by the MPIJob once it exists, so deleting the job deletes its group."""
-    meta: dict[str, Any] = {"name": spec.name, "namespace": namespace, "labels": {names.JOB_LABEL: spec.name}}
+    Owned by the MPIJob once it exists, so deleting the job deletes its group. It keeps the whole
+    spec too: the scheduler reads the gang's queue and preemption there, not off one of its pods."""
+    meta: dict[str, Any] = {"name": spec.name, "namespace": namespace, "labels": {names.JOB_LABEL: spec.name},
+                            "annotations": {names.SPEC_ANNOTATION: stored_spec(spec)}}  # fmt: skip
     if owner_uid:
         meta["ownerReferences"] = [owner_reference(spec, owner_uid)]
     return {
@@ -692,6 +694,8 @@ def install(image: str = DEFAULT_IMAGE, replicas: int = 2, lease_seconds: int = 
         # in env installs too (the scheduler patches no pod there, so it never applies): both
         # installs name the same objects, and `kubectl apply` of one over the other leaves nothing
         *scheduler_policy(),
+        *podgroup_policy(),
+        *node_policy(),
     ]  # fmt: skip
 
 

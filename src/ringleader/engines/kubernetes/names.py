@@ -86,6 +86,11 @@ CALIBRATION_ANNOTATION = f"{PREFIX}/calibration"
 # An annotation the API server takes is at most 256 KiB with all the others; a calibration is a
 # few KiB: anything near the limit is refused at submit.
 CALIBRATION_MAX_BYTES = 64 * 1024
+# The training job object and its PodGroup: the whole job spec as submit prepared it (the codec's
+# JSON, jobs/codec.py spec_to_json), secret-looking -e values left out; `get` reads it off the
+# job, the scheduler off the PodGroup (the gang's queue, preemption and workload are its, never
+# one pod's).
+SPEC_ANNOTATION = f"{PREFIX}/spec"
 # Pod (template) label: ask for topology-aware placement (arena's --gputopology=true).
 TOPOLOGY_LABEL = f"{PREFIX}/gputopology"
 JOB_LABEL = f"{PREFIX}/job"

@@ -1,0 +1,248 @@
+"""Team queues, priority and the job kept whole, against a real v1.36 control plane
+(tests/kube/realserver.py): jobs submitted by plain users through the engine, their pods made as
+mpi-operator and the Training Operator make them, ringleader's scheduler under its own
+ServiceAccount's token, the install's admission policies enforced by the API server."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from kube.kubeobjs import node
+from kube.realserver import ControlPlane, RequestFailed
+from ringleader.engines.kubernetes import manifests, names
+from ringleader.engines.kubernetes.client import Api, ApiError
+from ringleader.engines.kubernetes.engine import EngineApi, KubernetesEngine
+from ringleader.engines.kubernetes.scheduler import Scheduler
+from ringleader.errors import UsageError
+from ringleader.jobs.spec import JobSpec, KubeOptions
+from ringleader.scheduler.teams import TeamQueue
+
+GROUPS = f"/apis/{names.PODGROUP_GROUP}/{names.PODGROUP_VERSION}"
+QUOTA = (("*", 8),)
+LAB = ("team-a", "team-b")  # one namespace per team, each team's queue for its own namespace
+
+
+@pytest.fixture(scope="module")
+def lab(real: ControlPlane) -> Iterator[ControlPlane]:
+    """Two 8-GPU nodes; namespaces team-a (alice edits it) and team-b (bob edits it); a queue per
+    team of 8 GPUs in one cohort, each for its own namespace; PriorityClasses low and high."""
+    for name in ("gpu-0", "gpu-1"):
+        real.add_node(node(name, mode=None))  # serving every job
+    for namespace, user in zip(LAB, ("alice", "bob"), strict=True):
+        real.namespace(namespace)
+        rbac = "rbac.authorization.k8s.io"
+        real.apply([{"apiVersion": f"{rbac}/v1", "kind": "RoleBinding",
+                     "metadata": {"name": f"{user}-edit", "namespace": namespace},
+                     "roleRef": {"apiGroup": rbac, "kind": "ClusterRole", "name": "edit"},
+                     "subjects": [{"apiGroup": rbac, "kind": "User", "name": user}]}])  # fmt: skip
+    for name, value in (("low", 10), ("high", 1000)):
+        real.apply([{"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name},
+                     "value": value}])  # fmt: skip
+    admin = engine(real, "admin", "default")
+    for team in LAB:
+        admin.create_queue(TeamQueue(team, QUOTA, cohort="lab", namespaces=(team,)), overwrite=True)
+    yield real
+
+
+def engine(real: ControlPlane, user: str, namespace: str) -> KubernetesEngine:
+    return KubernetesEngine(EngineApi(real.client(user)), namespace)
+
+
+def scheduler(real: ControlPlane) -> Scheduler:
+    token = real.service_account_token(names.SYSTEM_NAMESPACE, manifests.SCHEDULER_ACCOUNT)
+    s = Scheduler(Api(real.client(token=token)), "sched-queues")
+    s.sync()
+    real.until(s.elector.try_acquire_or_renew, "the scheduler Lease")
+    return s
+
+
+@pytest.fixture
+def sched(lab: ControlPlane) -> Iterator[Scheduler]:
+    s = scheduler(lab)
+    yield s
+    s.elector.release()
+    for namespace in LAB:  # the test's jobs, groups and pods gone (the garbage collector races us)
+        kinds = [f"/apis/kubeflow.org/{names.MPIJOB_VERSION}/namespaces/{namespace}/mpijobs",
+                 f"/apis/kubeflow.org/{names.PYTORCHJOB_VERSION}/namespaces/{namespace}/pytorchjobs",
+                 f"{GROUPS}/namespaces/{namespace}/{names.PODGROUP_PLURAL}", f"/api/v1/namespaces/{namespace}/pods"]
+        for path in kinds:
+            for item in lab.request("GET", path)["items"]:
+                gone(lab, f"{path}/{item['metadata']['name']}")
+        lab.until(lambda paths=kinds: not any(lab.request("GET", p)["items"] for p in paths), f"{namespace} emptied")
+
+
+def gone(real: ControlPlane, path: str) -> None:
+    """The object deleted now (a pod: as kubelet does once its containers stopped)."""
+    try:
+        real.request("DELETE", path, {"gracePeriodSeconds": 0})
+    except RequestFailed as exc:
+        if exc.status != 404:
+            raise
+
+
+def submit(real: ControlPlane, user: str, namespace: str, name: str, workers: int, kind: str = "mpi",
+           **options: Any) -> dict[str, Any]:  # fmt: skip
+    """`ringleader submit` as ``user``: the job's object as the API server keeps it."""
+    command = ["python", "train.py"] if kind == "pytorch" else ["mpirun", "python", "train.py"]
+    engine(real, user, namespace).submit(JobSpec(name, workers, 1, command, kind=kind, **options))
+    plural, version = ("pytorchjobs", names.PYTORCHJOB_VERSION) if kind == "pytorch" else ("mpijobs",
+                                                                                            names.MPIJOB_VERSION)
+    found = real.get(f"/apis/kubeflow.org/{version}/namespaces/{namespace}/{plural}/{name}")
+    assert found is not None
+    return found
+
+
+def operator_pods(real: ControlPlane, job: dict[str, Any], launcher: bool = False) -> list[str]:
+    """What mpi-operator (the workers; the launcher once they run) or the Training Operator makes
+    of the job's templates, with their labels and names; the pods' names."""
+    meta = job["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    if job["kind"] == "MPIJob":
+        replicas = job["spec"]["mpiReplicaSpecs"]
+        roles = [("Launcher", "launcher")] if launcher else [("Worker", "worker")]
+    else:
+        replicas = job["spec"]["pytorchReplicaSpecs"]
+        roles = [("Master", "master"), ("Worker", "worker")]
+    made = []
+    for kind, role in roles:
+        template = replicas[kind]["template"]
+        for i in range(int(replicas[kind].get("replicas", 1))):
+            pod_name = f"{name}-launcher-7x2kq" if role == "launcher" else f"{name}-{role}-{i}"
+            labels = {**template["metadata"].get("labels", {}), names.JOB_NAME_LABEL: name,
+                      names.JOB_ROLE_LABEL: role, names.REPLICA_TYPE_LABEL: role,
+                      names.REPLICA_INDEX_LABEL: str(i)}  # fmt: skip
+            body = {"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": pod_name, "labels": labels,
+                                 "annotations": dict(template["metadata"].get("annotations", {}))},
+                    "spec": template["spec"]}  # fmt: skip
+            real.request("POST", f"/api/v1/namespaces/{namespace}/pods", body)
+            made.append(pod_name)
+    return made
+
+
+def run(real: ControlPlane, namespace: str, pods: list[str]) -> None:
+    """kubelet: each bound pod's container started."""
+    for name in pods:
+        real.patch(f"/api/v1/namespaces/{namespace}/pods/{name}/status", {"status": {
+            "phase": "Running", "startTime": "2026-12-06T10:00:00Z", "containerStatuses": [{
+                "name": "main", "ready": True, "restartCount": 0, "image": "x", "imageID": "", "started": True,
+                "state": {"running": {"startedAt": "2026-12-06T10:00:00Z"}}, "lastState": {}}]}})  # fmt: skip
+
+
+def start(real: ControlPlane, sched: Scheduler, job: dict[str, Any]) -> None:
+    """The job's gang bound whole and running; an MPIJob's launcher then made, bound and running."""
+    namespace = job["metadata"]["namespace"]
+    pods = operator_pods(real, job)
+    sched.sync()
+    key = f"{namespace}/{job['metadata']['name']}"
+    assert [(r.gang, r.ok) for r in sched.cycle()] == [(key, True)]
+    run(real, namespace, pods)
+    if job["kind"] == "MPIJob":
+        launcher = operator_pods(real, job, launcher=True)
+        sched.sync()
+        assert [(r.gang, r.ok) for r in sched.cycle()] == [(key, True)]
+        run(real, namespace, launcher)
+    sched.sync()
+
+
+def preempted(real: ControlPlane, namespace: str) -> set[str]:
+    """The gangs of ``namespace`` whose pods are being deleted, DisruptionTarget set."""
+    found = set()
+    for pod in real.request("GET", f"/api/v1/namespaces/{namespace}/pods")["items"]:
+        conditions = {c["type"] for c in pod.get("status", {}).get("conditions", ())}
+        if pod["metadata"].get("deletionTimestamp") and "DisruptionTarget" in conditions:
+            found.add(pod["metadata"]["labels"][names.PODGROUP_LABEL])
+    return found
+
+
+@pytest.mark.parametrize("borrower_kind", ["mpi", "pytorch"])
+def test_real_a_borrowing_gang_launcher_and_all_is_reclaimed_by_the_lender(
+        lab: ControlPlane, sched: Scheduler, borrower_kind: str) -> None:  # fmt: skip
+    """team-b's two gangs of 8 borrow team-a's idle quota (an MPIJob's launcher, which names no
+    queue, counts in its gang's queue, never in the default one); team-a's gang of 4 takes its
+    quota back by preempting one whole borrowing gang."""
+    borrowers = [f"{borrower_kind}-b1", f"{borrower_kind}-b2"]
+    for job in borrowers:
+        start(lab, sched, submit(lab, "bob", "team-b", job, 8, kind=borrower_kind, queue="team-b"))
+    teams = sched.cache.team_queues(time.time())
+    assert (teams.use.get("team-b"), teams.borrowed(teams.queues["team-b"])) == ({"*": 16}, {"*": 8})
+    operator_pods(lab, submit(lab, "alice", "team-a", f"{borrower_kind}-a1", 4, queue="team-a"))
+    sched.sync()
+    assert sched.cycle() == []  # its GPUs are being freed
+    [victim] = preempted(lab, "team-b")
+    assert victim in borrowers
+    left = sched.cache.team_queues(time.time())
+    assert left.use.get("team-b") == {"*": 8}  # the victim gave its GPUs back to the cohort
+
+
+def test_real_a_queue_is_for_its_namespaces_only(lab: ControlPlane, sched: Scheduler) -> None:
+    """bob, who edits team-b, names team-a's queue: submit refuses it in one line before anything
+    is made; a gang made by hand naming it waits, saying why, and counts in no queue of team-a's."""
+    with pytest.raises(UsageError) as refused:
+        engine(lab, "bob", "team-b").submit(JobSpec("sly", 2, 1, ["mpirun", "python", "t.py"], queue="team-a"))
+    assert "queue team-a is for namespace(s) team-a, not team-b" in refused.value.one_line()
+    assert lab.get("/apis/kubeflow.org/v2beta1/namespaces/team-b/mpijobs/sly") is None
+    job = submit(lab, "bob", "team-b", "sly", 2)  # a queue of its own, then changed on the pods
+    for template in job["spec"]["mpiReplicaSpecs"].values():
+        template["template"]["metadata"].setdefault("annotations", {})[names.QUEUE_ANNOTATION] = "team-a"
+    lab.request("DELETE", f"{GROUPS}/namespaces/team-b/{names.PODGROUP_PLURAL}/sly")
+    lab.request("POST", f"{GROUPS}/namespaces/team-b/{names.PODGROUP_PLURAL}",
+                {"apiVersion": f"{names.PODGROUP_GROUP}/{names.PODGROUP_VERSION}", "kind": "PodGroup",
+                 "metadata": {"name": "sly", "namespace": "team-b"}, "spec": {"minMember": 2}}, user="bob")  # fmt: skip
+    operator_pods(lab, job)
+    sched.sync()
+    assert sched.cycle() == []
+    group = lab.get(f"{GROUPS}/namespaces/team-b/{names.PODGROUP_PLURAL}/sly")
+    assert group is not None
+    reason = group["metadata"]["annotations"][names.PENDING_ANNOTATION]
+    assert reason.startswith("queue team-a is for namespace(s) team-a, not team-b"), reason
+
+
+def test_real_priority_is_the_priority_class_and_preempt_is_carried(lab: ControlPlane, sched: Scheduler) -> None:
+    """--priority is refused on Kubernetes naming -p/--priority-class; a gang of PriorityClass
+    high with --preempt stops a lower gang of its own queue, and `get` shows both as submitted."""
+    with pytest.raises(UsageError) as refused:
+        engine(lab, "alice", "team-a").submit(JobSpec("p", 2, 1, ["mpirun", "python", "t.py"], priority=100))
+    assert "-p/--priority-class" in refused.value.one_line()
+    assert lab.get("/apis/kubeflow.org/v2beta1/namespaces/team-a/mpijobs/p") is None
+    for name in ("low-0", "low-1"):
+        start(lab, sched, submit(lab, "alice", "team-a", name, 8, kube=KubeOptions(priority_class="low")))
+    urgent = submit(lab, "alice", "team-a", "urgent", 8, preempt=True, kube=KubeOptions(priority_class="high"))
+    shown = engine(lab, "alice", "team-a").get("urgent").spec
+    assert shown.preempt and shown.kube is not None and shown.kube.priority_class == "high"
+    operator_pods(lab, urgent)
+    assert engine(lab, "alice", "team-a").get("urgent").priority == 1000  # its PriorityClass's, as it is ordered
+    sched.sync()
+    assert sched.cycle() == []
+    assert len(preempted(lab, "team-a")) == 1
+
+
+def test_real_the_schedulers_own_annotations_are_its_own(lab: ControlPlane, sched: Scheduler) -> None:
+    """A plain user may not write the scheduler's decision and restart count on a pod, its
+    counters on a PodGroup, nor change the spec a PodGroup keeps; the scheduler may not change
+    a node beyond its faults and cordon."""
+    job = submit(lab, "alice", "team-a", "mine", 2)
+    pods = operator_pods(lab, job)
+    sched.sync()
+    assert [r.ok for r in sched.cycle()] == [True]
+    for key in (names.DECISION_ANNOTATION, names.RESTARTS_ANNOTATION):
+        with pytest.raises(RequestFailed) as refused:
+            lab.patch(f"/api/v1/namespaces/team-a/pods/{pods[0]}", {"metadata": {"annotations": {key: "9"}}},
+                      user="alice")  # fmt: skip
+        assert refused.value.status == 403 and "cannot be changed" in refused.value.body
+    group_path = f"{GROUPS}/namespaces/team-a/{names.PODGROUP_PLURAL}/mine"
+    for notes in ({names.RESTARTS_ANNOTATION: "0"}, {names.SPEC_ANNOTATION: json.dumps({"name": "mine"})}):
+        with pytest.raises(RequestFailed) as refused:
+            lab.patch(group_path, {"metadata": {"annotations": notes}}, user="alice")
+        assert refused.value.status == 403, refused.value.body
+    token = lab.service_account_token(names.SYSTEM_NAMESPACE, manifests.SCHEDULER_ACCOUNT)
+    as_scheduler = Api(lab.client(token=token))
+    as_scheduler.annotate_node("gpu-0", {names.FAULTS_ANNOTATION: "{}"})  # its own: allowed
+    with pytest.raises(ApiError) as refused_node:
+        as_scheduler.annotate_node("gpu-0", {names.TOPOLOGY_ANNOTATION: "{}"})
+    assert refused_node.value.status == 403 and "may change on a node only" in refused_node.value.message
