@@ -72,14 +72,18 @@ class Scene:
             {"name": "main", "ready": True, "restartCount": 0, "image": "busybox", "imageID": "", "started": True,
              "state": {"running": {"startedAt": "2026-12-06T10:00:00Z"}}, "lastState": {}}]})  # fmt: skip
 
-    def fail(self, name: str, message: str, exit_code: int = 1) -> None:
+    def fail(self, name: str, message: str, exit_code: int = 1, reason: str = "") -> None:
         """kubelet: the container exited non-zero (restartPolicy Never): the pod is Failed, the
-        end of its log kept in the container's terminated state."""
-        self.real.set_pod_status(self.namespace, name, {"phase": "Failed", "containerStatuses": [
+        end of its log kept in the container's terminated state (and the pod's ``reason`` where
+        the node failed under it: NodeLost)."""
+        status = {"phase": "Failed", "containerStatuses": [
             {"name": "main", "ready": False, "restartCount": 0, "image": "busybox", "imageID": "", "started": False,
              "state": {"terminated": {"exitCode": exit_code, "reason": "Error", "message": message,
                                       "startedAt": "2026-12-06T10:00:00Z", "finishedAt": "2026-12-06T10:05:00Z"}},
-             "lastState": {}}]})  # fmt: skip
+             "lastState": {}}]}  # fmt: skip
+        if reason:
+            status["reason"] = reason
+        self.real.set_pod_status(self.namespace, name, status)
 
     def finish_deletion(self, name: str) -> None:
         """kubelet: the pod's containers stopped, the pod goes (a delete with grace 0)."""
@@ -201,8 +205,9 @@ def test_real_a_failed_worker_restarts_its_gang_and_a_node_blamed_twice_is_cordo
     """--max-restarts on a real server: a worker's kubelet writes it Failed (exit 1, an NCCL
     connection error at the end of its log); the scheduler blames the node, counts the restart on
     the PodGroup, says why in an Event and deletes the whole gang; the training operator's new
-    pods are bound with the count. A second such failure cordons the node, and the gang's next
-    run goes to the other node."""
+    pods are bound with the count. The gang's own log is its user's to write: a second failure
+    there cordons the node only on what the node says itself (the pod's status NodeLost), and
+    the gang's next run goes to the other node."""
     scene.add_nodes("blame-0", "blame-1")
     restarts = {names.MAX_RESTARTS_ANNOTATION: "3"}
     scene.gang("train", 4, annotations=restarts)
@@ -214,12 +219,14 @@ def test_real_a_failed_worker_restarts_its_gang_and_a_node_blamed_twice_is_cordo
         for i in range(4):
             scene.run(f"train-worker-{i}")
         sched.sync()
-        scene.fail("train-worker-1", NCCL_LOST)
+        scene.fail("train-worker-1", NCCL_LOST, reason="NodeLost" if run == 2 else "")
         sched.sync()
         assert sched.cycle() == []  # the gang is being deleted: nothing to bind yet
         assert scene.group("train")["metadata"]["annotations"][names.RESTARTS_ANNOTATION] == str(run)
         said = scene.events("Restarting")
-        assert len(said) == run and any(m.startswith(f"train-worker-1 failed: an NCCL connection error on {first}")
+        why = f"an NCCL connection error on {first}" if run == 1 else (
+            f"node {first} failed under it: the pod's status says NodeLost")  # fmt: skip
+        assert len(said) == run and any(m.startswith(f"train-worker-1 failed: {why}")
                                         and f"restart {run} of 3 (--max-restarts)" in m for m in said), said
         for i in (0, 2, 3):  # deleted with their grace: they stay until their kubelet stops them
             assert scene.get(f"train-worker-{i}")["metadata"].get("deletionTimestamp")
@@ -239,8 +246,9 @@ def test_real_a_failed_worker_restarts_its_gang_and_a_node_blamed_twice_is_cordo
             assert placed == {first}
     cordoned = scene.real.get(f"/api/v1/nodes/{first}")
     assert cordoned is not None and cordoned["spec"]["unschedulable"] is True
-    assert cordoned["metadata"]["annotations"][names.CORDON_REASON_ANNOTATION].startswith(
-        f"blamed for 2 failures, the last of gang {scene.namespace}/train: an NCCL connection error")
+    assert cordoned["metadata"]["annotations"][names.CORDON_REASON_ANNOTATION] == (
+        f"blamed for 2 failures, the last of gang {scene.namespace}/train: node {first} failed under it: the pod's "
+        "status says NodeLost")  # fmt: skip
     assert placed == {other}
 
 
