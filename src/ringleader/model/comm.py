@@ -173,6 +173,28 @@ def intra_node_hop(
         if whole is not None:
             return Hop("local" if ns.spec.emulated else "intra", whole.gbs, whole.latency_us, name)
     ids = tuple(sorted(gpus))
+    key = (id(topo), ids, id(cal), backend)
+    kept = _RINGS.get(key)
+    if kept is None or kept[0] is not topo or kept[1] is not cal:
+        if len(_RINGS) >= MAX_RINGS_KEPT:
+            _RINGS.clear()
+        kept = _RINGS[key] = (topo, cal, _ring_inside(topo, ids, cal, backend))
+    kind, gbs, latency = kept[2]
+    return Hop(kind, gbs, latency, f"{name} GPU{','.join(map(str, ids))}")
+
+
+# The ring inside a node depends only on its topology and the GPUs taken, and a cluster's nodes
+# share one topology object: a model fit prices 128 identical nodes thousands of times, so each
+# (topology, GPUs, calibration, backend) is worked out once. The entry keeps the topology and the
+# calibration it was keyed on alive, so their ids cannot be reused by other objects meanwhile.
+_RINGS: dict[tuple[int, tuple[int, ...], int, str | None],
+             tuple[NodeTopology, Calibration | None, tuple[str, float, float]]] = {}  # fmt: skip
+MAX_RINGS_KEPT = 4096
+
+
+def _ring_inside(topo: NodeTopology, ids: tuple[int, ...], cal: Calibration | None,
+                 backend: str | None) -> tuple[str, float, float]:  # fmt: skip
+    """The kind, GB/s and latency (us) of the best ring through GPUs ``ids`` of ``topo``."""
     bw = tuple(tuple(0.0 if a == b else _pair_gbs(topo, a, b, cal, backend) for b in ids) for a in ids)
     ring = best_ring_gbs(bw)
     pairs = list(itertools.combinations(ids, 2))
@@ -182,15 +204,14 @@ def intra_node_hop(
     nv = tuple(tuple(bw[i][j] if topo.links[a][b].is_nvlink else 0.0 for j, b in enumerate(ids))
                for i, a in enumerate(ids))  # fmt: skip
     lat = max(_latency(topo.links[a][b], cal, backend) for a, b in itertools.combinations(ids, 2))
-    where = f"{name} GPU{','.join(map(str, ids))}"
     switch = nvswitch_gbs(topo, cal, backend)
     if switch is not None:
-        return Hop("NVSwitch", switch, lat, where)
+        return "NVSwitch", switch, lat
     if best_ring_gbs(nv) > 0:
         aggregate = min(min(sum(row) for row in nv), nvlink_cap_gbs(topo))
         if aggregate > ring:
             ring, kind = aggregate, f"NVLink x{round(aggregate / _per_link(cal, backend), 1):g}"
-    return Hop(kind, ring, lat, where)
+    return kind, ring, lat
 
 
 def nvlink_cap_gbs(topo: NodeTopology) -> float:
