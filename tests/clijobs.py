@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
+
+import waiting
 
 Cli = Any  # the `cli` / `seeds_cli` fixtures of tests/cli/conftest.py
 
@@ -13,13 +14,17 @@ def job(cli: Cli, name: str) -> dict[str, Any]:
     return json.loads(cli.ok("get", name, "-o", "json"))  # type: ignore[no-any-return]
 
 
-def wait_for(cli: Cli, name: str, *statuses: str, seconds: float = 60) -> dict[str, Any]:
-    """The job once its status is one of ``statuses`` (fails after ``seconds``)."""
-    deadline = time.monotonic() + seconds
-    while (data := job(cli, name))["status"] not in statuses and time.monotonic() < deadline:
-        time.sleep(0.3)
-    assert data["status"] in statuses, data
-    return data
+def wait_for(cli: Cli, name: str, *statuses: str, seconds: float = waiting.WAIT_S) -> dict[str, Any]:
+    """The job once its status is one of ``statuses`` (fails after ``seconds``, saying the last
+    status seen)."""
+    seen: dict[str, Any] = {}
+
+    def reached() -> dict[str, Any] | None:
+        seen.update(job(cli, name))
+        return dict(seen) if seen["status"] in statuses else None
+
+    return waiting.wait_for(reached, seconds, lambda: f"job {name} to be {' or '.join(statuses)}, last seen: {seen}",
+                            every=0.3)  # fmt: skip
 
 
 def events(data: dict[str, Any], kind: str) -> list[str]:

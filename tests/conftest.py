@@ -13,6 +13,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Hypothesis on this project's machines: 2 cores that other test files load too. A slow example
+# or a slow draw is the machine's load, not a finding, so no per-example deadline and no
+# too-slow health check; every test keeps its own example count. Loaded here, before any test
+# module is imported: a test's own @settings takes what it does not name from this profile.
+LOAD_TOLERANT = [HealthCheck.too_slow]
+settings.register_profile("loaded-box", deadline=None, suppress_health_check=LOAD_TOLERANT)
+settings.load_profile("loaded-box")
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

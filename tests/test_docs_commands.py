@@ -31,7 +31,9 @@ REPO = Path(__file__).resolve().parents[1]
 DOCS = ["README.md", "examples/README.md", *sorted(f"docs/{p.name}" for p in (REPO / "docs").glob("*.md"))]
 RUN_TAGS = {"", "bash", "sh", "shell", "console"}
 SHELL_WORDS = {"source", "export", "for", "while", "if", "cd", "eval", "make", "pip"}
-TIMEOUT_S = 120
+# A command of the docs may take minutes on a 2-core machine other test files load too; the limit
+# ends a hang, and the whole document gets the sum of several.
+TIMEOUT_S = 600
 
 
 def _cannot_emulate() -> str | None:
@@ -245,6 +247,7 @@ SKIPPED = [(_where(c), r) for doc in DOCS for c, r in plan(doc) if r]
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3 * TIMEOUT_S)
 @pytest.mark.parametrize("doc", DOCS)
 def test_every_command_of_the_document_runs_as_shown(doc: str, tmp_path: Path) -> None:
     reader = Reader(tmp_path)

@@ -65,3 +65,22 @@ class BusyError(RingleaderError):
 
 class DiskFullError(RingleaderError):
     """No space is left where the state lives (exit code 1): free some and retry."""
+
+
+# The packages only an extra installs (pyproject.toml's optional-dependencies), by the name they
+# are imported as: their name on PyPI and the extra that brings them, so that a command run in a
+# base install says what to install.
+EXTRAS = {"matplotlib": ("matplotlib", "sim"), "numpy": ("numpy", "sim"), "PIL": ("Pillow", "bench"),
+          "torch": ("torch", "bench"), "mpi4py": ("mpi4py", "bench"), "kubernetes": ("kubernetes", "kube"),
+          "pynvml": ("nvidia-ml-py", "nvml")}  # fmt: skip
+
+
+def missing_extra(exc: ModuleNotFoundError) -> DependencyError | None:
+    """The one line for a package an extra installs that is not installed here (None for any
+    other missing module: that is a broken install, not a choice of extras)."""
+    found = EXTRAS.get((exc.name or "").partition(".")[0])
+    if found is None:
+        return None
+    package, extra = found
+    return DependencyError(f"this command needs {package}, which is not installed",
+                           f"pip install 'ringleader[{extra}]'")  # fmt: skip

@@ -19,6 +19,7 @@ import json
 import math
 import os
 import reprlib
+import stat
 import types
 import typing
 from collections.abc import Iterator, Mapping, Sequence
@@ -57,13 +58,29 @@ def decode_text(data: bytes, origin: str, fix: str = "give the text the tool pri
 
 
 def read_bounded(path: str | os.PathLike[str], what: str, limit: int = MAX_FILE_BYTES, fix: str | None = None) -> str:
-    """A text file's content, refused in one line when it is bigger than ``limit`` (checked while
-    reading: /dev/zero or a FIFO has no size) or not UTF-8 (``fix`` says what to give instead)."""
+    """A regular file's text, refused in one line when it is anything else (a FIFO would block
+    until some writer came, a device never ends), bigger than ``limit`` (checked while reading:
+    the file may grow) or not UTF-8 (``fix`` says what to give instead)."""
     try:
-        with open(path, "rb") as fh:
+        # O_NONBLOCK: opening a FIFO returns at once instead of waiting for a writer, to be refused
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise UsageError(f"cannot read {what} {str(path)!r}: {exc.strerror}", "check the path") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a folder" if stat.S_ISDIR(mode) else "a pipe" if stat.S_ISFIFO(mode) else "a device or socket"
+            raise UsageError(f"{what} {str(path)!r} is {kind}, not a regular file",
+                             "save the content to a file and give its path")  # fmt: skip
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb") as fh:
+            fd = -1  # the file object closes it
             data = fh.read(limit + 1)
     except OSError as exc:
         raise UsageError(f"cannot read {what} {str(path)!r}: {exc.strerror}", "check the path") from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
     if len(data) > limit:
         raise UsageError(f"{what} {str(path)!r} is too big (over {limit >> 20} MiB)", "give the real file")
     if fix is None:

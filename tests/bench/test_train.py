@@ -14,7 +14,10 @@ from ringleader.bench.comm import Comm
 from ringleader.bench.ranks import RankInfo
 from ringleader.bench.train import Step, TrainConfig
 
-from .conftest import cli, cli_json
+from .conftest import LONG_TIMEOUT, TIMEOUT, cli, cli_json
+
+# Each test runs benches of real ranks; under load they take minutes (the limits: conftest.py).
+pytestmark = pytest.mark.timeout(2 * LONG_TIMEOUT)
 
 TINY = ("--batch-size", "8", "--num-batches", "4", "--num-warmup-batches", "1",
         "--image-size", "16", "--display-every", "2")  # fmt: skip
@@ -143,7 +146,7 @@ def test_scaling_through_the_runtime_writes_table_and_plots(
     env = {"RINGLEADER_HOME": str(tmp_path / "home")}
     proc = cli("bench", "scaling", "--backends", "gloo", "--workers", "1,2", "--model", "mnist",
                *TINY, "--busbw-max", "4K", "--out", str(out), "--pipeline-results",
-               str(pipeline_json), "--repeat", "2", "-o", "json", env=env, timeout=300)  # fmt: skip
+               str(pipeline_json), "--repeat", "2", "-o", "json", env=env, timeout=LONG_TIMEOUT)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     res = json.loads(proc.stdout)
     assert res["launcher"] == "runtime"
@@ -178,7 +181,7 @@ def test_scaling_skips_the_backends_this_machine_cannot_run_and_says_why(tmp_pat
     out = tmp_path / "scaling"
     study = ("bench", "scaling", "--workers", "1", "--model", "mnist", *TINY, "--repeat", "1", "--no-busbw",
              "--launcher", "local")  # fmt: skip
-    proc = cli(*study, "--backends", "gloo,nccl", "--out", str(out), timeout=300)
+    proc = cli(*study, "--backends", "gloo,nccl", "--out", str(out), timeout=LONG_TIMEOUT)
     assert proc.returncode == 0, proc.stderr[-2000:]
     said = "nccl skipped: the nccl backend needs CUDA GPUs and none is visible here"
     assert said in proc.stdout
@@ -186,7 +189,7 @@ def test_scaling_skips_the_backends_this_machine_cannot_run_and_says_why(tmp_pat
     assert [r["backend"] for r in res["rows"]] == ["gloo"]
     assert res["skipped"] == {"nccl": "the nccl backend needs CUDA GPUs and none is visible here"}
     assert said in (out / "scaling.md").read_text() and said in (out / "report.html").read_text()
-    refused = cli(*study, "--backends", "nccl", "--out", str(tmp_path / "none"), timeout=120)
+    refused = cli(*study, "--backends", "nccl", "--out", str(tmp_path / "none"))
     assert refused.returncode == 2 and refused.stderr.startswith("error: the nccl backend needs CUDA GPUs")
 
 
@@ -199,7 +202,7 @@ def test_mpi_gradient_buckets_average_exactly_what_every_rank_computed() -> None
 
     env = rank_env(2)
     cmd = [sys.executable, str(Path(__file__).with_name("rank_gradsync.py"))]
-    proc = subprocess.run(mpirun_command(2, cmd, env), env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(mpirun_command(2, cmd, env), env=env, capture_output=True, text=True, timeout=LONG_TIMEOUT)
     assert proc.returncode == 0, proc.stderr[-2000:]
     res = json.loads(proc.stdout)
     assert len(res) == 8
@@ -221,7 +224,7 @@ def _with_terminal_stderr(*args: str) -> tuple[str, str]:
     proc = subprocess.Popen([sys.executable, "-m", "ringleader.cli.main", *args], stdout=subprocess.PIPE,
                             stderr=slave, text=True)  # fmt: skip
     os.close(slave)
-    out, _ = proc.communicate(timeout=120)
+    out, _ = proc.communicate(timeout=TIMEOUT)
     err = b""
     while True:
         try:

@@ -88,22 +88,41 @@ def test_following_a_waiting_job_says_what_it_waits_for(cli) -> None:  # type: i
     assert first.startswith("job later is PENDING (") and "its log follows once it starts" in first
 
 
+def _snapshots_until_ctrl_c(cli, args: list[str], separator: str) -> list[str]:  # type: ignore[no-untyped-def]
+    """What `ARGS` prints piped, Ctrl-C sent once its second snapshot is out (each is flushed
+    whole), however slowly it starts; it must end cleanly on it (exit 0, no traceback)."""
+    import os
+    import signal
+    import subprocess
+    import threading
+
+    from waiting import wait_for
+
+    proc = subprocess.Popen(cli.argv(*args), env=cli.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out = proc.stdout
+    assert out is not None
+    chunks: list[bytes] = []
+    reader = threading.Thread(target=lambda: chunks.extend(iter(lambda: os.read(out.fileno(), 65536), b"")),
+                              daemon=True)  # fmt: skip
+    reader.start()
+
+    def snapshots() -> list[str]:
+        return b"".join(chunks).decode().split(separator)
+
+    wait_for(lambda: len(snapshots()) >= 2 and "GPU(Allocated)" in snapshots()[1], what=f"a second snapshot of {args}")
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    reader.join(120)
+    assert proc.returncode == 0 and b"Traceback" not in err, err
+    return snapshots()
+
+
 def test_top_refreshes_until_ctrl_c(seeds_cli) -> None:  # type: ignore[no-untyped-def]
     """`top node -r` / `top job -r` piped: one snapshot after another, a blank line between;
     Ctrl-C ends it cleanly (exit 0, no traceback)."""
-    import signal
-    import subprocess
-    import time
-
-    for args in (["top", "node", "-r", "0.2"], ["top", "job", "-r", "0.2"]):
-        proc = subprocess.Popen(seeds_cli.argv(*args), env=seeds_cli.env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)  # fmt: skip
-        time.sleep(2.5)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
-        assert proc.returncode == 0 and "Traceback" not in err, err
-        snapshots = out.split("\n\n" if args[1] == "node" else "\n\nNAME")
-        assert len(snapshots) >= 2 and "GPU(Allocated)" in snapshots[1], out
+    for args, separator in ((["top", "node", "-r", "0.2"], "\n\n"), (["top", "job", "-r", "0.2"], "\n\nNAME")):
+        snapshots = _snapshots_until_ctrl_c(seeds_cli, args, separator)
+        assert len(snapshots) >= 2 and "GPU(Allocated)" in snapshots[1]
 
 
 def test_top_node_addresses_and_gpu_mode(seeds_cli) -> None:  # type: ignore[no-untyped-def]

@@ -14,6 +14,7 @@ import click
 import pytest
 import yaml
 
+from clijobs import wait_for
 from ringleader.cli.main import COMMANDS, main
 from ringleader.cli.main import cli as root
 
@@ -35,13 +36,7 @@ def _times(value, path=""):
 
 
 def _wait_done(cli, name: str) -> dict:
-    deadline = time.monotonic() + 60
-    while True:
-        job = json.loads(cli.ok("get", name, "-o", "json"))
-        if job["status"] in ("SUCCEEDED", "FAILED"):
-            return job
-        assert time.monotonic() < deadline, job["status"]
-        time.sleep(0.2)
+    return wait_for(cli, name, "SUCCEEDED", "FAILED")
 
 
 def test_times_are_rfc3339_and_age_counts_from_creation(seeds_cli) -> None:

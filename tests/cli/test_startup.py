@@ -8,7 +8,6 @@ import io
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
+from clijobs import wait_for
 from ringleader.cli.output import WIDTH_WHEN_PIPED, table
 
 # Heavy optional libraries a command that only reads state has no use for (yaml only for -o yaml,
@@ -48,10 +48,7 @@ def imported_by(cli: Any, tmp_path: Path, *args: str) -> list[str]:
 def finished_job(seeds_cli: Any) -> Any:
     seeds_cli.ok("submit", "mpi", "--name", "done", "--workers", "2", "--gpus", "1", "--", sys.executable,
                  "-c", "pass")  # fmt: skip
-    deadline = time.monotonic() + 60
-    while json.loads(seeds_cli.ok("get", "done", "-o", "json"))["status"] != "SUCCEEDED":
-        assert time.monotonic() < deadline, "job did not finish"
-        time.sleep(0.3)
+    wait_for(seeds_cli, "done", "SUCCEEDED")
     return seeds_cli
 
 

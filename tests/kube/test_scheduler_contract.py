@@ -22,6 +22,7 @@ from ringleader.engines.kubernetes.client import Api, load_client
 from ringleader.engines.kubernetes.engine import job_view
 from ringleader.engines.kubernetes.scheduler import Scheduler
 from ringleader.jobs.queues import read_preempted
+from waiting import wait_for
 
 
 def scheduler(fake: FakeApiServer, identity: str = "sched-a") -> Scheduler:
@@ -374,15 +375,9 @@ def test_contract_daemon_binds_and_serves_metrics(fake: FakeApiServer) -> None:
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read().decode()
 
-    def until(check, seconds: float = 30) -> bool:  # type: ignore[no-untyped-def]
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline and not check():
-            time.sleep(0.05)
-        return bool(check())
-
     try:
         gang(fake, "live", 2)
-        assert until(lambda: len(fake.calls("bind")) == 2)
+        wait_for(lambda: len(fake.calls("bind")) == 2, what="the first gang's 2 binds")
         assert healthz()[0] == 200
         with urllib.request.urlopen(f"{base}/metrics") as resp:
             text = resp.read().decode()
@@ -393,12 +388,12 @@ def test_contract_daemon_binds_and_serves_metrics(fake: FakeApiServer) -> None:
         watch = fake.calls("watch")[-1]
         assert watch.query["timeoutSeconds"] == "1" and watch.query["allowWatchBookmarks"] == "true"
         fake.stall_watches.set()  # every watch now answers its headers and then nothing at all
-        assert until(lambda: healthz()[0] == 503, 15)
+        wait_for(lambda: healthz()[0] == 503, what="/healthz to say 503 once the watches stall")
         assert "heard nothing from the API server" in healthz()[1]
         fake.stall_watches.clear()
-        assert until(lambda: healthz()[0] == 200, 15)
+        wait_for(lambda: healthz()[0] == 200, what="/healthz to say 200 again")
         gang(fake, "after", 2)  # and scheduling goes on
-        assert until(lambda: len(fake.calls("bind")) == 4)
+        wait_for(lambda: len(fake.calls("bind")) == 4, what="the second gang's 2 binds")
     finally:
         fake.stall_watches.clear()
         s.stop()

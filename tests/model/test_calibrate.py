@@ -244,9 +244,9 @@ def test_a_throughput_csv_row_may_sum_micro_batches(tmp_path):
     [
         ("model,gpu_type\nresnet50,V100\n", "has no column 'batch_size'"),
         (DLPERF_CSV.replace("precision\n", "precision,accumulation_steps\n").replace("fp32\n", "fp32,0.5\n"),
-         "accumulation_steps must be a whole number >= 1, got '0.5'"),
+         "accumulation_steps must be a whole number from 1 to 1048576, got '0.5'"),
         (DLPERF_CSV.replace("precision\n", "precision,accumulation_steps\n").replace("fp32\n", f"fp32,{'9' * 5000}\n"),
-         "accumulation_steps must be a whole number >= 1, got '999"),
+         "accumulation_steps must be a whole number from 1 to 1048576, got '999"),
         (DLPERF_CSV.replace("2969.45", "fast"), "line 3: could not convert string to float: 'fast'"),
         (DLPERF_CSV.replace("5906.55,dgx1v", "5906.55,dgx9"), "unknown preset 'dgx9'"),
         (DLPERF_CSV.replace("infiniband", "smoke"), "unknown fabric 'smoke'"),

@@ -31,6 +31,8 @@ def test_each_source_is_predicted_by_constants_fitted_without_it() -> None:
     assert len(horovod) == 3 and any(h.held_out.prediction != h.shipped.prediction for h in horovod)
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # the whole table fitted four times over: about 90 s, minutes on a loaded machine
 def test_the_shipped_ranges_are_the_held_out_errors_percentiles() -> None:
     """reference.toml [intervals] is what leave-one-source-out gives today for a user without a
     calibration: the 10th and 90th percentiles of the held-out errors of rows predicted with the

@@ -7,11 +7,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
 from ringleader.engines.embedded.engine import JobSpec, Runtime
+from waiting import wait_for
 
 ESCAPE = (
     "import subprocess, sys, time\n"
@@ -31,15 +31,6 @@ def escapee(marker: str) -> list[str]:
     return [ln for ln in running(marker) if "print(" not in ln]
 
 
-def wait_for(check, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("ending", ["delete", "job ends"])
 def test_a_setsid_escapee_does_not_outlive_its_job(tmp_path, monkeypatch, ending: str) -> None:
@@ -48,12 +39,12 @@ def test_a_setsid_escapee_does_not_outlive_its_job(tmp_path, monkeypatch, ending
     marker = f"escapee-{os.getpid()}-{ending.replace(' ', '-')}"
     sleep = 300 if ending == "delete" else 1
     rt.submit(JobSpec("esc", 1, 0, [sys.executable, "-c", ESCAPE.format(sleep=sleep), marker]))
-    wait_for(lambda: bool(escapee(marker)), 60, f"the escapee to start: {rt.get('esc')}")
+    wait_for(lambda: bool(escapee(marker)), what=f"the escapee to start: {rt.get('esc')}")
     if ending == "delete":
         rt.delete(["esc"])
     else:
         rt.wait("esc", timeout=60)
-    wait_for(lambda: not running(marker), 15, "the escapee to be stopped")
+    wait_for(lambda: not running(marker), what="the escapee to be stopped")
     rt.close()
 
 
@@ -74,7 +65,7 @@ def test_an_escapee_made_during_the_grace_does_not_outlive_a_deleted_job(tmp_pat
     rt = Runtime.open(tmp_path / "home")
     marker = f"late-escapee-{os.getpid()}"
     rt.submit(JobSpec("late", 1, 0, [sys.executable, "-c", LATE_ESCAPE, marker]))
-    wait_for(lambda: "up" in rt.logs("late"), 60, f"the program to start: {rt.get('late')}")
+    wait_for(lambda: "up" in rt.logs("late"), what=f"the program to start: {rt.get('late')}")
     rt.delete(["late"])  # SIGTERM (the escapee is made), 2 s, then SIGKILL to the wrapper and all below it
-    wait_for(lambda: not running(marker), 15, "the late escapee to be stopped")
+    wait_for(lambda: not running(marker), what="the late escapee to be stopped")
     rt.close()

@@ -100,7 +100,8 @@ def fuzz_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return home
 
 
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+          HealthCheck.too_slow])  # fmt: skip
 @given(commands, st.lists(words, max_size=6))
 def test_cli_arguments_never_trace_back_nor_change_state_when_refused(
     fuzz_home: Path, monkeypatch: pytest.MonkeyPatch, command: list[str], args: list[str]
@@ -167,7 +168,8 @@ VALUES = st.one_of(
 )  # fmt: skip
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+          HealthCheck.too_slow])  # fmt: skip
 @given(st.data())
 def test_every_commands_options_never_trace_back_nor_change_state_when_refused(
     fuzz_home: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, data: st.DataObject

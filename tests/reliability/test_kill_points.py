@@ -7,13 +7,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from ringleader.engines.embedded.engine import Runtime
 from ringleader.engines.embedded.faults import POINTS
+from waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -33,15 +33,6 @@ def processes_with(marker: str) -> list[str]:
     return [ln for ln in out.splitlines() if marker in ln]
 
 
-def wait_until(check, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"timed out: {what}")
-
-
 @pytest.mark.parametrize("point", COMMAND_POINTS)
 def test_kill_at_each_step_leaves_state_truthful(tmp_path: Path, point: str) -> None:
     home = tmp_path / "home"
@@ -53,14 +44,14 @@ def test_kill_at_each_step_leaves_state_truthful(tmp_path: Path, point: str) -> 
                crash_at=submit_crash)  # fmt: skip
     assert done.returncode == (-9 if submit_crash else 0), done.stderr
     # The job was committed: the next command's agent starts it, none is lost.
-    wait_until(lambda: cli(home, "list").returncode == 0 and len(processes_with(marker)) >= 2, 60,
-               "the job's ranks to run")  # fmt: skip
+    wait_for(lambda: cli(home, "list").returncode == 0 and len(processes_with(marker)) >= 2,
+             what="the job's ranks to run")  # fmt: skip
     if point.startswith("delete"):
         assert cli(home, "delete", "j", crash_at=point).returncode == -9
         # The stop was requested: the agent stops the ranks and forgets the job all the same.
-        wait_until(lambda: not processes_with(marker), 20, "the ranks to be stopped")
+        wait_for(lambda: not processes_with(marker), what="the ranks to be stopped")
         rt = Runtime.open(home)
-        wait_until(lambda: "j" not in {j.name for j in rt.list_jobs()}, 20, "the job to be forgotten")
+        wait_for(lambda: "j" not in {j.name for j in rt.list_jobs()}, what="the job to be forgotten")
         assert rt.nodes().free_gpus == rt.nodes().total_gpus
         rt.close()
         # The name is free again, and a new job of that name does not inherit old logs.
@@ -74,4 +65,4 @@ def test_kill_at_each_step_leaves_state_truthful(tmp_path: Path, point: str) -> 
         assert rt.get("j").status.value == "RUNNING"
         rt.close()
     assert cli(home, "delete", "j").returncode == 0
-    wait_until(lambda: not processes_with(marker), 20, "no process left")
+    wait_for(lambda: not processes_with(marker), what="no process left")

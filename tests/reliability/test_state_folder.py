@@ -11,13 +11,13 @@ import sqlite3
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from ringleader.engines.embedded.engine import Runtime
 from statedb import dump_db
+from waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER = "nodes:\n  - name: box\n    preset: pcie-4gpu-workstation\n    emulated: true\n"
@@ -139,10 +139,7 @@ def test_gpus_held_by_a_job_that_no_longer_exists_are_freed(tmp_path: Path) -> N
     assert done.returncode == 0, done.stderr
     assert "note: freed GPU(s) box:0 box:1 box:2 box:3 held by job 'ghost', which does not exist" in done.stderr
     assert "RUNNING" in done.stdout, done.stdout  # placed at once on the GPUs freed
-    deadline = time.monotonic() + 30
-    while "SUCCEEDED" not in cli(home, "get", "big").stdout:
-        assert time.monotonic() < deadline
-        time.sleep(0.3)
+    wait_for(lambda: "SUCCEEDED" in cli(home, "get", "big").stdout, what="job big to succeed")
     conn = sqlite3.connect(home / "state.db")
     assert conn.execute("SELECT count(*) FROM allocations").fetchone()[0] == 0
     conn.close()

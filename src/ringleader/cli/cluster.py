@@ -21,7 +21,7 @@ from ringleader.cli.output import (
     refreshing,
     table,
 )
-from ringleader.cli.params import FiniteFloat
+from ringleader.cli.params import FiniteFloat, PlainText
 from ringleader.engines.base import NodeCordons
 from ringleader.engines.embedded.engine import Runtime
 from ringleader.engines.embedded.hosts.netns import switch_links
@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # the runtime and topologies are imported by the commands tha
     from ringleader.topology import NodeTopology
 
 RULE = "-" * 90
+MAX_REASON = 256  # a cordon's reason: a sentence `top node -d` shows, a Slurm reason, a Kubernetes annotation
 
 
 def complete_nodes(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
@@ -174,7 +175,8 @@ def node_label(name: str, labels: tuple[str, ...], overwrite: bool, engine: str 
 
 @node.command("cordon")
 @click.argument("name", shell_complete=complete_nodes)
-@click.option("--reason", default="cordoned by hand", show_default=True, help="Why: `top node -d` shows it.")
+@click.option("--reason", default="cordoned by hand", show_default=True, type=PlainText(MAX_REASON),
+              help=f"Why (at most {MAX_REASON} characters): `top node -d` shows it.")
 @engine_option
 def node_cordon(name: str, reason: str, engine: str | None) -> None:
     """Place no new job on a node (what runs there runs on), as kubectl cordon. ringleader

@@ -12,7 +12,7 @@ from click.shell_completion import get_completion_class
 from ringleader import __version__, settings
 from ringleader.cli import QUIET_INTERRUPT
 from ringleader.cli.output import PrintableStdout, printable
-from ringleader.errors import RingleaderError
+from ringleader.errors import RingleaderError, missing_extra
 
 # Every top-level command: the command modules that add it (a shared group such as `top` gets
 # commands from several) and the first paragraph of its help, which `ringleader --help` lists.
@@ -143,6 +143,12 @@ def main(argv: list[str] | None = None) -> int:
             raise
         click.echo(f"error: {printable(exc.one_line())}", err=True)
         return exc.exit_code
+    except ModuleNotFoundError as exc:  # a package of an extra this install lacks (matplotlib, PIL, ...)
+        missing = missing_extra(exc)
+        if missing is None or settings.debug():
+            raise
+        click.echo(f"error: {missing.one_line()}", err=True)
+        return missing.exit_code
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         return 130

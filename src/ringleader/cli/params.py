@@ -31,6 +31,24 @@ class FiniteFloat(click.ParamType):
         return number
 
 
+class PlainText(click.ParamType):
+    """Free text a person reads later (a cordon's reason): at most ``max_length`` characters, no
+    control character (a table would show it, a terminal would obey it)."""
+
+    name = "text"
+
+    def __init__(self, max_length: int) -> None:
+        self.max_length = max_length
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value)
+        if len(text) > self.max_length:
+            self.fail(f"{len(text)} characters, more than {self.max_length}: say it shorter", param, ctx)
+        if not text.isprintable():
+            self.fail(f"{text[:40]!r} holds a control character: write plain text", param, ctx)
+        return text
+
+
 def count(low: int, high: int) -> click.IntRange:
     """A whole number within [low, high]: a size, a count, a port."""
     return click.IntRange(low, high)

@@ -11,7 +11,7 @@ from ringleader.cli.jobs import engine_option, using_engine
 from ringleader.cli.output import console, emit_data, output_option, table
 from ringleader.cli.params import FiniteFloat
 from ringleader.engines.base import TeamQueues
-from ringleader.jobs.queues import parse_quota
+from ringleader.jobs.queues import check_deletable, parse_quota
 from ringleader.scheduler.teams import TeamQueue
 
 
@@ -72,6 +72,8 @@ def queue_list(output: str, engine: str | None) -> None:
 @engine_option
 def queue_delete(names: tuple[str, ...], engine: str | None) -> None:
     """Delete queues no waiting or running job is in."""
+    for name in names:
+        check_deletable(name)
     with using_engine(engine) as opened:
         assert isinstance(opened, TeamQueues)  # every engine keeps queues
         rt = opened

@@ -72,6 +72,13 @@ def check_queue(queue: TeamQueue, others: Iterable[TeamQueue]) -> TeamQueue:
     return queue
 
 
+def check_deletable(name: str) -> None:
+    """The default queue is not kept, so it cannot be deleted: it is where jobs without --queue go."""
+    if name == DEFAULT_QUEUE:
+        raise UsageError(f"{DEFAULT_QUEUE!r} is the queue of jobs submitted without --queue: it always exists and "
+                         "cannot be deleted", "delete a queue made with `ringleader queue create`")  # fmt: skip
+
+
 def queue_to_dict(queue: TeamQueue) -> dict[str, Any]:
     """A queue as the engines keep it (JSON): its quota as [[type, GPUs], ...], weight, cohort and
     the namespaces that may use it (only where it names some)."""
@@ -101,8 +108,9 @@ def queue_from_dict(name: str, data: Any) -> TeamQueue:
 
 
 def check_queue_exists(queues: Iterable[TeamQueue], name: str | None) -> None:
-    """A job's --queue names a queue kept here (None: the default queue, always there)."""
-    if name is not None and not any(q.name == name for q in queues):
+    """A job's --queue names a queue kept here or the default queue (None or its name: always
+    there, as `queue list` shows it)."""
+    if name not in (None, DEFAULT_QUEUE) and not any(q.name == name for q in queues):
         raise NotFoundError(f"queue {name!r} not found", f"create it (`ringleader queue create {name} --gpus N`) "
                             "or see `ringleader queue list`")  # fmt: skip
 

@@ -20,6 +20,22 @@ if TYPE_CHECKING:
     from ringleader.scheduler import JobRequest
 
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# What every rank's environment gets from its placement (runtime/rank.py's rank_env, on every
+# engine that starts ranks): a job's own -e for one of these would be silently replaced.
+SET_PER_RANK = {
+    "RANK": "its rank in the job", "WORLD_SIZE": "the job's ranks", "LOCAL_RANK": "its rank on its node",
+    "LOCAL_WORLD_SIZE": "the ranks on its node", "GROUP_RANK": "its node's index", "NODE_RANK": "its node's index",
+    "GROUP_WORLD_SIZE": "the job's nodes", "ROLE_NAME": "torchrun's role", "ROLE_RANK": "its rank in the job",
+    "ROLE_WORLD_SIZE": "the job's ranks", "MASTER_ADDR": "rank 0's host", "MASTER_PORT": "a free port on rank 0's host",
+    "TORCHELASTIC_RUN_ID": "the job's name", "TORCHELASTIC_RESTART_COUNT": "the restarts so far",
+    "TORCHELASTIC_MAX_RESTARTS": "--max-restarts", "OMPI_COMM_WORLD_LOCAL_RANK": "its rank on its node",
+    "OMPI_COMM_WORLD_LOCAL_SIZE": "the ranks on its node", "OMPI_COMM_WORLD_NODE_RANK": "its node's index",
+    "CUDA_VISIBLE_DEVICES": "the GPUs it was placed on", "RINGLEADER_VIRTUAL_GPUS": "an emulated node's GPUs",
+    "RINGLEADER_JOB": "the job's name", "RINGLEADER_INSTANCE": "its instance", "RINGLEADER_NODE": "its node",
+    "RINGLEADER_WORKER_GPUS": "its worker's GPUs",
+}  # fmt: skip
+_SET_PER_RANK_FIX = {"CUDA_VISIBLE_DEVICES": "; ask for GPUs with --gpus (each rank sees the ones it was placed on)",
+                     "TORCHELASTIC_MAX_RESTARTS": "; give --max-restarts"}  # fmt: skip
 _LEVEL = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")  # a network level's name
 # What a job takes from the shell it was submitted from, whichever process later starts it: the
 # search paths and the Python, CUDA and communication-library settings (not the whole env, so
@@ -412,6 +428,10 @@ class JobSpec:
         for key in self.env:
             if not _ENV_KEY.match(key):
                 raise UsageError(f"invalid environment variable name {key!r}", "use -e NAME=VALUE")
+            if key in SET_PER_RANK:
+                fix = f"drop -e {key}" + _SET_PER_RANK_FIX.get(key, ": the program reads the value ringleader sets")
+                raise UsageError(f"-e {key}: ringleader sets {key} for each rank ({SET_PER_RANK[key]}), so this "
+                                 "value would be overridden", fix)  # fmt: skip
         for option, level in (("--topology-required", self.topology_required),
                               ("--topology-preferred", self.topology_preferred)):  # fmt: skip
             if level is not None and not (isinstance(level, str) and _LEVEL.match(level)):

@@ -177,6 +177,27 @@ def intra_node_hop(ns: NodeState, gpus: Sequence[int], links: Mapping[str, LinkF
     if whole is not None:
         return Hop(whole_kind, whole.gbs, whole.latency_us, name)
     ids = tuple(sorted(gpus))
+    key = (id(topo), ids, tuple(sorted(links.items())))
+    kept = _RINGS.get(key)
+    if kept is None or kept[0] is not topo:
+        if len(_RINGS) >= MAX_RINGS_KEPT:
+            _RINGS.clear()
+        kept = _RINGS[key] = (topo, _ring_inside(topo, ids, links))
+    kind, gbs, latency = kept[1]
+    return Hop(kind, gbs, latency, f"{name} GPU{','.join(map(str, ids))}")
+
+
+# The ring inside a node depends only on its topology, the GPUs taken and the link fits, and a
+# cluster's nodes share one topology object: a model fit prices 128 identical nodes thousands of
+# times, so each (topology, GPUs, link fits) is worked out once. The entry keeps the topology it
+# was keyed on alive, so its id cannot be reused by another object meanwhile.
+_RINGS: dict[tuple[int, tuple[int, ...], tuple[tuple[str, LinkFit], ...]],
+             tuple[NodeTopology, tuple[str, float, float]]] = {}  # fmt: skip
+MAX_RINGS_KEPT = 4096
+
+
+def _ring_inside(topo: NodeTopology, ids: tuple[int, ...], links: Mapping[str, LinkFit]) -> tuple[str, float, float]:
+    """The kind, GB/s and latency (us) of the best ring through GPUs ``ids`` of ``topo``."""
     bw = tuple(tuple(0.0 if a == b else _pair_gbs(topo, a, b, links) for b in ids) for a in ids)
     ring = best_ring_gbs(bw)
     pairs = list(itertools.combinations(ids, 2))
@@ -186,15 +207,14 @@ def intra_node_hop(ns: NodeState, gpus: Sequence[int], links: Mapping[str, LinkF
     nv = tuple(tuple(bw[i][j] if topo.links[a][b].is_nvlink else 0.0 for j, b in enumerate(ids))
                for i, a in enumerate(ids))  # fmt: skip
     lat = max(_latency(topo.links[a][b], links) for a, b in itertools.combinations(ids, 2))
-    where = f"{name} GPU{','.join(map(str, ids))}"
     switch = nvswitch_gbs(topo, links)
     if switch is not None:
-        return Hop("NVSwitch", switch, lat, where)
+        return "NVSwitch", switch, lat
     if best_ring_gbs(nv) > 0:
         aggregate = min(min(sum(row) for row in nv), nvlink_cap_gbs(topo))
         if aggregate > ring:
             ring, kind = aggregate, f"NVLink x{round(aggregate / _per_link(links), 1):g}"
-    return Hop(kind, ring, lat, where)
+    return kind, ring, lat
 
 
 def nvlink_cap_gbs(topo: NodeTopology) -> float:

@@ -24,6 +24,16 @@ from ringleader.model.calibration import Calibration, ComputeFit, LinkFit, read_
 from ringleader.model.tables import check_model, check_precision, normalize_gpu_type
 
 FIX = "pass JSON written by `ringleader bench allreduce -o json` or `ringleader bench train -o json`"
+# Bounds of the numbers a result or a throughput row gives, far beyond any real run but each a
+# size the fit can price: every multi-node run is predicted on a cluster of its nodes hundreds of
+# times over (the cost grows with the square of its nodes), so nodes are bounded by the largest
+# runs of the reference table, and ranks, rates, batches and sizes by what training reaches.
+MAX_NODES = 128
+MAX_WORLD = 1024
+MAX_IMAGES_PER_S = 1e8
+MAX_BATCH = 1 << 20
+MAX_BYTES = float(1 << 40)  # an allreduce's message
+MAX_SIZE = 1 << 16  # an image's side, a thread count
 
 
 @dataclass(frozen=True)
@@ -54,10 +64,26 @@ class TrainPoint:
 BENCH_FRAMEWORK = "PyTorch"
 
 
+def bounded(value: Any, what: str, low: float, high: float, whole: bool = True) -> Any:
+    """``value`` as an int (``whole``) or a finite float within [low, high], else a ValueError
+    naming ``what`` and the range (bool is not a number here; a whole number's text is)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f"{what} must be a number, got {value!r}")
+    try:
+        number = int(value) if whole and not isinstance(value, float) else float(value)
+    except ValueError:
+        raise ValueError(f"{what} must be a {'whole ' if whole else ''}number, got {value!r}") from None
+    if whole and isinstance(number, float) and not number.is_integer():
+        raise ValueError(f"{what} must be a whole number, got {value!r}")
+    if not (math.isfinite(number) and low <= number <= high):
+        raise ValueError(f"{what} must be {low:g} to {high:g}, got {value!r}")
+    return int(number) if whole else number
+
+
 def _nodes_count(value: Any) -> int:
     if isinstance(value, list | tuple):
-        return max(1, len(value))
-    return max(1, int(value if value is not None else 1))
+        value = max(1, len(value))
+    return int(bounded(1 if value is None else value, "nodes", 1, MAX_NODES))
 
 
 def _link_key(doc: Mapping[str, Any], nodes: int) -> str:
@@ -71,14 +97,14 @@ def _link_key(doc: Mapping[str, Any], nodes: int) -> str:
 def _allreduce_points(doc: Mapping[str, Any]) -> list[AllreducePoint]:
     if doc.get("collective", "allreduce") != "allreduce":
         raise ValueError(f"collective is {doc.get('collective')!r}; only allreduce results calibrate links")
-    n = int(doc["world_size"])
+    n = int(bounded(doc["world_size"], "world_size", 1, MAX_WORLD))
     key = _link_key(doc, _nodes_count(doc.get("nodes", 1)))
     rows = doc["results"]
     if not isinstance(rows, list):
         raise ValueError('"results" must be a list')
     points = []
     for i, row in enumerate(rows):
-        size = float(row["size_bytes"])
+        size = float(bounded(row["size_bytes"], f"results[{i}].size_bytes", 0, MAX_BYTES, whole=False))
         for part in ("oop", "ip"):
             cell = row.get(part)
             if not cell:
@@ -92,21 +118,19 @@ def _allreduce_points(doc: Mapping[str, Any]) -> list[AllreducePoint]:
 
 
 def _train_point(doc: Mapping[str, Any], source: str) -> TrainPoint:
-    world = int(doc["world_size"])
-    batch = int(doc["batch_size"])
-    if world < 1 or batch < 1:
-        raise ValueError("world_size and batch_size must be >= 1")
+    world = int(bounded(doc["world_size"], "world_size", 1, MAX_WORLD))
+    batch = int(bounded(doc["batch_size"], "batch_size", 1, MAX_BATCH))
     total = doc.get("images_per_sec_total")
     rate = float(total) if total is not None else float(doc["images_per_sec_per_worker"]) * world
-    if not math.isfinite(rate) or rate <= 0:
-        raise ValueError(f"images_per_sec_total must be > 0, got {rate!r}")
+    if not (math.isfinite(rate) and 0 < rate <= MAX_IMAGES_PER_S):
+        raise ValueError(f"images_per_sec_total must be > 0 and at most {MAX_IMAGES_PER_S:g}, got {rate!r}")
     raw = doc.get("config")
     config: Mapping[str, Any] = raw if isinstance(raw, dict) else {}
-    image_size = int(doc.get("image_size") or config.get("image_size") or 224)
+    image_size = int(bounded(doc.get("image_size") or config.get("image_size") or 224, "image_size", 1, MAX_SIZE))
     raw_env = doc.get("env")
     env: Mapping[str, Any] = raw_env if isinstance(raw_env, dict) else {}
     threads_raw = doc.get("threads") or config.get("threads") or env.get("OMP_NUM_THREADS")
-    threads = int(threads_raw) if threads_raw else None
+    threads = int(bounded(threads_raw, "threads", 1, MAX_SIZE)) if threads_raw else None
     device = str(doc.get("device_name") or doc.get("gpu_name") or doc.get("device") or "cpu")
     return TrainPoint(
         check_model(str(doc["model"])), normalize_gpu_type(device), check_precision(str(doc.get("precision", "fp32"))),

@@ -31,24 +31,36 @@ from ringleader.model.calibration import Calibration, ComputeFit, LinkFit
 from ringleader.model.checks import Check, check_point
 from ringleader.model.comm import check_fabric, net_latency_us
 from ringleader.model.fidelity import EMULATED, FidelityResult, FidelityRow, Scaling, fidelity_table, fit_scaling
-from ringleader.model.fit import FIX, TrainPoint, fit_calibration, read_bench_files
+from ringleader.model.fit import (
+    FIX,
+    MAX_BATCH,
+    MAX_IMAGES_PER_S,
+    MAX_NODES,
+    TrainPoint,
+    fit_calibration,
+    read_bench_files,
+)
 from ringleader.model.tables import check_model, check_precision, normalize_gpu_type
 from ringleader.topology.presets import preset
 
 REQUIRED = ("model", "gpu_type", "batch_size", "nodes", "gpus_per_node", "images_per_s", "node")
 CSV_FIX = f"give a header with {', '.join(REQUIRED)} (see docs/model.md, 'Calibration from throughput rows')"
+# A row's numbers are bounded as a bench result's are (fit.py says why), and its links as a
+# cluster file's.
+MAX_NETWORK_GBPS = 1e6
+MAX_NICS = 64
 
 
-def _positive(text: str, what: str) -> float:
+def _positive(text: str, what: str, high: float) -> float:
     value = float(text)
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{what} must be > 0, got {text!r}")
+    if not math.isfinite(value) or not 0 < value <= high:
+        raise ValueError(f"{what} must be > 0 and at most {high:g}, got {text!r}")
     return value
 
 
-def _count(text: str, what: str) -> int:
-    if not (text.isascii() and text.isdigit() and len(text) <= 9 and int(text) >= 1):  # int() refuses 4,301 digits
-        raise ValueError(f"{what} must be a whole number >= 1, got {text!r}")
+def _count(text: str, what: str, high: int) -> int:
+    if not (text.isascii() and text.isdigit() and len(text) <= 9 and 1 <= int(text) <= high):  # 9 digits: int()
+        raise ValueError(f"{what} must be a whole number from 1 to {high}, got {text!r}")
     return int(text)
 
 
@@ -76,17 +88,17 @@ def read_throughput_csv(path: str | Path) -> tuple[list[FidelityRow], list[Compu
             model = check_model(rec["model"])
             gpu = normalize_gpu_type(rec["gpu_type"])
             precision = check_precision(rec.get("precision") or "fp32")
-            batch = int(_positive(rec["batch_size"], "batch_size"))
-            nodes = int(_positive(rec["nodes"], "nodes"))
-            per_node = int(_positive(rec["gpus_per_node"], "gpus_per_node"))
-            rate = _positive(rec["images_per_s"], "images_per_s")
-            preset(rec["node"])  # unknown preset: NotFoundError listing them
+            batch = _count(rec["batch_size"], "batch_size", MAX_BATCH)
+            nodes = _count(rec["nodes"], "nodes", MAX_NODES)
+            gpus = preset(rec["node"]).n_gpus  # unknown preset: one line listing them
+            per_node = _count(rec["gpus_per_node"], f"gpus_per_node (a {rec['node']} node has {gpus})", gpus)
+            rate = _positive(rec["images_per_s"], "images_per_s", MAX_IMAGES_PER_S)
             single_text = rec.get("single_gpu_images_per_s") or ""
-            single = _positive(single_text, "single_gpu_images_per_s") if single_text else None
+            single = _positive(single_text, "single_gpu_images_per_s", MAX_IMAGES_PER_S) if single_text else None
             fabric = check_fabric(rec.get("fabric") or "tcp")
-            gbps = _positive(rec.get("network_gbps") or "25", "network_gbps")
-            nics = int(_positive(rec.get("nics") or "1", "nics"))
-            accumulation = _count(rec.get("accumulation_steps") or "1", "accumulation_steps")
+            gbps = _positive(rec.get("network_gbps") or "25", "network_gbps", MAX_NETWORK_GBPS)
+            nics = _count(rec.get("nics") or "1", "nics", MAX_NICS)
+            accumulation = _count(rec.get("accumulation_steps") or "1", "accumulation_steps", MAX_BATCH)
         except (ValueError, UsageError) as exc:
             msg = exc.one_line() if isinstance(exc, UsageError) else str(exc)
             raise UsageError(f"{str(p)!r} line {line}: {msg}", CSV_FIX) from None

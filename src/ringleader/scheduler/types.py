@@ -137,21 +137,27 @@ class Placement:
     job: str
     slots: tuple[WorkerSlot, ...]
 
+    @cached_property
+    def _on_node(self) -> dict[str, tuple[tuple[int, ...], int]]:
+        """Each node's GPUs and workers, in the slots' order: read once per placement (a model
+        fit prices one placement of 128 nodes thousands of times, node by node)."""
+        gpus: dict[str, list[int]] = {}
+        workers: dict[str, int] = {}
+        for slot in self.slots:
+            gpus.setdefault(slot.node, []).extend(slot.gpus)
+            workers[slot.node] = workers.get(slot.node, 0) + 1
+        return {node: (tuple(ids), workers[node]) for node, ids in gpus.items()}
+
     @property
     def nodes(self) -> tuple[str, ...]:
-        seen: dict[str, None] = {}
-        for slot in self.slots:
-            seen.setdefault(slot.node)
-        return tuple(seen)
+        return tuple(self._on_node)
 
     def gpus_on(self, node: str) -> tuple[int, ...]:
-        return tuple(g for s in self.slots if s.node == node for g in s.gpus)
+        return self._on_node.get(node, ((), 0))[0]
 
     def describe(self) -> str:
         parts = []
-        for node in self.nodes:
-            gpus = self.gpus_on(node)
-            workers = sum(1 for s in self.slots if s.node == node)
+        for node, (gpus, workers) in self._on_node.items():
             parts.append(f"{node}[{workers}w: GPU {','.join(map(str, gpus)) or '-'}]")
         return " + ".join(parts)
 

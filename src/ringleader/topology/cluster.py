@@ -262,6 +262,9 @@ def _topology(entry: NodeEntry, base_dir: Path) -> NodeTopology:
             "name a preset (see `ringleader topo --presets`) or give `nvidia-smi topo -m` text",
         )
     gpu_model = entry.gpu_model
+    if not gpu_model.isprintable():  # it is shown in tables and sent to Slurm and Kubernetes as is
+        raise UsageError(f"gpu_model {gpu_model!r} holds a control character",
+                         "write the GPU's model name in plain text, e.g. A100-80GB")  # fmt: skip
     if entry.preset is not None:
         topo = preset(entry.preset)
     else:

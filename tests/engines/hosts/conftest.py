@@ -11,13 +11,13 @@ import os
 import shutil
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from ringleader.engines.embedded.engine import JobSpec, Runtime
+from waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[3]
 TWO_NODES = """nodes:
@@ -88,15 +88,6 @@ def py(code: str) -> list[str]:
 
 def job(name: str, command: list[str], workers: int = 4, gpus: int = 1, **kw: object) -> JobSpec:
     return JobSpec(name=name, workers=workers, gpus_per_worker=gpus, command=command, workdir=str(REPO), **kw)
-
-
-def wait_for(check: Callable[[], bool], timeout: float = 90.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def processes_with(marker: str) -> list[str]:

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from engines.slurm.helpers import Outside, node_gpus_used, wait_for
+from engines.slurm.helpers import Outside, node_gpus_used
 from ringleader.engines.slurm import SlurmEngine
 from ringleader.engines.slurm.sandbox import Sandbox, missing
 from ringleader.topology import NodeTopology, preset
+from waiting import wait_for
 
 NODES = ("node-a", "node-b")
 

@@ -1,11 +1,9 @@
-"""Helpers of the real-Slurm tests: jobs from plain sbatch, Slurm's own view of GPUs, polling."""
+"""Helpers of the real-Slurm tests: jobs from plain sbatch, Slurm's own view of GPUs."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 PY = sys.executable
@@ -40,12 +38,3 @@ def node_gpus_used() -> dict[str, list[int]]:
     from ringleader.engines.slurm.state import read_nodes
 
     return {n.name: list(n.used) for n in read_nodes() if n.used}
-
-
-def wait_for(check: Callable[[], object], timeout: float = 60.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")

@@ -13,7 +13,7 @@ from typing import TypeVar
 
 import pytest
 
-from engines.slurm.helpers import PY, Outside, node_gpus_used, wait_for
+from engines.slurm.helpers import PY, Outside, node_gpus_used
 from rankprograms import checkpointing_rank, resuming_rank
 from ringleader.engines.slurm import SlurmEngine
 from ringleader.engines.slurm.sandbox import Sandbox
@@ -21,6 +21,7 @@ from ringleader.errors import NotFoundError, UnschedulableError
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import JobStatus
 from ringleader.scheduler.teams import TeamQueue
+from waiting import wait_for
 
 T = TypeVar("T")
 

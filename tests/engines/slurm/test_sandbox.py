@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from engines.slurm.helpers import wait_for
 from ringleader.engines.slurm.sandbox import Sandbox, missing
 from ringleader.topology import preset
+from waiting import wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -15,15 +15,16 @@ from pathlib import Path
 from ringleader.engines.embedded import store
 from ringleader.errors import ConflictError, StateError, UsageError
 from ringleader.jobs.states import JobStatus
-from ringleader.statefolder import make_private_home
+from ringleader.statefolder import check_reachable, make_private_home
 
 
 def export_state(home: Path, target: Path) -> int:
     """Write a consistent copy of ``home``'s state to ``target`` (0600); returns its size."""
+    check_reachable(home)  # another user's folder: one line naming its owner
     source = home / store.DB_NAME
     if not source.exists():
         raise UsageError(f"there is no state to export in {home}", "run a command that creates it first")
-    if target.exists():
+    if os.path.lexists(target):
         raise UsageError(f"{target} already exists", "give a new file name")
     db, _ = store.Store.open(home, create=False)
     try:
@@ -47,7 +48,7 @@ def export_state(home: Path, target: Path) -> int:
 
 def check_backup(path: Path) -> None:
     """One line when ``path`` is not a state database this ringleader can restore."""
-    if not path.is_file() or path.stat().st_size == 0:
+    if not os.path.isfile(path) or os.path.getsize(path) == 0:  # neither raises where it may not look
         raise UsageError(f"{path} is not a file with a saved state", "give a file written by `ringleader state export`")
     try:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
@@ -56,8 +57,9 @@ def check_backup(path: Path) -> None:
             problems = [r[0] for r in conn.execute("PRAGMA integrity_check").fetchall()]
         finally:
             conn.close()
-    except sqlite3.DatabaseError as exc:
-        raise UsageError(f"{path} is not a ringleader state database ({exc})", "give an exported state") from None
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path} is not a ringleader state database ({store.sqlite_problem(exc)})",
+                         "give an exported state") from None  # fmt: skip
     except StateError as exc:
         raise UsageError(exc.message, "give a file written by `ringleader state export`") from None
     if not 1 <= version <= store.SCHEMA_VERSION:  # older ones are upgraded when next opened
@@ -70,6 +72,7 @@ def check_backup(path: Path) -> None:
 def import_state(home: Path, source: Path) -> None:
     """Replace ``home``'s state with the checked copy ``source``."""
     check_backup(source)
+    check_reachable(home)
     current = home / store.DB_NAME
     if current.exists() and current.stat().st_size > 0:
         try:

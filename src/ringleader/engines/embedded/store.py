@@ -337,9 +337,9 @@ def _open_file(home: Path, path: Path, exists: bool, reserve: bool = True) -> tu
     except sqlite3.OperationalError:  # read-only, full disk, no permission
         conn.close()
         raise
-    except sqlite3.DatabaseError as exc:
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
         conn.close()
-        raise _not_ours(path, str(exc)) from None
+        raise _not_ours(path, sqlite_problem(exc)) from None
     if reserve:
         keep_reserve(home)
     return Store(home, conn), not exists
@@ -392,11 +392,11 @@ def _open_read_only(home: Path, path: Path) -> Store:
     conn = _connect(f"file:{path}?mode=ro{'&immutable=1' if settled else ''}")
     try:
         _version(conn, path)
-    except sqlite3.DatabaseError as exc:
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
         conn.close()
         if "unable to open" in str(exc):  # a -wal file but no -shm file to read it with
             raise _read_only(path) from None
-        raise _not_ours(path, str(exc)) from None
+        raise _not_ours(path, sqlite_problem(exc)) from None
     return Store(home, conn, read_only=True)
 
 
@@ -451,6 +451,14 @@ def _damaged(path: Path, detail: str) -> StateError:
         f"state database {path} is damaged ({detail})",
         "restore a copy with `ringleader state import FILE`, or move it away to start afresh",
     )
+
+
+def sqlite_problem(exc: Exception) -> str:
+    """What SQLite said was wrong with a database. A flipped bit in its schema makes SQLite's
+    own report of the damage quote bytes that are not UTF-8, which Python then fails to decode."""
+    if isinstance(exc, UnicodeDecodeError):
+        return "its schema is damaged: SQLite's report of it is not even UTF-8 text"
+    return str(exc)
 
 
 def _not_ours(path: Path, detail: str) -> StateError:
