@@ -93,8 +93,7 @@ def test_an_agent_killed_or_stopped_at_random_moments_loses_no_job_and_starts_no
     shaken = random.Random(f"{fault}-agent")
     jobs = [f"j{i}" for i in range(6)]
     for job in jobs:
-        small.submit(h.spec(job, [*h.py(code), str(marks), f"{shaken.uniform(0.2, 1.5):.2f}"], workers=2,
-                            env={"RINGLEADER_JOB": job}))  # fmt: skip
+        small.submit(h.spec(job, [*h.py(code), str(marks), f"{shaken.uniform(0.2, 1.5):.2f}"], workers=2))
         time.sleep(shaken.uniform(0.0, 0.4))
         pids = agent_pids(small.home)
         if not pids:

@@ -32,7 +32,8 @@ SET_PER_RANK = {
     "OMPI_COMM_WORLD_LOCAL_SIZE": "the ranks on its node", "OMPI_COMM_WORLD_NODE_RANK": "its node's index",
     "CUDA_VISIBLE_DEVICES": "the GPUs it was placed on", "RINGLEADER_VIRTUAL_GPUS": "an emulated node's GPUs",
     "RINGLEADER_JOB": "the job's name", "RINGLEADER_INSTANCE": "its instance", "RINGLEADER_NODE": "its node",
-    "RINGLEADER_WORKER_GPUS": "its worker's GPUs",
+    "RINGLEADER_WORKER_GPUS": "its worker's GPUs", "CROSS_RANK": "its node's index (DeepSpeed's name)",
+    "CROSS_SIZE": "the job's nodes (DeepSpeed's name)", "LOCAL_SIZE": "the ranks on its node (DeepSpeed's name)",
 }  # fmt: skip
 _SET_PER_RANK_FIX = {"CUDA_VISIBLE_DEVICES": "; ask for GPUs with --gpus (each rank sees the ones it was placed on)",
                      "TORCHELASTIC_MAX_RESTARTS": "; give --max-restarts"}  # fmt: skip
