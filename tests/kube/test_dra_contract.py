@@ -5,6 +5,7 @@ and NVIDIA's DRA driver (a ResourceSlice per node)."""
 from __future__ import annotations
 
 import copy
+import itertools
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from kube.fakeapi import FakeApiServer, permitted
 from kube.kubeobjs import node, podgroup
 from ringleader.engines.kubernetes import manifests, names
+from ringleader.engines.kubernetes.cache import Cache
 from ringleader.engines.kubernetes.client import Api, load_client
 from ringleader.engines.kubernetes.delivery import Delivery
 from ringleader.engines.kubernetes.objects import pod_info
@@ -152,6 +154,33 @@ def test_dra_workers_are_read_with_their_claims_gpus() -> None:
     assert pod_info(obj).gpus == 0
     launcher = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]
     assert pod_info({"metadata": {"name": "l", **launcher["metadata"]}, "spec": launcher["spec"]}).gpus == 0
+
+
+@pytest.mark.parametrize("order", list(itertools.permutations(("nodes", "pods", "resourceslices", "resourceclaims"))),
+                         ids=",".join)
+def test_a_claims_devices_are_held_whichever_list_comes_first(order: tuple[str, ...]) -> None:
+    """The informers list in parallel: the devices kube-scheduler allocated to another pod's claim
+    (gpu-6 and gpu-7, GPUs 1 and 0 by their UUIDs) are taken in the scheduler's cache whichever
+    of the nodes, pods, slices and claims it heard first; a gang never sees them free."""
+    gpu0 = node("gpu-0")
+    gpu0["metadata"]["annotations"][names.GPU_UUIDS_ANNOTATION] = ",".join(UUIDS)
+    slice_ = {"metadata": {"name": "gpu-0-gpus"}, "spec": {
+        "driver": names.DRA_DRIVER, "nodeName": "gpu-0", "pool": {"name": "gpu-0"},
+        "devices": [{"name": f"gpu-{7 - i}", "attributes": {"uuid": {"string": UUIDS[i]}}} for i in range(8)]}}
+    container = {"name": "main", "resources": {"claims": [{"name": "gpu"}]}}
+    inference = {"metadata": {"name": "inference", "namespace": "team-b", "uid": "u-inf"},
+                 "spec": {"nodeName": "gpu-0", "containers": [container],
+                          "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "two-gpus"}]},
+                 "status": {"phase": "Running"}}  # fmt: skip
+    owner = {"apiVersion": "v1", "kind": "Pod", "name": "inference", "uid": "u-inf", "controller": True}
+    results = [{"request": "gpu", "driver": names.DRA_DRIVER, "pool": "gpu-0", "device": f"gpu-{d}"} for d in (6, 7)]
+    claim = {"metadata": {"name": "inference-gpu-x7k2p", "namespace": "team-b", "ownerReferences": [owner]},
+             "status": {"allocation": {"devices": {"results": results}}}}  # fmt: skip
+    listed = {"nodes": [gpu0], "pods": [inference], "resourceslices": [slice_], "resourceclaims": [claim]}
+    cache = Cache()
+    for kind in order:
+        cache.replace(kind, listed[kind])
+    assert cache.state.node("gpu-0").free_gpus == (2, 3, 4, 5, 6, 7)
 
 
 def _dra_scheduler(fake: FakeApiServer, token: str | None = None) -> Scheduler:

@@ -122,6 +122,9 @@ class Cache:
                 info = node_info(obj)
                 self.nodes[info.name] = info
             self._tree_stale = True
+            # Claims and slices may be listed before the nodes (the informers list in parallel):
+            # a claim's devices are found on a node by its GPUs' UUIDs, so only now.
+            self._count_claims()
             self._node_set_changed()
         elif kind == "pods":
             fresh = {p.key: p for p in map(pod_info, objects)}
