@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Protocol
 
+from ringleader.scheduler.order import QueueOrder
 from ringleader.scheduler.types import ClusterState, JobRequest, NodeState, Placement, RunningGang
 
 ANY_TYPE = "*"  # a quota for every GPU type at once
@@ -42,12 +43,13 @@ MAX_GPUS = 1 << 24  # the most a quota may name: far beyond any cluster, small f
 class TeamQueue:
     """A team's queue: ``quota`` is (GPU type or ``*``, nominal GPUs) pairs with the types in
     lower case (empty: unlimited); ``weight`` its fair-share weight; ``cohort`` the queues it
-    borrows from and lends to (None: none)."""
+    borrows from and lends to (None: none); ``order`` how it orders its jobs."""
 
     name: str
     quota: tuple[tuple[str, int], ...] = ()
     weight: float = 1.0
     cohort: str | None = None
+    order: QueueOrder | None = None  # how it orders its jobs (None: the queue config's default)
 
     @property
     def limited(self) -> bool:

@@ -73,7 +73,9 @@ from ringleader.scheduler import (
     place,
     run_cycle,
 )
+from ringleader.scheduler.order import QueueOrder, Service
 from ringleader.scheduler.teams import TeamQueue, decayed, queue_of, run_usage
+from ringleader.sim.families import EstimateError
 from ringleader.sim.network import NetworkLoad
 from ringleader.sim.steptime import Memoised, StepTime, StepTimeFn
 from ringleader.sim.trace import TraceJob
@@ -212,6 +214,7 @@ class Simulation:
         preemption: PreemptionCost | None = None,
         queues: tuple[TeamQueue, ...] = (),
         failures: NodeFailures | None = None,
+        estimate_error: EstimateError | None = None,
     ) -> None:
         self.policy = get_policy(policy).name  # unknown names fail here, listing the known ones
         self.specs = [s.with_labels({}) for s in specs]
@@ -233,6 +236,13 @@ class Simulation:
         if not work_error >= 0:
             raise ValueError(f"work_error must be >= 0, got {work_error}")
         self.work_error = work_error
+        self.estimate_error = estimate_error or EstimateError("uniform", work_error)
+        # what orders beyond FIFO read: GPU-seconds each job ran, its last run's length, when
+        # it last entered the queue (scheduler/order.py)
+        self.ordered = backfill.order is not QueueOrder.FIFO or any(q.order not in (None, QueueOrder.FIFO)
+                                                                    for q in queues)  # fmt: skip
+        self.attained: dict[str, float] = {}
+        self.last_run: dict[str, float] = {}
         self.seed = seed
         self.preemption = preemption
         self.queues = queues
@@ -292,7 +302,7 @@ class Simulation:
                         self._complete(name, now)
                 elif kind == ARRIVAL:
                     self.order_of[name] = order
-                    self._enqueue(self.records[name].job)
+                    self._enqueue(self.records[name].job, now)
                 elif kind == NODE_DOWN:
                     self._node_down(name, now)
                 else:
@@ -309,10 +319,15 @@ class Simulation:
         return SimRun(self.policy, self.total_gpus, records, self.timeline, self.stats,
                       node_failures=self.node_failures if self.failures is not None else None)  # fmt: skip
 
-    def _enqueue(self, job: TraceJob) -> None:
+    def _enqueue(self, job: TraceJob, now: float) -> None:
         order = self.order_of[job.name]
         self.buckets.setdefault((job.priority, job.workers, job.gpus), deque()).append((order, job))
-        self.queued[job.name] = Waiting(self._request(job), order, job.arrival_s)
+        service = Service()
+        if self.ordered:
+            left = self.left.get(job.name, job.iterations)
+            remaining = left * self._best_step_s(job) * self._misjudged(job)
+            service = Service(self.attained.get(job.name, 0.0), now, self.last_run.get(job.name, 0.0), remaining)
+        self.queued[job.name] = Waiting(self._request(job), order, job.arrival_s, service=service)
 
     # -- preemption and failures ------------------------------------------------------------------
     def _evict(self, name: str, now: float, failed: bool = False) -> None:
@@ -335,7 +350,7 @@ class Simulation:
         record.lost_s += trained - done * record.step.step_time_s
         record.restart_s = cost.restart_s
         self._release(name, record.placement)
-        self._enqueue(record.job)
+        self._enqueue(record.job, now)
 
     def _next_failure(self, node: str, now: float) -> None:
         """The node's next failure, while jobs remain (a failure with none left never comes)."""
@@ -379,12 +394,10 @@ class Simulation:
         return replace(request, start_rule=self.start_rule, work_s=work)
 
     def _misjudged(self, job: TraceJob) -> float:
-        """How far off the queue's idea of ``job``'s work is: a seeded factor, log-uniform in
-        [1/(1+E), 1+E] for ``work_error`` E (1 without error)."""
-        if self.work_error == 0:
-            return 1.0
-        spread = math.log1p(self.work_error)
-        return math.exp(random.Random(f"{self.seed}:{job.name}").uniform(-spread, spread))
+        """How far off the queue's idea of ``job``'s work is: a seeded factor of the estimate
+        error model (``sim/families.py``; by default log-uniform in [1/(1+E), 1+E] for
+        ``work_error`` E, 1 without error)."""
+        return self.estimate_error.factor(self.seed, job.name)
 
     def _best_step_s(self, job: TraceJob) -> float:
         """The step time of ``job`` on its best placement: the one ``place`` gives on the empty cluster."""
@@ -501,6 +514,8 @@ class Simulation:
             return None
         record, started = self.records[name], run[1]
         record.runs.append((started, now))
+        self.attained[name] = self.attained.get(name, 0.0) + record.job.total_gpus * (now - started)
+        self.last_run[name] = now - started
         if self.queues:
             queue = queue_of(record.job)
             total, as_of = self.usage.get(queue, (0.0, now))
@@ -612,6 +627,7 @@ def simulate(
     preemption: PreemptionCost | None = None,
     queues: tuple[TeamQueue, ...] = (),
     failures: NodeFailures | None = None,
+    estimate_error: EstimateError | None = None,
 ) -> SimRun:
     """Simulate ``jobs`` on ``specs`` under ``policy``; ``backfill`` picks the queue discipline
     (default: no reservation and no age, the queue before reservations); ``network_aware``
@@ -620,9 +636,10 @@ def simulate(
     factor up to ``work_error`` (0.5: the queue sees between 1/1.5 and 1.5 times the truth);
     with ``preemption`` a gang of higher priority may stop running ones (``PreemptionCost``);
     ``queues`` are the team queues the trace's jobs name (quotas, cohorts, fair-share weights);
-    with ``failures`` nodes fail and their gangs restart (``NodeFailures``)."""
+    with ``failures`` nodes fail and their gangs restart (``NodeFailures``); ``estimate_error``
+    replaces ``work_error`` by another model of users' estimates (``sim/families.py``)."""
     return Simulation(specs, jobs, policy, step_time, max_failures, backfill, network_aware, start_rule,
-                      work_error, seed, preemption, queues, failures).run()  # fmt: skip
+                      work_error, seed, preemption, queues, failures, estimate_error).run()  # fmt: skip
 
 
 def request_of(job: TraceJob) -> JobRequest:

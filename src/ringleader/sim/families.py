@@ -1,0 +1,130 @@
+"""Traces shaped like published cluster traces, and how wrong users' run-time estimates are.
+
+A family (``FAMILIES``) draws each job's GPU count and run time from a published trace's
+statistics (``data/reference.toml``, section ``traces``, each number with its source):
+
+- ``philly``: run times from Microsoft's Philly trace (Jeon et al., ATC'19) by its quantiles,
+  log-linear between them; GPUs from ringleader's own mix (the trace's counts were not taken);
+- ``helios``: SenseTime's Venus cluster (Hu et al., SC'21): run time lognormal with its median
+  and mean, GPUs 1 or 2-64 with its median and mean.
+
+A job's run time is its run on its best placement: ``iterations`` are the run time over the
+step time of that placement, which the caller prices (``best_step_s``). Arrivals are Poisson at
+the rate that offers ``load``: GPU-seconds of work per GPU-second of the arrival window.
+
+``EstimateError`` is how far the queue's idea of a job's work is off: ``uniform`` (log-uniform
+in [1/(1+E), 1+E]), ``lognormal`` (sigma E), or ``biased``: log-uniform in [x0.5, x3], mostly
+over-estimates, as users' requested time limits are in every published trace study.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ringleader.errors import UsageError
+from ringleader.reference import reference
+from ringleader.sim.trace import MODELS, TraceJob
+
+FAMILIES = ("philly", "helios")
+ERRORS = ("uniform", "lognormal", "biased")
+BIASED_RANGE = (0.5, 3.0)
+
+
+def draw_runtime_s(family: str, rng: random.Random) -> float:
+    """A run time drawn from the family's published distribution, capped at its longest."""
+    data = reference()["traces"]
+    cap = float(data["common"]["max_runtime_s"])
+    if family == "philly":
+        qs, values = data["philly"]["runtime_quantiles"], data["philly"]["runtime_s"]
+        u = min(max(rng.random(), qs[0]), qs[-1])
+        i = max(1, min(bisect.bisect_left(qs, u), len(qs) - 1))
+        frac = (u - qs[i - 1]) / (qs[i] - qs[i - 1])
+        low, high = math.log(values[i - 1]), math.log(values[i])
+        return min(math.exp(low + frac * (high - low)), cap)
+    helios = data["helios"]
+    median, mean = float(helios["runtime_median_s"]), float(helios["runtime_mean_s"])
+    sigma = math.sqrt(2 * math.log(mean / median))  # lognormal: mean = median * exp(sigma^2 / 2)
+    return min(median * math.exp(sigma * rng.gauss(0.0, 1.0)), cap)
+
+
+def draw_gpus(family: str, rng: random.Random, cluster_gpus: int) -> int:
+    """A job's GPU count from the family's mix, no larger than the cluster."""
+    data = reference()["traces"]
+    if family == "philly":
+        sizes, weights = data["philly"]["gpus"], data["philly"]["gpus_weight"]
+    else:
+        mean = float(data["helios"]["gpus_mean"])
+        tail = [2, 4, 8, 16, 32, 64]
+        single = (sum(tail) / len(tail) - mean) / (sum(tail) / len(tail) - 1)
+        sizes, weights = [1, *tail], [single, *[(1 - single) / len(tail)] * len(tail)]
+    kept = [(s, w) for s, w in zip(sizes, weights, strict=True) if s <= cluster_gpus]
+    return rng.choices([s for s, _ in kept], [w for _, w in kept])[0]
+
+
+def family_trace(
+    family: str,
+    n_jobs: int,
+    seed: int,
+    load: float,
+    cluster_gpus: int,
+    best_step_s: Callable[[TraceJob], float],
+    gpus_per_node: int = 8,
+) -> list[TraceJob]:
+    """``n_jobs`` seeded jobs of ``family`` arriving at the rate that offers ``load`` to a
+    cluster of ``cluster_gpus``: a gang of up to ``gpus_per_node`` GPUs is one worker, a bigger
+    one whole nodes."""
+    if family not in FAMILIES:
+        raise UsageError(f"unknown trace family {family!r}", f"use one of {', '.join(FAMILIES)}")
+    if n_jobs < 1 or not load > 0:
+        raise UsageError(f"need jobs >= 1 and load > 0, got {n_jobs} and {load}", "give --jobs and --load")
+    rng = random.Random(f"{family}:{seed}")
+    width = len(str(n_jobs))
+    drawn: list[TraceJob] = []
+    gpu_seconds = 0.0
+    for i in range(n_jobs):
+        gpus = draw_gpus(family, rng, cluster_gpus)
+        runtime = draw_runtime_s(family, rng)
+        workers, per_worker = (1, gpus) if gpus <= gpus_per_node else (gpus // gpus_per_node, gpus_per_node)
+        model, batch = rng.choice(MODELS)
+        job = TraceJob(f"job-{i:0{width}d}", 0.0, workers, per_worker, model, batch, 1)
+        iterations = max(1, round(runtime / best_step_s(job)))
+        gpu_seconds += gpus * iterations * best_step_s(job)
+        drawn.append(TraceJob(job.name, 0.0, workers, per_worker, model, batch, iterations))
+    rate = load * cluster_gpus * n_jobs / gpu_seconds  # jobs per second
+    arrivals = random.Random(f"{family}:{seed}:arrivals")
+    t, jobs = 0.0, []
+    for job in drawn:
+        t += arrivals.expovariate(rate)
+        jobs.append(TraceJob(job.name, round(t, 3), job.workers, job.gpus, job.model, job.batch_size, job.iterations))
+    return jobs
+
+
+@dataclass(frozen=True)
+class EstimateError:
+    """How the queue misjudges each job's work: a seeded factor per job (see the module)."""
+
+    kind: str = "uniform"
+    size: float = 0.0  # uniform: E; lognormal: sigma; biased: unused
+
+    def __post_init__(self) -> None:
+        if self.kind not in ERRORS:
+            raise ValueError(f"unknown estimate error {self.kind!r}: use one of {', '.join(ERRORS)}")
+        if not (self.size >= 0 and math.isfinite(self.size)):
+            raise ValueError(f"estimate error size must be >= 0, got {self.size}")
+
+    def factor(self, seed: int, name: str) -> float:
+        """The factor by which the queue's idea of job ``name``'s work is off (1: exact)."""
+        if self.kind == "biased":
+            low, high = BIASED_RANGE
+            return math.exp(random.Random(f"{seed}:{name}").uniform(math.log(low), math.log(high)))
+        if self.size == 0:
+            return 1.0
+        rng = random.Random(f"{seed}:{name}")
+        if self.kind == "lognormal":
+            return math.exp(rng.gauss(0.0, self.size))
+        spread = math.log1p(self.size)
+        return math.exp(rng.uniform(-spread, spread))
