@@ -57,7 +57,7 @@ def test_las_ranks_a_preempted_job_by_the_gpu_seconds_it_ran_before() -> None:
     assert {r.job.name: r.finish_s for r in fifo.records}["fresh"] == 1100
 
 
-@pytest.mark.parametrize("family", ["philly", "helios"])
+@pytest.mark.parametrize("family", ["philly", "helios", "pai"])
 def test_a_family_trace_offers_the_load_it_was_asked_for(family: str) -> None:
     jobs = family_trace(family, 400, 3, 0.8, 128, lambda j: 0.5)
     work = sum(j.total_gpus * j.iterations * 0.5 for j in jobs)
@@ -74,6 +74,9 @@ def test_family_draws_match_the_published_statistics() -> None:
     assert statistics.median(philly) == pytest.approx(1186.0, rel=0.15)  # the trace's median
     helios = [draw_runtime_s("helios", rng) for _ in range(4000)]
     assert statistics.median(helios) == pytest.approx(204.0, rel=0.15)
+    pai = [draw_runtime_s("pai", rng) for _ in range(4000)]
+    assert statistics.median(pai) == pytest.approx(655.0, rel=0.15)
+    assert sum(draw_gpus("pai", rng, 128) == 1 for _ in range(2000)) / 2000 > 0.95
     gpus = [draw_gpus("helios", rng, 1024) for _ in range(8000)]
     assert statistics.median(gpus) == 1 and statistics.fmean(gpus) == pytest.approx(6.736, rel=0.1)
 
@@ -106,3 +109,42 @@ def test_srtf_orders_by_the_estimate_so_a_bad_estimate_changes_the_order() -> No
     wrong = simulate(one_node(), trace, "topology", one_second_steps, backfill=BackfillConfig(order=QueueOrder.SRTF),
                      seed=flipped[0], estimate_error=EstimateError("biased"))  # fmt: skip
     assert {r.job.name: r.finish_s for r in wrong.records} == {"blocker": 100, "a": 400, "b": 600}
+
+
+def test_risk_gives_the_queue_the_models_ranges_and_the_jobs_their_risk() -> None:
+    from ringleader.sim.engine import Simulation
+
+    trace = [job("a", 0, 8, 10)]
+    ranged = Simulation(one_node(), trace, "topology", one_second_steps, risk="neutral")
+    assert hasattr(ranged._estimator, "likely") and ranged._request(trace[0]).risk == "neutral"
+    plain = Simulation(one_node(), trace, "topology", one_second_steps)
+    assert not hasattr(plain._estimator, "likely")
+    with pytest.raises(ValueError, match="risk 'bold'"):
+        Simulation(one_node(), trace, "topology", one_second_steps, risk="bold")
+
+
+def test_prediction_error_spreads_true_run_times_as_the_models_held_out_errors() -> None:
+    from ringleader.reference import reference
+
+    trace = [job(f"j{i}", 0, 1, 1000) for i in range(400)]
+    specs = [NodeSpec(f"n{i}", preset("dgx1v")) for i in range(50)]  # every job starts at once, alone on a GPU
+    run = simulate(specs, trace, "topology", one_second_steps, prediction_error=True, seed=4)
+    off = sorted((r.finish_s or 0) / 1000 - 1 for r in run.records)  # (1 + e) - 1 = e
+    low, high = reference()["intervals"]["one_node"]
+    assert off[len(off) // 10] == pytest.approx(low, abs=0.03)
+    assert off[9 * len(off) // 10] == pytest.approx(high, abs=0.06)
+    exact = simulate(specs, trace, "topology", one_second_steps)
+    assert {r.finish_s for r in exact.records} == {1000}
+
+
+def test_a_queues_file_names_each_queues_order(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from ringleader.sim.queues_file import load_queues
+
+    path = Path(str(tmp_path)) / "q.yaml"
+    path.write_text("queues:\n  - {name: a, gpus: 8, order: las}\n  - {name: b, gpus: 8}\n")
+    assert [(q.name, q.order) for q in load_queues(str(path))] == [("a", QueueOrder.LAS), ("b", None)]
+    path.write_text("queues:\n  - {name: a, gpus: 8, order: sjf}\n")
+    with pytest.raises(UsageError, match="line 2"):
+        load_queues(str(path))

@@ -56,6 +56,8 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from ringleader.model.predict import likely_range
+from ringleader.reference import reference
 from ringleader.scheduler import (
     NO_RESERVATIONS,
     BackfillConfig,
@@ -74,7 +76,9 @@ from ringleader.scheduler import (
     run_cycle,
 )
 from ringleader.scheduler.order import QueueOrder, Service
+from ringleader.scheduler.policies.throughput import Estimator
 from ringleader.scheduler.teams import TeamQueue, decayed, queue_of, run_usage
+from ringleader.scheduler.types import RISKS
 from ringleader.sim.families import EstimateError
 from ringleader.sim.network import NetworkLoad
 from ringleader.sim.steptime import Memoised, StepTime, StepTimeFn
@@ -84,6 +88,7 @@ from ringleader.topology.cluster import NodeSpec
 COMPLETION, ARRIVAL, NODE_DOWN, NODE_UP = 0, 1, 2, 3
 DOWN = "node down"  # the owner of a failed node's GPUs while it is repaired
 DEFAULT_MAX_FAILURES = 32
+Z_90 = 1.2815515655446004  # the standard normal's 90th percentile
 
 _Shape = tuple[int, int, int]  # (priority, workers, gpus per worker)
 
@@ -215,6 +220,8 @@ class Simulation:
         queues: tuple[TeamQueue, ...] = (),
         failures: NodeFailures | None = None,
         estimate_error: EstimateError | None = None,
+        risk: str | None = None,
+        prediction_error: bool = False,
     ) -> None:
         self.policy = get_policy(policy).name  # unknown names fail here, listing the known ones
         self.specs = [s.with_labels({}) for s in specs]
@@ -237,6 +244,10 @@ class Simulation:
             raise ValueError(f"work_error must be >= 0, got {work_error}")
         self.work_error = work_error
         self.estimate_error = estimate_error or EstimateError("uniform", work_error)
+        if risk is not None and risk not in RISKS:
+            raise ValueError(f"risk {risk!r} is not one of {', '.join(RISKS)}")
+        self.risk = risk
+        self.prediction_error = prediction_error
         # what orders beyond FIFO read: GPU-seconds each job ran, its last run's length, when
         # it last entered the queue (scheduler/order.py)
         self.ordered = backfill.order is not QueueOrder.FIFO or any(q.order not in (None, QueueOrder.FIFO)
@@ -388,10 +399,25 @@ class Simulation:
     # -- start rules ------------------------------------------------------------------------------
     def _request(self, job: TraceJob) -> JobRequest:
         request = replace(request_of(job), may_preempt=self.preemption is not None)
+        if self.risk is not None:
+            request = replace(request, risk=self.risk)
         if self.start_rule is None:
             return request
         work = job.iterations * self._best_step_s(job) * self._misjudged(job)
         return replace(request, start_rule=self.start_rule, work_s=work)
+
+    def _true_step(self, job: TraceJob, step: StepTime, nodes: int) -> StepTime:
+        """The step ``job`` really runs at where predictions are wrong (``prediction_error``):
+        the model's, off by a seeded error e (predicted / measured - 1) drawn so that its 10th
+        and 90th percentiles are the model's held-out ones for that many nodes (reference.toml
+        [intervals]; log(1 + e) normal); the prediction itself where they are not."""
+        if not self.prediction_error:
+            return step
+        low, high = reference()["intervals"]["one_node" if nodes == 1 else "several_nodes"]
+        mid, spread = (math.log1p(low) + math.log1p(high)) / 2, (math.log1p(high) - math.log1p(low)) / (2 * Z_90)
+        z = random.Random(f"{self.seed}:rate:{job.name}").gauss(0.0, 1.0)
+        off = math.exp(mid + spread * z)  # measured = predicted / (1 + e): each step takes (1 + e) times
+        return replace(step, step_time_s=step.step_time_s * off, images_per_s=step.images_per_s / off)
 
     def _misjudged(self, job: TraceJob) -> float:
         """How far off the queue's idea of ``job``'s work is: a seeded factor of the estimate
@@ -421,6 +447,12 @@ class Simulation:
         if self.network.levels:
             return self.step_time(self.priced, placement, job, self.network.peek(placement)).images_per_s
         return self.step_time(nodes, placement, job).images_per_s
+
+    @property
+    def _estimator(self) -> Estimator:
+        """The queue's estimator: the simulator's step-time model, with the model's likely ranges
+        where a risk is set (``--risk``), as the engines' queue has them."""
+        return _Ranged(self._images_per_s) if self.risk is not None else self._images_per_s
 
     def _slots(self, gpus: int) -> int:
         return sum(count * (f // gpus) for f, count in enumerate(self.hist) if count and f >= gpus)
@@ -503,7 +535,7 @@ class Simulation:
             job = self.records[name].job
             usage[queue_of(job)] = usage.get(queue_of(job), 0.0) + run_usage(job.total_gpus, started, now, now)
         return Snapshot(self.state, list(self.queued.values()), now, holding, self.queues, usage,
-                        config=self.backfill, estimate=self._images_per_s, policy=self.policy, explain=False,
+                        config=self.backfill, estimate=self._estimator, policy=self.policy, explain=False,
                         stop_at_preemption=True, ideal=self.ideal)  # fmt: skip
 
     def _end_run(self, name: str, now: float) -> float | None:
@@ -540,6 +572,7 @@ class Simulation:
             step = self.step_time(self.priced, placement, job, self.network.start(placement))
         else:
             step = self.step_time({name: self.state.node(name) for name in placement.nodes}, placement, job)
+        step = self._true_step(job, step, len(placement.nodes))
         self._commit(self.state.with_placement(placement), placement)
         self.queued.pop(job.name, None)
         record = self.records[job.name]
@@ -628,6 +661,8 @@ def simulate(
     queues: tuple[TeamQueue, ...] = (),
     failures: NodeFailures | None = None,
     estimate_error: EstimateError | None = None,
+    risk: str | None = None,
+    prediction_error: bool = False,
 ) -> SimRun:
     """Simulate ``jobs`` on ``specs`` under ``policy``; ``backfill`` picks the queue discipline
     (default: no reservation and no age, the queue before reservations); ``network_aware``
@@ -637,9 +672,28 @@ def simulate(
     with ``preemption`` a gang of higher priority may stop running ones (``PreemptionCost``);
     ``queues`` are the team queues the trace's jobs name (quotas, cohorts, fair-share weights);
     with ``failures`` nodes fail and their gangs restart (``NodeFailures``); ``estimate_error``
-    replaces ``work_error`` by another model of users' estimates (``sim/families.py``)."""
+    replaces ``work_error`` by another model of users' estimates (``sim/families.py``); ``risk``
+    gives every job that risk and the queue the model's likely ranges, as the engines' queue has
+    them (None: a plain estimator); with ``prediction_error`` each job really runs at a rate off
+    the model's by a seeded draw from its held-out errors."""
     return Simulation(specs, jobs, policy, step_time, max_failures, backfill, network_aware, start_rule,
-                      work_error, seed, preemption, queues, failures, estimate_error).run()  # fmt: skip
+                      work_error, seed, preemption, queues, failures, estimate_error, risk,
+                      prediction_error).run()  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Ranged:
+    """An estimator with the model's likely ranges (``model.predict.likely_range``), as
+    ``ModelEstimator`` gives the engines' queue for a job without a calibration."""
+
+    estimate: Estimator
+
+    def __call__(self, nodes: Mapping[str, NodeState], placement: Placement, job: JobRequest) -> float:
+        return self.estimate(nodes, placement, job)
+
+    def likely(self, placement: Placement, job: JobRequest, images_per_s: float) -> tuple[float, float]:
+        del job
+        return likely_range(images_per_s, len(placement.nodes))
 
 
 def request_of(job: TraceJob) -> JobRequest:

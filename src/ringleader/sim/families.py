@@ -6,7 +6,9 @@ statistics (``data/reference.toml``, section ``traces``, each number with its so
 - ``philly``: run times from Microsoft's Philly trace (Jeon et al., ATC'19) by its quantiles,
   log-linear between them; GPUs from ringleader's own mix (the trace's counts were not taken);
 - ``helios``: SenseTime's Venus cluster (Hu et al., SC'21): run time lognormal with its median
-  and mean, GPUs 1 or 2-64 with its median and mean.
+  and mean, GPUs 1 or 2-64 with its median and mean;
+- ``pai``: Alibaba PAI's GPU tasks (Weng et al., ATC'23 trace): run times by its quantiles,
+  GPUs by its counts (nearly all one GPU).
 
 A job's run time is its run on its best placement: ``iterations`` are the run time over the
 step time of that placement, which the caller prices (``best_step_s``). Arrivals are Poisson at
@@ -27,9 +29,12 @@ from dataclasses import dataclass
 
 from ringleader.errors import UsageError
 from ringleader.reference import reference
+from ringleader.scheduler import ClusterState, JobRequest, place
+from ringleader.sim.steptime import Memoised, model_step_time
 from ringleader.sim.trace import MODELS, TraceJob
+from ringleader.topology.cluster import NodeSpec
 
-FAMILIES = ("philly", "helios")
+FAMILIES = ("philly", "helios", "pai")
 ERRORS = ("uniform", "lognormal", "biased")
 BIASED_RANGE = (0.5, 3.0)
 
@@ -38,8 +43,8 @@ def draw_runtime_s(family: str, rng: random.Random) -> float:
     """A run time drawn from the family's published distribution, capped at its longest."""
     data = reference()["traces"]
     cap = float(data["common"]["max_runtime_s"])
-    if family == "philly":
-        qs, values = data["philly"]["runtime_quantiles"], data["philly"]["runtime_s"]
+    if family in ("philly", "pai"):
+        qs, values = data[family]["runtime_quantiles"], data[family]["runtime_s"]
         u = min(max(rng.random(), qs[0]), qs[-1])
         i = max(1, min(bisect.bisect_left(qs, u), len(qs) - 1))
         frac = (u - qs[i - 1]) / (qs[i] - qs[i - 1])
@@ -54,8 +59,8 @@ def draw_runtime_s(family: str, rng: random.Random) -> float:
 def draw_gpus(family: str, rng: random.Random, cluster_gpus: int) -> int:
     """A job's GPU count from the family's mix, no larger than the cluster."""
     data = reference()["traces"]
-    if family == "philly":
-        sizes, weights = data["philly"]["gpus"], data["philly"]["gpus_weight"]
+    if family in ("philly", "pai"):
+        sizes, weights = data[family]["gpus"], data[family]["gpus_weight"]
     else:
         mean = float(data["helios"]["gpus_mean"])
         tail = [2, 4, 8, 16, 32, 64]
@@ -101,6 +106,36 @@ def family_trace(
         t += arrivals.expovariate(rate)
         jobs.append(TraceJob(job.name, round(t, 3), job.workers, job.gpus, job.model, job.batch_size, job.iterations))
     return jobs
+
+
+def best_step_fn(specs: list[NodeSpec], memo: Memoised | None = None) -> Callable[[TraceJob], float]:
+    """Seconds per step of a job on the placement the topology policy gives it on the empty
+    cluster ``specs``, by the model (memoised by shape)."""
+    empty = ClusterState.empty(specs)
+    steps = memo or Memoised(model_step_time())
+    cache: dict[tuple[object, ...], float] = {}
+
+    def best_step_s(job: TraceJob) -> float:
+        key = (job.workers, job.gpus, job.model, job.batch_size, job.accumulation, job.precision)
+        if key not in cache:
+            placement = place(empty, JobRequest(job.name, job.workers, job.gpus), "topology").placement
+            if placement is None:
+                raise UsageError(f"a gang of {job.workers} x {job.gpus} GPUs fits nowhere on this cluster",
+                                 "give a cluster with room for the family's largest gangs")  # fmt: skip
+            cache[key] = steps({n: empty.node(n) for n in placement.nodes}, placement, job).step_time_s
+        return cache[key]
+
+    return best_step_s
+
+
+def parse_estimate_error(text: str) -> EstimateError:
+    """ "biased", "lognormal:0.5", "uniform:0.3" -> the model; a bad one is one line naming it."""
+    kind, _, size = text.strip().partition(":")
+    try:
+        return EstimateError(kind, float(size) if size else (0.5 if kind == "lognormal" else 0.0))
+    except ValueError:
+        raise UsageError(f"bad --estimate-error {text!r}",
+                         "give biased, lognormal[:SIGMA] or uniform[:E], e.g. lognormal:0.5") from None  # fmt: skip
 
 
 @dataclass(frozen=True)
