@@ -126,3 +126,17 @@ def test_bad_order_names_and_thresholds_are_refused() -> None:
         QueueOrder.parse("sjf")
     with pytest.raises(ValueError, match="ascending"):
         OrderConfig(las_thresholds_gpu_s=(7200.0, 3600.0))
+
+
+def test_the_cycle_starts_the_job_its_queues_order_puts_first() -> None:
+    from ringleader.scheduler.cycle import Snapshot, Waiting, run_cycle
+
+    state = ClusterState.empty([NodeSpec("n0", preset("dgx1v"))])
+    long = Waiting(JobRequest("long", 1, 8, work_s=36_000.0), 0, 0.0)
+    short = Waiting(JobRequest("short", 1, 8, work_s=600.0), 1, 5.0)
+    started = {
+        order: [n.waiting.job.name for n in run_cycle(Snapshot(state, [long, short], 10.0, config=config)).nominated
+                if n.ok]
+        for order, config in (("fifo", BackfillConfig()), ("srtf", SRTF))
+    }  # fmt: skip
+    assert started == {"fifo": ["long"], "srtf": ["short"]}
