@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass
 
 from ringleader.scheduler import BackfillConfig
-from ringleader.scheduler.order import OrderConfig, QueueOrder
+from ringleader.scheduler.order import DEFAULT_ORDERS, OrderConfig, QueueOrder
 from ringleader.sim import Memoised, model_step_time, simulate, summarise
 from ringleader.sim.families import EstimateError, best_step_fn, family_trace
 from ringleader.topology import NodeSpec, preset
@@ -45,7 +45,7 @@ class Variant:
     name: str
     order: QueueOrder
     rule: str
-    orders: OrderConfig = OrderConfig()
+    orders: OrderConfig = DEFAULT_ORDERS
 
 
 VARIANTS = (
@@ -109,7 +109,7 @@ def summary_table(results: dict[tuple[str, float, str], list[dict[str, float]]],
     print("|---|---:|---:|" + "---:|" * (len(names) - 1) + "---:|---:|")
     for family, load in sorted({(f, lo) for f, lo, _ in results}):
 
-        def mean(name: str, key: str) -> float:
+        def mean(name: str, key: str, family: str = family, load: float = load) -> float:
             return statistics.fmean(r[key] for r in results[(family, load, name)])
 
         base = mean("fifo/now", "mean")
@@ -118,7 +118,8 @@ def summary_table(results: dict[tuple[str, float, str], list[dict[str, float]]],
         if {"fifo/now", "fifo/best", "fifo/finish"} <= set(names):
             better = min(mean("fifo/now", "mean"), mean("fifo/best", "mean"))
             better_p95 = min(mean("fifo/now", "p95"), mean("fifo/best", "p95"))
-            check = f"{mean('fifo/finish', 'mean') / better - 1:+.1%}; {mean('fifo/finish', 'p95') / better_p95 - 1:+.1%}"
+            finish, finish_p95 = mean("fifo/finish", "mean"), mean("fifo/finish", "p95")
+            check = f"{finish / better - 1:+.1%}; {finish_p95 / better_p95 - 1:+.1%}"
         orders = [n for n in names if n.startswith(("las", "srtf"))]
         wait = "-"
         if orders:
