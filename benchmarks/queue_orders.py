@@ -124,7 +124,8 @@ def summary_table(results: dict[tuple[str, float, str], list[dict[str, float]]],
         wait = "-"
         if orders:
             top = min(orders, key=lambda n: mean(n, "mean"))
-            wait = f"{top}: {mean(top, 'longest') / mean('fifo/now', 'longest'):.2f}x"
+            fifo_longest = mean("fifo/now", "longest")
+            wait = f"{top}: {mean(top, 'longest') / fifo_longest:.2f}x" if fifo_longest else f"{top}: nobody waited"
         print(f"| {family} | {load:g} | {base / 3600:.2f} | {ratios} | {check} | {wait} |")
 
 

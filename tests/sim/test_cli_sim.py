@@ -180,7 +180,7 @@ def test_gen_trace_of_a_family_then_simulated_with_an_order_and_estimates(
 ) -> None:
     cluster, _ = files
     trace = tmp_path / "pai.csv"
-    args = ["simulate", "gen-trace", "--family", "pai", "--jobs", "30", "--seed", "2", "--load", "0.8",
+    args = ["simulate", "gen-trace", "--family", "pai", "--jobs", "30", "--seed", "2", "--load", "0.5",
             "--cluster", str(cluster), "--out", str(trace)]  # fmt: skip
     assert main(args) == 0 and "wrote 30 jobs" in capsys.readouterr().out
     runs = {}

@@ -12,7 +12,7 @@ from ringleader.errors import UsageError
 from ringleader.scheduler import BackfillConfig, NodeState, Placement
 from ringleader.scheduler.order import QueueOrder
 from ringleader.sim import PreemptionCost, StepTime, TraceJob, simulate
-from ringleader.sim.families import EstimateError, draw_gpus, draw_runtime_s, family_trace
+from ringleader.sim.families import EstimateError, draw_gpus, draw_runtime_s, family_trace, window_load
 from ringleader.topology import NodeSpec, preset
 
 
@@ -58,12 +58,17 @@ def test_las_ranks_a_preempted_job_by_the_gpu_seconds_it_ran_before() -> None:
 
 
 @pytest.mark.parametrize("family", ["philly", "helios", "pai"])
-def test_a_family_trace_offers_the_load_it_was_asked_for(family: str) -> None:
+def test_a_family_trace_offers_the_load_it_was_asked_for_over_its_arrival_window(family: str) -> None:
     jobs = family_trace(family, 400, 3, 0.8, 128, lambda j: 0.5)
-    work = sum(j.total_gpus * j.iterations * 0.5 for j in jobs)
-    assert work / (128 * jobs[-1].arrival_s) == pytest.approx(0.8, rel=0.2)
+    runs = [(j.total_gpus, j.iterations * 0.5) for j in jobs]
+    assert window_load(runs, [j.arrival_s for j in jobs], 128) == pytest.approx(0.8, rel=0.01)
+    heavier = family_trace(family, 400, 3, 1.2, 128, lambda j: 0.5)
+    assert heavier[-1].arrival_s < jobs[-1].arrival_s  # the same jobs, arriving faster
+    assert [j.iterations for j in heavier] == [j.iterations for j in jobs]
     assert all(j.gpus <= 8 and j.total_gpus <= 128 for j in jobs)
-    assert family_trace(family, 50, 3, 0.8, 128, lambda j: 0.5) == family_trace(family, 50, 3, 0.8, 128, lambda j: 0.5)
+    assert family_trace(family, 60, 3, 0.1, 16, lambda j: 0.5) == family_trace(family, 60, 3, 0.1, 16, lambda j: 0.5)
+    with pytest.raises(UsageError, match="cannot offer load 50"):
+        family_trace(family, 20, 3, 50.0, 128, lambda j: 0.5)
 
 
 def test_family_draws_match_the_published_statistics() -> None:

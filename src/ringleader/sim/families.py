@@ -12,7 +12,8 @@ statistics (``data/reference.toml``, section ``traces``, each number with its so
 
 A job's run time is its run on its best placement: ``iterations`` are the run time over the
 step time of that placement, which the caller prices (``best_step_s``). Arrivals are Poisson at
-the rate that offers ``load``: GPU-seconds of work per GPU-second of the arrival window.
+the rate that offers ``load`` over the arrival window: the GPU-seconds the jobs would hold
+before the last arrival if each started on arrival, per GPU-second of the window.
 
 ``EstimateError`` is how far the queue's idea of a job's work is off: ``uniform`` (log-uniform
 in [1/(1+E), 1+E]), ``lognormal`` (sigma E), or ``biased``: log-uniform in [x0.5, x3], mostly
@@ -79,9 +80,9 @@ def family_trace(
     best_step_s: Callable[[TraceJob], float],
     gpus_per_node: int = 8,
 ) -> list[TraceJob]:
-    """``n_jobs`` seeded jobs of ``family`` arriving at the rate that offers ``load`` to a
-    cluster of ``cluster_gpus``: a gang of up to ``gpus_per_node`` GPUs is one worker, a bigger
-    one whole nodes."""
+    """``n_jobs`` seeded jobs of ``family`` arriving (Poisson) at the rate that offers ``load``
+    to a cluster of ``cluster_gpus`` over the arrival window (``window_load``): a gang of up to
+    ``gpus_per_node`` GPUs is one worker, a bigger one whole nodes."""
     if family not in FAMILIES:
         raise UsageError(f"unknown trace family {family!r}", f"use one of {', '.join(FAMILIES)}")
     if n_jobs < 1 or not load > 0:
@@ -89,7 +90,7 @@ def family_trace(
     rng = random.Random(f"{family}:{seed}")
     width = len(str(n_jobs))
     drawn: list[TraceJob] = []
-    gpu_seconds = 0.0
+    runs: list[tuple[int, float]] = []  # (GPUs, seconds on its best placement)
     for i in range(n_jobs):
         gpus = draw_gpus(family, rng, cluster_gpus)
         runtime = draw_runtime_s(family, rng)
@@ -97,15 +98,45 @@ def family_trace(
         model, batch = rng.choice(MODELS)
         job = TraceJob(f"job-{i:0{width}d}", 0.0, workers, per_worker, model, batch, 1)
         iterations = max(1, round(runtime / best_step_s(job)))
-        gpu_seconds += gpus * iterations * best_step_s(job)
+        runs.append((gpus, iterations * best_step_s(job)))
         drawn.append(TraceJob(job.name, 0.0, workers, per_worker, model, batch, iterations))
-    rate = load * cluster_gpus * n_jobs / gpu_seconds  # jobs per second
-    arrivals = random.Random(f"{family}:{seed}:arrivals")
-    t, jobs = 0.0, []
-    for job in drawn:
-        t += arrivals.expovariate(rate)
-        jobs.append(TraceJob(job.name, round(t, 3), job.workers, job.gpus, job.model, job.batch_size, job.iterations))
-    return jobs
+    gaps = random.Random(f"{family}:{seed}:arrivals")
+    unit, t = [], 0.0  # arrivals at one job per second; the load sets the time scale
+    for _ in drawn:
+        t += gaps.expovariate(1.0)
+        unit.append(t)
+    scale = window_scale(runs, unit, load, cluster_gpus)
+    return [TraceJob(j.name, round(a * scale, 3), j.workers, j.gpus, j.model, j.batch_size, j.iterations)
+            for j, a in zip(drawn, unit, strict=True)]  # fmt: skip
+
+
+def window_load(runs: list[tuple[int, float]], arrivals: list[float], cluster_gpus: int) -> float:
+    """The share of the cluster's GPU-seconds over the arrival window that the jobs would hold
+    if each started on arrival (a run is counted up to the window's end only)."""
+    end = arrivals[-1]
+    if end <= 0:
+        return math.inf
+    held = sum(gpus * min(run, end - at) for (gpus, run), at in zip(runs, arrivals, strict=True))
+    return held / (cluster_gpus * end)
+
+
+def window_scale(runs: list[tuple[int, float]], unit: list[float], load: float, cluster_gpus: int) -> float:
+    """The time scale of the unit-rate arrivals ``unit`` at which the jobs offer ``load`` over
+    the arrival window (``window_load``); a heavy tail of long runs then offers its load through
+    what it holds while jobs arrive, not through work that ends long after the last arrival.
+    Refused where so few jobs cannot offer that much."""
+
+    def at(scale: float) -> float:
+        return window_load(runs, [a * scale for a in unit], cluster_gpus)
+
+    low, high = 1e-6, 1e9  # seconds per unit gap; the window load falls as the window grows
+    if at(low) < load:
+        raise UsageError(f"{len(runs)} jobs cannot offer load {load:g} to {cluster_gpus} GPUs",
+                         "give more --jobs or a lower --load")  # fmt: skip
+    for _ in range(100):
+        mid = math.sqrt(low * high)
+        low, high = (mid, high) if at(mid) > load else (low, mid)
+    return math.sqrt(low * high)
 
 
 def best_step_fn(specs: list[NodeSpec], memo: Memoised | None = None) -> Callable[[TraceJob], float]:
