@@ -2,8 +2,9 @@
 
 Cluster: 16 x DGX-1V (8 V100, NVLink hybrid cube mesh), 25 Gb/s between nodes. Each trace
 family (philly, helios, pai: GPU counts and run times from the published statistics in
-reference.toml ``traces``) is drawn per seed, then offered at each load (GPU-seconds of work on
-best placements per GPU-second of arrivals). Every variant runs the queue the engines run
+reference.toml ``traces``) is drawn per seed, then offered at each load over its arrival window
+(``families.window_load``: the share of the cluster the jobs would hold while they arrive if each
+started on arrival, priced on best placements). Every variant runs the queue the engines run
 (``BackfillConfig()``: two reservations, age), users' run-time estimates biased x0.5-x3
 (``EstimateError("biased")``), jobs' true rates off the model's by its held-out errors
 (``prediction_error``), and the engines' default risk with the model's ranges (``risk="averse"``).
