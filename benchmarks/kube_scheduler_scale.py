@@ -4,11 +4,11 @@ fake API server.
 1. Decisions, API calls excluded: a cache of 5,000 nodes x 8 V100 (preset dgx1v, every node
    labelled ack.node.gpu.schedule=topology, agent topology annotation, 96 CPUs, 768 GiB) and
    1,000 pending gangs of 8 pods x 1 GPU (a PodGroup each, --gputopology). Each gang is decided
-   in one ``decide()`` (Kubernetes filters around ``place()``) and assumed in the cache, as the
-   scheduler's cycle does before it writes anything. Two clusters: all GPUs free, and half of
+   by the queue's cycle (Kubernetes filters around ``place()``: ``decide.Members``) and assumed in
+   the cache, as the scheduler's cycle does before it writes anything. Two clusters: all GPUs free, and half of
    them held at random by running single-GPU pods (fragmented free masks). Reported: pods placed
    per second over the whole queue, and p50/p99/max of one gang's decision + assume.
-   Decisions go through the shared queue (``QueuePass``) as the cycle's do. Both clusters again
+   Decisions go through the shared queue (``run_cycle``, one gang at a time, to time each). Both clusters again
    WITH levels: every node labelled with Kueue's example keys (cloud.provider.com/topology-rack,
    racks of 32 nodes; cloud.provider.com/topology-block, blocks of 16 racks), so the cache
    builds the network tree from the labels and ``place()`` counts racks and blocks too;
@@ -38,9 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the co
 
 from ringleader.engines.kubernetes import names
 from ringleader.engines.kubernetes.cache import Cache
-from ringleader.engines.kubernetes.decide import decide
+from ringleader.engines.kubernetes.decide import Members
 from ringleader.engines.kubernetes.objects import topology_annotation
-from ringleader.scheduler import BackfillConfig, QueuePass
+from ringleader.scheduler import BackfillConfig, Snapshot, run_cycle
 from ringleader.topology import preset
 
 TOPOLOGY = topology_annotation(preset("dgx1v"))
@@ -108,9 +108,9 @@ def bench_decisions(n_nodes: int, n_gangs: int, size: int, half_busy: bool, seed
     started = time.perf_counter()
     for gang in queue:
         t0, c0 = time.perf_counter(), time.thread_time()
-        outcome = decide(cache, gang, QueuePass(cache.state, time.time(), {}, config))
-        if outcome.ok:
-            cache.assume_gang((a.pod, a.node, a.gpus) for a in outcome.assignments)
+        members = Members(cache)  # a gang that starts is assumed in the cache at once
+        cycle = run_cycle(Snapshot(cache.state, [members.waiting(gang, 0)], time.time(), config=config))
+        outcome = members.outcome(cycle.nominated[0])
         latencies.append(time.perf_counter() - t0)
         cpu.append(time.thread_time() - c0)
         placed += len(outcome.assignments)

@@ -346,7 +346,7 @@ def test_contract_time_limit_and_graceful_delete(run, fake: FakeApiServer, monke
     assert sched.elector.try_acquire_or_renew()
     assert [r.ok for r in sched.cycle()] == [True, True]
     sched.sync()
-    ends = sched._expected_ends(1e9)
+    ends = {g.name: g.expected_end_s for g in sched._holding(1e9) if g.expected_end_s is not None}
     assert ends == {"team-a/slow": 1e9 + 5400, "team-a/quick": 1e9 + 5400}  # bound, not started: from now
     before = len(fake.requests)
     code, out = run("delete", "--engine", "kubernetes", "slow")

@@ -100,6 +100,7 @@ def test_contract_a_launcher_made_after_its_workers_bound_goes_beside_them(fake:
     s.sync()
     assert [r.ok for r in s.cycle()] == [True]
     assert fake.get("pods", "mpi-launcher-x7k2p")["spec"]["nodeName"] == worker_node
+    assert s.cycle() == []  # assumed bound until the watch says so: never bound twice
 
 
 def test_contract_a_throttled_bind_is_retried_not_rolled_back(fake: FakeApiServer) -> None:
@@ -918,11 +919,14 @@ def restartable_gang(fake: FakeApiServer, name: str, pods: int, max_restarts: in
         fake.put("pods", worker)
 
 
-def fails(fake: FakeApiServer, name: str, message: str) -> None:
-    """kubelet: the pod's container exits 1, the end of its log kept in its status."""
+def fails(fake: FakeApiServer, name: str, message: str, reason: str = "") -> None:
+    """kubelet: the pod's container exits 1, the end of its log kept in its status (and the pod's
+    ``reason`` where the node failed under it: NodeLost)."""
     failed = fake.get("pods", name)
     failed["status"] = {"phase": "Failed", "containerStatuses": [{"name": "main", "state": {"terminated": {
         "exitCode": 1, "reason": "Error", "message": message}}}]}  # fmt: skip
+    if reason:
+        failed["status"]["reason"] = reason
     fake.put("pods", failed)
 
 
@@ -930,8 +934,9 @@ def test_contract_a_failed_gang_restarts_whole_and_a_node_blamed_twice_is_cordon
     """--max-restarts on Kubernetes: a worker fails with an NCCL connection error; the scheduler
     blames its node (annotation), raises the gang's restart count on its PodGroup, says why in
     an Event, and deletes every pod of the gang with its grace. mpi-operator's new pods are bound
-    with the new count (their RINGLEADER_RESTARTS). A second such failure on the same node
-    cordons it, with the reason, and the gang's next run goes to the other node."""
+    with the new count (their RINGLEADER_RESTARTS). The gang's own log is its user's to write:
+    a second failure there cordons the node only on what the node says itself (the pod's status
+    NodeLost), with the reason, and the gang's next run goes to the other node."""
     fake.put("nodes", node("gpu-0"))
     fake.put("nodes", node("gpu-1"))
     fake.put("podgroups", podgroup("train", 4))
@@ -941,7 +946,7 @@ def test_contract_a_failed_gang_restarts_whole_and_a_node_blamed_twice_is_cordon
     [first] = {fake.get("pods", f"train-worker-{i}")["spec"]["nodeName"] for i in range(4)}
     [other] = {"gpu-0", "gpu-1"} - {first}
     for run in (1, 2):
-        fails(fake, "train-worker-1", NCCL_LOST)
+        fails(fake, "train-worker-1", NCCL_LOST, "NodeLost" if run == 2 else "")
         s.sync()
         assert s.cycle() == []  # the members are being deleted: nothing to bind yet
         deleted = sorted(p for verb, p in writes(fake) if verb == "delete")
@@ -950,7 +955,9 @@ def test_contract_a_failed_gang_restarts_whole_and_a_node_blamed_twice_is_cordon
         assert group["metadata"]["annotations"][names.RESTARTS_ANNOTATION] == str(run)
         said = [o["message"] for (plural, _, _), o in fake.objects.items()
                 if plural == "events" and o["reason"] == "Restarting"]  # fmt: skip
-        assert said[-1].startswith(f"train-worker-1 failed: an NCCL connection error on {first}: {NCCL_LOST}")
+        why = f"an NCCL connection error on {first}: {NCCL_LOST}" if run == 1 else (
+            f"node {first} failed under it: the pod's status says NodeLost")  # fmt: skip
+        assert said[-1].startswith(f"train-worker-1 failed: {why}")
         assert f"restart {run} of 3 (--max-restarts)" in said[-1]
         for i in range(4):  # kubelet stops them; mpi-operator makes them again
             fake.finish_deletion(f"train-worker-{i}")
@@ -966,8 +973,9 @@ def test_contract_a_failed_gang_restarts_whole_and_a_node_blamed_twice_is_cordon
             assert placed == {first}  # one failure alone does not keep the gang off the node
     blamed = fake.get("nodes", first)
     assert blamed["spec"]["unschedulable"] is True
-    assert blamed["metadata"]["annotations"][names.CORDON_REASON_ANNOTATION].startswith(
-        "blamed for 2 failures, the last of gang default/train: an NCCL connection error")
+    assert blamed["metadata"]["annotations"][names.CORDON_REASON_ANNOTATION] == (
+        f"blamed for 2 failures, the last of gang default/train: node {first} failed under it: the pod's status says "
+        "NodeLost")  # fmt: skip
     assert placed == {other}
 
 

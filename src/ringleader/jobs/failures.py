@@ -5,22 +5,26 @@ failed instance's exit code, its engine's note, the node it ran on and the end o
 A program that exits non-zero by itself fails the same way wherever it runs: it is restarted
 (up to ``--max-restarts``) but no node is blamed. A lost ssh connection (ssh's exit code 255),
 an instance that could not start on its node, or a log that ends in a connection error of
-NCCL, Gloo, Open MPI or the kernel's socket layer, or a missing GPU, blames the node; a node
-blamed twice is cordoned by the engine (the restart then goes elsewhere).
+NCCL, Gloo, Open MPI or the kernel's socket layer, or a missing GPU, blames the node; so does a
+host the engine heard nothing from. The verdict (``cordon_reason``) cordons a node only on what
+a user cannot forge: a silent host at once, two failures the engine saw itself, or the logs of
+several jobs; one job cordons one node at most (the restart then goes elsewhere).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from ringleader.scheduler import ClusterState
-from ringleader.scheduler.queue import UNUSABLE
+from ringleader.scheduler.cycle import without_nodes
 
 SSH_FAILED = 255  # ssh's own exit code: the connection, not the remote command, failed
 # How many faults blamed on a node, by different failures, cordon it.
 BLAMES_TO_CORDON = 2
+# How many nodes one job's failures may cordon; more takes an administrator's `node cordon`.
+CORDONS_PER_JOB = 1
 # How much of the end of a failed rank's log is read for the patterns below.
 LOG_TAIL_BYTES = 16 << 10
 
@@ -63,6 +67,8 @@ def classify(
     the instance that reports a lost peer is not the one that failed."""
     if note.startswith("cannot start"):
         return Failure(True, f"it could not start on {node}: {note}", node)
+    if _HOST_LOST.match(note):  # the engine heard nothing from the host: its own evidence
+        return Failure(True, note, node)
     if remote and exit_code == SSH_FAILED:
         return Failure(True, f"ssh to {node} failed (exit code {SSH_FAILED}): the node or its network is lost", node)
     for pattern, what in NODE_FAULTS:
@@ -75,6 +81,10 @@ def classify(
     return Failure(False, f"the program exited with code {code}" + (f" ({note})" if note else ""))
 
 
+# An engine's note that a host went silent ("host a lost: silent for 11 s (down or cut off)").
+_HOST_LOST = re.compile(r"host \S+ lost: ")
+
+
 def _last_match(pattern: re.Pattern[str], text: str) -> str | None:
     """The last line of ``text`` that matches, shortened to what a reason can hold."""
     for line in reversed(text.splitlines()):
@@ -85,17 +95,9 @@ def _last_match(pattern: re.Pattern[str], text: str) -> str | None:
 
 
 def without_cordoned(state: ClusterState, cordoned: Mapping[str, str]) -> ClusterState:
-    """``state`` with the free GPUs of cordoned nodes held (UNUSABLE): no gang is placed there,
-    and no plan counts on them; what runs there runs on."""
-    changed = {}
-    for name in cordoned:
-        pos = state.positions.get(name)
-        if pos is None:
-            continue
-        ns = state.nodes[pos]
-        held = tuple(sorted([*ns.allocated, *((g, UNUSABLE) for g in ns.free_gpus)]))
-        changed[pos] = replace(ns, allocated=held)
-    return state.with_nodes(changed)
+    """``state`` with the free GPUs of cordoned nodes held: no gang is placed there, and no plan
+    counts on them; what runs there runs on (as the queue's cycle masks them)."""
+    return without_nodes(state, cordoned)
 
 
 # -- the verdict on a failed run, and its words (every engine's) -----------------------------------
@@ -108,13 +110,35 @@ def restart_number(failed_runs: int, max_restarts: int, at_time_limit: bool = Fa
     return failed_runs + 1
 
 
-def cordon_reason(blamed: int, failure: Failure, last_of: str, cordoned: bool) -> str | None:
-    """Why the node ``failure`` blames is cordoned, once it is blamed for ``blamed`` failures
-    (``BLAMES_TO_CORDON``), the last of ``last_of`` ("job x", "gang ns/x"); None while it is not
-    to be, or is ``cordoned`` already."""
-    if not failure.node_fault or blamed < BLAMES_TO_CORDON or cordoned:
+def from_log(why: str) -> bool:
+    """Whether a fault's only evidence is a line of the job's own log, which its user writes."""
+    return any(why.startswith(f"{what} on ") for _, what in NODE_FAULTS)
+
+
+def cordon_reason(
+    faults: Sequence[tuple[str, str]], failure: Failure, last_of: str, cordoned: bool, cordons: Iterable[str] = ()
+) -> str | None:
+    """Why the node ``failure`` blames is cordoned, given its ``faults`` ((job, why) of each
+    failure blamed on it, this one included) and ``last_of`` ("job x", "gang ns/x"); None while
+    it is not to be, or is ``cordoned`` already.
+
+    Only what a user cannot forge counts alone: a host that went silent cordons its node on
+    the first failure (the restart goes elsewhere), and every failure the engine saw itself
+    (ssh's own exit, an instance that could not start, Slurm's NODE_FAIL, a NotReady node) is
+    one of the ``BLAMES_TO_CORDON`` needed; connection errors read in logs count once per job,
+    so a job's own log text never cordons a node, several jobs' do. One job cordons at most
+    ``CORDONS_PER_JOB`` nodes (``cordons``: the reasons of every cordon in place); more takes
+    an administrator's `ringleader node cordon`."""
+    if not failure.node_fault or cordoned:
         return None
-    return f"blamed for {blamed} failures, the last of {last_of}: {failure.why}"
+    logged = {job for job, why in faults if from_log(why)}
+    witnesses = len(logged) + sum(1 for _, why in faults if not from_log(why))
+    if witnesses < (1 if _HOST_LOST.match(failure.why) else BLAMES_TO_CORDON):
+        return None
+    if sum(1 for reason in cordons if f"the last of {last_of}: " in reason) >= CORDONS_PER_JOB:
+        return None
+    count = f"{len(faults)} failure" + ("s" if len(faults) != 1 else "")
+    return f"blamed for {count}, the last of {last_of}: {failure.why}"
 
 
 def restarting_text(cause: str, restart: int, max_restarts: int) -> str:

@@ -49,6 +49,8 @@ from ringleader.scheduler.types import (
 # A host's check of a placement beyond its GPUs (Kubernetes: CPU, memory and pod room on its
 # nodes, and room for the gang's members without GPUs): None when it fits; else the nodes that
 # lack room (node -> why: masked, and the job placed again) or, as text, why it cannot start.
+# None is final: the job starts on that placement in this cycle, so a host may assume it there
+# and then (Kubernetes counts the gang's pods on its nodes before the next gang's check).
 HostCheck = Callable[[Placement], "Mapping[str, str] | str | None"]
 # Nodes a host check may refuse before the job is called pending.
 MAX_REPLACEMENTS = 4
@@ -151,49 +153,54 @@ def run_cycle(snapshot: Snapshot) -> Cycle:
     A job that starts is committed to the copy before the next is tried, so two gangs never get
     the same GPU; a job that preempts holds the GPUs its victims free, and they are no victims
     for the jobs after it. The caller acts on the returned decisions as a whole."""
-    teams = teams_of(snapshot)
-    if teams is not None:
-        teams = teams.with_waiting(w.job for w in snapshot.waiting)
-    victims = [h for h in snapshot.holding if h.preemptible]
-    state = without_nodes(snapshot.state, snapshot.cordoned)
-    current = QueuePass(
-        state, snapshot.now, {h.name: h.expected_end_s for h in snapshot.holding if h.expected_end_s is not None},
-        snapshot.config, estimate=snapshot.estimate, ideal=snapshot.ideal,
-        running={h.name: RunningGang(h.name, h.priority) for h in victims},
-        preempt_delay_s=max((h.grace_s for h in victims), default=0.0), teams=teams,
-    )  # fmt: skip
+    current = _opening(snapshot)
     nominated: list[Nominated] = []
     held: dict[str, Reservation] = {}
     decided_on: dict[str, Hashable] = {}
     unchanged = 0
-    moved = sum(1 for name in snapshot.held if name not in {w.job.name for w in snapshot.waiting})
+    names = {w.job.name for w in snapshot.waiting}
+    moved = sum(1 for name in snapshot.held if name not in names)  # reservations of jobs no longer waiting
     for entry in queue_order(snapshot.waiting, snapshot.now, snapshot.config, current.teams):
         assert isinstance(entry, Waiting)
         name, kept = entry.job.name, snapshot.held.get(entry.job.name)
         inputs = _inputs(snapshot, entry, current, moved)
-        if inputs is not None and snapshot.decided_on.get(name) == inputs:
+        if inputs is not None and snapshot.decided_on.get(name) == inputs:  # last cycle's answer stands
             unchanged += 1
-            decided_on[name] = inputs
-            if kept is not None and len(current.reservations) < snapshot.config.reservation_depth:
-                current = replace(current, reservations=(*current.reservations, kept))
-                held[name] = kept
-            elif kept is not None:
-                moved += 1
+            reservation = kept if len(current.reservations) < snapshot.config.reservation_depth else None
+            if reservation is not None:
+                current = replace(current, reservations=(*current.reservations, reservation))
+        elif _hopeless(snapshot, current, entry.job):
             continue
-        if _hopeless(snapshot, current, entry.job):
-            continue
-        one, current = _nominate(current, entry, snapshot)
-        nominated.append(one)
-        reservation = one.decision.reservation
-        if kept is not None and (reservation is None or reservation.placement != kept.placement):
-            moved += 1
+        else:
+            one, current = _nominate(current, entry, snapshot)
+            nominated.append(one)
+            reservation = one.decision.reservation
+            inputs = None if one.ok else inputs
+        moved += kept is not None and (reservation is None or reservation.placement != kept.placement)
         if reservation is not None:
             held[name] = reservation
-        if not one.ok and inputs is not None:
+        if inputs is not None:
             decided_on[name] = inputs
-        if one.decision.preemption is not None and snapshot.stop_at_preemption:
+        if snapshot.stop_at_preemption and nominated and nominated[-1].decision.preemption is not None:
             break
     return Cycle(tuple(nominated), current.state, held, decided_on, unchanged, moved)
+
+
+def _opening(snapshot: Snapshot) -> QueuePass:
+    """The pass before the first job: the cordoned nodes masked, the holding gangs' ends, those
+    that may be preempted (the longest grace among them: how long a preemption takes), the team
+    queues with the waiting jobs in them."""
+    teams = teams_of(snapshot)
+    if teams is not None:
+        teams = teams.with_waiting(w.job for w in snapshot.waiting)
+    victims = [h for h in snapshot.holding if h.preemptible]
+    ends = {h.name: h.expected_end_s for h in snapshot.holding if h.expected_end_s is not None}
+    return QueuePass(
+        without_nodes(snapshot.state, snapshot.cordoned), snapshot.now, ends, snapshot.config,
+        estimate=snapshot.estimate, ideal=snapshot.ideal,
+        running={h.name: RunningGang(h.name, h.priority) for h in victims},
+        preempt_delay_s=max((h.grace_s for h in victims), default=0.0), teams=teams,
+    )  # fmt: skip
 
 
 def _inputs(snapshot: Snapshot, entry: Waiting, current: QueuePass, moved: int) -> Hashable:
@@ -230,15 +237,15 @@ def _nominate(current: QueuePass, entry: Waiting, snapshot: Snapshot) -> tuple[N
     lacking: dict[str, str] = {}
     for _ in range(MAX_REPLACEMENTS + 1):
         trial = replace(current, state=without_nodes(current.state, masked)) if masked else current
-        decision, after = trial.decide(entry.job, policy, explain, entry.submit_s)
+        decision, after = trial.decide(entry.job, policy, explain, entry.submit_s, commit=False)
         placement = decision.placement
         if placement is None or not decision.ok:
             if decision.code is Code.UNRESOLVABLE and entry.masked:
                 decision = replace(decision, code=Code.UNSCHEDULABLE)  # masked nodes may come back
             return Nominated(entry, decision, lacking), replace(after, state=current.state)
         refused = entry.check(placement) if entry.check is not None else None
-        if refused is None:
-            return Nominated(entry, decision, lacking), replace(after, state=current.state.with_placement(placement))
+        if refused is None:  # committed to the pass without its masks
+            return Nominated(entry, decision, lacking), current.started(entry.job, placement)
         if isinstance(refused, str):
             pending = Decision(entry.job, decision.policy, Code.UNSCHEDULABLE, reasons=(refused,))
             return Nominated(entry, pending, lacking, refused), current

@@ -208,13 +208,15 @@ class QueuePass:
         return usable
 
     def decide(
-        self, job: JobRequest, policy: str | None = None, explain: bool = True, submit_s: float | None = None
+        self, job: JobRequest, policy: str | None = None, explain: bool = True, submit_s: float | None = None,
+        commit: bool = True,
     ) -> tuple[Decision, QueuePass]:
         """Start ``job`` if it fits without delaying a reservation, unless its start rule finds
         a later start on better GPUs (``weigh_start``); else pend it, with a reservation while
         fewer than ``reservation_depth`` exist. Without ``explain`` a pending decision carries
         only its code and reservation (the simulator needs no reasons). ``submit_s``: when the
-        job was submitted (its longest wait counts from then; None: from now)."""
+        job was submitted (its longest wait counts from then; None: from now). Without
+        ``commit`` a job that starts is left to the caller to commit (``started``)."""
         over_quota, job = self._quota_limits(job)
         if over_quota is not None:
             reclaim = self._reclaim(job, policy, over_quota)
@@ -247,7 +249,7 @@ class QueuePass:
                 fits_now = replace(fits_now, reasons=(*fits_now.reasons, when.describe()), when=when)
             if borrows is not None:
                 fits_now = replace(fits_now, borrows=borrows)
-            return fits_now, self._started(job, placement)
+            return fits_now, (self.started(job, placement) if commit else self)
         preemption = self.plan_preemption(job, policy, when, usable)
         if preemption is not None:
             return self._preempts(job, policy, preemption, when)
@@ -277,7 +279,9 @@ class QueuePass:
             decision = replace(now_decision, reasons=(*lines, *now_decision.reasons), reservation=reservation)
         return decision, after
 
-    def _started(self, job: JobRequest, placement: Placement) -> QueuePass:
+    def started(self, job: JobRequest, placement: Placement) -> QueuePass:
+        """The pass once ``job`` started on ``placement``: its GPUs taken, its end expected, its
+        queue's use raised."""
         end = self.end_of(job)
         ends = {**self.expected_ends, job.name: end} if end is not None else self.expected_ends
         teams = self.teams.with_started(job, self.state, placement) if self.teams is not None else None

@@ -1,6 +1,6 @@
 """Restarts on ssh hosts: a gang whose node loses its network (the emulated node's link taken
-down) is stopped, the node blamed until it is cordoned with the reason, and the gang restarts on
-the other node and resumes from its checkpoint."""
+down) is stopped, the node that went silent cordoned at once with the reason, and the gang
+restarts on the other node and resumes from its checkpoint."""
 
 from __future__ import annotations
 
@@ -41,7 +41,9 @@ def test_a_gang_whose_node_loses_its_network_restarts_elsewhere_from_its_checkpo
     restarting = [e.message for e in done.events if e.kind == "Restarting"]
     assert restarting and all(lost in message for message in restarting), restarting
     health = hosts.node_health([lost])[lost]
-    assert health.status == "Cordoned" and health.reason.startswith("blamed for 2 failures, the last of job train")
+    # the engine heard nothing from the host: cordoned on that first failure, the restart elsewhere
+    assert health.status == "Cordoned", health
+    assert health.reason.startswith(f"blamed for 1 failure, the last of job train: host {lost} lost: silent for")
     assert {i.node for i in done.instances if i.role == "worker"} == {other}
     for rank in range(2):  # resumed from where the lost node's run had saved it
         step, node = (tmp_path / f"resumed-{rank}").read_text().split()

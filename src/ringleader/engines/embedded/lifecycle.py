@@ -226,8 +226,9 @@ def blame_node(conn: sqlite3.Connection, name: str, failure: Failure, now: float
     ``cordon_reason`` says (said in the job's events)."""
     if not failure.node_fault or failure.node is None:
         return
-    blamed = store.add_fault(conn, failure.node, name, failure.why, now)
-    reason = cordon_reason(blamed, failure, f"job {name}", failure.node in store.cordons(conn))
+    faults = store.add_fault(conn, failure.node, name, failure.why, now)
+    cordons = store.cordons(conn)
+    reason = cordon_reason(faults, failure, f"job {name}", failure.node in cordons, cordons.values())
     if reason is not None:
         store.cordon(conn, failure.node, reason, now)
         store.add_event(conn, name, "NodeCordoned", cordoned_text(failure.node, reason), now)

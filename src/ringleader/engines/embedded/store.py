@@ -752,11 +752,12 @@ def add_usage(conn: sqlite3.Connection, queue: str, gpu_s: float, now: float) ->
 # -- node faults and cordons ----------------------------------------------------------------------
 
 
-def add_fault(conn: sqlite3.Connection, node: str, job: str, why: str, now: float) -> int:
-    """Record a fault blamed on ``node``; returns how many faults it has since it was last
-    uncordoned."""
+def add_fault(conn: sqlite3.Connection, node: str, job: str, why: str, now: float) -> list[tuple[str, str]]:
+    """Record a fault blamed on ``node``; returns every fault it has since it was last
+    uncordoned, as (job, why), oldest first."""
     conn.execute("INSERT INTO node_faults (node, job, at, why) VALUES (?, ?, ?, ?)", (node, job, now, why))
-    return int(conn.execute("SELECT count(*) FROM node_faults WHERE node = ?", (node,)).fetchone()[0])
+    rows = conn.execute("SELECT job, why FROM node_faults WHERE node = ? ORDER BY at, rowid", (node,))
+    return [(str(r[0]), str(r[1])) for r in rows]
 
 
 def cordons(conn: sqlite3.Connection) -> dict[str, str]:

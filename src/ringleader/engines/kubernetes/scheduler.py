@@ -22,7 +22,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from typing import Any
@@ -212,10 +212,9 @@ class Scheduler:
         reservations across cycles; a gang decided on the same inputs as last cycle keeps its
         answer; later gangs start only where they delay no reservation."""
         with self.lock:
-            gangs = self._ready_gangs()
-            outcomes = [o for g in gangs if (o := outside_queue(self.cache, g)) is not None]
+            outcomes, queued = self._outside_queue(self._ready_gangs())
             members = Members(self.cache)
-            snapshot = self._queue_snapshot([g for g in gangs if g.key not in {o.gang.key for o in outcomes}], members)
+            snapshot = self._queue_snapshot(queued, members)
             started = time.perf_counter()
             cycle = run_cycle(snapshot)
             each = (time.perf_counter() - started) / max(len(cycle.nominated), 1)  # the cycle's time, shared
@@ -234,6 +233,20 @@ class Scheduler:
         for gone in set(self._backoff) - {g.key for g in gangs}:  # bound since, or deleted
             del self._backoff[gone]
         return [g for g in gangs if g.ready and not self._backing_off(g.key)]
+
+    def _outside_queue(self, gangs: Sequence[Gang]) -> tuple[list[Outcome], list[Gang]]:
+        """The gangs the queue does not decide (``decide.outside_queue``), decided, the placed ones
+        assumed; and those the queue's cycle decides."""
+        outcomes, queued = [], []
+        for gang in gangs:
+            outcome = outside_queue(self.cache, gang)
+            if outcome is None:
+                queued.append(gang)
+                continue
+            if outcome.ok:
+                self.cache.assume_gang((a.pod, a.node, a.gpus) for a in outcome.assignments)
+            outcomes.append(outcome)
+        return outcomes, queued
 
     def _queue_snapshot(self, gangs: Sequence[Gang], members: Members) -> Snapshot:
         """The cache as the queue's cycle sees it: the gangs waiting, each with what Kubernetes
@@ -459,7 +472,8 @@ class Scheduler:
             faults = blamed(node, gang, failed.run, failure.why)
             notes: dict[str, str | None] = {names.FAULTS_ANNOTATION: json.dumps(faults, sort_keys=True)}
             cordoned = bool((node.get("spec") or {}).get("unschedulable"))
-            reason = cordon_reason(len(faults), failure, f"gang {gang}", cordoned)
+            said = [(key.rpartition("#")[0], why) for key, why in faults.items()]
+            reason = cordon_reason(said, failure, f"gang {gang}", cordoned, self._cordon_reasons())
             if reason is None:
                 self.api.annotate_node(failure.node, notes)
                 return
@@ -468,6 +482,15 @@ class Scheduler:
             log.warning("node %s: failure not recorded: %s", failure.node, exc.message)
             return
         self._event(failed.pod, "Warning", "NodeCordoned", cordoned_text(failure.node, reason))
+
+    def _cordon_reasons(self) -> Iterator[str]:
+        """Why each node ringleader cordoned is cordoned: read from the server only when iterated
+        (where a cordon may follow)."""
+        nodes, _ = self.api.list("nodes")
+        for node in nodes:
+            reason = ((node.get("metadata") or {}).get("annotations") or {}).get(names.CORDON_REASON_ANNOTATION)
+            if reason:
+                yield str(reason)
 
     def _report_bound(self, outcome: Outcome) -> None:
         for a in outcome.assignments:

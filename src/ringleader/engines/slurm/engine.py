@@ -391,9 +391,10 @@ class SlurmEngine:
         if not failure.node_fault or failure.node is None:
             return
         with self.teams.locked():
-            blamed = self.teams.blame(failure.node, record["name"], int(record.get("restarts", 0)), failure.why,
+            faults = self.teams.blame(failure.node, record["name"], int(record.get("restarts", 0)), failure.why,
                                       self.clock.now())  # fmt: skip
-            reason = cordon_reason(blamed, failure, f"job {record['name']}", failure.node in self.teams.cordons())
+            cordons, job = self.teams.cordons(), f"job {record['name']}"
+            reason = cordon_reason(faults, failure, job, failure.node in cordons, cordons.values())
             if reason is None:
                 return
             drained = self._cordon(failure.node, reason)

@@ -98,14 +98,14 @@ class TeamFiles:
         self._write(USAGE, usage)
 
     # -- faults and cordons ---------------------------------------------------------------------
-    def blame(self, node: str, job: str, run: int, why: str, now: float) -> int:
+    def blame(self, node: str, job: str, run: int, why: str, now: float) -> list[tuple[str, str]]:
         """A fault of ``job``'s run ``run`` blamed on ``node`` (the same run blamed twice counts
-        once); how many distinct failures the node is now blamed for."""
+        once); every distinct failure the node is now blamed for, as (job, why)."""
         faults = self._read(FAULTS)
         blamed = faults.setdefault("faults", {}).setdefault(node, {})
         blamed.setdefault(f"{job}#{run}", [why, now])
         self._write(FAULTS, faults)
-        return len(blamed)
+        return [(key.rpartition("#")[0], str(said[0])) for key, said in blamed.items()]
 
     def cordons(self) -> dict[str, str]:
         """Node -> why ringleader cordoned it."""
