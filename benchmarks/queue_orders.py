@@ -33,12 +33,12 @@ import time
 from dataclasses import dataclass
 
 from ringleader.scheduler import BackfillConfig
-from ringleader.scheduler.order import DEFAULT_ORDERS, OrderConfig, QueueOrder
+from ringleader.scheduler.order import DEFAULT_ORDERS, OrderConfig, QueueOrder, tiresias_thresholds
 from ringleader.sim import Memoised, model_step_time, simulate, summarise
 from ringleader.sim.families import EstimateError, best_step_fn, family_trace
 from ringleader.topology import NodeSpec, preset
 
-TIRESIAS = OrderConfig(las_thresholds_gpu_s=(3250.0, 7200.0, 18000.0), starve_limit_s=None, promote_knob=2.0)
+TIRESIAS = OrderConfig(las_thresholds_gpu_s=tiresias_thresholds(), starve_limit_s=None, promote_knob=2.0)
 
 
 @dataclass(frozen=True)

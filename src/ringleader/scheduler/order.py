@@ -24,8 +24,10 @@ queued job: the host says them, nothing here reads a clock.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
+
+from ringleader.reference import reference
 
 
 class QueueOrder(StrEnum):
@@ -35,21 +37,14 @@ class QueueOrder(StrEnum):
     LAS = "las"  # least attained GPU service first, in levels, promoted after a long wait
     SRTF = "srtf"  # shortest predicted remaining time first, none passed over beyond a bound
 
-    @classmethod
-    def parse(cls, name: str) -> QueueOrder:
-        try:
-            return cls(name.strip().lower())
-        except ValueError:
-            raise ValueError(f"unknown queue order {name!r}: use one of {', '.join(o.value for o in cls)}") from None
-
 
 @dataclass(frozen=True)
 class OrderConfig:
-    """The orders' knobs. LAS's thresholds are Tiresias' simulator's (SymbioticLab/Tiresias,
-    simulator/jobs.py ``queue_limit``: 3250, 7200, 18000 GPU-seconds); the starve limits and the
-    pass-over bound are ringleader's choices, set before any benchmark ran."""
+    """The orders' knobs. LAS's thresholds are Tiresias' simulator's (reference.toml
+    ``[queue_orders]``: 3,250, 7,200 and 18,000 GPU-seconds); the starve limits and the pass-over
+    bound are ringleader's choices, set before any benchmark ran."""
 
-    las_thresholds_gpu_s: tuple[float, ...] = (3250.0, 7200.0, 18000.0)
+    las_thresholds_gpu_s: tuple[float, ...] = field(default_factory=lambda: tiresias_thresholds())
     starve_limit_s: float | None = 4 * 3600.0  # promoted to the first level after this wait (None: never)
     promote_knob: float | None = None  # promoted after this many times its last run (Tiresias; None: never)
     max_passed_over_s: float = 4 * 3600.0  # srtf: waited this long, it goes before all that have not
@@ -70,6 +65,11 @@ class Service:
     queued_since_s: float | None = None  # when it last entered the queue (None: its submit time)
     last_run_s: float = 0.0  # how long its last run lasted (0: it never ran)
     remaining_s: float | None = None  # predicted seconds of work left (None: unknown)
+
+
+def tiresias_thresholds() -> tuple[float, ...]:
+    """Tiresias' LAS thresholds in GPU-seconds (reference.toml ``[queue_orders]``)."""
+    return tuple(float(t) for t in reference()["queue_orders"]["las_thresholds_gpu_s"])
 
 
 NO_SERVICE = Service()  # a job that never ran, in the queue since its submit, of unknown length
