@@ -173,3 +173,41 @@ def test_the_committed_2x8_results_are_what_the_documented_command_gives(tmp_pat
         return [row.split(",")[:-1] for row in path.read_text().splitlines()]  # WALL (s) last
 
     assert figures(out / "summary.csv") == figures(examples / "results-2x8" / "summary.csv")
+
+
+def test_gen_trace_of_a_family_then_simulated_with_an_order_and_estimates(
+    files: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster, _ = files
+    trace = tmp_path / "pai.csv"
+    args = ["simulate", "gen-trace", "--family", "pai", "--jobs", "30", "--seed", "2", "--load", "0.5",
+            "--cluster", str(cluster), "--out", str(trace)]  # fmt: skip
+    assert main(args) == 0 and "wrote 30 jobs" in capsys.readouterr().out
+    runs = {}
+    for order in ("fifo", "srtf"):
+        code = main(["simulate", "--cluster", str(cluster), "--trace", str(trace), "--policies", "topology",
+                     "--order", order, "--estimate-error", "biased", "--risk", "averse", "--prediction-error",
+                     "--start", "finish", "-o", "json"])  # fmt: skip
+        assert code == 0
+        runs[order] = json.loads(capsys.readouterr().out)["policies"][0]
+    assert runs["fifo"]["jobs"] == runs["srtf"]["jobs"] == 30
+    assert runs["srtf"]["avg_jct_s"] <= runs["fifo"]["avg_jct_s"] * 1.05
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--family", "pai", "--load", "0.5"], "--family needs --cluster and --load"),
+    ([], "give --arrival-rate (jobs per hour) or --family"),
+])  # fmt: skip
+def test_gen_trace_family_needs_its_options(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], words: str
+) -> None:
+    assert main(["simulate", "gen-trace", "--jobs", "5", "--out", str(tmp_path / "t.csv"), *args]) == 2
+    err = capsys.readouterr().err
+    assert words in err and len(err.strip().splitlines()) <= 2
+
+
+def test_a_bad_estimate_error_is_one_line(files: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    cluster, trace = files
+    assert main(["simulate", "--cluster", str(cluster), "--trace", str(trace), "--estimate-error", "wild"]) == 2
+    err = capsys.readouterr().err
+    assert "bad --estimate-error 'wild'" in err and len(err.strip().splitlines()) <= 2

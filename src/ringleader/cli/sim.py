@@ -9,6 +9,8 @@ import click
 from ringleader.cli.output import console, emit_data, output_option, step_progress, table
 from ringleader.cli.params import FiniteFloat, count
 from ringleader.errors import UsageError
+from ringleader.scheduler.order import QueueOrder
+from ringleader.scheduler.types import RISKS
 from ringleader.sim import (
     NodeFailures,
     PreemptionCost,
@@ -20,6 +22,7 @@ from ringleader.sim import (
     write_trace,
 )
 from ringleader.sim.compare import parse_start_rules, table_rows
+from ringleader.sim.families import FAMILIES, best_step_fn, family_trace, parse_estimate_error
 from ringleader.sim.summary import coincidence_notes, utilization_note
 from ringleader.topology import load_cluster_file
 from ringleader.topology.cluster import check_name
@@ -62,20 +65,65 @@ def simulate_group() -> None:
     help="Also compare start rules, e.g. now,best,finish: every job waits or starts degraded by the rule "
          "(finish: whichever the model predicts finishes first; its work is its iterations on its best placement).",
 )  # fmt: skip
-@click.option("--preempt", is_flag=True,
-              help="Jobs of higher priority may preempt lower ones (requeued; they keep their 10-minute checkpoints).")
-@click.option("--queues", "queues_file", type=click.Path(dir_okay=False),
-              help="Team queues (YAML: quotas, weights, cohorts; docs/queues.md) the trace's `queue` column names.")
-@click.option("--node-mtbf", "mtbf_h", type=FiniteFloat(0.0, 1e7, low_open=True), metavar="HOURS",
-              help="Nodes fail, each after this many hours on average; their gangs restart from their last "
-                   "10-minute checkpoint (--max-restarts).")
-@click.option("--repair", "repair_h", type=FiniteFloat(0.0, 1e6), default=1.0, show_default=True, metavar="HOURS",
-              help="How long a failed node stays out (with --node-mtbf).")
+@click.option(
+    "--preempt",
+    is_flag=True,
+    help="Jobs of higher priority may preempt lower ones (requeued; they keep their 10-minute checkpoints).",
+)
+@click.option(
+    "--queues",
+    "queues_file",
+    type=click.Path(dir_okay=False),
+    help="Team queues (YAML: quotas, weights, cohorts; docs/queues.md) the trace's `queue` column names.",
+)
+@click.option(
+    "--node-mtbf",
+    "mtbf_h",
+    type=FiniteFloat(0.0, 1e7, low_open=True),
+    metavar="HOURS",
+    help="Nodes fail, each after this many hours on average; their gangs restart from their last "
+    "10-minute checkpoint (--max-restarts).",
+)
+@click.option(
+    "--order",
+    type=click.Choice([o.value for o in QueueOrder]),
+    default="fifo",
+    show_default=True,
+    help="Queue order within a priority: fifo, las (least attained GPU service first) or srtf "
+    "(shortest predicted remaining time first, none passed over more than 4 h).",
+)
+@click.option(
+    "--estimate-error",
+    "estimate_error",
+    metavar="MODEL",
+    help="How users misjudge their run time, as the queue sees it: biased (x0.5-x3, mostly over), "
+    "lognormal[:SIGMA] or uniform[:E].",
+)
+@click.option(
+    "--risk",
+    type=click.Choice(list(RISKS)),
+    help="Give every job this risk and the queue the model's likely ranges, as the engines do "
+    "(default: a plain estimate, no ranges).",
+)
+@click.option(
+    "--prediction-error",
+    is_flag=True,
+    help="Each job really runs at a rate off the model's by a draw from its held-out errors.",
+)
+@click.option(
+    "--repair",
+    "repair_h",
+    type=FiniteFloat(0.0, 1e6),
+    default=1.0,
+    show_default=True,
+    metavar="HOURS",
+    help="How long a failed node stays out (with --node-mtbf).",
+)
 @output_option("json")
 def run_cmd(
     cluster_file: str, trace_file: str, policies: str, out_dir: str | None, max_failures: int,
-    start_rules: str | None, preempt: bool, queues_file: str | None, mtbf_h: float | None, repair_h: float,
-    output: str,
+    start_rules: str | None, preempt: bool, queues_file: str | None, mtbf_h: float | None, order: str,
+    estimate_error: str | None, risk: str | None, prediction_error: bool, repair_h: float, output: str,
 ) -> None:  # fmt: skip
     """Run the trace under each policy; print JCT, queueing, makespan, utilization, throughput."""
     from ringleader.sim.queues_file import load_queues
@@ -86,12 +134,14 @@ def run_cmd(
     jobs = load_trace(trace_file)
     queues = load_queues(queues_file) if queues_file is not None else ()
     failures = NodeFailures(mtbf_h * 3600, repair_h * 3600) if mtbf_h else None
+    misjudged = parse_estimate_error(estimate_error) if estimate_error is not None else None
     runs = len(names) * max(len(rules), 1)
     with step_progress(runs + (1 if out_dir else 0), output == "table") as step:
         result = compare_policies(specs, jobs, names, max_failures=max_failures,
                                   on_policy=lambda p: step(f"simulating {p}"), start_rules=rules,
                                   preemption=PreemptionCost() if preempt else None, queues=queues,
-                                  failures=failures)  # fmt: skip
+                                  failures=failures, order=QueueOrder(order), estimate_error=misjudged, risk=risk,
+                                  prediction_error=prediction_error)  # fmt: skip
         step("writing plots and report")
         written = write_outputs(result, out_dir, title=f"{len(jobs)} jobs, {len(specs)} nodes") if out_dir else []
     if output == "json":
@@ -124,21 +174,59 @@ def run_cmd(
 
 @simulate_group.command("gen-trace")
 @click.option("--jobs", "n_jobs", required=True, type=count(1, 1_000_000), help="Number of jobs.")
-@click.option("--seed", default=0, show_default=True, type=count(0, 2**32 - 1),
-              help="Random seed (same seed, same trace).")
-@click.option("--arrival-rate", required=True, type=FiniteFloat(0.0, 1e6, low_open=True),
-              help="Poisson arrivals, jobs per hour.")
+@click.option(
+    "--seed", default=0, show_default=True, type=count(0, 2**32 - 1), help="Random seed (same seed, same trace)."
+)
+@click.option(
+    "--arrival-rate",
+    type=FiniteFloat(0.0, 1e6, low_open=True),
+    help="Poisson arrivals, jobs per hour (not with --family).",
+)
+@click.option(
+    "--family",
+    type=click.Choice(FAMILIES),
+    help="Draw GPU counts and run times from a published trace's statistics (philly, helios, pai); "
+    "needs --cluster and --load.",
+)
+@click.option(
+    "--load",
+    type=FiniteFloat(0.0, 100.0, low_open=True),
+    help="With --family: offered load (GPU-seconds of work per GPU-second of arrivals).",
+)
+@click.option(
+    "--cluster",
+    "cluster_file",
+    type=click.Path(dir_okay=False),
+    help="With --family: the cluster whose best placements price each job's iterations.",
+)
 @click.option("--cluster-gpus", type=count(1, 1 << 16), help="Largest gang to generate (GPUs); default 16.")
 @click.option("--out", "out_file", required=True, type=click.Path(dir_okay=False), help="Trace CSV to write.")
-@click.option("--queues", "queue_names", metavar="NAMES",
-              help="Comma-separated team queues: each job goes to one of them at random (the `queue` column).")
-def gen_trace_cmd(n_jobs: int, seed: int, arrival_rate: float, cluster_gpus: int | None, out_file: str,
+@click.option(
+    "--queues",
+    "queue_names",
+    metavar="NAMES",
+    help="Comma-separated team queues: each job goes to one of them at random (the `queue` column).",
+)
+def gen_trace_cmd(n_jobs: int, seed: int, arrival_rate: float | None, family: str | None, load: float | None,
+                  cluster_file: str | None, cluster_gpus: int | None, out_file: str,
                   queue_names: str | None) -> None:  # fmt: skip
-    """Write a seeded trace: Poisson arrivals, gangs of 1-16 GPUs, CNN models."""
+    """Write a seeded trace: Poisson arrivals, gangs of 1-16 GPUs, CNN models; or, with --family,
+    gangs and run times shaped like a published trace's."""
     names = [check_name(n.strip(), "queue") for n in (queue_names or "").split(",") if n.strip()]
     if queue_names is not None and not names:
         raise UsageError("--queues is empty", "give queue names separated by commas, e.g. vision,speech")
-    jobs = generate_trace(n_jobs, seed, arrival_rate, cluster_gpus, queues=names)
+    if family is not None:
+        if cluster_file is None or load is None or arrival_rate is not None or names:
+            raise UsageError("--family needs --cluster and --load (and takes no --arrival-rate or --queues)",
+                             "e.g. --family helios --cluster c.yaml --load 0.9")  # fmt: skip
+        specs = load_cluster_file(cluster_file)
+        gpus = sum(s.topology.n_gpus for s in specs)
+        per_node = max(s.topology.n_gpus for s in specs)
+        jobs = family_trace(family, n_jobs, seed, load, min(gpus, cluster_gpus or gpus), best_step_fn(specs), per_node)
+    elif arrival_rate is None:
+        raise UsageError("give --arrival-rate (jobs per hour) or --family", "e.g. --arrival-rate 6")
+    else:
+        jobs = generate_trace(n_jobs, seed, arrival_rate, cluster_gpus, queues=names)
     try:
         write_trace(jobs, out_file)
     except OSError as exc:

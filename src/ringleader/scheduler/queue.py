@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 
 from ringleader.scheduler.framework import get_policy, place
 from ringleader.scheduler.gpuset import bits
+from ringleader.scheduler.order import DEFAULT_ORDERS, NO_SERVICE, OrderConfig, QueueOrder, Service, order_key
 from ringleader.scheduler.policies.throughput import Estimator, RangedEstimator, current_estimator
 from ringleader.scheduler.preempt import gpus_held, plan_preemption
 from ringleader.scheduler.teams import QuotaCheck, Teams, gpu_type, queue_of
@@ -72,6 +73,9 @@ class QueuedJob:
     job: JobRequest
     seq: int  # submit order (FIFO tie-break)
     submit_s: float | None = None  # submit time on the caller's clock; None: no age
+    # what orders beyond FIFO read (attained service, remaining time); by keyword, so the
+    # positional fields of a host's subclass (cycle.Waiting) keep their places
+    service: Service = field(default=NO_SERVICE, kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,9 @@ class BackfillConfig:
     # Priority points of a queue's fair-share factor (1: it used nothing of its share); as much
     # as a day's wait, so fair share and age weigh alike (Slurm's PriorityWeightFairshare).
     fair_share_weight: float = 100.0
+    # The order of a queue that names none (``scheduler/order.py``), and the orders' knobs.
+    order: QueueOrder = QueueOrder.FIFO
+    orders: OrderConfig = DEFAULT_ORDERS
 
     def __post_init__(self) -> None:
         if self.reservation_depth < 0:
@@ -121,14 +128,35 @@ def queue_order(
     config: BackfillConfig = BackfillConfig(),
     teams: Teams | None = None,
 ) -> list[QueuedJob]:
-    """Effective priority, then submit order. With team queues, gangs that fit their queue's own
-    quota come first (as Kueue's scheduler orders them), then those that would borrow, the one
-    whose queue would borrow least per weight first (Kueue's fair sharing): a gang whose quota
-    was taken back never borrows it again before the gang it was taken back for."""
-    if teams is None:
-        return sorted(jobs, key=lambda q: (-effective_priority(q, now, config), q.seq))
-    return sorted(jobs, key=lambda q: (teams.borrow_share(q.job), -effective_priority(q, now, config, teams.shares),
-                                       q.seq))  # fmt: skip
+    """Effective priority, then each queue's order (``scheduler/order.py``; FIFO: submit order).
+    With team queues, gangs that fit their queue's own quota come first (as Kueue's scheduler
+    orders them), then those that would borrow, the one whose queue would borrow least per
+    weight first (Kueue's fair sharing): a gang whose quota was taken back never borrows it again
+    before the gang it was taken back for."""
+
+    def key(queued: QueuedJob) -> tuple[float, float, int, float, int]:
+        order, shares, borrow = config.order, None, 0.0
+        if teams is not None:
+            team = teams.queues.get(queue_of(queued.job))
+            order = team.order if team is not None and team.order is not None else order
+            shares, borrow = teams.shares, teams.borrow_share(queued.job)
+        # FIFO ranks with age; the other orders keep the old from starving by their own rule
+        ranked = effective_priority(queued, now if order is QueueOrder.FIFO else None, config, shares)
+        return (borrow, *order_key(order, ranked, _service(queued), now, config.orders), queued.seq)
+
+    return sorted(jobs, key=key)
+
+
+def _service(queued: QueuedJob) -> Service:
+    """The job's service, with its remaining time predicted from its work or its time limit
+    where its host said none, and its time in the queue counted from its submit."""
+    service = queued.service
+    if service.remaining_s is None:
+        job = queued.job
+        service = replace(service, remaining_s=job.work_s if job.work_s is not None else job.time_limit_s)
+    if service.queued_since_s is None and queued.submit_s is not None:
+        service = replace(service, queued_since_s=queued.submit_s)
+    return service
 
 
 @dataclass(frozen=True)
@@ -638,4 +666,3 @@ def enough_worker_slots(state: ClusterState, job: JobRequest) -> bool:
         if slots >= job.workers:
             return True
     return False
-

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Protocol
 
+from ringleader.scheduler.order import QueueOrder
 from ringleader.scheduler.types import ClusterState, JobRequest, NodeState, Placement, RunningGang
 
 ANY_TYPE = "*"  # a quota for every GPU type at once
@@ -43,13 +44,15 @@ class TeamQueue:
     """A team's queue: ``quota`` is (GPU type or ``*``, nominal GPUs) pairs with the types in
     lower case (empty: unlimited); ``weight`` its fair-share weight; ``cohort`` the queues it
     borrows from and lends to (None: none); ``namespaces`` the Kubernetes namespaces whose jobs
-    may use it (empty: every one; as Kueue's LocalQueues tie a ClusterQueue to namespaces)."""
+    may use it (empty: every one; as Kueue's LocalQueues tie a ClusterQueue to namespaces);
+    ``order`` how it orders its jobs."""
 
     name: str
     quota: tuple[tuple[str, int], ...] = ()
     weight: float = 1.0
     cohort: str | None = None
     namespaces: tuple[str, ...] = ()
+    order: QueueOrder | None = None  # how it orders its jobs (None: the queue config's default)
 
     def admits(self, namespace: str) -> bool:
         return not self.namespaces or namespace in self.namespaces

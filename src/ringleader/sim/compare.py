@@ -13,7 +13,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +21,12 @@ from typing import Any
 # scheduler may not import it); with a test's step-time function it is still the model
 import ringleader.model  # noqa: F401
 from ringleader.errors import UsageError
-from ringleader.scheduler import get_policy
+from ringleader.scheduler import NO_RESERVATIONS, get_policy
+from ringleader.scheduler.order import QueueOrder
 from ringleader.scheduler.teams import TeamQueue
 from ringleader.scheduler.types import START_RULES
 from ringleader.sim.engine import DEFAULT_MAX_FAILURES, NodeFailures, PreemptionCost, SimRun, simulate
+from ringleader.sim.families import EstimateError
 from ringleader.sim.plots import plot_jct_cdf, plot_utilization, sim_report
 from ringleader.sim.steptime import Memoised, StepTimeFn, check_models, model_step_time
 from ringleader.sim.summary import identical_groups, job_rows, near_jct_pairs, queue_summary, summarise
@@ -106,6 +108,10 @@ def compare_policies(
     preemption: PreemptionCost | None = None,
     queues: tuple[TeamQueue, ...] = (),
     failures: NodeFailures | None = None,
+    order: QueueOrder = QueueOrder.FIFO,
+    estimate_error: EstimateError | None = None,
+    risk: str | None = None,
+    prediction_error: bool = False,
 ) -> Comparison:
     """Simulate ``jobs`` under each policy; one step-time cache is shared (the model is pure).
     ``on_policy`` hears each run's name as it starts (a progress bar). With ``start_rules``,
@@ -113,7 +119,8 @@ def compare_policies(
     its work; with ``preemption``, a job of higher priority may preempt (``sim.PreemptionCost``);
     ``queues``: the team queues the trace's jobs name (their summaries gain ``queues``); with
     ``failures``, nodes fail and their gangs restart (``sim.NodeFailures``: the same failures for
-    every policy)."""
+    every policy); ``order`` orders the queue (``scheduler/order.py``); ``estimate_error``,
+    ``risk`` and ``prediction_error`` are as ``simulate`` takes them."""
     for policy in policies:
         get_policy(policy)
     if step_time is None:
@@ -126,8 +133,9 @@ def compare_policies(
         if on_policy:
             on_policy(label)
         started = time.perf_counter()
-        run = simulate(list(specs), list(jobs), policy, memo, max_failures, start_rule=rule, preemption=preemption,
-                       queues=queues, failures=failures)  # fmt: skip
+        run = simulate(list(specs), list(jobs), policy, memo, max_failures, replace(NO_RESERVATIONS, order=order),
+                       start_rule=rule, preemption=preemption, queues=queues, failures=failures,
+                       estimate_error=estimate_error, risk=risk, prediction_error=prediction_error)  # fmt: skip
         if rule is not None:
             run.label = label
         wall = time.perf_counter() - started

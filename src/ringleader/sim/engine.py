@@ -56,6 +56,8 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from ringleader.model.predict import likely_range
+from ringleader.reference import reference
 from ringleader.scheduler import (
     NO_RESERVATIONS,
     BackfillConfig,
@@ -73,7 +75,11 @@ from ringleader.scheduler import (
     place,
     run_cycle,
 )
+from ringleader.scheduler.order import QueueOrder, Service
+from ringleader.scheduler.policies.throughput import Estimator
 from ringleader.scheduler.teams import TeamQueue, decayed, queue_of, run_usage
+from ringleader.scheduler.types import RISKS
+from ringleader.sim.families import EstimateError
 from ringleader.sim.network import NetworkLoad
 from ringleader.sim.steptime import Memoised, StepTime, StepTimeFn
 from ringleader.sim.trace import TraceJob
@@ -82,6 +88,7 @@ from ringleader.topology.cluster import NodeSpec
 COMPLETION, ARRIVAL, NODE_DOWN, NODE_UP = 0, 1, 2, 3
 DOWN = "node down"  # the owner of a failed node's GPUs while it is repaired
 DEFAULT_MAX_FAILURES = 32
+Z_90 = 1.2815515655446004  # the standard normal's 90th percentile
 
 _Shape = tuple[int, int, int]  # (priority, workers, gpus per worker)
 
@@ -212,6 +219,9 @@ class Simulation:
         preemption: PreemptionCost | None = None,
         queues: tuple[TeamQueue, ...] = (),
         failures: NodeFailures | None = None,
+        estimate_error: EstimateError | None = None,
+        risk: str | None = None,
+        prediction_error: bool = False,
     ) -> None:
         self.policy = get_policy(policy).name  # unknown names fail here, listing the known ones
         self.specs = [s.with_labels({}) for s in specs]
@@ -233,6 +243,17 @@ class Simulation:
         if not work_error >= 0:
             raise ValueError(f"work_error must be >= 0, got {work_error}")
         self.work_error = work_error
+        self.estimate_error = estimate_error or EstimateError("uniform", work_error)
+        if risk is not None and risk not in RISKS:
+            raise ValueError(f"risk {risk!r} is not one of {', '.join(RISKS)}")
+        self.risk = risk
+        self.prediction_error = prediction_error
+        # what orders beyond FIFO read: GPU-seconds each job ran, its last run's length, when
+        # it last entered the queue (scheduler/order.py)
+        self.ordered = backfill.order is not QueueOrder.FIFO or any(q.order not in (None, QueueOrder.FIFO)
+                                                                    for q in queues)  # fmt: skip
+        self.attained: dict[str, float] = {}
+        self.last_run: dict[str, float] = {}
         self.seed = seed
         self.preemption = preemption
         self.queues = queues
@@ -292,7 +313,7 @@ class Simulation:
                         self._complete(name, now)
                 elif kind == ARRIVAL:
                     self.order_of[name] = order
-                    self._enqueue(self.records[name].job)
+                    self._enqueue(self.records[name].job, now)
                 elif kind == NODE_DOWN:
                     self._node_down(name, now)
                 else:
@@ -309,10 +330,15 @@ class Simulation:
         return SimRun(self.policy, self.total_gpus, records, self.timeline, self.stats,
                       node_failures=self.node_failures if self.failures is not None else None)  # fmt: skip
 
-    def _enqueue(self, job: TraceJob) -> None:
+    def _enqueue(self, job: TraceJob, now: float) -> None:
         order = self.order_of[job.name]
         self.buckets.setdefault((job.priority, job.workers, job.gpus), deque()).append((order, job))
-        self.queued[job.name] = Waiting(self._request(job), order, job.arrival_s)
+        service = Service()
+        if self.ordered:
+            left = self.left.get(job.name, job.iterations)
+            remaining = left * self._best_step_s(job) * self._misjudged(job)
+            service = Service(self.attained.get(job.name, 0.0), now, self.last_run.get(job.name, 0.0), remaining)
+        self.queued[job.name] = Waiting(self._request(job), order, job.arrival_s, service=service)
 
     # -- preemption and failures ------------------------------------------------------------------
     def _evict(self, name: str, now: float, failed: bool = False) -> None:
@@ -335,7 +361,7 @@ class Simulation:
         record.lost_s += trained - done * record.step.step_time_s
         record.restart_s = cost.restart_s
         self._release(name, record.placement)
-        self._enqueue(record.job)
+        self._enqueue(record.job, now)
 
     def _next_failure(self, node: str, now: float) -> None:
         """The node's next failure, while jobs remain (a failure with none left never comes)."""
@@ -373,18 +399,31 @@ class Simulation:
     # -- start rules ------------------------------------------------------------------------------
     def _request(self, job: TraceJob) -> JobRequest:
         request = replace(request_of(job), may_preempt=self.preemption is not None)
+        if self.risk is not None:
+            request = replace(request, risk=self.risk)
         if self.start_rule is None:
             return request
         work = job.iterations * self._best_step_s(job) * self._misjudged(job)
         return replace(request, start_rule=self.start_rule, work_s=work)
 
+    def _true_step(self, job: TraceJob, step: StepTime, nodes: int) -> StepTime:
+        """The step ``job`` really runs at where predictions are wrong (``prediction_error``):
+        the model's, off by a seeded error e (predicted / measured - 1) drawn so that its 10th
+        and 90th percentiles are the model's held-out ones for that many nodes (reference.toml
+        [intervals]; log(1 + e) normal); the prediction itself where they are not."""
+        if not self.prediction_error:
+            return step
+        low, high = reference()["intervals"]["one_node" if nodes == 1 else "several_nodes"]
+        mid, spread = (math.log1p(low) + math.log1p(high)) / 2, (math.log1p(high) - math.log1p(low)) / (2 * Z_90)
+        z = random.Random(f"{self.seed}:rate:{job.name}").gauss(0.0, 1.0)
+        off = math.exp(mid + spread * z)  # measured = predicted / (1 + e): each step takes (1 + e) times
+        return replace(step, step_time_s=step.step_time_s * off, images_per_s=step.images_per_s / off)
+
     def _misjudged(self, job: TraceJob) -> float:
-        """How far off the queue's idea of ``job``'s work is: a seeded factor, log-uniform in
-        [1/(1+E), 1+E] for ``work_error`` E (1 without error)."""
-        if self.work_error == 0:
-            return 1.0
-        spread = math.log1p(self.work_error)
-        return math.exp(random.Random(f"{self.seed}:{job.name}").uniform(-spread, spread))
+        """How far off the queue's idea of ``job``'s work is: a seeded factor of the estimate
+        error model (``sim/families.py``; by default log-uniform in [1/(1+E), 1+E] for
+        ``work_error`` E, 1 without error)."""
+        return self.estimate_error.factor(self.seed, job.name)
 
     def _best_step_s(self, job: TraceJob) -> float:
         """The step time of ``job`` on its best placement: the one ``place`` gives on the empty cluster."""
@@ -408,6 +447,12 @@ class Simulation:
         if self.network.levels:
             return self.step_time(self.priced, placement, job, self.network.peek(placement)).images_per_s
         return self.step_time(nodes, placement, job).images_per_s
+
+    @property
+    def _estimator(self) -> Estimator:
+        """The queue's estimator: the simulator's step-time model, with the model's likely ranges
+        where a risk is set (``--risk``), as the engines' queue has them."""
+        return _Ranged(self._images_per_s) if self.risk is not None else self._images_per_s
 
     def _slots(self, gpus: int) -> int:
         return sum(count * (f // gpus) for f, count in enumerate(self.hist) if count and f >= gpus)
@@ -490,7 +535,7 @@ class Simulation:
             job = self.records[name].job
             usage[queue_of(job)] = usage.get(queue_of(job), 0.0) + run_usage(job.total_gpus, started, now, now)
         return Snapshot(self.state, list(self.queued.values()), now, holding, self.queues, usage,
-                        config=self.backfill, estimate=self._images_per_s, policy=self.policy, explain=False,
+                        config=self.backfill, estimate=self._estimator, policy=self.policy, explain=False,
                         stop_at_preemption=True, ideal=self.ideal)  # fmt: skip
 
     def _end_run(self, name: str, now: float) -> float | None:
@@ -501,6 +546,8 @@ class Simulation:
             return None
         record, started = self.records[name], run[1]
         record.runs.append((started, now))
+        self.attained[name] = self.attained.get(name, 0.0) + record.job.total_gpus * (now - started)
+        self.last_run[name] = now - started
         if self.queues:
             queue = queue_of(record.job)
             total, as_of = self.usage.get(queue, (0.0, now))
@@ -525,6 +572,7 @@ class Simulation:
             step = self.step_time(self.priced, placement, job, self.network.start(placement))
         else:
             step = self.step_time({name: self.state.node(name) for name in placement.nodes}, placement, job)
+        step = self._true_step(job, step, len(placement.nodes))
         self._commit(self.state.with_placement(placement), placement)
         self.queued.pop(job.name, None)
         record = self.records[job.name]
@@ -612,6 +660,9 @@ def simulate(
     preemption: PreemptionCost | None = None,
     queues: tuple[TeamQueue, ...] = (),
     failures: NodeFailures | None = None,
+    estimate_error: EstimateError | None = None,
+    risk: str | None = None,
+    prediction_error: bool = False,
 ) -> SimRun:
     """Simulate ``jobs`` on ``specs`` under ``policy``; ``backfill`` picks the queue discipline
     (default: no reservation and no age, the queue before reservations); ``network_aware``
@@ -620,9 +671,29 @@ def simulate(
     factor up to ``work_error`` (0.5: the queue sees between 1/1.5 and 1.5 times the truth);
     with ``preemption`` a gang of higher priority may stop running ones (``PreemptionCost``);
     ``queues`` are the team queues the trace's jobs name (quotas, cohorts, fair-share weights);
-    with ``failures`` nodes fail and their gangs restart (``NodeFailures``)."""
+    with ``failures`` nodes fail and their gangs restart (``NodeFailures``); ``estimate_error``
+    replaces ``work_error`` by another model of users' estimates (``sim/families.py``); ``risk``
+    gives every job that risk and the queue the model's likely ranges, as the engines' queue has
+    them (None: a plain estimator); with ``prediction_error`` each job really runs at a rate off
+    the model's by a seeded draw from its held-out errors."""
     return Simulation(specs, jobs, policy, step_time, max_failures, backfill, network_aware, start_rule,
-                      work_error, seed, preemption, queues, failures).run()  # fmt: skip
+                      work_error, seed, preemption, queues, failures, estimate_error, risk,
+                      prediction_error).run()  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Ranged:
+    """An estimator with the model's likely ranges (``model.predict.likely_range``), as
+    ``ModelEstimator`` gives the engines' queue for a job without a calibration."""
+
+    estimate: Estimator
+
+    def __call__(self, nodes: Mapping[str, NodeState], placement: Placement, job: JobRequest) -> float:
+        return self.estimate(nodes, placement, job)
+
+    def likely(self, placement: Placement, job: JobRequest, images_per_s: float) -> tuple[float, float]:
+        del job
+        return likely_range(images_per_s, len(placement.nodes))
 
 
 def request_of(job: TraceJob) -> JobRequest:

@@ -1,0 +1,134 @@
+"""Queue orders and start rules on traces shaped like published ones (``sim/families.py``).
+
+Cluster: 16 x DGX-1V (8 V100, NVLink hybrid cube mesh), 25 Gb/s between nodes. Each trace
+family (philly, helios, pai: GPU counts and run times from the published statistics in
+reference.toml ``traces``) is drawn per seed, then offered at each load over its arrival window
+(``families.window_load``: the share of the cluster the jobs would hold while they arrive if each
+started on arrival, priced on best placements). Every variant runs the queue the engines run
+(``BackfillConfig()``: two reservations, age), users' run-time estimates biased x0.5-x3
+(``EstimateError("biased")``), jobs' true rates off the model's by its held-out errors
+(``prediction_error``), and the engines' default risk with the model's ranges (``risk="averse"``).
+
+Variants:
+* ``fifo/now``: FIFO, every job starts as soon as it fits (start rule ``now``);
+* ``fifo/best``: FIFO, every job waits for a placement as fast as its best (``best``);
+* ``fifo/finish``: FIFO, the default start rule (``finish``: whichever finishes first);
+* ``las/finish``, ``srtf/finish``: ringleader's orders (``scheduler/order.py``) with ``finish``;
+* ``tiresias``: Tiresias' 2D-LAS as its paper defines it as far as this queue can run it: levels
+  by attained GPU-seconds at its simulator's thresholds (3250, 7200, 18000), first in first out
+  within a level, promotion to the first level after waiting twice its last run (its STARVELIMIT
+  knob, the ``dlas-gpu-2`` run of its simulator), start rule ``now``. Not preemptive: Tiresias
+  stops running jobs of lower levels, this queue does not reorder by preemption.
+
+    nice -n 10 python benchmarks/queue_orders.py [--families philly,helios,pai] [--seeds 1,2,3]
+        [--loads 0.5,0.7,0.9,1.0,1.2] [--jobs 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from dataclasses import dataclass
+
+from ringleader.scheduler import BackfillConfig
+from ringleader.scheduler.order import DEFAULT_ORDERS, OrderConfig, QueueOrder, tiresias_thresholds
+from ringleader.sim import Memoised, model_step_time, simulate, summarise
+from ringleader.sim.families import EstimateError, best_step_fn, family_trace
+from ringleader.topology import NodeSpec, preset
+
+TIRESIAS = OrderConfig(las_thresholds_gpu_s=tiresias_thresholds(), starve_limit_s=None, promote_knob=2.0)
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    order: QueueOrder
+    rule: str
+    orders: OrderConfig = DEFAULT_ORDERS
+
+
+VARIANTS = (
+    Variant("fifo/now", QueueOrder.FIFO, "now"),
+    Variant("fifo/best", QueueOrder.FIFO, "best"),
+    Variant("fifo/finish", QueueOrder.FIFO, "finish"),
+    Variant("las/finish", QueueOrder.LAS, "finish"),
+    Variant("srtf/finish", QueueOrder.SRTF, "finish"),
+    Variant("tiresias", QueueOrder.LAS, "now", TIRESIAS),
+)
+
+
+def cluster() -> list[NodeSpec]:
+    return [NodeSpec(f"v100-{i}", preset("dgx1v"), 25.0) for i in range(16)]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--families", default="philly,helios,pai")
+    ap.add_argument("--seeds", default="1,2,3")
+    ap.add_argument("--loads", default="0.5,0.7,0.9,1.0,1.2")
+    ap.add_argument("--jobs", type=int, default=1000)
+    ap.add_argument("--variants", default=",".join(v.name for v in VARIANTS))
+    args = ap.parse_args()
+    specs = cluster()
+    gpus = sum(s.topology.n_gpus for s in specs)
+    memo = Memoised(model_step_time())
+    best = best_step_fn(specs, memo)
+    chosen = [v for v in VARIANTS if v.name in args.variants.split(",")]
+    print(f"# 16 x DGX-1V, 25 Gb/s; {args.jobs} jobs; biased estimates x0.5-x3; prediction error; risk averse; "
+          f"load average {os.getloadavg()[0]:.2f}")  # fmt: skip
+    print("| family | load | seed | variant | mean JCT h | p95 JCT h | mean queue h | longest wait h | wall s |")
+    print("|---|---:|---:|---|---:|---:|---:|---:|---:|")
+    results: dict[tuple[str, float, str], list[dict[str, float]]] = {}
+    for family in args.families.split(","):
+        for seed in (int(s) for s in args.seeds.split(",")):
+            for load in (float(x) for x in args.loads.split(",")):
+                jobs = family_trace(family, args.jobs, seed, load, gpus, best)
+                for variant in chosen:
+                    config = BackfillConfig(order=variant.order, orders=variant.orders)
+                    started = time.perf_counter()
+                    run = simulate(specs, jobs, "topology", memo, backfill=config, start_rule=variant.rule, seed=seed,
+                                   estimate_error=EstimateError("biased"), risk="averse",
+                                   prediction_error=True)  # fmt: skip
+                    wall = time.perf_counter() - started
+                    s = summarise(run)
+                    longest = max((r.queue_s or 0.0) for r in run.records)
+                    row = {"mean": s["avg_jct_s"], "p95": s["p95_jct_s"], "queue": s["avg_queue_s"], "longest": longest}
+                    results.setdefault((family, load, variant.name), []).append(row)
+                    print(f"| {family} | {load:g} | {seed} | {variant.name} | {row['mean'] / 3600:.2f} | "
+                          f"{row['p95'] / 3600:.2f} | {row['queue'] / 3600:.2f} | {longest / 3600:.2f} | {wall:.1f} |",
+                          flush=True)  # fmt: skip
+    summary_table(results, [v.name for v in chosen])
+
+
+def summary_table(results: dict[tuple[str, float, str], list[dict[str, float]]], names: list[str]) -> None:
+    """Per family and load, means over seeds, as ratios to fifo/now (and the start-rule check)."""
+    print()
+    print("| family | load | mean JCT h, fifo/now | " + " | ".join(f"{n} / fifo/now" for n in names[1:])
+          + " | finish vs better of now, best (mean; p95) | longest wait vs fifo/now's, best order |")  # fmt: skip
+    print("|---|---:|---:|" + "---:|" * (len(names) - 1) + "---:|---:|")
+    for family, load in sorted({(f, lo) for f, lo, _ in results}):
+
+        def mean(name: str, key: str, family: str = family, load: float = load) -> float:
+            return statistics.fmean(r[key] for r in results[(family, load, name)])
+
+        base = mean("fifo/now", "mean")
+        ratios = " | ".join(f"{mean(n, 'mean') / base:.2f}" for n in names[1:])
+        check = "-"
+        if {"fifo/now", "fifo/best", "fifo/finish"} <= set(names):
+            better = min(mean("fifo/now", "mean"), mean("fifo/best", "mean"))
+            better_p95 = min(mean("fifo/now", "p95"), mean("fifo/best", "p95"))
+            finish, finish_p95 = mean("fifo/finish", "mean"), mean("fifo/finish", "p95")
+            check = f"{finish / better - 1:+.1%}; {finish_p95 / better_p95 - 1:+.1%}"
+        orders = [n for n in names if n.startswith(("las", "srtf"))]
+        wait = "-"
+        if orders:
+            top = min(orders, key=lambda n: mean(n, "mean"))
+            fifo_longest = mean("fifo/now", "longest")
+            wait = f"{top}: {mean(top, 'longest') / fifo_longest:.2f}x" if fifo_longest else f"{top}: nobody waited"
+        print(f"| {family} | {load:g} | {base / 3600:.2f} | {ratios} | {check} | {wait} |")
+
+
+if __name__ == "__main__":
+    main()
