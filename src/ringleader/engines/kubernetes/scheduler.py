@@ -96,10 +96,11 @@ class LostLease(Exception):
 class Informer:
     """List once, then watch from the last resourceVersion; relist after 410 Gone."""
 
-    def __init__(self, api: Api, kind: str, cache: Cache, lock: threading.Lock, metrics: Metrics) -> None:
+    def __init__(self, api: Api, kind: str, cache: Cache, lock: threading.Lock, metrics: Metrics,
+                 changed: threading.Event) -> None:  # fmt: skip
         self.api, self.kind, self.cache, self.lock, self.metrics = api, kind, cache, lock, metrics
         self.resource_version = ""
-        self.changed = threading.Event()
+        self.changed = changed  # the scheduler's one wake-up, shared by every informer
         self.heard = time.monotonic()  # when the server last showed this informer is alive
 
     @property
@@ -161,7 +162,10 @@ class Scheduler:
         # With DRA delivery (``dra``) the claims and slices too: devices allocated to any claim
         # are taken (claims.py).
         kinds = (*KINDS, *((names.HYPERNODE_PLURAL,) if hypernodes else ()), *(DRA_KINDS if dra else ()))
-        self.informers = {kind: Informer(api, kind, self.cache, self.lock, self.metrics) for kind in kinds}
+        # Set by any informer when the cache changed: the daemon's cycle waits on it.
+        self.changed = threading.Event()
+        self.informers = {kind: Informer(api, kind, self.cache, self.lock, self.metrics, self.changed)
+                          for kind in kinds}  # fmt: skip
         self.elector = LeaderElector(api, namespace, names.LEASE_NAME, identity, lease_seconds, clock)
         self.clock = clock
         self._backoff: dict[str, tuple[float, float]] = {}  # gang -> (tried again from, its last wait)
@@ -630,13 +634,11 @@ class Scheduler:
             self.elector.release()
 
     def _wait_for_change(self, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline and not self._stop.is_set():
-            if any(i.changed.is_set() for i in self.informers.values()):
-                break
-            time.sleep(0.02)
-        for informer in self.informers.values():
-            informer.changed.clear()
+        """Until an informer changed the cache, ``stop()``, or ``seconds``. Cleared before the
+        next cycle reads the cache: a change applied after the clear wakes the wait again, one
+        applied before it is in what the cycle reads."""
+        self.changed.wait(seconds)
+        self.changed.clear()
 
     def _informer_loop(self, informer: Informer, timeout: int) -> None:
         backoff = 1.0
@@ -656,3 +658,4 @@ class Scheduler:
 
     def stop(self) -> None:
         self._stop.set()
+        self.changed.set()  # the cycle's wait ends now, not at its periodic pass
