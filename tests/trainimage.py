@@ -1,7 +1,7 @@
 """A small training image built here, with no registry: a minimal Debian root file system
-(debootstrap, this host's release) with python3 and Open MPI, imported into podman. It has
-python3-venv too: it is the local base the repository's Containerfile is built from in
-tests/kube/test_image.py.
+(debootstrap, this host's release; scripts/base_image.py builds it) with python3 and Open MPI,
+imported into podman. tests/kube/test_image.py builds the Containerfile's base with the same
+code and the script's own packages.
 
 The host's virtual environment (torch, mpi4py: built for the same Python minor version and the
 same Open MPI) is mounted into the containers with --data, so the image stays ~350 MB. Built
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import importlib.util
 import os
 import resource
 import shutil
@@ -20,26 +21,30 @@ import subprocess
 import sysconfig
 import tempfile
 from pathlib import Path
+from types import ModuleType
 
 PACKAGES = ("python3", "python3-venv", "openmpi-bin")
-MIRROR = "http://deb.debian.org/debian"
-# Not in the image: documentation, manuals, translations and the downloaded packages.
-EXCLUDED = ("./usr/share/doc", "./usr/share/man", "./usr/share/locale", "./var/cache/apt/archives")
 RECIPE_VERSION = "1"
 SITE_PACKAGES = sysconfig.get_paths()["purelib"]  # the test interpreter's: torch, mpi4py
 
 
-def release() -> str:
-    """This host's Debian release (the image's Open MPI must be the host's mpirun's)."""
-    for line in Path("/etc/os-release").read_text().splitlines():
-        if line.startswith("VERSION_CODENAME="):
-            return line.split("=", 1)[1].strip('"')
-    return "bookworm"
+def _load_base_image() -> ModuleType:
+    """scripts/base_image.py, the users' way to a local base image: its debootstrap builds ours."""
+    path = Path(__file__).resolve().parents[1] / "scripts" / "base_image.py"
+    spec = importlib.util.spec_from_file_location("base_image", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def image_tag() -> str:
-    recipe = repr((RECIPE_VERSION, release(), PACKAGES, MIRROR, EXCLUDED))
-    return f"localhost/ringleader-test-train:{hashlib.sha256(recipe.encode()).hexdigest()[:12]}"
+base_image = _load_base_image()
+release = base_image.release  # the image's Open MPI must be the host's mpirun's
+
+
+def image_tag(name: str = "ringleader-test-train", packages: tuple[str, ...] = PACKAGES) -> str:
+    recipe = repr((RECIPE_VERSION, release(), packages, base_image.MIRROR, base_image.EXCLUDED))
+    return f"localhost/{name}:{hashlib.sha256(recipe.encode()).hexdigest()[:12]}"
 
 
 def containers_conf() -> str:
@@ -70,26 +75,20 @@ def why_not() -> str | None:
     return None
 
 
-def ensure_image(env: dict[str, str]) -> tuple[str, float]:
+def ensure_image(env: dict[str, str], name: str = "ringleader-test-train",
+                 packages: tuple[str, ...] = PACKAGES) -> tuple[str, float]:  # fmt: skip
     """The image's tag, built unless podman has it; and the seconds the build took (0: cached)."""
     import time
 
-    tag = image_tag()
+    tag = image_tag(name, packages)
     run = {"env": env, "capture_output": True, "text": True}
-    lock_path = Path(tempfile.gettempdir()) / "ringleader-test-train.lock"
+    lock_path = Path(tempfile.gettempdir()) / f"{name}.lock"
     with open(lock_path, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another session building it: wait for its image
         if subprocess.run(["podman", "image", "exists", tag], **run).returncode == 0:  # type: ignore[call-overload]
             return tag, 0.0
         started = time.monotonic()
-        with tempfile.TemporaryDirectory(prefix="ringleader-rootfs-", dir="/var/tmp") as folder:
-            root = Path(folder) / "root"
-            subprocess.run(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", release(),
-                            str(root), MIRROR], check=True, capture_output=True)  # fmt: skip
-            tar = subprocess.Popen(["tar", "-C", str(root), "-c", *(f"--exclude={e}" for e in EXCLUDED), "."],
-                                   stdout=subprocess.PIPE)  # fmt: skip
-            subprocess.run(["podman", "import", "-", tag], stdin=tar.stdout, check=True, **run)  # type: ignore[call-overload]
-            assert tar.wait() == 0
+        base_image.build(tag, packages, "podman", env)
         return tag, time.monotonic() - started
 
 
