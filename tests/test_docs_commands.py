@@ -53,8 +53,10 @@ SKIPS: list[tuple[str, str]] = [
     (r"--backend[ =]nccl|\bnvidia-smi\b", "needs a GPU"),
     (r"\bpip install\b", "needs the network (installs a package)"),
     (r"--image[ =]", "needs a container image the reader builds or pulls first (podman or docker)"),
-    (r"^podman (build|run|push)\b", "needs a registry (the image's base is pulled; tests/kube/test_image.py "
-                                    "builds the Containerfile from a local base)"),
+    (r"^python3 scripts/base_image\.py\b", "needs root and debootstrap, and minutes (tests/kube/test_image.py "
+                                           "builds the base with its code)"),
+    (r"^podman (build|run|push)\b", "needs root, a registry or the local base, and minutes "
+                                    "(tests/kube/test_image.py builds the Containerfile from the local base)"),
     (r"^make (demo|test)\b", "long: sets up and runs the demo or the whole suite"),
     (r"^make lab-", "long: a lab end to end (minutes; tests/bench/test_labs.py checks its committed output)"),
     (r"\bcluster up .*--scale 0\.04", "long: the reference scenario on the emulated cluster (make demo runs it)"),
