@@ -134,17 +134,29 @@ def run(real: ControlPlane, namespace: str, pods: list[str]) -> None:
                 "state": {"running": {"startedAt": "2026-12-06T10:00:00Z"}}, "lastState": {}}]}})  # fmt: skip
 
 
+def seen_whole(real: ControlPlane, sched: Scheduler, key: str, members: int) -> None:
+    """Sync the scheduler's cache until it holds gang ``key``'s PodGroup and ``members`` of its
+    pods waiting: one watch round is no barrier on a loaded API server (its watch may deliver a
+    new object after the round's second)."""
+
+    def whole() -> bool:
+        sched.sync()
+        return any(g.key == key and not g.group_missing and len(g.pending) >= members for g in sched.cache.gangs())
+
+    real.until(whole, f"the scheduler's cache to see gang {key} whole")
+
+
 def start(real: ControlPlane, sched: Scheduler, job: dict[str, Any]) -> None:
     """The job's gang bound whole and running; an MPIJob's launcher then made, bound and running."""
     namespace = job["metadata"]["namespace"]
     pods = operator_pods(real, job)
-    sched.sync()
     key = f"{namespace}/{job['metadata']['name']}"
+    seen_whole(real, sched, key, len(pods))
     assert [(r.gang, r.ok) for r in sched.cycle()] == [(key, True)]
     run(real, namespace, pods)
     if job["kind"] == "MPIJob":
         launcher = operator_pods(real, job, launcher=True)
-        sched.sync()
+        seen_whole(real, sched, key, len(launcher))
         assert [(r.gang, r.ok) for r in sched.cycle()] == [(key, True)]
         run(real, namespace, launcher)
     sched.sync()
@@ -171,8 +183,8 @@ def test_real_a_borrowing_gang_launcher_and_all_is_reclaimed_by_the_lender(
         start(lab, sched, submit(lab, "bob", "team-b", job, 8, kind=borrower_kind, queue="team-b"))
     teams = sched.cache.team_queues(time.time())
     assert (teams.use.get("team-b"), teams.borrowed(teams.queues["team-b"])) == ({"*": 16}, {"*": 8})
-    operator_pods(lab, submit(lab, "alice", "team-a", f"{borrower_kind}-a1", 4, queue="team-a"))
-    sched.sync()
+    lender = operator_pods(lab, submit(lab, "alice", "team-a", f"{borrower_kind}-a1", 4, queue="team-a"))
+    seen_whole(lab, sched, f"team-a/{borrower_kind}-a1", len(lender))
     assert sched.cycle() == []  # its GPUs are being freed
     [victim] = preempted(lab, "team-b")
     assert victim in borrowers
