@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -88,28 +88,30 @@ def model_named(command: Sequence[str]) -> tuple[str, str] | None:
     """The network a training script's own flags name, and the flag as written
     (``("vgg16", "--model=vgg16")``); None where no model flag is given. The name is as written:
     the model checks it."""
-    words = list(command)
     named = None
-    for i, word in enumerate(words):
-        key, equals, value = word.partition("=")
-        if key in _MODEL_FLAGS:
-            value = value if equals else words[i + 1] if i + 1 < len(words) else ""
-            if value and not value.startswith("-"):
-                named = (value, word if equals else f"{key} {value}")
+    for key, value, equals in _flag_values(command, _MODEL_FLAGS):
+        if value and not value.startswith("-"):
+            named = (value, f"{key}={value}" if equals else f"{key} {value}")
     return named
 
 
 def config_named(command: Sequence[str]) -> str | None:
     """The DeepSpeed configuration file a command line names (the last one), None where none."""
-    words = list(command)
     named = None
+    for _, value, _ in _flag_values(command, _CONFIG_FLAGS):
+        if value.endswith(".json"):
+            named = value
+    return named
+
+
+def _flag_values(command: Sequence[str], flags: Collection[str]) -> Iterator[tuple[str, str, bool]]:
+    """Each of ``flags`` a command line gives, in order: the flag, its value (``--f=v`` or
+    ``--f v``; "" at the end of the line) and whether it was written with ``=``."""
+    words = list(command)
     for i, word in enumerate(words):
         key, equals, value = word.partition("=")
-        if key in _CONFIG_FLAGS:
-            value = value if equals else words[i + 1] if i + 1 < len(words) else ""
-            if value.endswith(".json"):
-                named = value
-    return named
+        if key in flags:
+            yield key, value if equals else words[i + 1] if i + 1 < len(words) else "", bool(equals)
 
 
 def workload_from_config(config: Mapping[str, Any], line: Workload, world: int) -> Workload:
