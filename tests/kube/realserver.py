@@ -32,6 +32,9 @@ from typing import Any
 import yaml
 
 from refdata import SHARED
+from ringleader.engines.kubernetes import manifests, names
+from ringleader.engines.kubernetes.client import Api
+from ringleader.engines.kubernetes.scheduler import Scheduler
 
 KUBERNETES = SHARED / "kubernetes-1.36"
 CRDS = SHARED / "reference" / "kubernetes"
@@ -420,3 +423,17 @@ def control_plane(folder: Path, kube_scheduler: bool = False,
     finally:
         plane.stop()
         shutil.rmtree(folder / "etcd-data", ignore_errors=True)
+
+
+def scheduler_token(real: ControlPlane) -> str:
+    """The token of ringleader's scheduler ServiceAccount, which its Deployment runs under."""
+    return real.service_account_token(names.SYSTEM_NAMESPACE, manifests.SCHEDULER_ACCOUNT)
+
+
+def leading_scheduler(real: ControlPlane, identity: str, dra: bool = False) -> Scheduler:
+    """ringleader's scheduler as its Deployment runs it (under its ServiceAccount's token, so the
+    install's RBAC is what it gets), its informers listed once and holding the Lease."""
+    s = Scheduler(Api(real.client(token=scheduler_token(real))), identity, dra=dra)
+    s.sync()
+    real.until(s.elector.try_acquire_or_renew, "the scheduler Lease")
+    return s

@@ -9,11 +9,9 @@ from pathlib import Path
 import pytest
 
 from kube.kubeobjs import node, podgroup
-from kube.realserver import ControlPlane, KubeletLogs, RequestFailed
+from kube.realserver import ControlPlane, KubeletLogs, RequestFailed, leading_scheduler
 from ringleader.cli.main import main
-from ringleader.engines.kubernetes import manifests, names
-from ringleader.engines.kubernetes.client import Api
-from ringleader.engines.kubernetes.scheduler import Scheduler
+from ringleader.engines.kubernetes import names
 
 
 def edit_role_binding(user: str, namespace: str) -> dict[str, object]:
@@ -126,10 +124,7 @@ def test_real_a_namespace_user_submits_gets_reads_logs_and_deletes(
         assert code == 0, out
         assert real.get("/api/v1/namespaces/team-a/secrets/vgg-env") is not None
         mpi_operator_makes_pods(real, "team-a", "vgg", "Worker")
-        token = real.service_account_token(names.SYSTEM_NAMESPACE, manifests.SCHEDULER_ACCOUNT)
-        sched = Scheduler(Api(real.client(token=token)), "sched-user")
-        sched.sync()
-        real.until(sched.elector.try_acquire_or_renew, "the scheduler Lease")
+        sched = leading_scheduler(real, "sched-user")
         try:
             assert [r.ok for r in sched.cycle()] == [True]
             for item in real.request("GET", "/api/v1/namespaces/team-a/pods")["items"]:  # kubelet: they run

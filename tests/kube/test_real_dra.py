@@ -13,9 +13,8 @@ from typing import Any
 import pytest
 
 from kube.kubeobjs import node, podgroup
-from kube.realserver import ControlPlane
+from kube.realserver import ControlPlane, leading_scheduler
 from ringleader.engines.kubernetes import manifests, names
-from ringleader.engines.kubernetes.client import Api
 from ringleader.engines.kubernetes.delivery import Delivery, claim_template
 from ringleader.engines.kubernetes.scheduler import Scheduler
 from ringleader.jobs.spec import JobSpec
@@ -91,10 +90,7 @@ def team(real: ControlPlane, request: pytest.FixtureRequest) -> Iterator[str]:
 
 @pytest.fixture
 def sched(real: ControlPlane) -> Iterator[Scheduler]:
-    token = real.service_account_token(names.SYSTEM_NAMESPACE, manifests.SCHEDULER_ACCOUNT)
-    s = Scheduler(Api(real.client(token=token)), "sched-dra", dra=True)
-    s.sync()
-    real.until(s.elector.try_acquire_or_renew, "the scheduler Lease")
+    s = leading_scheduler(real, "sched-dra", dra=True)
     yield s
     s.elector.release()
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from kube.kubeobjs import node
-from kube.realserver import ControlPlane, RequestFailed
+from kube.realserver import ControlPlane, RequestFailed, leading_scheduler
 from ringleader.engines.kubernetes import manifests, names
 from ringleader.engines.kubernetes.client import Api, ApiError
 from ringleader.engines.kubernetes.engine import EngineApi, KubernetesEngine
@@ -53,17 +53,9 @@ def engine(real: ControlPlane, user: str, namespace: str) -> KubernetesEngine:
     return KubernetesEngine(EngineApi(real.client(user)), namespace)
 
 
-def scheduler(real: ControlPlane) -> Scheduler:
-    token = real.service_account_token(names.SYSTEM_NAMESPACE, manifests.SCHEDULER_ACCOUNT)
-    s = Scheduler(Api(real.client(token=token)), "sched-queues")
-    s.sync()
-    real.until(s.elector.try_acquire_or_renew, "the scheduler Lease")
-    return s
-
-
 @pytest.fixture
 def sched(lab: ControlPlane) -> Iterator[Scheduler]:
-    s = scheduler(lab)
+    s = leading_scheduler(lab, "sched-queues")
     yield s
     s.elector.release()
     for namespace in LAB:  # the test's jobs, groups and pods gone (the garbage collector races us)

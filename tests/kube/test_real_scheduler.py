@@ -19,9 +19,8 @@ import pytest
 import yaml
 
 from kube.kubeobjs import node, pod, podgroup
-from kube.realserver import ControlPlane, RequestFailed, free_port
-from ringleader.engines.kubernetes import manifests, names
-from ringleader.engines.kubernetes.client import Api
+from kube.realserver import ControlPlane, RequestFailed, free_port, leading_scheduler, scheduler_token
+from ringleader.engines.kubernetes import names
 from ringleader.engines.kubernetes.scheduler import Scheduler
 
 GROUPS = f"/apis/{names.PODGROUP_GROUP}/{names.PODGROUP_VERSION}"
@@ -123,21 +122,11 @@ def scene(real: ControlPlane, request: pytest.FixtureRequest) -> Iterator[Scene]
     made.clean()
 
 
-def scheduler_token(real: ControlPlane) -> str:
-    return real.service_account_token(names.SYSTEM_NAMESPACE, manifests.SCHEDULER_ACCOUNT)
-
-
-def our_scheduler(real: ControlPlane, identity: str = "sched-a") -> Scheduler:
-    """ringleader's scheduler as its Deployment runs it: under its ServiceAccount's token."""
-    s = Scheduler(Api(real.client(token=scheduler_token(real))), identity)
-    s.sync()
-    real.until(s.elector.try_acquire_or_renew, "the scheduler Lease")
-    return s
 
 
 @pytest.fixture
 def sched(real: ControlPlane) -> Iterator[Scheduler]:
-    s = our_scheduler(real)
+    s = leading_scheduler(real, "sched-a")
     yield s
     s.elector.release()
 
