@@ -432,8 +432,13 @@ def scheduler_token(real: ControlPlane) -> str:
 
 def leading_scheduler(real: ControlPlane, identity: str, dra: bool = False) -> Scheduler:
     """ringleader's scheduler as its Deployment runs it (under its ServiceAccount's token, so the
-    install's RBAC is what it gets), its informers listed once and holding the Lease."""
-    s = Scheduler(Api(real.client(token=scheduler_token(real))), identity, dra=dra)
+    install's RBAC is what it gets), its informers listed once and holding the Lease.
+
+    The test drives its cycles by hand and nothing renews the Lease, so it is taken for an hour:
+    with the daemon's 15 s a test slowed past that on a loaded machine would find its scheduler
+    no longer leading, and every cycle would quietly do nothing. Failover, where the duration
+    matters, is tested with the daemon itself."""
+    s = Scheduler(Api(real.client(token=scheduler_token(real))), identity, dra=dra, lease_seconds=3600)
     s.sync()
     real.until(s.elector.try_acquire_or_renew, "the scheduler Lease")
     return s
