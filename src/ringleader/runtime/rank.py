@@ -526,6 +526,8 @@ def stream_main(table: dict[str, Any], program: list[str]) -> int:
     program, env = unguarded(program, env)
     state: dict[str, Any] = {"pid": os.getpid(), "started_at": time.time(), "host": os.uname().nodename}
     out.state(state)
+    done = threading.Event()  # heartbeats from now on: a rank waiting for its lease is not a silent host
+    in_background(threading.Thread(target=out.beat, args=(done,), daemon=True))
     lease = Lease(float(table["lease_s"]))
     granted = threading.Event()
     in_background(threading.Thread(target=_hold, args=(lease, granted), daemon=True))
@@ -542,8 +544,6 @@ def stream_main(table: dict[str, Any], program: list[str]) -> int:
         return 127
     state["child_pid"] = child.pid
     out.state(state)
-    done = threading.Event()
-    in_background(threading.Thread(target=out.beat, args=(done,), daemon=True))
     in_background(threading.Thread(target=_fence, args=(lease, child, float(table["grace_s"]), out), daemon=True))
     assert child.stdout is not None
     pump = threading.Thread(target=out.pump, args=(child.stdout,), daemon=True)
