@@ -241,6 +241,37 @@ def test_real_a_failed_worker_restarts_its_gang_and_a_node_blamed_twice_is_cordo
     assert placed == {other}
 
 
+def test_real_a_restarted_gang_waits_until_its_last_runs_pods_are_gone(scene: Scene, sched: Scheduler) -> None:
+    """Fencing: a gang whose node failed under it restarts only once every pod of its last run is
+    gone. A pod deleted on an unreachable node stays Terminating (no kubelet confirms its
+    containers stopped), and a new run's pods, named afresh as JobSet's Jobs name them, are not
+    bound beside it; once it is gone (its kubelet back, or an administrator's force delete or
+    out-of-service taint) they are."""
+    scene.add_nodes("fence-0", "fence-1")
+    restarts = {names.MAX_RESTARTS_ANNOTATION: "1"}
+    scene.gang("fence", 2, annotations=restarts)
+    sched.sync()
+    assert [r.ok for r in sched.cycle()] == [True]
+    for i in range(2):
+        scene.run(f"fence-worker-{i}")
+    sched.sync()
+    scene.fail("fence-worker-1", "its node stopped answering", reason="NodeLost")
+    sched.sync()
+    assert sched.cycle() == []
+    assert scene.get("fence-worker-0")["metadata"].get("deletionTimestamp")  # Terminating: it may still run
+    for i in range(2):
+        scene.create_pod(f"fence-run1-worker-{i}", "fence", annotations=restarts)  # the controller's new run
+    for _ in range(2):  # however often the scheduler looks, the new run waits
+        sched.sync()
+        assert sched.cycle() == []
+        assert not any(scene.get(f"fence-run1-worker-{i}")["spec"].get("nodeName") for i in range(2))
+    for i in range(2):
+        scene.finish_deletion(f"fence-worker-{i}")
+    sched.sync()
+    assert [r.ok for r in sched.cycle()] == [True]
+    assert all(scene.get(f"fence-run1-worker-{i}")["spec"].get("nodeName") for i in range(2))
+
+
 def test_real_a_standby_replica_leads_when_the_leader_stops(scene: Scene, real: ControlPlane,
                                                            tmp_path: Path) -> None:  # fmt: skip
     """Two replicas of `ringleader kube scheduler` under the scheduler's ServiceAccount: one

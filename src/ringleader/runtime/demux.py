@@ -14,10 +14,17 @@ A host that goes silent (no line, no heartbeat) for HOST_SILENCE_S while it stil
 is cut off: its ranks are recorded as lost, naming the host, and mpirun is stopped, so the job
 fails in bounded time instead of hanging in a collective. mpirun's own "lost communication with
 a remote daemon ... on node X" message does the same at once.
+
+The other way, it renews every rank's lease (``rank.Lease``) on mpirun's stdin every RENEW_S,
+until mpirun's output ends or a host is lost: from then on the gang is going down, and a rank that
+is cut off from the head stops itself once its lease lapses. Before each renewal it records, in
+the plan's ``lease_file``, when the last rank it may reach stops writing (``rank.fence_bound``):
+the supervisor restarts the gang, or frees its GPUs, only after that.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -30,7 +37,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from ringleader.runtime.rank import HEARTBEAT_S, STREAM_HEARTBEAT, STREAM_OUTPUT, STREAM_STATE, main, stamp
+from ringleader.runtime.rank import (
+    HEARTBEAT_S,
+    RENEW_S,
+    STREAM_HEARTBEAT,
+    STREAM_OUTPUT,
+    STREAM_RENEWAL,
+    STREAM_STATE,
+    fence_bound,
+    main,
+    stamp,
+)
 
 # Longer than a heartbeat period plus ssh's own keepalive budget (see hosts.ssh).
 HOST_SILENCE_S = 5 * HEARTBEAT_S
@@ -41,6 +58,8 @@ _TAG = re.compile(rb"^\[\d+,(\d+)\]<(?:stdout|stderr)>:(.*)$", re.DOTALL)
 # chunks between the halves), so tags inside a line start new chunks.
 _ANY_TAG = re.compile(rb"\[\d+,\d+\]<(?:stdout|stderr)>:")
 _LOST_DAEMON = re.compile(rb"Remote daemon:\s*\S+ on node (\S+)")
+# The lease file's one record, always as long (wall-clock seconds; see Demux._record_renewal).
+LEASE_RECORD = '{{"renewed_at": {renewed_at:20.6f}, "fenced_at": {fenced_at:20.6f}}}\n'
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
@@ -83,10 +102,15 @@ class Demux:
         self.deadline = {r.node: started + HOST_START_S for r in self.ranks}
         self.finished = threading.Event()
         self.partial: dict[bytes, bytes] = {}  # tag -> the start of a line split between chunks
+        self.grace_s = float(plan["grace_s"])
+        self.lease_fd: int | None = None
+        with contextlib.suppress(OSError):  # unrecorded, no lease is renewed: no rank starts its program
+            self.lease_fd = os.open(plan["lease_file"], os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        self.renewing = True  # until mpirun's output ends or a host is lost
 
     def run(self, src: BinaryIO) -> None:
-        watch = threading.Thread(target=self._watch, daemon=True)
-        watch.start()
+        for loop in (self._watch, self._renew):
+            threading.Thread(target=loop, daemon=True).start()
         try:
             for line in iter(src.readline, b""):
                 for whole in self._joined(line.rstrip(b"\n")):
@@ -95,6 +119,10 @@ class Demux:
             self.finished.set()
             for r in self.ranks:
                 r.log.close()
+            with self.lock:
+                if self.lease_fd is not None:
+                    os.close(self.lease_fd)
+                    self.lease_fd = None
 
     def _joined(self, line: bytes) -> list[bytes]:
         """The complete tagged lines in one line of mpirun's output: chunks that a later tag
@@ -150,10 +178,42 @@ class Demux:
             node = m.group(1).decode(errors="replace")
             self._lose(node, f"host {node} lost: mpirun lost communication with its daemon (down or cut off)")
 
+    def _renew(self) -> None:
+        """Every rank's lease renewed every RENEW_S, each renewal recorded before it is sent: the
+        recorded bound is never earlier than the last one a rank may get."""
+        stdin = self.mpirun.stdin
+        while stdin is not None and not self.finished.is_set():
+            with self.lock:
+                if not self.renewing:
+                    return
+                sent_at, sent = time.time(), time.monotonic()
+                if not self._record_renewal(sent_at):
+                    return
+            try:
+                stdin.write(STREAM_RENEWAL + f"{sent:.6f}\n".encode())
+                stdin.flush()
+            except OSError:  # mpirun is gone: no renewal reaches any rank now
+                return
+            self.finished.wait(RENEW_S)
+
+    def _record_renewal(self, sent_at: float) -> bool:
+        """The renewal about to be sent, in the lease file: a record of fixed size rewritten over
+        the last one's bytes, so a full disk cannot stop it (False: it could not be written, and
+        the renewal must not be sent)."""
+        record = LEASE_RECORD.format(renewed_at=sent_at, fenced_at=fence_bound(sent_at, self.grace_s))
+        if self.lease_fd is None:
+            return False
+        try:
+            return os.pwrite(self.lease_fd, record.encode(), 0) == len(record)
+        except OSError:
+            return False
+
     def _lose(self, node: str, why: str) -> bool:
-        """Record the node's unfinished ranks as lost; True if there were any."""
+        """Record the node's unfinished ranks as lost, and renew no lease from now on; True if
+        there were any."""
         with self.lock:
             victims = [r for r in self.ranks if r.node == node and not r.over]
+            self.renewing = self.renewing and not victims
             now = time.time()
             for r in victims:
                 r.record({"lost": why, "ended_at": now})

@@ -97,6 +97,11 @@ def plan_path(home: Path, job: str) -> Path:
     return home / "run" / job / "plan.json"
 
 
+def lease_path(home: Path, job: str) -> Path:
+    """Where the head records the leases of a job's ranks on ssh hosts (``demux.LEASE_RECORD``)."""
+    return home / "run" / job / "lease.json"
+
+
 def worker_lines(job: str, command: Sequence[str], placement: Placement, plan: Path) -> list[tuple[str, list[str]]]:
     """Each worker instance and its line where every rank runs under its own wrapper (no mpirun)."""
     return [(f"{job}-worker-{s.index}", [*rank_wrapper(plan, rank=s.index), *command]) for s in placement.slots]

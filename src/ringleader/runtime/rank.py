@@ -9,7 +9,12 @@ start time and exit code in a state file, and forwards signals.
 On an ssh host (``--stream TABLE``, TABLE the plan's rank table as JSON) there is no file of the
 head to write: the wrapper prints every line of its program prefixed with ``O``, its state as
 ``S{json}`` lines and a heartbeat ``H`` every HEARTBEAT_S seconds to its stdout, which mpirun
-carries back to the head (see ringleader.runtime.demux).
+carries back to the head (see ringleader.runtime.demux). The other way, the head renews the rank's
+lease on its stdin (``L`` and the head's monotonic time, every RENEW_S, through ``mpirun --stdin
+all``): the program starts on the first renewal, and once none has come for the lease (LEASE_S)
+the wrapper stops it as every stop does (SIGTERM, the job's grace, SIGKILL to its process group
+and every descendant) and exits. A host cut off from the head stops its ranks itself, within a
+bound the head knows (``fence_bound``): the gang restarts elsewhere only after it.
 
 A container rank's program is this file's guard (``python3 -S -c SOURCE --guard [--gpus] RUNTIME
 run ARGS``, see ``guard_main``), which completes the client's line for the rank's own GPUs and
@@ -53,7 +58,13 @@ FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signa
 # once everywhere. SIGURG: ignored by default, so a process it strays to is not harmed.
 STOP_SIGNAL = signal.SIGURG
 HEARTBEAT_S = 2.0
-STREAM_OUTPUT, STREAM_STATE, STREAM_HEARTBEAT = b"O", b"S", b"H"
+STREAM_OUTPUT, STREAM_STATE, STREAM_HEARTBEAT, STREAM_RENEWAL = b"O", b"S", b"H", b"L"
+# A rank on an ssh host runs while the head renews its lease: every RENEW_S, lapsed after LEASE_S
+# without one (as long as the head waits for a silent host's heartbeats, see demux.HOST_SILENCE_S).
+# FENCE_MARGIN_S covers the wrapper's look at its lease (every LEASE_CHECK_S), its SIGKILL and the
+# quickest delivery of a renewal it saw (milliseconds on a LAN).
+RENEW_S, LEASE_S, LEASE_CHECK_S, FENCE_MARGIN_S = 1.0, 10.0, 0.25, 1.0
+FENCED_EXIT = 125  # the wrapper's exit code once it stopped its program for a lapsed lease
 # The first line of a container guard's ``-c`` source: how the wrapper knows its own guard.
 GUARD_MARK = "# ringleader container guard\n"
 
@@ -320,6 +331,56 @@ class _Stream:
             self.write(STREAM_HEARTBEAT)
 
 
+def fence_bound(renewed_at: float, grace_s: float, lease_s: float = LEASE_S) -> float:
+    """When a rank whose last renewal the head sent at ``renewed_at`` has stopped writing, at the
+    latest, on the head's clock: its lease, the job's grace and the margin (FENCE_MARGIN_S)."""
+    return renewed_at + lease_s + grace_s + FENCE_MARGIN_S
+
+
+class Lease:
+    """A rank's lease as the wrapper holds it. Each renewal carries the head's monotonic time of
+    sending; the lease runs ``length_s`` from that time, not from its arrival, so a renewal that
+    a cut link held back and delivered late (TCP retransmits once the link is back) extends
+    nothing. The two hosts' clocks differ by an unknown offset: a renewal received at local time
+    r and sent at head time s says local = head + (r - s) at most, so the smallest r - s seen is
+    the offset used (it over-states the true one by the quickest delivery seen)."""
+
+    def __init__(self, length_s: float) -> None:
+        self.length_s = length_s
+        self.offset: float | None = None  # local minus head time, the smallest seen
+        self.sent: float | None = None  # the latest sending time, on the head's clock
+
+    def renew(self, line: bytes, received: float) -> bool:
+        """One line of the head's (``L<seconds>``), received at local monotonic ``received``;
+        False (and nothing changed) for anything else."""
+        if line[:1] != STREAM_RENEWAL:
+            return False
+        try:
+            sent = float(line[1:])
+        except ValueError:
+            return False
+        if sent != sent or sent in (float("inf"), float("-inf")):
+            return False
+        offset = received - sent
+        self.offset = offset if self.offset is None else min(self.offset, offset)
+        self.sent = sent if self.sent is None else max(self.sent, sent)
+        return True
+
+    @property
+    def granted(self) -> bool:
+        return self.sent is not None
+
+    def expires(self) -> float | None:
+        """Local monotonic time at which it lapses; None before the first renewal."""
+        if self.sent is None or self.offset is None:
+            return None
+        return self.sent + self.offset + self.length_s
+
+    def lapsed(self, now: float) -> bool:
+        expires = self.expires()
+        return expires is not None and now >= expires
+
+
 def completed(argv: list[str], environ: dict[str, str]) -> tuple[list[str], dict[str, str]]:
     """``[--gpus] RUNTIME run ARGS`` as this rank's container client runs it, with its environment.
 
@@ -373,11 +434,11 @@ def cannot_start(program: list[str], given: list[str], exc: OSError) -> str:
 
 
 def _start(program: list[str], env: dict[str, str], forwarded: tuple[int, ...] = FORWARDED,
-           launcher: bool = False) -> subprocess.Popen[bytes]:  # fmt: skip
+           launcher: bool = False, stdin: int = subprocess.DEVNULL) -> subprocess.Popen[bytes]:  # fmt: skip
     # The program in a process group of its own: mpirun, aborting, signals each rank's whole
     # group (whatever odls_base_signal_direct_children_only says), which would give the
     # program a second SIGTERM past the wrapper's one.
-    child = subprocess.Popen(program, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+    child = subprocess.Popen(program, env=env, stdin=stdin, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, preexec_fn=_die_with_parent, process_group=0)  # fmt: skip
     for sig in forwarded:
         signal.signal(sig, lambda s, _f: child.send_signal(s))
@@ -452,7 +513,8 @@ def _final(state: dict[str, Any], code: int) -> dict[str, Any]:
 
 
 def stream_main(table: dict[str, Any], program: list[str]) -> int:
-    """One rank on an ssh host: everything goes back through mpirun's stdout."""
+    """One rank on an ssh host: everything goes back through mpirun's stdout; its lease comes on
+    its stdin (the program starts on the first renewal and is stopped when the lease lapses)."""
     become_subreaper()
     out = _Stream()
     rank = _mpi_rank() or 0
@@ -464,6 +526,16 @@ def stream_main(table: dict[str, Any], program: list[str]) -> int:
     program, env = unguarded(program, env)
     state: dict[str, Any] = {"pid": os.getpid(), "started_at": time.time(), "host": os.uname().nodename}
     out.state(state)
+    done = threading.Event()  # heartbeats from now on: a rank waiting for its lease is not a silent host
+    in_background(threading.Thread(target=out.beat, args=(done,), daemon=True))
+    lease = Lease(float(table["lease_s"]))
+    granted = threading.Event()
+    in_background(threading.Thread(target=_hold, args=(lease, granted), daemon=True))
+    if not granted.wait(float(table["start_s"])):
+        why = f"ringleader: no lease from the head within {table['start_s']:g} s: the program was not started"
+        out.write(STREAM_OUTPUT, why.encode())
+        out.state({**state, "exit_code": FENCED_EXIT, "ended_at": time.time()})
+        return FENCED_EXIT
     try:
         child = _start(program, env)
     except OSError as exc:
@@ -472,8 +544,7 @@ def stream_main(table: dict[str, Any], program: list[str]) -> int:
         return 127
     state["child_pid"] = child.pid
     out.state(state)
-    done = threading.Event()
-    in_background(threading.Thread(target=out.beat, args=(done,), daemon=True))
+    in_background(threading.Thread(target=_fence, args=(lease, child, float(table["grace_s"]), out), daemon=True))
     assert child.stdout is not None
     pump = threading.Thread(target=out.pump, args=(child.stdout,), daemon=True)
     in_background(pump)
@@ -484,6 +555,58 @@ def stream_main(table: dict[str, Any], program: list[str]) -> int:
     final = _final(state, code)
     out.state(final)
     return int(final["exit_code"])
+
+
+def _hold(lease: Lease, granted: threading.Event) -> None:
+    """Read the head's renewals from stdin for as long as it sends them (EOF: no more will come,
+    and the lease runs out). Unbuffered reads of the descriptor: a thread asleep in sys.stdin's
+    buffered reader holds its lock, and the interpreter aborts at exit when it cannot take it."""
+    pending = b""
+    while True:
+        try:
+            chunk = os.read(0, 4096)
+        except OSError:  # no stdin at all: no renewal will come
+            return
+        if not chunk:
+            return
+        *lines, pending = (pending + chunk).split(b"\n")
+        received = time.monotonic()
+        if any([lease.renew(line.strip(), received) for line in lines]):
+            granted.set()
+
+
+def _fence(lease: Lease, child: subprocess.Popen[bytes], grace_s: float, out: _Stream) -> None:
+    """Once the lease lapses: the program stopped as every stop does (SIGTERM to its process
+    group, ``grace_s``, then SIGKILL to it and every descendant of this wrapper, a subreaper), and
+    this wrapper gone, so nothing of the rank writes after ``fence_bound``."""
+    while not lease.lapsed(time.monotonic()):
+        if child.poll() is not None:
+            return
+        time.sleep(LEASE_CHECK_S)
+    said = f"ringleader: no word from the head for {lease.length_s:g} s: stopping the rank"
+    try:  # noqa: SIM105 (see end_leftovers)
+        out.write(STREAM_OUTPUT, said.encode())
+    except OSError:  # nobody reads it any more (mpirun's daemon is gone): the stop matters, not the line
+        pass
+    _signal_group(child.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    _signal_group(child.pid, signal.SIGKILL)
+    for pid, started in descendants(os.getpid()):
+        if start_time(pid) == started:
+            try:  # noqa: SIM105 (see end_leftovers)
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    os._exit(FENCED_EXIT)
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:  # noqa: SIM105 (see end_leftovers)
+        os.killpg(pgid, sig)
+    except OSError:
+        pass
 
 
 def main(argv: list[str], relay: Relay | None = None) -> int:
@@ -521,7 +644,9 @@ def main(argv: list[str], relay: Relay | None = None) -> int:
     forwarded = tuple(s for s in FORWARDED if s != signal.SIGTERM) if "--no-term-forward" in own else FORWARDED
     with os.fdopen(fd, "ab") as log:
         try:
-            child = _start(program, env, forwarded, launcher=launcher)
+            # mpirun over ssh hosts reads the leases its relay renews on its stdin (--stdin all).
+            stdin = subprocess.PIPE if relay is not None else subprocess.DEVNULL
+            child = _start(program, env, forwarded, launcher=launcher, stdin=stdin)
         except OSError as exc:
             log.write(stamp() + (cannot_start(program, given, exc) + "\n").encode())
             _write_state(state_file, {**state, "exit_code": 127, "ended_at": time.time()})

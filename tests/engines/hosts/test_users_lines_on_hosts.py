@@ -58,6 +58,19 @@ def test_horovodrun_line_runs_across_hosts(hosts: Runtime, h) -> None:
     assert "--bind-to none" in started
 
 
+def test_an_mpirun_stdin_option_gives_way_to_the_ranks_leases(hosts: Runtime, h) -> None:
+    # Every rank's stdin carries its lease from the head (docs/hosts.md, Fencing): with the
+    # user's --stdin none no rank would get one, and none would start its program.
+    line = ["mpirun", "-np", "2", "--stdin", "none", "python3", "-c", "print('leased', flush=True)"]
+    hosts.submit(h.job("stdinhosts", line, workers=2))
+    view = hosts.wait("stdinhosts", timeout=120)
+    assert view.status is JobStatus.SUCCEEDED, view.reason
+    assert all(hosts.logs("stdinhosts", f"worker-{i}").strip() == "leased" for i in range(2))
+    started = next(e.message for e in view.events if e.kind == "Started")
+    assert "(mpirun --stdin none replaced: every rank's stdin carries its lease from the head)" in started
+    assert "--stdin all" in started
+
+
 def test_torchrun_line_runs_once_per_worker_across_hosts(hosts: Runtime, h, tmp_path) -> None:
     script = tmp_path / "show.py"  # the hosts share this box's files, as a cluster's shared home
     script.write_text(SHOW + "\n")

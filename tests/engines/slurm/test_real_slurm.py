@@ -414,6 +414,47 @@ def test_a_gang_on_a_crashed_slurm_node_restarts_elsewhere_and_the_node_is_drain
     wait_for(lambda: all(h.status == "Ready" for h in engine.node_health().values()), 60, "the node back")
 
 
+# The first run: rank 1 fails once every rank trains; the others take 1.5 s (within the sandbox's
+# KillWait of 2 s) to write a checkpoint on SIGTERM. A later run marks its start and ends.
+LATE_CHECKPOINT = """
+import os, signal, sys, time
+folder, rank = sys.argv[1], os.environ["RANK"]
+if os.environ["RINGLEADER_RESTARTS"] != "0":
+    open(os.path.join(folder, "start-" + rank), "w").close()
+    raise SystemExit(0)
+stopping = []
+def on_term(signum, frame):
+    if stopping:
+        return
+    stopping.append(signum)
+    time.sleep(1.5)
+    open(os.path.join(folder, "late-" + rank), "w").close()
+    sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
+open(os.path.join(folder, "ready-" + rank), "w").close()
+while rank == "1" and len([f for f in os.listdir(folder) if f.startswith("ready-")]) < 4:
+    time.sleep(0.05)
+if rank == "1":
+    sys.exit(1)
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_a_restarted_slurm_gang_starts_only_once_its_last_run_has_stopped(engine: SlurmEngine, tmp_path: Path) -> None:
+    """--max-restarts on Slurm: a rank fails; its gang's other ranks write their checkpoints in
+    Slurm's KillWait, and the next run (which would fit on the other node at once) starts only
+    after: a run is over for ringleader only once Slurm lists none of its job's components as
+    running or completing (every node has reported its processes gone)."""
+    engine.submit(job("relay", 4, 1, [PY, "-c", LATE_CHECKPOINT, str(tmp_path)], topology_aware=True,
+                      max_restarts=1))  # fmt: skip
+    done = engine.wait("relay", 120)
+    assert done.status is JobStatus.SUCCEEDED, (done.reason, [(e.kind, e.message) for e in done.events])
+    late = [(tmp_path / f"late-{rank}").stat().st_mtime for rank in (0, 2, 3)]
+    started = [(tmp_path / f"start-{rank}").stat().st_mtime for rank in range(4)]
+    assert max(late) < min(started), f"the last run wrote {max(late) - min(started):.2f} s after the next started"
+
+
 def test_queue_and_cordon_commands_on_the_slurm_engine(slurm_box: object, tmp_path: Path) -> None:
     """`queue` and `node cordon|uncordon` answer on Slurm as on the embedded engine; a cordon
     drains the node in Slurm with the reason, and uncordon resumes it."""

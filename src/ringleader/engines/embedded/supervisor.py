@@ -54,6 +54,7 @@ from ringleader.runtime.plan import (
     build_plan,
     instance_targets,
     job_env,
+    lease_path,
     log_path,
     plan_path,
     plan_written,
@@ -63,7 +64,7 @@ from ringleader.runtime.plan import (
     worker_lines,
 )  # fmt: skip
 from ringleader.runtime.procs import alive, find_by_args, processes_with_args, start_time, stop_all
-from ringleader.runtime.rank import signal_name
+from ringleader.runtime.rank import LEASE_S, fence_bound, signal_name
 from ringleader.scheduler.types import approx_duration
 from ringleader.statefolder import make_job_folders, remove_job_folders
 from ringleader.topology import NodeSpec
@@ -283,7 +284,8 @@ class Supervisor:
         if spec.image and self.resolve_image(spec, [nodes[n] for n in placement.nodes]):
             return
         if remote:  # ranks on ssh hosts: one mpirun on this machine starts them all (engines.embedded.hosts)
-            plan.update(hosts=True, master_addr=master_address(placement, nodes, settings))
+            plan.update(hosts=True, master_addr=master_address(placement, nodes, settings),
+                        grace_s=spec.stop_grace(), lease_file=str(lease_path(self.home, spec.name)))  # fmt: skip
             plan["env"] = {**settings.get("env", {}), **plan["env"]}
         write_private(pfile, json.dumps(plan, indent=1))  # before any rank starts (see plan_written)
         if remote:
@@ -579,6 +581,7 @@ class Supervisor:
         queue with its GPUs freed, and the queue's pass runs (its preemptor starts). False when a
         delete came meanwhile: that one forgets it."""
         self._stop_everything(grace_s)
+        self._await_fence(stoppable=False)
         remove_job_folders(self.home, self.job, ("run",))
         requeued = store.until_recorded(self.home, self._requeue_rows, self.log)
         if requeued:
@@ -658,7 +661,46 @@ class Supervisor:
             return Phase.ENDED
         return None
 
+    def _fenced_at(self) -> tuple[float, list[str]] | None:
+        """When the ranks on ssh hosts whose end is unknown (no exit code came back: cut off, or
+        mpirun stopped first) have stopped writing at the latest, and their hosts: each stops
+        itself once its lease lapses, a lease and a grace after the last renewal the head sent
+        (``rank.fence_bound``; recorded before it was sent). None: every end is known, or no
+        renewal was ever sent (no rank started its program)."""
+        unsure = [st for w in self.watched if (st := read_state(w.state_file) or {}).get("remote")
+                  and "exit_code" not in st]  # fmt: skip
+        if not unsure:
+            return None
+        hosts = sorted({str(st.get("host")) for st in unsure})
+        try:
+            record = lease_path(self.home, self.job).read_text()
+        except FileNotFoundError:
+            return None
+        except OSError:
+            record = ""
+        try:
+            return float(json.loads(record)["fenced_at"]), hosts
+        except (ValueError, KeyError, TypeError):  # unreadable: the whole bound, counted from now
+            return fence_bound(self.clock.now(), self.grace_s), hosts
+
+    def _await_fence(self, stoppable: bool = True) -> None:
+        """Before the job's end is recorded (its GPUs freed, its restart placed): every rank whose
+        end is unknown has stopped itself, so none writes after its gang starts elsewhere. When
+        ``stoppable``, a delete asked for meanwhile ends the wait (the job is forgotten, not
+        restarted); a preemption's requeue waits it out (a delete then forgets the job)."""
+        fence = self._fenced_at()
+        if fence is None or self.clock.now() >= fence[0]:
+            return
+        until, hosts = fence
+        at = time.strftime("%H:%M:%S", time.localtime(until))
+        self.persist(event=("Fencing", f"no exit code came back from {', '.join(hosts)}: its ranks stop themselves "
+                                       f"once their lease lapses ({LEASE_S:g} s after the last renewal, then "
+                                       f"{self.grace_s:g} s of grace): waiting until {at}"))  # fmt: skip
+        while self.clock.now() < until and not (stoppable and self.stop_request() is not None):
+            self.pause()
+
     def _ended(self) -> Phase:
+        self._await_fence()
         if any(w.status is not InstanceStatus.SUCCEEDED for w in self.watched):
             # A client that was stopped can leave its container's record (one that ended by
             # itself removed it: --rm). Before the job is over: a `get` that says so finds none.

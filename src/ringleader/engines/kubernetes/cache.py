@@ -67,11 +67,17 @@ class Gang:
     spec: JobSpec | None = None  # the whole spec its PodGroup keeps (None: a gang submit did not make)
     queue: str | None = None  # its team queue: the spec's, else its members' (Cache.queue_named)
     refused: str | None = None  # why it may not use the queue it names (its namespace may not)
+    # Members deleted on a node but not gone yet: their containers may still run there. A pod on
+    # an unreachable node stays so until its kubelet says they stopped, or an administrator
+    # force-deletes it or taints the node node.kubernetes.io/out-of-service (docs/kubernetes.md).
+    stopping: int = 0
 
     @property
     def ready(self) -> bool:
-        """Enough members exist to start it whole (or it already runs and lost some)."""
-        return not self.group_missing and bool(self.pending) and (
+        """Enough members exist to start it whole (or it already runs and lost some), and none of
+        its members deleted before (a restart's, a preemption's) may still be running: a new run
+        never starts beside its old one."""
+        return not self.group_missing and bool(self.pending) and self.stopping == 0 and (
             self.placed > 0 or len(self.pending) >= self.min_member
         )
 
@@ -579,6 +585,8 @@ class Cache:
                 gang.spec = self.specs.get(pod.gang_key)
             if pod.pending and pod.key not in self.assumed:
                 gang.pending.append(pod)
+            elif pod.deleting and pod.node is not None:
+                gang.stopping += 1
             elif pod.key in self.assumed or (pod.node is not None and not pod.deleting):
                 gang.placed += 1
                 held = self.assumed.get(pod.key)

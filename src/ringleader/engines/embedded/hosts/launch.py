@@ -21,8 +21,9 @@ from typing import Any
 from ringleader.engines.embedded.hosts.ssh import write_config
 from ringleader.jobs.line import MAPPING_OPTIONS, MpiOption, mca_parameter, mca_values, option_words, root_option
 from ringleader.jobs.spec import CONTAINER_RUNTIME_KEYS, JobSpec
+from ringleader.runtime.demux import HOST_START_S
 from ringleader.runtime.plan import rank_source
-from ringleader.runtime.rank import stop_mca
+from ringleader.runtime.rank import LEASE_S, stop_mca
 from ringleader.scheduler import Placement
 from ringleader.topology import NodeSpec
 
@@ -66,7 +67,7 @@ def _resolves(name: str) -> bool:
 def rank_table(plan: Mapping[str, Any]) -> dict[str, Any]:
     """What a remote rank wrapper needs: the plan without paths of the head or the job's env (the
     run's restart count and limit included: torchrun's TORCHELASTIC_RESTART_COUNT and
-    TORCHELASTIC_MAX_RESTARTS)."""
+    TORCHELASTIC_MAX_RESTARTS), and its lease (rank.Lease)."""
     keep = ("rank", "instance", "node", "gpus", "node_gpus", "local_rank", "local_world_size", "node_rank", "emulated")
     return {
         "job": plan["job"], "world_size": plan["world_size"], "nnodes": plan["nnodes"],
@@ -74,6 +75,8 @@ def rank_table(plan: Mapping[str, Any]) -> dict[str, Any]:
         "restarts": plan.get("restarts", 0), "max_restarts": plan.get("max_restarts", 0),
         "torchrun_defaults": plan.get("torchrun_defaults", False),
         "ranks": [{k: r[k] for k in keep} for r in plan["ranks"]],
+        # The lease each rank holds from the head, and how it is stopped once that lapses.
+        "lease_s": LEASE_S, "start_s": HOST_START_S, "grace_s": plan["grace_s"],
     }  # fmt: skip
 
 
@@ -107,13 +110,15 @@ def hosts_command(
     # Emulated nodes share this box's cores: binding would fail or pile ranks onto a few cores.
     dropped = MAPPING_OPTIONS | ({"bind-to"} if emulated else set())
     replaced = [o for o in options if o.name in dropped]
-    options = [o for o in options if o.name not in dropped]
+    stdin_replaced = [o for o in options if o.name == "stdin"]
+    options = [o for o in options if o.name not in dropped | {"stdin"}]
     given = {o.name for o in options}
     argv = [mpirun, "-np", str(len(plan["ranks"])), "--hostfile", str(hostfile), "--mca", "rmaps", "seq"]
     argv += root_option(options, os.geteuid() == 0)
     if "bind-to" not in given:
         argv += ["--bind-to", "none"]
-    argv.append("--tag-output")
+    # Every rank's stdin is mpirun's, on which the head renews their leases (demux.Demux).
+    argv += ["--tag-output", "--stdin", "all"]
     if emulated and "oversubscribe" not in given:
         argv.append("--oversubscribe")  # emulated nodes share this box's cores
     # Open MPI refuses a parameter given twice: each is passed once. The launcher's own (ssh, the
@@ -136,6 +141,9 @@ def hosts_command(
     if replaced:
         unbound = ", unbound on emulated nodes" if emulated else ""
         shown += f" (mpirun {shlex.join(option_words(replaced))} replaced: ranks follow the placement's order{unbound})"
+    if stdin_replaced:
+        shown += (f" (mpirun {shlex.join(option_words(stdin_replaced))} replaced: every rank's stdin carries its "
+                  "lease from the head)")  # fmt: skip
     if mca_replaced:
         shown += (f" (mpirun {shlex.join(option_words(mca_replaced))} replaced: the launcher sets these for the "
                   "cluster's hosts and network)")  # fmt: skip
