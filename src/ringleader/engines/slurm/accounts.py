@@ -1,0 +1,191 @@
+"""Team queues on Slurm are Slurm's own, kept by slurmdbd for every user of the cluster (not in
+a file in one user's home):
+
+    queue team-a, 8 GPUs, weight 2   =  QOS team-a with GrpTRES=gres/gpu=8
+                                        + account team-a with Fairshare=2, QOS team-a its only
+                                          and default QOS
+
+so Slurm itself holds every job of the account (ringleader's, and plain `sbatch --account`
+ones) to the quota, and orders them by fair share (priority/multifactor). Read and written with
+sacctmgr, usage read from sshare, all as argv lists, never a shell. Any account with a QOS of
+its own name whose GrpTRES limits gres/gpu is a queue, whoever made it.
+
+What Slurm cannot keep is refused in one line: borrowing (a QOS's GrpTRES is a hard limit, and
+Slurm lends no idle quota between accounts), a quota per GPU model (ringleader's nodes declare
+one GRES type per GPU, for exact GPU ids, so a model is no GRES type a QOS could limit), a
+weight that is not a whole number of fair-share shares.
+"""
+
+from __future__ import annotations
+
+import getpass
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+from ringleader.engines.slurm import slurmcli
+from ringleader.errors import ConflictError, DependencyError, NotFoundError, RingleaderError, UsageError
+from ringleader.scheduler.teams import ANY_TYPE, TeamQueue
+
+GPU_TRES = "gres/gpu"
+# What sacctmgr says to a user who is not a Slurm administrator or operator.
+DENIED = ("permission denied", "privilege", "not authorized")
+
+
+class AdminNeeded(RingleaderError):
+    """sacctmgr refused: only a Slurm administrator may change accounts and QOS."""
+
+
+@dataclass(frozen=True)
+class Accounting:
+    """Where slurmctld keeps accounts (slurm.conf's AccountingStorageType) and its ClusterName."""
+
+    storage: str
+    cluster: str
+
+    @staticmethod
+    def read() -> Accounting:
+        config = {}
+        for line in slurmcli.run(["scontrol", "show", "config"]).stdout.splitlines():
+            key, _, value = line.partition("=")
+            config[key.strip()] = value.strip()
+        return Accounting(config.get("AccountingStorageType", "accounting_storage/none"),
+                          config.get("ClusterName", ""))  # fmt: skip
+
+
+def grp_gpus(tres: str) -> int | None:
+    """``cpu=4,gres/gpu=8`` -> 8; None where gres/gpu is not limited."""
+    for item in tres.split(","):
+        key, _, value = item.partition("=")
+        if key == GPU_TRES and value.isdigit():
+            return int(value)
+    return None
+
+
+def _sacctmgr_rows(*args: str) -> list[list[str]]:
+    done = slurmcli.run(["sacctmgr", "-n", "-P", *args])
+    return [line.split("|") for line in done.stdout.splitlines() if line.strip()]
+
+
+class SlurmQueues:
+    """The queues slurmdbd keeps for this cluster (slurm.conf's ClusterName)."""
+
+    @cached_property
+    def accounting(self) -> Accounting:
+        return Accounting.read()
+
+    def enabled(self) -> bool:
+        return self.accounting.storage == "accounting_storage/slurmdbd"
+
+    def _require(self) -> None:
+        if not self.enabled():
+            raise DependencyError(
+                "team queues on Slurm are slurmdbd's accounts and QOS, and this Slurm keeps no accounting "
+                f"(AccountingStorageType={self.accounting.storage})",
+                "ask the Slurm administrator for slurmdbd (AccountingStorageType=accounting_storage/slurmdbd, "
+                "AccountingStorageTRES=gres/gpu, AccountingStorageEnforce=associations,limits,qos); see docs/slurm.md",
+            )
+
+    def queues(self) -> list[TeamQueue]:
+        """Every account with a QOS of its own name that limits gres/gpu, as a queue (none
+        without accounting)."""
+        if not self.enabled():
+            return []
+        limits = {row[0]: grp_gpus(row[1]) for row in _sacctmgr_rows("show", "qos", "format=Name,GrpTRES")}
+        out = []
+        where = ["where", f"cluster={self.accounting.cluster}"] if self.accounting.cluster else []
+        for account, user, shares, qos in _sacctmgr_rows("show", "assoc", *where, "format=Account,User,Fairshare,QOS"):
+            gpus = limits.get(account)
+            if user or gpus is None or account not in qos.split(","):
+                continue
+            weight = float(shares) if shares.isdigit() and int(shares) > 0 else 1.0  # "parent": the parent's
+            out.append(TeamQueue(account, ((ANY_TYPE, gpus),), weight))
+        return out
+
+    def put(self, queue: TeamQueue, overwrite: bool) -> None:
+        """``queue`` made (or, with ``overwrite``, changed) in slurmdbd, the user who made it
+        added to its account so that their jobs may name it."""
+        self._require()
+        gpus, shares = slurm_terms(queue)
+        accounts = {row[0] for row in _sacctmgr_rows("show", "account", "format=Account")}
+        exists = queue.name in accounts
+        if exists and not any(q.name == queue.name for q in self.queues()):
+            raise ConflictError(f"account {queue.name!r} exists in Slurm and is no queue (it has no QOS "
+                                f"{queue.name} limiting gres/gpu)", "pick another name")  # fmt: skip
+        if exists and not overwrite:
+            fix = f"give --overwrite to change it, or `ringleader queue delete {queue.name}`"
+            raise ConflictError(f"queue {queue.name!r} already exists", fix)
+        limit, user = f"GrpTRES={GPU_TRES}={gpus}", getpass.getuser()
+        steps = [
+            ["modify", "qos", "where", f"name={queue.name}", "set", limit] if exists else
+            ["add", "qos", queue.name, limit, "Description=ringleader queue"],
+            ["modify", "account", "where", f"name={queue.name}", "set", f"Fairshare={shares}"] if exists else
+            ["add", "account", queue.name, "Description=ringleader queue", "Organization=ringleader",
+             f"Fairshare={shares}", f"QosLevel={queue.name}", f"DefaultQOS={queue.name}"],
+            ["add", "user", user, f"account={queue.name}"],
+        ]  # fmt: skip
+        for step in steps:
+            _sacctmgr(step, queue, user)
+
+    def delete(self, name: str) -> None:
+        """The queue's account (its users' associations with it) and its QOS removed; Slurm
+        refuses while a job of the account is in its queue."""
+        self._require()
+        if not any(q.name == name for q in self.queues()):
+            raise NotFoundError(f"queue {name!r} not found", "see `ringleader queue list --engine slurm`")
+        _sacctmgr(["delete", "account", f"name={name}"], None, getpass.getuser())
+        _sacctmgr(["delete", "qos", f"name={name}"], None, getpass.getuser())
+
+    def usage(self, names: Sequence[str]) -> dict[str, float]:
+        """Queue -> its decayed GPU-seconds as Slurm counts them (every job of the account,
+        ringleader's or not, deleted or not)."""
+        if not names:
+            return {}
+        done = slurmcli.run(["sshare", "-n", "-P", "-A", ",".join(names), "-o", "Account,User,GrpTRESRaw"])
+        out = {}
+        for line in done.stdout.splitlines():
+            account, user, raw = [*line.split("|"), "", ""][:3]
+            if account.strip() in names and not user:
+                tres = dict(item.partition("=")[::2] for item in raw.split(","))
+                out[account.strip()] = float(tres.get(GPU_TRES) or 0) * 60.0  # TRES-minutes
+        return out
+
+
+def slurm_terms(queue: TeamQueue) -> tuple[int, int]:
+    """The queue's GrpTRES GPUs and fair-share shares; what Slurm cannot keep is refused."""
+    if queue.cohort is not None:
+        raise UsageError("--cohort: Slurm lends no idle quota between accounts (a QOS's GrpTRES is a hard limit), "
+                         "so queues on Slurm do not borrow", "leave --cohort out: each queue gets its own quota "
+                         "(borrowing runs on the embedded and kubernetes engines)")  # fmt: skip
+    if len(queue.quota) != 1 or queue.quota[0][0] != ANY_TYPE:
+        raise UsageError("--gpus TYPE=N: ringleader's Slurm nodes declare one GRES type per GPU (for exact GPU ids), "
+                         "so a QOS cannot limit one GPU model", "give --gpus N (every GPU type)")  # fmt: skip
+    if queue.weight != math.floor(queue.weight):
+        raise UsageError(f"--weight {queue.weight:g}: Slurm's fair-share shares are whole numbers",
+                         f"give --weight {max(round(queue.weight), 1)}")  # fmt: skip
+    return queue.quota[0][1], int(queue.weight)
+
+
+def _sacctmgr(step: list[str], queue: TeamQueue | None, user: str) -> None:
+    """One sacctmgr change (-i: no confirmation); a refusal for want of rights says what to ask
+    the administrator for."""
+    done = slurmcli.run(["sacctmgr", "-i", *step], check=False)
+    said = " ".join((done.stdout + " " + done.stderr).split())
+    if done.returncode == 0 or (step[:2] == ["add", "user"] and "Nothing new added" in said):  # already in it
+        return
+    if any(word in said.lower() for word in DENIED):
+        raise AdminNeeded(f"sacctmgr refused {user!r}: only a Slurm administrator may change accounts and QOS",
+                          "ask the administrator to run " + admin_commands(queue, step, user))  # fmt: skip
+    raise slurmcli.SlurmError(f"sacctmgr {' '.join(step[:2])} failed: {said[-300:]}",
+                              "see `sacctmgr show assoc` and `sacctmgr show qos`")  # fmt: skip
+
+
+def admin_commands(queue: TeamQueue | None, step: list[str], user: str) -> str:
+    """The sacctmgr lines an administrator runs for ``queue`` (or the refused ``step``)."""
+    if queue is None:
+        return f"`sacctmgr -i {' '.join(step)}`"
+    gpus, shares = queue.quota[0][1], int(queue.weight)
+    return (f"`sacctmgr -i add qos {queue.name} GrpTRES={GPU_TRES}={gpus}`, "
+            f"`sacctmgr -i add account {queue.name} Fairshare={shares} QosLevel={queue.name} "
+            f"DefaultQOS={queue.name}` and `sacctmgr -i add user {user} account={queue.name}`")  # fmt: skip
