@@ -18,8 +18,10 @@ from engines.slurm.helpers import PY
 from ringleader.engines.slurm import SlurmEngine
 from ringleader.engines.slurm.sandbox import Sandbox
 from ringleader.errors import UsageError
+from ringleader.jobs.queues import QueueView
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import JobStatus
+from ringleader.scheduler.order import QueueOrder
 from ringleader.scheduler.teams import TeamQueue
 from waiting import wait_for
 
@@ -58,26 +60,34 @@ def other_users_job(gpus: int) -> str:
 def test_a_queue_is_a_slurm_account_and_qos_that_binds_every_users_jobs(
     engine: SlurmEngine, tmp_path: Path
 ) -> None:
-    """`queue create` makes the QOS (GrpTRES=gres/gpu=4) and the account (fair-share shares = the
-    weight) in slurmdbd. Another user's plain sbatch in the account counts against the quota, so
-    ringleader's job in the queue waits with the queue's numbers, and Slurm itself holds a job
-    over the QOS; once the other job ends ringleader's starts, submitted with --account/--qos."""
-    engine.create_queue(TeamQueue("team-a", (("*", 4),), weight=2))
+    """`queue create` makes the QOS (GrpTRES=gres/gpu=4, the queue's order in its Description) and
+    the account (fair-share shares = the weight) in slurmdbd. Another user's plain sbatch in the
+    account counts against the quota, so ringleader's job in the queue waits with the queue's
+    numbers, and Slurm itself holds a job over the QOS; the other job's GPU-minutes are the
+    queue's usage; once it ends ringleader's starts, submitted with --account/--qos."""
+    engine.create_queue(TeamQueue("team-a", (("*", 4),), weight=2, order=QueueOrder.LAS))
     try:
-        assert sacctmgr("show", "qos", "team-a", "format=Name,GrpTRES") == ["team-a|gres/gpu=4"]
+        shown_qos = subprocess.run(["sacctmgr", "-n", "-P", "show", "qos", "team-a", "format=Name,GrpTRES,Description"],
+                                   capture_output=True, text=True, check=True).stdout  # fmt: skip
+        assert shown_qos == "team-a|gres/gpu=4|ringleader queue order=las\n"  # the order: no Slurm field for it
         assert "team-a||2|team-a" in sacctmgr("show", "assoc", "format=Account,User,Fairshare,QOS")
         subprocess.run(["sacctmgr", "-i", "add", "user", "nobody", "account=team-a"], check=True, capture_output=True)
         theirs = other_users_job(3)
         wait_for(lambda: squeue(theirs, "%T") == "RUNNING", 30, "the other user's job to run")
         over = other_users_job(2)  # 3 + 2 > 4: Slurm holds it, whatever ringleader does
         wait_for(lambda: squeue(over, "%r") == "QOSGrpGRES", 30, "Slurm to hold the job over the QOS")
-        [listed] = [q for q in engine.queues() if q.name == "team-a"]
+        assert [q.order for q in engine.slurm_queues.queues() if q.name == "team-a"] == [QueueOrder.LAS]
+        listed = team_a(engine)
         assert (listed.quota, listed.weight, listed.held) == ((("*", 4),), 2.0, {"*": 3})
         ours = engine.submit(JobSpec("ours", workers=2, gpus_per_worker=1, command=[PY, "-c", "pass"],
                                      queue="team-a"))  # fmt: skip
         assert ours.job is not None and ours.job.status is JobStatus.PENDING
         assert ours.job.reason == "queue team-a holds 3 of its quota of 4 GPUs; it needs 2 more and the queue is in " \
                                   "no cohort to borrow from"  # fmt: skip
+        # Slurm counts the other user's GPU-minutes at its next PriorityCalcPeriod (a minute here):
+        # the queue's usage and fair share are Slurm's, not only ringleader's own jobs'
+        wait_for(lambda: team_a(engine).usage_gpu_h > 0, 150, "Slurm to count team-a's GPU use")
+        assert team_a(engine).fair_share < 1.0
         subprocess.run(["scancel", over, theirs], check=True)
         done = engine.wait("ours", 90)
         assert done.status is JobStatus.SUCCEEDED, (done.reason, done.events)
@@ -90,6 +100,11 @@ def test_a_queue_is_a_slurm_account_and_qos_that_binds_every_users_jobs(
         engine.delete_queue("team-a")
     assert not [q for q in engine.queues() if q.name == "team-a"]
     assert sacctmgr("show", "qos", "team-a", "format=Name") == []
+
+
+def team_a(engine: SlurmEngine) -> QueueView:
+    [view] = [q for q in engine.queues() if q.name == "team-a"]
+    return view
 
 
 def squeue_account(account: str) -> str:

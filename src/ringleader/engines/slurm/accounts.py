@@ -8,7 +8,8 @@ a file in one user's home):
 so Slurm itself holds every job of the account (ringleader's, and plain `sbatch --account`
 ones) to the quota, and orders them by fair share (priority/multifactor). Read and written with
 sacctmgr, usage read from sshare, all as argv lists, never a shell. Any account with a QOS of
-its own name whose GrpTRES limits gres/gpu is a queue, whoever made it.
+its own name whose GrpTRES limits gres/gpu is a queue, whoever made it; the queue's order rides
+in the QOS's Description.
 
 What Slurm cannot keep is refused in one line: borrowing (a QOS's GrpTRES is a hard limit, and
 Slurm lends no idle quota between accounts), a quota per GPU model (ringleader's nodes declare
@@ -20,15 +21,22 @@ from __future__ import annotations
 
 import getpass
 import math
+import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
 from ringleader.engines.slurm import slurmcli
 from ringleader.errors import ConflictError, DependencyError, NotFoundError, RingleaderError, UsageError
+from ringleader.scheduler.order import QueueOrder
 from ringleader.scheduler.teams import ANY_TYPE, TeamQueue
 
 GPU_TRES = "gres/gpu"
+# The Description of the accounts and QOS ringleader makes; the QOS's carries the queue's order
+# ("ringleader queue order=las"), which Slurm has no field for.
+MARK = "ringleader queue"
+READ_AGAIN_S = 2.0  # how long the queues read from slurmdbd are taken as current
 # What sacctmgr says to a user who is not a Slurm administrator or operator.
 DENIED = ("permission denied", "privilege", "not authorized")
 
@@ -63,6 +71,15 @@ def grp_gpus(tres: str) -> int | None:
     return None
 
 
+def order_of(description: str) -> QueueOrder | None:
+    """The order a QOS's Description carries (None: none, or not one ringleader knows)."""
+    found = re.search(r"\border=(\w+)", description)
+    try:
+        return QueueOrder(found[1]) if found else None
+    except ValueError:
+        return None
+
+
 def _sacctmgr_rows(*args: str) -> list[list[str]]:
     done = slurmcli.run(["sacctmgr", "-n", "-P", *args])
     return [line.split("|") for line in done.stdout.splitlines() if line.strip()]
@@ -70,6 +87,9 @@ def _sacctmgr_rows(*args: str) -> list[list[str]]:
 
 class SlurmQueues:
     """The queues slurmdbd keeps for this cluster (slurm.conf's ClusterName)."""
+
+    def __init__(self) -> None:
+        self._read: tuple[float, list[TeamQueue]] | None = None  # (when, the queues read then)
 
     @cached_property
     def accounting(self) -> Accounting:
@@ -89,10 +109,18 @@ class SlurmQueues:
 
     def queues(self) -> list[TeamQueue]:
         """Every account with a QOS of its own name that limits gres/gpu, as a queue (none
-        without accounting)."""
+        without accounting). Read again after READ_AGAIN_S: one submit asks several times,
+        and each read is two round trips to slurmdbd."""
         if not self.enabled():
             return []
-        limits = {row[0]: grp_gpus(row[1]) for row in _sacctmgr_rows("show", "qos", "format=Name,GrpTRES")}
+        if self._read is None or time.monotonic() - self._read[0] > READ_AGAIN_S:
+            self._read = (time.monotonic(), self._queues())
+        return list(self._read[1])
+
+    def _queues(self) -> list[TeamQueue]:
+        qos_rows = _sacctmgr_rows("show", "qos", "format=Name,GrpTRES,Description")
+        limits = {row[0]: grp_gpus(row[1]) for row in qos_rows}
+        orders = {row[0]: order_of(row[2]) for row in qos_rows}
         out = []
         where = ["where", f"cluster={self.accounting.cluster}"] if self.accounting.cluster else []
         for account, user, shares, qos in _sacctmgr_rows("show", "assoc", *where, "format=Account,User,Fairshare,QOS"):
@@ -100,7 +128,7 @@ class SlurmQueues:
             if user or gpus is None or account not in qos.split(","):
                 continue
             weight = float(shares) if shares.isdigit() and int(shares) > 0 else 1.0  # "parent": the parent's
-            out.append(TeamQueue(account, ((ANY_TYPE, gpus),), weight))
+            out.append(TeamQueue(account, ((ANY_TYPE, gpus),), weight, order=orders.get(account)))
         return out
 
     def put(self, queue: TeamQueue, overwrite: bool) -> None:
@@ -108,7 +136,9 @@ class SlurmQueues:
         added to its account so that their jobs may name it."""
         self._require()
         gpus, shares = slurm_terms(queue)
+        self._read = None
         accounts = {row[0] for row in _sacctmgr_rows("show", "account", "format=Account")}
+        qos_kept = {row[0] for row in _sacctmgr_rows("show", "qos", "format=Name")}
         exists = queue.name in accounts
         if exists and not any(q.name == queue.name for q in self.queues()):
             raise ConflictError(f"account {queue.name!r} exists in Slurm and is no queue (it has no QOS "
@@ -117,25 +147,33 @@ class SlurmQueues:
             fix = f"give --overwrite to change it, or `ringleader queue delete {queue.name}`"
             raise ConflictError(f"queue {queue.name!r} already exists", fix)
         limit, user = f"GrpTRES={GPU_TRES}={gpus}", getpass.getuser()
+        described = f"Description={MARK}" + (f" order={queue.order.value}" if queue.order else "")
         steps = [
-            ["modify", "qos", "where", f"name={queue.name}", "set", limit] if exists else
-            ["add", "qos", queue.name, limit, "Description=ringleader queue"],
+            ["modify", "qos", "where", f"name={queue.name}", "set", limit, described] if queue.name in qos_kept else
+            ["add", "qos", queue.name, limit, described],
             ["modify", "account", "where", f"name={queue.name}", "set", f"Fairshare={shares}"] if exists else
-            ["add", "account", queue.name, "Description=ringleader queue", "Organization=ringleader",
+            ["add", "account", queue.name, f"Description={MARK}", "Organization=ringleader",
              f"Fairshare={shares}", f"QosLevel={queue.name}", f"DefaultQOS={queue.name}"],
             ["add", "user", user, f"account={queue.name}"],
         ]  # fmt: skip
-        for step in steps:
-            _sacctmgr(step, queue, user)
+        try:
+            for step in steps:
+                _sacctmgr(step, queue, user)
+        finally:
+            self._read = None  # changed, or partly: read it again
 
     def delete(self, name: str) -> None:
         """The queue's account (its users' associations with it) and its QOS removed; Slurm
         refuses while a job of the account is in its queue."""
         self._require()
+        self._read = None
         if not any(q.name == name for q in self.queues()):
             raise NotFoundError(f"queue {name!r} not found", "see `ringleader queue list --engine slurm`")
-        _sacctmgr(["delete", "account", f"name={name}"], None, getpass.getuser())
-        _sacctmgr(["delete", "qos", f"name={name}"], None, getpass.getuser())
+        try:
+            _sacctmgr(["delete", "account", f"name={name}"], None, getpass.getuser())
+            _sacctmgr(["delete", "qos", f"name={name}"], None, getpass.getuser())
+        finally:
+            self._read = None
 
     def usage(self, names: Sequence[str]) -> dict[str, float]:
         """Queue -> its decayed GPU-seconds as Slurm counts them (every job of the account,
