@@ -127,11 +127,12 @@ def test_queue_commands_go_through_sacctmgr_and_a_user_without_rights_is_told_wh
     slurm_box: Sandbox, tmp_path: Path
 ) -> None:
     """The CLI on Slurm: create, list and delete are slurmdbd's; another user, not a Slurm
-    administrator, gets one line with the sacctmgr commands to ask the administrator for."""
+    administrator, gets one line with the sacctmgr commands to ask the administrator for, and
+    one line too when they are not in the queue's account (sbatch would refuse their job)."""
     env = {**os.environ, "RINGLEADER_HOME": str(tmp_path / "home")}
 
     def cli(*args: str, user: list[str] | None = None) -> subprocess.CompletedProcess[str]:
-        argv = [*(user or []), PY, "-m", "ringleader.cli.main", *args, "--engine", "slurm"]
+        argv = [*(user or []), PY, "-m", "ringleader.cli.main", *args[:2], "--engine", "slurm", *args[2:]]
         return subprocess.run(argv, env=env, capture_output=True, text=True)
 
     made = cli("queue", "create", "team-b", "--gpus", "4", "--weight", "3")
@@ -144,6 +145,12 @@ def test_queue_commands_go_through_sacctmgr_and_a_user_without_rights_is_told_wh
     assert sacctmgr("show", "qos", "team-b", "format=GrpTRES") == ["gres/gpu=6"]
     env["RINGLEADER_HOME"] = f"/tmp/rl-nobody-{os.getpid()}"  # theirs, made by them
     refused = cli("queue", "create", "team-c", "--gpus", "2", user=OTHER_USER)
+    outsider = cli("submit", "mpi", "--name", "x", "--queue", "team-b", "--workers", "1", "--gpus", "1", "--", "true",
+                   user=OTHER_USER)  # fmt: skip
+    assert outsider.returncode == 1 and len(outsider.stderr.splitlines()) == 1, outsider.stderr
+    assert outsider.stderr.startswith("error: user 'nobody' is not in Slurm account team-b, so their jobs may not use "
+                                      "queue team-b. To fix: ask the Slurm administrator to run `sacctmgr -i add user "
+                                      "nobody account=team-b`"), outsider.stderr  # fmt: skip
     shutil.rmtree(env["RINGLEADER_HOME"], ignore_errors=True)
     assert refused.returncode == 1 and len(refused.stderr.splitlines()) == 1, refused.stderr
     assert refused.stderr.startswith("error: sacctmgr refused 'nobody': only a Slurm administrator may change "

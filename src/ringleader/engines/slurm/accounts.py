@@ -42,7 +42,7 @@ DENIED = ("permission denied", "privilege", "not authorized")
 
 
 class AdminNeeded(RingleaderError):
-    """sacctmgr refused: only a Slurm administrator may change accounts and QOS."""
+    """What only a Slurm administrator may change (accounts, QOS, who is in an account)."""
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,8 @@ class SlurmQueues:
     """The queues slurmdbd keeps for this cluster (slurm.conf's ClusterName)."""
 
     def __init__(self) -> None:
-        self._read: tuple[float, list[TeamQueue]] | None = None  # (when, the queues read then)
+        # when, the queues read then, and each account's users
+        self._read: tuple[float, list[TeamQueue], dict[str, set[str]]] | None = None
 
     @cached_property
     def accounting(self) -> Accounting:
@@ -111,25 +112,40 @@ class SlurmQueues:
         """Every account with a QOS of its own name that limits gres/gpu, as a queue (none
         without accounting). Read again after READ_AGAIN_S: one submit asks several times,
         and each read is two round trips to slurmdbd."""
-        if not self.enabled():
-            return []
-        if self._read is None or time.monotonic() - self._read[0] > READ_AGAIN_S:
-            self._read = (time.monotonic(), self._queues())
-        return list(self._read[1])
+        return list(self._kept()[0])
 
-    def _queues(self) -> list[TeamQueue]:
+    def check_member(self, name: str) -> None:
+        """This user may submit to queue ``name``: Slurm refuses a job of an account the user
+        has no association with, so ringleader says so before it queues the job."""
+        if not self.enabled() or not any(q.name == name for q in self.queues()):
+            return  # no such queue: check_queue_exists says so
+        user = getpass.getuser()
+        if user not in self._kept()[1].get(name, set()):
+            raise AdminNeeded(f"user {user!r} is not in Slurm account {name}, so their jobs may not use queue {name}",
+                              f"ask the Slurm administrator to run `sacctmgr -i add user {user} account={name}`")
+
+    def _kept(self) -> tuple[list[TeamQueue], dict[str, set[str]]]:
+        if self._read is None or time.monotonic() - self._read[0] > READ_AGAIN_S:
+            self._read = (time.monotonic(), *self._queues())
+        return self._read[1], self._read[2]
+
+    def _queues(self) -> tuple[list[TeamQueue], dict[str, set[str]]]:
+        """The queues, and the users of each account."""
         qos_rows = _sacctmgr_rows("show", "qos", "format=Name,GrpTRES,Description")
         limits = {row[0]: grp_gpus(row[1]) for row in qos_rows}
         orders = {row[0]: order_of(row[2]) for row in qos_rows}
-        out = []
+        out: list[TeamQueue] = []
+        members: dict[str, set[str]] = {}
         where = ["where", f"cluster={self.accounting.cluster}"] if self.accounting.cluster else []
         for account, user, shares, qos in _sacctmgr_rows("show", "assoc", *where, "format=Account,User,Fairshare,QOS"):
             gpus = limits.get(account)
+            if user:
+                members.setdefault(account, set()).add(user)
             if user or gpus is None or account not in qos.split(","):
                 continue
             weight = float(shares) if shares.isdigit() and int(shares) > 0 else 1.0  # "parent": the parent's
             out.append(TeamQueue(account, ((ANY_TYPE, gpus),), weight, order=orders.get(account)))
-        return out
+        return out, members
 
     def put(self, queue: TeamQueue, overwrite: bool) -> None:
         """``queue`` made (or, with ``overwrite``, changed) in slurmdbd, the user who made it

@@ -146,9 +146,12 @@ class SlurmEngine:
         return snapshot
 
     def check(self, decision: Decision, state: ClusterState) -> None:
-        """Slurm can be asked for exact GPU ids only on nodes with one GRES type per GPU; a node
-        whose GPU links nobody declared places as if every pair were SYS (a note)."""
+        """The job's queue exists and its user is in the queue's account (else sbatch would refuse
+        it); Slurm can be asked for exact GPU ids only on nodes with one GRES type per GPU; a
+        node whose GPU links nobody declared places as if every pair were SYS (a note)."""
         check_queue_exists(self.slurm_queues.queues(), decision.job.queue)
+        if decision.job.queue is not None:
+            self.slurm_queues.check_member(decision.job.queue)
         if decision.ok and decision.job.gpus_per_worker:
             _require_typed(decision, self._slurm_nodes)
         blind = [ns.name for ns in state.nodes if ns.spec.topology.source.startswith("unknown")]
@@ -268,8 +271,9 @@ class SlurmEngine:
             preemptible = status is JobStatus.RUNNING and spec.preemptible and not preempted
             holding.append(Holding(spec.name, spec.priority, None if preempted else queue_of(spec), end,
                                    PREEMPT_DELAY_S, preemptible))  # fmt: skip
-        holding += [Holding(name, queue=account) for name, account in (outside or {}).items()]
         queues = self.slurm_queues.queues()
+        names = {q.name for q in queues}
+        holding += [Holding(name, queue=account) for name, account in (outside or {}).items() if account in names]
         usage = self.slurm_queues.usage([q.name for q in queues])
         return Snapshot(state, waiting, now, holding, queues, usage, estimate=estimate)
 
