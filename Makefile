@@ -59,15 +59,17 @@ unit: setup
 
 # Debian packages for the tests that run real systems, installed only as root (those tests need
 # root anyway and skip with a reason elsewhere), in one apt run:
-# - Slurm (slurmctld, slurmd, clients) for the real-Slurm engine tests;
+# - Slurm (slurmctld, slurmd, clients) for the real-Slurm engine tests, with its accounting:
+#   slurmdbd and MariaDB (team queues on Slurm are slurmdbd's accounts and QOS; the tests start a
+#   private MariaDB and slurmdbd, see src/ringleader/engines/slurm/sandboxdb.py);
 # - a real container runtime for the --image tests: podman, runc (crun, podman's default, cannot
 #   set up cgroups on a hybrid-cgroup host such as a container) and debootstrap (the tests build
 #   their image from a minimal Debian root file system, no registry). The tests give podman a
 #   settings file (CONTAINERS_CONF): runc, cgroupfs (no systemd), and default ulimits within this
 #   host's hard limits (podman's defaults are higher, and runc cannot raise them); see
 #   tests/trainimage.py.
-TEST_DEBS := slurm-wlm podman runc debootstrap
-TEST_COMMANDS := slurmctld slurmd sbatch podman runc debootstrap
+TEST_DEBS := slurm-wlm slurmdbd mariadb-server podman runc debootstrap
+TEST_COMMANDS := slurmctld slurmd sbatch slurmdbd mariadbd podman runc debootstrap
 TEST_PACKAGES := $(if $(filter 0,$(shell id -u)),test-packages,)
 
 test-packages:

@@ -49,7 +49,8 @@ def _cannot_emulate() -> str | None:
 # (pattern on the command, reason): the first match skips the command.
 SKIPS: list[tuple[str, str]] = [
     (r"\bkubectl\b|--engine[ =]kubernetes|\bengine use kubernetes\b|\bkube manifests\b", "needs Kubernetes"),
-    (r"\bsbatch\b|\bsrun\b|--engine[ =]slurm|\bengine use slurm\b|\bslurm gres-conf\b", "needs Slurm"),
+    (r"\bsbatch\b|\bsrun\b|--engine[ =]slurm|\bengine use slurm\b|\bslurm gres-conf\b"
+     r"|^(sacctmgr|sshare|sprio|squeue)\b", "needs Slurm"),
     (r"--backend[ =]nccl|\bnvidia-smi\b", "needs a GPU"),
     (r"\bpip install\b", "needs the network (installs a package)"),
     (r"--image[ =]", "needs a container image the reader builds or pulls first (podman or docker)"),

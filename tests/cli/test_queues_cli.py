@@ -5,9 +5,12 @@ reasons name the queue and its numbers, and bad input changes nothing."""
 from __future__ import annotations
 
 import json
+import subprocess
+from pathlib import Path
 from typing import Any
 
 from clijobs import events, job, wait_for
+from rendering import REPO
 
 Cli = Any  # the `seeds_cli` fixture of tests/cli/conftest.py (2 nodes x 8 GPUs)
 
@@ -93,3 +96,20 @@ def test_bad_input_is_one_line_and_changes_nothing(seeds_cli: Cli) -> None:
         assert "Traceback" not in out.stderr
     assert seeds_cli.dump() == before
 
+
+
+def test_on_the_embedded_engine_a_queue_binds_the_jobs_of_its_home_only(seeds_cli: Cli, tmp_path: Path) -> None:
+    """As `queue --help` says: the queues are kept in one home's state, so another user's home
+    (another RINGLEADER_HOME) has none of them and its jobs cannot name them."""
+    assert "one user: kept in this home's state" in " ".join(seeds_cli.ok("queue", "--help").split())
+    seeds_cli.ok("queue", "create", "small", "--gpus", "4")
+    other = {**seeds_cli.env, "RINGLEADER_HOME": str(tmp_path / "other-home")}
+
+    def theirs(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(seeds_cli.argv(*args), env=other, capture_output=True, text=True)
+
+    assert theirs("cluster", "apply", "-f", str(REPO / "examples" / "seeds-cluster.yaml")).returncode == 0
+    assert [q["name"] for q in json.loads(theirs("queue", "list", "-o", "json").stdout)] == ["default"]
+    refused = theirs("submit", "mpi", "--name", "x", "--queue", "small", "--", "true")
+    assert refused.returncode == 1 and refused.stderr.startswith("error: queue 'small' not found")
+    assert "small" in queues(seeds_cli)

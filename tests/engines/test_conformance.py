@@ -4,7 +4,8 @@ expecting the same outcome or the same refusal.
     embedded     processes on this host, nodes emulated (always)
     ssh-hosts    the embedded engine's ssh hosts: an emulated cluster of network namespaces with
                  real sshd, mpirun over ssh (root)
-    slurm        real slurmctld and slurmd daemons, one network namespace per node (root, slurm-wlm)
+    slurm        real slurmctld and slurmd daemons, one network namespace per node, slurmdbd on a
+                 private MariaDB for accounts and QOS (root, slurm-wlm, slurmdbd, mariadb-server)
     kubernetes   a real v1.36 API server and controller manager (the contract fake where
                  ../shared/kubernetes-1.36 is absent): no kubelet runs pods there, so a row checks
                  what the launcher would run (`submit --dry-run -o yaml`) and the refusals
@@ -215,14 +216,15 @@ def _hosts(home: Path, work: Path) -> Iterator[Target]:
 
 def _slurm(home: Path, work: Path) -> Iterator[Target]:
     from engines.slurm.conftest import NODES, quad
-    from ringleader.engines.slurm import SlurmEngine
+    from ringleader.engines.slurm import SlurmEngine, sandboxdb
     from ringleader.engines.slurm.sandbox import Sandbox, missing
 
-    why = missing()
+    why = missing() or sandboxdb.missing()
     if why:
         pytest.skip(f"real Slurm: {why}")
     root = Path(tempfile.mkdtemp(prefix="rl-slurm-"))
-    box = Sandbox.start(root, {name: quad() for name in NODES})
+    # With slurmdbd: team queues on Slurm are its accounts and QOS.
+    box = Sandbox.start(root, {name: quad() for name in NODES}, accounting=True)
     try:
         with pytest.MonkeyPatch.context() as mp:
             mp.setenv("SLURM_CONF", str(box.conf))

@@ -17,7 +17,16 @@ from ringleader.scheduler.teams import TeamQueue
 
 @click.group("queue")
 def queue() -> None:
-    """Team queues: GPU quotas, borrowing inside a cohort, fair share (as Kueue's ClusterQueues)."""
+    """Team queues: GPU quotas, borrowing inside a cohort, fair share (as Kueue's ClusterQueues).
+
+    \b
+    Whose jobs a queue binds depends on the engine:
+      embedded    one user: kept in this home's state (~/.ringleader or RINGLEADER_HOME), the
+                  queues bind the jobs submitted from it only; another user's home has its own
+      slurm       every user: a queue is a slurmdbd account with a QOS of its name (quota:
+                  GrpTRES=gres/gpu=N, weight: fair-share shares), written with sacctmgr
+      kubernetes  every user: the ConfigMap ringleader-queues that ringleader's scheduler reads
+    """
 
 
 @queue.command("create")
@@ -28,7 +37,8 @@ def queue() -> None:
 @click.option("--weight", type=FiniteFloat(0, 1e6, low_open=True), default=1.0, show_default=True,
               help="Its fair share against the other queues' weights.")
 @click.option("--cohort", default=None, metavar="NAME",
-              help="Queues of one cohort lend each other the quota they leave idle, and take it back.")
+              help="Queues of one cohort lend each other the quota they leave idle, and take it back "
+                   "(not on Slurm, whose QOS limits are hard).")
 @click.option("--namespaces", "namespaces", multiple=True, metavar="NS[,NS...]",
               help="Kubernetes: the namespaces whose jobs may use the queue (comma-separated, repeatable; none "
                    "given: every namespace). A gang of another namespace naming it waits, with the reason.")

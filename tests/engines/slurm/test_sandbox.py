@@ -1,4 +1,5 @@
-"""The Slurm sandbox the real-Slurm tests and `make demo` run on: stopped, it leaves nothing behind."""
+"""The Slurm sandbox the real-Slurm tests and `make demo` run on, and its accounting (slurmdbd on a
+private MariaDB): stopped, it leaves nothing behind."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from ringleader.engines.slurm import sandboxdb
 from ringleader.engines.slurm.sandbox import Sandbox, missing
 from ringleader.topology import preset
 from waiting import wait_for
@@ -42,5 +44,32 @@ def test_stopping_the_sandbox_ends_the_steps_its_slurmd_left_running(tmp_path: P
         while time.monotonic() < deadline and any(os.path.exists(f"/proc/{pid}") for pid in left):
             time.sleep(0.1)
         assert [pid for pid in left if os.path.exists(f"/proc/{pid}")] == []
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_the_sandboxs_accounting_keeps_accounts_and_stopped_leaves_no_daemon() -> None:
+    """slurmdbd on the sandbox's own MariaDB (a socket in its folder, no network): the cluster is
+    registered and accounts can be added; stopped, neither MariaDB nor slurmdbd runs on."""
+    why = missing() or sandboxdb.missing()
+    if why:
+        pytest.skip(f"real-Slurm tests: {why}")
+    root = Path(tempfile.mkdtemp(prefix="rl-slurm-"))
+    try:
+        db = sandboxdb.AccountingDb.start(root / "db", root / "etc", "ringleader")
+        pids = [proc.pid for proc in db.procs]
+        env = {**os.environ, "SLURM_CONF": str(root / "etc" / "slurm.conf")}
+
+        def sacctmgr(*args: str) -> str:
+            return subprocess.run(["sacctmgr", *args], env=env, check=True, capture_output=True, text=True).stdout
+
+        try:
+            sacctmgr("-i", "add", "account", "physics")
+            assert sacctmgr("-n", "-P", "show", "account", "physics", "format=Account") == "physics\n"
+            assert sacctmgr("-n", "-P", "show", "cluster", "format=Cluster") == "ringleader\n"
+        finally:
+            db.stop()
+        assert [pid for pid in pids if os.path.exists(f"/proc/{pid}")] == []
+        assert not db.socket.exists()
     finally:
         shutil.rmtree(root, ignore_errors=True)

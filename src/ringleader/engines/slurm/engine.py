@@ -8,9 +8,11 @@ Every decision is ``place()`` on a snapshot read from Slurm at that moment (`sco
 node` and `show job`), so jobs submitted with plain sbatch are respected. A gang that fits is
 submitted as one heterogeneous job pinned to its nodes and GPU ids (``launch.py``); one that
 does not fit waits in ringleader's queue (``<home>/slurm/jobs``) and a small watcher process
-submits it when it fits, in priority then FIFO order, under the team queues' quotas
-(``teams.py``). A failed gang with restarts left goes back to that queue; a node blamed for two
-failures is drained in Slurm, with the reason.
+submits it when it fits, in priority then FIFO order, under the team queues' quotas. The team
+queues are Slurm's own accounts and QOS in slurmdbd (``accounts.py``): the quota a QOS's
+GrpTRES, the weight an account's fair-share shares, the usage sshare's. A failed gang with
+restarts left goes back to that queue; a node blamed for two failures is drained in Slurm, with
+the reason.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -28,9 +30,10 @@ from typing import Any
 from ringleader import settings
 from ringleader.clock import SYSTEM_CLOCK, Clock
 from ringleader.engines.slurm import slurmcli, state
+from ringleader.engines.slurm.accounts import SlurmQueues
 from ringleader.engines.slurm.launch import sbatch_argv, write_launch
 from ringleader.engines.slurm.records import Records, add_event, private_dir
-from ringleader.engines.slurm.teams import TeamFiles, record_usage
+from ringleader.engines.slurm.teams import TeamFiles
 from ringleader.engines.slurm.views import NOT_YET, failed_rank, job_view, launch_plan, slurm_status
 from ringleader.errors import ConflictError, NotFoundError, RingleaderError, UsageError
 from ringleader.jobs.codec import decision_to_dict, expected_end
@@ -76,6 +79,7 @@ class SlurmEngine:
         self.root = self.home / "slurm"
         self.records = Records(self.root)
         self.teams = TeamFiles(self.root)
+        self.slurm_queues = SlurmQueues()
         self.readonly = readonly
         self.partition = settings.text("RINGLEADER_SLURM_PARTITION")
         self.notes: list[str] = []
@@ -142,9 +146,12 @@ class SlurmEngine:
         return snapshot
 
     def check(self, decision: Decision, state: ClusterState) -> None:
-        """Slurm can be asked for exact GPU ids only on nodes with one GRES type per GPU; a node
-        whose GPU links nobody declared places as if every pair were SYS (a note)."""
-        check_queue_exists(self.teams.queues(), decision.job.queue)
+        """The job's queue exists and its user is in the queue's account (else sbatch would refuse
+        it); Slurm can be asked for exact GPU ids only on nodes with one GRES type per GPU; a
+        node whose GPU links nobody declared places as if every pair were SYS (a note)."""
+        check_queue_exists(self.slurm_queues.queues(), decision.job.queue)
+        if decision.job.queue is not None:
+            self.slurm_queues.check_member(decision.job.queue)
         if decision.ok and decision.job.gpus_per_worker:
             _require_typed(decision, self._slurm_nodes)
         blind = [ns.name for ns in state.nodes if ns.spec.topology.source.startswith("unknown")]
@@ -163,7 +170,7 @@ class SlurmEngine:
         with self.records.locked():
             if self.exists(spec.name):
                 raise duplicate(spec.name, self.supports)
-            check_queue_exists(self.teams.queues(), spec.queue)
+            check_queue_exists(self.slurm_queues.queues(), spec.queue)
             record: dict[str, Any] = {
                 "name": spec.name, "spec": spec.to_dict(), "created_at": self.clock.now(), "priority": spec.priority,
                 "status": JobStatus.PENDING.value, "reason": None, "plan": None,
@@ -214,11 +221,13 @@ class SlurmEngine:
         queued = self._queued()
         if not queued:
             return {}
-        snapshot, nodes, _ = self._snapshot()
+        snapshot, nodes, jobs = self._snapshot()
         specs = {r["name"]: JobSpec.from_dict(r["spec"]) for r in queued}
         waiting = [Waiting(specs[r["name"]].request(), i, r.get("created_at")) for i, r in enumerate(queued)]
-        cycle = run_cycle(self._queue_snapshot(snapshot, self.records.all(), self.clock.now(), waiting,
-                                               queue_estimator(specs.values())))  # fmt: skip
+        records = self.records.all()
+        outside = outside_accounts(jobs, records)
+        cycle = run_cycle(self._queue_snapshot(snapshot, records, self.clock.now(), waiting,
+                                               queue_estimator(specs.values()), outside))  # fmt: skip
         out = {}
         for decision in cycle.decisions:
             record = next(r for r in queued if r["name"] == decision.job.name)
@@ -242,10 +251,12 @@ class SlurmEngine:
         return out
 
     def _queue_snapshot(self, state: ClusterState, records: list[dict[str, Any]], now: float,
-                        waiting: Sequence[Waiting] = (), estimate: Estimator | None = None) -> Snapshot:  # fmt: skip
+                        waiting: Sequence[Waiting] = (), estimate: Estimator | None = None,
+                        outside: Mapping[str, str] | None = None) -> Snapshot:  # fmt: skip
         """ringleader's queue on Slurm as the cycle sees it: the gangs that hold GPUs in Slurm
         (running, or submitted and waiting for their exact GPUs), a preempted one within Slurm's
-        KillWait and its quota given back; the team queues with the runs' usage."""
+        KillWait and its quota given back, jobs submitted without ringleader in their account's
+        queue (``outside``: holder -> account); the team queues with Slurm's usage."""
         holding = []
         for record in records:
             status = JobStatus(record["status"])
@@ -260,8 +271,10 @@ class SlurmEngine:
             preemptible = status is JobStatus.RUNNING and spec.preemptible and not preempted
             holding.append(Holding(spec.name, spec.priority, None if preempted else queue_of(spec), end,
                                    PREEMPT_DELAY_S, preemptible))  # fmt: skip
-        queues = self.teams.queues()
-        usage = self._queue_usage(records, now) if queues else {}
+        queues = self.slurm_queues.queues()
+        names = {q.name for q in queues}
+        holding += [Holding(name, queue=account) for name, account in (outside or {}).items() if account in names]
+        usage = self.slurm_queues.usage([q.name for q in queues])
         return Snapshot(state, waiting, now, holding, queues, usage, estimate=estimate)
 
     def _preempt(self, name: str, by: Decision) -> None:
@@ -291,56 +304,41 @@ class SlurmEngine:
         record.update(status=JobStatus.PENDING.value, slurm_id=None, started_at=None, ended_at=None,
                       restarts=restarts, preempted_by=None, reason=requeued_reason(why, restarts))  # fmt: skip
 
-    # -- team queues (scheduler/teams.py) ---------------------------------------------------------
-    def _queue_usage(self, records: list[dict[str, Any]], now: float) -> dict[str, float]:
-        """Queue -> decayed GPU-seconds of every run so far: the jobs' records and deleted jobs'."""
-        usage = self.teams.forgotten_usage(now)
-        for record in records:
-            queue = queue_of(JobSpec.from_dict(record["spec"]))
-            usage[queue] = usage.get(queue, 0.0) + record_usage(record, now)
-        return usage
-
+    # -- team queues: slurmdbd's accounts and QOS (accounts.py) ------------------------------------
     def create_queue(self, queue: TeamQueue, overwrite: bool = False) -> None:
-        """Keep ``queue`` (with ``overwrite``, replace the one of that name) and run the queue's
-        pass: a new quota may start or stop what waits."""
+        """Make ``queue`` an account and QOS in slurmdbd (with ``overwrite``, change the one of
+        that name) and run the queue's pass: a new quota may start or stop what waits."""
+        check_queue(queue, ())
         with self.records.locked():
-            with self.teams.locked():
-                kept = self.teams.queues()
-                check_queue(queue, kept)
-                if not overwrite and any(q.name == queue.name for q in kept):
-                    fix = f"give --overwrite to change it, or `ringleader queue delete {queue.name}`"
-                    raise ConflictError(f"queue {queue.name!r} already exists", fix)
-                self.teams.put_queue(queue)
+            self.slurm_queues.put(queue, overwrite)
             self._schedule_locked()
         if self._queued():
             self._start_watcher()
 
     def delete_queue(self, name: str) -> None:
-        """Forget a queue that no waiting or running job is in."""
-        with self.records.locked(), self.teams.locked():
-            if not any(q.name == name for q in self.teams.queues()):
-                raise NotFoundError(f"queue {name!r} not found", "see `ringleader queue list --engine slurm`")
+        """Remove a queue's account and QOS from slurmdbd once no job of ringleader's waits or
+        runs in it (Slurm itself refuses while a job of the account is in its queue)."""
+        with self.records.locked():
             active = [r["name"] for r in self.records.all()
                       if not JobStatus(r["status"]).is_terminal() and r["spec"].get("queue") == name]  # fmt: skip
             if active:
                 raise ConflictError(f"queue {name!r} has {len(active)} waiting or running job(s), {active[0]} first",
                                     f"delete them first (`ringleader delete {' '.join(active[:3])}`)")  # fmt: skip
-            self.teams.delete_queue(name)
+            self.slurm_queues.delete(name)
 
     def queues(self) -> list[QueueView]:
-        """Every queue with its quota, what its gangs hold and borrow, its jobs and its fair share
-        (the default queue, of jobs without --queue, last)."""
-        snapshot = self.nodes()  # records brought up to date
-        now = self.clock.now()
-        kept, records = self.teams.queues(), self.records.all()
-        usage = self._queue_usage(records, now)
-        teams = teams_of(self._queue_snapshot(snapshot, records, now))
+        """Every queue with its quota, what its gangs hold (any job of its account), its jobs
+        and its fair share from Slurm's usage (the default queue, of jobs without --queue, last)."""
+        snapshot, _, jobs = self._snapshot()  # records brought up to date
+        now, records = self.clock.now(), self.records.all()
+        queue_snapshot = self._queue_snapshot(snapshot, records, now, outside=outside_accounts(jobs, records))
+        teams = teams_of(queue_snapshot)
         counts: dict[str, list[int]] = {}
         for record in records:
             if not JobStatus(record["status"]).is_terminal():
                 queue = queue_of(JobSpec.from_dict(record["spec"]))
                 counts.setdefault(queue, [0, 0])[record["status"] != JobStatus.RUNNING.value] += 1
-        return queue_views(kept, teams, counts, usage)
+        return queue_views(queue_snapshot.queues, teams, counts, queue_snapshot.usage)
 
     # -- restarts and cordons (jobs/failures.py) ---------------------------------------------------
     def _failure(self, record: dict[str, Any], components: list[dict[str, str]]) -> Failure:
@@ -568,8 +566,6 @@ class SlurmEngine:
             for record in records:
                 if record.get("slurm_id"):
                     self._wait_gone(record["slurm_id"])
-                with self.teams.locked():
-                    self.teams.forget(record, self.clock.now())
                 self.records.remove(record["name"])
                 for sub in ("run", "logs"):
                     shutil.rmtree(self.root / sub / record["name"], ignore_errors=True)
@@ -612,6 +608,16 @@ class SlurmEngine:
 def open_slurm(home: Path, readonly: bool = False) -> SlurmEngine:
     """The `slurm` engine (see ``ringleader.engines``)."""
     return SlurmEngine(home, readonly)
+
+
+def outside_accounts(jobs: list[dict[str, str]], records: list[dict[str, Any]]) -> dict[str, str]:
+    """Jobs that hold GPUs and were not submitted by ringleader, as the snapshot names them
+    (``slurm-<id>``) -> their Slurm account: they count against that account's queue."""
+    ours = {r["slurm_id"] for r in records if r.get("slurm_id")}
+    return {f"slurm-{ident}": account for ident, account in
+            ((j.get("HetJobId") or j.get("JobId", ""), j.get("Account", "")) for j in jobs
+             if j.get("JobState") in state.RUNNING_STATES)
+            if ident not in ours and account}  # fmt: skip
 
 
 def _require_typed(decision: Decision, nodes: dict[str, state.SlurmNode]) -> None:

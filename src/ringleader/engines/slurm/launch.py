@@ -27,6 +27,7 @@ from ringleader.jobs.spec import JobSpec
 from ringleader.runtime.plan import build_plan, job_env
 from ringleader.runtime.rank import stop_mca
 from ringleader.scheduler import Placement, WorkerSlot
+from ringleader.scheduler.teams import DEFAULT_QUEUE
 from ringleader.topology import NodeSpec
 
 
@@ -105,6 +106,8 @@ def sbatch_argv(spec: JobSpec, plan: dict[str, Any], script: Path, root: Path, p
         argv += [f"--nodelist={comp['node']}", "--nodes=1", f"--ntasks={comp['ntasks']}"]
         if partition:
             argv.append(f"--partition={partition}")
+        if spec.queue not in (None, DEFAULT_QUEUE):  # its queue is the account and QOS of that name
+            argv += [f"--account={spec.queue}", f"--qos={spec.queue}"]
         if comp["gpus"]:
             argv.append(f"--gres={request_gres(comp['gpus'])}")
         if spec.time_limit_s is not None:  # Slurm enforces it: SIGTERM, KillWait, SIGKILL; state TIMEOUT

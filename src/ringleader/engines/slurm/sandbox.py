@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ringleader.engines.slurm import sandboxdb
 from ringleader.engines.slurm.gres import gres_conf_lines, node_gres
 from ringleader.engines.slurm.state import gpu_feature
 from ringleader.errors import DependencyError
@@ -35,6 +36,7 @@ from ringleader.topology.node import NodeTopology
 _SERIAL = itertools.count()  # several sandboxes in one process get distinct interface names
 DAEMONS = ("slurmctld", "slurmd", "sbatch", "scontrol", "squeue", "scancel")
 NVIDIA_MAJOR = 195
+CLUSTER = "ringleader"
 # What the steps a stopped slurmd left get between SIGTERM and SIGKILL (its KillWait below).
 STEPS_GRACE_S = 2.0
 
@@ -79,18 +81,21 @@ class Sandbox:
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     namespaces: list[str] = field(default_factory=list)
     bridge: str | None = None
+    accounting: bool = False  # slurmdbd on a private MariaDB: accounts, QOS, fair share
+    db: sandboxdb.AccountingDb | None = None
 
     def __post_init__(self) -> None:
         self.conf = self.root / "etc" / "slurm.conf"
 
     @classmethod
     def start(
-        cls, root: Path, topologies: Mapping[str, NodeTopology], typed: bool = True, timeout: float = 60.0
+        cls, root: Path, topologies: Mapping[str, NodeTopology], typed: bool = True, timeout: float = 60.0,
+        accounting: bool = False,
     ) -> Sandbox:
-        why = missing()
+        why = missing() or (sandboxdb.missing() if accounting else None)
         if why:
             raise DependencyError(f"cannot start a Slurm sandbox: {why}", "run as root after `make test-packages`")
-        box = cls(root, topologies, typed)
+        box = cls(root, topologies, typed, accounting=accounting)
         try:
             box._start(timeout)
         except BaseException:
@@ -137,6 +142,8 @@ class Sandbox:
             dev = self.root / "dev" / f"nvidia{gpu}"
             if not dev.exists():
                 os.mknod(dev, 0o600 | 0o020000, os.makedev(NVIDIA_MAJOR, gpu))
+        if self.accounting:  # before slurmctld, which registers with slurmdbd as it starts
+            self.db = sandboxdb.AccountingDb.start(self.root / "db", self.root / "etc", CLUSTER, timeout)
         self._write_conf(str(hosts[0]), addrs)
         env = self.env()
         log = self.root / "log"
@@ -149,7 +156,7 @@ class Sandbox:
     def _write_conf(self, ctld_addr: str, addrs: Mapping[str, str]) -> None:
         r = self.root
         lines = [
-            "ClusterName=ringleader",
+            f"ClusterName={CLUSTER}",
             f"SlurmctldHost={socket.gethostname()}({ctld_addr})",
             f"SlurmctldPort={_free_port()}",
             "SlurmdPort=6818",
@@ -178,7 +185,7 @@ class Sandbox:
             "SchedulerParameters=bf_interval=1",
             "MpiDefault=none",
             "ReturnToService=2",
-            "AccountingStorageType=accounting_storage/none",
+            *(self.db.slurm_conf_lines() if self.db else ["AccountingStorageType=accounting_storage/none"]),
             "JobAcctGatherType=jobacct_gather/none",
             "JobCompType=jobcomp/none",
             "MinJobAge=600",
@@ -267,6 +274,9 @@ class Sandbox:
         if self.bridge:
             subprocess.run(["ip", "link", "delete", self.bridge], capture_output=True)
             self.bridge = None
+        if self.db is not None:
+            self.db.stop()
+            self.db = None
 
 
 def _namespace_pids(namespace: str) -> list[int]:
