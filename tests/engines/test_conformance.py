@@ -247,10 +247,10 @@ def _kubernetes(home: Path, work: Path) -> Iterator[Target]:
     from kube.realserver import control_plane, why_absent
     from ringleader.engines.kubernetes import manifests
     from ringleader.engines.kubernetes.engine import EngineApi, KubernetesEngine, open_kubernetes
-    from ringleader.topology.network_formats import LABEL_KEYS
+    from ringleader.topology.network_formats import label_keys
 
     # what a plan is made over: one serving --gputopology jobs, one the others, under one rack
-    rack = {LABEL_KEYS["kueue"][0]: "rack-0"}
+    rack = {label_keys()["kueue"][0]: "rack-0"}
     nodes = [node("gpu-a", mode="topology", labels=rack), node("gpu-b", mode="default", labels=rack)]
     if why_absent() is None:
         folder = Path(tempfile.mkdtemp(prefix="rl-kube-"))
@@ -258,7 +258,7 @@ def _kubernetes(home: Path, work: Path) -> Iterator[Target]:
             plane.namespace("team-a")
             for made in nodes:
                 plane.add_node(made)
-            level = LABEL_KEYS["kueue"][0].rpartition("/")[2]
+            level = label_keys()["kueue"][0].rpartition("/")[2]
             yield Target("kubernetes", KubernetesEngine(EngineApi(plane.client("admin")), "team-a"), False, work, level)
         shutil.rmtree(folder, ignore_errors=True)
         return

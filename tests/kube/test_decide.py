@@ -264,6 +264,8 @@ def test_property_no_gang_without_a_time_limit_takes_reserved_gpus(busy: list[in
             reserved |= {(s.node, g) for s in out.reservation.placement.slots for g in s.gpus}
     if free + 1 <= 8 * len(busy):
         assert held, "a big gang that fits the cluster once it empties gets a reservation"
+    # Each start is committed once, in the cache: the cycle hands on the cache's own state.
+    assert {ns.name: ns.allocated for ns in cycle.state.nodes} == {ns.name: ns.allocated for ns in cache.state.nodes}
 
 
 def _group_with_spec(name: str, members: int, **spec: object) -> dict:  # type: ignore[type-arg]

@@ -17,6 +17,7 @@ import pytest
 
 from kube.fakeapi import FakeApiServer, permitted
 from kube.kubeobjs import node, pod, podgroup
+from ringleader.clock import ManualClock
 from ringleader.engines.kubernetes import manifests, names
 from ringleader.engines.kubernetes.client import Api, load_client
 from ringleader.engines.kubernetes.engine import job_view
@@ -122,13 +123,13 @@ def test_contract_a_gang_whose_bind_keeps_failing_backs_off(fake: FakeApiServer)
     gang's wait before the next try, from 1 s up to 10 s, as kube-scheduler backs a pod off."""
     fake.put("nodes", node("gpu-0"))
     gang(fake, "bo", 2)
-    now = [0.0]
-    s = Scheduler(Api(load_client(host=fake.url)), "sched-a", clock=lambda: now[0])
+    clock = ManualClock(time.time())
+    s = Scheduler(Api(load_client(host=fake.url)), "sched-a", clock=clock)
     s.sync()
     assert s.elector.try_acquire_or_renew()
     tries = []
     for at in (0.0, 0.5, 1.1, 1.6, 2.6, 3.2, 5.2):
-        now[0] = at
+        clock.advance(at - clock.monotonic())
         fake.fail[("bind", "bo-worker-0")] = 500  # the first member's bind fails whenever tried
         binds = len(fake.calls("bind"))
         s.cycle()
@@ -136,7 +137,7 @@ def test_contract_a_gang_whose_bind_keeps_failing_backs_off(fake: FakeApiServer)
             tries.append(at)
     assert tries == [0.0, 1.1, 3.2]  # then waits of 1 s and 2 s; the next try is due at 7.2 s
     fake.fail.clear()
-    now[0] = 7.3
+    clock.advance(7.3 - clock.monotonic())
     assert [r.ok for r in s.cycle()] == [True]
 
 
@@ -291,9 +292,9 @@ def test_contract_410_gone_relists(fake: FakeApiServer) -> None:
 def test_contract_no_bind_without_the_lease_and_handover(fake: FakeApiServer) -> None:
     fake.put("nodes", node("gpu-0"))
     gang(fake, "one", 2)
-    now = [1000.0]
-    a = Scheduler(Api(load_client(host=fake.url)), "sched-a", lease_seconds=10, clock=lambda: now[0])
-    b = Scheduler(Api(load_client(host=fake.url)), "sched-b", lease_seconds=10, clock=lambda: now[0])
+    clock = ManualClock(time.time())
+    a = Scheduler(Api(load_client(host=fake.url)), "sched-a", lease_seconds=10, clock=clock)
+    b = Scheduler(Api(load_client(host=fake.url)), "sched-b", lease_seconds=10, clock=clock)
     a.sync()
     b.sync()
     assert a.elector.try_acquire_or_renew()
@@ -301,7 +302,7 @@ def test_contract_no_bind_without_the_lease_and_handover(fake: FakeApiServer) ->
     assert b.cycle() == []  # a standby writes nothing
     assert not fake.calls("bind") and not fake.calls("patch")
     # a stops renewing; once its lease has expired b takes over and schedules.
-    now[0] += 11
+    clock.advance(11)
     assert not a.elector.leading
     assert a.cycle() == []
     assert b.elector.try_acquire_or_renew()
@@ -324,20 +325,20 @@ def test_contract_lease_expiry_on_the_local_clock_and_race_one_winner(fake: Fake
     second write carries a stale resourceVersion and gets 409, so exactly one leads."""
     from ringleader.engines.kubernetes.client import ApiError
 
-    now = [500.0]
+    clock = ManualClock(time.time())
     a = Scheduler(Api(load_client(host=fake.url)), "sched-a", lease_seconds=10)
-    b = Scheduler(Api(load_client(host=fake.url)), "sched-b", lease_seconds=10, clock=lambda: now[0])
+    b = Scheduler(Api(load_client(host=fake.url)), "sched-b", lease_seconds=10, clock=clock)
     assert a.elector.try_acquire_or_renew()
     lease = fake.get("leases", names.LEASE_NAME, names.SYSTEM_NAMESPACE)
     lease["spec"]["renewTime"] = "2000-01-01T00:00:00.000000Z"  # the holder's clock is years behind
     assert not b.elector.try_acquire_or_renew()  # first seen now: valid for 10 s on b's clock
-    now[0] += 9
+    clock.advance(9)
     assert not b.elector.try_acquire_or_renew()
     # A holder whose clock runs years ahead does not hold it forever either: a renewal is a change.
     lease["spec"]["renewTime"] = "2100-01-01T00:00:00.000000Z"
-    now[0] += 2
+    clock.advance(2)
     assert not b.elector.try_acquire_or_renew()  # changed 0 s ago on b's clock
-    now[0] += 10.5
+    clock.advance(10.5)
     stale = copy.deepcopy(fake.get("leases", names.LEASE_NAME, names.SYSTEM_NAMESPACE))
     assert b.elector.try_acquire_or_renew()  # unchanged for a whole duration: b takes it over
     # a, writing from its old view, is refused: the version moved.

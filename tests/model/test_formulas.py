@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ringleader.errors import UsageError
-from ringleader.model import allreduce_time_s, compute_rate, known_gpu_types, known_models, predict_placement
+from ringleader.model import allreduce_time_s, compute_rate, gpu_types, known_models, predict_placement
 from ringleader.model.comm import best_ring_gbs, intra_node_hop, nic_flows, ring_time_s, tree_time_s
 from ringleader.model.predict import sync_time_s
 from ringleader.model.tables import derived_rate, exposed_allreduce_s, grad_bytes, half_batch
@@ -179,7 +179,7 @@ def test_gpu_type_from_the_node_and_unknown_names():
     assert "derived" in predict_placement(state.by_name, p, "googlenet", 64).compute_source
     gpus = ("K80", "P100", "V100", "T4", "A10", "L4", "L40S", "A100", "A100-80GB", "H100", "H100-PCIe", "H200", "GH200")
     for gpu in gpus:
-        assert gpu in known_gpu_types()
+        assert gpu in gpu_types()
     for model in ("resnet18", "resnet101", "vgg19", "inception4", "mobilenetv2", "efficientnetb0", "bertbase",
                   "bertlarge", "gpt2", "gpt2medium", "transformerbig"):
         assert model in known_models()

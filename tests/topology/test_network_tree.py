@@ -15,7 +15,7 @@ from ringleader.errors import UsageError
 from ringleader.topology import load_cluster_text
 from ringleader.topology.network import expand_hostlist, tree_from_edges
 from ringleader.topology.network_formats import (
-    LABEL_KEYS,
+    label_keys,
     load_network_text,
     parse_ibnetdiscover,
     parse_slurm_topology_conf,
@@ -162,7 +162,7 @@ def test_slurm_topology_yaml_default_named_and_flat() -> None:
 
 def test_kueue_racks_with_repeated_names_stay_apart_under_their_blocks() -> None:
     nodes = labelled_nodes(network_reference("kubernetes/kueue_tas_node_labels_and_job.yaml"))
-    tree = tree_from_node_labels(nodes, LABEL_KEYS["kueue"])
+    tree = tree_from_node_labels(nodes, label_keys()["kueue"])
     assert tree.level_names == ("topology-rack", "topology-block")
     assert tree.by_node["node-1"][0] != tree.by_node["node-3"][0]  # both "rack-1", different blocks
     assert tree.common_level(["node-1", "node-2"]) == 1
@@ -182,7 +182,7 @@ def test_kueue_racks_with_repeated_names_stay_apart_under_their_blocks() -> None
 )  # fmt: skip
 def test_each_clouds_label_keys_read_nearest_level_first(name: str, keys: str, node: str, path: tuple[str]) -> None:
     nodes = [(n, labels) for n, labels in labelled_nodes(network_reference(f"kubernetes/{name}")) if n == node]
-    tree = tree_from_node_labels(nodes, LABEL_KEYS[keys])
+    tree = tree_from_node_labels(nodes, label_keys()[keys])
     assert tree.by_node[node] == path
 
 
@@ -395,5 +395,5 @@ def test_every_label_convention_carries_its_source() -> None:
     from ringleader.reference import reference
 
     keys = reference()["network"]["label_keys"]
-    assert set(LABEL_KEYS) == {"topograph", "topograph-leaf", "topograph-tiers", "kueue", "gke", "aws"}
-    assert all(keys[f"{name}_source"] for name in LABEL_KEYS)
+    assert set(label_keys()) == {"topograph", "topograph-leaf", "topograph-tiers", "kueue", "gke", "aws"}
+    assert all(keys[f"{name}_source"] for name in label_keys())

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ringleader.errors import NotFoundError, UsageError
+from ringleader.errors import ConflictError, NotFoundError, UsageError
 from ringleader.scheduler import JobRequest, Preemption
 from ringleader.scheduler.teams import ANY_TYPE, DEFAULT_QUEUE, MAX_GPUS, TeamQueue, Teams
 from ringleader.topology.cluster import check_name
@@ -45,10 +45,12 @@ def parse_quota(values: Sequence[str]) -> tuple[tuple[str, int], ...]:
     return tuple(sorted(quota.items()))
 
 
-def check_queue(queue: TeamQueue, others: Iterable[TeamQueue]) -> TeamQueue:
+def check_queue(queue: TeamQueue, others: Iterable[TeamQueue], overwrite: bool = True) -> TeamQueue:
     """A queue as it may be kept beside ``others``: a DNS-1123 name that is not the default
     queue's, a quota, a finite positive weight, and a cohort whose queues all count their quota
-    the same way (every type at once, or per type), so that what one lends the other can take."""
+    the same way (every type at once, or per type), so that what one lends the other can take;
+    without ``overwrite``, a name none of them has."""
+    others = tuple(others)
     check_name(queue.name, "queue")
     if queue.name == DEFAULT_QUEUE:
         raise UsageError(f"{DEFAULT_QUEUE!r} is the queue of jobs submitted without --queue, and has no quota",
@@ -69,6 +71,9 @@ def check_queue(queue: TeamQueue, others: Iterable[TeamQueue]) -> TeamQueue:
                     + ("per GPU type" if pooled else "for every GPU type at once") + ", and this one does not",
                     "give the queues of one cohort the same kind of quota (--gpus N, or --gpus TYPE=N)",
                 )
+    if not overwrite and any(other.name == queue.name for other in others):
+        raise ConflictError(f"queue {queue.name!r} already exists",
+                            f"give --overwrite to change it, or `ringleader queue delete {queue.name}`")  # fmt: skip
     return queue
 
 
@@ -77,6 +82,14 @@ def check_deletable(name: str) -> None:
     if name == DEFAULT_QUEUE:
         raise UsageError(f"{DEFAULT_QUEUE!r} is the queue of jobs submitted without --queue: it always exists and "
                          "cannot be deleted", "delete a queue made with `ringleader queue create`")  # fmt: skip
+
+
+def check_queue_unused(name: str, active: Sequence[str], by_name: bool = True) -> None:
+    """A queue is deleted only while no job waits or runs in it (``active``, in the order to name
+    them; ``by_name``: named as `ringleader delete` takes them)."""
+    if active:
+        fix = f"delete them first (`ringleader delete {' '.join(active[:3])}`)" if by_name else "delete them first"
+        raise ConflictError(f"queue {name!r} has {len(active)} waiting or running job(s), {active[0]} first", fix)
 
 
 def queue_to_dict(queue: TeamQueue) -> dict[str, Any]:

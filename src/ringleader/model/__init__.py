@@ -42,11 +42,6 @@ def known_models(calibration: Calibration | None = None) -> list[str]:
     return sorted({*published(), *(m for m in gradient_models() if m in calibrated)})
 
 
-def known_gpu_types(calibration: Calibration | None = None) -> list[str]:
-    """GPU types with a published (or, given a calibration, a measured) single-GPU rate."""
-    return gpu_types(calibration)
-
-
 __all__ = [
     "MODEL_ESTIMATOR",
     "AllreduceCost",
@@ -63,8 +58,8 @@ __all__ = [
     "compare_policies",
     "comparison_line",
     "compute_rate",
+    "gpu_types",
     "grad_bytes",
-    "known_gpu_types",
     "known_models",
     "load_calibration",
     "placement_images_per_s",

@@ -54,6 +54,7 @@ class ComputeRate:
 
 
 def gpu_types(calibration: Calibration | None = None) -> list[str]:
+    """GPU types with a published (or, given a calibration, a measured) single-GPU rate."""
     extra = calibration.gpu_types() if calibration else []
     return sorted({*known_gpu_types(), *extra})
 

@@ -29,8 +29,6 @@ from ringleader.reference import reference
 from ringleader.scheduler.framework import get_policy, place, placement_metrics, policy_names
 from ringleader.scheduler.types import ClusterState, JobRequest, NodeState, Placement, Workload
 
-BOUNDS = ("compute", "communication", "data")
-
 
 @dataclass(frozen=True)
 class Prediction:

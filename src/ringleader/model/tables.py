@@ -11,9 +11,7 @@ import functools
 import math
 import re
 import statistics
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from ringleader.errors import UsageError
 from ringleader.inputs import did_you_mean
@@ -37,14 +35,10 @@ class PublishedRate:
     source: str
 
 
-def _ref() -> Mapping[str, Any]:
-    return reference()
-
-
 @functools.cache
 def model_params() -> dict[str, float]:
     """Parameter count (not millions) per known model name."""
-    tables = (_ref()["models"], _ref().get("models_small", {}))
+    tables = (reference()["models"], reference().get("models_small", {}))
     return {k: float(v) * 1e6 for t in tables for k, v in t.items() if not k.endswith("source")}
 
 
@@ -82,7 +76,7 @@ def check_precision(precision: str) -> str:
 
 def grad_bytes(model: str, precision: str) -> float:
     """Bytes allreduced per step: parameters x bytes per gradient element."""
-    per = _ref()["model"]["grad_bytes_per_param"][check_precision(precision)]
+    per = reference()["model"]["grad_bytes_per_param"][check_precision(precision)]
     return model_params()[check_model(model)] * float(per)
 
 
@@ -93,7 +87,7 @@ def published_rates() -> dict[tuple[str, str, str], PublishedRate]:
     A GPU/precision row without its own batch sizes uses the V100 row's batch for the same
     precision (the Lambda tables list batch sizes for V100 only; docs/model.md).
     """
-    table = _ref()["throughput"]
+    table = reference()["throughput"]
     source = str(table["source"])
     out: dict[tuple[str, str, str], PublishedRate] = {}
     for gpu, rows in table.items():
@@ -105,7 +99,7 @@ def published_rates() -> dict[tuple[str, str, str], PublishedRate]:
             for model, rate in row["images_per_s"].items():
                 if model in batches:
                     out[(model, gpu, prec)] = PublishedRate(model, gpu, prec, float(rate), int(batches[model]), cite)
-    for row in _ref().get("throughput_rows", []):
+    for row in reference().get("throughput_rows", []):
         key = (str(row["model"]), str(row["gpu"]), str(row["precision"]))
         out[key] = PublishedRate(*key, float(row["images_per_s"]), int(row["batch"]), str(row["source"]))
     return out
@@ -134,7 +128,7 @@ class GpuSpec:
 @functools.cache
 def gpu_specs() -> dict[str, GpuSpec]:
     out = {}
-    for name, row in _ref()["gpus"].items():
+    for name, row in reference()["gpus"].items():
         if isinstance(row, dict):
             out[name] = GpuSpec(
                 name, float(row["fp32"]), float(row["tf32"]), float(row["fp16"]), float(row["mem_gbs"]),
@@ -171,7 +165,7 @@ def normalize_gpu_type(name: str) -> str:
 @functools.cache
 def model_macs() -> dict[str, float]:
     """Forward multiply-accumulates per sample (GMACs) of the models that have them."""
-    return {k: float(v) for k, v in _ref()["model_flops"].items() if not k.endswith("source")}
+    return {k: float(v) for k, v in reference()["model_flops"].items() if not k.endswith("source")}
 
 
 def derived_rate(model: str, gpu: str, table_precision: str) -> PublishedRate | None:
@@ -185,7 +179,7 @@ def derived_rate(model: str, gpu: str, table_precision: str) -> PublishedRate | 
     target = specs.get(gpu)
     if target is None:
         return None
-    weight = float(_ref()["derivation"]["compute_weight"])
+    weight = float(reference()["derivation"]["compute_weight"])
     candidates = [r for (m, g, p), r in rates.items() if m == model and p == table_precision and g in specs]
     if candidates:
         def distance(r: PublishedRate) -> float:
@@ -219,7 +213,7 @@ def half_batches() -> dict[str, float]:
     """Per-model batch at which a GPU runs at half its peak rate, from two batch sizes of one GPU:
     with t(b) = t0 + b/peak, t0 = t(b_hi) - b_hi (t(b_hi) - t(b_lo)) / (b_hi - b_lo), and the
     half batch is t0 x peak (images' worth of fixed time; the same on every GPU type)."""
-    bs = _ref()["batch_scaling"]
+    bs = reference()["batch_scaling"]
     hi, lo = int(bs["batch_high"]), int(bs["batch_low"])
     out = {}
     for model, rate_hi in bs["images_per_s_high"].items():
@@ -237,14 +231,14 @@ def half_batch(model: str) -> float:
 
 
 def model_constant(name: str) -> float:
-    return float(_ref()["model"][name])
+    return float(reference()["model"][name])
 
 
 @functools.cache
 def grad_ready_curves() -> dict[str, tuple[float, ...]]:
     """Per model, the share of gradient bytes ready at each 1/n of the backward pass
     (reference.toml [grad_ready]); models without one are absent."""
-    table = _ref().get("grad_ready", {})
+    table = reference().get("grad_ready", {})
     return {k: tuple(float(x) for x in v) for k, v in table.items() if isinstance(v, list)}
 
 

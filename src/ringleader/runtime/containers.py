@@ -74,10 +74,6 @@ class ImageJob:
     note: str
 
 
-def check_image(image: str) -> None:
-    check_image_reference(image)
-
-
 def find_runtime(image: str, environ: Mapping[str, str]) -> ContainerRuntime:
     """The first of podman and docker on the submitter's PATH that answers; else a one-line
     refusal naming what was found and why it cannot run containers."""
@@ -228,7 +224,7 @@ def spec_in_image(spec: JobSpec, line: CommandLine, environ: Mapping[str, str], 
     """A prepared spec whose program runs in ``spec.image`` through this host's podman or
     docker (refused when there is none), and the note saying so."""
     assert spec.image is not None
-    check_image(spec.image)
+    check_image_reference(spec.image)
     workdir = spec.workdir or os.getcwd()
     check_mounts(workdir, spec.container)
     runtime = find_runtime(spec.image, environ)

@@ -49,9 +49,11 @@ from ringleader.scheduler.types import (
 # A host's check of a placement beyond its GPUs (Kubernetes: CPU, memory and pod room on its
 # nodes, and room for the gang's members without GPUs): None when it fits; else the nodes that
 # lack room (node -> why: masked, and the job placed again) or, as text, why it cannot start.
-# None is final: the job starts on that placement in this cycle, so a host may assume it there
-# and then (Kubernetes counts the gang's pods on its nodes before the next gang's check).
-HostCheck = Callable[[Placement], "Mapping[str, str] | str | None"]
+# A fit is final: the job starts on that placement in this cycle, so a host may assume it there
+# and then (Kubernetes counts the gang's pods on its nodes before the next gang's check); a host
+# whose state is the snapshot's (no cordons masked in it) and that assumed the job there returns
+# its state after that, which the pass takes instead of committing the placement a second time.
+HostCheck = Callable[[Placement], "Mapping[str, str] | str | ClusterState | None"]
 # Nodes a host check may refuse before the job is called pending.
 MAX_REPLACEMENTS = 4
 # The queue's defaults: 2 reservations, priority +100 over a day of waiting.
@@ -244,8 +246,8 @@ def _nominate(current: QueuePass, entry: Waiting, snapshot: Snapshot) -> tuple[N
                 decision = replace(decision, code=Code.UNSCHEDULABLE)  # masked nodes may come back
             return Nominated(entry, decision, lacking), replace(after, state=current.state)
         refused = entry.check(placement) if entry.check is not None else None
-        if refused is None:  # committed to the pass without its masks
-            return Nominated(entry, decision, lacking), current.started(entry.job, placement)
+        if refused is None or isinstance(refused, ClusterState):  # committed to the pass without its masks
+            return Nominated(entry, decision, lacking), current.started(entry.job, placement, refused)
         if isinstance(refused, str):
             pending = Decision(entry.job, decision.policy, Code.UNSCHEDULABLE, reasons=(refused,))
             return Nominated(entry, pending, lacking, refused), current

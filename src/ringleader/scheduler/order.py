@@ -5,7 +5,7 @@ predicted remaining time, chosen per team queue.
   submit order. The default.
 - ``las``: least attained service, Tiresias' discretized 2D-LAS (Gu et al., NSDI'19): a job's
   attained GPU service (GPU-seconds it ran, a preempted run's too) puts it in one of a few
-  levels by ``OrderConfig.las_thresholds_gpu_s``; lower levels go first, first in first out
+  levels by ``OrderConfig.las_thresholds``; lower levels go first, first in first out
   within one. A job that has waited ``starve_limit_s`` since it last ran (or was submitted)
   is promoted to the first level, and one that has waited ``promote_knob`` times its last
   run's length too (Tiresias' STARVELIMIT knob), so no stream of new jobs starves it. It needs
@@ -24,7 +24,7 @@ queued job: the host says them, nothing here reads a clock.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 
 from ringleader.reference import reference
@@ -44,17 +44,23 @@ class OrderConfig:
     ``[queue_orders]``: 3,250, 7,200 and 18,000 GPU-seconds); the starve limits and the pass-over
     bound are ringleader's choices, set before any benchmark ran."""
 
-    las_thresholds_gpu_s: tuple[float, ...] = field(default_factory=lambda: tiresias_thresholds())
+    # None: Tiresias' (``tiresias_thresholds``), read when a job is first ranked by them, not at
+    # import: a process that ranks none (the agent starting a job) does not parse reference.toml.
+    las_thresholds_gpu_s: tuple[float, ...] | None = None
     starve_limit_s: float | None = 4 * 3600.0  # promoted to the first level after this wait (None: never)
     promote_knob: float | None = None  # promoted after this many times its last run (Tiresias; None: never)
     max_passed_over_s: float = 4 * 3600.0  # srtf: waited this long, it goes before all that have not
 
     def __post_init__(self) -> None:
-        steps = self.las_thresholds_gpu_s
+        steps = self.las_thresholds_gpu_s or ()
         if any(not (t > 0 and math.isfinite(t)) for t in steps) or list(steps) != sorted(steps):
             raise ValueError(f"LAS thresholds must be positive and ascending, got {steps}")
         if not self.max_passed_over_s > 0:
             raise ValueError(f"max_passed_over_s must be > 0, got {self.max_passed_over_s}")
+
+    @property
+    def las_thresholds(self) -> tuple[float, ...]:
+        return self.las_thresholds_gpu_s if self.las_thresholds_gpu_s is not None else tiresias_thresholds()
 
 
 @dataclass(frozen=True)
@@ -89,7 +95,7 @@ def las_level(service: Service, now: float | None, config: OrderConfig) -> int:
             and waited >= config.promote_knob * service.last_run_s
         ):
             return 0
-    return sum(1 for t in config.las_thresholds_gpu_s if service.attained_gpu_s >= t)
+    return sum(1 for t in config.las_thresholds if service.attained_gpu_s >= t)
 
 
 def passed_over_too_long(service: Service, now: float | None, config: OrderConfig) -> bool:

@@ -279,13 +279,15 @@ class QueuePass:
             decision = replace(now_decision, reasons=(*lines, *now_decision.reasons), reservation=reservation)
         return decision, after
 
-    def started(self, job: JobRequest, placement: Placement) -> QueuePass:
-        """The pass once ``job`` started on ``placement``: its GPUs taken, its end expected, its
+    def started(self, job: JobRequest, placement: Placement, state: ClusterState | None = None) -> QueuePass:
+        """The pass once ``job`` started on ``placement``: its GPUs taken (``state``: the pass's
+        state with it committed, where the caller committed it already), its end expected, its
         queue's use raised."""
         end = self.end_of(job)
         ends = {**self.expected_ends, job.name: end} if end is not None else self.expected_ends
         teams = self.teams.with_started(job, self.state, placement) if self.teams is not None else None
-        return replace(self, state=self.state.with_placement(placement), expected_ends=ends, teams=teams)
+        after = state if state is not None else self.state.with_placement(placement)
+        return replace(self, state=after, expected_ends=ends, teams=teams)
 
     # -- team queues (scheduler/teams.py) --------------------------------------------------------
     def _quota_limits(self, job: JobRequest) -> tuple[QuotaCheck | None, JobRequest]:

@@ -182,7 +182,6 @@ class SimStats:
     place_calls: int = 0
     failed_places: int = 0
     capped_passes: int = 0
-    step_time_hits: int = 0
     step_time_misses: int = 0
 
 
@@ -295,7 +294,7 @@ class Simulation:
 
     # -- the loop --------------------------------------------------------------------------------
     def run(self) -> SimRun:
-        hits0, misses0 = self.step_time.hits, self.step_time.misses  # the cache may be shared
+        misses0 = self.step_time.misses  # the cache may be shared
         self._reject_never_fitting()
         for order, job in enumerate(self.jobs):
             if self.records[job.name].rejected is None:
@@ -324,7 +323,6 @@ class Simulation:
             else:
                 self._reserving_pass(now)
             self._sample(now)
-        self.stats.step_time_hits = self.step_time.hits - hits0
         self.stats.step_time_misses = self.step_time.misses - misses0
         records = [self.records[j.name] for j in self.jobs]
         return SimRun(self.policy, self.total_gpus, records, self.timeline, self.stats,

@@ -56,12 +56,11 @@ def shape_key(nodes: Mapping[str, NodeState], placement: Placement, job: TraceJo
 
 
 class Memoised:
-    """Wraps a StepTimeFn with a cache keyed by ``shape_key``; counts hits and misses."""
+    """Wraps a StepTimeFn with a cache keyed by ``shape_key``; counts misses (shapes computed)."""
 
     def __init__(self, fn: StepTimeFn) -> None:
         self.fn = fn
         self.cache: dict[Hashable, StepTime] = {}
-        self.hits = 0
         self.misses = 0
 
     def __call__(
@@ -73,7 +72,6 @@ class Memoised:
             key = (key, tuple(nodes[n].spec.switches for n in placement.nodes), tuple(sorted((flows or {}).items())))
         found = self.cache.get(key)
         if found is not None:
-            self.hits += 1
             return found
         self.misses += 1
         if tree:

@@ -4,7 +4,7 @@
   and topology/block (``BlockName= Nodes=`` plus ``BlockSizes=``: each larger size, in nodes, is
   a level of that many consecutive base blocks, as Slurm plans block aggregation);
 - Slurm ``topology.yaml`` (25.05+): the ``cluster_default`` topology (or one named), tree or block;
-- Kubernetes node labels with configurable level keys, nearest the node first (``LABEL_KEYS``
+- Kubernetes node labels with configurable level keys, nearest the node first (``label_keys()``
   holds Topograph's, Kueue's example, GKE's and AWS's); rack values that repeat under different
   blocks (Kueue's docs have them) are told apart by their parent;
 - Volcano ``HyperNode`` objects (members by exactMatch, regexMatch or labelMatch), levels by tier;
@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -28,12 +29,16 @@ from ringleader.inputs import load_yaml
 from ringleader.reference import reference
 from ringleader.topology.network import NetworkTree, expand_hostlist, tree_from_edges
 
-#: Node label keys per level, nearest the node first, per convention (data/reference.toml, with sources).
-LABEL_KEYS: dict[str, tuple[str, ...]] = {
-    name: tuple(keys) for name, keys in reference()["network"]["label_keys"].items() if not name.endswith("_source")
-}
-#: Level names for those keys (the last part of each key).
-LABEL_LEVEL_NAMES = {k: tuple(key.rsplit("/", 1)[-1] for key in keys) for k, keys in LABEL_KEYS.items()}
+
+@functools.cache
+def label_keys() -> dict[str, tuple[str, ...]]:
+    """Node label keys per level, nearest the node first, per convention (data/reference.toml,
+    with sources). Read when first asked for, not at import: a process that never reads a
+    network tree (the agent starting a job's ranks) does not parse the reference file."""
+    known = reference()["network"]["label_keys"]
+    return {name: tuple(keys) for name, keys in known.items() if not name.endswith("_source")}
+
+
 _PAIR_RE = re.compile(r"(\S+?)=(\S+)")
 
 
@@ -178,8 +183,8 @@ def tree_from_node_labels(
 
 
 def label_keys_in(nodes: Sequence[tuple[str, Mapping[str, str]]]) -> tuple[str, ...] | None:
-    """The level keys of the first of ``LABEL_KEYS``' conventions any node carries (None: none)."""
-    for keys in LABEL_KEYS.values():
+    """The level keys of the first of ``label_keys()``' conventions any node carries (None: none)."""
+    for keys in label_keys().values():
         if any(keys[0] in labels or keys[-1] in labels for _, labels in nodes):
             return keys
     return None

@@ -58,7 +58,7 @@ from ringleader.jobs.failures import without_cordoned
 from ringleader.jobs.line import CommandLine
 from ringleader.jobs.logfiles import follow_log, instance_name, read_log, wait_until_ended
 from ringleader.jobs.prediction import view_prediction
-from ringleader.jobs.queues import QueueView, check_queue, check_queue_exists, queue_views
+from ringleader.jobs.queues import QueueView, check_queue, check_queue_exists, check_queue_unused, queue_views
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import JobStatus, Launch
 from ringleader.jobs.submit import Submission, duplicate, refuse_unresolvable, submit_job
@@ -363,10 +363,7 @@ class Runtime:
         pass: a new quota may start or stop what waits."""
         with self._writable().write() as conn:
             kept = store.queues(conn)
-            check_queue(queue, kept)
-            if not overwrite and any(q.name == queue.name for q in kept):
-                fix = f"give --overwrite to change it, or `ringleader queue delete {queue.name}`"
-                raise ConflictError(f"queue {queue.name!r} already exists", fix)
+            check_queue(queue, kept, overwrite)
             store.put_queue(conn, queue, self.clock.now())
             schedule_pass(conn, self.clock.now())
         self._wake()
@@ -378,9 +375,7 @@ class Runtime:
                 raise NotFoundError(f"queue {name!r} not found", "see `ringleader queue list`")
             active = [r["name"] for r in store.job_rows(conn, [JobStatus.QUEUING, JobStatus.PENDING, JobStatus.RUNNING])
                       if JobSpec.from_dict(json.loads(r["spec"])).queue == name]  # fmt: skip
-            if active:
-                raise ConflictError(f"queue {name!r} has {len(active)} waiting or running job(s), {active[0]} first",
-                                    f"delete them first (`ringleader delete {' '.join(active[:3])}`)")  # fmt: skip
+            check_queue_unused(name, active)
             store.delete_queue(conn, name)
 
     def queues(self) -> list[QueueView]:

@@ -27,13 +27,10 @@ from ringleader.scheduler import ClusterState, NodeState, Placement, WorkerSlot
 from ringleader.scheduler.teams import DEFAULT_QUEUE, TeamQueue, Teams, run_usage
 from ringleader.topology.cluster import placed
 from ringleader.topology.network import NetworkTree
-from ringleader.topology.network_formats import LABEL_KEYS, tree_from_hypernodes, tree_from_labels
+from ringleader.topology.network_formats import label_keys, tree_from_hypernodes, tree_from_labels
 
 log = logging.getLogger("ringleader.kube.cache")
-# The node labels a network tree may be read from when no level keys are configured: every known
-# convention's (Topograph's, Kueue's example, GKE's, AWS's), the first one the nodes carry wins.
 HYPERNODES = "hypernodes"  # the informer kind of Volcano's HyperNodes
-NETWORK_LABEL_KEYS = tuple(dict.fromkeys(k for keys in LABEL_KEYS.values() for k in keys))
 
 
 @dataclass(frozen=True)
@@ -91,7 +88,9 @@ class Cache:
         # HyperNode changes.
         self.level_keys = tuple(level_keys) if level_keys else None
         self.hypernodes: dict[str, Mapping[str, Any]] | None = {} if hypernodes else None
-        self._network_keys = self.level_keys or NETWORK_LABEL_KEYS
+        # Without level keys: every known convention's (Topograph's, Kueue's example, GKE's,
+        # AWS's); the first one the nodes carry wins.
+        self._network_keys = self.level_keys or tuple(dict.fromkeys(k for ks in label_keys().values() for k in ks))
         self.tree: NetworkTree | None = None
         self.tree_problem = ""  # why the labels give no usable tree (the scheduler then places flat)
         self._tree_stale = True

@@ -20,6 +20,7 @@ from ringleader.engines.kubernetes.cache import Cache, Gang, Usage
 from ringleader.engines.kubernetes.objects import PodInfo, static_misfit
 from ringleader.scheduler import (
     NO_RESERVATIONS,
+    ClusterState,
     Code,
     JobRequest,
     Placement,
@@ -145,7 +146,7 @@ class Members:
         masked = frozenset(self.cache.state.nodes[pos].name for pos in misfit)
         return Waiting(job_request(gang), seq, submit_s, masked, partial(self._check, gang), len(gang.pending))
 
-    def _check(self, gang: Gang, placement: Placement) -> Mapping[str, str] | str | None:
+    def _check(self, gang: Gang, placement: Placement) -> Mapping[str, str] | str | ClusterState | None:
         pods = _gpu_workers(gang)
         lacking = {}
         for node, count in Counter(slot.node for slot in placement.slots).items():
@@ -160,9 +161,10 @@ class Members:
         if isinstance(plain, str):
             return plain
         self.assigned[gang.key] = (*workers, *plain)
-        if self.assume:
-            self.cache.assume_gang((a.pod, a.node, a.gpus) for a in self.assigned[gang.key])
-        return None
+        if not self.assume:
+            return None
+        self.cache.assume_gang((a.pod, a.node, a.gpus) for a in self.assigned[gang.key])
+        return self.cache.state  # the gang committed there: the cycle takes it, not a second commit
 
     def outcome(self, one: Nominated) -> Outcome:
         """The gang's outcome from its decision in the cycle."""

@@ -33,6 +33,7 @@ from ringleader.jobs.queues import (
     QueueView,
     check_queue,
     check_queue_exists,
+    check_queue_unused,
     queue_from_json,
     queue_to_dict,
     queue_views,
@@ -265,10 +266,7 @@ class KubernetesEngine:
         for _ in range(3):  # another writer changed it between the read and the write: read again
             config = self.api.queues_config()
             data = dict((config or {}).get("data") or {})
-            check_queue(queue, _kept_queues(config))
-            if not overwrite and queue.name in data:
-                fix = f"give --overwrite to change it, or `ringleader queue delete {queue.name}`"
-                raise ConflictError(f"queue {queue.name!r} already exists", fix)
+            check_queue(queue, _kept_queues(config), overwrite)
             data[queue.name] = json.dumps(queue_to_dict(queue))
             try:
                 self.api.write_queues_config(config, data)
@@ -286,9 +284,7 @@ class KubernetesEngine:
             raise NotFoundError(f"queue {name!r} not found", "see `ringleader queue list`")
         active = [f"{v.namespace}/{v.name}" for v in self._all_jobs() if v.spec.queue == name
                   and not v.status.is_terminal()]  # fmt: skip
-        if active:
-            raise ConflictError(f"queue {name!r} has {len(active)} waiting or running job(s), {active[0]} first",
-                                "delete them first")  # fmt: skip
+        check_queue_unused(name, active, by_name=False)
         del data[name]
         self.api.write_queues_config(config, data)
 

@@ -9,18 +9,17 @@ local time (two machines' clocks need not agree): as client-go's leaderelection 
 notes when it last saw the Lease's record change (``observedTime``) and takes the lease over only
 once the record has stayed the same for a whole leaseDurationSeconds (tryAcquireOrRenew:
 ``le.observedTime.Add(time.Second*time.Duration(oldLeaderElectionRecord.LeaseDurationSeconds))
-.After(now.Time)`` means "held by someone else and not yet expired"). ``clock`` is that local
-clock (monotonic); renewTime and acquireTime are written in wall time for people to read.
+.After(now.Time)`` means "held by someone else and not yet expired"). That local clock is
+``clock.monotonic()``; renewTime and acquireTime are written in its wall time for people to read.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from ringleader.clock import SYSTEM_CLOCK, Clock
 from ringleader.engines.kubernetes.client import Api, ApiError
 
 
@@ -35,20 +34,20 @@ class LeaderElector:
     name: str
     identity: str
     lease_seconds: int = 15
-    clock: Callable[[], float] = time.monotonic
+    clock: Clock = SYSTEM_CLOCK
     _valid_until: float = field(default=0.0, init=False)
     transitions: int = field(default=0, init=False)
     _observed: Any = field(default=None, init=False)  # the Lease spec as last seen
-    _observed_at: float = field(default=0.0, init=False)  # when it was first seen so, on ``clock``
+    _observed_at: float = field(default=0.0, init=False)  # when it was first seen so, monotonic
 
     @property
     def leading(self) -> bool:
         """True only while a lease this replica holds is surely still valid."""
-        return self.clock() < self._valid_until
+        return self.clock.monotonic() < self._valid_until
 
     def try_acquire_or_renew(self) -> bool:
         """One round: take the lease if free or expired, renew it if ours. Returns leading."""
-        now = self.clock()
+        now = self.clock.monotonic()
         try:
             lease = self.api.read_lease(self.namespace, self.name)
             if lease is None:
@@ -81,7 +80,7 @@ class LeaderElector:
         return True
 
     def _lease(self, old: dict[str, Any] | None, transitions: int, acquired: str | None = None) -> dict:
-        now = time.time()  # written for people to read; expiry never compares it with a clock here
+        now = self.clock.now()  # written for people to read; expiry never compares it with a clock here
         metadata: dict[str, Any] = {"name": self.name, "namespace": self.namespace}
         if old is not None:
             metadata["resourceVersion"] = (old.get("metadata") or {}).get("resourceVersion")

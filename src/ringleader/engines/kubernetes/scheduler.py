@@ -27,6 +27,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ringleader.clock import SYSTEM_CLOCK, Clock
 from ringleader.engines.kubernetes import names
 from ringleader.engines.kubernetes.cache import Cache, Gang
 from ringleader.engines.kubernetes.client import DRA_KINDS, KINDS, Api, ApiError, Gone
@@ -97,11 +98,12 @@ class Informer:
     """List once, then watch from the last resourceVersion; relist after 410 Gone."""
 
     def __init__(self, api: Api, kind: str, cache: Cache, lock: threading.Lock, metrics: Metrics,
-                 changed: threading.Event) -> None:  # fmt: skip
+                 changed: threading.Event, clock: Clock) -> None:  # fmt: skip
         self.api, self.kind, self.cache, self.lock, self.metrics = api, kind, cache, lock, metrics
         self.resource_version = ""
         self.changed = changed  # the scheduler's one wake-up, shared by every informer
-        self.heard = time.monotonic()  # when the server last showed this informer is alive
+        self.clock = clock
+        self.heard = clock.monotonic()  # when the server last showed this informer is alive
 
     @property
     def synced(self) -> bool:
@@ -115,12 +117,12 @@ class Informer:
             with self.lock:
                 self.cache.replace(self.kind, items)
             self.resource_version = listed
-            self.heard = time.monotonic()
+            self.heard = self.clock.monotonic()
             self.changed.set()
             return
         try:
             for event_type, obj in self.api.watch(self.kind, self.resource_version, timeout):
-                self.heard = time.monotonic()  # an event or a bookmark
+                self.heard = self.clock.monotonic()  # an event or a bookmark
                 version = (obj.get("metadata") or {}).get("resourceVersion")
                 if event_type != "BOOKMARK":
                     with self.lock:
@@ -128,7 +130,7 @@ class Informer:
                     self.changed.set()
                 if version:
                     self.resource_version = str(version)
-            self.heard = time.monotonic()  # the server ended the watch on time
+            self.heard = self.clock.monotonic()  # the server ended the watch on time
         except Gone:
             log.info("watch %s: resourceVersion %s expired, relisting", self.kind, self.resource_version)
             self.resource_version = ""
@@ -144,9 +146,8 @@ class BindResult:
 
 class Scheduler:
     def __init__(self, api: Api, identity: str, namespace: str = names.SYSTEM_NAMESPACE, lease_seconds: int = 15,
-                 events: bool = True, clock: Callable[[], float] = time.monotonic,
+                 events: bool = True, clock: Clock = SYSTEM_CLOCK,
                  writers: int = 1, backfill: BackfillConfig | None = None,
-                 wall_clock: Callable[[], float] = time.time,
                  level_keys: Sequence[str] | None = None, hypernodes: bool = False,
                  dra: bool = False) -> None:  # fmt: skip
         self.api, self.identity, self.events = api, identity, events
@@ -164,7 +165,7 @@ class Scheduler:
         kinds = (*KINDS, *((names.HYPERNODE_PLURAL,) if hypernodes else ()), *(DRA_KINDS if dra else ()))
         # Set by any informer when the cache changed: the daemon's cycle waits on it.
         self.changed = threading.Event()
-        self.informers = {kind: Informer(api, kind, self.cache, self.lock, self.metrics, self.changed)
+        self.informers = {kind: Informer(api, kind, self.cache, self.lock, self.metrics, self.changed, clock)
                           for kind in kinds}  # fmt: skip
         self.elector = LeaderElector(api, namespace, names.LEASE_NAME, identity, lease_seconds, clock)
         self.clock = clock
@@ -172,9 +173,9 @@ class Scheduler:
         self._told: dict[str, str] = {}  # gang -> the pending reason last reported
         self._decided_on: dict[str, Hashable] = {}  # waiting gang -> what it was last decided on
         # The shared queue's reservations and age (its defaults: 2 reservations, priority +100
-        # over a day of waiting); wall_clock gives ages and expected ends (pods' own times).
+        # over a day of waiting); the clock's wall time gives ages and expected ends (pods' own
+        # times), its monotonic time backoffs, the Lease and informers' silence.
         self.backfill = backfill or BackfillConfig()
-        self.wall_clock = wall_clock
         self._reservations: dict[str, Reservation] = {}  # gang -> the GPUs held for it
         self._reservations_moved = 0
         # a calibration as written on a gang's workers -> it read, or why it is ignored
@@ -201,7 +202,7 @@ class Scheduler:
         """What /healthz reports: "" when healthy, else why not."""
         if not self.synced:
             return "informers not synced"
-        now = time.monotonic()
+        now = self.clock.monotonic()
         stalled = [f"{i.kind} ({now - i.heard:.0f} s)" for i in self.informers.values()
                    if now - i.heard > self.stall_seconds]  # fmt: skip
         return f"informers heard nothing from the API server for too long: {', '.join(stalled)}" if stalled else ""
@@ -259,7 +260,7 @@ class Scheduler:
         """The cache as the queue's cycle sees it: the gangs waiting, each with what Kubernetes
         adds (``Members``), the gangs holding GPUs, the team queues with their use, the
         reservations kept and what each gang was last decided on."""
-        now = self.wall_clock()
+        now = self.clock.now()
         waiting = [members.waiting(g, i, _created_s(g)) for i, g in enumerate(gangs)]
         weighs = any(w.job.prices_placements for w in waiting)
         estimate = self._estimator(gangs) if weighs else None  # the model, where a gang weighs its start
@@ -374,11 +375,11 @@ class Scheduler:
         with self.lock:
             last = self._backoff.get(gang, (0.0, 0.0))[1]
             wait_s = min(MAX_BACKOFF_S, last * 2) if last else INITIAL_BACKOFF_S
-            self._backoff[gang] = (self.clock() + wait_s, wait_s)
+            self._backoff[gang] = (self.clock.monotonic() + wait_s, wait_s)
 
     def _backing_off(self, gang: str) -> bool:
         entry = self._backoff.get(gang)
-        return entry is not None and self.clock() < entry[0]
+        return entry is not None and self.clock.monotonic() < entry[0]
 
     def _preempt(self, outcome: Outcome) -> None:
         """Each victim gang's pods marked DisruptionTarget and deleted with their own grace, as
@@ -389,7 +390,7 @@ class Scheduler:
         victims = set(outcome.preemption.names)
         with self.lock:
             pods = [p for p in self.cache.pods.values() if p.gang_key in victims and p.holds_resources]
-        now = micro_time(time.time()).split(".")[0] + "Z"
+        now = self._stamp()
         why = (f"{preempted_by(job_request(outcome.gang), outcome.preemption)}: {names.SCHEDULER_NAME} deletes "
                "the gang's pods with their grace; mpi-operator makes them again, to run with the restart count "
                "raised")  # fmt: skip
@@ -563,7 +564,7 @@ class Scheduler:
 
     def _write_pending(self, outcome: Outcome) -> None:
         kind = "Unresolvable" if outcome.code is Code.UNRESOLVABLE else "Unschedulable"
-        now = micro_time(time.time()).split(".")[0] + "Z"
+        now = self._stamp()
         for pod in outcome.gang.pending:
             with self.lock:  # written late (reports run behind the cycle): not on a pod placed since
                 current = self.cache.pods.get(pod.key)
@@ -584,16 +585,20 @@ class Scheduler:
         try:
             status: dict[str, Any] = {"phase": phase}
             if phase == "Scheduled":
-                status["scheduleStartTime"] = micro_time(time.time()).split(".")[0] + "Z"
+                status["scheduleStartTime"] = self._stamp()
             self.api.podgroup_status(first.namespace, first.gang, status)
             self.api.podgroup_annotate(first.namespace, first.gang, {names.PENDING_ANNOTATION: reason})
         except ApiError as exc:
             log.warning("podgroup %s: status not written: %s", outcome.gang.key, exc.message)
 
+    def _stamp(self) -> str:
+        """Now, to the second, as Events and conditions carry it."""
+        return micro_time(self.clock.now()).split(".")[0] + "Z"
+
     def _event(self, pod: PodInfo, kind: str, reason: str, message: str) -> None:
         if not self.events:
             return
-        now = micro_time(time.time()).split(".")[0] + "Z"
+        now = self._stamp()
         event = {
             "apiVersion": "v1", "kind": "Event",
             "metadata": {"name": f"{pod.name}.{time.time_ns():x}", "namespace": pod.namespace},
