@@ -24,6 +24,7 @@ queued job: the host says them, nothing here reads a clock.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -74,6 +75,19 @@ def tiresias_thresholds() -> tuple[float, ...]:
 
 NO_SERVICE = Service()  # a job that never ran, in the queue since its submit, of unknown length
 DEFAULT_ORDERS = OrderConfig()
+
+
+def service_of_runs(gpus: int, runs: Iterable[tuple[float, float]]) -> Service:
+    """What the orders know of a queued job from the runs it ended ((start, end) pairs, on one
+    clock, as every engine records them): the GPU-seconds they held, when the last one ended (it
+    entered the queue again then) and how long it lasted. ``NO_SERVICE`` for a job that never
+    ran; its remaining time is left to the queue (its predicted work or time limit)."""
+    ended = sorted((float(start), float(end)) for start, end in runs if end > start)
+    if not ended:
+        return NO_SERVICE
+    attained = sum(gpus * (end - start) for start, end in ended)
+    start, end = ended[-1]
+    return Service(attained, end, end - start)
 
 
 def las_level(service: Service, now: float | None, config: OrderConfig) -> int:
