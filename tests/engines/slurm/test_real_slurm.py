@@ -20,6 +20,7 @@ from ringleader.engines.slurm.sandbox import Sandbox
 from ringleader.errors import NotFoundError, UnschedulableError
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import JobStatus
+from ringleader.scheduler.order import QueueOrder
 from ringleader.scheduler.teams import TeamQueue
 from waiting import wait_for
 
@@ -368,6 +369,21 @@ def test_a_borrowing_slurm_gang_is_reclaimed_when_the_lender_submits(engine: Slu
     assert listed["team-b"].usage_gpu_h > 0
     # the lender done, the borrower runs again on its own
     wait_for(lambda: engine.get(victim).status is JobStatus.RUNNING, 90, "the victim to run again")
+
+
+def test_a_slurm_queue_ordered_srtf_starts_its_shorter_job_first(engine: SlurmEngine) -> None:
+    """`queue create --order srtf` on Slurm: kept with the queue, listed, and the queue's next
+    pass starts the waiting job with the shorter --run-time, though it was submitted last."""
+    engine.create_queue(TeamQueue("short-first", (("*", 4),), order=QueueOrder.SRTF))
+    sleeper = [PY, "-c", "import time; time.sleep(600)"]
+    engine.submit(job("held", 4, 1, sleeper, queue="short-first"))  # the queue's whole quota
+    engine.submit(job("long", 4, 1, sleeper, queue="short-first", run_time_s=5 * 3600.0))
+    engine.submit(job("short", 4, 1, sleeper, queue="short-first", run_time_s=600.0))
+    assert engine.get("long").status is engine.get("short").status is JobStatus.PENDING
+    assert {q.name: q.order for q in engine.queues()}["short-first"] is QueueOrder.SRTF
+    engine.delete(["held"])
+    wait_for(lambda: engine.get("short").status is JobStatus.RUNNING, 60, "the shorter job to start")
+    assert engine.get("long").status is JobStatus.PENDING
 
 
 FAULTY_NCCL = ("import sys; print('node:12:34 [0] NCCL WARN NET/Socket : Connection closed by remote peer', "

@@ -56,6 +56,7 @@ from ringleader.jobs.support import Support
 from ringleader.jobs.views import CORDONED, GpuUsage, JobView, NodeHealth, SubmitResult
 from ringleader.scheduler import ClusterState, Decision, Holding, Snapshot, Waiting, run_cycle
 from ringleader.scheduler.cycle import teams_of
+from ringleader.scheduler.order import service_of_runs
 from ringleader.scheduler.policies.throughput import Estimator
 from ringleader.scheduler.teams import TeamQueue, queue_of
 
@@ -216,7 +217,9 @@ class SlurmEngine:
             return {}
         snapshot, nodes, _ = self._snapshot()
         specs = {r["name"]: JobSpec.from_dict(r["spec"]) for r in queued}
-        waiting = [Waiting(specs[r["name"]].request(), i, r.get("created_at")) for i, r in enumerate(queued)]
+        waiting = [Waiting(specs[r["name"]].request(), i, r.get("created_at"),
+                           service=service_of_runs(specs[r["name"]].request().total_gpus, r.get("runs", [])))
+                   for i, r in enumerate(queued)]  # fmt: skip
         cycle = run_cycle(self._queue_snapshot(snapshot, self.records.all(), self.clock.now(), waiting,
                                                queue_estimator(specs.values())))  # fmt: skip
         out = {}
