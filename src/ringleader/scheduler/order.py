@@ -1,8 +1,8 @@
 """Queue order within a priority: first in first out, least attained GPU service, or shortest
 predicted remaining time, chosen per team queue.
 
-- ``fifo``: effective priority (priority, age, fair share: ``queue.effective_priority``), then
-  submit order. The default.
+- ``fifo``: effective priority (priority and age: ``queue.effective_priority``), then submit
+  order. The default.
 - ``las``: least attained service, Tiresias' discretized 2D-LAS (Gu et al., NSDI'19): a job's
   attained GPU service (GPU-seconds it ran, a preempted run's too) puts it in one of a few
   levels by ``OrderConfig.las_thresholds_gpu_s``; lower levels go first, first in first out
@@ -15,8 +15,9 @@ predicted remaining time, chosen per team queue.
   waited ``max_passed_over_s`` since it last entered the queue goes before every job that has
   not, first in first out among them, so none is passed over longer than that.
 
-The job's priority and its queue's fair-share factor rank before the order in all three: an
-order never lets a job of lower priority pass one of higher. What the orders read (attained
+The job's priority ranks before the order in all three: an order never lets a job of lower
+priority pass one of higher in its queue. Between queues, fair share merges the queues' orders
+(``teams.fair_merge``). What the orders read (attained
 service, when a job last entered the queue, the predicted remaining time) are fields of the
 queued job: the host says them, nothing here reads a clock.
 """
