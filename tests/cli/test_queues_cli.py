@@ -71,6 +71,20 @@ def test_over_quota_a_job_waits_with_its_queues_numbers_though_gpus_are_free(see
     assert "small" not in queues(seeds_cli)
 
 
+def test_a_dry_run_says_what_the_queue_would_decide_and_changes_nothing(seeds_cli: Cli) -> None:
+    seeds_cli.ok("queue", "create", "small", "--gpus", "4")
+    plan = json.loads(seeds_cli.ok("submit", "mpi", "--name", "s1", "--queue", "small", "--workers", "4", "--gpus", "1",
+                                   "--dry-run", "-o", "json", "--", "sleep", "600"))  # fmt: skip
+    assert plan["plan"]["code"] == "Success"  # it would start now
+    submit(seeds_cli, "s1", "small", 4)
+    shown = seeds_cli.ok("submit", "mpi", "--name", "s2", "--queue", "small", "--workers", "2", "--gpus", "1",
+                         "--dry-run", "--", "sleep", "600")  # fmt: skip
+    # the GPUs are free, but the queue's quota is not: as the real submit decides
+    assert "Pending:     queue small holds 4 of its quota of 4 GPUs; it needs 2 more" in shown
+    assert seeds_cli("get", "s2").returncode == 1  # nothing was written
+    assert queues(seeds_cli)["small"]["pending"] == 0
+
+
 def test_a_queue_ordered_srtf_starts_its_shorter_job_first_and_says_its_order(seeds_cli: Cli) -> None:
     seeds_cli.ok("queue", "create", "short-first", "--gpus", "8", "--order", "srtf")
     submit(seeds_cli, "held", "short-first", 8)  # the queue's whole quota

@@ -373,7 +373,8 @@ def test_a_borrowing_slurm_gang_is_reclaimed_when_the_lender_submits(engine: Slu
 
 def test_a_slurm_queue_ordered_srtf_starts_its_shorter_job_first(engine: SlurmEngine) -> None:
     """`queue create --order srtf` on Slurm: kept with the queue, listed, and the queue's next
-    pass starts the waiting job with the shorter --run-time, though it was submitted last."""
+    pass starts the waiting job with the shorter --run-time, though it was submitted last; a
+    dry run meanwhile says the queue's quota holds a new job back."""
     engine.create_queue(TeamQueue("short-first", (("*", 4),), order=QueueOrder.SRTF))
     sleeper = [PY, "-c", "import time; time.sleep(600)"]
     engine.submit(job("held", 4, 1, sleeper, queue="short-first"))  # the queue's whole quota
@@ -381,6 +382,9 @@ def test_a_slurm_queue_ordered_srtf_starts_its_shorter_job_first(engine: SlurmEn
     engine.submit(job("short", 4, 1, sleeper, queue="short-first", run_time_s=600.0))
     assert engine.get("long").status is engine.get("short").status is JobStatus.PENDING
     assert {q.name: q.order for q in engine.queues()}["short-first"] is QueueOrder.SRTF
+    # a dry run decides as the queue would: over quota, though node-b's GPUs are free
+    peek = engine.submit(job("peek", 4, 1, sleeper, queue="short-first"), dry_run=True).decision
+    assert not peek.ok and peek.reasons[0].startswith("queue short-first holds 4 of its quota of 4 GPUs"), peek
     engine.delete(["held"])
     wait_for(lambda: engine.get("short").status is JobStatus.RUNNING, 60, "the shorter job to start")
     assert engine.get("long").status is JobStatus.PENDING

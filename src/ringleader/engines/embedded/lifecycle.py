@@ -47,12 +47,9 @@ def schedule_pass(conn: sqlite3.Connection, now: float) -> list[str]:
 def schedule_pass_decisions(conn: sqlite3.Connection, now: float) -> list[Decision]:
     """The queue's cycle (``scheduler/cycle.py``) over the folder as it is at ``now``, acted on:
     every decision it made (placed or pending)."""
-    rows = store.job_rows(conn, [JobStatus.QUEUING, JobStatus.PENDING])
-    if not rows:
+    specs, waiting = waiting_jobs(conn)
+    if not waiting:
         return []
-    specs = {r["name"]: JobSpec.from_dict(json.loads(r["spec"])) for r in rows}
-    waiting = [Waiting(specs[r["name"]].request(), int(r["seq"]), float(r["created_at"]),
-                       service=waiting_service(conn, r, specs[r["name"]])) for r in rows]  # fmt: skip
     snapshot = queue_snapshot(conn, now, waiting, queue_estimator(specs.values()))
     decisions = run_cycle(snapshot).decisions
     for decision in decisions:
@@ -65,6 +62,15 @@ def schedule_pass_decisions(conn: sqlite3.Connection, now: float) -> list[Decisi
                 for victim in decision.preemption.names:
                     preempt_job(conn, victim, decision, now)
     return decisions
+
+
+def waiting_jobs(conn: sqlite3.Connection) -> tuple[dict[str, JobSpec], list[Waiting]]:
+    """The jobs waiting in the folder's queue, by name, and as the cycle sees them."""
+    rows = store.job_rows(conn, [JobStatus.QUEUING, JobStatus.PENDING])
+    specs = {r["name"]: JobSpec.from_dict(json.loads(r["spec"])) for r in rows}
+    waiting = [Waiting(specs[r["name"]].request(), int(r["seq"]), float(r["created_at"]),
+                       service=waiting_service(conn, r, specs[r["name"]])) for r in rows]  # fmt: skip
+    return specs, waiting
 
 
 def waiting_service(conn: sqlite3.Connection, row: sqlite3.Row, spec: JobSpec) -> Service:

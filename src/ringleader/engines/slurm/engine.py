@@ -142,6 +142,14 @@ class SlurmEngine:
         snapshot, self._slurm_nodes, _ = self._snapshot()
         return snapshot
 
+    def queued_with(self, spec: JobSpec, state: ClusterState) -> Snapshot | None:
+        """ringleader's queue on Slurm (``_queue_snapshot``) on ``state``, with ``spec`` waiting last."""
+        now = self.clock.now()
+        specs, waiting = _waiting(self._queued())
+        waiting.append(Waiting(spec.request(), len(waiting), now))
+        return self._queue_snapshot(state, self.records.all(), now, waiting,
+                                    queue_estimator([*specs.values(), spec]))  # fmt: skip
+
     def check(self, decision: Decision, state: ClusterState) -> None:
         """Slurm can be asked for exact GPU ids only on nodes with one GRES type per GPU; a node
         whose GPU links nobody declared places as if every pair were SYS (a note)."""
@@ -216,10 +224,7 @@ class SlurmEngine:
         if not queued:
             return {}
         snapshot, nodes, _ = self._snapshot()
-        specs = {r["name"]: JobSpec.from_dict(r["spec"]) for r in queued}
-        waiting = [Waiting(specs[r["name"]].request(), i, r.get("created_at"),
-                           service=service_of_runs(specs[r["name"]].request().total_gpus, r.get("runs", [])))
-                   for i, r in enumerate(queued)]  # fmt: skip
+        specs, waiting = _waiting(queued)
         cycle = run_cycle(self._queue_snapshot(snapshot, self.records.all(), self.clock.now(), waiting,
                                                queue_estimator(specs.values())))  # fmt: skip
         out = {}
@@ -626,3 +631,13 @@ def _require_typed(decision: Decision, nodes: dict[str, state.SlurmNode]) -> Non
                 "for exact GPU ids there",
                 "declare them with `ringleader slurm gres-conf` (gres.conf and the node's Gres=) and reconfigure",
             )
+
+
+def _waiting(queued: list[dict[str, Any]]) -> tuple[dict[str, JobSpec], list[Waiting]]:
+    """ringleader's queued job records by name, and as the queue's cycle sees them: in submit
+    order, each with the GPU service of the runs it was requeued from."""
+    specs = {r["name"]: JobSpec.from_dict(r["spec"]) for r in queued}
+    waiting = [Waiting(specs[r["name"]].request(), i, r.get("created_at"),
+                       service=service_of_runs(specs[r["name"]].request().total_gpus, r.get("runs", [])))
+               for i, r in enumerate(queued)]  # fmt: skip
+    return specs, waiting
