@@ -138,7 +138,7 @@ def test_unusable_state_database_gives_one_line_naming_the_file(cli, newer: bool
     if newer:
         cli.ok("node", "label", "local", "team=a")  # creates the database
         conn = sqlite3.connect(db)
-        conn.execute("UPDATE meta SET value = '7' WHERE key = 'schema_version'")
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(store.SCHEMA_VERSION + 1),))
         conn.commit()
         conn.close()
     else:

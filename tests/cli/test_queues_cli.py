@@ -74,6 +74,34 @@ def test_over_quota_a_job_waits_with_its_queues_numbers_though_gpus_are_free(see
     assert "small" not in queues(seeds_cli)
 
 
+def test_a_dry_run_says_what_the_queue_would_decide_and_changes_nothing(seeds_cli: Cli) -> None:
+    seeds_cli.ok("queue", "create", "small", "--gpus", "4")
+    plan = json.loads(seeds_cli.ok("submit", "mpi", "--name", "s1", "--queue", "small", "--workers", "4", "--gpus", "1",
+                                   "--dry-run", "-o", "json", "--", "sleep", "600"))  # fmt: skip
+    assert plan["plan"]["code"] == "Success"  # it would start now
+    submit(seeds_cli, "s1", "small", 4)
+    shown = seeds_cli.ok("submit", "mpi", "--name", "s2", "--queue", "small", "--workers", "2", "--gpus", "1",
+                         "--dry-run", "--", "sleep", "600")  # fmt: skip
+    # the GPUs are free, but the queue's quota is not: as the real submit decides
+    assert "Pending:     queue small holds 4 of its quota of 4 GPUs; it needs 2 more" in shown
+    assert seeds_cli("get", "s2").returncode == 1  # nothing was written
+    assert queues(seeds_cli)["small"]["pending"] == 0
+
+
+def test_a_queue_ordered_srtf_starts_its_shorter_job_first_and_says_its_order(seeds_cli: Cli) -> None:
+    seeds_cli.ok("queue", "create", "short-first", "--gpus", "8", "--order", "srtf")
+    submit(seeds_cli, "held", "short-first", 8)  # the queue's whole quota
+    submit(seeds_cli, "long", "short-first", 8, "--run-time", "5h")
+    submit(seeds_cli, "short", "short-first", 8, "--run-time", "10m")  # submitted last
+    assert job(seeds_cli, "long")["status"] == job(seeds_cli, "short")["status"] == "PENDING"
+    seeds_cli.ok("delete", "held")
+    assert wait_for(seeds_cli, "short", "RUNNING")
+    assert job(seeds_cli, "long")["status"] == "PENDING"
+    listed = queues(seeds_cli)
+    assert (listed["short-first"]["order"], listed["default"]["order"]) == ("srtf", "fifo")
+    assert "srtf" in seeds_cli.ok("queue", "list")
+
+
 def test_bad_input_is_one_line_and_changes_nothing(seeds_cli: Cli) -> None:
     seeds_cli.ok("queue", "create", "team-a", "--gpus", "8", "--cohort", "lab")
     cases = [
@@ -87,6 +115,8 @@ def test_bad_input_is_one_line_and_changes_nothing(seeds_cli: Cli) -> None:
         (("queue", "create", "t", "--gpus", "-1"), 2, "error: --gpus '-1' must be 0 to"),
         (("queue", "create", "default", "--gpus", "1"), 2, "error: 'default' is the queue of jobs submitted"),
         (("queue", "delete", "nope"), 1, "error: queue 'nope' not found"),
+        (("queue", "create", "t", "--gpus", "4", "--order", "sjf"), 2,
+         "error: Invalid value for '--order': 'sjf' is not one of 'fifo', 'las', 'srtf'"),
     ]  # fmt: skip
     before = seeds_cli.dump()
     for args, code, said in cases:

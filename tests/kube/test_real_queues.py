@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from ringleader.engines.kubernetes.engine import EngineApi, KubernetesEngine
 from ringleader.engines.kubernetes.scheduler import Scheduler
 from ringleader.errors import UsageError
 from ringleader.jobs.spec import JobSpec, KubeOptions
+from ringleader.scheduler.order import QueueOrder
 from ringleader.scheduler.teams import TeamQueue
 
 GROUPS = f"/apis/{names.PODGROUP_GROUP}/{names.PODGROUP_VERSION}"
@@ -182,6 +184,12 @@ def test_real_a_borrowing_gang_launcher_and_all_is_reclaimed_by_the_lender(
     assert victim in borrowers
     left = sched.cache.team_queues(time.time())
     assert left.use.get("team-b") == {"*": 8}  # the victim gave its GPUs back to the cohort
+    # the run it ended is on its PodGroup, from its pods' start (kubelet's startTime) to now: the
+    # GPU service a queue ordered las reads when its new pods wait
+    group = lab.get(f"{GROUPS}/namespaces/team-b/{names.PODGROUP_PLURAL}/{victim}")
+    assert group is not None
+    [(began, ended)] = json.loads(group["metadata"]["annotations"][names.RUNS_ANNOTATION])
+    assert began == datetime(2026, 12, 6, 10, tzinfo=UTC).timestamp() and ended > began
 
 
 def test_real_a_queue_is_for_its_namespaces_only(lab: ControlPlane, sched: Scheduler) -> None:
@@ -205,6 +213,33 @@ def test_real_a_queue_is_for_its_namespaces_only(lab: ControlPlane, sched: Sched
     assert group is not None
     reason = group["metadata"]["annotations"][names.PENDING_ANNOTATION]
     assert reason.startswith("queue team-a is for namespace(s) team-a, not team-b"), reason
+
+
+def test_real_a_queue_ordered_srtf_starts_its_shorter_gang_first(lab: ControlPlane, sched: Scheduler) -> None:
+    """`queue create --order srtf`, kept in the queues' ConfigMap: once the gang holding the
+    queue's quota is gone, the waiting gang with the shorter --run-time starts, though it was
+    submitted last; `queue list` says the order."""
+    admin = engine(lab, "admin", "default")
+    admin.create_queue(TeamQueue("short-first", (("*", 4),), namespaces=("team-a",), order=QueueOrder.SRTF),
+                       overwrite=True)  # in no cohort: the other tests' queues lend it nothing
+    sched.sync()
+    held = submit(lab, "alice", "team-a", "held", 4, queue="short-first")
+    start(lab, sched, held)
+    for name, run_time_s in (("long", 5 * 3600.0), ("short", 600.0)):
+        job = submit(lab, "alice", "team-a", name, 4, queue="short-first", run_time_s=run_time_s)
+        seen_whole(lab, sched, f"team-a/{name}", len(operator_pods(lab, job)))
+    assert sched.cycle() == []  # both over the queue's quota
+    for pod in lab.request("GET", "/api/v1/namespaces/team-a/pods")["items"]:
+        if pod["metadata"]["name"].startswith("held-"):
+            gone(lab, f"/api/v1/namespaces/team-a/pods/{pod['metadata']['name']}")
+
+    def held_gone() -> bool:
+        sched.sync()
+        return not any(p.gang_key == "team-a/held" for p in sched.cache.pods.values())
+
+    lab.until(held_gone, "the scheduler's cache to see the held gang gone")
+    assert [(r.gang, r.ok) for r in sched.cycle()] == [("team-a/short", True)]
+    assert {q.name: q.order for q in admin.queues()}["short-first"] is QueueOrder.SRTF
 
 
 def test_real_priority_is_the_priority_class_and_preempt_is_carried(lab: ControlPlane, sched: Scheduler) -> None:

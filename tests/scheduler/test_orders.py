@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ringleader.scheduler import BackfillConfig, ClusterState, JobRequest
-from ringleader.scheduler.order import OrderConfig, QueueOrder, Service, las_level
+from ringleader.scheduler.order import NO_SERVICE, OrderConfig, QueueOrder, Service, las_level, service_of_runs
 from ringleader.scheduler.queue import QueuedJob, queue_order
 from ringleader.scheduler.teams import TeamQueue, Teams
 from ringleader.topology import NodeSpec, preset
@@ -119,6 +119,15 @@ def test_each_team_queue_keeps_its_own_order() -> None:
     ordered = [q.seq for q in queue_order(jobs, 1000.0, BackfillConfig(), teams)]
     assert ordered.index(1) < ordered.index(0)  # srtf in "fast"
     assert ordered.index(2) < ordered.index(3)  # fifo in "plain"
+
+
+def test_a_requeued_jobs_service_is_counted_from_the_runs_its_engine_recorded() -> None:
+    # a 4-GPU gang ran 100 s, was preempted, ran 50 s more and was preempted again at 400
+    service = service_of_runs(4, [(250.0, 400.0 - 100.0), (0.0, 100.0)])
+    assert service == Service(attained_gpu_s=600.0, queued_since_s=300.0, last_run_s=50.0)
+    assert service_of_runs(4, []) == service_of_runs(4, [(10.0, 10.0)]) == NO_SERVICE
+    tiers = OrderConfig(las_thresholds_gpu_s=(500.0,))
+    assert las_level(service, 310.0, tiers) == 1  # it ran more than the first threshold
 
 
 def test_bad_thresholds_are_refused() -> None:

@@ -15,7 +15,7 @@ import ringleader.model  # noqa: F401  (installs the throughput model's estimato
 from ringleader.scheduler import ClusterState, JobRequest, Placement, QueuedJob, RunningGang, WorkerSlot
 from ringleader.scheduler import schedule_queue as run_pass
 from ringleader.scheduler.queue import BackfillConfig, queue_order
-from ringleader.scheduler.teams import ANY_TYPE, TeamQueue, Teams, decayed, fair_share, run_usage
+from ringleader.scheduler.teams import ANY_TYPE, TeamQueue, Teams, decayed, fair_merge, fair_share, run_usage
 from ringleader.topology import NodeSpec, preset
 
 NOW = 1000.0
@@ -129,11 +129,47 @@ def test_teams_fair_share_follows_slurms_factor() -> None:
     assert shares == pytest.approx({"a": 0.5, "b": 0.5, "c": 0.5})
     shares = fair_share(queues, {"a": 50.0, "b": 50.0})
     assert shares["c"] == 1.0 and shares["b"] > shares["a"]
-    # order: the queue that used less than its share first, then priority and submit order
-    jobs = [QueuedJob(gang(f"{q}{i}", q, 1), i * 3 + k, NOW) for i in range(2) for k, q in enumerate("abc")]
+    # between queues, the factor goes first, before priority and age: every job of c (it used
+    # nothing), then b's (it used less than its weight entitles it to), then a's
+    jobs = [QueuedJob(gang(f"{q}{i}", q, 1, priority=10 * (q == "a")), i * 3 + k, NOW - 3600 * (q == "a"))
+            for i in range(3) for k, q in enumerate("abc")]  # fmt: skip
     teams = Teams({q.name: q for q in queues}, shares=shares)
     order = [q.job.queue for q in queue_order(jobs, NOW, BackfillConfig(), teams)]
-    assert order == ["c", "c", "b", "b", "a", "a"]
+    assert order == ["c", "c", "c", "b", "b", "b", "a", "a", "a"]
+    # while no queue has used anything, the one holding the fewest GPUs per weight, counting the
+    # jobs ordered before: b, weighted 2, gets two for a's one; c, which holds 4, waits its turn
+    jobs = [QueuedJob(gang(f"{q}{i}", q, 1), i * 3 + k, NOW) for i in range(3) for k, q in enumerate("abc")]
+    busy = Teams({q.name: q for q in queues}, {"c0": ("c", {ANY_TYPE: 4})})
+    order = [q.job.queue for q in queue_order(jobs, NOW, BackfillConfig(), busy)]
+    assert order == ["a", "b", "b", "a", "b", "a", "c", "c", "c"]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    weights=st.lists(st.sampled_from([0.5, 1.0, 2.0, 3.0]), min_size=2, max_size=4),
+    held=st.lists(st.integers(0, 16), min_size=4, max_size=4),
+    sizes=st.lists(st.lists(st.sampled_from([1, 2, 4, 8]), max_size=10), min_size=4, max_size=4),
+)
+def test_fair_merge_serves_the_queue_holding_least_per_weight_first(
+    weights: list[float], held: list[int], sizes: list[list[int]]
+) -> None:
+    """Each queue's jobs keep their order, and every next job is of a queue that holds (with the
+    jobs ordered before it) no more GPUs per weight than any other queue with jobs left."""
+    names = [f"q{i}" for i in range(len(weights))]
+    teams = Teams({n: TeamQueue(n, weight=w) for n, w in zip(names, weights, strict=False)},
+                  {f"{n}-run": (n, {ANY_TYPE: h}) for n, h in zip(names, held, strict=False) if h})  # fmt: skip
+    queued = {n: [(n, i, gpus) for i, gpus in enumerate(sizes[k])] for k, n in enumerate(names)}
+    merged = fair_merge(queued, teams, lambda j: j[2], lambda j: 0.0, lambda j: (j[1],))
+    assert sorted(merged) == sorted(j for jobs in queued.values() for j in jobs)
+    for name in names:
+        assert [j for j in merged if j[0] == name] == queued[name]
+    holds = {n: float(h) for n, h in zip(names, held, strict=False)}
+    left = {n: len(queued[n]) for n in names}
+    for name, _, gpus in merged:
+        per_weight = {n: holds[n] / teams.queues[n].weight for n in names if left[n]}
+        assert per_weight[name] <= min(per_weight.values())
+        holds[name] += gpus
+        left[name] -= 1
 
 
 def test_usage_decays_with_its_half_life() -> None:

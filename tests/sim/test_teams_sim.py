@@ -8,6 +8,7 @@ import random
 import subprocess
 import sys
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,9 @@ from hypothesis import strategies as st
 
 from ringleader.scheduler import BackfillConfig, NodeState, Placement
 from ringleader.scheduler.teams import ANY_TYPE, TeamQueue
-from ringleader.sim import StepTime, TraceJob, simulate
+from ringleader.sim import Memoised, StepTime, TraceJob, model_step_time, simulate
+from ringleader.sim.families import best_step_fn, family_trace
+from ringleader.sim.summary import contended_shares
 from ringleader.topology import NodeSpec, preset
 
 REPO = Path(__file__).resolve().parents[2]
@@ -64,6 +67,24 @@ def test_three_queues_weighted_1_2_1_get_their_shares_under_contention() -> None
     used = gpu_seconds_until(plain, min(max(r.start_s or 0.0 for r in plain.records if r.job.queue == q)
                                         for q in names))  # fmt: skip
     assert used["b"] / sum(used.values()) == pytest.approx(1 / 3, rel=0.10)
+
+
+@pytest.mark.parametrize("quotas", [(8, 16, 8), (32, 32, 32)], ids=["proportional", "equal-whole"])
+def test_weights_deliver_shares_in_a_cohort_while_every_queue_has_work_waiting(quotas: tuple[int, ...]) -> None:
+    """Philly-shaped jobs arriving over time at half again what 32 GPUs hold, a third to each of
+    three queues weighted 1:2:1 in one cohort: while all three have a job waiting, each holds
+    its weight's share of the GPU-time within 5 points, with quotas in proportion to the weights
+    and with quotas that do not bind."""
+    specs = [NodeSpec(f"n{i}", preset("dgx1v"), 25.0) for i in range(4)]
+    memo = Memoised(model_step_time())
+    jobs = family_trace("philly", 600, 1, 1.5, 32, best_step_fn(specs, memo))
+    trace = [replace(j, queue="abc"[i % 3]) for i, j in enumerate(jobs)]
+    queues = tuple(TeamQueue(n, ((ANY_TYPE, q),), w, "lab") for n, q, w in zip("abc", quotas, (1, 2, 1), strict=True))
+    run = simulate(specs, trace, "topology", memo, backfill=BackfillConfig(), queues=queues)
+    shares, contended = contended_shares(run, ("a", "b", "c"))
+    assert contended > 24 * 3600  # a day and more of contention
+    for name, want in (("a", 0.25), ("b", 0.5), ("c", 0.25)):
+        assert shares[name] == pytest.approx(want, abs=0.05), shares
 
 
 def test_a_lender_reclaims_its_quota_from_a_borrowing_queue() -> None:

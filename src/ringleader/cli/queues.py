@@ -12,6 +12,7 @@ from ringleader.cli.output import console, emit_data, output_option, table
 from ringleader.cli.params import FiniteFloat
 from ringleader.engines.base import TeamQueues
 from ringleader.jobs.queues import check_deletable, parse_quota
+from ringleader.scheduler.order import QueueOrder
 from ringleader.scheduler.teams import TeamQueue
 
 
@@ -42,13 +43,18 @@ def queue() -> None:
 @click.option("--namespaces", "namespaces", multiple=True, metavar="NS[,NS...]",
               help="Kubernetes: the namespaces whose jobs may use the queue (comma-separated, repeatable; none "
                    "given: every namespace). A gang of another namespace naming it waits, with the reason.")
+@click.option("--order", type=click.Choice([o.value for o in QueueOrder]), default=None,
+              help="How the queue orders its jobs of one priority: fifo (submit order; the default), las (least "
+                   "attained GPU service first, as Tiresias) or srtf (shortest predicted remaining time first, none "
+                   "passed over beyond a bound).")  # fmt: skip
 @click.option("--overwrite", is_flag=True, help="Replace the queue of that name (as kubectl's --overwrite).")
 @engine_option
 def queue_create(name: str, quota: tuple[str, ...], weight: float, cohort: str | None, namespaces: tuple[str, ...],
-                 overwrite: bool, engine: str | None) -> None:  # fmt: skip
+                 order: str | None, overwrite: bool, engine: str | None) -> None:  # fmt: skip
     """Create a team queue; jobs join it with `submit --queue NAME`."""
     listed = {n.strip() for given in namespaces for n in given.split(",") if n.strip()}
-    made = TeamQueue(name, parse_quota(quota), weight, cohort, tuple(sorted(listed)))
+    made = TeamQueue(name, parse_quota(quota), weight, cohort, tuple(sorted(listed)),
+                     QueueOrder(order) if order is not None else None)
     with using_engine(engine) as opened:
         assert isinstance(opened, TeamQueues)  # every engine keeps queues
         rt = opened
@@ -62,8 +68,8 @@ def queue_create(name: str, quota: tuple[str, ...], weight: float, cohort: str |
 @output_option("json", "yaml")
 @engine_option
 def queue_list(output: str, engine: str | None) -> None:
-    """Each queue: quota, cohort, weight, the GPUs its running jobs hold and borrow, its jobs,
-    its fair-share factor (1: it used nothing of its share) and recent GPU-hours."""
+    """Each queue: quota, cohort, weight, order, the GPUs its running jobs hold and borrow, its
+    jobs, its fair-share factor (1: it used nothing of its share) and recent GPU-hours."""
     with using_engine(engine) as opened:
         assert isinstance(opened, TeamQueues)  # every engine keeps queues
         rt = opened
@@ -71,10 +77,10 @@ def queue_list(output: str, engine: str | None) -> None:
     if output != "table":
         emit_data([v.to_dict() for v in views], output)
         return
-    rows = [[v.name, v.quota_text, v.cohort or "-", f"{v.weight:g}", sum(v.held.values()), v.borrowed, v.running,
-             v.pending, f"{v.fair_share:.2f}", f"{v.usage_gpu_h:.2f}"] for v in views]  # fmt: skip
-    console().print(table(["NAME", "QUOTA", "COHORT", "WEIGHT", "GPUS_HELD", "BORROWED", "RUNNING", "PENDING",
-                           "FAIR_SHARE", "GPU_HOURS"], rows))  # fmt: skip
+    rows = [[v.name, v.quota_text, v.cohort or "-", f"{v.weight:g}", v.order.value, sum(v.held.values()), v.borrowed,
+             v.running, v.pending, f"{v.fair_share:.2f}", f"{v.usage_gpu_h:.2f}"] for v in views]  # fmt: skip
+    console().print(table(["NAME", "QUOTA", "COHORT", "WEIGHT", "ORDER", "GPUS_HELD", "BORROWED", "RUNNING",
+                           "PENDING", "FAIR_SHARE", "GPU_HOURS"], rows))  # fmt: skip
 
 
 @queue.command("delete")

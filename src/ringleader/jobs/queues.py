@@ -13,6 +13,7 @@ from typing import Any
 
 from ringleader.errors import ConflictError, NotFoundError, UsageError
 from ringleader.scheduler import JobRequest, Preemption
+from ringleader.scheduler.order import QueueOrder
 from ringleader.scheduler.teams import ANY_TYPE, DEFAULT_QUEUE, MAX_GPUS, TeamQueue, Teams
 from ringleader.topology.cluster import check_name
 
@@ -93,10 +94,16 @@ def check_queue_unused(name: str, active: Sequence[str], by_name: bool = True) -
 
 
 def queue_to_dict(queue: TeamQueue) -> dict[str, Any]:
-    """A queue as the engines keep it (JSON): its quota as [[type, GPUs], ...], weight, cohort and
-    the namespaces that may use it (only where it names some)."""
-    kept = {"quota": [list(item) for item in queue.quota], "weight": queue.weight, "cohort": queue.cohort}
-    return {**kept, "namespaces": list(queue.namespaces)} if queue.namespaces else kept
+    """A queue as the engines keep it (JSON): its quota as [[type, GPUs], ...], weight, cohort,
+    and only where it names them the namespaces that may use it and its order (so a queue kept
+    before either existed reads back the same)."""
+    kept: dict[str, Any] = {"quota": [list(item) for item in queue.quota], "weight": queue.weight,
+                            "cohort": queue.cohort}  # fmt: skip
+    if queue.namespaces:
+        kept["namespaces"] = list(queue.namespaces)
+    if queue.order is not None:
+        kept["order"] = queue.order.value
+    return kept
 
 
 def queue_from_json(name: str, text: str) -> TeamQueue:
@@ -112,9 +119,10 @@ def queue_from_dict(name: str, data: Any) -> TeamQueue:
     """A kept queue read back; one that is not as ``queue_to_dict`` writes it, or that does not
     pass ``check_queue``, is a UsageError naming it."""
     try:
+        order = QueueOrder(data["order"]) if data.get("order") is not None else None
         queue = TeamQueue(name, tuple((str(k), int(n)) for k, n in data["quota"]), float(data["weight"]),
-                          data.get("cohort"), tuple(str(n) for n in data.get("namespaces") or ()))  # fmt: skip
-    except (KeyError, TypeError, ValueError):
+                          data.get("cohort"), tuple(str(n) for n in data.get("namespaces") or ()), order)  # fmt: skip
+    except (KeyError, TypeError, ValueError, AttributeError):
         raise UsageError(f"queue {name!r} is not kept as ringleader writes queues", "create it again with "
                          "`ringleader queue create --overwrite`") from None  # fmt: skip
     return check_queue(queue, ())
@@ -168,6 +176,7 @@ class QueueView:
     quota: tuple[tuple[str, int], ...]
     weight: float
     cohort: str | None
+    order: QueueOrder = QueueOrder.FIFO  # how it orders its jobs (scheduler/order.py)
     held: dict[str, int] = field(default_factory=dict)
     borrowed: int = 0
     running: int = 0
@@ -182,7 +191,8 @@ class QueueView:
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name, "quota": {k: n for k, n in self.quota}, "weight": self.weight, "cohort": self.cohort,
-            "held": dict(self.held), "borrowed": self.borrowed, "running": self.running, "pending": self.pending,
+            "order": self.order.value, "held": dict(self.held), "borrowed": self.borrowed, "running": self.running,
+            "pending": self.pending,
             "fair_share": round(self.fair_share, 4), "usage_gpu_h": round(self.usage_gpu_h, 4),
         }  # fmt: skip
 
@@ -199,6 +209,7 @@ def queue_views(
         held = teams.use.get(queue.name, {}) if teams is not None else {}
         borrowed = sum(teams.borrowed(queue).values()) if teams is not None and queue.limited else 0
         share = teams.shares.get(queue.name, 1.0) if teams is not None else 1.0
-        views.append(QueueView(queue.name, queue.quota, queue.weight, queue.cohort, dict(held), borrowed, running,
-                               pending, share, usage.get(queue.name, 0.0) / 3600))  # fmt: skip
+        views.append(QueueView(queue.name, queue.quota, queue.weight, queue.cohort, queue.order or QueueOrder.FIFO,
+                               dict(held), borrowed, running, pending, share,
+                               usage.get(queue.name, 0.0) / 3600))  # fmt: skip
     return views

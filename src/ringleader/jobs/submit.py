@@ -31,7 +31,7 @@ from ringleader.jobs.spec import JobSpec, parse_container_user, submit_env
 from ringleader.jobs.support import Support
 from ringleader.jobs.views import JobView, SubmitResult
 from ringleader.model.tables import check_model
-from ringleader.scheduler import ClusterState, Code, Decision, JobRequest, place
+from ringleader.scheduler import ClusterState, Code, Decision, JobRequest, Snapshot, place, run_cycle
 from ringleader.scheduler.framework import NO_SUCH_LEVEL
 
 
@@ -92,6 +92,12 @@ class Provisioner(Protocol):
         """The job as the user sees it once submitted."""
         ...
 
+    def queued_with(self, spec: JobSpec, state: ClusterState) -> Snapshot | None:
+        """The engine's queue as its cycle would see it with ``spec`` submitted now, last in
+        submit order, on ``state`` (what ``snapshot`` read); None where the engine's own
+        scheduler decides elsewhere (the plan on the free GPUs is then all a dry run says)."""
+        ...
+
 
 def submit_job(engine: Provisioner, spec: JobSpec, dry_run: bool = False) -> SubmitResult:
     """Queue a job (started if it fits now), or with ``dry_run`` only show the plan: prepare it
@@ -118,12 +124,25 @@ def submit_job(engine: Provisioner, spec: JobSpec, dry_run: bool = False) -> Sub
     shown = engine.describe(sub, decision)
     if dry_run:
         engine.notes[said:said] = notes
+        queued = engine.queued_with(spec, state) if state is not None and decision.ok else None
+        decision = decided_in_queue(queued, decision) if queued is not None else decision
         prediction = predict_job(state, spec, decision.placement) if state and decision.placement else None
         return SubmitResult(decision, decision_to_dict(decision), dry_run=True, extra={"prediction": prediction,
                                                                                        **shown})  # fmt: skip
     mine = engine.commit(sub, decision, notes, hint)
     engine.notes[said:said] = notes  # before what the engine itself had to say
     return SubmitResult(mine, decision_to_dict(mine), dry_run=False, job=engine.started(spec.name), extra=shown)
+
+
+def decided_in_queue(queued: Snapshot, planned: Decision) -> Decision:
+    """What the real submit's queue cycle would decide for the job ``planned`` places: the one
+    cycle every engine runs, on its queue with the job added, quotas and start rules applied
+    (start now, wait for a placement that finishes sooner, over quota, behind the jobs before
+    it); nothing is written."""
+    for nominated in run_cycle(queued).nominated:
+        if nominated.decision.job.name == planned.job.name:
+            return nominated.decision
+    return planned
 
 
 def unplanned(job: JobRequest, reason: str) -> Decision:

@@ -1,8 +1,8 @@
 """Queue order within a priority: first in first out, least attained GPU service, or shortest
 predicted remaining time, chosen per team queue.
 
-- ``fifo``: effective priority (priority, age, fair share: ``queue.effective_priority``), then
-  submit order. The default.
+- ``fifo``: effective priority (priority and age: ``queue.effective_priority``), then submit
+  order. The default.
 - ``las``: least attained service, Tiresias' discretized 2D-LAS (Gu et al., NSDI'19): a job's
   attained GPU service (GPU-seconds it ran, a preempted run's too) puts it in one of a few
   levels by ``OrderConfig.las_thresholds``; lower levels go first, first in first out
@@ -15,8 +15,9 @@ predicted remaining time, chosen per team queue.
   waited ``max_passed_over_s`` since it last entered the queue goes before every job that has
   not, first in first out among them, so none is passed over longer than that.
 
-The job's priority and its queue's fair-share factor rank before the order in all three: an
-order never lets a job of lower priority pass one of higher. What the orders read (attained
+The job's priority ranks before the order in all three: an order never lets a job of lower
+priority pass one of higher in its queue. Between queues, fair share merges the queues' orders
+(``teams.fair_merge``). What the orders read (attained
 service, when a job last entered the queue, the predicted remaining time) are fields of the
 queued job: the host says them, nothing here reads a clock.
 """
@@ -24,6 +25,7 @@ queued job: the host says them, nothing here reads a clock.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -80,6 +82,19 @@ def tiresias_thresholds() -> tuple[float, ...]:
 
 NO_SERVICE = Service()  # a job that never ran, in the queue since its submit, of unknown length
 DEFAULT_ORDERS = OrderConfig()
+
+
+def service_of_runs(gpus: int, runs: Iterable[tuple[float, float]]) -> Service:
+    """What the orders know of a queued job from the runs it ended ((start, end) pairs, on one
+    clock, as every engine records them): the GPU-seconds they held, when the last one ended (it
+    entered the queue again then) and how long it lasted. ``NO_SERVICE`` for a job that never
+    ran; its remaining time is left to the queue (its predicted work or time limit)."""
+    ended = sorted((float(start), float(end)) for start, end in runs if end > start)
+    if not ended:
+        return NO_SERVICE
+    attained = sum(gpus * (end - start) for start, end in ended)
+    start, end = ended[-1]
+    return Service(attained, end, end - start)
 
 
 def las_level(service: Service, now: float | None, config: OrderConfig) -> int:

@@ -25,7 +25,7 @@ its reservation until they have stopped.
 With team queues (``scheduler/teams.py``) a gang starts only within its queue's quota and what
 it may borrow from its cohort; a gang over quota pends with the queue's numbers and holds
 nothing. A gang within its queue's own quota may reclaim: stop gangs of queues that borrow, as a
-preemption. Queues' fair-share factors add to priority (``effective_priority``).
+preemption. Between queues, fair share orders the jobs (``teams.fair_merge``).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from ringleader.scheduler.gpuset import bits
 from ringleader.scheduler.order import DEFAULT_ORDERS, NO_SERVICE, OrderConfig, QueueOrder, Service, order_key
 from ringleader.scheduler.policies.throughput import Estimator, RangedEstimator, current_estimator
 from ringleader.scheduler.preempt import gpus_held, plan_preemption
-from ringleader.scheduler.teams import QuotaCheck, Teams, gpu_type, queue_of
+from ringleader.scheduler.teams import QuotaCheck, Teams, fair_merge, gpu_type, queue_of
 from ringleader.scheduler.types import (
     AtRisk,
     ClusterState,
@@ -90,9 +90,6 @@ class BackfillConfig:
     reservation_depth: int = 2  # how many gangs that cannot start get a reservation
     age_weight: float = 100.0
     max_age_s: float = 24 * 3600.0
-    # Priority points of a queue's fair-share factor (1: it used nothing of its share); as much
-    # as a day's wait, so fair share and age weigh alike (Slurm's PriorityWeightFairshare).
-    fair_share_weight: float = 100.0
     # The order of a queue that names none (``scheduler/order.py``), and the orders' knobs.
     order: QueueOrder = QueueOrder.FIFO
     orders: OrderConfig = DEFAULT_ORDERS
@@ -108,14 +105,9 @@ class BackfillConfig:
 NO_RESERVATIONS = BackfillConfig(reservation_depth=0, age_weight=0.0)
 
 
-def effective_priority(
-    queued: QueuedJob, now: float | None, config: BackfillConfig, shares: Mapping[str, float] | None = None
-) -> float:
-    """Priority, plus the age term, plus the fair-share term of the job's queue where queues
-    have factors (``shares``: queue -> factor, ``teams.fair_share``)."""
+def effective_priority(queued: QueuedJob, now: float | None, config: BackfillConfig) -> float:
+    """Priority, plus the age term."""
     priority = float(queued.job.priority)
-    if shares:
-        priority += config.fair_share_weight * shares.get(queue_of(queued.job), 1.0)
     if now is None or queued.submit_s is None or config.age_weight == 0:
         return priority
     wait = min(max(now - queued.submit_s, 0.0), config.max_age_s)
@@ -129,22 +121,30 @@ def queue_order(
     teams: Teams | None = None,
 ) -> list[QueuedJob]:
     """Effective priority, then each queue's order (``scheduler/order.py``; FIFO: submit order).
-    With team queues, gangs that fit their queue's own quota come first (as Kueue's scheduler
-    orders them), then those that would borrow, the one whose queue would borrow least per
-    weight first (Kueue's fair sharing): a gang whose quota was taken back never borrows it again
-    before the gang it was taken back for."""
+    With team queues, each queue's jobs in that order, merged by fair share (``teams.fair_merge``,
+    Kueue's fair sharing): gangs that fit their queue's own quota first, then those that would
+    borrow, the one whose queue would borrow least per weight first (a gang whose quota was taken
+    back never borrows it again before the gang it was taken back for); among them the head of
+    the queue holding the fewest GPUs per weight."""
 
     def key(queued: QueuedJob) -> tuple[float, float, int, float, int]:
-        order, shares, borrow = config.order, None, 0.0
+        order, borrow = config.order, 0.0
         if teams is not None:
             team = teams.queues.get(queue_of(queued.job))
             order = team.order if team is not None and team.order is not None else order
-            shares, borrow = teams.shares, teams.borrow_share(queued.job)
+            borrow = teams.borrow_share(queued.job)
         # FIFO ranks with age; the other orders keep the old from starving by their own rule
-        ranked = effective_priority(queued, now if order is QueueOrder.FIFO else None, config, shares)
+        ranked = effective_priority(queued, now if order is QueueOrder.FIFO else None, config)
         return (borrow, *order_key(order, ranked, _service(queued), now, config.orders), queued.seq)
 
-    return sorted(jobs, key=key)
+    if teams is None:
+        return sorted(jobs, key=key)
+    keys = {id(q): key(q) for q in jobs}
+    by_queue: dict[str, list[QueuedJob]] = {}
+    for queued in sorted(jobs, key=lambda q: keys[id(q)]):
+        by_queue.setdefault(queue_of(queued.job), []).append(queued)
+    return fair_merge(by_queue, teams, lambda q: q.job.total_gpus, lambda q: keys[id(q)][0],
+                      lambda q: (keys[id(q)][1], keys[id(q)][-1]))  # fmt: skip
 
 
 def _service(queued: QueuedJob) -> Service:

@@ -13,9 +13,9 @@ The shape is Kueue's ClusterQueue and cohort, the order Slurm's fair-share facto
   ``--preempt`` stops gangs of lower priority.
 - Between queues, order follows each queue's fair-share factor ``F = 2^(-U/S)`` (Slurm's
   classic formula): U is the queue's share of the cluster's recent GPU-seconds (decayed with a
-  half-life, Slurm's PriorityDecayHalfLife), S its weight's share of all weights. A queue that
-  used less than its weight entitles it to ranks first; the factor times the queue config's
-  ``fair_share_weight`` adds to a job's priority, beside the age term.
+  half-life, Slurm's PriorityDecayHalfLife), S its weight's share of all weights. The queue
+  that used least of what its weight entitles it to goes first, before priority and age, which
+  order the jobs of one queue (``fair_merge``; docs/queues.md says why).
 
 Pure: the caller gives the queues, the GPUs each queue's running gangs hold and their recent
 usage; no clock is read.
@@ -23,11 +23,12 @@ usage; no clock is read.
 
 from __future__ import annotations
 
+import heapq
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from ringleader.scheduler.order import QueueOrder
 from ringleader.scheduler.types import ClusterState, JobRequest, NodeState, Placement, RunningGang
@@ -37,6 +38,7 @@ DEFAULT_QUEUE = "default"  # the queue of jobs submitted without one: no quota, 
 # Slurm's PriorityDecayHalfLife default: usage a week old counts half.
 DECAY_HALF_LIFE_S = 7 * 24 * 3600.0
 MAX_GPUS = 1 << 24  # the most a quota may name: far beyond any cluster, small for the arithmetic
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -317,6 +319,46 @@ class Teams:
         """The use once ``gangs`` are stopped: their quota is back at once."""
         gone = set(gangs)
         return Teams(self.queues, {g: u for g, u in self.gangs.items() if g not in gone}, self.shares, self.waiting)
+
+
+def fair_merge(
+    queued: Mapping[str, Sequence[T]],
+    teams: Teams,
+    gpus_of: Callable[[T], int],
+    borrow_of: Callable[[T], float],
+    tie_of: Callable[[T], tuple[float, ...]],
+) -> list[T]:
+    """The waiting jobs of every queue in one order, each queue's jobs in their own order
+    (``queued``: queue -> its jobs, in its order): next is always the head of one queue, as
+    Kueue's scheduler picks among its ClusterQueues' heads. A gang within its queue's quota goes
+    before one that would borrow (``borrow_of``: GPUs over quota per weight it would leave its
+    queue holding); then the queue with the highest fair-share factor (``shares``: Slurm's
+    ``2^(-U/S)``, it used least of its weight's share recently); then, between queues of equal
+    factor (none used anything yet), the one holding the fewest GPUs per weight, counting the
+    gangs ordered before it in this cycle as held; then ``tie_of`` (priority, submit order).
+
+    Priority and age order the jobs of one queue, never one queue's jobs before another's: as
+    much age or priority as the factor weighs would let a queue's old jobs pass a queue that is
+    behind its share, and the weights would not be delivered."""
+    holds = {name: float(sum(teams.use.get(name, {}).values())) for name in queued}
+
+    def entry(name: str, index: int) -> tuple[tuple[float, ...], str, int]:
+        job, queue = queued[name][index], teams.queues.get(name)
+        weight = queue.weight if queue is not None and queue.weight > 0 else 1.0
+        share = teams.shares.get(name, 1.0)
+        return (borrow_of(job), -share, holds[name] / weight, *tie_of(job)), name, index
+
+    heads = [entry(name, 0) for name, jobs in queued.items() if jobs]
+    heapq.heapify(heads)
+    out: list[T] = []
+    while heads:
+        _, name, index = heapq.heappop(heads)
+        job = queued[name][index]
+        out.append(job)
+        holds[name] += gpus_of(job)
+        if index + 1 < len(queued[name]):
+            heapq.heappush(heads, entry(name, index + 1))
+    return out
 
 
 def fair_share(queues: Iterable[TeamQueue], usage: Mapping[str, float]) -> dict[str, float]:

@@ -96,18 +96,15 @@ def _failures(run: SimRun) -> dict[str, Any]:
 
 def queue_summary(run: SimRun, queues: Sequence[TeamQueue]) -> list[dict[str, Any]]:
     """Per team queue: its jobs, the GPU-hours they ran, their share of the GPU-hours run while
-    every queue had a job to start (until the first queue's last start: after it, shares follow
+    every queue with jobs had one waiting (``contended_shares``: when fewer wait, shares follow
     what is left, not the weights) beside the share its weight entitles it to, mean JCT and
     queueing, and preemptions (reclaims)."""
     members: dict[str, list[Any]] = {}
     for record in run.records:
         members.setdefault(queue_of(record.job), []).append(record)
-    contended = min((max(r.start_s for r in records if r.start_s is not None) for records in members.values()
-                     if any(r.start_s is not None for r in records)), default=0.0)  # fmt: skip
-    used = {name: sum(r.gpu_seconds(contended) for r in records) for name, records in members.items()}
     names = [q.name for q in queues] + [n for n in members if n not in {q.name for q in queues}]
+    shares, _ = contended_shares(run, [n for n in names if n in members])
     weights = {q.name: q.weight for q in queues}
-    total_used = sum(used.values())
     total_weight = sum(weights.get(n, 1.0) for n in names if n in members)
     out = []
     for name in names:
@@ -116,11 +113,42 @@ def queue_summary(run: SimRun, queues: Sequence[TeamQueue]) -> list[dict[str, An
         waits = [r.queue_s for r in records if r.queue_s is not None]
         out.append({
             "queue": name, "jobs": len(records), "gpu_hours": sum(r.gpu_seconds() for r in records) / 3600.0,
-            "share": used.get(name, 0.0) / total_used if total_used else math.nan,
+            "share": shares.get(name, math.nan),
             "weight_share": weights.get(name, 1.0) / total_weight if records and total_weight else math.nan,
             "avg_jct_s": _mean(jcts), "avg_queue_s": _mean(waits), "preempted": sum(r.preempted for r in records),
         })  # fmt: skip
     return out
+
+
+def contended_shares(run: SimRun, names: Sequence[str]) -> tuple[dict[str, float], float]:
+    """Each of the queues ``names``' share of the GPU-seconds their jobs held while every one of
+    them had a job waiting (arrived or requeued, not running), and how long that was (seconds):
+    the share fair share promises by the weights."""
+    points: list[tuple[float, int, str, int]] = []  # (time, 0: waiting / 1: holding, queue, change)
+    for record in run.records:
+        queue, gpus = queue_of(record.job), record.job.total_gpus
+        if queue not in names or record.rejected is not None:
+            continue
+        waits_from = record.job.arrival_s
+        for start, end in record.runs:
+            points += [(waits_from, 0, queue, 1), (start, 0, queue, -1)]
+            points += [(start, 1, queue, gpus), (end, 1, queue, -gpus)]
+            waits_from = end
+        if record.finish_s is None:
+            points.append((waits_from, 0, queue, 1))  # never finished: waits to the end
+    points.sort()
+    waiting, holding = dict.fromkeys(names, 0), dict.fromkeys(names, 0)
+    used = dict.fromkeys(names, 0.0)
+    contended, last = 0.0, 0.0
+    for at, kind, queue, change in points:
+        if all(waiting.values()):
+            for name in names:
+                used[name] += holding[name] * (at - last)
+            contended += at - last
+        last = at
+        (waiting if kind == 0 else holding)[queue] += change
+    total = sum(used.values())
+    return {name: used[name] / total if total else math.nan for name in names}, contended
 
 
 def _network(run: SimRun, started: Sequence[Any]) -> dict[str, Any]:

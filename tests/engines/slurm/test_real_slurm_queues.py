@@ -159,3 +159,22 @@ def test_queue_commands_go_through_sacctmgr_and_a_user_without_rights_is_told_wh
     env["RINGLEADER_HOME"] = str(tmp_path / "home")
     assert cli("queue", "delete", "team-b").stdout == "queue/team-b deleted\n"
     assert sacctmgr("show", "account", "team-b", "format=Account") == []
+
+
+def test_a_slurm_queue_ordered_srtf_starts_its_shorter_job_first(engine: SlurmEngine) -> None:
+    """`queue create --order srtf` on Slurm: kept with the queue, listed, and the queue's next
+    pass starts the waiting job with the shorter --run-time, though it was submitted last; a
+    dry run meanwhile says the queue's quota holds a new job back."""
+    engine.create_queue(TeamQueue("short-first", (("*", 4),), order=QueueOrder.SRTF))
+    sleeper = [PY, "-c", "import time; time.sleep(600)"]
+    engine.submit(JobSpec("held", 4, 1, sleeper, queue="short-first"))  # the queue's whole quota
+    engine.submit(JobSpec("long", 4, 1, sleeper, queue="short-first", run_time_s=5 * 3600.0))
+    engine.submit(JobSpec("short", 4, 1, sleeper, queue="short-first", run_time_s=600.0))
+    assert engine.get("long").status is engine.get("short").status is JobStatus.PENDING
+    assert {q.name: q.order for q in engine.queues()}["short-first"] is QueueOrder.SRTF
+    # a dry run decides as the queue would: over quota, though node-b's GPUs are free
+    peek = engine.submit(JobSpec("peek", 4, 1, sleeper, queue="short-first"), dry_run=True).decision
+    assert not peek.ok and peek.reasons[0].startswith("queue short-first holds 4 of its quota of 4 GPUs"), peek
+    engine.delete(["held"])
+    wait_for(lambda: engine.get("short").status is JobStatus.RUNNING, 60, "the shorter job to start")
+    assert engine.get("long").status is JobStatus.PENDING

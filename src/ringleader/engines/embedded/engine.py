@@ -28,9 +28,11 @@ from ringleader.engines.embedded.faults import crash_point
 from ringleader.engines.embedded.hosts import netns
 from ringleader.engines.embedded.lifecycle import (
     HOSTS_SETTINGS,
+    queue_snapshot,
     schedule_pass,
     schedule_pass_decisions,
     team_queues,
+    waiting_jobs,
 )
 from ringleader.engines.embedded.liveness import lease_seconds
 from ringleader.engines.embedded.nodes import (
@@ -57,7 +59,7 @@ from ringleader.jobs.commandline import prepare
 from ringleader.jobs.failures import without_cordoned
 from ringleader.jobs.line import CommandLine
 from ringleader.jobs.logfiles import follow_log, instance_name, read_log, wait_until_ended
-from ringleader.jobs.prediction import view_prediction
+from ringleader.jobs.prediction import queue_estimator, view_prediction
 from ringleader.jobs.queues import QueueView, check_queue, check_queue_exists, check_queue_unused, queue_views
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import JobStatus, Launch
@@ -67,7 +69,7 @@ from ringleader.jobs.views import CORDONED, GpuUsage, JobView, NodeHealth, Submi
 from ringleader.runtime.containers import job_label, spec_in_image
 from ringleader.runtime.plan import log_path
 from ringleader.runtime.procs import grace_seconds
-from ringleader.scheduler import ClusterState, Code, Decision
+from ringleader.scheduler import ClusterState, Code, Decision, Snapshot, Waiting
 from ringleader.scheduler.teams import TeamQueue, queue_of
 from ringleader.statefolder import remove_job_folders
 from ringleader.topology import load_cluster_file
@@ -356,6 +358,16 @@ class Runtime:
 
     def started(self, name: str) -> JobView:
         return self.get(name)
+
+    def queued_with(self, spec: JobSpec, state: ClusterState) -> Snapshot | None:
+        """The folder's queue (``lifecycle.queue_snapshot``: cordons, quotas, running jobs' ends)
+        with ``spec`` waiting last; ``state`` is read again inside it."""
+        del state
+        with self.db.read() as conn:
+            now = self.clock.now()
+            specs, waiting = waiting_jobs(conn)
+            added = Waiting(spec.request(), max((w.seq for w in waiting), default=0) + 1, now)
+            return queue_snapshot(conn, now, [*waiting, added], queue_estimator([*specs.values(), spec]))
 
     # -- team queues (scheduler/teams.py) ---------------------------------------------------------
     def create_queue(self, queue: TeamQueue, overwrite: bool = False) -> None:

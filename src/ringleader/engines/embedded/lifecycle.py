@@ -26,6 +26,7 @@ from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import InstanceStatus, JobStatus, Launch
 from ringleader.scheduler import ClusterState, Code, Decision, Holding, Snapshot, Waiting, run_cycle
 from ringleader.scheduler.cycle import teams_of
+from ringleader.scheduler.order import NO_SERVICE, Service, service_of_runs
 from ringleader.scheduler.policies.throughput import Estimator
 from ringleader.scheduler.teams import Teams, queue_of, run_usage
 
@@ -46,11 +47,9 @@ def schedule_pass(conn: sqlite3.Connection, now: float) -> list[str]:
 def schedule_pass_decisions(conn: sqlite3.Connection, now: float) -> list[Decision]:
     """The queue's cycle (``scheduler/cycle.py``) over the folder as it is at ``now``, acted on:
     every decision it made (placed or pending)."""
-    rows = store.job_rows(conn, [JobStatus.QUEUING, JobStatus.PENDING])
-    if not rows:
+    specs, waiting = waiting_jobs(conn)
+    if not waiting:
         return []
-    specs = {r["name"]: JobSpec.from_dict(json.loads(r["spec"])) for r in rows}
-    waiting = [Waiting(specs[r["name"]].request(), int(r["seq"]), float(r["created_at"])) for r in rows]
     snapshot = queue_snapshot(conn, now, waiting, queue_estimator(specs.values()))
     decisions = run_cycle(snapshot).decisions
     for decision in decisions:
@@ -63,6 +62,31 @@ def schedule_pass_decisions(conn: sqlite3.Connection, now: float) -> list[Decisi
                 for victim in decision.preemption.names:
                     preempt_job(conn, victim, decision, now)
     return decisions
+
+
+def waiting_jobs(conn: sqlite3.Connection) -> tuple[dict[str, JobSpec], list[Waiting]]:
+    """The jobs waiting in the folder's queue, by name, and as the cycle sees them."""
+    rows = store.job_rows(conn, [JobStatus.QUEUING, JobStatus.PENDING])
+    specs = {r["name"]: JobSpec.from_dict(json.loads(r["spec"])) for r in rows}
+    waiting = [Waiting(specs[r["name"]].request(), int(r["seq"]), float(r["created_at"]),
+                       service=waiting_service(conn, r, specs[r["name"]])) for r in rows]  # fmt: skip
+    return specs, waiting
+
+
+def waiting_service(conn: sqlite3.Connection, row: sqlite3.Row, spec: JobSpec) -> Service:
+    """What a queue's order reads of a waiting job (``scheduler/order.py``): the GPU-seconds of
+    the runs it was requeued from, each from its ``Scheduled`` event to its ``Requeued`` one
+    (a job never requeued ran none)."""
+    if not int(row["restarts"] or 0):
+        return NO_SERVICE
+    runs, started = [], None
+    for event in store.events(conn, spec.name):
+        if event["kind"] == "Scheduled":
+            started = float(event["at"])
+        elif event["kind"] == "Requeued" and started is not None:
+            runs.append((started, float(event["at"])))
+            started = None
+    return service_of_runs(spec.workers * spec.gpus_per_worker, runs)
 
 
 def queue_snapshot(

@@ -31,6 +31,7 @@ from ringleader.jobs.codec import (
 )
 from ringleader.jobs.states import JobStatus, Launch, can_launch_move, can_move
 from ringleader.scheduler import ClusterState, NodeState, Placement
+from ringleader.scheduler.order import QueueOrder
 from ringleader.scheduler.teams import TeamQueue, decayed
 from ringleader.statefolder import check_reachable, make_private_home
 from ringleader.topology import NodeSpec, NodeTopology
@@ -38,7 +39,7 @@ from ringleader.topology.network import tree_from_dict, tree_of, tree_to_dict
 
 T = TypeVar("T")
 APP_ID = "ringleader"
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 DB_NAME = "state.db"
 NETWORK_KEY = "network_tree"  # meta: the declared network tree above the nodes (JSON), if any
 
@@ -114,6 +115,8 @@ MIGRATIONS: dict[int, list[str]] = {
             why TEXT NOT NULL)""",
         "CREATE TABLE cordons (node TEXT PRIMARY KEY, reason TEXT NOT NULL, at REAL NOT NULL)",
     ],
+    # A queue's order of its jobs (scheduler/order.py: fifo, las, srtf; NULL: the default).
+    7: ["ALTER TABLE queues ADD COLUMN queue_order TEXT"],
 }
 
 
@@ -722,17 +725,19 @@ def update_instance(conn: sqlite3.Connection, job: str, name: str, **fields: Any
 
 
 def queues(conn: sqlite3.Connection) -> list[TeamQueue]:
-    rows = conn.execute("SELECT name, quota, weight, cohort FROM queues ORDER BY name").fetchall()
+    rows = conn.execute("SELECT name, quota, weight, cohort, queue_order FROM queues ORDER BY name").fetchall()
     return [TeamQueue(r["name"], tuple((str(k), int(n)) for k, n in json.loads(r["quota"])), float(r["weight"]),
-                      r["cohort"]) for r in rows]  # fmt: skip
+                      r["cohort"], order=QueueOrder(r["queue_order"]) if r["queue_order"] else None)
+            for r in rows]  # fmt: skip
 
 
 def put_queue(conn: sqlite3.Connection, queue: TeamQueue, now: float) -> None:
+    order = queue.order.value if queue.order is not None else None
     conn.execute(
-        """INSERT INTO queues (name, quota, weight, cohort, created_at) VALUES (?, ?, ?, ?, ?)
+        """INSERT INTO queues (name, quota, weight, cohort, created_at, queue_order) VALUES (?, ?, ?, ?, ?, ?)
            ON CONFLICT (name) DO UPDATE SET quota = excluded.quota, weight = excluded.weight,
-           cohort = excluded.cohort""",
-        (queue.name, json.dumps([list(q) for q in queue.quota]), queue.weight, queue.cohort, now),
+           cohort = excluded.cohort, queue_order = excluded.queue_order""",
+        (queue.name, json.dumps([list(q) for q in queue.quota]), queue.weight, queue.cohort, now, order),
     )
 
 

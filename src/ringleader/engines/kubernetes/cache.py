@@ -18,7 +18,7 @@ from typing import Any
 from ringleader.engines.kubernetes import names
 from ringleader.engines.kubernetes.claims import CLAIMS, SLICES, claim_gpus, device_index, object_key, owner_pod
 from ringleader.engines.kubernetes.objects import NodeInfo, PodInfo, node_info, pod_info, static_misfit, wall_time
-from ringleader.engines.kubernetes.restarts import PodFailure, pod_failure
+from ringleader.engines.kubernetes.restarts import PodFailure, ended_runs, pod_failure
 from ringleader.errors import UsageError
 from ringleader.jobs.codec import spec_from_json
 from ringleader.jobs.queues import queue_from_json
@@ -101,6 +101,7 @@ class Cache:
         self.queues: tuple[TeamQueue, ...] = ()  # the team queues (names.QUEUES_CONFIG)
         self.restarts: dict[str, int] = {}  # gang -> its restart count (its PodGroup's annotation)
         self.preemptions: dict[str, int] = {}  # gang -> how many of its restarts were preemptions
+        self.runs: dict[str, list[tuple[float, float]]] = {}  # gang -> its ended runs (its PodGroup's annotation)
         self.failures: list[PodFailure] = []  # members seen failing, for the scheduler's next cycle
         self.assumed: dict[str, Holding] = {}
         self._held: dict[str, Holding] = {}
@@ -284,6 +285,7 @@ class Cache:
             self.specs.pop(key, None)
             self.restarts.pop(key, None)
             self.preemptions.pop(key, None)
+            self.runs.pop(key, None)
         else:
             self.groups[key] = max(1, int((obj.get("spec") or {}).get("minMember") or 1))
             notes = meta.get("annotations") or {}
@@ -297,6 +299,9 @@ class Cache:
                 count = str(notes.get(annotation) or "")
                 if count.isdigit():  # never lower than this replica has written itself
                     counts[key] = max(counts.get(key, 0), int(count))
+            runs = ended_runs(str(notes.get(names.RUNS_ANNOTATION) or ""))
+            if len(runs) >= len(self.runs.get(key, ())):  # never fewer than this replica has written itself
+                self.runs[key] = runs
 
     def _network_labels(self, info: NodeInfo) -> tuple[Any, ...]:
         if self.hypernodes is not None:

@@ -31,6 +31,7 @@ from ringleader.scheduler import (
     run_cycle,
 )
 from ringleader.scheduler.cycle import Nominated
+from ringleader.scheduler.order import service_of_runs
 
 
 @dataclass(frozen=True)
@@ -144,7 +145,10 @@ class Members:
         self.gangs[gang.key] = gang
         misfit = self.cache.misfits(_gpu_workers(gang)[0])
         masked = frozenset(self.cache.state.nodes[pos].name for pos in misfit)
-        return Waiting(job_request(gang), seq, submit_s, masked, partial(self._check, gang), len(gang.pending))
+        request = job_request(gang)
+        runs = self.cache.runs.get(gang.key, ())  # its ended runs: the GPU service a queue's order reads
+        return Waiting(request, seq, submit_s, masked, partial(self._check, gang), len(gang.pending),
+                       service=service_of_runs(request.total_gpus, runs))  # fmt: skip
 
     def _check(self, gang: Gang, placement: Placement) -> Mapping[str, str] | str | ClusterState | None:
         pods = _gpu_workers(gang)

@@ -54,7 +54,7 @@ from ringleader.jobs.views import (
     NodeHealth,
     SubmitResult,
 )
-from ringleader.scheduler import ClusterState, Decision
+from ringleader.scheduler import ClusterState, Decision, Snapshot
 from ringleader.scheduler.teams import TeamQueue, queue_of
 
 
@@ -354,6 +354,12 @@ class KubernetesEngine:
 
     def started(self, name: str) -> JobView:
         return self.get(name)
+
+    def queued_with(self, spec: JobSpec, state: ClusterState) -> Snapshot | None:
+        """None: ringleader's scheduler in the cluster decides, on gangs and reservations this
+        client does not see, so a dry run shows the plan on the free GPUs."""
+        del spec, state
+        return None
 
     @staticmethod
     def _ranks_per_pod(spec: JobSpec, decision: Decision) -> int:

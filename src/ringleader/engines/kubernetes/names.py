@@ -68,6 +68,10 @@ MAX_RESTARTS_ANNOTATION = f"{PREFIX}/max-restarts"
 RESTARTS_ANNOTATION = f"{PREFIX}/restarts"
 # On the PodGroup too: how many of those restarts were preemptions (they do not use up --max-restarts).
 PREEMPTIONS_ANNOTATION = f"{PREFIX}/preemptions"
+# On the PodGroup too: the runs the gang ended by a restart or a preemption, as JSON [[start, end],
+# ...] in wall-clock seconds, from its pods' start to their deletion: the GPU service it attained,
+# which a queue ordered by least attained service reads (scheduler/order.py).
+RUNS_ANNOTATION = f"{PREFIX}/runs"
 FAULTS_ANNOTATION = f"{PREFIX}/faults"
 CORDON_REASON_ANNOTATION = f"{PREFIX}/cordon-reason"
 START_ANNOTATION = f"{PREFIX}/start"

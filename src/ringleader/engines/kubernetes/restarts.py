@@ -14,6 +14,7 @@ new count, which its programs read as RINGLEADER_RESTARTS.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -81,3 +82,17 @@ def blamed(node: Mapping[str, Any], gang: str, run: int, why: str) -> dict[str, 
 
 def _count(text: str | None) -> int:
     return int(text) if text is not None and text.isdigit() else 0
+
+
+def ended_runs(text: str) -> list[tuple[float, float]]:
+    """A PodGroup's runs annotation (names.RUNS_ANNOTATION) read back; one that is not as the
+    scheduler writes it counts as no run (the gang's order then treats it as new)."""
+    try:
+        runs = [(float(start), float(end)) for start, end in json.loads(text)]
+    except (ValueError, TypeError):
+        return []
+    return runs if all(math.isfinite(start) and math.isfinite(end) for start, end in runs) else []
+
+
+def runs_annotation(runs: list[tuple[float, float]]) -> str:
+    return json.dumps([[round(start, 3), round(end, 3)] for start, end in runs])

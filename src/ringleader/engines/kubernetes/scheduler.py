@@ -43,7 +43,7 @@ from ringleader.engines.kubernetes.leader import LeaderElector, micro_time
 from ringleader.engines.kubernetes.metrics import Metrics
 from ringleader.engines.kubernetes.objects import PodInfo, wall_time
 from ringleader.engines.kubernetes.pinning import DraApi, Pin, PinError, pin_gang
-from ringleader.engines.kubernetes.restarts import PodFailure, blamed
+from ringleader.engines.kubernetes.restarts import PodFailure, blamed, runs_annotation
 from ringleader.inputs import InputError
 from ringleader.jobs.failures import Failure, cordon_reason, cordoned_text, restart_number, restarting_text
 from ringleader.jobs.queues import preempted_by
@@ -395,7 +395,7 @@ class Scheduler:
                "the gang's pods with their grace; mpi-operator makes them again, to run with the restart count "
                "raised")  # fmt: skip
         for victim in sorted(victims):  # counted first: the new pods are bound with the count raised
-            self._count_preemption(victim)
+            self._count_preemption(victim, pods)
         for pod in pods:
             try:
                 self._check_lease()
@@ -408,18 +408,20 @@ class Scheduler:
                 self.cache.doomed(pod.key)
             self._report(self._event, pod, "Normal", "Preempted", why)
 
-    def _count_preemption(self, gang: str) -> None:
+    def _count_preemption(self, gang: str, pods: Sequence[PodInfo]) -> None:
         """A preempted gang's next run is a restart, as on every engine (RINGLEADER_RESTARTS), one
-        that uses up none of its --max-restarts: both counts on its PodGroup."""
+        that uses up none of its --max-restarts: both counts on its PodGroup, with the run it ends."""
         namespace, _, name = gang.partition("/")
         with self.lock:
             restarts = self.cache.restarts.get(gang, 0) + 1
             preemptions = self.cache.preemptions.get(gang, 0) + 1
             self.cache.restarts[gang], self.cache.preemptions[gang] = restarts, preemptions
+            runs = self._runs_ended(gang, pods)
         try:
             self._check_lease()
             self.api.podgroup_annotate(namespace, name, {names.RESTARTS_ANNOTATION: str(restarts),
-                                                         names.PREEMPTIONS_ANNOTATION: str(preemptions)})  # fmt: skip
+                                                         names.PREEMPTIONS_ANNOTATION: str(preemptions),
+                                                         names.RUNS_ANNOTATION: runs})  # fmt: skip
         except (ApiError, LostLease) as exc:
             log.warning("gang %s: preemption not counted on its PodGroup: %s", gang, exc)
 
@@ -448,9 +450,11 @@ class Scheduler:
                 continue  # no restart left: the job fails as mpi-operator decides
             with self.lock:
                 self.cache.restarts[gang] = current + 1
+                runs = self._runs_ended(gang, [pod, *members])
             try:
                 self._check_lease()
-                self.api.podgroup_annotate(pod.namespace, pod.gang, {names.RESTARTS_ANNOTATION: str(current + 1)})
+                self.api.podgroup_annotate(pod.namespace, pod.gang, {names.RESTARTS_ANNOTATION: str(current + 1),
+                                                                     names.RUNS_ANNOTATION: runs})  # fmt: skip
             except (ApiError, LostLease) as exc:
                 log.warning("gang %s: restart count not written: %s", gang, exc)
                 continue
@@ -458,6 +462,16 @@ class Scheduler:
             self._event(pod, "Warning", "Restarting", f"{said}: every pod of the gang deleted, to be placed again")
             for member in [pod, *members]:  # the failed one too: it stays, Failed, until deleted
                 self._delete_member(member)
+
+    def _runs_ended(self, gang: str, pods: Sequence[PodInfo]) -> str:
+        """The gang's runs with the one its ``pods`` end now (from the first of them to start),
+        kept in the cache and as its PodGroup's annotation says them; called with the lock held."""
+        runs = list(self.cache.runs.get(gang, ()))
+        starts = [t for t in (wall_time(p.started) for p in pods if p.gang_key == gang) if t is not None]
+        if starts:
+            runs.append((min(starts), max(self.clock.now(), min(starts))))
+        self.cache.runs[gang] = runs
+        return runs_annotation(runs)
 
     def _delete_member(self, pod: PodInfo) -> None:
         """A member of a gang being restarted deleted with its grace (its controller makes it again)."""

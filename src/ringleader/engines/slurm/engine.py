@@ -59,6 +59,7 @@ from ringleader.jobs.support import Support
 from ringleader.jobs.views import CORDONED, GpuUsage, JobView, NodeHealth, SubmitResult
 from ringleader.scheduler import ClusterState, Decision, Holding, Snapshot, Waiting, run_cycle
 from ringleader.scheduler.cycle import teams_of
+from ringleader.scheduler.order import service_of_runs
 from ringleader.scheduler.policies.throughput import Estimator
 from ringleader.scheduler.teams import TeamQueue, queue_of
 
@@ -145,6 +146,14 @@ class SlurmEngine:
         snapshot, self._slurm_nodes, _ = self._snapshot()
         return snapshot
 
+    def queued_with(self, spec: JobSpec, state: ClusterState) -> Snapshot | None:
+        """ringleader's queue on Slurm (``_queue_snapshot``) on ``state``, with ``spec`` waiting last."""
+        now = self.clock.now()
+        specs, waiting = _waiting(self._queued())
+        waiting.append(Waiting(spec.request(), len(waiting), now))
+        return self._queue_snapshot(state, self.records.all(), now, waiting,
+                                    queue_estimator([*specs.values(), spec]))  # fmt: skip
+
     def check(self, decision: Decision, state: ClusterState) -> None:
         """The job's queue exists and its user is in the queue's account (else sbatch would refuse
         it); Slurm can be asked for exact GPU ids only on nodes with one GRES type per GPU; a
@@ -222,8 +231,7 @@ class SlurmEngine:
         if not queued:
             return {}
         snapshot, nodes, jobs = self._snapshot()
-        specs = {r["name"]: JobSpec.from_dict(r["spec"]) for r in queued}
-        waiting = [Waiting(specs[r["name"]].request(), i, r.get("created_at")) for i, r in enumerate(queued)]
+        specs, waiting = _waiting(queued)
         records = self.records.all()
         outside = outside_accounts(jobs, records)
         cycle = run_cycle(self._queue_snapshot(snapshot, records, self.clock.now(), waiting,
@@ -629,3 +637,13 @@ def _require_typed(decision: Decision, nodes: dict[str, state.SlurmNode]) -> Non
                 "for exact GPU ids there",
                 "declare them with `ringleader slurm gres-conf` (gres.conf and the node's Gres=) and reconfigure",
             )
+
+
+def _waiting(queued: list[dict[str, Any]]) -> tuple[dict[str, JobSpec], list[Waiting]]:
+    """ringleader's queued job records by name, and as the queue's cycle sees them: in submit
+    order, each with the GPU service of the runs it was requeued from."""
+    specs = {r["name"]: JobSpec.from_dict(r["spec"]) for r in queued}
+    waiting = [Waiting(specs[r["name"]].request(), i, r.get("created_at"),
+                       service=service_of_runs(specs[r["name"]].request().total_gpus, r.get("runs", [])))
+               for i, r in enumerate(queued)]  # fmt: skip
+    return specs, waiting
