@@ -134,16 +134,25 @@ def queue_order(
     before the gang it was taken back for."""
 
     def key(queued: QueuedJob) -> tuple[float, float, int, float, int]:
-        order, shares, borrow = config.order, None, 0.0
-        if teams is not None:
-            team = teams.queues.get(queue_of(queued.job))
-            order = team.order if team is not None and team.order is not None else order
-            shares, borrow = teams.shares, teams.borrow_share(queued.job)
-        # FIFO ranks with age; the other orders keep the old from starving by their own rule
-        ranked = effective_priority(queued, now if order is QueueOrder.FIFO else None, config, shares)
+        order, ranked = ranked_priority(queued, now, config, teams)
+        borrow = teams.borrow_share(queued.job) if teams is not None else 0.0
         return (borrow, *order_key(order, ranked, _service(queued), now, config.orders), queued.seq)
 
     return sorted(jobs, key=key)
+
+
+def ranked_priority(
+    queued: QueuedJob, now: float | None, config: BackfillConfig, teams: Teams | None = None
+) -> tuple[QueueOrder, float]:
+    """The order of ``queued``'s queue and the priority it ranks with there (`queue describe`'s
+    effective priority): FIFO ranks with age; the other orders keep the old from starving by
+    their own rule."""
+    order, shares = config.order, None
+    if teams is not None:
+        team = teams.queues.get(queue_of(queued.job))
+        order = team.order if team is not None and team.order is not None else order
+        shares = teams.shares
+    return order, effective_priority(queued, now if order is QueueOrder.FIFO else None, config, shares)
 
 
 def _service(queued: QueuedJob) -> Service:

@@ -53,6 +53,7 @@ from ringleader.errors import (
     StateError,
     UsageError,
 )
+from ringleader.jobs import pending
 from ringleader.jobs.commandline import prepare
 from ringleader.jobs.failures import without_cordoned
 from ringleader.jobs.line import CommandLine
@@ -356,6 +357,30 @@ class Runtime:
 
     def started(self, name: str) -> JobView:
         return self.get(name)
+
+    # -- waiting jobs (jobs/pending.py) ------------------------------------------------------------
+    def hold(self, name: str) -> None:
+        self._change_waiting(name, pending.hold)
+
+    def release(self, name: str) -> None:
+        self._change_waiting(name, pending.release)
+
+    def set_priority(self, name: str, priority: int) -> None:
+        self._change_waiting(name, lambda spec, status: pending.set_priority(spec, status, priority))
+
+    def _change_waiting(self, name: str, change: Callable[[JobSpec, JobStatus], pending.PendingChange]) -> None:
+        """The job's spec changed as ``change`` says, said in its events, and the queue's pass run
+        (a held job's GPUs go to the next in line; a released one may start now)."""
+        with self._writable().write() as conn:
+            row = store.job_row(conn, name)
+            if row is None:
+                raise NotFoundError(f"job {name!r} not found", "see `ringleader list`")
+            changed = change(JobSpec.from_dict(json.loads(row["spec"])), JobStatus(row["status"]))
+            now = self.clock.now()
+            store.update_job(conn, name, spec=json.dumps(changed.spec.to_dict()), priority=changed.spec.priority)
+            store.add_event(conn, name, changed.kind, changed.message, now)
+            schedule_pass(conn, now)
+        self._wake()
 
     # -- team queues (scheduler/teams.py) ---------------------------------------------------------
     def create_queue(self, queue: TeamQueue, overwrite: bool = False) -> None:

@@ -50,7 +50,8 @@ def schedule_pass_decisions(conn: sqlite3.Connection, now: float) -> list[Decisi
     if not rows:
         return []
     specs = {r["name"]: JobSpec.from_dict(json.loads(r["spec"])) for r in rows}
-    waiting = [Waiting(specs[r["name"]].request(), int(r["seq"]), float(r["created_at"])) for r in rows]
+    waiting = [Waiting(specs[r["name"]].request(), int(r["seq"]), float(r["created_at"]), hold=specs[r["name"]].hold)
+               for r in rows]  # fmt: skip
     snapshot = queue_snapshot(conn, now, waiting, queue_estimator(specs.values()))
     decisions = run_cycle(snapshot).decisions
     for decision in decisions:
