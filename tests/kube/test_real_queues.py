@@ -18,8 +18,10 @@ from ringleader.engines.kubernetes import manifests, names
 from ringleader.engines.kubernetes.client import Api, ApiError
 from ringleader.engines.kubernetes.engine import EngineApi, KubernetesEngine
 from ringleader.engines.kubernetes.scheduler import Scheduler
-from ringleader.errors import UsageError
+from ringleader.errors import ConflictError, UsageError
+from ringleader.jobs.queues import line_of
 from ringleader.jobs.spec import JobSpec, KubeOptions
+from ringleader.jobs.states import JobStatus
 from ringleader.scheduler.teams import TeamQueue
 
 GROUPS = f"/apis/{names.PODGROUP_GROUP}/{names.PODGROUP_VERSION}"
@@ -250,3 +252,46 @@ def test_real_the_schedulers_own_annotations_are_its_own(lab: ControlPlane, sche
     with pytest.raises(ApiError) as refused_node:
         as_scheduler.annotate_node("gpu-0", {names.TOPOLOGY_ANNOTATION: "{}"})
     assert refused_node.value.status == 403 and "may change on a node only" in refused_node.value.message
+
+
+def test_real_queue_view_reason_codes_line_and_hold(lab: ControlPlane, sched: Scheduler) -> None:
+    """What an operator reads of the queue on Kubernetes: each job's queue and its one-word
+    reason (on its PodGroup, the scheduler's to write), the line `queue describe` shows, and a
+    hold that the user sets on the gang's PodGroup and the scheduler's cycle honours."""
+    alice = engine(lab, "alice", "team-a")
+    start(lab, sched, submit(lab, "alice", "team-a", "first", 8, queue="team-a"))
+    waiting = operator_pods(lab, submit(lab, "alice", "team-a", "second", 8, queue="team-a", preemptible=False))
+    seen_whole(lab, sched, "team-a/second", len(waiting))
+    assert sched.cycle() == []  # a --non-preemptible gang does not borrow: over its queue's quota
+    listed = {v.name: v for v in alice.list_jobs()}
+    assert (listed["second"].queue, listed["second"].reason_code) == ("team-a", "QuotaExceeded")
+    assert listed["first"].reason_code is None and listed["first"].queue == "team-a"
+    assert alice.get("second").reason_code == "QuotaExceeded"
+    with pytest.raises(RequestFailed) as forged:  # the scheduler's word, not the user's
+        lab.patch(f"{GROUPS}/namespaces/team-a/{names.PODGROUP_PLURAL}/second",
+                  {"metadata": {"annotations": {names.PENDING_CODE_ANNOTATION: "Held"}}}, user="alice")
+    assert forged.value.status == 403
+    # held: the cycle skips it, and says so
+    alice.hold("second")
+    sched.sync()
+    assert sched.cycle() == []
+    held = alice.get("second")
+    assert (held.reason_code, held.spec.hold) == ("Held", True)
+    assert held.reason == "held: it is not started until `ringleader release second -n team-a`"
+    views = engine(lab, "admin", "team-a").queues()  # `queue describe` reads the nodes: an administrator's
+    line = line_of(views, alice.list_jobs([JobStatus.PENDING]), time.time())
+    assert [(one.place, one.job.name) for one in line] == [(None, "second")]
+    with pytest.raises(ConflictError) as twice:
+        alice.hold("second")
+    assert "job 'second' is already held" in twice.value.one_line()
+    with pytest.raises(ConflictError) as running:
+        alice.hold("first")
+    assert "job 'first' is RUNNING: only a job that waits can be held" in running.value.one_line()
+    alice.release("second")
+    sched.sync()
+    assert sched.cycle() == []
+    assert alice.get("second").reason_code == "QuotaExceeded"
+    assert [one.place for one in line_of(views, alice.list_jobs([JobStatus.PENDING]), time.time())] == [1]
+    with pytest.raises(UsageError) as priority:  # a pod's priority is its PriorityClass's
+        alice.set_priority("second", 10)
+    assert "--priority N is not supported by the kubernetes engine" in priority.value.one_line()

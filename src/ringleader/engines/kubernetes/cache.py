@@ -67,6 +67,7 @@ class Gang:
     spec: JobSpec | None = None  # the whole spec its PodGroup keeps (None: a gang submit did not make)
     queue: str | None = None  # its team queue: the spec's, else its members' (Cache.queue_named)
     refused: str | None = None  # why it may not use the queue it names (its namespace may not)
+    held: bool = False  # its PodGroup is held (names.HOLD_ANNOTATION): the cycle skips it
 
     @property
     def ready(self) -> bool:
@@ -93,6 +94,7 @@ class Cache:
         self.pods: dict[str, PodInfo] = {}
         self.groups: dict[str, int] = {}  # namespace/name -> minMember
         self.specs: dict[str, JobSpec] = {}  # namespace/name -> the spec its PodGroup keeps
+        self.held: set[str] = set()  # namespace/name of the PodGroups held by their users
         self.queues: tuple[TeamQueue, ...] = ()  # the team queues (names.QUEUES_CONFIG)
         self.restarts: dict[str, int] = {}  # gang -> its restart count (its PodGroup's annotation)
         self.preemptions: dict[str, int] = {}  # gang -> how many of its restarts were preemptions
@@ -154,7 +156,7 @@ class Cache:
             for claim in listed.values():
                 self.apply_claim("ADDED", claim)
         else:
-            self.groups, self.specs = {}, {}
+            self.groups, self.specs, self.held = {}, {}, set()
             for obj in objects:
                 self.apply_group("ADDED", obj)
 
@@ -277,11 +279,15 @@ class Cache:
         if event_type == "DELETED":
             self.groups.pop(key, None)
             self.specs.pop(key, None)
+            self.held.discard(key)
             self.restarts.pop(key, None)
             self.preemptions.pop(key, None)
         else:
             self.groups[key] = max(1, int((obj.get("spec") or {}).get("minMember") or 1))
             notes = meta.get("annotations") or {}
+            if (notes.get(names.HOLD_ANNOTATION) == "true") != (key in self.held):
+                self.held.symmetric_difference_update({key})
+                self.freed += 1  # a gang left the line or came back: the others may start, or wait
             spec = spec_from_json(str(notes.get(names.SPEC_ANNOTATION) or ""))
             if spec is not None and spec.name == meta.get("name"):
                 self.specs[key] = spec
@@ -589,5 +595,6 @@ class Cache:
         for gang in found:
             gang.queue = queues[gang.key]
             gang.refused = self.refusal(gang.key, gang.queue)
+            gang.held = gang.key in self.held
         found.sort(key=lambda g: (-max(p.priority for p in g.pending), min(p.created for p in g.pending)))
         return found

@@ -556,9 +556,10 @@ class Scheduler:
 
     def _report_pending(self, outcome: Outcome) -> None:
         gang = outcome.gang.key
-        if self._told.get(gang) == outcome.reason:
+        told = f"{outcome.reason_code}: {outcome.reason}"
+        if self._told.get(gang) == told:
             return  # said already: one Event per change of reason, not one per cycle
-        self._told[gang] = outcome.reason
+        self._told[gang] = told
         self._report(self._write_pending, outcome)
 
     def _write_pending(self, outcome: Outcome) -> None:
@@ -575,9 +576,9 @@ class Scheduler:
             except ApiError as exc:
                 log.warning("pod %s: PodScheduled condition not written: %s", pod.key, exc.message)
             self._event(pod, "Warning", "FailedScheduling", f"{kind}: {outcome.reason}")
-        self._podgroup(outcome, "Pending", outcome.reason)
+        self._podgroup(outcome, "Pending", outcome.reason, outcome.reason_code)
 
-    def _podgroup(self, outcome: Outcome, phase: str, reason: str) -> None:
+    def _podgroup(self, outcome: Outcome, phase: str, reason: str, code: str = "") -> None:
         first = outcome.gang.pending[0] if outcome.gang.pending else None
         if first is None or not first.grouped:
             return
@@ -586,7 +587,8 @@ class Scheduler:
             if phase == "Scheduled":
                 status["scheduleStartTime"] = micro_time(time.time()).split(".")[0] + "Z"
             self.api.podgroup_status(first.namespace, first.gang, status)
-            self.api.podgroup_annotate(first.namespace, first.gang, {names.PENDING_ANNOTATION: reason})
+            self.api.podgroup_annotate(first.namespace, first.gang, {names.PENDING_ANNOTATION: reason,
+                                                                     names.PENDING_CODE_ANNOTATION: code})
         except ApiError as exc:
             log.warning("podgroup %s: status not written: %s", outcome.gang.key, exc.message)
 
