@@ -446,6 +446,8 @@ class QueuePass:
                 return None
             now_option = Option(fits_now.placement, self.now, rate, finish_of(self.now, work, ideal, rate))
         wait = self._best_wait(job, policy, rule, ideal, work, deadline, now_option)
+        if wait is None and now_option is not None and rule is StartRule.FINISH:
+            wait = self._first_wait(job, policy, ideal, work, deadline)  # shown beside now's finish: both weighed
         if now_option is None and wait is None:
             return None  # no start to weigh: it pends as any gang that does not fit
         at_risk = None
@@ -499,6 +501,18 @@ class QueuePass:
             if as_good(rate, ideal):
                 break
         return best
+
+    def _first_wait(
+        self, job: JobRequest, policy: str | None, ideal: float, work: float | None, deadline: float
+    ) -> Option | None:
+        """The first later start with a known time before ``deadline``: what a gang that starts
+        now because no later start finishes sooner gives up (``_best_wait`` stops before it)."""
+        for start, placement in self.future_options(job, policy):
+            if start is None or start > deadline:
+                return None
+            rate = self.estimator()(self.state.by_name, placement, job)
+            return Option(placement, start, rate, finish_of(start, work, ideal, rate))
+        return None
 
     def ideal_rate(self, job: JobRequest, policy: str | None = None) -> float | None:
         """images/s of ``job`` on the placement ``place`` gives it on the empty cluster (only

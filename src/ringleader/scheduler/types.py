@@ -531,7 +531,7 @@ class WhenChoice:
         """ "starts now: start now on ... finishes in ~2 h; start in ~10 min on ... finishes in ~45 min" """
         parts = [o.describe(self.now_s) for o in (self.now, self.wait) if o is not None]
         if self.starts_now:
-            verdict = "starts now"
+            verdict = "starts now" if self.wait is None else "starts now: it finishes sooner"
         elif self.rule is StartRule.BEST:
             verdict = "waits for a placement as fast as its best"
         else:
@@ -541,6 +541,7 @@ class WhenChoice:
             gain = abs(self.now.finish_s - self.wait.finish_s)
             risk = self.at_risk
             if risk is not None and self.starts_now and self.wait.finish_s < self.now.finish_s:
+                verdict = "starts now"
                 verdict += (f": waiting finishes sooner by {approx_duration(gain)} as predicted, but not if the "
                             f"later placement runs at the low end of its likely range ({risk.wait_images_per_s:.0f} "
                             f"images/s) and this one at the high end ({risk.now_images_per_s:.0f})")  # fmt: skip

@@ -20,7 +20,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ from ringleader.engines.slurm.records import Records, add_event, private_dir
 from ringleader.engines.slurm.teams import TeamFiles, record_usage
 from ringleader.engines.slurm.views import NOT_YET, failed_rank, job_view, launch_plan, slurm_status
 from ringleader.errors import ConflictError, NotFoundError, RingleaderError, UsageError
+from ringleader.jobs import pending
 from ringleader.jobs.codec import decision_to_dict, expected_end
 from ringleader.jobs.failures import (
     LOG_TAIL_BYTES,
@@ -216,7 +217,8 @@ class SlurmEngine:
             return {}
         snapshot, nodes, _ = self._snapshot()
         specs = {r["name"]: JobSpec.from_dict(r["spec"]) for r in queued}
-        waiting = [Waiting(specs[r["name"]].request(), i, r.get("created_at")) for i, r in enumerate(queued)]
+        waiting = [Waiting(specs[r["name"]].request(), i, r.get("created_at"), hold=specs[r["name"]].hold)
+                   for i, r in enumerate(queued)]  # fmt: skip
         cycle = run_cycle(self._queue_snapshot(snapshot, self.records.all(), self.clock.now(), waiting,
                                                queue_estimator(specs.values())))  # fmt: skip
         out = {}
@@ -514,6 +516,35 @@ class SlurmEngine:
                                            "cancelled to free its nodes")  # fmt: skip
         record.update(status=status.value, reason=reason, started_at=started or record.get("started_at"),
                       ended_at=ended)  # fmt: skip
+
+    # -- waiting jobs (jobs/pending.py) ------------------------------------------------------------
+    def hold(self, name: str) -> None:
+        self._change_waiting(name, pending.hold)
+
+    def release(self, name: str) -> None:
+        self._change_waiting(name, pending.release)
+
+    def set_priority(self, name: str, priority: int) -> None:
+        self._change_waiting(name, lambda spec, status: pending.set_priority(spec, status, priority))
+
+    def _change_waiting(self, name: str, change: Callable[[JobSpec, JobStatus], pending.PendingChange]) -> None:
+        """A job in ringleader's queue changed as ``change`` says, then the queue's pass; one
+        already handed to Slurm for its exact GPUs is Slurm's to hold (scontrol)."""
+        with self.records.locked():
+            record = self.records.load(name)
+            if record is None:
+                raise NotFoundError(f"job {name!r} not found", "see `ringleader list`")
+            if record.get("slurm_id") and record["status"] == JobStatus.PENDING.value:
+                ident = record["slurm_id"]
+                raise ConflictError(f"job {name!r} was handed to Slurm as job {ident}, which waits for the GPUs "
+                                    "it was placed on", f"hold it there: `scontrol hold {ident}`")  # fmt: skip
+            changed = change(JobSpec.from_dict(record["spec"]), JobStatus(record["status"]))
+            record.update(spec=changed.spec.to_dict(), priority=changed.spec.priority)
+            add_event(record, changed.kind, changed.message)
+            self.records.save(record)
+            self._schedule_locked()
+        if self._queued():
+            self._start_watcher()
 
     def get(self, name: str) -> JobView:
         if not self.readonly:
