@@ -6,9 +6,11 @@ is true (cordoned nodes, GPUs reserved for a named job, a request over the queue
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
-from clijobs import events, job
+from clijobs import events, job, wait_for
+from waiting import wait_for as wait_until_true
 
 Cli = Any  # the `seeds_cli` fixture of tests/cli/conftest.py (2 nodes x 8 GPUs)
 
@@ -23,6 +25,10 @@ def listed(cli: Cli, *args: str) -> dict[str, dict[str, str]]:
     lines = cli.ok("list", *args).splitlines()
     header = lines[0].split()
     return {row.split()[0]: dict(zip(header, row.split(), strict=True)) for row in lines[1:]}
+
+
+def wait_until(check: Callable[[], bool], what: str) -> None:
+    wait_until_true(check, 60, what)
 
 
 def described(cli: Cli, queue: str) -> dict[str, Any]:
@@ -135,3 +141,27 @@ def test_gpus_reserved_for_a_job_are_named_with_the_backfill_fix(seeds_cli: Cli)
     assert "waits for reservation of job big: it has no time limit" in small["reason"]
     assert "a --time-limit under ~20 min would let it start now on them (backfill)" in small["reason"]
     assert "(4 reserved for job big)" in small["reason"]
+
+
+RUN_SAYS = "import os, time; print('run', os.environ['RINGLEADER_RESTARTS'], flush=True); time.sleep(600)"
+
+
+def test_logs_previous_shows_a_requeued_jobs_last_run(seeds_cli: Cli) -> None:
+    seeds_cli.ok("submit", "mpi", "--name", "keep", "--workers", "1", "--gpus", "8", "--non-preemptible",
+                 "--", "sleep", "600")  # fmt: skip
+    seeds_cli.ok("submit", "mpi", "--name", "low", "--workers", "1", "--gpus", "8", "--", "python", "-c", RUN_SAYS)
+    wait_for(seeds_cli, "low", "RUNNING")
+    wait_until(lambda: "run 0" in seeds_cli.ok("logs", "low"), "the first run's line")
+    no_previous = seeds_cli("logs", "low", "--previous")
+    assert no_previous.returncode == 1 and "job low has no previous run" in no_previous.stderr
+    submit(seeds_cli, "urgent", 1, 8, "--priority", "10", "--preempt")
+    wait_until(lambda: job(seeds_cli, "low")["restarts"] == 1, "low preempted and requeued")
+    waiting = seeds_cli("logs", "low")  # no instance now: the run that was is --previous
+    assert waiting.returncode == 1 and "has no instances yet" in waiting.stderr
+    assert seeds_cli.ok("logs", "low", "--previous") == "run 0\n"
+    assert seeds_cli.ok("logs", "low", "-p", "-i", "worker-0", "--timestamps").endswith("Z run 0\n")
+    seeds_cli.ok("delete", "urgent")
+    wait_until(lambda: "run 1" in seeds_cli.ok("logs", "low"), "the second run's line")
+    assert seeds_cli.ok("logs", "low", "--previous") == "run 0\n"  # the run before this one, only
+    bad = seeds_cli("logs", "low", "--previous", "-f")
+    assert bad.returncode == 2 and "--previous shows a run that has ended" in bad.stderr

@@ -33,6 +33,7 @@ from ringleader.cli.output import (
     table,
 )
 from ringleader.engines import ALL_NAMESPACES, ENGINES, chosen_engine, open_engine
+from ringleader.engines.base import PreviousLogs
 from ringleader.engines.embedded.engine import JobSpec, Runtime
 from ringleader.engines.embedded.store import default_home
 from ringleader.errors import NotFoundError, UsageError
@@ -844,17 +845,27 @@ def render_top_job(job: JobView, usage: dict[str, tuple[GpuUsage, ...] | None]) 
 @click.option("--timestamps", is_flag=True, help="Prefix each line with its time (RFC 3339, UTC).")
 @click.option("--since", default=None, help="Only lines newer than this: 30s, 10m, 1h30m (arena's).")
 @click.option("--since-time", default=None, help="Only lines from this RFC 3339 time on, e.g. 2026-11-24T15:00:00Z.")
+@click.option("-p", "--previous", is_flag=True,
+              help="The job's previous run, before it was preempted or restarted and requeued (kubectl's).")
 @job_type_option
 @engine_option
 def logs(name: str, follow: bool, tail: int | None, instance: str | None, timestamps: bool, since: str | None,
-         since_time: str | None, engine: str | None) -> None:  # fmt: skip
+         since_time: str | None, previous: bool, engine: str | None) -> None:  # fmt: skip
     """Print a job instance's log (arena logs)."""
     if tail is not None and tail < 0:
         raise UsageError(f"--tail must be >= 0, got {tail}", "give a number of lines")
     cutoff = since_cutoff(since, since_time)
+    if previous and (follow or cutoff is not None):
+        raise UsageError("--previous shows a run that has ended: it takes no -f, --since or --since-time",
+                         "leave them out")  # fmt: skip
     with using_engine(engine) as rt:
         if _job_type() is not None:
             typed(rt.get(name))
+        if previous:
+            rt.supports.require("previous_logs", "--previous")
+            assert isinstance(rt, PreviousLogs)
+            echo_raw(rt.previous_logs(name, instance, tail, timestamps))
+            return
         if cutoff is not None:  # read with the stamps, keep what is recent enough
             read = rt.follow(name, instance, None, True) if follow else [rt.logs(name, instance, None, True)]
             for chunk in lines_since(read, cutoff, timestamps, tail):

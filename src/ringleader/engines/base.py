@@ -121,6 +121,16 @@ class NodeCordons(Protocol):
 
 
 @runtime_checkable
+class PreviousLogs(Protocol):
+    """`logs --previous` (``Support.previous_logs``): what an instance wrote in the job's run
+    before its last requeue."""
+
+    def previous_logs(
+        self, name: str, instance: str | None = None, tail: int | None = None, timestamps: bool = False
+    ) -> str: ...
+
+
+@runtime_checkable
 class WaitingJobs(Protocol):
     """Changes to a job that waits (``jobs/pending.py``'s rules), each followed by the queue's pass."""
 

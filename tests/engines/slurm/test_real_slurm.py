@@ -329,6 +329,8 @@ def test_a_priority_job_preempts_a_whole_slurm_job_which_checkpoints_and_is_requ
     wait_for(lambda: engine.get("low-a").status is JobStatus.RUNNING, 90, "the victim to run again")
     view = engine.get("low-a")
     assert view.restarts == 1
+    wait_for(lambda: engine.logs("low-a") == "training\ntraining\n", 30, "the second run's first line")
+    assert engine.previous_logs("low-a") == "training\n"  # `logs --previous`: the run before this one
     plan = json.loads((engine.root / "run" / "low-a" / "plan.json").read_text())
     assert plan["env"]["RINGLEADER_RESTARTS"] == "1"
 

@@ -57,7 +57,7 @@ from ringleader.jobs import pending
 from ringleader.jobs.commandline import prepare
 from ringleader.jobs.failures import without_cordoned
 from ringleader.jobs.line import CommandLine
-from ringleader.jobs.logfiles import follow_log, instance_name, read_log, wait_until_ended
+from ringleader.jobs.logfiles import follow_log, instance_name, previous_log, read_log, wait_until_ended
 from ringleader.jobs.prediction import view_prediction
 from ringleader.jobs.queues import QueueView, check_queue, check_queue_exists, queue_views
 from ringleader.jobs.spec import JobSpec
@@ -87,7 +87,7 @@ class Runtime:
 
     supports = Support("embedded", image="podman or docker on this host", cluster_file=True, node_labels=True,
                        prune=True, emulated_cluster=True, state_backup=True, time_limit=True, network_tree=True,
-                       start_rules=True, preemption=True, calibration=True,
+                       start_rules=True, preemption=True, calibration=True, previous_logs=True,
                        container_options=("--data", "--shm-size", "--rdma", "--image-pull-policy", "--container-user"),
                        more_room="declare bigger nodes (`ringleader cluster apply`)")  # fmt: skip
 
@@ -475,6 +475,11 @@ class Runtime:
     def logs(self, name: str, instance: str | None = None, tail: int | None = None, timestamps: bool = False) -> str:
         """An instance's log (the chief's by default), its last ``tail`` lines."""
         return read_log(self.log_file(name, instance), tail, timestamps)
+
+    def previous_logs(self, name: str, instance: str | None = None, tail: int | None = None,
+                      timestamps: bool = False) -> str:  # fmt: skip
+        """What an instance wrote in the job's previous run (``logfiles.previous_log``)."""
+        return previous_log(self.home / "logs" / name, self.get(name), instance, tail, timestamps)
 
     def follow(self, name: str, instance: str | None = None, tail: int | None = None,
                timestamps: bool = False) -> Iterator[str]:  # fmt: skip

@@ -47,7 +47,7 @@ from ringleader.jobs.failures import (
     resume_text,
     without_cordoned,
 )
-from ringleader.jobs.logfiles import follow_log, instance_name, read_log, wait_until_ended
+from ringleader.jobs.logfiles import follow_log, instance_name, previous_log, read_log, wait_until_ended
 from ringleader.jobs.prediction import queue_estimator, view_prediction
 from ringleader.jobs.queues import QueueView, check_queue, check_queue_exists, preempted_by, queue_views
 from ringleader.jobs.spec import JobSpec
@@ -83,7 +83,7 @@ class SlurmEngine:
         self._slurm_nodes: dict[str, state.SlurmNode] = {}  # as the last snapshot() read them
 
     supports = Support("slurm", time_limit=True, network_tree=True, start_rules=True, preemption=True,
-                       calibration=True,
+                       calibration=True, previous_logs=True,
                        more_room="add nodes to the Slurm partition")  # fmt: skip
 
     def close(self) -> None:
@@ -575,6 +575,11 @@ class SlurmEngine:
 
     def logs(self, name: str, instance: str | None = None, tail: int | None = None, timestamps: bool = False) -> str:
         return read_log(self._log_file(name, instance), tail, timestamps)
+
+    def previous_logs(self, name: str, instance: str | None = None, tail: int | None = None,
+                      timestamps: bool = False) -> str:  # fmt: skip
+        """What an instance wrote in the job's previous run (``logfiles.previous_log``)."""
+        return previous_log(self.root / "logs" / name, self.get(name), instance, tail, timestamps)
 
     def follow(self, name: str, instance: str | None = None, tail: int | None = None,
                timestamps: bool = False) -> Iterator[str]:  # fmt: skip
