@@ -295,3 +295,26 @@ def test_real_queue_view_reason_codes_line_and_hold(lab: ControlPlane, sched: Sc
     with pytest.raises(UsageError) as priority:  # a pod's priority is its PriorityClass's
         alice.set_priority("second", 10)
     assert "--priority N is not supported by the kubernetes engine" in priority.value.one_line()
+
+
+def test_real_a_gang_that_would_fit_on_cordoned_nodes_says_cordoned(lab: ControlPlane, sched: Scheduler) -> None:
+    """With both nodes cordoned (`kubectl cordon`) a one-GPU gang says so in one word and names
+    the nodes, not "0 free GPU(s)"; uncordoned, it starts."""
+    admin = engine(lab, "admin", "default")
+    try:
+        for name in ("gpu-0", "gpu-1"):
+            admin.cordon_node(name, "disk swap")
+        pods = operator_pods(lab, submit(lab, "alice", "team-a", "one", 1, queue="team-a"))
+        seen_whole(lab, sched, "team-a/one", len(pods))
+        lab.until(lambda: sched.sync() or all(sched.cache.nodes[n].taints for n in ("gpu-0", "gpu-1")),
+                  "the scheduler to see both cordons")  # fmt: skip
+        assert sched.cycle() == []
+        view = engine(lab, "alice", "team-a").get("one")
+        assert view.reason_code == "Cordoned"
+        assert view.reason is not None and "it would fit on cordoned node(s) gpu-0, gpu-1" in view.reason
+    finally:
+        for name in ("gpu-0", "gpu-1"):
+            admin.uncordon_node(name)
+    lab.until(lambda: sched.sync() or not any(sched.cache.nodes[n].taints for n in ("gpu-0", "gpu-1")),
+              "the scheduler to see the nodes back")  # fmt: skip
+    assert [r.ok for r in sched.cycle()] == [True]

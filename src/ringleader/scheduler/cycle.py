@@ -231,7 +231,8 @@ def _cordoned(snapshot: Snapshot, current: QueuePass, one: Nominated) -> Nominat
     why = cordons if isinstance(cordons, Mapping) else dict.fromkeys(cordons, "")
     nodes = {n: f"cordoned{f' ({text})' if text else ''}" for n, text in why.items() if n in current.state.positions}
     reasons = {**decision.node_reasons, **nodes}
-    if not place(current.state.without_job(UNUSABLE), decision.job, snapshot.policy).ok:
+    uncordoned = without_nodes(current.state.without_job(UNUSABLE), set(one.waiting.masked) - set(why))
+    if not place(uncordoned, decision.job, snapshot.policy).ok:
         return replace(one, decision=replace(decision, node_reasons=reasons))
     line = (f"it would fit on cordoned node(s) {', '.join(sorted(nodes))}: it starts once they are uncordoned "
             "(`ringleader node uncordon NODE`) or GPUs free elsewhere")  # fmt: skip
