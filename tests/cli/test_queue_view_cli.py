@@ -124,7 +124,8 @@ def test_a_job_that_would_fit_on_cordoned_nodes_says_cordoned(seeds_cli: Cli) ->
     submit(seeds_cli, "one", 1, 1)
     waiting = job(seeds_cli, "one")
     assert waiting["reason_code"] == "Cordoned"
-    assert waiting["reason"].startswith("it would fit on cordoned node(s) cn-shanghai-172, cn-shanghai-173")
+    assert waiting["reason"].startswith("it would fit on cordoned node(s) cn-shanghai-172 (disk swap), "
+                                        "cn-shanghai-173 (GPU 3 lost)")
     assert "cn-shanghai-172: cordoned (disk swap)" in waiting["reason"]
     assert "cn-shanghai-172: 0 free" not in waiting["reason"]
     seeds_cli.ok("node", "uncordon", "cn-shanghai-173")

@@ -20,7 +20,8 @@ def test_a_gang_that_would_fit_on_cordoned_nodes_says_cordoned_not_zero_free() -
                         cordoned={"a": "by hand: disk check", "b": "2 faults"})  # fmt: skip
     one = decided(snapshot)["one"]
     assert one.reason_code is ReasonCode.CORDONED
-    assert one.reasons[0].startswith("it would fit on cordoned node(s) a, b")
+    assert one.reasons[0].startswith("it would fit on cordoned node(s) a (by hand: disk check), b (2 faults): it "
+                                     "starts once they are uncordoned")
     assert one.node_reasons == {"a": "cordoned (by hand: disk check)", "b": "cordoned (2 faults)"}
     # one node back: it starts there
     assert decided(replace(snapshot, cordoned={"b": "2 faults"}))["one"].ok

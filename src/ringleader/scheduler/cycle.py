@@ -234,7 +234,8 @@ def _cordoned(snapshot: Snapshot, current: QueuePass, one: Nominated) -> Nominat
     uncordoned = without_nodes(current.state.without_job(UNUSABLE), set(one.waiting.masked) - set(why))
     if not place(uncordoned, decision.job, snapshot.policy).ok:
         return replace(one, decision=replace(decision, node_reasons=reasons))
-    line = (f"it would fit on cordoned node(s) {', '.join(sorted(nodes))}: it starts once they are uncordoned "
+    named = ", ".join(f"{n} ({why[n]})" if why[n] else n for n in sorted(nodes))
+    line = (f"it would fit on cordoned node(s) {named}: it starts once they are uncordoned "
             "(`ringleader node uncordon NODE`) or GPUs free elsewhere")  # fmt: skip
     cordoned = replace(decision, reasons=(line, *decision.reasons), node_reasons=reasons,
                        reason_code=ReasonCode.CORDONED)  # fmt: skip

@@ -519,3 +519,32 @@ def test_the_queue_view_on_slurm_list_describe_hold_release(slurm_box: object, t
     finally:
         cli("delete", "--now", "fill", "second", "huge")
     ok("queue", "delete", "team-a")
+
+
+def test_a_job_that_would_fit_on_cordoned_slurm_nodes_says_cordoned(slurm_box: object, tmp_path: Path) -> None:
+    """Both nodes cordoned (drained in Slurm): a one-GPU job says Cordoned, naming the nodes and
+    the cordons' reasons, not "0 free GPU(s)"; one node back, it starts there."""
+    env = {**os.environ, "RINGLEADER_HOME": str(tmp_path / "home")}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([PY, "-m", "ringleader.cli.main", *args], env=env, capture_output=True, text=True)
+
+    assert cli("engine", "use", "slurm").returncode == 0
+    try:
+        for node in ("node-a", "node-b"):
+            assert cli("node", "cordon", node, "--reason", "disk swap").returncode == 0
+        made = cli("submit", "mpi", "--name", "one", "--workers", "1", "--gpus", "1", "--", PY, "-c", "pass")
+        assert made.returncode == 0, made.stderr
+        waiting = json.loads(cli("get", "one", "-o", "json").stdout)
+        assert waiting["reason_code"] == "Cordoned", waiting["reason"]
+        assert waiting["reason"].startswith("it would fit on cordoned node(s) node-a (disk swap), node-b (disk swap)")
+        assert "0 free GPU(s)" not in waiting["reason"]
+        assert cli("node", "uncordon", "node-b").returncode == 0
+        wait_for(lambda: json.loads(cli("get", "one", "-o", "json").stdout)["status"] in ("RUNNING", "SUCCEEDED"), 60,
+                 "the job to start on node-b")  # fmt: skip
+    finally:
+        cli("delete", "--now", "one")
+        for node in ("node-a", "node-b"):
+            subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], capture_output=True)
+    wait_for(lambda: "DRAIN" not in subprocess.run(["scontrol", "show", "node"], capture_output=True,
+                                                   text=True).stdout, 30, "both nodes resumed")  # fmt: skip

@@ -264,8 +264,8 @@ class Scheduler:
         weighs = any(w.job.prices_placements for w in waiting)
         estimate = self._estimator(gangs) if weighs else None  # the model, where a gang weighs its start
         teams = self.cache.team_queues(now) if self.cache.queues else None
-        cordoned = {name: "kubectl cordon" for name, info in self.cache.nodes.items()
-                    if any(t.key == names.UNSCHEDULABLE_TAINT for t in info.taints)}  # fmt: skip
+        cordoned = [name for name, info in self.cache.nodes.items()
+                    if any(t.key == names.UNSCHEDULABLE_TAINT for t in info.taints)]  # fmt: skip
         return Snapshot(self.cache.state, waiting, now, self._holding(now), teams=teams, cordoned=cordoned,
                         config=self.backfill, estimate=estimate, held=self._reservations,
                         decided_on=self._decided_on, epoch=(self.cache.freed, self._reservations_moved))  # fmt: skip

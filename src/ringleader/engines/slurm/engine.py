@@ -112,7 +112,8 @@ class SlurmEngine:
                 chosen = (record.get("plan") or {}).get("chosen") or {}
                 for w in chosen.get("workers", []):
                     reserved.setdefault(record["name"], {}).setdefault(w["node"], []).extend(w["gpus"])
-        snapshot = without_cordoned(state.cluster_state(nodes, specs, holders, reserved), self.teams.cordons())
+        cordons = self.teams.cordons()
+        snapshot = without_cordoned(state.cluster_state(nodes, specs, holders, reserved, cordons), cordons)
         return snapshot, {n.name: n for n in nodes}, jobs
 
     def nodes(self) -> ClusterState:
@@ -264,7 +265,7 @@ class SlurmEngine:
                                    PREEMPT_DELAY_S, preemptible))  # fmt: skip
         queues = self.teams.queues()
         usage = self._queue_usage(records, now) if queues else {}
-        return Snapshot(state, waiting, now, holding, queues, usage, estimate=estimate)
+        return Snapshot(state, waiting, now, holding, queues, usage, estimate=estimate, cordoned=self.teams.cordons())
 
     def _preempt(self, name: str, by: Decision) -> None:
         """scancel the victim's Slurm job (Slurm stops it as for a delete: SIGTERM, KillWait,
