@@ -82,7 +82,8 @@ def test_submit_get_top_logs_follow_delete(seeds_cli, tmp_path) -> None:
     cols = text.split("Instances:")[1].splitlines()[1].split()
     assert cols[:6] == ["NAME", "STATUS", "AGE", "IS_CHIEF", "GPU(Requested)", "NODE"]
     listing = seeds_cli.ok("list").splitlines()
-    assert listing[0].split() == ["NAME", "STATUS", "TRAINER", "DURATION", "GPU(Requested)", "GPU(Allocated)", "NODE"]
+    assert listing[0].split() == ["NAME", "STATUS", "TRAINER", "DURATION", "GPU(Requested)", "GPU(Allocated)", "NODE",
+                                  "QUEUE", "REASON"]  # arena's columns, then squeue's two
     assert listing[1].split()[:3] == ["vgg", "SUCCEEDED", "MPIJOB"]
     assert "deleted" in seeds_cli.ok("delete", "vgg")
     assert json.loads(seeds_cli.ok("list", "-o", "json")) == []

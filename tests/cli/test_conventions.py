@@ -66,7 +66,8 @@ def test_list_and_top_job_show_gpu_allocated_and_wide_columns(seeds_cli) -> None
     seeds_cli.ok("submit", "mpi", "--name", "hold", "--workers", "2", "--gpus", "2", "--gputopology=true",
                  "--", PY, "-c", "import time; time.sleep(30)")  # fmt: skip
     table = seeds_cli.ok("list").splitlines()
-    assert table[0].split() == ["NAME", "STATUS", "TRAINER", "DURATION", "GPU(Requested)", "GPU(Allocated)", "NODE"]
+    assert table[0].split() == ["NAME", "STATUS", "TRAINER", "DURATION", "GPU(Requested)", "GPU(Allocated)", "NODE",
+                                "QUEUE", "REASON"]  # arena's columns, then squeue's two
     row = table[1].split()
     assert row[0] == "hold" and row[4] == "4" and row[5] == ("4" if row[1] == "RUNNING" else "0")
     wide = seeds_cli.ok("list", "-o", "wide").splitlines()

@@ -690,6 +690,7 @@ FIELD_JOBS: dict[str, tuple[dict[str, Any], Callable[[Any], bool] | None]] = {
     "max_restarts": ({"max_restarts": 2}, None),
     "kind": ({"kind": "pytorch"}, None),
     "workload": ({"model": "vgg16", "workload": Workload(batch_size=32, precision="fp16", accumulation=2)}, None),
+    "hold": ({"hold": True}, None),  # submitted held: it waits, reason Held, until released
 }  # fmt: skip
 
 

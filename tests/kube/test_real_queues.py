@@ -6,9 +6,13 @@ ServiceAccount's token, the install's admission policies enforced by the API ser
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,8 +23,10 @@ from ringleader.engines.kubernetes import manifests, names
 from ringleader.engines.kubernetes.client import Api, ApiError
 from ringleader.engines.kubernetes.engine import EngineApi, KubernetesEngine
 from ringleader.engines.kubernetes.scheduler import Scheduler
-from ringleader.errors import UsageError
+from ringleader.errors import ConflictError, UsageError
+from ringleader.jobs.queues import line_of
 from ringleader.jobs.spec import JobSpec, KubeOptions
+from ringleader.jobs.states import JobStatus
 from ringleader.scheduler.order import QueueOrder
 from ringleader.scheduler.teams import TeamQueue
 
@@ -285,3 +291,93 @@ def test_real_the_schedulers_own_annotations_are_its_own(lab: ControlPlane, sche
     with pytest.raises(ApiError) as refused_node:
         as_scheduler.annotate_node("gpu-0", {names.TOPOLOGY_ANNOTATION: "{}"})
     assert refused_node.value.status == 403 and "may change on a node only" in refused_node.value.message
+
+
+Run = Callable[..., subprocess.CompletedProcess[str]]
+
+
+def cli_as(real: ControlPlane, user: str, namespace: str, home: Path) -> Run:
+    """The real `ringleader` command with ``user``'s kubeconfig, on the kubernetes engine."""
+    env = {**os.environ, "KUBECONFIG": str(real.kubeconfig(user, namespace=namespace)), "RINGLEADER_HOME": str(home),
+           "RINGLEADER_ENGINE": "kubernetes"}  # fmt: skip
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "ringleader.cli.main", *args], env=env, capture_output=True,
+                              text=True, timeout=120)  # fmt: skip
+
+    return run
+
+
+def test_real_queue_view_reason_codes_line_and_hold(lab: ControlPlane, sched: Scheduler, tmp_path: Path) -> None:
+    """What an operator reads of the queue on Kubernetes: each job's queue and its one-word
+    reason (on its PodGroup, the scheduler's to write), the line `queue describe` shows, and a
+    hold that the user sets on the gang's PodGroup and the scheduler's cycle honours."""
+    alice = engine(lab, "alice", "team-a")
+    as_alice = cli_as(lab, "alice", "team-a", tmp_path)
+    start(lab, sched, submit(lab, "alice", "team-a", "first", 8, queue="team-a"))
+    waiting = operator_pods(lab, submit(lab, "alice", "team-a", "second", 8, queue="team-a", preemptible=False))
+    seen_whole(lab, sched, "team-a/second", len(waiting))
+    assert sched.cycle() == []  # a --non-preemptible gang does not borrow: over its queue's quota
+    listed = {v.name: v for v in alice.list_jobs()}
+    assert (listed["second"].queue, listed["second"].reason_code) == ("team-a", "QuotaExceeded")
+    assert listed["first"].reason_code is None and listed["first"].queue == "team-a"
+    assert alice.get("second").reason_code == "QuotaExceeded"
+    listed_cli = as_alice("list")  # the real command, as alice reads it
+    assert listed_cli.returncode == 0, listed_cli.stderr
+    rows = {line.split()[0]: line.split() for line in listed_cli.stdout.splitlines()}
+    assert rows["NAME"][-2:] == ["QUEUE", "REASON"] and rows["second"][-2:] == ["team-a", "QuotaExceeded"]
+    with pytest.raises(RequestFailed) as forged:  # the scheduler's word, not the user's
+        lab.patch(f"{GROUPS}/namespaces/team-a/{names.PODGROUP_PLURAL}/second",
+                  {"metadata": {"annotations": {names.PENDING_CODE_ANNOTATION: "Held"}}}, user="alice")
+    assert forged.value.status == 403
+    # held: the cycle skips it, and says so
+    held_cli = as_alice("hold", "second")
+    assert (held_cli.returncode, held_cli.stdout) == (0, "job 'second' held\n"), held_cli.stderr
+    sched.sync()
+    assert sched.cycle() == []
+    held = alice.get("second")
+    assert (held.reason_code, held.spec.hold) == ("Held", True)
+    assert held.reason == "held: it is not started until `ringleader release second -n team-a`"
+    views = engine(lab, "admin", "team-a").queues()  # `queue describe` reads the nodes: an administrator's
+    line = line_of(views, alice.list_jobs([JobStatus.PENDING]), time.time())
+    assert [(one.place, one.job.name) for one in line] == [(None, "second")]
+    with pytest.raises(ConflictError) as twice:
+        alice.hold("second")
+    assert "job 'second' is already held" in twice.value.one_line()
+    with pytest.raises(ConflictError) as running:
+        alice.hold("first")
+    assert "job 'first' is RUNNING: only a job that waits can be held" in running.value.one_line()
+    released = as_alice("release", "second")
+    assert (released.returncode, released.stdout) == (0, "job 'second' released\n"), released.stderr
+    sched.sync()
+    assert sched.cycle() == []
+    assert alice.get("second").reason_code == "QuotaExceeded"
+    assert [one.place for one in line_of(views, alice.list_jobs([JobStatus.PENDING]), time.time())] == [1]
+    refused = as_alice("update", "second", "--priority", "10")  # a pod's priority is its PriorityClass's
+    assert refused.returncode == 2 and refused.stderr.startswith("error: --priority N is not supported by the "
+                                                                 "kubernetes engine"), refused.stderr
+    previous = as_alice("logs", "second", "--previous")  # the operator makes new pods: their logs go with them
+    assert previous.returncode == 2 and "--previous is not supported by the kubernetes engine" in previous.stderr
+
+
+def test_real_a_gang_that_would_fit_on_cordoned_nodes_says_cordoned(lab: ControlPlane, sched: Scheduler) -> None:
+    """With both nodes cordoned (`kubectl cordon`) a one-GPU gang says so in one word and names
+    the nodes, not "0 free GPU(s)"; uncordoned, it starts."""
+    admin = engine(lab, "admin", "default")
+    try:
+        for name in ("gpu-0", "gpu-1"):
+            admin.cordon_node(name, "disk swap")
+        pods = operator_pods(lab, submit(lab, "alice", "team-a", "one", 1, queue="team-a"))
+        seen_whole(lab, sched, "team-a/one", len(pods))
+        lab.until(lambda: sched.sync() or all(sched.cache.nodes[n].taints for n in ("gpu-0", "gpu-1")),
+                  "the scheduler to see both cordons")  # fmt: skip
+        assert sched.cycle() == []
+        view = engine(lab, "alice", "team-a").get("one")
+        assert view.reason_code == "Cordoned"
+        assert view.reason is not None and "it would fit on cordoned node(s) gpu-0, gpu-1" in view.reason
+    finally:
+        for name in ("gpu-0", "gpu-1"):
+            admin.uncordon_node(name)
+    lab.until(lambda: sched.sync() or not any(sched.cache.nodes[n].taints for n in ("gpu-0", "gpu-1")),
+              "the scheduler to see the nodes back")  # fmt: skip
+    assert [r.ok for r in sched.cycle()] == [True]

@@ -17,6 +17,7 @@ from ringleader.scheduler import (
     JobRequest,
     Placement,
     QueuedJob,
+    ReasonCode,
     WorkerSlot,
     schedule_queue,
 )
@@ -138,7 +139,8 @@ def test_big_gang_starts_at_its_reservation_and_short_jobs_backfill_before_it() 
     assert started["long"] == 900 and started["unlimited"] == 900  # node-b when "other" ends
     reasons = by_name(passes[2][1])["long"].reasons
     assert reasons[-1] == ("waits for reservation of job big: its time limit ends after the reservation starts "
-                           "(in ~14 min)")  # fmt: skip
+                           "(in ~14 min); a --time-limit under ~14 min would let it start now on them (backfill)")
+    assert by_name(passes[2][1])["long"].reason_code is ReasonCode.RESERVED
     # Without reservations the small jobs take node-a's free half and the big gang waits longer.
     old, _ = run_queue(state, submits, NO_RESERVATIONS, {"running": 840, "other": 900}, until=10_000)
     assert old["big"] > 840

@@ -135,7 +135,11 @@ def test_finish_starts_spread_when_the_node_frees_too_late() -> None:
     decision = one_pass(vgg("finish"), {"busy-node-a": NOW + late})
     assert decision.ok and decision.placement is not None and len(decision.placement.nodes) == 2
     assert decision.when is not None and decision.when.starts_now
-    assert decision.reasons[-1].startswith("starts now: start now on node-a[2w")
+    assert decision.reasons[-1].startswith("starts now: it finishes sooner (by ~60 min): start now on node-a[2w")
+    # both finishes are shown: the later start it gave up finishes later
+    wait = decision.when.wait
+    assert wait is not None and wait.start_s == pytest.approx(NOW + late) and _finish(wait) > _finish(decision.when.now)
+    assert f"; start in ~{late / 3600:.1f} h on node-a[4w: GPU 0,1,2,3]" in decision.reasons[-1]
 
 
 def test_finish_weighs_the_time_limit_when_no_work_is_given() -> None:

@@ -33,6 +33,7 @@ from ringleader.cli.output import (
     table,
 )
 from ringleader.engines import ALL_NAMESPACES, ENGINES, chosen_engine, open_engine
+from ringleader.engines.base import PreviousLogs
 from ringleader.engines.embedded.engine import JobSpec, Runtime
 from ringleader.engines.embedded.store import default_home
 from ringleader.errors import NotFoundError, UsageError
@@ -659,6 +660,8 @@ def render_job(job: JobView, wide: bool, events: bool, prediction: dict[str, Any
     if job.placement and job.placement.get("chosen"):
         lines.append(("Placement", job.placement["chosen"]["describe"]))
         lines.append(("Bottleneck", job.bottleneck or "N/A"))
+    if job.reason_code:
+        lines.append(("ReasonCode", job.reason_code))
     if job.reason:
         lines.append(("Reason", job.reason))
     if job.restarts:
@@ -695,6 +698,9 @@ def render_job(job: JobView, wide: bool, events: bool, prediction: dict[str, Any
 
 
 LIST_COLUMNS = ["NAME", "STATUS", "TRAINER", "DURATION", "GPU(Requested)", "GPU(Allocated)", "NODE"]
+# `list` only, after arena's columns: the team queue and why a job waits in one word (squeue's
+# PARTITION and REASON; the words in docs/queues.md, the prose in `get`).
+QUEUE_COLUMNS = ["QUEUE", "REASON"]
 # -o wide, as kubectl's: what the scheduler decided, beside the columns above.
 WIDE_COLUMNS = ["PRIORITY", "AGE", "GPU_IDS", "BOTTLENECK"]
 # `list -o wide` only: restarts (preemptions and failures), and who preempted whom.
@@ -709,10 +715,12 @@ def gpu_ids(job: JobView) -> str:
     return " ".join(f"{w['node']}:{','.join(map(str, w['gpus'])) or '-'}" for w in chosen["workers"])
 
 
-def job_row(job: JobView, wide: bool, first: str = "duration") -> list[Any]:
+def job_row(job: JobView, wide: bool, first: str = "duration", queue: bool = False) -> list[Any]:
     span = duration(job.duration) if first == "duration" else duration(job.age)
     row: list[Any] = [job.name, job.status.value, job.trainer, span, job.gpus_requested, job.gpus_allocated,
                       ",".join(job.nodes) or "N/A"]  # fmt: skip
+    if queue:
+        row += [job.queue, job.reason_code or "-"]
     if wide:
         row += [job.priority, duration(job.age), gpu_ids(job), job.bottleneck or "-"]
     return row
@@ -722,25 +730,28 @@ def job_row(job: JobView, wide: bool, first: str = "duration") -> list[Any]:
 @output_option("json", "yaml", "wide")
 @click.option("-A", "--all-namespaces", "--allNamespaces", "all_namespaces", is_flag=True,
               help="[kubernetes] Jobs of every namespace (arena's, kubectl's).")
+@click.option("--queue", "in_queue", default=None, metavar="NAME",
+              help="Only the jobs of this team queue (`default`: those submitted without --queue).")
 @job_type_option
 @engine_option
-def list_jobs(output: str, all_namespaces: bool, engine: str | None) -> None:
-    """List jobs (arena list); -o wide adds priority, age, GPU ids, the bottleneck link,
-    restarts and who preempted whom."""
+def list_jobs(output: str, all_namespaces: bool, in_queue: str | None, engine: str | None) -> None:
+    """List jobs (arena list) with their team queue and, for a waiting job, why it waits in one
+    word (REASON; `get` says it in full); -o wide adds priority, age, GPU ids, the bottleneck
+    link, restarts and who preempted whom."""
     if all_namespaces:
         if _namespace() is not None:
             raise UsageError("-A and -n cannot go together", "give -A for every namespace, or -n NS for one")
         click.get_current_context().meta["ringleader.namespace"] = ALL_NAMESPACES
     wide = output == "wide"
     with using_engine(engine) as rt:
-        jobs = of_type(rt.list_jobs())
+        jobs = [j for j in of_type(rt.list_jobs()) if in_queue is None or j.queue == in_queue]
         preempted = {j.name: last_preempted(rt, j.name) for j in jobs if wide and j.restarts}
     if output in ("json", "yaml"):
         emit_data([j.to_dict() for j in jobs], output)
         return
-    cols = (["NAMESPACE"] if all_namespaces else []) + LIST_COLUMNS
+    cols = (["NAMESPACE"] if all_namespaces else []) + LIST_COLUMNS + QUEUE_COLUMNS
     cols += [*WIDE_COLUMNS, *PREEMPTION_COLUMNS] if wide else []
-    rows = [([j.namespace or "-"] if all_namespaces else []) + job_row(j, wide)
+    rows = [([j.namespace or "-"] if all_namespaces else []) + job_row(j, wide, queue=True)
             + ([j.restarts, preemption_cell(j.name, preempted)] if wide else []) for j in jobs]  # fmt: skip
     console().print(table(cols, rows))
 
@@ -834,17 +845,27 @@ def render_top_job(job: JobView, usage: dict[str, tuple[GpuUsage, ...] | None]) 
 @click.option("--timestamps", is_flag=True, help="Prefix each line with its time (RFC 3339, UTC).")
 @click.option("--since", default=None, help="Only lines newer than this: 30s, 10m, 1h30m (arena's).")
 @click.option("--since-time", default=None, help="Only lines from this RFC 3339 time on, e.g. 2026-11-24T15:00:00Z.")
+@click.option("-p", "--previous", is_flag=True,
+              help="The job's previous run, before it was preempted or restarted and requeued (kubectl's).")
 @job_type_option
 @engine_option
 def logs(name: str, follow: bool, tail: int | None, instance: str | None, timestamps: bool, since: str | None,
-         since_time: str | None, engine: str | None) -> None:  # fmt: skip
+         since_time: str | None, previous: bool, engine: str | None) -> None:  # fmt: skip
     """Print a job instance's log (arena logs)."""
     if tail is not None and tail < 0:
         raise UsageError(f"--tail must be >= 0, got {tail}", "give a number of lines")
     cutoff = since_cutoff(since, since_time)
+    if previous and (follow or cutoff is not None):
+        raise UsageError("--previous shows a run that has ended: it takes no -f, --since or --since-time",
+                         "leave them out")  # fmt: skip
     with using_engine(engine) as rt:
         if _job_type() is not None:
             typed(rt.get(name))
+        if previous:
+            rt.supports.require("previous_logs", "--previous")
+            assert isinstance(rt, PreviousLogs)
+            echo_raw(rt.previous_logs(name, instance, tail, timestamps))
+            return
         if cutoff is not None:  # read with the stamps, keep what is recent enough
             read = rt.follow(name, instance, None, True) if follow else [rt.logs(name, instance, None, True)]
             for chunk in lines_since(read, cutoff, timestamps, tail):

@@ -31,9 +31,12 @@ COMMANDS: dict[str, tuple[tuple[str, ...], str]] = {
     "env": (("bench",), "The experiment-environment table: servers, NICs, GPUs and links, OS, driver, CUDA, "
                         "NCCL, MPI, framework and package versions."),
     "get": (("jobs",), "Show a job: status, placement and its instances (arena get)."),
+    "hold": (("queues",), "Keep waiting jobs from starting (Slurm's scontrol hold): each stays PENDING with "
+                          "reason Held, out of the queue's line, until `ringleader release`."),
     "kube": (("kube",), "Run ringleader on Kubernetes: its scheduler, its node agent, their install manifests."),
-    "list": (("jobs",), "List jobs (arena list); -o wide adds priority, age, GPU ids, the bottleneck link, "
-                        "restarts and who preempted whom."),
+    "list": (("jobs",), "List jobs (arena list) with their team queue and, for a waiting job, why it waits in "
+                        "one word (REASON; `get` says it in full); -o wide adds priority, age, GPU ids, the "
+                        "bottleneck link, restarts and who preempted whom."),
     "logs": (("jobs",), "Print a job instance's log (arena logs)."),
     "node": (("cluster",), "Label, cordon and uncordon nodes (kubectl's rules: changing a label needs "
                            "--overwrite)."),
@@ -42,6 +45,8 @@ COMMANDS: dict[str, tuple[tuple[str, ...], str]] = {
     "prune": (("jobs",), "Delete finished jobs older than --since (arena prune)."),
     "queue": (("queues",), "Team queues: GPU quotas, borrowing inside a cohort, fair share (as Kueue's "
                            "ClusterQueues)."),
+    "release": (("queues",), "Put held jobs back in the queue's line (Slurm's scontrol release); one that fits "
+                             "starts."),
     "simulate": (("sim",), "Simulate a job trace on a declared cluster under several placement policies."),
     "slurm": (("slurm",), "Slurm helpers (jobs run on Slurm with --engine slurm, or `ringleader engine use "
                           "slurm`)."),
@@ -50,6 +55,9 @@ COMMANDS: dict[str, tuple[tuple[str, ...], str]] = {
     "top": (("jobs", "cluster"), "Show what runs where (arena top)."),
     "topo": (("cluster",), "Print node topologies as `nvidia-smi topo -m` does; --png/--svg draw one node's GPUs, "
                            "NICs, link kinds and the job holding each GPU."),
+    "update": (("queues",), "Change waiting jobs (Slurm's scontrol update JobId=... Priority=N): their priority, "
+                            "which their place in line follows. A job that started keeps the priority it started "
+                            "with."),
     "version": (("main",), "Print ringleader's version (arena version)."),
     "completion": (("main",), "Print the shell completion script: bash, zsh or fish (arena completion)."),
 }  # fmt: skip

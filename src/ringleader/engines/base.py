@@ -118,3 +118,28 @@ class NodeCordons(Protocol):
     def uncordon_node(self, node: str) -> None:
         """End a cordon, forget the faults blamed on ``node``, and run the queue's pass."""
         ...
+
+
+@runtime_checkable
+class PreviousLogs(Protocol):
+    """`logs --previous` (``Support.previous_logs``): what an instance wrote in the job's run
+    before its last requeue."""
+
+    def previous_logs(
+        self, name: str, instance: str | None = None, tail: int | None = None, timestamps: bool = False
+    ) -> str: ...
+
+
+@runtime_checkable
+class WaitingJobs(Protocol):
+    """Changes to a job that waits (``jobs/pending.py``'s rules), each followed by the queue's pass."""
+
+    def hold(self, name: str) -> None:
+        """Keep a waiting job from starting (reason Held) until ``release``."""
+        ...
+
+    def release(self, name: str) -> None: ...
+
+    def set_priority(self, name: str, priority: int) -> None:
+        """A waiting job's new priority: its place in line follows."""
+        ...

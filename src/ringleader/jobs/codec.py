@@ -146,6 +146,7 @@ def decision_to_dict(decision: Decision) -> dict[str, Any]:
         "when": when_to_dict(decision.when),
         "preemption": preemption_to_dict(decision.preemption),
         "borrows": decision.borrows,
+        "reason_code": None if decision.reason_code is None else decision.reason_code.value,
         "predicted_run_s": decision.predicted_run_s,
     }
 

@@ -173,3 +173,42 @@ def wait_until_ended(get: Callable[[], JobView], timeout: float | None, poll_s: 
             tick()
             last_tick = time.monotonic()
         time.sleep(poll_s)
+
+
+# Events that mark a run's start (the embedded engine's placement, Slurm's) and a run's end once
+# the gang is back in the queue (preempted, or failed and restarted).
+RUN_STARTS = ("Scheduled", "Placed")
+
+
+def previous_run(view: JobView) -> tuple[float, float]:
+    """When the run before the current one (or before the wait now) started and ended, from
+    the job's events: the last ``Requeued`` and the start before it."""
+    ends = [e.at for e in view.events if e.kind == "Requeued"]
+    if not ends:
+        raise NotFoundError(f"job {view.name} has no previous run: it was never preempted or restarted",
+                            f"see its log with `ringleader logs {view.name}`")  # fmt: skip
+    starts = [e.at for e in view.events if e.kind in RUN_STARTS and e.at <= ends[-1]]
+    return (starts[-1] if starts else view.created_at), ends[-1]
+
+
+def previous_log(folder: Path, view: JobView, instance: str | None, tail: int | None, timestamps: bool) -> str:
+    """kubectl's `logs --previous`: the lines an instance wrote in the job's previous run (a
+    requeued job's last run, kept in the same file, told apart by the lines' times). The chief
+    by default: the previous run's launcher where it had one, else its first worker."""
+    start, end = previous_run(view)
+    if instance is None:
+        launcher = folder / f"{view.name}-launcher.log"
+        name = launcher.stem if launcher.exists() else f"{view.name}-worker-0"
+    else:
+        name = instance if (folder / f"{instance}.log").exists() else f"{view.name}-{instance}"
+        if not (folder / f"{name}.log").exists():
+            known = ", ".join(sorted(p.stem for p in folder.glob("*.log"))) or "(none)"
+            raise NotFoundError(f"job {view.name} has no log of instance {instance!r}", f"use one of {known}")
+    kept, keep = [], False
+    for line in read_log(folder / f"{name}.log", None, True).splitlines(keepends=True):
+        at = stamp_seconds(line)
+        keep = keep if at is None else start <= at <= end  # a line without a time goes with the one before
+        if keep:
+            kept.append(line)
+    kept = kept if tail is None else kept[len(kept) - tail :] if tail else []
+    return "".join(line if timestamps else strip_stamp(line) for line in kept)

@@ -12,8 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ringleader.errors import ConflictError, NotFoundError, UsageError
-from ringleader.scheduler import JobRequest, Preemption
+from ringleader.jobs.views import JobView
+from ringleader.scheduler import BackfillConfig, JobRequest, Preemption, QueuedJob, queue_order
+from ringleader.scheduler.cycle import DEFAULT_BACKFILL
 from ringleader.scheduler.order import QueueOrder
+from ringleader.scheduler.queue import ranked_priority
 from ringleader.scheduler.teams import ANY_TYPE, DEFAULT_QUEUE, MAX_GPUS, TeamQueue, Teams
 from ringleader.topology.cluster import check_name
 
@@ -213,3 +216,40 @@ def queue_views(
                                dict(held), borrowed, running, pending, share,
                                usage.get(queue.name, 0.0) / 3600))  # fmt: skip
     return views
+
+
+@dataclass(frozen=True)
+class InLine:
+    """A waiting job as `queue describe` shows it: its place in the line the queue's cycle
+    decides jobs in (1: decided first; None: held, out of the line) and the priority it ranks
+    with there (its own plus its age, as Slurm's sprio shows a job's; fair share orders the queues).
+
+    place: int | None
+    job: JobView
+    effective_priority: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"place": self.place, "name": self.job.name, "queue": self.job.queue, "priority": self.job.priority,
+                "effective_priority": round(self.effective_priority, 2), "gpus": self.job.gpus_requested,
+                "reason_code": self.job.reason_code, "reason": self.job.reason}  # fmt: skip
+
+
+def line_of(
+    views: Sequence[QueueView], waiting: Sequence[JobView], now: float, config: BackfillConfig = DEFAULT_BACKFILL
+) -> list[InLine]:
+    """Every waiting job in ``queue_order``, the order the cycle decides them in (quota first,
+    then effective priority, then submit order), over the queues as ``views`` show them now;
+    held jobs last, without a place."""
+    kept = {v.name: TeamQueue(v.name, v.quota, v.weight, v.cohort) for v in views}
+    use = {f"\x00held by {v.name}": (v.name, dict(v.held)) for v in views if v.held}  # what each queue holds
+    teams = Teams(kept, use, {v.name: v.fair_share for v in views})
+    by_submit = sorted(waiting, key=lambda j: j.created_at)
+    queued = [QueuedJob(j.spec.request(), seq, j.created_at) for seq, j in enumerate(by_submit)]
+    views_of = {q.job.name: j for q, j in zip(queued, by_submit, strict=True)}
+    in_line = [q for q in queued if not views_of[q.job.name].spec.hold]
+    teams = teams.with_waiting(q.job for q in in_line)
+    line = [InLine(place, views_of[q.job.name], ranked_priority(q, now, config, teams)[1])
+            for place, q in enumerate(queue_order(in_line, now, config, teams), start=1)]  # fmt: skip
+    held = [InLine(None, views_of[q.job.name], ranked_priority(q, now, config, teams)[1])
+            for q in queued if views_of[q.job.name].spec.hold]  # fmt: skip
+    return line + held

@@ -372,6 +372,9 @@ class JobSpec:
     # kept with the job, so an edited or deleted configuration never changes how it is priced.
     # None: read from the command line alone.
     workload: Workload | None = None
+    # Held by its user (`ringleader hold`, sbatch's --hold): it waits, with reason Held, until
+    # `ringleader release`; the queue's cycle skips it on every engine.
+    hold: bool = False
 
     @property
     def trainer(self) -> str:
@@ -497,7 +500,10 @@ class JobSpec:
         return self.workload if self.workload is not None else workload_hints(self.command)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        kept = asdict(self)
+        if not self.hold:  # kept only when set: specs stored before holds read the same
+            del kept["hold"]
+        return kept
 
     def shown(self) -> JobSpec:
         """The spec as it may be shown or kept where others read it: secret-looking -e values hidden."""
@@ -526,6 +532,7 @@ class JobSpec:
             steps=None if data.get("steps") is None else int(data["steps"]), queue=data.get("queue"),
             max_restarts=int(data.get("max_restarts", 0)), kind=str(data.get("kind") or "mpi"),
             workload=Workload(**data["workload"]) if data.get("workload") else None,
+            hold=bool(data.get("hold", False)),
         )  # fmt: skip
 
 

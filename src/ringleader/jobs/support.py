@@ -40,6 +40,9 @@ class Support:
     # its PriorityClass's (-p/--priority-class), which administrators limit per namespace.
     priority: bool = True
     queue_namespaces: bool = False  # `queue create --namespace`: a queue only some namespaces' jobs may use
+    # `logs --previous`: a requeued job's previous run, kept in its log files (not so for pods made
+    # anew, whose logs go with them)
+    previous_logs: bool = False
     more_room: str = "add nodes"  # how a user gives a job that can never fit the room it needs
 
     def require(self, operation: str, what: str) -> None:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from ringleader.jobs.codec import reservation_from_dict
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import JobStatus
+from ringleader.scheduler.teams import DEFAULT_QUEUE
 
 if TYPE_CHECKING:
     from ringleader.scheduler import Decision
@@ -112,6 +113,13 @@ class JobView:
     has_instances: bool = True  # False when listed without them (list_jobs)
     restarts: int = 0  # times it was preempted and requeued
     namespace: str | None = None  # the Kubernetes namespace it is in; None on engines without them
+    # why it waits, in one word (scheduler.types.ReasonCode: squeue's REASON); None unless pending
+    reason_code: str | None = None
+
+    @property
+    def queue(self) -> str:
+        """The team queue it is in (`submit --queue`; "default" without one)."""
+        return self.spec.queue or DEFAULT_QUEUE
 
     @property
     def duration(self) -> float | None:
@@ -158,7 +166,8 @@ class JobView:
             "status": self.status.value, "priority": self.priority,
             "trainer": self.trainer, "created_at": rfc3339(self.created_at),
             "started_at": rfc3339(self.started_at), "ended_at": rfc3339(self.ended_at),
-            "duration_s": self.duration, "reason": self.reason, "restarts": self.restarts,
+            "duration_s": self.duration, "reason": self.reason, "reason_code": self.reason_code,
+            "queue": self.queue, "restarts": self.restarts,
             "workers": self.spec.workers, "gpus_per_worker": self.spec.gpus_per_worker,
             "topology_aware": self.spec.topology_aware, "command": self.spec.command,
             "image": self.spec.image, "model": self.spec.model,

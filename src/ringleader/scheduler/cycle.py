@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from ringleader.scheduler.framework import get_policy, place
 from ringleader.scheduler.policies.throughput import Estimator
 from ringleader.scheduler.queue import (
     UNUSABLE,
@@ -41,6 +42,7 @@ from ringleader.scheduler.types import (
     Decision,
     JobRequest,
     Placement,
+    ReasonCode,
     Reservation,
     RunningGang,
     WorkerSlot,
@@ -68,6 +70,7 @@ class Waiting(QueuedJob):
     masked: frozenset[str] = frozenset()
     check: HostCheck | None = field(default=None, compare=False)
     version: Hashable = None  # what the host knows changed about the job (Kubernetes: its pods)
+    hold: bool = False  # held by its user (`ringleader hold`): it stays pending until released
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,7 @@ class Snapshot:
     queues: Sequence[TeamQueue] = ()  # the team queues (none: one queue, no quota)
     usage: Mapping[str, float] = field(default_factory=dict)  # queue -> decayed GPU-seconds used
     teams: Teams | None = None  # the team queues counted already (instead of queues and usage)
-    cordoned: Iterable[str] = ()  # nodes no job is placed on
+    cordoned: Iterable[str] = ()  # nodes no job is placed on (a mapping names each one's reason)
     config: BackfillConfig = DEFAULT_BACKFILL
     estimate: Estimator | None = field(default=None, compare=False)  # None: the installed one
     policy: str | None = None
@@ -156,13 +159,13 @@ def run_cycle(snapshot: Snapshot) -> Cycle:
     the same GPU; a job that preempts holds the GPUs its victims free, and they are no victims
     for the jobs after it. The caller acts on the returned decisions as a whole."""
     current = _opening(snapshot)
-    nominated: list[Nominated] = []
+    nominated: list[Nominated] = [_on_hold(snapshot, w) for w in snapshot.waiting if w.hold]
     held: dict[str, Reservation] = {}
     decided_on: dict[str, Hashable] = {}
     unchanged = 0
-    names = {w.job.name for w in snapshot.waiting}
+    names = {w.job.name for w in snapshot.waiting if not w.hold}
     moved = sum(1 for name in snapshot.held if name not in names)  # reservations of jobs no longer waiting
-    for entry in queue_order(snapshot.waiting, snapshot.now, snapshot.config, current.teams):
+    for entry in queue_order(in_line(snapshot.waiting), snapshot.now, snapshot.config, current.teams):
         assert isinstance(entry, Waiting)
         name, kept = entry.job.name, snapshot.held.get(entry.job.name)
         inputs = _inputs(snapshot, entry, current, moved)
@@ -175,6 +178,7 @@ def run_cycle(snapshot: Snapshot) -> Cycle:
             continue
         else:
             one, current = _nominate(current, entry, snapshot)
+            one = _cordoned(snapshot, current, one)
             nominated.append(one)
             reservation = one.decision.reservation
             inputs = None if one.ok else inputs
@@ -194,7 +198,7 @@ def _opening(snapshot: Snapshot) -> QueuePass:
     queues with the waiting jobs in them."""
     teams = teams_of(snapshot)
     if teams is not None:
-        teams = teams.with_waiting(w.job for w in snapshot.waiting)
+        teams = teams.with_waiting(w.job for w in in_line(snapshot.waiting))
     victims = [h for h in snapshot.holding if h.preemptible]
     ends = {h.name: h.expected_end_s for h in snapshot.holding if h.expected_end_s is not None}
     return QueuePass(
@@ -203,6 +207,41 @@ def _opening(snapshot: Snapshot) -> QueuePass:
         running={h.name: RunningGang(h.name, h.priority) for h in victims},
         preempt_delay_s=max((h.grace_s for h in victims), default=0.0), teams=teams,
     )  # fmt: skip
+
+
+def in_line(waiting: Sequence[Waiting]) -> list[Waiting]:
+    """The waiting jobs the queue decides: all but those held (a hold is a queue rule, the same
+    on every engine: a held job keeps its place but is never started nor reserved for)."""
+    return [w for w in waiting if not w.hold]
+
+
+def _on_hold(snapshot: Snapshot, entry: Waiting) -> Nominated:
+    job = entry.job
+    why = f"held: it is not started until `ringleader release {job.name}`"
+    policy = get_policy(snapshot.policy or job.policy_name).name
+    return Nominated(entry, Decision(job, policy, Code.UNSCHEDULABLE, reasons=(why,), reason_code=ReasonCode.HELD))
+
+
+def _cordoned(snapshot: Snapshot, current: QueuePass, one: Nominated) -> Nominated:
+    """A gang short of GPUs that would fit were the cordoned nodes back says so (Cordoned),
+    and each cordoned node is named with its cordon's reason instead of "0 free GPU(s)"."""
+    decision = one.decision
+    cordons = snapshot.cordoned
+    short = (ReasonCode.RESOURCES, ReasonCode.PRIORITY, ReasonCode.TOPOLOGY)
+    if not cordons or not snapshot.explain or decision.ok or decision.reason_code not in short:
+        return one
+    why = cordons if isinstance(cordons, Mapping) else dict.fromkeys(cordons, "")
+    nodes = {n: f"cordoned{f' ({text})' if text else ''}" for n, text in why.items() if n in current.state.positions}
+    reasons = {**decision.node_reasons, **nodes}
+    uncordoned = without_nodes(current.state.without_job(UNUSABLE), set(one.waiting.masked) - set(why))
+    if not place(uncordoned, decision.job, snapshot.policy).ok:
+        return replace(one, decision=replace(decision, node_reasons=reasons))
+    named = ", ".join(f"{n} ({why[n]})" if why[n] else n for n in sorted(nodes))
+    line = (f"it would fit on cordoned node(s) {named}: it starts once they are uncordoned "
+            "(`ringleader node uncordon NODE`) or GPUs free elsewhere")  # fmt: skip
+    cordoned = replace(decision, reasons=(line, *decision.reasons), node_reasons=reasons,
+                       reason_code=ReasonCode.CORDONED)  # fmt: skip
+    return replace(one, decision=cordoned)
 
 
 def _inputs(snapshot: Snapshot, entry: Waiting, current: QueuePass, moved: int) -> Hashable:

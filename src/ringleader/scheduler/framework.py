@@ -19,6 +19,8 @@ from ringleader.scheduler.gpuset import INF, bits, search_for
 from ringleader.scheduler.network import level_index, most_free_under, tree_levels
 from ringleader.scheduler.teams import gpu_type
 from ringleader.scheduler.types import (
+    HELD,
+    UNUSABLE,
     Bottleneck,
     Candidate,
     ClusterState,
@@ -67,6 +69,22 @@ class Policy(ABC):
         positions = sorted(p for g in groups for p in g.positions)
         nodes = groups[0].all_nodes if groups else ()
         return self.choose([nodes[p] for p in positions], job)
+
+
+def _held_by(node: NodeState) -> str:
+    """What holds a node's GPUs beyond running jobs, for a filter's reason: " (4 reserved for
+    job big; 4 on a node no job may use now)"; "" when only jobs hold them."""
+    reserved: dict[str, int] = {}
+    unusable = 0
+    for _, owner in node.allocated:
+        if owner == UNUSABLE:
+            unusable += 1
+        elif owner.startswith(f"{HELD}:"):
+            reserved[owner[len(HELD) + 1 :]] = reserved.get(owner[len(HELD) + 1 :], 0) + 1
+    parts = [f"{n} reserved for job {job}" for job, n in sorted(reserved.items())]
+    if unusable:
+        parts.append(f"{unusable} unusable now (cordoned, or not allowed for this job)")
+    return f" ({'; '.join(parts)})" if parts else ""
 
 
 _REGISTRY: dict[str, Policy] = {}
@@ -225,7 +243,9 @@ class NodeReasons(Mapping[str, str]):
 
     def _all(self) -> dict[str, str]:
         if self._expanded is None:
-            self._expanded = {ns.name: reason for group, reason in self._filtered for ns in group.members()}
+            # what holds the GPUs differs between a group's nodes (their free GPUs are the same)
+            self._expanded = {ns.name: reason + (_held_by(ns) if reason.endswith(" per worker") else "")
+                              for group, reason in self._filtered for ns in group.members()}  # fmt: skip
         return self._expanded
 
     def __getitem__(self, name: str) -> str:

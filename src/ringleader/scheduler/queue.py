@@ -41,6 +41,8 @@ from ringleader.scheduler.policies.throughput import Estimator, RangedEstimator,
 from ringleader.scheduler.preempt import gpus_held, plan_preemption
 from ringleader.scheduler.teams import QuotaCheck, Teams, fair_merge, gpu_type, queue_of
 from ringleader.scheduler.types import (
+    HELD,
+    UNUSABLE,
     AtRisk,
     ClusterState,
     Code,
@@ -50,6 +52,7 @@ from ringleader.scheduler.types import (
     Option,
     Placement,
     Preemption,
+    ReasonCode,
     Reservation,
     RunningGang,
     StartRule,
@@ -60,10 +63,6 @@ from ringleader.scheduler.types import (
     finish_of,
 )
 
-HELD = "reserved"  # owner name of reserved GPUs in the working states a pass builds
-# Owner of GPUs an engine masks out of a decision (a cordoned node, an untolerated taint): no
-# job may take them, and no plan counts on them ever coming free.
-UNUSABLE = "\x00unusable"
 # Later starts a start rule looks at per decision (each costs a ``place`` on the future cluster).
 MAX_OPTIONS = 16
 
@@ -128,13 +127,8 @@ def queue_order(
     the queue holding the fewest GPUs per weight."""
 
     def key(queued: QueuedJob) -> tuple[float, float, int, float, int]:
-        order, borrow = config.order, 0.0
-        if teams is not None:
-            team = teams.queues.get(queue_of(queued.job))
-            order = team.order if team is not None and team.order is not None else order
-            borrow = teams.borrow_share(queued.job)
-        # FIFO ranks with age; the other orders keep the old from starving by their own rule
-        ranked = effective_priority(queued, now if order is QueueOrder.FIFO else None, config)
+        order, ranked = ranked_priority(queued, now, config, teams)
+        borrow = teams.borrow_share(queued.job) if teams is not None else 0.0
         return (borrow, *order_key(order, ranked, _service(queued), now, config.orders), queued.seq)
 
     if teams is None:
@@ -145,6 +139,19 @@ def queue_order(
         by_queue.setdefault(queue_of(queued.job), []).append(queued)
     return fair_merge(by_queue, teams, lambda q: q.job.total_gpus, lambda q: keys[id(q)][0],
                       lambda q: (keys[id(q)][1], keys[id(q)][-1]))  # fmt: skip
+
+
+def ranked_priority(
+    queued: QueuedJob, now: float | None, config: BackfillConfig, teams: Teams | None = None
+) -> tuple[QueueOrder, float]:
+    """The order of ``queued``'s queue and the priority it ranks with there (`queue describe`'s
+    effective priority): FIFO ranks with age; the other orders keep the old from starving by
+    their own rule."""
+    order = config.order
+    if teams is not None:
+        team = teams.queues.get(queue_of(queued.job))
+        order = team.order if team is not None and team.order is not None else order
+    return order, effective_priority(queued, now if order is QueueOrder.FIFO else None, config)
 
 
 def _service(queued: QueuedJob) -> Service:
@@ -223,8 +230,7 @@ class QueuePass:
             if reclaim is not None:
                 decision, after = self._preempts(job, policy, reclaim, None)
                 return replace(decision, reasons=(over_quota.reason or "", *decision.reasons)), after
-            assert over_quota.reason is not None
-            return self._over_quota(job, policy, over_quota.reason), self
+            return self._over_quota(job, policy, over_quota), self
         usable = self.usable_state(job)
         fits_now: Decision | None = None
         borrows: str | None = None
@@ -233,8 +239,7 @@ class QueuePass:
             if decision.placement is not None and self.teams is not None:
                 check = self.teams.check(job, self.teams.demand_of(job, usable, decision.placement))
                 if not check.ok:  # the GPUs it got span types its quota cannot take together
-                    assert check.reason is not None
-                    return self._over_quota(job, policy, check.reason), self
+                    return self._over_quota(job, policy, check), self
                 borrows = check.reason
             if decision.placement is not None:
                 fits_now = decision
@@ -259,14 +264,15 @@ class QueuePass:
         now_decision = place(self.state, job, policy) if explain else None
         if now_decision is not None and now_decision.code is Code.UNRESOLVABLE:
             if job.gpu_types is None:
-                return now_decision, self
+                return replace(now_decision, reason_code=ReasonCode.NEVER_FITS), self
             now_decision = replace(now_decision, code=Code.UNSCHEDULABLE)  # on the types its quota leaves
         reservation = None
         if len(self.reservations) < self.config.reservation_depth:
             reservation = self.plan_reservation(job, policy)
         after = self._holding(job, reservation)
         if now_decision is None:
-            return Decision(job, policy_name, Code.UNSCHEDULABLE, reservation=reservation), after
+            return Decision(job, policy_name, Code.UNSCHEDULABLE, reservation=reservation,
+                            reason_code=ReasonCode.RESOURCES), after  # fmt: skip
         lines = [reservation.describe()] if reservation else []
         use = self.teams.describe_use(job) if self.teams is not None else None
         if use is not None:
@@ -274,10 +280,19 @@ class QueuePass:
         if now_decision.ok:  # it fits the free GPUs: only reservations stop it
             lines.append(self._waits_for(job, now_decision.placement))
             blocked = place(usable, job, policy)
-            decision = replace(blocked, reasons=tuple(lines), reservation=reservation)
+            decision = replace(blocked, reasons=tuple(lines), reservation=reservation, reason_code=ReasonCode.RESERVED)
         else:
-            decision = replace(now_decision, reasons=(*lines, *now_decision.reasons), reservation=reservation)
+            decision = replace(now_decision, reasons=(*lines, *now_decision.reasons), reservation=reservation,
+                               reason_code=self._short_of(job, reservation))  # fmt: skip
         return decision, after
+
+    def _short_of(self, job: JobRequest, reservation: Reservation | None) -> ReasonCode:
+        """Why a gang that fits no free GPUs waits: GPUs enough but not in its shape (Topology),
+        else too few, with a reservation (Resources) or behind the gangs that hold them (Priority)."""
+        if enough_worker_slots(self.state, job):
+            return ReasonCode.TOPOLOGY
+        ahead = self.config.reservation_depth and len(self.reservations) >= self.config.reservation_depth
+        return ReasonCode.PRIORITY if reservation is None and ahead else ReasonCode.RESOURCES
 
     def started(self, job: JobRequest, placement: Placement, state: ClusterState | None = None) -> QueuePass:
         """The pass once ``job`` started on ``placement``: its GPUs taken (``state``: the pass's
@@ -305,9 +320,10 @@ class QueuePass:
                 refused[name] = check
         if refused and len(refused) == len(types):
             # a type it has quota for says more than "its quota of 0"; then the smallest reclaim
-            def rank(item: tuple[str, QuotaCheck]) -> tuple[bool, bool, int]:
+            def rank(item: tuple[str, QuotaCheck]) -> tuple[bool, bool, bool, int]:
                 check = item[1]
-                return queue.nominal(queue.key_of(item[0])) == 0, not check.shortfall, check.shortfall
+                no_quota = queue.nominal(queue.key_of(item[0])) == 0
+                return no_quota, check.over_maximum, not check.shortfall, check.shortfall
 
             return min(refused.items(), key=rank)[1], job
         return None, (replace(job, gpu_types=frozenset(types - set(refused))) if refused else job)
@@ -330,10 +346,15 @@ class QueuePass:
         rate = self.estimator()(freed.by_name, placement, job)
         return Preemption(victims, placement, rate, {v.name: tuple(held[v.name]) for v in victims}, reclaim=True)
 
-    def _over_quota(self, job: JobRequest, policy: str | None, reason: str) -> Decision:
+    def _over_quota(self, job: JobRequest, policy: str | None, check: QuotaCheck) -> Decision:
         """A gang its queue's quota stops pends with the queue's numbers and holds no GPUs:
-        it could not start on them."""
-        return Decision(job, get_policy(policy or job.policy_name).name, Code.UNSCHEDULABLE, reasons=(reason,))
+        it could not start on them. One that asks for more than its queue may ever hold stays
+        pending, said so with the maximum (as Kueue keeps such a workload, "request > maximum
+        capacity"): a quota may be raised under it."""
+        assert check.reason is not None
+        code = ReasonCode.OVER_MAXIMUM if check.over_maximum else ReasonCode.QUOTA_EXCEEDED
+        return Decision(job, get_policy(policy or job.policy_name).name, Code.UNSCHEDULABLE, reasons=(check.reason,),
+                        reason_code=code)  # fmt: skip
 
     def _waits_for(self, job: JobRequest, wanted: Placement | None) -> str:
         """Which reservations hold the GPUs ``job`` would take, and why it may not use them."""
@@ -341,12 +362,14 @@ class QueuePass:
         wanted_gpus = {(s.node, g) for s in wanted.slots for g in s.gpus} if wanted else set()
         named = [r for r in blocking if wanted_gpus & _gpu_set(r.placement)] or list(blocking)
         names = ", ".join(f"job {r.job}" for r in named)
-        if job.time_limit_s is None or self.now is None:
-            why = "it has no time limit, so it could still run when they start"
-        else:
-            starts = [r.starts_in_s for r in named if r.starts_in_s is not None]
-            why = (f"its time limit ends after the reservation starts (in {approx_duration(min(starts))})"
-                   if starts else "the reservation's start is unknown")  # fmt: skip
+        starts = [r.starts_in_s for r in named if r.starts_in_s is not None]
+        if len(starts) < len(named) or self.now is None:
+            why = "the reservation's start is unknown (a job holding its GPUs has no time limit)"
+        else:  # the fix: a limit that ends before the first reservation starts lets it backfill
+            soonest = approx_duration(min(starts))
+            fix = f"a --time-limit under {soonest} would let it start now on them (backfill)"
+            why = (f"it has no time limit, so it could still run when they start; {fix}" if job.time_limit_s is None
+                   else f"its time limit ends after the reservation starts (in {soonest}); {fix}")  # fmt: skip
         return f"waits for reservation of {names}: {why}"
 
     def plan_reservation(self, job: JobRequest, policy: str | None = None) -> Reservation | None:
@@ -424,6 +447,8 @@ class QueuePass:
                 return None
             now_option = Option(fits_now.placement, self.now, rate, finish_of(self.now, work, ideal, rate))
         wait = self._best_wait(job, policy, rule, ideal, work, deadline, now_option)
+        if wait is None and now_option is not None and rule is StartRule.FINISH:
+            wait = self._first_wait(job, policy, ideal, work, deadline)  # shown beside now's finish: both weighed
         if now_option is None and wait is None:
             return None  # no start to weigh: it pends as any gang that does not fit
         at_risk = None
@@ -478,6 +503,18 @@ class QueuePass:
                 break
         return best
 
+    def _first_wait(
+        self, job: JobRequest, policy: str | None, ideal: float, work: float | None, deadline: float
+    ) -> Option | None:
+        """The first later start with a known time before ``deadline``: what a gang that starts
+        now because no later start finishes sooner gives up (``_best_wait`` stops before it)."""
+        for start, placement in self.future_options(job, policy):
+            if start is None or start > deadline:
+                return None
+            rate = self.estimator()(self.state.by_name, placement, job)
+            return Option(placement, start, rate, finish_of(start, work, ideal, rate))
+        return None
+
     def ideal_rate(self, job: JobRequest, policy: str | None = None) -> float | None:
         """images/s of ``job`` on the placement ``place`` gives it on the empty cluster (only
         unusable GPUs held); None if it fits nowhere. Memoised per gang shape in ``ideal``."""
@@ -527,7 +564,7 @@ class QueuePass:
         reservation = self._reservation(job, preemption.placement, start)
         lines = [preemption.describe(), *([when.describe()] if when else []), reservation.describe()]
         decision = Decision(job, policy_name, Code.UNSCHEDULABLE, reasons=tuple(lines), reservation=reservation,
-                            when=when, preemption=preemption)  # fmt: skip
+                            when=when, preemption=preemption, reason_code=ReasonCode.PREEMPTING)  # fmt: skip
         running = {name: g for name, g in self.running.items() if name not in preemption.names}
         after = self._holding(job, reservation)
         teams = after.teams.without(preemption.names) if after.teams is not None else None
@@ -553,7 +590,7 @@ class QueuePass:
             reservation = self._reservation(job, when.wait.placement, when.wait.start_s)
         lines = [when.describe()] + ([reservation.describe()] if reservation else [])
         decision = Decision(job, policy_name, Code.UNSCHEDULABLE, reasons=tuple(lines), reservation=reservation,
-                            when=when)  # fmt: skip
+                            when=when, reason_code=ReasonCode.BETTER_PLACEMENT)  # fmt: skip
         after = self._holding(job, reservation)
         return decision, after
 

@@ -109,6 +109,8 @@ class QuotaCheck:
     borrowed: int = 0
     shortfall: int = 0
     reason: str | None = None
+    # more than the queue may ever hold (Kueue's "request > maximum capacity"): it never starts there
+    over_maximum: bool = False
 
 
 GangUse = tuple[str, Mapping[str, int]]  # a running gang's queue and its GPUs per quota key
@@ -225,6 +227,9 @@ class Teams:
             return QuotaCheck(True)
         borrowed = shortfall = 0
         for key, count in demand.items():
+            most = self.maximum(job, queue, key)
+            if count > most:
+                return QuotaCheck(False, reason=self._over_maximum(job, queue, key, count, most), over_maximum=True)
             held, nominal, room = self.held(queue.name, key), queue.nominal(key), self.room(queue, key)
             over = held + count - nominal
             if over <= 0:
@@ -242,6 +247,26 @@ class Teams:
             reason = (f"queue {queue.name} borrows {borrowed} GPU(s) of cohort {queue.cohort}'s idle quota "
                       "(reclaimed when their queues need them)")  # fmt: skip
         return QuotaCheck(True, borrowed, reason=reason)
+
+    def maximum(self, job: JobRequest, queue: TeamQueue, key: str) -> int:
+        """The most GPUs under ``key`` that ``job`` could ever hold in ``queue``: its nominal
+        quota, plus the other cohort queues' nominal quota where ``job`` may borrow (Kueue's
+        maximum capacity: nominal plus what the cohort can lend)."""
+        if not job.preemptible:
+            return queue.nominal(key)
+        return sum(q.nominal(key) for q in self.cohort(queue))
+
+    def _over_maximum(self, job: JobRequest, queue: TeamQueue, key: str, count: int, most: int) -> str:
+        gpus = "GPUs" if key == ANY_TYPE else f"{key} GPUs"
+        if job.preemptible and queue.cohort is not None:
+            why = f"its quota of {queue.nominal(key)} and all cohort {queue.cohort} could lend"
+        elif queue.cohort is not None:
+            why = f"its quota of {queue.nominal(key)}: a --non-preemptible job does not borrow"
+        else:
+            why = f"its quota of {queue.nominal(key)}, in no cohort to borrow from"
+        return (f"the job asks for {count} {gpus} and queue {queue.name} can never hold more than {most} ({why}): "
+                f"it never starts there; delete it and submit it with at most {most} GPUs or to another queue, or "
+                f"raise the quota (`ringleader queue create {queue.name} --gpus N --overwrite`)")
 
     def borrow_share(self, job: JobRequest) -> float:
         """GPUs over its queue's quota per weight that ``job`` would leave its queue holding

@@ -14,6 +14,10 @@ from functools import cached_property
 from ringleader.scheduler.switches import SwitchIndex, move_position
 from ringleader.topology.cluster import NodeSpec
 
+HELD = "reserved"  # owner name of reserved GPUs in the working states a pass builds ("reserved:JOB")
+# Owner of GPUs an engine masks out of a decision (a cordoned node, an untolerated taint): no
+# job may take them, and no plan counts on them ever coming free.
+UNUSABLE = "\x00unusable"
 # How a start rule "finish" weighs predictions with likely ranges (JobRequest.risk, --risk).
 RISKS = ("averse", "neutral")
 
@@ -347,6 +351,23 @@ class Code(enum.Enum):
     UNRESOLVABLE = "UnschedulableAndUnresolvable"  # can never fit on this cluster
 
 
+class ReasonCode(enum.StrEnum):
+    """Why a gang waits, in one word, as squeue's REASON column and Kueue's condition reasons
+    say it (`list` shows it; the prose is the decision's ``reasons``). docs/queues.md lists them."""
+
+    HELD = "Held"  # held by its user (squeue: JobHeldUser) until `release`
+    CORDONED = "Cordoned"  # it would fit, but on nodes cordoned now
+    RESERVED = "Reserved"  # it fits the free GPUs, but they are reserved for gangs ahead of it
+    QUOTA_EXCEEDED = "QuotaExceeded"  # its queue's quota (and what it may borrow) is in use
+    OVER_MAXIMUM = "OverMaximum"  # more GPUs than its queue may ever hold: it never starts there
+    RESOURCES = "Resources"  # not enough free GPUs now; it holds a reservation or will get one
+    PRIORITY = "Priority"  # not enough free GPUs, and gangs ahead of it hold the reservations
+    TOPOLOGY = "Topology"  # enough free GPUs, but not in the shape it asks for
+    PREEMPTING = "Preempting"  # gangs it preempts (or whose borrowed quota it takes back) are stopping
+    BETTER_PLACEMENT = "WaitingForBetterPlacement"  # its start rule waits for faster GPUs
+    NEVER_FITS = "NeverFits"  # the cluster as declared can never hold it
+
+
 @dataclass(frozen=True)
 class Bottleneck:
     """The slowest link a job's allreduce crosses."""
@@ -510,7 +531,7 @@ class WhenChoice:
         """ "starts now: start now on ... finishes in ~2 h; start in ~10 min on ... finishes in ~45 min" """
         parts = [o.describe(self.now_s) for o in (self.now, self.wait) if o is not None]
         if self.starts_now:
-            verdict = "starts now"
+            verdict = "starts now" if self.wait is None else "starts now: it finishes sooner"
         elif self.rule is StartRule.BEST:
             verdict = "waits for a placement as fast as its best"
         else:
@@ -520,6 +541,7 @@ class WhenChoice:
             gain = abs(self.now.finish_s - self.wait.finish_s)
             risk = self.at_risk
             if risk is not None and self.starts_now and self.wait.finish_s < self.now.finish_s:
+                verdict = "starts now"
                 verdict += (f": waiting finishes sooner by {approx_duration(gain)} as predicted, but not if the "
                             f"later placement runs at the low end of its likely range ({risk.wait_images_per_s:.0f} "
                             f"images/s) and this one at the high end ({risk.now_images_per_s:.0f})")  # fmt: skip
@@ -601,6 +623,7 @@ class Decision:
     when: WhenChoice | None = None  # the start rule's weighing, where it weighed a later start
     preemption: Preemption | None = None  # pending only: the gangs it stops to start on their GPUs
     borrows: str | None = None  # started only: what it borrows of its cohort's idle quota (scheduler/teams.py)
+    reason_code: ReasonCode | None = None  # pending only: why it waits, in one word
 
     @property
     def placement(self) -> Placement | None:

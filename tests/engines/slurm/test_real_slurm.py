@@ -328,6 +328,8 @@ def test_a_priority_job_preempts_a_whole_slurm_job_which_checkpoints_and_is_requ
     wait_for(lambda: engine.get("low-a").status is JobStatus.RUNNING, 90, "the victim to run again")
     view = engine.get("low-a")
     assert view.restarts == 1
+    wait_for(lambda: engine.logs("low-a") == "training\ntraining\n", 30, "the second run's first line")
+    assert engine.previous_logs("low-a") == "training\n"  # `logs --previous`: the run before this one
     plan = json.loads((engine.root / "run" / "low-a" / "plan.json").read_text())
     assert plan["env"]["RINGLEADER_RESTARTS"] == "1"
 
@@ -473,3 +475,79 @@ def test_a_gang_with_start_best_waits_for_one_node_instead_of_spreading(
     assert not waiting.job.instances  # not handed to Slurm while it waits for better GPUs
     done = engine.wait("quad", timeout=90)
     assert done.status is JobStatus.SUCCEEDED and done.nodes == [first], (done.reason, done.events)
+
+
+def test_the_queue_view_on_slurm_list_describe_hold_release(slurm_box: object, tmp_path: Path) -> None:
+    """What an operator reads of ringleader's queue on Slurm, through the CLI as on the embedded
+    engine: QUEUE and REASON in `list`, `queue describe`'s line, hold/release and a new priority
+    for a job that waits in ringleader's queue."""
+    env = {**os.environ, "RINGLEADER_HOME": str(tmp_path / "home")}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([PY, "-m", "ringleader.cli.main", *args], env=env, capture_output=True, text=True)
+
+    def ok(*args: str) -> str:
+        done = cli(*args)
+        assert done.returncode == 0, (args, done.stderr)
+        return done.stdout
+
+    def reasons() -> dict[str, tuple[str, str]]:
+        lines = ok("list").splitlines()
+        head = lines[0].split()
+        return {row.split()[0]: (row.split()[head.index("QUEUE")], row.split()[head.index("REASON")])
+                for row in lines[1:]}  # fmt: skip
+
+    ok("engine", "use", "slurm")
+    ok("queue", "create", "team-a", "--gpus", "4")
+    sleeper = ["--", PY, "-c", "import time; time.sleep(120)"]
+    try:
+        ok("submit", "mpi", "--name", "fill", "--workers", "2", "--gpus", "4", *sleeper)
+        ok("submit", "mpi", "--name", "second", "--queue", "team-a", "--workers", "1", "--gpus", "4", *sleeper)
+        ok("submit", "mpi", "--name", "huge", "--queue", "team-a", "--workers", "2", "--gpus", "4", *sleeper)
+        wait_for(lambda: reasons().get("fill") == ("default", "-"), 30, "fill running")
+        assert reasons()["second"] == ("team-a", "Resources")
+        assert reasons()["huge"] == ("team-a", "OverMaximum")
+        assert json.loads(ok("get", "huge", "-o", "json"))["reason"].startswith(
+            "the job asks for 8 GPUs and queue team-a can never hold more than 4")
+        assert ok("hold", "second") == "job 'second' held\n"
+        assert reasons()["second"] == ("team-a", "Held")
+        line = json.loads(ok("queue", "describe", "team-a", "-o", "json"))["waiting"]
+        assert [(w["name"], w["place"]) for w in line] == [("huge", 1), ("second", None)]
+        running = cli("hold", "fill")
+        assert running.returncode == 1 and "only a job that waits can be held" in running.stderr
+        assert ok("release", "second") == "job 'second' released\n"
+        assert reasons()["second"] == ("team-a", "Resources")
+        assert ok("update", "second", "--priority", "5") == "job 'second' priority 5\n"
+        assert json.loads(ok("get", "second", "-o", "json"))["priority"] == 5
+    finally:
+        cli("delete", "--now", "fill", "second", "huge")
+    ok("queue", "delete", "team-a")
+
+
+def test_a_job_that_would_fit_on_cordoned_slurm_nodes_says_cordoned(slurm_box: object, tmp_path: Path) -> None:
+    """Both nodes cordoned (drained in Slurm): a one-GPU job says Cordoned, naming the nodes and
+    the cordons' reasons, not "0 free GPU(s)"; one node back, it starts there."""
+    env = {**os.environ, "RINGLEADER_HOME": str(tmp_path / "home")}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([PY, "-m", "ringleader.cli.main", *args], env=env, capture_output=True, text=True)
+
+    assert cli("engine", "use", "slurm").returncode == 0
+    try:
+        for node in ("node-a", "node-b"):
+            assert cli("node", "cordon", node, "--reason", "disk swap").returncode == 0
+        made = cli("submit", "mpi", "--name", "one", "--workers", "1", "--gpus", "1", "--", PY, "-c", "pass")
+        assert made.returncode == 0, made.stderr
+        waiting = json.loads(cli("get", "one", "-o", "json").stdout)
+        assert waiting["reason_code"] == "Cordoned", waiting["reason"]
+        assert waiting["reason"].startswith("it would fit on cordoned node(s) node-a (disk swap), node-b (disk swap)")
+        assert "0 free GPU(s)" not in waiting["reason"]
+        assert cli("node", "uncordon", "node-b").returncode == 0
+        wait_for(lambda: json.loads(cli("get", "one", "-o", "json").stdout)["status"] in ("RUNNING", "SUCCEEDED"), 60,
+                 "the job to start on node-b")  # fmt: skip
+    finally:
+        cli("delete", "--now", "one")
+        for node in ("node-a", "node-b"):
+            subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], capture_output=True)
+    wait_for(lambda: "DRAIN" not in subprocess.run(["scontrol", "show", "node"], capture_output=True,
+                                                   text=True).stdout, 30, "both nodes resumed")  # fmt: skip

@@ -55,10 +55,11 @@ from ringleader.errors import (
     StateError,
     UsageError,
 )
+from ringleader.jobs import pending
 from ringleader.jobs.commandline import prepare
 from ringleader.jobs.failures import without_cordoned
 from ringleader.jobs.line import CommandLine
-from ringleader.jobs.logfiles import follow_log, instance_name, read_log, wait_until_ended
+from ringleader.jobs.logfiles import follow_log, instance_name, previous_log, read_log, wait_until_ended
 from ringleader.jobs.prediction import queue_estimator, view_prediction
 from ringleader.jobs.queues import QueueView, check_queue, check_queue_exists, check_queue_unused, queue_views
 from ringleader.jobs.spec import JobSpec
@@ -88,7 +89,7 @@ class Runtime:
 
     supports = Support("embedded", image="podman or docker on this host", cluster_file=True, node_labels=True,
                        prune=True, emulated_cluster=True, state_backup=True, time_limit=True, network_tree=True,
-                       start_rules=True, preemption=True, calibration=True,
+                       start_rules=True, preemption=True, calibration=True, previous_logs=True,
                        container_options=("--data", "--shm-size", "--rdma", "--image-pull-policy", "--container-user"),
                        more_room="declare bigger nodes (`ringleader cluster apply`)")  # fmt: skip
 
@@ -369,6 +370,30 @@ class Runtime:
             added = Waiting(spec.request(), max((w.seq for w in waiting), default=0) + 1, now)
             return queue_snapshot(conn, now, [*waiting, added], queue_estimator([*specs.values(), spec]))
 
+    # -- waiting jobs (jobs/pending.py) ------------------------------------------------------------
+    def hold(self, name: str) -> None:
+        self._change_waiting(name, pending.hold)
+
+    def release(self, name: str) -> None:
+        self._change_waiting(name, pending.release)
+
+    def set_priority(self, name: str, priority: int) -> None:
+        self._change_waiting(name, lambda spec, status: pending.set_priority(spec, status, priority))
+
+    def _change_waiting(self, name: str, change: Callable[[JobSpec, JobStatus], pending.PendingChange]) -> None:
+        """The job's spec changed as ``change`` says, said in its events, and the queue's pass run
+        (a held job's GPUs go to the next in line; a released one may start now)."""
+        with self._writable().write() as conn:
+            row = store.job_row(conn, name)
+            if row is None:
+                raise NotFoundError(f"job {name!r} not found", "see `ringleader list`")
+            changed = change(JobSpec.from_dict(json.loads(row["spec"])), JobStatus(row["status"]))
+            now = self.clock.now()
+            store.update_job(conn, name, spec=json.dumps(changed.spec.to_dict()), priority=changed.spec.priority)
+            store.add_event(conn, name, changed.kind, changed.message, now)
+            schedule_pass(conn, now)
+        self._wake()
+
     # -- team queues (scheduler/teams.py) ---------------------------------------------------------
     def create_queue(self, queue: TeamQueue, overwrite: bool = False) -> None:
         """Keep ``queue`` (with ``overwrite``, replace the one of that name) and run the queue's
@@ -457,6 +482,11 @@ class Runtime:
     def logs(self, name: str, instance: str | None = None, tail: int | None = None, timestamps: bool = False) -> str:
         """An instance's log (the chief's by default), its last ``tail`` lines."""
         return read_log(self.log_file(name, instance), tail, timestamps)
+
+    def previous_logs(self, name: str, instance: str | None = None, tail: int | None = None,
+                      timestamps: bool = False) -> str:  # fmt: skip
+        """What an instance wrote in the job's previous run (``logfiles.previous_log``)."""
+        return previous_log(self.home / "logs" / name, self.get(name), instance, tail, timestamps)
 
     def follow(self, name: str, instance: str | None = None, tail: int | None = None,
                timestamps: bool = False) -> Iterator[str]:  # fmt: skip

@@ -68,7 +68,7 @@ def waiting_jobs(conn: sqlite3.Connection) -> tuple[dict[str, JobSpec], list[Wai
     """The jobs waiting in the folder's queue, by name, and as the cycle sees them."""
     rows = store.job_rows(conn, [JobStatus.QUEUING, JobStatus.PENDING])
     specs = {r["name"]: JobSpec.from_dict(json.loads(r["spec"])) for r in rows}
-    waiting = [Waiting(specs[r["name"]].request(), int(r["seq"]), float(r["created_at"]),
+    waiting = [Waiting(specs[r["name"]].request(), int(r["seq"]), float(r["created_at"]), hold=specs[r["name"]].hold,
                        service=waiting_service(conn, r, specs[r["name"]])) for r in rows]  # fmt: skip
     return specs, waiting
 

@@ -39,13 +39,16 @@ def job_view(
     recorded = store.events(conn, row["name"]) if with_events else []
     events = tuple(EventView(when(e["at"]) or 0.0, e["kind"], e["message"]) for e in recorded)
     decision = json.loads(row["decision"]) if row["decision"] else None
-    reason = row["reason"]
-    if row["status"] == JobStatus.PENDING.value and decision and decision.get("reservation"):
-        reason = "; ".join(filter(None, [reservation_line(row["name"], decision["reservation"]), reason]))
+    reason, code = row["reason"], None
+    if row["status"] == JobStatus.PENDING.value and decision:
+        code = decision.get("reason_code")
+        if decision.get("reservation"):
+            reason = "; ".join(filter(None, [reservation_line(row["name"], decision["reservation"]), reason]))
     spec = JobSpec.from_dict(json.loads(row["spec"]))
     return JobView(
         name=row["name"], status=JobStatus(row["status"]), priority=row["priority"], trainer=spec.trainer,
         created_at=when(row["created_at"]) or 0.0, started_at=when(row["started_at"]), ended_at=when(row["ended_at"]),
         spec=spec, reason=reason, placement=decision,
         instances=instances, events=events, has_instances=with_instances, restarts=int(row["restarts"] or 0),
+        reason_code=code,
     )  # fmt: skip

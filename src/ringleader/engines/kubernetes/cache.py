@@ -68,6 +68,7 @@ class Gang:
     # an unreachable node stays so until its kubelet says they stopped, or an administrator
     # force-deletes it or taints the node node.kubernetes.io/out-of-service (docs/kubernetes.md).
     stopping: int = 0
+    held: bool = False  # its PodGroup is held (names.HOLD_ANNOTATION): the cycle skips it
 
     @property
     def ready(self) -> bool:
@@ -98,6 +99,7 @@ class Cache:
         self.pods: dict[str, PodInfo] = {}
         self.groups: dict[str, int] = {}  # namespace/name -> minMember
         self.specs: dict[str, JobSpec] = {}  # namespace/name -> the spec its PodGroup keeps
+        self.held: set[str] = set()  # namespace/name of the PodGroups held by their users
         self.queues: tuple[TeamQueue, ...] = ()  # the team queues (names.QUEUES_CONFIG)
         self.restarts: dict[str, int] = {}  # gang -> its restart count (its PodGroup's annotation)
         self.preemptions: dict[str, int] = {}  # gang -> how many of its restarts were preemptions
@@ -160,7 +162,7 @@ class Cache:
             for claim in listed.values():
                 self.apply_claim("ADDED", claim)
         else:
-            self.groups, self.specs = {}, {}
+            self.groups, self.specs, self.held = {}, {}, set()
             for obj in objects:
                 self.apply_group("ADDED", obj)
 
@@ -283,12 +285,16 @@ class Cache:
         if event_type == "DELETED":
             self.groups.pop(key, None)
             self.specs.pop(key, None)
+            self.held.discard(key)
             self.restarts.pop(key, None)
             self.preemptions.pop(key, None)
             self.runs.pop(key, None)
         else:
             self.groups[key] = max(1, int((obj.get("spec") or {}).get("minMember") or 1))
             notes = meta.get("annotations") or {}
+            if (notes.get(names.HOLD_ANNOTATION) == "true") != (key in self.held):
+                self.held.symmetric_difference_update({key})
+                self.freed += 1  # a gang left the line or came back: the others may start, or wait
             spec = spec_from_json(str(notes.get(names.SPEC_ANNOTATION) or ""))
             if spec is not None and spec.name == meta.get("name"):
                 self.specs[key] = spec
@@ -601,5 +607,6 @@ class Cache:
         for gang in found:
             gang.queue = queues[gang.key]
             gang.refused = self.refusal(gang.key, gang.queue)
+            gang.held = gang.key in self.held
         found.sort(key=lambda g: (-max(p.priority for p in g.pending), min(p.created for p in g.pending)))
         return found

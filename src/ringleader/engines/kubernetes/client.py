@@ -304,7 +304,7 @@ class Api:
         group = (names.PODGROUP_GROUP, names.PODGROUP_VERSION, namespace, names.PODGROUP_PLURAL, name)
         self._json(self.custom.patch_namespaced_custom_object_status, *group, {"status": dict(status)})
 
-    def podgroup_annotate(self, namespace: str, name: str, annotations: Mapping[str, str]) -> None:
+    def podgroup_annotate(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
         group = (names.PODGROUP_GROUP, names.PODGROUP_VERSION, namespace, names.PODGROUP_PLURAL, name)
         self._json(self.custom.patch_namespaced_custom_object, *group, {"metadata": {"annotations": dict(annotations)}})
 
@@ -392,6 +392,21 @@ class JobsApi(Api):
     def get_podgroup(self, namespace: str, name: str) -> dict[str, Any] | None:
         group = (names.PODGROUP_GROUP, names.PODGROUP_VERSION, namespace, names.PODGROUP_PLURAL)
         return self._found(self.custom.get_namespaced_custom_object, *group, name)
+
+    def list_podgroups(self, namespace: str) -> list[dict[str, Any]]:
+        """The namespace's PodGroups (every namespace's for ALL_NAMESPACES); none where the user may
+        not list them or the cluster has no PodGroup resource (a list then shows no reasons)."""
+        group, version, plural = names.PODGROUP_GROUP, names.PODGROUP_VERSION, names.PODGROUP_PLURAL
+        try:
+            if namespace == ALL_NAMESPACES:
+                body = self._json(self.custom.list_cluster_custom_object, group, version, plural)
+            else:
+                body = self._json(self.custom.list_namespaced_custom_object, group, version, namespace, plural)
+        except ApiError as exc:
+            if exc.status not in (403, 404):
+                raise
+            return []
+        return list(body.get("items") or [])
 
     def pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         if namespace == ALL_NAMESPACES:

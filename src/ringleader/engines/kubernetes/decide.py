@@ -25,6 +25,7 @@ from ringleader.scheduler import (
     JobRequest,
     Placement,
     Preemption,
+    ReasonCode,
     Reservation,
     Snapshot,
     Waiting,
@@ -54,6 +55,7 @@ class Outcome:
     summary: str = ""
     reservation: Reservation | None = None  # pending: the GPUs held for it until it can start
     preemption: Preemption | None = None  # pending: the gangs it stops to start on their GPUs
+    reason_code: str = ""  # pending: why it waits, in one word (scheduler.types.ReasonCode)
 
     @property
     def ok(self) -> bool:
@@ -119,12 +121,12 @@ def outside_queue(cache: Cache, gang: Gang) -> Outcome | None:
     if len(sizes) > 1:
         return Outcome(gang, Code.UNRESOLVABLE, reason=(
             f"workers ask for different GPU counts ({', '.join(map(str, sorted(sizes)))}); "
-            "a gang's GPU workers must be alike"))  # fmt: skip
+            "a gang's GPU workers must be alike"), reason_code=ReasonCode.NEVER_FITS.value)  # fmt: skip
     if sizes:
         return None
     plain = _fit_members(cache, gang, [])
     if isinstance(plain, str):
-        return Outcome(gang, Code.UNSCHEDULABLE, reason=plain)
+        return Outcome(gang, Code.UNSCHEDULABLE, reason=plain, reason_code=ReasonCode.RESOURCES.value)
     return Outcome(gang, Code.SUCCESS, tuple(plain), summary=f"{len(plain)} pod(s) placed")
 
 
@@ -148,7 +150,7 @@ class Members:
         request = job_request(gang)
         runs = self.cache.runs.get(gang.key, ())  # its ended runs: the GPU service a queue's order reads
         return Waiting(request, seq, submit_s, masked, partial(self._check, gang), len(gang.pending),
-                       service=service_of_runs(request.total_gpus, runs))  # fmt: skip
+                       hold=gang.held, service=service_of_runs(request.total_gpus, runs))  # fmt: skip
 
     def _check(self, gang: Gang, placement: Placement) -> Mapping[str, str] | str | ClusterState | None:
         pods = _gpu_workers(gang)
@@ -175,14 +177,19 @@ class Members:
         decision, gang = one.decision, self.gangs[one.decision.job.name]
         if decision.ok:
             return Outcome(gang, Code.SUCCESS, self.assigned[gang.key], summary=decision.summary())
+        code = decision.reason_code.value if decision.reason_code is not None else ""
         if one.refused is not None:
-            return Outcome(gang, Code.UNSCHEDULABLE, reason=one.refused)
+            return Outcome(gang, Code.UNSCHEDULABLE, reason=one.refused, reason_code=ReasonCode.RESOURCES.value)
+        if decision.reason_code is ReasonCode.HELD:  # the job named as a user names it: name and namespace
+            namespace, _, name = gang.key.partition("/")
+            why = f"held: it is not started until `ringleader release {name} -n {namespace}`"
+            return Outcome(gang, decision.code, reason=why, reason_code=code)
         pods = _gpu_workers(gang)
         positions = self.cache.state.positions
         short = {positions[node]: why for node, why in one.lacking.items()}
         reason = _gpu_reason(self.cache, decision.reasons, self.cache.misfits(pods[0]), short, len(pods))
         return Outcome(gang, decision.code, reason=reason, reservation=decision.reservation,
-                       preemption=decision.preemption)  # fmt: skip
+                       preemption=decision.preemption, reason_code=code)  # fmt: skip
 
 
 def _fit_members(cache: Cache, gang: Gang, workers: Sequence[Assignment]) -> list[Assignment] | str:

@@ -47,7 +47,8 @@ BINDING_ANNOTATIONS = (*GPU_ANNOTATIONS, names.DECISION_ANNOTATION, names.RESTAR
 # What the scheduler keeps on a PodGroup (its counters and why the gang waits), and the spec submit
 # stored there (the gang's queue and preemption, read by the scheduler): the scheduler's own, and
 # the spec as created.
-PODGROUP_COUNTERS = (names.RESTARTS_ANNOTATION, names.PREEMPTIONS_ANNOTATION, names.PENDING_ANNOTATION)
+PODGROUP_COUNTERS = (names.RESTARTS_ANNOTATION, names.PREEMPTIONS_ANNOTATION, names.PENDING_ANNOTATION,
+                     names.PENDING_CODE_ANNOTATION)
 PODGROUP_POLICY = "ringleader-podgroup-counters"
 # What the scheduler may change on a Node (its cluster-wide `nodes: patch`): the failures blamed
 # on it, and its cordon with the reason.

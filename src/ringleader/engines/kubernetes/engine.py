@@ -14,7 +14,8 @@ import json
 import re
 import shlex
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from ringleader.engines.kubernetes.client import ApiError, JobsApi, current_name
 from ringleader.engines.kubernetes.delivery import Delivery, claim_template
 from ringleader.engines.kubernetes.objects import replica_role, wall_time
 from ringleader.errors import ConflictError, NotFoundError, UsageError
+from ringleader.jobs import pending
 from ringleader.jobs.codec import spec_from_json
 from ringleader.jobs.logfiles import instance_name, wait_until_ended
 from ringleader.jobs.prediction import view_prediction
@@ -410,9 +412,12 @@ class KubernetesEngine:
         for p in self.api.pods(self.namespace, names.JOB_LABEL):
             key = (p["metadata"].get("namespace", ""), p["metadata"]["labels"][names.JOB_LABEL])
             pods_by_job.setdefault(key, []).append(p)
-        views = [job_view(j, pods_by_job.get((j["metadata"].get("namespace", ""), j["metadata"]["name"]), []), None,
-                          (), with_instances)
-                 for j in self.api.list_jobs(self.namespace)]  # fmt: skip
+        groups = {(g["metadata"].get("namespace", ""), g["metadata"]["name"]): g
+                  for g in self.api.list_podgroups(self.namespace)}  # fmt: skip
+        views = []
+        for j in self.api.list_jobs(self.namespace):
+            key = (j["metadata"].get("namespace", ""), j["metadata"]["name"])
+            views.append(job_view(j, pods_by_job.get(key, []), groups.get(key), (), with_instances))
         views.sort(key=lambda v: v.created_at)
         return [v for v in views if statuses is None or v.status in statuses]
 
@@ -434,6 +439,28 @@ class KubernetesEngine:
         while not self.get(name).instances and not self.get(name).status.is_terminal():
             time.sleep(1.0)
         yield from self.api.follow_log(self.namespace, self._instance(name, instance), tail, timestamps)
+
+    # -- waiting jobs (jobs/pending.py) --------------------------------------------------------------
+    def hold(self, name: str) -> None:
+        """Its PodGroup marked held (names.HOLD_ANNOTATION): the scheduler's cycle skips the gang."""
+        self._mark_held(name, pending.hold)
+
+    def release(self, name: str) -> None:
+        self._mark_held(name, pending.release)
+
+    def set_priority(self, name: str, priority: int) -> None:
+        """Refused: a pod's priority is its PriorityClass's, fixed once the pods exist."""
+        self.supports.require("priority", "--priority N")
+
+    def _mark_held(self, name: str, change: Callable[[JobSpec, JobStatus], pending.PendingChange]) -> None:
+        view = self.get(name)
+        changed = change(view.spec, view.status)
+        try:
+            self.api.podgroup_annotate(self.namespace, name, {names.HOLD_ANNOTATION: "true" if changed.spec.hold
+                                                              else None})  # fmt: skip
+        except ApiError as exc:
+            raise ApiError(f"job {name}: its PodGroup was not changed: {exc.message}", exc.status,
+                           "ask for the right to patch podgroups in the namespace") from None  # fmt: skip
 
     def delete(self, names_: Sequence[str], now: bool = False) -> list[str]:
         """Delete the jobs' objects: their pods and PodGroups go with them (owner references), each pod
@@ -587,6 +614,8 @@ def job_view(job: dict[str, Any], pods: Sequence[dict[str, Any]], group: dict[st
     status = (job.get("status") or {})
     group_notes = ((group or {}).get("metadata") or {}).get("annotations") or {}
     reason = group_notes.get(names.PENDING_ANNOTATION) or None
+    code = group_notes.get(names.PENDING_CODE_ANNOTATION) or None
+    spec = replace(spec, hold=group_notes.get(names.HOLD_ANNOTATION) == "true")
     restarts = str(group_notes.get(names.RESTARTS_ANNOTATION) or "0")
     state = _status(job, pods)
     if state is JobStatus.QUEUING:
@@ -602,7 +631,7 @@ def job_view(job: dict[str, Any], pods: Sequence[dict[str, Any]], group: dict[st
         created_at=wall_time(meta.get("creationTimestamp")) or 0.0, started_at=wall_time(status.get("startTime")),
         ended_at=wall_time(status.get("completionTime")), spec=spec, reason=reason, placement=placement,
         instances=tuple(instances) if with_instances else (), events=events, has_instances=with_instances,
-        restarts=int(restarts) if restarts.isdigit() else 0,
+        restarts=int(restarts) if restarts.isdigit() else 0, reason_code=code if state is JobStatus.PENDING else None,
     )  # fmt: skip
 
 

@@ -544,6 +544,8 @@ def podgroup(spec: JobSpec, namespace: str, owner_uid: str | None = None, per_po
     spec too: the scheduler reads the gang's queue and preemption there, not off one of its pods."""
     meta: dict[str, Any] = {"name": spec.name, "namespace": namespace, "labels": {names.JOB_LABEL: spec.name},
                             "annotations": {names.SPEC_ANNOTATION: stored_spec(spec)}}  # fmt: skip
+    if spec.hold:  # submitted held: its user releases it (the annotation, not the spec, says whether it is held)
+        meta["annotations"][names.HOLD_ANNOTATION] = "true"
     if owner_uid:
         meta["ownerReferences"] = [owner_reference(spec, owner_uid)]
     return {

@@ -42,6 +42,9 @@ GPU_DEVICES_ANNOTATION = f"{PREFIX}/gpu-devices"
 WORKER_INDEX_ANNOTATION = f"{PREFIX}/worker-index"
 DECISION_ANNOTATION = f"{PREFIX}/decision"  # one-line summary of the gang decision
 PENDING_ANNOTATION = f"{PREFIX}/pending-reason"  # on the PodGroup: why it waits, with numbers
+PENDING_CODE_ANNOTATION = f"{PREFIX}/pending-reason-code"  # on the PodGroup: why it waits, in one word
+# On the PodGroup, set by its user (`ringleader hold`, "true"): the gang waits, reason Held.
+HOLD_ANNOTATION = f"{PREFIX}/hold"
 # Pod (template): the network level the gang must stay under (--topology-required) or prefers
 # (--topology-preferred), by level name; Kueue's pod-set annotations are read alike, their value
 # a node label key whose last part names the level (the tree's levels are named so).

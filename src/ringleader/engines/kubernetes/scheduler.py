@@ -265,7 +265,9 @@ class Scheduler:
         weighs = any(w.job.prices_placements for w in waiting)
         estimate = self._estimator(gangs) if weighs else None  # the model, where a gang weighs its start
         teams = self.cache.team_queues(now) if self.cache.queues else None
-        return Snapshot(self.cache.state, waiting, now, self._holding(now), teams=teams,
+        cordoned = [name for name, info in self.cache.nodes.items()
+                    if any(t.key == names.UNSCHEDULABLE_TAINT for t in info.taints)]  # fmt: skip
+        return Snapshot(self.cache.state, waiting, now, self._holding(now), teams=teams, cordoned=cordoned,
                         config=self.backfill, estimate=estimate, held=self._reservations,
                         decided_on=self._decided_on, epoch=(self.cache.freed, self._reservations_moved))  # fmt: skip
 
@@ -571,9 +573,10 @@ class Scheduler:
 
     def _report_pending(self, outcome: Outcome) -> None:
         gang = outcome.gang.key
-        if self._told.get(gang) == outcome.reason:
+        told = f"{outcome.reason_code}: {outcome.reason}"
+        if self._told.get(gang) == told:
             return  # said already: one Event per change of reason, not one per cycle
-        self._told[gang] = outcome.reason
+        self._told[gang] = told
         self._report(self._write_pending, outcome)
 
     def _write_pending(self, outcome: Outcome) -> None:
@@ -590,9 +593,9 @@ class Scheduler:
             except ApiError as exc:
                 log.warning("pod %s: PodScheduled condition not written: %s", pod.key, exc.message)
             self._event(pod, "Warning", "FailedScheduling", f"{kind}: {outcome.reason}")
-        self._podgroup(outcome, "Pending", outcome.reason)
+        self._podgroup(outcome, "Pending", outcome.reason, outcome.reason_code)
 
-    def _podgroup(self, outcome: Outcome, phase: str, reason: str) -> None:
+    def _podgroup(self, outcome: Outcome, phase: str, reason: str, code: str = "") -> None:
         first = outcome.gang.pending[0] if outcome.gang.pending else None
         if first is None or not first.grouped:
             return
@@ -601,7 +604,8 @@ class Scheduler:
             if phase == "Scheduled":
                 status["scheduleStartTime"] = self._stamp()
             self.api.podgroup_status(first.namespace, first.gang, status)
-            self.api.podgroup_annotate(first.namespace, first.gang, {names.PENDING_ANNOTATION: reason})
+            self.api.podgroup_annotate(first.namespace, first.gang, {names.PENDING_ANNOTATION: reason,
+                                                                     names.PENDING_CODE_ANNOTATION: code})
         except ApiError as exc:
             log.warning("podgroup %s: status not written: %s", outcome.gang.key, exc.message)
 

@@ -22,7 +22,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ from ringleader.engines.slurm.records import Records, add_event, private_dir
 from ringleader.engines.slurm.teams import TeamFiles
 from ringleader.engines.slurm.views import NOT_YET, failed_rank, job_view, launch_plan, slurm_status
 from ringleader.errors import ConflictError, NotFoundError, RingleaderError, UsageError
+from ringleader.jobs import pending
 from ringleader.jobs.codec import decision_to_dict, expected_end
 from ringleader.jobs.failures import (
     LOG_TAIL_BYTES,
@@ -49,7 +50,7 @@ from ringleader.jobs.failures import (
     resume_text,
     without_cordoned,
 )
-from ringleader.jobs.logfiles import follow_log, instance_name, read_log, wait_until_ended
+from ringleader.jobs.logfiles import follow_log, instance_name, previous_log, read_log, wait_until_ended
 from ringleader.jobs.prediction import queue_estimator, view_prediction
 from ringleader.jobs.queues import QueueView, check_queue, check_queue_exists, preempted_by, queue_views
 from ringleader.jobs.spec import JobSpec
@@ -87,7 +88,7 @@ class SlurmEngine:
         self._slurm_nodes: dict[str, state.SlurmNode] = {}  # as the last snapshot() read them
 
     supports = Support("slurm", time_limit=True, network_tree=True, start_rules=True, preemption=True,
-                       calibration=True,
+                       calibration=True, previous_logs=True,
                        more_room="add nodes to the Slurm partition")  # fmt: skip
 
     def close(self) -> None:
@@ -116,7 +117,8 @@ class SlurmEngine:
                 chosen = (record.get("plan") or {}).get("chosen") or {}
                 for w in chosen.get("workers", []):
                     reserved.setdefault(record["name"], {}).setdefault(w["node"], []).extend(w["gpus"])
-        snapshot = without_cordoned(state.cluster_state(nodes, specs, holders, reserved), self.teams.cordons())
+        cordons = self.teams.cordons()
+        snapshot = without_cordoned(state.cluster_state(nodes, specs, holders, reserved, cordons), cordons)
         return snapshot, {n.name: n for n in nodes}, jobs
 
     def nodes(self) -> ClusterState:
@@ -283,7 +285,7 @@ class SlurmEngine:
         names = {q.name for q in queues}
         holding += [Holding(name, queue=account) for name, account in (outside or {}).items() if account in names]
         usage = self.slurm_queues.usage([q.name for q in queues])
-        return Snapshot(state, waiting, now, holding, queues, usage, estimate=estimate)
+        return Snapshot(state, waiting, now, holding, queues, usage, estimate=estimate, cordoned=self.teams.cordons())
 
     def _preempt(self, name: str, by: Decision) -> None:
         """scancel the victim's Slurm job (Slurm stops it as for a delete: SIGTERM, KillWait,
@@ -521,6 +523,35 @@ class SlurmEngine:
         record.update(status=status.value, reason=reason, started_at=started or record.get("started_at"),
                       ended_at=ended)  # fmt: skip
 
+    # -- waiting jobs (jobs/pending.py) ------------------------------------------------------------
+    def hold(self, name: str) -> None:
+        self._change_waiting(name, pending.hold)
+
+    def release(self, name: str) -> None:
+        self._change_waiting(name, pending.release)
+
+    def set_priority(self, name: str, priority: int) -> None:
+        self._change_waiting(name, lambda spec, status: pending.set_priority(spec, status, priority))
+
+    def _change_waiting(self, name: str, change: Callable[[JobSpec, JobStatus], pending.PendingChange]) -> None:
+        """A job in ringleader's queue changed as ``change`` says, then the queue's pass; one
+        already handed to Slurm for its exact GPUs is Slurm's to hold (scontrol)."""
+        with self.records.locked():
+            record = self.records.load(name)
+            if record is None:
+                raise NotFoundError(f"job {name!r} not found", "see `ringleader list`")
+            if record.get("slurm_id") and record["status"] == JobStatus.PENDING.value:
+                ident = record["slurm_id"]
+                raise ConflictError(f"job {name!r} was handed to Slurm as job {ident}, which waits for the GPUs "
+                                    "it was placed on", f"hold it there: `scontrol hold {ident}`")  # fmt: skip
+            changed = change(JobSpec.from_dict(record["spec"]), JobStatus(record["status"]))
+            record.update(spec=changed.spec.to_dict(), priority=changed.spec.priority)
+            add_event(record, changed.kind, changed.message)
+            self.records.save(record)
+            self._schedule_locked()
+        if self._queued():
+            self._start_watcher()
+
     def get(self, name: str) -> JobView:
         if not self.readonly:
             self.schedule()
@@ -550,6 +581,11 @@ class SlurmEngine:
 
     def logs(self, name: str, instance: str | None = None, tail: int | None = None, timestamps: bool = False) -> str:
         return read_log(self._log_file(name, instance), tail, timestamps)
+
+    def previous_logs(self, name: str, instance: str | None = None, tail: int | None = None,
+                      timestamps: bool = False) -> str:  # fmt: skip
+        """What an instance wrote in the job's previous run (``logfiles.previous_log``)."""
+        return previous_log(self.root / "logs" / name, self.get(name), instance, tail, timestamps)
 
     def follow(self, name: str, instance: str | None = None, tail: int | None = None,
                timestamps: bool = False) -> Iterator[str]:  # fmt: skip
@@ -643,7 +679,7 @@ def _waiting(queued: list[dict[str, Any]]) -> tuple[dict[str, JobSpec], list[Wai
     """ringleader's queued job records by name, and as the queue's cycle sees them: in submit
     order, each with the GPU service of the runs it was requeued from."""
     specs = {r["name"]: JobSpec.from_dict(r["spec"]) for r in queued}
-    waiting = [Waiting(specs[r["name"]].request(), i, r.get("created_at"),
+    waiting = [Waiting(specs[r["name"]].request(), i, r.get("created_at"), hold=specs[r["name"]].hold,
                        service=service_of_runs(specs[r["name"]].request().total_gpus, r.get("runs", [])))
                for i, r in enumerate(queued)]  # fmt: skip
     return specs, waiting

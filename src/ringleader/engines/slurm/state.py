@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -25,6 +25,7 @@ from ringleader.inputs import load_yaml, read_bounded
 from ringleader.jobs.views import DRAINED, NOT_READY, READY, NodeHealth
 from ringleader.model.tables import known_gpu_types, normalize_gpu_type
 from ringleader.scheduler import ClusterState, NodeState
+from ringleader.scheduler.types import UNUSABLE as MASKED
 from ringleader.topology import NetworkTree, NodeSpec, NodeTopology, load_cluster_file
 from ringleader.topology.links import SELF
 from ringleader.topology.network_formats import load_network_text, parse_slurm_topology_yaml
@@ -204,9 +205,12 @@ def cluster_state(
     specs: Mapping[str, NodeSpec],
     holders: Mapping[str, Mapping[str, list[int]]],
     reserved: Mapping[str, Mapping[str, list[int]]],
+    cordoned: Collection[str] = (),
 ) -> ClusterState:
     """``holders``: owner -> node -> GPUs Slurm has handed out; ``reserved``: ringleader job ->
-    node -> GPUs it waits for in Slurm's queue. Used GPUs with no known job are 'slurm'."""
+    node -> GPUs it waits for in Slurm's queue. Used GPUs with no known job are 'slurm'. The
+    other GPUs of a node Slurm does not hand out are the node's state's ("node down"), or, on a
+    node ringleader cordoned (drained in Slurm), unusable as every engine's cordoned GPUs are."""
     out = []
     for node in nodes:
         owner: dict[int, str] = {}
@@ -218,7 +222,7 @@ def cluster_state(
             owner.setdefault(gpu, "slurm")
         if not node.usable:
             for gpu in range(node.gpus):
-                owner.setdefault(gpu, f"node {node.state.lower()}")
+                owner.setdefault(gpu, MASKED if node.name in cordoned else f"node {node.state.lower()}")
         allocated = tuple(sorted((g, j) for g, j in owner.items() if g < node.gpus))
         out.append(NodeState(specs[node.name], allocated))
     return ClusterState(tuple(out))

@@ -135,9 +135,20 @@ def job_view(record: dict[str, Any], root: Path, with_instances: bool = True) ->
         instances = tuple(_instance(e, st, status) for e, st in rank_states(launch_plan(root, record["name"])))
     events = tuple(EventView(at, kind, message) for at, kind, message in record.get("events", []))
     spec = JobSpec.from_dict(record["spec"])
+    code = reason_code(record) if status is JobStatus.PENDING else None
     return JobView(
         name=record["name"], status=status, priority=int(record.get("priority", 0)), trainer=spec.trainer,
         created_at=record["created_at"], started_at=record.get("started_at"), ended_at=record.get("ended_at"),
         spec=spec, reason=record.get("reason"), placement=record.get("plan"),
         instances=instances, events=events, has_instances=with_instances, restarts=int(record.get("restarts", 0)),
+        reason_code=code,
     )  # fmt: skip
+
+
+def reason_code(record: dict[str, Any]) -> str | None:
+    """Why a pending job waits in one word: ringleader's queue's (its plan's), or, once handed to
+    Slurm for its exact GPUs, Slurm's own REASON as squeue shows it ("Resources", "Priority")."""
+    if not record.get("slurm_id"):
+        return (record.get("plan") or {}).get("reason_code")
+    said = str(record.get("reason") or "")
+    return said.removeprefix("Slurm: ").split(";")[0] if said.startswith("Slurm: ") else None
