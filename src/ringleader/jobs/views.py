@@ -112,6 +112,8 @@ class JobView:
     has_instances: bool = True  # False when listed without them (list_jobs)
     restarts: int = 0  # times it was preempted and requeued
     namespace: str | None = None  # the Kubernetes namespace it is in; None on engines without them
+    # Where what runs beside it answers, by name: ("TensorBoard", "http://10.0.0.5:31234") (--tensorboard).
+    endpoints: tuple[tuple[str, str], ...] = ()
 
     @property
     def duration(self) -> float | None:
@@ -168,6 +170,7 @@ class JobView:
             "gpus_requested": self.gpus_requested, "gpus_allocated": self.gpus_allocated,
             **({"instances": [i.to_dict() for i in self.instances]} if self.has_instances else {}),
             "events": [e.to_dict() for e in self.events],
+            **({"endpoints": dict(self.endpoints)} if self.endpoints else {}),
         }  # fmt: skip
 
 

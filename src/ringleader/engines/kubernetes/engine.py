@@ -10,6 +10,7 @@ override the context and namespace.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shlex
@@ -20,7 +21,7 @@ from typing import Any
 
 from ringleader import settings
 from ringleader.engines.base import ALL_NAMESPACES
-from ringleader.engines.kubernetes import manifests, names
+from ringleader.engines.kubernetes import companions, manifests, names
 from ringleader.engines.kubernetes.cache import Cache
 from ringleader.engines.kubernetes.client import ApiError, JobsApi, current_namespace, load_client
 from ringleader.engines.kubernetes.delivery import Delivery, claim_template
@@ -114,8 +115,9 @@ class EngineApi(JobsApi):
                                              f"{names.SYSTEM_NAMESPACE}/{names.QUEUES_CONFIG}): ask one") from None
 
     def create(self, namespace: str, body: dict[str, Any]) -> None:
-        if body["kind"] == "Secret":
-            self.create_secret(namespace, body)
+        made = {"Secret": self.create_secret, "Deployment": self.create_deployment, "Service": self.create_service}
+        if body["kind"] in made:
+            made[body["kind"]](namespace, body)
             return
         group, version = body["apiVersion"].split("/")  # resource.k8s.io/v1 ResourceClaimTemplate
         self._json(self.custom.create_namespaced_custom_object, group, version, namespace,
@@ -370,17 +372,18 @@ class KubernetesEngine:
     @staticmethod
     def _extras(spec: JobSpec, namespace: str, delivery: Delivery, per_pod: int,
                 uid: str | None) -> list[dict[str, Any]]:  # fmt: skip
-        """The objects beside the job's object that its pods need, owned by it once it exists: the
-        Secret of secret-looking -e values, the ResourceClaimTemplate of a DRA cluster."""
+        """The objects beside the job's object, owned by it once it exists: the Secret of
+        secret-looking -e values, the ResourceClaimTemplate of a DRA cluster, TensorBoard's
+        Deployment and Service."""
         out = []
         secret = manifests.env_secret(spec, namespace, uid)
         if secret is not None:
             out.append(secret)
+        owner = manifests.owner_reference(spec, uid) if uid else None
         if delivery.mode == "dra" and spec.gpus_per_worker:
-            owner = manifests.owner_reference(spec, uid) if uid else None
             out.append(claim_template(manifests.claim_template_name(spec), namespace,
                                       spec.gpus_per_worker * per_pod, spec.name, owner))  # fmt: skip
-        return out
+        return out + companions.tensorboard(spec, namespace, owner)
 
     # -- reads ----------------------------------------------------------------------------------------
     def get(self, name: str) -> JobView:
@@ -397,7 +400,17 @@ class KubernetesEngine:
                        e.get("message", "")) for e in mine),
             key=lambda e: e.at,
         ))  # fmt: skip
-        return job_view(job, pods, group, events)
+        view = job_view(job, pods, group, events)
+        address = self._tensorboard_address(view.spec)
+        return dataclasses.replace(view, endpoints=(("TensorBoard", address),)) if address else view
+
+    def _tensorboard_address(self, spec: JobSpec) -> str | None:
+        """Where the job's TensorBoard answers (--tensorboard), as arena's `get` shows it."""
+        if spec.kube is None or not spec.kube.tensorboard:
+            return None
+        service = self.api.get_service(self.namespace, companions.tensorboard_name(spec))
+        pods = self.api.pods(self.namespace, f"{companions.TENSORBOARD_LABEL}={spec.name}")
+        return companions.tensorboard_address(service, pods)
 
     def gpu_usage(self, name: str) -> dict[str, tuple[GpuUsage, ...] | None]:
         """Not read on Kubernetes yet: every instance n/a (the job's existence is still checked)."""
