@@ -1,7 +1,8 @@
 """arena's own `submit mpi` lines, pasted from its docs (kubeflow/arena docs/, `arena` written
 `ringleader`, nothing else changed): each one plans, or is refused in one line that names what
 to use instead; no flag of arena's is silently ignored. On a host with no container runtime:
-`--image --dry-run` needs none."""
+`--image --dry-run` needs none. On the kubernetes engine, where their --tensorboard and
+--sync-mode work: tests/kube/test_real_companions.py."""
 
 from __future__ import annotations
 

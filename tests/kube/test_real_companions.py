@@ -7,12 +7,15 @@ TensorBoard's pod and, once the job is deleted, its garbage collector deletes wh
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from cli.test_arena_doc_lines import DOC_LINES, pasted
 from kube.kubeobjs import node
 from kube.realserver import ControlPlane
 from ringleader.cli.main import main
@@ -166,3 +169,45 @@ def test_real_an_rsync_job_on_a_volume_is_accepted_and_its_tensorboard_reads_the
     assert pod["containers"][0]["command"][:3] == ["tensorboard", "--logdir", "/data/run1"]
     assert cli("delete", "rs")[0] == 0
     real.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods/rs-worker-0", {"gracePeriodSeconds": 0})
+
+
+# arena's own doc lines (tests/cli/test_arena_doc_lines.py) on the kubernetes engine, where its
+# --tensorboard and --sync-mode work: each plans (--dry-run: the objects shown, nothing made), or is
+# refused in one line where a flag cannot mean arena's here.
+REFUSED_ON_KUBERNETES = {"config-file": "error: --config-file mounts a file of this host, and pods mount volumes only"}
+
+
+@pytest.mark.parametrize("doc", list(DOC_LINES))
+def test_real_arenas_doc_lines_plan_on_kubernetes_and_the_server_takes_their_objects(
+        real: ControlPlane, cli: Callable[..., tuple[int, str]], doc: str) -> None:  # fmt: skip
+    """Each planned line's objects pass the real API server's validation and admission as alice's
+    (a server-side dry run): the job's pods as its operator would make them, TensorBoard's
+    Deployment and Service, the code sync's init container."""
+    words = pasted(DOC_LINES[doc])
+    if doc == "preempted":  # its doc's cluster has arena's PriorityClasses
+        real.apply([{"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "medium"},
+                     "value": 100}])  # fmt: skip
+    code, out = cli(*words[1:], "--dry-run", "-o", "json")
+    if doc in REFUSED_ON_KUBERNETES:
+        assert code == 2 and out.startswith(REFUSED_ON_KUBERNETES[doc]) and out.count("\n") == 1, out
+        return
+    assert code == 0, out
+    plan, _ = json.JSONDecoder().raw_decode(out)  # the notes on stderr follow it
+    objects = list(yaml.safe_load_all(plan["manifests"]))
+    kinds = [o["kind"] for o in objects]
+    assert ("Deployment" in kinds and "Service" in kinds) is ("--tensorboard" in words), kinds
+    [job] = [o for o in objects if o["kind"] == "MPIJob"]
+    synced = any(w.startswith(("--sync-mode", "--syncMode")) for w in words)
+    for role, replica in job["spec"]["mpiReplicaSpecs"].items():
+        inits = replica["template"]["spec"].get("initContainers") or []
+        assert [c["name"] for c in inits] == (["init-code"] if synced else []), role
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {**replica["template"]["metadata"],
+                                                                 "name": f"{job['metadata']['name']}-{role.lower()}"},
+               "spec": {**replica["template"]["spec"], "restartPolicy": replica["restartPolicy"]}}  # fmt: skip
+        real.request("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", pod, user="alice", query={"dryRun": "All"})
+    for obj in objects:
+        if obj["kind"] in ("Deployment", "Service"):
+            plural = {"Deployment": "/apis/apps/v1", "Service": "/api/v1"}[obj["kind"]]
+            real.request("POST", f"{plural}/namespaces/{NAMESPACE}/{obj['kind'].lower()}s", obj, user="alice",
+                         query={"dryRun": "All"})  # fmt: skip
+    assert real.get(f"{MPIJOBS}/{job['metadata']['name']}") is None  # nothing made
