@@ -129,8 +129,9 @@ def test_real_tensorboard_and_code_sync_are_made_shown_and_deleted_with_the_job(
     real.set_pod_status(NAMESPACE, pod["metadata"]["name"], {"phase": "Running", "hostIP": "10.0.0.7"})
     code, out = cli("get", "tb")
     assert code == 0 and f"http://10.0.0.7:{node_port}" in out, out
-    code, out = cli("get", "tb", "-o", "json")
-    assert f'"TensorBoard": "http://10.0.0.7:{node_port}"' in out, out
+    for listed in (("get", "tb"), ("list",)):
+        code, out = cli(*listed, "-o", "json")
+        assert code == 0 and f'"TensorBoard": "http://10.0.0.7:{node_port}"' in out, (listed, out)
     # deleting the job deletes them: the real garbage collector follows the owner references
     code, out = cli("delete", "tb")
     assert code == 0, out

@@ -394,8 +394,12 @@ class JobsApi(Api):
     def create_service(self, namespace: str, body: Mapping[str, Any]) -> None:
         self._json(self.core.create_namespaced_service, namespace, dict(body))
 
-    def get_service(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self._found(self.core.read_namespaced_service, name, namespace)
+    def services(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        if namespace == ALL_NAMESPACES:
+            body = self._json(self.core.list_service_for_all_namespaces, label_selector=selector)
+        else:
+            body = self._json(self.core.list_namespaced_service, namespace, label_selector=selector)
+        return list(body.get("items") or [])
 
     def create_podgroup(self, namespace: str, body: Mapping[str, Any]) -> None:
         group = (names.PODGROUP_GROUP, names.PODGROUP_VERSION, namespace, names.PODGROUP_PLURAL)

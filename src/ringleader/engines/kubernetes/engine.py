@@ -400,17 +400,28 @@ class KubernetesEngine:
                        e.get("message", "")) for e in mine),
             key=lambda e: e.at,
         ))  # fmt: skip
-        view = job_view(job, pods, group, events)
-        address = self._tensorboard_address(view.spec)
-        return dataclasses.replace(view, endpoints=(("TensorBoard", address),)) if address else view
+        return self._with_endpoints([job_view(job, pods, group, events)])[0]
 
-    def _tensorboard_address(self, spec: JobSpec) -> str | None:
-        """Where the job's TensorBoard answers (--tensorboard), as arena's `get` shows it."""
-        if spec.kube is None or not spec.kube.tensorboard:
-            return None
-        service = self.api.get_service(self.namespace, companions.tensorboard_name(spec))
-        pods = self.api.pods(self.namespace, f"{companions.TENSORBOARD_LABEL}={spec.name}")
-        return companions.tensorboard_address(service, pods)
+    def _with_endpoints(self, views: list[JobView]) -> list[JobView]:
+        """The views with where their TensorBoard answers (--tensorboard), as arena's `get` shows
+        it: two reads for all of them, none when no job asked for one."""
+        if not any(v.spec.kube is not None and v.spec.kube.tensorboard for v in views):
+            return views
+        label = companions.TENSORBOARD_LABEL
+
+        def job_of(obj: dict[str, Any]) -> tuple[str, str]:
+            return obj["metadata"].get("namespace") or "", obj["metadata"]["labels"][label]
+
+        services = {job_of(s): s for s in self.api.services(self.namespace, label)}
+        pods: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for pod in self.api.pods(self.namespace, label):
+            pods.setdefault(job_of(pod), []).append(pod)
+        out = []
+        for view in views:
+            key = (view.namespace or "", view.name)
+            address = companions.tensorboard_address(services.get(key), pods.get(key, []))
+            out.append(dataclasses.replace(view, endpoints=(("TensorBoard", address),)) if address else view)
+        return out
 
     def gpu_usage(self, name: str) -> dict[str, tuple[GpuUsage, ...] | None]:
         """Not read on Kubernetes yet: every instance n/a (the job's existence is still checked)."""
@@ -425,7 +436,7 @@ class KubernetesEngine:
                           (), with_instances)
                  for j in self.api.list_jobs(self.namespace)]  # fmt: skip
         views.sort(key=lambda v: v.created_at)
-        return [v for v in views if statuses is None or v.status in statuses]
+        return self._with_endpoints([v for v in views if statuses is None or v.status in statuses])
 
     def _instance(self, name: str, instance: str | None) -> str:
         """As on every engine, plus `launcher`: mpi-operator's launcher is a batch Job, whose pod
