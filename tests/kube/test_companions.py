@@ -69,6 +69,16 @@ def test_tensorboard_reads_the_logdir_where_the_job_writes_it(logdir: str | None
         assert (mounts(template).get("/training_logs") == companions.LOG_VOLUME) is (logdir is None)
 
 
+def test_tensorboard_tolerates_what_the_job_tolerates_and_pulls_with_its_secrets() -> None:
+    kube = KubeOptions(tensorboard=True, tolerations=("gpu=yes:NoSchedule",), image_pull_secrets=("regcred",))
+    spec = job(kube)
+    deployment, _ = companions.tensorboard(spec, "team-a", None, manifests.tolerations(kube.tolerations))
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["tolerations"] == [{"key": "gpu", "operator": "Equal", "value": "yes", "effect": "NoSchedule"}]
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    kubernetes_validate.validate(deployment, "1.30", strict=True)
+
+
 def test_tensorboard_of_a_pytorchjob_sits_beside_its_master() -> None:
     spec = job(KubeOptions(tensorboard=True), kind="pytorch")
     deployment, _ = companions.tensorboard(spec, "team-a", None)

@@ -116,9 +116,11 @@ def _rank0_affinity(spec: JobSpec) -> dict[str, Any]:
         {"labelSelector": {"matchLabels": selector}, "topologyKey": "kubernetes.io/hostname"}]}}  # fmt: skip
 
 
-def tensorboard(spec: JobSpec, namespace: str, owner: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+def tensorboard(spec: JobSpec, namespace: str, owner: Mapping[str, Any] | None,
+                tolerations: Sequence[Mapping[str, str]] = ()) -> list[dict[str, Any]]:  # fmt: skip
     """TensorBoard's Deployment and its NodePort Service (none without --tensorboard), owned by
-    the job's object once it exists: deleting the job deletes them."""
+    the job's object once it exists: deleting the job deletes them. ``tolerations``: the job's
+    (--toleration), so that it may run on rank 0's node."""
     kube = spec.kube or KubeOptions()
     if not kube.tensorboard:
         return []
@@ -140,6 +142,8 @@ def tensorboard(spec: JobSpec, namespace: str, owner: Mapping[str, Any] | None) 
         pod["volumes"] = [volume]
     if on_rank0_node:
         pod["affinity"] = _rank0_affinity(spec)
+    if tolerations:
+        pod["tolerations"] = [dict(t) for t in tolerations]
     if kube.image_pull_secrets:
         pod["imagePullSecrets"] = [{"name": n} for n in kube.image_pull_secrets]
     if kube.priority_class:

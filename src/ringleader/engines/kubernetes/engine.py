@@ -383,7 +383,9 @@ class KubernetesEngine:
         if delivery.mode == "dra" and spec.gpus_per_worker:
             out.append(claim_template(manifests.claim_template_name(spec), namespace,
                                       spec.gpus_per_worker * per_pod, spec.name, owner))  # fmt: skip
-        return out + companions.tensorboard(spec, namespace, owner)
+        # TensorBoard may run beside rank 0: on a node the job's tolerations let it onto
+        tolerated = manifests.tolerations(spec.kube.tolerations) if spec.kube is not None else []
+        return out + companions.tensorboard(spec, namespace, owner, tolerated)
 
     # -- reads ----------------------------------------------------------------------------------------
     def get(self, name: str) -> JobView:

@@ -180,7 +180,7 @@ def _scaled(value: str, times: int, unit: str) -> str:
     return f"{int(total * 1000)}m" if unit == "cpu" else str(int(total))
 
 
-def _tolerations(given: Sequence[str]) -> list[dict[str, str]]:
+def tolerations(given: Sequence[str]) -> list[dict[str, str]]:
     out = []
     for text in given:
         if text == "all":
@@ -353,7 +353,7 @@ def _common_pod(spec: JobSpec, volumes: list[dict[str, Any]], grace_s: float | N
     if kube.selector:
         common["nodeSelector"] = dict(kube.selector)
     if kube.tolerations:
-        common["tolerations"] = _tolerations(kube.tolerations)
+        common["tolerations"] = tolerations(kube.tolerations)
     if kube.image_pull_secrets:
         common["imagePullSecrets"] = [{"name": n} for n in kube.image_pull_secrets]
     if kube.priority_class:
