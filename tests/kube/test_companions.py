@@ -152,6 +152,16 @@ def test_a_bad_tensorboard_or_code_sync_is_refused_in_one_line(kube: KubeOptions
     assert "\n" not in refused.value.one_line()
 
 
+@pytest.mark.parametrize("name", ["a" * 52, "7b-run"])
+def test_a_name_tensorboards_service_could_not_have_is_refused_before_anything_is_made(name: str) -> None:
+    spec = JobSpec(name, 1, 1, ["python", "t.py"], kube=KubeOptions(tensorboard=True)).validate()
+    with pytest.raises(UsageError) as refused:
+        manifests.check_job_name_fits(spec)
+    assert refused.value.one_line().startswith(f"--tensorboard: its Service would be named '{name}-tensorboard'")
+    assert "use a --name that starts with a letter, of at most 51 characters" in refused.value.one_line()
+    manifests.check_job_name_fits(JobSpec(name, 1, 1, ["python", "t.py"]).validate())  # without TensorBoard: fine
+
+
 def test_the_address_is_the_node_port_on_tensorboards_node() -> None:
     service = {"spec": {"type": "NodePort", "ports": [{"port": 6006, "nodePort": 31234}]}}
     assert companions.tensorboard_address(None, []) is None

@@ -15,9 +15,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ringleader.engines.kubernetes import names
+from ringleader.errors import UsageError
 from ringleader.jobs.spec import TENSORBOARD_IMAGE, TRAINING_LOGDIR, JobSpec, KubeOptions
 
 TENSORBOARD_PORT = 6006
+DNS_LABEL_MAX = 63
 TENSORBOARD_LABEL = f"{names.PREFIX}/tensorboard-of"  # not JOB_LABEL: its pod is none of the job's
 CODE_VOLUME = "code-sync"
 LOG_VOLUME = "training-logs"
@@ -32,6 +34,19 @@ SYNC_IMAGES = {"git": "registry.k8s.io/git-sync/git-sync:v3.3.5",
 
 def tensorboard_name(spec: JobSpec) -> str:
     return f"{spec.name}-tensorboard"
+
+
+def check_tensorboard_name(spec: JobSpec) -> None:
+    """Refuse, before anything is made, a job whose TensorBoard Service Kubernetes would refuse:
+    a Service's name is a DNS-1035 label (a letter first, at most 63 characters)."""
+    if spec.kube is None or not spec.kube.tensorboard:
+        return
+    name = tensorboard_name(spec)
+    room = DNS_LABEL_MAX - (len(name) - len(spec.name))
+    if len(name) > DNS_LABEL_MAX or not name[0].isalpha():
+        raise UsageError(f"--tensorboard: its Service would be named {name!r}, which Kubernetes refuses (a letter "
+                         f"first, at most {DNS_LABEL_MAX} characters)",
+                         f"use a --name that starts with a letter, of at most {room} characters")  # fmt: skip
 
 
 def code_folder(spec: JobSpec) -> str:

@@ -131,7 +131,7 @@ DELIVERY_ANNOTATION = f"{names.PREFIX}/gpu-delivery"
 
 def check_job_name_fits(spec: JobSpec, per_pod: int = 1) -> None:
     """Refuse a job whose objects would get names Kubernetes refuses (the MPIJob would be
-    accepted, then never start a pod)."""
+    accepted, then never start a pod; its TensorBoard's Service would be refused after it)."""
     last = spec.workers // per_pod - 1
     longest = f"{spec.name}-worker-{last}"
     if len(longest) > DNS_LABEL_MAX:
@@ -141,6 +141,7 @@ def check_job_name_fits(spec: JobSpec, per_pod: int = 1) -> None:
             f"pod would be {longest!r}, {len(longest)} characters, over the {DNS_LABEL_MAX} of a pod's hostname",
             f"use a --name of at most {room} characters",
         )
+    companions.check_tensorboard_name(spec)
 
 
 def ranks_per_pod(spec: JobSpec, nodes: Sequence[str]) -> int:
