@@ -1,7 +1,8 @@
 """arena's own `submit mpi` lines, pasted from its docs (kubeflow/arena docs/, `arena` written
 `ringleader`, nothing else changed): each one plans, or is refused in one line that names what
 to use instead; no flag of arena's is silently ignored. On a host with no container runtime:
-`--image --dry-run` needs none."""
+`--image --dry-run` needs none. On the kubernetes engine, where their --tensorboard and
+--sync-mode work: tests/kube/test_real_companions.py."""
 
 from __future__ import annotations
 
@@ -55,15 +56,16 @@ DOC_LINES = {
 
 # What each line gets on the embedded engine: the plan, or the one line that refuses it.
 EXPECTED = {
-    "distributed": "error: --sync-mode: arena's code sync",
-    "config-file": "error: --tensorboard: arena's TensorBoard deployment is not started by ringleader",
+    "distributed": "error: --tensorboard is not supported by the embedded engine. To fix: leave --tensorboard out, "
+                   "or use --engine kubernetes",
+    "config-file": "error: --tensorboard is not supported by the embedded engine",
     "preempted": "error: --priority 'medium' names a Kubernetes PriorityClass (arena's meaning)",
-    "selector": "error: --tensorboard:",
-    "toleration": "error: --tensorboard:",
-    "rdma": "error: --syncMode: arena's code sync",
+    "selector": "error: --selector is not supported by the embedded engine",
+    "toleration": "error: --toleration is not supported by the embedded engine",
+    "rdma": "error: --tensorboard is not supported by the embedded engine",
     "gputopology": "Plan for job tensorflow-topo-4-vgg16",
     "namespace": "error: --working-dir '/perseus-demo/tensorflow-demo/' is not a folder here",
-    "pull-secret": "error: --sync-mode:",
+    "pull-secret": "error: --image-pull-secret is not supported by the embedded engine",
 }
 
 
@@ -151,7 +153,10 @@ def test_model_and_batch_of_horovod_and_torchvision_scripts_are_read() -> None:
         (["--queue=true"], "error: --queue takes a team queue's name here"),
         (["--hostNetwork"], "error: --hostNetwork: ringleader's pods do not share the host's network namespace"),
         (["--nproc-per-node", "4"], "error: --nproc-per-node: ringleader runs one process per worker"),
-        (["--gputopology", "true", "--logdir", "/logs"], "error: --logdir: arena's --logdir is where its TensorBoard"),
+        (["--gputopology", "true", "--logdir", "/logs"],
+         "error: --logdir is not supported by the embedded engine. To fix: leave --logdir out, or use --engine "
+         "kubernetes"),
+        (["--syncSource", "https://example.com/x.git"], "error: --sync-source is not supported by the embedded engine"),
         (["--config-file", "/etc/hostname:/etc/x"], "error: --config-file puts a file in each rank's container"),
     ],
 )

@@ -692,10 +692,27 @@ FIELD_JOBS: dict[str, tuple[dict[str, Any], Callable[[Any], bool] | None]] = {
     "workload": ({"model": "vgg16", "workload": Workload(batch_size=32, precision="fp16", accumulation=2)}, None),
     "hold": ({"hold": True}, None),  # submitted held: it waits, reason Held, until released
 }  # fmt: skip
+# Each field of KubeOptions (arena's Kubernetes-only options) as a row of its own: carried whole on
+# Kubernetes, refused in one line elsewhere, like the rest of the job's fields.
+KUBE_FIELD_JOBS: dict[str, KubeOptions] = {
+    "cpu": KubeOptions(cpu="2"), "memory": KubeOptions(memory="4Gi"), "selector": KubeOptions(selector=(("a", "b"),)),
+    "tolerations": KubeOptions(tolerations=("all",)), "image_pull_secrets": KubeOptions(image_pull_secrets=("s",)),
+    "labels": KubeOptions(labels=(("team", "a"),)), "annotations": KubeOptions(annotations=(("x.io/a", "b"),)),
+    "priority_class": KubeOptions(priority_class="high"), "retry": KubeOptions(retry=0),
+    "data_dirs": KubeOptions(data_dirs=("/data:/data",)), "tensorboard": KubeOptions(tensorboard=True),
+    "tensorboard_image": KubeOptions(tensorboard=True, tensorboard_image="tensorflow/tensorflow:2.15.0"),
+    "logdir": KubeOptions(tensorboard=True, logdir="/logs/run1"),
+    "sync_mode": KubeOptions(sync_mode="git", sync_source="https://github.com/tensorflow/benchmarks.git"),
+    "sync_source": KubeOptions(sync_mode="rsync", sync_source="10.0.0.5::backup/code"),
+    "sync_image": KubeOptions(sync_mode="git", sync_source="https://example.com/x.git", sync_image="git-sync:v4"),
+}  # fmt: skip
+ROWS = {**FIELD_JOBS, **{f"kube.{k}": ({"kube": v}, _support("kube_options")) for k, v in KUBE_FIELD_JOBS.items()}}
 
 
 def _expected(field_name: str, job: JobSpec) -> Any:
     """What `get` must show of the field: as submitted, or for what submit derives, what it derives."""
+    if field_name.startswith("kube."):
+        return job.kube
     if field_name == "line":
         return read_line(job.command)
     if field_name == "user_command":
@@ -705,17 +722,19 @@ def _expected(field_name: str, job: JobSpec) -> Any:
 
 def test_the_table_names_every_field_of_a_job() -> None:
     assert sorted(FIELD_JOBS) == sorted(f.name for f in dataclasses.fields(JobSpec))
+    assert sorted(KUBE_FIELD_JOBS) == sorted(f.name for f in dataclasses.fields(KubeOptions))
+    assert all(getattr(opts, k) != getattr(KubeOptions(), k) for k, opts in KUBE_FIELD_JOBS.items())
 
 
-@pytest.mark.parametrize("field_name", list(FIELD_JOBS))
+@pytest.mark.parametrize("field_name", list(ROWS))
 def test_every_field_is_carried_or_refused_before_anything_is_made(target: Target, field_name: str) -> None:
     """Submitted with the field set, the job's `get` shows it as submitted where the engine says
     it carries it; elsewhere submit refuses it in one line and nothing of the job exists."""
-    given, needs = FIELD_JOBS[field_name]
-    name = "f-" + field_name.replace("_", "-")
+    given, needs = ROWS[field_name]
+    name = "f-" + field_name.replace("_", "-").replace(".", "-")
     given = {k: (target.level or "rack") if v == LEVEL else v for k, v in given.items()}
     job = JobSpec(**{"name": name, "workers": 1, "gpus_per_worker": 1, "command": QUIET, **given})
-    if LEVEL in FIELD_JOBS[field_name][0].values() and target.level is None:
+    if LEVEL in ROWS[field_name][0].values() and target.level is None:
         needs = lambda _: False  # noqa: E731  (its cluster declares no tree: the level is refused)
     if field_name == "queue":
         target.engine.create_queue(TeamQueue("team-a", (("*", 8),)), overwrite=True)
@@ -728,7 +747,7 @@ def test_every_field_is_carried_or_refused_before_anything_is_made(target: Targe
     target.engine.submit(job)
     try:
         shown = target.engine.get(name).spec
-        assert getattr(shown, field_name) == _expected(field_name, job), shown
+        assert getattr(shown, field_name.partition(".")[0]) == _expected(field_name, job), shown
         assert shown == JobSpec.from_dict(json.loads(json.dumps(shown.to_dict())))  # whole through the codec
         if target.name == "kubernetes" and field_name in ("queue", "preempt", "preemptible"):
             scheduled = _as_the_scheduler_sees_it(target.engine, name)

@@ -19,11 +19,11 @@ RENAMED = {
     "--image-pull-secrets": "--image-pull-secret",  # as arena's docs write it
     "--running-timeout": "--time-limit",  # pytorchjob: how long it may run before it is stopped
     "--share-memory": "--shm-size",  # pytorchjob: /dev/shm of each worker
+    "--syncMode": "--sync-mode",
+    "--syncSource": "--sync-source",
+    "--syncImage": "--sync-image",
+    "--tensorboardImage": "--tensorboard-image",
 }
-
-_CLONE = "clone the code first (git clone SOURCE code) and submit from that folder: the ranks start in --working-dir"
-_TENSORBOARD = ("start TensorBoard beside the job yourself (tensorboard --logdir DIR, DIR where the program writes "
-                "its summaries)")  # fmt: skip
 
 # Switches arena users give a value as a word of its own (`--gputopology true`), and those words.
 SWITCHES_WITH_A_WORD = ("--gputopology", "--gang")
@@ -31,15 +31,6 @@ TRUTH_WORDS = ("true", "1", "yes", "false", "0", "no")
 
 # arena's flags with no counterpart here: (what it is, what to do instead).
 REFUSED: dict[str, tuple[str, str]] = {
-    "--sync-mode": (
-        "arena's code sync (git-sync, rsync, hdfs into $workingDir/code) is not done by ringleader",
-        _CLONE,
-    ),
-    "--sync-source": ("arena's code sync is not done by ringleader", _CLONE),
-    "--sync-image": ("arena's code sync is not done by ringleader", _CLONE),
-    "--tensorboard": ("arena's TensorBoard deployment is not started by ringleader", _TENSORBOARD),
-    "--tensorboard-image": ("arena's TensorBoard deployment is not started by ringleader", _TENSORBOARD),
-    "--logdir": ("arena's --logdir is where its TensorBoard reads, and ringleader starts none", _TENSORBOARD),
     "--device": (
         "arena's --device asks for another vendor's chips (amd.com/gpu=1)",
         "give --gpus N: ringleader places NVIDIA GPUs",
@@ -84,11 +75,6 @@ REFUSED: dict[str, tuple[str, str]] = {
     ),
     "--helm-binary": ("ringleader submits no Helm charts", "drop it"),
 }
-REFUSED["--syncMode"] = REFUSED["--sync-mode"]
-REFUSED["--syncSource"] = REFUSED["--sync-source"]
-REFUSED["--syncImage"] = REFUSED["--sync-image"]
-REFUSED["--tensorboardImage"] = REFUSED["--tensorboard-image"]
-
 
 def refusal(flag: str) -> UsageError | None:
     """The one-line refusal of arena's ``flag`` (as written, ``--flag`` or ``--flag=value``), or

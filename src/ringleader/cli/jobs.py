@@ -670,6 +670,7 @@ def render_job(job: JobView, wide: bool, events: bool, prediction: dict[str, Any
     line = prediction_line(prediction)
     if line:
         lines.append(("Prediction", line))
+    lines += list(job.endpoints)  # arena's "Tensorboard: http://..."
     key_values(lines)
     click.echo("\nInstances:")
     cols = ["NAME", "STATUS", "AGE", "IS_CHIEF", "GPU(Requested)", "NODE", "GPU_IDS"]

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import click
 
 from ringleader.errors import UsageError
-from ringleader.jobs.spec import KubeOptions
+from ringleader.jobs.spec import TENSORBOARD_IMAGE, TRAINING_LOGDIR, KubeOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -35,6 +35,20 @@ _KUBE_OPTIONS = (
     click.option("--retry", "kube_retry", type=int, default=None, help="[kubernetes] Retries (backoffLimit)."),
     click.option("--data-dir", "kube_data_dirs", multiple=True, metavar="HOST_PATH:CONTAINER_PATH",
                  help="[kubernetes] Mount a node's directory into every pod (repeatable)."),
+    click.option("--tensorboard", "kube_tensorboard", is_flag=True, default=False,
+                 help="[kubernetes] Start TensorBoard beside the job (a Deployment and a NodePort Service, "
+                      "deleted with it); `get` shows its address."),
+    click.option("--tensorboard-image", "kube_tensorboard_image", default=None, metavar="IMAGE",
+                 help=f"[kubernetes] TensorBoard's image (default {TENSORBOARD_IMAGE})."),
+    click.option("--logdir", "kube_logdir", default=None, metavar="PATH|URL",
+                 help=f"[kubernetes] Where the job writes its summaries and TensorBoard reads them (default "
+                      f"{TRAINING_LOGDIR})."),
+    click.option("--sync-mode", "kube_sync_mode", default=None, metavar="git|rsync",
+                 help="[kubernetes] Fetch the code into WORKING_DIR/code before the job starts (arena's code sync)."),
+    click.option("--sync-source", "kube_sync_source", default=None, metavar="URL",
+                 help="[kubernetes] The code's git repository, or rsync source (HOST::MODULE/PATH)."),
+    click.option("--sync-image", "kube_sync_image", default=None, metavar="IMAGE",
+                 help="[kubernetes] The code sync's image (default: git-sync or rsync, as arena's)."),
 )
 
 
@@ -62,5 +76,8 @@ def read_kube_options(given: dict[str, Any]) -> KubeOptions | None:
         image_pull_secrets=tuple(given["kube_pull_secrets"]), labels=_pairs(given["kube_labels"], "--label"),
         annotations=_pairs(given["kube_annotations"], "--annotation"), priority_class=given["kube_priority_class"],
         retry=given["kube_retry"], data_dirs=tuple(given["kube_data_dirs"]),
+        tensorboard=given["kube_tensorboard"], tensorboard_image=given["kube_tensorboard_image"],
+        logdir=given["kube_logdir"], sync_mode=given["kube_sync_mode"], sync_source=given["kube_sync_source"],
+        sync_image=given["kube_sync_image"],
     )  # fmt: skip
     return opts if opts.given() else None

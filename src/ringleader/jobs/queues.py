@@ -222,7 +222,7 @@ def queue_views(
 class InLine:
     """A waiting job as `queue describe` shows it: its place in the line the queue's cycle
     decides jobs in (1: decided first; None: held, out of the line) and the priority it ranks
-    with there (its own plus its age, as Slurm's sprio shows a job's; fair share orders the queues).
+    with there (its own plus its age, as Slurm's sprio shows a job's; fair share orders the queues)."""
 
     place: int | None
     job: JobView

@@ -85,15 +85,15 @@ _IMAGE_REFERENCE = re.compile(
 MAX_IMAGE_NAME = 255
 
 
-def check_image_reference(image: str) -> None:
+def check_image_reference(image: str, flag: str = "--image") -> None:
     """Refuse what no registry, podman, docker or kubelet would take as an image reference."""
     # Bounded first: the grammar's alternatives must never see a huge string.
     found = _IMAGE_REFERENCE.fullmatch(image) if 0 < len(image) <= 4 * MAX_IMAGE_NAME else None
     if found is None or len(found["name"]) > MAX_IMAGE_NAME:
         raise UsageError(
-            f"--image {image!r} is not an image reference ([registry/]name[:tag][@digest], the name lowercase, "
+            f"{flag} {image!r} is not an image reference ([registry/]name[:tag][@digest], the name lowercase, "
             f"at most {MAX_IMAGE_NAME} characters)",
-            "write e.g. --image python:3.11 or --image nvcr.io/nvidia/pytorch:24.01-py3",
+            f"write e.g. {flag} python:3.11 or {flag} nvcr.io/nvidia/pytorch:24.01-py3",
         )
 
 
@@ -218,6 +218,13 @@ _K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|Ki|Mi|Gi|Ti|k|M|G|T)?$")
 _TOLERATION = re.compile(r"^(all|[^=:\s]+(=[^=:\s]*)?(:(NoSchedule|PreferNoSchedule|NoExecute))?)$")
 _DATA_DIR = re.compile(r"^/[^:\s]*:/[^:\s]*$")
+# arena's code sync (--sync-mode): git clones with git-sync, rsync copies from an rsync daemon.
+SYNC_MODES = ("git", "rsync")
+# arena's defaults: where its jobs write TensorBoard's summaries; TensorBoard's image (arena's is a
+# mirror of TensorFlow's own image; this is TensorFlow's, which has the tensorboard command).
+TRAINING_LOGDIR = "/training_logs"
+TENSORBOARD_IMAGE = "tensorflow/tensorflow:2.16.1"
+_URL = re.compile(r"^[a-z][a-z0-9+.-]*://\S+$")  # a --logdir TensorBoard reads itself (hdfs://, gs://, s3://)
 
 
 @dataclass(frozen=True)
@@ -235,16 +242,29 @@ class KubeOptions:
     priority_class: str | None = None  # the pods' PriorityClass
     retry: int | None = None  # runPolicy.backoffLimit
     data_dirs: tuple[str, ...] = ()  # HOST_PATH:CONTAINER_PATH hostPath mounts
+    # arena's --tensorboard: a TensorBoard Deployment and NodePort Service beside the job, reading
+    # --logdir (arena's default /training_logs) where the job writes its summaries.
+    tensorboard: bool = False
+    tensorboard_image: str | None = None
+    logdir: str | None = None
+    # arena's --sync-mode git|rsync: the code fetched from --sync-source into WORKDIR/code by an
+    # init container of every pod before the job's own container starts.
+    sync_mode: str | None = None
+    sync_source: str | None = None
+    sync_image: str | None = None
 
     FLAGS: ClassVar[dict[str, str]] = {
              "cpu": "--cpu", "memory": "--memory", "selector": "--selector",
              "tolerations": "--toleration", "image_pull_secrets": "--image-pull-secret", "labels": "--label",
              "annotations": "--annotation", "priority_class": "--priority-class", "retry": "--retry",
-             "data_dirs": "--data-dir"}  # fmt: skip
+             "data_dirs": "--data-dir", "tensorboard": "--tensorboard", "tensorboard_image": "--tensorboard-image",
+             "logdir": "--logdir", "sync_mode": "--sync-mode", "sync_source": "--sync-source",
+             "sync_image": "--sync-image"}  # fmt: skip
 
     def given(self) -> str | None:
         """The first option set, as the user spelled it (None: none)."""
-        return next((flag for key, flag in self.FLAGS.items() if getattr(self, key) not in (None, ())), None)
+        return next((flag for key, flag in self.FLAGS.items()
+                     if getattr(self, key) not in (None, ()) and getattr(self, key) is not False), None)  # fmt: skip
 
     def validate(self) -> None:
         def bad(flag: str, value: object, fix: str) -> UsageError:
@@ -279,6 +299,41 @@ class KubeOptions:
                 raise bad("--data-dir", mount, "write HOST_PATH:CONTAINER_PATH, both absolute")
         if self.retry is not None and not (isinstance(self.retry, int) and 0 <= self.retry <= 100):
             raise bad("--retry", self.retry, "give 0 to 100 retries")
+        self._check_tensorboard()
+        self._check_sync()
+
+    def _check_tensorboard(self) -> None:
+        for flag, value in (("--tensorboard-image", self.tensorboard_image), ("--logdir", self.logdir)):
+            if value is not None and not self.tensorboard:
+                raise UsageError(f"{flag} is the TensorBoard's, and no --tensorboard was given",
+                                 f"add --tensorboard, or leave {flag} out")  # fmt: skip
+        if self.tensorboard_image is not None:
+            check_image_reference(self.tensorboard_image, "--tensorboard-image")
+        path = self.logdir is not None and self.logdir.startswith("/") and " " not in self.logdir
+        if self.logdir is not None and not (path or _URL.match(self.logdir)):
+            raise UsageError(f"--logdir {self.logdir!r} is neither an absolute path nor a URL TensorBoard reads",
+                             "write e.g. --logdir /training_logs or --logdir hdfs://namenode/logs")  # fmt: skip
+
+    def _check_sync(self) -> None:
+        if self.sync_mode is None:
+            for flag, value in (("--sync-source", self.sync_source), ("--sync-image", self.sync_image)):
+                if value is not None:
+                    raise UsageError(f"{flag} is the code sync's, and no --sync-mode was given",
+                                     f"add --sync-mode {' or '.join(SYNC_MODES)}")  # fmt: skip
+            return
+        if self.sync_mode == "hdfs":  # listed in arena's help, refused by its own submit: no chart syncs it
+            raise UsageError("--sync-mode hdfs is not a code sync arena or ringleader does (arena's submit refuses it "
+                             "too)", "put the code on a volume and mount it with -d PVC:/path, or use "
+                             "--sync-mode git|rsync")  # fmt: skip
+        if self.sync_mode not in SYNC_MODES:
+            raise UsageError(f"--sync-mode {self.sync_mode!r} is not a code sync",
+                             f"give --sync-mode {' or '.join(SYNC_MODES)}")  # fmt: skip
+        if not self.sync_source or any(c.isspace() for c in self.sync_source):
+            raise UsageError(f"--sync-mode {self.sync_mode} needs --sync-source, where the code is",
+                             "add e.g. --sync-source https://github.com/tensorflow/benchmarks.git (git) or "
+                             "--sync-source 10.0.0.5::backup/code (rsync)")  # fmt: skip
+        if self.sync_image is not None:
+            check_image_reference(self.sync_image, "--sync-image")
 
     @staticmethod
     def from_dict(data: dict[str, Any] | None) -> KubeOptions | None:

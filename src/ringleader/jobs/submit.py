@@ -162,14 +162,14 @@ def prepare_submit(spec: JobSpec, supports: Support, environ: Mapping[str, str] 
     process's); an API caller's explicit ``spec.submit_env`` stands for it."""
     if spec.grace_s is None:  # the grace its ranks get when stopped, fixed now (see JobSpec.grace_s)
         spec = dataclasses.replace(spec, grace_s=settings.number("RINGLEADER_GRACE_S"))
+    given = spec.kube.given() if spec.kube is not None else None
+    if given is not None:  # before their values are read: an engine without them refuses them whatever they are
+        supports.require("kube_options", given)
     spec.validate()
     if spec.image is not None:
         supports.require("image", "--image")
     if spec.time_limit_s is not None:
         supports.require("time_limit", "--time-limit")
-    given = spec.kube.given() if spec.kube is not None else None
-    if given is not None:
-        supports.require("kube_options", given)
     if spec.container.user == "submitter":  # an API caller's spelling: the CLI resolves it itself
         mine = dataclasses.replace(spec.container, user=parse_container_user("submitter"))
         spec = dataclasses.replace(spec, container=mine)

@@ -115,6 +115,8 @@ class JobView:
     namespace: str | None = None  # the Kubernetes namespace it is in; None on engines without them
     # why it waits, in one word (scheduler.types.ReasonCode: squeue's REASON); None unless pending
     reason_code: str | None = None
+    # Where what runs beside it answers, by name: ("TensorBoard", "http://10.0.0.5:31234") (--tensorboard).
+    endpoints: tuple[tuple[str, str], ...] = ()
 
     @property
     def queue(self) -> str:
@@ -177,6 +179,7 @@ class JobView:
             "gpus_requested": self.gpus_requested, "gpus_allocated": self.gpus_allocated,
             **({"instances": [i.to_dict() for i in self.instances]} if self.has_instances else {}),
             "events": [e.to_dict() for e in self.events],
+            **({"endpoints": dict(self.endpoints)} if self.endpoints else {}),
         }  # fmt: skip
 
 

@@ -327,6 +327,9 @@ class JobsApi(Api):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        from kubernetes import client
+
+        self.apps = client.AppsV1Api(self.api)  # TensorBoard's Deployment (--tensorboard)
         # A command prints one line when the cluster is down, not urllib3's retry warnings.
         logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
 
@@ -384,6 +387,19 @@ class JobsApi(Api):
 
     def create_secret(self, namespace: str, body: Mapping[str, Any]) -> None:
         self._json(self.core.create_namespaced_secret, namespace, dict(body))
+
+    def create_deployment(self, namespace: str, body: Mapping[str, Any]) -> None:
+        self._json(self.apps.create_namespaced_deployment, namespace, dict(body))
+
+    def create_service(self, namespace: str, body: Mapping[str, Any]) -> None:
+        self._json(self.core.create_namespaced_service, namespace, dict(body))
+
+    def services(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        if namespace == ALL_NAMESPACES:
+            body = self._json(self.core.list_service_for_all_namespaces, label_selector=selector)
+        else:
+            body = self._json(self.core.list_namespaced_service, namespace, label_selector=selector)
+        return list(body.get("items") or [])
 
     def create_podgroup(self, namespace: str, body: Mapping[str, Any]) -> None:
         group = (names.PODGROUP_GROUP, names.PODGROUP_VERSION, namespace, names.PODGROUP_PLURAL)

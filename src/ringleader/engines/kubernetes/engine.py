@@ -10,6 +10,7 @@ override the context and namespace.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shlex
@@ -21,7 +22,7 @@ from typing import Any
 
 from ringleader import settings
 from ringleader.engines.base import ALL_NAMESPACES
-from ringleader.engines.kubernetes import manifests, names
+from ringleader.engines.kubernetes import companions, manifests, names
 from ringleader.engines.kubernetes.cache import Cache
 from ringleader.engines.kubernetes.client import ApiError, JobsApi, current_namespace, load_client
 from ringleader.engines.kubernetes.delivery import Delivery, claim_template
@@ -117,8 +118,9 @@ class EngineApi(JobsApi):
                                              f"{names.SYSTEM_NAMESPACE}/{names.QUEUES_CONFIG}): ask one") from None
 
     def create(self, namespace: str, body: dict[str, Any]) -> None:
-        if body["kind"] == "Secret":
-            self.create_secret(namespace, body)
+        made = {"Secret": self.create_secret, "Deployment": self.create_deployment, "Service": self.create_service}
+        if body["kind"] in made:
+            made[body["kind"]](namespace, body)
             return
         group, version = body["apiVersion"].split("/")  # resource.k8s.io/v1 ResourceClaimTemplate
         self._json(self.custom.create_namespaced_custom_object, group, version, namespace,
@@ -374,17 +376,20 @@ class KubernetesEngine:
     @staticmethod
     def _extras(spec: JobSpec, namespace: str, delivery: Delivery, per_pod: int,
                 uid: str | None) -> list[dict[str, Any]]:  # fmt: skip
-        """The objects beside the job's object that its pods need, owned by it once it exists: the
-        Secret of secret-looking -e values, the ResourceClaimTemplate of a DRA cluster."""
+        """The objects beside the job's object, owned by it once it exists: the Secret of
+        secret-looking -e values, the ResourceClaimTemplate of a DRA cluster, TensorBoard's
+        Deployment and Service."""
         out = []
         secret = manifests.env_secret(spec, namespace, uid)
         if secret is not None:
             out.append(secret)
+        owner = manifests.owner_reference(spec, uid) if uid else None
         if delivery.mode == "dra" and spec.gpus_per_worker:
-            owner = manifests.owner_reference(spec, uid) if uid else None
             out.append(claim_template(manifests.claim_template_name(spec), namespace,
                                       spec.gpus_per_worker * per_pod, spec.name, owner))  # fmt: skip
-        return out
+        # TensorBoard may run beside rank 0: on a node the job's tolerations let it onto
+        tolerated = manifests.tolerations(spec.kube.tolerations) if spec.kube is not None else []
+        return out + companions.tensorboard(spec, namespace, owner, tolerated)
 
     # -- reads ----------------------------------------------------------------------------------------
     def get(self, name: str) -> JobView:
@@ -401,7 +406,28 @@ class KubernetesEngine:
                        e.get("message", "")) for e in mine),
             key=lambda e: e.at,
         ))  # fmt: skip
-        return job_view(job, pods, group, events)
+        return self._with_endpoints([job_view(job, pods, group, events)])[0]
+
+    def _with_endpoints(self, views: list[JobView]) -> list[JobView]:
+        """The views with where their TensorBoard answers (--tensorboard), as arena's `get` shows
+        it: two reads for all of them, none when no job asked for one."""
+        if not any(v.spec.kube is not None and v.spec.kube.tensorboard for v in views):
+            return views
+        label = companions.TENSORBOARD_LABEL
+
+        def job_of(obj: dict[str, Any]) -> tuple[str, str]:
+            return obj["metadata"].get("namespace") or "", obj["metadata"]["labels"][label]
+
+        services = {job_of(s): s for s in self.api.services(self.namespace, label)}
+        pods: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for pod in self.api.pods(self.namespace, label):
+            pods.setdefault(job_of(pod), []).append(pod)
+        out = []
+        for view in views:
+            key = (view.namespace or "", view.name)
+            address = companions.tensorboard_address(services.get(key), pods.get(key, []))
+            out.append(dataclasses.replace(view, endpoints=(("TensorBoard", address),)) if address else view)
+        return out
 
     def gpu_usage(self, name: str) -> dict[str, tuple[GpuUsage, ...] | None]:
         """Not read on Kubernetes yet: every instance n/a (the job's existence is still checked)."""
@@ -419,7 +445,7 @@ class KubernetesEngine:
             key = (j["metadata"].get("namespace", ""), j["metadata"]["name"])
             views.append(job_view(j, pods_by_job.get(key, []), groups.get(key), (), with_instances))
         views.sort(key=lambda v: v.created_at)
-        return [v for v in views if statuses is None or v.status in statuses]
+        return self._with_endpoints([v for v in views if statuses is None or v.status in statuses])
 
     def _instance(self, name: str, instance: str | None) -> str:
         """As on every engine, plus `launcher`: mpi-operator's launcher is a batch Job, whose pod

@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 
 from ringleader import __version__
-from ringleader.engines.kubernetes import names
+from ringleader.engines.kubernetes import companions, names
 from ringleader.engines.kubernetes.delivery import (
     GPU_IDS_FIELD,
     SCHEDULER_ACCOUNT,
@@ -131,7 +131,7 @@ DELIVERY_ANNOTATION = f"{names.PREFIX}/gpu-delivery"
 
 def check_job_name_fits(spec: JobSpec, per_pod: int = 1) -> None:
     """Refuse a job whose objects would get names Kubernetes refuses (the MPIJob would be
-    accepted, then never start a pod)."""
+    accepted, then never start a pod; its TensorBoard's Service would be refused after it)."""
     last = spec.workers // per_pod - 1
     longest = f"{spec.name}-worker-{last}"
     if len(longest) > DNS_LABEL_MAX:
@@ -141,6 +141,7 @@ def check_job_name_fits(spec: JobSpec, per_pod: int = 1) -> None:
             f"pod would be {longest!r}, {len(longest)} characters, over the {DNS_LABEL_MAX} of a pod's hostname",
             f"use a --name of at most {room} characters",
         )
+    companions.check_tensorboard_name(spec)
 
 
 def ranks_per_pod(spec: JobSpec, nodes: Sequence[str]) -> int:
@@ -180,7 +181,7 @@ def _scaled(value: str, times: int, unit: str) -> str:
     return f"{int(total * 1000)}m" if unit == "cpu" else str(int(total))
 
 
-def _tolerations(given: Sequence[str]) -> list[dict[str, str]]:
+def tolerations(given: Sequence[str]) -> list[dict[str, str]]:
     out = []
     for text in given:
         if text == "all":
@@ -200,10 +201,11 @@ RDMA_RESOURCE = "rdma/hca"
 PVC_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 
 
-def _volumes(spec: JobSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Volumes and mounts of every pod: -d PVC:DST, --data-dir HOST:DST, and /dev/shm in memory
+def _volumes(spec: JobSpec, namespace: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Volumes and mounts of every pod: -d PVC:DST, --data-dir HOST:DST, /dev/shm in memory
     (a container's own is 64 MiB: too small for NCCL's shared-memory transport between the ranks of
-    one pod and for DataLoader workers), sized by --shm-size."""
+    one pod and for DataLoader workers), sized by --shm-size, and the code sync's and TensorBoard's
+    (companions.job_volumes)."""
     kube = spec.kube or KubeOptions()
     volumes: list[dict[str, Any]] = []
     mounts: list[dict[str, Any]] = []
@@ -224,7 +226,8 @@ def _volumes(spec: JobSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]
         shm["sizeLimit"] = str(spec.container.shm_size)
     volumes.append({"name": "dshm", "emptyDir": shm})
     mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
-    return volumes, mounts
+    theirs = companions.job_volumes(spec, namespace)
+    return volumes + theirs[0], mounts + theirs[1]
 
 
 def _container_setup(spec: JobSpec, container: dict[str, Any], mounts: list[dict[str, Any]]) -> dict[str, Any]:
@@ -351,11 +354,14 @@ def _common_pod(spec: JobSpec, volumes: list[dict[str, Any]], grace_s: float | N
     if kube.selector:
         common["nodeSelector"] = dict(kube.selector)
     if kube.tolerations:
-        common["tolerations"] = _tolerations(kube.tolerations)
+        common["tolerations"] = tolerations(kube.tolerations)
     if kube.image_pull_secrets:
         common["imagePullSecrets"] = [{"name": n} for n in kube.image_pull_secrets]
     if kube.priority_class:
         common["priorityClassName"] = kube.priority_class
+    sync = companions.init_containers(spec, [*_env(spec), NO_GPU_ENV])  # it needs no GPU, as the launcher
+    if sync:
+        common["initContainers"] = sync
     return common
 
 
@@ -446,7 +452,7 @@ def mpijob(spec: JobSpec, namespace: str, image: str | None = None, line: Comman
     kube = spec.kube or KubeOptions()
     image = image or spec.image or DEFAULT_IMAGE
     pods = spec.workers // per_pod
-    volumes, mounts = _volumes(spec)
+    volumes, mounts = _volumes(spec, namespace)
     env = _env(spec)
     worker = _worker_spec(spec, image, delivery, per_pod, env, mounts)
     launcher: dict[str, Any] = {
@@ -513,7 +519,7 @@ def pytorchjob(spec: JobSpec, namespace: str, image: str | None = None, line: Co
     kube = spec.kube or KubeOptions()
     image = image or spec.image or DEFAULT_IMAGE
     pods = spec.workers // per_pod
-    volumes, mounts = _volumes(spec)
+    volumes, mounts = _volumes(spec, namespace)
     pod = {**_worker_spec(spec, image, delivery, per_pod, _env(spec), mounts, PYTORCH_CONTAINER,
                           pytorch_command(spec, line, per_pod)),
            **_common_pod(spec, volumes, grace_s)}  # fmt: skip
