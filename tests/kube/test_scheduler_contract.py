@@ -825,10 +825,11 @@ def test_contract_a_stopped_scheduler_gives_its_lease_up(fake: FakeApiServer, tm
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err,
                                 env={**os.environ, "RINGLEADER_HOME": str(tmp_path)})  # fmt: skip
     try:
-        deadline = time.monotonic() + 30
-        while _holder(fake) != "sched-a":
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.1)
+        def leading() -> bool:
+            assert proc.poll() is None, log.read_text()[-3000:]
+            return _holder(fake) == "sched-a"
+
+        wait_for(leading, what="the scheduler to take the Lease")
         proc.send_signal(getattr(signal, signal_name))
         assert proc.wait(timeout=60) == 0, log.read_text()[-3000:]  # generous: two HTTP calls on a busy box
     finally:
