@@ -477,53 +477,6 @@ def test_a_gang_with_start_best_waits_for_one_node_instead_of_spreading(
     assert done.status is JobStatus.SUCCEEDED and done.nodes == [first], (done.reason, done.events)
 
 
-def test_the_queue_view_on_slurm_list_describe_hold_release(slurm_box: object, tmp_path: Path) -> None:
-    """What an operator reads of ringleader's queue on Slurm, through the CLI as on the embedded
-    engine: QUEUE and REASON in `list`, `queue describe`'s line, hold/release and a new priority
-    for a job that waits in ringleader's queue."""
-    env = {**os.environ, "RINGLEADER_HOME": str(tmp_path / "home")}
-
-    def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([PY, "-m", "ringleader.cli.main", *args], env=env, capture_output=True, text=True)
-
-    def ok(*args: str) -> str:
-        done = cli(*args)
-        assert done.returncode == 0, (args, done.stderr)
-        return done.stdout
-
-    def reasons() -> dict[str, tuple[str, str]]:
-        lines = ok("list").splitlines()
-        head = lines[0].split()
-        return {row.split()[0]: (row.split()[head.index("QUEUE")], row.split()[head.index("REASON")])
-                for row in lines[1:]}  # fmt: skip
-
-    ok("engine", "use", "slurm")
-    ok("queue", "create", "team-a", "--gpus", "4")
-    sleeper = ["--", PY, "-c", "import time; time.sleep(120)"]
-    try:
-        ok("submit", "mpi", "--name", "fill", "--workers", "2", "--gpus", "4", *sleeper)
-        ok("submit", "mpi", "--name", "second", "--queue", "team-a", "--workers", "1", "--gpus", "4", *sleeper)
-        ok("submit", "mpi", "--name", "huge", "--queue", "team-a", "--workers", "2", "--gpus", "4", *sleeper)
-        wait_for(lambda: reasons().get("fill") == ("default", "-"), 30, "fill running")
-        assert reasons()["second"] == ("team-a", "Resources")
-        assert reasons()["huge"] == ("team-a", "OverMaximum")
-        assert json.loads(ok("get", "huge", "-o", "json"))["reason"].startswith(
-            "the job asks for 8 GPUs and queue team-a can never hold more than 4")
-        assert ok("hold", "second") == "job 'second' held\n"
-        assert reasons()["second"] == ("team-a", "Held")
-        line = json.loads(ok("queue", "describe", "team-a", "-o", "json"))["waiting"]
-        assert [(w["name"], w["place"]) for w in line] == [("huge", 1), ("second", None)]
-        running = cli("hold", "fill")
-        assert running.returncode == 1 and "only a job that waits can be held" in running.stderr
-        assert ok("release", "second") == "job 'second' released\n"
-        assert reasons()["second"] == ("team-a", "Resources")
-        assert ok("update", "second", "--priority", "5") == "job 'second' priority 5\n"
-        assert json.loads(ok("get", "second", "-o", "json"))["priority"] == 5
-    finally:
-        cli("delete", "--now", "fill", "second", "huge")
-    ok("queue", "delete", "team-a")
-
-
 def test_a_job_that_would_fit_on_cordoned_slurm_nodes_says_cordoned(slurm_box: object, tmp_path: Path) -> None:
     """Both nodes cordoned (drained in Slurm): a one-GPU job says Cordoned, naming the nodes and
     the cordons' reasons, not "0 free GPU(s)"; one node back, it starts there."""

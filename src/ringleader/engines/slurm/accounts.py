@@ -126,7 +126,8 @@ class SlurmQueues:
 
     def _kept(self) -> tuple[list[TeamQueue], dict[str, set[str]]]:
         if self._read is None or time.monotonic() - self._read[0] > READ_AGAIN_S:
-            self._read = (time.monotonic(), *self._queues())
+            # a Slurm without slurmdbd keeps no accounts, so no queues (sacctmgr would refuse)
+            self._read = (time.monotonic(), *(self._queues() if self.enabled() else ([], {})))
         return self._read[1], self._read[2]
 
     def _queues(self) -> tuple[list[TeamQueue], dict[str, set[str]]]:
