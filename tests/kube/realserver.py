@@ -35,6 +35,7 @@ from refdata import SHARED
 from ringleader.engines.kubernetes import manifests, names
 from ringleader.engines.kubernetes.client import Api
 from ringleader.engines.kubernetes.scheduler import Scheduler
+from waiting import WAIT_S
 
 KUBERNETES = SHARED / "kubernetes-1.36"
 CRDS = SHARED / "reference" / "kubernetes"
@@ -294,7 +295,7 @@ class ControlPlane:
         request = urllib.request.Request(url, data=data, method=method, headers={
             "Authorization": f"Bearer {self.tokens[user]}", "Content-Type": content_type, "Accept": "application/json"})
         try:
-            with urllib.request.urlopen(request, context=context, timeout=30) as resp:
+            with urllib.request.urlopen(request, context=context, timeout=WAIT_S) as resp:
                 text = resp.read().decode()
         except urllib.error.HTTPError as exc:
             raise RequestFailed(exc.code, exc.read().decode(errors="replace")) from None

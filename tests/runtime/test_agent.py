@@ -19,6 +19,7 @@ from ringleader.engines.embedded import agentctl
 from ringleader.engines.embedded.engine import Runtime
 from ringleader.jobs.states import JobStatus
 from statedb import agent_pids, kill_agents, supervisor_of
+from waiting import WAIT_S
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -122,7 +123,7 @@ def test_an_agent_whose_state_no_command_can_open_says_why_and_leaves(small: Run
     logs.symlink_to(tmp_path)
     try:
         done = subprocess.run([sys.executable, "-m", agentctl.AGENT_MODULE, str(small.home), "--standby"],
-                              capture_output=True, text=True, timeout=30)  # fmt: skip
+                              capture_output=True, text=True, timeout=WAIT_S)  # fmt: skip
     finally:
         logs.unlink()
     assert done.returncode == 1 and "stopped:" in done.stdout and "symbolic link" in done.stdout, done
