@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from waiting import WAIT_S
+
 from .conftest import cli, cli_json
 
 SMALL = ("-b", "1K", "-e", "4K", "-n", "3", "-w", "1")
@@ -92,7 +94,7 @@ def test_progress_shows_on_a_terminal_and_is_cleared() -> None:
                             stdout=subprocess.PIPE, stderr=slave, text=True)  # fmt: skip
     os.close(slave)
     seen = b""
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 2 * WAIT_S  # reads until the end; the deadline only ends a hang
     while proc.poll() is None and time.monotonic() < deadline:
         ready, _, _ = select.select([master], [], [], 0.5)
         if ready:
@@ -100,7 +102,7 @@ def test_progress_shows_on_a_terminal_and_is_cleared() -> None:
                 seen += os.read(master, 4096)
             except OSError:
                 break
-    out, _ = proc.communicate(timeout=60)
+    out, _ = proc.communicate(timeout=WAIT_S)
     os.close(master)
     assert proc.returncode == 0
     text = seen.decode(errors="replace")

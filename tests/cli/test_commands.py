@@ -6,13 +6,14 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 from click.testing import CliRunner
 
+import clijobs
 from ringleader.cli.main import cli as root
 from ringleader.topology import preset, render_topo_text
+from waiting import wait_for
 
 MINE = [
     ["submit"], ["submit", "mpi"], ["get"], ["list"], ["logs"], ["delete"], ["prune"], ["top"],
@@ -111,10 +112,7 @@ def test_shell_completion_of_job_names(seeds_cli) -> None:
     env["_RINGLEADER_COMPLETE"] = "bash_source"
     script = subprocess.run(seeds_cli.argv(), env=env, capture_output=True, text=True, timeout=60)
     assert "_RINGLEADER_COMPLETE" in script.stdout
-    deadline = time.monotonic() + 60
-    while json.loads(seeds_cli.ok("get", "alpha", "-o", "json"))["status"] != "SUCCEEDED":
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
+    assert clijobs.wait_for(seeds_cli, "alpha", "SUCCEEDED", "FAILED")["status"] == "SUCCEEDED"
 
 
 def test_no_gpu_note_only_once_when_the_database_is_created(cli) -> None:
@@ -166,10 +164,13 @@ def test_shell_completion_changes_nothing(cli) -> None:
     from statedb import agent_pids, kill_agents, supervisor_of
 
     with Runtime.open(cli.home) as rt:
-        rt.submit(JobSpec("orphan", 1, 0, [sys.executable, "-c", "import time; time.sleep(120)"]))
-        deadline = time.monotonic() + 60
-        while rt.get("orphan").instances[0].status != "Running" and time.monotonic() < deadline:
-            time.sleep(0.2)
+        rt.submit(JobSpec("orphan", 1, 0, [sys.executable, "-c", "import time; time.sleep(600)"]))
+        def running() -> bool:
+            job = rt.get("orphan")
+            assert not job.status.is_terminal(), job
+            return job.instances[0].status == "Running"
+
+        wait_for(running, what="the orphan's rank to run", every=0.2)
         assert supervisor_of(rt, "orphan")[0] is not None
     kill_agents(cli.home)  # a lost agent: any ordinary command would start one (and adopt the job)
     before = cli.dump()

@@ -5,11 +5,12 @@ from __future__ import annotations
 import itertools
 import json
 import subprocess
-import time
+from typing import Any
 
 import pytest
 
 from ringleader.engines.embedded.engine import Runtime
+from waiting import WAIT_S, wait_for
 
 JOBS = 20
 
@@ -29,16 +30,19 @@ def test_concurrent_submits_never_share_a_gpu(cli, write) -> None:
     for p in procs:
         _, err = p.communicate(timeout=180)
         assert p.returncode == 0, err
-    deadline = time.monotonic() + 240
-    while True:  # polled in-process: a CLI per poll would only load the 2 cores further
+    seen: list[str] = []
+
+    def all_succeeded() -> list[dict[str, Any]] | None:  # polled in-process: a CLI per poll would load the cores
         jobs = [v.to_dict() for v in Runtime.open(cli.home).list_jobs(with_instances=True)]
+        seen[:] = [j["status"] for j in jobs]
         running = [j for j in jobs if j["status"] == "RUNNING"]
         gpus = [(i["node"], g) for j in running for i in j["instances"] for g in i["gpus"]]
         assert len(gpus) == len(set(gpus)) <= 8  # never a GPU allocated twice, at any moment
-        if all(j["status"] == "SUCCEEDED" for j in jobs):
-            break
-        assert time.monotonic() < deadline, [j["status"] for j in jobs]
-        time.sleep(0.5)
+        assert "FAILED" not in seen, [(j["name"], j["reason"]) for j in jobs if j["status"] == "FAILED"]
+        return jobs if all(status == "SUCCEEDED" for status in seen) else None
+
+    # Twenty 1 s jobs, eight at a time, each started by its own supervisor: longer than one wait.
+    jobs = wait_for(all_succeeded, 2 * WAIT_S, lambda: f"every job to succeed, last seen: {seen}", every=0.5)
     assert len(jobs) == JOBS
     views = [Runtime.open(cli.home).get(j["name"]).to_dict() for j in jobs]
     assert json.loads(cli.ok("get", "job-0", "-o", "json"))["status"] == "SUCCEEDED"

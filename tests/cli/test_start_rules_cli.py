@@ -5,11 +5,12 @@ or on what is free once its longest wait is over; bad combinations are refused i
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from waiting import wait_for
 
 Cli = Any  # the `seeds_cli` fixture of tests/cli/conftest.py
 
@@ -68,9 +69,13 @@ def test_the_longest_wait_ends_the_wait_without_any_job_ending(seeds_cli: Cli) -
     busy(seeds_cli, "block-b", "10h")
     vgg(seeds_cli, "vgg", "--max-wait", "6s")
     assert job(seeds_cli, "vgg")["status"] == "PENDING"
-    deadline = time.monotonic() + 30
-    while (data := job(seeds_cli, "vgg"))["status"] == "PENDING" and time.monotonic() < deadline:
-        time.sleep(0.5)
+    seen: dict[str, Any] = {}
+
+    def left_the_queue() -> dict[str, Any] | None:
+        seen.update(job(seeds_cli, "vgg"))
+        return dict(seen) if seen["status"] != "PENDING" else None
+
+    data = wait_for(left_the_queue, what=lambda: f"vgg to leave the queue, last seen: {seen}", every=0.5)
     assert data["status"] == "RUNNING" and len(nodes_of(data)) == 2  # spread, as rule "now" would
 
 

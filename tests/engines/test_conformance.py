@@ -23,7 +23,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +38,7 @@ from ringleader.jobs.spec import ContainerOptions, JobSpec, KubeOptions
 from ringleader.jobs.states import JobStatus
 from ringleader.scheduler.teams import TeamQueue
 from ringleader.scheduler.types import Workload
+from waiting import wait_for
 
 pytestmark = pytest.mark.slow
 PY = sys.executable
@@ -573,15 +573,15 @@ def test_delete_mid_run_leaves_nothing_running(target: Target) -> None:
     started = target.work / f"started-{marker}"
     code = f"import os, time; open({str(started)!r} + os.environ['RANK'], 'w').close(); time.sleep(300)"
     target.engine.submit(spec("del", ["python", "-c", code, marker]))
-    deadline = time.monotonic() + 90
-    while len(list(target.work.glob(f"started-{marker}*"))) < 2:
-        assert time.monotonic() < deadline, target.engine.get("del")
-        time.sleep(0.2)
+    def both_started() -> bool:
+        view = target.engine.get("del")
+        assert not view.status.is_terminal(), view
+        return len(list(target.work.glob(f"started-{marker}*"))) >= 2
+
+    wait_for(both_started, what="both ranks to start", every=0.2)
     target.engine.delete(["del"])
-    deadline = time.monotonic() + 30
-    while _running(marker):
-        assert time.monotonic() < deadline, f"left running after delete: {_running(marker)}"
-        time.sleep(0.2)
+    wait_for(lambda: not _running(marker), what=lambda: f"nothing left running after delete: {_running(marker)}",
+             every=0.2)  # fmt: skip
     assert all(v.name != "del" for v in target.engine.list_jobs())
 
 

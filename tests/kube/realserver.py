@@ -35,6 +35,7 @@ from refdata import SHARED
 from ringleader.engines.kubernetes import manifests, names
 from ringleader.engines.kubernetes.client import Api
 from ringleader.engines.kubernetes.scheduler import Scheduler
+from waiting import WAIT_S, wait_for
 
 KUBERNETES = SHARED / "kubernetes-1.36"
 CRDS = SHARED / "reference" / "kubernetes"
@@ -294,7 +295,7 @@ class ControlPlane:
         request = urllib.request.Request(url, data=data, method=method, headers={
             "Authorization": f"Bearer {self.tokens[user]}", "Content-Type": content_type, "Accept": "application/json"})
         try:
-            with urllib.request.urlopen(request, context=context, timeout=30) as resp:
+            with urllib.request.urlopen(request, context=context, timeout=WAIT_S) as resp:
                 text = resp.read().decode()
         except urllib.error.HTTPError as exc:
             raise RequestFailed(exc.code, exc.read().decode(errors="replace")) from None
@@ -349,16 +350,9 @@ class ControlPlane:
         """Write a pod's status as its kubelet does: through the status subresource."""
         return self.patch(f"/api/v1/namespaces/{namespace}/pods/{name}/status", {"status": status})
 
-    def until(self, check: Any, what: str, seconds: float = 60.0) -> Any:
-        """Wait for ``check()`` to be truthy; its value. Fails naming ``what`` after ``seconds``."""
-        deadline = time.monotonic() + seconds
-        while True:
-            value = check()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise AssertionError(f"not within {seconds:.0f} s: {what}")
-            time.sleep(0.1)
+    def until(self, check: Any, what: str, seconds: float = WAIT_S) -> Any:
+        """``check()``'s first true value (``wait_for``: the deadline only ends a hang)."""
+        return wait_for(check, seconds, what)
 
 
 class KubeletLogs:

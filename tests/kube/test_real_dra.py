@@ -85,7 +85,7 @@ def team(real: ControlPlane, request: pytest.FixtureRequest) -> Iterator[str]:
     for item in real.request("GET", pods)["items"]:
         real.request("DELETE", f"{pods}/{item['metadata']['name']}", {"gracePeriodSeconds": 0})
     claims = f"{RESOURCE}/namespaces/{namespace}/resourceclaims"
-    real.until(lambda: not real.request("GET", claims)["items"], f"the claims of {namespace} collected", 90)
+    real.until(lambda: not real.request("GET", claims)["items"], f"the claims of {namespace} collected")
 
 
 @pytest.fixture

@@ -289,14 +289,14 @@ def test_real_a_standby_replica_leads_when_the_leader_stops(scene: Scene, real: 
                     [sys.executable, "-m", "ringleader.cli.main", "kube", "scheduler", "--identity", identity,
                      "--metrics-port", str(free_port())], stdout=subprocess.DEVNULL, stderr=err, env=env)  # fmt: skip
             if identity == "replica-a":
-                real.until(lambda: _holder(real) == "replica-a", "replica-a leading", 90)
+                real.until(lambda: _holder(real) == "replica-a", "replica-a leading")
         scene.add_nodes("lead-0")
         scene.gang("first", 2)
         real.until(lambda: all(scene.get(f"first-worker-{i}")["spec"].get("nodeName") for i in range(2)),
                    f"the first gang bound by the leader: {logs['replica-a'].read_text()[-2000:]}", 90)  # fmt: skip
         replicas["replica-a"].send_signal(signal.SIGTERM)
         assert replicas["replica-a"].wait(timeout=60) == 0, logs["replica-a"].read_text()[-3000:]
-        real.until(lambda: _holder(real) == "replica-b", "replica-b leading", 90)
+        real.until(lambda: _holder(real) == "replica-b", "replica-b leading")
         scene.gang("second", 2)
         real.until(lambda: all(scene.get(f"second-worker-{i}")["spec"].get("nodeName") for i in range(2)),
                    f"the second gang bound by the standby: {logs['replica-b'].read_text()[-2000:]}", 90)  # fmt: skip

@@ -19,6 +19,7 @@ from ringleader.engines.embedded import agentctl
 from ringleader.engines.embedded.engine import Runtime
 from ringleader.jobs.states import JobStatus
 from statedb import agent_pids, kill_agents, supervisor_of
+from waiting import WAIT_S
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -42,11 +43,11 @@ def test_the_ranks_of_every_job_are_the_one_agents_children_and_it_leaves_when_n
     wrappers = [i.pid for job in ("one", "two") for i in small.get(job).instances]
     assert wrappers and all(pid is not None and parent_of(pid) == holder for pid in wrappers)
     # ... beside one standby, waiting for its lock.
-    h.wait_for(lambda: len(agent_pids(small.home)) == 2, 10, "the agent's standby")
+    h.wait_for(lambda: len(agent_pids(small.home)) == 2, what="the agent's standby")
     release.touch()
     assert small.wait("one", 60).status is JobStatus.SUCCEEDED
     assert small.wait("two", 60).status is JobStatus.SUCCEEDED
-    h.wait_for(lambda: not agent_pids(small.home), 15, "the agent and its standby to leave")
+    h.wait_for(lambda: not agent_pids(small.home), what="the agent and its standby to leave")
 
 
 def cli(home: Path, *args: str) -> subprocess.Popen[str]:
@@ -122,7 +123,7 @@ def test_an_agent_whose_state_no_command_can_open_says_why_and_leaves(small: Run
     logs.symlink_to(tmp_path)
     try:
         done = subprocess.run([sys.executable, "-m", agentctl.AGENT_MODULE, str(small.home), "--standby"],
-                              capture_output=True, text=True, timeout=30)  # fmt: skip
+                              capture_output=True, text=True, timeout=WAIT_S)  # fmt: skip
     finally:
         logs.unlink()
     assert done.returncode == 1 and "stopped:" in done.stdout and "symbolic link" in done.stdout, done
@@ -190,11 +191,11 @@ def test_a_job_the_agent_cannot_supervise_is_failed_not_held_for_ever(small: Run
             return conn.execute("SELECT status, reason FROM jobs WHERE name = 'damaged'").fetchone()
 
     Runtime.open(small.home).close()  # starts an agent
-    h.wait_for(lambda: status()[0] == "FAILED", 60, "the job to be failed")
+    h.wait_for(lambda: status()[0] == "FAILED", what="the job to be failed")
     assert "the agent could not supervise it" in (status()[1] or "") and "processes were stopped" in status()[1]
     from ringleader.runtime.procs import alive
 
     assert not any(alive(s[p], s[s_]) for s in states for p, s_ in (("pid", "pid_start"), ("child_pid", "child_start")))
-    h.wait_for(lambda: small.get("waits").status.is_terminal(), 60, "the waiting job to start and end")
+    h.wait_for(lambda: small.get("waits").status.is_terminal(), what="the waiting job to start and end")
     assert small.get("waits").status is JobStatus.SUCCEEDED
     assert "job damaged" in (small.home / "run" / agentctl.LOG).read_text()

@@ -110,7 +110,7 @@ def test_deletes_and_sibling_failures_leave_no_container_record(rt: Runtime, h, 
     deleted = [f"del-{i}" for i in range(20)]
     failing = [f"sib-{i}" for i in range(20)]
     _sleepers(rt, h, image, ["early"], 1, "exec sleep 317")
-    h.wait_for(lambda: all(i.pid for i in rt.get("early").instances), 60, "its rank started")
+    h.wait_for(lambda: all(i.pid for i in rt.get("early").instances), what="its rank started")
     rt.delete(["early"])  # before the container's client is up
     _sleepers(rt, h, image, deleted, 1, "exec sleep 317")
     _sleepers(rt, h, image, failing, 2, 'if [ "$RANK" = 0 ]; then sleep 3; exit 3; fi; exec sleep 317')
@@ -137,7 +137,7 @@ def test_a_killed_supervisor_and_a_time_limit_leave_no_container_record(rt: Runt
     sid = int(next(line.split()[1] for line in tree.splitlines() if int(line.split()[0]) == inst.pid))
     os.kill(supervisor, signal.SIGKILL)
     os.killpg(sid, signal.SIGKILL)
-    h.wait_for(lambda: rt.get("orphan").status.is_terminal(), 60, "the standby to finish it")
+    h.wait_for(lambda: rt.get("orphan").status.is_terminal(), what="the standby to finish it")
     view = rt.wait("limited", 60)
     assert view.status is JobStatus.FAILED and view.reason.startswith("TIMEOUT"), view.reason
     assert records(home) == []

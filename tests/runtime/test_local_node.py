@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import os
 import stat
-import time
 from pathlib import Path
 
 import pytest
 
 from refdata import reference_file
 from ringleader.engines.embedded.nodes import local_node
+from ringleader.jobs.states import InstanceStatus
+from waiting import wait_for
 
 
 def stand_in(folder: Path, topo: Path, name: str, fail: bool = False) -> None:
@@ -74,10 +75,12 @@ def test_get_g_shows_each_instances_gpu_duty_cycle_and_memory(tmp_path: Path, mo
     monkeypatch.chdir(tmp_path)
     with Runtime.open(tmp_path / "home") as rt:
         rt.submit(JobSpec("busy", 2, 1, [sys.executable, "-c", "import time; time.sleep(60)"]))
-        deadline = time.monotonic() + 30
-        while any(i.status != "Running" for i in rt.get("busy").instances):
-            assert time.monotonic() < deadline, rt.get("busy")
-            time.sleep(0.1)
+        def running() -> bool:
+            job = rt.get("busy")
+            assert not any(InstanceStatus(i.status).is_terminal() for i in job.instances), job
+            return all(i.status == "Running" for i in job.instances)
+
+        wait_for(running, what="both ranks to run")
         gpus = [i.gpus for i in rt.get("busy").instances]
         usage = rt.gpu_usage("busy")
         try:

@@ -14,6 +14,7 @@ import pytest
 
 from ringleader.engines.embedded.engine import Runtime
 from ringleader.engines.embedded.hosts.netns import Names
+from waiting import WAIT_S
 
 pytestmark = pytest.mark.slow
 
@@ -52,7 +53,7 @@ if mode == "serve":
         got += len(chunk)
     c.sendall(b"k")
 else:
-    c = socket.create_connection((addr, 5201), timeout=30)
+    c = socket.create_connection((addr, 5201), timeout=120)  # ends a hang only
     t0 = time.perf_counter()
     c.sendall(bytes(nbytes))
     c.recv(1)
@@ -80,7 +81,7 @@ def transfer_s(home: Path, src: str, dst: str, addr: str) -> float:
         assert send.returncode == 0, send.stderr
         return float(send.stdout)
     finally:
-        serve.wait(timeout=10)
+        serve.wait(timeout=WAIT_S)
 
 
 def test_racks_are_bridges_with_shaped_uplinks_and_down_leaves_nothing(tmp_path: Path, hosts_tools: None) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from ringleader.engines.embedded.hosts.netns import HOSTS_FILE, Names
+from waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -97,10 +98,12 @@ def test_top_node_shows_an_emulated_node_whose_sshd_stopped_unreachable(tmp_path
         assert pids  # the node's sshd, started by `cluster up` above
         for pid in pids:
             os.kill(int(pid), signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        while subprocess.run(["ip", "netns", "pids", Names.for_home(home).namespace("n1")], capture_output=True,
-                             text=True).stdout.split() and time.monotonic() < deadline:  # fmt: skip
-            time.sleep(0.1)
+
+        def left_in_n1() -> list[str]:
+            return subprocess.run(["ip", "netns", "pids", Names.for_home(home).namespace("n1")], capture_output=True,
+                                  text=True).stdout.split()  # fmt: skip
+
+        wait_for(lambda: not left_in_n1(), what=lambda: f"n1's sshd to end, still running: {left_in_n1()}")
         table = cli(home, "top", "node").stdout
         rows = {ln.split()[0]: ln.split() for ln in table.splitlines()[1:5]}
         assert rows["n1"][2] == "Unreachable" and rows["n0"][2] == rows["n2"][2] == "Ready", table

@@ -42,7 +42,7 @@ def test_a_slow_checkpoint_is_kept_on_every_host(
     hosts.submit(h.job(name, users_line(kind, program), workers=2, gpus=4, **limit))
     monkeypatch.setenv("RINGLEADER_GRACE_S", "1")  # a later command's environment does not count
     if stop == "delete":
-        h.wait_for(lambda: training(hosts, name), 60, "both ranks to train")
+        h.wait_for(lambda: training(hosts, name), what="both ranks to train")
         hosts.delete([name])
     else:
         view = hosts.wait(name, 60)

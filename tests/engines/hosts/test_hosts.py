@@ -78,9 +78,9 @@ def test_remote_crash_fails_the_job_with_that_rank_as_root_cause(hosts: Runtime,
 def test_delete_leaves_no_rank_on_any_host(hosts: Runtime, h) -> None:
     marker = f"ringleader-delete-marker-{os.getpid()}"
     hosts.submit(h.job("doomed", h.py(f"import time; time.sleep(300)  # {marker}"), workers=8))
-    h.wait_for(lambda: len(h.processes_with(marker)) >= 8, 60, "8 ranks running")
+    h.wait_for(lambda: len(h.processes_with(marker)) >= 8, what="8 ranks running")
     hosts.delete(["doomed"])
-    h.wait_for(lambda: not h.processes_with(marker), 20, "no rank left on any host")
+    h.wait_for(lambda: not h.processes_with(marker), what="no rank left on any host")
     assert hosts.nodes().free_gpus == hosts.nodes().total_gpus
 
 
@@ -88,7 +88,7 @@ def test_host_cut_off_mid_job_fails_it_naming_the_host_in_bounded_time(hosts: Ru
     marker = f"ringleader-cut-marker-{os.getpid()}"
     hosts.submit(h.job("cut", h.py(f"import time; time.sleep(300)  # {marker}"), workers=8))
     # Mid-job: every rank running as the head heard it (a wrapper alone carries the marker too).
-    h.wait_for(lambda: all(i.status == "Running" for i in hosts.get("cut").instances), 60, "8 ranks running")
+    h.wait_for(lambda: all(i.status == "Running" for i in hosts.get("cut").instances), what="8 ranks running")
     veth = Names.for_home(hosts_home).veth(1)  # node-b's link to the bridge
     subprocess.run(["ip", "link", "set", veth, "down"], check=True)
     try:
@@ -102,7 +102,7 @@ def test_host_cut_off_mid_job_fails_it_naming_the_host_in_bounded_time(hosts: Ru
     assert "node-b" in (view.reason or "") and "lost" in (view.reason or ""), view.reason
     print(f"host cut off: job FAILED {took:.1f} s after the link went down")  # bounded by the wait's 120 s
     assert hosts.nodes().free_gpus == hosts.nodes().total_gpus
-    h.wait_for(lambda: not h.processes_with(marker), 30, "the cut-off ranks to end")
+    h.wait_for(lambda: not h.processes_with(marker), what="the cut-off ranks to end")
     # A host that went silent is cordoned on that first failure, so no restart goes back to it;
     # an administrator ends the cordon once the link is back (the module's later jobs need it).
     health = hosts.node_health(["node-b"])["node-b"]
@@ -112,7 +112,7 @@ def test_host_cut_off_mid_job_fails_it_naming_the_host_in_bounded_time(hosts: Ru
 
 def test_agent_killed_mid_job_adopts_the_job(hosts: Runtime, h) -> None:
     hosts.submit(h.job("orphan", h.py("import time; time.sleep(6)"), workers=4))
-    h.wait_for(lambda: all(i.status == "Running" for i in hosts.get("orphan").instances), 60, "ranks running")
+    h.wait_for(lambda: all(i.status == "Running" for i in hosts.get("orphan").instances), what="ranks running")
     row = hosts.get("orphan")
     pid = json.loads(Path(os.environ["RINGLEADER_HOME"], "run", "orphan", "plan.json").read_text())["job"]
     assert pid == "orphan"

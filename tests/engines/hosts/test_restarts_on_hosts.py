@@ -29,7 +29,7 @@ def test_a_gang_whose_node_loses_its_network_restarts_elsewhere_from_its_checkpo
     (tmp_path / "rank.py").write_text(resuming_rank(tmp_path))
     hosts.submit(h.job("train", ["python3", str(tmp_path / "rank.py")], workers=2, gpus=1, topology_aware=True,
                        max_restarts=3))  # fmt: skip
-    h.wait_for(lambda: all((tmp_path / f"ckpt-{r}").exists() for r in range(2)), 60, "both ranks to checkpoint")
+    h.wait_for(lambda: all((tmp_path / f"ckpt-{r}").exists() for r in range(2)), what="both ranks to checkpoint")
     [lost] = {i.node for i in hosts.get("train").instances if i.role == "worker"}  # one node holds the gang
     [other] = {ns.name for ns in hosts.nodes().nodes if ns.spec.address is not None} - {lost}
     link(hosts.home, lost, "down")

@@ -55,7 +55,7 @@ def outside(slurm_box: Sandbox, tmp_path: Path) -> Iterator[Outside]:
     jobs = Outside(tmp_path)
     yield jobs
     jobs.cleanup()
-    wait_for(lambda: not node_gpus_used(), 60, "GPUs freed after the test")
+    wait_for(lambda: not node_gpus_used(), what="GPUs freed after the test")
 
 
 @pytest.fixture

@@ -135,12 +135,12 @@ def test_a_crashing_rank_fails_the_job_and_frees_its_gpus(engine: SlurmEngine) -
     by_name = {i.name: i for i in view.instances}
     assert by_name["crash-worker-1"].status == "Failed" and by_name["crash-worker-1"].exit_code == 3
     assert by_name["crash-worker-0"].status == "Stopped"
-    wait_for(lambda: all(a[1] != "crash" for ns in engine.nodes().nodes for a in ns.allocated), 30, "GPUs freed")
+    wait_for(lambda: all(a[1] != "crash" for ns in engine.nodes().nodes for a in ns.allocated), what="GPUs freed")
 
 
 def test_delete_cancels_every_rank_in_slurm(engine: SlurmEngine) -> None:
     engine.submit(job("long", 2, 2, [PY, "-c", "import time; time.sleep(300)"]))
-    wait_for(lambda: all(i.pid for i in engine.get("long").instances), 60, "both ranks running")
+    wait_for(lambda: all(i.pid for i in engine.get("long").instances), what="both ranks running")
     pids = [i.pid for i in engine.get("long").instances]
     ident = engine.records.load("long")["slurm_id"]  # type: ignore[index]
     assert engine.delete(["long"]) == ["long"]
@@ -148,7 +148,7 @@ def test_delete_cancels_every_rank_in_slurm(engine: SlurmEngine) -> None:
     assert "JobState=CANCELLED" in state or not state.strip()
     with pytest.raises(NotFoundError):
         engine.get("long")
-    wait_for(lambda: not any(_alive(p) for p in pids if p), 30, "rank processes gone")
+    wait_for(lambda: not any(_alive(p) for p in pids if p), what="rank processes gone")
     assert all(not ns.allocated for ns in engine.nodes().nodes)
 
 
@@ -222,9 +222,9 @@ def test_delete_lets_every_rank_write_its_checkpoint_on_sigterm(engine: SlurmEng
                                                                 launcher: list[str]) -> None:  # fmt: skip
     engine.submit(job("ckpt", 2, 1, [*launcher, PY, "-c", checkpointing_rank(tmp_path)]))
     # Training: their SIGTERM handler is in place (a pid alone may be a program still starting).
-    wait_for(lambda: training(engine, "ckpt"), 60, "both ranks to train")
+    wait_for(lambda: training(engine, "ckpt"), what="both ranks to train")
     engine.delete(["ckpt"])
-    wait_for(lambda: len(list(tmp_path.glob("ckpt-*.terms"))) == 2, 10, "both ranks to write their checkpoint")
+    wait_for(lambda: len(list(tmp_path.glob("ckpt-*.terms"))) == 2, what="both ranks to write their checkpoint")
     for rank in ("0", "1"):
         assert (tmp_path / f"ckpt-{rank}").read_text() == "step 42"
         assert (tmp_path / f"ckpt-{rank}.terms").read_text() == "1"  # SIGTERM once, as Slurm sends it
@@ -233,10 +233,10 @@ def test_delete_lets_every_rank_write_its_checkpoint_on_sigterm(engine: SlurmEng
 def test_delete_now_stops_every_rank_and_frees_the_gpus(engine: SlurmEngine, tmp_path: Path) -> None:
     engine.submit(job("hasty", 2, 1, [PY, "-c", checkpointing_rank(tmp_path)]))
     # Training: their SIGTERM handler is in place (a pid alone may be a program still starting).
-    wait_for(lambda: training(engine, "hasty"), 60, "both ranks to train")
+    wait_for(lambda: training(engine, "hasty"), what="both ranks to train")
     pids = [i.pid for i in engine.get("hasty").instances]
     engine.delete(["hasty"], now=True)
-    wait_for(lambda: not any(_alive(p) for p in pids if p), 30, "rank processes gone")
+    wait_for(lambda: not any(_alive(p) for p in pids if p), what="rank processes gone")
     assert all(not ns.allocated for ns in engine.nodes().nodes)
 
 
@@ -298,7 +298,7 @@ def test_top_node_status_follows_slurms_node_state_with_its_reason(slurm_box: ob
     finally:
         for node in ("node-a", "node-b"):
             scontrol(f"nodename={node}", "state=resume", check=False)  # node-b may be back already
-    wait_for(lambda: all(h.status == "Ready" for h in eng.node_health().values()), 30, "nodes resumed")
+    wait_for(lambda: all(h.status == "Ready" for h in eng.node_health().values()), what="nodes resumed")
 
 
 def test_a_priority_job_preempts_a_whole_slurm_job_which_checkpoints_and_is_requeued(
@@ -312,23 +312,23 @@ def test_a_priority_job_preempts_a_whole_slurm_job_which_checkpoints_and_is_requ
     low_b.mkdir()
     engine.submit(job("low-a", 4, 1, [PY, "-c", checkpointing_rank(low_a)], topology_aware=True))
     engine.submit(job("low-b", 4, 1, [PY, "-c", checkpointing_rank(low_b)], topology_aware=True))
-    wait_for(lambda: training(engine, "low-a") and training(engine, "low-b"), 60, "both jobs to train")
+    wait_for(lambda: training(engine, "low-a") and training(engine, "low-b"), what="both jobs to train")
     first = {w.node for w in engine.get("low-a").instances}
     result = engine.submit(job("urgent", 4, 1, [PY, "-c", "import time; time.sleep(3)"], topology_aware=True,
                                priority=10, preempt=True))  # fmt: skip
     preemption = result.decision.preemption
     assert preemption is not None and preemption.names == ("low-a",)
-    wait_for(lambda: engine.get("urgent").status is JobStatus.RUNNING, 60, "the preemptor to start")
+    wait_for(lambda: engine.get("urgent").status is JobStatus.RUNNING, what="the preemptor to start")
     assert {w.node for w in engine.get("urgent").instances} == first
     for rank in range(4):
         assert (low_a / f"ckpt-{rank}").read_text() == "step 42"  # each rank checkpointed on SIGTERM
     kinds = [e.kind for e in engine.get("low-a").events]
     assert "Preempted" in kinds and "Requeued" in kinds
     assert engine.get("low-b").status is JobStatus.RUNNING and not (low_b / "ckpt-0").exists()
-    wait_for(lambda: engine.get("low-a").status is JobStatus.RUNNING, 90, "the victim to run again")
+    wait_for(lambda: engine.get("low-a").status is JobStatus.RUNNING, what="the victim to run again")
     view = engine.get("low-a")
     assert view.restarts == 1
-    wait_for(lambda: engine.logs("low-a") == "training\ntraining\n", 30, "the second run's first line")
+    wait_for(lambda: engine.logs("low-a") == "training\ntraining\n", what="the second run's first line")
     assert engine.previous_logs("low-a") == "training\n"  # `logs --previous`: the run before this one
     plan = json.loads((engine.root / "run" / "low-a" / "plan.json").read_text())
     assert plan["env"]["RINGLEADER_RESTARTS"] == "1"
@@ -351,7 +351,7 @@ def test_a_gang_on_a_crashed_slurm_node_restarts_elsewhere_and_the_node_is_drain
     [node] = {i.node for i in flaky.instances}
     (tmp_path / "rank.py").write_text(resuming_rank(tmp_path))
     engine.submit(job("train", 4, 1, [PY, str(tmp_path / "rank.py")], topology_aware=True, max_restarts=2))
-    wait_for(lambda: all((tmp_path / f"ckpt-{r}").exists() for r in range(4)), 60, "every rank to checkpoint")
+    wait_for(lambda: all((tmp_path / f"ckpt-{r}").exists() for r in range(4)), what="every rank to checkpoint")
     assert {i.node for i in engine.get("train").instances} == {node}
     [other] = {"node-a", "node-b"} - {node}
     slurm_box.crash(node)
@@ -375,7 +375,7 @@ def test_a_gang_on_a_crashed_slurm_node_restarts_elsewhere_and_the_node_is_drain
     finally:
         slurm_box.revive(node)
     engine.uncordon_node(node)
-    wait_for(lambda: all(h.status == "Ready" for h in engine.node_health().values()), 60, "the node back")
+    wait_for(lambda: all(h.status == "Ready" for h in engine.node_health().values()), what="the node back")
 
 
 # The first run: rank 1 fails once every rank trains; the others take 1.5 s (within the sandbox's
@@ -496,8 +496,8 @@ def test_a_job_that_would_fit_on_cordoned_slurm_nodes_says_cordoned(slurm_box: o
         assert waiting["reason"].startswith("it would fit on cordoned node(s) node-a (disk swap), node-b (disk swap)")
         assert "0 free GPU(s)" not in waiting["reason"]
         assert cli("node", "uncordon", "node-b").returncode == 0
-        wait_for(lambda: json.loads(cli("get", "one", "-o", "json").stdout)["status"] in ("RUNNING", "SUCCEEDED"), 60,
-                 "the job to start on node-b")  # fmt: skip
+        wait_for(lambda: json.loads(cli("get", "one", "-o", "json").stdout)["status"] in ("RUNNING", "SUCCEEDED"),
+                 what="the job to start on node-b")  # fmt: skip
     finally:
         cli("delete", "--now", "one")
         for node in ("node-a", "node-b"):

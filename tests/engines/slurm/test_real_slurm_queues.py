@@ -73,9 +73,9 @@ def test_a_queue_is_a_slurm_account_and_qos_that_binds_every_users_jobs(
         assert "team-a||2|team-a" in sacctmgr("show", "assoc", "format=Account,User,Fairshare,QOS")
         subprocess.run(["sacctmgr", "-i", "add", "user", "nobody", "account=team-a"], check=True, capture_output=True)
         theirs = other_users_job(3)
-        wait_for(lambda: squeue(theirs, "%T") == "RUNNING", 30, "the other user's job to run")
+        wait_for(lambda: squeue(theirs, "%T") == "RUNNING", what="the other user's job to run")
         over = other_users_job(2)  # 3 + 2 > 4: Slurm holds it, whatever ringleader does
-        wait_for(lambda: squeue(over, "%r") == "QOSGrpGRES", 30, "Slurm to hold the job over the QOS")
+        wait_for(lambda: squeue(over, "%r") == "QOSGrpGRES", what="Slurm to hold the job over the QOS")
         assert [q.order for q in engine.slurm_queues.queues() if q.name == "team-a"] == [QueueOrder.LAS]
         listed = team_a(engine)
         assert (listed.quota, listed.weight, listed.held) == ((("*", 4),), 2.0, {"*": 3})
@@ -96,7 +96,7 @@ def test_a_queue_is_a_slurm_account_and_qos_that_binds_every_users_jobs(
         assert "Account=team-a" in shown and "QOS=team-a" in shown
     finally:
         subprocess.run(["scancel", "-A", "team-a"], capture_output=True)
-        wait_for(lambda: not squeue_account("team-a"), 30, "team-a's jobs gone")
+        wait_for(lambda: not squeue_account("team-a"), what="team-a's jobs gone")
         engine.delete_queue("team-a")
     assert not [q for q in engine.queues() if q.name == "team-a"]
     assert sacctmgr("show", "qos", "team-a", "format=Name") == []
@@ -176,7 +176,7 @@ def test_a_slurm_queue_ordered_srtf_starts_its_shorter_job_first(engine: SlurmEn
     peek = engine.submit(JobSpec("peek", 4, 1, sleeper, queue="short-first"), dry_run=True).decision
     assert not peek.ok and peek.reasons[0].startswith("queue short-first holds 4 of its quota of 4 GPUs"), peek
     engine.delete(["held"])
-    wait_for(lambda: engine.get("short").status is JobStatus.RUNNING, 60, "the shorter job to start")
+    wait_for(lambda: engine.get("short").status is JobStatus.RUNNING, what="the shorter job to start")
     assert engine.get("long").status is JobStatus.PENDING
 
 
@@ -207,7 +207,7 @@ def test_the_queue_view_on_slurm_list_describe_hold_release(slurm_box: object, t
         ok("submit", "mpi", "--name", "fill", "--workers", "2", "--gpus", "4", *sleeper)
         ok("submit", "mpi", "--name", "second", "--queue", "view-a", "--workers", "1", "--gpus", "4", *sleeper)
         ok("submit", "mpi", "--name", "huge", "--queue", "view-a", "--workers", "2", "--gpus", "4", *sleeper)
-        wait_for(lambda: reasons().get("fill") == ("default", "-"), 30, "fill running")
+        wait_for(lambda: reasons().get("fill") == ("default", "-"), what="fill running")
         assert reasons()["second"] == ("view-a", "Resources")
         assert reasons()["huge"] == ("view-a", "OverMaximum")
         assert json.loads(ok("get", "huge", "-o", "json"))["reason"].startswith(

@@ -7,7 +7,6 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -35,15 +34,16 @@ def test_stopping_the_sandbox_ends_the_steps_its_slurmd_left_running(tmp_path: P
         script.chmod(0o755)
         subprocess.run(["sbatch", "--output=/dev/null", f"--chdir={tmp_path}", str(script)], env=box.env(),
                        check=True, capture_output=True)  # fmt: skip
-        wait_for(lambda: marker.exists() and marker.read_text().strip(), 60, "the batch job to start")
+        wait_for(lambda: marker.exists() and marker.read_text().strip(), what="the batch job to start")
         namespace = box.namespaces[0]
         left = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True).stdout.split()
         assert len(left) >= 3  # slurmd, the job's slurmstepd and its shell
         box.stop()
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and any(os.path.exists(f"/proc/{pid}") for pid in left):
-            time.sleep(0.1)
-        assert [pid for pid in left if os.path.exists(f"/proc/{pid}")] == []
+
+        def alive() -> list[str]:
+            return [pid for pid in left if os.path.exists(f"/proc/{pid}")]
+
+        wait_for(lambda: not alive(), what=lambda: f"the node's processes to end, still alive: {alive()}")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
