@@ -5,6 +5,7 @@ priority as for any job."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from ringleader.errors import ConflictError
@@ -49,3 +50,24 @@ def set_priority(spec: JobSpec, status: JobStatus, priority: int) -> PendingChan
 def _check_waiting(name: str, status: JobStatus, what: str, fix: str) -> None:
     if status not in WAITING:
         raise ConflictError(f"job {name!r} is {status.value}: only a job that waits can be {what}", fix)
+
+
+Change = Callable[[JobSpec, JobStatus], PendingChange]
+
+
+class SpecChanges:
+    """``hold``, ``release`` and ``set_priority`` by the rules above, for an engine that keeps a
+    waiting job's whole spec: it says only how one job's spec is changed and the queue's pass
+    run after (``change_waiting``)."""
+
+    def change_waiting(self, name: str, change: Change) -> None:
+        raise NotImplementedError
+
+    def hold(self, name: str) -> None:
+        self.change_waiting(name, hold)
+
+    def release(self, name: str) -> None:
+        self.change_waiting(name, release)
+
+    def set_priority(self, name: str, priority: int) -> None:
+        self.change_waiting(name, lambda spec, status: set_priority(spec, status, priority))

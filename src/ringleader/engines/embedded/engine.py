@@ -78,7 +78,7 @@ from ringleader.topology import load_cluster_file
 __all__ = ["JobSpec", "JobView", "Runtime", "SubmitResult", "open_embedded"]
 
 
-class Runtime:
+class Runtime(pending.SpecChanges):
     """The local runtime over ``<home>/state.db``. Reads never create the database."""
 
     def __init__(self, home: Path, db: store.Store, clock: Clock = SYSTEM_CLOCK) -> None:
@@ -371,16 +371,7 @@ class Runtime:
             return queue_snapshot(conn, now, [*waiting, added], queue_estimator([*specs.values(), spec]))
 
     # -- waiting jobs (jobs/pending.py) ------------------------------------------------------------
-    def hold(self, name: str) -> None:
-        self._change_waiting(name, pending.hold)
-
-    def release(self, name: str) -> None:
-        self._change_waiting(name, pending.release)
-
-    def set_priority(self, name: str, priority: int) -> None:
-        self._change_waiting(name, lambda spec, status: pending.set_priority(spec, status, priority))
-
-    def _change_waiting(self, name: str, change: Callable[[JobSpec, JobStatus], pending.PendingChange]) -> None:
+    def change_waiting(self, name: str, change: pending.Change) -> None:
         """The job's spec changed as ``change`` says, said in its events, and the queue's pass run
         (a held job's GPUs go to the next in line; a released one may start now)."""
         with self._writable().write() as conn:

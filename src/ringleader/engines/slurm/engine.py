@@ -22,7 +22,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -74,7 +74,7 @@ FIRST_LOOK_S = 3.0
 DRAIN_MARK = "ringleader: "
 
 
-class SlurmEngine:
+class SlurmEngine(pending.SpecChanges):
     def __init__(self, home: Path, readonly: bool = False, clock: Clock = SYSTEM_CLOCK) -> None:
         self.home = home.absolute()
         self.clock = clock  # the queue's times: submits, expected ends, requeues, blames
@@ -524,16 +524,7 @@ class SlurmEngine:
                       ended_at=ended)  # fmt: skip
 
     # -- waiting jobs (jobs/pending.py) ------------------------------------------------------------
-    def hold(self, name: str) -> None:
-        self._change_waiting(name, pending.hold)
-
-    def release(self, name: str) -> None:
-        self._change_waiting(name, pending.release)
-
-    def set_priority(self, name: str, priority: int) -> None:
-        self._change_waiting(name, lambda spec, status: pending.set_priority(spec, status, priority))
-
-    def _change_waiting(self, name: str, change: Callable[[JobSpec, JobStatus], pending.PendingChange]) -> None:
+    def change_waiting(self, name: str, change: pending.Change) -> None:
         """A job in ringleader's queue changed as ``change`` says, then the queue's pass; one
         already handed to Slurm for its exact GPUs is Slurm's to hold (scontrol)."""
         with self.records.locked():
