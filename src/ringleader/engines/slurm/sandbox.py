@@ -65,12 +65,6 @@ def _free_subnet() -> ipaddress.IPv4Network:
     raise DependencyError("no free 10.213.x.0/24 subnet for a Slurm sandbox", "stop old sandboxes")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass
 class Sandbox:
     root: Path
@@ -158,7 +152,7 @@ class Sandbox:
         lines = [
             f"ClusterName={CLUSTER}",
             f"SlurmctldHost={socket.gethostname()}({ctld_addr})",
-            f"SlurmctldPort={_free_port()}",
+            f"SlurmctldPort={sandboxdb.free_port()}",
             "SlurmdPort=6818",
             "AuthType=auth/none",
             "CredType=cred/none",

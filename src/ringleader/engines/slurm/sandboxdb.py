@@ -34,9 +34,11 @@ def missing() -> str | None:
     return None
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port free on every interface now (slurmctld listens on all of them, slurmdbd on
+    localhost), for a daemon of the sandbox to take."""
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind(("", 0))
         return int(s.getsockname()[1])
 
 
@@ -45,7 +47,7 @@ class AccountingDb:
     root: Path  # the database's folder: data/, the socket, logs
     conf_dir: Path  # where slurm.conf is (slurmdbd.conf goes beside it)
     cluster: str
-    port: int = field(default_factory=_free_port)  # slurmdbd's (slurmctld and sacctmgr reach it on localhost)
+    port: int = field(default_factory=free_port)  # slurmdbd's (slurmctld and sacctmgr reach it on localhost)
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     @property
