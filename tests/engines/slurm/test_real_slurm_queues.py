@@ -27,8 +27,11 @@ from waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
-# Another user of the cluster, who never heard of ringleader (nobody, as `setpriv` runs it).
-OTHER_USER = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+# Another user of the cluster, who never heard of ringleader (nobody, as `setpriv` runs it). It
+# may read every file (CAP_DAC_READ_SEARCH, nothing more): a clone in a 0700 folder, its venv
+# too, is closed to other users, and Slurm judges the user by uid, not by what it may read.
+OTHER_USER = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+              "--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
