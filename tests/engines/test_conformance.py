@@ -753,6 +753,8 @@ def test_every_field_is_carried_or_refused_before_anything_is_made(target: Targe
         if field_name == "hold":  # carried means held: it waits on a cluster with room, and says why
             held = target.engine.get(name)
             assert held.status in WAITING and held.reason_code == "Held", held
+            planned = target.engine.submit(dataclasses.replace(job, name=f"{name}-plan"), dry_run=True).decision
+            assert planned.reasons == (f"held: it is not started until `ringleader release {name}-plan`",), planned
         if target.name == "kubernetes" and field_name in ("queue", "preempt", "preemptible"):
             scheduled = _as_the_scheduler_sees_it(target.engine, name)
             assert (scheduled.queue, scheduled.may_preempt, scheduled.preemptible) == (
