@@ -190,12 +190,11 @@ class Reader:
             shutil.copytree(REPO / name, self.cwd / name, symlinks=True)
         (self.cwd / ".venv").symlink_to(sys.prefix)  # `source .venv/bin/activate`
         venv_bin = Path(sys.prefix) / "bin"  # python, python3 and ringleader, as `make setup` leaves them
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("RINGLEADER_")}
+        # No OMPI_ALLOW_RUN_AS_ROOT: a reader as root (the README's quick start) has none either.
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("RINGLEADER_", "OMPI_ALLOW_RUN_AS_ROOT"))}
         self.env.update(HOME=str(home), RINGLEADER_HOME=str(home / ".ringleader"),
                         PATH=f"{venv_bin}:{os.environ['PATH']}",
                         PYTHONPATH=str(REPO / "src"), RINGLEADER_GRACE_S="2", COLUMNS="200")  # fmt: skip
-        if os.geteuid() == 0:  # docs/bench.md: mpirun wants these (or --allow-run-as-root) as root
-            self.env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
         self.env_file = root / "env"
 
     def delete_live_jobs(self) -> None:

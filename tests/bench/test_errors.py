@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -47,11 +52,27 @@ def test_mpi_without_mpirun_says_how_to_install(monkeypatch: pytest.MonkeyPatch,
 
 
 def test_env_reports_the_lab_table(capsys: pytest.CaptureFixture[str]) -> None:
-    import json
-
     assert main(["env", "-o", "json"]) == 0
     info = json.loads(capsys.readouterr().out)
     for key in ("servers", "nics", "gpu_model", "gpu_count", "gpu_connection", "os",
                 "gpu_driver", "cuda", "nccl", "mpi", "framework", "packages"):  # fmt: skip
         assert key in info
     assert info["packages"]["torch"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None, reason="needs root and iproute2 (a netns)")
+def test_env_counts_network_cards_not_virtual_interfaces() -> None:
+    """In a network namespace with only virtual interfaces (a veth pair whose end is named like
+    a card, as a container's eth0 is; a bridge; an ifb), `env` counts no NIC and names them
+    apart as virtual."""
+    netns = f"rl-nics-{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", netns], check=True)
+    try:
+        for link in (["eth7", "type", "veth", "peer", "name", "veth7"], ["rlbr0", "type", "bridge"],
+                     ["ib9", "type", "ifb"]):  # fmt: skip
+            subprocess.run(["ip", "-n", netns, "link", "add", *link], check=True)
+        shown = subprocess.run(["ip", "netns", "exec", netns, sys.executable, "-m", "ringleader.cli.main", "env",
+                                "-o", "json"], capture_output=True, text=True, check=True)  # fmt: skip
+        assert json.loads(shown.stdout)["nics"] == "none found (virtual only: eth7, ib9, rlbr0, veth7)"
+    finally:
+        subprocess.run(["ip", "netns", "delete", netns], check=False)

@@ -97,6 +97,22 @@ def test_a_held_job_waits_out_of_line_until_released(seeds_cli: Cli) -> None:
     assert [e for e in ("Held", "Released") if events(job(seeds_cli, "next"), e)] == ["Held", "Released"]
 
 
+def test_a_job_submitted_held_waits_on_an_idle_cluster_until_released(seeds_cli: Cli) -> None:
+    planned = seeds_cli.ok("submit", "mpi", "--name", "peek", "--hold", "--dry-run", "--", "sleep", "600")
+    assert "Pending:     held: it is not started until `ringleader release peek`" in planned
+    assert job_missing(seeds_cli, "peek")
+    submit(seeds_cli, "later", 1, 2, "--hold")
+    assert listed(seeds_cli)["later"]["REASON"] == "Held"
+    held = job(seeds_cli, "later")
+    assert (held["status"], held["reason_code"]) == ("PENDING", "Held")
+    assert seeds_cli.ok("release", "later").strip() == "job 'later' released"
+    assert job(seeds_cli, "later")["status"] == "RUNNING"
+
+
+def job_missing(cli: Cli, name: str) -> bool:
+    return "not found" in cli("get", name).stderr
+
+
 def test_hold_release_and_update_refuse_what_they_cannot_change_in_one_line(seeds_cli: Cli) -> None:
     submit(seeds_cli, "run", 2, 8)
     submit(seeds_cli, "wait", 1, 8)

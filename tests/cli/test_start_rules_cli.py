@@ -5,6 +5,7 @@ or on what is free once its longest wait is over; bad combinations are refused i
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,10 @@ def test_a_gang_waits_for_one_node_when_that_finishes_sooner_and_starts_there(se
     assert "start in ~10 min on " in reason and "finishes in ~70 min" in reason
     when = data["placement"]["when"]
     assert when["rule"] == "finish" and not when["starts_now"]
-    assert when["wait"]["finish_s"] < when["now"]["finish_s"]
+    # times in RFC 3339 as every time -o json shows (UTC, to the microsecond: they sort as text)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", when["wait"]["finish"]), when["wait"]
+    assert data["created_at"] < when["wait"]["start"] < when["wait"]["finish"] < when["now"]["finish"]
+    assert data["placement"]["reservation"]["start"] == when["wait"]["start"]
     text = seeds_cli.ok("get", "vgg")
     assert "waits: it finishes sooner" in text and "reserved GPUs" in text
     held = {(w["node"], g) for w in data["placement"]["reservation"]["workers"] for g in w["gpus"]}

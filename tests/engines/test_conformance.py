@@ -34,6 +34,7 @@ import yaml
 from ringleader.engines.base import Engine
 from ringleader.errors import UsageError
 from ringleader.jobs.line import read_line
+from ringleader.jobs.pending import WAITING
 from ringleader.jobs.spec import ContainerOptions, JobSpec, KubeOptions
 from ringleader.jobs.states import JobStatus
 from ringleader.scheduler.teams import TeamQueue
@@ -749,6 +750,11 @@ def test_every_field_is_carried_or_refused_before_anything_is_made(target: Targe
         shown = target.engine.get(name).spec
         assert getattr(shown, field_name.partition(".")[0]) == _expected(field_name, job), shown
         assert shown == JobSpec.from_dict(json.loads(json.dumps(shown.to_dict())))  # whole through the codec
+        if field_name == "hold":  # carried means held: it waits on a cluster with room, and says why
+            held = target.engine.get(name)
+            assert held.status in WAITING and held.reason_code == "Held", held
+            planned = target.engine.submit(dataclasses.replace(job, name=f"{name}-plan"), dry_run=True).decision
+            assert planned.reasons == (f"held: it is not started until `ringleader release {name}-plan`",), planned
         if target.name == "kubernetes" and field_name in ("queue", "preempt", "preemptible"):
             scheduled = _as_the_scheduler_sees_it(target.engine, name)
             assert (scheduled.queue, scheduled.may_preempt, scheduled.preemptible) == (

@@ -360,6 +360,20 @@ def test_real_queue_view_reason_codes_line_and_hold(lab: ControlPlane, sched: Sc
     assert previous.returncode == 2 and "--previous is not supported by the kubernetes engine" in previous.stderr
 
 
+def test_real_a_gang_submitted_held_is_never_bound_until_released(lab: ControlPlane, sched: Scheduler) -> None:
+    """`submit --hold` on an idle cluster: its PodGroup is born held, so the scheduler binds none
+    of its pods; released, it starts."""
+    alice = engine(lab, "alice", "team-a")
+    pods = operator_pods(lab, submit(lab, "alice", "team-a", "later", 2, queue="team-a", hold=True))
+    seen_whole(lab, sched, "team-a/later", len(pods))
+    assert sched.cycle() == []
+    assert alice.get("later").reason_code == "Held"
+    assert not any(lab.request("GET", f"/api/v1/namespaces/team-a/pods/{p}")["spec"].get("nodeName") for p in pods)
+    alice.release("later")
+    sched.sync()
+    assert [(r.gang, r.ok) for r in sched.cycle()] == [("team-a/later", True)]
+
+
 def test_real_a_gang_that_would_fit_on_cordoned_nodes_says_cordoned(lab: ControlPlane, sched: Scheduler) -> None:
     """With both nodes cordoned (`kubectl cordon`) a one-GPU gang says so in one word and names
     the nodes, not "0 free GPU(s)"; uncordoned, it starts."""

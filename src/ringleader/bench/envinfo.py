@@ -18,13 +18,17 @@ PACKAGES = ("torch", "numpy", "pillow", "mpi4py", "matplotlib", "nvidia-ml-py", 
 
 
 def _nics() -> str:
-    out = []
+    """The network cards: interfaces backed by a device (a PCI or virtio function), never the
+    kernel's virtual ones (lo, veth, bridges, docker0, tun, ifb, dummy: /sys/devices/virtual),
+    whatever they are named; those are named apart when they are all there is (a container)."""
+    out, virtual = [], []
     base = Path("/sys/class/net")
     for dev in sorted(base.iterdir()) if base.is_dir() else []:
-        if dev.name == "lo" or dev.name.startswith(("docker", "veth", "br-", "virbr")):
+        if not (dev / "device").exists():
+            virtual += [] if dev.name == "lo" else [dev.name]
             continue
-        driver = (dev / "device" / "driver")
-        drv = os.path.basename(os.readlink(driver)) if driver.is_symlink() else "virtual"
+        driver = dev / "device" / "driver"
+        drv = os.path.basename(os.readlink(driver)) if driver.is_symlink() else "driver n/a"
         try:
             speed = int((dev / "speed").read_text().strip())
             if speed <= 0:
@@ -33,7 +37,9 @@ def _nics() -> str:
         except (OSError, ValueError):
             spd = "speed n/a"
         out.append(f"{dev.name} ({drv}, {spd})")
-    return f"{len(out)}: " + ", ".join(out) if out else "none found"
+    if out:
+        return f"{len(out)}: " + ", ".join(out)
+    return f"none found (virtual only: {', '.join(virtual)})" if virtual else "none found"
 
 
 def _os() -> str:

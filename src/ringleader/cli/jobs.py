@@ -374,6 +374,8 @@ SUBMIT_OPTIONS: tuple[Callable[[Any], Any], ...] = (
                       "PriorityClass, as -p gives it."),
     click.option("--queue", default=None, metavar="NAME",
                  help="The team queue it counts against (`ringleader queue list`): its quota, borrowing, fair share."),
+    click.option("--hold", is_flag=True,
+                 help="Submit it held (sbatch's --hold): it waits, reason Held, until `ringleader release NAME`."),
     click.option("--max-restarts", type=click.IntRange(0, 100), default=0, show_default=True,
                  help="Restart a failed gang this often (placed again; RINGLEADER_RESTARTS and "
                       "TORCHELASTIC_RESTART_COUNT count them), a node blamed for two failures cordoned."),
@@ -477,7 +479,7 @@ def submit_pytorch(**options: Any) -> None:
 
 def _submit(
     kind: str, name: str, workers: int, gpus: int, gputopology: bool, gang: bool, priority: str, queue: str | None,
-    max_restarts: int, env: tuple[str, ...],
+    hold: bool, max_restarts: int, env: tuple[str, ...],
     image: str | None, data: tuple[tuple[str, str], ...], shm_size: int | None, rdma: bool,
     image_pull_policy: str | None, container_user: str | None, model: str | None, dry_run: bool,
     time_limit_s: float | None, start: str | None, run_time_s: float | None, max_wait_s: float | None,
@@ -502,7 +504,7 @@ def _submit(
         topology_required=topology_required, topology_preferred=topology_preferred, start=start,
         run_time_s=run_time_s, max_wait_s=max_wait_s, risk=risk, preempt=preempt, preemptible=preemptible,
         calibration=read_calibration(calibration_file), steps=steps, queue=queue, max_restarts=max_restarts,
-        kind=kind,
+        kind=kind, hold=hold,
     )  # fmt: skip
     with using_engine(engine) as rt:
         result = rt.submit(spec, dry_run=dry_run)

@@ -32,6 +32,7 @@ from ringleader.jobs.support import Support
 from ringleader.jobs.views import JobView, SubmitResult
 from ringleader.model.tables import check_model
 from ringleader.scheduler import ClusterState, Code, Decision, JobRequest, Snapshot, place, run_cycle
+from ringleader.scheduler.cycle import on_hold
 from ringleader.scheduler.framework import NO_SUCH_LEVEL
 
 
@@ -124,12 +125,15 @@ def submit_job(engine: Provisioner, spec: JobSpec, dry_run: bool = False) -> Sub
     shown = engine.describe(sub, decision)
     if dry_run:
         engine.notes[said:said] = notes
-        queued = engine.queued_with(spec, state) if state is not None and decision.ok else None
+        queued = engine.queued_with(spec, state) if state is not None and decision.ok and not spec.hold else None
         decision = decided_in_queue(queued, decision) if queued is not None else decision
+        decision = on_hold(decision.job, decision.policy) if spec.hold else decision
         prediction = predict_job(state, spec, decision.placement) if state and decision.placement else None
         return SubmitResult(decision, decision_to_dict(decision), dry_run=True, extra={"prediction": prediction,
                                                                                        **shown})  # fmt: skip
     mine = engine.commit(sub, decision, notes, hint)
+    # Held at submit (sbatch --hold): whatever an engine's own scheduler will decide, it waits.
+    mine = on_hold(mine.job, mine.policy) if spec.hold else mine
     engine.notes[said:said] = notes  # before what the engine itself had to say
     return SubmitResult(mine, decision_to_dict(mine), dry_run=False, job=engine.started(spec.name), extra=shown)
 

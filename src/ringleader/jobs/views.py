@@ -23,6 +23,31 @@ def rfc3339(ts: float | None) -> str | None:
     return datetime.fromtimestamp(ts, tz=UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
+# The times a stored plan keeps on the engine's clock, in seconds since the epoch, by the part
+# that holds them: JSON and YAML show them in RFC 3339, named without their "_s".
+PLAN_TIMES = {"reservation": ("start_s", "end_s"), "now": ("start_s", "finish_s"), "wait": ("start_s", "finish_s"),
+              "at_risk": ("now_finish_s", "wait_finish_s")}  # fmt: skip
+
+
+def shown_plan(plan: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A stored plan (``codec.decision_to_dict``) as `-o json` shows it: a reservation's start
+    and end, and a start rule's starts and finishes, in RFC 3339 as every other time."""
+    if not plan:
+        return plan
+    out = dict(plan)
+    if plan.get("reservation"):
+        out["reservation"] = _in_rfc3339(plan["reservation"], PLAN_TIMES["reservation"])
+    when = plan.get("when")
+    if when:
+        out["when"] = {**when, **{part: _in_rfc3339(when[part], PLAN_TIMES[part])
+                                  for part in ("now", "wait", "at_risk") if when.get(part)}}  # fmt: skip
+    return out
+
+
+def _in_rfc3339(part: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    return {(k.removesuffix("_s") if k in keys else k): (rfc3339(v) if k in keys else v) for k, v in part.items()}
+
+
 def reservation_line(job: str, stored: dict[str, Any], now: float | None = None) -> str:
     """A pending gang's stored reservation as a person reads it, its start counted from ``now``:
     "reserved GPUs 0-7 on node-a, expected start in ~14 min"."""
@@ -175,7 +200,7 @@ class JobView:
             "image": self.spec.image, "model": self.spec.model,
             **({"container": asdict(self.spec.container)} if self.spec.container.given() else {}),
             "request": self.spec.shown().to_dict(),  # the whole spec, as every engine keeps it
-            "bottleneck": self.bottleneck, "placement": self.placement,
+            "bottleneck": self.bottleneck, "placement": shown_plan(self.placement),
             "gpus_requested": self.gpus_requested, "gpus_allocated": self.gpus_allocated,
             **({"instances": [i.to_dict() for i in self.instances]} if self.has_instances else {}),
             "events": [e.to_dict() for e in self.events],
@@ -194,7 +219,7 @@ class SubmitResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"dry_run": self.dry_run, "plan": self.plan, **self.extra}
+        out: dict[str, Any] = {"dry_run": self.dry_run, "plan": shown_plan(self.plan), **self.extra}
         if self.job is not None:
             out["job"] = self.job.to_dict()
         return out

@@ -216,10 +216,13 @@ def in_line(waiting: Sequence[Waiting]) -> list[Waiting]:
 
 
 def _on_hold(snapshot: Snapshot, entry: Waiting) -> Nominated:
-    job = entry.job
+    return Nominated(entry, on_hold(entry.job, get_policy(snapshot.policy or entry.job.policy_name).name))
+
+
+def on_hold(job: JobRequest, policy: str) -> Decision:
+    """A held job's decision: it waits, reason Held, whatever the cluster has free."""
     why = f"held: it is not started until `ringleader release {job.name}`"
-    policy = get_policy(snapshot.policy or job.policy_name).name
-    return Nominated(entry, Decision(job, policy, Code.UNSCHEDULABLE, reasons=(why,), reason_code=ReasonCode.HELD))
+    return Decision(job, policy, Code.UNSCHEDULABLE, reasons=(why,), reason_code=ReasonCode.HELD)
 
 
 def _cordoned(snapshot: Snapshot, current: QueuePass, one: Nominated) -> Nominated:

@@ -478,8 +478,9 @@ def test_a_gang_with_start_best_waits_for_one_node_instead_of_spreading(
 
 
 def test_a_job_that_would_fit_on_cordoned_slurm_nodes_says_cordoned(slurm_box: object, tmp_path: Path) -> None:
-    """Both nodes cordoned (drained in Slurm): a one-GPU job says Cordoned, naming the nodes and
-    the cordons' reasons, not "0 free GPU(s)"; one node back, it starts there."""
+    """Both nodes cordoned, one by ringleader and one drained by hand in Slurm (`scontrol update
+    state=drain`): a one-GPU job says Cordoned, naming the nodes and the reasons, not "0 free
+    GPU(s)"; the drained node resumed, it starts there."""
     env = {**os.environ, "RINGLEADER_HOME": str(tmp_path / "home")}
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -487,15 +488,16 @@ def test_a_job_that_would_fit_on_cordoned_slurm_nodes_says_cordoned(slurm_box: o
 
     assert cli("engine", "use", "slurm").returncode == 0
     try:
-        for node in ("node-a", "node-b"):
-            assert cli("node", "cordon", node, "--reason", "disk swap").returncode == 0
+        assert cli("node", "cordon", "node-a", "--reason", "disk swap").returncode == 0
+        subprocess.run(["scontrol", "update", "nodename=node-b", "state=drain", "reason=fan ticket 9"], check=True)
         made = cli("submit", "mpi", "--name", "one", "--workers", "1", "--gpus", "1", "--", PY, "-c", "pass")
         assert made.returncode == 0, made.stderr
         waiting = json.loads(cli("get", "one", "-o", "json").stdout)
         assert waiting["reason_code"] == "Cordoned", waiting["reason"]
-        assert waiting["reason"].startswith("it would fit on cordoned node(s) node-a (disk swap), node-b (disk swap)")
+        assert waiting["reason"].startswith("it would fit on cordoned node(s) node-a (disk swap), node-b (drained in "
+                                            "Slurm: fan ticket 9 [")  # Slurm's reason, with who and when
         assert "0 free GPU(s)" not in waiting["reason"]
-        assert cli("node", "uncordon", "node-b").returncode == 0
+        subprocess.run(["scontrol", "update", "nodename=node-b", "state=resume"], check=True)
         wait_for(lambda: json.loads(cli("get", "one", "-o", "json").stdout)["status"] in ("RUNNING", "SUCCEEDED"),
                  what="the job to start on node-b")  # fmt: skip
     finally:

@@ -180,16 +180,20 @@ class Members:
         code = decision.reason_code.value if decision.reason_code is not None else ""
         if one.refused is not None:
             return Outcome(gang, Code.UNSCHEDULABLE, reason=one.refused, reason_code=ReasonCode.RESOURCES.value)
-        if decision.reason_code is ReasonCode.HELD:  # the job named as a user names it: name and namespace
+        if decision.reason_code is ReasonCode.HELD:
             namespace, _, name = gang.key.partition("/")
-            why = f"held: it is not started until `ringleader release {name} -n {namespace}`"
-            return Outcome(gang, decision.code, reason=why, reason_code=code)
+            return Outcome(gang, decision.code, reason=held_reason(name, namespace), reason_code=code)
         pods = _gpu_workers(gang)
         positions = self.cache.state.positions
         short = {positions[node]: why for node, why in one.lacking.items()}
         reason = _gpu_reason(self.cache, decision.reasons, self.cache.misfits(pods[0]), short, len(pods))
         return Outcome(gang, decision.code, reason=reason, reservation=decision.reservation,
                        preemption=decision.preemption, reason_code=code)  # fmt: skip
+
+
+def held_reason(name: str, namespace: str) -> str:
+    """Why a held gang waits, naming the job as its user names it: name and namespace."""
+    return f"held: it is not started until `ringleader release {name} -n {namespace}`"
 
 
 def _fit_members(cache: Cache, gang: Gang, workers: Sequence[Assignment]) -> list[Assignment] | str:

@@ -25,6 +25,7 @@ from ringleader.engines.base import ALL_NAMESPACES
 from ringleader.engines.kubernetes import companions, manifests, names
 from ringleader.engines.kubernetes.cache import Cache
 from ringleader.engines.kubernetes.client import ApiError, JobsApi, current_namespace, load_client
+from ringleader.engines.kubernetes.decide import held_reason
 from ringleader.engines.kubernetes.delivery import Delivery, claim_template
 from ringleader.engines.kubernetes.objects import replica_role, wall_time
 from ringleader.errors import ConflictError, NotFoundError, UsageError
@@ -57,7 +58,7 @@ from ringleader.jobs.views import (
     NodeHealth,
     SubmitResult,
 )
-from ringleader.scheduler import ClusterState, Decision, Snapshot
+from ringleader.scheduler import ClusterState, Decision, ReasonCode, Snapshot
 from ringleader.scheduler.teams import TeamQueue, queue_of
 
 
@@ -640,11 +641,14 @@ def job_view(job: dict[str, Any], pods: Sequence[dict[str, Any]], group: dict[st
     status = (job.get("status") or {})
     group_notes = ((group or {}).get("metadata") or {}).get("annotations") or {}
     reason = group_notes.get(names.PENDING_ANNOTATION) or None
-    code = group_notes.get(names.PENDING_CODE_ANNOTATION) or None
+    why_code = group_notes.get(names.PENDING_CODE_ANNOTATION) or None
     spec = replace(spec, hold=group_notes.get(names.HOLD_ANNOTATION) == "true")
     restarts = str(group_notes.get(names.RESTARTS_ANNOTATION) or "0")
     state = _status(job, pods)
-    if state is JobStatus.QUEUING:
+    held = spec.hold and state in pending.WAITING  # known before the scheduler's next cycle says so
+    if held:
+        reason, why_code = held_reason(spec.name, str(meta.get("namespace"))), ReasonCode.HELD.value
+    elif state is JobStatus.QUEUING:
         kind = str(job.get("kind") or "MPIJob")
         reason = f"no pods yet: {names.OPERATORS.get(kind, 'its operator')} creates them from the {kind}"
     elif state is JobStatus.PENDING and reason is None and not workers:
@@ -657,7 +661,8 @@ def job_view(job: dict[str, Any], pods: Sequence[dict[str, Any]], group: dict[st
         created_at=wall_time(meta.get("creationTimestamp")) or 0.0, started_at=wall_time(status.get("startTime")),
         ended_at=wall_time(status.get("completionTime")), spec=spec, reason=reason, placement=placement,
         instances=tuple(instances) if with_instances else (), events=events, has_instances=with_instances,
-        restarts=int(restarts) if restarts.isdigit() else 0, reason_code=code if state is JobStatus.PENDING else None,
+        restarts=int(restarts) if restarts.isdigit() else 0,
+        reason_code=why_code if state is JobStatus.PENDING or held else None,
     )  # fmt: skip
 
 

@@ -86,6 +86,7 @@ class SlurmEngine(pending.SpecChanges):
         self.partition = settings.text("RINGLEADER_SLURM_PARTITION")
         self.notes: list[str] = []
         self._slurm_nodes: dict[str, state.SlurmNode] = {}  # as the last snapshot() read them
+        self._cordoned: dict[str, str] = {}  # node -> why, as the last _snapshot() read them (_cordons)
 
     supports = Support("slurm", time_limit=True, network_tree=True, start_rules=True, preemption=True,
                        calibration=True, previous_logs=True,
@@ -117,9 +118,15 @@ class SlurmEngine(pending.SpecChanges):
                 chosen = (record.get("plan") or {}).get("chosen") or {}
                 for w in chosen.get("workers", []):
                     reserved.setdefault(record["name"], {}).setdefault(w["node"], []).extend(w["gpus"])
-        cordons = self.teams.cordons()
-        snapshot = without_cordoned(state.cluster_state(nodes, specs, holders, reserved, cordons), cordons)
+        self._cordoned = self._cordons(nodes)
+        snapshot = without_cordoned(state.cluster_state(nodes, specs, holders, reserved, self._cordoned),
+                                    self._cordoned)  # fmt: skip
         return snapshot, {n.name: n for n in nodes}, jobs
+
+    def _cordons(self, nodes: Sequence[state.SlurmNode]) -> dict[str, str]:
+        """Node -> why it is cordoned: drained in Slurm (by hand or by ringleader), with
+        ringleader's own reason where it cordoned the node itself."""
+        return {**state.drained(nodes), **self.teams.cordons()}
 
     def nodes(self) -> ClusterState:
         return self._snapshot()[0]
@@ -285,7 +292,8 @@ class SlurmEngine(pending.SpecChanges):
         names = {q.name for q in queues}
         holding += [Holding(name, queue=account) for name, account in (outside or {}).items() if account in names]
         usage = self.slurm_queues.usage([q.name for q in queues])
-        return Snapshot(state, waiting, now, holding, queues, usage, estimate=estimate, cordoned=self.teams.cordons())
+        return Snapshot(state, waiting, now, holding, queues, usage, estimate=estimate,
+                        cordoned=self._cordoned)  # fmt: skip
 
     def _preempt(self, name: str, by: Decision) -> None:
         """scancel the victim's Slurm job (Slurm stops it as for a delete: SIGTERM, KillWait,

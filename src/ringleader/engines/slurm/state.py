@@ -70,6 +70,14 @@ class SlurmNode:
         return NodeHealth(self.name, status, why, checked="Slurm keeps no GPU health")
 
 
+def drained(nodes: Iterable[SlurmNode]) -> dict[str, str]:
+    """Node -> why, for every node drained in Slurm (`scontrol update NodeName=X State=DRAIN
+    Reason=...`, by ringleader or anyone), with Slurm's Reason=: cordoned, as every engine's
+    cordoned nodes are, so a job that would fit there says so rather than "0 free GPU(s)"."""
+    return {n.name: f"drained in Slurm{f': {n.reason}' if n.reason else ''}" for n in nodes
+            if n.health().status == DRAINED}  # fmt: skip
+
+
 def read_nodes() -> list[SlurmNode]:
     return [node_from_record(rec) for rec in slurmcli.show("node")]
 
