@@ -1,5 +1,6 @@
-"""JSON forms of job specs, nodes and scheduler decisions, as stored in SQLite, on Kubernetes objects
-and printed by -o json."""
+"""JSON forms of job specs and nodes, as stored in SQLite, on Kubernetes objects and printed by -o
+json, and a stored decision's placement and reservation read back (a decision gives its own JSON
+form, ``Decision.as_dict``)."""
 
 from __future__ import annotations
 
