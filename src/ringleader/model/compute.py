@@ -60,10 +60,6 @@ def gpu_types(calibration: Calibration | None = None) -> list[str]:
     return sorted({*known_gpu_types(), *extra})
 
 
-def check_gpu_type(gpu_type: str, calibration: Calibration | None = None) -> str:
-    return _named(gpu_type, gpu_types(calibration))
-
-
 def _named(gpu_type: str, known: Sequence[str]) -> str:
     for name in known:
         if name.lower() == gpu_type.strip().lower():
