@@ -137,9 +137,11 @@ def gpu_specs() -> dict[str, GpuSpec]:
     return out
 
 
-def known_gpu_types() -> list[str]:
-    """GPU types with a published single-GPU rate or datasheet numbers to derive one from."""
-    return sorted({gpu for _, gpu, _ in published_rates()} | set(gpu_specs()))
+@functools.cache
+def known_gpu_types() -> tuple[str, ...]:
+    """GPU types with a published single-GPU rate or datasheet numbers to derive one from (read
+    once: every pricing checks its GPU types' names against them)."""
+    return tuple(sorted({gpu for _, gpu, _ in published_rates()} | set(gpu_specs())))
 
 
 _GPU_NAME_RE = re.compile(r"\b([A-Z]{1,2}\d{1,3}[A-Z]?)\b")
