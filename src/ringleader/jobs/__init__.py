@@ -5,7 +5,7 @@
                     prepared for a gang: what is replaced, refused or noted
     states.py       job and instance states and their transitions
     views.py        the read models every engine returns and the CLI renders
-    codec.py        decisions, placements and nodes as JSON
+    codec.py        specs and nodes as JSON; stored placements and reservations read back
     logfiles.py     which instance a user means, reading and following a log
     prediction.py   the model's images/s for a job's placement and for the other policy's
 

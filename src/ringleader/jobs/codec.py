@@ -1,5 +1,6 @@
-"""JSON forms of job specs, nodes and scheduler decisions, as stored in SQLite, on Kubernetes objects
-and printed by -o json."""
+"""JSON forms of job specs and nodes, as stored in SQLite, on Kubernetes objects and printed by -o
+json, and a stored decision's placement and reservation read back (a decision gives its own JSON
+form, ``Decision.as_dict``)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,7 @@ import json
 from typing import Any
 
 from ringleader.jobs.spec import JobSpec
-from ringleader.scheduler import Candidate, Decision, Placement, Reservation, WorkerSlot
-from ringleader.scheduler.types import Option, Preemption, WhenChoice
+from ringleader.scheduler import Placement, Reservation, WorkerSlot
 from ringleader.topology import Link, NodeSpec, NodeTopology, SshAddress
 
 
@@ -92,120 +92,21 @@ def node_from_dict(data: dict[str, Any]) -> NodeSpec:
                     str(data.get("nvlink_domain") or ""))
 
 
-def placement_to_dict(placement: Placement) -> dict[str, Any]:
-    return {
-        "nodes": list(placement.nodes),
-        "workers": [{"index": s.index, "node": s.node, "gpus": list(s.gpus)} for s in placement.slots],
-        "describe": placement.describe(),
-    }
-
-
 def placement_from_dict(job: str, data: dict[str, Any]) -> Placement:
     slots = tuple(WorkerSlot(int(w["index"]), str(w["node"]), tuple(w["gpus"])) for w in data["workers"])
     return Placement(job, slots)
 
 
-def _candidate(c: Candidate | None) -> dict[str, Any] | None:
-    if c is None:
-        return None
-    return {
-        **placement_to_dict(c.placement),
-        "objective": c.objective_dict(),
-        "metrics": c.metrics.as_dict(),
-        "bottleneck": c.metrics.bottleneck.describe(),
-    }
-
-
-def decision_to_dict(decision: Decision) -> dict[str, Any]:
-    """Everything a plan shows: nodes, GPU ids per worker, objective, bottleneck, runner-up,
-    or the pending reason and why each node was filtered out."""
-    job = decision.job
-    return {
-        "job": job.name,
-        "request": {
-            "workers": job.workers,
-            "gpus_per_worker": job.gpus_per_worker,
-            "topology_aware": job.topology_aware,
-            "priority": job.priority,
-            "model": job.model,
-            "time_limit_s": job.time_limit_s,
-            "start": job.start_rule,
-            "run_time_s": job.work_s,
-            "max_wait_s": job.max_wait_s,
-            "risk": job.risk,
-        },
-        "policy": decision.policy,
-        "code": decision.code.value,
-        "summary": decision.summary(),
-        "chosen": _candidate(decision.chosen),
-        "runner_up": _candidate(decision.runner_up),
-        "reasons": list(decision.reasons),
-        "node_reasons": dict(decision.node_reasons),
-        "candidates_considered": decision.candidates_considered,
-        "reservation": reservation_to_dict(decision.reservation),
-        "when": when_to_dict(decision.when),
-        "preemption": preemption_to_dict(decision.preemption),
-        "borrows": decision.borrows,
-        "reason_code": None if decision.reason_code is None else decision.reason_code.value,
-        "predicted_run_s": decision.predicted_run_s,
-    }
-
-
-def when_to_dict(when: WhenChoice | None) -> dict[str, Any] | None:
-    """A start rule's weighing: both starts with their predicted finishes (the caller's clock),
-    what it chose, and the line that says so."""
-    if when is None:
-        return None
-
-    def option(o: Option | None) -> dict[str, Any] | None:
-        if o is None:
-            return None
-        return {**placement_to_dict(o.placement), "placement": o.placement.describe(), "start_s": o.start_s,
-                "images_per_s": round(o.images_per_s, 1), "finish_s": o.finish_s}  # fmt: skip
-
-    risk = when.at_risk
-    at_risk = None if risk is None else {
-        "now_images_per_s": round(risk.now_images_per_s, 1), "wait_images_per_s": round(risk.wait_images_per_s, 1),
-        "now_finish_s": risk.now_finish_s, "wait_finish_s": risk.wait_finish_s,
-    }  # fmt: skip
-    return {"rule": when.rule.value, "best_images_per_s": round(when.ideal_images_per_s, 1),
-            "now": option(when.now), "wait": option(when.wait), "starts_now": when.starts_now,
-            "at_risk": at_risk, "says": when.describe()}  # fmt: skip
-
-
-def preemption_to_dict(preemption: Preemption | None) -> dict[str, Any] | None:
-    """The gangs a pending gang stops, the GPUs each held, and where it then starts."""
-    if preemption is None:
-        return None
-    return {"victims": list(preemption.names),
-            "freed": {name: [{"node": node, "gpus": list(gpus)} for node, gpus in held]
-                      for name, held in preemption.freed.items()},
-            "then": {**placement_to_dict(preemption.placement), "placement": preemption.placement.describe()},
-            "images_per_s": round(preemption.images_per_s, 1), "says": preemption.describe()}  # fmt: skip
-
-
 def expected_end(plan: dict[str, Any] | None, started_at: float, time_limit_s: float | None,
                  stop_s: float = 0.0) -> float | None:  # fmt: skip
     """When a running job is expected to have freed its GPUs: at the end of the run its start
-    decision (``plan``, ``decision_to_dict``) predicted, or at its time limit plus ``stop_s``
+    decision (``plan``, ``Decision.as_dict``) predicted, or at its time limit plus ``stop_s``
     (the stop's grace), whichever comes first; None when neither is known."""
     ends = [started_at + time_limit_s + stop_s] if time_limit_s is not None else []
     run = (plan or {}).get("predicted_run_s")
     if run is not None:
         ends.append(started_at + float(run))
     return min(ends) if ends else None
-
-
-def reservation_to_dict(reservation: Reservation | None) -> dict[str, Any] | None:
-    """A pending gang's reservation; times on the engine's wall clock (``start_s`` None: unknown)."""
-    if reservation is None:
-        return None
-    return {
-        **placement_to_dict(reservation.placement),
-        "start_s": reservation.start_s,
-        "end_s": reservation.end_s,
-        "gpus": reservation.gpus(),
-    }
 
 
 def reservation_from_dict(job: str, data: dict[str, Any] | None, now: float) -> Reservation | None:

@@ -16,8 +16,8 @@ from ringleader.jobs.hints import job_framework
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.views import JobView
 from ringleader.model import MODEL_ESTIMATOR, calibrated_estimator
-from ringleader.model.calibration import Calibration, calibration_from_dict
-from ringleader.model.comm import calibration_fabric_note
+from ringleader.model.calibration import calibration_from_dict
+from ringleader.model.comm import network_link_note
 from ringleader.model.predict import Prediction, Pricing, calibration_compute_note, price, pricing
 from ringleader.scheduler import Placement, WorkerSlot, Workload, place
 
@@ -26,10 +26,10 @@ if TYPE_CHECKING:
     from ringleader.scheduler.policies.throughput import Estimator
 
 
-def framework_note(calibration: Calibration | None, pred: Prediction, command: Sequence[str]) -> str | None:
-    """A warning when the rate a job is priced with was measured with another framework than the
-    one its command line runs: one GPU's rate differs by framework (docs/model.md)."""
-    fit = calibration.compute_for(pred.model, pred.gpu_type, pred.precision) if calibration else None
+def framework_note(job: Pricing, pred: Prediction, command: Sequence[str]) -> str | None:
+    """A warning when the rate ``job`` is priced with was measured with another framework than
+    the one its command line runs: one GPU's rate differs by framework (docs/model.md)."""
+    fit = job.rates.fit_for(pred.gpu_type)
     runs = job_framework(command)
     if fit is None or not fit.framework or runs is None:
         return None
@@ -118,8 +118,9 @@ def predict_job(state: ClusterState, spec: JobSpec, placement: Placement) -> dic
         ratio = own.images_per_s / alt.images_per_s
         summary += f"; {other} placement would give {alt.images_per_s:.0f} ({ratio:.2f}x)"
     calibration = job.calibration
-    notes = [calibration_fabric_note(calibration, state.nodes), calibration_compute_note(calibration, own),
-             framework_note(calibration, own, spec.user_command or spec.command)]  # fmt: skip
+    network = job.links.get("network") if calibration is not None else None  # without one: the published links
+    notes = [network_link_note(network, state.nodes), calibration_compute_note(calibration, own),
+             framework_note(job, own, spec.user_command or spec.command)]  # fmt: skip
     warnings = [n for n in notes if n]
     if warnings:
         out["warnings"] = warnings

@@ -22,7 +22,6 @@ from typing import Any, Protocol
 
 from ringleader import settings
 from ringleader.errors import ConflictError, UnschedulableError, UsageError
-from ringleader.jobs.codec import decision_to_dict
 from ringleader.jobs.commandline import prepare_spec
 from ringleader.jobs.hints import model_named, read_workload
 from ringleader.jobs.line import CommandLine
@@ -129,13 +128,13 @@ def submit_job(engine: Provisioner, spec: JobSpec, dry_run: bool = False) -> Sub
         decision = decided_in_queue(queued, decision) if queued is not None else decision
         decision = on_hold(decision.job, decision.policy) if spec.hold else decision
         prediction = predict_job(state, spec, decision.placement) if state and decision.placement else None
-        return SubmitResult(decision, decision_to_dict(decision), dry_run=True, extra={"prediction": prediction,
+        return SubmitResult(decision, decision.as_dict(), dry_run=True, extra={"prediction": prediction,
                                                                                        **shown})  # fmt: skip
     mine = engine.commit(sub, decision, notes, hint)
     # Held at submit (sbatch --hold): whatever an engine's own scheduler will decide, it waits.
     mine = on_hold(mine.job, mine.policy) if spec.hold else mine
     engine.notes[said:said] = notes  # before what the engine itself had to say
-    return SubmitResult(mine, decision_to_dict(mine), dry_run=False, job=engine.started(spec.name), extra=shown)
+    return SubmitResult(mine, mine.as_dict(), dry_run=False, job=engine.started(spec.name), extra=shown)
 
 
 def decided_in_queue(queued: Snapshot, planned: Decision) -> Decision:

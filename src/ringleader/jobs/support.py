@@ -26,7 +26,6 @@ class Support:
     node_labels: bool = False  # `node label`
     prune: bool = False  # `prune`: finished jobs are the engine's to forget
     emulated_cluster: bool = False  # `cluster up` / `cluster down`
-    state_backup: bool = False  # `state export` / `state import`
     time_limit: bool = False  # `--time-limit`: the job is stopped at its limit
     kube_options: bool = False  # arena's Kubernetes-only submit options (JobSpec.kube: -n, --cpu, ...)
     # The container options (ContainerOptions.given() spellings: --data, --shm-size, --rdma,

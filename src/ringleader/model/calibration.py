@@ -109,17 +109,6 @@ class Calibration:
             if (fit.model, fit.gpu_type.lower(), fit.precision) == (model, gpu_type.lower(), precision)
         ]  # fmt: skip
 
-    def compute_for(
-        self, model: str, gpu_type: str, precision: str, threads: int | None = None
-    ) -> ComputeFit | None:
-        """The fit for (model, device, precision): at 224 px when several image sizes were run;
-        with ``threads`` the fit measured at that many threads, else the one with the most."""
-        found = self.compute_fits(model, gpu_type, precision)
-        if threads is not None:
-            exact = [f for f in found if f.threads == threads]
-            found = exact or found
-        return min(found, key=lambda f: (f.image_size != 224, -(f.threads or 0)), default=None)
-
     def gpu_types(self) -> list[str]:
         return sorted({c.gpu_type for c in self.compute})
 

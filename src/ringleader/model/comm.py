@@ -341,7 +341,11 @@ def calibration_fabric_note(
     """A warning when a calibration's network link is faster than any node of this cluster can
     send at line rate: it was measured on another fabric (InfiniBand applied to 25 GbE), and
     every prediction across nodes would use its speed while the bottleneck names this one's."""
-    fit = cal.link("network", backend) if cal else None
+    return network_link_note(cal.link("network", backend) if cal else None, nodes)
+
+
+def network_link_note(fit: LinkFit | None, nodes: Iterable[NodeState]) -> str | None:
+    """``calibration_fabric_note`` for the calibration's network link ``fit`` (None: it has none)."""
     if fit is None:
         return None
     line = max((ns.spec.network_gbs * max(1, len(ns.spec.topology.nics)) for ns in nodes), default=0.0)

@@ -10,10 +10,11 @@ calibration entry (measured), a published one, or one derived from the nearest p
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ringleader.errors import UsageError
-from ringleader.model.calibration import Calibration
+from ringleader.model.calibration import Calibration, ComputeFit
 from ringleader.model.tables import (
     PRECISION_TABLE,
     check_model,
@@ -59,12 +60,73 @@ def gpu_types(calibration: Calibration | None = None) -> list[str]:
     return sorted({*known_gpu_types(), *extra})
 
 
-def check_gpu_type(gpu_type: str, calibration: Calibration | None = None) -> str:
-    known = gpu_types(calibration)
+def _named(gpu_type: str, known: Sequence[str]) -> str:
     for name in known:
         if name.lower() == gpu_type.strip().lower():
             return name
     raise UsageError(f"unknown GPU type {gpu_type!r}", f"use one of {', '.join(known)}")
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Where one model's step compute times come from at one precision, read once (``rates_for``):
+    the calibration's fits of that model and precision, the GPU types known, the model's half
+    batch. A job priced on several placements and GPU types reads its calibration no further."""
+
+    model: str  # checked
+    precision: str  # checked
+    fits: tuple[ComputeFit, ...]  # the calibration's, of this model and precision, on any GPU type
+    known: tuple[str, ...]  # GPU types with a published or measured rate
+    half: float  # the model's half batch (tables.half_batch)
+
+    def fits_on(self, gpu_type: str) -> list[ComputeFit]:
+        return [fit for fit in self.fits if fit.gpu_type.lower() == gpu_type.lower()]
+
+    def fit_for(self, gpu_type: str, threads: int | None = None) -> ComputeFit | None:
+        """The fit on ``gpu_type``: at 224 px when several image sizes were run; with ``threads``
+        the fit measured at that many threads, else the one with the most."""
+        found = self.fits_on(gpu_type)
+        if threads is not None:
+            exact = [f for f in found if f.threads == threads]
+            found = exact or found
+        return min(found, key=lambda f: (f.image_size != 224, -(f.threads or 0)), default=None)
+
+    def rate(self, gpu_type: str, batch_size: int, threads: int | None = None) -> ComputeRate:
+        """The step compute time on one ``gpu_type`` (a name as a node or user writes it) at
+        ``batch_size`` (>= 1, checked by the caller) per GPU (``threads``: prefer a CPU fit
+        measured with that many threads)."""
+        model, precision, gpu = self.model, self.precision, _named(gpu_type, self.known)
+        fit = self.fit_for(gpu, threads)
+        if fit is not None:
+            t0 = fit.step_overhead_s
+            if fit.points == 1 and t0 == 0.0 and gpu.lower() != "cpu":
+                # one measured batch on a GPU: the model's half batch supplies the fixed part
+                t0 = fit.batch_size / fit.images_per_s * _fixed_share(self.half, fit.batch_size)
+            per_image = (fit.batch_size / fit.images_per_s - t0) / fit.batch_size
+            source = f"calibrated: {fit.images_per_s:.4g} images/s at batch {fit.batch_size}"
+            return ComputeRate(model, gpu, precision, batch_size, t0, max(per_image, 0.0), source, fit.threads)
+        table = PRECISION_TABLE[precision]
+        pub = published_rates().get((model, gpu, table)) or derived_rate(model, gpu, table)
+        if pub is None:
+            have = sorted(m for m, g, p in published_rates() if g == gpu and p == table)
+            raise UsageError(
+                f"no single-{gpu} {precision} training rate for {model}",
+                f"use one of {', '.join(have) or '(none)'} or measure it with `ringleader bench train` "
+                "and pass `--calibration`",
+            )
+        t_pub = pub.batch / pub.images_per_s
+        t0 = t_pub * _fixed_share(self.half, pub.batch)
+        per_image = (t_pub - t0) / pub.batch
+        kind = "derived" if pub.source.startswith("derived") else "published"
+        source = f"{kind}: {pub.images_per_s:.4g} images/s at batch {pub.batch} ({pub.source.split(',')[0]})"
+        return ComputeRate(model, gpu, precision, batch_size, t0, per_image, source)
+
+
+def rates_for(model: str, precision: str, calibration: Calibration | None = None) -> Rates:
+    """The ``Rates`` of an already checked ``model`` and ``precision`` (``tables.check_model``,
+    ``tables.check_precision``), with ``calibration``'s fits where given."""
+    fits = tuple(f for f in calibration.compute if (f.model, f.precision) == (model, precision)) if calibration else ()
+    return Rates(model, precision, fits, tuple(gpu_types(calibration)), half_batch(model))
 
 
 def compute_rate(
@@ -75,36 +137,10 @@ def compute_rate(
     (``threads``: prefer a CPU calibration measured with that many threads)."""
     if batch_size < 1:
         raise UsageError(f"batch size must be >= 1, got {batch_size}", "give the per-GPU batch size")
-    model = check_model(model)
-    precision = check_precision(precision)
-    gpu = check_gpu_type(gpu_type, calibration)
-    fit = calibration.compute_for(model, gpu, precision, threads) if calibration else None
-    if fit is not None:
-        t0 = fit.step_overhead_s
-        if fit.points == 1 and t0 == 0.0 and gpu.lower() != "cpu":
-            # one measured batch on a GPU: the model's half batch supplies the fixed part
-            t0 = fit.batch_size / fit.images_per_s * _fixed_share(model, fit.batch_size)
-        per_image = (fit.batch_size / fit.images_per_s - t0) / fit.batch_size
-        source = f"calibrated: {fit.images_per_s:.4g} images/s at batch {fit.batch_size}"
-        return ComputeRate(model, gpu, precision, batch_size, t0, max(per_image, 0.0), source, fit.threads)
-    table = PRECISION_TABLE[precision]
-    pub = published_rates().get((model, gpu, table)) or derived_rate(model, gpu, table)
-    if pub is None:
-        have = sorted(m for m, g, p in published_rates() if g == gpu and p == table)
-        raise UsageError(
-            f"no single-{gpu} {precision} training rate for {model}",
-            f"use one of {', '.join(have) or '(none)'} or measure it with `ringleader bench train` "
-            "and pass `--calibration`",
-        )
-    t_pub = pub.batch / pub.images_per_s
-    t0 = t_pub * _fixed_share(model, pub.batch)
-    per_image = (t_pub - t0) / pub.batch
-    kind = "derived" if pub.source.startswith("derived") else "published"
-    source = f"{kind}: {pub.images_per_s:.4g} images/s at batch {pub.batch} ({pub.source.split(',')[0]})"
-    return ComputeRate(model, gpu, precision, batch_size, t0, per_image, source)
+    rates = rates_for(check_model(model), check_precision(precision), calibration)
+    return rates.rate(gpu_type, batch_size, threads)
 
 
-def _fixed_share(model: str, batch: int) -> float:
-    """t0 / t(batch) = h / (batch + h), never more than half the step."""
-    h = half_batch(model)
+def _fixed_share(h: float, batch: int) -> float:
+    """t0 / t(batch) = h / (batch + h) for the model's half batch ``h``, never more than half the step."""
     return min(h / (batch + h), 0.5)

@@ -23,8 +23,8 @@ from typing import Any
 from ringleader.errors import UsageError
 from ringleader.model.calibration import Calibration, LinkFit
 from ringleader.model.comm import PUBLISHED, AllreduceCost, allreduce_cost, n_ranks
-from ringleader.model.compute import ComputeRate, compute_rate, gpu_types
-from ringleader.model.tables import check_model, check_precision, exposed_allreduce_s, grad_bytes
+from ringleader.model.compute import ComputeRate, Rates, rates_for
+from ringleader.model.tables import check_model, check_precision, exposed_s, grad_bytes, grad_ready_curves
 from ringleader.reference import reference
 from ringleader.scheduler.framework import get_policy, place, placement_metrics, policy_names
 from ringleader.scheduler.types import ClusterState, JobRequest, NodeState, Placement, Workload
@@ -97,14 +97,14 @@ class Prediction:
         }  # fmt: skip
 
 
-def _gpu_types_of(nodes: Mapping[str, NodeState], placement: Placement, calibration: Calibration | None) -> list[str]:
+def _gpu_types_of(nodes: Mapping[str, NodeState], placement: Placement, known: Iterable[str]) -> list[str]:
     found = []
     for name in placement.nodes:
         model = nodes[name].spec.topology.gpu_model
         if not model:
             raise UsageError(
                 f"node {name!r} declares no GPU model",
-                f"pass a GPU type (one of {', '.join(gpu_types(calibration))}) or set gpu_model in the cluster file",
+                f"pass a GPU type (one of {', '.join(known)}) or set gpu_model in the cluster file",
             )
         found.append(model)
     return sorted(set(found))
@@ -118,17 +118,16 @@ def cpu_host_share(placement: Placement) -> int:
     return max(per_node.values(), default=1)
 
 
-def cpu_compute_s(rate: ComputeRate, placement: Placement, calibration: Calibration | None) -> float:
+def cpu_compute_s(rate: ComputeRate, placement: Placement, rates: Rates) -> float:
     """Compute time per step of one CPU rank when k ranks share a host: each rank gets cores // k
     threads (the bench's rule) and the k ranks together cannot beat the host's best single-worker
     rate. So t = max(k x best step, step measured at cores // k threads when calibrated); with
     no thread counts known, k x the calibrated step."""
     k = cpu_host_share(placement)
-    fits = calibration.compute_fits(rate.model, rate.gpu_type, rate.precision) if calibration else []
-    counts = sorted({f.threads for f in fits if f.threads})
-    rates = [compute_rate(rate.model, rate.gpu_type, rate.precision, rate.batch_size, calibration, t) for t in counts]
-    best = min((r.step_s for r in rates), default=rate.step_s)
-    matched = [r.step_s for r in rates if r.threads == max(1, max(counts, default=1) // k)]
+    counts = sorted({f.threads for f in rates.fits_on(rate.gpu_type) if f.threads})
+    measured = [rates.rate(rate.gpu_type, rate.batch_size, t) for t in counts]
+    best = min((r.step_s for r in measured), default=rate.step_s)
+    matched = [r.step_s for r in measured if r.threads == max(1, max(counts, default=1) // k)]
     return max([k * best, *matched])
 
 
@@ -161,10 +160,11 @@ def _slowest(rates: Iterable[ComputeRate]) -> ComputeRate:
 @dataclass(frozen=True)
 class Pricing:
     """What a job is priced with, resolved once from what it names: its checked model and
-    precision, per-GPU batch and micro-batches, the bytes it allreduces, how it communicates
-    (``Calibration.links_for`` its backend: the link table read once), the overlap and sync
-    constants, its calibration. ``price`` is arithmetic over it and a placement, so pricing one
-    job on several placements resolves nothing twice."""
+    precision, per-GPU batch and micro-batches, the bytes it allreduces and the order backward
+    makes them ready, where its compute rates come from (``compute.Rates``: the calibration's fits
+    read once), how it communicates (``Calibration.links_for`` its backend: the link table read
+    once), the overlap and sync constants, its calibration. ``price`` is arithmetic over it and a
+    placement, so pricing one job on several placements resolves nothing twice."""
 
     model: str
     precision: str
@@ -175,6 +175,8 @@ class Pricing:
     sync: tuple[float, float] | None  # (host us per image, node jitter); None: the published constants
     calibration: Calibration | None
     links: Mapping[str, LinkFit]
+    rates: Rates
+    ready_curve: tuple[float, ...] | None  # tables.grad_ready_curves; None: every gradient ready at once
     gpu_type: str | None = None  # None: each node's GPU model
     backend: str | None = None
     algorithm: str = "auto"
@@ -216,12 +218,15 @@ def pricing(
         raise UsageError(f"overlap must be within 0..1, got {phi}", "give the share of allreduce to hide")
     if data_images_per_s is not None and data_images_per_s <= 0:
         raise UsageError(f"data pipeline rate must be > 0, got {data_images_per_s}", "give images/s per worker")
+    if batch_size < 1:
+        raise UsageError(f"batch size must be >= 1, got {batch_size}", "give the per-GPU batch size")
     if sync is None and calibration is not None and calibration.sync is not None:
         sync = calibration.sync
     links = calibration.links_for(backend) if calibration is not None else PUBLISHED
-    return Pricing(model, precision, batch_size, accumulation, nbytes, phi, sync, calibration,
-                   links, gpu_type, backend, algorithm, ring_order, network_efficiency, fabric,
-                   data_images_per_s)  # fmt: skip
+    rates = rates_for(model, precision, calibration)
+    return Pricing(model, precision, batch_size, accumulation, nbytes, phi, sync, calibration, links, rates,
+                   grad_ready_curves().get(model), gpu_type, backend, algorithm, ring_order, network_efficiency,
+                   fabric, data_images_per_s)  # fmt: skip
 
 
 def predict_placement(
@@ -272,15 +277,15 @@ def price(
     if missing:
         raise UsageError(f"placement names unknown node {missing[0]!r}", f"use one of {', '.join(nodes)}")
     calibration, batch_size = job.calibration, job.batch_size
-    types = [job.gpu_type] if job.gpu_type else _gpu_types_of(nodes, placement, calibration)
-    rate = _slowest(compute_rate(job.model, t, job.precision, batch_size, calibration) for t in types)
+    types = [job.gpu_type] if job.gpu_type else _gpu_types_of(nodes, placement, job.rates.known)
+    rate = _slowest(job.rates.rate(t, batch_size) for t in types)
     cost = allreduce_cost(
         nodes, placement, job.grad_bytes, algorithm=job.algorithm, backend=job.backend, ring_order=job.ring_order,
         links=job.links, network_efficiency=job.network_efficiency, fabric=job.fabric, uplink_flows=uplink_flows,
     )  # fmt: skip
-    micro_s = cpu_compute_s(rate, placement, calibration) if rate.gpu_type.lower() == "cpu" else rate.step_s
+    micro_s = cpu_compute_s(rate, placement, job.rates) if rate.gpu_type.lower() == "cpu" else rate.step_s
     backward_s = rate.backward_s * micro_s / rate.step_s
-    hidden = job.overlap * (cost.time_s - exposed_allreduce_s(job.model, cost.time_s, backward_s))
+    hidden = job.overlap * (cost.time_s - exposed_s(job.ready_curve, cost.time_s, backward_s))
     exposed = cost.time_s - hidden
     compute_s = job.accumulation * micro_s
     sync_s = sync_time_s(placement, job.accumulation * batch_size, compute_s, *(job.sync or (None, None)))

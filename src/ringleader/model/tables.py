@@ -137,9 +137,11 @@ def gpu_specs() -> dict[str, GpuSpec]:
     return out
 
 
-def known_gpu_types() -> list[str]:
-    """GPU types with a published single-GPU rate or datasheet numbers to derive one from."""
-    return sorted({gpu for _, gpu, _ in published_rates()} | set(gpu_specs()))
+@functools.cache
+def known_gpu_types() -> tuple[str, ...]:
+    """GPU types with a published single-GPU rate or datasheet numbers to derive one from (read
+    once: every pricing checks its GPU types' names against them)."""
+    return tuple(sorted({gpu for _, gpu, _ in published_rates()} | set(gpu_specs())))
 
 
 _GPU_NAME_RE = re.compile(r"\b([A-Z]{1,2}\d{1,3}[A-Z]?)\b")
@@ -250,7 +252,11 @@ def exposed_allreduce_s(model: str, allreduce_s: float, backward_s: float) -> fl
     bytes made ready within a slice count from its end):
     exposed = max(B, max over k of (k/n B + C (1 - g((k-1)/n)))) - B.
     A model without a readiness curve: every gradient ready at once, max(0, C - B)."""
-    curve = grad_ready_curves().get(check_model(model))
+    return exposed_s(grad_ready_curves().get(check_model(model)), allreduce_s, backward_s)
+
+
+def exposed_s(curve: tuple[float, ...] | None, allreduce_s: float, backward_s: float) -> float:
+    """``exposed_allreduce_s`` for a model's readiness curve (``grad_ready_curves``, None: none)."""
     if curve is None or backward_s <= 0:
         return max(0.0, allreduce_s - backward_s)
     n = len(curve)

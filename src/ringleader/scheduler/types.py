@@ -10,6 +10,7 @@ import enum
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from typing import Any
 
 from ringleader.scheduler.switches import SwitchIndex, move_position
 from ringleader.topology.cluster import NodeSpec
@@ -164,6 +165,14 @@ class Placement:
         for node, (gpus, workers) in self._on_node.items():
             parts.append(f"{node}[{workers}w: GPU {','.join(map(str, gpus)) or '-'}]")
         return " + ".join(parts)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Its JSON form, as stored with a decision (``jobs.codec.placement_from_dict`` reads it)."""
+        return {
+            "nodes": list(self.nodes),
+            "workers": [{"index": s.index, "node": s.node, "gpus": list(s.gpus)} for s in self.slots],
+            "describe": self.describe(),
+        }
 
 
 GroupKey = tuple[str, int, float, tuple[tuple[str, str], ...], str]
@@ -414,6 +423,10 @@ class Candidate:
     def objective_dict(self) -> dict[str, float]:
         return dict(zip(self.objective_names, self.objective, strict=True))
 
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.placement.as_dict(), "objective": self.objective_dict(), "metrics": self.metrics.as_dict(),
+                "bottleneck": self.metrics.bottleneck.describe()}  # fmt: skip
+
 
 def gpu_ranges(gpus: Iterable[int]) -> str:
     """GPU ids as runs: (0, 1, 2, 3, 6) -> "0-3,6"."""
@@ -451,6 +464,11 @@ class Reservation:
         if self.starts_in_s is None:
             return f"reserved {self.gpus()}, expected start unknown (a job holding them has no time limit)"
         return f"reserved {self.gpus()}, expected start in {approx_duration(self.starts_in_s)}"
+
+    def as_dict(self) -> dict[str, Any]:
+        """Its JSON form; times on the engine's wall clock (``start_s`` None: unknown), the start
+        counted from the read (``jobs.codec.reservation_from_dict``)."""
+        return {**self.placement.as_dict(), "start_s": self.start_s, "end_s": self.end_s, "gpus": self.gpus()}
 
 
 def approx_duration(seconds: float) -> str:
@@ -498,6 +516,10 @@ class Option:
         when = "now" if self.start_s <= now else f"in {approx_duration(self.start_s - now)}"
         finish = "" if self.finish_s is None else f", finishes in {approx_duration(self.finish_s - now)}"
         return f"start {when} on {self.placement.describe()} at {self.images_per_s:.0f} images/s{finish}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.placement.as_dict(), "placement": self.placement.describe(), "start_s": self.start_s,
+                "images_per_s": round(self.images_per_s, 1), "finish_s": self.finish_s}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -554,6 +576,18 @@ class WhenChoice:
                                 f"images/s later, {risk.now_images_per_s:.0f} now)")  # fmt: skip
         return f"{verdict}: " + "; ".join(parts) if parts else verdict
 
+    def as_dict(self) -> dict[str, Any]:
+        """Both starts with their predicted finishes (the caller's clock), what it chose, and the
+        line that says so."""
+        risk = self.at_risk
+        at_risk = None if risk is None else {
+            "now_images_per_s": round(risk.now_images_per_s, 1), "wait_images_per_s": round(risk.wait_images_per_s, 1),
+            "now_finish_s": risk.now_finish_s, "wait_finish_s": risk.wait_finish_s,
+        }  # fmt: skip
+        return {"rule": self.rule.value, "best_images_per_s": round(self.ideal_images_per_s, 1),
+                "now": self.now.as_dict() if self.now else None, "wait": self.wait.as_dict() if self.wait else None,
+                "starts_now": self.starts_now, "at_risk": at_risk, "says": self.describe()}  # fmt: skip
+
 
 def finish_of(start_s: float, work_s: float | None, ideal: float, images_per_s: float) -> float | None:
     """When ``work_s`` seconds of training at ``ideal`` images/s end at ``images_per_s``."""
@@ -606,6 +640,14 @@ class Preemption:
         return (f"{verb} {', '.join(held)}: then starts on {self.placement.describe()} "
                 f"at {self.images_per_s:.0f} images/s")  # fmt: skip
 
+    def as_dict(self) -> dict[str, Any]:
+        """The gangs it stops, the GPUs each held, and where the gang then starts."""
+        return {"victims": list(self.names),
+                "freed": {name: [{"node": node, "gpus": list(gpus)} for node, gpus in held]
+                          for name, held in self.freed.items()},
+                "then": {**self.placement.as_dict(), "placement": self.placement.describe()},
+                "images_per_s": round(self.images_per_s, 1), "says": self.describe()}  # fmt: skip
+
 
 @dataclass(frozen=True)
 class Decision:
@@ -654,3 +696,24 @@ class Decision:
             f"{self.policy}: {self.chosen.placement.describe()}; {m.nodes_used} node(s), "
             f"bottleneck {m.bottleneck.describe()}{weighed}{borrows}"
         )
+
+    def as_dict(self) -> dict[str, Any]:
+        """Everything a plan shows, as stored and printed by -o json: nodes, GPU ids per worker,
+        objective, bottleneck, runner-up, or the pending reason and why each node was filtered out."""
+        job = self.job
+        request = {"workers": job.workers, "gpus_per_worker": job.gpus_per_worker, "topology_aware": job.topology_aware,
+                   "priority": job.priority, "model": job.model, "time_limit_s": job.time_limit_s,
+                   "start": job.start_rule, "run_time_s": job.work_s, "max_wait_s": job.max_wait_s, "risk": job.risk}
+        return {
+            "job": job.name, "request": request, "policy": self.policy, "code": self.code.value,
+            "summary": self.summary(),
+            "chosen": self.chosen.as_dict() if self.chosen else None,
+            "runner_up": self.runner_up.as_dict() if self.runner_up else None,
+            "reasons": list(self.reasons), "node_reasons": dict(self.node_reasons),
+            "candidates_considered": self.candidates_considered,
+            "reservation": self.reservation.as_dict() if self.reservation else None,
+            "when": self.when.as_dict() if self.when else None,
+            "preemption": self.preemption.as_dict() if self.preemption else None,
+            "borrows": self.borrows, "reason_code": None if self.reason_code is None else self.reason_code.value,
+            "predicted_run_s": self.predicted_run_s,
+        }  # fmt: skip

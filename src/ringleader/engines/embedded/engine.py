@@ -88,7 +88,7 @@ class Runtime(pending.SpecChanges):
         self.notes: list[str] = []  # one-line notes for the user (e.g. "no GPUs found")
 
     supports = Support("embedded", image="podman or docker on this host", cluster_file=True, node_labels=True,
-                       prune=True, emulated_cluster=True, state_backup=True, time_limit=True, network_tree=True,
+                       prune=True, emulated_cluster=True, time_limit=True, network_tree=True,
                        start_rules=True, preemption=True, calibration=True, previous_logs=True,
                        container_options=("--data", "--shm-size", "--rdma", "--image-pull-policy", "--container-user"),
                        more_room="declare bigger nodes (`ringleader cluster apply`)")  # fmt: skip

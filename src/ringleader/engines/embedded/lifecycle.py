@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from ringleader.engines.embedded import store
-from ringleader.jobs.codec import decision_to_dict, expected_end, placement_to_dict
+from ringleader.jobs.codec import expected_end
 from ringleader.jobs.failures import (
     Failure,
     cordon_reason,
@@ -172,7 +172,7 @@ def place_job(conn: sqlite3.Connection, spec: JobSpec, decision: Decision, now: 
     store.allocate(conn, placement)
     store.update_job(
         conn, spec.name, status=JobStatus.RUNNING, started_at=now, reason=None, launch=Launch.PLACED,
-        decision=json.dumps(decision_to_dict(decision)), placement=json.dumps(placement_to_dict(placement)),
+        decision=json.dumps(decision.as_dict()), placement=json.dumps(placement.as_dict()),
     )  # fmt: skip
     pending = InstanceStatus.PENDING.value
     if launcher:
@@ -199,7 +199,7 @@ def pend_job(conn: sqlite3.Connection, name: str, decision: Decision, now: float
     if decision.node_reasons:
         reason += " (" + "; ".join(f"{n}: {r}" for n, r in decision.node_reasons.items()) + ")"
     store.update_job(conn, name, status=JobStatus.PENDING, reason=reason or None,
-                     decision=json.dumps(decision_to_dict(decision)))  # fmt: skip
+                     decision=json.dumps(decision.as_dict()))  # fmt: skip
     # One event per distinct reason, so a pass that changes nothing writes nothing.
     if reason and store.last_event(conn, name, "Pending") != reason:
         store.add_event(conn, name, "Pending", reason, now)

@@ -93,7 +93,6 @@ class Cache:
         # AWS's); the first one the nodes carry wins.
         self._network_keys = self.level_keys or tuple(dict.fromkeys(k for ks in label_keys().values() for k in ks))
         self.tree: NetworkTree | None = None
-        self.tree_problem = ""  # why the labels give no usable tree (the scheduler then places flat)
         self._tree_stale = True
         self.nodes: dict[str, NodeInfo] = {}
         self.pods: dict[str, PodInfo] = {}
@@ -316,7 +315,7 @@ class Cache:
 
     def _network_tree(self) -> NetworkTree | None:
         """The tree the nodes' labels describe, rebuilt only when they changed; None (flat) when
-        they describe none or an inconsistent one (said once in the log and in tree_problem)."""
+        they describe none or an inconsistent one (said once in the log)."""
         if self._tree_stale:
             self._tree_stale = False
             try:
@@ -325,9 +324,8 @@ class Cache:
                     self.tree = tree_from_labels(nodes, self.level_keys)
                 else:
                     self.tree = tree_from_hypernodes(list(self.hypernodes.values()), nodes) if self.hypernodes else None
-                self.tree_problem = ""
             except UsageError as exc:
-                self.tree, self.tree_problem = None, exc.message
+                self.tree = None
                 log.warning("no network tree: %s; placing as if flat", exc.message)
         return self.tree
 

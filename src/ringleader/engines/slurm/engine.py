@@ -37,7 +37,7 @@ from ringleader.engines.slurm.teams import TeamFiles
 from ringleader.engines.slurm.views import NOT_YET, failed_rank, job_view, launch_plan, slurm_status
 from ringleader.errors import ConflictError, NotFoundError, RingleaderError, UsageError
 from ringleader.jobs import pending
-from ringleader.jobs.codec import decision_to_dict, expected_end
+from ringleader.jobs.codec import expected_end
 from ringleader.jobs.failures import (
     LOG_TAIL_BYTES,
     Failure,
@@ -248,7 +248,7 @@ class SlurmEngine(pending.SpecChanges):
         out = {}
         for decision in cycle.decisions:
             record = next(r for r in queued if r["name"] == decision.job.name)
-            record["plan"] = decision_to_dict(decision)
+            record["plan"] = decision.as_dict()
             if decision.ok:
                 try:
                     self._launch(record, specs[record["name"]], decision, snapshot, nodes)
