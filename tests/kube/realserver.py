@@ -24,14 +24,16 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from refdata import SHARED
+from ringleader.cli.main import main
 from ringleader.engines.kubernetes import manifests, names
 from ringleader.engines.kubernetes.client import Api
 from ringleader.engines.kubernetes.scheduler import Scheduler
@@ -417,6 +419,31 @@ def control_plane(folder: Path, kube_scheduler: bool = False,
     finally:
         plane.stop()
         shutil.rmtree(folder / "etcd-data", ignore_errors=True)
+
+
+def namespace_user_cli(real: ControlPlane, user: str, namespace: str, home: Path, monkeypatch: pytest.MonkeyPatch,
+                       capsys: pytest.CaptureFixture[str]) -> Callable[..., tuple[int, str]]:  # fmt: skip
+    """`ringleader CMD --engine kubernetes ...` in this process as ``user``, who holds nothing but
+    their own kubeconfig (its context in ``namespace``), with RINGLEADER_HOME at ``home``: each
+    call gives the exit code and what was printed, stdout then stderr. The kubernetes client reads
+    KUBECONFIG once, when imported, so its default path is pointed at the kubeconfig too."""
+    kubeconfig = real.kubeconfig(user, namespace=namespace)
+    monkeypatch.setenv("RINGLEADER_HOME", str(home))
+    monkeypatch.delenv("RINGLEADER_KUBE_SERVER", raising=False)
+    monkeypatch.delenv("RINGLEADER_KUBE_NAMESPACE", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    from kubernetes.config import kube_config
+
+    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig))
+
+    def run(*args: str) -> tuple[int, str]:
+        capsys.readouterr()
+        where = 2 if args[0] == "submit" else 1  # `submit KIND`: the engine option follows the kind
+        code = main([*args[:where], "--engine", "kubernetes", *args[where:]])
+        captured = capsys.readouterr()
+        return code, captured.out + captured.err
+
+    return run
 
 
 def scheduler_token(real: ControlPlane) -> str:

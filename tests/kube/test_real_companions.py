@@ -17,8 +17,7 @@ import yaml
 
 from cli.test_arena_doc_lines import DOC_LINES, pasted
 from kube.kubeobjs import node
-from kube.realserver import ControlPlane
-from ringleader.cli.main import main
+from kube.realserver import ControlPlane, namespace_user_cli
 from ringleader.engines.kubernetes import companions, names
 
 NAMESPACE = "team-tb"
@@ -38,22 +37,7 @@ def cli(real: ControlPlane, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                  "roleRef": {"apiGroup": rbac, "kind": "ClusterRole", "name": "edit"},
                  "subjects": [{"apiGroup": rbac, "kind": "User", "name": "alice"}]}])  # fmt: skip
     real.add_node(node("tb-gpu-0", mode=None))
-    kubeconfig = real.kubeconfig("alice", namespace=NAMESPACE)
-    monkeypatch.setenv("RINGLEADER_HOME", str(tmp_path / "home"))
-    monkeypatch.delenv("RINGLEADER_KUBE_SERVER", raising=False)
-    monkeypatch.delenv("RINGLEADER_KUBE_NAMESPACE", raising=False)
-    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
-    from kubernetes.config import kube_config
-
-    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig))
-
-    def run(*args: str) -> tuple[int, str]:
-        capsys.readouterr()
-        where = 2 if args[0] == "submit" else 1
-        code = main([*args[:where], "--engine", "kubernetes", *args[where:]])
-        captured = capsys.readouterr()
-        return code, captured.out + captured.err
-
+    run = namespace_user_cli(real, "alice", NAMESPACE, tmp_path / "home", monkeypatch, capsys)
     real.until(lambda: _may_submit(real), "the edit role's rights for alice")
     yield run
 

@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from kube.kubeobjs import node, podgroup
-from kube.realserver import ControlPlane, KubeletLogs, RequestFailed, leading_scheduler
-from ringleader.cli.main import main
+from kube.realserver import ControlPlane, KubeletLogs, RequestFailed, leading_scheduler, namespace_user_cli
 from ringleader.engines.kubernetes import names
 
 
@@ -102,22 +101,7 @@ def test_real_a_namespace_user_submits_gets_reads_logs_and_deletes(
         gpu = node("user-gpu-0", mode=None)  # a node for jobs without --gputopology
         gpu["status"].update(kubelet.node_status())
         real.add_node(gpu)
-        kubeconfig = real.kubeconfig("alice", namespace="team-a")
-        monkeypatch.setenv("RINGLEADER_HOME", str(tmp_path / "home"))
-        monkeypatch.delenv("RINGLEADER_KUBE_SERVER", raising=False)
-        monkeypatch.delenv("RINGLEADER_KUBE_NAMESPACE", raising=False)
-        monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
-        from kubernetes.config import kube_config
-
-        monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig))
-
-        def run(*args: str) -> tuple[int, str]:
-            capsys.readouterr()
-            code = main([args[0], "--engine", "kubernetes", *args[1:]] if args[0] != "submit" else
-                        ["submit", args[1], "--engine", "kubernetes", *args[2:]])  # fmt: skip
-            captured = capsys.readouterr()
-            return code, captured.out + captured.err
-
+        run = namespace_user_cli(real, "alice", "team-a", tmp_path / "home", monkeypatch, capsys)
         real.until(lambda: _may(real, "alice", "team-a"), "the jobs role aggregated into edit")
         code, out = run("submit", "mpi", "--name", "vgg", "--workers", "2", "--gpus", "1", "-e", "HF_TOKEN=t",
                         "mpirun -np 2 python train.py")  # fmt: skip
