@@ -279,8 +279,7 @@ def _hopeless(snapshot: Snapshot, current: QueuePass, job: JobRequest) -> bool:
     lowest = min((g.priority for g in current.running.values()), default=None)
     may_preempt = lowest is not None and job.priority > lowest
     reclaims = current.teams is not None and current.teams.queue(job) is not None
-    reorders = current.may_reorder(job)  # preemption for order or fair share
-    return not may_preempt and not reclaims and not reorders and not enough_worker_slots(current.state, job)
+    return not may_preempt and not reclaims and not enough_worker_slots(current.state, job)
 
 
 def _nominate(current: QueuePass, entry: Waiting, snapshot: Snapshot) -> tuple[Nominated, QueuePass]:

@@ -233,6 +233,9 @@ class QueuePass:
         over_quota, job = self._quota_limits(job)
         if over_quota is not None:
             reclaim = self._reclaim(job, policy, over_quota)
+            head = len(self.reservations) < self.config.reservation_depth
+            if reclaim is None and not over_quota.over_maximum and head:  # stopping its own queue's gangs frees quota
+                reclaim = self.plan_reorder(job, policy, self.usable_state(job), same_queue=True)
             if reclaim is not None:
                 decision, after = self._preempts(job, policy, reclaim, None)
                 return replace(decision, reasons=(over_quota.reason or "", *decision.reasons)), after
@@ -262,7 +265,7 @@ class QueuePass:
                 fits_now = replace(fits_now, borrows=borrows)
             return fits_now, (self.started(job, placement) if commit else self)
         preemption = self.plan_preemption(job, policy, when, usable)
-        if preemption is None and fits_now is None:
+        if preemption is None and fits_now is None and may_reserve:  # the queue's head only: see plan_reorder
             preemption = self.plan_reorder(job, policy, usable)
         if preemption is not None:
             return self._preempts(job, policy, preemption, when)
@@ -571,11 +574,15 @@ class QueuePass:
         """Whether preemption for order or fair share could stop a gang for ``job`` (cheap)."""
         return may_reorder(job, self.order_of(job), self.running, self.teams, self.config.reorder)
 
-    def plan_reorder(self, job: JobRequest, policy: str | None, usable: ClusterState) -> Preemption | None:
+    def plan_reorder(
+        self, job: JobRequest, policy: str | None, usable: ClusterState, same_queue: bool = False
+    ) -> Preemption | None:
         """The gangs to stop for ``job``'s place in its queue's order or its queue's fair share
         (``scheduler/reorder.py``), each rule tried in turn, and where it starts then; None
         where no rule finds victims that give it a placement as fast as its best (or, for
-        order, where stopping them does not pay)."""
+        order, where stopping them does not pay). Only the gangs a reservation is still left
+        for try it (``reservation_depth``, the head of the queue): a gang behind them would
+        start after them anyway, and each try costs a search."""
         if self.now is None or job.gpus_per_worker == 0 or not self.may_reorder(job):
             return None
         order, config = self.order_of(job), self.config.reorder
@@ -586,11 +593,13 @@ class QueuePass:
             return None
         estimate = self.estimator()
         spared = frozenset().union(*(_gpu_set(r.placement) for r in self.blocking(job)))
+        if same_queue:  # over its queue's quota: only stopping its own queue's gangs gives it room
+            found = [rule for rule in found if rule.rule == "order"]
         for rule in found:
             preemption = plan_preemption(usable, job, rule.victims, ideal,
                                          lambda state, p: estimate(state.by_name, p, job), policy, spared,
                                          rule.prefer)  # fmt: skip
-            if preemption is None or not rule.accepts(preemption.victims):
+            if preemption is None or not rule.accepts(preemption.victims) or not self._quota_after(job, preemption):
                 continue
             if rule.weighs_cost:
                 first = next(self.future_options(job, policy), None)
@@ -600,6 +609,14 @@ class QueuePass:
                     continue
             return replace(preemption, why=rule.why(preemption))
         return None
+
+    def _quota_after(self, job: JobRequest, preemption: Preemption) -> bool:
+        """Whether ``job`` fits its queue's quota on ``preemption``'s placement once its victims
+        have given theirs back."""
+        if self.teams is None or self.teams.queue(job) is None:
+            return True
+        teams = self.teams.without(preemption.names)
+        return teams.check(job, teams.demand_of(job, self.state, preemption.placement)).ok
 
     def _preempts(
         self, job: JobRequest, policy: str | None, preemption: Preemption, when: WhenChoice | None

@@ -63,6 +63,8 @@ class ReorderConfig:
     min_run_s: float = 1800.0
     restart_s: float = 60.0
     share_rules: tuple[ShareRule, ...] = (ShareRule.FINAL, ShareRule.INITIAL)
+    # for order, stop only where it pays (off: as Tiresias, whenever the order ranks it after)
+    weighs_cost: bool = True
 
     def __post_init__(self) -> None:
         if not (self.min_run_s >= 0 and self.restart_s >= 0 and math.isfinite(self.min_run_s)):
@@ -75,10 +77,12 @@ NO_REORDER = ReorderConfig(for_order=False, for_fair_share=False)
 
 @dataclass(frozen=True)
 class Candidates:
-    """Gangs one rule lets a waiting gang stop: ``victims`` by name, ``prefer`` which to take
+    """Gangs one rule lets a waiting gang stop: ``rule`` "order" or a fair-share strategy,
+    ``victims`` by name, ``prefer`` which to take
     first (smallest key), ``accepts`` whether a chosen set keeps the rule as a whole, ``pays``
     whether its cost is weighed (order only), ``why`` the words for the victims' events."""
 
+    rule: str
     victims: Mapping[str, RunningGang]
     prefer: Callable[[RunningGang], tuple[float, ...]]
     accepts: Callable[[tuple[RunningGang, ...]], bool]
@@ -156,7 +160,7 @@ def for_order(job: JobRequest, order: QueueOrder, service: Service, running: Map
         return (f"for order: queue {queue} is ordered {order.value} and job {job.name} has {mine}, ranked before "
                 f"this job; stopping it pays (counting its restart)")  # fmt: skip
 
-    return Candidates(victims, prefer, lambda chosen: True, True, why)
+    return Candidates("order", victims, prefer, lambda chosen: True, config.weighs_cost, why)
 
 
 def queue_share(teams: Teams, name: str, less: int = 0) -> float:
@@ -212,7 +216,10 @@ def for_fair_share(job: JobRequest, teams: Teams | None, running: Mapping[str, R
                 f"{100 * sum(teams.use.get(queue.name, {}).values()) / held:.0f}% of its "
                 f"{100 * queue.weight / weights:.0f}%")  # fmt: skip
 
-    return Candidates(victims, lambda g: (g.priority, -queue_share(teams, teams.gangs[g.name][0])), accepts, False, why)
+    def prefer(g: RunningGang) -> tuple[float, ...]:  # the queue furthest above its share first
+        return (g.priority, -queue_share(teams, teams.gangs[g.name][0]))
+
+    return Candidates(rule.value, victims, prefer, accepts, False, why)
 
 
 def candidates(
