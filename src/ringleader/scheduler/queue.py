@@ -233,9 +233,11 @@ class QueuePass:
         over_quota, job = self._quota_limits(job)
         if over_quota is not None:
             reclaim = self._reclaim(job, policy, over_quota)
+            # at the head of the queue: stopping its own queue's gangs frees its quota; where its
+            # quota is lent out and the reclaim found too few borrowers, fair share may stop more
             head = len(self.reservations) < self.config.reservation_depth
-            if reclaim is None and not over_quota.over_maximum and head:  # stopping its own queue's gangs frees quota
-                reclaim = self.plan_reorder(job, policy, self.usable_state(job), same_queue=True)
+            if reclaim is None and not over_quota.over_maximum and head:
+                reclaim = self.plan_reorder(job, policy, self.usable_state(job), same_queue=not over_quota.shortfall)
             if reclaim is not None:
                 decision, after = self._preempts(job, policy, reclaim, None)
                 return replace(decision, reasons=(over_quota.reason or "", *decision.reasons)), after
