@@ -17,8 +17,15 @@ Variants:
 * ``tiresias``: Tiresias' 2D-LAS as its paper defines it as far as this queue can run it: levels
   by attained GPU-seconds at its simulator's thresholds (3250, 7200, 18000), first in first out
   within a level, promotion to the first level after waiting twice its last run (its STARVELIMIT
-  knob, the ``dlas-gpu-2`` run of its simulator), start rule ``now``. Not preemptive: Tiresias
-  stops running jobs of lower levels, this queue does not reorder by preemption.
+  knob, the ``dlas-gpu-2`` run of its simulator), start rule ``now``, without preemption;
+* ``las/finish+p``, ``srtf/finish+p``: the same orders with preemption for order
+  (``scheduler/reorder.py``: a waiting job stops preemptible jobs of its queue ranked after it,
+  where it pays counting the restart; none stopped within 30 min of its start), each victim
+  keeping its work up to its last checkpoint (every 10 min) and paying a 1 min restart
+  (``sim.PreemptionCost()``);
+* ``tiresias+p``: Tiresias' 2D-LAS with its preemption: a job of a lower level stops jobs of
+  higher levels whenever it would wait, with no cost weighed and no minimum run (as its paper),
+  the same checkpoint and restart cost.
 
     nice -n 10 python benchmarks/queue_orders.py [--families philly,helios,pai] [--seeds 1,2,3]
         [--loads 0.5,0.7,0.9,1.0,1.2] [--jobs 1000]
@@ -34,11 +41,13 @@ from dataclasses import dataclass
 
 from ringleader.scheduler import BackfillConfig
 from ringleader.scheduler.order import DEFAULT_ORDERS, OrderConfig, QueueOrder, tiresias_thresholds
-from ringleader.sim import Memoised, model_step_time, simulate, summarise
+from ringleader.scheduler.reorder import DEFAULT_REORDER, ReorderConfig
+from ringleader.sim import JobRecord, Memoised, PreemptionCost, model_step_time, simulate, summarise
 from ringleader.sim.families import EstimateError, best_step_fn, family_trace
 from ringleader.topology import NodeSpec, preset
 
 TIRESIAS = OrderConfig(las_thresholds_gpu_s=tiresias_thresholds(), starve_limit_s=None, promote_knob=2.0)
+TIRESIAS_PREEMPTS = ReorderConfig(min_run_s=0.0, weighs_cost=False, for_fair_share=False)
 
 
 @dataclass(frozen=True)
@@ -47,6 +56,8 @@ class Variant:
     order: QueueOrder
     rule: str
     orders: OrderConfig = DEFAULT_ORDERS
+    preempts: bool = False  # jobs may be stopped (and resume) for the order
+    reorder: ReorderConfig = DEFAULT_REORDER
 
 
 VARIANTS = (
@@ -56,6 +67,9 @@ VARIANTS = (
     Variant("las/finish", QueueOrder.LAS, "finish"),
     Variant("srtf/finish", QueueOrder.SRTF, "finish"),
     Variant("tiresias", QueueOrder.LAS, "now", TIRESIAS),
+    Variant("las/finish+p", QueueOrder.LAS, "finish", preempts=True),
+    Variant("srtf/finish+p", QueueOrder.SRTF, "finish", preempts=True),
+    Variant("tiresias+p", QueueOrder.LAS, "now", TIRESIAS, preempts=True, reorder=TIRESIAS_PREEMPTS),
 )
 
 
@@ -78,36 +92,47 @@ def main() -> None:
     chosen = [v for v in VARIANTS if v.name in args.variants.split(",")]
     print(f"# 16 x DGX-1V, 25 Gb/s; {args.jobs} jobs; biased estimates x0.5-x3; prediction error; risk averse; "
           f"load average {os.getloadavg()[0]:.2f}")  # fmt: skip
-    print("| family | load | seed | variant | mean JCT h | p95 JCT h | mean queue h | longest wait h | wall s |")
-    print("|---|---:|---:|---|---:|---:|---:|---:|---:|")
+    print("| family | load | seed | variant | mean JCT h | p95 JCT h | mean queue h | longest wait h | preempted "
+          "| wall s |")  # fmt: skip
+    print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|")
     results: dict[tuple[str, float, str], list[dict[str, float]]] = {}
     for family in args.families.split(","):
         for seed in (int(s) for s in args.seeds.split(",")):
             for load in (float(x) for x in args.loads.split(",")):
                 jobs = family_trace(family, args.jobs, seed, load, gpus, best)
                 for variant in chosen:
-                    config = BackfillConfig(order=variant.order, orders=variant.orders)
+                    config = BackfillConfig(order=variant.order, orders=variant.orders, reorder=variant.reorder)
                     started = time.perf_counter()
                     run = simulate(specs, jobs, "topology", memo, backfill=config, start_rule=variant.rule, seed=seed,
-                                   estimate_error=EstimateError("biased"), risk="averse",
-                                   prediction_error=True)  # fmt: skip
+                                   estimate_error=EstimateError("biased"), risk="averse", prediction_error=True,
+                                   preemption=PreemptionCost() if variant.preempts else None)  # fmt: skip
                     wall = time.perf_counter() - started
                     s = summarise(run)
-                    longest = max((r.queue_s or 0.0) for r in run.records)
-                    row = {"mean": s["avg_jct_s"], "p95": s["p95_jct_s"], "queue": s["avg_queue_s"], "longest": longest}
+                    longest = max((waited(r) for r in run.records), default=0.0)
+                    row = {"mean": s["avg_jct_s"], "p95": s["p95_jct_s"], "queue": s["avg_queue_s"], "longest": longest,
+                           "preempted": float(sum(r.preempted for r in run.records))}  # fmt: skip
                     results.setdefault((family, load, variant.name), []).append(row)
                     print(f"| {family} | {load:g} | {seed} | {variant.name} | {row['mean'] / 3600:.2f} | "
-                          f"{row['p95'] / 3600:.2f} | {row['queue'] / 3600:.2f} | {longest / 3600:.2f} | {wall:.1f} |",
+                          f"{row['p95'] / 3600:.2f} | {row['queue'] / 3600:.2f} | {longest / 3600:.2f} | "
+                          f"{row['preempted']:.0f} | {wall:.1f} |",
                           flush=True)  # fmt: skip
     summary_table(results, [v.name for v in chosen])
+
+
+def waited(record: JobRecord) -> float:
+    """All the time a job spent waiting: before its first run and, preempted, between its runs."""
+    if record.jct_s is None:
+        return record.queue_s or 0.0
+    return record.jct_s - sum(end - start for start, end in record.runs)
 
 
 def summary_table(results: dict[tuple[str, float, str], list[dict[str, float]]], names: list[str]) -> None:
     """Per family and load, means over seeds, as ratios to fifo/now (and the start-rule check)."""
     print()
     print("| family | load | mean JCT h, fifo/now | " + " | ".join(f"{n} / fifo/now" for n in names[1:])
-          + " | finish vs better of now, best (mean; p95) | longest wait vs fifo/now's, best order |")  # fmt: skip
-    print("|---|---:|---:|" + "---:|" * (len(names) - 1) + "---:|---:|")
+          + " | finish vs better of now, best (mean; p95) | longest wait vs fifo/now's, best order"
+          + " | best order vs tiresias+p |")  # fmt: skip
+    print("|---|---:|---:|" + "---:|" * (len(names) - 1) + "---:|---:|---:|")
     for family, load in sorted({(f, lo) for f, lo, _ in results}):
 
         def mean(name: str, key: str, family: str = family, load: float = load) -> float:
@@ -122,12 +147,14 @@ def summary_table(results: dict[tuple[str, float, str], list[dict[str, float]]],
             finish, finish_p95 = mean("fifo/finish", "mean"), mean("fifo/finish", "p95")
             check = f"{finish / better - 1:+.1%}; {finish_p95 / better_p95 - 1:+.1%}"
         orders = [n for n in names if n.startswith(("las", "srtf"))]
-        wait = "-"
+        wait = against = "-"
         if orders:
             top = min(orders, key=lambda n: mean(n, "mean"))
             fifo_longest = mean("fifo/now", "longest")
             wait = f"{top}: {mean(top, 'longest') / fifo_longest:.2f}x" if fifo_longest else f"{top}: nobody waited"
-        print(f"| {family} | {load:g} | {base / 3600:.2f} | {ratios} | {check} | {wait} |")
+            if "tiresias+p" in names:
+                against = f"{mean(top, 'mean') / mean('tiresias+p', 'mean'):.2f}x"
+        print(f"| {family} | {load:g} | {base / 3600:.2f} | {ratios} | {check} | {wait} | {against} |")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ from __future__ import annotations
 import ringleader.model  # noqa: F401  (installs the throughput model's estimator)
 from ringleader.jobs.queues import Preempted, preempted_by, read_preempted
 from ringleader.scheduler import ClusterState, JobRequest, Placement, QueuedJob, RunningGang, WorkerSlot, schedule_queue
+from ringleader.scheduler.order import QueueOrder
+from ringleader.scheduler.queue import BackfillConfig
 from ringleader.scheduler.teams import ANY_TYPE, TeamQueue, Teams
 from ringleader.topology import NodeSpec, preset
 
@@ -39,6 +41,17 @@ def test_a_reclaim_reads_back() -> None:
     assert decision.preemption is not None and decision.preemption.reclaim
     read = read_preempted(preempted_by(decision.job, decision.preemption))
     assert read is not None and (read.by, read.why) == ("a1", "quota of queue a")
+
+
+def test_a_preemption_for_order_reads_back_as_one() -> None:
+    job = JobRequest("short", 1, 8, topology_aware=True, model="vgg16")
+    state = holding(("long", "n0"), ("kept", "n1"))  # kept: not preemptible, so not named below
+    gang = RunningGang("long", 0, queue="default", started_s=NOW - 7200, attained_gpu_s=8 * 7200.0)
+    config = BackfillConfig(order=QueueOrder.LAS)
+    _, decisions = schedule_queue(state, [QueuedJob(job, 0, NOW)], now=NOW, running={"long": gang}, config=config)
+    assert decisions[0].preemption is not None
+    read = read_preempted(preempted_by(job, decisions[0].preemption))
+    assert read is not None and (read.by, read.why) == ("short", "for order")
 
 
 def test_other_words_read_as_no_preemption() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 import statistics
 from collections.abc import Mapping
 
@@ -153,3 +154,31 @@ def test_a_queues_file_names_each_queues_order(tmp_path: object) -> None:
     path.write_text("queues:\n  - {name: a, gpus: 8, order: sjf}\n")
     with pytest.raises(UsageError, match="line 2"):
         load_queues(str(path))
+
+
+def test_las_with_preemption_stops_a_long_job_for_a_short_one_and_resumes_it() -> None:
+    # "long" has run 2 h (past the 30 min minimum run, level 3 of LAS) when "short" arrives: with
+    # preemption short starts at once; long keeps its work up to its last checkpoint and ends later
+    trace = [job("long", 0, 8, 20_000), job("short", 7200, 8, 600)]
+    cost = PreemptionCost(checkpoint_s=600.0, restart_s=60.0)
+    config = BackfillConfig(order=QueueOrder.LAS)
+    run = simulate(one_node(), trace, "topology", one_second_steps, backfill=config, preemption=cost)
+    by = {r.job.name: r for r in run.records}
+    assert by["long"].preempted == 1 and by["short"].finish_s == 7200 + 600
+    assert by["long"].finish_s == 7800 + 60 + (20_000 - 7200)  # its restart, then the rest: no work lost
+    plain = simulate(one_node(), trace, "topology", one_second_steps, backfill=config)  # nobody may be stopped
+    assert {r.job.name: r.finish_s for r in plain.records}["short"] == 20_000 + 600
+
+
+@pytest.mark.parametrize("order", [QueueOrder.LAS, QueueOrder.SRTF])
+def test_no_run_is_stopped_for_order_before_the_minimum_run_time(order: QueueOrder) -> None:
+    draw = random.Random(f"thrash:{order}")
+    jobs = [job(f"j{i}", draw.uniform(0, 40_000), draw.choice([1, 2, 4, 8]), int(draw.expovariate(1 / 5000)) + 1)
+            for i in range(120)]  # fmt: skip
+    trace = sorted(jobs, key=lambda j: j.arrival_s)
+    config = BackfillConfig(order=order)
+    run = simulate(one_node(), trace, "topology", one_second_steps, backfill=config, preemption=PreemptionCost())
+    stopped = [end - start for r in run.records for start, end in r.runs[:-1]]  # every run but the last was stopped
+    assert stopped, "the trace should make the order preempt"
+    assert min(stopped) >= config.reorder.min_run_s
+    assert all(r.finish_s is not None for r in run.records)  # nobody is passed over for good

@@ -141,9 +141,12 @@ def check_queue_exists(queues: Iterable[TeamQueue], name: str | None) -> None:
 
 def preempted_by(job: JobRequest, preemption: Preemption) -> str:
     """How a victim's Preempted event names its preemptor ``job``, the same on every engine: who,
-    why (a higher priority, or its queue's quota taken back), and where it starts how fast."""
+    why (a higher priority, its queue's quota taken back, its queue's order or fair share), and
+    where it starts how fast."""
     who = f"job {job.name} (priority {job.priority}), which"
-    if preemption.reclaim:
+    if preemption.why is not None:  # for order or fair share (scheduler/reorder.py)
+        who = f"job {job.name} (priority {job.priority}), {preemption.why}; it"
+    elif preemption.reclaim:
         who = f"job {job.name} of queue {job.queue}, which takes back the quota this job's queue borrowed and"
     return f"by {who} starts on {preemption.placement.describe()} at {preemption.images_per_s:.0f} images/s"
 
@@ -167,6 +170,9 @@ def read_preempted(message: str) -> Preempted | None:
         return None
     images = re.search(r" at (\d+) images/s", message)
     why = f"priority {found['priority']}" if found["priority"] else f"quota of queue {found['queue']}"
+    reorder = re.match(r"(for order|fair share)", message[found.end() :].lstrip())
+    if reorder is not None:
+        why = reorder[1]
     return Preempted(found["name"], why, float(images[1]) if images else None)
 
 

@@ -33,6 +33,7 @@ from ringleader.scheduler.queue import (
     QueuedJob,
     QueuePass,
     enough_worker_slots,
+    order_service,
     queue_order,
 )
 from ringleader.scheduler.teams import TeamQueue, Teams
@@ -83,6 +84,13 @@ class Holding:
     expected_end_s: float | None = None  # when its GPUs free, on the snapshot's clock (None: unknown)
     grace_s: float = 0.0  # how long it takes to stop: SIGTERM, then SIGKILL
     preemptible: bool = False  # a gang of higher priority may stop it (not when being stopped)
+    # What preemption for order and fair share reads (``scheduler/reorder.py``; None: unknown):
+    # when this run started, the GPU-seconds it attained (this run's too), its predicted time
+    # left, how often it checkpoints.
+    started_s: float | None = None
+    attained_gpu_s: float = 0.0
+    remaining_s: float | None = None
+    checkpoint_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -204,9 +212,16 @@ def _opening(snapshot: Snapshot) -> QueuePass:
     return QueuePass(
         without_nodes(snapshot.state, snapshot.cordoned), snapshot.now, ends, snapshot.config,
         estimate=snapshot.estimate, ideal=snapshot.ideal,
-        running={h.name: RunningGang(h.name, h.priority) for h in victims},
+        running={h.name: _gang(h) for h in victims},
         preempt_delay_s=max((h.grace_s for h in victims), default=0.0), teams=teams,
+        services={w.job.name: order_service(w) for w in in_line(snapshot.waiting)},
     )  # fmt: skip
+
+
+def _gang(holding: Holding) -> RunningGang:
+    """A preemptible holding gang as preemption sees it."""
+    return RunningGang(holding.name, holding.priority, True, holding.queue, holding.started_s,
+                       holding.attained_gpu_s, holding.remaining_s, holding.checkpoint_s, holding.grace_s)  # fmt: skip
 
 
 def in_line(waiting: Sequence[Waiting]) -> list[Waiting]:
@@ -329,8 +344,8 @@ def schedule_queue(
     ``preempt_delay_s`` to stop; ``teams``: the team queues with their use."""
     ends = dict(expected_ends or {})
     victims = dict(running or {})
-    holding = [Holding(name, g.priority, None, ends.get(name), preempt_delay_s, g.preemptible)
-               for name, g in victims.items()]  # fmt: skip
+    holding = [Holding(name, g.priority, g.queue, ends.get(name), preempt_delay_s, g.preemptible, g.started_s,
+                       g.attained_gpu_s, g.remaining_s, g.checkpoint_s) for name, g in victims.items()]  # fmt: skip
     holding += [Holding(name, expected_end_s=end) for name, end in ends.items() if name not in victims]
     waiting = [Waiting(q.job, q.seq, q.submit_s) for q in pending]
     snapshot = Snapshot(state, waiting, now, holding, config=config, estimate=estimate, policy=policy, teams=teams)

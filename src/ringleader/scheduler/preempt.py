@@ -41,12 +41,14 @@ def plan_preemption(
     estimate: Estimate,
     policy: str | None = None,
     spared: frozenset[tuple[str, int]] = frozenset(),
+    prefer: Callable[[RunningGang], tuple[float, ...]] | None = None,
 ) -> Preemption | None:
     """The preemption that gives ``job`` a placement as fast as ``ideal`` images/s, or None.
 
     ``running``: the gangs that may be stopped for it, by name (those not named are never
     victims: the caller picks them, by priority); ``spared``: (node, GPU) pairs no victim may
-    hold (reserved for gangs ahead)."""
+    hold (reserved for gangs ahead); ``prefer``: which victims to take first in a place (the
+    smallest key; default: the lowest priority)."""
     held = gpus_held(state)
     possible = [g for g in running.values() if g.preemptible and g.name in held
                 and not spared & {(n, gpu) for n, gpus in held[g.name] for gpu in gpus}]  # fmt: skip
@@ -54,7 +56,7 @@ def plan_preemption(
         return None
     best: tuple[tuple[int, int, int, tuple[str, ...]], Preemption] | None = None
     for nodes in _places(state, job, possible, held)[:MAX_PLACES]:
-        found = _in_place(state, job, possible, held, nodes, ideal, estimate, policy)
+        found = _in_place(state, job, possible, held, nodes, ideal, estimate, policy, prefer)
         if found is None:
             continue
         rank = (len(found.victims), max(v.priority for v in found.victims),
@@ -112,14 +114,18 @@ def _in_place(
     ideal: float,
     estimate: Estimate,
     policy: str | None,
+    prefer: Callable[[RunningGang], tuple[float, ...]] | None = None,
 ) -> Preemption | None:
-    """Victims with GPUs in ``nodes``, lowest priority first, until the gang fits well; then
-    those it fits without dropped again."""
+    """Victims with GPUs in ``nodes``, lowest priority (or ``prefer``'s smallest key) first,
+    until the gang fits well; then those it fits without dropped again."""
 
     def gpus_here(g: RunningGang) -> int:
         return sum(len(gpus) for node, gpus in held[g.name] if node in nodes)
 
-    order = sorted((g for g in possible if gpus_here(g)), key=lambda g: (g.priority, -gpus_here(g), g.name))
+    def first(g: RunningGang) -> tuple[float, ...]:
+        return prefer(g) if prefer is not None else (g.priority,)
+
+    order = sorted((g for g in possible if gpus_here(g)), key=lambda g: (*first(g), -gpus_here(g), g.name))
     chosen: list[RunningGang] = []
     fit: tuple[Placement, float] | None = None
     for victim in order:

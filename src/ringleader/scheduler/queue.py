@@ -39,6 +39,7 @@ from ringleader.scheduler.gpuset import bits
 from ringleader.scheduler.order import DEFAULT_ORDERS, NO_SERVICE, OrderConfig, QueueOrder, Service, order_key
 from ringleader.scheduler.policies.throughput import Estimator, RangedEstimator, current_estimator
 from ringleader.scheduler.preempt import gpus_held, plan_preemption
+from ringleader.scheduler.reorder import DEFAULT_REORDER, ReorderConfig, candidates, job_run_s, may_reorder, pays
 from ringleader.scheduler.teams import QuotaCheck, Teams, fair_merge, gpu_type, queue_of
 from ringleader.scheduler.types import (
     HELD,
@@ -92,6 +93,8 @@ class BackfillConfig:
     # The order of a queue that names none (``scheduler/order.py``), and the orders' knobs.
     order: QueueOrder = QueueOrder.FIFO
     orders: OrderConfig = DEFAULT_ORDERS
+    # Preemption for order and for fair share (``scheduler/reorder.py``).
+    reorder: ReorderConfig = DEFAULT_REORDER
 
     def __post_init__(self) -> None:
         if self.reservation_depth < 0:
@@ -129,7 +132,7 @@ def queue_order(
     def key(queued: QueuedJob) -> tuple[float, float, int, float, int]:
         order, ranked = ranked_priority(queued, now, config, teams)
         borrow = teams.borrow_share(queued.job) if teams is not None else 0.0
-        return (borrow, *order_key(order, ranked, _service(queued), now, config.orders), queued.seq)
+        return (borrow, *order_key(order, ranked, order_service(queued), now, config.orders), queued.seq)
 
     if teams is None:
         return sorted(jobs, key=key)
@@ -154,7 +157,7 @@ def ranked_priority(
     return order, effective_priority(queued, now if order is QueueOrder.FIFO else None, config)
 
 
-def _service(queued: QueuedJob) -> Service:
+def order_service(queued: QueuedJob) -> Service:
     """The job's service, with its remaining time predicted from its work or its time limit
     where its host said none, and its time in the queue counted from its submit."""
     service = queued.service
@@ -189,6 +192,9 @@ class QueuePass:
     preempt_delay_s: float = 0.0
     # Team queues, their quotas and the GPUs they hold (None: one queue, no quota).
     teams: Teams | None = None
+    # What the orders know of each waiting job (``order_service``), by name: preemption for
+    # order compares it with the running gangs' (``scheduler/reorder.py``).
+    services: Mapping[str, Service] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.now is None and self.expected_ends:
@@ -227,6 +233,11 @@ class QueuePass:
         over_quota, job = self._quota_limits(job)
         if over_quota is not None:
             reclaim = self._reclaim(job, policy, over_quota)
+            # at the head of the queue: stopping its own queue's gangs frees its quota; where its
+            # quota is lent out and the reclaim found too few borrowers, fair share may stop more
+            head = len(self.reservations) < self.config.reservation_depth
+            if reclaim is None and not over_quota.over_maximum and head:
+                reclaim = self.plan_reorder(job, policy, self.usable_state(job), same_queue=not over_quota.shortfall)
             if reclaim is not None:
                 decision, after = self._preempts(job, policy, reclaim, None)
                 return replace(decision, reasons=(over_quota.reason or "", *decision.reasons)), after
@@ -256,6 +267,8 @@ class QueuePass:
                 fits_now = replace(fits_now, borrows=borrows)
             return fits_now, (self.started(job, placement) if commit else self)
         preemption = self.plan_preemption(job, policy, when, usable)
+        if preemption is None and fits_now is None and may_reserve:  # the queue's head only: see plan_reorder
+            preemption = self.plan_reorder(job, policy, usable)
         if preemption is not None:
             return self._preempts(job, policy, preemption, when)
         if when is not None:  # it waits for a better placement than the free GPUs give
@@ -553,6 +566,59 @@ class QueuePass:
         spared = frozenset().union(*(_gpu_set(r.placement) for r in self.blocking(job)))
         return plan_preemption(usable, job, eligible, ideal, lambda state, p: estimate(state.by_name, p, job),
                                policy, spared)  # fmt: skip
+
+    def order_of(self, job: JobRequest) -> QueueOrder:
+        """The order of ``job``'s queue (its team queue's, else the queue config's)."""
+        team = self.teams.queues.get(queue_of(job)) if self.teams is not None else None
+        return team.order if team is not None and team.order is not None else self.config.order
+
+    def may_reorder(self, job: JobRequest) -> bool:
+        """Whether preemption for order or fair share could stop a gang for ``job`` (cheap)."""
+        return may_reorder(job, self.order_of(job), self.running, self.teams, self.config.reorder)
+
+    def plan_reorder(
+        self, job: JobRequest, policy: str | None, usable: ClusterState, same_queue: bool = False
+    ) -> Preemption | None:
+        """The gangs to stop for ``job``'s place in its queue's order or its queue's fair share
+        (``scheduler/reorder.py``), each rule tried in turn, and where it starts then; None
+        where no rule finds victims that give it a placement as fast as its best (or, for
+        order, where stopping them does not pay). Only the gangs a reservation is still left
+        for try it (``reservation_depth``, the head of the queue): a gang behind them would
+        start after them anyway, and each try costs a search."""
+        if self.now is None or job.gpus_per_worker == 0 or not self.may_reorder(job):
+            return None
+        order, config = self.order_of(job), self.config.reorder
+        service = self.services.get(job.name, NO_SERVICE)
+        found = candidates(job, order, service, self.running, self.teams, self.now, self.config.orders, config)
+        ideal = self.ideal_rate(job, policy) if found else None
+        if ideal is None:
+            return None
+        estimate = self.estimator()
+        spared = frozenset().union(*(_gpu_set(r.placement) for r in self.blocking(job)))
+        if same_queue:  # over its queue's quota: only stopping its own queue's gangs gives it room
+            found = [rule for rule in found if rule.rule == "order"]
+        for rule in found:
+            preemption = plan_preemption(usable, job, rule.victims, ideal,
+                                         lambda state, p: estimate(state.by_name, p, job), policy, spared,
+                                         rule.prefer)  # fmt: skip
+            if preemption is None or not rule.accepts(preemption.victims) or not self._quota_after(job, preemption):
+                continue
+            if rule.weighs_cost:
+                first = next(self.future_options(job, policy), None)
+                wait = math.inf if first is None or first[0] is None else first[0] - self.now
+                run = job_run_s(job, order, service, self.now, self.config.orders, config)
+                if not pays(run, wait, preemption.victims, self.now, config):
+                    continue
+            return replace(preemption, why=rule.why(preemption))
+        return None
+
+    def _quota_after(self, job: JobRequest, preemption: Preemption) -> bool:
+        """Whether ``job`` fits its queue's quota on ``preemption``'s placement once its victims
+        have given theirs back."""
+        if self.teams is None or self.teams.queue(job) is None:
+            return True
+        teams = self.teams.without(preemption.names)
+        return teams.check(job, teams.demand_of(job, self.state, preemption.placement)).ok
 
     def _preempts(
         self, job: JobRequest, policy: str | None, preemption: Preemption, when: WhenChoice | None

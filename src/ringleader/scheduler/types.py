@@ -607,11 +607,20 @@ def as_good(images_per_s: float, ideal: float) -> bool:
 
 @dataclass(frozen=True)
 class RunningGang:
-    """A running gang as preemption sees it."""
+    """A running gang as preemption sees it: beyond its priority, what preemption for queue
+    order and for fair share reads (``scheduler/reorder.py``): its queue, when its run started,
+    the GPU-seconds it attained (this run's so far included), its predicted remaining time, how
+    often it checkpoints and how long it takes to stop. None where its host does not know."""
 
     name: str
     priority: int
     preemptible: bool = True
+    queue: str | None = None
+    started_s: float | None = None
+    attained_gpu_s: float = 0.0
+    remaining_s: float | None = None
+    checkpoint_s: float | None = None  # None: a stop loses all of this run (it keeps no checkpoint we know of)
+    grace_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -623,6 +632,8 @@ class Preemption:
     images_per_s: float
     freed: Mapping[str, tuple[tuple[str, tuple[int, ...]], ...]]  # victim -> (node, GPU ids) it held
     reclaim: bool = False  # the victims' queues borrow the quota of the gang's queue (scheduler/teams.py)
+    # why, where it is not the gang's priority: "for order: ..." or "fair share: ..." (scheduler/reorder.py)
+    why: str | None = None
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -637,7 +648,8 @@ class Preemption:
             for v in self.victims
         ]
         verb = "reclaims its queue's quota from" if self.reclaim else "preempts"
-        return (f"{verb} {', '.join(held)}: then starts on {self.placement.describe()} "
+        why = f" ({self.why})" if self.why else ""
+        return (f"{verb} {', '.join(held)}{why}: then starts on {self.placement.describe()} "
                 f"at {self.images_per_s:.0f} images/s")  # fmt: skip
 
     def as_dict(self) -> dict[str, Any]:

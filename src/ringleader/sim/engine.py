@@ -525,9 +525,7 @@ class Simulation:
     def _snapshot(self, now: float) -> Snapshot:
         """The simulated queue at ``now``: the running gangs (preemptible where gangs may preempt
         or reclaim), the team queues with the decayed GPU-seconds of every run so far."""
-        victims = self.preemption is not None or bool(self.queues)
-        holding = [Holding(name, gang.priority, queue_of(self.records[name].job), self.expected_ends.get(name),
-                           preemptible=victims) for name, gang in self.gangs.items()]  # fmt: skip
+        holding = [self._holding(name, gang, now) for name, gang in self.gangs.items()]
         usage = {name: decayed(total, as_of, now) for name, (total, as_of) in self.usage.items()}
         for name, (_, started) in self.run_of.items():
             job = self.records[name].job
@@ -535,6 +533,21 @@ class Simulation:
         return Snapshot(self.state, list(self.queued.values()), now, holding, self.queues, usage,
                         config=self.backfill, estimate=self._estimator, policy=self.policy, explain=False,
                         stop_at_preemption=True, ideal=self.ideal)  # fmt: skip
+
+    def _holding(self, name: str, gang: RunningGang, now: float) -> Holding:
+        """A running gang as the queue sees it: preemptible where gangs may preempt or reclaim,
+        with its run's start, the GPU-seconds it attained, its predicted time left (its work at
+        its best placement's rate, misjudged as the queue misjudges it) and its checkpoints."""
+        job, started = self.records[name].job, self.run_of[name][1]
+        attained = self.attained.get(name, 0.0) + job.total_gpus * (now - started)
+        remaining = None
+        if self.ordered:
+            work = self.left.get(name, job.iterations) * self._best_step_s(job) * self._misjudged(job)
+            remaining = max(work + self.records[name].restart_s - (now - started), 0.0)
+        cost = self.preemption or PreemptionCost()
+        return Holding(name, gang.priority, queue_of(job), self.expected_ends.get(name),
+                       preemptible=self.preemption is not None or bool(self.queues), started_s=started,
+                       attained_gpu_s=attained, remaining_s=remaining, checkpoint_s=cost.checkpoint_s)  # fmt: skip
 
     def _end_run(self, name: str, now: float) -> float | None:
         """End ``name``'s run at ``now`` (completed or preempted): kept in its record and, with

@@ -110,10 +110,24 @@ def queue_snapshot(
         if queues and started is not None:
             gpus = spec.workers * spec.gpus_per_worker
             usage[queue_of(spec)] = usage.get(queue_of(spec), 0.0) + run_usage(gpus, started, now, now)
+        run = run_service(conn, row, spec, now, started, end)
         holding.append(Holding(spec.name, spec.priority, None if stopping else queue_of(spec), end,
-                               spec.stop_grace(), spec.preemptible and not stopping))  # fmt: skip
+                               spec.stop_grace(), spec.preemptible and not stopping, *run))  # fmt: skip
     return Snapshot(store.cluster_state(conn), waiting, now, holding, queues, usage, cordoned=store.cordons(conn),
                     estimate=estimate)  # fmt: skip
+
+
+def run_service(
+    conn: sqlite3.Connection, row: sqlite3.Row, spec: JobSpec, now: float, started: float | None, end: float | None
+) -> tuple[float | None, float, float | None]:
+    """What preemption for order reads of a running job (``scheduler/reorder.py``): when its run
+    started, the GPU-seconds of its runs so far (this one's too) and its predicted time left (to
+    its expected end; None where unknown). Its checkpoints are its own: the queue assumes none."""
+    if started is None:
+        return None, 0.0, None
+    gpus = spec.workers * spec.gpus_per_worker
+    attained = waiting_service(conn, row, spec).attained_gpu_s + gpus * max(now - started, 0.0)
+    return started, attained, None if end is None else max(end - now, 0.0)
 
 
 def team_queues(conn: sqlite3.Connection, state: ClusterState, now: float) -> Teams | None:

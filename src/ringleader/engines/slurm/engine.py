@@ -281,13 +281,18 @@ class SlurmEngine(pending.SpecChanges):
                 continue
             spec = JobSpec.from_dict(record["spec"])
             preempted = bool(record.get("preempted_by"))
-            end = None
+            end = started = None
+            attained = 0.0
             if status is JobStatus.RUNNING and record.get("started_at"):
                 plan, started = record.get("plan"), float(record["started_at"])
                 end = now + PREEMPT_DELAY_S if preempted else expected_end(plan, started, spec.time_limit_s)
+                # what preemption for order reads: this run's start, the GPU-seconds of all its runs
+                gpus = spec.request().total_gpus
+                attained = service_of_runs(gpus, record.get("runs", [])).attained_gpu_s + gpus * max(now - started, 0.0)
             preemptible = status is JobStatus.RUNNING and spec.preemptible and not preempted
+            left = None if end is None or started is None else max(end - now, 0.0)
             holding.append(Holding(spec.name, spec.priority, None if preempted else queue_of(spec), end,
-                                   PREEMPT_DELAY_S, preemptible))  # fmt: skip
+                                   PREEMPT_DELAY_S, preemptible, started, attained, left))  # fmt: skip
         queues = self.slurm_queues.queues()
         names = {q.name for q in queues}
         holding += [Holding(name, queue=account) for name, account in (outside or {}).items() if account in names]
