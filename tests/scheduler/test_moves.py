@@ -4,6 +4,8 @@ when it does not resume; and a hypothesis property: more work left never turns a
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -139,3 +141,13 @@ def test_more_work_left_never_turns_a_move_into_a_stay(left_s: float, more: floa
         assert not set(move.target.nodes) & {"node-b"}  # node-b has no room
     if moved:
         assert len(_moves(left_s + more, restart_s, grace_s)) == 1
+
+
+def test_what_a_run_trained_since_its_start_counts_against_its_work() -> None:
+    """An hour's work, all but ~20 s of it trained spread already (at the spread rate): it stays."""
+    spread, whole = rates()
+    gang = Movable(vgg(), SPREAD, HOUR, 40.0, ran_s=0.995 * HOUR * whole / spread)
+    holding = [Holding("vgg", grace_s=30.0, preemptible=True, move=gang)]
+    assert run_cycle(Snapshot(spread_gang(), [], NOW, holding)).moves == ()
+    fresh = Movable(vgg(), SPREAD, HOUR, 40.0, ran_s=0.05 * HOUR * whole / spread)
+    assert len(run_cycle(Snapshot(spread_gang(), [], NOW, [replace(holding[0], move=fresh)])).moves) == 1

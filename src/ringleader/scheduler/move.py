@@ -51,15 +51,18 @@ DEFAULT_MOVE_RULE = MoveRule()
 @dataclass(frozen=True)
 class Movable:
     """A running gang that may move, as its host sees it: its request and where it runs,
-    ``left_s`` seconds of its work left on its best placement (``JobRequest.work_s``'s unit),
-    ``restart_s`` what starting it again costs beyond its grace (start, resume from its
-    checkpoint, work since its last checkpoint), and when it last moved (None: never)."""
+    ``left_s`` seconds of its work left on its best placement (``JobRequest.work_s``'s unit) when
+    this run started, ``ran_s`` how long this run has trained since (a host that counts progress
+    itself gives 0 and the work left now), ``restart_s`` what starting it again costs beyond its
+    grace (start, resume from its checkpoint, work since its last checkpoint), and when it last
+    moved (None: never)."""
 
     job: JobRequest
     placement: Placement
     left_s: float
     restart_s: float
     moved_s: float | None = None
+    ran_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -145,11 +148,12 @@ def _weigh(after: QueuePass, gang: Movable, grace_s: float, policy: str | None, 
         return None
     source = gang.placement
     ideal = after.ideal_rate(job, policy)
-    if ideal is None or gang.left_s <= 0 or job.gpus_per_worker == 0:
+    if ideal is None or job.gpus_per_worker == 0:
         return None
     estimate = after.estimator()
     here = estimate(after.state.by_name, source, job)
-    if as_good(here, ideal):
+    left_s = gang.left_s - gang.ran_s * here / ideal  # what it trained this run, at its predicted rate
+    if as_good(here, ideal) or left_s <= 0:
         return None
     # on the GPUs left free and not reserved (a running gang's end is not its own: no backfill)
     unlimited = replace(job, time_limit_s=None)
@@ -165,8 +169,8 @@ def _weigh(after: QueuePass, gang: Movable, grace_s: float, policy: str | None, 
         stay_risk = stay_rate = estimate.likely(source, job, here)[1]
         move_risk = move_rate = estimate.likely(target, job, there)[0]
     cost = grace_s + gang.restart_s
-    stay_finish = now + _run_s(gang.left_s, ideal, stay_rate)
-    move_finish = now + cost + _run_s(gang.left_s, ideal, move_rate)
+    stay_finish = now + _run_s(left_s, ideal, stay_rate)
+    move_finish = now + cost + _run_s(left_s, ideal, move_rate)
     needed = max(rule.margin_s, rule.margin * (stay_finish - now))
     if not stay_finish - move_finish > needed:
         return None
