@@ -1,8 +1,9 @@
-"""Moves on ssh hosts: a gang that had to start spread over both nodes (another job held most of
-each node's GPUs) is moved to one node at its checkpoint once a node frees, resumes from its
-checkpoint there, and ends with the weights an uninterrupted run computes; the same job that
-does not resume (--non-preemptible) stays spread. Both runs' times are printed (they are
-measurements, not asserted: BENCHMARKS.md keeps them)."""
+"""Moves on the emulated reference cluster (examples/seeds-cluster.yaml: 2 x 8 V100, 25 Gb/s,
+each node a network namespace with its own sshd): the reference job (4 workers of one GPU) that
+had to start spread 2 + 2 (other jobs held six GPUs of each node) is moved to one node at its
+checkpoint once a node frees, resumes from its checkpoint there, and ends with the weights an
+uninterrupted run computes; the same job that does not resume (--non-preemptible) stays spread.
+Both runs' times are printed (measurements, not asserted: BENCHMARKS.md keeps them)."""
 
 from __future__ import annotations
 
@@ -16,68 +17,16 @@ import pytest
 
 from ringleader.engines.embedded.engine import Runtime
 
-pytestmark = pytest.mark.slow
+# slow, and minutes on a loaded machine: two runs of the job, each 300 steps spread or not
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
+CLUSTER = (Path(__file__).resolve().parents[3] / "examples" / "seeds-cluster.yaml").read_text()
+SCALE = 0.01  # its 25 Gb/s links at 250 Mb/s: a spread step waits on them
+WORKERS = 4
 STEPS = 300
-# Deterministic data-parallel training on CPU over gloo, as the fencing test's: each step's batch
-# comes from the step and the rank alone, gradients are averaged, rank 0 saves (step, weights,
-# optimizer) every 10 steps. Each step also allreduces 5 MB (a bigger model's gradients), so the
-# placement's links set the step time: spread, it crosses the emulated network. `--reference`
-# computes the same steps in one process, for the weights of an uninterrupted run.
-TRAIN = f"""
-import os, sys, time
-import torch
-torch.set_num_threads(1)
-folder, steps = sys.argv[1], {STEPS}
-snapshot = os.path.join(folder, "snapshot.pt")
-
-def batch(step, rank):
-    gen = torch.Generator().manual_seed(1000 * step + rank)
-    return torch.randn(8, 16, generator=gen), torch.randn(8, 4, generator=gen)
-
-def grads(model, step, rank):
-    model.zero_grad(set_to_none=True)
-    x, y = batch(step, rank)
-    torch.nn.functional.mse_loss(model(x), y).backward()
-    return [p.grad.clone() for p in model.parameters()]
-
-torch.manual_seed(0)
-model = torch.nn.Linear(16, 4)
-opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-if sys.argv[2:] == ["--reference"]:
-    for step in range(steps):
-        for p, a, b in zip(model.parameters(), grads(model, step, 0), grads(model, step, 1)):
-            p.grad = (a + b) / 2
-        opt.step()
-    torch.save(model.state_dict(), os.path.join(folder, "reference.pt"))
-    raise SystemExit(0)
-
-import torch.distributed as dist
-run, rank = os.environ["RINGLEADER_RESTARTS"], int(os.environ["RANK"])
-first = 0
-if os.path.exists(snapshot):
-    saved = torch.load(snapshot)
-    model.load_state_dict(saved["model"])
-    opt.load_state_dict(saved["opt"])
-    first = saved["step"]
-with open(os.path.join(folder, f"start-{{run}}-{{rank}}"), "w") as fh:
-    fh.write(f"{{first}} {{os.environ['RINGLEADER_NODE']}}")
-dist.init_process_group("gloo")
-traffic = torch.zeros(1_250_000)
-for step in range(first, steps):
-    for p, g in zip(model.parameters(), grads(model, step, rank)):
-        dist.all_reduce(g)
-        p.grad = g / dist.get_world_size()
-    dist.all_reduce(traffic)
-    opt.step()
-    if rank == 0 and (step + 1) % 10 == 0:
-        torch.save({{"step": step + 1, "model": model.state_dict(), "opt": opt.state_dict()}}, snapshot + ".tmp" + run)
-        os.replace(snapshot + ".tmp" + run, snapshot)
-    with open(os.path.join(folder, f"progress-{{run}}-{{rank}}"), "w") as fh:
-        fh.write(str(step + 1))
-if rank == 0:
-    torch.save(model.state_dict(), os.path.join(folder, "final.pt"))
-"""
+# The example's deterministic training (examples/jobs/checkpointed_train.py): checkpoints every
+# 10 steps, resumes from them, and allreduces 5 MB a step, so a spread step waits on the links.
+PROGRAM = Path(__file__).resolve().parents[3] / "examples" / "jobs" / "checkpointed_train.py"
 
 
 def workers_on(hosts: Runtime, name: str) -> set[str]:
@@ -85,20 +34,20 @@ def workers_on(hosts: Runtime, name: str) -> set[str]:
 
 
 def spread_then_free(hosts: Runtime, h: Any, folder: Path, resumes: bool) -> tuple[Any, str, float]:
-    """Three GPUs of each node held, the job (2 workers, VGG16 as the queue prices it, ten minutes
-    of work as its user guesses) starts spread 1 + 1; once it trained 20 steps the holder of one
+    """Six GPUs of each node held, the job (4 workers, VGG16 as the queue prices it, ten minutes
+    of work as its user guesses) starts spread 2 + 2; once it trained 20 steps the holder of one
     node ends. The job's end, the node that freed and seconds from submit to end."""
     folder.mkdir()
-    program = folder / "train.py"
-    program.write_text(TRAIN)
     for name in ("hold-a", "hold-b"):
-        hosts.submit(h.job(name, ["sleep", "600"], workers=3, gpus=1, topology_aware=True))
+        hosts.submit(h.job(name, ["sleep", "600"], workers=6, gpus=1, topology_aware=True))
         h.wait_for(lambda name=name: hosts.get(name).status.value == "RUNNING", 60, f"{name} running")
     submitted = time.monotonic()
-    hosts.submit(h.job("trained", ["python3", str(program), str(folder)], workers=2, gpus=1, topology_aware=True,
-                       model="vgg16", run_time_s=600.0, preemptible=resumes))  # fmt: skip
-    progress = [folder / f"progress-0-{rank}" for rank in range(2)]
-    h.wait_for(lambda: all(p.exists() and int(p.read_text() or 0) >= 20 for p in progress), 180, "20 steps trained")
+    command = ["python3", str(PROGRAM), str(folder), "--steps", str(STEPS)]
+    hosts.submit(h.job("trained", command, workers=WORKERS, gpus=1, topology_aware=True, model="vgg16",
+                       run_time_s=600.0, preemptible=resumes))  # fmt: skip
+    progress = [folder / f"progress-0-{rank}" for rank in range(WORKERS)]
+    h.wait_for(lambda: all(p.exists() and int((p.read_text() or "0").split()[0]) >= 20 for p in progress), 180,
+               "20 steps trained")  # fmt: skip
     assert len(workers_on(hosts, "trained")) == 2
     [freed] = workers_on(hosts, "hold-a")
     hosts.delete(["hold-a"])
@@ -118,8 +67,8 @@ def test_a_spread_gang_moves_to_one_node_at_its_checkpoint_with_the_same_weights
 ) -> None:
     torch = pytest.importorskip("torch")
     monkeypatch.setenv("RINGLEADER_GRACE_S", "2")
-    (tmp_path / "train.py").write_text(TRAIN)
-    subprocess.run([sys.executable, str(tmp_path / "train.py"), str(tmp_path), "--reference"], check=True, timeout=300)
+    subprocess.run([sys.executable, str(PROGRAM), str(tmp_path), "--steps", str(STEPS), "--workers", str(WORKERS),
+                    "--reference"], check=True, timeout=300)  # fmt: skip
     reference = tmp_path / "reference.pt"
 
     stayed, _, stay_s = spread_then_free(hosts, h, tmp_path / "stays", resumes=False)
@@ -134,12 +83,12 @@ def test_a_spread_gang_moves_to_one_node_at_its_checkpoint_with_the_same_weights
     [said] = [e.message for e in moved.events if e.kind == "Moved"]
     assert said.startswith("moves: finishes sooner by ~") and f"move to node {freed} (" in said
     assert {i.node for i in moved.instances if i.role == "worker"} == {freed} and moved.restarts == 1
-    for rank in range(2):  # resumed from its last checkpoint, on the node that freed
+    for rank in range(WORKERS):  # resumed from its last checkpoint, on the node that freed
         resumed, node = (tmp_path / "moves" / f"start-1-{rank}").read_text().split()
         assert int(resumed) >= 20 - 10 and int(resumed) % 10 == 0 and node == freed
     assert same_weights(torch, tmp_path / "moves", reference)
     moved_at = next(e.at for e in moved.events if e.kind == "Moved")
-    resumed_at = min((tmp_path / "moves" / f"start-1-{rank}").stat().st_mtime for rank in range(2))
+    resumed_at = min((tmp_path / "moves" / f"start-1-{rank}").stat().st_mtime for rank in range(WORKERS))
     ended = (tmp_path / "moves" / "final.pt").stat().st_mtime
     first = [(tmp_path / d / "start-0-0").stat().st_mtime for d in ("stays", "moves")]
     print(f"submit to end: stays spread {stay_s:.1f} s (ranks {first[0]:.1f} -> end "
