@@ -20,11 +20,11 @@ def nodes_of(data: dict[str, Any]) -> set[str]:
 
 
 def spread_vgg(cli: Cli, program: Path, folder: Path, *extra: str) -> None:
-    """Six GPUs busy on each node (the first gang a short one), then VGG16 on four GPUs for an
-    hour's work: it starts spread 2 + 2 (the busy GPUs have no known end to wait for)."""
-    cli.ok("submit", "mpi", "--name", "short", "--workers", "6", "--gpus", "1", "--gputopology", "--", "sleep", "6")
-    cli.ok("submit", "mpi", "--name", "long", "--workers", "6", "--gpus", "1", "--gputopology", "--", "sleep", "600")
-    wait_for(cli, "long", "RUNNING")
+    """Six GPUs busy on each node, then VGG16 on four GPUs for an hour's work: it starts spread
+    2 + 2 (the busy GPUs have no known end to wait for)."""
+    for name in ("short", "long"):
+        cli.ok("submit", "mpi", "--name", name, "--workers", "6", "--gpus", "1", "--gputopology", "--", "sleep", "600")
+        wait_for(cli, name, "RUNNING")
     cli.ok("submit", "mpi", "--name", "vgg", "--workers", "4", "--gpus", "1", "--gputopology", "--model", "vgg16",
            "--run-time", "1h", *extra, "--", "python", str(program))  # fmt: skip
     running = wait_for(cli, "vgg", "RUNNING")
@@ -39,8 +39,8 @@ def test_a_spread_gang_moves_to_the_node_that_frees_and_resumes_from_its_checkpo
     program = tmp_path / "rank.py"
     program.write_text(resuming_rank(tmp_path))
     spread_vgg(seeds_cli, program, tmp_path)
-    short = wait_for(seeds_cli, "short", "SUCCEEDED")
-    [short_node] = nodes_of(short)
+    [short_node] = nodes_of(job(seeds_cli, "short"))
+    seeds_cli.ok("delete", "short")  # its node frees: the pass after its end moves vgg there
     done = wait_for(seeds_cli, "vgg", "SUCCEEDED", seconds=90)
     [moved] = events(done, "Moved")
     assert moved.startswith("moves: finishes sooner by ~")
@@ -59,7 +59,7 @@ def test_a_gang_that_does_not_resume_stays_spread(seeds_cli: Cli, tmp_path: Path
     program = tmp_path / "rank.py"
     program.write_text(resuming_rank(tmp_path))
     spread_vgg(seeds_cli, program, tmp_path, "--non-preemptible")
-    wait_for(seeds_cli, "short", "SUCCEEDED")
+    seeds_cli.ok("delete", "short")
     seeds_cli.ok("submit", "mpi", "--name", "after", "--workers", "1", "--gpus", "1", "--", "true")
     wait_for(seeds_cli, "after", "SUCCEEDED")  # a pass after the node freed: nothing moved
     still = job(seeds_cli, "vgg")
