@@ -30,7 +30,7 @@ PLAN_TIMES = {"reservation": ("start_s", "end_s"), "now": ("start_s", "finish_s"
 
 
 def shown_plan(plan: dict[str, Any] | None) -> dict[str, Any] | None:
-    """A stored plan (``codec.decision_to_dict``) as `-o json` shows it: a reservation's start
+    """A stored plan (``Decision.as_dict``) as `-o json` shows it: a reservation's start
     and end, and a start rule's starts and finishes, in RFC 3339 as every other time."""
     if not plan:
         return plan

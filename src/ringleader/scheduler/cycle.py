@@ -26,6 +26,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ringleader.scheduler.framework import get_policy, place
+from ringleader.scheduler.move import Movable, Move, plan_moves
 from ringleader.scheduler.policies.throughput import Estimator
 from ringleader.scheduler.queue import (
     UNUSABLE,
@@ -91,6 +92,7 @@ class Holding:
     attained_gpu_s: float = 0.0
     remaining_s: float | None = None
     checkpoint_s: float | None = None
+    move: Movable | None = None  # where its host moves gangs (scheduler/move.py): its work left
 
 
 @dataclass(frozen=True)
@@ -145,6 +147,7 @@ class Cycle:
     decided_on: dict[str, Hashable]  # pending job -> what it was decided on
     unchanged: int = 0  # jobs that kept last cycle's answer
     moved: int = 0  # reservations moved or dropped (GPUs held before are free again)
+    moves: tuple[Move, ...] = ()  # running gangs to stop and start on their better placement
 
     @property
     def decisions(self) -> list[Decision]:
@@ -196,8 +199,10 @@ def run_cycle(snapshot: Snapshot) -> Cycle:
         if inputs is not None:
             decided_on[name] = inputs
         if snapshot.stop_at_preemption and nominated and nominated[-1].decision.preemption is not None:
-            break
-    return Cycle(tuple(nominated), current.state, held, decided_on, unchanged, moved)
+            return Cycle(tuple(nominated), current.state, held, decided_on, unchanged, moved)
+    movable = [(h.move, h.grace_s) for h in snapshot.holding if h.move is not None]
+    moves = plan_moves(current, movable, snapshot.policy) if movable else ()
+    return Cycle(tuple(nominated), current.state, held, decided_on, unchanged, moved, moves)
 
 
 def _opening(snapshot: Snapshot) -> QueuePass:

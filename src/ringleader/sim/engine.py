@@ -40,6 +40,11 @@ queue's running gangs hold and the fair-share factors of their usage so far (dec
 of every run); a gang within its queue's quota reclaims what others borrowed as a preemption
 does (``PreemptionCost``, its default where none is given).
 
+With ``moves`` every pass also weighs moving each gang that runs degraded to its better placement
+(``scheduler/move.py``), as the engines' queue does: a moved gang keeps what it trained up to its
+last checkpoint, pays its restart (``PreemptionCost``, its default where none is given) and runs
+on at once where the move put it.
+
 With ``failures`` (``NodeFailures``) each node fails at seeded random times (a Poisson process of
 mean ``mtbf_s``) while jobs remain: every gang running on it is restarted from its last
 checkpoint as a preempted one is (``--max-restarts``: the queue places it again), and the node's
@@ -61,7 +66,9 @@ from ringleader.reference import reference
 from ringleader.scheduler import (
     NO_RESERVATIONS,
     BackfillConfig,
+    Candidate,
     ClusterState,
+    Code,
     Decision,
     Holding,
     JobRequest,
@@ -75,6 +82,8 @@ from ringleader.scheduler import (
     place,
     run_cycle,
 )
+from ringleader.scheduler.framework import placement_metrics
+from ringleader.scheduler.move import Movable, Move
 from ringleader.scheduler.order import QueueOrder, Service
 from ringleader.scheduler.policies.throughput import Estimator
 from ringleader.scheduler.teams import TeamQueue, decayed, queue_of, run_usage
@@ -138,6 +147,7 @@ class JobRecord:
     rejected: str | None = None  # why the job can never run on this cluster
     span_level: int = -1  # the network level its nodes' lowest common switch is at (-1: one node)
     preempted: int = 0  # times it was stopped for a gang of higher priority and requeued
+    moved: int = 0  # times it was moved to a better placement (scheduler/move.py)
     failed: int = 0  # times a node failed under it and it was restarted
     lost_s: float = 0.0  # seconds of its runs lost to preemption or failures (since its last checkpoint)
     restart_s: float = 0.0  # what its current (or next) run pays to start again from its checkpoint
@@ -221,6 +231,7 @@ class Simulation:
         estimate_error: EstimateError | None = None,
         risk: str | None = None,
         prediction_error: bool = False,
+        moves: bool = False,
     ) -> None:
         self.policy = get_policy(policy).name  # unknown names fail here, listing the known ones
         self.specs = [s.with_labels({}) for s in specs]
@@ -247,6 +258,8 @@ class Simulation:
             raise ValueError(f"risk {risk!r} is not one of {', '.join(RISKS)}")
         self.risk = risk
         self.prediction_error = prediction_error
+        self.moves = moves
+        self.moved_at: dict[str, float] = {}  # gang -> when it last moved
         # what orders beyond FIFO read: GPU-seconds each job ran, its last run's length, when
         # it last entered the queue (scheduler/order.py)
         self.ordered = backfill.order is not QueueOrder.FIFO or any(q.order not in (None, QueueOrder.FIFO)
@@ -318,7 +331,7 @@ class Simulation:
                 else:
                     self._node_up(name, now)
             if (self.backfill == NO_RESERVATIONS and self.start_rule is None and self.preemption is None
-                    and not self.queues):  # fmt: skip
+                    and not self.queues and not self.moves):  # fmt: skip
                 self._pass(now)
             else:
                 self._reserving_pass(now)
@@ -345,6 +358,17 @@ class Simulation:
         old place, to pay its restart when it runs again."""
         cost = (self.failures.cost if failed and self.failures is not None else self.preemption) or PreemptionCost()
         record = self.records[name]
+        self._stop(name, now, cost)
+        if failed:
+            record.failed += 1
+        else:
+            record.preempted += 1
+        self._enqueue(record.job, now)
+
+    def _stop(self, name: str, now: float, cost: PreemptionCost) -> None:
+        """End ``name``'s run at ``now``, keeping what it trained up to its last checkpoint; its
+        next run pays ``cost``'s restart."""
+        record = self.records[name]
         assert record.placement is not None and record.step is not None
         started = self._end_run(name, now)
         assert started is not None
@@ -352,14 +376,33 @@ class Simulation:
         kept = math.floor(trained / cost.checkpoint_s) * cost.checkpoint_s
         done = min(int(kept / record.step.step_time_s), self.left.get(name, record.job.iterations))
         self.left[name] = self.left.get(name, record.job.iterations) - done
-        if failed:
-            record.failed += 1
-        else:
-            record.preempted += 1
         record.lost_s += trained - done * record.step.step_time_s
         record.restart_s = cost.restart_s
         self._release(name, record.placement)
-        self._enqueue(record.job, now)
+
+    # -- moves (scheduler/move.py) ------------------------------------------------------------------
+    def _movable(self, name: str, now: float) -> Movable:
+        """Running gang ``name`` as a move weighs it: the work it has left as the queue sees it
+        (what it trained so far counted, its work misjudged as at its submit), and a restart
+        that costs what a stop now loses since its last checkpoint besides the restart itself."""
+        record, cost = self.records[name], self.preemption or PreemptionCost()
+        assert record.placement is not None and record.step is not None
+        trained = max(now - self.run_of[name][1] - record.restart_s, 0.0)
+        left = max(self.left.get(name, record.job.iterations) - trained / record.step.step_time_s, 0.0)
+        left_s = left * self._best_step_s(record.job) * self._misjudged(record.job)
+        restart_s = cost.restart_s + trained % cost.checkpoint_s
+        return Movable(self._request(record.job), record.placement, left_s, restart_s, self.moved_at.get(name))
+
+    def _move(self, move: Move, now: float) -> None:
+        """Stop the gang and start it at once where ``move`` puts it (the simulator's stop takes
+        no time: the target it was planned on is still free)."""
+        name = move.job.name
+        self._stop(name, now, self.preemption or PreemptionCost())
+        self.records[name].moved += 1
+        self.moved_at[name] = now
+        metrics = placement_metrics(self.state.by_name, move.target)
+        chosen = Candidate(move.target, metrics, (), ())
+        self._start(self.records[name].job, Decision(move.job, self.policy, Code.SUCCESS, chosen=chosen), now)
 
     def _next_failure(self, node: str, now: float) -> None:
         """The node's next failure, while jobs remain (a failure with none left never comes)."""
@@ -520,6 +563,8 @@ class Simulation:
             if not self.buckets[(job.priority, job.workers, job.gpus)]:
                 del self.buckets[(job.priority, job.workers, job.gpus)]
             self._start(job, decision, now)
+        for move in cycle.moves:
+            self._move(move, now)
         return False
 
     def _snapshot(self, now: float) -> Snapshot:
@@ -530,6 +575,8 @@ class Simulation:
         for name, (_, started) in self.run_of.items():
             job = self.records[name].job
             usage[queue_of(job)] = usage.get(queue_of(job), 0.0) + run_usage(job.total_gpus, started, now, now)
+        if self.moves:
+            holding = [replace(h, move=self._movable(h.name, now)) for h in holding]
         return Snapshot(self.state, list(self.queued.values()), now, holding, self.queues, usage,
                         config=self.backfill, estimate=self._estimator, policy=self.policy, explain=False,
                         stop_at_preemption=True, ideal=self.ideal)  # fmt: skip
@@ -674,6 +721,7 @@ def simulate(
     estimate_error: EstimateError | None = None,
     risk: str | None = None,
     prediction_error: bool = False,
+    moves: bool = False,
 ) -> SimRun:
     """Simulate ``jobs`` on ``specs`` under ``policy``; ``backfill`` picks the queue discipline
     (default: no reservation and no age, the queue before reservations); ``network_aware``
@@ -686,10 +734,11 @@ def simulate(
     replaces ``work_error`` by another model of users' estimates (``sim/families.py``); ``risk``
     gives every job that risk and the queue the model's likely ranges, as the engines' queue has
     them (None: a plain estimator); with ``prediction_error`` each job really runs at a rate off
-    the model's by a seeded draw from its held-out errors."""
+    the model's by a seeded draw from its held-out errors; with ``moves`` a gang running degraded
+    moves to its better placement where it finishes sooner counting the restart."""
     return Simulation(specs, jobs, policy, step_time, max_failures, backfill, network_aware, start_rule,
                       work_error, seed, preemption, queues, failures, estimate_error, risk,
-                      prediction_error).run()  # fmt: skip
+                      prediction_error, moves).run()  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,9 @@ def hosts_tools() -> None:
 
 
 @pytest.fixture(scope="module")
-def hosts_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def hosts_home(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The module's cluster: ``TWO_NODES``, or the one its module names as ``CLUSTER`` (its links
+    scaled by the module's ``SCALE``, 0.02 unless it names one)."""
     reason = missing()
     if reason:
         pytest.skip(reason)
@@ -59,10 +61,10 @@ def hosts_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         # As a user with the virtual env activated: `python3` on the hosts is the env's (same paths).
         mp.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', os.defpath)}")
         spec = home.parent / "cluster.yaml"
-        spec.write_text(TWO_NODES)
+        spec.write_text(getattr(request.module, "CLUSTER", TWO_NODES))
         rt = Runtime.open(home)
         try:
-            rt.cluster_up(spec, scale=0.02)
+            rt.cluster_up(spec, scale=getattr(request.module, "SCALE", 0.02))
         finally:
             rt.close()
         yield home

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from ringleader.engines.embedded import store
-from ringleader.jobs.codec import expected_end
+from ringleader.jobs.codec import expected_end, placement_from_dict
 from ringleader.jobs.failures import (
     Failure,
     cordon_reason,
@@ -24,8 +24,22 @@ from ringleader.jobs.prediction import queue_estimator
 from ringleader.jobs.queues import preempted_by
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import InstanceStatus, JobStatus, Launch
-from ringleader.scheduler import ClusterState, Code, Decision, Holding, Snapshot, Waiting, run_cycle
+from ringleader.scheduler import (
+    Candidate,
+    ClusterState,
+    Code,
+    Decision,
+    Holding,
+    Placement,
+    Snapshot,
+    Waiting,
+    WorkerSlot,
+    get_policy,
+    placement_metrics,
+    run_cycle,
+)
 from ringleader.scheduler.cycle import teams_of
+from ringleader.scheduler.move import Movable, Move
 from ringleader.scheduler.order import NO_SERVICE, Service, service_of_runs
 from ringleader.scheduler.policies.throughput import Estimator
 from ringleader.scheduler.teams import Teams, queue_of, run_usage
@@ -35,6 +49,12 @@ from ringleader.scheduler.teams import Teams, queue_of, run_usage
 HOSTS_SETTINGS = "hosts_settings"
 # A running job whose ranks are being stopped: a delete's or a preemption's.
 STOPPING = (Launch.STOPPING.value, Launch.PREEMPTING.value)
+# meta key prefix: a gang being moved (scheduler/move.py) -> the placement it starts on again
+MOVING = "moving:"
+# What starting a moved gang again costs beyond its grace: its ranks started and its checkpoint
+# loaded. An estimate (BENCHMARKS.md measures a job's start alone in seconds); a move must gain
+# more than it and the grace, and the rule's margin, so a wrong guess here costs little.
+MOVE_RESTART_S = 30.0
 
 
 def schedule_pass(conn: sqlite3.Connection, now: float) -> list[str]:
@@ -48,10 +68,12 @@ def schedule_pass_decisions(conn: sqlite3.Connection, now: float) -> list[Decisi
     """The queue's cycle (``scheduler/cycle.py``) over the folder as it is at ``now``, acted on:
     every decision it made (placed or pending)."""
     specs, waiting = waiting_jobs(conn)
-    if not waiting:
+    running = [JobSpec.from_dict(json.loads(r["spec"])) for r in store.job_rows(conn, [JobStatus.RUNNING])]
+    if not waiting and not any(may_move(s) for s in running):
         return []
-    snapshot = queue_snapshot(conn, now, waiting, queue_estimator(specs.values()))
-    decisions = run_cycle(snapshot).decisions
+    snapshot = queue_snapshot(conn, now, waiting, queue_estimator([*specs.values(), *running]))
+    cycle = run_cycle(snapshot)
+    decisions = cycle.decisions
     for decision in decisions:
         spec = specs[decision.job.name]
         if decision.placement is not None:
@@ -61,6 +83,8 @@ def schedule_pass_decisions(conn: sqlite3.Connection, now: float) -> list[Decisi
             if decision.preemption is not None:
                 for victim in decision.preemption.names:
                     preempt_job(conn, victim, decision, now)
+    for move in cycle.moves:
+        move_job(conn, move, now)
     return decisions
 
 
@@ -96,6 +120,7 @@ def queue_snapshot(
     being stopped holds its GPUs until its grace is over, and has given its quota back) and the
     team queues with their usage: ended runs' plus the running ones' so far."""
     holding = []
+    state = store.cluster_state(conn)
     queues = store.queues(conn)
     usage = store.queue_usage(conn, now) if queues else {}
     for row in store.job_rows(conn, [JobStatus.RUNNING]):
@@ -110,10 +135,14 @@ def queue_snapshot(
         if queues and started is not None:
             gpus = spec.workers * spec.gpus_per_worker
             usage[queue_of(spec)] = usage.get(queue_of(spec), 0.0) + run_usage(gpus, started, now, now)
+        moving = store.get_meta(conn, MOVING + spec.name) if stopping else None
+        if moving is not None:  # its new placement is held for it while it stops
+            state = held_for_move(state, placement_from_dict(spec.name, json.loads(moving)))
+        move = None if stopping else movable(row, spec, now)
         run = run_service(conn, row, spec, now, started, end)
         holding.append(Holding(spec.name, spec.priority, None if stopping else queue_of(spec), end,
-                               spec.stop_grace(), spec.preemptible and not stopping, *run))  # fmt: skip
-    return Snapshot(store.cluster_state(conn), waiting, now, holding, queues, usage, cordoned=store.cordons(conn),
+                               spec.stop_grace(), spec.preemptible and not stopping, *run, move=move))  # fmt: skip
+    return Snapshot(state, waiting, now, holding, queues, usage, cordoned=store.cordons(conn),
                     estimate=estimate)  # fmt: skip
 
 
@@ -128,6 +157,80 @@ def run_service(
     gpus = spec.workers * spec.gpus_per_worker
     attained = waiting_service(conn, row, spec).attained_gpu_s + gpus * max(now - started, 0.0)
     return started, attained, None if end is None else max(end - now, 0.0)
+
+
+def may_move(spec: JobSpec) -> bool:
+    """Whether a running job may be moved to a better placement (``scheduler/move.py``): it
+    resumes from its checkpoint (``--preemptible``, the default) and its work is known
+    (``--run-time`` or ``--steps``)."""
+    return spec.preemptible and spec.run_time_s is not None
+
+
+def movable(row: sqlite3.Row, spec: JobSpec, now: float) -> Movable | None:
+    """A running job as a move weighs it: its work, what it ran of it since its start, where it
+    runs. Its progress is known from its start only, so a job requeued once (preempted,
+    restarted or moved) is not moved again."""
+    if not may_move(spec) or int(row["restarts"] or 0) or row["started_at"] is None or not row["placement"]:
+        return None
+    request = spec.request()
+    assert request.work_s is not None
+    placement = placement_from_dict(spec.name, json.loads(row["placement"]))
+    return Movable(request, placement, request.work_s, MOVE_RESTART_S, ran_s=max(now - float(row["started_at"]), 0.0))
+
+
+def held_for_move(state: ClusterState, target: Placement) -> ClusterState:
+    """``state`` with the GPUs of ``target`` that are free held for the gang moving there."""
+    slots: list[WorkerSlot] = []
+    for node in target.nodes:
+        if node in state.positions:
+            free = state.node(node).free_mask
+            gpus = tuple(g for g in target.gpus_on(node) if free >> g & 1)
+            if gpus:
+                slots.append(WorkerSlot(len(slots), node, gpus))
+    return state.with_placement(Placement(f"{MOVING}{target.job}", tuple(slots))) if slots else state
+
+
+def move_job(conn: sqlite3.Connection, move: Move, now: float) -> None:
+    """Stop ``move``'s gang as a preemption does (SIGTERM, its grace to write its checkpoint,
+    SIGKILL) and start it on the move's target once it has stopped (``requeue_stopped``); the
+    target is held for it meanwhile. Said in its events with the numbers weighed."""
+    name = move.job.name
+    row = store.job_row(conn, name)
+    if row is None or row["status"] != JobStatus.RUNNING.value or row["launch"] in STOPPING:
+        return
+    grace = JobSpec.from_dict(json.loads(row["spec"])).stop_grace()
+    store.update_job(conn, name, launch=Launch.PREEMPTING, stop_grace=grace)
+    store.set_meta(conn, MOVING + name, json.dumps(move.target.as_dict()))
+    how = "SIGKILL at once" if grace <= 0 else f"SIGTERM, then SIGKILL after {grace:g} s"
+    store.add_event(conn, name, "Moved", f"{move.describe()}; {how}; then started there from its checkpoint", now)
+
+
+def requeue_stopped(conn: sqlite3.Connection, name: str, now: float) -> list[str]:
+    """A preempted or moved job whose ranks have stopped, requeued; a moved one started on the
+    placement held for it (if it is still free and not cordoned; else it waits as any requeued
+    job). Then the queue's pass; returns the jobs placed."""
+    target = store.get_meta(conn, MOVING + name)
+    requeue_job(conn, name, now, why="preempted" if target is None else "moved to a better placement")
+    if target is None:
+        return schedule_pass(conn, now)
+    store.delete_meta(conn, MOVING + name)
+    return [*start_moved(conn, name, placement_from_dict(name, json.loads(target)), now), *schedule_pass(conn, now)]
+
+
+def start_moved(conn: sqlite3.Connection, name: str, target: Placement, now: float) -> list[str]:
+    """Place requeued job ``name`` on ``target``, the placement its move was weighed on."""
+    row = store.job_row(conn, name)
+    state = store.cluster_state(conn)
+    cordoned = set(store.cordons(conn))
+    if row is None or any(n not in state.positions or n in cordoned or any(
+            not state.node(n).free_mask >> g & 1 for g in target.gpus_on(n)) for n in target.nodes):  # fmt: skip
+        return []
+    spec = JobSpec.from_dict(json.loads(row["spec"]))
+    request = spec.request()
+    chosen = Candidate(target, placement_metrics(state.by_name, target), (), ())
+    decision = Decision(request, get_policy(request.policy_name).name, Code.SUCCESS, chosen=chosen)
+    place_job(conn, spec, decision, now, has_launcher(spec, decision, state))
+    return [name]
 
 
 def team_queues(conn: sqlite3.Connection, state: ClusterState, now: float) -> Teams | None:

@@ -34,7 +34,7 @@ from ringleader.engines.embedded.lifecycle import (
     blame_node,
     failed_runs,
     finish_job,
-    requeue_job,
+    requeue_stopped,
     restart_job,
     schedule_pass,
 )
@@ -594,9 +594,7 @@ class Supervisor:
             row = store.job_row(conn, self.job)
             if row is None or row["launch"] != Launch.PREEMPTING.value:
                 return None
-            now = self.clock.now()
-            requeue_job(conn, self.job, now)
-            return schedule_pass(conn, now)
+            return requeue_stopped(conn, self.job, self.clock.now())
 
     def _forget_rows(self) -> bool:
         with self.db.write() as conn:
