@@ -53,13 +53,13 @@ case "$lab" in
   dli)
     data=$(mktemp -d)
     trap 'rm -rf "$data"' EXIT
-    ringleader data synth --out "$data" --images 256 --size 160 --classes 8 > /dev/null
+    ringleader data synth --out "$data" --images 128 --size 160 --classes 8 > /dev/null
     mkdir -p "$out/models" "$out/steps"
-    size=(--data "$data" --image-size 64 --repeat 3 --launcher local)
+    size=(--data "$data" --image-size 64 --repeat 2 --launcher local)
     # Part 1, the lab's models in its order: compute only vs the full pipeline.
     for model in googlenet resnet50 resnet152 alexnet; do
-      ringleader bench pipeline --model "$model" "${size[@]}" --batch-size 8 --num-batches 5 \
-        --num-warmup-batches 2 --decode fast --out "$out/models"
+      ringleader bench pipeline --model "$model" "${size[@]}" --batch-size 4 --num-batches 4 \
+        --num-warmup-batches 1 --decode fast --out "$out/models"
     done > "$out/models/pipeline.txt"
     # Part 2, the trivial model (the pipeline is all there is to measure), made worse as the lab
     # does: its reference (several readers, the fast JPEG decode), one reader, the exact decode,
@@ -75,8 +75,8 @@ case "$lab" in
     for step in "${steps[@]}"; do
       read -r label flags <<< "$step"
       # shellcheck disable=SC2086 # the step's flags, split on purpose
-      ringleader bench pipeline --model trivial "${size[@]}" --batch-size 32 --num-batches 10 \
-        --num-warmup-batches 2 --label "$label" $flags --out "$out/steps"
+      ringleader bench pipeline --model trivial "${size[@]}" --batch-size 16 --num-batches 8 \
+        --num-warmup-batches 1 --label "$label" $flags --out "$out/steps"
     done > "$out/steps/pipeline.txt"
     ;;
   *)

@@ -62,3 +62,6 @@ def test_two_horovod_ranks_train_through_horovodrun() -> None:
     assert (res["backend"], res["world_size"], res["nodes"]) == ("horovod", 2, 1)
     assert res["horovod_controller"] in ("mpi", "gloo")
     assert len(res["step_times_s"]) == 4 and res["images_per_sec_total"] > 0
+    # each rank trained on its own batch (seeded by rank): the same weights after it only if
+    # hvd.DistributedOptimizer averaged the gradients and broadcast_parameters started them equal
+    assert len(res["weight_sums"]) == 2 and res["weight_sums"][0] == res["weight_sums"][1]

@@ -309,8 +309,15 @@ def train(cfg: TrainConfig, comm: Comm) -> dict[str, Any]:
         "skipped_images": stats.skipped if stats else 0, "config": asdict(cfg),
         "bucket_bytes": step.grads.cap_bytes if step.grads else None,
         "bucket_sweep_s": {str(k): v for k, v in step.grads.sweep_s.items()} if step.grads else None,
-        **({"horovod_controller": comm.controller} if isinstance(comm, HorovodComm) else {}),
+        **(_horovod_facts(comm, step) if isinstance(comm, HorovodComm) else {}),
     }  # fmt: skip
+
+
+def _horovod_facts(comm: HorovodComm, step: Step) -> dict[str, Any]:
+    """Which controller horovodrun started, and every rank's sum of its weights after training:
+    each rank trained on its own data, so they agree only if DistributedOptimizer averaged."""
+    total = float(sum(float(p.detach().double().sum()) for p in step.params))
+    return {"horovod_controller": comm.controller, "weight_sums": comm.hvd.allgather_object(total)}
 
 
 def run(cfg: TrainConfig) -> dict[str, Any]:
