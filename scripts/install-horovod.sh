@@ -40,4 +40,4 @@ if [ -z "$wheel" ]; then
   echo "built $(basename "$wheel") in $(( ($(date +%s) - start) / 60 )) min"
 fi
 "$py" -m pip install -q "$wheel"
-"$py" -c "import horovod.torch as hvd; print('horovod', hvd.__version__, 'with', 'MPI' if hvd.mpi_built() else '', 'Gloo' if hvd.gloo_built() else '')"
+"$py" -c "import horovod, horovod.torch as hvd; print('horovod', horovod.__version__, 'with', 'MPI' if hvd.mpi_built() else '', 'Gloo' if hvd.gloo_built() else '')"

@@ -142,6 +142,8 @@ class Step:
                else contextlib.nullcontext())  # fmt: skip
         if self.grads is not None:
             self.grads.begin()  # zeroes the gradient buffers in place
+        elif self.hvd is not None:
+            self.opt.zero_grad()  # Horovod's optimizer takes no set_to_none
         else:
             self.opt.zero_grad(set_to_none=True)
         if self.layout is not None and images.dim() == 4:
