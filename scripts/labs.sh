@@ -55,6 +55,9 @@ case "$lab" in
     trap 'rm -rf "$data"' EXIT
     ringleader data synth --out "$data" --images 128 --size 160 --classes 8 > /dev/null
     mkdir -p "$out/models" "$out/steps"
+    # One OpenMP thread for training: the loader's processes need the other core, and a rank
+    # whose threads wait on each other on busy cores stepped 25-50x slower (docs/bench.md).
+    export OMP_NUM_THREADS=1
     size=(--data "$data" --image-size 64 --repeat 2 --launcher local)
     # Part 1, the lab's models in its order: compute only vs the full pipeline.
     for model in googlenet resnet50 resnet152 alexnet; do
