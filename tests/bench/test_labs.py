@@ -45,8 +45,13 @@ def test_the_dli_steps_study_makes_the_pipeline_worse_as_the_lab_does() -> None:
 def test_the_horovod_lab_table_is_what_its_runs_render() -> None:
     out = LABS / "horovod"
     doc = json.loads((out / "scaling.json").read_text())
-    assert [(r["backend"], r["gpus_per_server"]) for r in doc["rows"]] == [("gloo", 1), ("gloo", 2), ("mpi", 1),
-                                                                           ("mpi", 2)]
+    # ringleader's gloo and MPI beside Horovod itself, each at 1 and 2 ranks
+    assert [(r["backend"], r["gpus_per_server"]) for r in doc["rows"]] == [
+        (b, k) for b in ("gloo", "horovod", "mpi") for k in (1, 2)]  # fmt: skip
+    horovod = [p for p in doc["points"] if p["backend"] == "horovod"]
+    assert len(horovod) == 6 and all(p["horovod_controller"] == "mpi" for p in horovod)
+    assert all(len(set(p["weight_sums"])) == 1 for p in horovod)  # DistributedOptimizer kept ranks equal
+    assert "[X] PyTorch" in (out / "horovod-build.txt").read_text()
     assert doc["skipped"] == {"nccl": "the nccl backend needs CUDA GPUs and none is visible here"}
     assert table_rows(doc["points"]) == doc["rows"]  # the medians and speedups from the runs kept
     assert (out / "scaling.md").read_text() == markdown(doc["rows"], doc["title"], doc["machine"], doc["skipped"])
