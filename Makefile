@@ -39,7 +39,10 @@ demo: setup
 	PATH="$(abspath $(VENV))/bin:$$PATH" bash scripts/demo.sh
 
 # The two labs end to end, their outputs under examples/labs/ (see scripts/labs.sh).
+# lab-horovod first installs Horovod into the venv, built from its sdist (scripts/install-horovod.sh:
+# 15-30 minutes the first time on 2 cores, the wheel kept for the next).
 lab-horovod: setup
+	PYTHON=$(PY) bash scripts/install-horovod.sh
 	PATH="$(abspath $(VENV))/bin:$$PATH" bash scripts/labs.sh horovod examples/labs/horovod
 
 lab-dli: setup

@@ -352,11 +352,47 @@ class MpiComm(Comm):
         self._bufs.clear()
 
 
+class HorovodComm(Comm):
+    """Horovod itself (horovod.torch), as its lab uses it: ``hvd.init()`` under horovodrun, and
+    rank, size and local rank as Horovod counts them. Training exchanges gradients through
+    ``hvd.DistributedOptimizer`` (train.Step); here are the calls the training loop makes besides."""
+
+    backend = "horovod"
+
+    def __init__(self) -> None:
+        import horovod.torch as hvd
+        import torch
+
+        hvd.init()
+        self.hvd = hvd
+        device = torch.device("cpu")
+        if torch.cuda.is_available():
+            torch.cuda.set_device(hvd.local_rank() % torch.cuda.device_count())
+            device = torch.device("cuda", torch.cuda.current_device())
+        super().__init__(RankInfo(hvd.rank(), hvd.size(), hvd.local_rank(), "horovodrun"), device)
+        # which of Horovod's controllers horovodrun started: MPI where Horovod was built with it
+        self.controller = "mpi" if hvd.mpi_enabled() else "gloo"
+
+    def allreduce(self, inp: Any, out: Any = None, op: str = "sum") -> Any:
+        if out is not None and out is not inp:
+            out.copy_(inp)
+            inp = out
+        return self.hvd.allreduce_(inp, op=self.hvd.Average if op == "avg" else self.hvd.Sum)
+
+    def barrier(self) -> None:
+        self.hvd.barrier()
+
+    def close(self) -> None:
+        self.hvd.shutdown()
+
+
 def init(backend: str, info: RankInfo | None = None) -> Comm:
     """A communicator for this process (rank and world from the launcher's environment)."""
     info = info or discover()
     check_available(backend, need_mpirun=False)
     share_cores(info)
+    if backend == "horovod":
+        return HorovodComm()
     if backend == "mpi":
         os.environ.setdefault("OMPI_MCA_mpi_warn_on_fork", "0")
         return MpiComm(info)

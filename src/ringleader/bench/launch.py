@@ -1,4 +1,5 @@
-"""`-np N`: start N local ranks of a bench (mpirun for mpi, plain processes for gloo/nccl).
+"""`-np N`: start N local ranks of a bench (mpirun for mpi, horovodrun for horovod, plain
+processes for gloo/nccl).
 
 Each rank runs ``python -m ringleader.bench.worker KIND CONFIG_JSON``; only rank 0 prints, so
 the launcher's stdout is exactly what a single rank-0 run would print. The environment
@@ -10,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -19,7 +21,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from ringleader.bench import worker
-from ringleader.bench.ranks import INSTALL_MPI, check_available, check_np, discover, free_port
+from ringleader.bench.ranks import (
+    INSTALL_HOROVOD,
+    INSTALL_MPI,
+    check_available,
+    check_np,
+    discover,
+    free_port,
+    horovodrun,
+)
 from ringleader.errors import DependencyError, RingleaderError
 
 
@@ -57,6 +67,32 @@ def mpirun_command(np_: int, command: list[str], env: dict[str, str]) -> list[st
     return cmd + command
 
 
+def horovodrun_command(np_: int, command: list[str]) -> list[str]:
+    """Horovod's own launcher, as its docs run one machine's ranks: ``horovodrun -np N -H
+    localhost:N``; horovodrun picks its controller (MPI where Horovod was built with it, else
+    Gloo) and passes the environment on."""
+    launcher = horovodrun()
+    if launcher is None:
+        raise DependencyError("the horovod backend needs horovodrun (Horovod's launcher)", INSTALL_HOROVOD)
+    return [launcher, "-np", str(np_), "-H", f"localhost:{np_}", *command]
+
+
+# horovodrun tags every line a rank prints: "[1,0]<stdout>:" (MPI) or "[0]<stdout>:" (Gloo)
+RANK_TAG = re.compile(r"^\[(?:\d+,)?(\d+)\]<(stdout|stderr)>:", re.MULTILINE)
+
+
+def untag(text: str) -> str:
+    """Rank 0's lines of a horovodrun output without their tags (the other ranks print none)."""
+    kept = []
+    for line in text.splitlines(keepends=True):
+        tag = RANK_TAG.match(line)
+        if tag is None:
+            kept.append(line)
+        elif tag.group(1) == "0":
+            kept.append(line[tag.end():])
+    return "".join(kept)
+
+
 def rank_env(np_: int, threads: int | None = None) -> dict[str, str]:
     """The environment every rank starts from; OMP threads split the cores among ranks unless
     ``threads`` (or OMP_NUM_THREADS) fixes them."""
@@ -83,6 +119,12 @@ def launch(kind: str, cfg: dict[str, Any], backend: str, np_: int, *, capture: b
         proc = subprocess.run(mpirun_command(np_, command, env), env=env, stdout=out,
                               stderr=out, text=True, timeout=timeout, check=False)  # fmt: skip
         return Launched(proc.returncode, proc.stdout or "", proc.stderr or "")
+    if backend == "horovod":
+        if hasattr(os, "geteuid") and os.geteuid() == 0:  # horovodrun's mpirun, as root (Open MPI's switch)
+            env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+        proc = subprocess.run(horovodrun_command(np_, command), env=env, stdout=out, stderr=out, text=True,
+                              timeout=timeout, check=False)  # fmt: skip
+        return Launched(proc.returncode, untag(proc.stdout or ""), untag(proc.stderr or ""))
     env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(np_),
                LOCAL_WORLD_SIZE=str(np_))  # fmt: skip
     with contextlib.ExitStack() as stack:

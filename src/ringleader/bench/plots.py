@@ -83,28 +83,64 @@ def busbw(sweeps: dict[str, dict[str, Any]], path: Path) -> str:
     return _line_plot(plt, fig, ax, path, "message size (bytes)", "busbw (GB/s)", "allreduce bus bandwidth")
 
 
+def _log_ticks(axis: Any) -> None:
+    """Readable log ticks: 1, 2 and 5 of every decade, written as plain numbers (a decade or two
+    of data otherwise shows only 10^0 and 10^1)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def _span(r: dict[str, Any], key: str) -> tuple[float, float]:
+    """How far a row's runs of ``key`` reach below and above its median (error bar lengths)."""
+    runs = (r.get("runs") or {}).get(key) or [r[f"{key}_images_per_sec"]]
+    mid = r[f"{key}_images_per_sec"]
+    return (max(0.0, mid - min(runs)), max(0.0, max(runs) - mid))
+
+
 def pipeline(results: list[dict[str, Any]], scatter_path: Path, ratio_path: Path) -> list[str]:
     """The lab's two plots: full pipeline vs compute-only (synthetic data) images/s, on log axes
-    (models differ by orders of magnitude), and their ratio."""
+    (models differ by orders of magnitude), and their ratio; every point and bar with error bars
+    spanning its runs (min-max; a ratio's: lowest over highest run to highest over lowest)."""
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(5, 5))
-    for r in results:
-        ax.plot(r["synthetic_images_per_sec"], r["real_images_per_sec"], "o", label=r["model"])
-    top = max([max(r["synthetic_images_per_sec"], r["real_images_per_sec"]) for r in results]
-              + [1.0])  # fmt: skip
-    low = min([min(r["synthetic_images_per_sec"], r["real_images_per_sec"]) for r in results] + [top]) or 1.0
-    ax.plot([low / 2, top * 2], [low / 2, top * 2], "k--", label="no degradation")
+    fig, ax = plt.subplots(figsize=(6, 5))
+    for i, r in enumerate(results):
+        xlo, xhi = _span(r, "synthetic")
+        ylo, yhi = _span(r, "real")
+        ax.errorbar([r["synthetic_images_per_sec"]], [r["real_images_per_sec"]], xerr=[[xlo], [xhi]],
+                    yerr=[[ylo], [yhi]], marker=MARKERS[i % len(MARKERS)], linestyle="none", capsize=4,
+                    label=str(r.get("label") or r["model"]))  # fmt: skip
+    values = [v for r in results for key in ("synthetic", "real")
+              for v in ((r.get("runs") or {}).get(key) or [r[f"{key}_images_per_sec"]])]  # fmt: skip
+    low, top = (min(values), max(values)) if values and min(values) > 0 else (1.0, 10.0)
+    ax.plot([low / 1.5, top * 1.5], [low / 1.5, top * 1.5], "k--", linewidth=1, label="no degradation")
     device = results[0].get("device", "cpu") if results else "cpu"
     ax.set_xlabel(f"synthetic data (compute only, {device}), images/s")
     ax.set_ylabel("real data (full pipeline), images/s")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.legend()
+    ax.set_xlim(low / 1.5, top * 1.5)
+    ax.set_ylim(low / 1.5, top * 1.5)
+    _log_ticks(ax.xaxis)
+    _log_ticks(ax.yaxis)
+    ax.grid(alpha=0.3, which="both")
+    ax.set_title("full pipeline vs compute only (bars: min-max of the runs)")
+    ax.legend(fontsize="small")
     scatter = _save(plt, fig, scatter_path)
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.bar([r["model"] for r in results], [r["degradation"] for r in results])
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(results)), 4))
+    names = [str(r.get("label") or r["model"]) for r in results]
+    ratios = [r["degradation"] for r in results]
+    ranges = [r.get("degradation_range") or [r["degradation"]] * 2 for r in results]
+    ax.bar(names, ratios, yerr=[[max(0.0, d - lo) for d, (lo, _hi) in zip(ratios, ranges, strict=True)],
+                                [max(0.0, hi - d) for d, (_lo, hi) in zip(ratios, ranges, strict=True)]],
+           capsize=4, color="tab:blue", alpha=0.8)  # fmt: skip
+    ax.axhline(1.0, color="0.4", linestyle="--", linewidth=1, label="no degradation")
     ax.set_ylabel("real / synthetic")
-    ax.set_title("full pipeline / compute-only throughput")
+    ax.set_title("full pipeline / compute-only throughput (bars: range of the runs)")
+    ax.tick_params(axis="x", labelrotation=20 if len(results) > 4 else 0)
+    ax.legend(fontsize="small")
     return [scatter, _save(plt, fig, ratio_path)]
 
 

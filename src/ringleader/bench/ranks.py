@@ -10,9 +10,10 @@ import importlib.util
 import os
 import shutil
 import socket
+import sys
 from dataclasses import dataclass
 
-from ringleader.bench import BACKENDS
+from ringleader.bench import BACKENDS, HOROVOD, TRAIN_BACKENDS
 from ringleader.errors import DependencyError, UsageError
 from ringleader.runtime.rank import rendezvous_port
 
@@ -23,6 +24,8 @@ MAX_RANKS = 64
 RANKS_PER_CORE = 4
 
 INSTALL_MPI = "apt-get install openmpi-bin libopenmpi-dev && pip install 'ringleader[bench]'"
+INSTALL_HOROVOD = ("run `make lab-horovod` (it builds Horovod 0.28.1 from its sdist and installs it), or "
+                   "`bash scripts/install-horovod.sh` in this virtual env")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -53,16 +56,30 @@ def discover(env: dict[str, str] | None = None) -> RankInfo:
 def nodes(world_size: int, env: dict[str, str] | None = None) -> int:
     """Machines in the job: world size over ranks per machine (1 when unknown)."""
     e = os.environ if env is None else env
-    local = e.get("OMPI_COMM_WORLD_LOCAL_SIZE") or e.get("LOCAL_WORLD_SIZE")
+    local = e.get("OMPI_COMM_WORLD_LOCAL_SIZE") or e.get("LOCAL_WORLD_SIZE") or e.get("HOROVOD_LOCAL_SIZE")
     try:
         return max(1, -(-world_size // int(local))) if local else 1  # 3 ranks as 2+1: 2 machines
     except ValueError:
         return 1
 
 
-def check_backend(backend: str) -> None:
-    if backend not in BACKENDS:
-        raise UsageError(f"unknown backend {backend!r}", f"use one of: {', '.join(BACKENDS)}")
+def check_backend(backend: str, allowed: tuple[str, ...] = BACKENDS) -> None:
+    if backend not in allowed:
+        raise UsageError(f"unknown backend {backend!r}", f"use one of: {', '.join(allowed)}")
+
+
+def horovod_installed() -> bool:
+    """horovod.torch can be imported (found, not imported: Horovod's start-up is not cheap)."""
+    try:
+        return importlib.util.find_spec("horovod.torch") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def horovodrun() -> str | None:
+    """Horovod's launcher: beside this Python (a virtual env's bin), else on PATH."""
+    beside = os.path.join(os.path.dirname(sys.executable), "horovodrun")
+    return beside if os.access(beside, os.X_OK) else shutil.which("horovodrun")
 
 
 def cuda_count() -> int:
@@ -94,7 +111,7 @@ def check_np(backend: str, np_: int) -> None:
 
 def check_available(backend: str, *, need_mpirun: bool) -> None:
     """Refuse early, with the fix, when the backend cannot run here."""
-    check_backend(backend)
+    check_backend(backend, TRAIN_BACKENDS)
     if importlib.util.find_spec("torch") is None:  # found, not imported: keeps the launcher light
         raise DependencyError("torch is not installed", "pip install 'ringleader[bench]'")
     if backend == "nccl" and cuda_count() == 0:
@@ -102,6 +119,12 @@ def check_available(backend: str, *, need_mpirun: bool) -> None:
             "the nccl backend needs CUDA GPUs and none is visible here",
             "use --backend gloo or mpi on CPU, or run on a machine with NVIDIA GPUs",
         )
+    if backend == HOROVOD:
+        if not horovod_installed():
+            raise DependencyError("the horovod backend needs Horovod with PyTorch (horovod.torch), not installed here",
+                                  INSTALL_HOROVOD)  # fmt: skip
+        if need_mpirun and horovodrun() is None:
+            raise DependencyError("the horovod backend needs horovodrun (Horovod's launcher)", INSTALL_HOROVOD)
     if backend == "mpi":
         if importlib.util.find_spec("mpi4py") is None:
             raise DependencyError("the mpi backend needs mpi4py", INSTALL_MPI)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ringleader import htmlreport as h
-from ringleader.bench import plots
+from ringleader.bench import HOROVOD, TRAIN_BACKENDS, plots
 from ringleader.bench.launchers import Launcher
 from ringleader.bench.machine import machine_load
 from ringleader.bench.ranks import check_available, check_backend, check_np
@@ -96,7 +96,7 @@ class ScalingConfig:
                              "pass multiples of a server count, e.g. --workers 2,4 --servers 1,2")
         self.skipped, refusal = {}, None
         for b in self.backends:
-            check_backend(b)
+            check_backend(b, TRAIN_BACKENDS)
             try:
                 check_available(b, need_mpirun=b == "mpi")
             except DependencyError as exc:
@@ -188,6 +188,9 @@ def run_scaling(cfg: ScalingConfig, launcher: Launcher,
     """Measure every (backend, workers) point ``repeat`` times, round robin, then the busbw
     sweeps; write all outputs."""
     cfg.validate()
+    if HOROVOD in cfg.runnable and launcher.name != "local":
+        raise UsageError(f"the horovod backend starts its ranks with horovodrun, not the {launcher.name} launcher",
+                         "pass --launcher local (or leave horovod out of --backends)")  # fmt: skip
     if cfg.several_servers and launcher.name != "runtime":
         many = max(s for s, _ in cfg.layouts)
         raise UsageError(f"--servers {many} places ranks on several servers, and the {launcher.name} launcher "
@@ -215,6 +218,8 @@ def run_scaling(cfg: ScalingConfig, launcher: Launcher,
               "iters": cfg.busbw_iters, "warmup": 2, "check": 1}  # fmt: skip
         wmax = max(w for w in cfg.workers)
         for b in cfg.runnable:
+            if b == HOROVOD:  # the sweep is ringleader's allreduce bench, which has no Horovod path
+                continue
             tick(f"allreduce {b} x{max(2, wmax)}")
             sweep = launcher.run("allreduce", ar, b, max(2, wmax), cfg.threads_per_rank())
             sweeps[b] = {**sweep, "load": machine_load()}

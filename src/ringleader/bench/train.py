@@ -18,8 +18,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ringleader.bench import models, report
-from ringleader.bench.comm import Comm, init
+from ringleader.bench import TRAIN_BACKENDS, models, report
+from ringleader.bench.comm import Comm, HorovodComm, init
 from ringleader.bench.data import AUGMENTS, Augment, ImageFolder, LoaderStats, batches, check_decode, scan
 from ringleader.bench.gradsync import MIB, GradientBuckets
 from ringleader.bench.ranks import check_backend, discover, nodes
@@ -56,7 +56,7 @@ class TrainConfig:
 
     def validate(self) -> None:
         models.spec(self.model)
-        check_backend(self.backend)
+        check_backend(self.backend, TRAIN_BACKENDS)
         if self.precision not in PRECISIONS:
             raise UsageError(f"unknown precision {self.precision!r}",
                              f"use one of: {', '.join(PRECISIONS)}")
@@ -94,6 +94,7 @@ class Step:
         if comm.backend == "mpi" and torch.cuda.is_available():
             dev = torch.device("cuda", comm.local_rank % torch.cuda.device_count())
         self.device = dev
+        self.hvd: Any = comm.hvd if isinstance(comm, HorovodComm) else None  # horovod.torch
         torch.manual_seed(cfg.seed)
         spec = models.spec(cfg.model)
         model = models.build(cfg.model, spec.fixed_size or cfg.image_size).to(dev)
@@ -106,6 +107,10 @@ class Step:
                 comm.broadcast(host, 0)
                 if host is not p.data:
                     p.data.copy_(host)
+            self.net = model
+        elif self.hvd is not None:
+            # Horovod's recipe: the same initial weights everywhere, from rank 0
+            self.hvd.broadcast_parameters(model.state_dict(), root_rank=0)
             self.net = model
         elif comm.world_size == 1:
             self.net = model  # one rank has nothing to reduce: time the model, not DDP's hooks
@@ -122,7 +127,10 @@ class Step:
                 self.grads.set_cap(int(cfg.bucket_mb * MIB))
             else:
                 self.grads.sweep()
-        self.opt = torch.optim.SGD(self.params, lr=cfg.learning_rate, momentum=0.9)
+        self.opt: Any = torch.optim.SGD(self.params, lr=cfg.learning_rate, momentum=0.9)
+        if self.hvd is not None:  # gradients averaged by Horovod's allreduce during backward
+            self.opt = self.hvd.DistributedOptimizer(self.opt, named_parameters=model.named_parameters())
+            self.hvd.broadcast_optimizer_state(self.opt, root_rank=0)
         self.loss_fn = torch.nn.NLLLoss() if cfg.model == "mnist" else torch.nn.CrossEntropyLoss()
         amp = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(cfg.precision)
         self.amp = amp
@@ -134,6 +142,8 @@ class Step:
                else contextlib.nullcontext())  # fmt: skip
         if self.grads is not None:
             self.grads.begin()  # zeroes the gradient buffers in place
+        elif self.hvd is not None:
+            self.opt.zero_grad()  # Horovod's optimizer takes no set_to_none
         else:
             self.opt.zero_grad(set_to_none=True)
         if self.layout is not None and images.dim() == 4:
@@ -146,7 +156,12 @@ class Step:
             loss.backward()
         if self.grads is not None:
             self.grads.finish()
-        if self.scaler is not None:
+        if self.scaler is not None and self.hvd is not None:
+            self.opt.synchronize()  # Horovod's AMP recipe: reduce, then step without reducing again
+            with self.opt.skip_synchronize():
+                self.scaler.step(self.opt)
+            self.scaler.update()
+        elif self.scaler is not None:
             self.scaler.step(self.opt)
             self.scaler.update()
         else:
@@ -296,7 +311,15 @@ def train(cfg: TrainConfig, comm: Comm) -> dict[str, Any]:
         "skipped_images": stats.skipped if stats else 0, "config": asdict(cfg),
         "bucket_bytes": step.grads.cap_bytes if step.grads else None,
         "bucket_sweep_s": {str(k): v for k, v in step.grads.sweep_s.items()} if step.grads else None,
+        **(_horovod_facts(comm, step) if isinstance(comm, HorovodComm) else {}),
     }  # fmt: skip
+
+
+def _horovod_facts(comm: HorovodComm, step: Step) -> dict[str, Any]:
+    """Which controller horovodrun started, and every rank's sum of its weights after training:
+    each rank trained on its own data, so they agree only if DistributedOptimizer averaged."""
+    total = float(sum(float(p.detach().double().sum()) for p in step.params))
+    return {"horovod_controller": comm.controller, "weight_sums": comm.hvd.allgather_object(total)}
 
 
 def run(cfg: TrainConfig) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from ringleader.bench.data import synth
 from ringleader.bench.envinfo import collect, rows
 from ringleader.bench.launch import BenchFailed, dispatch
 from ringleader.bench.launchers import default_launcher
-from ringleader.bench.pipeline import STUDY_FILES, need_line, run_pipeline, write_study
+from ringleader.bench.pipeline import STUDY_FILES, check_label, need_line, run_pipeline, write_study
 from ringleader.bench.ranks import check_available, check_backend, check_np, discover
 from ringleader.bench.scaling import ScalingConfig, load_line, run_scaling, skipped_lines
 from ringleader.bench.train import DATA_FORMATS, TrainConfig
@@ -157,18 +157,24 @@ def train_cmd(np_: int | None, output: str, **kw: Any) -> None:
               help="Rounds of the three measurements (synthetic and real alternate which goes first); "
                    "the table shows medians, min and max.")
 @click.option("--out", "out", type=click.Path(file_okay=False), default=None,
-              help="A study folder: keep this model's result there and redraw the table (pipeline.md) and the "
-                   "lab's plots over every model run into it.")
+              help="A study folder: keep this run's result there and redraw the table (pipeline.md) and the "
+                   "lab's plots over every run into it.")
+@click.option("--label", default=None,
+              help="This run's row in the --out study [default: the model]; one model under several labels "
+                   "(e.g. --loader-workers 1, --decode accurate) is the lab's pipeline made worse step by step.")
 @output_option("json")
-def pipeline_cmd(np_: int, launcher: str, keep: bool, repeat: int, out: str | None, output: str, **kw: Any) -> None:
+def pipeline_cmd(np_: int, launcher: str, keep: bool, repeat: int, out: str | None, label: str | None, output: str,
+                 **kw: Any) -> None:  # fmt: skip
     """Loader alone, training on synthetic and on real data; degradation = real / synthetic."""
     if kw["data"] == "synthetic":
         raise UsageError("bench pipeline needs real files", "pass --data DIR (see `data synth`)")
+    if label is not None:
+        check_label(label)
     cfg = _train_config(kw, "json")
     check_available(cfg.backend, need_mpirun=cfg.backend == "mpi")
     check_np(cfg.backend, np_)
     with step_progress(3 * repeat, output == "table") as step:  # the three measurements, each round
-        res = run_pipeline(cfg, default_launcher(launcher, keep=keep), np_, step, repeat=repeat)
+        res = run_pipeline(cfg, default_launcher(launcher, keep=keep), np_, step, repeat=repeat, label=label)
     for note in res["notes"]:
         click.echo(f"note: {note}", err=True)
     study = write_study(Path(out), res) if out else []
@@ -181,10 +187,11 @@ def pipeline_cmd(np_: int, launcher: str, keep: bool, repeat: int, out: str | No
         return (label, f"{res[f'{key}_images_per_sec']:.1f}", f"{min(runs[key]):.1f}", f"{max(runs[key]):.1f}")
 
     device = res["device"]
+    low, high = res["degradation_range"]  # lowest real run / highest synthetic one, and the reverse
     rows = [row("loader only (decode + augment)", "loader"),
             row(f"training, synthetic data (compute only, {device})", "synthetic"),
             row("training, real data (full pipeline)", "real"),
-            ("degradation (real / synthetic)", f"{res['degradation']:.3f}", "", ""),
+            ("degradation (real / synthetic)", f"{res['degradation']:.3f}", f"{low:.3f}", f"{high:.3f}"),
             ("skipped (corrupt) files", str(res["skipped_images"]), "", "")]  # fmt: skip
     load = res["load_avg"]
     title = (f"{cfg.model}, {np_} x {cfg.backend} on {device}, augment {cfg.augment}, decode {cfg.decode}; "
@@ -193,7 +200,7 @@ def pipeline_cmd(np_: int, launcher: str, keep: bool, repeat: int, out: str | No
     console().print(table(["MEASURE", "IMAGES/S", "MIN", "MAX"], rows, title=title))
     click.echo(need_line(res["need_per_gpu"]))
     if out:
-        click.echo(f"wrote {out}: {len(study)} model(s) in {STUDY_FILES[0]}, {STUDY_FILES[1]} and {STUDY_FILES[2]}")
+        click.echo(f"wrote {out}: {len(study)} row(s) in {STUDY_FILES[0]}, {STUDY_FILES[1]} and {STUDY_FILES[2]}")
 
 
 def _int_list(text: str, flag: str = "--workers") -> list[int]:
@@ -205,7 +212,9 @@ def _int_list(text: str, flag: str = "--workers") -> list[int]:
 
 @bench_group.command("scaling")
 @_train_options
-@click.option("--backends", default="gloo,mpi", show_default=True, help="Comma-separated.")
+@click.option("--backends", default="gloo,mpi", show_default=True,
+              help="Comma-separated: gloo, mpi, nccl (ringleader's own) and horovod (Horovod itself: horovod.torch "
+                   "under horovodrun, --launcher local; `make lab-horovod` installs it).")
 @click.option("--workers", default="1,2", show_default=True, help="Worker counts, comma-separated.")
 @click.option("--servers", default="1", show_default=True,
               help="Server counts, comma-separated: each worker count split over each that divides it (Lab 7's "
@@ -238,7 +247,8 @@ def scaling_cmd(backends: str, workers: str, servers: str, out_dir: str, repeat:
         servers=_int_list(servers, "--servers"),
     )  # fmt: skip
     cfg.validate()
-    steps = len(cfg.runnable) * (len(cfg.layouts) * cfg.repeat + (1 if busbw else 0))
+    swept = [b for b in cfg.runnable if b != "horovod"] if busbw else []  # horovod has no busbw sweep
+    steps = len(cfg.runnable) * len(cfg.layouts) * cfg.repeat + len(swept)
     run_with = default_launcher(launcher, keep=keep)
     with step_progress(steps, output == "table") as step:  # each message announces the next point
         res = run_scaling(cfg, run_with, step)
