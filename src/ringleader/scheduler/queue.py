@@ -29,9 +29,9 @@ spread 2 + 2 at ~200 images/s instead of ~990 on one node, an hour's work: H is 
 2 x DGX-1V (C = 16) each job behind waits ~1 h more, and a gang that would finish 10 min sooner
 spread waits for the node when one job waits behind it. The form is the drain rate of a busy
 queue, not a plan of who takes which GPU: it needs no second placement per waiting job, and it
-over-counts where the jobs behind would start on other GPUs anyway, which makes it lean to
-waiting, the choice the measurements (BENCHMARKS.md, "Start rules") show to be the safer one
-under load. With nobody behind (M = 0) the rule is the one that weighed its own finish only.
+over-counts where the jobs behind would start on other GPUs anyway (it leans to waiting, and
+the later start is held as a reservation, so nothing else loses the GPUs it waits for). With
+nobody behind (M = 0) the rule is the one that weighed its own finish only.
 
 A gang that would wait may instead preempt running gangs of lower priority (``plan_preemption``,
 ``scheduler/preempt.py``): the decision names its victims, and it holds the GPUs they free as
