@@ -1,7 +1,9 @@
 """When a gang starts: rule "finish" waits for a better placement exactly when it finishes sooner,
 rule "best" waits for a placement as fast as the best one, rule "now" starts on the free GPUs;
 and a hypothesis property: "finish" never chooses a start that finishes later than another it
-could have taken, and never waits past its longest wait."""
+could have taken, and never waits past its longest wait. Rule "finish" counts the queue: a
+degraded start holds its GPUs longer than the later, faster placement would, and every job
+waiting behind it starts later (``types.QueueCost``); with nobody behind it decides as before."""
 
 from __future__ import annotations
 
@@ -14,7 +16,17 @@ from hypothesis import strategies as st
 import ringleader.model  # noqa: F401  (installs the throughput model's estimator)
 from builders import preset_cluster
 from ringleader.reference import reference
-from ringleader.scheduler import ClusterState, JobRequest, QueuedJob, QueuePass, schedule_queue
+from ringleader.scheduler import (
+    ClusterState,
+    Holding,
+    JobRequest,
+    QueuedJob,
+    QueuePass,
+    Snapshot,
+    Waiting,
+    run_cycle,
+    schedule_queue,
+)
 from ringleader.scheduler.policies.throughput import current_estimator
 from ringleader.scheduler.types import AS_GOOD, StartRule
 
@@ -269,3 +281,93 @@ def test_finish_takes_the_start_that_finishes_first_and_never_waits_past_its_lim
         assert chosen.start_s <= limit and chosen.start_s > NOW - 1e-9
         assert decision.reservation is not None and decision.reservation.start_s == chosen.start_s
         assert after.state == state  # nothing committed while it waits
+
+
+# -- rule "finish" counts the queue (types.QueueCost) -----------------------------------------
+
+
+def small(name: str) -> JobRequest:
+    return JobRequest(name, 1, 1, model="resnet50", work_s=600.0)
+
+
+def decide_first(job: JobRequest, behind: int, node_a_frees_s: float):  # type: ignore[no-untyped-def]
+    queue = [QueuedJob(job, 0, NOW)] + [QueuedJob(small(f"s{i}"), i + 1, NOW) for i in range(behind)]
+    _, decisions = schedule_queue(two_busy_nodes(), queue, now=NOW, expected_ends={"busy-node-a": NOW + node_a_frees_s})
+    return decisions[0]
+
+
+def test_a_degraded_start_that_delays_the_queue_waits_where_its_own_finish_would_start_it() -> None:
+    """Spread 2 + 2 the hour's work takes ~5 h; node-a frees 10 min after the point where waiting
+    stops paying for the job itself. Alone it starts spread (10 min sooner); with one job
+    behind it, its 4 GPUs held ~4 h longer cost that job ~1 h on 16 GPUs: it waits for node-a."""
+    ideal, spread = rates()
+    run_spread = 3600 * ideal / spread
+    frees = run_spread - 3600 + 600  # starting now finishes it 10 min sooner
+    alone = decide_first(vgg("finish", risk="neutral"), 0, frees)
+    assert alone.ok and alone.when is not None and alone.when.starts_now
+    assert alone.when.queue is not None and alone.when.queue.waiting == 0
+    queued = decide_first(vgg("finish", risk="neutral"), 1, frees)
+    assert not queued.ok and queued.reservation is not None and queued.reservation.placement.nodes == ("node-a",)
+    cost = queued.when.queue  # type: ignore[union-attr]
+    assert cost is not None and (cost.waiting, cost.gpus, cost.cluster_gpus) == (1, 4, 16)
+    assert abs(cost.extra_hold_s - (run_spread - 3600)) < 1e-6 and abs(cost.gain_now_s - 600) < 1e-6
+    extra_h = (run_spread - 3600) / 3600
+    assert queued.reasons[0].startswith(
+        f"waits: the queue finishes sooner by ~{(4 * (run_spread - 3600) / 16 - 600) / 60:.0f} min: starting now "
+        f"holds 4 GPUs ~{extra_h:.1f} h longer from 1 waiting job(s) (~{4 * extra_h / 16 * 60:.0f} min later each, "
+        "on 16 GPUs), more than the ~10 min it gains: start now on node-a[2w"
+    )
+
+
+def test_a_start_that_gains_more_than_the_queue_loses_still_starts_now() -> None:
+    ideal, spread = rates()
+    run_spread = 3600 * ideal / spread
+    frees = run_spread - 3600 + 3 * 3600  # starting now finishes it 3 h sooner: more than ~1 h per job behind
+    decision = decide_first(vgg("finish", risk="neutral"), 2, frees)
+    assert decision.ok and decision.when is not None and decision.when.starts_now
+    delay = 2 * 4 * (run_spread - 3600) / 16  # 2 jobs behind, 4 GPUs held ~4 h longer of 16
+    assert decision.reasons[-1].startswith(
+        f"starts now: it finishes sooner (by ~3.0 h), more than the ~{delay / 3600:.1f} h it delays 2 waiting job(s): "
+        "start now on node-a[2w")
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.floats(0.0, 6 * 3600.0), st.integers(0, 3), st.sampled_from(["averse", "neutral"]))
+def test_finish_starts_now_exactly_when_its_gain_covers_the_queue_delay(frees: float, behind: int, risk: str) -> None:
+    """Whatever the wait and the queue: the gang starts now iff its own gain (at the end of the
+    ranges that favours now, for a risk-averse job) is at least the delay to the jobs behind;
+    with nobody behind that is the rule that weighed its own finish only."""
+    decision = decide_first(vgg("finish", risk=risk), behind, 60.0 + frees)
+    when = decision.when
+    assert when is not None and when.now is not None
+    if when.wait is None:  # no later start finishes sooner: nothing to weigh
+        assert decision.ok
+        return
+    assert when.now.finish_s is not None and when.wait.finish_s is not None
+    own = when.wait.finish_s - when.now.finish_s
+    if when.at_risk is not None:
+        own = max(own, when.at_risk.wait_finish_s - when.at_risk.now_finish_s)
+    extra = (when.now.finish_s - when.now.start_s) - (when.wait.finish_s - when.wait.start_s)
+    delay = behind * 4 * extra / 16
+    assert decision.ok == when.starts_now == (own >= delay)
+    if behind == 0:
+        assert when.starts_now == (own >= 0)
+
+
+def test_a_kept_answer_is_decided_again_when_a_gang_runs_late() -> None:
+    """A host that keeps answers across cycles (same epoch, same minute) keeps none once a
+    holding gang's expected end moved: the reason reads the new start, not the old one."""
+    job = vgg("finish")
+
+    def cycle(end_s: float, decided_on: dict[str, object]):  # type: ignore[no-untyped-def]
+        snapshot = Snapshot(two_busy_nodes(), [Waiting(job, 0, NOW)], now=NOW + 5,
+                            holding=[Holding("busy-node-a", expected_end_s=end_s)],
+                            decided_on=decided_on, epoch=1)  # type: ignore[arg-type]  # fmt: skip
+        return run_cycle(snapshot)
+
+    first = cycle(NOW + 600, {})
+    assert "start in ~10 min on node-a[4w: GPU 0,1,2,3]" in first.decisions[0].reasons[0]
+    kept = cycle(NOW + 600, first.decided_on)
+    assert kept.unchanged == 1 and not kept.decisions
+    late = cycle(NOW + 1200, first.decided_on)
+    assert late.unchanged == 0 and "start in ~20 min on node-a[4w" in late.decisions[0].reasons[0]

@@ -33,6 +33,7 @@ from ringleader.scheduler.queue import (
     BackfillConfig,
     QueuedJob,
     QueuePass,
+    behind_in_line,
     enough_worker_slots,
     order_service,
     queue_order,
@@ -176,7 +177,9 @@ def run_cycle(snapshot: Snapshot) -> Cycle:
     unchanged = 0
     names = {w.job.name for w in snapshot.waiting if not w.hold}
     moved = sum(1 for name in snapshot.held if name not in names)  # reservations of jobs no longer waiting
-    for entry in queue_order(in_line(snapshot.waiting), snapshot.now, snapshot.config, current.teams):
+    order = queue_order(in_line(snapshot.waiting), snapshot.now, snapshot.config, current.teams)
+    current = replace(current, behind=behind_in_line(order))  # what a degraded start would delay
+    for entry in order:
         assert isinstance(entry, Waiting)
         name, kept = entry.job.name, snapshot.held.get(entry.job.name)
         inputs = _inputs(snapshot, entry, current, moved)
@@ -270,12 +273,15 @@ def _cordoned(snapshot: Snapshot, current: QueuePass, one: Nominated) -> Nominat
 def _inputs(snapshot: Snapshot, entry: Waiting, current: QueuePass, moved: int) -> Hashable:
     """What a waiting job is decided on, where its host keeps answers across cycles (None where
     it does not): the host's epoch, the job's version, the reservations moved so far, the
-    minute (ages, expected starts) and its queues' use."""
+    minute (ages, expected starts), its queues' use, when the holding gangs are expected to end
+    (a gang running early or late moves every later start a start rule weighs) and how many
+    jobs wait behind it (what a degraded start of it would delay)."""
     if snapshot.epoch is None:
         return None
     use = repr(sorted(current.teams.use.items())) if current.teams is not None else ""
     minute = None if snapshot.now is None else int(snapshot.now // 60)
-    return (snapshot.epoch, entry.version, moved, minute, use)
+    ends = tuple(sorted(current.expected_ends.items()))
+    return (snapshot.epoch, entry.version, moved, minute, use, ends, current.behind.get(entry.job.name, 0))
 
 
 def _hopeless(snapshot: Snapshot, current: QueuePass, job: JobRequest) -> bool:

@@ -535,6 +535,47 @@ class AtRisk:
 
 
 @dataclass(frozen=True)
+class QueueCost:
+    """What a degraded start costs the jobs queued behind the gang (rule ``finish``).
+
+    A gang of ``gpus`` GPUs that starts now on a placement slower than the later one holds its
+    GPUs ``extra_hold_s`` longer (its run now minus its run on the later placement; negative
+    when the later one is the slower). The jobs waiting behind it start once the work ahead of
+    them has drained from the cluster's ``cluster_gpus`` GPUs, so each of the ``waiting`` jobs
+    behind it starts about ``gpus * extra_hold_s / cluster_gpus`` later: the queue's completion
+    times rise by ``delay_s`` in all. ``finish`` starts now only when its own finish gains at
+    least that much (``gain_now_s``: the later start's finish minus the start now's, at the end
+    of the likely ranges that favours starting now most where the job is risk averse)."""
+
+    waiting: int
+    gpus: int
+    cluster_gpus: int
+    extra_hold_s: float
+    gain_now_s: float
+
+    @property
+    def delay_each_s(self) -> float:
+        return self.gpus * self.extra_hold_s / self.cluster_gpus if self.cluster_gpus else 0.0
+
+    @property
+    def delay_s(self) -> float:
+        return self.waiting * self.delay_each_s
+
+    @property
+    def net_gain_now_s(self) -> float:
+        """How much sooner the gang and the jobs behind it finish, summed, if it starts now."""
+        return self.gain_now_s - self.delay_s
+
+    def describe(self) -> str:
+        """ "the queue finishes sooner by ~50 min: starting now holds 4 GPUs ~45 min longer from 3
+        waiting job(s) (~11 min later each, on 16 GPUs), more than the ~10 min it gains" """
+        return (f"the queue finishes sooner by {approx_duration(-self.net_gain_now_s)}: starting now holds "
+                f"{self.gpus} GPUs {approx_duration(self.extra_hold_s)} longer from {self.waiting} waiting job(s) "
+                f"({approx_duration(self.delay_each_s)} later each, on {self.cluster_gpus} GPUs), more than the "
+                f"{approx_duration(self.gain_now_s)} it gains")  # fmt: skip
+
+
+@dataclass(frozen=True)
 class WhenChoice:
     """What a start rule weighed and chose: ``now`` (the free placement, None when the gang fits
     no free GPUs), ``wait`` (the later option weighed against it, None when none was known) and
@@ -548,6 +589,7 @@ class WhenChoice:
     starts_now: bool
     at_risk: AtRisk | None = None  # where the estimator gives ranges (the model's) and both were weighed
     risk_neutral: bool = False  # the job's risk is "neutral": "finish" does not weigh the ranges
+    queue: QueueCost | None = None  # "finish": what starting now costs the jobs waiting behind it
 
     def describe(self) -> str:
         """ "starts now: start now on ... finishes in ~2 h; start in ~10 min on ... finishes in ~45 min" """
@@ -558,7 +600,10 @@ class WhenChoice:
             verdict = "waits for a placement as fast as its best"
         else:
             verdict = "waits: it finishes sooner"
-        if self.rule is StartRule.FINISH and self.now is not None and self.wait is not None:
+        if self.rule is StartRule.FINISH and self.now is not None and self.wait is not None and self._for_queue():
+            assert self.queue is not None
+            verdict = f"waits: {self.queue.describe()}"
+        elif self.rule is StartRule.FINISH and self.now is not None and self.wait is not None:
             assert self.now.finish_s is not None and self.wait.finish_s is not None
             gain = abs(self.now.finish_s - self.wait.finish_s)
             risk = self.at_risk
@@ -569,6 +614,10 @@ class WhenChoice:
                             f"images/s) and this one at the high end ({risk.now_images_per_s:.0f})")  # fmt: skip
             else:
                 verdict += f" (by {approx_duration(gain)})"
+                queue = self.queue
+                if self.starts_now and queue is not None and queue.waiting and queue.delay_s > 0:
+                    delay = approx_duration(queue.delay_s)
+                    verdict += f", more than the {delay} it delays {queue.waiting} waiting job(s)"
                 if self.risk_neutral and not self.starts_now:
                     verdict += ", taking the predictions as they are (risk neutral)"
                 if risk is not None and not self.starts_now:
@@ -587,6 +636,11 @@ class WhenChoice:
         return {"rule": self.rule.value, "best_images_per_s": round(self.ideal_images_per_s, 1),
                 "now": self.now.as_dict() if self.now else None, "wait": self.wait.as_dict() if self.wait else None,
                 "starts_now": self.starts_now, "at_risk": at_risk, "says": self.describe()}  # fmt: skip
+
+
+    def _for_queue(self) -> bool:
+        """It waits for the jobs behind it: its own finish alone would have started it now."""
+        return not self.starts_now and self.queue is not None and self.queue.gain_now_s >= 0
 
 
 def finish_of(start_s: float, work_s: float | None, ideal: float, images_per_s: float) -> float | None:
