@@ -248,9 +248,12 @@ class ControlPlane:
             time.sleep(0.2)
 
     def _until_established(self, crd: str) -> None:
-        self.until(lambda: any(c["type"] == "Established" and c["status"] == "True" for c in (
-            self.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd}")
-            .get("status", {}).get("conditions", ()))), f"CRD {crd} established")  # fmt: skip
+        def established() -> bool:  # a CRD just made may read "conditions": null for a while
+            got = self.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd}")
+            conditions = (got.get("status") or {}).get("conditions") or ()
+            return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+        self.until(established, f"CRD {crd} established")
 
     # -- access ------------------------------------------------------------------------------------
 

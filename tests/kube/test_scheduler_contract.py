@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import os
 import signal
 import socket
@@ -604,7 +605,9 @@ def hypernode(name: str, tier: int, members: list[dict[str, object]]) -> dict[st
             "spec": {"tier": tier, "members": members}}  # fmt: skip
 
 
-def test_contract_the_tree_from_volcano_hypernodes_as_the_installed_role(fake: FakeApiServer) -> None:
+def test_contract_the_tree_from_volcano_hypernodes_as_the_installed_role(
+    fake: FakeApiServer, caplog: pytest.LogCaptureFixture
+) -> None:
     """networkHyperNodes: the scheduler (as its installed role) also lists and watches Volcano's
     HyperNodes and places by their tiers: the 2-node gang goes under the HyperNode that holds it;
     a HyperNode changed on the watch rebuilds the tree."""
@@ -638,8 +641,10 @@ def test_contract_the_tree_from_volcano_hypernodes_as_the_installed_role(fake: F
     assert not [r for r in fake.requests if r.user and not permitted(r, rules)]
     fake.put("hypernodes", hypernode("rack-b", 1, [{"type": "Node", "selector": {"exactMatch": {"name": "n2"}}},
                                                   {"type": "Node", "selector": {"exactMatch": {"name": "n1"}}}]))
-    s.sync()  # n1 now under two racks: refused in one line naming it, the scheduler places flat meanwhile
-    assert s.cache.state and s.cache.tree is None and "node 'n1' is under two switches" in s.cache.tree_problem
+    with caplog.at_level(logging.WARNING, logger="ringleader.kube.cache"):
+        s.sync()  # n1 now under two racks: refused in one line naming it, the scheduler places flat meanwhile
+    assert s.cache.state and s.cache.tree is None
+    assert ["node 'n1' is under two switches" in r.getMessage() for r in caplog.records] == [True]
     fake.put("hypernodes", hypernode("rack-a", 1, [{"type": "Node", "selector": {"exactMatch": {"name": "n0"}}}]))
     s.sync()
     assert s.cache.state and s.cache.tree is not None and s.cache.tree.by_node["n1"][0] == "rack-b"
