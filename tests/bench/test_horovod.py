@@ -4,6 +4,7 @@ hvd.DistributedOptimizer."""
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -49,6 +50,13 @@ def test_horovod_beside_other_backends_is_skipped_with_the_reason() -> None:
 def test_horovodrun_tags_are_taken_off_rank_0s_lines() -> None:
     tagged = "[1,0]<stdout>:{\n[1,0]<stdout>:  \"a\": 1\n[1,1]<stdout>:rank 1\n[0]<stdout>:}\nplain\n"
     assert untag(tagged) == "{\n  \"a\": 1\n}\nplain\n"
+
+
+def test_a_tag_open_mpi_puts_before_a_lone_newline_is_taken_off_too() -> None:
+    """Open MPI tags each chunk it forwards: a rank's last "}" and its newline, written apart,
+    arrive as "[1,0]<stdout>:}[1,0]<stdout>:" (seen in one run of 8): the JSON must still parse."""
+    tagged = "[1,0]<stdout>:{\n[1,0]<stdout>:  \"a\": 1\n[1,0]<stdout>:}[1,0]<stdout>:\n"
+    assert json.loads(untag(tagged)) == {"a": 1}
 
 
 @pytest.mark.skipif(not horovod_installed(), reason="Horovod is not installed here (`make lab-horovod` installs it)")

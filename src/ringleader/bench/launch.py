@@ -77,8 +77,10 @@ def horovodrun_command(np_: int, command: list[str]) -> list[str]:
     return [launcher, "-np", str(np_), "-H", f"localhost:{np_}", *command]
 
 
-# horovodrun tags every line a rank prints: "[1,0]<stdout>:" (MPI) or "[0]<stdout>:" (Gloo)
-RANK_TAG = re.compile(r"^\[(?:\d+,)?(\d+)\]<(stdout|stderr)>:", re.MULTILINE)
+# horovodrun tags what a rank prints: "[1,0]<stdout>:" (MPI) or "[0]<stdout>:" (Gloo), before
+# each line and, under Open MPI, before each chunk it forwards: a line written in two parts may
+# carry a second tag inside it ("}[1,0]<stdout>:" then its newline).
+RANK_TAG = re.compile(r"\[(?:\d+,)?(\d+)\]<(stdout|stderr)>:")
 
 
 def untag(text: str) -> str:
@@ -86,10 +88,8 @@ def untag(text: str) -> str:
     kept = []
     for line in text.splitlines(keepends=True):
         tag = RANK_TAG.match(line)
-        if tag is None:
-            kept.append(line)
-        elif tag.group(1) == "0":
-            kept.append(line[tag.end():])
+        if tag is None or tag.group(1) == "0":
+            kept.append(RANK_TAG.sub(lambda t: "" if t.group(1) == "0" else t.group(0), line))
     return "".join(kept)
 
 
