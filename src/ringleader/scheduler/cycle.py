@@ -290,7 +290,7 @@ def _hopeless(snapshot: Snapshot, current: QueuePass, job: JobRequest) -> bool:
     nothing)."""
     if snapshot.explain or len(current.reservations) < snapshot.config.reservation_depth:
         return False
-    lowest = min((g.priority for g in current.running.values()), default=None)
+    lowest = current.lowest_running_priority
     may_preempt = lowest is not None and job.priority > lowest
     reclaims = current.teams is not None and current.teams.queue(job) is not None
     return not may_preempt and not reclaims and not enough_worker_slots(current.state, job)
