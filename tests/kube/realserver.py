@@ -34,6 +34,7 @@ import yaml
 
 from refdata import SHARED
 from ringleader.cli.main import main
+from ringleader.clock import SYSTEM_CLOCK, Clock
 from ringleader.engines.kubernetes import manifests, names
 from ringleader.engines.kubernetes.client import Api
 from ringleader.engines.kubernetes.scheduler import Scheduler
@@ -454,15 +455,16 @@ def scheduler_token(real: ControlPlane) -> str:
     return real.service_account_token(names.SYSTEM_NAMESPACE, manifests.SCHEDULER_ACCOUNT)
 
 
-def leading_scheduler(real: ControlPlane, identity: str, dra: bool = False) -> Scheduler:
+def leading_scheduler(real: ControlPlane, identity: str, dra: bool = False, clock: Clock = SYSTEM_CLOCK) -> Scheduler:
     """ringleader's scheduler as its Deployment runs it (under its ServiceAccount's token, so the
     install's RBAC is what it gets), its informers listed once and holding the Lease.
 
     The test drives its cycles by hand and nothing renews the Lease, so it is taken for an hour:
     with the daemon's 15 s a test slowed past that on a loaded machine would find its scheduler
     no longer leading, and every cycle would quietly do nothing. Failover, where the duration
-    matters, is tested with the daemon itself."""
-    s = Scheduler(Api(real.client(token=scheduler_token(real))), identity, dra=dra, lease_seconds=3600)
+    matters, is tested with the daemon itself. ``clock``: the time its cycles read (a test moves
+    it past the minimum run), the Lease's too: moved less than an hour, it still leads."""
+    s = Scheduler(Api(real.client(token=scheduler_token(real))), identity, dra=dra, lease_seconds=3600, clock=clock)
     s.sync()
     real.until(s.elector.try_acquire_or_renew, "the scheduler Lease")
     return s

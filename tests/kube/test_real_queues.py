@@ -19,6 +19,7 @@ import pytest
 
 from kube.kubeobjs import node
 from kube.realserver import ControlPlane, RequestFailed, leading_scheduler
+from ringleader.clock import ManualClock
 from ringleader.engines.kubernetes import manifests, names
 from ringleader.engines.kubernetes.client import Api, ApiError
 from ringleader.engines.kubernetes.engine import EngineApi, KubernetesEngine
@@ -33,6 +34,7 @@ from ringleader.scheduler.teams import TeamQueue
 GROUPS = f"/apis/{names.PODGROUP_GROUP}/{names.PODGROUP_VERSION}"
 QUOTA = (("*", 8),)
 LAB = ("team-a", "team-b")  # one namespace per team, each team's queue for its own namespace
+STARTED = datetime(2026, 12, 6, 10, tzinfo=UTC).timestamp()  # when kubelet started the pods ``run`` starts
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +65,26 @@ def engine(real: ControlPlane, user: str, namespace: str) -> KubernetesEngine:
 
 @pytest.fixture
 def sched(lab: ControlPlane) -> Iterator[Scheduler]:
-    s = leading_scheduler(lab, "sched-queues")
+    yield from cleaned_after(lab, leading_scheduler(lab, "sched-queues"))
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    """The clock of ``clocked``'s cycles, from now: the control plane's controllers read the times
+    the scheduler writes (kube-controller-manager clears a DisruptionTarget set longer than 2 min
+    ago on a pod not yet being deleted). Half a second past a whole second: the official client
+    writes a Lease's MicroTime without its fraction where that is zero, which the server refuses."""
+    return ManualClock(int(time.time()) + 0.5)
+
+
+@pytest.fixture
+def clocked(lab: ControlPlane, clock: ManualClock) -> Iterator[Scheduler]:
+    """The scheduler on ``clock``: a test moves time past the minimum run instead of waiting."""
+    yield from cleaned_after(lab, leading_scheduler(lab, "sched-clocked", clock=clock))
+
+
+def cleaned_after(lab: ControlPlane, s: Scheduler) -> Iterator[Scheduler]:
+    """``s`` for one test; then its Lease given up, and the test's jobs, groups and pods gone."""
     yield s
     s.elector.release()
     for namespace in LAB:  # the test's jobs, groups and pods gone (the garbage collector races us)
@@ -125,13 +146,14 @@ def operator_pods(real: ControlPlane, job: dict[str, Any], launcher: bool = Fals
     return made
 
 
-def run(real: ControlPlane, namespace: str, pods: list[str]) -> None:
-    """kubelet: each bound pod's container started."""
+def run(real: ControlPlane, namespace: str, pods: list[str], at: float = STARTED) -> None:
+    """kubelet: each bound pod's container started (at ``at``, to the second)."""
+    stamp = datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     for name in pods:
         real.patch(f"/api/v1/namespaces/{namespace}/pods/{name}/status", {"status": {
-            "phase": "Running", "startTime": "2026-12-06T10:00:00Z", "containerStatuses": [{
+            "phase": "Running", "startTime": stamp, "containerStatuses": [{
                 "name": "main", "ready": True, "restartCount": 0, "image": "x", "imageID": "", "started": True,
-                "state": {"running": {"startedAt": "2026-12-06T10:00:00Z"}}, "lastState": {}}]}})  # fmt: skip
+                "state": {"running": {"startedAt": stamp}}, "lastState": {}}]}})  # fmt: skip
 
 
 def seen_whole(real: ControlPlane, sched: Scheduler, key: str, members: int) -> None:
@@ -146,19 +168,19 @@ def seen_whole(real: ControlPlane, sched: Scheduler, key: str, members: int) -> 
     real.until(whole, f"the scheduler's cache to see gang {key} whole")
 
 
-def start(real: ControlPlane, sched: Scheduler, job: dict[str, Any]) -> None:
+def start(real: ControlPlane, sched: Scheduler, job: dict[str, Any], at: float = STARTED) -> None:
     """The job's gang bound whole and running; an MPIJob's launcher then made, bound and running."""
     namespace = job["metadata"]["namespace"]
     pods = operator_pods(real, job)
     key = f"{namespace}/{job['metadata']['name']}"
     seen_whole(real, sched, key, len(pods))
     assert [(r.gang, r.ok) for r in sched.cycle()] == [(key, True)]
-    run(real, namespace, pods)
+    run(real, namespace, pods, at)
     if job["kind"] == "MPIJob":
         launcher = operator_pods(real, job, launcher=True)
         seen_whole(real, sched, key, len(launcher))
         assert [(r.gang, r.ok) for r in sched.cycle()] == [(key, True)]
-        run(real, namespace, launcher)
+        run(real, namespace, launcher, at)
     sched.sync()
 
 
@@ -195,7 +217,7 @@ def test_real_a_borrowing_gang_launcher_and_all_is_reclaimed_by_the_lender(
     group = lab.get(f"{GROUPS}/namespaces/team-b/{names.PODGROUP_PLURAL}/{victim}")
     assert group is not None
     [(began, ended)] = json.loads(group["metadata"]["annotations"][names.RUNS_ANNOTATION])
-    assert began == datetime(2026, 12, 6, 10, tzinfo=UTC).timestamp() and ended > began
+    assert began == STARTED and ended > began
 
 
 def test_real_a_queue_is_for_its_namespaces_only(lab: ControlPlane, sched: Scheduler) -> None:
@@ -246,6 +268,80 @@ def test_real_a_queue_ordered_srtf_starts_its_shorter_gang_first(lab: ControlPla
     lab.until(held_gone, "the scheduler's cache to see the held gang gone")
     assert [(r.gang, r.ok) for r in sched.cycle()] == [("team-a/short", True)]
     assert {q.name: q.order for q in admin.queues()}["short-first"] is QueueOrder.SRTF
+
+
+def test_real_a_las_queue_stops_the_preemptible_long_gang_after_the_minimum_run(
+        lab: ControlPlane, clocked: Scheduler, clock: ManualClock) -> None:  # fmt: skip
+    """`queue create --order las`: ten minutes after two gangs of 8 started (kubelet's
+    startTime), a new gang of the queue waits, both within the minimum run; at 31 minutes it
+    stops the whole preemptible gang, which attained more GPU service, never the
+    --non-preemptible one, with the words every engine says; the run it ended is on its
+    PodGroup; once its pods are gone the new gang is bound where it ran."""
+    admin = engine(lab, "admin", "default")
+    admin.create_queue(TeamQueue("least-first", (("*", 16),), namespaces=("team-a",), order=QueueOrder.LAS),
+                       overwrite=True)  # in no cohort: the other tests' queues lend it nothing
+    clocked.sync()
+    started = clock.now() - 0.5  # kubelet's startTime is to the second
+    start(lab, clocked, submit(lab, "alice", "team-a", "long", 8, queue="least-first"), started)
+    start(lab, clocked, submit(lab, "alice", "team-a", "kept", 8, queue="least-first", preemptible=False), started)
+    clock.advance(600)
+    pods = operator_pods(lab, submit(lab, "alice", "team-a", "short", 8, queue="least-first"))
+    seen_whole(lab, clocked, "team-a/short", len(pods))
+    assert clocked.cycle() == [] and preempted(lab, "team-a") == set()  # within the minimum run
+    clock.advance(1260)  # 31 min: 8 x 31 GPU-min each, LAS level 2; short attained none
+    assert clocked.cycle() == []
+    assert preempted(lab, "team-a") == {"long"}
+    for pod in lab.request("GET", "/api/v1/namespaces/team-a/pods")["items"]:
+        said = [c["message"] for c in pod["status"].get("conditions", ()) if c["type"] == "DisruptionTarget"]
+        if pod["metadata"]["name"].startswith("long-"):
+            assert said and said[0].startswith("by job team-a/short (priority 0), for order: queue least-first is "
+                                               "ordered las and job team-a/short has attained 0.0 GPU-h (level 0)")
+            gone(lab, f"/api/v1/namespaces/team-a/pods/{pod['metadata']['name']}")
+    group = lab.get(f"{GROUPS}/namespaces/team-a/{names.PODGROUP_PLURAL}/long")
+    assert group is not None
+    assert json.loads(group["metadata"]["annotations"][names.RUNS_ANNOTATION]) == [[started, started + 1860.5]]
+
+    def long_gone() -> bool:
+        clocked.sync()
+        return not any(p.gang_key == "team-a/long" for p in clocked.cache.pods.values())
+
+    lab.until(long_gone, "the scheduler's cache to see the preempted gang gone")
+    assert [(r.gang, r.ok) for r in clocked.cycle()] == [("team-a/short", True)]
+
+
+def test_real_fair_share_stops_a_gang_of_the_queue_above_its_share(
+        lab: ControlPlane, clocked: Scheduler, clock: ManualClock) -> None:  # fmt: skip
+    """Kueue's fair-sharing preemption: two queues of weight 1 in one cohort, each with the whole
+    cluster as its quota; alice's queue runs both gangs of 8 (borrowing nothing, so no reclaim),
+    bob's gang waits. Within the minimum run nobody is stopped; after it one of alice's gangs is,
+    its pods saying it was for fair share, and bob's gang is bound where it ran."""
+    admin = engine(lab, "admin", "default")
+    for queue, namespace in (("fair-a", "team-a"), ("fair-b", "team-b")):
+        admin.create_queue(TeamQueue(queue, (("*", 16),), cohort="fair", namespaces=(namespace,)), overwrite=True)
+    clocked.sync()
+    started = clock.now() - 0.5
+    for name in ("a1", "a2"):
+        start(lab, clocked, submit(lab, "alice", "team-a", name, 8, kind="pytorch", queue="fair-a"), started)
+    clock.advance(600)
+    pods = operator_pods(lab, submit(lab, "bob", "team-b", "b1", 8, kind="pytorch", queue="fair-b"))
+    seen_whole(lab, clocked, "team-b/b1", len(pods))
+    assert clocked.cycle() == [] and preempted(lab, "team-a") == set()  # within the minimum run
+    clock.advance(1260)
+    assert clocked.cycle() == []
+    [victim] = preempted(lab, "team-a")
+    for pod in lab.request("GET", "/api/v1/namespaces/team-a/pods")["items"]:
+        if pod["metadata"]["name"].startswith(f"{victim}-"):
+            [said] = [c["message"] for c in pod["status"]["conditions"] if c["type"] == "DisruptionTarget"]
+            assert said.startswith("by job team-b/b1 (priority 0), fair share (LessThanOrEqualToFinalShare): queue "
+                                   "fair-a at 100% of the GPUs cohort fair holds, above its 50% share"), said
+            gone(lab, f"/api/v1/namespaces/team-a/pods/{pod['metadata']['name']}")
+
+    def victim_gone() -> bool:
+        clocked.sync()
+        return not any(p.gang_key == f"team-a/{victim}" for p in clocked.cache.pods.values())
+
+    lab.until(victim_gone, "the scheduler's cache to see the preempted gang gone")
+    assert [(r.gang, r.ok) for r in clocked.cycle()] == [("team-b/b1", True)]
 
 
 def test_real_priority_is_the_priority_class_and_preempt_is_carried(lab: ControlPlane, sched: Scheduler) -> None:

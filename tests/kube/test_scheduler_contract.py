@@ -859,15 +859,25 @@ def queues_config(**queues: dict[str, object]) -> dict[str, object]:
             "data": {name: json.dumps(q) for name, q in queues.items()}}  # fmt: skip
 
 
-def queued_gang(fake: FakeApiServer, name: str, queue: str, pods: int, node_name: str | None = None) -> None:
-    """A gang of team ``queue``: running on ``node_name`` since now, or waiting."""
+def queued_gang(fake: FakeApiServer, name: str, queue: str, pods: int, node_name: str | None = None,
+                started_s: float | None = None, preemptible: bool = True,
+                runs: list[tuple[float, float]] | None = None) -> None:  # fmt: skip
+    """A gang of team ``queue``: running on ``node_name`` since ``started_s`` (default now), or
+    waiting; ``--non-preemptible`` as submit writes it on its pods, and ``runs`` the runs it ended
+    before, as the scheduler keeps them on its PodGroup."""
     from datetime import UTC, datetime
 
-    fake.put("podgroups", podgroup(name, pods))
-    stamp = datetime.fromtimestamp(time.time(), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    group = podgroup(name, pods)
+    if runs:
+        group["metadata"]["annotations"] = {names.RUNS_ANNOTATION: json.dumps(runs)}
+    fake.put("podgroups", group)
+    at = time.time() if started_s is None else started_s
+    stamp = datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     for i in range(pods):
         worker = pod(f"{name}-worker-{i}", gang=name, **({"nodeName": node_name} if node_name else {}))
         worker["metadata"]["annotations"] = {names.QUEUE_ANNOTATION: queue}
+        if not preemptible:
+            worker["metadata"]["annotations"][names.PREEMPTIBLE_ANNOTATION] = "false"
         if node_name:
             worker["status"] = {"phase": "Running", "startTime": stamp}
         fake.put("pods", worker)
@@ -909,6 +919,110 @@ def test_contract_a_borrowing_gang_is_reclaimed_when_the_lender_submits(fake: Fa
     teams = s.cache.team_queues(time.time())
     assert (teams.use["team-a"], teams.use["team-b"], teams.borrowed(teams.queues["team-b"])) == (
         {"*": 4}, {"*": 10}, {"*": 2})  # fmt: skip
+
+
+# 2026-12-06 10:00 UTC, on the clock the scheduler reads: the running gangs' pods started then
+START = 1_796_551_200.0
+LAS_QUEUE = {"quota": [["*", 16]], "weight": 1.0, "order": "las"}
+
+
+def scheduler_at(fake: FakeApiServer, clock: ManualClock) -> Scheduler:
+    """A scheduler on ``clock``, leading; its Lease taken for longer than the test moves time."""
+    s = Scheduler(Api(load_client(host=fake.url)), "sched-a", clock=clock, lease_seconds=24 * 3600)
+    s.sync()
+    assert s.elector.try_acquire_or_renew()
+    return s
+
+
+def preempted_words(fake: FakeApiServer, gang_name: str, pods: int) -> list[str]:
+    """The DisruptionTarget message of each of the gang's pods being deleted (none: untouched)."""
+    said = []
+    for i in range(pods):
+        found = fake.get("pods", f"{gang_name}-worker-{i}")
+        if found["metadata"].get("deletionTimestamp"):
+            said += [c["message"] for c in found["status"]["conditions"] if c["type"] == "DisruptionTarget"]
+    return said
+
+
+def test_contract_a_las_queue_stops_the_preemptible_long_gang_after_the_minimum_run(fake: FakeApiServer) -> None:
+    """Preemption for order on Kubernetes: in a queue ordered las, a new gang stops the whole
+    preemptible gang that attained more GPU service (DisruptionTarget with the words every engine
+    says, deleted with its grace, a preemption counted on its PodGroup), never the
+    --non-preemptible one beside it, and nobody within the minimum run (30 min) of its start,
+    kubelet's startTime on the scheduler's clock."""
+    fake.put("nodes", node("gpu-0"))
+    fake.put("nodes", node("gpu-1"))
+    fake.put("configmaps", queues_config(train=LAS_QUEUE))
+    queued_gang(fake, "long", "train", 8, "gpu-0", started_s=START)
+    queued_gang(fake, "kept", "train", 8, "gpu-1", started_s=START, preemptible=False)
+    clock = ManualClock(START + 600)
+    s = scheduler_at(fake, clock)
+    queued_gang(fake, "short", "train", 8)
+    s.sync()
+    assert s.cycle() == [] and not fake.calls("delete")  # ten minutes in: within the minimum run
+    clock.advance(1260)  # 31 min: each has attained 8 x 31 GPU-min, LAS level 2; short none
+    s.sync()
+    assert s.cycle() == [] and not fake.calls("bind")
+    [said] = set(preempted_words(fake, "long", 8))
+    assert said.startswith("by job default/short (priority 0), for order: queue train is ordered las and job "
+                           "default/short has attained 0.0 GPU-h (level 0), ranked before this job"), said
+    read = read_preempted(said)  # as `list -o wide` reads it back
+    assert read is not None and read.why == "for order"
+    assert preempted_words(fake, "kept", 8) == []  # --non-preemptible: never
+    notes = fake.get("podgroups", "long")["metadata"]["annotations"]
+    assert notes[names.PREEMPTIONS_ANNOTATION] == "1"
+    [(began, ended)] = json.loads(notes[names.RUNS_ANNOTATION])  # the run it ended, counted when it waits
+    assert (began, ended) == (START, START + 1860)
+    for i in range(8):
+        fake.finish_deletion(f"long-worker-{i}")
+    s.sync()
+    assert [(r.gang, r.ok) for r in s.cycle()] == [("default/short", True)]
+    assert {fake.get("pods", f"short-worker-{i}")["spec"]["nodeName"] for i in range(8)} == {"gpu-0"}
+
+
+def test_contract_a_running_gangs_earlier_runs_count_from_its_podgroup(fake: FakeApiServer) -> None:
+    """A scheduler started anew reads a running gang's GPU service from its PodGroup's runs (what
+    it ran before a preemption) and this run's start: of two gangs running 31 min, only the one
+    with an earlier run ranks after the waiting gang, which ran 8,000 GPU-s before (level 2)."""
+    fake.put("nodes", node("gpu-0"))
+    fake.put("nodes", node("gpu-1"))
+    fake.put("configmaps", queues_config(train=LAS_QUEUE))
+    queued_gang(fake, "again", "train", 8, "gpu-0", started_s=START, runs=[(START - 4000, START - 3000)])
+    queued_gang(fake, "once", "train", 8, "gpu-1", started_s=START)
+    queued_gang(fake, "back", "train", 8, runs=[(START - 1000, START)])
+    s = scheduler_at(fake, ManualClock(START + 1860))
+    assert s.cycle() == []
+    assert preempted_words(fake, "once", 8) == []  # 14,880 GPU-s: level 2, as the waiting gang
+    [said] = set(preempted_words(fake, "again", 8))  # 22,880 GPU-s: level 3
+    assert "for order: queue train is ordered las and job default/back has attained 2.2 GPU-h (level 2)" in said
+
+
+def test_contract_fair_share_stops_a_gang_of_the_queue_above_its_share(fake: FakeApiServer) -> None:
+    """Kueue's fair-sharing preemption on Kubernetes: two queues of weight 1 in one cohort, each
+    with a quota of the whole cluster; team-a runs both gangs of 8 (borrowing nothing), team-b's
+    gang of 8 waits. Within the minimum run nobody is stopped; after it, one of team-a's gangs
+    is (team-a keeps 8 GPUs, team-b's share once started), its pods saying it was fair share."""
+    fake.put("nodes", node("gpu-0"))
+    fake.put("nodes", node("gpu-1"))
+    quota = {"quota": [["*", 16]], "weight": 1.0, "cohort": "lab"}
+    fake.put("configmaps", queues_config(**{"team-a": quota, "team-b": quota}))
+    queued_gang(fake, "a1", "team-a", 8, "gpu-0", started_s=START)
+    queued_gang(fake, "a2", "team-a", 8, "gpu-1", started_s=START)
+    queued_gang(fake, "b1", "team-b", 8)
+    clock = ManualClock(START + 600)
+    s = scheduler_at(fake, clock)
+    assert s.cycle() == [] and not fake.calls("delete")  # within the minimum run
+    clock.advance(1260)
+    s.sync()
+    assert s.cycle() == [] and not fake.calls("bind")
+    victims = {p.split("-worker-")[0] for verb, p in writes(fake) if verb == "delete"}
+    assert len(victims) == 1 and victims <= {"a1", "a2"}
+    [said] = set(preempted_words(fake, victims.pop(), 8))
+    assert said.startswith("by job default/b1 (priority 0), fair share (LessThanOrEqualToFinalShare): queue team-a "
+                           "at 100% of the GPUs cohort lab holds, above its 50% share; queue team-b at 0% of its "
+                           "50%"), said
+    read = read_preempted(said)  # as `list -o wide` reads it back
+    assert read is not None and read.why == "fair share"
 
 
 NCCL_LOST = "node:12:34 [0] NCCL WARN NET/Socket : Connection closed by remote peer"

@@ -50,6 +50,7 @@ from ringleader.jobs.queues import preempted_by
 from ringleader.model import MODEL_ESTIMATOR, calibrated_estimator
 from ringleader.model.calibration import Calibration, calibration_from_dict
 from ringleader.scheduler import BackfillConfig, Code, Holding, Reservation, Snapshot, run_cycle
+from ringleader.scheduler.order import service_of_runs
 from ringleader.scheduler.policies.throughput import Estimator
 
 log = logging.getLogger("ringleader.kube.scheduler")
@@ -73,6 +74,12 @@ def _created_s(gang: Gang) -> float | None:
     """When the gang was submitted (its oldest pending pod's creation): its age counts from there."""
     stamps = [t for t in (wall_time(p.created) for p in gang.pending) if t is not None]
     return min(stamps) if stamps else None
+
+
+def _run_start(pods: Sequence[PodInfo]) -> float | None:
+    """When a gang's run started: the first of its pods to start (None: none started yet)."""
+    starts = [t for t in (wall_time(p.started) for p in pods) if t is not None]
+    return min(starts) if starts else None
 
 
 def _gang_end(pods: Sequence[PodInfo], now: float) -> float | None:
@@ -300,18 +307,38 @@ class Scheduler:
         their longest grace to stop; and when they end, on the wall clock, where every pod has
         activeDeadlineSeconds (kubelet stops the pod that long after its start) or a run time
         (names.RUN_TIME_ANNOTATION: the run its user expects), whichever is sooner; a pod being
-        deleted (preempted, rolled back) within its grace."""
+        deleted (preempted, rolled back) within its grace, its queue's quota given back. What
+        preemption for order and fair share reads (``scheduler/reorder.py``): the team queue it
+        counts in, its run's start, its GPU service and its time left (``_run_service``)."""
         gangs: dict[str, list[PodInfo]] = {}
         for pod in self.cache.pods.values():
             if pod.holds_resources:
                 gangs.setdefault(pod.gang_key, []).append(pod)
+        queues = self.cache.gang_queues(p for pods in gangs.values() for p in pods if p.ours)
         holding = []
         for key, pods in gangs.items():
             ours = [p for p in pods if p.ours]
-            preemptible = bool(ours) and not any(p.deleting or not p.preemptible for p in ours)
-            holding.append(Holding(key, max((p.priority for p in ours), default=0), None, _gang_end(pods, now),
-                                   max((p.grace_s for p in ours), default=0.0), preemptible))  # fmt: skip
+            stopping = any(p.deleting for p in ours)
+            preemptible = bool(ours) and not stopping and all(p.preemptible for p in ours)
+            end = _gang_end(pods, now)
+            holding.append(Holding(key, max((p.priority for p in ours), default=0),
+                                   None if stopping else queues.get(key), end,
+                                   max((p.grace_s for p in ours), default=0.0), preemptible,
+                                   *self._run_service(key, pods, now, end)))  # fmt: skip
         return holding
+
+    def _run_service(self, gang: str, pods: Sequence[PodInfo], now: float,
+                     end: float | None) -> tuple[float | None, float, float | None]:  # fmt: skip
+        """When the gang's run started (its first pod to start: kubelet's startTime), the
+        GPU-seconds of its runs so far (the ended ones its PodGroup keeps, names.RUNS_ANNOTATION,
+        and this one's) and its time left (to its known end; None where unknown). A gang none of
+        whose pods started yet has no run start: nothing stops it for order or fair share."""
+        started = _run_start(pods)
+        if started is None:
+            return None, 0.0, None
+        gpus = sum(p.gpus for p in pods)
+        ended = service_of_runs(gpus, self.cache.runs.get(gang, ())).attained_gpu_s
+        return started, ended + gpus * max(now - started, 0.0), None if end is None else max(end - now, 0.0)
 
     def cycle(self) -> list[BindResult]:
         """Decide, then write: Bindings for placed gangs, reasons for the rest. Nothing at all
@@ -469,9 +496,9 @@ class Scheduler:
         """The gang's runs with the one its ``pods`` end now (from the first of them to start),
         kept in the cache and as its PodGroup's annotation says them; called with the lock held."""
         runs = list(self.cache.runs.get(gang, ()))
-        starts = [t for t in (wall_time(p.started) for p in pods if p.gang_key == gang) if t is not None]
-        if starts:
-            runs.append((min(starts), max(self.clock.now(), min(starts))))
+        started = _run_start([p for p in pods if p.gang_key == gang])
+        if started is not None:
+            runs.append((started, max(self.clock.now(), started)))
         self.cache.runs[gang] = runs
         return runs_annotation(runs)
 
