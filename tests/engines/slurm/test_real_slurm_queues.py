@@ -254,6 +254,8 @@ def test_a_slurm_queue_ordered_srtf_stops_its_longer_preemptible_job_for_a_short
                           **long_run))  # type: ignore[arg-type]  # fmt: skip
     wait_for(lambda: engine.get("long").status is engine.get("kept").status is JobStatus.RUNNING,
              what="both long jobs to run")  # fmt: skip
+    freed, held = gpus_of(engine, "long"), gpus_of(engine, "kept")
+    assert len(freed) == len(held) == 4 and not freed & held
     short = JobSpec("short", 4, 1, [PY, "-c", "import time; time.sleep(3)"], queue="order-q", run_time_s=60.0)
     waits = engine.submit(short).decision
     assert not waits.ok and waits.preemption is None, waits  # both ran less than the hour: nobody is stopped
@@ -265,9 +267,14 @@ def test_a_slurm_queue_ordered_srtf_stops_its_longer_preemptible_job_for_a_short
                            "~60 s left, ranked before this job"), said  # fmt: skip
     assert "cancelled (SIGTERM, then SIGKILL after KillWait); then requeued" in said
     wait_for(lambda: engine.get("short").status is JobStatus.SUCCEEDED, what="the short job to run and end")
+    assert gpus_of(engine, "short") == freed  # it ran on the GPUs the stopped job gave up
     for rank in range(4):
         assert (folder / f"ckpt-{rank}").read_text() == "step 42"  # each rank checkpointed on SIGTERM
     wait_for(lambda: engine.get("long").status is JobStatus.RUNNING, what="the long job to run again")
     assert engine.get("long").restarts == 1
     assert engine.get("kept").status is JobStatus.RUNNING and not preempted(engine, "kept")
-    assert engine.get("kept").restarts == 0
+    assert engine.get("kept").restarts == 0 and gpus_of(engine, "kept") == held
+
+
+def gpus_of(engine: SlurmEngine, name: str) -> set[tuple[str | None, int]]:
+    return {(i.node, gpu) for i in engine.get(name).instances for gpu in i.gpus}
