@@ -63,6 +63,9 @@ SETTINGS: dict[str, Setting] = {
         Setting("RINGLEADER_GRACE_S", "number", "how long a job's processes get between SIGTERM and SIGKILL when it "
                 "is stopped; read at submit and kept with the job",
                 default=5.0, low=0.0, high=3600.0),
+        Setting("RINGLEADER_PREEMPT_MIN_RUN_S", "number", "the least a job runs after its (re)start before the "
+                "queue may stop it for queue order or fair share (Slurm's PreemptExemptTime); read by each pass of "
+                "the queue", default=1800.0, low=1.0, high=7 * 86400.0),
         Setting("RINGLEADER_LEASE_S", "number", "how long the state folder's agent may go without a heartbeat "
                 "before a command or its standby takes it for stuck, kills it and replaces it", default=10.0,
                 low=3.0, high=86400.0),

@@ -14,6 +14,8 @@ import pytest
 
 from ringleader import settings
 from ringleader.errors import UsageError
+from ringleader.jobs.queues import queue_config
+from ringleader.scheduler.reorder import DEFAULT_REORDER
 
 REPO = Path(__file__).resolve().parents[2]
 SRC = REPO / "src" / "ringleader"
@@ -39,6 +41,9 @@ BAD = [
     ("RINGLEADER_KUBE_CONTEXT", "has space"),
     ("RINGLEADER_BENCH_CORRUPT", "x"),
     ("RINGLEADER_HOME", "a\nb"),
+    ("RINGLEADER_PREEMPT_MIN_RUN_S", "0"),
+    ("RINGLEADER_PREEMPT_MIN_RUN_S", "30m"),
+    ("RINGLEADER_PREEMPT_MIN_RUN_S", "1e9"),
 ]
 
 
@@ -69,6 +74,8 @@ def test_a_bad_setting_is_one_line_naming_it_and_its_range(tmp_path: Path, name:
     ("RINGLEADER_KUBE_NAMESPACE", "team-a", "team-a"),
     ("RINGLEADER_KUBE_SERVER", "http://127.0.0.1:8001", "http://127.0.0.1:8001"),
     ("RINGLEADER_DEBUG", "", "0"),
+    ("RINGLEADER_PREEMPT_MIN_RUN_S", "", 1800.0),
+    ("RINGLEADER_PREEMPT_MIN_RUN_S", "300", 300.0),
 ])  # fmt: skip
 def test_good_settings_read_as_their_values(name: str, value: str, expected: object) -> None:
     read = {"number": settings.number, "integer": settings.integer, "text": settings.text}
@@ -95,3 +102,13 @@ def test_the_engine_choices_are_the_registry_s() -> None:
     from ringleader.engines import ENGINES
 
     assert set(settings.ENGINE_NAMES) == set(ENGINES)
+
+
+def test_the_minimum_run_before_preemption_reaches_the_queues_knobs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """RINGLEADER_PREEMPT_MIN_RUN_S is what every engine's queue pass uses as the least run
+    before a job may be stopped for order or fair share; unset, the scheduler's own default."""
+    assert settings.SETTINGS["RINGLEADER_PREEMPT_MIN_RUN_S"].default == DEFAULT_REORDER.min_run_s
+    monkeypatch.delenv("RINGLEADER_PREEMPT_MIN_RUN_S", raising=False)
+    assert queue_config().reorder == DEFAULT_REORDER
+    monkeypatch.setenv("RINGLEADER_PREEMPT_MIN_RUN_S", "120")
+    assert queue_config().reorder.min_run_s == 120.0

@@ -8,9 +8,10 @@ import json
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ringleader import settings
 from ringleader.errors import ConflictError, NotFoundError, UsageError
 from ringleader.jobs.views import JobView
 from ringleader.scheduler import BackfillConfig, JobRequest, Preemption, QueuedJob, queue_order
@@ -129,6 +130,15 @@ def queue_from_dict(name: str, data: Any) -> TeamQueue:
         raise UsageError(f"queue {name!r} is not kept as ringleader writes queues", "create it again with "
                          "`ringleader queue create --overwrite`") from None  # fmt: skip
     return check_queue(queue, ())
+
+
+def queue_config() -> BackfillConfig:
+    """The queue's knobs as this cluster's administrator set them: the least a job runs after its
+    (re)start before it may be stopped for queue order or fair share (RINGLEADER_PREEMPT_MIN_RUN_S,
+    ``ReorderConfig.min_run_s``); the rest as shipped. Read for each pass, so a changed setting
+    holds from the next one."""
+    min_run_s = settings.number("RINGLEADER_PREEMPT_MIN_RUN_S")
+    return replace(DEFAULT_BACKFILL, reorder=replace(DEFAULT_BACKFILL.reorder, min_run_s=min_run_s))
 
 
 def check_queue_exists(queues: Iterable[TeamQueue], name: str | None) -> None:

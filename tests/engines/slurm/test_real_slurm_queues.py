@@ -15,6 +15,7 @@ import pytest
 
 from engines.slurm.conftest import running_box
 from engines.slurm.helpers import PY
+from rankprograms import checkpointing_rank
 from ringleader.engines.slurm import SlurmEngine
 from ringleader.engines.slurm.sandbox import Sandbox
 from ringleader.errors import UsageError
@@ -228,3 +229,52 @@ def test_the_queue_view_on_slurm_list_describe_hold_release(slurm_box: object, t
     finally:
         cli("delete", "--now", "fill", "second", "huge")
     ok("queue", "delete", "view-a")
+
+
+def preempted(engine: SlurmEngine, name: str) -> list[str]:
+    return [e.message for e in engine.get(name).events if e.kind == "Preempted"]
+
+
+def test_a_slurm_queue_ordered_srtf_stops_its_longer_preemptible_job_for_a_short_one(
+    engine: SlurmEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Preemption for order on Slurm: in a queue ordered srtf, a short job that arrives while two
+    long ones hold every GPU waits while their runs are younger than the minimum run before
+    preemption (RINGLEADER_PREEMPT_MIN_RUN_S), then stops the --preemptible one: its Slurm job
+    is cancelled (its ranks checkpoint on SIGTERM), its event says "for order", the short job
+    starts on its GPUs, and the long one runs again once the short one is done. The
+    --non-preemptible twin runs on untouched."""
+    monkeypatch.setenv("RINGLEADER_PREEMPT_MIN_RUN_S", "3600")
+    engine.create_queue(TeamQueue("order-q", (("*", 8),), order=QueueOrder.SRTF))
+    folder = tmp_path / "long"
+    folder.mkdir()
+    long_run = {"queue": "order-q", "run_time_s": 5 * 3600.0}
+    engine.submit(JobSpec("long", 4, 1, [PY, "-c", checkpointing_rank(folder)], **long_run))  # type: ignore[arg-type]
+    engine.submit(JobSpec("kept", 4, 1, [PY, "-c", "import time; time.sleep(600)"], preemptible=False,
+                          **long_run))  # type: ignore[arg-type]  # fmt: skip
+    wait_for(lambda: engine.get("long").status is engine.get("kept").status is JobStatus.RUNNING,
+             what="both long jobs to run")  # fmt: skip
+    freed, held = gpus_of(engine, "long"), gpus_of(engine, "kept")
+    assert len(freed) == len(held) == 4 and not freed & held
+    short = JobSpec("short", 4, 1, [PY, "-c", "import time; time.sleep(3)"], queue="order-q", run_time_s=60.0)
+    waits = engine.submit(short).decision
+    assert not waits.ok and waits.preemption is None, waits  # both ran less than the hour: nobody is stopped
+    assert not preempted(engine, "long")
+    monkeypatch.setenv("RINGLEADER_PREEMPT_MIN_RUN_S", "5")  # the administrator shortens it
+    wait_for(lambda: preempted(engine, "long"), what="the long preemptible job to be stopped for order")
+    [said] = preempted(engine, "long")
+    assert said.startswith("by job short (priority 0), for order: queue order-q is ordered srtf and job short has "
+                           "~60 s left, ranked before this job"), said  # fmt: skip
+    assert "cancelled (SIGTERM, then SIGKILL after KillWait); then requeued" in said
+    wait_for(lambda: engine.get("short").status is JobStatus.SUCCEEDED, what="the short job to run and end")
+    assert gpus_of(engine, "short") == freed  # it ran on the GPUs the stopped job gave up
+    for rank in range(4):
+        assert (folder / f"ckpt-{rank}").read_text() == "step 42"  # each rank checkpointed on SIGTERM
+    wait_for(lambda: engine.get("long").status is JobStatus.RUNNING, what="the long job to run again")
+    assert engine.get("long").restarts == 1
+    assert engine.get("kept").status is JobStatus.RUNNING and not preempted(engine, "kept")
+    assert engine.get("kept").restarts == 0 and gpus_of(engine, "kept") == held
+
+
+def gpus_of(engine: SlurmEngine, name: str) -> set[tuple[str | None, int]]:
+    return {(i.node, gpu) for i in engine.get(name).instances for gpu in i.gpus}

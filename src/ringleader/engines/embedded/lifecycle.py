@@ -21,7 +21,7 @@ from ringleader.jobs.failures import (
     resume_text,
 )
 from ringleader.jobs.prediction import queue_estimator
-from ringleader.jobs.queues import preempted_by
+from ringleader.jobs.queues import preempted_by, queue_config
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import InstanceStatus, JobStatus, Launch
 from ringleader.scheduler import (
@@ -143,7 +143,7 @@ def queue_snapshot(
         holding.append(Holding(spec.name, spec.priority, None if stopping else queue_of(spec), end,
                                spec.stop_grace(), spec.preemptible and not stopping, *run, move=move))  # fmt: skip
     return Snapshot(state, waiting, now, holding, queues, usage, cordoned=store.cordons(conn),
-                    estimate=estimate)  # fmt: skip
+                    estimate=estimate, config=queue_config())  # fmt: skip
 
 
 def run_service(

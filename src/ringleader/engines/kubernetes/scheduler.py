@@ -46,7 +46,7 @@ from ringleader.engines.kubernetes.pinning import DraApi, Pin, PinError, pin_gan
 from ringleader.engines.kubernetes.restarts import PodFailure, blamed, runs_annotation
 from ringleader.inputs import InputError
 from ringleader.jobs.failures import Failure, cordon_reason, cordoned_text, restart_number, restarting_text
-from ringleader.jobs.queues import preempted_by
+from ringleader.jobs.queues import preempted_by, queue_config
 from ringleader.model import MODEL_ESTIMATOR, calibrated_estimator
 from ringleader.model.calibration import Calibration, calibration_from_dict
 from ringleader.scheduler import BackfillConfig, Code, Holding, Reservation, Snapshot, run_cycle
@@ -182,7 +182,7 @@ class Scheduler:
         # The shared queue's reservations and age (its defaults: 2 reservations, priority +100
         # over a day of waiting); the clock's wall time gives ages and expected ends (pods' own
         # times), its monotonic time backoffs, the Lease and informers' silence.
-        self.backfill = backfill or BackfillConfig()
+        self.backfill = backfill or queue_config()  # RINGLEADER_PREEMPT_MIN_RUN_S read at its start
         self._reservations: dict[str, Reservation] = {}  # gang -> the GPUs held for it
         self._reservations_moved = 0
         # a calibration as written on a gang's workers -> it read, or why it is ignored

@@ -52,7 +52,14 @@ from ringleader.jobs.failures import (
 )
 from ringleader.jobs.logfiles import follow_log, instance_name, previous_log, read_log, wait_until_ended
 from ringleader.jobs.prediction import queue_estimator, view_prediction
-from ringleader.jobs.queues import QueueView, check_queue, check_queue_exists, preempted_by, queue_views
+from ringleader.jobs.queues import (
+    QueueView,
+    check_queue,
+    check_queue_exists,
+    preempted_by,
+    queue_config,
+    queue_views,
+)
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import JobStatus
 from ringleader.jobs.submit import Submission, duplicate, submit_job
@@ -298,7 +305,7 @@ class SlurmEngine(pending.SpecChanges):
         holding += [Holding(name, queue=account) for name, account in (outside or {}).items() if account in names]
         usage = self.slurm_queues.usage([q.name for q in queues])
         return Snapshot(state, waiting, now, holding, queues, usage, estimate=estimate,
-                        cordoned=self._cordoned)  # fmt: skip
+                        cordoned=self._cordoned, config=queue_config())  # fmt: skip
 
     def _preempt(self, name: str, by: Decision) -> None:
         """scancel the victim's Slurm job (Slurm stops it as for a delete: SIGTERM, KillWait,
