@@ -234,3 +234,22 @@ def test_quota_kept_for_a_gang_too_big_for_it_is_lent_by_a_queue_above_its_share
     assert decisions["b1"].ok and decisions["b1"].borrows is not None and "borrows 3 GPU(s)" in decisions["b1"].borrows
     assert not decisions["a1"].ok  # the one GPU left cannot hold it
 
+
+def test_with_fair_share_preemption_a_queue_above_its_held_share_waits_for_those_below() -> None:
+    """b (weight 2) holds 80 of the cohort's 128 GPUs, above its half, but used least over the
+    days (the highest factor). Where gangs are stopped for fair share by the GPUs held now, the
+    GPUs that free go to a and c first: b taking them by its usage undid the stops made for a
+    and c, and the queues stopped each other's gangs in turn. Without that preemption the factor
+    still goes first."""
+    from ringleader.scheduler.reorder import NO_REORDER
+
+    queues = {q.name: q for q in (TeamQueue("a", ((ANY_TYPE, 128),), 1.0, "lab"),
+                                  TeamQueue("b", ((ANY_TYPE, 128),), 2.0, "lab"),
+                                  TeamQueue("c", ((ANY_TYPE, 128),), 1.0, "lab"))}  # fmt: skip
+    held = {"a0": ("a", {ANY_TYPE: 24}), "b0": ("b", {ANY_TYPE: 80}), "c0": ("c", {ANY_TYPE: 24})}
+    teams = Teams(queues, held, shares={"a": 0.3, "b": 0.6, "c": 0.3})
+    jobs = [QueuedJob(gang(f"{q}1", q, 8), i, NOW) for i, q in enumerate("bac")]
+    order = [q.job.queue for q in queue_order(jobs, NOW, BackfillConfig(), teams)]
+    assert order == ["a", "c", "b"]  # a and c alike: in submit order
+    plain = queue_order(jobs, NOW, BackfillConfig(reorder=NO_REORDER), teams)
+    assert [q.job.queue for q in plain] == ["b", "a", "c"]

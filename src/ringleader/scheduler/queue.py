@@ -157,7 +157,7 @@ def queue_order(
     for queued in sorted(jobs, key=lambda q: keys[id(q)]):
         by_queue.setdefault(queue_of(queued.job), []).append(queued)
     return fair_merge(by_queue, teams, lambda q: q.job.total_gpus, lambda q: keys[id(q)][0],
-                      lambda q: (keys[id(q)][1], keys[id(q)][-1]))  # fmt: skip
+                      lambda q: (keys[id(q)][1], keys[id(q)][-1]), config.reorder.for_fair_share)  # fmt: skip
 
 
 def ranked_priority(

@@ -23,7 +23,6 @@ usage; no clock is read.
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -381,6 +380,7 @@ def fair_merge(
     gpus_of: Callable[[T], int],
     borrow_of: Callable[[T], float],
     tie_of: Callable[[T], tuple[float, ...]],
+    held_first: bool = False,
 ) -> list[T]:
     """The waiting jobs of every queue in one order, each queue's jobs in their own order
     (``queued``: queue -> its jobs, in its order): next is always the head of one queue, as
@@ -393,25 +393,52 @@ def fair_merge(
 
     Priority and age order the jobs of one queue, never one queue's jobs before another's: as
     much age or priority as the factor weighs would let a queue's old jobs pass a queue that is
-    behind its share, and the weights would not be delivered."""
+    behind its share, and the weights would not be delivered.
+
+    ``held_first`` (where gangs may be stopped for fair share, ``scheduler/reorder.py``): before
+    the factor, a queue of a cohort that holds more GPUs per weight than its cohort's queues
+    together goes after those that hold less. Preemption for fair share reads the GPUs held
+    now; the factor, usage over days. Where the two disagree, a queue behind on usage took back
+    by the order the GPUs that a queue behind on holdings had stopped its gangs to get, and the
+    two stopped each other's gangs in turn."""
     holds = {name: float(sum(teams.use.get(name, {}).values())) for name in queued}
+    cohorts: dict[str, list[str]] = {}
+    for queue in teams.queues.values():
+        if held_first and queue.cohort is not None and queue.limited:
+            cohorts.setdefault(queue.cohort, []).append(queue.name)
+
+    def weight_of(name: str) -> float:
+        queue = teams.queues.get(name)
+        return queue.weight if queue is not None and queue.weight > 0 else 1.0
+
+    def held_of(name: str) -> float:
+        return holds[name] if name in holds else float(sum(teams.use.get(name, {}).values()))
+
+    def above(name: str) -> bool:
+        queue = teams.queues.get(name)
+        if queue is None or queue.cohort not in cohorts:
+            return False
+        members = cohorts[queue.cohort]
+        return held_of(name) * sum(weight_of(m) for m in members) > weight_of(name) * sum(held_of(m) for m in members)
 
     def entry(name: str, index: int) -> tuple[tuple[float, ...], str, int]:
-        job, queue = queued[name][index], teams.queues.get(name)
-        weight = queue.weight if queue is not None and queue.weight > 0 else 1.0
+        job = queued[name][index]
         share = teams.shares.get(name, 1.0)
-        return (borrow_of(job), -share, holds[name] / weight, *tie_of(job)), name, index
+        return (borrow_of(job), float(above(name)), -share, holds[name] / weight_of(name), *tie_of(job)), name, index
 
-    heads = [entry(name, 0) for name, jobs in queued.items() if jobs]
-    heapq.heapify(heads)
+    # a queue's place moves with every queue's holdings (``above``): the heads are compared
+    # afresh at each step, a few queues' heads
+    at = {name: 0 for name, jobs in queued.items() if jobs}
     out: list[T] = []
-    while heads:
-        _, name, index = heapq.heappop(heads)
+    while at:
+        _, name, index = min(entry(name, index) for name, index in at.items())
         job = queued[name][index]
         out.append(job)
         holds[name] += gpus_of(job)
         if index + 1 < len(queued[name]):
-            heapq.heappush(heads, entry(name, index + 1))
+            at[name] = index + 1
+        else:
+            del at[name]
     return out
 
 
