@@ -144,6 +144,24 @@ def test_the_second_strategy_stops_the_one_gang_that_holds_a_queue_above_its_sha
     assert decide(state, holding, waiting, final_only, LAB)[0].preemption is None
 
 
+def test_a_gang_that_must_borrow_stops_a_queue_far_above_its_share() -> None:
+    """b holds 2 of its quota of 8 and waits with an 8-GPU gang: it must borrow 2, and a, which
+    borrowed 8 beyond its quota of 4, holds the GPUs. No quota of b's is lent out, so no reclaim;
+    fair share (as Kueue's, whether the gang borrows or not) stops a's 8-GPU gang: b with its gang
+    holds 5 per weight, below a's 12."""
+    queues = (TeamQueue("a", ((ANY_TYPE, 4),), 1.0, "lab"), TeamQueue("b", ((ANY_TYPE, 8),), 2.0, "lab"),
+              TeamQueue("c", ((ANY_TYPE, 4),), 1.0, "lab"))  # fmt: skip
+    state = cluster(("a1", "n0", tuple(range(8))), ("a2", "n1", (0, 1, 2, 3)), ("b0", "n1", (4, 5)), nodes=2)
+    holding = [running("a1", queue="a"), running("a2", gpus=4, queue="a"), running("b0", gpus=2, queue="b")]
+    waiting = [Waiting(job("b1", queue="b", preemptible=True), 1, NOW)]
+    decision = decide(state, holding, waiting, BackfillConfig(), queues)[0]
+    assert decision.preemption is not None and decision.preemption.names == ("a1",)
+    assert decision.preemption.why is not None and "LessThanInitialShare" in decision.preemption.why
+    # a gang that may not borrow gains nothing from stopping another queue's gangs
+    fixed = [Waiting(job("b1", queue="b", preemptible=False), 1, NOW)]
+    assert decide(state, holding, fixed, BackfillConfig(), queues)[0].preemption is None
+
+
 @st.composite
 def queues_at_random(draw: st.DrawFn) -> tuple[ClusterState, list[Holding], list[Waiting], BackfillConfig]:
     """Two nodes of 8 GPUs filled by gangs of 2 or 4 GPUs, each of random queue, priority,

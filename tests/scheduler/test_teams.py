@@ -12,7 +12,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ringleader.model  # noqa: F401  (installs the throughput model's estimator)
-from ringleader.scheduler import ClusterState, JobRequest, Placement, QueuedJob, RunningGang, WorkerSlot
+from ringleader.scheduler import (
+    ClusterState,
+    Holding,
+    JobRequest,
+    Placement,
+    QueuedJob,
+    RunningGang,
+    Snapshot,
+    Waiting,
+    WorkerSlot,
+    run_cycle,
+)
 from ringleader.scheduler import schedule_queue as run_pass
 from ringleader.scheduler.queue import BackfillConfig, queue_order
 from ringleader.scheduler.teams import ANY_TYPE, TeamQueue, Teams, decayed, fair_merge, fair_share, run_usage
@@ -206,3 +217,39 @@ def test_no_pass_takes_more_than_quota_plus_what_the_cohort_lends(quotas: list[i
     idle = sum(max(q.quota[0][1] - held[q.name], 0) for q in queues)
     assert over <= idle  # what is borrowed came from quota left idle
     assert sum(held.values()) == 24 - after.free_gpus
+
+
+def test_quota_kept_for_a_gang_too_big_for_it_is_lent_by_a_queue_above_its_share() -> None:
+    """a holds 2 of its 4 GPUs, above its weight's share (1 of 4) of the 7 the cohort holds, and
+    waits with a 4-GPU gang: bigger than a's idle 2, it could only start by borrowing, so those 2
+    are not kept from b, whose 8-GPU gang needs 3 GPUs beyond b's own quota. Keeping them left
+    every queue's big gang waiting for the others' quota while 9 GPUs stood idle."""
+    queues = (TeamQueue("a", ((ANY_TYPE, 4),), 1.0, "lab"), TeamQueue("b", ((ANY_TYPE, 8),), 2.0, "lab"),
+              TeamQueue("c", ((ANY_TYPE, 4),), 1.0, "lab"))  # fmt: skip
+    state = holding(nodes("dgx1v", "dgx1v"), ("a0", "n1", (0, 1)), ("b0", "n1", (2, 3, 4)), ("c0", "n1", (5, 6)))
+    running = [Holding(name, 0, name[0], started_s=NOW) for name in ("a0", "b0", "c0")]
+    waiting = [Waiting(gang(name, name[0], gpus, preemptible=True), i, NOW)
+               for i, (name, gpus) in enumerate((("b1", 8), ("a1", 4)))]  # fmt: skip
+    decisions = {d.job.name: d for d in run_cycle(Snapshot(state, waiting, NOW, running, queues)).decisions}
+    assert decisions["b1"].ok and decisions["b1"].borrows is not None and "borrows 3 GPU(s)" in decisions["b1"].borrows
+    assert not decisions["a1"].ok  # the one GPU left cannot hold it
+
+
+def test_with_fair_share_preemption_a_queue_above_its_held_share_waits_for_those_below() -> None:
+    """b (weight 2) holds 80 of the cohort's 128 GPUs, above its half, but used least over the
+    days (the highest factor). Where gangs are stopped for fair share by the GPUs held now, the
+    GPUs that free go to a and c first: b taking them by its usage undid the stops made for a
+    and c, and the queues stopped each other's gangs in turn. Without that preemption the factor
+    still goes first."""
+    from ringleader.scheduler.reorder import NO_REORDER
+
+    queues = {q.name: q for q in (TeamQueue("a", ((ANY_TYPE, 128),), 1.0, "lab"),
+                                  TeamQueue("b", ((ANY_TYPE, 128),), 2.0, "lab"),
+                                  TeamQueue("c", ((ANY_TYPE, 128),), 1.0, "lab"))}  # fmt: skip
+    held = {"a0": ("a", {ANY_TYPE: 24}), "b0": ("b", {ANY_TYPE: 80}), "c0": ("c", {ANY_TYPE: 24})}
+    teams = Teams(queues, held, shares={"a": 0.3, "b": 0.6, "c": 0.3})
+    jobs = [QueuedJob(gang(f"{q}1", q, 8), i, NOW) for i, q in enumerate("bac")]
+    order = [q.job.queue for q in queue_order(jobs, NOW, BackfillConfig(), teams)]
+    assert order == ["a", "c", "b"]  # a and c alike: in submit order
+    plain = queue_order(jobs, NOW, BackfillConfig(reorder=NO_REORDER), teams)
+    assert [q.job.queue for q in plain] == ["b", "a", "c"]

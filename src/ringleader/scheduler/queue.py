@@ -158,7 +158,7 @@ def queue_order(
     for queued in sorted(jobs, key=lambda q: keys[id(q)]):
         by_queue.setdefault(queue_of(queued.job), []).append(queued)
     return fair_merge(by_queue, teams, lambda q: q.job.total_gpus, lambda q: keys[id(q)][0],
-                      lambda q: (keys[id(q)][1], keys[id(q)][-1]))  # fmt: skip
+                      lambda q: (keys[id(q)][1], keys[id(q)][-1]), config.reorder.for_fair_share)  # fmt: skip
 
 
 def ranked_priority(
@@ -265,7 +265,8 @@ class QueuePass:
         if over_quota is not None:
             reclaim = self._reclaim(job, policy, over_quota)
             # at the head of the queue: stopping its own queue's gangs frees its quota; where its
-            # quota is lent out and the reclaim found too few borrowers, fair share may stop more
+            # quota is lent out and the reclaim found too few borrowers, or where it must borrow
+            # and the cohort has too little idle quota to lend, fair share may stop more
             head = len(self.reservations) < self.config.reservation_depth
             if reclaim is None and not over_quota.over_maximum and head:
                 reclaim = self.plan_reorder(job, policy, self.usable_state(job), same_queue=not over_quota.shortfall)
@@ -642,7 +643,7 @@ class QueuePass:
             return None
         estimate = self.estimator()
         spared = frozenset().union(*(_gpu_set(r.placement) for r in self.blocking(job)))
-        if same_queue:  # over its queue's quota: only stopping its own queue's gangs gives it room
+        if same_queue and not job.preemptible:  # over its quota and may not borrow: only its own queue's gangs
             found = [rule for rule in found if rule.rule == "order"]
         for rule in found:
             preemption = plan_preemption(usable, job, rule.victims, ideal,

@@ -20,8 +20,10 @@ at least that long before either may stop it again, so two gangs cannot stop eac
   and at least ``min_run_s``, the least it keeps the GPUs once started.
 - For fair share, Kueue's fairSharing preemption inside a cohort: a gang of a queue in a cohort
   may stop gangs of the cohort's other queues whose share (GPUs held per weight) is above its
-  own queue's. Which, by Kueue's two strategies in Kueue's default order, the second only where
-  the first finds no victims that give the gang its placement:
+  own queue's, whether it fits its queue's quota or must borrow (the caller checks that the
+  quota the victims give back lets it start). Which, by Kueue's two strategies in Kueue's
+  default order, the second only where the first finds no victims that give the gang its
+  placement:
   ``LessThanOrEqualToFinalShare``, the victim's queue keeps at least the share the gang's queue
   has with the gang started (so the order of the two queues never flips and neither takes back);
   ``LessThanInitialShare``, the gang's queue with the gang is strictly below the victim's queue

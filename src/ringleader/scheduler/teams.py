@@ -23,7 +23,6 @@ usage; no clock is read.
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -127,9 +126,10 @@ class Teams:
     queues: Mapping[str, TeamQueue]
     gangs: Mapping[str, GangUse] = field(default_factory=dict)
     shares: Mapping[str, float] = field(default_factory=dict)  # queue -> fair-share factor in (0, 1]
-    # queue -> GPUs its gangs not decided yet in this pass ask for (``with_waiting``): quota a
-    # queue's own waiting gangs need is not idle, so it is not lent
-    waiting: Mapping[str, int] = field(default_factory=dict)
+    # queue -> the GPU counts of its gangs not decided yet in this pass, smallest first
+    # (``with_waiting``): quota a queue's own waiting gangs could start on is not idle, so it is
+    # not lent
+    waiting: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
     @staticmethod
     def of(
@@ -194,20 +194,46 @@ class Teams:
 
     def promised(self, queue: TeamQueue, key: str) -> int:
         """The unheld quota under ``key`` of the other queues of ``queue``'s cohort that their
-        own waiting gangs ask for: not idle, so not lent (else a lender's gang, once it has
-        reclaimed its quota, could lose it again to the gang it stopped)."""
-        return sum(min(self.waiting.get(q.name, 0), max(q.nominal(key) - self.held(q.name, key), 0))
-                   for q in self.cohort(queue) if q.name != queue.name)  # fmt: skip
+        own waiting gangs keep: not idle, so not lent (else a lender's gang, once it has
+        reclaimed its quota, could lose it again to the gang it stopped). A queue keeps what its
+        gangs that fit it could start on now, smallest first; a queue below its weight's share of
+        the GPUs the cohort holds keeps it also for its gangs bigger than that, which start once
+        its own running gangs end. A queue at or above its share lends that part: else, where
+        every queue waits with a gang bigger than its unheld quota, each would keep its quota
+        from the others' and the GPUs would stand idle until gangs end."""
+        members = self.cohort(queue)
+        weights = sum(q.weight for q in members)
+        cohort_held = sum(self.held(q.name, key) for q in members)
+        kept = 0
+        for other in members:
+            if other.name == queue.name:
+                continue
+            held = self.held(other.name, key)
+            idle = max(other.nominal(key) - held, 0)
+            sizes = self.waiting.get(other.name, ())
+            behind = weights > 0 and held * weights < other.weight * cohort_held
+            kept += min(sum(sizes), idle) if behind else self._startable(sizes, idle)
+        return kept
+
+    @staticmethod
+    def _startable(sizes: Sequence[int], idle: int) -> int:
+        """The GPUs of the gangs of ``sizes`` (smallest first) that start on ``idle`` GPUs."""
+        used = 0
+        for size in sizes:
+            if used + size > idle:
+                break
+            used += size
+        return used
 
     def with_waiting(self, jobs: Iterable[JobRequest]) -> Teams:
         """The same teams with ``jobs`` (the pass's pending gangs) waiting in their queues; a gang
         bigger than its queue's quota could only borrow, so it keeps none of it from others."""
-        waiting: dict[str, int] = {}
+        waiting: dict[str, list[int]] = {}
         for job in jobs:
             queue = self.queue(job)
-            if queue is not None and job.total_gpus <= max(n for _, n in queue.quota):
-                waiting[queue.name] = waiting.get(queue.name, 0) + job.total_gpus
-        return Teams(self.queues, self.gangs, self.shares, waiting)
+            if queue is not None and 0 < job.total_gpus <= max(n for _, n in queue.quota):
+                waiting.setdefault(queue.name, []).append(job.total_gpus)
+        return Teams(self.queues, self.gangs, self.shares, {name: tuple(sorted(s)) for name, s in waiting.items()})
 
     def demand_of(self, job: JobRequest, state: ClusterState, placement: Placement) -> dict[str, int]:
         """The GPUs of ``placement`` per quota key of ``job``'s queue."""
@@ -336,8 +362,10 @@ class Teams:
         """The use after ``job`` starts on ``placement``."""
         gangs = {**self.gangs, job.name: (queue_of(job), self.demand_of(job, state, placement))}
         waiting = dict(self.waiting)
-        if queue_of(job) in waiting:  # decided: no longer waiting
-            waiting[queue_of(job)] = max(waiting[queue_of(job)] - job.total_gpus, 0)
+        sizes = list(waiting.get(queue_of(job), ()))
+        if job.total_gpus in sizes:  # decided: no longer waiting
+            sizes.remove(job.total_gpus)
+            waiting[queue_of(job)] = tuple(sizes)
         return Teams(self.queues, gangs, self.shares, waiting)
 
     def without(self, gangs: Iterable[str]) -> Teams:
@@ -352,6 +380,7 @@ def fair_merge(
     gpus_of: Callable[[T], int],
     borrow_of: Callable[[T], float],
     tie_of: Callable[[T], tuple[float, ...]],
+    held_first: bool = False,
 ) -> list[T]:
     """The waiting jobs of every queue in one order, each queue's jobs in their own order
     (``queued``: queue -> its jobs, in its order): next is always the head of one queue, as
@@ -364,25 +393,52 @@ def fair_merge(
 
     Priority and age order the jobs of one queue, never one queue's jobs before another's: as
     much age or priority as the factor weighs would let a queue's old jobs pass a queue that is
-    behind its share, and the weights would not be delivered."""
+    behind its share, and the weights would not be delivered.
+
+    ``held_first`` (where gangs may be stopped for fair share, ``scheduler/reorder.py``): before
+    the factor, a queue of a cohort that holds more GPUs per weight than its cohort's queues
+    together goes after those that hold less. Preemption for fair share reads the GPUs held
+    now; the factor, usage over days. Where the two disagree, a queue behind on usage took back
+    by the order the GPUs that a queue behind on holdings had stopped its gangs to get, and the
+    two stopped each other's gangs in turn."""
     holds = {name: float(sum(teams.use.get(name, {}).values())) for name in queued}
+    cohorts: dict[str, list[str]] = {}
+    for queue in teams.queues.values():
+        if held_first and queue.cohort is not None and queue.limited:
+            cohorts.setdefault(queue.cohort, []).append(queue.name)
+
+    def weight_of(name: str) -> float:
+        queue = teams.queues.get(name)
+        return queue.weight if queue is not None and queue.weight > 0 else 1.0
+
+    def held_of(name: str) -> float:
+        return holds[name] if name in holds else float(sum(teams.use.get(name, {}).values()))
+
+    def above(name: str) -> bool:
+        queue = teams.queues.get(name)
+        if queue is None or queue.cohort not in cohorts:
+            return False
+        members = cohorts[queue.cohort]
+        return held_of(name) * sum(weight_of(m) for m in members) > weight_of(name) * sum(held_of(m) for m in members)
 
     def entry(name: str, index: int) -> tuple[tuple[float, ...], str, int]:
-        job, queue = queued[name][index], teams.queues.get(name)
-        weight = queue.weight if queue is not None and queue.weight > 0 else 1.0
+        job = queued[name][index]
         share = teams.shares.get(name, 1.0)
-        return (borrow_of(job), -share, holds[name] / weight, *tie_of(job)), name, index
+        return (borrow_of(job), float(above(name)), -share, holds[name] / weight_of(name), *tie_of(job)), name, index
 
-    heads = [entry(name, 0) for name, jobs in queued.items() if jobs]
-    heapq.heapify(heads)
+    # a queue's place moves with every queue's holdings (``above``): the heads are compared
+    # afresh at each step, a few queues' heads
+    at = {name: 0 for name, jobs in queued.items() if jobs}
     out: list[T] = []
-    while heads:
-        _, name, index = heapq.heappop(heads)
+    while at:
+        _, name, index = min(entry(name, index) for name, index in at.items())
         job = queued[name][index]
         out.append(job)
         holds[name] += gpus_of(job)
         if index + 1 < len(queued[name]):
-            heapq.heappush(heads, entry(name, index + 1))
+            at[name] = index + 1
+        else:
+            del at[name]
     return out
 
 
