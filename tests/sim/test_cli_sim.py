@@ -8,6 +8,9 @@ from pathlib import Path
 import pytest
 
 from ringleader.cli.main import main
+from ringleader.sim.families import best_step_fn, window_load
+from ringleader.sim.trace import load_trace
+from ringleader.topology import load_cluster_file
 
 CLUSTER = """nodes:
   - name: v100
@@ -211,3 +214,20 @@ def test_a_bad_estimate_error_is_one_line(files: tuple[Path, Path], capsys: pyte
     assert main(["simulate", "--cluster", str(cluster), "--trace", str(trace), "--estimate-error", "wild"]) == 2
     err = capsys.readouterr().err
     assert "bad --estimate-error 'wild'" in err and len(err.strip().splitlines()) <= 2
+
+
+def test_gen_trace_of_a_family_offers_its_load_to_the_whole_cluster_whatever_the_largest_gang(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--cluster-gpus caps the gangs drawn, not the cluster the load is offered to: 0.9 asked of
+    the 64 x 8 GPUs with gangs of at most 16 is 0.9 of 512 GPUs held over the arrival window."""
+    cluster = Path(__file__).resolve().parents[2] / "examples" / "sim" / "cluster-64x8-v100.yaml"
+    trace = tmp_path / "helios.csv"
+    args = ["simulate", "gen-trace", "--family", "helios", "--jobs", "2000", "--seed", "1", "--load", "0.9",
+            "--cluster", str(cluster), "--cluster-gpus", "16", "--out", str(trace)]  # fmt: skip
+    assert main(args) == 0, capsys.readouterr().err
+    jobs = load_trace(trace)
+    assert max(j.workers * j.gpus for j in jobs) <= 16
+    best = best_step_fn(load_cluster_file(cluster))
+    runs = [(j.workers * j.gpus, j.iterations * best(j)) for j in jobs]
+    assert window_load(runs, [j.arrival_s for j in jobs], 512) == pytest.approx(0.9, rel=0.02)

@@ -199,7 +199,8 @@ def run_cmd(
     type=click.Path(dir_okay=False),
     help="With --family: the cluster whose best placements price each job's iterations.",
 )
-@click.option("--cluster-gpus", type=count(1, 1 << 16), help="Largest gang to generate (GPUs); default 16.")
+@click.option("--cluster-gpus", type=count(1, 1 << 16),
+              help="Largest gang to generate (GPUs); default 16, with --family the cluster.")
 @click.option("--out", "out_file", required=True, type=click.Path(dir_okay=False), help="Trace CSV to write.")
 @click.option(
     "--queues",
@@ -222,7 +223,7 @@ def gen_trace_cmd(n_jobs: int, seed: int, arrival_rate: float | None, family: st
         specs = load_cluster_file(cluster_file)
         gpus = sum(s.topology.n_gpus for s in specs)
         per_node = max(s.topology.n_gpus for s in specs)
-        jobs = family_trace(family, n_jobs, seed, load, min(gpus, cluster_gpus or gpus), best_step_fn(specs), per_node)
+        jobs = family_trace(family, n_jobs, seed, load, gpus, best_step_fn(specs), per_node, cluster_gpus)
     elif arrival_rate is None:
         raise UsageError("give --arrival-rate (jobs per hour) or --family", "e.g. --arrival-rate 6")
     else:

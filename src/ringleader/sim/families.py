@@ -79,10 +79,12 @@ def family_trace(
     cluster_gpus: int,
     best_step_s: Callable[[TraceJob], float],
     gpus_per_node: int = 8,
+    largest_gang: int | None = None,
 ) -> list[TraceJob]:
     """``n_jobs`` seeded jobs of ``family`` arriving (Poisson) at the rate that offers ``load``
     to a cluster of ``cluster_gpus`` over the arrival window (``window_load``): a gang of up to
-    ``gpus_per_node`` GPUs is one worker, a bigger one whole nodes."""
+    ``gpus_per_node`` GPUs is one worker, a bigger one whole nodes; none larger than
+    ``largest_gang`` GPUs (default: the cluster), which leaves the load offered to all of it."""
     if family not in FAMILIES:
         raise UsageError(f"unknown trace family {family!r}", f"use one of {', '.join(FAMILIES)}")
     if n_jobs < 1 or not load > 0:
@@ -92,7 +94,7 @@ def family_trace(
     drawn: list[TraceJob] = []
     runs: list[tuple[int, float]] = []  # (GPUs, seconds on its best placement)
     for i in range(n_jobs):
-        gpus = draw_gpus(family, rng, cluster_gpus)
+        gpus = draw_gpus(family, rng, min(cluster_gpus, largest_gang or cluster_gpus))
         runtime = draw_runtime_s(family, rng)
         workers, per_worker = (1, gpus) if gpus <= gpus_per_node else (gpus // gpus_per_node, gpus_per_node)
         model, batch = rng.choice(MODELS)
