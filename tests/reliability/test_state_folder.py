@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from ringleader.engines.embedded import store
 from ringleader.engines.embedded.engine import Runtime
-from statedb import dump_db
+from ringleader.errors import StateError
+from statedb import agent_pids, dump_db
 from waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -251,6 +253,8 @@ def test_a_state_database_that_is_a_link_is_refused(tmp_path: Path, victim: Path
     home = tmp_path / "home"
     assert submit(home, "first").returncode == 0
     Runtime.open(home).wait("first", timeout=60)
+    # the agent leaves once idle: one still there would write its own open file, moved below
+    wait_for(lambda: not agent_pids(home), what="the agent to leave")
     (home / "state.db").rename(victim / "state.db")
     (home / "state.db").symlink_to(victim / "state.db")
     before = snapshot(victim)
@@ -258,6 +262,31 @@ def test_a_state_database_that_is_a_link_is_refused(tmp_path: Path, victim: Path
         err = one_line(cli(home, *args))
         assert f"{home / 'state.db'} in the state folder is a symbolic link" in err
     assert snapshot(victim) == before
+
+
+def test_a_link_planted_while_the_state_is_being_opened_is_refused_before_anything_is_read(
+    tmp_path: Path, victim: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The link appears after the check and before SQLite connects (an agent opening the state
+    under load): refused all the same, and nothing is made or changed beside its target."""
+    home = tmp_path / "home"
+    assert submit(home, "first").returncode == 0
+    Runtime.open(home).wait("first", timeout=60)
+    wait_for(lambda: not agent_pids(home), what="the agent to leave")
+    connect = store._connect
+
+    def plant_then_connect(target: str) -> sqlite3.Connection:
+        if not (home / "state.db").is_symlink():
+            (home / "state.db").rename(victim / "state.db")
+            (home / "state.db").symlink_to(victim / "state.db")
+        return connect(target)
+
+    before = snapshot(victim)
+    monkeypatch.setattr(store, "_connect", plant_then_connect)
+    with pytest.raises(StateError, match="in the state folder is a symbolic link"):
+        Runtime.open(home).list_jobs()
+    after = snapshot(victim)
+    assert "state.db" in after and {k: v for k, v in after.items() if k != "state.db"} == before  # no -wal, -shm
 
 
 @pytest.mark.parametrize("planted", ["folder", "link"])

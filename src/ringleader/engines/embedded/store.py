@@ -146,12 +146,7 @@ class Store:
         background look that must not change what room a user's command finds."""
         path = home / DB_NAME
         check_reachable(home)
-        for part in (path, *(path.with_name(path.name + s) for s in ("-wal", "-shm"))):
-            if part.is_symlink():  # SQLite opens by name: it would follow one
-                raise StateError(
-                    f"{part} in the state folder is a symbolic link (ringleader never follows one there)",
-                    f"remove the link (rm {part}); restore a copy with `ringleader state import FILE`",
-                )
+        refuse_links(path)
         exists = path.exists()
         if not exists and not create:
             conn = _connect(":memory:")
@@ -324,6 +319,32 @@ def until_recorded(home: Path, fn: Callable[[], T], log: Callable[[str], None] |
             time.sleep(0.5)
 
 
+def refuse_links(path: Path) -> None:
+    """Refuse a database, -wal or -shm file that is a symbolic link: SQLite opens by name and
+    would follow one (and make its -wal and -shm files beside the link's target)."""
+    for part in (path, *(path.with_name(path.name + s) for s in ("-wal", "-shm"))):
+        if part.is_symlink():
+            raise StateError(
+                f"{part} in the state folder is a symbolic link (ringleader never follows one there)",
+                f"remove the link (rm {part}); restore a copy with `ringleader state import FILE`",
+            )
+
+
+def _connect_unlinked(path: Path, target: str) -> sqlite3.Connection:
+    """``_connect`` to ``path`` (as ``target``), refused where a link took its place after it was
+    checked: SQLite fixes the file and its -wal and -shm names when it connects and touches
+    neither before the first statement, so a link planted earlier is seen here before anything
+    is read or made through it (an agent opening the state while a link is planted, under load,
+    made its -shm file in the link's target's folder)."""
+    conn = _connect(target)
+    try:
+        refuse_links(path)
+    except StateError:
+        conn.close()
+        raise
+    return conn
+
+
 def _open_file(home: Path, path: Path, exists: bool, reserve: bool = True) -> tuple[Store, bool]:
     try:
         make_private_home(home)
@@ -333,7 +354,7 @@ def _open_file(home: Path, path: Path, exists: bool, reserve: bool = True) -> tu
         return _open_read_only(home, path), False  # a read-only file system: reads still work
     if not exists:
         _create(path)
-    conn = _connect(str(path))
+    conn = _connect_unlinked(path, str(path))
     try:
         conn.execute("PRAGMA journal_mode=WAL")
         _migrate(conn, str(path))
@@ -392,7 +413,7 @@ def _open_read_only(home: Path, path: Path) -> Store:
     # and SQLite may read it without making a -shm file it cannot (immutable).
     wal = path.with_name(path.name + "-wal")
     settled = not wal.exists() or wal.stat().st_size == 0
-    conn = _connect(f"file:{path}?mode=ro{'&immutable=1' if settled else ''}")
+    conn = _connect_unlinked(path, f"file:{path}?mode=ro{'&immutable=1' if settled else ''}")
     try:
         _version(conn, path)
     except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
