@@ -65,6 +65,7 @@ STREAM_OUTPUT, STREAM_STATE, STREAM_HEARTBEAT, STREAM_RENEWAL = b"O", b"S", b"H"
 # quickest delivery of a renewal it saw (milliseconds on a LAN).
 RENEW_S, LEASE_S, LEASE_CHECK_S, FENCE_MARGIN_S = 1.0, 10.0, 0.25, 1.0
 FENCED_EXIT = 125  # the wrapper's exit code once it stopped its program for a lapsed lease
+FENCE_KILL_WAIT_S = 10.0  # how long the fence waits for its SIGKILLs to land (a process in D state)
 # The first line of a container guard's ``-c`` source: how the wrapper knows its own guard.
 GUARD_MARK = "# ringleader container guard\n"
 
@@ -544,11 +545,15 @@ def stream_main(table: dict[str, Any], program: list[str]) -> int:
         return 127
     state["child_pid"] = child.pid
     out.state(state)
-    in_background(threading.Thread(target=_fence, args=(lease, child, float(table["grace_s"]), out), daemon=True))
+    fencing = threading.Event()
+    fence = threading.Thread(target=_fence, args=(lease, child, float(table["grace_s"]), out, fencing), daemon=True)
+    in_background(fence)
     assert child.stdout is not None
     pump = threading.Thread(target=out.pump, args=(child.stdout,), daemon=True)
     in_background(pump)
     code = child.wait()
+    if fencing.is_set():  # the fence stopped the program: it ends this wrapper, once all is gone
+        fence.join()
     end_leftovers()
     pump.join(timeout=5)
     done.set()
@@ -575,14 +580,18 @@ def _hold(lease: Lease, granted: threading.Event) -> None:
             granted.set()
 
 
-def _fence(lease: Lease, child: subprocess.Popen[bytes], grace_s: float, out: _Stream) -> None:
+def _fence(
+    lease: Lease, child: subprocess.Popen[bytes], grace_s: float, out: _Stream, fencing: threading.Event
+) -> None:
     """Once the lease lapses: the program stopped as every stop does (SIGTERM to its process
     group, ``grace_s``, then SIGKILL to it and every descendant of this wrapper, a subreaper), and
-    this wrapper gone, so nothing of the rank writes after ``fence_bound``."""
+    this wrapper gone, so nothing of the rank writes after ``fence_bound``. ``fencing`` tells the
+    wrapper's main thread, which sees its program die, to leave the exit to this thread."""
     while not lease.lapsed(time.monotonic()):
         if child.poll() is not None:
             return
         time.sleep(LEASE_CHECK_S)
+    fencing.set()
     said = f"ringleader: no word from the head for {lease.length_s:g} s: stopping the rank"
     try:  # noqa: SIM105 (see end_leftovers)
         out.write(STREAM_OUTPUT, said.encode())
@@ -593,12 +602,17 @@ def _fence(lease: Lease, child: subprocess.Popen[bytes], grace_s: float, out: _S
     while child.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     _signal_group(child.pid, signal.SIGKILL)
-    for pid, started in descendants(os.getpid()):
-        if start_time(pid) == started:
-            try:  # noqa: SIM105 (see end_leftovers)
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+    # A SIGKILL lands when its process next runs: on a loaded host, later than the kill. Kill
+    # until nothing of the rank is left (a zombie writes nothing), so none outlives this wrapper.
+    deadline = time.monotonic() + FENCE_KILL_WAIT_S
+    while (left := descendants(os.getpid())) and time.monotonic() < deadline:
+        for pid, started in left:
+            if start_time(pid) == started:
+                try:  # noqa: SIM105 (see end_leftovers)
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        time.sleep(0.01)
     os._exit(FENCED_EXIT)
 
 
