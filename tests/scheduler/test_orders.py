@@ -10,7 +10,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ringleader.scheduler import BackfillConfig, ClusterState, JobRequest
-from ringleader.scheduler.order import NO_SERVICE, OrderConfig, QueueOrder, Service, las_level, service_of_runs
+from ringleader.scheduler.order import (
+    NO_SERVICE,
+    OrderConfig,
+    QueueOrder,
+    Service,
+    las_level,
+    running_service,
+    service_of_runs,
+)
 from ringleader.scheduler.queue import QueuedJob, queue_order
 from ringleader.scheduler.teams import TeamQueue, Teams
 from ringleader.topology import NodeSpec, preset
@@ -128,6 +136,15 @@ def test_a_requeued_jobs_service_is_counted_from_the_runs_its_engine_recorded() 
     assert service_of_runs(4, []) == service_of_runs(4, [(10.0, 10.0)]) == NO_SERVICE
     tiers = OrderConfig(las_thresholds_gpu_s=(500.0,))
     assert las_level(service, 310.0, tiers) == 1  # it ran more than the first threshold
+
+
+def test_a_running_gangs_service_adds_its_current_run_to_the_ended_ones() -> None:
+    # the gang above, running again since 500 on its 4 GPUs, due to end at 900
+    ended = service_of_runs(4, [(250.0, 300.0), (0.0, 100.0)])
+    assert running_service(4, ended, 500.0, 600.0, 900.0) == (500.0, 600.0 + 4 * 100.0, 300.0)
+    assert running_service(4, ended, 500.0, 950.0, 900.0)[2] == 0.0  # past its expected end: nothing left
+    assert running_service(4, ended, 500.0, 600.0, None)[2] is None  # its end unknown
+    assert running_service(4, ended, None, 600.0, 900.0) == (None, 0.0, None)  # not started: nothing to stop it for
 
 
 def test_bad_thresholds_are_refused() -> None:

@@ -97,6 +97,20 @@ def service_of_runs(gpus: int, runs: Iterable[tuple[float, float]]) -> Service:
     return Service(attained, end, end - start)
 
 
+def running_service(
+    gpus: int, ended: Service, started: float | None, now: float, end: float | None
+) -> tuple[float | None, float, float | None]:
+    """What preemption for order and fair share reads of a gang that holds GPUs (``Holding``'s
+    started_s, attained_gpu_s, remaining_s): when its run started, the GPU-seconds of all its
+    runs (the ended ones, ``ended``, and this one so far) and its time left to its expected
+    ``end`` (None: unknown). A gang whose run has not started has none: nothing stops it for
+    order or fair share. Its checkpoints are its own: the queue assumes none."""
+    if started is None:
+        return None, 0.0, None
+    attained = ended.attained_gpu_s + gpus * max(now - started, 0.0)
+    return started, attained, None if end is None else max(end - now, 0.0)
+
+
 def las_level(service: Service, now: float | None, config: OrderConfig) -> int:
     """The LAS level of a job: how many thresholds its attained GPU service reached, 0 once it
     has waited past a starve limit since it last entered the queue."""

@@ -40,7 +40,7 @@ from ringleader.scheduler import (
 )
 from ringleader.scheduler.cycle import teams_of
 from ringleader.scheduler.move import Movable, Move
-from ringleader.scheduler.order import NO_SERVICE, Service, service_of_runs
+from ringleader.scheduler.order import NO_SERVICE, Service, running_service, service_of_runs
 from ringleader.scheduler.policies.throughput import Estimator
 from ringleader.scheduler.teams import Teams, queue_of, run_usage
 
@@ -139,24 +139,12 @@ def queue_snapshot(
         if moving is not None:  # its new placement is held for it while it stops
             state = held_for_move(state, placement_from_dict(spec.name, json.loads(moving)))
         move = None if stopping else movable(row, spec, now)
-        run = run_service(conn, row, spec, now, started, end)
+        gpus = spec.workers * spec.gpus_per_worker
+        run = running_service(gpus, waiting_service(conn, row, spec), started, now, end)
         holding.append(Holding(spec.name, spec.priority, None if stopping else queue_of(spec), end,
                                spec.stop_grace(), spec.preemptible and not stopping, *run, move=move))  # fmt: skip
     return Snapshot(state, waiting, now, holding, queues, usage, cordoned=store.cordons(conn),
                     estimate=estimate, config=queue_config())  # fmt: skip
-
-
-def run_service(
-    conn: sqlite3.Connection, row: sqlite3.Row, spec: JobSpec, now: float, started: float | None, end: float | None
-) -> tuple[float | None, float, float | None]:
-    """What preemption for order reads of a running job (``scheduler/reorder.py``): when its run
-    started, the GPU-seconds of its runs so far (this one's too) and its predicted time left (to
-    its expected end; None where unknown). Its checkpoints are its own: the queue assumes none."""
-    if started is None:
-        return None, 0.0, None
-    gpus = spec.workers * spec.gpus_per_worker
-    attained = waiting_service(conn, row, spec).attained_gpu_s + gpus * max(now - started, 0.0)
-    return started, attained, None if end is None else max(end - now, 0.0)
 
 
 def may_move(spec: JobSpec) -> bool:

@@ -50,7 +50,7 @@ from ringleader.jobs.queues import preempted_by, queue_config
 from ringleader.model import MODEL_ESTIMATOR, calibrated_estimator
 from ringleader.model.calibration import Calibration, calibration_from_dict
 from ringleader.scheduler import BackfillConfig, Code, Holding, Reservation, Snapshot, run_cycle
-from ringleader.scheduler.order import service_of_runs
+from ringleader.scheduler.order import running_service, service_of_runs
 from ringleader.scheduler.policies.throughput import Estimator
 
 log = logging.getLogger("ringleader.kube.scheduler")
@@ -333,12 +333,8 @@ class Scheduler:
         GPU-seconds of its runs so far (the ended ones its PodGroup keeps, names.RUNS_ANNOTATION,
         and this one's) and its time left (to its known end; None where unknown). A gang none of
         whose pods started yet has no run start: nothing stops it for order or fair share."""
-        started = _run_start(pods)
-        if started is None:
-            return None, 0.0, None
         gpus = sum(p.gpus for p in pods)
-        ended = service_of_runs(gpus, self.cache.runs.get(gang, ())).attained_gpu_s
-        return started, ended + gpus * max(now - started, 0.0), None if end is None else max(end - now, 0.0)
+        return running_service(gpus, service_of_runs(gpus, self.cache.runs.get(gang, ())), _run_start(pods), now, end)
 
     def cycle(self) -> list[BindResult]:
         """Decide, then write: Bindings for placed gangs, reasons for the rest. Nothing at all

@@ -67,7 +67,7 @@ from ringleader.jobs.support import Support
 from ringleader.jobs.views import CORDONED, GpuUsage, JobView, NodeHealth, SubmitResult
 from ringleader.scheduler import ClusterState, Decision, Holding, Snapshot, Waiting, run_cycle
 from ringleader.scheduler.cycle import teams_of
-from ringleader.scheduler.order import service_of_runs
+from ringleader.scheduler.order import running_service, service_of_runs
 from ringleader.scheduler.policies.throughput import Estimator
 from ringleader.scheduler.teams import TeamQueue, queue_of
 
@@ -289,17 +289,14 @@ class SlurmEngine(pending.SpecChanges):
             spec = JobSpec.from_dict(record["spec"])
             preempted = bool(record.get("preempted_by"))
             end = started = None
-            attained = 0.0
             if status is JobStatus.RUNNING and record.get("started_at"):
                 plan, started = record.get("plan"), float(record["started_at"])
                 end = now + PREEMPT_DELAY_S if preempted else expected_end(plan, started, spec.time_limit_s)
-                # what preemption for order reads: this run's start, the GPU-seconds of all its runs
-                gpus = spec.request().total_gpus
-                attained = service_of_runs(gpus, record.get("runs", [])).attained_gpu_s + gpus * max(now - started, 0.0)
             preemptible = status is JobStatus.RUNNING and spec.preemptible and not preempted
-            left = None if end is None or started is None else max(end - now, 0.0)
+            gpus = spec.request().total_gpus
+            run = running_service(gpus, service_of_runs(gpus, record.get("runs", [])), started, now, end)
             holding.append(Holding(spec.name, spec.priority, None if preempted else queue_of(spec), end,
-                                   PREEMPT_DELAY_S, preemptible, started, attained, left))  # fmt: skip
+                                   PREEMPT_DELAY_S, preemptible, *run))  # fmt: skip
         queues = self.slurm_queues.queues()
         names = {q.name for q in queues}
         holding += [Holding(name, queue=account) for name, account in (outside or {}).items() if account in names]
