@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,12 +56,33 @@ def test_mpi_trivial_json_contract() -> None:
     assert res["images_per_sec_per_worker"] == pytest.approx(res["images_per_sec_total"] / 2)
 
 
+@dataclass(frozen=True)
+class Study:
+    """A pipeline study folder and the two runs that wrote it: trivial's JSON, mnist's table."""
+
+    out: Path
+    trivial: dict[str, Any]
+    mnist: subprocess.CompletedProcess[str]
+
+
 @pytest.fixture(scope="module")
-def pipeline_json(jpeg_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    res = cli_json("bench", "pipeline", "--model", "trivial", "--data", str(jpeg_dir),
-                   "--launcher", "local", "--loader-workers", "1", "--repeat", "2", *TINY)  # fmt: skip
+def pipeline_study(jpeg_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Study:
+    """The DLI lab's study, run once for the tests below (each pipeline run trains two times a
+    round): trivial in two rounds with -o json, then mnist in one with the fast decode and the
+    table, into one folder."""
+    out = tmp_path_factory.mktemp("pipe") / "study"
+    pipeline = ("bench", "pipeline", "--data", str(jpeg_dir), "--launcher", "local", "--loader-workers", "1",
+                "--out", str(out), *TINY)  # fmt: skip
+    trivial = cli_json(*pipeline, "--model", "trivial", "--repeat", "2")
+    mnist = cli(*pipeline, "--model", "mnist", "--repeat", "1", "--decode", "fast")
+    assert mnist.returncode == 0, mnist.stderr[-2000:]
+    return Study(out, trivial, mnist)
+
+
+@pytest.fixture(scope="module")
+def pipeline_json(pipeline_study: Study, tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("pipe") / "pipeline.json"
-    path.write_text(json.dumps(res))
+    path.write_text(json.dumps(pipeline_study.trivial))
     return path
 
 
@@ -91,24 +115,19 @@ def test_pipeline_says_the_bandwidth_each_gpu_needs(pipeline_json: Path, jpeg_di
     assert need["storage_mib_per_sec"] == pytest.approx(need["images_per_sec"] * need["file_bytes_per_image"] / 2**20)
 
 
-def test_the_pipeline_table_ends_with_that_need(jpeg_dir: Path) -> None:
-    proc = cli("bench", "pipeline", "--model", "trivial", "--data", str(jpeg_dir), "--launcher", "local",
-               "--loader-workers", "1", "--repeat", "1", "--decode", "fast", *TINY)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "augment standard, decode fast;" in " ".join(proc.stdout.split())  # the table's title
-    said = [ln for ln in proc.stdout.splitlines() if ln.startswith("each GPU at its compute-only rate (")]
-    assert len(said) == 1 and re.search(r"needs [\d.]+ MiB/s of decoded 16x16x3 images host to device and "
+def test_the_pipeline_table_ends_with_that_need(pipeline_study: Study) -> None:
+    stdout = pipeline_study.mnist.stdout
+    assert "augment standard, decode fast;" in " ".join(stdout.split())  # the table's title
+    said = [ln for ln in stdout.splitlines() if ln.startswith("each GPU at its compute-only rate (")]
+    # mnist sees 28x28 grey images whatever --image-size says
+    assert len(said) == 1 and re.search(r"needs [\d.]+ MiB/s of decoded 28x28x1 images host to device and "
                                         r"[\d.]+ MiB/s of files from storage \([\d.]+ KiB each\)", said[0]), said
 
 
-def test_a_pipeline_study_folder_gathers_every_model(jpeg_dir: Path, tmp_path: Path) -> None:
+def test_a_pipeline_study_folder_gathers_every_model(pipeline_study: Study) -> None:
     """The DLI lab's study: one run per model into one folder, which keeps each model's result
     and redraws the table and the lab's two plots over all of them."""
-    out = tmp_path / "study"
-    for model in ("trivial", "mnist"):
-        proc = cli("bench", "pipeline", "--model", model, "--data", str(jpeg_dir), "--launcher", "local",
-                   "--loader-workers", "1", "--repeat", "1", "--out", str(out), *TINY)  # fmt: skip
-        assert proc.returncode == 0, proc.stderr[-2000:]
+    out, proc = pipeline_study.out, pipeline_study.mnist
     assert sorted(p.name for p in out.iterdir()) == ["pipeline-mnist.json", "pipeline-trivial.json", "pipeline.md",
                                                     "pipeline_ratio.png", "pipeline_scatter.png"]
     assert proc.stdout.rstrip().endswith(f"wrote {out}: 2 row(s) in pipeline.md, pipeline_scatter.png and "
