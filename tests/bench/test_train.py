@@ -27,6 +27,7 @@ TINY = ("--batch-size", "8", "--num-batches", "4", "--num-warmup-batches", "1",
 TRAIN_KEYS = {"kind", "model", "batch_size", "precision", "data_format", "backend", "world_size", "nodes",
               "device", "num_batches", "images_per_sec_total", "images_per_sec_per_worker",
               "step_time_s", "step_times_s", "data"}  # fmt: skip
+HAS_MPI = shutil.which("mpirun") is not None
 
 
 def test_gloo_mnist_prints_tf_cnn_benchmarks_lines() -> None:
@@ -45,9 +46,17 @@ def test_gloo_mnist_prints_tf_cnn_benchmarks_lines() -> None:
     assert float(lines[i].split(": ")[1]) > 0
 
 
-@pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs Open MPI")
-def test_mpi_trivial_json_contract() -> None:
-    res = cli_json("bench", "train", "--model", "trivial", "--backend", "mpi", "-np", "2", *TINY)
+@pytest.fixture(scope="module")
+def json_on_terminal() -> tuple[str, str]:
+    """`bench train -o json` with stderr on a terminal (stdout, stderr), run once for the JSON
+    contract and the terminal test: two mpi ranks where Open MPI is, else one rank."""
+    mpi = ("--backend", "mpi", "-np", "2") if HAS_MPI else ()
+    return _with_terminal_stderr("bench", "train", "--model", "trivial", *mpi, *TINY, "-o", "json")
+
+
+@pytest.mark.skipif(not HAS_MPI, reason="needs Open MPI")
+def test_mpi_trivial_json_contract(json_on_terminal: tuple[str, str]) -> None:
+    res = json.loads(json_on_terminal[0])
     assert res.keys() >= TRAIN_KEYS
     assert (res["kind"], res["model"], res["backend"], res["world_size"]) == (
         "train", "trivial", "mpi", 2)
@@ -212,7 +221,7 @@ def test_scaling_skips_the_backends_this_machine_cannot_run_and_says_why(tmp_pat
     assert refused.returncode == 2 and refused.stderr.startswith("error: the nccl backend needs CUDA GPUs")
 
 
-@pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs Open MPI")
+@pytest.mark.skipif(not HAS_MPI, reason="needs Open MPI")
 def test_mpi_gradient_buckets_average_exactly_what_every_rank_computed() -> None:
     import subprocess
     import sys
@@ -258,13 +267,13 @@ def _with_terminal_stderr(*args: str) -> tuple[str, str]:
     return out, err.decode(errors="replace")
 
 
-def test_train_shows_what_it_does_on_a_terminal_only() -> None:
+def test_train_shows_what_it_does_on_a_terminal_only(json_on_terminal: tuple[str, str]) -> None:
     """`bench train` was silent for minutes: on a terminal, stderr names the phase and step;
     stdout (the table) stays clean, and -o json shows no progress."""
     out, err = _with_terminal_stderr("bench", "train", "--model", "trivial", *TINY)
     assert "# measuring trivial: building the model" in err and "\r" not in out
     assert out.splitlines()[0].startswith("Model:")
-    out, err = _with_terminal_stderr("bench", "train", "--model", "trivial", *TINY, "-o", "json")
+    out, err = json_on_terminal
     assert "measuring" not in err and json.loads(out)["kind"] == "train"
 
 
