@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,6 +27,7 @@ TINY = ("--batch-size", "8", "--num-batches", "4", "--num-warmup-batches", "1",
 TRAIN_KEYS = {"kind", "model", "batch_size", "precision", "data_format", "backend", "world_size", "nodes",
               "device", "num_batches", "images_per_sec_total", "images_per_sec_per_worker",
               "step_time_s", "step_times_s", "data"}  # fmt: skip
+HAS_MPI = shutil.which("mpirun") is not None
 
 
 def test_gloo_mnist_prints_tf_cnn_benchmarks_lines() -> None:
@@ -42,9 +46,17 @@ def test_gloo_mnist_prints_tf_cnn_benchmarks_lines() -> None:
     assert float(lines[i].split(": ")[1]) > 0
 
 
-@pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs Open MPI")
-def test_mpi_trivial_json_contract() -> None:
-    res = cli_json("bench", "train", "--model", "trivial", "--backend", "mpi", "-np", "2", *TINY)
+@pytest.fixture(scope="module")
+def json_on_terminal() -> tuple[str, str]:
+    """`bench train -o json` with stderr on a terminal (stdout, stderr), run once for the JSON
+    contract and the terminal test: two mpi ranks where Open MPI is, else one rank."""
+    mpi = ("--backend", "mpi", "-np", "2") if HAS_MPI else ()
+    return _with_terminal_stderr("bench", "train", "--model", "trivial", *mpi, *TINY, "-o", "json")
+
+
+@pytest.mark.skipif(not HAS_MPI, reason="needs Open MPI")
+def test_mpi_trivial_json_contract(json_on_terminal: tuple[str, str]) -> None:
+    res = json.loads(json_on_terminal[0])
     assert res.keys() >= TRAIN_KEYS
     assert (res["kind"], res["model"], res["backend"], res["world_size"]) == (
         "train", "trivial", "mpi", 2)
@@ -53,12 +65,33 @@ def test_mpi_trivial_json_contract() -> None:
     assert res["images_per_sec_per_worker"] == pytest.approx(res["images_per_sec_total"] / 2)
 
 
+@dataclass(frozen=True)
+class Study:
+    """A pipeline study folder and the two runs that wrote it: trivial's JSON, mnist's table."""
+
+    out: Path
+    trivial: dict[str, Any]
+    mnist: subprocess.CompletedProcess[str]
+
+
 @pytest.fixture(scope="module")
-def pipeline_json(jpeg_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    res = cli_json("bench", "pipeline", "--model", "trivial", "--data", str(jpeg_dir),
-                   "--launcher", "local", "--loader-workers", "1", "--repeat", "2", *TINY)  # fmt: skip
+def pipeline_study(jpeg_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Study:
+    """The DLI lab's study, run once for the tests below (each pipeline run trains two times a
+    round): trivial in two rounds with -o json, then mnist in one with the fast decode and the
+    table, into one folder."""
+    out = tmp_path_factory.mktemp("pipe") / "study"
+    pipeline = ("bench", "pipeline", "--data", str(jpeg_dir), "--launcher", "local", "--loader-workers", "1",
+                "--out", str(out), *TINY)  # fmt: skip
+    trivial = cli_json(*pipeline, "--model", "trivial", "--repeat", "2")
+    mnist = cli(*pipeline, "--model", "mnist", "--repeat", "1", "--decode", "fast")
+    assert mnist.returncode == 0, mnist.stderr[-2000:]
+    return Study(out, trivial, mnist)
+
+
+@pytest.fixture(scope="module")
+def pipeline_json(pipeline_study: Study, tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("pipe") / "pipeline.json"
-    path.write_text(json.dumps(res))
+    path.write_text(json.dumps(pipeline_study.trivial))
     return path
 
 
@@ -91,24 +124,19 @@ def test_pipeline_says_the_bandwidth_each_gpu_needs(pipeline_json: Path, jpeg_di
     assert need["storage_mib_per_sec"] == pytest.approx(need["images_per_sec"] * need["file_bytes_per_image"] / 2**20)
 
 
-def test_the_pipeline_table_ends_with_that_need(jpeg_dir: Path) -> None:
-    proc = cli("bench", "pipeline", "--model", "trivial", "--data", str(jpeg_dir), "--launcher", "local",
-               "--loader-workers", "1", "--repeat", "1", "--decode", "fast", *TINY)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "augment standard, decode fast;" in " ".join(proc.stdout.split())  # the table's title
-    said = [ln for ln in proc.stdout.splitlines() if ln.startswith("each GPU at its compute-only rate (")]
-    assert len(said) == 1 and re.search(r"needs [\d.]+ MiB/s of decoded 16x16x3 images host to device and "
+def test_the_pipeline_table_ends_with_that_need(pipeline_study: Study) -> None:
+    stdout = pipeline_study.mnist.stdout
+    assert "augment standard, decode fast;" in " ".join(stdout.split())  # the table's title
+    said = [ln for ln in stdout.splitlines() if ln.startswith("each GPU at its compute-only rate (")]
+    # mnist sees 28x28 grey images whatever --image-size says
+    assert len(said) == 1 and re.search(r"needs [\d.]+ MiB/s of decoded 28x28x1 images host to device and "
                                         r"[\d.]+ MiB/s of files from storage \([\d.]+ KiB each\)", said[0]), said
 
 
-def test_a_pipeline_study_folder_gathers_every_model(jpeg_dir: Path, tmp_path: Path) -> None:
+def test_a_pipeline_study_folder_gathers_every_model(pipeline_study: Study) -> None:
     """The DLI lab's study: one run per model into one folder, which keeps each model's result
     and redraws the table and the lab's two plots over all of them."""
-    out = tmp_path / "study"
-    for model in ("trivial", "mnist"):
-        proc = cli("bench", "pipeline", "--model", model, "--data", str(jpeg_dir), "--launcher", "local",
-                   "--loader-workers", "1", "--repeat", "1", "--out", str(out), *TINY)  # fmt: skip
-        assert proc.returncode == 0, proc.stderr[-2000:]
+    out, proc = pipeline_study.out, pipeline_study.mnist
     assert sorted(p.name for p in out.iterdir()) == ["pipeline-mnist.json", "pipeline-trivial.json", "pipeline.md",
                                                     "pipeline_ratio.png", "pipeline_scatter.png"]
     assert proc.stdout.rstrip().endswith(f"wrote {out}: 2 row(s) in pipeline.md, pipeline_scatter.png and "
@@ -193,7 +221,7 @@ def test_scaling_skips_the_backends_this_machine_cannot_run_and_says_why(tmp_pat
     assert refused.returncode == 2 and refused.stderr.startswith("error: the nccl backend needs CUDA GPUs")
 
 
-@pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs Open MPI")
+@pytest.mark.skipif(not HAS_MPI, reason="needs Open MPI")
 def test_mpi_gradient_buckets_average_exactly_what_every_rank_computed() -> None:
     import subprocess
     import sys
@@ -239,13 +267,13 @@ def _with_terminal_stderr(*args: str) -> tuple[str, str]:
     return out, err.decode(errors="replace")
 
 
-def test_train_shows_what_it_does_on_a_terminal_only() -> None:
+def test_train_shows_what_it_does_on_a_terminal_only(json_on_terminal: tuple[str, str]) -> None:
     """`bench train` was silent for minutes: on a terminal, stderr names the phase and step;
     stdout (the table) stays clean, and -o json shows no progress."""
     out, err = _with_terminal_stderr("bench", "train", "--model", "trivial", *TINY)
     assert "# measuring trivial: building the model" in err and "\r" not in out
     assert out.splitlines()[0].startswith("Model:")
-    out, err = _with_terminal_stderr("bench", "train", "--model", "trivial", *TINY, "-o", "json")
+    out, err = json_on_terminal
     assert "measuring" not in err and json.loads(out)["kind"] == "train"
 
 
@@ -257,15 +285,18 @@ def test_nhwc_trains_channels_last_as_tuned_recipes_do() -> None:
 
     comm = Comm(RankInfo(0, 1, 0, "none"), torch.device("cpu"))
     comm.backend = "gloo"
-    first_conv = {}
+    conv = {}
     for data_format in ("NCHW", "NHWC"):
-        step = Step(TrainConfig(model="alexnet", image_size=64, data_format=data_format), comm)
-        weight = next(p for p in step.net.parameters() if p.dim() == 4)
-        first_conv[data_format] = weight.is_contiguous(memory_format=torch.channels_last)
-        images, labels = torch.randn(2, 3, 64, 64), torch.tensor([0, 1])
+        # mnist's convolutions, not a big model's: the layout is the model's, whatever its size.
+        # Its second one: a weight of one input channel reads as channels-last in either layout.
+        step = Step(TrainConfig(model="mnist", data_format=data_format), comm)
+        weight = [p for p in step.net.parameters() if p.dim() == 4][-1]
+        assert weight.shape[1] > 1
+        conv[data_format] = weight.is_contiguous(memory_format=torch.channels_last)
+        images, labels = torch.randn(2, 1, 28, 28), torch.tensor([0, 1])
         assert torch.isfinite(step(images, labels))
-        assert weight.is_contiguous(memory_format=torch.channels_last) == first_conv[data_format]  # stays so
-    assert first_conv == {"NCHW": False, "NHWC": True}
+        assert weight.is_contiguous(memory_format=torch.channels_last) == conv[data_format]  # stays so
+    assert conv == {"NCHW": False, "NHWC": True}
     res = cli_json("bench", "train", "--model", "mnist", "--backend", "gloo", "-np", "1", "--data-format", "NHWC",
                    *TINY)  # fmt: skip
     assert res["data_format"] == "NHWC" and res["images_per_sec_total"] > 0
