@@ -55,8 +55,20 @@ def cli(tmp_path: Path) -> Iterator[Cli]:
 
 @pytest.fixture
 def seeds_cli(cli: Cli) -> Cli:
-    cli.ok("cluster", "apply", "-f", str(EXAMPLES / "seeds-cluster.yaml"))
+    # Declared in this process, not by `ringleader cluster apply`: one start of the command less
+    # per test; the tests about that command run it themselves.
+    apply_seeds_cluster(cli.home)
     return cli
+
+
+def apply_seeds_cluster(home: Path) -> None:
+    from ringleader.engines.embedded.engine import Runtime
+
+    rt = Runtime.open(home)
+    try:
+        rt.apply_cluster(EXAMPLES / "seeds-cluster.yaml")
+    finally:
+        rt.close()
 
 
 @pytest.fixture
@@ -87,8 +99,6 @@ class InProcess:
 
 @pytest.fixture
 def seeds_inproc(tmp_path: Path) -> InProcess:
-    from ringleader.engines.embedded.engine import Runtime
-
     home = tmp_path / "rl-home-inproc"
-    Runtime.open(home).apply_cluster(EXAMPLES / "seeds-cluster.yaml")
+    apply_seeds_cluster(home)
     return InProcess(home)
