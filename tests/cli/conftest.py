@@ -39,6 +39,14 @@ class Cli:
     def dump(self) -> list[str]:
         return dump_db(self.home)
 
+    def job_names(self) -> list[str]:
+        """The jobs in the state, read in this process: for a check that nothing was submitted,
+        where a `list` would cost a start of the command."""
+        from ringleader.engines.embedded.engine import Runtime
+
+        with Runtime.open(self.home, readonly=True) as rt:
+            return [job.name for job in rt.list_jobs()]
+
 
 @pytest.fixture
 def cli(tmp_path: Path) -> Iterator[Cli]:
