@@ -39,6 +39,14 @@ class Cli:
     def dump(self) -> list[str]:
         return dump_db(self.home)
 
+    def job_names(self) -> list[str]:
+        """The jobs in the state, read in this process: for a check that nothing was submitted,
+        where a `list` would cost a start of the command."""
+        from ringleader.engines.embedded.engine import Runtime
+
+        with Runtime.open(self.home, readonly=True) as rt:
+            return [job.name for job in rt.list_jobs()]
+
 
 @pytest.fixture
 def cli(tmp_path: Path) -> Iterator[Cli]:
@@ -55,8 +63,20 @@ def cli(tmp_path: Path) -> Iterator[Cli]:
 
 @pytest.fixture
 def seeds_cli(cli: Cli) -> Cli:
-    cli.ok("cluster", "apply", "-f", str(EXAMPLES / "seeds-cluster.yaml"))
+    # Declared in this process, not by `ringleader cluster apply`: one start of the command less
+    # per test; the tests about that command run it themselves.
+    apply_seeds_cluster(cli.home)
     return cli
+
+
+def apply_seeds_cluster(home: Path) -> None:
+    from ringleader.engines.embedded.engine import Runtime
+
+    rt = Runtime.open(home)
+    try:
+        rt.apply_cluster(EXAMPLES / "seeds-cluster.yaml")
+    finally:
+        rt.close()
 
 
 @pytest.fixture
@@ -87,8 +107,6 @@ class InProcess:
 
 @pytest.fixture
 def seeds_inproc(tmp_path: Path) -> InProcess:
-    from ringleader.engines.embedded.engine import Runtime
-
     home = tmp_path / "rl-home-inproc"
-    Runtime.open(home).apply_cluster(EXAMPLES / "seeds-cluster.yaml")
+    apply_seeds_cluster(home)
     return InProcess(home)

@@ -60,7 +60,7 @@ def test_a_pytorch_job_as_arena_submits_one(seeds_cli) -> None:  # type: ignore[
     refused = seeds_cli("submit", "py", "--name", "ptm", "--workers", "2", "mpirun -np 2 python train.py")
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1
     assert "this is a mpirun line" in refused.stderr and "`submit mpi`" in refused.stderr
-    assert "ptm" not in seeds_cli.ok("list")
+    assert "ptm" not in seeds_cli.job_names()
 
 
 @pytest.mark.parametrize("kind", ["tfjob", "horovod"])
@@ -166,7 +166,7 @@ def test_flags_after_a_quoted_command_are_read_as_arena_reads_them(seeds_cli) ->
     """arena takes the command as one string and reads flags after it."""
     plan = seeds_cli.ok("submit", "mpi", "--name", "dr", "--workers", "2", f"{PY} -c pass", "--dry-run", "--gpus", "1")
     assert plan.startswith("Plan for job dr (dry run") and "2 worker(s) x 1 GPU(s)" in plan  # nothing submitted
-    assert "dr" not in seeds_cli.ok("ls")
+    assert "dr" not in seeds_cli.job_names()
     # words after -- or after a command of several words stay the program's
     seeds_cli.ok("submit", "mpi", "--name", "args", "--", PY, "-c", "import sys; print(sys.argv[1:])", "--dry-run")
     seeds_cli.ok("logs", "-f", "args")

@@ -10,6 +10,8 @@ from collections.abc import Callable
 from typing import Any
 
 from clijobs import events, job, wait_for
+from ringleader.engines.embedded.engine import Runtime
+from ringleader.errors import RingleaderError
 from waiting import wait_for as wait_until_true
 
 Cli = Any  # the `seeds_cli` fixture of tests/cli/conftest.py (2 nodes x 8 GPUs)
@@ -27,8 +29,18 @@ def listed(cli: Cli, *args: str) -> dict[str, dict[str, str]]:
     return {row.split()[0]: dict(zip(header, row.split(), strict=True)) for row in lines[1:]}
 
 
-def wait_until(check: Callable[[], bool], what: str) -> None:
-    wait_until_true(check, 60, what)
+def wait_until(cli: Cli, check: Callable[[Runtime], bool], what: str) -> None:
+    """Polls the state in this process (a `ringleader` start per poll burns a CPU while nothing
+    changes); the test then reads what the command says."""
+
+    def holds() -> bool:
+        with Runtime.open(cli.home, readonly=True) as rt:
+            try:
+                return check(rt)
+            except (RingleaderError, OSError):  # no instance yet, no log yet
+                return False
+
+    wait_until_true(holds, 60, what)
 
 
 def described(cli: Cli, queue: str) -> dict[str, Any]:
@@ -169,17 +181,20 @@ def test_logs_previous_shows_a_requeued_jobs_last_run(seeds_cli: Cli) -> None:
                  "--", "sleep", "600")  # fmt: skip
     seeds_cli.ok("submit", "mpi", "--name", "low", "--workers", "1", "--gpus", "8", "--", "python", "-c", RUN_SAYS)
     wait_for(seeds_cli, "low", "RUNNING")
-    wait_until(lambda: "run 0" in seeds_cli.ok("logs", "low"), "the first run's line")
+    wait_until(seeds_cli, lambda rt: "run 0" in rt.logs("low"), "the first run's line")
+    assert "run 0" in seeds_cli.ok("logs", "low")
     no_previous = seeds_cli("logs", "low", "--previous")
     assert no_previous.returncode == 1 and "job low has no previous run" in no_previous.stderr
     submit(seeds_cli, "urgent", 1, 8, "--priority", "10", "--preempt")
-    wait_until(lambda: job(seeds_cli, "low")["restarts"] == 1, "low preempted and requeued")
+    wait_until(seeds_cli, lambda rt: rt.get("low").restarts == 1, "low preempted and requeued")
+    assert job(seeds_cli, "low")["restarts"] == 1
     waiting = seeds_cli("logs", "low")  # no instance now: the run that was is --previous
     assert waiting.returncode == 1 and "has no instances yet" in waiting.stderr
     assert seeds_cli.ok("logs", "low", "--previous") == "run 0\n"
     assert seeds_cli.ok("logs", "low", "-p", "-i", "worker-0", "--timestamps").endswith("Z run 0\n")
     seeds_cli.ok("delete", "urgent")
-    wait_until(lambda: "run 1" in seeds_cli.ok("logs", "low"), "the second run's line")
+    wait_until(seeds_cli, lambda rt: "run 1" in rt.logs("low"), "the second run's line")
+    assert "run 1" in seeds_cli.ok("logs", "low")
     assert seeds_cli.ok("logs", "low", "--previous") == "run 0\n"  # the run before this one, only
     bad = seeds_cli("logs", "low", "--previous", "-f")
     assert bad.returncode == 2 and "--previous shows a run that has ended" in bad.stderr

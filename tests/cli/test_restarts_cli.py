@@ -10,9 +10,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-import waiting
-from clijobs import events, job, wait_for
+from clijobs import events, wait_for, wait_until
 from ringleader.jobs.failures import classify
+from ringleader.jobs.views import JobView
 
 Cli = Any  # the `seeds_cli` fixture of tests/cli/conftest.py (2 nodes x 8 GPUs)
 
@@ -97,14 +97,13 @@ if os.environ["RINGLEADER_NODE"] == bad:
     # longer fit: the gang waits (not failed)
     seeds_cli.ok("submit", "mpi", "--name", "spread", "--workers", "9", "--gpus", "1", "--max-restarts", "3",
                  "--", "python", str(program))  # fmt: skip
-    seen = wait_for(seeds_cli, "spread", "PENDING", "FAILED", "SUCCEEDED")
+    wait_for(seeds_cli, "spread", "PENDING", "FAILED", "SUCCEEDED")
 
-    def restarted() -> dict[str, Any] | None:
-        seen.update(job(seeds_cli, "spread"))
-        assert seen["status"] not in ("FAILED", "SUCCEEDED"), seen
-        return dict(seen) if seen["restarts"] >= 1 else None
+    def restarted(view: JobView) -> bool:
+        assert view.status.value not in ("FAILED", "SUCCEEDED"), view
+        return view.restarts >= 1
 
-    spread = waiting.wait_for(restarted, what=lambda: f"job spread to restart, last seen: {seen}", every=0.3)
+    spread = wait_until(seeds_cli, "spread", restarted, "job spread to restart")
     assert (spread["status"], spread["restarts"]) == ("PENDING", 1), spread
     [cordoned] = events(spread, "NodeCordoned")
     assert cordoned.startswith(f"node {bad} cordoned: blamed for 5 failures")

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from waiting import wait_for
+from clijobs import wait_until
 
 Cli = Any  # the `seeds_cli` fixture of tests/cli/conftest.py
 
@@ -73,13 +73,7 @@ def test_the_longest_wait_ends_the_wait_without_any_job_ending(seeds_cli: Cli) -
     busy(seeds_cli, "block-b", "10h")
     vgg(seeds_cli, "vgg", "--max-wait", "6s")
     assert job(seeds_cli, "vgg")["status"] == "PENDING"
-    seen: dict[str, Any] = {}
-
-    def left_the_queue() -> dict[str, Any] | None:
-        seen.update(job(seeds_cli, "vgg"))
-        return dict(seen) if seen["status"] != "PENDING" else None
-
-    data = wait_for(left_the_queue, what=lambda: f"vgg to leave the queue, last seen: {seen}", every=0.5)
+    data = wait_until(seeds_cli, "vgg", lambda view: view.status.value != "PENDING", "vgg to leave the queue")
     assert data["status"] == "RUNNING" and len(nodes_of(data)) == 2  # spread, as rule "now" would
 
 

@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
+from cli.conftest import Cli, apply_seeds_cluster
 from clijobs import wait_for
 from ringleader.cli.output import WIDTH_WHEN_PIPED, table
 
@@ -44,12 +45,14 @@ def imported_by(cli: Any, tmp_path: Path, *args: str) -> list[str]:
     return [m for m in data["modules"] if any(m == h or m.startswith(h + ".") for h in HEAVY)]
 
 
-@pytest.fixture
-def finished_job(seeds_cli: Any) -> Any:
-    seeds_cli.ok("submit", "mpi", "--name", "done", "--workers", "2", "--gpus", "1", "--", sys.executable,
-                 "-c", "pass")  # fmt: skip
-    wait_for(seeds_cli, "done", "SUCCEEDED")
-    return seeds_cli
+@pytest.fixture(scope="module")
+def finished_job(tmp_path_factory: pytest.TempPathFactory) -> Cli:
+    """One home with one finished job, for every read below: they change nothing."""
+    cli = Cli(tmp_path_factory.mktemp("startup") / "rl-home")
+    apply_seeds_cluster(cli.home)
+    cli.ok("submit", "mpi", "--name", "done", "--workers", "2", "--gpus", "1", "--", sys.executable, "-c", "pass")
+    wait_for(cli, "done", "SUCCEEDED")
+    return cli
 
 
 @pytest.mark.parametrize(
@@ -57,11 +60,11 @@ def finished_job(seeds_cli: Any) -> Any:
     [["--help"], ["list"], ["list", "-o", "json"], ["get", "done"], ["get", "done", "-o", "json"],
      ["submit", "--help"], ["top", "job"]],
 )
-def test_read_commands_import_nothing_heavy(finished_job: Any, tmp_path: Path, args: list[str]) -> None:
+def test_read_commands_import_nothing_heavy(finished_job: Cli, tmp_path: Path, args: list[str]) -> None:
     assert imported_by(finished_job, tmp_path, *args) == []
 
 
-def test_yaml_output_loads_yaml_and_nothing_else_heavy(finished_job: Any, tmp_path: Path) -> None:
+def test_yaml_output_loads_yaml_and_nothing_else_heavy(finished_job: Cli, tmp_path: Path) -> None:
     heavy = imported_by(finished_job, tmp_path, "list", "-o", "yaml")
     assert "yaml" in heavy and all(m == "yaml" or m.startswith("yaml.") for m in heavy)
 
