@@ -264,8 +264,9 @@ def test_read_only_home_with_nothing_running_is_read_and_refuses_writes_in_one_l
     home, view = tmp_path / "home", tmp_path / "read-only-view"
     assert cli(home, "cluster", "apply", "-f", str(REPO / "examples" / "seeds-cluster.yaml")).returncode == 0
     assert cli(home, "submit", "mpi", "--name", "done", "--", "true").returncode == 0
+    # Each look runs a command (a process of its own): one a second, not back to back.
     wait_for(lambda: not (home / "state.db-wal").exists() and "Succeeded" in cli(home, "get", "done").stdout.title(),
-             what="the job to end and its supervisor to close the state")  # fmt: skip
+             what="the job to end and its supervisor to close the state", every=1.0)  # fmt: skip
     view.mkdir()
     subprocess.run(["mount", "--bind", str(home), str(view)], check=True)
     try:

@@ -142,7 +142,8 @@ def test_gpus_held_by_a_job_that_no_longer_exists_are_freed(tmp_path: Path) -> N
     assert done.returncode == 0, done.stderr
     assert "note: freed GPU(s) box:0 box:1 box:2 box:3 held by job 'ghost', which does not exist" in done.stderr
     assert "RUNNING" in done.stdout, done.stdout  # placed at once on the GPUs freed
-    wait_for(lambda: "SUCCEEDED" in cli(home, "get", "big").stdout, what="job big to succeed")
+    # Each look runs a command (a process of its own): one a second, not back to back.
+    wait_for(lambda: "SUCCEEDED" in cli(home, "get", "big").stdout, what="job big to succeed", every=1.0)
     conn = sqlite3.connect(home / "state.db")
     assert conn.execute("SELECT count(*) FROM allocations").fetchone()[0] == 0
     conn.close()
