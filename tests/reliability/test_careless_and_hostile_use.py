@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from ringleader.engines.embedded.engine import Runtime
+from statecopy import copy_of
 from statedb import dump_db, kill_agents
 
 REPO = Path(__file__).resolve().parents[2]
@@ -57,17 +58,24 @@ def ended_job(home: Path) -> None:
     conn.close()
 
 
+@pytest.fixture(scope="module")
+def ended(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An `ended_job` folder made once; each test changes only its own copy of it."""
+    home = tmp_path_factory.mktemp("ended") / "home"
+    ended_job(home)
+    return home
+
+
 # -- the state database ---------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("command", [["list"], ["submit", "mpi", "--name", "x", "--", "true"], ["queue", "list"],
                                      ["top", "node"]], ids=" ".join)  # fmt: skip
 def test_a_bit_flipped_in_the_state_schema_is_one_line_and_the_file_is_left_as_it_was(
-    tmp_path: Path, command: list[str]
+    tmp_path: Path, command: list[str], ended: Path
 ) -> None:
     # SQLite reports the damaged schema quoting the flipped byte, which is not UTF-8 then.
-    home = tmp_path / "home"
-    ended_job(home)
+    home = copy_of(ended, tmp_path / "home")
     db = home / "state.db"
     data = bytearray(db.read_bytes())
     data[data.index(b"CREATE TABLE jobs") + 5] ^= 0x80
@@ -78,12 +86,11 @@ def test_a_bit_flipped_in_the_state_schema_is_one_line_and_the_file_is_left_as_i
 
 
 @pytest.mark.parametrize("verb", ["export", "import"])
-def test_exporting_or_importing_another_users_state_is_one_line(tmp_path: Path, verb: str) -> None:
+def test_exporting_or_importing_another_users_state_is_one_line(tmp_path: Path, verb: str, ended: Path) -> None:
     setpriv = shutil.which("setpriv")
     if os.geteuid() != 0 or setpriv is None:
         pytest.skip("needs root and setpriv (util-linux) to act as a user without privileges")
-    home = tmp_path / "theirs"
-    ended_job(home)
+    home = copy_of(ended, tmp_path / "theirs")
     copy = tmp_path / "copy.db"
     assert cli(home, "state", "export", str(copy)).returncode == 0
     for path in (home, *home.rglob("*")):

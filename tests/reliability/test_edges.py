@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from ringleader.engines.embedded.engine import JobSpec, Runtime
+from statecopy import copy_of, idle
 from waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -152,8 +154,6 @@ def test_deleted_working_directory_is_one_line(tmp_path: Path) -> None:
 
 
 def test_waiting_job_that_a_smaller_cluster_makes_impossible_is_told_so(tmp_path: Path) -> None:
-    from ringleader.engines.embedded.engine import JobSpec, Runtime
-
     def cluster(n: int) -> Path:
         path = tmp_path / f"c{n}.yaml"
         node = "  - name: n{}\n    preset: dgx1v\n    emulated: true\n"
@@ -175,6 +175,18 @@ def test_waiting_job_that_a_smaller_cluster_makes_impossible_is_told_so(tmp_path
         rt.close()
 
 
+@pytest.fixture(scope="module")
+def one_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A state folder with the seeds cluster and a finished job `j`, made once through the CLI;
+    each test damages its own copy."""
+    home = tmp_path_factory.mktemp("one-job") / "home"
+    assert cli(home, "cluster", "apply", "-f", str(REPO / "examples" / "seeds-cluster.yaml")).returncode == 0
+    assert cli(home, "submit", "mpi", "--name", "j", "--", sys.executable, "-c", "pass").returncode == 0
+    with Runtime.open(home) as rt:
+        assert rt.wait("j", timeout=60).status.value == "SUCCEEDED"
+    return idle(home)
+
+
 @pytest.mark.parametrize(
     ("damage", "commands"),
     [
@@ -192,11 +204,9 @@ def test_waiting_job_that_a_smaller_cluster_makes_impossible_is_told_so(tmp_path
          (["top", "node"], ["submit", "mpi", "--name", "k", "--", "true"])),
     ],
 )
-def test_damaged_state_rows_are_one_line(tmp_path: Path, damage: str, commands: tuple[list[str], ...]) -> None:
-    home = tmp_path / "home"
-    assert cli(home, "cluster", "apply", "-f", str(REPO / "examples" / "seeds-cluster.yaml")).returncode == 0
-    assert cli(home, "submit", "mpi", "--name", "j", "--", sys.executable, "-c", "pass").returncode == 0
-    cli(home, "list")
+def test_damaged_state_rows_are_one_line(tmp_path: Path, damage: str, commands: tuple[list[str], ...],
+                                         one_job: Path) -> None:  # fmt: skip
+    home = copy_of(one_job, tmp_path / "home")
     conn = sqlite3.connect(home / "state.db", isolation_level=None)
     conn.execute(damage)
     conn.close()
@@ -254,8 +264,9 @@ def test_read_only_home_with_nothing_running_is_read_and_refuses_writes_in_one_l
     home, view = tmp_path / "home", tmp_path / "read-only-view"
     assert cli(home, "cluster", "apply", "-f", str(REPO / "examples" / "seeds-cluster.yaml")).returncode == 0
     assert cli(home, "submit", "mpi", "--name", "done", "--", "true").returncode == 0
+    # Each look runs a command (a process of its own): one a second, not back to back.
     wait_for(lambda: not (home / "state.db-wal").exists() and "Succeeded" in cli(home, "get", "done").stdout.title(),
-             what="the job to end and its supervisor to close the state")  # fmt: skip
+             what="the job to end and its supervisor to close the state", every=1.0)  # fmt: skip
     view.mkdir()
     subprocess.run(["mount", "--bind", str(home), str(view)], check=True)
     try:

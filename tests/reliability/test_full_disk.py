@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from ringleader.engines.embedded.engine import JobSpec, Runtime
+from statecopy import copy_of, idle
 from waiting import WAIT_S, wait_for
 
 pytestmark = pytest.mark.slow
@@ -110,20 +111,33 @@ COMMANDS = {
 }
 
 
-@pytest.mark.parametrize("command", COMMANDS)
-def test_a_command_on_a_full_disk_is_one_line_and_changes_nothing(small_disk: Path, tmp_path: Path,
-                                                                  command: str) -> None:  # fmt: skip
-    from statedb import dump_db
+Prepared = tuple[Path, Path]  # a state folder no process has open, and the cluster file it applied
 
-    home = small_disk / "home"
-    cluster = tmp_path / "c.yaml"
+
+@pytest.fixture(scope="module")
+def finished_jobs(tmp_path_factory: pytest.TempPathFactory) -> Prepared:
+    """A state folder with a cluster applied and finished jobs `old0`... for `delete` to remove,
+    made once through the CLI and copied by each test that starts from it (its own copy, so
+    what one test's commands change no other test sees), and the cluster file it applied."""
+    root = tmp_path_factory.mktemp("finished-jobs")
+    home, cluster = root / "home", root / "c.yaml"
     cluster.write_text("nodes:\n  - name: box\n    preset: pcie-4gpu-workstation\n    emulated: true\n")
     assert cli(home, "cluster", "apply", "-f", str(cluster)).returncode == 0
-    for n in range(len(ROOM)):  # finished jobs for `delete` to remove
+    for n in range(len(ROOM)):
         assert cli(home, "submit", "mpi", "--name", f"old{n}", "--", "true").returncode == 0
     with Runtime.open(home) as rt:
         for n in range(len(ROOM)):
             rt.wait(f"old{n}", timeout=60)
+    return idle(home), cluster
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_command_on_a_full_disk_is_one_line_and_changes_nothing(small_disk: Path, command: str,
+                                                                  finished_jobs: Prepared) -> None:  # fmt: skip
+    from statedb import dump_db
+
+    template, cluster = finished_jobs
+    home = copy_of(template, small_disk / "home")
     refusals, problems = 0, []
     for n, (room, keep_reserve) in enumerate(ROOM):
         before = dump_db(home)
@@ -195,7 +209,8 @@ def test_while_a_job_fills_the_disk_commands_refuse_in_one_line_and_deleting_it_
 
 
 @pytest.mark.parametrize("command", COMMANDS)
-def test_a_command_over_its_disk_quota_is_one_line_and_changes_nothing(tmp_path: Path, command: str) -> None:
+def test_a_command_over_its_disk_quota_is_one_line_and_changes_nothing(tmp_path: Path, command: str,
+                                                                       finished_jobs: Prepared) -> None:  # fmt: skip
     """EDQUOT, which SQLite reports as a disk I/O error, not as a full disk: injected into the
     command's writes of the state (strace), as no file system here keeps quotas for tests."""
     import shutil
@@ -205,13 +220,8 @@ def test_a_command_over_its_disk_quota_is_one_line_and_changes_nothing(tmp_path:
     strace = shutil.which("strace")
     if strace is None:
         pytest.skip("needs strace to inject EDQUOT")
-    home = tmp_path / "home"
-    cluster = tmp_path / "c.yaml"
-    cluster.write_text("nodes:\n  - name: box\n    preset: pcie-4gpu-workstation\n    emulated: true\n")
-    assert cli(home, "cluster", "apply", "-f", str(cluster)).returncode == 0
-    assert cli(home, "submit", "mpi", "--name", "old0", "--", "true").returncode == 0
-    with Runtime.open(home) as rt:
-        rt.wait("old0", timeout=60)
+    template, cluster = finished_jobs
+    home = copy_of(template, tmp_path / "home")
     before = dump_db(home)
     args = [a.replace("{cluster}", str(cluster)) for a in COMMANDS[command](0)]
     env = {**os.environ, "RINGLEADER_HOME": str(home), "RINGLEADER_GRACE_S": "1"}

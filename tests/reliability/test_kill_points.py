@@ -43,9 +43,10 @@ def test_kill_at_each_step_leaves_state_truthful(tmp_path: Path, point: str) -> 
     done = cli(home, "submit", "mpi", "--name", "j", "--workers", "2", "--gpus", "1", "--", *program,
                crash_at=submit_crash)  # fmt: skip
     assert done.returncode == (-9 if submit_crash else 0), done.stderr
-    # The job was committed: the next command's agent starts it, none is lost.
+    # The job was committed: the next command's agent starts it, none is lost. Each look runs a
+    # command (a process of its own): one a second, not back to back.
     wait_for(lambda: cli(home, "list").returncode == 0 and len(processes_with(marker)) >= 2,
-             what="the job's ranks to run")  # fmt: skip
+             what="the job's ranks to run", every=1.0)  # fmt: skip
     if point.startswith("delete"):
         assert cli(home, "delete", "j", crash_at=point).returncode == -9
         # The stop was requested: the agent stops the ranks and forgets the job all the same.

@@ -18,7 +18,8 @@ import pytest
 from ringleader.engines.embedded import store
 from ringleader.engines.embedded.engine import Runtime
 from ringleader.errors import StateError
-from statedb import agent_pids, dump_db
+from statecopy import copy_of, idle
+from statedb import dump_db
 from waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -141,7 +142,8 @@ def test_gpus_held_by_a_job_that_no_longer_exists_are_freed(tmp_path: Path) -> N
     assert done.returncode == 0, done.stderr
     assert "note: freed GPU(s) box:0 box:1 box:2 box:3 held by job 'ghost', which does not exist" in done.stderr
     assert "RUNNING" in done.stdout, done.stdout  # placed at once on the GPUs freed
-    wait_for(lambda: "SUCCEEDED" in cli(home, "get", "big").stdout, what="job big to succeed")
+    # Each look runs a command (a process of its own): one a second, not back to back.
+    wait_for(lambda: "SUCCEEDED" in cli(home, "get", "big").stdout, what="job big to succeed", every=1.0)
     conn = sqlite3.connect(home / "state.db")
     assert conn.execute("SELECT count(*) FROM allocations").fetchone()[0] == 0
     conn.close()
@@ -249,12 +251,18 @@ def test_a_link_planted_in_a_waiting_jobs_log_folder_is_never_written_through(tm
     assert "is a symbolic link" in err and "keep me too" not in err
 
 
-def test_a_state_database_that_is_a_link_is_refused(tmp_path: Path, victim: Path) -> None:
-    home = tmp_path / "home"
+@pytest.fixture(scope="module")
+def first_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder with one finished job, its agent gone (one still there would write its own open
+    file, moved by the tests), made once; each test moves things in its own copy."""
+    home = tmp_path_factory.mktemp("first-job") / "home"
     assert submit(home, "first").returncode == 0
     Runtime.open(home).wait("first", timeout=60)
-    # the agent leaves once idle: one still there would write its own open file, moved below
-    wait_for(lambda: not agent_pids(home), what="the agent to leave")
+    return idle(home)
+
+
+def test_a_state_database_that_is_a_link_is_refused(tmp_path: Path, victim: Path, first_job: Path) -> None:
+    home = copy_of(first_job, tmp_path / "home")
     (home / "state.db").rename(victim / "state.db")
     (home / "state.db").symlink_to(victim / "state.db")
     before = snapshot(victim)
@@ -265,14 +273,11 @@ def test_a_state_database_that_is_a_link_is_refused(tmp_path: Path, victim: Path
 
 
 def test_a_link_planted_while_the_state_is_being_opened_is_refused_before_anything_is_read(
-    tmp_path: Path, victim: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, victim: Path, monkeypatch: pytest.MonkeyPatch, first_job: Path
 ) -> None:
     """The link appears after the check and before SQLite connects (an agent opening the state
     under load): refused all the same, and nothing is made or changed beside its target."""
-    home = tmp_path / "home"
-    assert submit(home, "first").returncode == 0
-    Runtime.open(home).wait("first", timeout=60)
-    wait_for(lambda: not agent_pids(home), what="the agent to leave")
+    home = copy_of(first_job, tmp_path / "home")
     connect = store._connect
 
     def plant_then_connect(target: str) -> sqlite3.Connection:
