@@ -293,7 +293,7 @@ class SlurmEngine(pending.SpecChanges):
                 plan, started = record.get("plan"), float(record["started_at"])
                 end = now + PREEMPT_DELAY_S if preempted else expected_end(plan, started, spec.time_limit_s)
             preemptible = status is JobStatus.RUNNING and spec.preemptible and not preempted
-            gpus = spec.request().total_gpus
+            gpus = spec.workers * spec.gpus_per_worker
             run = running_service(gpus, service_of_runs(gpus, record.get("runs", [])), started, now, end)
             holding.append(Holding(spec.name, spec.priority, None if preempted else queue_of(spec), end,
                                    PREEMPT_DELAY_S, preemptible, *run))  # fmt: skip
