@@ -24,6 +24,15 @@ settings.register_profile("loaded-box", deadline=None, suppress_health_check=LOA
 settings.load_profile("loaded-box")
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The files with a slow test first, each file's tests kept together and every file in its
+    order otherwise. Side by side, files are handed to the workers in this order: a long file
+    handed out last keeps one worker busy after the others ran out of files, and the suite lasts
+    as long as that file's tail (the longest-first rule of scheduling)."""
+    slow = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.nodeid.split("::")[0] not in slow)
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Start building the training image at once, in the background, when it is not there yet:
     on a fresh machine the build (~2 min) then overlaps the tests that do not need it. Once,

@@ -18,6 +18,8 @@ from ringleader.bench.ranks import free_port
 
 from .conftest import PY, cli
 
+pytestmark = pytest.mark.slow  # multi-process runs of seconds each: run early (tests/conftest.py)
+
 SMALL = ("-b", "64", "-e", "16K", "-f", "16", "-n", "3", "-w", "1")
 ROW = re.compile(r"^\s+\d+\s+\d+\s+\w+\s+\w+\s+-?\d+(\s+[\d.]+){3}\s+\d+(\s+[\d.]+){3}\s+\d+$")
 MATRIX = Path(__file__).with_name("rank_matrix.py")

@@ -20,7 +20,7 @@ from ringleader.bench.train import Step, TrainConfig
 from .conftest import LONG_TIMEOUT, TIMEOUT, cli, cli_json
 
 # Each test runs benches of real ranks; under load they take minutes (the limits: conftest.py).
-pytestmark = pytest.mark.timeout(2 * LONG_TIMEOUT)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2 * LONG_TIMEOUT)]
 
 TINY = ("--batch-size", "8", "--num-batches", "4", "--num-warmup-batches", "1",
         "--image-size", "16", "--display-every", "2")  # fmt: skip

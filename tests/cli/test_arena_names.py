@@ -12,6 +12,8 @@ import pytest
 from cli.conftest import EXAMPLES
 from ringleader import __version__
 
+pytestmark = pytest.mark.slow  # multi-process runs of seconds each: run early (tests/conftest.py)
+
 PY = sys.executable
 
 

@@ -9,10 +9,14 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from clijobs import events, job, wait_for
 from ringleader.engines.embedded.engine import Runtime
 from ringleader.errors import RingleaderError
 from waiting import wait_for as wait_until_true
+
+pytestmark = pytest.mark.slow  # multi-process runs of seconds each: run early (tests/conftest.py)
 
 Cli = Any  # the `seeds_cli` fixture of tests/cli/conftest.py (2 nodes x 8 GPUs)
 

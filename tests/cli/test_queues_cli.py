@@ -9,8 +9,12 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from clijobs import events, job, wait_for
 from rendering import REPO
+
+pytestmark = pytest.mark.slow  # multi-process runs of seconds each: run early (tests/conftest.py)
 
 Cli = Any  # the `seeds_cli` fixture of tests/cli/conftest.py (2 nodes x 8 GPUs)
 

@@ -13,6 +13,8 @@ import pytest
 
 from clijobs import wait_until
 
+pytestmark = pytest.mark.slow  # multi-process runs of seconds each: run early (tests/conftest.py)
+
 Cli = Any  # the `seeds_cli` fixture of tests/cli/conftest.py
 
 

@@ -31,6 +31,8 @@ from ringleader.jobs.states import JobStatus
 from ringleader.scheduler.order import QueueOrder
 from ringleader.scheduler.teams import TeamQueue
 
+pytestmark = pytest.mark.slow  # multi-process runs of seconds each: run early (tests/conftest.py)
+
 GROUPS = f"/apis/{names.PODGROUP_GROUP}/{names.PODGROUP_VERSION}"
 QUOTA = (("*", 8),)
 LAB = ("team-a", "team-b")  # one namespace per team, each team's queue for its own namespace

@@ -23,6 +23,8 @@ from kube.realserver import ControlPlane, RequestFailed, free_port, leading_sche
 from ringleader.engines.kubernetes import names
 from ringleader.engines.kubernetes.scheduler import Scheduler
 
+pytestmark = pytest.mark.slow  # multi-process runs of seconds each: run early (tests/conftest.py)
+
 GROUPS = f"/apis/{names.PODGROUP_GROUP}/{names.PODGROUP_VERSION}"
 UUIDS = [f"GPU-{g:08x}-aaaa-bbbb-cccc-{g:012x}" for g in range(8)]
 

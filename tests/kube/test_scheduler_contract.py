@@ -26,6 +26,8 @@ from ringleader.engines.kubernetes.scheduler import Scheduler
 from ringleader.jobs.queues import read_preempted
 from waiting import wait_for
 
+pytestmark = pytest.mark.slow  # multi-process runs of seconds each: run early (tests/conftest.py)
+
 
 def scheduler(fake: FakeApiServer, identity: str = "sched-a") -> Scheduler:
     s = Scheduler(Api(load_client(host=fake.url)), identity)

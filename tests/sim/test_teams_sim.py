@@ -22,6 +22,8 @@ from ringleader.sim.families import best_step_fn, family_trace
 from ringleader.sim.summary import contended_shares
 from ringleader.topology import NodeSpec, preset
 
+pytestmark = pytest.mark.slow  # simulations of 600-1,000 jobs, seconds each: run early (tests/conftest.py)
+
 REPO = Path(__file__).resolve().parents[2]
 
 
