@@ -122,17 +122,22 @@ def end_leftovers(grace_s: float = 2.0) -> None:
     """After the program: stop every process it left behind (SIGTERM, then SIGKILL) and reap them."""
     left = descendants(os.getpid())
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid, started in left:
-            if start_time(pid) == started:
-                try:  # noqa: SIM105 (contextlib costs this per-rank process a millisecond to import)
-                    os.kill(pid, sig)
-                except OSError:
-                    pass
+        _signal_each(left, sig)
         deadline = time.monotonic() + grace_s
         while sig == signal.SIGTERM and time.monotonic() < deadline and any(start_time(p) == s for p, s in left):
             _reap()
             time.sleep(0.05)
     _reap()
+
+
+def _signal_each(procs: list[tuple[int, int]], sig: int) -> None:
+    """``sig`` to each (pid, start time) that is still that process (a reused pid is left alone)."""
+    for pid, started in procs:
+        if start_time(pid) == started:
+            try:  # noqa: SIM105 (contextlib costs this per-rank process a millisecond to import)
+                os.kill(pid, sig)
+            except OSError:
+                pass
 
 
 def _reap() -> None:
@@ -593,7 +598,7 @@ def _fence(
         time.sleep(LEASE_CHECK_S)
     fencing.set()
     said = f"ringleader: no word from the head for {lease.length_s:g} s: stopping the rank"
-    try:  # noqa: SIM105 (see end_leftovers)
+    try:  # noqa: SIM105 (see _signal_each)
         out.write(STREAM_OUTPUT, said.encode())
     except OSError:  # nobody reads it any more (mpirun's daemon is gone): the stop matters, not the line
         pass
@@ -606,18 +611,13 @@ def _fence(
     # until nothing of the rank is left (a zombie writes nothing), so none outlives this wrapper.
     deadline = time.monotonic() + FENCE_KILL_WAIT_S
     while (left := descendants(os.getpid())) and time.monotonic() < deadline:
-        for pid, started in left:
-            if start_time(pid) == started:
-                try:  # noqa: SIM105 (see end_leftovers)
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
+        _signal_each(left, signal.SIGKILL)
         time.sleep(0.01)
     os._exit(FENCED_EXIT)
 
 
 def _signal_group(pgid: int, sig: int) -> None:
-    try:  # noqa: SIM105 (see end_leftovers)
+    try:  # noqa: SIM105 (see _signal_each)
         os.killpg(pgid, sig)
     except OSError:
         pass

@@ -132,14 +132,13 @@ def queue_snapshot(
         else:
             plan = json.loads(row["decision"]) if row["decision"] else None
             end = None if started is None else expected_end(plan, started, spec.time_limit_s, spec.stop_grace())
+        gpus = spec.workers * spec.gpus_per_worker
         if queues and started is not None:
-            gpus = spec.workers * spec.gpus_per_worker
             usage[queue_of(spec)] = usage.get(queue_of(spec), 0.0) + run_usage(gpus, started, now, now)
         moving = store.get_meta(conn, MOVING + spec.name) if stopping else None
         if moving is not None:  # its new placement is held for it while it stops
             state = held_for_move(state, placement_from_dict(spec.name, json.loads(moving)))
         move = None if stopping else movable(row, spec, now)
-        gpus = spec.workers * spec.gpus_per_worker
         run = running_service(gpus, waiting_service(conn, row, spec), started, now, end)
         holding.append(Holding(spec.name, spec.priority, None if stopping else queue_of(spec), end,
                                spec.stop_grace(), spec.preemptible and not stopping, *run, move=move))  # fmt: skip
