@@ -59,6 +59,9 @@ log = logging.getLogger("ringleader.kube.scheduler")
 # failure in a row: kube-scheduler's podInitialBackoffSeconds and podMaxBackoffSeconds.
 INITIAL_BACKOFF_S = 1.0
 MAX_BACKOFF_S = 10.0
+# The queues' usage not written (refused, the server unreachable): tried again this much later,
+# not every cycle.
+USAGE_RETRY_S = 30.0
 RESULTS = {Code.SUCCESS: "scheduled", Code.UNSCHEDULABLE: "unschedulable", Code.UNRESOLVABLE: "unresolvable"}
 
 
@@ -189,6 +192,7 @@ class Scheduler:
         # a calibration as written on a gang's workers -> it read, or why it is ignored
         self._calibrations: dict[str, Calibration | str] = {}
         self._usage_missing_said = False  # the usage ConfigMap's absence said once in the log
+        self._usage_retry_at = 0.0  # a failed write of the usage is tried again from then (monotonic)
         self._stop = threading.Event()
         # What the cycle reports (Events, PodScheduled=False, PodGroup status) goes out on these
         # threads once the cycle's Bindings are written, when ``reports_async`` (the daemon):
@@ -370,10 +374,10 @@ class Scheduler:
         (usage.py) when a pod stopped holding GPUs since it was last kept, or it is KEEP_EVERY_S
         old: replaced at the resourceVersion last seen, read again and redone after a 409 (the
         other writer's ``as_of`` then bounds what is added), so no update is lost and no
-        GPU-second counted twice. Not written, it is tried again next cycle."""
+        GPU-second counted twice. Not written, it is tried again USAGE_RETRY_S later."""
         for _ in range(3):
             with self.lock:
-                if not self.cache.queues:
+                if not self.cache.queues or self.clock.monotonic() < self._usage_retry_at:
                     return
                 now = self.clock.now()
                 config = self.cache.usage_config
@@ -388,8 +392,10 @@ class Scheduler:
                                 "manifests` again", names.SYSTEM_NAMESPACE, names.QUEUE_USAGE_CONFIG)  # fmt: skip
                     self._usage_missing_said = True
                 return
-            meta = {"name": names.QUEUE_USAGE_CONFIG, "namespace": names.SYSTEM_NAMESPACE,
-                    "resourceVersion": (config.get("metadata") or {}).get("resourceVersion")}  # fmt: skip
+            # its labels and annotations (kubectl's last-applied one) kept; the resourceVersion seen
+            seen = config.get("metadata") or {}
+            meta = {key: seen[key] for key in ("name", "namespace", "uid", "resourceVersion", "labels", "annotations")
+                    if key in seen}  # fmt: skip
             try:
                 self._check_lease()
                 written = self.api.replace_config_map(names.SYSTEM_NAMESPACE, names.QUEUE_USAGE_CONFIG,
@@ -397,12 +403,12 @@ class Scheduler:
                                                        "data": usage_data(fresh)})  # fmt: skip
             except ApiError as exc:
                 if exc.status != 409:
-                    log.warning("fair-share usage not kept: %s", exc.message)
+                    self._usage_not_kept(exc)
                     return
                 try:
                     written = self.api.config_map(names.SYSTEM_NAMESPACE, names.QUEUE_USAGE_CONFIG) or {}
                 except ApiError as again:
-                    log.warning("fair-share usage not kept: %s", again.message)
+                    self._usage_not_kept(again)
                     return
                 with self.lock:
                     self.cache.apply_usage("MODIFIED" if written else "DELETED", written)
@@ -412,6 +418,10 @@ class Scheduler:
             with self.lock:
                 self.cache.apply_usage("MODIFIED", written)
             return
+
+    def _usage_not_kept(self, exc: ApiError) -> None:
+        log.warning("fair-share usage not kept: %s (trying again in %.0f s)", exc.message, USAGE_RETRY_S)
+        self._usage_retry_at = self.clock.monotonic() + USAGE_RETRY_S
 
     def _bind(self, outcome: Outcome) -> BindResult:
         """One Binding per member; gated members (DRA workers) are pinned instead, the whole
