@@ -493,3 +493,56 @@ def test_real_a_gang_that_would_fit_on_cordoned_nodes_says_cordoned(lab: Control
     lab.until(lambda: sched.sync() or not any(sched.cache.nodes[n].taints for n in ("gpu-0", "gpu-1")),
               "the scheduler to see the nodes back")  # fmt: skip
     assert [r.ok for r in sched.cycle()] == [True]
+
+
+def test_real_a_queue_whose_gang_ran_goes_after_one_that_did_not_across_a_restart(
+        lab: ControlPlane, clocked: Scheduler, clock: ManualClock) -> None:  # fmt: skip
+    """Fair share remembers ended runs: alice's gang of 16 GPUs (the whole cluster) runs ten
+    minutes and succeeds; the scheduler keeps her queue's GPU-seconds in its ConfigMap, beside
+    what another writer kept there meanwhile. A scheduler started afresh, which never saw that
+    run, reads them back: with a gang of each queue waiting (equal weights, GPUs for one), bob's
+    starts, though alice's was submitted first."""
+    admin = engine(lab, "admin", "default")
+    for queue, namespace in (("usage-a", "team-a"), ("usage-b", "team-b")):
+        admin.create_queue(TeamQueue(queue, (("*", 16),), namespaces=(namespace,)), overwrite=True)
+    clocked.sync()
+    started = clock.now() - 0.5  # kubelet's startTime is to the second
+    first = submit(lab, "alice", "team-a", "ran", 16, kind="pytorch", queue="usage-a")
+    start(lab, clocked, first, started)
+    clock.advance(600)
+    for pod in lab.request("GET", "/api/v1/namespaces/team-a/pods")["items"]:
+        lab.set_pod_status("team-a", pod["metadata"]["name"], {"phase": "Succeeded"})
+
+    def ran_ended() -> bool:
+        clocked.sync()
+        return not any(p.gang_key == "team-a/ran" for p in clocked.cache.pods.values())
+
+    lab.until(ran_ended, "the scheduler's cache to see the gang end")
+    # another writer keeps usage-b meanwhile (as a second replica might): the scheduler's write,
+    # at the resourceVersion it last saw, is refused; it reads the ConfigMap again, and adds
+    usage_path = f"/api/v1/namespaces/{names.SYSTEM_NAMESPACE}/configmaps/{names.QUEUE_USAGE_CONFIG}"
+    other = json.dumps({"gpu_s": 100.0, "as_of": clock.now()})
+    lab.patch(usage_path, {"data": {"usage-b": other}})
+    assert clocked.cycle() == []  # nothing waits; the ended run is kept
+    kept = lab.get(usage_path)
+    assert kept is not None
+    ran = json.loads(kept["data"]["usage-a"])
+    assert ran["as_of"] == clock.now() and 16 * 599 < ran["gpu_s"] <= 16 * 600.5, ran
+    assert json.loads(kept["data"]["usage-b"]) == {"gpu_s": 100.0, "as_of": clock.now()}
+    listed = {view.name: view for view in admin.queues()}  # `queue list` reads it too
+    assert listed["usage-a"].usage_gpu_h == pytest.approx(ran["gpu_s"] / 3600, rel=1e-3)
+    clocked.elector.release()  # the scheduler restarted: a new one, with an empty cache
+    restarted = leading_scheduler(lab, "sched-restarted", clock=clock)
+    try:
+        clock.advance(60)
+        waiting = {}
+        for user, namespace, name, queue in (("alice", "team-a", "again", "usage-a"), ("bob", "team-b", "other",
+                                                                                       "usage-b")):
+            waiting[name] = operator_pods(lab, submit(lab, user, namespace, name, 16, kind="pytorch", queue=queue))
+            time.sleep(1.1)  # submitted a second apart: by age alone, alice's would go first
+        for name, namespace in (("again", "team-a"), ("other", "team-b")):
+            seen_whole(lab, restarted, f"{namespace}/{name}", len(waiting[name]))
+        assert [(r.gang, r.ok) for r in restarted.cycle()] == [("team-b/other", True)]
+        assert restarted.cache.queue_usage(clock.now())["usage-a"] == pytest.approx(ran["gpu_s"], rel=1e-3)
+    finally:
+        restarted.elector.release()

@@ -1131,3 +1131,30 @@ def test_contract_a_pod_deleted_on_purpose_is_no_failure() -> None:
     assert failed is not None and (failed.run, failed.max_restarts, failed.exit_code) == (1, 3, 143)
     stopped["metadata"]["deletionTimestamp"] = "2026-11-27T10:00:00Z"
     assert pod_failure(stopped) is None
+
+
+def test_contract_queue_usage_missing_or_bad_is_said_and_never_stops_the_cycle(
+        fake: FakeApiServer, caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    """The queues' usage ConfigMap absent (an install from before it): said once in the log, not
+    written, the cycle goes on. Made with an entry not as the scheduler writes it: that entry is
+    left out with one line naming the queue, and the next cycle writes it clean, counting the
+    running gang's GPU-seconds from its start."""
+    fake.put("nodes", node("gpu-0"))
+    fake.put("configmaps", queues_config(**{"team-a": {"quota": [["*", 8]], "weight": 1.0}}))
+    queued_gang(fake, "r1", "team-a", 4, "gpu-0", started_s=time.time() - 600)
+    s = scheduler(fake)
+    with caplog.at_level(logging.WARNING, logger="ringleader.kube.scheduler"):
+        assert s.cycle() == [] and s.cycle() == []
+    assert [r.getMessage() for r in caplog.records].count(
+        f"fair-share usage not kept: the ConfigMap {names.SYSTEM_NAMESPACE}/{names.QUEUE_USAGE_CONFIG} is missing; "
+        "apply `ringleader kube manifests` again") == 1  # fmt: skip
+    assert not fake.calls("update", plural="configmaps")
+    caplog.clear()
+    fake.put("configmaps", {"apiVersion": "v1", "kind": "ConfigMap", "data": {"team-a": "ten"},
+                            "metadata": {"name": names.QUEUE_USAGE_CONFIG, "namespace": names.SYSTEM_NAMESPACE}})
+    with caplog.at_level(logging.WARNING, logger="ringleader.kube.cache"):
+        s.sync()
+    assert ["queue team-a: 'ten' is not" in r.getMessage() for r in caplog.records] == [True]
+    assert s.cycle() == []
+    kept = json.loads(fake.get("configmaps", names.QUEUE_USAGE_CONFIG, names.SYSTEM_NAMESPACE)["data"]["team-a"])
+    assert 4 * 590 < kept["gpu_s"] < 4 * 700, kept

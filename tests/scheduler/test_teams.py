@@ -26,7 +26,18 @@ from ringleader.scheduler import (
 )
 from ringleader.scheduler import schedule_queue as run_pass
 from ringleader.scheduler.queue import BackfillConfig, queue_order
-from ringleader.scheduler.teams import ANY_TYPE, TeamQueue, Teams, decayed, fair_merge, fair_share, run_usage
+from ringleader.scheduler.teams import (
+    ANY_TYPE,
+    GpuSpan,
+    KeptUsage,
+    TeamQueue,
+    Teams,
+    decayed,
+    fair_merge,
+    fair_share,
+    run_usage,
+    usage_at,
+)
 from ringleader.topology import NodeSpec, preset
 
 NOW = 1000.0
@@ -193,6 +204,39 @@ def test_usage_decays_with_its_half_life() -> None:
     assert run_usage(2, 5.0, 100.0, 50.0, half_life_s=h) == pytest.approx(run_usage(2, 5.0, 50.0, 50.0, half_life_s=h))
     assert math.isclose(run_usage(3, 10.0, 5.0, 20.0), 0.0)
 
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    runs=st.lists(st.tuples(st.integers(1, 8), st.floats(0, 5e5), st.floats(0, 5e5)), min_size=1, max_size=6),
+    kept_at=st.lists(st.floats(0, 1e6), max_size=4),
+)
+def test_usage_kept_again_and_again_counts_every_gpu_second_once(
+        runs: list[tuple[int, float, float]], kept_at: list[float]) -> None:  # fmt: skip
+    """Usage kept at any moments, each time from the last kept and the runs as seen then (running
+    ones to that moment), ends where counting every run once at the end does: a run seen at
+    every keep, ended or not, adds only what followed the last one."""
+    half_life = 3600.0 * 24
+    spans = [GpuSpan("a", gpus, min(s, e), max(s, e)) for gpus, s, e in runs]
+    end = 1e6
+    kept: dict[str, KeptUsage] = {}
+    for at in sorted(kept_at):
+        seen = [GpuSpan(sp.queue, sp.gpus, sp.start_s, min(sp.end_s, at)) for sp in spans if sp.start_s <= at]
+        kept = usage_at(kept, seen, at, half_life)
+    once = sum(run_usage(sp.gpus, sp.start_s, sp.end_s, end, half_life) for sp in spans)
+    total = usage_at(kept, spans, end, half_life).get("a", KeptUsage(0.0, end)).gpu_s
+    assert total == pytest.approx(once, rel=1e-9, abs=1e-6)
+
+
+def test_kept_usage_covers_a_run_it_counted_and_never_moves_back() -> None:
+    """A run that ended before its queue's usage was kept adds nothing again; a queue kept
+    nowhere counts its runs whole; a clock behind the last writer's keeps its ``as_of``."""
+    kept = {"a": KeptUsage(1000.0, 500.0)}
+    later = usage_at(kept, [GpuSpan("a", 4, 0.0, 400.0), GpuSpan("b", 2, 0.0, 100.0)], 600.0, half_life_s=1e12)
+    assert later["a"].gpu_s == pytest.approx(1000.0) and later["a"].as_of == 600.0
+    assert later["b"].gpu_s == pytest.approx(200.0) and later["b"].as_of == 600.0
+    assert usage_at(kept, [GpuSpan("a", 4, 0.0, 550.0)], 550.0, half_life_s=1e12)["a"].gpu_s == pytest.approx(1200.0)
+    assert usage_at(kept, [], 100.0)["a"] == KeptUsage(1000.0, 500.0)
 
 @settings(max_examples=60, deadline=None)
 @given(

@@ -18,7 +18,9 @@ The shape is Kueue's ClusterQueue and cohort, the order Slurm's fair-share facto
   order the jobs of one queue (``fair_merge``; docs/queues.md says why).
 
 Pure: the caller gives the queues, the GPUs each queue's running gangs hold and their recent
-usage; no clock is read.
+usage; no clock is read. Where usage is kept as one decayed number per queue, updated from the
+GPU spans of its gangs (``KeptUsage``, ``usage_at``: the Kubernetes scheduler's), each span is
+counted from the queue's last update only, so rewriting it never counts a second twice.
 """
 
 from __future__ import annotations
@@ -474,3 +476,38 @@ def run_usage(gpus: int, start_s: float, end_s: float, now: float, half_life_s: 
         return 0.0
     rate = math.log(2.0) / half_life_s
     return gpus * math.exp(-rate * (now - end_s)) * -math.expm1(-rate * (end_s - start_s)) / rate
+
+
+@dataclass(frozen=True)
+class KeptUsage:
+    """A queue's usage as kept: ``gpu_s`` GPU-seconds decayed to ``as_of``, which counts the
+    queue's runs up to ``as_of`` and nothing after it."""
+
+    gpu_s: float
+    as_of: float
+
+
+@dataclass(frozen=True)
+class GpuSpan:
+    """``gpus`` GPUs of ``queue`` held from ``start_s`` to ``end_s`` (now, for one still held)."""
+
+    queue: str
+    gpus: int
+    start_s: float
+    end_s: float
+
+
+def usage_at(kept: Mapping[str, KeptUsage], spans: Iterable[GpuSpan], now: float,
+             half_life_s: float = DECAY_HALF_LIFE_S) -> dict[str, KeptUsage]:  # fmt: skip
+    """Each queue's usage as of ``now``: what was kept, decayed to ``now``, plus each span's part
+    after its queue's ``as_of`` (the part before was counted when that was kept; a queue kept
+    nowhere counts its spans whole). Kept again, it covers everything up to ``now``: a span
+    seen again later adds only what follows. ``as_of`` never moves back (a clock behind the
+    last writer's counts nothing until it passes it)."""
+    out = {q: KeptUsage(decayed(k.gpu_s, k.as_of, now, half_life_s), max(k.as_of, now)) for q, k in kept.items()}
+    for span in spans:
+        since = kept[span.queue].as_of if span.queue in kept else span.start_s
+        added = run_usage(span.gpus, max(span.start_s, since), span.end_s, now, half_life_s)
+        before = out.get(span.queue, KeptUsage(0.0, now))
+        out[span.queue] = KeptUsage(before.gpu_s + added, before.as_of)
+    return out

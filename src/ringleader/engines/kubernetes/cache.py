@@ -15,16 +15,18 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
+from ringleader.clock import SYSTEM_CLOCK, Clock
 from ringleader.engines.kubernetes import names
 from ringleader.engines.kubernetes.claims import CLAIMS, SLICES, claim_gpus, device_index, object_key, owner_pod
 from ringleader.engines.kubernetes.objects import NodeInfo, PodInfo, node_info, pod_info, static_misfit, wall_time
 from ringleader.engines.kubernetes.restarts import PodFailure, ended_runs, pod_failure
+from ringleader.engines.kubernetes.usage import read_usage
 from ringleader.errors import UsageError
 from ringleader.jobs.codec import spec_from_json
 from ringleader.jobs.queues import queue_from_json
 from ringleader.jobs.spec import JobSpec
 from ringleader.scheduler import ClusterState, NodeState, Placement, WorkerSlot
-from ringleader.scheduler.teams import DEFAULT_QUEUE, TeamQueue, Teams, run_usage
+from ringleader.scheduler.teams import DEFAULT_QUEUE, GpuSpan, KeptUsage, TeamQueue, Teams, usage_at
 from ringleader.topology.cluster import placed
 from ringleader.topology.network import NetworkTree
 from ringleader.topology.network_formats import label_keys, tree_from_hypernodes, tree_from_labels
@@ -80,8 +82,14 @@ class Gang:
         )
 
 
+def _uses_gpus(pod: PodInfo) -> bool:
+    """A pod of ours holding GPUs on a node (one being deleted too: its containers may still run)."""
+    return pod.holds_resources and pod.ours and pod.gpus > 0
+
+
 class Cache:
-    def __init__(self, level_keys: Sequence[str] | None = None, hypernodes: bool = False) -> None:
+    def __init__(self, level_keys: Sequence[str] | None = None, hypernodes: bool = False,
+                 clock: Clock = SYSTEM_CLOCK) -> None:  # fmt: skip
         # The network tree above the nodes, from their labels (``level_keys``, nearest the node
         # first; None: the first known convention they carry), or with ``hypernodes`` from
         # Volcano's HyperNode objects. Rebuilt only when a node comes, goes or changes one of
@@ -100,6 +108,14 @@ class Cache:
         self.specs: dict[str, JobSpec] = {}  # namespace/name -> the spec its PodGroup keeps
         self.held: set[str] = set()  # namespace/name of the PodGroups held by their users
         self.queues: tuple[TeamQueue, ...] = ()  # the team queues (names.QUEUES_CONFIG)
+        # Fair-share usage: each queue's as kept in the cluster (names.QUEUE_USAGE_CONFIG, usage.py),
+        # that ConfigMap as last seen (the leader replaces it at its resourceVersion), and the
+        # GPU spans of pods that stopped holding GPUs since (their end on ``clock``), until the
+        # kept usage covers them.
+        self.clock = clock
+        self.kept_usage: dict[str, KeptUsage] = {}
+        self.usage_config: Mapping[str, Any] | None = None
+        self.ended: list[GpuSpan] = []
         self.restarts: dict[str, int] = {}  # gang -> its restart count (its PodGroup's annotation)
         self.preemptions: dict[str, int] = {}  # gang -> how many of its restarts were preemptions
         self.runs: dict[str, list[tuple[float, float]]] = {}  # gang -> its ended runs (its PodGroup's annotation)
@@ -148,8 +164,9 @@ class Cache:
             self._tree_stale = True
             self._node_set_changed()
         elif kind == "configmaps":
-            found = list(objects)
-            self.apply_queues("ADDED" if found else "DELETED", found[0] if found else {})
+            found = {str((o.get("metadata") or {}).get("name")): o for o in objects}
+            for name, apply in ((names.QUEUES_CONFIG, self.apply_queues), (names.QUEUE_USAGE_CONFIG, self.apply_usage)):
+                apply("ADDED" if name in found else "DELETED", found.get(name, {}))
         elif kind == SLICES:
             self.slices = {object_key(o): o for o in objects}
             self._devices = device_index(list(self.slices.values()))
@@ -171,7 +188,11 @@ class Cache:
         elif kind == "pods":
             self.apply_pod(event_type, obj)
         elif kind == "configmaps":
-            self.apply_queues(event_type, obj)
+            name = (obj.get("metadata") or {}).get("name")
+            if name == names.QUEUES_CONFIG:
+                self.apply_queues(event_type, obj)
+            elif name == names.QUEUE_USAGE_CONFIG:
+                self.apply_usage(event_type, obj)
         elif kind == CLAIMS:
             self.apply_claim(event_type, obj)
         elif kind == SLICES:
@@ -278,6 +299,24 @@ class Cache:
         self.queues = tuple(kept)
         self.freed += 1  # a quota changed: gangs that waited may start, or wait for a new reason
 
+    def apply_usage(self, event_type: str, obj: Mapping[str, Any]) -> None:
+        """The queues' kept usage (names.QUEUE_USAGE_CONFIG): an entry not as the scheduler writes
+        it is left out, said in the log. A queue's entry never goes back to an older ``as_of``
+        (a watch event from before this replica's own write); deleted, every queue's usage
+        starts again from the gangs that run. The spans it now covers are forgotten."""
+        if event_type == "DELETED":
+            self.kept_usage, self.usage_config = {}, None
+            return
+        read, problems = read_usage(obj.get("data") or {})
+        for problem in problems:
+            log.warning("fair-share usage left out (%s): %s; the scheduler writes it again", names.QUEUE_USAGE_CONFIG,
+                        problem)  # fmt: skip
+        before = self.kept_usage
+        self.kept_usage = {q: max(k, before.get(q, k), key=lambda u: u.as_of) for q, k in read.items()}
+        self.usage_config = obj
+        kept = self.kept_usage
+        self.ended = [s for s in self.ended if s.queue not in kept or s.end_s > kept[s.queue].as_of]
+
     def apply_group(self, event_type: str, obj: Mapping[str, Any]) -> None:
         meta = obj.get("metadata") or {}
         key = f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
@@ -342,6 +381,8 @@ class Cache:
 
     def _put_pod(self, pod: PodInfo) -> None:
         known = self.pods.get(pod.key)
+        if known is not None and not _uses_gpus(pod):
+            self._ended(known)
         self.pods[pod.key] = pod
         if (known is None or known.ours != pod.ours) and pod.key in self._claims_of:
             for claim in self._claims_of[pod.key]:
@@ -358,11 +399,22 @@ class Cache:
             self._hold(pod.key, None)
 
     def delete_pod(self, key: str) -> None:
+        known = self.pods.get(key)
+        if known is not None:
+            self._ended(known)
         self.assumed.pop(key, None)
         self._hold(key, None)  # while the pod is still known: its gang names the snapshot entry
         self.pods.pop(key, None)
         for claim in self._claims_of.get(key, ()):  # held by the claim itself until it is gone
             self._count_claim(claim)
+
+    def _ended(self, pod: PodInfo) -> None:
+        """``pod`` stops holding GPUs now (it ended, or is gone): its span kept for fair share
+        (``queue_usage``), in the queue its gang counts in now, until the kept usage covers it."""
+        start = wall_time(pod.started)
+        if _uses_gpus(pod) and start is not None:
+            queue = self.gang_queues([pod])[pod.gang_key]
+            self.ended.append(GpuSpan(queue, pod.gpus, start, max(self.clock.now(), start)))
 
     def _holding_of(self, pod: PodInfo) -> Holding:
         """What a bound pod holds. Its GPUs always count as many as it requests (kubelet admits
@@ -510,18 +562,21 @@ class Cache:
         return Teams.of(self.queues, self.state, self.gang_queues(holding), self.queue_usage(now))
 
     def queue_usage(self, now: float) -> dict[str, float]:
-        """Queue -> the decayed GPU-seconds of the gangs running now, since their pods started:
-        the scheduler keeps no history of ended runs (it may be restarted, or another replica
-        lead), so fair share on Kubernetes weighs what runs."""
-        usage: dict[str, float] = {}
-        running = [p for p in self.pods.values() if p.holds_resources and p.ours]
+        """Queue -> its decayed GPU-seconds at ``now`` (``usage_now``)."""
+        return {queue: kept.gpu_s for queue, kept in self.usage_now(now).items()}
+
+    def usage_now(self, now: float) -> dict[str, KeptUsage]:
+        """Each queue's usage as of ``now``: as kept in the cluster (names.QUEUE_USAGE_CONFIG),
+        with what its pods ran since: those still holding GPUs, and those that stopped and the
+        kept usage does not cover yet (``teams.usage_at``)."""
+        return usage_at(self.kept_usage, [*self.ended, *self.gpu_spans(now)], now)
+
+    def gpu_spans(self, now: float) -> list[GpuSpan]:
+        """The GPUs each pod of ours holds, from its start (kubelet's startTime) to ``now``."""
+        running = [p for p in self.pods.values() if _uses_gpus(p)]
         queues = self.gang_queues(running)
-        for pod in running:
-            start = wall_time(pod.started)
-            if pod.gpus and start is not None:
-                queue = queues[pod.gang_key]
-                usage[queue] = usage.get(queue, 0.0) + run_usage(pod.gpus, start, now, now)
-        return usage
+        return [GpuSpan(queues[p.gang_key], p.gpus, start, max(now, start))
+                for p in running if (start := wall_time(p.started)) is not None]  # fmt: skip
 
     @property
     def state(self) -> ClusterState:

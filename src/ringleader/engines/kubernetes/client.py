@@ -22,7 +22,8 @@ from ringleader.errors import DependencyError, RingleaderError, UsageError
 
 log = logging.getLogger("ringleader.kube.client")
 
-# What the scheduler watches: "configmaps" is only the team queues' (names.QUEUES_CONFIG); with
+# What the scheduler watches: "configmaps" are those in ringleader's namespace, where it reads the
+# team queues (names.QUEUES_CONFIG) and their kept usage (names.QUEUE_USAGE_CONFIG); with
 # DRA delivery also every ResourceClaim and ResourceSlice (the devices kube-scheduler allocates).
 KINDS = ("nodes", "pods", "podgroups", "configmaps")
 DRA_KINDS = ("resourceclaims", "resourceslices")
@@ -176,8 +177,6 @@ class Api:
 
     @staticmethod
     def _selection(kind: str, watching: bool = False) -> dict[str, str]:
-        if kind == "configmaps":
-            return {"field_selector": f"metadata.name={names.QUEUES_CONFIG}"}
         return {"field_selector": ACTIVE_PODS} if kind == "pods" and not watching else {}
 
     def list(self, kind: str, page: int = PAGE) -> tuple[list[dict[str, Any]], str]:
@@ -307,6 +306,15 @@ class Api:
     def podgroup_annotate(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
         group = (names.PODGROUP_GROUP, names.PODGROUP_VERSION, namespace, names.PODGROUP_PLURAL, name)
         self._json(self.custom.patch_namespaced_custom_object, *group, {"metadata": {"annotations": dict(annotations)}})
+
+    # -- configmaps -----------------------------------------------------------------------------------
+    def config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._found(self.core.read_namespaced_config_map, name, namespace)
+
+    def replace_config_map(self, namespace: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Replace it as ``body`` says; 409 when its resourceVersion is not the object's now."""
+        written: dict[str, Any] = self._json(self.core.replace_namespaced_config_map, name, namespace, dict(body))
+        return written
 
     # -- leases ---------------------------------------------------------------------------------------
     def read_lease(self, namespace: str, name: str) -> dict[str, Any] | None:

@@ -87,9 +87,6 @@ class EngineApi(JobsApi):
             raise ApiError(exc.message, 403, "ask for the edit role in that namespace (`kube manifests` aggregates "
                                              "ringleader's job rights into it), or use -n with yours") from None
 
-    def config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self._found(self.core.read_namespaced_config_map, name, namespace)
-
     def queues_config(self) -> dict[str, Any] | None:
         """The team queues' ConfigMap (None: not installed); a 403 says who may read it."""
         try:
@@ -111,7 +108,7 @@ class EngineApi(JobsApi):
             if current is None:
                 self._json(self.core.create_namespaced_config_map, names.SYSTEM_NAMESPACE, body)
             else:
-                self._json(self.core.replace_namespaced_config_map, names.QUEUES_CONFIG, names.SYSTEM_NAMESPACE, body)
+                self.replace_config_map(names.SYSTEM_NAMESPACE, names.QUEUES_CONFIG, body)
         except ApiError as exc:
             if exc.status != 403:
                 raise
@@ -299,6 +296,7 @@ class KubernetesEngine:
         kept = self._queues()
         cache = self._cache()
         cache.queues = tuple(kept)
+        cache.apply_usage("ADDED", self._kept_usage())
         now = time.time()
         teams = cache.team_queues(now) if kept else None
         counts: dict[str, list[int]] = {}
@@ -306,6 +304,16 @@ class KubernetesEngine:
             if not view.status.is_terminal():
                 counts.setdefault(queue_of(view.spec), [0, 0])[view.status is not JobStatus.RUNNING] += 1
         return queue_views(kept, teams, counts, cache.queue_usage(now))
+
+    def _kept_usage(self) -> dict[str, Any]:
+        """The queues' fair-share usage as the scheduler keeps it (usage.py); none where the
+        install predates it (absent, or not readable by everyone)."""
+        try:
+            return self.api.config_map(names.SYSTEM_NAMESPACE, names.QUEUE_USAGE_CONFIG) or {}
+        except ApiError as exc:
+            if exc.status != 403:
+                raise
+            return {}
 
     def _all_jobs(self) -> list[JobView]:
         mine = self.namespace

@@ -640,8 +640,13 @@ def install(image: str = DEFAULT_IMAGE, replicas: int = 2, lease_seconds: int = 
              {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
              {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "update"],
               "resourceNames": [names.LEASE_NAME]},
-             # the team queues (names.QUEUES_CONFIG), watched: only ringleader's own ConfigMaps are here
+             # the team queues (names.QUEUES_CONFIG) and their usage, watched: only ringleader's
+             # own ConfigMaps are here
              {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list", "watch"]},
+             # each queue's fair-share usage (names.QUEUE_USAGE_CONFIG), which it keeps: read again
+             # after a conflict, and replaced, that one only (the install makes it: no create)
+             {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "update"],
+              "resourceNames": [names.QUEUE_USAGE_CONFIG]},
          ]},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": dict(in_ns),
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": sched},
@@ -668,6 +673,8 @@ def install(image: str = DEFAULT_IMAGE, replicas: int = 2, lease_seconds: int = 
         # The team queues: every submit and `queue list` reads them; a cluster administrator
         # changes them (`ringleader queue create`, as Kueue's ClusterQueues are an admin's).
         *_config_everyone_reads(names.QUEUES_CONFIG, {}),
+        # Each queue's fair-share usage, which the scheduler keeps: `queue list` reads it.
+        *_config_everyone_reads(names.QUEUE_USAGE_CONFIG, {}),
         {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {**in_ns, "labels": labels_s},
          "spec": {"replicas": replicas, "selector": {"matchLabels": labels_s}, "template": {
              "metadata": {"labels": labels_s},

@@ -63,6 +63,10 @@ PREEMPTIBLE_ANNOTATION = f"{PREFIX}/preemptible"
 # JSON, jobs/queues.py); the scheduler watches it, `ringleader queue` writes it.
 QUEUE_ANNOTATION = f"{PREFIX}/queue"
 QUEUES_CONFIG = "ringleader-queues"
+# Each team queue's fair-share usage, kept by the scheduler in the ConfigMap QUEUE_USAGE_CONFIG
+# in SYSTEM_NAMESPACE, one data key per queue: {"gpu_s": GPU-seconds decayed to "as_of", "as_of":
+# Unix seconds} (cache.py), so another replica, or the scheduler restarted, orders queues alike.
+QUEUE_USAGE_CONFIG = "ringleader-queue-usage"
 # Restarts (submit --max-restarts): how often a failed gang is restarted, on its worker template;
 # the gang's restart count on its PodGroup, which the scheduler raises and writes on every pod it
 # binds (the pods read it into RINGLEADER_RESTARTS through the downward API); on a Node, the

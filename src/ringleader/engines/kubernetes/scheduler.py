@@ -44,6 +44,7 @@ from ringleader.engines.kubernetes.metrics import Metrics
 from ringleader.engines.kubernetes.objects import PodInfo, wall_time
 from ringleader.engines.kubernetes.pinning import DraApi, Pin, PinError, pin_gang
 from ringleader.engines.kubernetes.restarts import PodFailure, blamed, runs_annotation
+from ringleader.engines.kubernetes.usage import KEEP_EVERY_S, usage_data
 from ringleader.inputs import InputError
 from ringleader.jobs.failures import Failure, cordon_reason, cordoned_text, restart_number, restarting_text
 from ringleader.jobs.queues import preempted_by, queue_config
@@ -58,6 +59,9 @@ log = logging.getLogger("ringleader.kube.scheduler")
 # failure in a row: kube-scheduler's podInitialBackoffSeconds and podMaxBackoffSeconds.
 INITIAL_BACKOFF_S = 1.0
 MAX_BACKOFF_S = 10.0
+# The queues' usage not written (refused, the server unreachable): tried again this much later,
+# not every cycle.
+USAGE_RETRY_S = 30.0
 RESULTS = {Code.SUCCESS: "scheduled", Code.UNSCHEDULABLE: "unschedulable", Code.UNRESOLVABLE: "unresolvable"}
 
 
@@ -164,7 +168,7 @@ class Scheduler:
         # decisions never wait for them.
         self.writers = max(1, writers)
         # The network tree from these node labels (None: a known convention's), or from HyperNodes.
-        self.cache = Cache(level_keys, hypernodes)
+        self.cache = Cache(level_keys, hypernodes, clock)
         self.lock = threading.Lock()
         self.metrics = Metrics()
         # With DRA delivery (``dra``) the claims and slices too: devices allocated to any claim
@@ -187,6 +191,8 @@ class Scheduler:
         self._reservations_moved = 0
         # a calibration as written on a gang's workers -> it read, or why it is ignored
         self._calibrations: dict[str, Calibration | str] = {}
+        self._usage_missing_said = False  # the usage ConfigMap's absence said once in the log
+        self._usage_retry_at = 0.0  # a failed write of the usage is tried again from then (monotonic)
         self._stop = threading.Event()
         # What the cycle reports (Events, PodScheduled=False, PodGroup status) goes out on these
         # threads once the cycle's Bindings are written, when ``reports_async`` (the daemon):
@@ -342,6 +348,7 @@ class Scheduler:
         if not self.synced or not self.elector.leading:
             return []
         self._restart_failed()
+        self._keep_usage()
         outcomes = self.decide_all()
         for outcome in outcomes:
             if outcome.preemption is not None:
@@ -361,6 +368,60 @@ class Scheduler:
                 later, self._later = self._later, []
                 self._reports = [f for f in self._reports if not f.done()]
                 self._reports += [self._reporter.submit(write, *args) for write, args in later]
+
+    def _keep_usage(self) -> None:
+        """With team queues, each queue's fair-share usage brought up to now in the cluster
+        (usage.py) when a pod stopped holding GPUs since it was last kept, or it is KEEP_EVERY_S
+        old: replaced at the resourceVersion last seen, read again and redone after a 409 (the
+        other writer's ``as_of`` then bounds what is added), so no update is lost and no
+        GPU-second counted twice. Not written, it is tried again USAGE_RETRY_S later."""
+        for _ in range(3):
+            with self.lock:
+                if not self.cache.queues or self.clock.monotonic() < self._usage_retry_at:
+                    return
+                now = self.clock.now()
+                config = self.cache.usage_config
+                kept = self.cache.kept_usage
+                due = bool(self.cache.ended) or any(now - k.as_of >= KEEP_EVERY_S for k in kept.values())
+                if not (due or (not kept and self.cache.gpu_spans(now))):  # none kept yet: from the first run
+                    return
+                fresh = self.cache.usage_now(now)
+            if config is None:
+                if not self._usage_missing_said:
+                    log.warning("fair-share usage not kept: the ConfigMap %s/%s is missing; apply `ringleader kube "
+                                "manifests` again", names.SYSTEM_NAMESPACE, names.QUEUE_USAGE_CONFIG)  # fmt: skip
+                    self._usage_missing_said = True
+                return
+            # its labels and annotations (kubectl's last-applied one) kept; the resourceVersion seen
+            seen = config.get("metadata") or {}
+            meta = {key: seen[key] for key in ("name", "namespace", "uid", "resourceVersion", "labels", "annotations")
+                    if key in seen}  # fmt: skip
+            try:
+                self._check_lease()
+                written = self.api.replace_config_map(names.SYSTEM_NAMESPACE, names.QUEUE_USAGE_CONFIG,
+                                                      {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta,
+                                                       "data": usage_data(fresh)})  # fmt: skip
+            except ApiError as exc:
+                if exc.status != 409:
+                    self._usage_not_kept(exc)
+                    return
+                try:
+                    written = self.api.config_map(names.SYSTEM_NAMESPACE, names.QUEUE_USAGE_CONFIG) or {}
+                except ApiError as again:
+                    self._usage_not_kept(again)
+                    return
+                with self.lock:
+                    self.cache.apply_usage("MODIFIED" if written else "DELETED", written)
+                continue
+            except LostLease:
+                return
+            with self.lock:
+                self.cache.apply_usage("MODIFIED", written)
+            return
+
+    def _usage_not_kept(self, exc: ApiError) -> None:
+        log.warning("fair-share usage not kept: %s (trying again in %.0f s)", exc.message, USAGE_RETRY_S)
+        self._usage_retry_at = self.clock.monotonic() + USAGE_RETRY_S
 
     def _bind(self, outcome: Outcome) -> BindResult:
         """One Binding per member; gated members (DRA workers) are pinned instead, the whole
