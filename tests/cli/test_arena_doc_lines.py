@@ -88,8 +88,11 @@ def no_runtime(seeds_cli: Cli, tmp_path: Path) -> Cli:
 
 
 @pytest.mark.parametrize("doc", list(DOC_LINES))
-def test_arenas_doc_line_plans_or_is_refused_in_one_line(no_runtime: Cli, doc: str) -> None:
-    words = pasted(DOC_LINES[doc])
+def test_arenas_doc_line_plans_or_is_refused_in_one_line(no_runtime: Cli, doc: str, tmp_path: Path) -> None:
+    # The host file arena's line mounts, made here: whether /tmp holds one must not decide the answer.
+    config = tmp_path / "test-config.json"
+    config.write_text("{}")
+    words = [word.replace("/tmp/test-config.json", str(config)) for word in pasted(DOC_LINES[doc])]
     assert words[:2] == ["ringleader", "submit"]
     out = no_runtime(*words[1:], "--dry-run")  # arena reads flags after the quoted command; so does ringleader
     if out.returncode == 0:

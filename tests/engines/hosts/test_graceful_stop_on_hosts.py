@@ -37,7 +37,8 @@ def test_a_slow_checkpoint_is_kept_on_every_host(
     hosts: Runtime, h, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str, stop: str
 ) -> None:
     program = slow_checkpointing_program(tmp_path, monkeypatch.setenv)
-    limit = {"time_limit_s": 4.0} if stop == "time-limit" else {}
+    # long enough for ssh and both ranks to start and set their SIGTERM handler on a busy machine
+    limit = {"time_limit_s": 10.0} if stop == "time-limit" else {}
     name = f"slow-{kind}-{stop}"
     hosts.submit(h.job(name, users_line(kind, program), workers=2, gpus=4, **limit))
     monkeypatch.setenv("RINGLEADER_GRACE_S", "1")  # a later command's environment does not count
