@@ -172,6 +172,7 @@ class Supervisor:
         self.stop_grace: float | None = None  # a delete's request: the grace its ranks get
         self.preempting = False  # the stop asked for is a preemption's: the job is requeued, not forgotten
         self.restarts = 0  # times it was requeued before this run (RINGLEADER_RESTARTS)
+        self.restart_recorded = False  # this run's ranks all ran: what its restart took is recorded
         self.starting: Watched | None = None  # the instance being started, if Popen raises
         self.started_at: float | None = None  # when the job was placed (wall clock, as recorded)
         self.time_limit_s: float | None = None
@@ -494,11 +495,23 @@ class Supervisor:
                     msg = f"{w.name} {w.status.value.lower()} (exit code {code})" + (f": {w.note}" if w.note else "")
                     store.add_event(conn, self.job, "InstanceExited", msg, w.ended_at or now)
                 w.dirty = False
+            self._record_restart(conn, row)
             if event:
                 store.add_event(conn, self.job, event[0], event[1], now)
             if launch is not None and row["launch"] != Launch.STOPPING.value:
                 store.update_job(conn, self.job, launch=launch)
         return True
+
+    def _record_restart(self, conn: sqlite3.Connection, row: sqlite3.Row) -> None:
+        """A run after a requeue whose ranks all run: from its placement to its last rank's start
+        is what the restart took on this cluster (a move's is priced by the recent ones). A
+        launcher is not a rank: an mpirun job's run once mpirun has started every rank."""
+        if not self.restarts or self.restart_recorded or row["started_at"] is None:
+            return
+        starts = [w.started_at for w in self.watched if w.role != "launcher"]
+        if starts and None not in starts:
+            store.add_restart(conn, self.job, float(row["started_at"]), max(float(t) for t in starts if t is not None))
+            self.restart_recorded = True
 
     def stop_request(self) -> float | None:
         """A read (no lock), at most once a second unless poked: the grace a delete asked for,
