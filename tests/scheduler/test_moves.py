@@ -172,10 +172,11 @@ def test_a_restart_costs_the_median_of_the_measured_ones() -> None:
     """The median, so that one restart slowed by a busy machine (or one that found its image
     already there) does not move the price far."""
     assert restart_cost([95.0]) == RestartCost(95.0, measured=1)
-    assert restart_cost([95.0]).source == "this cluster's one measured restart"
+    assert restart_cost([95.0]).source == "this cluster's one measured restart, to its program's first output"
     assert restart_cost([85.0, 600.0, 95.0]) == RestartCost(95.0, measured=3)
     assert restart_cost([85.0, 95.0]) == RestartCost(90.0, measured=2)
-    assert restart_cost([85.0, 95.0]).source == "the median of this cluster's last 2 restarts"
+    assert restart_cost([85.0, 95.0]).source == ("the median of this cluster's last 2 restarts, each to its "
+                                                 "program's first output")  # fmt: skip
 
 
 def test_only_the_most_recent_restarts_count() -> None:
@@ -194,7 +195,8 @@ def test_the_moved_event_says_the_restart_it_counted_and_where_it_came_from() ->
     [move] = cycle_with(spread_gang(), left_s=HOUR, grace_s=2.0, restart_s=measured.seconds,
                         restart_source=measured.source).moves  # fmt: skip
     assert move.cost_s == 92.0
-    assert ("counting a restart of ~2 min (2 s grace + 90 s, the median of this cluster's last 2 restarts), "
+    assert ("counting a restart of ~2 min (2 s grace + 90 s, the median of this cluster's last 2 restarts, "
+            "each to its program's first output), "
             "even at the pessimistic end") in move.describe()  # fmt: skip
     [unsaid] = cycle_with(spread_gang(), left_s=HOUR, grace_s=2.0, restart_s=90.0).moves
     assert "counting a restart of ~2 min, even at the pessimistic end" in unsaid.describe()

@@ -7,8 +7,9 @@ one: stopped with its grace, requeued, resumed, as a preemption does it) may ins
 and started again on the better placement. That pays its grace (it writes its checkpoint), a
 restart (start, load the checkpoint) and whatever it trained since its last checkpoint if it
 does not write one when stopped; its host says what a restart costs it (``Movable.restart_s``):
-the embedded engine the median of the cluster's recent restarts as it measured them
-(``restart_cost``), ``DEFAULT_RESTART_S`` until it measured one.
+the embedded engine the median of the cluster's recent restarts as it measured them, each from
+the run's placement to its program's first line of output (``restart_cost``),
+``DEFAULT_RESTART_S`` until it measured one.
 
 The rule weighs the gang's own finish, as the start rule ``finish`` does (``types.WhenChoice``):
 staying finishes at ``now + left * ideal / rate_here``, moving at ``now + grace + restart +
@@ -73,8 +74,8 @@ class RestartCost:
         if self.measured == 0:
             return "the default until this cluster has a measured restart"
         if self.measured == 1:
-            return "this cluster's one measured restart"
-        return f"the median of this cluster's last {self.measured} restarts"
+            return "this cluster's one measured restart, to its program's first output"
+        return f"the median of this cluster's last {self.measured} restarts, each to its program's first output"
 
 
 def restart_cost(recent_s: Sequence[float], window: int = RESTART_WINDOW) -> RestartCost:
@@ -137,8 +138,9 @@ class Move:
 
     def describe(self) -> str:
         """ "moves: finishes sooner by ~21 min counting a restart of ~2 min (2 s grace + 90 s, the
-        median of this cluster's last 20 restarts): stay on ... at 202 images/s, finishes in ~45
-        min; move to ... at 910 images/s, finishes in ~24 min" """
+        median of this cluster's last 20 restarts, each to its program's first output): stay on
+        ... at 202 images/s, finishes in ~45 min; move to ... at 910 images/s, finishes in ~24
+        min" """
         restart = approx_duration(self.cost_s)
         if self.restart_source:
             restart += (f" ({self.grace_s:g} s grace + {self.cost_s - self.grace_s:.0f} s, "

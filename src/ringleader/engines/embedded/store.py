@@ -118,12 +118,12 @@ MIGRATIONS: dict[int, list[str]] = {
     # A queue's order of its jobs (scheduler/order.py: fifo, las, srtf; NULL: the default).
     7: ["ALTER TABLE queues ADD COLUMN queue_order TEXT"],
     # Restarts as they took on this cluster, which price a move's (scheduler/move.py): a run
-    # placed again after its requeue, from its placement to every one of its ranks running.
-    # The cluster's record, not the job's: kept when the job is deleted.
+    # placed again after its requeue, from its placement to its program's first line in a
+    # rank's log. The cluster's record, not the job's: kept when the job is deleted.
     8: [
         """CREATE TABLE restarts (
             id INTEGER PRIMARY KEY AUTOINCREMENT, job TEXT NOT NULL, placed_at REAL NOT NULL,
-            running_at REAL NOT NULL, UNIQUE (job, placed_at))""",
+            resumed_at REAL NOT NULL, UNIQUE (job, placed_at))""",
     ],
 }
 
@@ -794,17 +794,17 @@ def add_usage(conn: sqlite3.Connection, queue: str, gpu_s: float, now: float) ->
 # -- restarts -------------------------------------------------------------------------------------
 
 
-def add_restart(conn: sqlite3.Connection, job: str, placed_at: float, running_at: float) -> None:
-    """Record that ``job``'s run placed at ``placed_at`` after a requeue had every rank running at
-    ``running_at``; once per run (an agent that adopts the run may say it again)."""
-    conn.execute("INSERT OR IGNORE INTO restarts (job, placed_at, running_at) VALUES (?, ?, ?)",
-                 (job, placed_at, running_at))  # fmt: skip
+def add_restart(conn: sqlite3.Connection, job: str, placed_at: float, resumed_at: float) -> None:
+    """Record that ``job``'s run placed at ``placed_at`` after a requeue had its program write
+    its first line at ``resumed_at``; once per run (an agent that adopts the run may say it again)."""
+    conn.execute("INSERT OR IGNORE INTO restarts (job, placed_at, resumed_at) VALUES (?, ?, ?)",
+                 (job, placed_at, resumed_at))  # fmt: skip
 
 
 def recent_restarts(conn: sqlite3.Connection, limit: int) -> list[float]:
-    """The seconds the ``limit`` most recently recorded restarts took, oldest first (a rank's
-    start as its own host's clock dates it: never below 0)."""
-    rows = conn.execute("SELECT running_at - placed_at FROM restarts ORDER BY id DESC LIMIT ?", (limit,))
+    """The seconds the ``limit`` most recently recorded restarts took, oldest first (never below
+    0: a rank's log lines are stamped by the clock of the machine that wrote them)."""
+    rows = conn.execute("SELECT resumed_at - placed_at FROM restarts ORDER BY id DESC LIMIT ?", (limit,))
     return [max(float(r[0]), 0.0) for r in rows][::-1]
 
 
