@@ -10,8 +10,9 @@ gathered gradients in rank order (the same sum on any placement, in any number o
 saves (step, weights, optimizer) to FOLDER/snapshot.pt every 10 steps, and a run started again
 (RINGLEADER_RESTARTS > 0, or any run that finds a snapshot) resumes from it. Each step also
 allreduces ``--exchange-mb`` of zeros (a bigger model's gradients), so the placement's links set
-the step time. Each rank writes FOLDER/start-RUN-RANK (the step it started at and its node) and
-FOLDER/progress-RUN-RANK (its last step); rank 0 saves the final weights to FOLDER/final.pt.
+the step time. Each rank writes FOLDER/start-RUN-RANK (the step it started at and its node), then
+says it starts in its log, and FOLDER/progress-RUN-RANK (its last step); rank 0 saves the final
+weights to FOLDER/final.pt.
 ``--reference`` computes the same steps in one process (FOLDER/reference.pt): an uninterrupted
 run's weights, to compare bit for bit.
 """
@@ -73,6 +74,7 @@ def train(folder: str, steps: int, exchange_mb: float, model: torch.nn.Module, o
         first = saved["step"]
     with open(os.path.join(folder, f"start-{run}-{rank}"), "w") as fh:
         fh.write(f"{first} {os.environ.get('RINGLEADER_NODE', '-')}")
+    print(f"rank {rank}: run {run} starts at step {first}", flush=True)
     dist.init_process_group("gloo")
     world = dist.get_world_size()
     traffic = torch.zeros(int(exchange_mb * 1e6 / 4))

@@ -1,5 +1,6 @@
 """Log files: `logs --tail N` reads the log from its end (the memory it needs is that of the
-lines shown, not of the log), and shows exactly the last N lines the whole-file reading showed."""
+lines shown, not of the log), and shows exactly the last N lines the whole-file reading showed;
+a restarted run's first line of its program's own is found for its restart's measure."""
 
 from __future__ import annotations
 
@@ -85,3 +86,20 @@ def test_logs_tail_of_a_log_bigger_than_the_memory_cap(tmp_path: Path) -> None:
                               cwd=REPO)  # fmt: skip
         assert done.returncode == 0, done.stderr[-2000:]
         assert done.stdout == "step 7\nstep 8\nstep 9\n", done.stdout[-300:]
+
+
+def test_a_program_s_first_line_is_its_own_since_its_run_s_start(tmp_path: Path) -> None:
+    """A restarted run's first line: not an earlier run's (stamped before it), not the rank
+    wrapper's own, not a line still being written; read on from where the last look ended."""
+    log = tmp_path / "job-worker-0.log"
+    log.write_bytes(b"2024-05-01T09:59:00.000000Z epoch 3 of the run before\n"
+                    b"2024-05-01T10:00:01.000000Z ringleader: 2 line(s) dropped: the log could not be written\n"
+                    b"2024-05-01T10:00:02.500000Z resum")  # fmt: skip
+    since = logfiles.stamp_seconds(STAMP)
+    assert since is not None
+    at, offset = logfiles.first_program_line(log, 0, since)
+    assert at is None and log.read_bytes()[offset:] == b"2024-05-01T10:00:02.500000Z resum"
+    with log.open("ab") as fh:
+        fh.write(b"ed at step 10\n2024-05-01T10:00:03.000000Z step 11\n")
+    assert logfiles.first_program_line(log, offset, since)[0] == since + 2.5
+    assert logfiles.first_program_line(tmp_path / "none.log", 0, since) == (None, 0)

@@ -1,6 +1,7 @@
 """Moves: a gang running degraded is moved to its better placement when it finishes sooner
 counting the restart, never onto GPUs a waiting job takes, never twice in a short while, never
-when it does not resume; and a hypothesis property: more work left never turns a move into a stay."""
+when it does not resume; and a hypothesis property: more work left never turns a move into a stay.
+The restart counted is the median of the cluster's recent ones, the default until one is measured."""
 
 from __future__ import annotations
 
@@ -13,7 +14,15 @@ from hypothesis import strategies as st
 import ringleader.model  # noqa: F401  (installs the throughput model's estimator)
 from builders import preset_cluster
 from ringleader.scheduler import ClusterState, Holding, JobRequest, Placement, Snapshot, Waiting, WorkerSlot, run_cycle
-from ringleader.scheduler.move import DEFAULT_MOVE_RULE, Movable, Move
+from ringleader.scheduler.move import (
+    DEFAULT_MOVE_RULE,
+    DEFAULT_RESTART_S,
+    RESTART_WINDOW,
+    Movable,
+    Move,
+    RestartCost,
+    restart_cost,
+)
 from ringleader.scheduler.policies.throughput import current_estimator
 
 NOW = 10_000.0
@@ -35,8 +44,8 @@ def spread_gang(busy_b: tuple[int, ...] = (0, 1, 2, 3, 4, 5)) -> ClusterState:
 
 def cycle_with(state: ClusterState, left_s: float, *, waiting: tuple[Waiting, ...] = (), grace_s: float = 30.0,
                restart_s: float = 40.0, moved_s: float | None = None, job: JobRequest | None = None,
-               ends: dict[str, float] | None = None):  # type: ignore[no-untyped-def]  # fmt: skip
-    gang = Movable(job or vgg(), SPREAD, left_s, restart_s, moved_s)
+               ends: dict[str, float] | None = None, restart_source: str = ""):  # type: ignore[no-untyped-def]  # fmt: skip
+    gang = Movable(job or vgg(), SPREAD, left_s, restart_s, moved_s, restart_source=restart_source)
     holding = [Holding("vgg", grace_s=grace_s, preemptible=True, move=gang)]
     holding += [Holding(name, expected_end_s=end) for name, end in (ends or {}).items()]
     return run_cycle(Snapshot(state, list(waiting), NOW, holding))
@@ -151,3 +160,43 @@ def test_what_a_run_trained_since_its_start_counts_against_its_work() -> None:
     assert run_cycle(Snapshot(spread_gang(), [], NOW, holding)).moves == ()
     fresh = Movable(vgg(), SPREAD, HOUR, 40.0, ran_s=0.05 * HOUR * whole / spread)
     assert len(run_cycle(Snapshot(spread_gang(), [], NOW, [replace(holding[0], move=fresh)])).moves) == 1
+
+
+def test_with_no_restart_measured_a_restart_costs_the_default() -> None:
+    cost = restart_cost([])
+    assert cost == RestartCost(DEFAULT_RESTART_S, measured=0) and cost.seconds == 30.0
+    assert cost.source == "the default until this cluster has a measured restart"
+
+
+def test_a_restart_costs_the_median_of_the_measured_ones() -> None:
+    """The median, so that one restart slowed by a busy machine (or one that found its image
+    already there) does not move the price far."""
+    assert restart_cost([95.0]) == RestartCost(95.0, measured=1)
+    assert restart_cost([95.0]).source == "this cluster's one measured restart, to its program's first output"
+    assert restart_cost([85.0, 600.0, 95.0]) == RestartCost(95.0, measured=3)
+    assert restart_cost([85.0, 95.0]) == RestartCost(90.0, measured=2)
+    assert restart_cost([85.0, 95.0]).source == ("the median of this cluster's last 2 restarts, each to its "
+                                                 "program's first output")  # fmt: skip
+
+
+def test_only_the_most_recent_restarts_count() -> None:
+    """Restarts on a cluster that has changed since (faster disks, an image now cached) age out:
+    the last ``RESTART_WINDOW`` (oldest first in the history) set the price."""
+    history = [600.0] * 5 + [60.0] * RESTART_WINDOW
+    assert restart_cost(history) == RestartCost(60.0, measured=RESTART_WINDOW)
+    assert restart_cost([10.0, 20.0, 600.0, 700.0], window=2) == RestartCost(650.0, measured=2)
+    with pytest.raises(ValueError, match="window"):
+        restart_cost([10.0], window=0)
+
+
+def test_the_moved_event_says_the_restart_it_counted_and_where_it_came_from() -> None:
+    """A host that measures restarts says so; the grace (the job's own) is told apart."""
+    measured = restart_cost([85.0, 95.0])
+    [move] = cycle_with(spread_gang(), left_s=HOUR, grace_s=2.0, restart_s=measured.seconds,
+                        restart_source=measured.source).moves  # fmt: skip
+    assert move.cost_s == 92.0
+    assert ("counting a restart of ~2 min (2 s grace + 90 s, the median of this cluster's last 2 restarts, "
+            "each to its program's first output), "
+            "even at the pessimistic end") in move.describe()  # fmt: skip
+    [unsaid] = cycle_with(spread_gang(), left_s=HOUR, grace_s=2.0, restart_s=90.0).moves
+    assert "counting a restart of ~2 min, even at the pessimistic end" in unsaid.describe()

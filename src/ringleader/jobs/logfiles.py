@@ -1,6 +1,7 @@
 """Per-instance log files as every file-based engine keeps them (embedded, ssh hosts, Slurm): one
 file per instance, each line prefixed with its RFC 3339 UTC time; which file an instance name
-means, the last lines, and following a log until its job ends."""
+means, the last lines, following a log until its job ends, and when a program first wrote to it
+since a time (a restarted run's)."""
 
 from __future__ import annotations
 
@@ -134,6 +135,34 @@ def stamp_seconds(line: str) -> float | None:
         return datetime.fromisoformat(head).timestamp()
     except ValueError:
         return None
+
+
+# How the rank wrapper's own lines in a rank's log begin (rank.py, demux.py: a program that
+# could not start, a lapsed lease, lines dropped on a full disk): they are not its program's.
+WRAPPER_LINE = "ringleader: "
+
+
+def first_program_line(path: Path, offset: int, since: float) -> tuple[float | None, int]:
+    """When a rank's program first wrote to its log at or after ``since`` (seconds since the
+    epoch): the stamp of the first whole line from ``offset`` on that is its program's (not the
+    wrapper's own), and the offset past the lines read, to read on from there while it is None
+    (a line still being written is read next time). Lines stamped before ``since`` are an
+    earlier run's: a requeued job's runs append to the same file."""
+    try:
+        fh = _open_log(path)
+    except FileNotFoundError:
+        return None, offset
+    with fh:
+        fh.seek(offset)
+        for line in fh:
+            if not line.endswith(b"\n"):
+                break
+            offset += len(line)
+            text = line.decode(errors="replace")
+            at = stamp_seconds(text)
+            if at is not None and at >= since and not strip_stamp(text).startswith(WRAPPER_LINE):
+                return at, offset
+    return None, offset
 
 
 def lines_since(

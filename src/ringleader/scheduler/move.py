@@ -6,7 +6,10 @@ stay degraded after that placement frees. A gang that resumes from its checkpoin
 one: stopped with its grace, requeued, resumed, as a preemption does it) may instead be stopped
 and started again on the better placement. That pays its grace (it writes its checkpoint), a
 restart (start, load the checkpoint) and whatever it trained since its last checkpoint if it
-does not write one when stopped; its host says what a restart costs it (``Movable.restart_s``).
+does not write one when stopped; its host says what a restart costs it (``Movable.restart_s``):
+the embedded engine the median of the cluster's recent restarts as it measured them, each from
+the run's placement to its program's first line of output (``restart_cost``),
+``DEFAULT_RESTART_S`` until it measured one.
 
 The rule weighs the gang's own finish, as the start rule ``finish`` does (``types.WhenChoice``):
 staying finishes at ``now + left * ideal / rate_here``, moving at ``now + grace + restart +
@@ -47,6 +50,47 @@ class MoveRule:
 
 DEFAULT_MOVE_RULE = MoveRule()
 
+# What starting a stopped gang again costs beyond its grace (its ranks started, its checkpoint
+# loaded) on a cluster where no restart was measured yet: a guess (BENCHMARKS.md measured 29 to
+# 88 s on a loaded 2-core box); a move must gain more than it, the grace and the rule's margin.
+DEFAULT_RESTART_S = 30.0
+# How many of a cluster's most recent restarts price the next: enough that one slow start moves
+# the median little, few enough that a cluster that changed (an image now cached) is soon priced anew.
+RESTART_WINDOW = 20
+
+
+@dataclass(frozen=True)
+class RestartCost:
+    """What starting a stopped gang again costs beyond its grace on this cluster: ``seconds``,
+    the median of its ``measured`` most recent restarts, or ``DEFAULT_RESTART_S`` while none
+    was measured (``measured`` 0)."""
+
+    seconds: float = DEFAULT_RESTART_S
+    measured: int = 0
+
+    @property
+    def source(self) -> str:
+        """Where ``seconds`` came from, in words for the Moved event."""
+        if self.measured == 0:
+            return "the default until this cluster has a measured restart"
+        if self.measured == 1:
+            return "this cluster's one measured restart, to its program's first output"
+        return f"the median of this cluster's last {self.measured} restarts, each to its program's first output"
+
+
+def restart_cost(recent_s: Sequence[float], window: int = RESTART_WINDOW) -> RestartCost:
+    """The restart a move counts, from the cluster's measured restarts ``recent_s`` (seconds,
+    oldest first): the median of the last ``window``, so that one start slowed by a busy machine
+    moves it little; ``DEFAULT_RESTART_S`` while there is none."""
+    if window < 1:
+        raise ValueError(f"need a window of at least one restart, got {window}")
+    last = sorted(recent_s[-window:])
+    if not last:
+        return RestartCost()
+    middle = len(last) // 2
+    median = last[middle] if len(last) % 2 else (last[middle - 1] + last[middle]) / 2
+    return RestartCost(median, len(last))
+
 
 @dataclass(frozen=True)
 class Movable:
@@ -54,8 +98,9 @@ class Movable:
     ``left_s`` seconds of its work left on its best placement (``JobRequest.work_s``'s unit) when
     this run started, ``ran_s`` how long this run has trained since (a host that counts progress
     itself gives 0 and the work left now), ``restart_s`` what starting it again costs beyond its
-    grace (start, resume from its checkpoint, work since its last checkpoint), and when it last
-    moved (None: never)."""
+    grace (start, resume from its checkpoint, work since its last checkpoint) and
+    ``restart_source`` where that figure came from (``RestartCost.source``; "": not said), and
+    when it last moved (None: never)."""
 
     job: JobRequest
     placement: Placement
@@ -63,13 +108,15 @@ class Movable:
     restart_s: float
     moved_s: float | None = None
     ran_s: float = 0.0
+    restart_source: str = ""
 
 
 @dataclass(frozen=True)
 class Move:
     """Stop ``job`` with its grace, requeue it and start it on ``target``: what was weighed.
     ``stay_*``/``move_*``: images/s and predicted finish each way (``*_risk``: the rates at the
-    pessimistic ends of the likely ranges, which the finishes use; None without ranges)."""
+    pessimistic ends of the likely ranges, which the finishes use; None without ranges).
+    ``grace_s`` and ``restart_source``: the cost's parts as its host gave them (``Movable``)."""
 
     job: JobRequest
     source: Placement
@@ -82,14 +129,22 @@ class Move:
     move_finish_s: float
     stay_risk: float | None = None
     move_risk: float | None = None
+    grace_s: float = 0.0
+    restart_source: str = ""
 
     @property
     def gain_s(self) -> float:
         return self.stay_finish_s - self.move_finish_s
 
     def describe(self) -> str:
-        """ "moves: finishes sooner by ~21 min counting a restart of ~70 s: stay on ... at 202
-        images/s, finishes in ~45 min; move to ... at 910 images/s, finishes in ~24 min" """
+        """ "moves: finishes sooner by ~21 min counting a restart of ~2 min (2 s grace + 90 s, the
+        median of this cluster's last 20 restarts, each to its program's first output): stay on
+        ... at 202 images/s, finishes in ~45 min; move to ... at 910 images/s, finishes in ~24
+        min" """
+        restart = approx_duration(self.cost_s)
+        if self.restart_source:
+            restart += (f" ({self.grace_s:g} s grace + {self.cost_s - self.grace_s:.0f} s, "
+                        f"{self.restart_source})")  # fmt: skip
         risk = ""
         if self.stay_risk is not None and self.move_risk is not None:
             risk = (f", even at the pessimistic end of the likely ranges ({self.move_risk:.0f} images/s "
@@ -99,7 +154,7 @@ class Move:
         stay_in = approx_duration(self.stay_finish_s - self.now_s)
         move_in = approx_duration(self.move_finish_s - self.now_s)
         return (f"moves: finishes sooner by {approx_duration(self.gain_s)} counting a restart of "
-                f"{approx_duration(self.cost_s)}{risk}: stay on {self.source.describe()} at "
+                f"{restart}{risk}: stay on {self.source.describe()} at "
                 f"{self.stay_images_per_s:.0f} images/s, finishes in {stay_in}; move to {where} "
                 f"({self.target.describe()}) at {self.move_images_per_s:.0f} images/s, "
                 f"finishes in {move_in}")  # fmt: skip
@@ -175,7 +230,8 @@ def _weigh(after: QueuePass, gang: Movable, grace_s: float, policy: str | None, 
     if not stay_finish - move_finish > needed:
         return None
     # the finishes shown are the ones weighed: at the pessimistic ends where there are ranges
-    return Move(job, source, target, now, cost, here, there, stay_finish, move_finish, stay_risk, move_risk)
+    return Move(job, source, target, now, cost, here, there, stay_finish, move_finish, stay_risk, move_risk,
+                grace_s, gang.restart_source)  # fmt: skip
 
 
 def _run_s(left_s: float, ideal: float, images_per_s: float) -> float:

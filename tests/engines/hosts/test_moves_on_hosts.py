@@ -3,6 +3,7 @@ each node a network namespace with its own sshd): the reference job (4 workers o
 had to start spread 2 + 2 (other jobs held six GPUs of each node) is moved to one node at its
 checkpoint once a node frees, resumes from its checkpoint there, and ends with the weights an
 uninterrupted run computes; the same job that does not resume (--non-preemptible) stays spread.
+The engine measures the move's restart (the next move's price) to the program's first line.
 Both runs' times are printed (measurements, not asserted: BENCHMARKS.md keeps them)."""
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from typing import Any
 
 import pytest
 
+from ringleader.engines.embedded import store
 from ringleader.engines.embedded.engine import Runtime
+from ringleader.scheduler.move import RESTART_WINDOW
 
 # slow, and minutes on a loaded machine: two runs of the job, each 150 steps spread or not
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -93,7 +96,15 @@ def test_a_spread_gang_moves_to_one_node_at_its_checkpoint_with_the_same_weights
     moved_at = next(e.at for e in moved.events if e.kind == "Moved")
     resumed_at = min((tmp_path / "moves" / f"start-1-{rank}").stat().st_mtime for rank in range(WORKERS))
     ended = (tmp_path / "moves" / "final.pt").stat().st_mtime
+    # the restart the engine measured, which prices the next move: from its placement (the
+    # requeue's instant) to its program's first line, printed once it had imported torch,
+    # loaded its checkpoint and written its start file, before its run ended
+    requeued_at = next(e.at for e in moved.events if e.kind == "Requeued")
+    with hosts.db.read() as conn:
+        [restart_s] = store.recent_restarts(conn, RESTART_WINDOW)
+    assert resumed_at - requeued_at <= restart_s < ended - requeued_at
     first = [(tmp_path / d / "start-0-0").stat().st_mtime for d in ("stays", "moves")]
     print(f"submit to end: stays spread {stay_s:.1f} s (ranks {first[0]:.1f} -> end "
           f"{(tmp_path / 'stays' / 'final.pt').stat().st_mtime:.1f}), moved {move_s:.1f} s (ranks {first[1]:.1f}, "
-          f"moved at {moved_at:.1f}, resumed at {resumed_at:.1f}, ended {ended:.1f}; {said})")  # fmt: skip
+          f"moved at {moved_at:.1f}, requeued at {requeued_at:.1f}, restart measured {restart_s:.1f} s, "
+          f"resumed at {resumed_at:.1f}, ended {ended:.1f}; {said})")  # fmt: skip

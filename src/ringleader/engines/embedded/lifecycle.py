@@ -39,7 +39,7 @@ from ringleader.scheduler import (
     run_cycle,
 )
 from ringleader.scheduler.cycle import teams_of
-from ringleader.scheduler.move import Movable, Move
+from ringleader.scheduler.move import RESTART_WINDOW, Movable, Move, RestartCost, restart_cost
 from ringleader.scheduler.order import NO_SERVICE, Service, running_service, service_of_runs
 from ringleader.scheduler.policies.throughput import Estimator
 from ringleader.scheduler.teams import Teams, queue_of, run_usage
@@ -51,10 +51,6 @@ HOSTS_SETTINGS = "hosts_settings"
 STOPPING = (Launch.STOPPING.value, Launch.PREEMPTING.value)
 # meta key prefix: a gang being moved (scheduler/move.py) -> the placement it starts on again
 MOVING = "moving:"
-# What starting a moved gang again costs beyond its grace: its ranks started and its checkpoint
-# loaded. An estimate (BENCHMARKS.md measures a job's start alone in seconds); a move must gain
-# more than it and the grace, and the rule's margin, so a wrong guess here costs little.
-MOVE_RESTART_S = 30.0
 
 
 def schedule_pass(conn: sqlite3.Connection, now: float) -> list[str]:
@@ -118,8 +114,10 @@ def queue_snapshot(
 ) -> Snapshot:
     """The folder's queue as the cycle sees it: the cluster, the cordons, the running jobs (a job
     being stopped holds its GPUs until its grace is over, and has given its quota back) and the
-    team queues with their usage: ended runs' plus the running ones' so far."""
+    team queues with their usage: ended runs' plus the running ones' so far. A gang that may
+    move counts a restart as this folder's recent restarts took (``store.recent_restarts``)."""
     holding = []
+    restart = restart_cost(store.recent_restarts(conn, RESTART_WINDOW))
     state = store.cluster_state(conn)
     queues = store.queues(conn)
     usage = store.queue_usage(conn, now) if queues else {}
@@ -138,7 +136,7 @@ def queue_snapshot(
         moving = store.get_meta(conn, MOVING + spec.name) if stopping else None
         if moving is not None:  # its new placement is held for it while it stops
             state = held_for_move(state, placement_from_dict(spec.name, json.loads(moving)))
-        move = None if stopping else movable(row, spec, now)
+        move = None if stopping else movable(row, spec, now, restart)
         run = running_service(gpus, waiting_service(conn, row, spec), started, now, end)
         holding.append(Holding(spec.name, spec.priority, None if stopping else queue_of(spec), end,
                                spec.stop_grace(), spec.preemptible and not stopping, *run, move=move))  # fmt: skip
@@ -153,16 +151,17 @@ def may_move(spec: JobSpec) -> bool:
     return spec.preemptible and spec.run_time_s is not None
 
 
-def movable(row: sqlite3.Row, spec: JobSpec, now: float) -> Movable | None:
+def movable(row: sqlite3.Row, spec: JobSpec, now: float, restart: RestartCost) -> Movable | None:
     """A running job as a move weighs it: its work, what it ran of it since its start, where it
-    runs. Its progress is known from its start only, so a job requeued once (preempted,
-    restarted or moved) is not moved again."""
+    runs, and ``restart``, what a restart costs on this cluster. Its progress is known from its
+    start only, so a job requeued once (preempted, restarted or moved) is not moved again."""
     if not may_move(spec) or int(row["restarts"] or 0) or row["started_at"] is None or not row["placement"]:
         return None
     request = spec.request()
     assert request.work_s is not None
     placement = placement_from_dict(spec.name, json.loads(row["placement"]))
-    return Movable(request, placement, request.work_s, MOVE_RESTART_S, ran_s=max(now - float(row["started_at"]), 0.0))
+    return Movable(request, placement, request.work_s, restart.seconds, ran_s=max(now - float(row["started_at"]), 0.0),
+                   restart_source=restart.source)  # fmt: skip
 
 
 def held_for_move(state: ClusterState, target: Placement) -> ClusterState:

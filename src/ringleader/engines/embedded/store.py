@@ -39,7 +39,7 @@ from ringleader.topology.network import tree_from_dict, tree_of, tree_to_dict
 
 T = TypeVar("T")
 APP_ID = "ringleader"
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 DB_NAME = "state.db"
 NETWORK_KEY = "network_tree"  # meta: the declared network tree above the nodes (JSON), if any
 
@@ -117,6 +117,14 @@ MIGRATIONS: dict[int, list[str]] = {
     ],
     # A queue's order of its jobs (scheduler/order.py: fifo, las, srtf; NULL: the default).
     7: ["ALTER TABLE queues ADD COLUMN queue_order TEXT"],
+    # Restarts as they took on this cluster, which price a move's (scheduler/move.py): a run
+    # placed again after its requeue, from its placement to its program's first line in a
+    # rank's log. The cluster's record, not the job's: kept when the job is deleted.
+    8: [
+        """CREATE TABLE restarts (
+            id INTEGER PRIMARY KEY AUTOINCREMENT, job TEXT NOT NULL, placed_at REAL NOT NULL,
+            resumed_at REAL NOT NULL, UNIQUE (job, placed_at))""",
+    ],
 }
 
 
@@ -781,6 +789,23 @@ def add_usage(conn: sqlite3.Connection, queue: str, gpu_s: float, now: float) ->
            ON CONFLICT (queue) DO UPDATE SET gpu_s = excluded.gpu_s, as_of = excluded.as_of""",
         (queue, before + gpu_s, now),
     )
+
+
+# -- restarts -------------------------------------------------------------------------------------
+
+
+def add_restart(conn: sqlite3.Connection, job: str, placed_at: float, resumed_at: float) -> None:
+    """Record that ``job``'s run placed at ``placed_at`` after a requeue had its program write
+    its first line at ``resumed_at``; once per run (an agent that adopts the run may say it again)."""
+    conn.execute("INSERT OR IGNORE INTO restarts (job, placed_at, resumed_at) VALUES (?, ?, ?)",
+                 (job, placed_at, resumed_at))  # fmt: skip
+
+
+def recent_restarts(conn: sqlite3.Connection, limit: int) -> list[float]:
+    """The seconds the ``limit`` most recently recorded restarts took, oldest first (never below
+    0: a rank's log lines are stamped by the clock of the machine that wrote them)."""
+    rows = conn.execute("SELECT resumed_at - placed_at FROM restarts ORDER BY id DESC LIMIT ?", (limit,))
+    return [max(float(r[0]), 0.0) for r in rows][::-1]
 
 
 # -- node faults and cordons ----------------------------------------------------------------------

@@ -43,7 +43,7 @@ from ringleader.jobs.codec import placement_from_dict
 from ringleader.jobs.commandline import gets_torchrun_defaults
 from ringleader.jobs.failures import LOG_TAIL_BYTES, Failure, classify, restart_number
 from ringleader.jobs.line import CommandLine, option_words, root_option
-from ringleader.jobs.logfiles import read_log
+from ringleader.jobs.logfiles import first_program_line, read_log
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import InstanceStatus, JobStatus, Launch
 from ringleader.runtime.containers import readable
@@ -70,6 +70,9 @@ from ringleader.statefolder import make_job_folders, remove_job_folders
 from ringleader.topology import NodeSpec
 
 POLL_S = 0.25
+# How often a restarted run's rank logs are looked at (only what was appended since) until its
+# program's first line is found: when its restart ended is that line's stamp, not the look.
+RESTART_LOOK_S = 5.0
 # After adoption: how long an instance with neither a pid nor a state file may still be a
 # wrapper that the lost agent started and that has not written its state file yet.
 START_GRACE_S = 5.0
@@ -172,6 +175,10 @@ class Supervisor:
         self.stop_grace: float | None = None  # a delete's request: the grace its ranks get
         self.preempting = False  # the stop asked for is a preemption's: the job is requeued, not forgotten
         self.restarts = 0  # times it was requeued before this run (RINGLEADER_RESTARTS)
+        self.resumed_at: float | None = None  # a restarted run's program's first line (its stamp)
+        self.restart_recorded = False  # what this run's restart took is recorded
+        self.restart_looked = -RESTART_LOOK_S  # clock.monotonic() at the last look for that line
+        self.log_read: dict[str, int] = {}  # rank -> how far its log was read for that line
         self.starting: Watched | None = None  # the instance being started, if Popen raises
         self.started_at: float | None = None  # when the job was placed (wall clock, as recorded)
         self.time_limit_s: float | None = None
@@ -288,6 +295,9 @@ class Supervisor:
                         grace_s=spec.stop_grace(), lease_file=str(lease_path(self.home, spec.name)))  # fmt: skip
             plan["env"] = {**settings.get("env", {}), **plan["env"]}
         write_private(pfile, json.dumps(plan, indent=1))  # before any rank starts (see plan_written)
+        # this run's lines start where the ranks' logs end now (earlier runs' are above them)
+        self.log_read = {w.name: _size(log_path(self.home, self.job, w.name)) for w in self.watched
+                         if w.role != "launcher"}  # fmt: skip
         if remote:
             argv, detail = hosts_command(spec, plan, pfile, nodes, self.home, settings)
             self._start(f"{spec.name}-launcher", [*rank_wrapper(pfile, launcher=True, hosts=True), *argv], spec)
@@ -476,7 +486,7 @@ class Supervisor:
 
     def _persist(self, event: tuple[str, str] | None, launch: Launch | None) -> bool:
         dirty = [w for w in self.watched if w.dirty]
-        if not dirty and event is None:
+        if not dirty and event is None and (self.resumed_at is None or self.restart_recorded):
             return self.stop_request() != GONE
         with self.db.write() as conn:
             now = self.clock.now()  # taken under the lock: the wait for it may be long
@@ -494,11 +504,46 @@ class Supervisor:
                     msg = f"{w.name} {w.status.value.lower()} (exit code {code})" + (f": {w.note}" if w.note else "")
                     store.add_event(conn, self.job, "InstanceExited", msg, w.ended_at or now)
                 w.dirty = False
+            self._record_restart(conn, row)
             if event:
                 store.add_event(conn, self.job, event[0], event[1], now)
             if launch is not None and row["launch"] != Launch.STOPPING.value:
                 store.update_job(conn, self.job, launch=launch)
         return True
+
+    def _look_for_resume(self, last: bool = False) -> None:
+        """A run after a requeue: when its program first wrote a line to a rank's log since its
+        placement (the line's stamp), which is when it ran again: its imports done, often its
+        checkpoint loaded (its ranks' start alone leaves most of that out). Looked for every
+        RESTART_LOOK_S at most while it runs, reading only what was appended since, and once
+        more at the run's ``last``; a run whose program wrote nothing tells nothing."""
+        if not self.restarts or self.resumed_at is not None or self.started_at is None:
+            return
+        now = self.clock.monotonic()
+        if not last and now - self.restart_looked < RESTART_LOOK_S:
+            return
+        self.restart_looked = now
+        written = []
+        for w in self.watched:
+            if w.role == "launcher":  # mpirun's log: its own lines and warnings, the ranks' again
+                continue
+            try:
+                at, self.log_read[w.name] = first_program_line(
+                    log_path(self.home, self.job, w.name), self.log_read.get(w.name, 0), float(self.started_at))
+            except (OSError, RingleaderError):  # unreadable (a link in its place): not this rank's to tell
+                continue
+            if at is not None:
+                written.append(at)
+        self.resumed_at = min(written, default=None)
+
+    def _record_restart(self, conn: sqlite3.Connection, row: sqlite3.Row) -> None:
+        """From the run's placement to its program's first line is what its restart took on this
+        cluster (a move's is priced by the recent ones)."""
+        if self.resumed_at is None or self.restart_recorded:
+            return
+        if row["started_at"] is not None:
+            store.add_restart(conn, self.job, float(row["started_at"]), self.resumed_at)
+        self.restart_recorded = True
 
     def stop_request(self) -> float | None:
         """A read (no lock), at most once a second unless poked: the grace a delete asked for,
@@ -582,6 +627,7 @@ class Supervisor:
         delete came meanwhile: that one forgets it."""
         self._stop_everything(grace_s)
         self._await_fence(stoppable=False)
+        self._look_for_resume(last=True)
         remove_job_folders(self.home, self.job, ("run",))
         requeued = store.until_recorded(self.home, self._requeue_rows, self.log)
         if requeued:
@@ -594,6 +640,7 @@ class Supervisor:
             row = store.job_row(conn, self.job)
             if row is None or row["launch"] != Launch.PREEMPTING.value:
                 return None
+            self._record_restart(conn, row)
             return requeue_stopped(conn, self.job, self.clock.now())
 
     def _forget_rows(self) -> bool:
@@ -624,6 +671,7 @@ class Supervisor:
         """Watched until the first failure, its time limit, its end or a stop asked for."""
         while True:
             self._look()
+            self._look_for_resume()
             if self.root is not None:
                 return Phase.FAILING
             if self.deadline is not None and self.clock.monotonic() >= self.deadline:
@@ -699,6 +747,7 @@ class Supervisor:
 
     def _ended(self) -> Phase:
         self._await_fence()
+        self._look_for_resume(last=True)
         if any(w.status is not InstanceStatus.SUCCEEDED for w in self.watched):
             # A client that was stopped can leave its container's record (one that ended by
             # itself removed it: --rm). Before the job is over: a `get` that says so finds none.
@@ -761,6 +810,7 @@ class Supervisor:
             if row["launch"] == Launch.STOPPING.value:
                 self.stop_grace = float(row["stop_grace"] or 0.0)
                 return False
+            self._record_restart(conn, row)
             # The job's true end is its last instance's own (an adopted job's may be long before now).
             ends = [w.ended_at for w in self.watched]
             ended = max(e for e in ends if e is not None) if ends and None not in ends else None
@@ -865,6 +915,14 @@ def write_private(path: str | Path, text: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as fh:
         fh.write(text)
+
+
+def _size(path: Path) -> int:
+    """A file's size; 0 when it does not exist (yet) or cannot be read."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _exit_fd(pid: int) -> int | None:
