@@ -20,7 +20,7 @@ import sqlite3
 import subprocess
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -154,6 +154,21 @@ class Watched:
         return self.status.is_terminal()
 
 
+@dataclass
+class ResumeWatch:
+    """A restarted run's look for its program's first line in its ranks' logs: what its restart
+    took on this cluster ends there (``Supervisor._look_for_resume``)."""
+
+    read: dict[str, int] = field(default_factory=dict)  # rank -> how far its log was read
+    looked: float = -RESTART_LOOK_S  # clock.monotonic() at the last look
+    resumed_at: float | None = None  # the first line's stamp, once found
+    recorded: bool = False  # the restart it ends is recorded
+
+    @property
+    def unrecorded(self) -> bool:
+        return self.resumed_at is not None and not self.recorded
+
+
 class Supervisor:
     """One job, for the agent (``holder``: its pid and start time). ``placed`` is called with
     the jobs a scheduling pass placed, once committed: the agent starts them. ``clock``: where
@@ -175,10 +190,7 @@ class Supervisor:
         self.stop_grace: float | None = None  # a delete's request: the grace its ranks get
         self.preempting = False  # the stop asked for is a preemption's: the job is requeued, not forgotten
         self.restarts = 0  # times it was requeued before this run (RINGLEADER_RESTARTS)
-        self.resumed_at: float | None = None  # a restarted run's program's first line (its stamp)
-        self.restart_recorded = False  # what this run's restart took is recorded
-        self.restart_looked = -RESTART_LOOK_S  # clock.monotonic() at the last look for that line
-        self.log_read: dict[str, int] = {}  # rank -> how far its log was read for that line
+        self.resume = ResumeWatch()
         self.starting: Watched | None = None  # the instance being started, if Popen raises
         self.started_at: float | None = None  # when the job was placed (wall clock, as recorded)
         self.time_limit_s: float | None = None
@@ -296,8 +308,8 @@ class Supervisor:
             plan["env"] = {**settings.get("env", {}), **plan["env"]}
         write_private(pfile, json.dumps(plan, indent=1))  # before any rank starts (see plan_written)
         # this run's lines start where the ranks' logs end now (earlier runs' are above them)
-        self.log_read = {w.name: _size(log_path(self.home, self.job, w.name)) for w in self.watched
-                         if w.role != "launcher"}  # fmt: skip
+        self.resume = ResumeWatch({w.name: _size(log_path(self.home, self.job, w.name)) for w in self.watched
+                                   if w.role != "launcher"})  # fmt: skip
         if remote:
             argv, detail = hosts_command(spec, plan, pfile, nodes, self.home, settings)
             self._start(f"{spec.name}-launcher", [*rank_wrapper(pfile, launcher=True, hosts=True), *argv], spec)
@@ -486,7 +498,7 @@ class Supervisor:
 
     def _persist(self, event: tuple[str, str] | None, launch: Launch | None) -> bool:
         dirty = [w for w in self.watched if w.dirty]
-        if not dirty and event is None and (self.resumed_at is None or self.restart_recorded):
+        if not dirty and event is None and not self.resume.unrecorded:
             return self.stop_request() != GONE
         with self.db.write() as conn:
             now = self.clock.now()  # taken under the lock: the wait for it may be long
@@ -517,33 +529,33 @@ class Supervisor:
         checkpoint loaded (its ranks' start alone leaves most of that out). Looked for every
         RESTART_LOOK_S at most while it runs, reading only what was appended since, and once
         more at the run's ``last``; a run whose program wrote nothing tells nothing."""
-        if not self.restarts or self.resumed_at is not None or self.started_at is None:
+        if not self.restarts or self.resume.resumed_at is not None or self.started_at is None:
             return
         now = self.clock.monotonic()
-        if not last and now - self.restart_looked < RESTART_LOOK_S:
+        if not last and now - self.resume.looked < RESTART_LOOK_S:
             return
-        self.restart_looked = now
+        self.resume.looked = now
         written = []
         for w in self.watched:
             if w.role == "launcher":  # mpirun's log: its own lines and warnings, the ranks' again
                 continue
             try:
-                at, self.log_read[w.name] = first_program_line(
-                    log_path(self.home, self.job, w.name), self.log_read.get(w.name, 0), float(self.started_at))
+                at, self.resume.read[w.name] = first_program_line(
+                    log_path(self.home, self.job, w.name), self.resume.read.get(w.name, 0), float(self.started_at))
             except (OSError, RingleaderError):  # unreadable (a link in its place): not this rank's to tell
                 continue
             if at is not None:
                 written.append(at)
-        self.resumed_at = min(written, default=None)
+        self.resume.resumed_at = min(written, default=None)
 
     def _record_restart(self, conn: sqlite3.Connection, row: sqlite3.Row) -> None:
         """From the run's placement to its program's first line is what its restart took on this
         cluster (a move's is priced by the recent ones)."""
-        if self.resumed_at is None or self.restart_recorded:
+        if self.resume.resumed_at is None or self.resume.recorded:
             return
         if row["started_at"] is not None:
-            store.add_restart(conn, self.job, float(row["started_at"]), self.resumed_at)
-        self.restart_recorded = True
+            store.add_restart(conn, self.job, float(row["started_at"]), self.resume.resumed_at)
+        self.resume.recorded = True
 
     def stop_request(self) -> float | None:
         """A read (no lock), at most once a second unless poked: the grace a delete asked for,
