@@ -12,10 +12,28 @@ from waiting import wait_for
 
 
 def idle(home: Path) -> Path:
-    """``home`` once its agents have left (an agent leaves its folder when nothing runs), so that
-    no process writes the folder while it is copied."""
-    wait_for(lambda: not agent_pids(home), what=f"the agents of {home} to leave it")
+    """``home`` once its agents have left (an agent leaves its folder when nothing runs) and no
+    process holds a file of it open, so that nothing writes the folder while it is copied: the
+    last connection to close the database removes its -wal and -shm files, and a supervisor or
+    an agent still starting on a loaded machine can be that last one after its agent was gone."""
+    wait_for(lambda: not agent_pids(home) and not holders(home), what=f"the processes of {home} to leave it")
     return home
+
+
+def holders(home: Path) -> list[int]:
+    """The other processes with a file under ``home`` open (this one's own connections are its
+    tests' to close)."""
+    inside = f"{home}/"
+    found = []
+    for fd_folder in Path("/proc").glob("[0-9]*/fd"):
+        try:
+            targets = [os.readlink(fd) for fd in fd_folder.iterdir()]
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        pid = int(fd_folder.parent.name)
+        if pid != os.getpid() and any(target.startswith(inside) for target in targets):
+            found.append(pid)
+    return found
 
 
 def copy_of(home: Path, to: Path) -> Path:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ringleader.engines.embedded.engine import Runtime
-from statecopy import copy_of
+from statecopy import copy_of, idle
 from statedb import dump_db, kill_agents
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,6 +53,7 @@ def ended_job(home: Path) -> None:
     assert cli(home, "submit", "mpi", "--name", "done", "--", PY, "-c", "pass").returncode == 0
     Runtime.open(home).wait("done", 120)
     kill_agents(home)
+    idle(home)
     conn = sqlite3.connect(home / "state.db")
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     conn.close()
