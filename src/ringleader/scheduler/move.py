@@ -25,6 +25,7 @@ so a move never jumps the queue. Nothing here reads a clock; time is the pass's 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -84,12 +85,10 @@ def restart_cost(recent_s: Sequence[float], window: int = RESTART_WINDOW) -> Res
     moves it little; ``DEFAULT_RESTART_S`` while there is none."""
     if window < 1:
         raise ValueError(f"need a window of at least one restart, got {window}")
-    last = sorted(recent_s[-window:])
+    last = recent_s[-window:]
     if not last:
         return RestartCost()
-    middle = len(last) // 2
-    median = last[middle] if len(last) % 2 else (last[middle - 1] + last[middle]) / 2
-    return RestartCost(median, len(last))
+    return RestartCost(statistics.median(last), len(last))
 
 
 @dataclass(frozen=True)
