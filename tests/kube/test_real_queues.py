@@ -24,6 +24,7 @@ from ringleader.engines.kubernetes import manifests, names
 from ringleader.engines.kubernetes.client import Api, ApiError
 from ringleader.engines.kubernetes.engine import EngineApi, KubernetesEngine
 from ringleader.engines.kubernetes.scheduler import Scheduler
+from ringleader.engines.kubernetes.usage import KEEP_EVERY_S
 from ringleader.errors import ConflictError, UsageError
 from ringleader.jobs.queues import line_of
 from ringleader.jobs.spec import JobSpec, KubeOptions
@@ -546,3 +547,34 @@ def test_real_a_queue_whose_gang_ran_goes_after_one_that_did_not_across_a_restar
         assert restarted.cache.queue_usage(clock.now())["usage-a"] == pytest.approx(ran["gpu_s"], rel=1e-3)
     finally:
         restarted.elector.release()
+
+
+def test_real_a_deleted_queues_usage_is_forgotten_and_a_queue_made_again_starts_from_none(
+        lab: ControlPlane, clocked: Scheduler, clock: ManualClock) -> None:  # fmt: skip
+    """As the embedded engine forgets a deleted queue's usage: the scheduler's next write of the
+    kept usage leaves out the queues no longer in the queues' ConfigMap (the others kept as they
+    were, brought up to now), so a queue made again under that name starts with no usage."""
+    admin = engine(lab, "admin", "default")
+    for queue in ("usage-gone", "usage-stays"):
+        admin.create_queue(TeamQueue(queue, (("*", 16),), namespaces=("team-a",)), overwrite=True)
+    usage_path = f"/api/v1/namespaces/{names.SYSTEM_NAMESPACE}/configmaps/{names.QUEUE_USAGE_CONFIG}"
+    old = clock.now() - KEEP_EVERY_S - 1  # due: the scheduler brings it up to now at its next cycle
+    lab.patch(usage_path, {"data": {q: json.dumps({"gpu_s": 3600.0, "as_of": old})
+                                    for q in ("usage-gone", "usage-stays")}})  # fmt: skip
+    admin.delete_queue("usage-gone")
+
+    def seen_gone() -> bool:
+        clocked.sync()
+        names_now = {q.name for q in clocked.cache.queues}
+        return "usage-stays" in names_now and "usage-gone" not in names_now
+
+    lab.until(seen_gone, "the scheduler to see the queue go")
+    assert clocked.cycle() == []
+    kept = (lab.get(usage_path) or {}).get("data") or {}
+    assert "usage-gone" not in kept, kept
+    stays = json.loads(kept["usage-stays"])
+    assert stays["as_of"] == clock.now() and 0 < stays["gpu_s"] < 3600.0, stays  # decayed to now
+    admin.create_queue(TeamQueue("usage-gone", (("*", 16),), namespaces=("team-a",)))
+    listed = {view.name: view for view in admin.queues()}  # `queue list` reads it
+    assert listed["usage-gone"].usage_gpu_h == 0.0
+    assert listed["usage-stays"].usage_gpu_h == pytest.approx(stays["gpu_s"] / 3600, rel=1e-2)

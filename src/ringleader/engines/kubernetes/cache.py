@@ -568,8 +568,11 @@ class Cache:
     def usage_now(self, now: float) -> dict[str, KeptUsage]:
         """Each queue's usage as of ``now``: as kept in the cluster (names.QUEUE_USAGE_CONFIG),
         with what its pods ran since: those still holding GPUs, and those that stopped and the
-        kept usage does not cover yet (``teams.usage_at``)."""
-        return usage_at(self.kept_usage, [*self.ended, *self.gpu_spans(now)], now)
+        kept usage does not cover yet (``teams.usage_at``). A queue deleted since is left out, as
+        the embedded engine forgets it: made again, it starts with no usage."""
+        known = {q.name for q in self.queues} | {DEFAULT_QUEUE}
+        kept = {queue: usage for queue, usage in self.kept_usage.items() if queue in known}
+        return usage_at(kept, [*self.ended, *self.gpu_spans(now)], now)
 
     def gpu_spans(self, now: float) -> list[GpuSpan]:
         """The GPUs each pod of ours holds, from its start (kubelet's startTime) to ``now``."""
