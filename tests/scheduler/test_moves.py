@@ -16,7 +16,6 @@ from builders import preset_cluster
 from ringleader.scheduler import ClusterState, Holding, JobRequest, Placement, Snapshot, Waiting, WorkerSlot, run_cycle
 from ringleader.scheduler.move import (
     DEFAULT_MOVE_RULE,
-    DEFAULT_RESTART_S,
     RESTART_WINDOW,
     Movable,
     Move,
@@ -24,6 +23,7 @@ from ringleader.scheduler.move import (
     restart_cost,
 )
 from ringleader.scheduler.policies.throughput import current_estimator
+from ringleader.scheduler.reorder import DEFAULT_RESTART_S
 
 NOW = 10_000.0
 HOUR = 3600.0

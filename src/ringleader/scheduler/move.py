@@ -9,7 +9,7 @@ restart (start, load the checkpoint) and whatever it trained since its last chec
 does not write one when stopped; its host says what a restart costs it (``Movable.restart_s``):
 the embedded engine the median of the cluster's recent restarts as it measured them, each from
 the run's placement to its program's first line of output (``restart_cost``),
-``DEFAULT_RESTART_S`` until it measured one.
+``reorder.DEFAULT_RESTART_S`` until it measured one (a stop for queue order counts the same).
 
 The rule weighs the gang's own finish, as the start rule ``finish`` does (``types.WhenChoice``):
 staying finishes at ``now + left * ideal / rate_here``, moving at ``now + grace + restart +
@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 from ringleader.scheduler.framework import place
 from ringleader.scheduler.policies.throughput import RangedEstimator
 from ringleader.scheduler.queue import QueuePass
+from ringleader.scheduler.reorder import DEFAULT_RESTART_S
 from ringleader.scheduler.types import HELD, JobRequest, Placement, WorkerSlot, approx_duration, as_good
 
 
@@ -51,10 +52,6 @@ class MoveRule:
 
 DEFAULT_MOVE_RULE = MoveRule()
 
-# What starting a stopped gang again costs beyond its grace (its ranks started, its checkpoint
-# loaded) on a cluster where no restart was measured yet: a guess (BENCHMARKS.md measured 29 to
-# 88 s on a loaded 2-core box); a move must gain more than it, the grace and the rule's margin.
-DEFAULT_RESTART_S = 30.0
 # How many of a cluster's most recent restarts price the next: enough that one slow start moves
 # the median little, few enough that a cluster that changed (an image now cached) is soon priced anew.
 RESTART_WINDOW = 20

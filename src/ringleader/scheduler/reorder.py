@@ -53,17 +53,24 @@ class ShareRule(StrEnum):
     INITIAL = "LessThanInitialShare"
 
 
+# What starting a stopped gang again costs beyond its grace (its ranks started, its checkpoint
+# loaded) on a cluster where no restart was measured yet: a guess (BENCHMARKS.md measured 29 to
+# 88 s on a loaded 2-core box); a move or a stop for order must gain more than it.
+DEFAULT_RESTART_S = 30.0
+
+
 @dataclass(frozen=True)
 class ReorderConfig:
     """The knobs of preemption for order and fair share, set before any benchmark ran: a gang
     runs at least ``min_run_s`` (30 min) before it may be stopped for either; a restart costs
-    ``restart_s`` (1 min: loading a checkpoint and starting the ranks again) beside the grace
-    and the work lost; fair share follows Kueue's default strategies."""
+    ``restart_s`` (loading a checkpoint and starting the ranks again: what the cluster measured,
+    as moves count it, ``DEFAULT_RESTART_S`` until it did) beside the grace and the work lost;
+    fair share follows Kueue's default strategies."""
 
     for_order: bool = True
     for_fair_share: bool = True
     min_run_s: float = 1800.0
-    restart_s: float = 60.0
+    restart_s: float = DEFAULT_RESTART_S
     share_rules: tuple[ShareRule, ...] = (ShareRule.FINAL, ShareRule.INITIAL)
     # for order, stop only where it pays (off: as Tiresias, whenever the order ranks it after)
     weighs_cost: bool = True

@@ -248,6 +248,9 @@ class Simulation:
             self.hist[f] += 1
         self.step_time = step_time if isinstance(step_time, Memoised) else Memoised(step_time)
         self.max_failures = max_failures
+        if preemption is not None:  # the queue prices a stop with the restart it costs here, as
+            # an engine prices it with the restarts it measured (``jobs.queues.queue_config``)
+            backfill = replace(backfill, reorder=replace(backfill.reorder, restart_s=preemption.restart_s))
         self.backfill = backfill
         self.start_rule = start_rule
         if not work_error >= 0:

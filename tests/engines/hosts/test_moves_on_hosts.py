@@ -18,6 +18,7 @@ import pytest
 
 from ringleader.engines.embedded import store
 from ringleader.engines.embedded.engine import Runtime
+from ringleader.engines.embedded.lifecycle import queue_snapshot
 from ringleader.scheduler.move import RESTART_WINDOW
 
 # slow, and minutes on a loaded machine: two runs of the job, each 150 steps spread or not
@@ -103,6 +104,8 @@ def test_a_spread_gang_moves_to_one_node_at_its_checkpoint_with_the_same_weights
     with hosts.db.read() as conn:
         [restart_s] = store.recent_restarts(conn, RESTART_WINDOW)
     assert resumed_at - requeued_at <= restart_s < ended - requeued_at
+    with hosts.db.read() as conn:  # and prices a stop for queue order on this cluster too
+        assert queue_snapshot(conn, time.time()).config.reorder.restart_s == restart_s
     first = [(tmp_path / d / "start-0-0").stat().st_mtime for d in ("stays", "moves")]
     print(f"submit to end: stays spread {stay_s:.1f} s (ranks {first[0]:.1f} -> end "
           f"{(tmp_path / 'stays' / 'final.pt').stat().st_mtime:.1f}), moved {move_s:.1f} s (ranks {first[1]:.1f}, "

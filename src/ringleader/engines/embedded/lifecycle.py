@@ -115,7 +115,8 @@ def queue_snapshot(
     """The folder's queue as the cycle sees it: the cluster, the cordons, the running jobs (a job
     being stopped holds its GPUs until its grace is over, and has given its quota back) and the
     team queues with their usage: ended runs' plus the running ones' so far. A gang that may
-    move counts a restart as this folder's recent restarts took (``store.recent_restarts``)."""
+    move, and one stopped for queue order, counts a restart as this folder's recent restarts took
+    (``store.recent_restarts``)."""
     holding = []
     restart = restart_cost(store.recent_restarts(conn, RESTART_WINDOW))
     state = store.cluster_state(conn)
@@ -141,7 +142,7 @@ def queue_snapshot(
         holding.append(Holding(spec.name, spec.priority, None if stopping else queue_of(spec), end,
                                spec.stop_grace(), spec.preemptible and not stopping, *run, move=move))  # fmt: skip
     return Snapshot(state, waiting, now, holding, queues, usage, cordoned=store.cordons(conn),
-                    estimate=estimate, config=queue_config())  # fmt: skip
+                    estimate=estimate, config=queue_config(restart))  # fmt: skip
 
 
 def may_move(spec: JobSpec) -> bool:
