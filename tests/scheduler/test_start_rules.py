@@ -88,6 +88,22 @@ def test_finish_waits_ten_minutes_for_one_node_rather_than_run_spread() -> None:
     )
 
 
+def test_a_gang_past_its_expected_end_is_not_taken_to_free_this_instant() -> None:
+    """The gang on node-a was predicted to end earlier and still runs: it is expected to overrun
+    as long again as it has overrun so far, not to free now at every pass. 30 minutes late, the
+    job waits for it with a start in ~30 min (said so); 5 hours late, waiting for it finishes
+    later than running spread, and the job starts now."""
+    ideal, spread = rates()
+    late = one_pass(vgg("finish"), {"busy-node-a": NOW - 1800})
+    assert not late.ok and late.reservation is not None and late.reservation.start_s == NOW + 1800
+    assert late.reasons[0].endswith(f"start in ~30 min on node-a[4w: GPU 0,1,2,3] at {ideal:.0f} images/s, "
+                                    "finishes in ~1.5 h")  # fmt: skip
+    assert 3600 * ideal / spread < 5 * 3600 + 3600  # waiting 5 h more loses to running spread
+    very_late = one_pass(vgg("finish"), {"busy-node-a": NOW - 5 * 3600})
+    assert very_late.ok and very_late.when is not None and very_late.when.starts_now
+    assert very_late.placement is not None and len(very_late.placement.nodes) == 2
+
+
 def test_finish_waits_only_when_waiting_wins_at_the_pessimistic_end() -> None:
     """The node frees late enough that waiting wins on the predictions, but not if one node runs
     at the low end of the model's likely range and spread at the high end (its held-out errors):

@@ -426,6 +426,18 @@ class QueuePass:
             return self._reservation(job, placement, start)
         return None
 
+    def free_at(self, gang: str) -> float:
+        """When running ``gang``'s GPUs are expected to free (inf: unknown). Once its expected end
+        has passed and it still holds them, as far past now as it has overrun so far: the
+        lifetime rule of Harchol-Balter and Downey (SIGMETRICS 1996: a process that has run t
+        runs another t with probability one half), applied to the overrun. Taken as freeing
+        this instant instead, a late gang looked about to free at every pass: a job waited for
+        it "~0 s" pass after pass, its decision made on a start that never came."""
+        end = self.expected_ends.get(gang, math.inf)
+        if self.now is not None and end < self.now:
+            return 2 * self.now - end
+        return end
+
     def future_options(self, job: JobRequest, policy: str | None = None) -> Iterator[tuple[float | None, Placement]]:
         """Where ``job`` would go at each expected end after which it fits, earliest first.
 
@@ -443,7 +455,7 @@ class QueuePass:
             by_job: dict[str, int] = {}
             for gpu, owner in ns.allocated:
                 by_job[owner] = by_job.get(owner, 0) | 1 << gpu
-            holds[pos] = [_Hold(self.expected_ends.get(owner, math.inf), mask, owner == UNUSABLE)
+            holds[pos] = [_Hold(self.free_at(owner), mask, owner == UNUSABLE)
                           for owner, mask in by_job.items()]  # fmt: skip
         for reservation in self.reservations:
             end = math.inf if reservation.end_s is None else reservation.end_s
