@@ -7,12 +7,15 @@ reference.toml ``traces``) is drawn per seed, then offered at each load over its
 started on arrival, priced on best placements). Every variant runs the queue the engines run
 (``BackfillConfig()``: two reservations, age), users' run-time estimates biased x0.5-x3
 (``EstimateError("biased")``), jobs' true rates off the model's by its held-out errors
-(``prediction_error``), and the engines' default risk with the model's ranges (``risk="averse"``).
+(``prediction_error``), and the engines' default risk (``types.DEFAULT_RISK``) with the model's
+ranges.
 
 Variants:
 * ``fifo/now``: FIFO, every job starts as soon as it fits (start rule ``now``);
 * ``fifo/best``: FIFO, every job waits for a placement as fast as its best (``best``);
 * ``fifo/finish``: FIFO, the default start rule (``finish``: whichever finishes first);
+* ``fifo/finish-averse``: the same with ``--risk averse`` (waits only where waiting wins at the
+  pessimistic end of both likely ranges);
 * ``las/finish``, ``srtf/finish``: ringleader's orders (``scheduler/order.py``) with ``finish``;
 * ``tiresias``: Tiresias' 2D-LAS as its paper defines it as far as this queue can run it: levels
   by attained GPU-seconds at its simulator's thresholds (3250, 7200, 18000), first in first out
@@ -65,7 +68,7 @@ VARIANTS = (
     Variant("fifo/now", QueueOrder.FIFO, "now"),
     Variant("fifo/best", QueueOrder.FIFO, "best"),
     Variant("fifo/finish", QueueOrder.FIFO, "finish"),
-    Variant("fifo/finish-neutral", QueueOrder.FIFO, "finish", risk="neutral"),
+    Variant("fifo/finish-averse", QueueOrder.FIFO, "finish", risk="averse"),
     Variant("las/finish", QueueOrder.LAS, "finish"),
     Variant("srtf/finish", QueueOrder.SRTF, "finish"),
     Variant("tiresias", QueueOrder.LAS, "now", TIRESIAS),

@@ -95,16 +95,16 @@ def test_best_waits_however_long_and_now_starts_spread(seeds_cli: Cli) -> None:
 
 def test_the_users_risk_decides_a_wait_that_wins_only_on_the_predictions(seeds_cli: Cli) -> None:
     """The node frees in 3.2 h: waiting for it wins on the model's predictions (spread runs the
-    hour in ~4.5 h), not at the pessimistic end of their likely ranges. A risk-averse gang (the
-    default) starts spread now; with --risk neutral it waits, and says it took the predictions."""
+    hour in ~4.5 h), not at the pessimistic end of their likely ranges. With --risk averse the
+    gang starts spread now; risk neutral (the default) waits, and says it took the predictions."""
     busy(seeds_cli, "block-a", "192m")
     busy(seeds_cli, "block-b", "10h")
-    vgg(seeds_cli, "averse")
+    vgg(seeds_cli, "averse", "--risk", "averse")
     averse = job(seeds_cli, "averse")
     assert averse["status"] == "RUNNING" and len(nodes_of(averse)) == 2
     assert averse["placement"]["request"]["risk"] == "averse"
     seeds_cli.ok("delete", "averse")
-    vgg(seeds_cli, "neutral", "--risk", "neutral")
+    vgg(seeds_cli, "neutral")
     neutral = job(seeds_cli, "neutral")
     assert neutral["status"] == "PENDING", neutral
     assert "waits: it finishes sooner (by ~" in neutral["reason"]

@@ -376,8 +376,11 @@ def test_start_rules_travel_on_the_worker_template_and_a_bad_value_changes_nothi
     assert job_request(Gang("team-a/vgg", 4, [pod_info(worker)])).risk == "neutral"
     assert names.RISK_ANNOTATION not in template_pods(manifests.mpijob(spec, "team-a"))["Worker"]["metadata"][
         "annotations"]  # fmt: skip
-    worker["metadata"]["annotations"][names.RISK_ANNOTATION] = "bold"  # a hand-written pod's typo: the default
+    averse = JobSpec("vgg", 4, 1, ["true"], topology_aware=True, run_time_s=3600.0, risk="averse")
+    worker = template_pods(manifests.mpijob(averse, "team-a"))["Worker"]
     assert job_request(Gang("team-a/vgg", 4, [pod_info(worker)])).risk == "averse"
+    worker["metadata"]["annotations"][names.RISK_ANNOTATION] = "bold"  # a hand-written pod's typo: the default
+    assert job_request(Gang("team-a/vgg", 4, [pod_info(worker)])).risk == "neutral"
 
 
 def test_contract_a_restartable_job_reads_its_restart_count_from_its_pod() -> None:

@@ -694,13 +694,13 @@ def test_contract_a_gang_that_finishes_sooner_by_waiting_waits_then_lands_on_one
 
 def test_contract_a_risk_neutral_gang_waits_where_only_the_predictions_say_so(fake: FakeApiServer) -> None:
     """--risk on Kubernetes: gpu-0 frees in 3.2 h, when waiting for it wins on the model's
-    predictions but not at the pessimistic end of their ranges. The workers' risk annotation
-    (what `submit --risk neutral` writes) makes the gang wait; without it, it binds spread."""
+    predictions but not at the pessimistic end of their ranges. Without a risk annotation (the
+    default, neutral) the gang waits; with the one `submit --risk averse` writes, it binds spread."""
     fake.put("nodes", node("gpu-0"))
     fake.put("nodes", node("gpu-1"))
     running_gang(fake, "a", "gpu-0", 6, 11_520)
     running_gang(fake, "b", "gpu-1", 6, 36_000)
-    for name, risk in (("neutral", {names.RISK_ANNOTATION: "neutral"}), ("averse", {})):
+    for name, risk in (("neutral", {}), ("averse", {names.RISK_ANNOTATION: "averse"})):
         fake.put("podgroups", podgroup(name, 4))
         for i in range(4):
             worker = pod(f"{name}-worker-{i}", gang=name)

@@ -60,7 +60,7 @@ def rates() -> tuple[float, float]:
 
 
 def test_a_long_spread_gang_moves_to_one_node_and_says_by_how_much() -> None:
-    cycle = cycle_with(spread_gang(), left_s=HOUR)
+    cycle = cycle_with(spread_gang(), left_s=HOUR, job=vgg(risk="averse"))
     [move] = cycle.moves
     spread, whole = rates()
     assert whole / spread > 4  # the reference study's 992 vs 200 images/s, as the model predicts it
@@ -193,10 +193,10 @@ def test_the_moved_event_says_the_restart_it_counted_and_where_it_came_from() ->
     """A host that measures restarts says so; the grace (the job's own) is told apart."""
     measured = restart_cost([85.0, 95.0])
     [move] = cycle_with(spread_gang(), left_s=HOUR, grace_s=2.0, restart_s=measured.seconds,
-                        restart_source=measured.source).moves  # fmt: skip
+                        restart_source=measured.source, job=vgg(risk="averse")).moves  # fmt: skip
     assert move.cost_s == 92.0
     assert ("counting a restart of ~2 min (2 s grace + 90 s, the median of this cluster's last 2 restarts, "
             "each to its program's first output), "
             "even at the pessimistic end") in move.describe()  # fmt: skip
-    [unsaid] = cycle_with(spread_gang(), left_s=HOUR, grace_s=2.0, restart_s=90.0).moves
+    [unsaid] = cycle_with(spread_gang(), left_s=HOUR, grace_s=2.0, restart_s=90.0, job=vgg(risk="averse")).moves
     assert "counting a restart of ~2 min, even at the pessimistic end" in unsaid.describe()

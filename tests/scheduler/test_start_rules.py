@@ -67,7 +67,7 @@ def rates() -> tuple[float, float]:
 def test_finish_waits_ten_minutes_for_one_node_rather_than_run_spread() -> None:
     ideal, spread = rates()
     assert ideal / spread > 4  # the reference study's 992 vs 200 images/s, as the model predicts it
-    decision = one_pass(vgg("finish"), {"busy-node-a": NOW + 600})
+    decision = one_pass(vgg("finish", risk="averse"), {"busy-node-a": NOW + 600})
     assert decision.placement is None and decision.when is not None and not decision.when.starts_now
     assert decision.reservation is not None and decision.reservation.placement.nodes == ("node-a",)
     assert decision.reservation.start_s == NOW + 600
@@ -112,7 +112,7 @@ def test_finish_waits_only_when_waiting_wins_at_the_pessimistic_end() -> None:
     point = 3600 * ideal / spread - 3600  # wait shorter than this: waiting wins on the predictions
     pessimistic = 3600 * ideal / (spread / SEVERAL_NODES_UNDER) - 3600 * ONE_NODE_OVER  # ...and at the pessimistic end
     late = (point + pessimistic) / 2
-    decision = one_pass(vgg("finish"), {"busy-node-a": NOW + late})
+    decision = one_pass(vgg("finish", risk="averse"), {"busy-node-a": NOW + late})
     when = decision.when
     assert when is not None and when.wait is not None and when.now is not None
     assert _finish(when.wait) < _finish(when.now)  # on the predictions, waiting is sooner
@@ -123,20 +123,21 @@ def test_finish_waits_only_when_waiting_wins_at_the_pessimistic_end() -> None:
         f"({ideal / ONE_NODE_OVER:.0f} images/s) and this one at the high end "
         f"({spread / SEVERAL_NODES_UNDER:.0f}): start now on node-a[2w"
     )
-    earlier = one_pass(vgg("finish"), {"busy-node-a": NOW + pessimistic - 60})
+    earlier = one_pass(vgg("finish", risk="averse"), {"busy-node-a": NOW + pessimistic - 60})
     assert not earlier.ok and earlier.when is not None and not earlier.when.starts_now
 
 
 def test_a_risk_neutral_job_waits_when_waiting_wins_on_the_predictions() -> None:
-    """The user's chosen risk: with ``risk="neutral"`` the same late-freeing node that a
-    risk-averse job does not wait for is waited for, since waiting finishes sooner as predicted;
-    where waiting loses on the predictions it starts now as well."""
+    """The user's chosen risk: with ``risk="neutral"``, the default, the same late-freeing node
+    that a risk-averse job does not wait for is waited for, since waiting finishes sooner as
+    predicted; where waiting loses on the predictions it starts now as well."""
     ideal, spread = rates()
     point = 3600 * ideal / spread - 3600
     pessimistic = 3600 * ideal / (spread / SEVERAL_NODES_UNDER) - 3600 * ONE_NODE_OVER
     late = (point + pessimistic) / 2
-    averse = one_pass(vgg("finish"), {"busy-node-a": NOW + late})
-    neutral = one_pass(vgg("finish", risk="neutral"), {"busy-node-a": NOW + late})
+    averse = one_pass(vgg("finish", risk="averse"), {"busy-node-a": NOW + late})
+    neutral = one_pass(vgg("finish"), {"busy-node-a": NOW + late})
+    assert vgg("finish").risk == "neutral"
     assert averse.ok and not neutral.ok
     when = neutral.when
     assert when is not None and when.at_risk is None and not when.starts_now

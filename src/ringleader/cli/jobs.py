@@ -299,8 +299,8 @@ START_HELP = ("When the gang starts if its best placement is busy: `now` on the 
 RUN_TIME_HELP = ("How long the job trains on its best placement (your estimate): the queue weighs starting now "
                  "on slower GPUs against waiting for better ones by it.")
 MAX_WAIT_HELP = "The longest it waits for better GPUs, from submit; then it starts on whatever fits."
-RISK_HELP = ("How --start finish weighs predictions that have a likely range: `averse` (default) waits only where "
-             "waiting wins at the pessimistic end of both ranges, `neutral` where it wins as predicted.")
+RISK_HELP = ("How --start finish weighs predictions that have a likely range: `neutral` (default) waits where "
+             "waiting wins as predicted, `averse` only where it wins at the pessimistic end of both ranges.")
 
 
 def read_calibration(path: str | None) -> dict[str, Any] | None:

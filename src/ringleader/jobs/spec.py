@@ -12,7 +12,7 @@ from ringleader.errors import UsageError
 from ringleader.jobs.hints import workload_hints
 from ringleader.jobs.line import CommandLine, line_from_dict, read_line
 from ringleader.scheduler import JobRequest
-from ringleader.scheduler.types import RISKS, START_RULES, Workload
+from ringleader.scheduler.types import DEFAULT_RISK, RISKS, START_RULES, Workload
 from ringleader.topology.cluster import check_name
 from ringleader.topology.grammar import LABEL_KEY_RE, LABEL_VALUE_RE
 
@@ -400,7 +400,7 @@ class JobSpec:
     start: str | None = None
     run_time_s: float | None = None
     max_wait_s: float | None = None
-    # How "finish" weighs predictions with likely ranges (scheduler.types.RISKS); None: "averse".
+    # How "finish" weighs predictions with likely ranges (scheduler.types.RISKS); None: DEFAULT_RISK.
     risk: str | None = None
     # Gang preemption (scheduler/preempt.py): ``preempt`` lets it stop preemptible jobs of lower
     # priority to start (Kubernetes' preemptionPolicy PreemptLowerPriority; off: Never);
@@ -546,7 +546,7 @@ class JobSpec:
             self.name, self.workers, self.gpus_per_worker, self.topology_aware, self.priority, self.model,
             time_limit_s=self.time_limit_s, topology_required=self.topology_required,
             topology_preferred=self.topology_preferred, start_rule=self.start_rule(), work_s=self.run_time_s,
-            max_wait_s=self.max_wait_s, risk=self.risk or "averse", may_preempt=self.preempt,
+            max_wait_s=self.max_wait_s, risk=self.risk or DEFAULT_RISK, may_preempt=self.preempt,
             preemptible=self.preemptible, queue=self.queue, workload=self.training_workload() if self.model else None,
         )  # fmt: skip
 

@@ -21,6 +21,11 @@ HELD = "reserved"  # owner name of reserved GPUs in the working states a pass bu
 UNUSABLE = "\x00unusable"
 # How a start rule "finish" weighs predictions with likely ranges (JobRequest.risk, --risk).
 RISKS = ("averse", "neutral")
+# The risk a job takes unless it says: "neutral". In the simulator, with jobs' true rates off the
+# model's by its held-out errors and users' biased run-time estimates, "averse" started degraded
+# as "now" does where waiting paid most (Helios-shaped load 1.0: mean JCT 7.94 h, "neutral" 6.50,
+# always waiting 6.39) and gained at most 2.1% where it did better (BENCHMARKS.md, "The default risk").
+DEFAULT_RISK = "neutral"
 
 
 @dataclass(frozen=True)
@@ -60,7 +65,7 @@ class JobRequest:
     max_wait_s: float | None = None
     # How "finish" weighs predictions that come with likely ranges (RISKS): "averse" waits only
     # where waiting wins at the pessimistic end of both; "neutral" takes the predictions as they are.
-    risk: str = "averse"
+    risk: str = DEFAULT_RISK
     # Whether it may stop running gangs of lower priority to start (scheduler/preempt.py), and
     # whether it may be stopped (a gang that may not never borrows another queue's quota).
     may_preempt: bool = False

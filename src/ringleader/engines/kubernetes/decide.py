@@ -33,6 +33,7 @@ from ringleader.scheduler import (
 )
 from ringleader.scheduler.cycle import Nominated
 from ringleader.scheduler.order import service_of_runs
+from ringleader.scheduler.types import DEFAULT_RISK
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ def job_request(gang: Gang) -> JobRequest:
         topology_preferred=workers[0].topology_preferred if workers else None,
         start_rule=workers[0].start_rule if workers else "now",
         work_s=workers[0].run_time_s if workers else None, max_wait_s=workers[0].max_wait_s if workers else None,
-        risk=workers[0].risk if workers else "averse",
+        risk=workers[0].risk if workers else DEFAULT_RISK,
         may_preempt=may_preempt, queue=gang.queue if gang.refused is None else None, preemptible=preemptible,
         model=workers[0].model if workers else None,
         workload=workers[0].workload if workers else None,

@@ -21,7 +21,7 @@ from ringleader.errors import TopologyError
 from ringleader.jobs.codec import node_from_dict
 from ringleader.jobs.hints import PRECISIONS, count_of
 from ringleader.reference import reference
-from ringleader.scheduler.types import RISKS, START_RULES, Workload
+from ringleader.scheduler.types import DEFAULT_RISK, RISKS, START_RULES, Workload
 from ringleader.topology import NodeSpec, NodeTopology
 from ringleader.topology.cluster import SCHEDULE_LABEL, SCHEDULE_MODES
 from ringleader.topology.node import EMPTY
@@ -113,7 +113,7 @@ class PodInfo:
     start_rule: str = "now"  # names.START_ANNOTATION; a value the scheduler does not know: "now"
     run_time_s: float | None = None  # names.RUN_TIME_ANNOTATION
     max_wait_s: float | None = None  # names.MAX_WAIT_ANNOTATION
-    risk: str = "averse"  # names.RISK_ANNOTATION; a value the scheduler does not know: "averse"
+    risk: str = DEFAULT_RISK  # names.RISK_ANNOTATION; a value the scheduler does not know: the default
     may_preempt: bool = False  # names.PREEMPT_ANNOTATION "true"
     preemptible: bool = True  # names.PREEMPTIBLE_ANNOTATION "false": never a victim
     queue: str | None = None  # names.QUEUE_ANNOTATION: its team queue (None: the default queue)
@@ -319,7 +319,7 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo:
         start_rule=_known(annotations.get(names.START_ANNOTATION), START_RULES, "now"),
         run_time_s=_seconds(annotations.get(names.RUN_TIME_ANNOTATION)),
         max_wait_s=_seconds(annotations.get(names.MAX_WAIT_ANNOTATION)),
-        risk=_known(annotations.get(names.RISK_ANNOTATION), RISKS, "averse"),
+        risk=_known(annotations.get(names.RISK_ANNOTATION), RISKS, DEFAULT_RISK),
         may_preempt=annotations.get(names.PREEMPT_ANNOTATION) == "true",
         preemptible=annotations.get(names.PREEMPTIBLE_ANNOTATION) != "false",
         queue=annotations.get(names.QUEUE_ANNOTATION) or None,
