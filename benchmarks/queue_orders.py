@@ -42,9 +42,10 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from ringleader.scheduler import BackfillConfig, JobRequest
+from ringleader.scheduler import BackfillConfig
 from ringleader.scheduler.order import DEFAULT_ORDERS, OrderConfig, QueueOrder, tiresias_thresholds
 from ringleader.scheduler.reorder import DEFAULT_REORDER, ReorderConfig
+from ringleader.scheduler.types import DEFAULT_RISK
 from ringleader.sim import JobRecord, Memoised, PreemptionCost, model_step_time, simulate, summarise
 from ringleader.sim.families import EstimateError, best_step_fn, family_trace
 from ringleader.topology import NodeSpec, preset
@@ -61,7 +62,7 @@ class Variant:
     orders: OrderConfig = DEFAULT_ORDERS
     preempts: bool = False  # jobs may be stopped (and resume) for the order
     reorder: ReorderConfig = DEFAULT_REORDER
-    risk: str = JobRequest.risk  # how rule finish weighs the model's ranges (the engines' default)
+    risk: str = DEFAULT_RISK  # how rule finish weighs the model's ranges
 
 
 VARIANTS = (
@@ -96,7 +97,7 @@ def main() -> None:
     best = best_step_fn(specs, memo)
     chosen = [v for v in VARIANTS if v.name in args.variants.split(",")]
     print(f"# 16 x DGX-1V, 25 Gb/s; {args.jobs} jobs; biased estimates x0.5-x3; prediction error; "
-          f"default risk {JobRequest.risk}; load average {os.getloadavg()[0]:.2f}")  # fmt: skip
+          f"default risk {DEFAULT_RISK}; load average {os.getloadavg()[0]:.2f}")  # fmt: skip
     print("| family | load | seed | variant | mean JCT h | p95 JCT h | mean queue h | longest wait h | preempted "
           "| wall s |")  # fmt: skip
     print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|")

@@ -16,9 +16,9 @@ from ringleader.errors import ConflictError, NotFoundError, UsageError
 from ringleader.jobs.views import JobView
 from ringleader.scheduler import BackfillConfig, JobRequest, Preemption, QueuedJob, queue_order
 from ringleader.scheduler.cycle import DEFAULT_BACKFILL
-from ringleader.scheduler.move import RestartCost
 from ringleader.scheduler.order import QueueOrder
 from ringleader.scheduler.queue import ranked_priority
+from ringleader.scheduler.reorder import DEFAULT_RESTART_S
 from ringleader.scheduler.teams import ANY_TYPE, DEFAULT_QUEUE, MAX_GPUS, TeamQueue, Teams
 from ringleader.topology.cluster import check_name
 
@@ -133,14 +133,14 @@ def queue_from_dict(name: str, data: Any) -> TeamQueue:
     return check_queue(queue, ())
 
 
-def queue_config(restart: RestartCost | None = None) -> BackfillConfig:
+def queue_config(restart_s: float = DEFAULT_RESTART_S) -> BackfillConfig:
     """The queue's knobs as this cluster's administrator set them: the least a job runs after its
     (re)start before it may be stopped for queue order or fair share (RINGLEADER_PREEMPT_MIN_RUN_S,
     ``ReorderConfig.min_run_s``); the rest as shipped. Read for each pass, so a changed setting
-    holds from the next one. A stop for order counts ``restart``, what a restart costs on this
-    cluster, as a move does: measured where the engine measures its restarts (None: none was)."""
+    holds from the next one. A stop for order counts ``restart_s``, what a restart costs on this
+    cluster, as a move does: measured where the engine measures its restarts, else the default."""
     min_run_s = settings.number("RINGLEADER_PREEMPT_MIN_RUN_S")
-    reorder = replace(DEFAULT_BACKFILL.reorder, min_run_s=min_run_s, restart_s=(restart or RestartCost()).seconds)
+    reorder = replace(DEFAULT_BACKFILL.reorder, min_run_s=min_run_s, restart_s=restart_s)
     return replace(DEFAULT_BACKFILL, reorder=reorder)
 
 

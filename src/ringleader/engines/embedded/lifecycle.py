@@ -142,7 +142,7 @@ def queue_snapshot(
         holding.append(Holding(spec.name, spec.priority, None if stopping else queue_of(spec), end,
                                spec.stop_grace(), spec.preemptible and not stopping, *run, move=move))  # fmt: skip
     return Snapshot(state, waiting, now, holding, queues, usage, cordoned=store.cordons(conn),
-                    estimate=estimate, config=queue_config(restart))  # fmt: skip
+                    estimate=estimate, config=queue_config(restart.seconds))  # fmt: skip
 
 
 def may_move(spec: JobSpec) -> bool:
