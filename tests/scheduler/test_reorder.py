@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import ringleader.model  # noqa: F401  (installs the throughput model's estimator)
 from ringleader.scheduler import ClusterState, Holding, JobRequest, Placement, Snapshot, Waiting, WorkerSlot, run_cycle
-from ringleader.scheduler.order import QueueOrder, Service
+from ringleader.scheduler.order import NO_SERVICE, QueueOrder, Service, running_service
 from ringleader.scheduler.queue import BackfillConfig
 from ringleader.scheduler.reorder import ReorderConfig, ShareRule
 from ringleader.scheduler.teams import ANY_TYPE, TeamQueue
@@ -99,6 +99,17 @@ def test_srtf_never_stops_a_gang_with_less_time_left() -> None:
     waiting = Waiting(job("short"), 1, NOW, service=Service(remaining_s=5 * HOUR))
     less = running("long", remaining_s=4 * HOUR)
     assert decide(state, [less], [waiting], SRTF)[0].preemption is None
+
+
+def test_srtf_stops_a_gang_long_past_its_expected_end_for_a_short_one() -> None:
+    # due 5 h ago and still running: as the queue's free_at has it, it is taken to run as long
+    # again, not to end this instant (which ranked it first, never to be stopped, pass after pass)
+    state = cluster(("late", "n0", tuple(range(8))))
+    left = running_service(8, NO_SERVICE, NOW - 8 * HOUR, NOW, NOW - 5 * HOUR)[2]
+    late = running("late", ran_s=8 * HOUR, expected_end_s=NOW - 5 * HOUR, remaining_s=left)
+    short = Waiting(job("short"), 1, NOW, service=Service(remaining_s=HOUR))
+    decision = decide(state, [late], [short], SRTF)[0]
+    assert decision.preemption is not None and decision.preemption.names == ("late",)
 
 
 LAB = (TeamQueue("a", ((ANY_TYPE, 16),), 1.0, "lab"), TeamQueue("b", ((ANY_TYPE, 16),), 2.0, "lab"))

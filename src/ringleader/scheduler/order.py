@@ -97,18 +97,31 @@ def service_of_runs(gpus: int, runs: Iterable[tuple[float, float]]) -> Service:
     return Service(attained, end, end - start)
 
 
+def expected_free(end: float, now: float | None) -> float:
+    """When a gang expected to end at ``end`` is expected to free its GPUs, seen at ``now``: at
+    ``end``, or once that has passed and it still runs, as far past now as it has overrun so far:
+    the lifetime rule of Harchol-Balter and Downey (SIGMETRICS 1996: a process that has run t runs
+    another t with probability one half), applied to the overrun. Taken as freeing this instant
+    instead, a late gang looked about to free at every pass: a job waited for it "~0 s" pass
+    after pass, and SRTF ranked it first, never to be stopped."""
+    if now is not None and end < now:
+        return 2 * now - end
+    return end
+
+
 def running_service(
     gpus: int, ended: Service, started: float | None, now: float, end: float | None
 ) -> tuple[float | None, float, float | None]:
     """What preemption for order and fair share reads of a gang that holds GPUs (``Holding``'s
     started_s, attained_gpu_s, remaining_s): when its run started, the GPU-seconds of all its
     runs (the ended ones, ``ended``, and this one so far) and its time left to its expected
-    ``end`` (None: unknown). A gang whose run has not started has none: nothing stops it for
-    order or fair share. Its checkpoints are its own: the queue assumes none."""
+    ``end`` (None: unknown), as long as it has overrun once past it (``expected_free``). A gang
+    whose run has not started has none: nothing stops it for order or fair share. Its
+    checkpoints are its own: the queue assumes none."""
     if started is None:
         return None, 0.0, None
     attained = ended.attained_gpu_s + gpus * max(now - started, 0.0)
-    return started, attained, None if end is None else max(end - now, 0.0)
+    return started, attained, None if end is None else expected_free(end, now) - now
 
 
 def las_level(service: Service, now: float | None, config: OrderConfig) -> int:

@@ -52,7 +52,15 @@ from functools import cached_property
 
 from ringleader.scheduler.framework import get_policy, place
 from ringleader.scheduler.gpuset import bits
-from ringleader.scheduler.order import DEFAULT_ORDERS, NO_SERVICE, OrderConfig, QueueOrder, Service, order_key
+from ringleader.scheduler.order import (
+    DEFAULT_ORDERS,
+    NO_SERVICE,
+    OrderConfig,
+    QueueOrder,
+    Service,
+    expected_free,
+    order_key,
+)
 from ringleader.scheduler.policies.throughput import Estimator, RangedEstimator, current_estimator
 from ringleader.scheduler.preempt import gpus_held, plan_preemption
 from ringleader.scheduler.reorder import DEFAULT_REORDER, ReorderConfig, candidates, job_run_s, may_reorder, pays
@@ -427,16 +435,9 @@ class QueuePass:
         return None
 
     def free_at(self, gang: str) -> float:
-        """When running ``gang``'s GPUs are expected to free (inf: unknown). Once its expected end
-        has passed and it still holds them, as far past now as it has overrun so far: the
-        lifetime rule of Harchol-Balter and Downey (SIGMETRICS 1996: a process that has run t
-        runs another t with probability one half), applied to the overrun. Taken as freeing
-        this instant instead, a late gang looked about to free at every pass: a job waited for
-        it "~0 s" pass after pass, its decision made on a start that never came."""
-        end = self.expected_ends.get(gang, math.inf)
-        if self.now is not None and end < self.now:
-            return 2 * self.now - end
-        return end
+        """When running ``gang``'s GPUs are expected to free (inf: unknown; ``expected_free``:
+        once its expected end has passed, as far past now as it has overrun so far)."""
+        return expected_free(self.expected_ends.get(gang, math.inf), self.now)
 
     def future_options(self, job: JobRequest, policy: str | None = None) -> Iterator[tuple[float | None, Placement]]:
         """Where ``job`` would go at each expected end after which it fits, earliest first.

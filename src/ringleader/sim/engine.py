@@ -84,7 +84,7 @@ from ringleader.scheduler import (
 )
 from ringleader.scheduler.framework import placement_metrics
 from ringleader.scheduler.move import Movable, Move
-from ringleader.scheduler.order import QueueOrder, Service
+from ringleader.scheduler.order import QueueOrder, Service, running_service
 from ringleader.scheduler.policies.throughput import Estimator
 from ringleader.scheduler.teams import TeamQueue, decayed, queue_of, run_usage
 from ringleader.scheduler.types import RISKS
@@ -587,13 +587,15 @@ class Simulation:
     def _holding(self, name: str, gang: RunningGang, now: float) -> Holding:
         """A running gang as the queue sees it: preemptible where gangs may preempt or reclaim,
         with its run's start, the GPU-seconds it attained, its predicted time left (its work at
-        its best placement's rate, misjudged as the queue misjudges it) and its checkpoints."""
+        its best placement's rate, misjudged as the queue misjudges it; once overrun, as the
+        engines count it: ``order.running_service``) and its checkpoints."""
         job, started = self.records[name].job, self.run_of[name][1]
-        attained = self.attained.get(name, 0.0) + job.total_gpus * (now - started)
-        remaining = None
+        end = None
         if self.ordered:
             work = self.left.get(name, job.iterations) * self._best_step_s(job) * self._misjudged(job)
-            remaining = max(work + self.records[name].restart_s - (now - started), 0.0)
+            end = started + work + self.records[name].restart_s
+        ended = Service(self.attained.get(name, 0.0))
+        _, attained, remaining = running_service(job.total_gpus, ended, started, now, end)
         cost = self.preemption or PreemptionCost()
         return Holding(name, gang.priority, queue_of(job), self.expected_ends.get(name),
                        preemptible=self.preemption is not None or bool(self.queues), started_s=started,
