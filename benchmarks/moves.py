@@ -23,22 +23,16 @@ import argparse
 import os
 import statistics
 import time
-from dataclasses import replace
 
 from ringleader.scheduler import BackfillConfig, ClusterState
 from ringleader.scheduler.types import as_good
-from ringleader.sim import JobRecord, Memoised, PreemptionCost, TraceJob, model_step_time, simulate
+from ringleader.sim import JobRecord, Memoised, PreemptionCost, model_step_time, simulate
 from ringleader.sim.families import EstimateError, best_step_fn, family_trace
 from ringleader.topology import NodeSpec, preset
 
 
 def cluster() -> list[NodeSpec]:
     return [NodeSpec(f"v100-{i}", preset("dgx1v"), 25.0) for i in range(16)]
-
-
-def per_gpu_workers(jobs: list[TraceJob]) -> list[TraceJob]:
-    """Each GPU of a one-node gang a worker of its own."""
-    return [replace(j, workers=j.gpus, gpus=1) if j.workers == 1 and j.gpus > 1 else j for j in jobs]
 
 
 def degraded(record: JobRecord, empty: ClusterState, memo: Memoised, best_step_s: float) -> bool:
@@ -72,7 +66,7 @@ def main() -> None:
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for load in (float(x) for x in args.loads.split(",")):
         for seed in (int(s) for s in args.seeds.split(",")):
-            jobs = per_gpu_workers(family_trace(args.family, args.jobs, seed, load, gpus, best))
+            jobs = family_trace(args.family, args.jobs, seed, load, gpus, best, process_per_gpu=True)
             runs, walls = [], []
             for moves in (False, True):
                 started = time.perf_counter()

@@ -30,8 +30,12 @@ Variants:
   higher levels whenever it would wait, with no cost weighed and no minimum run (as its paper),
   the same checkpoint and restart cost.
 
+By default a gang of up to a node is one worker holding all its GPUs (it never spreads over
+nodes, so the start rules weigh only placements inside a node); ``--process-per-gpu`` makes
+each of its GPUs a worker, as torchrun and mpirun start data-parallel jobs.
+
     nice -n 10 python benchmarks/queue_orders.py [--families philly,helios,pai] [--seeds 1,2,3]
-        [--loads 0.5,0.7,0.9,1.0,1.2] [--jobs 1000]
+        [--loads 0.5,0.7,0.9,1.0,1.2] [--jobs 1000] [--process-per-gpu]
 """
 
 from __future__ import annotations
@@ -90,13 +94,16 @@ def main() -> None:
     ap.add_argument("--loads", default="0.5,0.7,0.9,1.0,1.2")
     ap.add_argument("--jobs", type=int, default=1000)
     ap.add_argument("--variants", default=",".join(v.name for v in VARIANTS))
+    ap.add_argument("--process-per-gpu", action="store_true",
+                    help="each GPU of a gang of up to a node a worker of its own (it may start spread)")
     args = ap.parse_args()
     specs = cluster()
     gpus = sum(s.topology.n_gpus for s in specs)
     memo = Memoised(model_step_time())
     best = best_step_fn(specs, memo)
     chosen = [v for v in VARIANTS if v.name in args.variants.split(",")]
-    print(f"# 16 x DGX-1V, 25 Gb/s; {args.jobs} jobs; biased estimates x0.5-x3; prediction error; "
+    shape = "a process per GPU" if args.process_per_gpu else "one process per gang of up to a node"
+    print(f"# 16 x DGX-1V, 25 Gb/s; {args.jobs} jobs, {shape}; biased estimates x0.5-x3; prediction error; "
           f"default risk {DEFAULT_RISK}; load average {os.getloadavg()[0]:.2f}")  # fmt: skip
     print("| family | load | seed | variant | mean JCT h | p95 JCT h | mean queue h | longest wait h | preempted "
           "| wall s |")  # fmt: skip
@@ -105,7 +112,7 @@ def main() -> None:
     for family in args.families.split(","):
         for seed in (int(s) for s in args.seeds.split(",")):
             for load in (float(x) for x in args.loads.split(",")):
-                jobs = family_trace(family, args.jobs, seed, load, gpus, best)
+                jobs = family_trace(family, args.jobs, seed, load, gpus, best, process_per_gpu=args.process_per_gpu)
                 for variant in chosen:
                     config = BackfillConfig(order=variant.order, orders=variant.orders, reorder=variant.reorder)
                     started = time.perf_counter()

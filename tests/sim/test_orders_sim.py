@@ -72,6 +72,18 @@ def test_a_family_trace_offers_the_load_it_was_asked_for_over_its_arrival_window
         family_trace(family, 20, 3, 50.0, 128, lambda j: 0.5)
 
 
+def test_a_family_trace_with_a_process_per_gpu_has_gangs_that_may_spread() -> None:
+    """One worker per GPU, as torchrun and mpirun start them: the same jobs, GPUs and arrivals,
+    and a gang of up to a node is its GPUs' count of one-GPU workers (so it fits on several
+    nodes); a bigger one stays whole nodes."""
+    whole = family_trace("helios", 300, 2, 0.9, 128, lambda j: 0.5)
+    split = family_trace("helios", 300, 2, 0.9, 128, lambda j: 0.5, process_per_gpu=True)
+    assert [(j.name, j.arrival_s, j.total_gpus) for j in split] == [(j.name, j.arrival_s, j.total_gpus) for j in whole]
+    assert all(j.gpus == 1 for j in split if j.total_gpus <= 8)
+    assert all(j.gpus == 8 and j.workers == j.total_gpus // 8 for j in split if j.total_gpus > 8)
+    assert any(j.workers == 1 and j.gpus > 1 for j in whole)
+
+
 def test_family_draws_match_the_published_statistics() -> None:
     import random
 

@@ -80,11 +80,15 @@ def family_trace(
     best_step_s: Callable[[TraceJob], float],
     gpus_per_node: int = 8,
     largest_gang: int | None = None,
+    process_per_gpu: bool = False,
 ) -> list[TraceJob]:
     """``n_jobs`` seeded jobs of ``family`` arriving (Poisson) at the rate that offers ``load``
     to a cluster of ``cluster_gpus`` over the arrival window (``window_load``): a gang of up to
     ``gpus_per_node`` GPUs is one worker, a bigger one whole nodes; none larger than
-    ``largest_gang`` GPUs (default: the cluster), which leaves the load offered to all of it."""
+    ``largest_gang`` GPUs (default: the cluster), which leaves the load offered to all of it.
+    With ``process_per_gpu`` each GPU of a gang of up to a node is a worker of its own, as
+    torchrun and mpirun start data-parallel jobs (the reference study's 4 workers): such a gang
+    may then start spread over nodes, which a one-worker gang never can."""
     if family not in FAMILIES:
         raise UsageError(f"unknown trace family {family!r}", f"use one of {', '.join(FAMILIES)}")
     if n_jobs < 1 or not load > 0:
@@ -96,7 +100,10 @@ def family_trace(
     for i in range(n_jobs):
         gpus = draw_gpus(family, rng, min(cluster_gpus, largest_gang or cluster_gpus))
         runtime = draw_runtime_s(family, rng)
-        workers, per_worker = (1, gpus) if gpus <= gpus_per_node else (gpus // gpus_per_node, gpus_per_node)
+        if gpus > gpus_per_node:
+            workers, per_worker = gpus // gpus_per_node, gpus_per_node
+        else:
+            workers, per_worker = (gpus, 1) if process_per_gpu else (1, gpus)
         model, batch = rng.choice(MODELS)
         job = TraceJob(f"job-{i:0{width}d}", 0.0, workers, per_worker, model, batch, 1)
         iterations = max(1, round(runtime / best_step_s(job)))
