@@ -197,6 +197,26 @@ def test_gen_trace_of_a_family_then_simulated_with_an_order_and_estimates(
     assert runs["srtf"]["avg_jct_s"] <= runs["fifo"]["avg_jct_s"] * 1.05
 
 
+def test_gen_trace_of_a_family_with_a_process_per_gpu_writes_gangs_that_may_spread(
+    files: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster, _ = files
+    traces = {}
+    for shape in ((), ("--process-per-gpu",)):
+        trace = tmp_path / f"helios{len(shape)}.csv"
+        args = ["simulate", "gen-trace", "--family", "helios", "--jobs", "200", "--seed", "3", "--load", "0.9",
+                "--cluster", str(cluster), "--out", str(trace), *shape]  # fmt: skip
+        assert main(args) == 0, capsys.readouterr().err
+        traces[shape] = load_trace(trace)
+    whole, split = traces[()], traces[("--process-per-gpu",)]
+    assert [j.workers * j.gpus for j in split] == [j.workers * j.gpus for j in whole]
+    assert any(j.workers == 1 and j.gpus > 1 for j in whole)
+    assert all(j.gpus == 1 for j in split if j.workers * j.gpus <= 8)
+    assert main(["simulate", "gen-trace", "--jobs", "5", "--arrival-rate", "6", "--process-per-gpu",
+                 "--out", str(tmp_path / "t.csv")]) == 2  # fmt: skip
+    assert "--process-per-gpu shapes a --family trace" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(("args", "words"), [
     (["--family", "pai", "--load", "0.5"], "--family needs --cluster and --load"),
     ([], "give --arrival-rate (jobs per hour) or --family"),

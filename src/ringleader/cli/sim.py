@@ -201,6 +201,9 @@ def run_cmd(
 )
 @click.option("--cluster-gpus", type=count(1, 1 << 16),
               help="Largest gang to generate (GPUs); default 16, with --family the cluster.")
+@click.option("--process-per-gpu", is_flag=True,
+              help="With --family: each GPU of a gang of up to a node is a worker of its own, as torchrun and "
+                   "mpirun start data-parallel jobs (such a gang may start spread over nodes).")  # fmt: skip
 @click.option("--out", "out_file", required=True, type=click.Path(dir_okay=False), help="Trace CSV to write.")
 @click.option(
     "--queues",
@@ -209,13 +212,15 @@ def run_cmd(
     help="Comma-separated team queues: each job goes to one of them at random (the `queue` column).",
 )
 def gen_trace_cmd(n_jobs: int, seed: int, arrival_rate: float | None, family: str | None, load: float | None,
-                  cluster_file: str | None, cluster_gpus: int | None, out_file: str,
+                  cluster_file: str | None, cluster_gpus: int | None, process_per_gpu: bool, out_file: str,
                   queue_names: str | None) -> None:  # fmt: skip
     """Write a seeded trace: Poisson arrivals, gangs of 1-16 GPUs, CNN models; or, with --family,
     gangs and run times shaped like a published trace's."""
     names = [check_name(n.strip(), "queue") for n in (queue_names or "").split(",") if n.strip()]
     if queue_names is not None and not names:
         raise UsageError("--queues is empty", "give queue names separated by commas, e.g. vision,speech")
+    if process_per_gpu and family is None:
+        raise UsageError("--process-per-gpu shapes a --family trace", "add --family, or leave --process-per-gpu out")
     if family is not None:
         if cluster_file is None or load is None or arrival_rate is not None or names:
             raise UsageError("--family needs --cluster and --load (and takes no --arrival-rate or --queues)",
@@ -223,7 +228,8 @@ def gen_trace_cmd(n_jobs: int, seed: int, arrival_rate: float | None, family: st
         specs = load_cluster_file(cluster_file)
         gpus = sum(s.topology.n_gpus for s in specs)
         per_node = max(s.topology.n_gpus for s in specs)
-        jobs = family_trace(family, n_jobs, seed, load, gpus, best_step_fn(specs), per_node, cluster_gpus)
+        jobs = family_trace(family, n_jobs, seed, load, gpus, best_step_fn(specs), per_node, cluster_gpus,
+                            process_per_gpu)
     elif arrival_rate is None:
         raise UsageError("give --arrival-rate (jobs per hour) or --family", "e.g. --arrival-rate 6")
     else:
