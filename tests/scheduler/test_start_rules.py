@@ -20,10 +20,12 @@ from ringleader.scheduler import (
     ClusterState,
     Holding,
     JobRequest,
+    Placement,
     QueuedJob,
     QueuePass,
     Snapshot,
     Waiting,
+    WorkerSlot,
     run_cycle,
     schedule_queue,
 )
@@ -346,6 +348,30 @@ def test_a_start_that_gains_more_than_the_queue_loses_still_starts_now() -> None
     assert decision.reasons[-1].startswith(
         f"starts now: it finishes sooner (by ~3.0 h), more than the ~{delay / 3600:.1f} h it delays 2 waiting job(s): "
         "start now on node-a[2w")
+
+
+def test_finish_looks_past_its_own_finish_for_the_start_the_queue_gains_from() -> None:
+    """A GPU of node-b frees in 10 min (still a spread start), node-a in ~4 h (one node). For the
+    gang alone starting spread now finishes first (~4.5 h, against ~5 h on node-a), so its walk
+    of later starts used to stop before node-a's and weigh only the 10-minute one: as slow as
+    now, so it started spread. With 2 jobs behind it, its 4 GPUs held ~3.5 h longer delay each
+    of them ~53 min: waiting for node-a finishes the queue sooner, and it waits."""
+    ideal, spread = rates()
+    run_spread = 3600 * ideal / spread
+    node_a = run_spread - 3600 + 1800  # one node finishes it 30 min later than spread now
+    state = preset_cluster(("node-a", "dgx1v", (0, 1, 2, 3, 4, 5)), ("node-b", "dgx1v", (0, 1, 2, 3, 4)))
+    state = state.with_placement(Placement("short", (WorkerSlot(0, "node-b", (5,)),)))
+    ends = {"busy-node-a": NOW + node_a, "short": NOW + 600}
+    queue = [QueuedJob(vgg("finish", risk="neutral"), 0, NOW)]
+    queue += [QueuedJob(small(f"s{i}"), i + 1, NOW) for i in range(2)]
+    _, decisions = schedule_queue(state, queue, now=NOW, expected_ends=ends)
+    waits = decisions[0]
+    assert not waits.ok and waits.reservation is not None and waits.reservation.placement.nodes == ("node-a",)
+    assert waits.when is not None and waits.when.wait is not None and waits.when.wait.start_s == NOW + node_a
+    assert waits.reasons[0].startswith("waits: the queue finishes sooner by ~75 min: starting now holds 4 GPUs "
+                                       "~3.5 h longer from 2 waiting job(s)")  # fmt: skip
+    alone = schedule_queue(state, queue[:1], now=NOW, expected_ends=ends)[1][0]
+    assert alone.ok and alone.placement is not None and len(alone.placement.nodes) == 2
 
 
 @settings(max_examples=30, deadline=None)

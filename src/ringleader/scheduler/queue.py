@@ -31,7 +31,10 @@ spread waits for the node when one job waits behind it. The form is the drain ra
 queue, not a plan of who takes which GPU: it needs no second placement per waiting job, and it
 over-counts where the jobs behind would start on other GPUs anyway (it leans to waiting, and
 the later start is held as a reservation, so nothing else loses the GPUs it waits for). With
-nobody behind (M = 0) the rule is the one that weighed its own finish only.
+nobody behind (M = 0) the rule is the one that weighed its own finish only. The later start
+it weighs is the one of least finish plus that delay (``QueuePass.queue_score``), found among the
+starts that could score below starting now: one that finishes the gang itself later than now
+may still finish the queue sooner, on a faster placement.
 
 A gang that would wait may instead preempt running gangs of lower priority (``plan_preemption``,
 ``scheduler/preempt.py``): the decision names its victims, and it holds the GPUs they free as
@@ -537,9 +540,27 @@ class QueuePass:
         extra = (_finish(now_option) - now_option.start_s) - (_finish(wait) - wait.start_s)
         if not math.isfinite(extra):
             extra = 0.0  # a placement predicted to train at 0 images/s: its own finish decides
+        return QueueCost(self.behind.get(job.name, 0), job.total_gpus, self.usable_gpus, extra,
+                         0.0 if math.isnan(gain) else gain)  # fmt: skip
+
+    @cached_property
+    def usable_gpus(self) -> int:
+        """The cluster's GPUs less those out of use (``UNUSABLE``): what drains the queue."""
         unusable = sum(1 for ns in self.state.nodes for _, held in ns.allocated if held == UNUSABLE)
-        usable = self.state.total_gpus - unusable
-        return QueueCost(self.behind.get(job.name, 0), job.total_gpus, usable, extra, 0.0 if math.isnan(gain) else gain)
+        return self.state.total_gpus - unusable
+
+    def hold_price(self, job: JobRequest) -> float:
+        """Seconds of delay to the jobs behind ``job`` per second one of its starts runs
+        (``QueueCost``'s ``waiting * gpus / cluster_gpus``; 0 with nobody behind)."""
+        behind = self.behind.get(job.name, 0)
+        return behind * job.total_gpus / self.usable_gpus if behind and self.usable_gpus else 0.0
+
+    def queue_score(self, job: JobRequest, option: Option) -> float:
+        """What rule ``finish`` minimises over a gang's starts: its own finish plus the delay its
+        run puts on the jobs behind it. Two starts' scores differ by exactly
+        ``QueueCost.net_gain_now_s``."""
+        finish, price = _finish(option), self.hold_price(job)
+        return finish + price * (finish - option.start_s) if price else finish
 
     def _best_wait(
         self,
@@ -552,17 +573,22 @@ class QueuePass:
         now_option: Option | None,
     ) -> Option | None:
         """The later start the rule weighs: for ``best`` the first as fast as the best placement,
-        for ``finish`` the one that finishes first. Each option looked at costs a ``place`` on
-        the future cluster, so the walk stops once no later start can finish sooner (it would
-        need less than ``work``) or after ``MAX_OPTIONS``."""
+        for ``finish`` the one of the lowest ``queue_score`` (its finish, the jobs behind it
+        counted). Each option looked at costs a ``place`` on the future cluster, so the walk stops
+        once no later start can score lower (it would need to run less than ``work``) or after
+        ``MAX_OPTIONS``. The bound counts the queue too: a start that finishes the gang itself
+        later than now may still finish the queue sooner, on a faster placement."""
         estimate = self.estimator()
         nodes = self.state.by_name
         best: Option | None = None
-        bound = _finish(now_option) if now_option is not None else math.inf
+        price = self.hold_price(job) if rule is StartRule.FINISH else 0.0
+        bound = math.inf
+        if now_option is not None:
+            bound = self.queue_score(job, now_option) if rule is StartRule.FINISH else _finish(now_option)
         for count, (start, placement) in enumerate(self.future_options(job, policy)):
             if start is None or start > deadline or count >= MAX_OPTIONS:
                 break
-            if work is not None and start + work >= bound:
+            if work is not None and start + work * (1 + price) >= bound:
                 break
             rate = estimate(nodes, placement, job)
             option = Option(placement, start, rate, finish_of(start, work, ideal, rate))
@@ -570,9 +596,9 @@ class QueuePass:
                 if as_good(rate, ideal):
                     return option
                 continue
-            if best is None or _finish(option) < _finish(best):
+            if best is None or self.queue_score(job, option) < self.queue_score(job, best):
                 best = option
-                bound = min(bound, _finish(option))
+                bound = min(bound, self.queue_score(job, option))
             if as_good(rate, ideal):
                 break
         return best
