@@ -235,68 +235,79 @@ def test_a_waiting_gang_holds_its_gpus_against_the_jobs_behind_it() -> None:
 
 @st.composite
 def busy_clusters(draw: st.DrawFn) -> tuple[ClusterState, dict[str, float]]:
-    nodes = []
+    """1-4 DGX-1V nodes, each with up to two running gangs of its own, each ending at its own
+    time (or at no known time)."""
+    count = draw(st.integers(1, 4))
+    state = preset_cluster(*((f"node-{i}", "dgx1v", ()) for i in range(count)))
     ends: dict[str, float] = {}
-    for i in range(draw(st.integers(1, 4))):
-        busy = tuple(sorted(draw(st.sets(st.integers(0, 7), max_size=8))))
-        nodes.append((f"node-{i}", "dgx1v", busy))
-        end = draw(st.one_of(st.none(), st.floats(0.0, 20_000.0)))
-        if busy and end is not None:
-            ends[f"busy-node-{i}"] = NOW + end
-    return preset_cluster(*nodes), ends
+    for i in range(count):
+        busy = sorted(draw(st.sets(st.integers(0, 7), max_size=8)))
+        cut = draw(st.integers(0, len(busy)))
+        for part, gpus in enumerate((busy[:cut], busy[cut:])):
+            if not gpus:
+                continue
+            name = f"busy-node-{i}-{part}"
+            state = state.with_placement(Placement(name, (WorkerSlot(0, f"node-{i}", tuple(gpus)),)))
+            end = draw(st.one_of(st.none(), st.floats(0.0, 20_000.0)))
+            if end is not None:
+                ends[name] = NOW + end
+    return state, ends
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(
     busy_clusters(),
     st.sampled_from([(2, 1), (4, 1), (8, 1), (2, 4), (3, 2)]),
     st.floats(60.0, 20_000.0),
     st.one_of(st.none(), st.just(0.0), st.floats(1.0, 20_000.0)),
     st.sampled_from(["vgg16", "resnet50", "alexnet"]),
+    st.integers(0, 4),
 )
-def test_finish_takes_the_start_that_finishes_first_and_never_waits_past_its_limit(
+def test_finish_takes_the_start_that_finishes_the_queue_first_and_never_waits_past_its_limit(
     cluster_ends: tuple[ClusterState, dict[str, float]], shape: tuple[int, int], work: float,
-    max_wait: float | None, model: str,
+    max_wait: float | None, model: str, behind: int,
 ) -> None:  # fmt: skip
+    """Of every start it could take (now, or at an expected end within its wait: the first 16),
+    rule "finish" takes the one of least finish plus the delay its run puts on the ``behind``
+    jobs queued after it (its own finish alone with nobody behind)."""
     state, ends = cluster_ends
     job = JobRequest("j", shape[0], shape[1], topology_aware=True, model=model, start_rule="finish",
                      work_s=work, max_wait_s=max_wait)  # fmt: skip
-    queue = QueuePass(state, NOW, ends)
+    queue = QueuePass(state, NOW, ends, behind={"j": behind} if behind else {})
     decision, after = queue.decide(job)
     ideal = queue.ideal_rate(job)
     if ideal is None:  # never fits: nothing is weighed, nothing started
         assert decision.when is None and not decision.ok
         return
     estimate = current_estimator()
+    price = behind * job.total_gpus / state.total_gpus  # each second it runs delays those behind this much
+
+    def score(start: float, rate: float) -> float:
+        run = work * ideal / rate
+        return start + run + price * run
+
     # every start it could take: now on the free GPUs, or at an expected end within its wait
-    finishes = []
+    scores = []
     if decision.ok:
         assert decision.placement is not None
-        taken = estimate(state.by_name, decision.placement, job)
-        finishes.append(NOW + work * ideal / taken)
+        scores.append(score(NOW, estimate(state.by_name, decision.placement, job)))
         assert after.state == state.with_placement(decision.placement)  # a whole gang, committed
     limit = math.inf if max_wait is None else NOW + max_wait
-    later = [s + work * ideal / estimate(state.by_name, p, job)
+    later = [score(s, estimate(state.by_name, p, job))
              for s, p in queue.future_options(job) if s is not None and s <= limit]  # fmt: skip
     when = decision.when
     if when is None:
         # nothing weighed: it started on a placement as good as the best (or its longest wait,
         # zero, is over), or waits as any gang that fits no free GPUs with no later start in reach
         if decision.ok and max_wait != 0:
-            assert finishes[0] <= NOW + work / (1 - AS_GOOD) + 1e-6
+            assert scores[0] <= NOW + (1 + price) * work / (1 - AS_GOOD) + 1e-6
         return
-    assert when.rule is StartRule.FINISH
+    assert when.rule is StartRule.FINISH and when.at_risk is None  # the default risk: the predictions
     chosen = when.now if when.starts_now else when.wait
     assert chosen is not None and chosen.finish_s is not None
-    risk = when.at_risk
-    if when.starts_now and when.wait is not None and _finish(when.wait) < chosen.finish_s:
-        # waiting wins on the predictions but not at the pessimistic end of the ranges: now
-        assert risk is not None and risk.now_finish_s <= risk.wait_finish_s
-        return
-    for other in [*finishes, *later[:16]]:
-        assert chosen.finish_s <= other + 1e-6
+    for other in [*scores, *later[:16]]:
+        assert score(chosen.start_s, chosen.images_per_s) <= other + 1e-6
     if not when.starts_now:
-        assert risk is None or risk.wait_finish_s < risk.now_finish_s  # it waits only when that wins there too
         assert chosen.start_s <= limit and chosen.start_s > NOW - 1e-9
         assert decision.reservation is not None and decision.reservation.start_s == chosen.start_s
         assert after.state == state  # nothing committed while it waits
