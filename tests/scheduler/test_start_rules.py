@@ -267,9 +267,10 @@ def test_finish_takes_the_start_that_finishes_the_queue_first_and_never_waits_pa
     cluster_ends: tuple[ClusterState, dict[str, float]], shape: tuple[int, int], work: float,
     max_wait: float | None, model: str, behind: int,
 ) -> None:  # fmt: skip
-    """Of every start it could take (now, or at an expected end within its wait: the first 16),
-    rule "finish" takes the one of least finish plus the delay its run puts on the ``behind``
-    jobs queued after it (its own finish alone with nobody behind)."""
+    """Of every start it could take (now, or at an expected end within its wait after which it
+    fits on fewer nodes than before: the first 16), rule "finish" takes the one of least finish
+    plus the delay its run puts on the ``behind`` jobs queued after it (its own finish alone with
+    nobody behind)."""
     state, ends = cluster_ends
     job = JobRequest("j", shape[0], shape[1], topology_aware=True, model=model, start_rule="finish",
                      work_s=work, max_wait_s=max_wait)  # fmt: skip
@@ -294,7 +295,7 @@ def test_finish_takes_the_start_that_finishes_the_queue_first_and_never_waits_pa
         assert after.state == state.with_placement(decision.placement)  # a whole gang, committed
     limit = math.inf if max_wait is None else NOW + max_wait
     later = [score(s, estimate(state.by_name, p, job))
-             for s, p in queue.future_options(job) if s is not None and s <= limit]  # fmt: skip
+             for s, p in queue.future_options(job, fewer_nodes=True) if s is not None and s <= limit]  # fmt: skip
     when = decision.when
     if when is None:
         # nothing weighed: it started on a placement as good as the best (or its longest wait,
@@ -383,6 +384,24 @@ def test_finish_looks_past_its_own_finish_for_the_start_the_queue_gains_from() -
                                        "~3.5 h longer from 2 waiting job(s)")  # fmt: skip
     alone = schedule_queue(state, queue[:1], now=NOW, expected_ends=ends)[1][0]
     assert alone.ok and alone.placement is not None and len(alone.placement.nodes) == 2
+
+
+def test_finish_waits_for_one_node_past_many_single_gpus_that_free_first() -> None:
+    """18 single GPUs free on six other nodes in the next 18 minutes, none leaving 4 on one node;
+    node-a frees in an hour. Each of those ends was a later start as spread as now, and the walk
+    of 16 later starts ended before node-a's: the gang started spread (~4.5 h) instead of waiting
+    an hour for one node (~2 h)."""
+    state = preset_cluster(("node-a", "dgx1v", (0, 1, 2, 3, 4, 5)), ("node-b", "dgx1v", (0, 1, 2, 3, 4, 5)),
+                           *((f"node-c{i}", "dgx1v", (0, 1, 2, 3, 4)) for i in range(6)))  # fmt: skip
+    ends = {"busy-node-a": NOW + 3600}
+    for i in range(6):
+        for gpu in (5, 6, 7):
+            name = f"tiny-{i}-{gpu}"
+            state = state.with_placement(Placement(name, (WorkerSlot(0, f"node-c{i}", (gpu,)),)))
+            ends[name] = NOW + 60 * (3 * i + gpu - 4)
+    decision = one_pass(vgg("finish", risk="neutral"), ends, state)
+    assert not decision.ok and decision.reservation is not None
+    assert decision.reservation.placement.nodes == ("node-a",) and decision.reservation.start_s == NOW + 3600
 
 
 @settings(max_examples=30, deadline=None)

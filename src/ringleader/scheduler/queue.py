@@ -442,7 +442,9 @@ class QueuePass:
         once its expected end has passed, as far past now as it has overrun so far)."""
         return expected_free(self.expected_ends.get(gang, math.inf), self.now)
 
-    def future_options(self, job: JobRequest, policy: str | None = None) -> Iterator[tuple[float | None, Placement]]:
+    def future_options(
+        self, job: JobRequest, policy: str | None = None, fewer_nodes: bool = False
+    ) -> Iterator[tuple[float | None, Placement]]:
         """Where ``job`` would go at each expected end after which it fits, earliest first.
 
         Running jobs release their GPUs at their expected ends, earliest first; reservations
@@ -450,6 +452,11 @@ class QueuePass:
         Jobs without a known end release last, all at once: that last option's start is None
         (unknown). A gang that fits only on GPUs an earlier reservation holds for good gets no
         option (it could not start before that one ends, whenever that is).
+
+        ``fewer_nodes``: only the ends after which the gang fits on fewer nodes than at the last
+        option (the first: wherever it fits), the start rule's walk. Where many small jobs end
+        one GPU at a time, every end is another spread option as slow as the one before, and
+        ``MAX_OPTIONS`` of them would be spent before the end that frees a whole node.
         """
         if job.gpus_per_worker == 0:
             return  # a CPU-only gang fits whenever a node serves it
@@ -467,12 +474,18 @@ class QueuePass:
                 mask = sum(1 << g for g in reservation.placement.gpus_on(node))
                 holds[self.state.positions[node]].append(_Hold(end, mask, True))
         planner = _FuturePlanner(self.state, holds, job.gpus_per_worker)
+        least = math.inf  # the fewest nodes it could fit on at the options so far
         for end in sorted({h.end for per_node in holds for h in per_node if h.end != math.inf}):
             if planner.release_until(end) >= job.workers:
+                if fewer_nodes:
+                    spans = planner.nodes_needed(job.workers)
+                    if spans >= least:
+                        continue
+                    least = spans
                 found = planner.try_place(job, policy)
                 if found is not None:
                     yield (end if self.now is None else max(end, self.now)), found
-        if planner.release_running() >= job.workers:
+        if planner.release_running() >= job.workers and planner.nodes_needed(job.workers) < least:
             found = planner.try_place(job, policy)
             if found is not None:
                 yield None, found
@@ -585,7 +598,7 @@ class QueuePass:
         bound = math.inf
         if now_option is not None:
             bound = self.queue_score(job, now_option) if rule is StartRule.FINISH else _finish(now_option)
-        for count, (start, placement) in enumerate(self.future_options(job, policy)):
+        for count, (start, placement) in enumerate(self.future_options(job, policy, rule is StartRule.FINISH)):
             if start is None or start > deadline or count >= MAX_OPTIONS:
                 break
             if work is not None and start + work * (1 + price) >= bound:
@@ -803,6 +816,17 @@ class _FuturePlanner:
                 self.held[pos] = _union(kept)
                 self.slots += self._node_slots(pos) - before
                 self._note(pos)
+
+    def nodes_needed(self, workers: int) -> int:
+        """The fewest nodes whose free worker slots hold ``workers`` (the nodes with the most
+        slots first)."""
+        slots = sorted((self._node_slots(pos) for pos in range(len(self.base.nodes))), reverse=True)
+        total = 0
+        for count, free in enumerate(slots, 1):
+            total += free
+            if total >= workers:
+                return count
+        return len(slots) + 1
 
     def release_until(self, t: float) -> int:
         """Drop the holds that end by ``t``; returns the worker slots free then."""
