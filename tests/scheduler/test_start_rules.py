@@ -404,6 +404,23 @@ def test_finish_waits_for_one_node_past_many_single_gpus_that_free_first() -> No
     assert decision.reservation.placement.nodes == ("node-a",) and decision.reservation.start_s == NOW + 3600
 
 
+def test_the_walk_skips_ends_only_while_the_gang_could_fit_on_fewer_nodes() -> None:
+    """Once a later start puts the gang on as few nodes as it needs, every later end is weighed
+    again (better GPUs inside the node, nodes under one switch): a gang of one 2-GPU worker on a
+    node whose eight one-GPU jobs end a minute apart has a later start at each of the last seven
+    ends, with the walk's filter as without it (it first skipped all but the first)."""
+    state = preset_cluster(("node-a", "dgx1v", ()))
+    ends = {}
+    for gpu in range(8):
+        state = state.with_placement(Placement(f"tiny-{gpu}", (WorkerSlot(0, "node-a", (gpu,)),)))
+        ends[f"tiny-{gpu}"] = NOW + 60 * (gpu + 1)
+    queue = QueuePass(state, NOW, ends)
+    job = JobRequest("pair", 1, 2, topology_aware=True, model="vgg16", start_rule="finish", work_s=3600.0)
+    walked = list(queue.future_options(job, fewer_nodes=True))
+    assert [start for start, _ in walked] == [*(NOW + 60 * k for k in range(2, 9)), None]  # None: all running end
+    assert walked == list(queue.future_options(job))
+
+
 @settings(max_examples=30, deadline=None)
 @given(st.floats(0.0, 6 * 3600.0), st.integers(0, 3), st.sampled_from(["averse", "neutral"]))
 def test_finish_starts_now_exactly_when_its_gain_covers_the_queue_delay(frees: float, behind: int, risk: str) -> None:

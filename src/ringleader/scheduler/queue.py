@@ -453,10 +453,12 @@ class QueuePass:
         (unknown). A gang that fits only on GPUs an earlier reservation holds for good gets no
         option (it could not start before that one ends, whenever that is).
 
-        ``fewer_nodes``: only the ends after which the gang fits on fewer nodes than at the last
-        option (the first: wherever it fits), the start rule's walk. Where many small jobs end
-        one GPU at a time, every end is another spread option as slow as the one before, and
-        ``MAX_OPTIONS`` of them would be spent before the end that frees a whole node.
+        ``fewer_nodes`` (the start rule's walk): while the gang fits only on more nodes than it
+        needs on the empty cluster, only the ends after which it fits on fewer nodes than at the
+        last option. Where many small jobs end one GPU at a time, every end is another spread
+        option as slow as the one before, and ``MAX_OPTIONS`` of them would be spent before the
+        end that frees a whole node. Once it fits on as few nodes as it can, every end again:
+        later ones may give it better GPUs inside a node, or nodes under one switch.
         """
         if job.gpus_per_worker == 0:
             return  # a CPU-only gang fits whenever a node serves it
@@ -475,9 +477,10 @@ class QueuePass:
                 holds[self.state.positions[node]].append(_Hold(end, mask, True))
         planner = _FuturePlanner(self.state, holds, job.gpus_per_worker)
         least = math.inf  # the fewest nodes it could fit on at the options so far
+        fewest = planner.nodes_needed(job.workers, empty=True) if fewer_nodes else math.inf
         for end in sorted({h.end for per_node in holds for h in per_node if h.end != math.inf}):
             if planner.release_until(end) >= job.workers:
-                if fewer_nodes:
+                if least > fewest:
                     spans = planner.nodes_needed(job.workers)
                     if spans >= least:
                         continue
@@ -485,7 +488,7 @@ class QueuePass:
                 found = planner.try_place(job, policy)
                 if found is not None:
                     yield (end if self.now is None else max(end, self.now)), found
-        if planner.release_running() >= job.workers and planner.nodes_needed(job.workers) < least:
+        if planner.release_running() >= job.workers and (least <= fewest or planner.nodes_needed(job.workers) < least):
             found = planner.try_place(job, policy)
             if found is not None:
                 yield None, found
@@ -817,10 +820,12 @@ class _FuturePlanner:
                 self.slots += self._node_slots(pos) - before
                 self._note(pos)
 
-    def nodes_needed(self, workers: int) -> int:
-        """The fewest nodes whose free worker slots hold ``workers`` (the nodes with the most
-        slots first)."""
-        slots = sorted((self._node_slots(pos) for pos in range(len(self.base.nodes))), reverse=True)
+    def nodes_needed(self, workers: int, empty: bool = False) -> int:
+        """The fewest nodes whose free worker slots (all their slots: ``empty``) hold ``workers``
+        (the nodes with the most slots first)."""
+        nodes = self.base.nodes
+        slots = sorted((ns.spec.topology.all_mask.bit_count() // self.gpus for ns in nodes) if empty
+                       else (self._node_slots(pos) for pos in range(len(nodes))), reverse=True)  # fmt: skip
         total = 0
         for count, free in enumerate(slots, 1):
             total += free
