@@ -597,6 +597,7 @@ class QueuePass:
         estimate = self.estimator()
         nodes = self.state.by_name
         best: Option | None = None
+        best_score = math.inf
         price = self.hold_price(job) if rule is StartRule.FINISH else 0.0
         bound = math.inf
         if now_option is not None:
@@ -612,9 +613,10 @@ class QueuePass:
                 if as_good(rate, ideal):
                     return option
                 continue
-            if best is None or self.queue_score(job, option) < self.queue_score(job, best):
-                best = option
-                bound = min(bound, self.queue_score(job, option))
+            score = self.queue_score(job, option)
+            if best is None or score < best_score:
+                best, best_score = option, score
+                bound = min(bound, score)
             if as_good(rate, ideal):
                 break
         return best
