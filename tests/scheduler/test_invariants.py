@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from builders import job, node
-from ringleader.scheduler import ClusterState, Code, JobRequest, QueuedJob, place, schedule_queue
+from ringleader.scheduler import BackfillConfig, ClusterState, Code, JobRequest, QueuedJob, place, schedule_queue
+from ringleader.scheduler.cycle import Snapshot, Waiting, run_cycle
 
 PRESETS = ["dgx1v", "pcie-8gpu-2socket", "pcie-4gpu-workstation", "dgx-a100"]
 
@@ -227,3 +228,24 @@ def test_a_decision_does_not_depend_on_the_decisions_before_it(state: ClusterSta
         assert (cold.runner_up and cold.runner_up.objective) == (warm.runner_up and warm.runner_up.objective)
         if warm.placement is not None:
             state = state.with_placement(warm.placement)
+
+
+@settings(max_examples=200, deadline=None)
+@given(clusters(), st.lists(jobs, min_size=1, max_size=10), st.integers(0, 2))
+def test_a_cycle_without_reasons_starts_what_one_with_reasons_starts(
+    state: ClusterState, requests: list[JobRequest], depth: int
+) -> None:
+    """The simulator's cycle skips the jobs that cannot fit once no reservation is left (their
+    decision would change nothing): skipping, with its answers kept per gang shape while the
+    state stays the same, must start exactly the jobs and placements a full cycle starts."""
+    waiting = [
+        Waiting(JobRequest(f"j{i}", r.workers, r.gpus_per_worker, r.topology_aware), i)
+        for i, r in enumerate(requests)
+    ]
+    config = BackfillConfig(reservation_depth=depth)
+
+    def started(explain: bool) -> list[tuple[str, object]]:
+        cycle = run_cycle(Snapshot(state, waiting, 0.0, config=config, explain=explain))
+        return [(d.job.name, d.placement) for d in cycle.decisions if d.ok]
+
+    assert started(explain=False) == started(explain=True)
