@@ -35,7 +35,6 @@ from ringleader.scheduler.queue import (
     QueuePass,
     behind_in_line,
     enough_worker_slots,
-    order_service,
     queue_order,
 )
 from ringleader.scheduler.teams import TeamQueue, Teams
@@ -175,10 +174,10 @@ def run_cycle(snapshot: Snapshot) -> Cycle:
     held: dict[str, Reservation] = {}
     decided_on: dict[str, Hashable] = {}
     unchanged = 0
-    names = {w.job.name for w in snapshot.waiting if not w.hold}
-    moved = sum(1 for name in snapshot.held if name not in names)  # reservations of jobs no longer waiting
-    order = queue_order(in_line(snapshot.waiting), snapshot.now, snapshot.config, current.teams)
+    moved = sum(1 for name in snapshot.held if name not in current.waiting)  # reservations of jobs no longer waiting
+    order = queue_order(list(current.waiting.values()), snapshot.now, snapshot.config, current.teams)
     current = replace(current, behind=behind_in_line(order))  # what a degraded start would delay
+    hopeless = _Hopeless(snapshot)
     for entry in order:
         assert isinstance(entry, Waiting)
         name, kept = entry.job.name, snapshot.held.get(entry.job.name)
@@ -188,7 +187,7 @@ def run_cycle(snapshot: Snapshot) -> Cycle:
             reservation = kept if len(current.reservations) < snapshot.config.reservation_depth else None
             if reservation is not None:
                 current = replace(current, reservations=(*current.reservations, reservation))
-        elif _hopeless(snapshot, current, entry.job):
+        elif hopeless(current, entry.job):
             continue
         else:
             one, current = _nominate(current, entry, snapshot)
@@ -212,9 +211,10 @@ def _opening(snapshot: Snapshot) -> QueuePass:
     """The pass before the first job: the cordoned nodes masked, the holding gangs' ends, those
     that may be preempted (the longest grace among them: how long a preemption takes), the team
     queues with the waiting jobs in them."""
+    waiting = {w.job.name: w for w in in_line(snapshot.waiting)}
     teams = teams_of(snapshot)
     if teams is not None:
-        teams = teams.with_waiting(w.job for w in in_line(snapshot.waiting))
+        teams = teams.with_waiting(w.job for w in waiting.values())
     victims = [h for h in snapshot.holding if h.preemptible]
     ends = {h.name: h.expected_end_s for h in snapshot.holding if h.expected_end_s is not None}
     return QueuePass(
@@ -222,7 +222,7 @@ def _opening(snapshot: Snapshot) -> QueuePass:
         estimate=snapshot.estimate, ideal=snapshot.ideal,
         running={h.name: _gang(h) for h in victims},
         preempt_delay_s=max((h.grace_s for h in victims), default=0.0), teams=teams,
-        services={w.job.name: order_service(w) for w in in_line(snapshot.waiting)},
+        waiting=waiting,
     )  # fmt: skip
 
 
@@ -284,16 +284,33 @@ def _inputs(snapshot: Snapshot, entry: Waiting, current: QueuePass, moved: int) 
     return (snapshot.epoch, entry.version, moved, minute, use, ends, current.behind.get(entry.job.name, 0))
 
 
-def _hopeless(snapshot: Snapshot, current: QueuePass, job: JobRequest) -> bool:
+class _Hopeless:
     """Where no reasons are wanted: a job that cannot fit the free GPUs, when no reservation is
     left to give and it can stop nobody, is left waiting without a decision (it would change
-    nothing)."""
-    if snapshot.explain or len(current.reservations) < snapshot.config.reservation_depth:
-        return False
-    lowest = current.lowest_running_priority
-    may_preempt = lowest is not None and job.priority > lowest
-    reclaims = current.teams is not None and current.teams.queue(job) is not None
-    return not may_preempt and not reclaims and not enough_worker_slots(current.state, job)
+    nothing). Whether a gang's shape has the worker slots is asked once per shape and state:
+    at a busy pass hundreds of waiting jobs of a few shapes are asked it on the same state."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+        self.state: ClusterState | None = None
+        self.fits: dict[tuple[int, int], bool] = {}
+
+    def __call__(self, current: QueuePass, job: JobRequest) -> bool:
+        snapshot = self.snapshot
+        if snapshot.explain or len(current.reservations) < snapshot.config.reservation_depth:
+            return False
+        lowest = current.lowest_running_priority
+        may_preempt = lowest is not None and job.priority > lowest
+        reclaims = current.teams is not None and current.teams.queue(job) is not None
+        return not may_preempt and not reclaims and not self._fits(current.state, job)
+
+    def _fits(self, state: ClusterState, job: JobRequest) -> bool:
+        if state is not self.state:
+            self.state, self.fits = state, {}
+        shape = (job.workers, job.gpus_per_worker)
+        if shape not in self.fits:
+            self.fits[shape] = enough_worker_slots(state, job)
+        return self.fits[shape]
 
 
 def _nominate(current: QueuePass, entry: Waiting, snapshot: Snapshot) -> tuple[Nominated, QueuePass]:

@@ -160,7 +160,9 @@ def queue_order(
     def key(queued: QueuedJob) -> tuple[float, float, int, float, int]:
         order, ranked = ranked_priority(queued, now, config, teams)
         borrow = teams.borrow_share(queued.job) if teams is not None else 0.0
-        return (borrow, *order_key(order, ranked, order_service(queued), now, config.orders), queued.seq)
+        # FIFO's key reads no service: not building one for every waiting job at every pass
+        service = queued.service if order is QueueOrder.FIFO else order_service(queued)
+        return (borrow, *order_key(order, ranked, service, now, config.orders), queued.seq)
 
     if teams is None:
         return sorted(jobs, key=key)
@@ -225,9 +227,10 @@ class QueuePass:
     preempt_delay_s: float = 0.0
     # Team queues, their quotas and the GPUs they hold (None: one queue, no quota).
     teams: Teams | None = None
-    # What the orders know of each waiting job (``order_service``), by name: preemption for
-    # order compares it with the running gangs' (``scheduler/reorder.py``).
-    services: Mapping[str, Service] = field(default_factory=dict)
+    # The waiting jobs by name: preemption for order compares what the orders know of one
+    # (``order_service``, asked only of the job being decided) with the running gangs'
+    # (``scheduler/reorder.py``).
+    waiting: Mapping[str, QueuedJob] = field(default_factory=dict)
     # Waiting job -> how many jobs with GPUs wait behind it in queue order (``behind_in_line``):
     # what a degraded start delays (``QueueCost``); a job not named has nobody behind it.
     behind: Mapping[str, int] = field(default_factory=dict, compare=False)
@@ -693,7 +696,8 @@ class QueuePass:
         if self.now is None or job.gpus_per_worker == 0 or not self.may_reorder(job):
             return None
         order, config = self.order_of(job), self.config.reorder
-        service = self.services.get(job.name, NO_SERVICE)
+        queued = self.waiting.get(job.name)
+        service = order_service(queued) if queued is not None else NO_SERVICE
         found = candidates(job, order, service, self.running, self.teams, self.now, self.config.orders, config)
         ideal = self.ideal_rate(job, policy) if found else None
         if ideal is None:

@@ -116,6 +116,9 @@ class PreemptionCost:
             raise ValueError(f"need checkpoint_s > 0 and restart_s >= 0, got {self}")
 
 
+DEFAULT_PREEMPTION_COST = PreemptionCost()
+
+
 @dataclass(frozen=True)
 class NodeFailures:
     """Nodes that fail in a simulation: each fails after a seeded exponential time of mean
@@ -124,7 +127,7 @@ class NodeFailures:
 
     mtbf_s: float
     repair_s: float = 3600.0
-    cost: PreemptionCost = PreemptionCost()
+    cost: PreemptionCost = DEFAULT_PREEMPTION_COST
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -359,7 +362,8 @@ class Simulation:
         """Stop ``name`` for a gang of higher priority (or, ``failed``, a node that failed under
         it): it keeps what it trained up to its last checkpoint and goes back to the queue in its
         old place, to pay its restart when it runs again."""
-        cost = (self.failures.cost if failed and self.failures is not None else self.preemption) or PreemptionCost()
+        cost = self.failures.cost if failed and self.failures is not None else self.preemption
+        cost = cost or DEFAULT_PREEMPTION_COST
         record = self.records[name]
         self._stop(name, now, cost)
         if failed:
@@ -388,7 +392,7 @@ class Simulation:
         """Running gang ``name`` as a move weighs it: the work it has left as the queue sees it
         (what it trained so far counted, its work misjudged as at its submit), and a restart
         that costs what a stop now loses since its last checkpoint besides the restart itself."""
-        record, cost = self.records[name], self.preemption or PreemptionCost()
+        record, cost = self.records[name], self.preemption or DEFAULT_PREEMPTION_COST
         assert record.placement is not None and record.step is not None
         trained = max(now - self.run_of[name][1] - record.restart_s, 0.0)
         left = max(self.left.get(name, record.job.iterations) - trained / record.step.step_time_s, 0.0)
@@ -400,7 +404,7 @@ class Simulation:
         """Stop the gang and start it at once where ``move`` puts it (the simulator's stop takes
         no time: the target it was planned on is still free)."""
         name = move.job.name
-        self._stop(name, now, self.preemption or PreemptionCost())
+        self._stop(name, now, self.preemption or DEFAULT_PREEMPTION_COST)
         self.records[name].moved += 1
         self.moved_at[name] = now
         metrics = placement_metrics(self.state.by_name, move.target)
@@ -575,7 +579,7 @@ class Simulation:
         or reclaim), the team queues with the decayed GPU-seconds of every run so far."""
         holding = [self._holding(name, gang, now) for name, gang in self.gangs.items()]
         usage = {name: decayed(total, as_of, now) for name, (total, as_of) in self.usage.items()}
-        for name, (_, started) in self.run_of.items():
+        for name, (_, started) in self.run_of.items() if self.queues else ():  # usage is the queues'
             job = self.records[name].job
             usage[queue_of(job)] = usage.get(queue_of(job), 0.0) + run_usage(job.total_gpus, started, now, now)
         if self.moves:
@@ -596,7 +600,7 @@ class Simulation:
             end = started + work + self.records[name].restart_s
         ended = Service(self.attained.get(name, 0.0))
         _, attained, remaining = running_service(job.total_gpus, ended, started, now, end)
-        cost = self.preemption or PreemptionCost()
+        cost = self.preemption or DEFAULT_PREEMPTION_COST
         return Holding(name, gang.priority, queue_of(job), self.expected_ends.get(name),
                        preemptible=self.preemption is not None or bool(self.queues), started_s=started,
                        attained_gpu_s=attained, remaining_s=remaining, checkpoint_s=cost.checkpoint_s)  # fmt: skip
