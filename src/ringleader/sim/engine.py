@@ -74,7 +74,6 @@ from ringleader.scheduler import (
     JobRequest,
     NodeState,
     Placement,
-    RunningGang,
     Snapshot,
     Waiting,
     WorkerSlot,
@@ -280,7 +279,7 @@ class Simulation:
         self.down: dict[str, Placement] = {}  # failed node -> its GPUs held while it is repaired
         self.node_failures = 0
         self.usage: dict[str, tuple[float, float]] = {}  # queue -> (ended runs' decayed GPU-s, as of)
-        self.gangs: dict[str, RunningGang] = {}  # running jobs, as preemption sees them
+        self.holding: dict[str, Holding] = {}  # running jobs as the queue sees them at their start
         self.left: dict[str, int] = {}  # iterations left to a job that was preempted
         self.run_of: dict[str, tuple[int, float]] = {}  # running job -> (its completion event, run start)
         self.order_of: dict[str, int] = {}  # arrival order (its place in FIFO), kept when requeued
@@ -577,7 +576,7 @@ class Simulation:
     def _snapshot(self, now: float) -> Snapshot:
         """The simulated queue at ``now``: the running gangs (preemptible where gangs may preempt
         or reclaim), the team queues with the decayed GPU-seconds of every run so far."""
-        holding = [self._holding(name, gang, now) for name, gang in self.gangs.items()]
+        holding = [self._holding(held, now) for held in self.holding.values()]
         usage = {name: decayed(total, as_of, now) for name, (total, as_of) in self.usage.items()}
         for name, (_, started) in self.run_of.items() if self.queues else ():  # usage is the queues'
             job = self.records[name].job
@@ -588,22 +587,25 @@ class Simulation:
                         config=self.backfill, estimate=self._estimator, policy=self.policy, explain=False,
                         stop_at_preemption=True, ideal=self.ideal)  # fmt: skip
 
-    def _holding(self, name: str, gang: RunningGang, now: float) -> Holding:
-        """A running gang as the queue sees it: preemptible where gangs may preempt or reclaim,
-        with its run's start, the GPU-seconds it attained, its predicted time left (its work at
-        its best placement's rate, misjudged as the queue misjudges it; once overrun, as the
-        engines count it: ``order.running_service``) and its checkpoints."""
-        job, started = self.records[name].job, self.run_of[name][1]
+    def _holding(self, held: Holding, now: float) -> Holding:
+        """A running gang as the queue sees it at ``now``: ``held`` (as at its start), and where
+        it is preemptible (gangs may preempt or reclaim) the GPU-seconds it attained and its
+        predicted time left (its work at its best placement's rate, misjudged as the queue
+        misjudges it; once overrun, as the engines count it: ``order.running_service``). Those
+        are read only of a gang that may be stopped: the others are as at their start."""
+        if not held.preemptible:
+            return held
+        name, started = held.name, held.started_s
+        assert started is not None
+        job = self.records[name].job
         end = None
         if self.ordered:
             work = self.left.get(name, job.iterations) * self._best_step_s(job) * self._misjudged(job)
             end = started + work + self.records[name].restart_s
         ended = Service(self.attained.get(name, 0.0))
         _, attained, remaining = running_service(job.total_gpus, ended, started, now, end)
-        cost = self.preemption or DEFAULT_PREEMPTION_COST
-        return Holding(name, gang.priority, queue_of(job), self.expected_ends.get(name),
-                       preemptible=self.preemption is not None or bool(self.queues), started_s=started,
-                       attained_gpu_s=attained, remaining_s=remaining, checkpoint_s=cost.checkpoint_s)  # fmt: skip
+        return Holding(name, held.priority, held.queue, held.expected_end_s, preemptible=True, started_s=started,
+                       attained_gpu_s=attained, remaining_s=remaining, checkpoint_s=held.checkpoint_s)  # fmt: skip
 
     def _end_run(self, name: str, now: float) -> float | None:
         """End ``name``'s run at ``now`` (completed or preempted): kept in its record and, with
@@ -661,7 +663,10 @@ class Simulation:
         self.busy += job.total_gpus
         run = next(self.seq)
         self.run_of[job.name] = (run, now)
-        self.gangs[job.name] = RunningGang(job.name, job.priority)
+        cost = self.preemption or DEFAULT_PREEMPTION_COST
+        self.holding[job.name] = Holding(job.name, job.priority, queue_of(job), self.expected_ends.get(job.name),
+                                         preemptible=self.preemption is not None or bool(self.queues),
+                                         started_s=now, checkpoint_s=cost.checkpoint_s)  # fmt: skip
         heapq.heappush(self.events, (now + run_s, COMPLETION, run, job.name))
 
     def _commit(self, state: ClusterState, placement: Placement) -> None:
@@ -687,7 +692,7 @@ class Simulation:
 
     def _release(self, name: str, placement: Placement) -> None:
         self.expected_ends.pop(name, None)
-        self.gangs.pop(name, None)
+        self.holding.pop(name, None)
         self._commit(self.state.without_placement(placement), placement)
         self.network.end(placement)
         self.busy -= self.records[name].job.total_gpus
