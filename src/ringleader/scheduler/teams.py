@@ -408,37 +408,43 @@ def fair_merge(
     for queue in teams.queues.values():
         if held_first and queue.cohort is not None and queue.limited:
             cohorts.setdefault(queue.cohort, []).append(queue.name)
+    cohort_of = {name: teams.queues[name].cohort for members in cohorts.values() for name in members}
 
     def weight_of(name: str) -> float:
         queue = teams.queues.get(name)
         return queue.weight if queue is not None and queue.weight > 0 else 1.0
 
+    weight = {name: weight_of(name) for name in {*queued, *cohort_of}}
+    cohort_weight = {cohort: sum(weight[m] for m in members) for cohort, members in cohorts.items()}
+    share = {name: teams.shares.get(name, 1.0) for name in queued}
+
     def held_of(name: str) -> float:
         return holds[name] if name in holds else float(sum(teams.use.get(name, {}).values()))
 
-    def above(name: str) -> bool:
-        queue = teams.queues.get(name)
-        if queue is None or queue.cohort not in cohorts:
-            return False
-        members = cohorts[queue.cohort]
-        return held_of(name) * sum(weight_of(m) for m in members) > weight_of(name) * sum(held_of(m) for m in members)
-
-    def entry(name: str, index: int) -> tuple[tuple[float, ...], str, int]:
-        job = queued[name][index]
-        share = teams.shares.get(name, 1.0)
-        return (borrow_of(job), float(above(name)), -share, holds[name] / weight_of(name), *tie_of(job)), name, index
+    def above(name: str) -> float:
+        cohort = cohort_of.get(name)
+        if cohort is None:
+            return 0.0
+        return float(held_of(name) * cohort_weight[cohort] > weight[name] * sum(held_of(m) for m in cohorts[cohort]))
 
     # a queue's place moves with every queue's holdings (``above``): the heads are compared
-    # afresh at each step, a few queues' heads
-    at = {name: 0 for name, jobs in queued.items() if jobs}
+    # afresh at each step, a few queues' heads; what a head says of itself (borrow, tie) is
+    # read once, when it becomes its queue's head
+    def head(name: str, index: int) -> tuple[int, float, tuple[float, ...]]:
+        job = queued[name][index]
+        return index, borrow_of(job), tie_of(job)
+
+    at = {name: head(name, 0) for name, jobs in queued.items() if jobs}
     out: list[T] = []
     while at:
-        _, name, index = min(entry(name, index) for name, index in at.items())
+        _, name = min(((borrow, above(n), -share[n], holds[n] / weight[n], *tie), n)
+                      for n, (_, borrow, tie) in at.items())  # fmt: skip
+        index = at[name][0]
         job = queued[name][index]
         out.append(job)
         holds[name] += gpus_of(job)
         if index + 1 < len(queued[name]):
-            at[name] = index + 1
+            at[name] = head(name, index + 1)
         else:
             del at[name]
     return out
