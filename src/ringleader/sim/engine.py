@@ -115,9 +115,6 @@ class PreemptionCost:
             raise ValueError(f"need checkpoint_s > 0 and restart_s >= 0, got {self}")
 
 
-DEFAULT_PREEMPTION_COST = PreemptionCost()
-
-
 @dataclass(frozen=True)
 class NodeFailures:
     """Nodes that fail in a simulation: each fails after a seeded exponential time of mean
@@ -126,7 +123,7 @@ class NodeFailures:
 
     mtbf_s: float
     repair_s: float = 3600.0
-    cost: PreemptionCost = DEFAULT_PREEMPTION_COST
+    cost: PreemptionCost = PreemptionCost()
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -273,6 +270,7 @@ class Simulation:
         self.last_run: dict[str, float] = {}
         self.seed = seed
         self.preemption = preemption
+        self.stop_cost = preemption or PreemptionCost()  # what a stop loses: a preemption's, a move's
         self.queues = queues
         self.failures = failures
         self.random = random.Random(f"failures:{failures.seed}") if failures is not None else None
@@ -361,8 +359,7 @@ class Simulation:
         """Stop ``name`` for a gang of higher priority (or, ``failed``, a node that failed under
         it): it keeps what it trained up to its last checkpoint and goes back to the queue in its
         old place, to pay its restart when it runs again."""
-        cost = self.failures.cost if failed and self.failures is not None else self.preemption
-        cost = cost or DEFAULT_PREEMPTION_COST
+        cost = self.failures.cost if failed and self.failures is not None else self.stop_cost
         record = self.records[name]
         self._stop(name, now, cost)
         if failed:
@@ -391,7 +388,7 @@ class Simulation:
         """Running gang ``name`` as a move weighs it: the work it has left as the queue sees it
         (what it trained so far counted, its work misjudged as at its submit), and a restart
         that costs what a stop now loses since its last checkpoint besides the restart itself."""
-        record, cost = self.records[name], self.preemption or DEFAULT_PREEMPTION_COST
+        record, cost = self.records[name], self.stop_cost
         assert record.placement is not None and record.step is not None
         trained = max(now - self.run_of[name][1] - record.restart_s, 0.0)
         left = max(self.left.get(name, record.job.iterations) - trained / record.step.step_time_s, 0.0)
@@ -403,7 +400,7 @@ class Simulation:
         """Stop the gang and start it at once where ``move`` puts it (the simulator's stop takes
         no time: the target it was planned on is still free)."""
         name = move.job.name
-        self._stop(name, now, self.preemption or DEFAULT_PREEMPTION_COST)
+        self._stop(name, now, self.stop_cost)
         self.records[name].moved += 1
         self.moved_at[name] = now
         metrics = placement_metrics(self.state.by_name, move.target)
@@ -663,10 +660,9 @@ class Simulation:
         self.busy += job.total_gpus
         run = next(self.seq)
         self.run_of[job.name] = (run, now)
-        cost = self.preemption or DEFAULT_PREEMPTION_COST
         self.holding[job.name] = Holding(job.name, job.priority, queue_of(job), self.expected_ends.get(job.name),
                                          preemptible=self.preemption is not None or bool(self.queues),
-                                         started_s=now, checkpoint_s=cost.checkpoint_s)  # fmt: skip
+                                         started_s=now, checkpoint_s=self.stop_cost.checkpoint_s)  # fmt: skip
         heapq.heappush(self.events, (now + run_s, COMPLETION, run, job.name))
 
     def _commit(self, state: ClusterState, placement: Placement) -> None:
