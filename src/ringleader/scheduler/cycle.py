@@ -177,7 +177,6 @@ def run_cycle(snapshot: Snapshot) -> Cycle:
     moved = sum(1 for name in snapshot.held if name not in current.waiting)  # reservations of jobs no longer waiting
     order = queue_order(list(current.waiting.values()), snapshot.now, snapshot.config, current.teams)
     current = replace(current, behind=behind_in_line(order))  # what a degraded start would delay
-    hopeless = _Hopeless(snapshot)
     for entry in order:
         assert isinstance(entry, Waiting)
         name, kept = entry.job.name, snapshot.held.get(entry.job.name)
@@ -187,7 +186,7 @@ def run_cycle(snapshot: Snapshot) -> Cycle:
             reservation = kept if len(current.reservations) < snapshot.config.reservation_depth else None
             if reservation is not None:
                 current = replace(current, reservations=(*current.reservations, reservation))
-        elif hopeless(current, entry.job):
+        elif _hopeless(snapshot, current, entry.job):
             continue
         else:
             one, current = _nominate(current, entry, snapshot)
@@ -284,33 +283,16 @@ def _inputs(snapshot: Snapshot, entry: Waiting, current: QueuePass, moved: int) 
     return (snapshot.epoch, entry.version, moved, minute, use, ends, current.behind.get(entry.job.name, 0))
 
 
-class _Hopeless:
-    """Where no reasons are wanted: a job that cannot fit the free GPUs, when no reservation is
-    left to give and it can stop nobody, is left waiting without a decision (it would change
-    nothing). Whether a gang's shape has the worker slots is asked once per shape and state:
-    at a busy pass hundreds of waiting jobs of a few shapes are asked it on the same state."""
-
-    def __init__(self, snapshot: Snapshot) -> None:
-        self.snapshot = snapshot
-        self.state: ClusterState | None = None
-        self.fits: dict[tuple[int, int], bool] = {}
-
-    def __call__(self, current: QueuePass, job: JobRequest) -> bool:
-        snapshot = self.snapshot
-        if snapshot.explain or len(current.reservations) < snapshot.config.reservation_depth:
-            return False
-        lowest = current.lowest_running_priority
-        may_preempt = lowest is not None and job.priority > lowest
-        reclaims = current.teams is not None and current.teams.queue(job) is not None
-        return not may_preempt and not reclaims and not self._fits(current.state, job)
-
-    def _fits(self, state: ClusterState, job: JobRequest) -> bool:
-        if state is not self.state:
-            self.state, self.fits = state, {}
-        shape = (job.workers, job.gpus_per_worker)
-        if shape not in self.fits:
-            self.fits[shape] = enough_worker_slots(state, job)
-        return self.fits[shape]
+def _hopeless(snapshot: Snapshot, current: QueuePass, job: JobRequest) -> bool:
+    """Where no reasons are wanted: a job that cannot fit the free GPUs the reservations leave
+    it, when no reservation is left to give and it can stop nobody, is left waiting without a
+    decision (it would change nothing; at a busy pass most of a long queue is such jobs)."""
+    if snapshot.explain or len(current.reservations) < snapshot.config.reservation_depth:
+        return False
+    lowest = current.lowest_running_priority
+    may_preempt = lowest is not None and job.priority > lowest
+    reclaims = current.teams is not None and current.teams.queue(job) is not None
+    return not may_preempt and not reclaims and not enough_worker_slots(current.usable_state(job), job)
 
 
 def _nominate(current: QueuePass, entry: Waiting, snapshot: Snapshot) -> tuple[Nominated, QueuePass]:

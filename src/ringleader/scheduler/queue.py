@@ -52,6 +52,7 @@ import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from typing import NamedTuple
 
 from ringleader.scheduler.framework import get_policy, place
 from ringleader.scheduler.gpuset import bits
@@ -253,17 +254,32 @@ class QueuePass:
 
     def blocking(self, job: JobRequest) -> tuple[Reservation, ...]:
         """Reservations ``job`` must leave alone: all but those that start after it would end."""
+        return tuple(r for r, blocks in zip(self.reservations, self._blocks(job), strict=True) if blocks)
+
+    def _blocks(self, job: JobRequest) -> tuple[bool, ...]:
+        """For each reservation, whether ``job`` must leave it alone (``blocking``)."""
         end = self.end_of(job)
-        return tuple(r for r in self.reservations if end is None or r.start_s is None or end > r.start_s)
+        return tuple(end is None or r.start_s is None or end > r.start_s for r in self.reservations)
 
     def usable_state(self, job: JobRequest) -> ClusterState:
-        """``state`` with the GPUs that ``job`` may not take marked as held."""
-        usable = self.state
-        for reservation in self.blocking(job):
-            free_part = _free_part(usable, reservation.placement)
-            if free_part is not None:
-                usable = usable.with_placement(free_part)
+        """``state`` with the GPUs that ``job`` may not take marked as held (kept per set of
+        reservations: a busy pass asks it of every waiting job, and most leave all alone)."""
+        if not self.reservations:
+            return self.state
+        key = self._blocks(job)
+        usable = self._usable.get(key)
+        if usable is None:
+            usable = self.state
+            for reservation in self.blocking(job):
+                free_part = _free_part(usable, reservation.placement)
+                if free_part is not None:
+                    usable = usable.with_placement(free_part)
+            self._usable[key] = usable
         return usable
+
+    @cached_property
+    def _usable(self) -> dict[tuple[bool, ...], ClusterState]:
+        return {}
 
     def decide(
         self, job: JobRequest, policy: str | None = None, explain: bool = True, submit_s: float | None = None,
@@ -465,23 +481,10 @@ class QueuePass:
         """
         if job.gpus_per_worker == 0:
             return  # a CPU-only gang fits whenever a node serves it
-        nodes = self.state.nodes
-        holds: list[list[_Hold]] = [[] for _ in nodes]
-        for pos, ns in enumerate(nodes):
-            by_job: dict[str, int] = {}
-            for gpu, owner in ns.allocated:
-                by_job[owner] = by_job.get(owner, 0) | 1 << gpu
-            holds[pos] = [_Hold(self.free_at(owner), mask, owner == UNUSABLE)
-                          for owner, mask in by_job.items()]  # fmt: skip
-        for reservation in self.reservations:
-            end = math.inf if reservation.end_s is None else reservation.end_s
-            for node in reservation.placement.nodes:
-                mask = sum(1 << g for g in reservation.placement.gpus_on(node))
-                holds[self.state.positions[node]].append(_Hold(end, mask, True))
-        planner = _FuturePlanner(self.state, holds, job.gpus_per_worker)
+        planner = _FuturePlanner(self._timeline, job.gpus_per_worker)
         least = math.inf  # the fewest nodes it could fit on at the options so far
         fewest = planner.nodes_needed(job.workers, empty=True) if fewer_nodes else math.inf
-        for end in sorted({h.end for per_node in holds for h in per_node if h.end != math.inf}):
+        for end in planner.ends():
             if planner.release_until(end) >= job.workers:
                 if least > fewest:
                     spans = planner.nodes_needed(job.workers)
@@ -495,6 +498,28 @@ class QueuePass:
             found = planner.try_place(job, policy)
             if found is not None:
                 yield None, found
+
+    @cached_property
+    def _timeline(self) -> _Timeline:
+        """Each node's holds, the running gangs' and the reservations': the start of every walk
+        of later starts this pass makes (the start rule's and the reservation's of one gang
+        alike)."""
+        free_at: dict[str, float] = {}  # a gang over several nodes is looked up once
+        holds: list[list[_Hold]] = []
+        for ns in self.state.nodes:
+            per_node = []
+            for owner, mask in ns.owners.items():
+                end = free_at.get(owner)
+                if end is None:
+                    end = free_at[owner] = self.free_at(owner)
+                per_node.append(_Hold(end, mask, owner == UNUSABLE))
+            holds.append(per_node)
+        for reservation in self.reservations:
+            end = math.inf if reservation.end_s is None else reservation.end_s
+            for node in reservation.placement.nodes:
+                mask = sum(1 << g for g in reservation.placement.gpus_on(node))
+                holds[self.state.positions[node]].append(_Hold(end, mask, True))
+        return _Timeline(self.state, holds)
 
     # -- when it starts (types.StartRule) -------------------------------------------------------
     def weigh_start(
@@ -565,7 +590,7 @@ class QueuePass:
     @cached_property
     def usable_gpus(self) -> int:
         """The cluster's GPUs less those out of use (``UNUSABLE``): what drains the queue."""
-        unusable = sum(1 for ns in self.state.nodes for _, held in ns.allocated if held == UNUSABLE)
+        unusable = sum(ns.owners.get(UNUSABLE, 0).bit_count() for ns in self.state.nodes)
         return self.state.total_gpus - unusable
 
     def hold_price(self, job: JobRequest) -> float:
@@ -775,13 +800,33 @@ class QueuePass:
         return Reservation(placement, start, starts_in, end)
 
 
-@dataclass(frozen=True)
-class _Hold:
-    """GPUs of one node held until ``end`` (inf: no known end), by a running job or a reservation."""
+class _Hold(NamedTuple):
+    """GPUs of one node held until ``end`` (inf: no known end), by a running job or a reservation
+    (a tuple: the walk of later starts builds one per holder of every node for each gang it weighs)."""
 
     end: float
     mask: int
     reservation: bool
+
+
+class _Timeline:
+    """A pass's cluster as its holds expire, before any: each node's holds and the GPUs they
+    hold, the nodes whose holds differ from their allocations (reservations), and the holds
+    with a known end, by end (each is dropped once, when its end is reached). Read only: each
+    walk copies what it changes."""
+
+    def __init__(self, base: ClusterState, holds: Sequence[Sequence[_Hold]]) -> None:
+        self.base = base
+        self.holds = [tuple(h) for h in holds]
+        self.held = [_union(h) for h in self.holds]
+        self.changed = {pos: _held_node(ns, self.held[pos]) for pos, ns in enumerate(base.nodes)
+                        if self.held[pos] != ns.used_mask}  # fmt: skip
+        self.ending = sorted((h.end, pos) for pos, per_node in enumerate(self.holds) for h in per_node
+                             if h.end != math.inf)  # fmt: skip
+
+
+def _held_node(ns: NodeState, held: int) -> NodeState:
+    return replace(ns, allocated=tuple((g, HELD) for g in bits(held)))
 
 
 class _FuturePlanner:
@@ -790,20 +835,23 @@ class _FuturePlanner:
     cluster is ``base`` with the changed nodes replaced, so it carries ``base``'s group and
     switch indexes instead of building them again for every expected end."""
 
-    def __init__(self, base: ClusterState, holds: Sequence[Sequence[_Hold]], gpus: int) -> None:
-        self.base = base
-        self.holds = [list(h) for h in holds]
+    def __init__(self, timeline: _Timeline, gpus: int) -> None:
+        self.base = timeline.base
+        self.holds = list(timeline.holds)
         self.gpus = gpus
-        self.held = [_union(h) for h in self.holds]
-        self.slots = sum(self._node_slots(pos) for pos in range(len(base.nodes)))
-        self.changed: dict[int, NodeState] = {}
-        for pos, ns in enumerate(base.nodes):
-            if self.held[pos] != ns.used_mask:
-                self._note(pos)
-        # holds with a known end, by end: each is dropped once, when its end is reached
-        self.ending = sorted((h.end, pos) for pos, per_node in enumerate(self.holds) for h in per_node
-                             if h.end != math.inf)  # fmt: skip
+        self.held = list(timeline.held)
+        self.slots = sum(self._node_slots(pos) for pos in range(len(self.base.nodes)))
+        self.changed = dict(timeline.changed)
+        self.ending = timeline.ending
         self.next_end = 0
+
+    def ends(self) -> Iterator[float]:
+        """The known ends of the holds, each once, earliest first."""
+        last = None
+        for end, _ in self.ending:
+            if end != last:
+                last = end
+                yield end
 
     def _node_slots(self, pos: int) -> int:
         free = self.base.nodes[pos].spec.topology.all_mask & ~self.held[pos]
@@ -814,11 +862,11 @@ class _FuturePlanner:
         if self.held[pos] == ns.used_mask:
             self.changed.pop(pos, None)
         else:
-            self.changed[pos] = replace(ns, allocated=tuple((g, HELD) for g in bits(self.held[pos])))
+            self.changed[pos] = _held_node(ns, self.held[pos])
 
     def _drop(self, positions: set[int], ended: Callable[[_Hold], bool]) -> None:
         for pos in positions:
-            kept = [h for h in self.holds[pos] if not ended(h)]
+            kept = tuple(h for h in self.holds[pos] if not ended(h))
             if len(kept) != len(self.holds[pos]):
                 before = self._node_slots(pos)
                 self.holds[pos] = kept
@@ -895,11 +943,4 @@ def _free_part(state: ClusterState, placement: Placement) -> Placement | None:
 
 def enough_worker_slots(state: ClusterState, job: JobRequest) -> bool:
     """Necessary for any placement: sum over nodes of free // gpus_per_worker >= workers."""
-    if job.gpus_per_worker == 0:
-        return True
-    slots = 0
-    for group in state.groups:
-        slots += group.size * (group.free_mask.bit_count() // job.gpus_per_worker)
-        if slots >= job.workers:
-            return True
-    return False
+    return job.gpus_per_worker == 0 or state.worker_slots(job.gpus_per_worker) >= job.workers

@@ -121,6 +121,16 @@ class NodeState:
     def free_mask(self) -> int:
         return self.spec.topology.all_mask & ~self.used_mask
 
+    @cached_property
+    def owners(self) -> Mapping[str, int]:
+        """Each holder of GPUs here -> the mask of its GPUs: the queue's walk of later starts
+        reads every node's holders for every gang it weighs, and most nodes are unchanged
+        from one pass to the next."""
+        masks: dict[str, int] = {}
+        for gpu, owner in self.allocated:
+            masks[owner] = masks.get(owner, 0) | 1 << gpu
+        return masks
+
     @property
     def free_gpus(self) -> tuple[int, ...]:
         return tuple(i for i in range(self.spec.topology.n_gpus) if self.free_mask >> i & 1)
@@ -276,6 +286,20 @@ class ClusterState:
         """Groups of equivalent nodes, ordered by their first node's position."""
         items = sorted(self.index.items(), key=lambda kv: kv[1][0])
         return [NodeGroup(key, positions, self.nodes, self) for key, positions in items]
+
+    def worker_slots(self, gpus_per_worker: int) -> int:
+        """How many workers of ``gpus_per_worker`` GPUs the free GPUs hold, node by node (a
+        gang needs at least its workers' worth whatever the policy). Kept per width: a pass asks
+        it of every waiting job, and a busy queue's jobs come in a few shapes."""
+        slots = self._worker_slots.get(gpus_per_worker)
+        if slots is None:
+            slots = sum(group.size * (group.free_mask.bit_count() // gpus_per_worker) for group in self.groups)
+            self._worker_slots[gpus_per_worker] = slots
+        return slots
+
+    @cached_property
+    def _worker_slots(self) -> dict[int, int]:
+        return {}
 
     @cached_property
     def switch_index(self) -> SwitchIndex:
