@@ -165,6 +165,10 @@ def queue_order(
         service = queued.service if order is QueueOrder.FIFO else order_service(queued)
         return (borrow, *order_key(order, ranked, service, now, config.orders), queued.seq)
 
+    if teams is None and config.order is QueueOrder.FIFO:  # ``key`` less what one FIFO queue never reads
+        fifo, orders = QueueOrder.FIFO, config.orders
+        return sorted(jobs, key=lambda q: (0.0, *order_key(fifo, effective_priority(q, now, config), NO_SERVICE, now,
+                                                           orders), q.seq))  # fmt: skip
     if teams is None:
         return sorted(jobs, key=key)
     keys = {id(q): key(q) for q in jobs}
