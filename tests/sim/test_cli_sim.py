@@ -251,3 +251,26 @@ def test_gen_trace_of_a_family_offers_its_load_to_the_whole_cluster_whatever_the
     best = best_step_fn(load_cluster_file(cluster))
     runs = [(j.workers * j.gpus, j.iterations * best(j)) for j in jobs]
     assert window_load(runs, [j.arrival_s for j in jobs], 512) == pytest.approx(0.9, rel=0.02)
+
+
+def test_the_engines_queue_unless_told_otherwise(tmp_path: Path) -> None:
+    """`simulate` runs the queue the engines run: the gang that does not fit gets a reservation,
+    and a small job that came after it waits. With --no-reservations the small job starts on
+    the GPUs free beside the first job and the gang waits for both to end."""
+    cluster, trace = tmp_path / "c.yaml", tmp_path / "t.csv"
+    cluster.write_text(CLUSTER.replace("count: 2", "count: 1"))
+    trace.write_text("name,arrival_s,workers,gpus,model,batch_size,iterations,priority\n"
+                     "first,0,1,4,resnet50,64,2000,0\ngang,10,1,8,resnet50,64,200,0\n"
+                     "small,20,1,2,resnet50,64,4000,0\n")  # fmt: skip
+
+    def starts(*args: str) -> dict[str, float]:
+        out = tmp_path / "-".join(("out", *args))
+        assert main(["simulate", "--cluster", str(cluster), "--trace", str(trace), "--policies", "topology",
+                     "--out", str(out), *args]) == 0  # fmt: skip
+        rows = (out / "jobs-topology.csv").read_text().splitlines()
+        header = rows[0].split(",")
+        return {r.split(",")[0]: float(r.split(",")[header.index("start_s")]) for r in rows[1:]}
+
+    engines, plain = starts(), starts("--no-reservations")
+    assert engines["small"] > engines["gang"] > engines["first"] == 0.0
+    assert plain["small"] == 20.0 and plain["gang"] > engines["gang"]

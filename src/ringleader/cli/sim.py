@@ -9,6 +9,8 @@ import click
 from ringleader.cli.output import console, emit_data, output_option, step_progress, table
 from ringleader.cli.params import FiniteFloat, count
 from ringleader.errors import UsageError
+from ringleader.scheduler import NO_RESERVATIONS
+from ringleader.scheduler.cycle import DEFAULT_BACKFILL
 from ringleader.scheduler.order import QueueOrder
 from ringleader.scheduler.types import RISKS
 from ringleader.sim import (
@@ -57,8 +59,13 @@ def simulate_group() -> None:
     help="Write results.json, CSVs, PNG plots and one self-contained report.html here.",
 )  # fmt: skip
 @click.option(
+    "--no-reservations", is_flag=True,
+    help="Backfill without reservations or age: any job that fits starts, and a big gang waits for "
+         "the free GPUs no smaller job takes (faster). Default: the engines' queue, 2 reservations and age.",
+)  # fmt: skip
+@click.option(
     "--max-failures", default=32, show_default=True, type=click.IntRange(min=1),
-    help="Failed placement attempts allowed per scheduling pass.",
+    help="Failed placement attempts allowed per scheduling pass (with --no-reservations).",
 )  # fmt: skip
 @click.option(
     "--start", "start_rules", metavar="RULES",
@@ -121,7 +128,7 @@ def simulate_group() -> None:
 )
 @output_option("json")
 def run_cmd(
-    cluster_file: str, trace_file: str, policies: str, out_dir: str | None, max_failures: int,
+    cluster_file: str, trace_file: str, policies: str, out_dir: str | None, no_reservations: bool, max_failures: int,
     start_rules: str | None, preempt: bool, queues_file: str | None, mtbf_h: float | None, order: str,
     estimate_error: str | None, risk: str | None, prediction_error: bool, repair_h: float, output: str,
 ) -> None:  # fmt: skip
@@ -141,7 +148,8 @@ def run_cmd(
                                   on_policy=lambda p: step(f"simulating {p}"), start_rules=rules,
                                   preemption=PreemptionCost() if preempt else None, queues=queues,
                                   failures=failures, order=QueueOrder(order), estimate_error=misjudged, risk=risk,
-                                  prediction_error=prediction_error)  # fmt: skip
+                                  prediction_error=prediction_error,
+                                  backfill=NO_RESERVATIONS if no_reservations else DEFAULT_BACKFILL)  # fmt: skip
         step("writing plots and report")
         written = write_outputs(result, out_dir, title=f"{len(jobs)} jobs, {len(specs)} nodes") if out_dir else []
     if output == "json":

@@ -21,7 +21,8 @@ from typing import Any
 # scheduler may not import it); with a test's step-time function it is still the model
 import ringleader.model  # noqa: F401
 from ringleader.errors import UsageError
-from ringleader.scheduler import NO_RESERVATIONS, get_policy
+from ringleader.scheduler import BackfillConfig, get_policy
+from ringleader.scheduler.cycle import DEFAULT_BACKFILL
 from ringleader.scheduler.order import QueueOrder
 from ringleader.scheduler.teams import TeamQueue
 from ringleader.scheduler.types import START_RULES
@@ -112,6 +113,7 @@ def compare_policies(
     estimate_error: EstimateError | None = None,
     risk: str | None = None,
     prediction_error: bool = False,
+    backfill: BackfillConfig = DEFAULT_BACKFILL,
 ) -> Comparison:
     """Simulate ``jobs`` under each policy; one step-time cache is shared (the model is pure).
     ``on_policy`` hears each run's name as it starts (a progress bar). With ``start_rules``,
@@ -120,7 +122,9 @@ def compare_policies(
     ``queues``: the team queues the trace's jobs name (their summaries gain ``queues``); with
     ``failures``, nodes fail and their gangs restart (``sim.NodeFailures``: the same failures for
     every policy); ``order`` orders the queue (``scheduler/order.py``); ``estimate_error``,
-    ``risk`` and ``prediction_error`` are as ``simulate`` takes them."""
+    ``risk`` and ``prediction_error`` are as ``simulate`` takes them; ``backfill``: the queue, by
+    default the engines' (reservations and age; ``NO_RESERVATIONS``: any job that fits starts,
+    ``max_failures`` failed places a pass at most)."""
     for policy in policies:
         get_policy(policy)
     if step_time is None:
@@ -133,7 +137,7 @@ def compare_policies(
         if on_policy:
             on_policy(label)
         started = time.perf_counter()
-        run = simulate(list(specs), list(jobs), policy, memo, max_failures, replace(NO_RESERVATIONS, order=order),
+        run = simulate(list(specs), list(jobs), policy, memo, max_failures, replace(backfill, order=order),
                        start_rule=rule, preemption=preemption, queues=queues, failures=failures,
                        estimate_error=estimate_error, risk=risk, prediction_error=prediction_error)  # fmt: skip
         if rule is not None:

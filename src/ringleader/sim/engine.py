@@ -81,6 +81,7 @@ from ringleader.scheduler import (
     place,
     run_cycle,
 )
+from ringleader.scheduler.cycle import DEFAULT_BACKFILL
 from ringleader.scheduler.framework import placement_metrics
 from ringleader.scheduler.move import Movable, Move
 from ringleader.scheduler.order import QueueOrder, Service, running_service
@@ -219,7 +220,7 @@ class Simulation:
         policy: str,
         step_time: StepTimeFn | Memoised,
         max_failures: int = DEFAULT_MAX_FAILURES,
-        backfill: BackfillConfig = NO_RESERVATIONS,
+        backfill: BackfillConfig = DEFAULT_BACKFILL,
         network_aware: bool = True,
         start_rule: str | None = None,
         work_error: float = 0.0,
@@ -720,7 +721,7 @@ def simulate(
     policy: str,
     step_time: StepTimeFn | Memoised,
     max_failures: int = DEFAULT_MAX_FAILURES,
-    backfill: BackfillConfig = NO_RESERVATIONS,
+    backfill: BackfillConfig = DEFAULT_BACKFILL,
     network_aware: bool = True,
     start_rule: str | None = None,
     work_error: float = 0.0,
@@ -734,7 +735,8 @@ def simulate(
     moves: bool = False,
 ) -> SimRun:
     """Simulate ``jobs`` on ``specs`` under ``policy``; ``backfill`` picks the queue discipline
-    (default: no reservation and no age, the queue before reservations); ``network_aware``
+    (default: the engines' queue, reservations and age; ``NO_RESERVATIONS``: any job that fits
+    starts, the faster queue before reservations); ``network_aware``
     False hides the network tree from placement (it still prices the runs); ``start_rule``
     gives every job that rule and its work (see the module's docstring), misjudged by a seeded
     factor up to ``work_error`` (0.5: the queue sees between 1/1.5 and 1.5 times the truth);
