@@ -334,6 +334,39 @@ def test_a_priority_job_preempts_a_whole_slurm_job_which_checkpoints_and_is_requ
     assert plan["env"]["RINGLEADER_RESTARTS"] == "1"
 
 
+def test_a_spread_gang_moves_to_the_node_that_freed_and_resumes_there_from_its_checkpoint(
+    engine: SlurmEngine, tmp_path: Path
+) -> None:
+    """Moves on Slurm (``jobs/moves.py``): two holders take three GPUs of each node, so the gang
+    (2 workers of one GPU, VGG16 as the queue prices it, ten minutes of work as its user says)
+    starts spread 1 + 1. Once one holder ends, the watcher's pass moves the gang to that node:
+    its Slurm job is cancelled (SIGTERM, KillWait, SIGKILL), requeued and submitted again on the
+    node's free GPUs, where every rank resumes from its checkpoint as run 1."""
+    for name in ("hold-a", "hold-b"):
+        engine.submit(job(name, 3, 1, [PY, "-c", "import time; time.sleep(600)"], topology_aware=True))
+        wait_for(lambda name=name: engine.get(name).status is JobStatus.RUNNING, what=f"{name} to run")
+    held = {name: {i.node for i in engine.get(name).instances} for name in ("hold-a", "hold-b")}
+    assert len(held["hold-a"]) == len(held["hold-b"]) == 1 and held["hold-a"] != held["hold-b"]
+    (tmp_path / "rank.py").write_text(resuming_rank(tmp_path))
+    engine.submit(job("gang", 2, 1, [PY, str(tmp_path / "rank.py")], topology_aware=True, model="vgg16",
+                      run_time_s=600.0))  # fmt: skip
+    wait_for(lambda: all((tmp_path / f"ckpt-{rank}").exists() for rank in "01"), what="the gang to train spread")
+    assert len({i.node for i in engine.get("gang").instances}) == 2
+    [freed] = held["hold-a"]
+    engine.delete(["hold-a"])
+    wait_for(lambda: engine.get("gang").status is JobStatus.SUCCEEDED, timeout=120, what="the gang to move and end")
+    view = engine.get("gang")
+    [said] = [e.message for e in view.events if e.kind == "Moved"]
+    assert said.startswith("moves: finishes sooner by ~") and f"move to node {freed} (" in said, said
+    assert "Requeued" in [e.kind for e in view.events]
+    assert {i.node for i in view.instances} == {freed} and view.restarts == 1
+    for rank in "01":
+        step, node = (tmp_path / f"resumed-{rank}").read_text().split()
+        assert int(step) > 0 and node == freed
+        assert (tmp_path / f"restarts-{rank}").read_text().split()[0] == "1"
+    engine.delete(["hold-b"])
+
+
 FAULTY_NCCL = ("import sys; print('node:12:34 [0] NCCL WARN NET/Socket : Connection closed by remote peer', "
                "flush=True); sys.exit(1)")  # fmt: skip
 

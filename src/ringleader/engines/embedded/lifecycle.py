@@ -20,12 +20,12 @@ from ringleader.jobs.failures import (
     restarting_text,
     resume_text,
 )
+from ringleader.jobs.moves import MOVING, held_for_move, may_move, movable, moved_decision
 from ringleader.jobs.prediction import queue_estimator
 from ringleader.jobs.queues import preempted_by, queue_config
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import InstanceStatus, JobStatus, Launch
 from ringleader.scheduler import (
-    Candidate,
     ClusterState,
     Code,
     Decision,
@@ -33,13 +33,10 @@ from ringleader.scheduler import (
     Placement,
     Snapshot,
     Waiting,
-    WorkerSlot,
-    get_policy,
-    placement_metrics,
     run_cycle,
 )
 from ringleader.scheduler.cycle import teams_of
-from ringleader.scheduler.move import RESTART_WINDOW, Movable, Move, RestartCost, restart_cost
+from ringleader.scheduler.move import RESTART_WINDOW, Move, restart_cost
 from ringleader.scheduler.order import NO_SERVICE, Service, running_service, service_of_runs
 from ringleader.scheduler.policies.throughput import Estimator
 from ringleader.scheduler.teams import Teams, queue_of, run_usage
@@ -49,8 +46,6 @@ from ringleader.scheduler.teams import Teams, queue_of, run_usage
 HOSTS_SETTINGS = "hosts_settings"
 # A running job whose ranks are being stopped: a delete's or a preemption's.
 STOPPING = (Launch.STOPPING.value, Launch.PREEMPTING.value)
-# meta key prefix: a gang being moved (scheduler/move.py) -> the placement it starts on again
-MOVING = "moving:"
 
 
 def schedule_pass(conn: sqlite3.Connection, now: float) -> list[str]:
@@ -137,44 +132,13 @@ def queue_snapshot(
         moving = store.get_meta(conn, MOVING + spec.name) if stopping else None
         if moving is not None:  # its new placement is held for it while it stops
             state = held_for_move(state, placement_from_dict(spec.name, json.loads(moving)))
-        move = None if stopping else movable(row, spec, now, restart)
+        placement = placement_from_dict(spec.name, json.loads(row["placement"])) if row["placement"] else None
+        move = None if stopping else movable(spec, placement, started, int(row["restarts"] or 0), now, restart)
         run = running_service(gpus, waiting_service(conn, row, spec), started, now, end)
         holding.append(Holding(spec.name, spec.priority, None if stopping else queue_of(spec), end,
                                spec.stop_grace(), spec.preemptible and not stopping, *run, move=move))  # fmt: skip
     return Snapshot(state, waiting, now, holding, queues, usage, cordoned=store.cordons(conn),
                     estimate=estimate, config=queue_config(restart.seconds))  # fmt: skip
-
-
-def may_move(spec: JobSpec) -> bool:
-    """Whether a running job may be moved to a better placement (``scheduler/move.py``): it
-    resumes from its checkpoint (``--preemptible``, the default) and its work is known
-    (``--run-time`` or ``--steps``)."""
-    return spec.preemptible and spec.run_time_s is not None
-
-
-def movable(row: sqlite3.Row, spec: JobSpec, now: float, restart: RestartCost) -> Movable | None:
-    """A running job as a move weighs it: its work, what it ran of it since its start, where it
-    runs, and ``restart``, what a restart costs on this cluster. Its progress is known from its
-    start only, so a job requeued once (preempted, restarted or moved) is not moved again."""
-    if not may_move(spec) or int(row["restarts"] or 0) or row["started_at"] is None or not row["placement"]:
-        return None
-    request = spec.request()
-    assert request.work_s is not None
-    placement = placement_from_dict(spec.name, json.loads(row["placement"]))
-    return Movable(request, placement, request.work_s, restart.seconds, ran_s=max(now - float(row["started_at"]), 0.0),
-                   restart_source=restart.source)  # fmt: skip
-
-
-def held_for_move(state: ClusterState, target: Placement) -> ClusterState:
-    """``state`` with the GPUs of ``target`` that are free held for the gang moving there."""
-    slots: list[WorkerSlot] = []
-    for node in target.nodes:
-        if node in state.positions:
-            free = state.node(node).free_mask
-            gpus = tuple(g for g in target.gpus_on(node) if free >> g & 1)
-            if gpus:
-                slots.append(WorkerSlot(len(slots), node, gpus))
-    return state.with_placement(Placement(f"{MOVING}{target.job}", tuple(slots))) if slots else state
 
 
 def move_job(conn: sqlite3.Connection, move: Move, now: float) -> None:
@@ -207,15 +171,13 @@ def requeue_stopped(conn: sqlite3.Connection, name: str, now: float) -> list[str
 def start_moved(conn: sqlite3.Connection, name: str, target: Placement, now: float) -> list[str]:
     """Place requeued job ``name`` on ``target``, the placement its move was weighed on."""
     row = store.job_row(conn, name)
-    state = store.cluster_state(conn)
-    cordoned = set(store.cordons(conn))
-    if row is None or any(n not in state.positions or n in cordoned or any(
-            not state.node(n).free_mask >> g & 1 for g in target.gpus_on(n)) for n in target.nodes):  # fmt: skip
+    if row is None:
         return []
+    state = store.cluster_state(conn)
     spec = JobSpec.from_dict(json.loads(row["spec"]))
-    request = spec.request()
-    chosen = Candidate(target, placement_metrics(state.by_name, target), (), ())
-    decision = Decision(request, get_policy(request.policy_name).name, Code.SUCCESS, chosen=chosen)
+    decision = moved_decision(spec, target, state, set(store.cordons(conn)))
+    if decision is None:
+        return []
     place_job(conn, spec, decision, now, has_launcher(spec, decision, state))
     return [name]
 

@@ -37,7 +37,7 @@ from ringleader.engines.slurm.teams import TeamFiles
 from ringleader.engines.slurm.views import NOT_YET, failed_rank, job_view, launch_plan, slurm_status
 from ringleader.errors import ConflictError, NotFoundError, RingleaderError, UsageError
 from ringleader.jobs import pending
-from ringleader.jobs.codec import expected_end
+from ringleader.jobs.codec import expected_end, placement_from_dict
 from ringleader.jobs.failures import (
     LOG_TAIL_BYTES,
     Failure,
@@ -51,6 +51,7 @@ from ringleader.jobs.failures import (
     without_cordoned,
 )
 from ringleader.jobs.logfiles import follow_log, instance_name, previous_log, read_log, wait_until_ended
+from ringleader.jobs.moves import MOVING, held_for_move, may_move, movable, moved_decision
 from ringleader.jobs.prediction import queue_estimator, view_prediction
 from ringleader.jobs.queues import (
     QueueView,
@@ -67,6 +68,7 @@ from ringleader.jobs.support import Support
 from ringleader.jobs.views import CORDONED, GpuUsage, JobView, NodeHealth, SubmitResult
 from ringleader.scheduler import ClusterState, Decision, Holding, Snapshot, Waiting, run_cycle
 from ringleader.scheduler.cycle import teams_of
+from ringleader.scheduler.move import Move, restart_cost
 from ringleader.scheduler.order import running_service, service_of_runs
 from ringleader.scheduler.policies.throughput import Estimator
 from ringleader.scheduler.teams import TeamQueue, queue_of
@@ -128,6 +130,9 @@ class SlurmEngine(pending.SpecChanges):
         self._cordoned = self._cordons(nodes)
         snapshot = without_cordoned(state.cluster_state(nodes, specs, holders, reserved, self._cordoned),
                                     self._cordoned)  # fmt: skip
+        for record in records:  # a gang stopping to move, or stopped and not yet started there
+            if record.get("moving_to"):
+                snapshot = held_for_move(snapshot, placement_from_dict(record["name"], record["moving_to"]))
         return snapshot, {n.name: n for n in nodes}, jobs
 
     def _cordons(self, nodes: Sequence[state.SlurmNode]) -> dict[str, str]:
@@ -212,7 +217,7 @@ class SlurmEngine(pending.SpecChanges):
                 shutil.rmtree(self.root / "run" / spec.name, ignore_errors=True)
                 shutil.rmtree(self.root / "logs" / spec.name, ignore_errors=True)
                 raise slurmcli.SlurmError(refused["reason"], "see Slurm's message; fix the cluster or the request")
-        if not mine.ok:
+        if not mine.ok or may_move(spec):  # the watcher's passes start it, or move it once better GPUs free
             self._start_watcher()
         return mine
 
@@ -229,24 +234,34 @@ class SlurmEngine(pending.SpecChanges):
             view = self.get(name)
         return view
 
-    def schedule(self) -> int:
-        """One pass over ringleader's queue; how many jobs still wait in it."""
-        if not self._queued():  # nothing waits: no lock taken, nothing created (reads stay reads)
-            return 0
+    def schedule(self) -> tuple[int, int]:
+        """One pass over ringleader's queue; how many jobs then wait in it, and how many running
+        ones may still move to a better placement (``jobs/moves.py``)."""
+        if self._watched() == (0, 0):  # nothing to decide: no lock taken, nothing created (reads stay reads)
+            return 0, 0
         with self.records.locked():
             self._schedule_locked()
-        return len(self._queued())
+        return self._watched()
 
     def _queued(self) -> list[dict[str, Any]]:
         return [r for r in self.records.all() if r["status"] == JobStatus.PENDING.value and not r.get("slurm_id")]
 
+    def _watched(self) -> tuple[int, int]:
+        records = self.records.all()
+        queued = sum(1 for r in records if r["status"] == JobStatus.PENDING.value and not r.get("slurm_id"))
+        movers = sum(1 for r in records if r["status"] == JobStatus.RUNNING.value and not r.get("restarts")
+                     and may_move(JobSpec.from_dict(r["spec"])))  # fmt: skip
+        return queued, movers
+
     def _schedule_locked(self) -> dict[str, Decision]:
         """The queue's cycle (``scheduler/cycle.py``) over Slurm as it is now, acted on: sbatch
         for the gangs it starts, the reason for those that wait, scancel for their victims."""
-        queued = self._queued()
-        if not queued:
-            return {}
         snapshot, nodes, jobs = self._snapshot()
+        snapshot = self._start_moved(snapshot, nodes)
+        queued = self._queued()
+        running = [r for r in self.records.all() if r["status"] == JobStatus.RUNNING.value]
+        if not queued and not any(may_move(JobSpec.from_dict(r["spec"])) for r in running):
+            return {}
         specs, waiting = _waiting(queued)
         records = self.records.all()
         outside = outside_accounts(jobs, records)
@@ -272,7 +287,27 @@ class SlurmEngine(pending.SpecChanges):
                         self._preempt(victim, decision)
             self.records.save(record)
             out[decision.job.name] = decision
+        for move in cycle.moves:
+            self._move(move)
         return out
+
+    def _start_moved(self, snapshot: ClusterState, nodes: dict[str, state.SlurmNode]) -> ClusterState:
+        """Each gang that stopped to move, back in the queue: sbatch on the placement its move
+        chose, held for it while it stopped, if that is still free; else it waits as any
+        requeued job. The cluster after those starts."""
+        for record in self._queued():
+            if not record.get("moving_to"):
+                continue
+            spec = JobSpec.from_dict(record["spec"])
+            target = placement_from_dict(spec.name, record.pop("moving_to"))
+            snapshot = snapshot.without_job(f"{MOVING}{spec.name}")
+            decision = moved_decision(spec, target, snapshot, set(self._cordoned))
+            if decision is not None:
+                record["plan"] = decision.as_dict()
+                self._launch(record, spec, decision, snapshot, nodes)
+                snapshot = snapshot.with_placement(target)
+            self.records.save(record)
+        return snapshot
 
     def _queue_snapshot(self, state: ClusterState, records: list[dict[str, Any]], now: float,
                         waiting: Sequence[Waiting] = (), estimate: Estimator | None = None,
@@ -282,21 +317,26 @@ class SlurmEngine(pending.SpecChanges):
         KillWait and its quota given back, jobs submitted without ringleader in their account's
         queue (``outside``: holder -> account); the team queues with Slurm's usage."""
         holding = []
+        restart = restart_cost(())  # Slurm's restarts are not measured here: the default
         for record in records:
             status = JobStatus(record["status"])
             if not record.get("slurm_id") or status.is_terminal():
                 continue
             spec = JobSpec.from_dict(record["spec"])
-            preempted = bool(record.get("preempted_by"))
-            end = started = None
+            preempted = bool(record.get("preempted_by") or record.get("moving_to"))  # being stopped
+            end = started = move = None
             if status is JobStatus.RUNNING and record.get("started_at"):
                 plan, started = record.get("plan"), float(record["started_at"])
                 end = now + PREEMPT_DELAY_S if preempted else expected_end(plan, started, spec.time_limit_s)
+                chosen = (plan or {}).get("chosen")
+                if not preempted and chosen:
+                    placement = placement_from_dict(spec.name, chosen)
+                    move = movable(spec, placement, started, int(record.get("restarts", 0)), now, restart)
             preemptible = status is JobStatus.RUNNING and spec.preemptible and not preempted
             gpus = spec.workers * spec.gpus_per_worker
             run = running_service(gpus, service_of_runs(gpus, record.get("runs", [])), started, now, end)
             holding.append(Holding(spec.name, spec.priority, None if preempted else queue_of(spec), end,
-                                   PREEMPT_DELAY_S, preemptible, *run))  # fmt: skip
+                                   PREEMPT_DELAY_S, preemptible, *run, move=move))  # fmt: skip
         queues = self.slurm_queues.queues()
         names = {q.name for q in queues}
         holding += [Holding(name, queue=account) for name, account in (outside or {}).items() if account in names]
@@ -315,6 +355,19 @@ class SlurmEngine(pending.SpecChanges):
         record["preempted_by"] = by.job.name
         add_event(record, "Preempted", f"{preempted_by(by.job, by.preemption)}: Slurm job {record['slurm_id']} "
                                        "cancelled (SIGTERM, then SIGKILL after KillWait); then requeued")  # fmt: skip
+        self.records.save(record)
+
+    def _move(self, move: Move) -> None:
+        """scancel the mover's Slurm job as a preemption does (SIGTERM, KillWait, SIGKILL), the
+        move's target held for it; once Slurm reports it ended it is requeued (``_refresh``)
+        and the next pass starts it there (``_start_moved``). Said with the numbers weighed."""
+        record = self.records.load(move.job.name)
+        if record is None or not record.get("slurm_id") or record.get("preempted_by") or record.get("moving_to"):
+            return
+        slurmcli.run(["scancel", record["slurm_id"]], check=False)
+        record["moving_to"] = move.target.as_dict()
+        add_event(record, "Moved", f"{move.describe()}; Slurm job {record['slurm_id']} cancelled (SIGTERM, then "
+                                   "SIGKILL after KillWait); then started there from its checkpoint")  # fmt: skip
         self.records.save(record)
 
     def _requeue(self, record: dict[str, Any], why: str = "preempted", ended: float | None = None) -> None:
@@ -521,10 +574,11 @@ class SlurmEngine(pending.SpecChanges):
         """``record`` moved to what Slurm says of its job: requeued after a preemption or a failure
         with restarts left, else its status, times and events."""
         ident = record["slurm_id"]
-        # Cancelled for a preemption: requeued; one that succeeded before the cancel came is done.
-        if record.get("preempted_by") and status is JobStatus.FAILED:
+        # Cancelled for a preemption or a move: requeued; one that succeeded before the cancel came is done.
+        if (record.get("preempted_by") or record.get("moving_to")) and status is JobStatus.FAILED:
             if not self.readonly:
-                self._requeue(record, ended=ended)
+                self._requeue(record, why="moved to a better placement" if record.get("moving_to") else "preempted",
+                              ended=ended)  # fmt: skip
             return
         # A failed run: restarted while it has restarts left (the next pass places it again).
         if status is JobStatus.FAILED and not self.readonly and self._restart(record, components, reason, ended):
