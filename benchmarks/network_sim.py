@@ -6,6 +6,7 @@ gangs of 8 GPUs per worker, sized 1-16 nodes (many small, a few large), models f
 simulator's list. The same trace runs under each policy twice: placement seeing the tree
 (network-aware) and placement blind to it (today's placement); the model prices every run with
 the tree, each gang getting its share of the uplinks it crosses when it starts (sim/network.py).
+The queue is the one without reservations (`NO_RESERVATIONS`), as its figures were measured.
 
     python benchmarks/network_sim.py [--nodes 384] [--rack 24] [--ratio 3] [--jobs 1500] [--rate 60]
 """
@@ -19,6 +20,7 @@ import platform
 import random
 import time
 
+from ringleader.scheduler import NO_RESERVATIONS
 from ringleader.sim.engine import simulate
 from ringleader.sim.steptime import Memoised, model_step_time
 from ringleader.sim.summary import summarise
@@ -69,7 +71,7 @@ def main() -> None:
     for policy in args.policies.split(","):
         for aware in (True, False) if policy == "topology" else (False,):  # only topology reads the tree
             t0 = time.perf_counter()
-            run = simulate(specs, jobs, policy, step, network_aware=aware)
+            run = simulate(specs, jobs, policy, step, backfill=NO_RESERVATIONS, network_aware=aware)
             wall = time.perf_counter() - t0
             s = summarise(run)
             across, frag = s["cross_leaf_share"], s["level_fragmentation"]

@@ -3,8 +3,9 @@
 The trace comes from `ringleader simulate gen-trace` (seed 1; Poisson arrivals at 2,000 jobs/hour,
 0.25 jobs/hour per GPU, the per-GPU rate of the default 2x8 and 64x8 scenarios); step times come
 from the throughput model (ringleader.model.predict_placement), memoised by placement shape and
-shared between policies, as `ringleader simulate` does. Prints wall time per policy and what the
-loop did (place() calls, failed ones, model evaluations).
+shared between policies, as `ringleader simulate` does; the queue without reservations (its
+figures' queue, `--no-reservations`). Prints wall time per policy and what the loop did (place()
+calls, failed ones, model evaluations).
 
     python benchmarks/simulate_scale.py [--nodes 1000] [--jobs 10000] [--rate 2000]
         [--policies topology,default,besteffort,ack] [--profile POLICY] [--json out.json]
@@ -22,6 +23,7 @@ import pstats
 import time
 from datetime import UTC, datetime
 
+from ringleader.scheduler import NO_RESERVATIONS
 from ringleader.sim import Memoised, generate_trace, model_step_time, simulate, summarise
 from ringleader.topology import NodeSpec, preset
 
@@ -61,7 +63,7 @@ def main() -> None:
         started = time.perf_counter()
         if profiler:
             profiler.enable()
-        run = simulate(specs, jobs, policy, memo)
+        run = simulate(specs, jobs, policy, memo, backfill=NO_RESERVATIONS)  # the figures' queue
         if profiler:
             profiler.disable()
         wall = time.perf_counter() - started
