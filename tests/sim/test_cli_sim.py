@@ -274,3 +274,22 @@ def test_the_engines_queue_unless_told_otherwise(tmp_path: Path) -> None:
     engines, plain = starts(), starts("--no-reservations")
     assert engines["small"] > engines["gang"] > engines["first"] == 0.0
     assert plain["small"] == 20.0 and plain["gang"] > engines["gang"]
+
+
+def test_moves_on_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--moves`: the VGG16 gang that had to start spread 2 + 2 (two six-GPU gangs hold the rest)
+    moves to one node once the short gang there ends, as the engines move it; the table says how
+    many moves each policy made and JSON counts them. Without the flag nothing moves."""
+    cluster, trace = tmp_path / "c.yaml", tmp_path / "t.csv"
+    cluster.write_text(CLUSTER)
+    trace.write_text("name,arrival_s,workers,gpus,model,batch_size,iterations,priority\n"
+                     "short,0,6,1,resnet50,64,2000,0\nlong,0,6,1,resnet50,64,200000,0\n"
+                     "vgg,1,4,1,vgg16,64,40000,0\n")  # fmt: skip
+    args = ["simulate", "--cluster", str(cluster), "--trace", str(trace), "--policies", "topology"]
+    assert main([*args, "--moves"]) == 0
+    assert "topology: 1 gang move(s) to a better placement" in capsys.readouterr().out
+    assert main([*args, "--moves", "-o", "json"]) == 0
+    moved = json.loads(capsys.readouterr().out)["policies"][0]
+    assert main([*args, "-o", "json"]) == 0
+    stayed = json.loads(capsys.readouterr().out)["policies"][0]
+    assert moved["moved"] == 1 and "moved" not in stayed and moved["avg_jct_s"] < stayed["avg_jct_s"]

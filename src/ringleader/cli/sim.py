@@ -78,6 +78,12 @@ def simulate_group() -> None:
     help="Jobs of higher priority may preempt lower ones (requeued; they keep their 10-minute checkpoints).",
 )
 @click.option(
+    "--moves",
+    is_flag=True,
+    help="A gang that runs degraded moves to its better placement once it frees, when it finishes sooner "
+    "counting the restart (as the engines move --preemptible jobs; 10-minute checkpoints, a 1-minute restart).",
+)
+@click.option(
     "--queues",
     "queues_file",
     type=click.Path(dir_okay=False),
@@ -129,7 +135,7 @@ def simulate_group() -> None:
 @output_option("json")
 def run_cmd(
     cluster_file: str, trace_file: str, policies: str, out_dir: str | None, no_reservations: bool, max_failures: int,
-    start_rules: str | None, preempt: bool, queues_file: str | None, mtbf_h: float | None, order: str,
+    start_rules: str | None, preempt: bool, moves: bool, queues_file: str | None, mtbf_h: float | None, order: str,
     estimate_error: str | None, risk: str | None, prediction_error: bool, repair_h: float, output: str,
 ) -> None:  # fmt: skip
     """Run the trace under each policy; print JCT, queueing, makespan, utilization, throughput."""
@@ -149,7 +155,8 @@ def run_cmd(
                                   preemption=PreemptionCost() if preempt else None, queues=queues,
                                   failures=failures, order=QueueOrder(order), estimate_error=misjudged, risk=risk,
                                   prediction_error=prediction_error,
-                                  backfill=NO_RESERVATIONS if no_reservations else DEFAULT_BACKFILL)  # fmt: skip
+                                  backfill=NO_RESERVATIONS if no_reservations else DEFAULT_BACKFILL,
+                                  moves=moves)  # fmt: skip
         step("writing plots and report")
         written = write_outputs(result, out_dir, title=f"{len(jobs)} jobs, {len(specs)} nodes") if out_dir else []
     if output == "json":
@@ -164,6 +171,8 @@ def run_cmd(
     if queues:
         con.print(table(["POLICY", "QUEUE", "JOBS", "GPU_HOURS", "SHARE", "WEIGHT_SHARE", "AVG_JCT(h)", "AVG_QUEUE(h)",
                          "PREEMPTED"], queue_rows(result.summaries)))  # fmt: skip
+    for s in result.summaries if moves else ():
+        con.print(f"{s['policy']}: {s['moved']} gang move(s) to a better placement")
     for s in result.summaries if mtbf_h else ():
         con.print(f"{s['policy']}: {s['node_failures']} node failure(s), {s['restarts']} gang restart(s), "
                   f"{s['lost_gpu_hours']:.1f} GPU-hours lost since the last checkpoints")  # fmt: skip

@@ -114,6 +114,7 @@ def compare_policies(
     risk: str | None = None,
     prediction_error: bool = False,
     backfill: BackfillConfig = DEFAULT_BACKFILL,
+    moves: bool = False,
 ) -> Comparison:
     """Simulate ``jobs`` under each policy; one step-time cache is shared (the model is pure).
     ``on_policy`` hears each run's name as it starts (a progress bar). With ``start_rules``,
@@ -124,7 +125,8 @@ def compare_policies(
     every policy); ``order`` orders the queue (``scheduler/order.py``); ``estimate_error``,
     ``risk`` and ``prediction_error`` are as ``simulate`` takes them; ``backfill``: the queue, by
     default the engines' (reservations and age; ``NO_RESERVATIONS``: any job that fits starts,
-    ``max_failures`` failed places a pass at most)."""
+    ``max_failures`` failed places a pass at most); ``moves``: gangs that run degraded move to
+    their better placement at a checkpoint, as on the engines (``simulate``'s ``moves``)."""
     for policy in policies:
         get_policy(policy)
     if step_time is None:
@@ -139,7 +141,8 @@ def compare_policies(
         started = time.perf_counter()
         run = simulate(list(specs), list(jobs), policy, memo, max_failures, replace(backfill, order=order),
                        start_rule=rule, preemption=preemption, queues=queues, failures=failures,
-                       estimate_error=estimate_error, risk=risk, prediction_error=prediction_error)  # fmt: skip
+                       estimate_error=estimate_error, risk=risk, prediction_error=prediction_error,
+                       moves=moves)  # fmt: skip
         if rule is not None:
             run.label = label
         wall = time.perf_counter() - started

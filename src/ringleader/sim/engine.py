@@ -204,6 +204,7 @@ class SimRun:
     stats: SimStats
     label: str = ""  # its name in tables and plots when not the policy's ("topology/finish")
     node_failures: int | None = None  # nodes that failed (None: failures were not simulated)
+    moves: bool = False  # gangs were moved to better placements (``JobRecord.moved``)
 
     @property
     def name(self) -> str:
@@ -343,7 +344,8 @@ class Simulation:
         self.stats.step_time_misses = self.step_time.misses - misses0
         records = [self.records[j.name] for j in self.jobs]
         return SimRun(self.policy, self.total_gpus, records, self.timeline, self.stats,
-                      node_failures=self.node_failures if self.failures is not None else None)  # fmt: skip
+                      node_failures=self.node_failures if self.failures is not None else None,
+                      moves=self.moves)  # fmt: skip
 
     def _enqueue(self, job: TraceJob, now: float) -> None:
         order = self.order_of[job.name]

@@ -82,6 +82,7 @@ def summarise(run: SimRun) -> dict[str, Any]:
         "multi_node_share": _mean([1.0 if r.nodes_used > 1 else 0.0 for r in started]),
         **_network(run, started),
         **_failures(run),
+        **({"moved": sum(r.moved for r in run.records)} if run.moves else {}),
     }
 
 
