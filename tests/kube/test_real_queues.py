@@ -578,3 +578,55 @@ def test_real_a_deleted_queues_usage_is_forgotten_and_a_queue_made_again_starts_
     listed = {view.name: view for view in admin.queues()}  # `queue list` reads it
     assert listed["usage-gone"].usage_gpu_h == 0.0
     assert listed["usage-stays"].usage_gpu_h == pytest.approx(stays["gpu_s"] / 3600, rel=1e-2)
+
+
+def test_real_a_spread_gang_moves_to_the_node_that_freed(
+        lab: ControlPlane, clocked: Scheduler, clock: ManualClock) -> None:  # fmt: skip
+    """Moves on Kubernetes (``jobs/moves.py``): two gangs of 6 take six GPUs of each node, so the
+    gang of 4 (VGG16 as the queue prices it, ten minutes of work) starts spread 2 + 2. Once the
+    first holder's pods are gone, the cycle moves it: its pods get DisruptionTarget with the
+    move's numbers and are deleted, its restart is counted on its PodGroup, and the pods
+    mpi-operator makes again are bound on the node that freed, all four."""
+    now = clock.now()
+    start(lab, clocked, submit(lab, "alice", "team-a", "hold-a", 6, topology_aware=True), now)
+    start(lab, clocked, submit(lab, "alice", "team-a", "hold-b", 6, topology_aware=True), now)
+    job = submit(lab, "alice", "team-a", "spread", 4, model="vgg16", run_time_s=600.0, topology_aware=True)
+    start(lab, clocked, job, now)
+
+    def nodes_of(gang: str) -> dict[str, str]:
+        pods = lab.request("GET", "/api/v1/namespaces/team-a/pods")["items"]
+        return {p["metadata"]["name"]: p["spec"].get("nodeName", "") for p in pods
+                if p["metadata"]["labels"].get(names.PODGROUP_LABEL) == gang
+                and "launcher" not in p["metadata"]["name"]}  # fmt: skip
+
+    assert len(set(nodes_of("spread").values())) == 2
+    [freed] = set(nodes_of("hold-a").values())
+    for pod in lab.request("GET", "/api/v1/namespaces/team-a/pods")["items"]:
+        if pod["metadata"]["labels"].get(names.PODGROUP_LABEL) == "hold-a":
+            gone(lab, f"/api/v1/namespaces/team-a/pods/{pod['metadata']['name']}")
+
+    def hold_a_gone() -> bool:
+        clocked.sync()
+        return not any(p.gang_key == "team-a/hold-a" for p in clocked.cache.pods.values())
+
+    lab.until(hold_a_gone, "the scheduler's cache to see hold-a gone")
+    clock.advance(5)
+    assert clocked.cycle() == []
+    assert preempted(lab, "team-a") == {"spread"}
+    for pod in lab.request("GET", "/api/v1/namespaces/team-a/pods")["items"]:
+        if pod["metadata"]["labels"].get(names.PODGROUP_LABEL) == "spread":
+            [said] = [c["message"] for c in pod["status"]["conditions"] if c["type"] == "DisruptionTarget"]
+            assert said.startswith("moves: finishes sooner by ~") and f"move to node {freed} (" in said, said
+            gone(lab, f"/api/v1/namespaces/team-a/pods/{pod['metadata']['name']}")
+    group = lab.get(f"{GROUPS}/namespaces/team-a/{names.PODGROUP_PLURAL}/spread")
+    assert group is not None and group["metadata"]["annotations"][names.RESTARTS_ANNOTATION] == "1"
+
+    def spread_gone() -> bool:
+        clocked.sync()
+        return not any(p.gang_key == "team-a/spread" for p in clocked.cache.pods.values())
+
+    lab.until(spread_gone, "the scheduler's cache to see the moved gang's pods gone")
+    pods = operator_pods(lab, job)  # mpi-operator makes the workers again
+    seen_whole(lab, clocked, "team-a/spread", len(pods))
+    assert [(r.gang, r.ok) for r in clocked.cycle()] == [("team-a/spread", True)]
+    assert set(nodes_of("spread").values()) == {freed}

@@ -6,8 +6,10 @@ in the queue as any requeued job."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from ringleader.jobs.spec import JobSpec
-from ringleader.scheduler import ClusterState, Code, Decision, Placement, WorkerSlot, get_policy
+from ringleader.scheduler import ClusterState, Code, Decision, JobRequest, Placement, WorkerSlot, get_policy
 from ringleader.scheduler.framework import Candidate, placement_metrics
 from ringleader.scheduler.move import Movable, RestartCost
 
@@ -22,15 +24,14 @@ def may_move(spec: JobSpec) -> bool:
     return spec.preemptible and spec.run_time_s is not None
 
 
-def movable(spec: JobSpec, placement: Placement | None, started_s: float | None, restarts: int, now: float,
+def movable(request: JobRequest, placement: Placement | None, started_s: float | None, restarts: int, now: float,
             restart: RestartCost) -> Movable | None:  # fmt: skip
-    """A running job as a move weighs it: its work, what it ran of it since its start, where it
-    runs, and ``restart``, what a restart costs on this cluster. Its progress is known from its
-    start only, so a job requeued once (preempted, restarted or moved) is not moved again."""
-    if not may_move(spec) or restarts or started_s is None or placement is None:
+    """A running job as a move weighs it (``request``: as the queue sees it, ``may_move``'s
+    conditions included): its work, what it ran of it since its start, where it runs, and
+    ``restart``, what a restart costs on this cluster. Its progress is known from its start only,
+    so a job requeued once (preempted, restarted or moved) is not moved again."""
+    if not request.preemptible or request.work_s is None or restarts or started_s is None or placement is None:
         return None
-    request = spec.request()
-    assert request.work_s is not None
     return Movable(request, placement, request.work_s, restart.seconds, ran_s=max(now - started_s, 0.0),
                    restart_source=restart.source)  # fmt: skip
 
@@ -47,13 +48,13 @@ def held_for_move(state: ClusterState, target: Placement) -> ClusterState:
     return state.with_placement(Placement(f"{MOVING}{target.job}", tuple(slots))) if slots else state
 
 
-def moved_decision(spec: JobSpec, target: Placement, state: ClusterState, cordoned: set[str]) -> Decision | None:
+def moved_decision(request: JobRequest, target: Placement, state: ClusterState,
+                   cordoned: Collection[str]) -> Decision | None:  # fmt: skip
     """The stopped mover's start on ``target``, the placement its move was weighed on; None when
     a node of it is gone or cordoned, or a GPU of it taken (``state``: the cluster without the
     hold for it)."""
     if any(n not in state.positions or n in cordoned or any(
             not state.node(n).free_mask >> g & 1 for g in target.gpus_on(n)) for n in target.nodes):  # fmt: skip
         return None
-    request = spec.request()
     chosen = Candidate(target, placement_metrics(state.by_name, target), (), ())
     return Decision(request, get_policy(request.policy_name).name, Code.SUCCESS, chosen=chosen)

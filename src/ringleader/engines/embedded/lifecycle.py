@@ -133,7 +133,8 @@ def queue_snapshot(
         if moving is not None:  # its new placement is held for it while it stops
             state = held_for_move(state, placement_from_dict(spec.name, json.loads(moving)))
         placement = placement_from_dict(spec.name, json.loads(row["placement"])) if row["placement"] else None
-        move = None if stopping else movable(spec, placement, started, int(row["restarts"] or 0), now, restart)
+        restarts = int(row["restarts"] or 0)
+        move = None if stopping else movable(spec.request(), placement, started, restarts, now, restart)
         run = running_service(gpus, waiting_service(conn, row, spec), started, now, end)
         holding.append(Holding(spec.name, spec.priority, None if stopping else queue_of(spec), end,
                                spec.stop_grace(), spec.preemptible and not stopping, *run, move=move))  # fmt: skip
@@ -175,7 +176,7 @@ def start_moved(conn: sqlite3.Connection, name: str, target: Placement, now: flo
         return []
     state = store.cluster_state(conn)
     spec = JobSpec.from_dict(json.loads(row["spec"]))
-    decision = moved_decision(spec, target, state, set(store.cordons(conn)))
+    decision = moved_decision(spec.request(), target, state, store.cordons(conn))
     if decision is None:
         return []
     place_job(conn, spec, decision, now, has_launcher(spec, decision, state))

@@ -22,6 +22,7 @@ from ringleader.scheduler import (
     NO_RESERVATIONS,
     ClusterState,
     Code,
+    Decision,
     JobRequest,
     Placement,
     Preemption,
@@ -172,6 +173,17 @@ class Members:
             return None
         self.cache.assume_gang((a.pod, a.node, a.gpus) for a in self.assigned[gang.key])
         return self.cache.state  # the gang committed there: the cycle takes it, not a second commit
+
+    def start_on(self, gang: Gang, decision: Decision) -> Outcome | None:
+        """``gang`` started where ``decision`` places it, outside the cycle (a moved gang, on the
+        placement held for it), if its nodes have room: assumed, as a start in the cycle; None
+        where they have not."""
+        assert decision.placement is not None
+        self.gangs[gang.key] = gang
+        checked = self._check(gang, decision.placement)
+        if checked is not None and not isinstance(checked, ClusterState):
+            return None
+        return Outcome(gang, Code.SUCCESS, self.assigned[gang.key], summary=decision.summary())
 
     def outcome(self, one: Nominated) -> Outcome:
         """The gang's outcome from its decision in the cycle."""

@@ -47,10 +47,12 @@ from ringleader.engines.kubernetes.restarts import PodFailure, blamed, runs_anno
 from ringleader.engines.kubernetes.usage import KEEP_EVERY_S, usage_data
 from ringleader.inputs import InputError
 from ringleader.jobs.failures import Failure, cordon_reason, cordoned_text, restart_number, restarting_text
+from ringleader.jobs.moves import held_for_move, movable, moved_decision
 from ringleader.jobs.queues import preempted_by, queue_config
 from ringleader.model import MODEL_ESTIMATOR, calibrated_estimator
 from ringleader.model.calibration import Calibration, calibration_from_dict
-from ringleader.scheduler import BackfillConfig, Code, Holding, Reservation, Snapshot, run_cycle
+from ringleader.scheduler import BackfillConfig, Code, Holding, Placement, Reservation, Snapshot, WorkerSlot, run_cycle
+from ringleader.scheduler.move import Movable, Move, restart_cost
 from ringleader.scheduler.order import running_service, service_of_runs
 from ringleader.scheduler.policies.throughput import Estimator
 
@@ -189,6 +191,11 @@ class Scheduler:
         self.backfill = backfill or queue_config()  # RINGLEADER_PREEMPT_MIN_RUN_S read at its start
         self._reservations: dict[str, Reservation] = {}  # gang -> the GPUs held for it
         self._reservations_moved = 0
+        # Moves (jobs/moves.py): the cycle's planned moves, acted on after its decisions; and each
+        # gang being moved -> the placement held for it while its pods stop and are made again (this
+        # leader's memory only: after a leader change it waits in the queue as any requeued gang).
+        self._planned_moves: tuple[Move, ...] = ()
+        self._moving: dict[str, Placement] = {}
         # a calibration as written on a gang's workers -> it read, or why it is ignored
         self._calibrations: dict[str, Calibration | str] = {}
         self._usage_missing_said = False  # the usage ConfigMap's absence said once in the log
@@ -235,9 +242,12 @@ class Scheduler:
         with self.lock:
             outcomes, queued = self._outside_queue(self._ready_gangs())
             members = Members(self.cache)
+            moved, queued = self._start_moved(queued, members)
+            outcomes += moved
             snapshot = self._queue_snapshot(queued, members)
             started = time.perf_counter()
             cycle = run_cycle(snapshot)
+            self._planned_moves = cycle.moves
             each = (time.perf_counter() - started) / max(len(cycle.nominated), 1)  # the cycle's time, shared
             outcomes += [self._with_calibration(members.outcome(one)) for one in cycle.nominated]
             for outcome in outcomes:
@@ -280,7 +290,10 @@ class Scheduler:
         teams = self.cache.team_queues(now) if self.cache.queues else None
         cordoned = [name for name, info in self.cache.nodes.items()
                     if any(t.key == names.UNSCHEDULABLE_TAINT for t in info.taints)]  # fmt: skip
-        return Snapshot(self.cache.state, waiting, now, self._holding(now), teams=teams, cordoned=cordoned,
+        state = self.cache.state
+        for target in self._moving.values():  # held while the mover's pods stop and are made again
+            state = held_for_move(state, target)
+        return Snapshot(state, waiting, now, self._holding(now), teams=teams, cordoned=cordoned,
                         config=self.backfill, estimate=estimate, held=self._reservations,
                         decided_on=self._decided_on, epoch=(self.cache.freed, self._reservations_moved))  # fmt: skip
 
@@ -327,11 +340,42 @@ class Scheduler:
             stopping = any(p.deleting for p in ours)
             preemptible = bool(ours) and not stopping and all(p.preemptible for p in ours)
             end = _gang_end(pods, now)
+            move = self._movable(key, ours, now) if ours and not stopping else None
             holding.append(Holding(key, max((p.priority for p in ours), default=0),
                                    None if stopping else queues.get(key), end,
                                    max((p.grace_s for p in ours), default=0.0), preemptible,
-                                   *self._run_service(key, pods, now, end)))  # fmt: skip
+                                   *self._run_service(key, pods, now, end), move=move))  # fmt: skip
         return holding
+
+    def _movable(self, gang: str, pods: Sequence[PodInfo], now: float) -> Movable | None:
+        """A running gang as a move weighs it (``jobs/moves.py``): the queue's view of its pods,
+        its GPU workers where they run in rank order, its run's start and restarts so far; a
+        restart priced with the default (restarts are not measured on Kubernetes)."""
+        workers = sorted((p for p in pods if p.gpus), key=lambda p: p.rank)
+        if not workers or any(p.node is None or len(p.gpu_ids) != p.gpus for p in workers):
+            return None
+        request = job_request(Gang(gang, len(pods), pending=list(pods), spec=self.cache.specs.get(gang)))
+        placement = Placement(gang, tuple(WorkerSlot(i, p.node or "", p.gpu_ids) for i, p in enumerate(workers)))
+        restarts = self.cache.restarts.get(gang, 0)
+        return movable(request, placement, _run_start(pods), restarts, now, restart_cost(()))
+
+    def _start_moved(self, gangs: Sequence[Gang], members: Members) -> tuple[list[Outcome], list[Gang]]:
+        """Each moved gang whose pods were made again, started on the placement held for it if it
+        is still free and its nodes have room (assumed, bound with the cycle's); the outcomes and
+        the gangs the queue's cycle decides."""
+        outcomes, queued = [], []
+        cordoned = [n for n, info in self.cache.nodes.items() if any(t.key == names.UNSCHEDULABLE_TAINT
+                                                                      for t in info.taints)]  # fmt: skip
+        for gang in gangs:
+            target = self._moving.pop(gang.key, None)
+            decision = None if target is None else moved_decision(job_request(gang), target, self.cache.state,
+                                                                   cordoned)  # fmt: skip
+            outcome = None if decision is None else members.start_on(gang, decision)
+            if outcome is None:
+                queued.append(gang)
+            else:
+                outcomes.append(outcome)
+        return outcomes, queued
 
     def _run_service(self, gang: str, pods: Sequence[PodInfo], now: float,
                      end: float | None) -> tuple[float | None, float, float | None]:  # fmt: skip
@@ -355,6 +399,8 @@ class Scheduler:
                 self._preempt(outcome)
             if not outcome.ok:
                 self._report_pending(outcome)
+        for move in self._planned_moves:
+            self._move(move)
         placed = [o for o in outcomes if o.ok]
         try:
             if self.writers == 1 or len(placed) < 2:
@@ -493,6 +539,33 @@ class Scheduler:
             with self.lock:
                 self.cache.doomed(pod.key)
             self._report(self._event, pod, "Normal", "Preempted", why)
+
+    def _move(self, move: Move) -> None:
+        """A move as a preemption: the gang's pods marked DisruptionTarget with the move's numbers
+        and deleted with their grace (its restart counted, using up none of --max-restarts); the
+        target is held for it until the controller's new pods are whole (``_start_moved``)."""
+        gang = move.job.name
+        with self.lock:
+            pods = [p for p in self.cache.pods.values() if p.gang_key == gang and p.holds_resources]
+        if not pods or any(p.deleting for p in pods):
+            return
+        why = (f"{move.describe()}; {names.SCHEDULER_NAME} deletes the gang's pods with their grace; its controller "
+               "makes them again, started there from its checkpoint")  # fmt: skip
+        self._count_preemption(gang, pods)
+        with self.lock:
+            self._moving[gang] = move.target
+        now = self._stamp()
+        for pod in pods:
+            try:
+                self._check_lease()
+                self.api.pod_disruption_target(pod.namespace, pod.name, why[:1024], now)
+                self.api.delete_pod(pod.namespace, pod.name, pod.uid)
+            except (ApiError, LostLease) as exc:
+                log.warning("pod %s: not moved: %s", pod.key, exc.message if isinstance(exc, ApiError) else exc)
+                continue
+            with self.lock:
+                self.cache.doomed(pod.key)
+            self._report(self._event, pod, "Normal", "Moved", why)
 
     def _count_preemption(self, gang: str, pods: Sequence[PodInfo]) -> None:
         """A preempted gang's next run is a restart, as on every engine (RINGLEADER_RESTARTS), one

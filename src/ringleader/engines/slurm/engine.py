@@ -301,7 +301,7 @@ class SlurmEngine(pending.SpecChanges):
             spec = JobSpec.from_dict(record["spec"])
             target = placement_from_dict(spec.name, record.pop("moving_to"))
             snapshot = snapshot.without_job(f"{MOVING}{spec.name}")
-            decision = moved_decision(spec, target, snapshot, set(self._cordoned))
+            decision = moved_decision(spec.request(), target, snapshot, self._cordoned)
             if decision is not None:
                 record["plan"] = decision.as_dict()
                 self._launch(record, spec, decision, snapshot, nodes)
@@ -331,7 +331,7 @@ class SlurmEngine(pending.SpecChanges):
                 chosen = (plan or {}).get("chosen")
                 if not preempted and chosen:
                     placement = placement_from_dict(spec.name, chosen)
-                    move = movable(spec, placement, started, int(record.get("restarts", 0)), now, restart)
+                    move = movable(spec.request(), placement, started, int(record.get("restarts", 0)), now, restart)
             preemptible = status is JobStatus.RUNNING and spec.preemptible and not preempted
             gpus = spec.workers * spec.gpus_per_worker
             run = running_service(gpus, service_of_runs(gpus, record.get("runs", [])), started, now, end)
