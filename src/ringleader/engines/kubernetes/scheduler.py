@@ -522,23 +522,12 @@ class Scheduler:
         victims = set(outcome.preemption.names)
         with self.lock:
             pods = [p for p in self.cache.pods.values() if p.gang_key in victims and p.holds_resources]
-        now = self._stamp()
         why = (f"{preempted_by(job_request(outcome.gang), outcome.preemption)}: {names.SCHEDULER_NAME} deletes "
                "the gang's pods with their grace; mpi-operator makes them again, to run with the restart count "
                "raised")  # fmt: skip
         for victim in sorted(victims):  # counted first: the new pods are bound with the count raised
             self._count_preemption(victim, pods)
-        for pod in pods:
-            try:
-                self._check_lease()
-                self.api.pod_disruption_target(pod.namespace, pod.name, why[:1024], now)
-                self.api.delete_pod(pod.namespace, pod.name, pod.uid)
-            except (ApiError, LostLease) as exc:
-                log.warning("pod %s: not preempted: %s", pod.key, exc.message if isinstance(exc, ApiError) else exc)
-                continue
-            with self.lock:
-                self.cache.doomed(pod.key)
-            self._report(self._event, pod, "Normal", "Preempted", why)
+        self._disrupt(pods, "Preempted", why)
 
     def _move(self, move: Move) -> None:
         """A move as a preemption: the gang's pods marked DisruptionTarget with the move's numbers
@@ -554,6 +543,11 @@ class Scheduler:
         self._count_preemption(gang, pods)
         with self.lock:
             self._moving[gang] = move.target
+        self._disrupt(pods, "Moved", why)
+
+    def _disrupt(self, pods: Sequence[PodInfo], reason: str, why: str) -> None:
+        """Each pod marked DisruptionTarget saying ``why`` and deleted with its own grace, as
+        kube-scheduler preempts (kubelet: SIGTERM, the grace, SIGKILL); an Event ``reason``."""
         now = self._stamp()
         for pod in pods:
             try:
@@ -561,11 +555,12 @@ class Scheduler:
                 self.api.pod_disruption_target(pod.namespace, pod.name, why[:1024], now)
                 self.api.delete_pod(pod.namespace, pod.name, pod.uid)
             except (ApiError, LostLease) as exc:
-                log.warning("pod %s: not moved: %s", pod.key, exc.message if isinstance(exc, ApiError) else exc)
+                said = exc.message if isinstance(exc, ApiError) else exc
+                log.warning("pod %s: not %s: %s", pod.key, reason.lower(), said)
                 continue
             with self.lock:
                 self.cache.doomed(pod.key)
-            self._report(self._event, pod, "Normal", "Moved", why)
+            self._report(self._event, pod, "Normal", reason, why)
 
     def _count_preemption(self, gang: str, pods: Sequence[PodInfo]) -> None:
         """A preempted gang's next run is a restart, as on every engine (RINGLEADER_RESTARTS), one
