@@ -288,14 +288,17 @@ class Scheduler:
         weighs = any(w.job.prices_placements for w in waiting)
         estimate = self._estimator(gangs) if weighs else None  # the model, where a gang weighs its start
         teams = self.cache.team_queues(now) if self.cache.queues else None
-        cordoned = [name for name, info in self.cache.nodes.items()
-                    if any(t.key == names.UNSCHEDULABLE_TAINT for t in info.taints)]  # fmt: skip
         state = self.cache.state
         for target in self._moving.values():  # held while the mover's pods stop and are made again
             state = held_for_move(state, target)
-        return Snapshot(state, waiting, now, self._holding(now), teams=teams, cordoned=cordoned,
+        return Snapshot(state, waiting, now, self._holding(now), teams=teams, cordoned=self._cordoned(),
                         config=self.backfill, estimate=estimate, held=self._reservations,
                         decided_on=self._decided_on, epoch=(self.cache.freed, self._reservations_moved))  # fmt: skip
+
+    def _cordoned(self) -> list[str]:
+        """The nodes cordoned (`kubectl cordon`, `ringleader node cordon`: the unschedulable taint)."""
+        return [name for name, info in self.cache.nodes.items()
+                if any(t.key == names.UNSCHEDULABLE_TAINT for t in info.taints)]  # fmt: skip
 
     def _with_calibration(self, outcome: Outcome) -> Outcome:
         """A waiting gang's reason, with why its calibration is ignored where it is."""
@@ -364,8 +367,7 @@ class Scheduler:
         is still free and its nodes have room (assumed, bound with the cycle's); the outcomes and
         the gangs the queue's cycle decides."""
         outcomes, queued = [], []
-        cordoned = [n for n, info in self.cache.nodes.items() if any(t.key == names.UNSCHEDULABLE_TAINT
-                                                                      for t in info.taints)]  # fmt: skip
+        cordoned = self._cordoned()
         for gang in gangs:
             target = self._moving.pop(gang.key, None)
             decision = None if target is None else moved_decision(job_request(gang), target, self.cache.state,

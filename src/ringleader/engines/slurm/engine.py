@@ -244,24 +244,20 @@ class SlurmEngine(pending.SpecChanges):
         return self._watched()
 
     def _queued(self) -> list[dict[str, Any]]:
-        return [r for r in self.records.all() if r["status"] == JobStatus.PENDING.value and not r.get("slurm_id")]
+        return _queued_of(self.records.all())
 
     def _watched(self) -> tuple[int, int]:
         records = self.records.all()
-        queued = sum(1 for r in records if r["status"] == JobStatus.PENDING.value and not r.get("slurm_id"))
-        movers = sum(1 for r in records if r["status"] == JobStatus.RUNNING.value and not r.get("restarts")
-                     and may_move(JobSpec.from_dict(r["spec"])))  # fmt: skip
-        return queued, movers
+        return len(_queued_of(records)), len(_movers_of(records))
 
     def _schedule_locked(self) -> dict[str, Decision]:
         """The queue's cycle (``scheduler/cycle.py``) over Slurm as it is now, acted on: sbatch
         for the gangs it starts, the reason for those that wait, scancel for their victims."""
+        if self._watched() == (0, 0):  # nothing waits and nothing may move: Slurm is not asked
+            return {}
         snapshot, nodes, jobs = self._snapshot()
         snapshot = self._start_moved(snapshot, nodes)
-        queued = self._queued()
-        running = [r for r in self.records.all() if r["status"] == JobStatus.RUNNING.value]
-        if not queued and not any(may_move(JobSpec.from_dict(r["spec"])) for r in running):
-            return {}
+        queued = self._queued()  # less the movers it started
         specs, waiting = _waiting(queued)
         records = self.records.all()
         outside = outside_accounts(jobs, records)
@@ -323,7 +319,7 @@ class SlurmEngine(pending.SpecChanges):
             if not record.get("slurm_id") or status.is_terminal():
                 continue
             spec = JobSpec.from_dict(record["spec"])
-            preempted = bool(record.get("preempted_by") or record.get("moving_to"))  # being stopped
+            preempted = _stopping(record)
             end = started = move = None
             if status is JobStatus.RUNNING and record.get("started_at"):
                 plan, started = record.get("plan"), float(record["started_at"])
@@ -348,7 +344,7 @@ class SlurmEngine(pending.SpecChanges):
         """scancel the victim's Slurm job (Slurm stops it as for a delete: SIGTERM, KillWait,
         SIGKILL); once Slurm reports it ended it goes back to ringleader's queue (``_refresh``)."""
         record = self.records.load(name)
-        if record is None or not record.get("slurm_id") or record.get("preempted_by"):
+        if record is None or not record.get("slurm_id") or _stopping(record):
             return
         assert by.preemption is not None
         slurmcli.run(["scancel", record["slurm_id"]], check=False)
@@ -362,7 +358,7 @@ class SlurmEngine(pending.SpecChanges):
         move's target held for it; once Slurm reports it ended it is requeued (``_refresh``)
         and the next pass starts it there (``_start_moved``). Said with the numbers weighed."""
         record = self.records.load(move.job.name)
-        if record is None or not record.get("slurm_id") or record.get("preempted_by") or record.get("moving_to"):
+        if record is None or not record.get("slurm_id") or _stopping(record):
             return
         slurmcli.run(["scancel", record["slurm_id"]], check=False)
         record["moving_to"] = move.target.as_dict()
@@ -575,7 +571,7 @@ class SlurmEngine(pending.SpecChanges):
         with restarts left, else its status, times and events."""
         ident = record["slurm_id"]
         # Cancelled for a preemption or a move: requeued; one that succeeded before the cancel came is done.
-        if (record.get("preempted_by") or record.get("moving_to")) and status is JobStatus.FAILED:
+        if _stopping(record) and status is JobStatus.FAILED:
             if not self.readonly:
                 self._requeue(record, why="moved to a better placement" if record.get("moving_to") else "preempted",
                               ended=ended)  # fmt: skip
@@ -735,6 +731,24 @@ def _require_typed(decision: Decision, nodes: dict[str, state.SlurmNode]) -> Non
                 "for exact GPU ids there",
                 "declare them with `ringleader slurm gres-conf` (gres.conf and the node's Gres=) and reconfigure",
             )
+
+
+def _queued_of(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records of jobs waiting in ringleader's queue (not yet given to Slurm)."""
+    return [r for r in records if r["status"] == JobStatus.PENDING.value and not r.get("slurm_id")]
+
+
+def _movers_of(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records of running jobs that may still move to a better placement (``jobs/moves.py``:
+    never one requeued before)."""
+    return [r for r in records if r["status"] == JobStatus.RUNNING.value and not r.get("restarts")
+            and may_move(JobSpec.from_dict(r["spec"]))]  # fmt: skip
+
+
+def _stopping(record: dict[str, Any]) -> bool:
+    """Whether ringleader cancelled the job's Slurm job, for a preemption or a move, and waits
+    for it to end (it is then requeued)."""
+    return bool(record.get("preempted_by") or record.get("moving_to"))
 
 
 def _waiting(queued: list[dict[str, Any]]) -> tuple[dict[str, JobSpec], list[Waiting]]:
