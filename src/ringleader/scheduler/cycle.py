@@ -22,7 +22,7 @@ What one engine needs beyond the others is said in the snapshot, not in a copy o
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ringleader.scheduler.framework import get_policy, place
@@ -177,7 +177,15 @@ def run_cycle(snapshot: Snapshot) -> Cycle:
     moved = sum(1 for name in snapshot.held if name not in current.waiting)  # reservations of jobs no longer waiting
     order = queue_order(list(current.waiting.values()), snapshot.now, snapshot.config, current.teams)
     current = replace(current, behind=behind_in_line(order))  # what a degraded start would delay
-    for entry in order:
+
+    def sieve(index: int) -> list[QueuedJob] | None:
+        """Once the reservations are all given, the jobs from ``index`` on that may still start."""
+        if len(current.reservations) < snapshot.config.reservation_depth:
+            return None
+        return _may_still_start(order[index:], current)
+
+    sieving = not snapshot.explain and snapshot.epoch is None
+    for entry in _in_turn(order, sieve) if sieving else order:
         assert isinstance(entry, Waiting)
         name, kept = entry.job.name, snapshot.held.get(entry.job.name)
         inputs = _inputs(snapshot, entry, current, moved)
@@ -293,6 +301,31 @@ def _hopeless(snapshot: Snapshot, current: QueuePass, job: JobRequest) -> bool:
     may_preempt = lowest is not None and job.priority > lowest
     reclaims = current.teams is not None and current.teams.queue(job) is not None
     return not may_preempt and not reclaims and not enough_worker_slots(current.usable_state(job), job)
+
+
+def _in_turn(order: Sequence[QueuedJob], sieve: Callable[[int], list[QueuedJob] | None]) -> Iterator[QueuedJob]:
+    """``order``, each job in turn until ``sieve`` of the next one's index gives a shorter rest."""
+    for index, entry in enumerate(order):
+        yield entry
+        rest = sieve(index + 1)
+        if rest is not None:
+            yield from rest
+            return
+
+
+def _may_still_start(rest: Sequence[QueuedJob], current: QueuePass) -> list[QueuedJob]:
+    """Of ``rest``, those ``_hopeless`` may not dismiss, in order. A job that cannot fit the free
+    GPUs now cannot fit what the reservations leave it later in the pass: a pass's state only
+    fills (a preempting gang holds what its victims free), and its lowest preemptible priority
+    only rises. One quick look at each job of a long queue, instead of ``_hopeless``'s look at
+    the reservations for each (most of a busy simulated pass)."""
+    lowest, teams, slots = current.lowest_running_priority, current.teams, current.state.worker_slots
+    return [
+        entry for entry in rest
+        if not entry.job.gpus_per_worker or slots(entry.job.gpus_per_worker) >= entry.job.workers
+        or (lowest is not None and entry.job.priority > lowest)
+        or (teams is not None and teams.queue(entry.job) is not None)
+    ]  # fmt: skip
 
 
 def _nominate(current: QueuePass, entry: Waiting, snapshot: Snapshot) -> tuple[Nominated, QueuePass]:

@@ -138,11 +138,22 @@ NO_RESERVATIONS = BackfillConfig(reservation_depth=0, age_weight=0.0)
 
 def effective_priority(queued: QueuedJob, now: float | None, config: BackfillConfig) -> float:
     """Priority, plus the age term."""
-    priority = float(queued.job.priority)
-    if now is None or queued.submit_s is None or config.age_weight == 0:
-        return priority
-    wait = min(max(now - queued.submit_s, 0.0), config.max_age_s)
-    return priority + config.age_weight * wait / config.max_age_s
+    return aged_priority(now, config)(queued)
+
+
+def aged_priority(now: float | None, config: BackfillConfig) -> Callable[[QueuedJob], float]:
+    """``effective_priority`` at ``now`` as a function of the job alone: the clock and weights
+    read once for a whole queue (FIFO sorts every waiting job by it at every pass)."""
+    weight, cap = config.age_weight, config.max_age_s
+    if now is None or weight == 0:
+        return lambda queued: float(queued.job.priority)
+
+    def aged(queued: QueuedJob) -> float:
+        if queued.submit_s is None:
+            return float(queued.job.priority)
+        return queued.job.priority + weight * min(max(now - queued.submit_s, 0.0), cap) / cap
+
+    return aged
 
 
 def queue_order(
@@ -165,10 +176,9 @@ def queue_order(
         service = queued.service if order is QueueOrder.FIFO else order_service(queued)
         return (borrow, *order_key(order, ranked, service, now, config.orders), queued.seq)
 
-    if teams is None and config.order is QueueOrder.FIFO:  # ``key`` less what one FIFO queue never reads
-        fifo, orders = QueueOrder.FIFO, config.orders
-        return sorted(jobs, key=lambda q: (0.0, *order_key(fifo, effective_priority(q, now, config), NO_SERVICE, now,
-                                                           orders), q.seq))  # fmt: skip
+    if teams is None and config.order is QueueOrder.FIFO:  # ``key``'s order, less what one FIFO queue never reads
+        aged = aged_priority(now, config)
+        return sorted(jobs, key=lambda q: (-aged(q), q.seq))
     if teams is None:
         return sorted(jobs, key=key)
     keys = {id(q): key(q) for q in jobs}
