@@ -68,6 +68,7 @@ if os.environ["RINGLEADER_RESTARTS"] != "0":
     step = int(open(ckpt).read()) if os.path.exists(ckpt) else 0
     with open(os.path.join(folder, "resumed-" + rank), "w") as fh:
         fh.write(f"{{step}} {{os.environ['RINGLEADER_NODE']}}")
+    print(f"resumed from step {{step}}", flush=True)  # its first line: what its restart took ends here
     with open(os.path.join(folder, "restarts-" + rank), "w") as fh:  # as torchrun counts them too
         fh.write(" ".join(os.environ.get(k, "-") for k in ("RINGLEADER_RESTARTS", "TORCHELASTIC_RESTART_COUNT",
                                                           "TORCHELASTIC_MAX_RESTARTS")))

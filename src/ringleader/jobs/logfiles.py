@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import BinaryIO
 
-from ringleader.errors import NotFoundError, StateError
+from ringleader.errors import NotFoundError, RingleaderError, StateError
 from ringleader.jobs.views import JobView
 
 
@@ -163,6 +163,22 @@ def first_program_line(path: Path, offset: int, since: float) -> tuple[float | N
             if at is not None and at >= since and not strip_stamp(text).startswith(WRAPPER_LINE):
                 return at, offset
     return None, offset
+
+
+def first_rank_line(logs: Mapping[str, Path], read: dict[str, int], since: float) -> float | None:
+    """When a run's program first wrote a line at or after ``since`` to any of its ranks' logs
+    (instance -> path): after a requeue, when it ran again. Each log is read on from
+    ``read[instance]``, which is updated (the next look reads only what was appended since); a
+    log that cannot be read (a link in its place) is not its rank's to tell."""
+    written = []
+    for instance, path in logs.items():
+        try:
+            at, read[instance] = first_program_line(path, read.get(instance, 0), since)
+        except (OSError, RingleaderError):
+            continue
+        if at is not None:
+            written.append(at)
+    return min(written, default=None)
 
 
 def lines_since(

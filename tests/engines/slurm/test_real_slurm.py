@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -20,6 +21,7 @@ from ringleader.engines.slurm.sandbox import Sandbox
 from ringleader.errors import NotFoundError, UnschedulableError
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import JobStatus
+from ringleader.scheduler.move import RESTART_WINDOW
 from waiting import wait_for
 
 T = TypeVar("T")
@@ -364,6 +366,15 @@ def test_a_spread_gang_moves_to_the_node_that_freed_and_resumes_there_from_its_c
         step, node = (tmp_path / f"resumed-{rank}").read_text().split()
         assert int(step) > 0 and node == freed
         assert (tmp_path / f"restarts-{rank}").read_text().split()[0] == "1"
+    # What the restart took, measured as the embedded engine measures it (Slurm's start of the
+    # run to its program's first line), prices the next move and stop for queue order here.
+    started_at = engine.records.load("gang")["started_at"]
+    resumed_at = min((tmp_path / f"resumed-{rank}").stat().st_mtime for rank in "01")
+    [restart_s] = engine.records.recent_restarts(RESTART_WINDOW)
+    # (Slurm's start and end times are whole seconds, the lines' stamps milliseconds)
+    assert resumed_at - started_at - 0.01 <= restart_s <= view.ended_at + 1.0 - started_at, restart_s
+    snapshot = engine._queue_snapshot(engine.snapshot(), engine.records.all(), time.time())
+    assert snapshot.config.reorder.restart_s == restart_s
     engine.delete(["hold-b"])
 
 

@@ -43,7 +43,7 @@ from ringleader.jobs.codec import placement_from_dict
 from ringleader.jobs.commandline import gets_torchrun_defaults
 from ringleader.jobs.failures import LOG_TAIL_BYTES, Failure, classify, restart_number
 from ringleader.jobs.line import CommandLine, option_words, root_option
-from ringleader.jobs.logfiles import first_program_line, read_log
+from ringleader.jobs.logfiles import first_rank_line, read_log
 from ringleader.jobs.spec import JobSpec
 from ringleader.jobs.states import InstanceStatus, JobStatus, Launch
 from ringleader.runtime.containers import readable
@@ -535,18 +535,9 @@ class Supervisor:
         if not last and now - self.resume.looked < RESTART_LOOK_S:
             return
         self.resume.looked = now
-        written = []
-        for w in self.watched:
-            if w.role == "launcher":  # mpirun's log: its own lines and warnings, the ranks' again
-                continue
-            try:
-                at, self.resume.read[w.name] = first_program_line(
-                    log_path(self.home, self.job, w.name), self.resume.read.get(w.name, 0), float(self.started_at))
-            except (OSError, RingleaderError):  # unreadable (a link in its place): not this rank's to tell
-                continue
-            if at is not None:
-                written.append(at)
-        self.resume.resumed_at = min(written, default=None)
+        logs = {w.name: log_path(self.home, self.job, w.name) for w in self.watched
+                if w.role != "launcher"}  # mpirun's log: its own lines and warnings, the ranks' again
+        self.resume.resumed_at = first_rank_line(logs, self.resume.read, float(self.started_at))
 
     def _record_restart(self, conn: sqlite3.Connection, row: sqlite3.Row) -> None:
         """From the run's placement to its program's first line is what its restart took on this

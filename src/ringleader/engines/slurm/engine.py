@@ -50,7 +50,14 @@ from ringleader.jobs.failures import (
     resume_text,
     without_cordoned,
 )
-from ringleader.jobs.logfiles import follow_log, instance_name, previous_log, read_log, wait_until_ended
+from ringleader.jobs.logfiles import (
+    first_rank_line,
+    follow_log,
+    instance_name,
+    previous_log,
+    read_log,
+    wait_until_ended,
+)
 from ringleader.jobs.moves import MOVING, held_for_move, may_move, movable, moved_decision
 from ringleader.jobs.prediction import queue_estimator, view_prediction
 from ringleader.jobs.queues import (
@@ -68,7 +75,7 @@ from ringleader.jobs.support import Support
 from ringleader.jobs.views import CORDONED, GpuUsage, JobView, NodeHealth, SubmitResult
 from ringleader.scheduler import ClusterState, Decision, Holding, Snapshot, Waiting, run_cycle
 from ringleader.scheduler.cycle import teams_of
-from ringleader.scheduler.move import Move, restart_cost
+from ringleader.scheduler.move import RESTART_WINDOW, Move, restart_cost
 from ringleader.scheduler.order import running_service, service_of_runs
 from ringleader.scheduler.policies.throughput import Estimator
 from ringleader.scheduler.teams import TeamQueue, queue_of
@@ -247,8 +254,11 @@ class SlurmEngine(pending.SpecChanges):
         return _queued_of(self.records.all())
 
     def _watched(self) -> tuple[int, int]:
+        """How many jobs wait in ringleader's queue, and how many running ones the watcher keeps
+        looking at: those that may still move, and those run again after a requeue whose
+        program has not yet written (what their restart took is measured from its first line)."""
         records = self.records.all()
-        return len(_queued_of(records)), len(_movers_of(records))
+        return len(_queued_of(records)), len(_movers_of(records)) + len(_resuming_of(records))
 
     def _schedule_locked(self) -> dict[str, Decision]:
         """The queue's cycle (``scheduler/cycle.py``) over Slurm as it is now, acted on: sbatch
@@ -256,6 +266,9 @@ class SlurmEngine(pending.SpecChanges):
         if self._watched() == (0, 0):  # nothing waits and nothing may move: Slurm is not asked
             return {}
         snapshot, nodes, jobs = self._snapshot()
+        for record in _resuming_of(self.records.all()):
+            self._look_for_resume(record)
+            self.records.save(record)
         snapshot = self._start_moved(snapshot, nodes)
         queued = self._queued()  # less the movers it started
         specs, waiting = _waiting(queued)
@@ -313,7 +326,7 @@ class SlurmEngine(pending.SpecChanges):
         KillWait and its quota given back, jobs submitted without ringleader in their account's
         queue (``outside``: holder -> account); the team queues with Slurm's usage."""
         holding = []
-        restart = restart_cost(())  # Slurm's restarts are not measured here: the default
+        restart = restart_cost(self.records.recent_restarts(RESTART_WINDOW))
         for record in records:
             status = JobStatus(record["status"])
             if not record.get("slurm_id") or status.is_terminal():
@@ -338,7 +351,7 @@ class SlurmEngine(pending.SpecChanges):
         holding += [Holding(name, queue=account) for name, account in (outside or {}).items() if account in names]
         usage = self.slurm_queues.usage([q.name for q in queues])
         return Snapshot(state, waiting, now, holding, queues, usage, estimate=estimate,
-                        cordoned=self._cordoned, config=queue_config())  # fmt: skip
+                        cordoned=self._cordoned, config=queue_config(restart.seconds))  # fmt: skip
 
     def _preempt(self, name: str, by: Decision) -> None:
         """scancel the victim's Slurm job (Slurm stops it as for a delete: SIGTERM, KillWait,
@@ -570,6 +583,8 @@ class SlurmEngine(pending.SpecChanges):
         """``record`` moved to what Slurm says of its job: requeued after a preemption or a failure
         with restarts left, else its status, times and events."""
         ident = record["slurm_id"]
+        if not self.readonly:  # the run's last look, while its plan names its ranks' logs
+            self._look_for_resume(record)
         # Cancelled for a preemption or a move: requeued; one that succeeded before the cancel came is done.
         if _stopping(record) and status is JobStatus.FAILED:
             if not self.readonly:
@@ -589,6 +604,26 @@ class SlurmEngine(pending.SpecChanges):
                                            "cancelled to free its nodes")  # fmt: skip
         record.update(status=status.value, reason=reason, started_at=started or record.get("started_at"),
                       ended_at=ended)  # fmt: skip
+
+    def _look_for_resume(self, record: dict[str, Any]) -> None:
+        """A run after a requeue: from Slurm's start of it to its program's first line in a rank's
+        log (the line's stamp) is what its restart took on this cluster, as the embedded engine
+        measures it; recorded once per run (``Records.add_restart``), the recent ones price the
+        next move and stop for queue order. Each look reads only what was appended since the
+        last (the offsets kept in the record); a run whose program wrote nothing tells nothing."""
+        started = record.get("started_at")
+        if not record.get("restarts") or started is None:
+            return
+        resume = record.get("resume") or {}
+        if resume.get("since") != started:  # a new run: looked for from its start
+            resume = {"since": started, "read": {}, "at": None}
+        if resume["at"] is None:
+            ranks = (launch_plan(self.root, record["name"]) or {}).get("ranks", [])
+            logs = {entry["instance"]: Path(entry["log"]) for entry in ranks}
+            resume["at"] = first_rank_line(logs, resume["read"], float(started))
+            if resume["at"] is not None:
+                self.records.add_restart(record["name"], float(started), resume["at"])
+        record["resume"] = resume
 
     # -- waiting jobs (jobs/pending.py) ------------------------------------------------------------
     def change_waiting(self, name: str, change: pending.Change) -> None:
@@ -743,6 +778,20 @@ def _movers_of(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     never one requeued before)."""
     return [r for r in records if r["status"] == JobStatus.RUNNING.value and not r.get("restarts")
             and may_move(JobSpec.from_dict(r["spec"]))]  # fmt: skip
+
+
+def _resuming_of(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records of jobs handed to Slurm again after a requeue whose program has not yet
+    written its first line in this run (``_look_for_resume``)."""
+    live = (JobStatus.PENDING.value, JobStatus.RUNNING.value)
+    return [r for r in records if r.get("restarts") and r.get("slurm_id") and r["status"] in live
+            and not _stopping(r) and not _resumed(r)]  # fmt: skip
+
+
+def _resumed(record: dict[str, Any]) -> bool:
+    """Whether this run's program was seen writing its first line (``_look_for_resume``)."""
+    resume = record.get("resume") or {}
+    return resume.get("since") == record.get("started_at") and resume.get("at") is not None
 
 
 def _stopping(record: dict[str, Any]) -> bool:

@@ -14,6 +14,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+# How many measured restarts are kept: more than the window that prices the next (move.RESTART_WINDOW).
+RESTARTS_KEPT = 100
+
 
 def private_dir(path: Path) -> Path:
     """``path`` and every folder made on the way, 0700 whatever the umask."""
@@ -69,6 +72,28 @@ class Records:
 
     def remove(self, name: str) -> None:
         self.path(name).unlink(missing_ok=True)
+
+    def add_restart(self, job: str, started_at: float, resumed_at: float) -> None:
+        """Record that ``job``'s run that Slurm started at ``started_at`` after a requeue had its
+        program write its first line at ``resumed_at``: once per run, the last ``RESTARTS_KEPT``
+        kept (``<root>/restarts.json``; deleting a job keeps what its restarts took). Called
+        under ``locked``."""
+        kept = [r for r in self._restarts() if (r[0], r[1]) != (job, started_at)]
+        kept.append([job, started_at, resumed_at])
+        private_dir(self.root)
+        write_private(self.root / "restarts.json", json.dumps(kept[-RESTARTS_KEPT:]))
+
+    def recent_restarts(self, limit: int) -> list[float]:
+        """The seconds the ``limit`` most recently recorded restarts took, oldest first (never
+        below 0: a rank's log lines are stamped by the clock of the node that wrote them)."""
+        return [max(float(resumed) - float(started), 0.0) for _, started, resumed in self._restarts()[-limit:]]
+
+    def _restarts(self) -> list[list[Any]]:
+        try:
+            data = json.loads((self.root / "restarts.json").read_text())
+        except (OSError, ValueError):
+            return []
+        return [r for r in data if isinstance(r, list) and len(r) == 3] if isinstance(data, list) else []
 
     @contextmanager
     def locked(self) -> Iterator[None]:
