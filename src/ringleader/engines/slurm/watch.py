@@ -1,6 +1,7 @@
 """The queue watcher: ``python -m ringleader.engines.slurm.watch HOME``. Started by a submit whose
 gang does not fit yet, or that may move to a better placement (``jobs/moves.py``); runs
-scheduling passes until nothing waits in ringleader's queue and no running gang may move, then exits.
+scheduling passes until nothing waits in ringleader's queue, no running gang may move and no run
+after a requeue is still to write its first line (what its restart took), then exits.
 One per home (a lock file); state is only ever the job records, so it may die at any time."""
 
 from __future__ import annotations
