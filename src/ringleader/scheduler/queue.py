@@ -151,7 +151,12 @@ def aged_priority(now: float | None, config: BackfillConfig) -> Callable[[Queued
     def aged(queued: QueuedJob) -> float:
         if queued.submit_s is None:
             return float(queued.job.priority)
-        return queued.job.priority + weight * min(max(now - queued.submit_s, 0.0), cap) / cap
+        wait = now - queued.submit_s  # kept within [0, cap] by comparisons: min and max are calls
+        if wait < 0.0:
+            wait = 0.0
+        elif wait > cap:
+            wait = cap
+        return queued.job.priority + weight * wait / cap
 
     return aged
 
@@ -931,8 +936,10 @@ def behind_in_line(ordered: Sequence[QueuedJob]) -> dict[str, int]:
     behind: dict[str, int] = {}
     count = 0
     for queued in reversed(ordered):
-        behind[queued.job.name] = count
-        count += queued.job.total_gpus > 0
+        job = queued.job
+        behind[job.name] = count
+        if job.gpus_per_worker and job.workers:  # total_gpus > 0, without its property's call per job
+            count += 1
     return behind
 
 
