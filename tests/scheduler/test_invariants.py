@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from builders import job, node
 from ringleader.scheduler import BackfillConfig, ClusterState, Code, JobRequest, QueuedJob, place, schedule_queue
-from ringleader.scheduler.cycle import Snapshot, Waiting, run_cycle
+from ringleader.scheduler.cycle import Holding, Snapshot, Waiting, run_cycle
+from ringleader.scheduler.types import NodeState
 
 PRESETS = ["dgx1v", "pcie-8gpu-2socket", "pcie-4gpu-workstation", "dgx-a100"]
 
@@ -249,3 +250,48 @@ def test_a_cycle_without_reasons_starts_what_one_with_reasons_starts(
         return [(d.job.name, d.placement) for d in cycle.decisions if d.ok]
 
     assert started(explain=False) == started(explain=True)
+
+
+@st.composite
+def held_clusters(draw: st.DrawFn) -> tuple[ClusterState, list[Holding]]:
+    """A cluster whose busy GPUs belong to one running gang per node, each preemptible at a
+    priority of its own and expected to end at a time of its own (unknown for some)."""
+    nodes, holding = [], []
+    for i in range(draw(st.integers(1, 4))):
+        kind = draw(st.sampled_from(PRESETS))
+        n = {"pcie-4gpu-workstation": 4}.get(kind, 8)
+        busy = sorted(draw(st.sets(st.integers(0, n - 1), max_size=n)))
+        spec = node(f"n{i}", kind).spec
+        nodes.append(NodeState(spec, tuple((g, f"run{i}") for g in busy)))
+        if busy:
+            end = draw(st.one_of(st.none(), st.floats(10.0, 5000.0)))
+            holding.append(Holding(f"run{i}", draw(st.integers(0, 3)), expected_end_s=end,
+                                   preemptible=draw(st.booleans()), started_s=0.0))  # fmt: skip
+    return ClusterState(tuple(nodes)), holding
+
+
+@settings(max_examples=200, deadline=None)
+@given(held_clusters(), st.lists(st.tuples(jobs, st.integers(0, 3), st.one_of(st.none(), st.floats(60.0, 9000.0))),
+                                 min_size=1, max_size=10), st.integers(0, 2))  # fmt: skip
+def test_the_sieve_of_a_cycle_without_reasons_keeps_every_job_that_may_start_or_preempt(
+    held: tuple[ClusterState, list[Holding]], requests: list[tuple[JobRequest, int, float | None]], depth: int
+) -> None:
+    """Past the reservations the simulator's cycle looks at a waiting job only when it fits the
+    free GPUs or may stop a gang of lower priority; the jobs it passes over must be those a full
+    cycle leaves waiting: the same starts, placements and preemptions, with gangs running at
+    several priorities and the waiting jobs' time limits reaching past the reservations or not."""
+    state, holding = held
+    waiting = [
+        Waiting(JobRequest(f"j{i}", r.workers, r.gpus_per_worker, r.topology_aware, priority=priority,
+                           time_limit_s=limit, may_preempt=True), i)
+        for i, (r, priority, limit) in enumerate(requests)
+    ]  # fmt: skip
+    config = BackfillConfig(reservation_depth=depth)
+
+    def decided(explain: bool) -> list[tuple[str, object, object]]:
+        snapshot = Snapshot(state, waiting, 0.0, holding, config=config, explain=explain, stop_at_preemption=True)
+        cycle = run_cycle(snapshot)
+        return [(d.job.name, d.placement, d.preemption and d.preemption.names) for d in cycle.decisions
+                if d.ok or d.preemption is not None]  # fmt: skip
+
+    assert decided(explain=False) == decided(explain=True)
