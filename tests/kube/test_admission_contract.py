@@ -283,6 +283,10 @@ def test_contract_a_podgroups_counters_are_the_schedulers_and_its_spec_as_create
     reset["metadata"]["annotations"][names.RESTARTS_ANNOTATION] = "0"
     assert "neither changes on a PodGroup" in admit(policy, reset, counted, op="UPDATE")
     assert admit(policy, reset, counted, op="UPDATE", user=SCHEDULER_USER) == "not matched"
+    held = copy.deepcopy(made)  # a move's hold: a user holding GPUs for a gang of theirs
+    held["metadata"]["annotations"][names.MOVE_TARGET_ANNOTATION] = '{"workers": []}'
+    assert "neither changes on a PodGroup" in admit(policy, held, made, op="UPDATE")
+    assert admit(policy, held, made, op="UPDATE", user=SCHEDULER_USER) == "not matched"
     moved = copy.deepcopy(made)
     moved["metadata"]["annotations"][names.SPEC_ANNOTATION] = manifests.stored_spec(
         JobSpec("vgg", 4, 1, ["mpirun", "python", "train.py"], queue="team-b"))

@@ -580,13 +580,15 @@ def test_real_a_deleted_queues_usage_is_forgotten_and_a_queue_made_again_starts_
     assert listed["usage-stays"].usage_gpu_h == pytest.approx(stays["gpu_s"] / 3600, rel=1e-2)
 
 
-def test_real_a_spread_gang_moves_to_the_node_that_freed(
+def test_real_a_spread_gang_moves_to_the_node_that_freed_held_across_a_leader_change(
         lab: ControlPlane, clocked: Scheduler, clock: ManualClock) -> None:  # fmt: skip
     """Moves on Kubernetes (``jobs/moves.py``): two gangs of 6 take six GPUs of each node, so the
     gang of 4 (VGG16 as the queue prices it, ten minutes of work) starts spread 2 + 2. Once the
     first holder's pods are gone, the cycle moves it: its pods get DisruptionTarget with the
-    move's numbers and are deleted, its restart is counted on its PodGroup, and the pods
-    mpi-operator makes again are bound on the node that freed, all four."""
+    move's numbers and are deleted, its restart and its target are kept on its PodGroup. The
+    leader changes while the pods are made again: the new leader holds the target too (a gang of
+    7 submitted meanwhile, which would take those GPUs, waits), binds the pods mpi-operator makes again
+    on the node that freed, all four, and clears the hold."""
     now = clock.now()
     start(lab, clocked, submit(lab, "alice", "team-a", "hold-a", 6, topology_aware=True), now)
     start(lab, clocked, submit(lab, "alice", "team-a", "hold-b", 6, topology_aware=True), now)
@@ -620,13 +622,25 @@ def test_real_a_spread_gang_moves_to_the_node_that_freed(
             gone(lab, f"/api/v1/namespaces/team-a/pods/{pod['metadata']['name']}")
     group = lab.get(f"{GROUPS}/namespaces/team-a/{names.PODGROUP_PLURAL}/spread")
     assert group is not None and group["metadata"]["annotations"][names.RESTARTS_ANNOTATION] == "1"
+    target = json.loads(group["metadata"]["annotations"][names.MOVE_TARGET_ANNOTATION])
+    assert target["nodes"] == [freed] and len(target["workers"]) == 4
+    clocked.elector.release()  # the leader changes while the moved gang's pods are made again
+    leader = leading_scheduler(lab, "sched-next", clock=clock)
+    try:
 
-    def spread_gone() -> bool:
-        clocked.sync()
-        return not any(p.gang_key == "team-a/spread" for p in clocked.cache.pods.values())
+        def spread_gone() -> bool:
+            leader.sync()
+            return not any(p.gang_key == "team-a/spread" for p in leader.cache.pods.values())
 
-    lab.until(spread_gone, "the scheduler's cache to see the moved gang's pods gone")
-    pods = operator_pods(lab, job)  # mpi-operator makes the workers again
-    seen_whole(lab, clocked, "team-a/spread", len(pods))
-    assert [(r.gang, r.ok) for r in clocked.cycle()] == [("team-a/spread", True)]
-    assert set(nodes_of("spread").values()) == {freed}
+        lab.until(spread_gone, "the new leader's cache to see the moved gang's pods gone")
+        rival = submit(lab, "alice", "team-a", "rival", 7, topology_aware=True)
+        seen_whole(lab, leader, "team-a/rival", len(operator_pods(lab, rival)))
+        assert leader.cycle() == []  # 4 of the freed node's 8 GPUs held: 6 free, the rival waits
+        pods = operator_pods(lab, job)  # mpi-operator makes the workers again
+        seen_whole(lab, leader, "team-a/spread", len(pods))
+        assert [(r.gang, r.ok) for r in leader.cycle()] == [("team-a/spread", True)]
+        assert set(nodes_of("spread").values()) == {freed}
+        group = lab.get(f"{GROUPS}/namespaces/team-a/{names.PODGROUP_PLURAL}/spread")
+        assert group is not None and names.MOVE_TARGET_ANNOTATION not in group["metadata"]["annotations"]
+    finally:
+        leader.elector.release()

@@ -9,6 +9,7 @@ forgets it.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -22,7 +23,7 @@ from ringleader.engines.kubernetes.objects import NodeInfo, PodInfo, node_info, 
 from ringleader.engines.kubernetes.restarts import PodFailure, ended_runs, pod_failure
 from ringleader.engines.kubernetes.usage import read_usage
 from ringleader.errors import UsageError
-from ringleader.jobs.codec import spec_from_json
+from ringleader.jobs.codec import placement_from_dict, spec_from_json
 from ringleader.jobs.queues import queue_from_json
 from ringleader.jobs.spec import JobSpec
 from ringleader.scheduler import ClusterState, NodeState, Placement, WorkerSlot
@@ -82,6 +83,16 @@ class Gang:
         )
 
 
+def move_target(gang: str, text: str) -> Placement | None:
+    """A PodGroup's move-target annotation read back (None: none, or not a placement's JSON)."""
+    if not text:
+        return None
+    try:
+        return placement_from_dict(gang, json.loads(text))
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
 def _uses_gpus(pod: PodInfo) -> bool:
     """A pod of ours holding GPUs on a node (one being deleted too: its containers may still run)."""
     return pod.holds_resources and pod.ours and pod.gpus > 0
@@ -119,6 +130,7 @@ class Cache:
         self.restarts: dict[str, int] = {}  # gang -> its restart count (its PodGroup's annotation)
         self.preemptions: dict[str, int] = {}  # gang -> how many of its restarts were preemptions
         self.runs: dict[str, list[tuple[float, float]]] = {}  # gang -> its ended runs (its PodGroup's annotation)
+        self.moving: dict[str, Placement] = {}  # gang -> where it moves (its PodGroup's annotation)
         self.failures: list[PodFailure] = []  # members seen failing, for the scheduler's next cycle
         self.assumed: dict[str, Holding] = {}
         self._held: dict[str, Holding] = {}
@@ -327,6 +339,7 @@ class Cache:
             self.restarts.pop(key, None)
             self.preemptions.pop(key, None)
             self.runs.pop(key, None)
+            self.moving.pop(key, None)  # a mover deleted while it stopped: its target is free again
         else:
             self.groups[key] = max(1, int((obj.get("spec") or {}).get("minMember") or 1))
             notes = meta.get("annotations") or {}
@@ -346,6 +359,11 @@ class Cache:
             runs = ended_runs(str(notes.get(names.RUNS_ANNOTATION) or ""))
             if len(runs) >= len(self.runs.get(key, ())):  # never fewer than this replica has written itself
                 self.runs[key] = runs
+            target = move_target(key, str(notes.get(names.MOVE_TARGET_ANNOTATION) or ""))
+            if target is None:
+                self.moving.pop(key, None)
+            else:
+                self.moving[key] = target
 
     def _network_labels(self, info: NodeInfo) -> tuple[Any, ...]:
         if self.hypernodes is not None:

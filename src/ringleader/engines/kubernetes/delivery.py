@@ -48,7 +48,7 @@ BINDING_ANNOTATIONS = (*GPU_ANNOTATIONS, names.DECISION_ANNOTATION, names.RESTAR
 # stored there (the gang's queue and preemption, read by the scheduler): the scheduler's own, and
 # the spec as created.
 PODGROUP_COUNTERS = (names.RESTARTS_ANNOTATION, names.PREEMPTIONS_ANNOTATION, names.PENDING_ANNOTATION,
-                     names.PENDING_CODE_ANNOTATION)
+                     names.PENDING_CODE_ANNOTATION, names.MOVE_TARGET_ANNOTATION)
 PODGROUP_POLICY = "ringleader-podgroup-counters"
 # What the scheduler may change on a Node (its cluster-wide `nodes: patch`): the failures blamed
 # on it, and its cordon with the reason.

@@ -79,6 +79,11 @@ PREEMPTIONS_ANNOTATION = f"{PREFIX}/preemptions"
 # ...] in wall-clock seconds, from its pods' start to their deletion: the GPU service it attained,
 # which a queue ordered by least attained service reads (scheduler/order.py).
 RUNS_ANNOTATION = f"{PREFIX}/runs"
+# On the PodGroup too: where a gang the scheduler moved starts again (a placement's JSON,
+# ``Placement.as_dict``), held for it while its pods stop and its controller makes them again;
+# removed once it started there or could not. Another replica, or the scheduler restarted, keeps
+# holding it.
+MOVE_TARGET_ANNOTATION = f"{PREFIX}/move-target"
 FAULTS_ANNOTATION = f"{PREFIX}/faults"
 CORDON_REASON_ANNOTATION = f"{PREFIX}/cordon-reason"
 START_ANNOTATION = f"{PREFIX}/start"

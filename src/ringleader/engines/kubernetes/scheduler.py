@@ -191,11 +191,12 @@ class Scheduler:
         self.backfill = backfill or queue_config()  # RINGLEADER_PREEMPT_MIN_RUN_S read at its start
         self._reservations: dict[str, Reservation] = {}  # gang -> the GPUs held for it
         self._reservations_moved = 0
-        # Moves (jobs/moves.py): the cycle's planned moves, acted on after its decisions; and each
-        # gang being moved -> the placement held for it while its pods stop and are made again (this
-        # leader's memory only: after a leader change it waits in the queue as any requeued gang).
+        # Moves (jobs/moves.py): the cycle's planned moves, acted on after its decisions. Each gang
+        # being moved holds its target while its pods stop and are made again: on its PodGroup
+        # (names.MOVE_TARGET_ANNOTATION, read into ``cache.moving``), so a new leader holds it too;
+        # the gangs whose hold ended this cycle (started there, or it could not be), cleared after it.
         self._planned_moves: tuple[Move, ...] = ()
-        self._moving: dict[str, Placement] = {}
+        self._holds_ended: list[str] = []
         # a calibration as written on a gang's workers -> it read, or why it is ignored
         self._calibrations: dict[str, Calibration | str] = {}
         self._usage_missing_said = False  # the usage ConfigMap's absence said once in the log
@@ -289,7 +290,7 @@ class Scheduler:
         estimate = self._estimator(gangs) if weighs else None  # the model, where a gang weighs its start
         teams = self.cache.team_queues(now) if self.cache.queues else None
         state = self.cache.state
-        for target in self._moving.values():  # held while the mover's pods stop and are made again
+        for target in self.cache.moving.values():  # held while the mover's pods stop and are made again
             state = held_for_move(state, target)
         return Snapshot(state, waiting, now, self._holding(now), teams=teams, cordoned=self._cordoned(),
                         config=self.backfill, estimate=estimate, held=self._reservations,
@@ -369,10 +370,12 @@ class Scheduler:
         outcomes, queued = [], []
         cordoned = self._cordoned()
         for gang in gangs:
-            target = self._moving.pop(gang.key, None)
+            target = self.cache.moving.pop(gang.key, None)
             decision = None if target is None else moved_decision(job_request(gang), target, self.cache.state,
                                                                    cordoned)  # fmt: skip
             outcome = None if decision is None else members.start_on(gang, decision)
+            if target is not None:  # started there, or it cannot be: held no longer, on any replica
+                self._holds_ended.append(gang.key)
             if outcome is None:
                 queued.append(gang)
             else:
@@ -403,6 +406,9 @@ class Scheduler:
                 self._report_pending(outcome)
         for move in self._planned_moves:
             self._move(move)
+        ended, self._holds_ended = self._holds_ended, []
+        for gang in ended:
+            self._annotate_group(gang, {names.MOVE_TARGET_ANNOTATION: None}, "its move's hold not cleared")
         placed = [o for o in outcomes if o.ok]
         try:
             if self.writers == 1 or len(placed) < 2:
@@ -542,9 +548,7 @@ class Scheduler:
             return
         why = (f"{move.describe()}; {names.SCHEDULER_NAME} deletes the gang's pods with their grace; its controller "
                "makes them again, started there from its checkpoint")  # fmt: skip
-        self._count_preemption(gang, pods)
-        with self.lock:
-            self._moving[gang] = move.target
+        self._count_preemption(gang, pods, move.target)
         self._disrupt(pods, "Moved", why)
 
     def _disrupt(self, pods: Sequence[PodInfo], reason: str, why: str) -> None:
@@ -564,22 +568,31 @@ class Scheduler:
                 self.cache.doomed(pod.key)
             self._report(self._event, pod, "Normal", reason, why)
 
-    def _count_preemption(self, gang: str, pods: Sequence[PodInfo]) -> None:
+    def _count_preemption(self, gang: str, pods: Sequence[PodInfo], moving_to: Placement | None = None) -> None:
         """A preempted gang's next run is a restart, as on every engine (RINGLEADER_RESTARTS), one
-        that uses up none of its --max-restarts: both counts on its PodGroup, with the run it ends."""
-        namespace, _, name = gang.partition("/")
+        that uses up none of its --max-restarts: both counts on its PodGroup, with the run it ends
+        and, for a move, the target held for it (``moving_to``)."""
         with self.lock:
             restarts = self.cache.restarts.get(gang, 0) + 1
             preemptions = self.cache.preemptions.get(gang, 0) + 1
             self.cache.restarts[gang], self.cache.preemptions[gang] = restarts, preemptions
             runs = self._runs_ended(gang, pods)
+            if moving_to is not None:
+                self.cache.moving[gang] = moving_to
+        notes = {names.RESTARTS_ANNOTATION: str(restarts), names.PREEMPTIONS_ANNOTATION: str(preemptions),
+                 names.RUNS_ANNOTATION: runs}  # fmt: skip
+        if moving_to is not None:
+            notes[names.MOVE_TARGET_ANNOTATION] = json.dumps(moving_to.as_dict())
+        self._annotate_group(gang, notes, "preemption not counted on its PodGroup")
+
+    def _annotate_group(self, gang: str, notes: Mapping[str, str | None], failed: str) -> None:
+        """``notes`` written on the gang's PodGroup (None: removed); a failure is logged as ``failed``."""
+        namespace, _, name = gang.partition("/")
         try:
             self._check_lease()
-            self.api.podgroup_annotate(namespace, name, {names.RESTARTS_ANNOTATION: str(restarts),
-                                                         names.PREEMPTIONS_ANNOTATION: str(preemptions),
-                                                         names.RUNS_ANNOTATION: runs})  # fmt: skip
+            self.api.podgroup_annotate(namespace, name, notes)
         except (ApiError, LostLease) as exc:
-            log.warning("gang %s: preemption not counted on its PodGroup: %s", gang, exc)
+            log.warning("gang %s: %s: %s", gang, failed, exc)
 
     # -- restarts (restarts.py) ------------------------------------------------------------------------
     def _restart_failed(self) -> None:
