@@ -44,7 +44,7 @@ GPU_ANNOTATIONS = (names.GPU_IDS_ANNOTATION, names.GPU_IDS_UID_ANNOTATION, names
 # What the scheduler's Binding writes on a pod: its GPUs, its decision and the gang's restart count
 # (RINGLEADER_RESTARTS): nobody else writes them, at create or later.
 BINDING_ANNOTATIONS = (*GPU_ANNOTATIONS, names.DECISION_ANNOTATION, names.RESTARTS_ANNOTATION)
-# What the scheduler keeps on a PodGroup (its counters and why the gang waits), and the spec submit
+# What the scheduler keeps on a PodGroup (its counters, why the gang waits, a moved gang's hold), and the spec submit
 # stored there (the gang's queue and preemption, read by the scheduler): the scheduler's own, and
 # the spec as created.
 PODGROUP_COUNTERS = (names.RESTARTS_ANNOTATION, names.PREEMPTIONS_ANNOTATION, names.PENDING_ANNOTATION,
