@@ -29,6 +29,7 @@ from ringleader.errors import ConflictError, UsageError
 from ringleader.jobs.queues import line_of
 from ringleader.jobs.spec import JobSpec, KubeOptions
 from ringleader.jobs.states import JobStatus
+from ringleader.scheduler import Placement, WorkerSlot
 from ringleader.scheduler.order import QueueOrder
 from ringleader.scheduler.teams import TeamQueue
 
@@ -641,6 +642,19 @@ def test_real_a_spread_gang_moves_to_the_node_that_freed_held_across_a_leader_ch
         assert [(r.gang, r.ok) for r in leader.cycle()] == [("team-a/spread", True)]
         assert set(nodes_of("spread").values()) == {freed}
         group = lab.get(f"{GROUPS}/namespaces/team-a/{names.PODGROUP_PLURAL}/spread")
+        assert group is not None and names.MOVE_TARGET_ANNOTATION not in group["metadata"]["annotations"]
+        # A hold left on a running gang's PodGroup (a replica whose clearing failed) holds nothing
+        # and is cleared by the next cycle.
+        stale = Placement("team-a/hold-b", (WorkerSlot(0, freed, (7,)),)).as_dict()
+        leader.api.podgroup_annotate("team-a", "hold-b", {names.MOVE_TARGET_ANNOTATION: json.dumps(stale)})
+
+        def stale_seen() -> bool:
+            leader.sync()
+            return "team-a/hold-b" in leader.cache.moving
+
+        lab.until(stale_seen, "the leader's cache to read the stale hold")
+        assert leader.cycle() == []
+        group = lab.get(f"{GROUPS}/namespaces/team-a/{names.PODGROUP_PLURAL}/hold-b")
         assert group is not None and names.MOVE_TARGET_ANNOTATION not in group["metadata"]["annotations"]
     finally:
         leader.elector.release()

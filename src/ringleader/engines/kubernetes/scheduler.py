@@ -290,11 +290,20 @@ class Scheduler:
         estimate = self._estimator(gangs) if weighs else None  # the model, where a gang weighs its start
         teams = self.cache.team_queues(now) if self.cache.queues else None
         state = self.cache.state
-        for target in self.cache.moving.values():  # held while the mover's pods stop and are made again
-            state = held_for_move(state, target)
+        for gang, target in list(self.cache.moving.items()):  # held while its pods stop and are made again
+            if self._moved_away(gang):
+                state = held_for_move(state, target)
+            else:  # running (or ended) since: a hold left by a replica whose clearing failed
+                del self.cache.moving[gang]
+                self._holds_ended.append(gang)
         return Snapshot(state, waiting, now, self._holding(now), teams=teams, cordoned=self._cordoned(),
                         config=self.backfill, estimate=estimate, held=self._reservations,
                         decided_on=self._decided_on, epoch=(self.cache.freed, self._reservations_moved))  # fmt: skip
+
+    def _moved_away(self, gang: str) -> bool:
+        """Whether a moved gang is still between its runs: each of its pods being deleted or not
+        yet bound (none at all while its controller makes them again)."""
+        return all(p.deleting or p.node is None for p in self.cache.pods.values() if p.gang_key == gang)
 
     def _cordoned(self) -> list[str]:
         """The nodes cordoned (`kubectl cordon`, `ringleader node cordon`: the unschedulable taint)."""
