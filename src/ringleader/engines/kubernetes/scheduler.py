@@ -290,12 +290,8 @@ class Scheduler:
         estimate = self._estimator(gangs) if weighs else None  # the model, where a gang weighs its start
         teams = self.cache.team_queues(now) if self.cache.queues else None
         state = self.cache.state
-        for gang, target in list(self.cache.moving.items()):  # held while its pods stop and are made again
-            if self._moved_away(gang):
-                state = held_for_move(state, target)
-            else:  # running (or ended) since: a hold left by a replica whose clearing failed
-                del self.cache.moving[gang]
-                self._holds_ended.append(gang)
+        for target in self.cache.moving.values():  # held while the mover's pods stop and are made again
+            state = held_for_move(state, target)
         return Snapshot(state, waiting, now, self._holding(now), teams=teams, cordoned=self._cordoned(),
                         config=self.backfill, estimate=estimate, held=self._reservations,
                         decided_on=self._decided_on, epoch=(self.cache.freed, self._reservations_moved))  # fmt: skip
@@ -377,6 +373,9 @@ class Scheduler:
         is still free and its nodes have room (assumed, bound with the cycle's); the outcomes and
         the gangs the queue's cycle decides."""
         outcomes, queued = [], []
+        for stale in [g for g in self.cache.moving if not self._moved_away(g)]:  # running (or ended) since:
+            del self.cache.moving[stale]  # a hold left by a replica whose clearing failed
+            self._holds_ended.append(stale)
         cordoned = self._cordoned()
         for gang in gangs:
             target = self.cache.moving.pop(gang.key, None)
