@@ -119,6 +119,34 @@ def test_a_gang_half_started_by_a_lost_agent_is_completed_and_no_rank_runs_twice
     rt.close()
 
 
+def test_a_plan_left_half_written_by_a_killed_agent_starts_the_gang_afresh(small: Runtime, h, tmp_path) -> None:
+    """An agent killed while it wrote a gang's plan, before any rank started: the next agent
+    must not take the plan's name for a launch (its ranks would read half a plan, exit without
+    a word, and fail the job); it starts the gang afresh, whole."""
+    release = tmp_path / "release"
+    small.submit(h.spec("torn", waiter(release), workers=2))
+    h.wait_for(lambda: started(small, "torn"), what="both workers to start")
+    kill_agents(small.home)  # its standby too: nothing adopts the job while it is changed below
+    for instance in ("torn-worker-0", "torn-worker-1"):
+        st = kill_instance(small.home, "torn", instance)
+        h.wait_for(lambda st=st: not alive(st["pid"], st["pid_start"]), what=f"{instance} to die")
+        state_path(small.home, "torn", instance).unlink()
+    with small.db.write() as conn:  # back to its launch's start, as the killed agent left it
+        for instance in ("torn-worker-0", "torn-worker-1"):
+            store.update_instance(conn, "torn", instance, status="Pending", pid=None, pid_start=None,
+                                  started_at=None)  # fmt: skip
+        conn.execute("UPDATE jobs SET launch = 'starting' WHERE name = ?", ("torn",))
+    plan = plan_path(small.home, "torn")
+    plan.write_bytes(plan.read_bytes()[:100])  # the first bytes a killed write got to the disk
+    release.touch()  # the ranks started afresh end at once
+    rt = Runtime.open(small.home)  # starts an agent
+    view = rt.wait("torn", 60)
+    assert view.status is JobStatus.SUCCEEDED, (view.reason, [e.message for e in view.events])
+    assert [e.kind for e in view.events].count("Started") == 2  # started afresh, not completed as adopted
+    assert json.loads(plan.read_text())["job"] == "torn"  # written whole again
+    rt.close()
+
+
 def test_a_rank_forked_but_not_recorded_by_a_lost_agent_is_adopted_not_doubled(small: Runtime, h, tmp_path) -> None:
     release = tmp_path / "release"
     half_start(small, h, "fork", release)

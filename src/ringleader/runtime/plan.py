@@ -108,10 +108,23 @@ def worker_lines(job: str, command: Sequence[str], placement: Placement, plan: P
 
 
 def plan_written(home: Path, job: str) -> bool:
-    """Whether a job's ranks may have been started: every supervisor (and an early one) writes
-    the plan before it starts any, and a submit removes a former job's. Without it, a job whose
-    holder was lost was never launched, whatever it had claimed: it is started, not adopted."""
-    return os.path.lexists(plan_path(home, job))
+    """Whether a job's ranks may have been started: every supervisor writes the plan, whole,
+    before it starts any, and a submit removes a former job's. Without it, a job whose holder
+    was lost was never launched, whatever it had claimed: it is started, not adopted. A plan
+    that does not parse was cut short as it was written (by an agent killed before plans were
+    renamed into place): no rank had started either."""
+    try:
+        fd = os.open(plan_path(home, job), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)  # a FIFO never blocks it
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True  # something holds its name (a link ringleader never follows): taken as written
+    with os.fdopen(fd, "rb") as fh:
+        try:
+            json.loads(fh.read())
+        except ValueError:
+            return False
+    return True
 
 
 def read_state(path: Path) -> dict[str, Any] | None:

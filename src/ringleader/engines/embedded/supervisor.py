@@ -914,10 +914,21 @@ def job_processes(
     return list(dict.fromkeys(found))
 
 
-def write_private(path: str | Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
+def write_private(path: Path, text: str) -> None:
+    """``path`` written whole or not at all: a new private file renamed over it. An agent killed
+    while it writes a gang's plan leaves no plan, never the half of one its ranks would read."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()  # a killed agent's, whose pid this one now has
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except OSError:  # a full disk: nothing half-written is left behind
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
 
 
 def _size(path: Path) -> int:
