@@ -108,8 +108,8 @@ def test_an_agent_killed_or_stopped_at_random_moments_loses_no_job_and_starts_no
             os.kill(holder, signal.SIGSTOP)  # left stopped: its replacement kills it
     for job in jobs:
         view = small.wait(job, 120)
-        # on a failure, what the agents said and what the job's run folder holds: a race seen once
-        # under a loaded CI run ("had started 0 of 2", then both wrappers lost) was not seen again
+        # on a failure, what the agents said and what the job's run folder holds (an agent killed
+        # as it wrote a plan left half of one: test_safety's half-written plan test)
         said = (small.home / "run" / agentctl.LOG).read_text()[-4000:]
         folder = sorted(p.name for p in (small.home / "run" / job).glob("*"))
         assert view.status is JobStatus.SUCCEEDED, (job, view.reason, [e.message for e in view.events], folder, said)
