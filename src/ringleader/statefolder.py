@@ -131,20 +131,25 @@ def open_file(home: Path, relative: str, flags: int = os.O_RDONLY) -> int:
         os.close(fd)
 
 
-def write_file(home: Path, name: str, data: bytes) -> None:
-    """Replace the state folder's file ``name`` whole (a new file renamed over it: a link in its
-    place is replaced, never written through)."""
-    fd = os.open(home, _DIR)
+def write_file(folder: Path, name: str, data: bytes) -> None:
+    """Replace the file ``name`` of the state folder or one of its folders whole, or not at all
+    (a new file renamed over it: a link in its place is replaced, never written through; a
+    process killed as it writes leaves the old file, never half of a new one; a full disk leaves
+    no temporary behind)."""
+    fd = os.open(folder, _DIR)
     try:
         tmp = f".{name}.tmp{os.getpid()}"
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp, dir_fd=fd)
+            os.unlink(tmp, dir_fd=fd)  # a killed process's, whose pid this one now has
         out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd)
         try:
-            os.write(out, data)
-        finally:
-            os.close(out)
-        os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+            with os.fdopen(out, "wb") as fh:
+                fh.write(data)
+            os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=fd)
+            raise
     finally:
         os.close(fd)
 

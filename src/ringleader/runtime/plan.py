@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import stat
 import sys
 import zlib
 from collections.abc import Mapping, Sequence
@@ -119,11 +120,15 @@ def plan_written(home: Path, job: str) -> bool:
         return False
     except OSError:
         return True  # something holds its name (a link ringleader never follows): taken as written
-    with os.fdopen(fd, "rb") as fh:
-        try:
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return True  # a folder or a FIFO in its place: taken as written, as any name there
+        with open(fd, "rb", closefd=False) as fh:
             json.loads(fh.read())
-        except ValueError:
-            return False
+    except ValueError:
+        return False
+    finally:
+        os.close(fd)
     return True
 
 

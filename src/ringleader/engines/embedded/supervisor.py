@@ -66,7 +66,7 @@ from ringleader.runtime.plan import (
 from ringleader.runtime.procs import alive, find_by_args, processes_with_args, start_time, stop_all
 from ringleader.runtime.rank import LEASE_S, fence_bound, signal_name
 from ringleader.scheduler.types import approx_duration
-from ringleader.statefolder import make_job_folders, remove_job_folders
+from ringleader.statefolder import make_job_folders, remove_job_folders, write_file
 from ringleader.topology import NodeSpec
 
 POLL_S = 0.25
@@ -306,7 +306,7 @@ class Supervisor:
             plan.update(hosts=True, master_addr=master_address(placement, nodes, settings),
                         grace_s=spec.stop_grace(), lease_file=str(lease_path(self.home, spec.name)))  # fmt: skip
             plan["env"] = {**settings.get("env", {}), **plan["env"]}
-        write_private(pfile, json.dumps(plan, indent=1))  # before any rank starts (see plan_written)
+        write_file(pfile.parent, pfile.name, json.dumps(plan, indent=1).encode())  # whole, before any rank starts
         # this run's lines start where the ranks' logs end now (earlier runs' are above them)
         self.resume = ResumeWatch({w.name: _size(log_path(self.home, self.job, w.name)) for w in self.watched
                                    if w.role != "launcher"})  # fmt: skip
@@ -912,23 +912,6 @@ def job_processes(
     for wrapper in (RANK_MODULE, DEMUX_MODULE, RANK_FILE):
         found += find_by_args(wrapper, str(plan_path(home, job)))
     return list(dict.fromkeys(found))
-
-
-def write_private(path: Path, text: str) -> None:
-    """``path`` written whole or not at all: a new private file renamed over it. An agent killed
-    while it writes a gang's plan leaves no plan, never the half of one its ranks would read."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with contextlib.suppress(FileNotFoundError):
-        tmp.unlink()  # a killed agent's, whose pid this one now has
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except OSError:  # a full disk: nothing half-written is left behind
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
 
 
 def _size(path: Path) -> int:
